@@ -1,0 +1,58 @@
+# Thin wrappers around CMake. `make run` and `make test` install what is
+# missing (scripts/deps.sh), configure, build, then start or test.
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+FUZZ_SECONDS ?= 60
+ARGS       ?=
+
+.PHONY: all deps build run test test-asan bench fuzz format clean
+
+all: build
+
+deps:
+	@scripts/deps.sh build
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) $(CMAKE_ARGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(BUILD)/infergate serve $(ARGS)
+
+test:
+	@scripts/deps.sh test
+	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer.
+# CUDA stays off here: the sanitizers do not see into device code anyway.
+test-asan:
+	@scripts/deps.sh test
+	@[ -f $(ASAN_BUILD)/CMakeCache.txt ] || cmake -S . -B $(ASAN_BUILD) -DIG_ASAN=ON -DIG_UBSAN=ON -DIG_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+
+bench:
+	@scripts/deps.sh bench
+	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS)
+	bench/run-all.sh $(BUILD)
+
+fuzz:
+	@scripts/deps.sh test
+	@[ -f $(FUZZ_BUILD)/CMakeCache.txt ] || CC=clang cmake -S . -B $(FUZZ_BUILD) -DIG_FUZZ=ON -DIG_CUDA=OFF -DIG_OPENBLAS=OFF
+	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	@mkdir -p fuzz-corpus/http
+	$(FUZZ_BUILD)/fuzz_http_request -max_total_time=$(FUZZ_SECONDS) fuzz-corpus/http tests/fuzz/corpus/http
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

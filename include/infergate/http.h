@@ -1,0 +1,149 @@
+#ifndef INFERGATE_HTTP_H
+#define INFERGATE_HTTP_H
+
+/*
+ * A strict HTTP/1.1 server on libuv + llhttp, shared by the gateway and the
+ * worker. The server parses, enforces limits and deadlines, and hands each
+ * complete request (headers and body) to one handler callback. The handler
+ * answers it, at once or later, whole or as a stream.
+ *
+ * Ownership: the server owns every ig_http_req_t. The handler must finish
+ * each request exactly once, with ig_http_respond*() or ig_http_stream_end();
+ * the request stays valid until then, even when the client has gone away
+ * (the abort callback says so; later writes are discarded). After the
+ * finishing call the request must not be touched.
+ *
+ * Pipelined requests are handed to the handler one at a time, in order: the
+ * next one is dispatched when the previous response has been finished. While
+ * max_pipeline parsed requests wait, the server stops reading the socket.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct ig_http_server_s ig_http_server_t;
+typedef struct ig_http_req_s ig_http_req_t;
+
+typedef struct {
+    size_t max_request_line;    /* bytes; over it -> 414 (default 8 KiB) */
+    size_t max_header_bytes;    /* bytes of the header block; -> 431 (64 KiB) */
+    unsigned max_headers;       /* header count; over it -> 431 (100) */
+    size_t max_body_bytes;      /* -> 413 (4 MiB) */
+    uint64_t header_timeout_ms; /* no complete header in time -> 408 + close (10 s) */
+    uint64_t body_timeout_ms;   /* body stalls longer -> 408 + close (60 s) */
+    uint64_t idle_timeout_ms;   /* keep-alive idle close (75 s) */
+    unsigned max_connections;   /* past it new connections get 503 + close (10000) */
+    unsigned max_pipeline;      /* parsed requests queued per connection (16) */
+    size_t write_buffer_bytes;  /* queued unsent response bytes before a
+                                   stream write reports backpressure (256 KiB) */
+} ig_http_limits_t;
+
+/* Fills the defaults above. */
+void ig_http_limits_default(ig_http_limits_t *limits);
+
+/* Called once per complete request, on the loop thread. */
+typedef void (*ig_http_handler_cb)(ig_http_req_t *req, void *data);
+typedef void (*ig_http_close_cb)(ig_http_server_t *server, void *data);
+
+/*
+ * Starts listening. `listen` is "HOST:PORT" (IPv4 or [IPv6]) or "unix:PATH".
+ * Port 0 picks a free port; ig_http_server_port() tells which.
+ * Returns 0, IG_EINVAL for a bad address, or a libuv error (bind, listen).
+ */
+int ig_http_server_start(ig_http_server_t **out, uv_loop_t *loop, const char *listen,
+                         const ig_http_limits_t *limits, ig_http_handler_cb handler, void *data);
+
+/* The bound TCP port (0 for a Unix socket). */
+int ig_http_server_port(const ig_http_server_t *server);
+
+/* Connections open now, and requests handed to the handler but not finished. */
+unsigned ig_http_server_connections(const ig_http_server_t *server);
+unsigned ig_http_server_inflight(const ig_http_server_t *server);
+
+/*
+ * Graceful close: stops accepting at once, closes idle connections, lets
+ * requests in flight finish (their connections close after the response) and
+ * force-closes whatever is left after drain_timeout_ms. cb fires once, when
+ * every handle is closed; the server is freed after it returns.
+ */
+void ig_http_server_close(ig_http_server_t *server, uint64_t drain_timeout_ms, ig_http_close_cb cb,
+                          void *data);
+
+/* ---- the request ------------------------------------------------------ */
+
+const char *ig_http_req_method(const ig_http_req_t *req); /* "GET", "POST", ... */
+const char *ig_http_req_path(const ig_http_req_t *req);   /* without the query */
+const char *ig_http_req_query(const ig_http_req_t *req);  /* after '?', or "" */
+/* Case-insensitive lookup; the first value or NULL. Borrowed. */
+const char *ig_http_req_header(const ig_http_req_t *req, const char *name);
+/* The whole body (de-chunked), NUL-terminated; *len may be NULL. Borrowed. */
+const char *ig_http_req_body(const ig_http_req_t *req, size_t *len);
+/* "ip:port" of the client, or "unix". */
+const char *ig_http_req_peer(const ig_http_req_t *req);
+/* Monotonic time (uv_hrtime, ns) when the request's first byte arrived. */
+uint64_t ig_http_req_start_ns(const ig_http_req_t *req);
+/* 1 once the client has gone away (reset, closed, or server force-close). */
+int ig_http_req_aborted(const ig_http_req_t *req);
+
+/* Memory that lives exactly as long as the request (its arena). */
+void *ig_http_req_alloc(ig_http_req_t *req, size_t size);
+char *ig_http_req_strdup(ig_http_req_t *req, const char *s);
+
+/* Per-request user pointer for the handler's own state. */
+void ig_http_req_set_data(ig_http_req_t *req, void *data);
+void *ig_http_req_get_data(const ig_http_req_t *req);
+
+/* The route label for metrics ("/v1/completions"); a static string. Requests
+ * the handler never labels are counted under "unmatched", so that client
+ * paths cannot blow up label cardinality. */
+void ig_http_req_set_route(ig_http_req_t *req, const char *route);
+
+/* Names the upstream that served the request, for the access log. Copied. */
+void ig_http_req_set_upstream(ig_http_req_t *req, const char *upstream);
+
+/*
+ * Called once if the client goes away before the response is finished, so
+ * that the backend can cancel work. The handler must still finish the
+ * request (writes are then discarded).
+ */
+typedef void (*ig_http_abort_cb)(ig_http_req_t *req, void *data);
+void ig_http_req_on_abort(ig_http_req_t *req, ig_http_abort_cb cb, void *data);
+
+/* ---- the response ----------------------------------------------------- */
+
+/* Adds a response header before the response starts. Both strings copied.
+ * Content-Length, Transfer-Encoding, Connection and Date are the server's. */
+int ig_http_add_header(ig_http_req_t *req, const char *name, const char *value);
+
+/* Sends a whole response and finishes the request. body is copied. */
+int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, const char *body,
+                    size_t len);
+
+/* Sends `{"error":{"message","type","param","code"}}` with the status and
+ * finishes the request. type NULL picks one from the status
+ * (invalid_request_error, not_found_error, ...); param and code may be NULL. */
+int ig_http_respond_error(ig_http_req_t *req, int status, const char *type, const char *param,
+                          const char *code, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/*
+ * Streaming: starts a chunked response (text/event-stream for SSE). Each
+ * write is sent as one chunk. A write returns 0 when the bytes are queued,
+ * or IG_EBUSY when they were queued but the unsent bytes are now above
+ * write_buffer_bytes: the producer should pause until the drain callback
+ * fires. ig_http_stream_end() sends the last chunk and finishes the request.
+ */
+int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_type);
+int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len);
+int ig_http_stream_end(ig_http_req_t *req);
+
+typedef void (*ig_http_drain_cb)(ig_http_req_t *req, void *data);
+void ig_http_req_on_drain(ig_http_req_t *req, ig_http_drain_cb cb, void *data);
+/* Unsent response bytes queued on the request's connection now. */
+size_t ig_http_req_write_queued(const ig_http_req_t *req);
+
+/* The reason phrase of a status code ("Not Found"). */
+const char *ig_http_status_text(int status);
+
+#endif

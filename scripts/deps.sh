@@ -1,0 +1,32 @@
+#!/bin/sh
+# Installs the Debian packages infergate needs to build, test and benchmark.
+# As root it runs apt-get; otherwise it prints the exact command and fails.
+# Usage: scripts/deps.sh [build|test|bench]
+set -eu
+want="build"
+[ $# -gt 0 ] && want="$1"
+
+pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev libopenblas-dev"
+case "$want" in
+  test)  pkgs="$pkgs libcmocka-dev python3-numpy clang libclang-rt-14-dev" ;;
+  bench) pkgs="$pkgs libcmocka-dev python3-numpy wrk nginx-light haproxy gnuplot-nox" ;;
+esac
+
+missing=""
+for p in $pkgs; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing="$missing $p"
+  fi
+done
+[ -z "$missing" ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+  echo "deps: installing$missing"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  apt-get install -y -q --no-install-recommends $missing >/dev/null
+else
+  echo "deps: missing Debian packages; run as root:" >&2
+  echo "  sudo apt-get install -y$missing" >&2
+  exit 1
+fi
