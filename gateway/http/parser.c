@@ -278,11 +278,19 @@ static int parse_error(ig__http_parser_t *p, ig_http_req_t **out)
         r->error_status = p->err_status;
         r->error_msg = p->err_msg;
         if (r->method == NULL)
-            r->method = "-";
-        if (r->path == NULL) {
-            r->path = "-";
-            r->query = "";
+            r->method = p->url != NULL ? llhttp_method_name((llhttp_method_t)p->ll.method) : "-";
+        if (r->path == NULL && p->url != NULL && p->url_len > 0) {
+            /* for the access log only */
+            size_t n = p->url_len < 256 ? p->url_len : 256;
+            r->path = ig__arena_alloc(&r->arena, n + 1);
+            if (r->path != NULL) {
+                memcpy(r->path, p->url, n);
+                r->path[n] = '\0';
+            }
         }
+        if (r->path == NULL)
+            r->path = "-";
+        r->query = "";
     }
     *out = r;
     return IG_EPARSE;
@@ -385,8 +393,19 @@ static int finish_head(ig__http_parser_t *p)
         return fail(p, 400, "missing request target");
     char *url = (char *)p->url;
     url[p->url_len] = '\0';
-    if (url[0] != '/' && strcmp(url, "*") != 0)
-        return fail(p, 400, "request target must be origin-form");
+    if (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0) {
+        /* absolute-form (RFC 9112 3.2.2): keep the path; Host still rules */
+        char *slash = strchr(strchr(url, ':') + 3, '/');
+        if (slash == NULL) {
+            url = (char *)"/";
+            p->url_len = 1;
+        } else {
+            p->url_len -= (size_t)(slash - url);
+            url = slash;
+        }
+    } else if (url[0] != '/' && strcmp(url, "*") != 0) {
+        return fail(p, 400, "invalid request target");
+    }
     char *q = memchr(url, '?', p->url_len);
     r->path = url;
     if (q != NULL) {
@@ -437,6 +456,10 @@ static long chunk_validate(ig__http_parser_t *p, const char *d, size_t len)
         case CS_SIZE_LF:
             if (c != '\n')
                 return fail(p, 400, "bare CR in chunk size line");
+            /* An announced chunk that cannot fit is refused before its
+             * bytes arrive. */
+            if (p->csize > p->limits->max_body_bytes - p->req->body_len)
+                return fail(p, 413, "request body too large");
             p->cstate = p->csize == 0 ? CS_TRAILER0 : CS_DATA;
             break;
         case CS_DATA: {

@@ -674,9 +674,10 @@ static void on_reject_written(uv_write_t *w, int status)
         uv_close((uv_handle_t *)&rj->tcp, on_reject_closed);
 }
 
+/* The body is 114 bytes; test_http_limits checks the framing. */
 static const char reject_503[] =
     "HTTP/1.1 503 Service Unavailable\r\nServer: infergate\r\nContent-Type: application/json\r\n"
-    "Content-Length: 118\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    "Content-Length: 114\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
     "{\"error\":{\"message\":\"too many connections\",\"type\":\"unavailable_error\","
     "\"param\":null,\"code\":\"too_many_connections\"}}";
 

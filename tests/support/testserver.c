@@ -1,6 +1,8 @@
 #include "testserver.h"
 #include "testclient.h"
 
+#include "infergate/metrics.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -215,4 +217,9 @@ void ig_ts_echo_handler(ig_http_req_t *req, void *data)
         ig_http_add_header(req, "X-Echo", echo);
     ig_http_req_set_route(req, "/echo");
     ig_http_respond(req, 200, "text/plain", out, (size_t)n + len);
+}
+
+char *ig_ts_metrics(void)
+{
+    return ig_metrics_render(NULL);
 }

@@ -40,4 +40,7 @@ unsigned ig_ts_inflight(ig_ts_t *ts);
 /* A handler that answers 200 text/plain "METHOD PATH?QUERY BODYLEN\n" then
  * the body, with the request's X-Echo header (if any) as X-Echo. */
 void ig_ts_echo_handler(ig_http_req_t *req, void *data);
+/* The metrics exposition text (ig_metrics_render); the caller frees it. */
+char *ig_ts_metrics(void);
+
 #endif
