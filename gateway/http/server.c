@@ -522,9 +522,11 @@ static void conn_pump(ig__http_conn_t *c)
         if (c->closing)
             break;
         parse_more(c);
-        if (!c->closing && c->active == NULL && c->qhead != NULL)
+        if (!c->closing && c->active == NULL && c->qhead != NULL) {
             dispatch(c);
-    } while (c->repump);
+            c->repump = 1; /* room in the queue again: parse what is buffered */
+        }
+    } while (c->repump && !c->closing);
     c->pumping = 0;
     if (!c->closing && c->eof && c->active == NULL && c->qhead == NULL && c->wqueued == 0)
         conn_close(c);

@@ -123,8 +123,8 @@ static int fill(ig_tc_t *tc, long long deadline)
     if (tc->eof)
         return 0;
     long long left = deadline - ig_tc_now_ms();
-    if (left <= 0)
-        return -1;
+    if (left < 0)
+        left = 0; /* still look once: a zero timeout is a poll */
     struct pollfd pfd = {.fd = tc->fd, .events = POLLIN};
     int pr = poll(&pfd, 1, (int)left);
     if (pr <= 0)
