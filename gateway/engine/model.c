@@ -559,6 +559,13 @@ static int bind(ig_model_t *m, ig_tensor_t *t, const char *name, int optional, i
         seterr(err, errlen, "%s: %s: missing tensor", m->weights_label, name);
         return IG_EMODEL;
     }
+    /* One dtype for all weights: backends convert or upload them in one pass. */
+    if (m->embed.data != NULL && e->dtype != m->cfg.dtype) {
+        seterr(err, errlen, "%s: %s: dtype %s, expected %s like model.embed_tokens.weight",
+               ig_safetensors_file_name(in), name, ig_dtype_name(e->dtype),
+               ig_dtype_name(m->cfg.dtype));
+        return IG_EMODEL;
+    }
     int64_t want_shape[2] = {d0, d1};
     int same = e->ndim == ndim;
     for (int i = 0; same && i < ndim; i++)
@@ -577,12 +584,6 @@ static int bind(ig_model_t *m, ig_tensor_t *t, const char *name, int optional, i
             snprintf(want, sizeof(want), "[%lld, %lld]", (long long)d0, (long long)d1);
         seterr(err, errlen, "%s: %s: shape %s, expected %s", ig_safetensors_file_name(in), name,
                got, want);
-        return IG_EMODEL;
-    }
-    if (m->embed.data != NULL && e->dtype != m->cfg.dtype) {
-        seterr(err, errlen, "%s: %s: dtype %s, expected %s like model.embed_tokens.weight",
-               ig_safetensors_file_name(in), name, ig_dtype_name(e->dtype),
-               ig_dtype_name(m->cfg.dtype));
         return IG_EMODEL;
     }
     t->dtype = e->dtype;
