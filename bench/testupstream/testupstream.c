@@ -742,6 +742,7 @@ static void usage(FILE *out)
             "  --stall-for S          ... for S seconds (answers due meanwhile leave at the end)\n"
             "  --fail-after-tokens K  reset the connection (RST) after K streamed tokens ...\n"
             "  --fail-rate P          ... in a fraction P of streams (default 1)\n"
+            "  --spin-us US           wake this early and spin, for precise timing (default 200)\n"
             "  --quiet                no log lines on stderr\n"
             "  --help                 this text\n"
             "\n"
@@ -757,6 +758,7 @@ static void on_signal(uv_signal_t *s, int signum)
 
 int main(int argc, char **argv)
 {
+    double spin_us = 200;
     const char *listen = "127.0.0.1:0", *port_file = NULL;
     unsigned long long seed = 1;
     g.stall_at_s = -1;
@@ -817,6 +819,13 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--fail-rate")) {
             NEED();
             g.fail_rate = atof(v);
+        } else if (!strcmp(a, "--spin-us")) {
+            NEED();
+            spin_us = atof(v);
+            if (spin_us < 0 || spin_us > 10000) {
+                fprintf(stderr, "testupstream: --spin-us must be 0..10000\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--quiet")) {
             g.quiet = 1;
         } else {
@@ -846,6 +855,7 @@ int main(int argc, char **argv)
         return 2;
     }
     int rc = igb_tq_start(g.loop, &g.tq);
+    g.tq.spin_ns = (uint64_t)(spin_us * 1000);
     if (rc == 0)
         rc = uv_tcp_init(g.loop, &g.server);
     if (rc == 0)
