@@ -107,13 +107,6 @@ struct ig_backend_s {
     void (*destroy)(ig_backend_t *be);
 
     void *impl; /* the backend's own state */
-
-    /* ---- optional members (NULL where a backend has none) ---- */
-    /* Free and total bytes of the backend's memory right now. The engine sizes
-     * the KV cache from free * gpu_memory_fraction when this is set (the CUDA
-     * backend); a backend without it (the CPU) leaves the sizing to the
-     * engine's own default. */
-    int (*mem_info)(ig_backend_t *be, size_t *free_bytes, size_t *total_bytes);
 };
 
 /* The CPU backend with `threads` worker threads (0 = the number of cores).
