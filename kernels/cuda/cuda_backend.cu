@@ -461,6 +461,7 @@ extern "C" int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err
     be->add = ig__cuda_add;
     be->kv_append = ig__cuda_kv_append;
     be->attention = ig__cuda_attention;
+    be->gather = ig__cuda_gather;
     be->sync = cuda_sync;
     be->destroy = cuda_destroy;
     be->mem_info = cuda_mem_info;

@@ -74,6 +74,7 @@ int ig__cuda_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok
                   int n_kv_heads, int head_dim, const float *inv_freq);
 int ig__cuda_swiglu(ig_backend_t *be, float *out, const float *gate, const float *up, size_t n);
 int ig__cuda_add(ig_backend_t *be, float *y, const float *x, size_t n);
+int ig__cuda_gather(ig_backend_t *be, float *out, const float *x, const int *rows, int n, int cols);
 int ig__cuda_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
                        const float *v, const int *slots, int ntok);
 /* f32 -> bf16/f16 conversion of n elements, and y(m, n) += bias(n). */

@@ -68,6 +68,29 @@ int ig__cuda_embed(ig_backend_t *be, float *out, const ig_weight_t *table, const
     return IG_CUDA_CHECK(cudaGetLastError());
 }
 
+/* ---- row gather --------------------------------------------------------- */
+
+/* One block per picked row: out(n, cols) = x[rows[i]]. */
+__global__ void gather_kernel(float *out, const float *x, const int *rows, int cols)
+{
+    const float *src = x + (size_t)rows[blockIdx.x] * cols;
+    float *dst = out + (size_t)blockIdx.x * cols;
+    for (int d = threadIdx.x; d < cols; d += blockDim.x)
+        dst[d] = src[d];
+}
+
+int ig__cuda_gather(ig_backend_t *be, float *out, const float *x, const int *rows, int n, int cols)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc;
+    if (n <= 0 || cols <= 0)
+        return n < 0 || cols < 0 ? IG_EINVAL : 0;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    gather_kernel<<<n, 256, 0, c->stream>>>(out, x, rows, cols);
+    return IG_CUDA_CHECK(cudaGetLastError());
+}
+
 /* ---- block reduction ------------------------------------------------------ */
 
 __device__ __forceinline__ float warp_sum(float v)
