@@ -294,10 +294,12 @@ static double decay(const ig_router_t *r, uint64_t then_ns, uint64_t now_ns)
 {
     if (then_ns == 0)
         return 0.0;
-    return exp(-seconds_between(then_ns, now_ns) / r->opts.ewma_tau_s);
+    double tau = r != NULL ? r->opts.ewma_tau_s : 10.0;
+    return exp(-seconds_between(then_ns, now_ns) / tau);
 }
 
-void ig_router_observe_rtt(ig_router_t *r, ig_upstream_state_t *u, double rtt_s, uint64_t now_ns)
+void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+                           uint64_t now_ns)
 {
     if (!(rtt_s >= 0))
         return;

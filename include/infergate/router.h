@@ -153,7 +153,9 @@ void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t 
  * ttft: the first token of a request of prompt_tokens arrived after ttft_s,
  * when the router had predicted wait_s of queueing. occupancy: a request
  * held the upstream for seconds (start to end). */
-void ig_router_observe_rtt(ig_router_t *r, ig_upstream_state_t *u, double rtt_s, uint64_t now_ns);
+/* r may be NULL (the default tau of 10 s applies). */
+void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+                           uint64_t now_ns);
 void ig_router_observe_ttft(ig_router_t *r, ig_upstream_state_t *u, int prompt_tokens,
                             double ttft_s, double predicted_wait_s, uint64_t now_ns);
 void ig_router_observe_occupancy(ig_router_t *r, ig_upstream_state_t *u, double seconds,
