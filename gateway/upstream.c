@@ -74,6 +74,7 @@ struct ig_upstream_req_s {
     int canceled;
     int paused;
     int retried_fresh; /* a stale pooled connection was replaced once */
+    int in_cb;         /* inside a user callback: a cancel is finished after it */
     /* response headers being parsed */
     char *hbuf;
     size_t hlen, hcap;
@@ -419,9 +420,12 @@ static int on_headers_complete(llhttp_t *p)
         values[i] = r->hbuf + r->value_off[i];
     }
     r->headers_done = 1;
-    if (r->cbs.on_headers != NULL)
+    if (r->cbs.on_headers != NULL) {
+        r->in_cb++;
         r->cbs.on_headers(r, p->status_code, r->nheaders, names, values, r->data);
-    return r->canceled || r->conn == NULL ? HPE_USER : 0;
+        r->in_cb--;
+    }
+    return r->canceled ? HPE_USER : 0;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t len)
@@ -429,9 +433,12 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     ig_upstream_req_t *r = parser_req(p);
     if (r == NULL)
         return HPE_USER;
-    if (r->cbs.on_body != NULL)
+    if (r->cbs.on_body != NULL) {
+        r->in_cb++;
         r->cbs.on_body(r, at, len, r->data);
-    return r->canceled || r->conn == NULL ? HPE_USER : 0;
+        r->in_cb--;
+    }
+    return r->canceled ? HPE_USER : 0;
 }
 
 static int on_message_complete(llhttp_t *p)
@@ -506,6 +513,11 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         r->t_first_byte_ns = uv_hrtime();
     }
     llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
+    if (r->canceled && r->in_cb == 0 && e == HPE_USER) {
+        /* Canceled from inside its own callback: finish it now. */
+        req_finish(r, IG_ECANCELED);
+        return;
+    }
     if (e == HPE_OK) {
         if (c->req == r && !r->canceled)
             req_arm_timer(r); /* the idle deadline restarts on progress */
@@ -722,14 +734,18 @@ static void req_finish(ig_upstream_req_t *r, int err)
 
 void ig_upstream_cancel(ig_upstream_req_t *r)
 {
+    if (r->canceled)
+        return;
     r->canceled = 1;
     /* Closing the connection is what tells the worker the client is gone. */
     if (r->conn != NULL) {
         conn_t *c = r->conn;
-        r->conn = NULL;
         uv_timer_stop(&c->timer);
         conn_close(c);
+        r->conn = NULL;
     }
+    if (r->in_cb > 0)
+        return; /* on_read finishes it once the callback has returned */
     req_finish(r, IG_ECANCELED);
 }
 
