@@ -52,6 +52,8 @@ struct exchange_s {
     size_t len;
     int stream;
     int prompt_tokens;
+    int local_only;
+    char forwarded_header[128]; /* extra header lines for sites */
     uint64_t start_ns;
     uint64_t queued_ns;
     uv_timer_t timer; /* queue hold timeout and the hedge delay */
@@ -582,6 +584,14 @@ static void attempt_start(exchange_t *x, int hedge)
     int n = px->resolve(px->resolve_data, x->model, targets, MAX_TARGETS, &starting);
     uint64_t now = uv_hrtime();
     int eligible = 0, saturated = 0;
+    if (x->local_only) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            if (!targets[i].is_site)
+                targets[k++] = targets[i];
+        }
+        n = k;
+    }
     for (int i = 0; i < n; i++) {
         states[i] = targets[i].route;
         int e = ig_router_eligible(states[i], now);
@@ -635,6 +645,7 @@ static void attempt_start(exchange_t *x, int hedge)
     a->hedge = hedge;
     a->route = targets[d.chosen].route;
     a->client = targets[d.chosen].client;
+    int to_site = targets[d.chosen].is_site;
     a->start_ns = now;
     a->predicted_wait = ig_router_wait(&px->router, a->route, now);
     if (x->ntried < MAX_TARGETS)
@@ -661,7 +672,8 @@ static void attempt_start(exchange_t *x, int hedge)
     publish_upstream(px, a->route);
 
     static const ig_upstream_cbs_t cbs = {on_up_headers, on_up_body, on_up_done};
-    rc = ig_upstream_request(a->client, "POST", x->path, "Content-Type: application/json\r\n",
+    rc = ig_upstream_request(a->client, "POST", x->path,
+                             to_site ? x->forwarded_header : "Content-Type: application/json\r\n",
                              x->body, x->len, &cbs, a, &a->ureq);
     if (rc != 0) {
         a->ureq = NULL;
@@ -815,6 +827,10 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     x->len = call->len;
     x->stream = call->stream;
     x->prompt_tokens = call->prompt_tokens;
+    x->local_only = call->local_only;
+    snprintf(x->forwarded_header, sizeof(x->forwarded_header),
+             "Content-Type: application/json\r\nx-infergate-forwarded: %s\r\n",
+             call->region ? call->region : "1");
     x->start_ns = ig_http_req_start_ns(req);
     uv_timer_init(px->loop, &x->timer);
     x->timer.data = x;

@@ -32,7 +32,7 @@ const char *ig_route_policy_name(ig_route_policy_t policy)
 void ig_router_opts_default(ig_router_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
-    o->policy = IG_POLICY_LATENCY;
+    o->policy = IG_ROUTE_LATENCY;
     o->ewma_tau_s = 10.0;
     o->hot_quantile = 0.84;
     o->report_ttl_s = 5.0;
@@ -209,13 +209,13 @@ int ig_router_pick(ig_router_t *r, ig_upstream_state_t *const *ups, int n, int p
     double best_cost = INFINITY, second_cost = INFINITY;
 
     switch (r->opts.policy) {
-    case IG_POLICY_ROUND_ROBIN:
+    case IG_ROUTE_ROUND_ROBIN:
         best = cand[r->rr_next++ % (uint64_t)ncand];
         break;
-    case IG_POLICY_RANDOM:
+    case IG_ROUTE_RANDOM:
         best = cand[next_rand(r) % (uint64_t)ncand];
         break;
-    case IG_POLICY_LEAST_INFLIGHT: {
+    case IG_ROUTE_LEAST_INFLIGHT: {
         /* Ties go round robin so equal upstreams share the load. */
         int start = (int)(r->rr_next++ % (uint64_t)ncand);
         for (int j = 0; j < ncand; j++) {
@@ -225,7 +225,7 @@ int ig_router_pick(ig_router_t *r, ig_upstream_state_t *const *ups, int n, int p
         }
         break;
     }
-    case IG_POLICY_LATENCY: {
+    case IG_ROUTE_LATENCY: {
         int sorted_stack[64];
         int *sorted = ncand <= 64 ? sorted_stack : malloc(sizeof(int) * ncand);
         if (sorted == NULL) {

@@ -32,7 +32,7 @@ static void ready_upstream(ig_upstream_state_t *u, const char *name, ig_upstream
 
 static void test_peak_ewma_rtt(void **state)
 {
-    ig_router_t r = router_with(IG_POLICY_LATENCY);
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
     ig_upstream_state_t u;
     ready_upstream(&u, "a", IG_UPSTREAM_LOCAL);
     ig_router_observe_rtt(&r, &u, 0.010, S(1));
@@ -49,7 +49,7 @@ static void test_peak_ewma_rtt(void **state)
 
 static void test_cost_prefers_faster_service(void **state)
 {
-    ig_router_t r = router_with(IG_POLICY_LATENCY);
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
     ig_upstream_state_t fast, slow;
     ready_upstream(&fast, "fast", IG_UPSTREAM_LOCAL);
     ready_upstream(&slow, "slow", IG_UPSTREAM_LOCAL);
@@ -73,7 +73,7 @@ static void test_cost_prefers_faster_service(void **state)
 
 static void test_remote_site_only_when_faster(void **state)
 {
-    ig_router_t r = router_with(IG_POLICY_LATENCY);
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
     ig_upstream_state_t local, site;
     ready_upstream(&local, "local", IG_UPSTREAM_LOCAL);
     ready_upstream(&site, "eu-west", IG_UPSTREAM_SITE);
@@ -102,7 +102,7 @@ static void test_remote_site_only_when_faster(void **state)
 
 static void test_hot_guard(void **state)
 {
-    ig_router_t r = router_with(IG_POLICY_LATENCY);
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
     ig_upstream_state_t a, b, c;
     ready_upstream(&a, "a", IG_UPSTREAM_LOCAL);
     ready_upstream(&b, "b", IG_UPSTREAM_LOCAL);
@@ -137,7 +137,7 @@ static void test_policies_and_exclusion(void **state)
     ig_upstream_state_t *ups[3] = {&a, &b, &c};
     ig_route_decision_t d;
 
-    ig_router_t rr = router_with(IG_POLICY_ROUND_ROBIN);
+    ig_router_t rr = router_with(IG_ROUTE_ROUND_ROBIN);
     int seen[3] = {0};
     for (int i = 0; i < 9; i++) {
         assert_int_equal(ig_router_pick(&rr, ups, 3, 10, NULL, S(1), &d), 0);
@@ -147,7 +147,7 @@ static void test_policies_and_exclusion(void **state)
     assert_int_equal(seen[1], 3);
     assert_int_equal(seen[2], 3);
 
-    ig_router_t li = router_with(IG_POLICY_LEAST_INFLIGHT);
+    ig_router_t li = router_with(IG_ROUTE_LEAST_INFLIGHT);
     a.inflight = 3;
     b.inflight = 0;
     c.inflight = 2;
@@ -157,7 +157,7 @@ static void test_policies_and_exclusion(void **state)
     assert_int_equal(ig_router_pick(&li, ups, 3, 10, exclude, S(1), &d), 0);
     assert_int_equal(d.chosen, 2);
 
-    ig_router_t rnd = router_with(IG_POLICY_RANDOM);
+    ig_router_t rnd = router_with(IG_ROUTE_RANDOM);
     memset(seen, 0, sizeof(seen));
     for (int i = 0; i < 300; i++) {
         assert_int_equal(ig_router_pick(&rnd, ups, 3, 10, NULL, S(1), &d), 0);
@@ -174,13 +174,13 @@ static void test_policies_and_exclusion(void **state)
 
     ig_route_policy_t p;
     assert_int_equal(ig_route_policy_parse("least_inflight", &p), 0);
-    assert_int_equal(p, IG_POLICY_LEAST_INFLIGHT);
+    assert_int_equal(p, IG_ROUTE_LEAST_INFLIGHT);
     assert_int_equal(ig_route_policy_parse("fastest", &p), IG_EINVAL);
 }
 
 static void test_ejection_and_half_open(void **state)
 {
-    ig_router_t r = router_with(IG_POLICY_LATENCY);
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
     ig_upstream_state_t u;
     ready_upstream(&u, "u", IG_UPSTREAM_SITE);
     /* 4xx never counts against an upstream, nor does backpressure. */
@@ -300,8 +300,8 @@ static double simulate(ig_route_policy_t policy, int counts[3])
 static void test_simulated_routing(void **state)
 {
     int lat[3] = {0}, rr[3] = {0};
-    double mean_lat = simulate(IG_POLICY_LATENCY, lat);
-    double mean_rr = simulate(IG_POLICY_ROUND_ROBIN, rr);
+    double mean_lat = simulate(IG_ROUTE_LATENCY, lat);
+    double mean_rr = simulate(IG_ROUTE_ROUND_ROBIN, rr);
     assert_true(lat[0] + lat[1] > 4 * lat[2]);
     assert_true(mean_lat < mean_rr);
 }

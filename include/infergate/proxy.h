@@ -24,6 +24,7 @@ typedef struct ig_proxy_s ig_proxy_t;
 typedef struct {
     ig_upstream_t *client;
     ig_upstream_state_t *route;
+    int is_site; /* a remote site: requests to it are marked as forwarded */
 } ig_proxy_target_t;
 
 /*
@@ -64,6 +65,9 @@ typedef struct {
     int prompt_tokens; /* an estimate, for the cost model */
     const char *body;  /* the canonical request body sent upstream */
     size_t len;
+    int local_only;     /* forwarded by a peer gateway: never forward again, so
+                           that two regions naming each other cannot loop */
+    const char *region; /* ours, named in the forwarded mark; may be NULL */
 } ig_proxy_call_t;
 
 /* Takes over the request: the proxy finishes it. call's strings are copied. */

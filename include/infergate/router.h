@@ -28,10 +28,10 @@
 #include <stdint.h>
 
 typedef enum {
-    IG_POLICY_LATENCY = 0,
-    IG_POLICY_ROUND_ROBIN,
-    IG_POLICY_LEAST_INFLIGHT,
-    IG_POLICY_RANDOM,
+    IG_ROUTE_LATENCY = 0,
+    IG_ROUTE_ROUND_ROBIN,
+    IG_ROUTE_LEAST_INFLIGHT,
+    IG_ROUTE_RANDOM,
 } ig_route_policy_t;
 
 /* "latency", "round_robin", "least_inflight", "random". 0 or IG_EINVAL. */
