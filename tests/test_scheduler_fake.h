@@ -14,6 +14,7 @@
 #include "infergate/scheduler.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,21 @@ typedef struct {
     int script;    /* 1: next token = script_next[last token] */
     int script_next[FAKE_VOCAB];
     int eos_allowed; /* else EOS gets -inf in hash mode */
+    /* Gate (thread tests): when gated, each forward takes one permit and
+     * waits for it, so a test controls how far the engine thread gets. */
+    pthread_mutex_t gate_mu;
+    pthread_cond_t gate_cv;
+    int gated, permits;
 } fake_engine_t;
+
+__attribute__((unused)) static void fake_gate(fake_engine_t *f, int gated, int permits)
+{
+    pthread_mutex_lock(&f->gate_mu);
+    f->gated = gated;
+    f->permits += permits;
+    pthread_cond_broadcast(&f->gate_cv);
+    pthread_mutex_unlock(&f->gate_mu);
+}
 
 static int fake_alloc(void *ctx)
 {
@@ -95,6 +110,12 @@ static void fake_logits_of(const fake_engine_t *f, const int *t, int n, float *o
 static int fake_forward(void *ctx, const ig_batch_t *b)
 {
     fake_engine_t *f = ctx;
+    pthread_mutex_lock(&f->gate_mu);
+    while (f->gated && f->permits == 0)
+        pthread_cond_wait(&f->gate_cv, &f->gate_mu);
+    if (f->gated)
+        f->permits--;
+    pthread_mutex_unlock(&f->gate_mu);
     f->forwards++;
     if (f->fail_next) {
         int rc = f->fail_next;
@@ -136,6 +157,8 @@ static int fake_forward(void *ctx, const ig_batch_t *b)
 static void fake_init(fake_engine_t *f, int num_blocks, int block_size)
 {
     memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->gate_mu, NULL);
+    pthread_cond_init(&f->gate_cv, NULL);
     f->num_blocks = num_blocks;
     f->block_size = block_size;
     f->kv = malloc(sizeof(int) * (size_t)(num_blocks * block_size));
@@ -222,6 +245,11 @@ static collected_t *collector_get(collector_t *col, uint64_t id)
     for (int i = 0; i < col->n; i++)
         if (col->c[i].id == id)
             return &col->c[i];
+    if (col->n == COLLECT_MAX) {
+        /* Full: later ids share the last slot (tests that overflow do not
+         * inspect them). */
+        return &col->c[COLLECT_MAX - 1];
+    }
     collected_t *c = &col->c[col->n++];
     memset(c, 0, sizeof(*c));
     c->id = id;

@@ -42,6 +42,19 @@ static int wait_notify(notifier_t *n)
     return rc == 0;
 }
 
+static void *stop_thread(void *arg)
+{
+    ig_sched_stop(arg);
+    return NULL;
+}
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static int count_done(collector_t *col)
 {
     int d = 0;
@@ -93,12 +106,14 @@ static void test_thread_roundtrip(void **state)
     /* A long one, cancelled from this thread while it runs. */
     r.max_tokens = 200;
     uint64_t long_id;
+    fake_gate(&fe, 1, 3);
     assert_int_equal(ig_sched_submit(s, &r, &long_id), 0);
     while (collector_get(col, long_id)->ntokens < 3) {
         assert_true(wait_notify(&n));
         ig_sched_drain(s, collect_cb, col);
     }
     ig_sched_cancel(s, long_id);
+    fake_gate(&fe, 0, 0);
     for (int k = 0; k < 1000 && collector_get(col, long_id)->finish == IG_FINISH_NONE; k++) {
         wait_notify(&n);
         ig_sched_drain(s, collect_cb, col);
@@ -109,13 +124,28 @@ static void test_thread_roundtrip(void **state)
     assert_int_equal(st.kv_blocks_used, 0);
     assert_true(st.decode_tokens_per_s > 0);
 
-    /* Stop with one in flight: it ends CANCELLED. */
-    uint64_t last;
+    /* Stop with one in flight: it ends CANCELLED. The gate holds the engine
+     * inside a forward pass until stop() has been requested (seen through
+     * submit refusing with IG_ESTATE), so the sequence cannot finish first. */
+    uint64_t last, extra;
+    fake_gate(&fe, 1, 1);
     assert_int_equal(ig_sched_submit(s, &r, &last), 0);
-    ig_sched_stop(s);
+    while (collector_get(col, last)->ntokens < 1) {
+        assert_true(wait_notify(&n));
+        ig_sched_drain(s, collect_cb, col);
+    }
+    pthread_t stopper;
+    assert_int_equal(pthread_create(&stopper, NULL, stop_thread, s), 0);
+    long long t0 = now_ms();
+    int rc;
+    r.max_tokens = 1;
+    while ((rc = ig_sched_submit(s, &r, &extra)) != IG_ESTATE && now_ms() - t0 < 5000)
+        ig_sched_cancel(s, extra);
+    assert_int_equal(rc, IG_ESTATE);
+    fake_gate(&fe, 0, 0);
+    pthread_join(stopper, NULL);
     ig_sched_drain(s, collect_cb, col);
     assert_int_equal(collector_get(col, last)->finish, IG_FINISH_CANCELLED);
-    assert_int_equal(ig_sched_submit(s, &r, &last), IG_ESTATE);
     assert_int_equal(fe.nfree, 64);
     ig_sched_free(s);
     fake_dispose(&fe);
