@@ -444,6 +444,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     if (nread < 0) {
         if (nread == UV_EOF) {
+            /* A client that closes while a handler that can cancel (it set an
+             * abort callback) is still computing its answer has gone away, as
+             * inference servers assume: cancel rather than compute for nobody.
+             * Otherwise a half-closed client still gets its answers. */
+            if (c->active != NULL && c->active->abort_cb != NULL) {
+                conn_abort(c);
+                return;
+            }
             c->eof = 1;
             c->reading = 0;
             uv_read_stop(&c->h.stream);
