@@ -612,12 +612,24 @@ int ig_pool_count(const ig_pool_t *p, ig_instance_state_t state)
     return n;
 }
 
+int ig_pool_in_use(const ig_pool_t *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->spec.ndevices; i++)
+        n += p->inst[i].in_use;
+    return n;
+}
+
+int ig_pool_free_devices(const ig_pool_t *p)
+{
+    int used = ig_pool_in_use(p);
+    int cap = p->spec.max_instances < p->spec.ndevices ? p->spec.max_instances : p->spec.ndevices;
+    return cap > used ? cap - used : 0;
+}
+
 int ig_pool_scale_up(ig_pool_t *p)
 {
-    int running = 0;
-    for (int i = 0; i < p->spec.ndevices; i++)
-        running += p->inst[i].in_use;
-    if (p->closing || running >= p->spec.max_instances)
+    if (p->closing || ig_pool_free_devices(p) == 0)
         return IG_EBUSY;
     for (int i = 0; i < p->spec.ndevices; i++) {
         ig_instance_t *in = &p->inst[i];
