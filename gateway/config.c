@@ -1192,10 +1192,3 @@ int ig_config_find_model(const ig_config_t *cfg, const char *name)
     return -1;
 }
 
-const char *ig_route_policy_name(ig_route_policy_t policy)
-{
-    static const char *const names[] = {"latency", "round_robin", "least_inflight", "random"};
-    if ((unsigned)policy >= sizeof(names) / sizeof(names[0]))
-        return "unknown";
-    return names[policy];
-}

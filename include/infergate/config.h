@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "infergate/http.h"
+#include "infergate/router.h" /* ig_route_policy_t */
 
 /* Where an instance of a pool runs. */
 typedef enum {
@@ -87,12 +88,6 @@ typedef struct {
     size_t nmodels;
 } ig_config_site_t;
 
-typedef enum {
-    IG_ROUTE_LATENCY = 0,
-    IG_ROUTE_ROUND_ROBIN,
-    IG_ROUTE_LEAST_INFLIGHT,
-    IG_ROUTE_RANDOM,
-} ig_route_policy_t;
 
 typedef struct {
     ig_route_policy_t policy;
@@ -171,7 +166,6 @@ int ig_config_find_model(const ig_config_t *cfg, const char *name);
  * IG_ERANGE when buf is too small. */
 int ig_config_cache_dir(char *buf, size_t size);
 
-const char *ig_route_policy_name(ig_route_policy_t policy);
 
 /* The embedded default config (gateway/config_default.c). */
 extern const char ig_config_default_json[];
