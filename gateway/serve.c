@@ -14,6 +14,7 @@
 #include "infergate/cli.h"
 #include "infergate/config.h"
 #include "infergate/error.h"
+#include "infergate/gateway.h"
 #include "infergate/http.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
@@ -23,12 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 struct ig_serve_s {
     uv_loop_t *loop;
     ig_config_t cfg;
     ig_http_server_t *server;
+    ig_gateway_t *gw; /* pools, sites and the proxy behind the /v1 routes */
     uv_signal_t sigterm;
     uv_signal_t sigint;
     ig_serve_ready_cb ready_cb;
@@ -74,10 +77,14 @@ uv_loop_t *ig_serve_loop(const ig_serve_t *s)
     return s->loop;
 }
 
+/* The serve state the infergate_ready gauge reads; NULL once it is gone
+ * (the registry outlives it, and other modules' families stay registered). */
+static ig_serve_t *gauge_serve;
+
 static double ready_gauge(void *data)
 {
     char reason[256];
-    return ig_serve_ready(data, reason, sizeof(reason));
+    return gauge_serve != NULL && ig_serve_ready(gauge_serve, reason, sizeof(reason));
 }
 
 /* ---- endpoints ---------------------------------------------------------- */
@@ -112,16 +119,73 @@ static void handle_metrics(ig_serve_t *s, ig_http_req_t *req)
     free(text);
 }
 
+static void handle_completions(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_completions(s->gw, req);
+}
+
+static void handle_chat(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_chat(s->gw, req);
+}
+
+static void handle_models(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_models(s->gw, req);
+}
+
+static void handle_load(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_load(s->gw, req);
+}
+
+static void handle_status(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_status(s->gw, req);
+}
+
 /*
- * The gateway's routes. Later modules add their rows here: the OpenAI
- * endpoints (/v1/completions, /v1/chat/completions, /v1/models), /load and
- * /status.
+ * The gateway's routes; new endpoints add a row. Rows with auth set need an
+ * API key when the config lists any; the probes (/health, /ready,
+ * /metrics) and what peer gateways poll (/load) stay open.
  */
 static const ig_serve_route_t routes[] = {
-    {"GET", "/health", handle_health},
-    {"GET", "/ready", handle_ready},
-    {"GET", "/metrics", handle_metrics},
+    {"GET", "/health", handle_health, 0},
+    {"GET", "/ready", handle_ready, 0},
+    {"GET", "/metrics", handle_metrics, 0},
+    {"POST", "/v1/completions", handle_completions, 1},
+    {"POST", "/v1/chat/completions", handle_chat, 1},
+    {"GET", "/v1/models", handle_models, 1},
+    {"GET", "/load", handle_load, 0},
+    {"GET", "/status", handle_status, 0},
 };
+
+/* Compares in time independent of where the strings differ. */
+static int same_secret(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++)
+        diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return diff == 0;
+}
+
+/* 1 when the request carries one of the configured keys (or none are set). */
+static int authorized(const ig_serve_t *s, ig_http_req_t *req)
+{
+    if (s->cfg.napi_keys == 0)
+        return 1;
+    const char *h = ig_http_req_header(req, "Authorization");
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+        return 0;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    int ok = 0;
+    for (size_t i = 0; i < s->cfg.napi_keys; i++)
+        ok |= same_secret(h, s->cfg.api_keys[i]);
+    return ok;
+}
 
 static int path_matches(const char *pattern, const char *path)
 {
@@ -143,6 +207,12 @@ void ig_serve_dispatch(ig_serve_t *s, const ig_serve_route_t *table, size_t n, i
             continue;
         if (strcmp(table[i].method, method) == 0) {
             ig_http_req_set_route(req, table[i].path);
+            if (table[i].auth && !authorized(s, req)) {
+                ig_http_add_header(req, "WWW-Authenticate", "Bearer");
+                ig_http_respond_error(req, 401, "invalid_request_error", NULL, "invalid_api_key",
+                                      "missing or invalid API key (Authorization: Bearer KEY)");
+                return;
+            }
             table[i].handler(s, req);
             return;
         }
@@ -187,12 +257,26 @@ static void close_signals(ig_serve_t *s)
         uv_close((uv_handle_t *)&s->sigint, on_signal_closed);
 }
 
+/* Workers have nothing in flight once the HTTP server has drained. */
+#define WORKER_GRACE_MS 5000
+
+static void on_gateway_closed(void *data)
+{
+    ig_serve_t *s = data;
+    s->gw = NULL;
+    IG_INFO("drained; exiting");
+    close_signals(s); /* the last handles: uv_run returns */
+}
+
 static void on_server_closed(ig_http_server_t *server, void *data)
 {
     ig_serve_t *s = data;
     s->server = NULL;
-    IG_INFO("drained; exiting");
-    close_signals(s); /* the last handles: uv_run returns */
+    ig_serve_set_readiness(s, NULL, NULL);
+    if (s->gw != NULL)
+        ig_gateway_close(s->gw, WORKER_GRACE_MS, on_gateway_closed, s);
+    else
+        on_gateway_closed(s);
 }
 
 static void on_signal(uv_signal_t *h, int signum)
@@ -212,8 +296,6 @@ static void on_signal(uv_signal_t *h, int signum)
             (unsigned long long)s->cfg.limits.drain_timeout_ms);
     if (s->server != NULL)
         ig_http_server_close(s->server, s->cfg.limits.drain_timeout_ms, on_server_closed, s);
-    else
-        close_signals(s);
 }
 
 /* ---- the command -------------------------------------------------------- */
@@ -378,14 +460,32 @@ int ig_cmd_serve(int argc, char **argv)
                                           "Start time of the process since the Unix epoch.", NULL);
     ig_metric_set(start, (double)time(NULL));
     ig_metrics_gauge_fn("infergate_ready", "1 when the gateway can serve traffic (GET /ready).",
-                        ready_gauge, &s);
+                        ready_gauge, NULL);
+    gauge_serve = &s;
+
+    /* Pools and sites first (this may generate preset models): a gateway
+     * that listens can route at once, and one that cannot start never listens. */
+    char exe[4096];
+    size_t exe_len = sizeof(exe);
+    if ((rc = uv_exepath(exe, &exe_len)) != 0) {
+        IG_ERROR("cannot find the infergate binary: %s", ig_strerror(rc));
+        goto fail_signals;
+    }
+    if ((rc = ig_gateway_start(&s.gw, &loop, &s.cfg, exe, NULL, err, sizeof(err))) != 0) {
+        IG_ERROR("cannot start the gateway: %s", err);
+        s.gw = NULL;
+        goto fail_signals;
+    }
+    ig_serve_set_readiness(&s, ig_gateway_ready, s.gw);
 
     rc = ig_http_server_start(&s.server, &loop, s.cfg.listen, &s.cfg.limits.http, on_request, &s);
     if (rc != 0) {
         IG_ERROR("cannot listen on %s: %s", s.cfg.listen, ig_strerror(rc));
-        close_signals(&s);
+        s.server = NULL;
+        ig_serve_set_readiness(&s, NULL, NULL);
+        ig_gateway_close(s.gw, 0, on_gateway_closed, &s);
         uv_run(&loop, UV_RUN_DEFAULT);
-        goto fail_loop;
+        goto done;
     }
     if (strncmp(s.cfg.listen, "unix:", 5) == 0) {
         IG_INFO("listening on %s (region %s, config %s)", s.cfg.listen, s.cfg.region, s.cfg.source);
@@ -404,9 +504,12 @@ int ig_cmd_serve(int argc, char **argv)
         return IG_EXIT_FAILURE;
     }
     status = IG_EXIT_OK;
-fail_loop:
-    /* The gauge reads s, which is about to go. */
-    ig_metrics_reset();
+    goto done;
+fail_signals:
+    close_signals(&s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+done:
+    gauge_serve = NULL;
     if (uv_loop_close(&loop) != 0)
         IG_WARN("event loop closed with handles still open");
 fail_config:

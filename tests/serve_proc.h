@@ -1,8 +1,8 @@
 /*
  * Test helpers for the serve integration tests: start the real infergate
  * binary with its stdout and stderr on pipes, wait for log lines, send one
- * HTTP request over loopback, wait for the exit. Every wait is bounded.
- * Static functions: each test file includes its own copy.
+ * HTTP request over loopback (with the shared test client), wait for the exit. Every wait is
+ * bounded. Static functions: each test file includes its own copy.
  */
 #ifndef IG_TEST_SERVE_PROC_H
 #define IG_TEST_SERVE_PROC_H
@@ -21,6 +21,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "testclient.h"
 
 #define SP_LOG_MAX (256 * 1024)
 
@@ -186,65 +188,15 @@ static inline int sp_connect(int port)
     return fd;
 }
 
-typedef struct {
-    int status;
-    char raw[65536]; /* the whole response */
-    const char *body;
-} sp_resp_t;
-
-/* One request with Connection: close; reads to EOF. 0 or -1. */
-static inline int sp_request(int port, const char *method, const char *path, sp_resp_t *r)
+/* One request with Connection: close through the shared test client
+ * (tests/support/testclient.h); the caller frees r. 0 or -1. */
+static inline int sp_request(int port, const char *method, const char *path, ig_tc_response_t *r)
 {
-    char req[512];
-    size_t len = 0;
+    char raw[512];
+    snprintf(raw, sizeof(raw), "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n",
+             method, path, strcmp(method, "POST") == 0 ? "Content-Length: 0\r\n" : "");
     memset(r, 0, sizeof(*r));
-    int fd = sp_connect(port);
-    if (fd < 0)
-        return -1;
-    int n = snprintf(req, sizeof(req),
-                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n%s\r\n", method,
-                     path, strcmp(method, "POST") == 0 ? "Content-Length: 0\r\n" : "");
-    if (write(fd, req, (size_t)n) != n) {
-        close(fd);
-        return -1;
-    }
-    long long end = sp_now_ms() + 5000;
-    for (;;) {
-        struct pollfd pfd = {fd, POLLIN, 0};
-        long long left = end - sp_now_ms();
-        if (left <= 0 || poll(&pfd, 1, (int)left) <= 0)
-            break;
-        ssize_t got = read(fd, r->raw + len, sizeof(r->raw) - 1 - len);
-        if (got <= 0)
-            break;
-        len += (size_t)got;
-    }
-    close(fd);
-    r->raw[len] = '\0';
-    const char *sep = strstr(r->raw, "\r\n\r\n");
-    if (sep == NULL || sscanf(r->raw, "HTTP/1.1 %d", &r->status) != 1)
-        return -1;
-    r->body = sep + 4;
-    return 0;
-}
-
-/* The value of a response header (case-insensitive name), copied into out. */
-static inline int sp_header(const sp_resp_t *r, const char *name, char *out, size_t size)
-{
-    size_t n = strlen(name);
-    for (const char *l = strstr(r->raw, "\r\n"); l != NULL && l + 2 < r->body;
-         l = strstr(l + 2, "\r\n")) {
-        const char *h = l + 2;
-        if (strncasecmp(h, name, n) == 0 && h[n] == ':') {
-            h += n + 1;
-            while (*h == ' ')
-                h++;
-            size_t vlen = strcspn(h, "\r");
-            snprintf(out, size, "%.*s", (int)vlen, h);
-            return 0;
-        }
-    }
-    return -1;
+    return ig_tc_request(port, raw, r, 5000);
 }
 
 /* Writes text to a fresh temp file; returns its malloc'ed path. */

@@ -40,13 +40,14 @@ static void start(sp_proc_t *p)
 static void test_sigterm_idle_exits_0(void **state)
 {
     sp_proc_t p;
-    sp_resp_t r;
+    ig_tc_response_t r;
     start(&p);
     /* An idle keep-alive connection must not hold the drain. */
     int idle = sp_connect(p.port);
     assert_true(idle >= 0);
     assert_int_equal(sp_request(p.port, "GET", "/health", &r), 0);
     assert_int_equal(r.status, 200);
+    ig_tc_response_free(&r);
     long long t0 = sp_now_ms();
     kill(p.pid, SIGTERM);
     assert_int_equal(sp_wait_exit(&p, 10000), 0);

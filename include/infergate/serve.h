@@ -4,11 +4,16 @@
 /*
  * The gateway of one region (`infergate serve`): config, logging, the HTTP
  * server, the route table and graceful shutdown. Later modules plug in
- * here: the router fills the readiness hook, the api module adds rows to
- * the route table in gateway/serve.c.
+ * here: the gateway (include/infergate/gateway.h) fills the readiness hook
+ * and answers the /v1 routes; new endpoints add rows to the route table in
+ * gateway/serve.c.
  *
  * Everything runs on the loop thread; none of these functions may be called
  * from another thread.
+ *
+ * Routes: GET /health, /ready, /metrics, /load, /status; POST
+ * /v1/completions, /v1/chat/completions; GET /v1/models (the last three
+ * need an API key when the config lists any).
  */
 
 #include <stddef.h>
@@ -50,13 +55,14 @@ typedef struct {
     const char *method;
     const char *path;
     ig_serve_handler_cb handler;
+    int auth; /* needs one of the config's api_keys (when it has any): else 401 */
 } ig_serve_route_t;
 
 /*
- * Routes one request through a table: the matching row's handler, 404 for
- * an unknown path, 405 with an Allow header (the methods the path takes)
- * for a known path with another method. Exposed for tests and for modules
- * that keep a table of their own (the worker).
+ * Routes one request through a table: the matching row's handler (401
+ * first when the row needs a key the request lacks), 404 for an unknown
+ * path, 405 with an Allow header (the methods the path takes) for a known
+ * path with another method.
  */
 void ig_serve_dispatch(ig_serve_t *s, const ig_serve_route_t *routes, size_t nroutes,
                        ig_http_req_t *req);
