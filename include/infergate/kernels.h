@@ -4,7 +4,7 @@
 /*
  * The kernel interface of the execution core. A backend (kernels/cpu/,
  * kernels/cuda/) implements the operations of one forward pass on its own
- * memory; the forward pass (gateway/engine/forward.c) is written once
+ * memory; the forward pass (gateway/engine/engine.c) is written once
  * against this table and runs on either.
  *
  * Pointers named in the operations are backend memory (host memory for the
@@ -51,7 +51,7 @@ typedef struct {
 } ig_attn_batch_t;
 
 /* The paged KV cache of one engine: fixed-size blocks, allocated by the
- * scheduler from a free list (include/infergate/kvcache.h). */
+ * scheduler from the engine's free list (include/infergate/engine.h). */
 typedef struct {
     int num_layers;
     int num_blocks;
@@ -102,6 +102,12 @@ struct ig_backend_s {
      * paged cache of one layer. */
     int (*attention)(ig_backend_t *be, float *out, const float *q, const ig_kv_layout_t *kv,
                      int layer, const ig_attn_batch_t *batch, int n_heads, float scale);
+    /* out(n, cols) = x[rows[i]] for i < n: picks the rows that need logits.
+     * rows(n) is backend memory; out must not overlap x. */
+    int (*gather)(ig_backend_t *be, float *out, const float *x, const int *rows, int n, int cols);
+    /* Free and total bytes of backend memory, for sizing the KV cache; NULL
+     * where the backend cannot tell (the CPU: its cap is in docs/engine.md). */
+    int (*mem_info)(ig_backend_t *be, size_t *free_bytes, size_t *total_bytes);
     /* Waits for all queued work. */
     int (*sync)(ig_backend_t *be);
     void (*destroy)(ig_backend_t *be);
