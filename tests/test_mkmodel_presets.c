@@ -6,6 +6,7 @@
 #include "model_testutil.h"
 
 #include "infergate/safetensors.h"
+#include "infergate/tokenizer.h"
 
 #include <sys/wait.h>
 
@@ -85,11 +86,11 @@ static void test_small_and_gqa_config(void **state)
     assert_int_equal(c->tie_word_embeddings, 0);
     assert_true(c->rope_theta == 500000.0f);
     assert_int_equal(c->vocab_size, 8192);
-    assert_int_equal(c->bos_token_id, 8192 - 256);
+    assert_int_equal(c->bos_token_id, -1); /* Qwen2 adds no BOS */
     /* generation_config's list wins over config.json's single id */
-    assert_int_equal(c->n_eos, 3);
-    assert_int_equal(c->eos_token_ids[0], 8192 - 255);
-    assert_int_equal(c->eos_token_ids[2], 8192 - 247);
+    assert_int_equal(c->n_eos, 2);
+    assert_int_equal(c->eos_token_ids[0], 8191);
+    assert_int_equal(c->eos_token_ids[1], 8189);
     const ig_layer_weights_t *L = ig_model_layer(m, 3);
     assert_non_null(L->bq.data);
     assert_int_equal(L->bk.shape[0], 64);
@@ -111,9 +112,49 @@ static int same_file(const char *a_dir, const char *b_dir, const char *name)
     return same;
 }
 
+/* The special ids in config.json and generation_config.json are the
+ * tokenizer's: BOS, and every EOS is one of its end-of-generation ids. */
+static void check_tokenizer(const char *preset, const char *eos_str)
+{
+    char *dir = tu_mkdtemp();
+    tu_with_tokenizer = 1;
+    tu_mkmodel(dir, preset, 1, 0, 0, IG_DTYPE_F32);
+    tu_with_tokenizer = 0;
+    ig_model_t *m = load(dir);
+    const ig_model_config_t *c = ig_model_config(m);
+    ig_tokenizer_t *tok = NULL;
+    char err[512] = "";
+    if (ig_tokenizer_load(dir, &tok, err, sizeof(err)) != 0)
+        fail_msg("tokenizer: %s", err);
+    assert_int_equal(ig_tokenizer_vocab_size(tok), c->vocab_size);
+    assert_int_equal(ig_tokenizer_bos_id(tok), c->bos_token_id);
+    assert_true(c->n_eos >= 1);
+    assert_string_equal(ig_tokenizer_token_str(tok, c->eos_token_ids[0]), eos_str);
+    const int32_t *ids;
+    size_t n = ig_tokenizer_eos_ids(tok, &ids);
+    for (int e = 0; e < c->n_eos; e++) {
+        int found = 0;
+        for (size_t i = 0; i < n; i++)
+            found |= ids[i] == c->eos_token_ids[e];
+        assert_true(found);
+        assert_true(ig_tokenizer_is_special(tok, c->eos_token_ids[e]));
+    }
+    ig_tokenizer_free(tok);
+    ig_model_free(m);
+    tu_rmtree(dir);
+}
+
+static void test_tokenizer_matches(void **state)
+{
+    (void)state;
+    check_tokenizer("tiny", "</s>");
+    check_tokenizer("gqa", "<|im_end|>");
+}
+
 static void test_determinism(void **state)
 {
     (void)state;
+    tu_with_tokenizer = 1;
     char *a = tu_mkdtemp(), *b = tu_mkdtemp(), *c = tu_mkdtemp();
     tu_mkmodel(a, "tiny", 42, 0, 1, IG_DTYPE_BF16);
     tu_mkmodel(b, "tiny", 42, 0, 1, IG_DTYPE_BF16);
@@ -121,6 +162,9 @@ static void test_determinism(void **state)
     assert_true(same_file(a, b, "model.safetensors"));
     assert_true(same_file(a, b, "config.json"));
     assert_true(same_file(a, b, "generation_config.json"));
+    assert_true(same_file(a, b, "tokenizer.json"));
+    assert_true(same_file(a, b, "tokenizer_config.json"));
+    tu_with_tokenizer = 0;
     assert_false(same_file(a, c, "model.safetensors"));
     assert_true(same_file(a, c, "config.json"));
     tu_rmtree(a);
@@ -290,6 +334,9 @@ static void test_cli(void **state)
     snprintf(args, sizeof(args), "--preset tiny --out %s/sub/model --seed 3 --dtype f16", dir);
     assert_int_equal(run(args), 0);
     char *sub = tu_path(dir, "sub/model");
+    char *tj = tu_path(sub, "tokenizer.json");
+    assert_int_equal(access(tj, F_OK), 0);
+    free(tj);
     ig_model_t *m = load(sub);
     assert_int_equal(ig_model_config(m)->dtype, IG_DTYPE_F16);
     ig_model_free(m);
@@ -305,10 +352,15 @@ static void test_cli(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny_config), cmocka_unit_test(test_small_and_gqa_config),
-        cmocka_unit_test(test_determinism), cmocka_unit_test(test_dtypes_convert_on_write),
-        cmocka_unit_test(test_value_scale), cmocka_unit_test(test_sharded),
-        cmocka_unit_test(test_api_errors),  cmocka_unit_test(test_cli),
+        cmocka_unit_test(test_tiny_config),
+        cmocka_unit_test(test_small_and_gqa_config),
+        cmocka_unit_test(test_tokenizer_matches),
+        cmocka_unit_test(test_determinism),
+        cmocka_unit_test(test_dtypes_convert_on_write),
+        cmocka_unit_test(test_value_scale),
+        cmocka_unit_test(test_sharded),
+        cmocka_unit_test(test_api_errors),
+        cmocka_unit_test(test_cli),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

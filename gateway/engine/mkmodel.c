@@ -8,6 +8,7 @@
 #include "infergate/mkmodel.h"
 #include "infergate/model.h"
 #include "infergate/safetensors.h"
+#include "infergate/tokgen.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -24,11 +25,6 @@
 
 /* ---- presets ------------------------------------------------------------ */
 
-typedef enum {
-    TOK_BYTE_LEVEL = 1,    /* GPT-2 / Llama-3 / Qwen2 style byte-level BPE */
-    TOK_SENTENCEPIECE = 2, /* Llama-2 / Mistral style, "▁" and <0xNN> byte fallback */
-} tok_style_t;
-
 typedef struct {
     const char *name;
     const char *summary;
@@ -43,108 +39,101 @@ typedef struct {
     int attention_bias;
     ig_dtype_t dtype;
     int shards;
-    tok_style_t tok_style;
+    int tok_style; /* IG_TOKGEN_* */
 } preset_t;
 
 static const preset_t presets[] = {
-    {"tiny",
-     "about 1.0M parameters: dim 128, 2 layers, 4 heads / 2 kv, vocab 4096, tied, F32",
-     "LlamaForCausalLM",
-     "llama",
-     128,
-     512,
-     2,
-     4,
-     2,
-     32,
-     4096,
-     512,
-     1e-5,
-     10000.0,
-     IG_ROPE_NONE,
-     0,
-     0,
-     0,
-     0,
-     1,
-     0,
-     IG_DTYPE_F32,
-     1,
-     TOK_SENTENCEPIECE},
-    {"small",
-     "the shape of stories15M: dim 288, 6 layers, 6 heads, hidden 768, vocab 32000, tied, F32",
-     "LlamaForCausalLM",
-     "llama",
-     288,
-     768,
-     6,
-     6,
-     6,
-     48,
-     32000,
-     256,
-     1e-5,
-     10000.0,
-     IG_ROPE_NONE,
-     0,
-     0,
-     0,
-     0,
-     1,
-     0,
-     IG_DTYPE_F32,
-     1,
-     TOK_SENTENCEPIECE},
-    {"gqa",
-     "Qwen2 with q/k/v biases: dim 256, 4 layers, 8 heads / 2 kv, vocab 8192, untied, "
-     "rope_theta 500000, F32",
-     "Qwen2ForCausalLM",
-     "qwen2",
-     256,
-     768,
-     4,
-     8,
-     2,
-     32,
-     8192,
-     2048,
-     1e-6,
-     500000.0,
-     IG_ROPE_NONE,
-     0,
-     0,
-     0,
-     0,
-     0,
-     1,
-     IG_DTYPE_F32,
-     1,
-     TOK_BYTE_LEVEL},
-    {"1b",
-     "the shape of Llama-3.2-1B: dim 2048, 16 layers, 32 heads / 8 kv, vocab 128256, llama3 "
-     "rope scaling, tied, BF16, 2 shards",
-     "LlamaForCausalLM",
-     "llama",
-     2048,
-     8192,
-     16,
-     32,
-     8,
-     64,
-     128256,
-     131072,
-     1e-5,
-     500000.0,
-     IG_ROPE_LLAMA3,
-     32.0,
-     1.0,
-     4.0,
-     8192,
-     1,
-     0,
-     IG_DTYPE_BF16,
-     2,
-     TOK_BYTE_LEVEL},
+    {
+        .name = "tiny",
+        .summary = "about 1.0M parameters: dim 128, 2 layers, 4 heads / 2 kv, vocab 4096, "
+                   "tied, Llama-2 sentencepiece tokenizer, F32",
+        .architecture = "LlamaForCausalLM",
+        .model_type = "llama",
+        .dim = 128,
+        .hidden = 512,
+        .layers = 2,
+        .heads = 4,
+        .kv_heads = 2,
+        .head_dim = 32,
+        .vocab = 4096,
+        .max_pos = 512,
+        .rms_eps = 1e-5,
+        .rope_theta = 10000.0,
+        .tied = 1,
+        .dtype = IG_DTYPE_F32,
+        .shards = 1,
+        .tok_style = IG_TOKGEN_SENTENCEPIECE,
+    },
+    {
+        .name = "small",
+        .summary = "the shape of stories15M: dim 288, 6 layers, 6 heads, hidden 768, vocab "
+                   "32000, tied, Llama-2 sentencepiece tokenizer, F32",
+        .architecture = "LlamaForCausalLM",
+        .model_type = "llama",
+        .dim = 288,
+        .hidden = 768,
+        .layers = 6,
+        .heads = 6,
+        .kv_heads = 6,
+        .head_dim = 48,
+        .vocab = 32000,
+        .max_pos = 256,
+        .rms_eps = 1e-5,
+        .rope_theta = 10000.0,
+        .tied = 1,
+        .dtype = IG_DTYPE_F32,
+        .shards = 1,
+        .tok_style = IG_TOKGEN_SENTENCEPIECE,
+    },
+    {
+        .name = "gqa",
+        .summary = "Qwen2 with q/k/v biases: dim 256, 4 layers, 8 heads / 2 kv, vocab 8192, "
+                   "untied, rope_theta 500000, ChatML byte-level tokenizer, F32",
+        .architecture = "Qwen2ForCausalLM",
+        .model_type = "qwen2",
+        .dim = 256,
+        .hidden = 768,
+        .layers = 4,
+        .heads = 8,
+        .kv_heads = 2,
+        .head_dim = 32,
+        .vocab = 8192,
+        .max_pos = 2048,
+        .rms_eps = 1e-6,
+        .rope_theta = 500000.0,
+        .tied = 0,
+        .attention_bias = 1,
+        .dtype = IG_DTYPE_F32,
+        .shards = 1,
+        .tok_style = IG_TOKGEN_CHATML,
+    },
+    {
+        .name = "1b",
+        .summary = "the shape of Llama-3.2-1B: dim 2048, 16 layers, 32 heads / 8 kv, vocab "
+                   "128256, llama3 rope scaling, tied, Llama-3 byte-level tokenizer, BF16, "
+                   "2 shards",
+        .architecture = "LlamaForCausalLM",
+        .model_type = "llama",
+        .dim = 2048,
+        .hidden = 8192,
+        .layers = 16,
+        .heads = 32,
+        .kv_heads = 8,
+        .head_dim = 64,
+        .vocab = 128256,
+        .max_pos = 131072,
+        .rms_eps = 1e-5,
+        .rope_theta = 500000.0,
+        .rope_scaling = IG_ROPE_LLAMA3,
+        .rope_factor = 32.0,
+        .rope_low = 1.0,
+        .rope_high = 4.0,
+        .rope_original_max_pos = 8192,
+        .tied = 1,
+        .dtype = IG_DTYPE_BF16,
+        .shards = 2,
+        .tok_style = IG_TOKGEN_BYTE_LEVEL,
+    },
 };
 
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
@@ -166,25 +155,41 @@ void ig_mkmodel_opts_default(ig_mkmodel_opts_t *opts)
     opts->seed = 1;
 }
 
-/* Special token ids. Sentencepiece vocabularies follow Llama-2 (<unk> 0,
- * <s> 1, </s> 2); byte-level ones follow Llama-3, whose 256 reserved
- * special tokens end the vocabulary (<|begin_of_text|> = V-256,
- * <|end_of_text|> = V-255, <|eom_id|> = V-248, <|eot_id|> = V-247). */
+/* Special token ids, where ig_tokgen_write() puts them: sentencepiece
+ * vocabularies start with <unk> 0, <s> 1, </s> 2 (Llama-2); byte-level ones
+ * end with <|begin_of_text|> V-5, <|end_of_text|> V-4, <|start_header_id|>,
+ * <|end_header_id|>, <|eot_id|> V-1 (Llama-3); ChatML ones end with
+ * <|endoftext|> V-3, <|im_start|> V-2, <|im_end|> V-1 and have no BOS (Qwen2).
+ * test_mkmodel_presets checks these against the written tokenizer. */
 static int preset_bos(const preset_t *p)
 {
-    return p->tok_style == TOK_SENTENCEPIECE ? 1 : p->vocab - 256;
+    switch (p->tok_style) {
+    case IG_TOKGEN_SENTENCEPIECE:
+        return 1;
+    case IG_TOKGEN_BYTE_LEVEL:
+        return p->vocab - 5;
+    default:
+        return -1;
+    }
 }
 
+/* The ids that end generation; the first is config.json's eos_token_id,
+ * all of them go to generation_config.json (as the Instruct models do). */
 static int preset_eos(const preset_t *p, int *ids)
 {
-    if (p->tok_style == TOK_SENTENCEPIECE) {
+    switch (p->tok_style) {
+    case IG_TOKGEN_SENTENCEPIECE:
         ids[0] = 2;
         return 1;
+    case IG_TOKGEN_BYTE_LEVEL:
+        ids[0] = p->vocab - 4; /* <|end_of_text|> */
+        ids[1] = p->vocab - 1; /* <|eot_id|> */
+        return 2;
+    default:
+        ids[0] = p->vocab - 1; /* <|im_end|> */
+        ids[1] = p->vocab - 3; /* <|endoftext|> */
+        return 2;
     }
-    ids[0] = p->vocab - 255;
-    ids[1] = p->vocab - 248;
-    ids[2] = p->vocab - 247;
-    return 3;
 }
 
 /* ---- random values ------------------------------------------------------- */
@@ -428,6 +433,11 @@ static json_t *eos_json(const int *ids, int n)
     return a;
 }
 
+static json_t *bos_json(const preset_t *p)
+{
+    return preset_bos(p) < 0 ? json_null() : json_integer(preset_bos(p));
+}
+
 static int write_config(const char *dir, const preset_t *p, ig_dtype_t dtype, char *err,
                         size_t errlen)
 {
@@ -435,15 +445,15 @@ static int write_config(const char *dir, const preset_t *p, ig_dtype_t dtype, ch
     int eos[IG_MAX_EOS];
     preset_eos(p, eos);
     json_t *c = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:i, s:b, s:i, s:i, "
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:i, s:b, s:o, s:i, "
         "s:s, s:f, s:b}",
         "architectures", p->architecture, "model_type", p->model_type, "hidden_size", p->dim,
         "intermediate_size", p->hidden, "num_hidden_layers", p->layers, "num_attention_heads",
         p->heads, "num_key_value_heads", p->kv_heads, "head_dim", p->head_dim, "hidden_act", "silu",
         "max_position_embeddings", p->max_pos, "rms_norm_eps", p->rms_eps, "rope_theta",
         p->rope_theta, "vocab_size", p->vocab, "tie_word_embeddings", p->tied, "bos_token_id",
-        preset_bos(p), "eos_token_id", eos[0], "torch_dtype", torch_names[dtype],
-        "initializer_range", 0.02, "use_cache", 1);
+        bos_json(p), "eos_token_id", eos[0], "torch_dtype", torch_names[dtype], "initializer_range",
+        0.02, "use_cache", 1);
     if (c == NULL) {
         seterr(err, errlen, "config.json: out of memory");
         return IG_ENOMEM;
@@ -472,7 +482,7 @@ static int write_generation_config(const char *dir, const preset_t *p, char *err
     int eos[IG_MAX_EOS];
     int n = preset_eos(p, eos);
     json_t *g =
-        json_pack("{s:i, s:o}", "bos_token_id", preset_bos(p), "eos_token_id", eos_json(eos, n));
+        json_pack("{s:o, s:o}", "bos_token_id", bos_json(p), "eos_token_id", eos_json(eos, n));
     return dump_json(g, dir, "generation_config.json", err, errlen);
 }
 
@@ -492,24 +502,12 @@ static int write_index(const char *dir, const tensor_t *t, size_t n, int nshards
     return dump_json(idx, dir, "model.safetensors.index.json", err, errlen);
 }
 
-/*
- * ==== TOKENIZER ====
- * The tokenizer files (tokenizer.json, tokenizer_config.json) come from the
- * tokenizer module's generator, ig_tokgen_write() in include/infergate/tokgen.h
- * (branch `tokenizer`), which is not merged yet. Once it is, this is the only
- * function to change:
- *     return ig_tokgen_write(dir, p->vocab, <style for p->tok_style>, seed, err, errlen);
- * Its special token ids must match preset_bos() / preset_eos().
- */
+/* tokenizer.json and tokenizer_config.json, from the tokenizer module's
+ * generator; its special token ids are the ones preset_bos()/preset_eos() name. */
 static int write_tokenizer(const char *dir, const preset_t *p, uint64_t seed, char *err,
                            size_t errlen)
 {
-    (void)dir;
-    (void)p;
-    (void)seed;
-    (void)err;
-    (void)errlen;
-    return 0;
+    return ig_tokgen_write(dir, p->vocab, p->tok_style, seed, err, errlen);
 }
 
 int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, size_t errlen)
@@ -572,7 +570,7 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
     }
     if (nshards > 1 && (rc = write_index(dir, t, n, nshards, err, errlen)) != 0)
         goto fail;
-    if ((rc = write_tokenizer(dir, p, opts->seed, err, errlen)) != 0)
+    if (!opts->no_tokenizer && (rc = write_tokenizer(dir, p, opts->seed, err, errlen)) != 0)
         goto fail;
 
 fail:
@@ -585,7 +583,7 @@ fail:
 static void usage(FILE *out)
 {
     fprintf(out, "usage: infergate mkmodel --preset NAME --out DIR [--seed N] "
-                 "[--dtype f32|f16|bf16] [--shards N]\n\n"
+                 "[--dtype f32|f16|bf16] [--shards N] [--no-tokenizer]\n\n"
                  "Writes a random-weight Llama-family model in Hugging Face layout (config.json,\n"
                  "generation_config.json, model.safetensors or shards with an index, tokenizer).\n"
                  "The same preset, seed, dtype and shard count give the same bytes.\n\n"
@@ -594,6 +592,7 @@ static void usage(FILE *out)
                  "  --seed N        seed of the weights (default 1)\n"
                  "  --dtype T       f32, f16 or bf16 (default: the preset's)\n"
                  "  --shards N      split the weights into N files (default: the preset's)\n"
+                 "  --no-tokenizer  write no tokenizer files (the weights only, faster)\n"
                  "  --help          this text\n\npresets:\n");
     for (size_t i = 0; i < NPRESETS; i++)
         fprintf(out, "  %-6s %s\n", presets[i].name, presets[i].summary);
@@ -660,6 +659,9 @@ int ig_cmd_mkmodel(int argc, char **argv)
                 return IG_EXIT_USAGE;
             }
             opts.shards = (int)v;
+            break;
+        case 't':
+            opts.no_tokenizer = 1;
             break;
         case 'h':
             usage(stdout);
