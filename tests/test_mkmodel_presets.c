@@ -337,6 +337,7 @@ static void test_cli(void **state)
     char *tj = tu_path(sub, "tokenizer.json");
     assert_int_equal(access(tj, F_OK), 0);
     free(tj);
+    tj = NULL;
     ig_model_t *m = load(sub);
     assert_int_equal(ig_model_config(m)->dtype, IG_DTYPE_F16);
     ig_model_free(m);
@@ -344,6 +345,16 @@ static void test_cli(void **state)
     char *api = tu_mkdtemp();
     tu_mkmodel(api, "tiny", 3, 0, 1, IG_DTYPE_F16);
     assert_true(same_file(api, sub, "model.safetensors"));
+    /* --no-tokenizer writes the same weights and no tokenizer */
+    snprintf(args, sizeof(args), "--preset tiny --out %s/bare --seed 3 --dtype f16 --no-tokenizer",
+             dir);
+    assert_int_equal(run(args), 0);
+    char *bare = tu_path(dir, "bare");
+    tj = tu_path(bare, "tokenizer.json");
+    assert_int_not_equal(access(tj, F_OK), 0);
+    assert_true(same_file(bare, sub, "model.safetensors"));
+    free(tj);
+    free(bare);
     free(sub);
     tu_rmtree(api);
     tu_rmtree(dir);

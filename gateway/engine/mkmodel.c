@@ -619,6 +619,7 @@ int ig_cmd_mkmodel(int argc, char **argv)
         {"seed", required_argument, NULL, 's'},
         {"dtype", required_argument, NULL, 'd'},
         {"shards", required_argument, NULL, 'n'},
+        {"no-tokenizer", no_argument, NULL, 't'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
