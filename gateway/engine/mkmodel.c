@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -503,11 +504,22 @@ static int write_index(const char *dir, const tensor_t *t, size_t n, int nshards
 }
 
 /* tokenizer.json and tokenizer_config.json, from the tokenizer module's
- * generator; its special token ids are the ones preset_bos()/preset_eos() name. */
-static int write_tokenizer(const char *dir, const preset_t *p, uint64_t seed, char *err,
-                           size_t errlen)
+ * generator; its special token ids are the ones preset_bos()/preset_eos()
+ * name. It trains a BPE vocabulary, CPU work that runs on its own thread
+ * while the weights, mostly I/O, are written. */
+typedef struct {
+    const char *dir;
+    const preset_t *p;
+    uint64_t seed;
+    int rc;
+    char err[256];
+} tokjob_t;
+
+static void *write_tokenizer(void *arg)
 {
-    return ig_tokgen_write(dir, p->vocab, p->tok_style, seed, err, errlen);
+    tokjob_t *j = arg;
+    j->rc = ig_tokgen_write(j->dir, j->p->vocab, j->p->tok_style, j->seed, j->err, sizeof(j->err));
+    return NULL;
 }
 
 int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, size_t errlen)
@@ -516,6 +528,9 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
     const preset_t *p = NULL;
     tensor_t *t = NULL;
     char path[PATH_MAX];
+    tokjob_t job = {0};
+    pthread_t tok_thread;
+    int tok_started = 0;
 
     for (size_t i = 0; i < NPRESETS; i++)
         if (opts->preset && strcmp(opts->preset, presets[i].name) == 0)
@@ -557,6 +572,18 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
              nshards > 1 ? "model.safetensors" : "model.safetensors.index.json");
     unlink(path);
 
+    if (!opts->no_tokenizer) {
+        job = (tokjob_t){.dir = dir, .p = p, .seed = opts->seed};
+        if (pthread_create(&tok_thread, NULL, write_tokenizer, &job) == 0) {
+            tok_started = 1;
+        } else {
+            write_tokenizer(&job); /* no thread: do it here */
+            if ((rc = job.rc) != 0) {
+                seterr(err, errlen, "%s", job.err);
+                goto fail;
+            }
+        }
+    }
     if ((rc = write_config(dir, p, dtype, err, errlen)) != 0 ||
         (rc = write_generation_config(dir, p, err, errlen)) != 0)
         goto fail;
@@ -570,10 +597,13 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
     }
     if (nshards > 1 && (rc = write_index(dir, t, n, nshards, err, errlen)) != 0)
         goto fail;
-    if (!opts->no_tokenizer && (rc = write_tokenizer(dir, p, opts->seed, err, errlen)) != 0)
-        goto fail;
 
 fail:
+    if (tok_started) {
+        pthread_join(tok_thread, NULL);
+        if (rc == 0 && (rc = job.rc) != 0)
+            seterr(err, errlen, "%s", job.err);
+    }
     free(t);
     return rc;
 }
@@ -614,14 +644,10 @@ static int parse_u64(const char *s, uint64_t *out)
 int ig_cmd_mkmodel(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"preset", required_argument, NULL, 'p'},
-        {"out", required_argument, NULL, 'o'},
-        {"seed", required_argument, NULL, 's'},
-        {"dtype", required_argument, NULL, 'd'},
-        {"shards", required_argument, NULL, 'n'},
-        {"no-tokenizer", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"preset", required_argument, NULL, 'p'}, {"out", required_argument, NULL, 'o'},
+        {"seed", required_argument, NULL, 's'},   {"dtype", required_argument, NULL, 'd'},
+        {"shards", required_argument, NULL, 'n'}, {"no-tokenizer", no_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     ig_mkmodel_opts_t opts;
     const char *out = NULL, *preset = NULL;
