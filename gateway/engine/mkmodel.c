@@ -5,6 +5,7 @@
  */
 #include "infergate/cli.h"
 #include "infergate/error.h"
+#include "model_internal.h"
 #include "infergate/mkmodel.h"
 #include "infergate/model.h"
 #include "infergate/safetensors.h"
@@ -316,24 +317,11 @@ static void assign_shards(tensor_t *t, size_t n, int nshards)
 
 /* ---- writing -------------------------------------------------------------- */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int mkdirs(const char *dir, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
-        seterr(err, errlen, "%s: path too long", dir);
+        ig__model_errf(err, errlen, "%s: path too long", dir);
         return IG_EINVAL;
     }
     for (char *p = path + 1;; p++) {
@@ -342,7 +330,7 @@ static int mkdirs(const char *dir, char *err, size_t errlen)
         char c = *p;
         *p = '\0';
         if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-            seterr(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+            ig__model_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
             return IG_EIO;
         }
         *p = c;
@@ -365,7 +353,7 @@ static int write_shard(const char *path, const tensor_t *t, size_t n, int shard,
     ig_safetensors_writer_t *w = NULL;
     if (specs == NULL || vals == NULL || bytes == NULL) {
         rc = IG_ENOMEM;
-        seterr(err, errlen, "mkmodel: out of memory");
+        ig__model_errf(err, errlen, "mkmodel: out of memory");
         goto fail;
     }
     for (size_t i = 0; i < n; i++) {
@@ -411,14 +399,14 @@ static int dump_json(json_t *root, const char *dir, const char *name, char *err,
 {
     char path[PATH_MAX];
     if (root == NULL) {
-        seterr(err, errlen, "%s: out of memory", name);
+        ig__model_errf(err, errlen, "%s: out of memory", name);
         return IG_ENOMEM;
     }
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
     if (rc != 0) {
-        seterr(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        ig__model_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
         return IG_EIO;
     }
     return 0;
@@ -456,7 +444,7 @@ static int write_config(const char *dir, const preset_t *p, ig_dtype_t dtype, ch
         bos_json(p), "eos_token_id", eos[0], "torch_dtype", torch_names[dtype], "initializer_range",
         0.02, "use_cache", 1);
     if (c == NULL) {
-        seterr(err, errlen, "config.json: out of memory");
+        ig__model_errf(err, errlen, "config.json: out of memory");
         return IG_ENOMEM;
     }
     if (strcmp(p->model_type, "qwen2") != 0) {
@@ -536,32 +524,32 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
         if (opts->preset && strcmp(opts->preset, presets[i].name) == 0)
             p = &presets[i];
     if (p == NULL) {
-        seterr(err, errlen, "unknown preset \"%s\" (tiny, small, gqa, 1b)",
-               opts->preset ? opts->preset : "");
+        ig__model_errf(err, errlen, "unknown preset \"%s\" (tiny, small, gqa, 1b)",
+                       opts->preset ? opts->preset : "");
         return IG_EINVAL;
     }
     ig_dtype_t dtype = opts->has_dtype ? opts->dtype : p->dtype;
     int nshards = opts->shards > 0 ? opts->shards : p->shards;
     size_t cap = 3 + 12 * (size_t)p->layers;
     if (nshards > 99 || (size_t)nshards > cap || ig_dtype_size(dtype) == 0) {
-        seterr(err, errlen, "shards must be 1..99 and at most the tensor count");
+        ig__model_errf(err, errlen, "shards must be 1..99 and at most the tensor count");
         return IG_EINVAL;
     }
     if ((rc = mkdirs(dir, err, errlen)) != 0)
         return rc;
     if (strlen(dir) + 64 >= sizeof(path)) {
-        seterr(err, errlen, "%s: path too long", dir);
+        ig__model_errf(err, errlen, "%s: path too long", dir);
         return IG_EINVAL;
     }
     t = calloc(cap, sizeof(*t));
     if (t == NULL) {
-        seterr(err, errlen, "mkmodel: out of memory");
+        ig__model_errf(err, errlen, "mkmodel: out of memory");
         return IG_ENOMEM;
     }
     size_t n = list_tensors(t, p, dtype);
     if ((size_t)nshards > n) {
         rc = IG_EINVAL;
-        seterr(err, errlen, "shards: %d is more than the %zu tensors", nshards, n);
+        ig__model_errf(err, errlen, "shards: %d is more than the %zu tensors", nshards, n);
         goto fail;
     }
     assign_shards(t, n, nshards);
@@ -579,7 +567,7 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
         } else {
             write_tokenizer(&job); /* no thread: do it here */
             if ((rc = job.rc) != 0) {
-                seterr(err, errlen, "%s", job.err);
+                ig__model_errf(err, errlen, "%s", job.err);
                 goto fail;
             }
         }
@@ -602,7 +590,7 @@ fail:
     if (tok_started) {
         pthread_join(tok_thread, NULL);
         if (rc == 0 && (rc = job.rc) != 0)
-            seterr(err, errlen, "%s", job.err);
+            ig__model_errf(err, errlen, "%s", job.err);
     }
     free(t);
     return rc;
