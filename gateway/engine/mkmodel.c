@@ -643,7 +643,7 @@ int ig_cmd_mkmodel(int argc, char **argv)
     uint64_t v;
     int c;
     ig_mkmodel_opts_default(&opts);
-    optind = 1;
+    optind = 0; /* glibc: a full reset, the gateway may have parsed its own flags */
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
