@@ -566,17 +566,8 @@ static int bind(ig_model_t *m, ig_tensor_t *t, const char *name, int optional, i
     for (int i = 0; same && i < ndim; i++)
         same = e->shape[i] == want_shape[i];
     if (!same) {
-        size_t used = 0;
-        used += (size_t)snprintf(got, sizeof(got), "[");
-        for (int i = 0; i < e->ndim && used < sizeof(got); i++)
-            used += (size_t)snprintf(got + used, sizeof(got) - used, "%s%lld", i ? ", " : "",
-                                     (long long)e->shape[i]);
-        if (used < sizeof(got))
-            snprintf(got + used, sizeof(got) - used, "]");
-        if (ndim == 1)
-            snprintf(want, sizeof(want), "[%lld]", (long long)d0);
-        else
-            snprintf(want, sizeof(want), "[%lld, %lld]", (long long)d0, (long long)d1);
+        ig__shape_str(got, sizeof(got), e->ndim, e->shape);
+        ig__shape_str(want, sizeof(want), ndim, want_shape);
         ig__model_errf(err, errlen, "%s: %s: shape %s, expected %s", ig_safetensors_file_name(in),
                        name, got, want);
         return IG_EMODEL;

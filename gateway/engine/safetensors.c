@@ -60,8 +60,7 @@ static int cmp_entry_offset(const void *a, const void *b)
     return strcmp(x->name, y->name);
 }
 
-/* Formats a shape as "[2, 3]" into buf. */
-static const char *shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
+const char *ig__shape_str(char *buf, size_t len, int ndim, const int64_t *shape)
 {
     size_t used = 0;
     used += (size_t)snprintf(buf, len, "[");
@@ -159,7 +158,7 @@ static int parse_entry(ig_safetensors_entry_t *e, const json_t *v, const char *f
                        "%s: %s: data_offsets [%llu, %llu] hold %llu bytes, %s %s needs %s", file,
                        e->name, (unsigned long long)begin, (unsigned long long)end,
                        (unsigned long long)(end - begin), ig_dtype_name(e->dtype),
-                       shape_str(sbuf, sizeof(sbuf), e->ndim, e->shape),
+                       ig__shape_str(sbuf, sizeof(sbuf), e->ndim, e->shape),
                        too_big ? "more than 2^64" : "a different size");
         return IG_EMODEL;
     }
