@@ -6,7 +6,7 @@
  *   - F32 elementwise (add, SwiGLU): 1e-6 relative (expf vs exp);
  *   - RMSNorm, RoPE: 1e-5 relative to the row's scale (float sums, sincosf);
  *   - matmul with BF16 / F16 weights: the reference uses the same rounded
- *     weights; the cuBLAS path also rounds x to the weight dtype (2^-8
+ *     weights; both the GEMV and the cuBLAS path round x to the weight dtype (2^-8
  *     relative per product for BF16), so |err| <= 1e-2 * sum_k |x_k w_k|;
  *   - attention (F32 KV, __expf): 2e-5 absolute on outputs of size ~1.
  *
