@@ -25,6 +25,8 @@ ARCHS=${ARCHS:-90}
 STEPS=${STEPS:-32}
 CTX=${CTX:-128}
 DRY_RUN=${DRY_RUN:-0}
+RESULTS=$ROOT/bench/results
+OUT=$RESULTS/gpu-check.json
 PRESET=1b
 BATCHES=1,8,64,256
 PREFILL="--prefill-seqs 4 --prefill-len 512"
@@ -33,8 +35,6 @@ if [ "$DRY_RUN" = 1 ]; then
     OUT=$RESULTS/gpu-check-dry.json
 fi
 MODEL_DIR=${MODEL_DIR:-$BUILD/models/$PRESET-bf16}
-RESULTS=$ROOT/bench/results
-OUT=$RESULTS/gpu-check.json
 T0=$(date +%s)
 
 stage() { printf '\n== [%3ss] %s\n' "$(($(date +%s) - T0))" "$*"; }
