@@ -246,9 +246,11 @@ static int upload_converted(ig__cuda_t *c, void *dst, ig_dtype_t dst_dtype, cons
                 memcpy(stage + 2 * i, &h, 2);
             }
         }
-        /* Synchronous: the staging buffer is refilled by the next chunk. */
-        rc = IG_CUDA_CHECK(
-            cudaMemcpy((unsigned char *)dst + off * esz, stage, len * esz, cudaMemcpyHostToDevice));
+        /* On the backend's stream (a non-blocking stream does not order
+         * with the legacy default one). From pageable memory the call
+         * returns once the chunk is staged, so the buffer can be refilled. */
+        rc = IG_CUDA_CHECK(cudaMemcpyAsync((unsigned char *)dst + off * esz, stage, len * esz,
+                                           cudaMemcpyHostToDevice, c->stream));
         if (rc != 0)
             break;
     }
@@ -280,8 +282,8 @@ static int cuda_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weigh
     if ((rc = IG_CUDA_CHECK(cudaMalloc(&dev, n * dtype_bytes(dtype)))) != 0)
         goto fail;
     if (dtype == src->dtype)
-        rc = IG_CUDA_CHECK(
-            cudaMemcpy(dev, src->data, n * dtype_bytes(dtype), cudaMemcpyHostToDevice));
+        rc = IG_CUDA_CHECK(cudaMemcpyAsync(dev, src->data, n * dtype_bytes(dtype),
+                                           cudaMemcpyHostToDevice, c->stream));
     else
         rc = upload_converted(c, dev, dtype, src->data, src->dtype, n);
     if (rc != 0)
