@@ -329,6 +329,43 @@ static void test_matmul(void **state)
     check_matmul(IG_DTYPE_F32, 3, 64, 128, 1); /* an F32 checkpoint, rounded to BF16 */
 }
 
+/* A row's product must not depend on how many rows share the call: one row
+ * alone (the GEMV kernel) against the same row among 6 (cuBLAS) and among 3
+ * (GEMV with M = 3). Both paths round x alike; only the order of the F32
+ * sums differs. */
+static void test_matmul_batch_invariant(void **state)
+{
+    NEED_GPU();
+    enum { N = 257, K = 1024, M = 6 };
+    float *wref, *x = rand_vec((size_t)M * K, 2.0f);
+    void *store;
+    ig_tensor_t t = make_matrix(IG_DTYPE_BF16, N, K, &wref, &store);
+    ig_weight_t w;
+    assert_int_equal(be->upload_weight(be, &t, &w), 0);
+    float *d_x = dev_copy(x, sizeof(float) * M * K);
+    float *d_y = be->alloc(be, sizeof(float) * M * N);
+    float one[N], three[3 * N], six[M * N];
+    assert_int_equal(be->matmul(be, d_y, d_x + 2 * K, &w, NULL, 1), 0);
+    host_copy(one, d_y, sizeof(one));
+    assert_int_equal(be->matmul(be, d_y, d_x, &w, NULL, 3), 0);
+    host_copy(three, d_y, sizeof(three));
+    assert_int_equal(be->matmul(be, d_y, d_x, &w, NULL, M), 0);
+    host_copy(six, d_y, sizeof(six));
+    for (int j = 0; j < N; j++) {
+        double mag = 0;
+        for (int q = 0; q < K; q++)
+            mag += fabs((double)x[2 * K + q] * wref[(size_t)j * K + q]);
+        assert_true(fabs(one[j] - three[2 * N + j]) <= 1e-5 * mag);
+        assert_true(fabs(one[j] - six[2 * N + j]) <= 1e-5 * mag);
+    }
+    be->free(be, d_x);
+    be->free(be, d_y);
+    be->free_weight(be, &w);
+    free(x);
+    free(wref);
+    free(store);
+}
+
 /* ---- RoPE ----------------------------------------------------------------- */
 
 static void test_rope(void **state)
@@ -675,6 +712,7 @@ int main(void)
         cmocka_unit_test(test_embed),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_batch_invariant),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_swiglu_add),
         cmocka_unit_test(test_attention_mixed),
