@@ -44,17 +44,19 @@ mkdir -p "$BUILD"
 cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DIG_CUDA=ON \
       -DIG_CUDA_ARCHS="$ARCHS" > "$BUILD/configure.log" 2>&1 ||
     { cat "$BUILD/configure.log"; exit 1; }
-timeout 240 cmake --build "$BUILD" -j "$JOBS" --target infergate gpubench \
-      test_cuda_kernels test_cuda_model test_cuda_gpubench 2>&1 | tail -3
+# Everything (the tests exist only where cmocka is installed).
+timeout 240 cmake --build "$BUILD" -j "$JOBS" 2>&1 | tail -3
 
 stage "devices"
 "$BUILD/infergate" devices
 
 stage "CUDA tests"
 fail=0
-for t in test_cuda_kernels test_cuda_model test_cuda_gpubench; do
+for t in test_cuda_kernels test_cuda_model test_cuda_gpubench test_cuda_devices; do
     log="$BUILD/$t.log"
-    if ! (cd "$BUILD" && IG_BIN_DIR="$BUILD" IG_SOURCE_DIR="$ROOT" timeout 120 "./$t") > "$log" 2>&1; then
+    if [ ! -x "$BUILD/$t" ]; then
+        echo "NOT BUILT: $t (is cmocka installed?)"; fail=1
+    elif ! (cd "$BUILD" && IG_BIN_DIR="$BUILD" IG_SOURCE_DIR="$ROOT" timeout 120 "./$t") > "$log" 2>&1; then
         echo "FAILED: $t"; cat "$log"; fail=1
     elif grep -q "no usable GPU" "$log" && [ "$DRY_RUN" != 1 ]; then
         echo "SKIPPED on a GPU machine: $t"; grep -m1 "no usable GPU" "$log"; fail=1
@@ -62,7 +64,8 @@ for t in test_cuda_kernels test_cuda_model test_cuda_gpubench; do
         echo "passed: $t ($(grep -c '^\[       OK \]' "$log") tests)"
     fi
 done
-[ "$fail" = 0 ] || { echo "gpu-check: CUDA tests failed"; exit 1; }
+# A failed test does not stop the benchmark (its figures are still worth
+# having from a scarce GPU session); the script's status reports it at the end.
 
 stage "model: $PRESET preset, bf16"
 if [ ! -f "$MODEL_DIR/config.json" ]; then
@@ -76,3 +79,7 @@ timeout 180 "$BUILD/gpubench" --model "$MODEL_DIR" --device "$DEVICE" \
     --batches "$BATCHES" --steps "$STEPS" --ctx "$CTX" $PREFILL --json "$OUT"
 
 stage "done: $OUT"
+if [ "$fail" != 0 ]; then
+    echo "gpu-check: some CUDA tests failed or did not run (logs in $BUILD/test_cuda_*.log)"
+    exit 1
+fi
