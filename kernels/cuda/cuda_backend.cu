@@ -14,8 +14,6 @@
  */
 #include "cuda_internal.h"
 
-#include <cublasLt.h>
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
