@@ -25,22 +25,31 @@
 static inline __attribute__((always_inline)) void tile(float *y, int ldy, const float *x,
                                                        const float *w, int k, int mr, int nr)
 {
+    /* Fully unrolled so that the accumulators live in registers: at -O2
+     * GCC otherwise keeps the array in memory. */
     ig_vec_t acc[TILE_M][TILE_N];
+#pragma GCC unroll 4
     for (int a = 0; a < mr; a++)
+#pragma GCC unroll 4
         for (int b = 0; b < nr; b++)
             acc[a][b] = ig_vzero();
     int kk = 0;
     for (; kk + IG_VL <= k; kk += IG_VL) {
         ig_vec_t xv[TILE_M];
+#pragma GCC unroll 4
         for (int a = 0; a < mr; a++)
             xv[a] = ig_vload(x + (size_t)a * k + kk);
+#pragma GCC unroll 4
         for (int b = 0; b < nr; b++) {
             ig_vec_t wv = ig_vload(w + (size_t)b * k + kk);
+#pragma GCC unroll 4
             for (int a = 0; a < mr; a++)
                 acc[a][b] = ig_vfma(xv[a], wv, acc[a][b]);
         }
     }
+#pragma GCC unroll 4
     for (int a = 0; a < mr; a++) {
+#pragma GCC unroll 4
         for (int b = 0; b < nr; b++) {
             float s = ig_vsum(acc[a][b]);
             for (int t = kk; t < k; t++)
