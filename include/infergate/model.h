@@ -11,15 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum {
-    IG_DTYPE_F32 = 0,
-    IG_DTYPE_F16,
-    IG_DTYPE_BF16,
-} ig_dtype_t;
-
-/* Bytes per element, and the safetensors name ("F32", "F16", "BF16"). */
-size_t ig_dtype_size(ig_dtype_t dtype);
-const char *ig_dtype_name(ig_dtype_t dtype);
+#include "infergate/dtype.h" /* ig_dtype_t, ig_dtype_size(), ig_dtype_name() */
 
 typedef enum {
     IG_ROPE_NONE = 0,
