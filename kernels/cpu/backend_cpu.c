@@ -7,6 +7,7 @@
 #include "cpu_internal.h"
 #include "simd.h"
 
+#include "infergate/dtype.h"
 #include "infergate/error.h"
 
 #include <math.h>
@@ -63,39 +64,6 @@ static int cpu_copy(ig_backend_t *be, void *dst, const void *src, size_t bytes)
     return 0;
 }
 
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do {
-                man <<= 1;
-                e++;
-            } while ((man & 0x400) == 0);
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
 static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight_t *dst)
 {
     if (src == NULL || src->data == NULL || src->ndim < 1 || src->ndim > 2)
@@ -107,18 +75,11 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     float *data = cpu_alloc(be, n * sizeof(float));
     if (data == NULL)
         return IG_ENOMEM;
-    const uint16_t *h = src->data;
     switch (src->dtype) {
     case IG_DTYPE_F32:
-        memcpy(data, src->data, n * sizeof(float));
-        break;
     case IG_DTYPE_F16:
-        for (size_t i = 0; i < n; i++)
-            data[i] = f16_to_f32(h[i]);
-        break;
     case IG_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++)
-            data[i] = bf16_to_f32(h[i]);
+        ig_dtype_to_f32(data, src->data, src->dtype, n);
         break;
     default:
         free(data);
