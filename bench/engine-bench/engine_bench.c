@@ -3,7 +3,7 @@
  *
  *   build/engine-bench --model DIR [--device cpu] [--threads 2] [--steps 32]
  *                      [--batches 1,4,16,64] [--prompt 16] [--prefill 512]
- *                      [--gemm own|blas-pool|blas] [--out bench/results/engine.json]
+ *                      [--gemm auto|own|blas-pool|blas] [--out bench/results/engine.json]
  *
  * For each batch size B it prefills B sequences of --prompt tokens, runs two
  * warm-up decode steps, then times --steps decode steps of all B sequences
@@ -50,6 +50,18 @@ static long rss_bytes(void)
         fclose(f);
     }
     return rss * sysconf(_SC_PAGESIZE);
+}
+
+static double loadavg(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%lf", &l) != 1)
+            l = -1;
+        fclose(f);
+    }
+    return l;
 }
 
 static int argmax(const float *v, int n)
@@ -245,7 +257,7 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: engine-bench --model DIR [--device cpu] [--threads N] "
                         "[--steps N] [--batches 1,4,16,64] [--prompt N] [--prefill N] "
-                        "[--rounds N] [--gemm own|blas-pool|blas] [--out FILE]\n");
+                        "[--rounds N] [--gemm auto|own|blas-pool|blas] [--out FILE]\n");
         return 2;
     }
     char err[512] = "";
@@ -264,7 +276,8 @@ int main(int argc, char **argv)
     if (o.gemm != NULL) {
         ig_cpu_gemm_t m = strcmp(o.gemm, "own") == 0         ? IG_CPU_GEMM_OWN
                           : strcmp(o.gemm, "blas-pool") == 0 ? IG_CPU_GEMM_BLAS_POOL
-                                                             : IG_CPU_GEMM_BLAS_OWN;
+                          : strcmp(o.gemm, "blas") == 0      ? IG_CPU_GEMM_BLAS_OWN
+                                                             : IG_CPU_GEMM_AUTO;
         if ((rc = ig__cpu_set_gemm(be, m)) != 0) {
             fprintf(stderr, "engine-bench: --gemm %s: %s\n", o.gemm, ig_strerror(rc));
             return 1;
@@ -288,16 +301,22 @@ int main(int argc, char **argv)
     const char *gemm = "n/a";
     if (strncmp(be->name, "cpu", 3) == 0) {
         ig_cpu_gemm_t g = ig__cpu_gemm(be);
-        gemm = g == IG_CPU_GEMM_OWN ? "own" : g == IG_CPU_GEMM_BLAS_POOL ? "blas-pool" : "blas";
+        gemm = g == IG_CPU_GEMM_OWN         ? "own"
+               : g == IG_CPU_GEMM_BLAS_POOL ? "blas-pool"
+               : g == IG_CPU_GEMM_BLAS_OWN  ? "blas"
+                                            : "auto";
     }
     int max_blocks = (c->max_position_embeddings + bs - 1) / bs + 1;
     g_max_blocks = max_blocks;
     if (o.prefill > c->max_position_embeddings)
         o.prefill = c->max_position_embeddings;
+    const char *core;
+    int blas_ok = ig__cpu_blas_usable(&core);
     printf("engine-bench: %s (dim %d, %d layers, vocab %d, %s) on %s, %d threads, gemm %s, "
-           "simd %s\n",
+           "simd %s, openblas core %s%s\n",
            o.model, c->hidden_size, c->num_hidden_layers, c->vocab_size, ig_dtype_name(c->dtype),
-           be->name, o.threads, gemm, ig__cpu_simd_name());
+           be->name, o.threads, gemm, ig__cpu_simd_name(), core,
+           blas_ok ? "" : " (generic: auto keeps to the own loop)");
     printf("%8s %14s %14s %10s\n", "batch", "tokens/s", "per-seq tok/s", "vs batch 1");
 
     /* Rounds go over every batch size in turn and each keeps its best rate:
@@ -328,6 +347,8 @@ int main(int argc, char **argv)
     printf("prefill: %d tokens at %.1f tokens/s (chunks of %d)\n", o.prefill, pre,
            eo.max_batched_tokens);
     long rss = rss_bytes();
+    printf("load average (1 min) at the end: %.2f on %ld cores\n", loadavg(),
+           sysconf(_SC_NPROCESSORS_ONLN));
     printf("memory: rss %.1f MiB, model %.1f MiB as stored, kv cache %.1f MiB (%d blocks)\n",
            rss / 1048576.0, ig_model_weight_bytes(model) / 1048576.0,
            ig_engine_kv_bytes(e) / 1048576.0, ig_engine_num_blocks(e));
@@ -337,6 +358,9 @@ int main(int argc, char **argv)
     json_object_set_new(res, "device", json_string(be->name));
     json_object_set_new(res, "threads", json_integer(o.threads));
     json_object_set_new(res, "gemm", json_string(gemm));
+    json_object_set_new(res, "simd", json_string(ig__cpu_simd_name()));
+    json_object_set_new(res, "openblas_core", json_string(core));
+    json_object_set_new(res, "load_average", json_real(loadavg()));
     json_object_set_new(res, "steps", json_integer(o.steps));
     json_object_set_new(res, "rounds", json_integer(o.rounds));
     json_object_set_new(res, "prompt_tokens", json_integer(o.prompt));

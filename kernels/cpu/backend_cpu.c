@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #ifdef IG_HAVE_OPENBLAS
@@ -31,6 +32,7 @@ typedef struct {
     ig__pool_t *pool;
     int nthreads;
     ig_cpu_gemm_t gemm;
+    int blas_ok;     /* auto may use OpenBLAS (ig__cpu_blas_usable) */
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
     char name[32];
@@ -236,7 +238,7 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
 {
     if (n1 <= n0)
         return;
-    if (j->mode == IG_CPU_GEMM_OWN)
+    if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
         ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
     else
         ig__gemm_blas(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
@@ -268,7 +270,9 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
     if (m <= 0)
         return 0;
     double flops = (double)m * j.n * j.k;
-    if (c->gemm == IG_CPU_GEMM_BLAS_OWN) {
+    if (j.mode == IG_CPU_GEMM_AUTO)
+        j.mode = c->blas_ok && m >= IG_CPU_BLAS_MIN_ROWS ? IG_CPU_GEMM_BLAS_POOL : IG_CPU_GEMM_OWN;
+    if (j.mode == IG_CPU_GEMM_BLAS_OWN) {
         /* OpenBLAS splits the work over its own threads. */
         j.mode = IG_CPU_GEMM_BLAS_POOL;
         matmul_cols(&j, 0, j.n);
@@ -503,12 +507,17 @@ int ig__cpu_set_gemm(ig_backend_t *be, ig_cpu_gemm_t mode)
     switch (mode) {
     case IG_CPU_GEMM_OWN:
         break;
+    case IG_CPU_GEMM_AUTO:
+#ifdef IG_HAVE_OPENBLAS
+        openblas_set_num_threads(1);
+#endif
+        break;
     case IG_CPU_GEMM_BLAS_POOL:
     case IG_CPU_GEMM_BLAS_OWN:
 #ifdef IG_HAVE_OPENBLAS
         /* The setting is process-wide in OpenBLAS: inside the pool each
          * thread calls it single-threaded, else it gets the pool's count. */
-        openblas_set_num_threads(mode == IG_CPU_GEMM_BLAS_POOL ? 1 : c->nthreads);
+        openblas_set_num_threads(mode == IG_CPU_GEMM_BLAS_OWN ? c->nthreads : 1);
         break;
 #else
         return IG_ENOTSUP;
@@ -529,6 +538,8 @@ static ig_cpu_gemm_t default_gemm(void)
 {
     const char *env = getenv("IG_CPU_GEMM");
     if (env != NULL) {
+        if (strcmp(env, "auto") == 0)
+            return IG_CPU_GEMM_AUTO;
         if (strcmp(env, "own") == 0)
             return IG_CPU_GEMM_OWN;
         if (strcmp(env, "blas-pool") == 0)
@@ -536,10 +547,26 @@ static ig_cpu_gemm_t default_gemm(void)
         if (strcmp(env, "blas") == 0)
             return IG_CPU_GEMM_BLAS_OWN;
     }
+    return IG_CPU_GEMM_AUTO;
+}
+
+int ig__cpu_blas_usable(const char **core)
+{
 #ifdef IG_HAVE_OPENBLAS
-    return IG_CPU_GEMM_BLAS_POOL;
+    static const char *wide[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"};
+    const char *name = openblas_get_corename();
+    if (core != NULL)
+        *core = name ? name : "unknown";
+    if (IG_VL == 1)
+        return 1; /* the own loop is scalar: any OpenBLAS kernel is as wide */
+    for (size_t i = 0; name != NULL && i < sizeof(wide) / sizeof(wide[0]); i++)
+        if (strcasecmp(name, wide[i]) == 0)
+            return 1;
+    return 0;
 #else
-    return IG_CPU_GEMM_OWN;
+    if (core != NULL)
+        *core = "none";
+    return 0;
 #endif
 }
 
@@ -567,6 +594,7 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
         goto fail;
     if ((rc = ig__pool_create(&c->pool, threads)) != 0)
         goto fail;
+    c->blas_ok = ig__cpu_blas_usable(NULL);
     if ((rc = ig__cpu_set_gemm(be, default_gemm())) != 0 &&
         (rc = ig__cpu_set_gemm(be, IG_CPU_GEMM_OWN)) != 0)
         goto fail;
