@@ -24,8 +24,10 @@
 #endif
 
 /* Below this many multiply-adds a GEMM runs on the calling thread alone:
- * waking the pool costs more than it saves. */
-#define PARALLEL_MIN_FLOPS (64 * 1024)
+ * waking the pool costs more than it saves (at batch 1 the attention
+ * projections of small models stay on one thread, the MLP and lm_head
+ * are split). */
+#define PARALLEL_MIN_FLOPS (128 * 1024)
 #define PARALLEL_MIN_ELEMS (32 * 1024)
 
 typedef struct {
@@ -232,6 +234,8 @@ typedef struct {
     const float *bias;
     int m, n, k;
     ig_cpu_gemm_t mode;
+    int chunk;       /* output columns per work item */
+    atomic_int next; /* the next work item to take */
 } matmul_job_t;
 
 static void matmul_cols(const matmul_job_t *j, int n0, int n1)
@@ -251,22 +255,35 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
     }
 }
 
+/* Threads take slices of output columns from a shared counter rather than
+ * one fixed share each: on a loaded machine a thread that is descheduled
+ * for a while leaves its slices to the others instead of stalling the
+ * section. Every column is computed the same way whoever computes it. */
 static void matmul_task(void *arg, int tid, int nt)
 {
     matmul_job_t *j = arg;
-    int n0, n1;
-    /* Slices of 16 output columns keep each thread's W rows contiguous and
-     * its y stores off the other threads' cache lines. */
-    ig__split(j->n, 16, tid, nt, &n0, &n1);
-    matmul_cols(j, n0, n1);
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        int n0 = c * j->chunk;
+        if (n0 >= j->n)
+            break;
+        int n1 = n0 + j->chunk < j->n ? n0 + j->chunk : j->n;
+        matmul_cols(j, n0, n1);
+    }
 }
 
 static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
                       const ig_weight_t *bias, int m)
 {
     cpu_t *c = cpu_of(be);
-    matmul_job_t j = {y,      x, w->data, bias ? bias->data : NULL, m, (int)w->rows, (int)w->cols,
-                      c->gemm};
+    matmul_job_t j = {.y = y,
+                      .x = x,
+                      .w = w->data,
+                      .bias = bias ? bias->data : NULL,
+                      .m = m,
+                      .n = (int)w->rows,
+                      .k = (int)w->cols,
+                      .mode = c->gemm};
     if (m <= 0)
         return 0;
     double flops = (double)m * j.n * j.k;
@@ -277,6 +294,10 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
         j.mode = IG_CPU_GEMM_BLAS_POOL;
         matmul_cols(&j, 0, j.n);
     } else if (flops >= PARALLEL_MIN_FLOPS && c->nthreads > 1) {
+        /* About eight slices per thread, whole multiples of 16 columns. */
+        int chunk = j.n / (c->nthreads * 8);
+        j.chunk = chunk < 16 ? 16 : chunk - chunk % 16;
+        atomic_init(&j.next, 0);
         ig__pool_run(c->pool, matmul_task, &j);
     } else {
         matmul_cols(&j, 0, j.n);
