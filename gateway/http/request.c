@@ -454,13 +454,13 @@ int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_typ
     if (req->state != IG__REQ_DISPATCHED)
         return IG_ESTATE;
     req->status = status;
-    req->state = IG__REQ_STREAMING;
-    if (req->conn == NULL)
-        return 0;
     if (content_type != NULL && strncasecmp(content_type, "text/event-stream", 17) == 0) {
         /* Proxies must not buffer or transform an event stream. */
         ig_http_add_header(req, "Cache-Control", "no-cache");
     }
+    req->state = IG__REQ_STREAMING;
+    if (req->conn == NULL)
+        return 0;
     size_t cap = head_size(req, content_type);
     char stackbuf[8192];
     char *buf = cap <= sizeof(stackbuf) ? stackbuf : malloc(cap);
