@@ -69,17 +69,14 @@ void ig__arena_dispose(ig__arena_t *a)
 
 /* ---- request lifecycle ------------------------------------------------ */
 
-/* A small per-thread free list keeps keep-alive traffic free of mallocs. */
-static _Thread_local ig_http_req_t *req_free_list;
-static _Thread_local unsigned req_free_count;
-#define REQ_FREE_MAX 64
+#define REQ_POOL_MAX 64
 
-ig_http_req_t *ig__http_req_new(void)
+ig_http_req_t *ig__http_req_new(ig__http_reqpool_t *pool)
 {
-    ig_http_req_t *r = req_free_list;
+    ig_http_req_t *r = pool != NULL ? pool->free : NULL;
     if (r != NULL) {
-        req_free_list = r->next;
-        req_free_count--;
+        pool->free = r->next;
+        pool->count--;
     } else {
         r = malloc(sizeof(*r));
         if (r == NULL)
@@ -87,9 +84,9 @@ ig_http_req_t *ig__http_req_new(void)
     }
     memset(r, 0, offsetof(ig_http_req_t, arena));
     ig__arena_init(&r->arena);
+    r->pool = pool;
     r->out_tail = &r->out_headers;
     r->route = "unmatched";
-    r->status = 0;
     return r;
 }
 
@@ -101,13 +98,26 @@ void ig__http_req_free(ig_http_req_t *r)
         free(r->body);
     free(r->upstream);
     ig__arena_dispose(&r->arena);
-    if (req_free_count < REQ_FREE_MAX) {
-        r->next = req_free_list;
-        req_free_list = r;
-        req_free_count++;
+    ig__http_reqpool_t *pool = r->pool;
+    if (pool != NULL && pool->count < REQ_POOL_MAX) {
+        r->next = pool->free;
+        pool->free = r;
+        pool->count++;
     } else {
         free(r);
     }
+}
+
+void ig__http_reqpool_dispose(ig__http_reqpool_t *pool)
+{
+    ig_http_req_t *r = pool->free;
+    while (r != NULL) {
+        ig_http_req_t *n = r->next;
+        free(r);
+        r = n;
+    }
+    pool->free = NULL;
+    pool->count = 0;
 }
 
 /* ---- accessors -------------------------------------------------------- */

@@ -87,8 +87,7 @@ struct ig_http_server_s {
     int drain_started;
     ig_http_close_cb close_cb;
     void *close_data;
-    time_t date_sec;
-    char date[40];
+    ig__http_reqpool_t pool;
 };
 
 typedef struct {
@@ -373,7 +372,7 @@ static void parse_more(ig__http_conn_t *c)
         int n = ig__http_parser_feed(&c->parser, c->rbuf + c->rpos, c->rlen - c->rpos, &r);
         if (n == IG_EPARSE) {
             if (r == NULL)
-                r = ig__http_error_req(500, "out of memory");
+                r = ig__http_error_req(&s->pool, 500, "out of memory");
             if (r == NULL) {
                 conn_abort(c);
                 return;
@@ -544,8 +543,9 @@ static void on_timer(uv_timer_t *t)
         conn_close(c);
         return;
     }
-    ig_http_req_t *r = ig__http_error_req(408, mode == TM_HEADER ? "request header timeout"
-                                                                 : "request body timeout");
+    ig_http_req_t *r =
+        ig__http_error_req(&c->server->pool, 408,
+                           mode == TM_HEADER ? "request header timeout" : "request body timeout");
     if (r == NULL) {
         conn_abort(c);
         return;
@@ -589,6 +589,7 @@ static void conn_detach(ig__http_conn_t *c)
     c->active = NULL;
     if (r != NULL) {
         r->conn = NULL;
+        r->pool = NULL; /* may outlive the server */
         r->aborted = 1;
         c->server->inflight--;
         if (r->abort_cb != NULL)
@@ -758,7 +759,7 @@ static void on_connection(uv_stream_t *listener, int status)
     s->nconns++;
     if (m_open != NULL)
         ig_metric_add(m_open, 1.0);
-    ig__http_parser_init(&c->parser, &s->limits);
+    ig__http_parser_init(&c->parser, &s->limits, &s->pool);
     c->accepted_ms = uv_now(s->loop);
     if (uv_accept(listener, &c->h.stream) < 0) {
         conn_close_now(c);
@@ -894,6 +895,7 @@ static void on_drain_timer_closed(uv_handle_t *h)
     ig_http_server_t *s = h->data;
     if (s->close_cb != NULL)
         s->close_cb(s, s->close_data);
+    ig__http_reqpool_dispose(&s->pool);
     free(s->unix_path);
     free(s);
 }
