@@ -887,6 +887,22 @@ static int build_token_bytes(ig_tokenizer_t *tok, load_ctx_t *c)
     return 0;
 }
 
+/* Whether some token has "▁" right after another character (see
+ * IG__SPLIT_SPM_RUNS). */
+static int meta_inside_token(const ig_tokenizer_t *tok)
+{
+    for (size_t id = 0; id < tok->n_ids; id++) {
+        const char *s = tok->str[id];
+        size_t n = tok->str_len[id];
+        if (!s || tok->special[id])
+            continue;
+        for (size_t i = 1; i + 3 <= n; i++)
+            if (memcmp(s + i, META, 3) == 0 && !(i >= 3 && memcmp(s + i - 3, META, 3) == 0))
+                return 1;
+    }
+    return 0;
+}
+
 static int build_tables(ig_tokenizer_t *tok, json_t *model, load_ctx_t *c)
 {
     json_t *unk = json_object_get(model, "unk_token");
@@ -937,6 +953,8 @@ static int build_tables(ig_tokenizer_t *tok, json_t *model, load_ctx_t *c)
             char s = (char)b;
             tok->ascii_id[b] = b ? ig_tokenizer_token_id(tok, &s, 1) : -1;
         }
+        if (tok->split == IG__SPLIT_NONE && !meta_inside_token(tok))
+            tok->split = IG__SPLIT_SPM_RUNS;
         if (tok->byte_fallback) {
             for (int b = 0; b < 256; b++) {
                 snprintf(name, sizeof name, "<0x%02X>", b);

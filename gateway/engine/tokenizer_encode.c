@@ -331,6 +331,16 @@ static size_t split_meta(const unsigned char *s, size_t n, size_t i)
     return j - i;
 }
 
+static size_t split_spm_runs(const unsigned char *s, size_t n, size_t i)
+{
+    size_t j = i;
+    while (n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0)
+        j += 3;
+    while (j < n && !(n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0))
+        j++;
+    return j - i;
+}
+
 size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t i)
 {
     size_t l;
@@ -346,6 +356,9 @@ size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t
         break;
     case IG__SPLIT_METASPACE:
         l = split_meta(s, n, i);
+        break;
+    case IG__SPLIT_SPM_RUNS:
+        l = split_spm_runs(s, n, i);
         break;
     default:
         l = n - i;

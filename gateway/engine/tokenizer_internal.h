@@ -33,7 +33,11 @@ typedef enum {
     IG__SPLIT_GPT2,   /* 's|'t|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
     IG__SPLIT_LLAMA3, /* case-insensitive contractions, \p{N}{1,3}, newline runs */
     IG__SPLIT_QWEN2,  /* as Llama-3 with single digits */
-    IG__SPLIT_METASPACE
+    IG__SPLIT_METASPACE,
+    /* Sentencepiece text with no pre-tokenizer, cut before each run of "▁":
+     * chosen at load only when no token holds "▁" after another character,
+     * so that no merge could cross the cut and the result is unchanged. */
+    IG__SPLIT_SPM_RUNS
 } ig__split_t;
 
 /* Returns the length of the next pre-token of s[i..n) under rule (n > i). */
