@@ -601,7 +601,8 @@ static const unsigned char *rewrite(enc_t *e, int *cur, const unsigned char *s, 
     if (grow((void **)&e->nb[*cur], &e->ncap[*cur], need, 1))
         return NULL;
     dst = e->nb[*cur];
-    memcpy(dst, prefix, plen);
+    if (plen)
+        memcpy(dst, prefix, plen);
     o = plen;
     while (i < len) {
         if (pat && len - i >= patlen && memcmp(s + i, pat, patlen) == 0) {
@@ -818,7 +819,8 @@ static int tokdec_run(ig_tokdec_t *d, const unsigned char *b, size_t n, int fina
     if (total > sizeof tmp && !(in = malloc(total)))
         return IG_ENOMEM;
     memcpy(in, d->pend, d->npend);
-    memcpy(in + d->npend, b, n);
+    if (n)
+        memcpy(in + d->npend, b, n);
     used = lossy_utf8(in, total, final, d->buf, &olen);
     /* What is left is an incomplete character: at most 3 bytes. */
     d->npend = total - used;
