@@ -10,6 +10,8 @@
 #include "infergate/tokenizer.h"
 #include "infergate/tokgen.h"
 
+#include "../gateway/engine/tokenizer_internal.h" /* ig__tokgen_write_corpus */
+
 #include <jansson.h>
 
 #include <stdio.h>
@@ -77,6 +79,20 @@ static char *slurp(const char *dir, const char *file, size_t *len)
     buf[n] = 0;
     *len = (size_t)n;
     return buf;
+}
+
+static void check_vocab_size_only(const char *dir, int vocab)
+{
+    char err[512];
+    ig_tokenizer_t *tok;
+    int rc = ig_tokenizer_load(dir, &tok, err, sizeof err);
+    if (rc != 0)
+        print_error("load: %s\n", err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(ig_tokenizer_vocab_size(tok), (size_t)vocab);
+    for (int id = 0; id < vocab; id++)
+        assert_non_null(ig_tokenizer_token_str(tok, id));
+    ig_tokenizer_free(tok);
 }
 
 /* Loads dir and checks the size, the merges and the special tokens. */
@@ -210,6 +226,32 @@ static void test_deterministic_in_seed(void **state)
     }
 }
 
+/* A corpus far too small for the vocabulary: the generator completes it by
+ * joining tokens, still exact, valid (the loader checks every merge) and
+ * deterministic. */
+static void test_tiny_corpus_is_completed(void **state)
+{
+    char a[128], b[128], err[256];
+    (void)state;
+    for (int s = 1; s <= 3; s++) {
+        size_t la, lb;
+        char *ja, *jb;
+        snprintf(a, sizeof a, "%s/tiny_a_%d", root_dir, s);
+        snprintf(b, sizeof b, "%s/tiny_b_%d", root_dir, s);
+        assert_int_equal(mkdir(a, 0755), 0);
+        assert_int_equal(mkdir(b, 0755), 0);
+        assert_int_equal(ig__tokgen_write_corpus(a, 3000, s, 9, 12, 40, err, sizeof err), 0);
+        assert_int_equal(ig__tokgen_write_corpus(b, 3000, s, 9, 12, 40, err, sizeof err), 0);
+        check_vocab_size_only(a, 3000);
+        ja = slurp(a, "tokenizer.json", &la);
+        jb = slurp(b, "tokenizer.json", &lb);
+        assert_int_equal(la, lb);
+        assert_memory_equal(ja, jb, la);
+        free(ja);
+        free(jb);
+    }
+}
+
 static void test_bad_arguments(void **state)
 {
     char err[256];
@@ -232,6 +274,7 @@ int main(void)
         cmocka_unit_test(test_exact_sizes),
         cmocka_unit_test(test_large_sizes),
         cmocka_unit_test(test_deterministic_in_seed),
+        cmocka_unit_test(test_tiny_corpus_is_completed),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -110,4 +110,10 @@ struct ig_tokenizer_s {
 
 uint64_t ig__hash_bytes(const char *s, size_t n);
 
+/* ig_tokgen_write() with the corpus size given: lexicon_words distinct words
+ * and running_words words of sentences. Tests use a tiny corpus to reach the
+ * path that completes the vocabulary once the corpus has no pairs left. */
+int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t seed,
+                            size_t lexicon_words, size_t running_words, char *err, size_t errlen);
+
 #endif

@@ -795,6 +795,15 @@ static int tg_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 int ig_tokgen_write(const char *dir, int vocab_size, int style, uint64_t seed, char *err,
                     size_t errlen)
 {
+    /* About 4 running words and one lexicon entry per id: enough that the
+     * corpus alone fills every size tested (docs/tokenizer.md). */
+    size_t n = vocab_size > 0 ? (size_t)vocab_size : 0;
+    return ig__tokgen_write_corpus(dir, vocab_size, style, seed, n, n * 4, err, errlen);
+}
+
+int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t seed,
+                            size_t lexicon_words, size_t running_words, char *err, size_t errlen)
+{
     static const char *const SP_SPECIAL[] = {"<unk>", "<s>", "</s>"};
     static const char *const L3_SPECIAL[] = {"<|begin_of_text|>", "<|end_of_text|>",
                                              "<|start_header_id|>", "<|end_header_id|>",
@@ -835,9 +844,10 @@ int ig_tokgen_write(const char *dir, int vocab_size, int style, uint64_t seed, c
         return tg_fail(err, errlen, IG_EINVAL, "tokgen: vocab_size %d is outside %d..%d",
                        vocab_size, IG_TOKGEN_MIN_VOCAB, IG_TOKGEN_MAX_VOCAB);
 
-    /* The corpus: about 4 running words and one lexicon entry per id. */
-    if ((rc = lex_build(&lx, (size_t)vocab_size, &rng)) != 0 ||
-        (rc = corpus_build(&text, &lx, (size_t)vocab_size * 4, bytelevel, &rng)) != 0 ||
+    if (lexicon_words == 0)
+        lexicon_words = 1;
+    if ((rc = lex_build(&lx, lexicon_words, &rng)) != 0 ||
+        (rc = corpus_build(&text, &lx, running_words, bytelevel, &rng)) != 0 ||
         (rc = st_init(&types, (size_t)vocab_size * 2)) != 0 ||
         (rc = st_init(&vocab, (size_t)vocab_size)) != 0)
         goto fail;
