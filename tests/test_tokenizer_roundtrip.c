@@ -40,6 +40,9 @@ static const char *const TEXTS[] = {
     "x",
 };
 #define N_TEXTS (sizeof TEXTS / sizeof TEXTS[0])
+#define COMBINING 7 /* TEXTS[7], whose NFC form differs */
+/* TEXTS[COMBINING] in NFC: what the Qwen2-style tokenizer (NFC normalizer) gives back. */
+static const char COMBINING_NFC[] = "combining \xC3\xA9 \xC3\xA5 \xC3\xB6\xCC\x81 marks";
 
 typedef struct {
     char dir[64];
@@ -79,7 +82,9 @@ static int teardown(void **state)
     return 0;
 }
 
-static void roundtrip(ig_tokenizer_t *tok, const char *text, size_t len)
+/* Encodes text, decodes it (at once and streamed) and expects want. */
+static void roundtrip_to(ig_tokenizer_t *tok, const char *text, size_t len, const char *want,
+                         size_t wlen)
 {
     ig_tokvec_t v;
     char *out;
@@ -91,10 +96,10 @@ static void roundtrip(ig_tokenizer_t *tok, const char *text, size_t len)
     assert_int_equal(ig_tokenizer_encode(tok, text, len, 0, &v), 0);
     assert_true(v.len > 0);
     assert_int_equal(ig_tokenizer_decode(tok, v.ids, v.len, 0, &out, &olen), 0);
-    if (olen != len || memcmp(out, text, len) != 0)
+    if (olen != wlen || memcmp(out, want, wlen) != 0)
         print_error("round trip of \"%s\" gave \"%s\"\n", text, out);
-    assert_int_equal(olen, len);
-    assert_memory_equal(out, text, len);
+    assert_int_equal(olen, wlen);
+    assert_memory_equal(out, want, wlen);
     /* Streaming: every piece is whole UTF-8, and the pieces add up. */
     ig_tokdec_init(&d, tok, 0);
     for (size_t i = 0; i < v.len; i++) {
@@ -120,12 +125,21 @@ static void roundtrip(ig_tokenizer_t *tok, const char *text, size_t len)
     ig_tokvec_dispose(&v);
 }
 
+static void roundtrip(ig_tokenizer_t *tok, const char *text, size_t len)
+{
+    roundtrip_to(tok, text, len, text, len);
+}
+
 static void test_roundtrip_all_styles(void **state)
 {
     fixture_t *f = *state;
     for (int s = 0; s < 3; s++)
         for (size_t i = 0; i < N_TEXTS; i++)
-            roundtrip(f->tok[s], TEXTS[i], strlen(TEXTS[i]));
+            if (s == 2 && i == COMBINING)
+                roundtrip_to(f->tok[s], TEXTS[i], strlen(TEXTS[i]), COMBINING_NFC,
+                             strlen(COMBINING_NFC));
+            else
+                roundtrip(f->tok[s], TEXTS[i], strlen(TEXTS[i]));
 }
 
 /* Byte-level: any bytes, even invalid UTF-8, encode and their tokens' bytes
@@ -305,6 +319,30 @@ found:
     ig_tokvec_dispose(&v);
 }
 
+/* The Qwen2-style tokenizer declares an NFC normalizer: decomposed input
+ * encodes as its composed form; other styles keep the bytes. */
+static void test_nfc_normalizer(void **state)
+{
+    fixture_t *f = *state;
+    static const struct {
+        const char *in, *nfc;
+    } cases[] = {
+        {"\xE2\x84\xAB", "\xC3\x85"},                             /* ANGSTROM SIGN -> Å */
+        {"\xE1\x84\x80\xE1\x85\xA1\xE1\x86\xA8", "\xEA\xB0\x81"}, /* jamo -> 각 */
+        /* a + dot below (class 220) + acute (230) -> "ạ" (U+1EA1) + acute */
+        {"a\xCC\xA3\xCC\x81", "\xE1\xBA\xA1\xCC\x81"},
+        {"e\xCC\x81", "\xC3\xA9"},
+        {"plain text", "plain text"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *want = cases[i].nfc;
+        roundtrip_to(f->tok[2], cases[i].in, strlen(cases[i].in), want, strlen(want));
+        roundtrip(f->tok[0], cases[i].in, strlen(cases[i].in));
+    }
+    /* Marks out of canonical order are reordered before composing. */
+    roundtrip_to(f->tok[2], "a\xCC\x81\xCC\xA3", 5, "\xE1\xBA\xA1\xCC\x81", 5);
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -320,8 +358,11 @@ static void test_one_megabyte(void **state)
     fixture_t *f = *state;
     size_t n = 1 << 20, o = 0, k = 0;
     char *big = malloc(n + 64);
+    /* Without the decomposed text, so that every style gives the input back. */
     while (o < n) {
         const char *t = TEXTS[k++ % N_TEXTS];
+        if (t == TEXTS[COMBINING])
+            continue;
         size_t l = strlen(t);
         memcpy(big + o, t, l);
         o += l;
@@ -355,6 +396,7 @@ int main(void)
         cmocka_unit_test(test_stream_holds_partial_characters),
         cmocka_unit_test(test_stream_random_ids),
         cmocka_unit_test(test_special_tokens),
+        cmocka_unit_test(test_nfc_normalizer),
         cmocka_unit_test(test_one_megabyte),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -578,11 +578,8 @@ static int parse_normalizer(ig_tokenizer_t *tok, json_t *n, const char *path, lo
         return add_norm(tok, IG__NORM_REPLACE, json_string_value(pat), json_string_length(pat),
                         json_string_value(content), json_string_length(content), c);
     }
-    /* Unicode NFC leaves text that is already composed unchanged, which is
-     * what clients send in practice; it is accepted as the identity (see
-     * docs/tokenizer.md). */
     if (strcmp(t, "NFC") == 0)
-        return 0;
+        return add_norm(tok, IG__NORM_NFC, "", 0, NULL, 0, c);
     return fail(c->err, c->errlen, c->file, "%s.type: unsupported normalizer \"%s\"", path, t);
 }
 

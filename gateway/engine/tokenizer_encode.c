@@ -635,6 +635,13 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
         if (nm->kind == IG__NORM_PREPEND) {
             if (n)
                 t = rewrite(e, &cur, t, &n, nm->a, nm->alen, NULL, 0, NULL, 0);
+        } else if (nm->kind == IG__NORM_NFC) {
+            if (ig__nfc_needed(t, n)) {
+                if (ig__nfc(t, n, &e->nb[cur], &e->ncap[cur], &n) != 0)
+                    return IG_ENOMEM;
+                t = (const unsigned char *)e->nb[cur];
+                cur ^= 1;
+            }
         } else {
             t = rewrite(e, &cur, t, &n, NULL, 0, nm->a, nm->alen, nm->b, nm->blen);
         }

@@ -12,9 +12,43 @@ typedef struct {
     uint32_t lo, hi;
 } ig__urange_t;
 
+typedef struct {
+    uint32_t lo, hi;
+    uint32_t ccc;
+} ig__ccc_t;
+
+typedef struct {
+    uint32_t cp;
+    uint32_t off, len; /* into ig__decomp_cps */
+} ig__decomp_t;
+
+typedef struct {
+    uint32_t first, second, composite;
+} ig__comp_t;
+
+/* Generated tables (tokenizer_unicode.c), each sorted. */
+extern const ig__ccc_t ig__ccc_runs[];
+extern const size_t ig__n_ccc_runs;
+extern const uint32_t ig__decomp_cps[];
+extern const ig__decomp_t ig__decomps[];
+extern const size_t ig__n_decomps;
+extern const ig__comp_t ig__comps[];
+extern const size_t ig__n_comps;
+extern const ig__urange_t ig__nfc_unsafe[];
+extern const size_t ig__n_nfc_unsafe;
+
+int ig__uni_in_ranges(const ig__urange_t *r, size_t n, uint32_t cp);
 int ig__uni_is_letter(uint32_t cp);
 int ig__uni_is_number(uint32_t cp);
 int ig__uni_is_space(uint32_t cp);
+
+/* Whether Unicode NFC could change s[0..n) (a fast scan; most text is not). */
+int ig__nfc_needed(const unsigned char *s, size_t n);
+
+/* Writes the NFC form of s[0..n) into *buf (grown as needed, capacity *cap)
+ * and its length into *outlen. Invalid UTF-8 bytes pass through unchanged.
+ * Returns 0 or IG_ENOMEM. */
+int ig__nfc(const unsigned char *s, size_t n, char **buf, size_t *cap, size_t *outlen);
 
 /* Decodes one UTF-8 character at s[0..n); returns its length (1..4) and the
  * code point, or 0 when the bytes there are not a valid character. */
@@ -43,7 +77,7 @@ typedef enum {
 /* Returns the length of the next pre-token of s[i..n) under rule (n > i). */
 size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t i);
 
-typedef enum { IG__NORM_PREPEND, IG__NORM_REPLACE } ig__norm_kind_t;
+typedef enum { IG__NORM_PREPEND, IG__NORM_REPLACE, IG__NORM_NFC } ig__norm_kind_t;
 
 typedef struct {
     ig__norm_kind_t kind;
