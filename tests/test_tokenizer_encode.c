@@ -172,6 +172,22 @@ static void test_spm_known(void **state)
     ig_tokenizer_free(tok);
 }
 
+/* added_options/: "<L>" lstrip (5), "<R>" rstrip (6), "ab" single_word (7);
+ * GPT-2 split, no merges, so every other byte is its own token. */
+static void test_added_token_options(void **state)
+{
+    ig_tokenizer_t *tok = load("added_options");
+    (void)state;
+    EXPECT(tok, "a <L>", 0, 1, 5);                /* the space before <L> goes with it */
+    EXPECT(tok, "<R> a", 0, 6, 1);                /* the space after <R> goes with it */
+    EXPECT(tok, "a\t <L><R>\n b", 0, 1, 5, 6, 4); /* any whitespace run */
+    EXPECT(tok, "ab", 0, 7);                      /* a whole word */
+    EXPECT(tok, "_ab", 0, 3, 1, 4);               /* '_' is a word character */
+    EXPECT(tok, "a ab b", 0, 1, 2, 7, 2, 4);      /* "a", " ", ab, " b" */
+    EXPECT(tok, "abab", 0, 1, 4, 1, 4);           /* never inside a word */
+    ig_tokenizer_free(tok);
+}
+
 static void test_utf8_check(void **state)
 {
     size_t off = 99;
@@ -190,9 +206,8 @@ static void test_utf8_check(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_bytelevel_known),
-        cmocka_unit_test(test_bytelevel_decode_and_config),
-        cmocka_unit_test(test_spm_known),
+        cmocka_unit_test(test_bytelevel_known), cmocka_unit_test(test_bytelevel_decode_and_config),
+        cmocka_unit_test(test_spm_known),       cmocka_unit_test(test_added_token_options),
         cmocka_unit_test(test_utf8_check),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

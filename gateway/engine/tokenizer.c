@@ -296,6 +296,9 @@ static int alloc_ids(ig_tokenizer_t *tok, size_t n)
     return 0;
 }
 
+static int get_bool(json_t *o, const char *key, int dflt, int *out, load_ctx_t *c,
+                    const char *path);
+
 static int parse_vocab_and_added(ig_tokenizer_t *tok, json_t *root, json_t *model, load_ctx_t *c)
 {
     json_t *vocab = json_object_get(model, "vocab");
@@ -375,6 +378,14 @@ static int parse_vocab_and_added(ig_tokenizer_t *tok, json_t *root, json_t *mode
         if (sp && !json_is_boolean(sp))
             return fail(c->err, c->errlen, c->file, "added_tokens[%zu].special: expected a boolean",
                         i);
+        {
+            char path[64];
+            snprintf(path, sizeof path, "added_tokens[%zu]", i);
+            if ((rc = get_bool(val, "lstrip", 0, &tok->added[i].lstrip, c, path)) != 0 ||
+                (rc = get_bool(val, "rstrip", 0, &tok->added[i].rstrip, c, path)) != 0 ||
+                (rc = get_bool(val, "single_word", 0, &tok->added[i].single_word, c, path)) != 0)
+                return rc;
+        }
         if (have >= 0 && have != id)
             return fail(c->err, c->errlen, c->file,
                         "added_tokens[%zu]: \"%s\" has id %d but model.vocab gives it %d", i,

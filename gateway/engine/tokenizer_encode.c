@@ -666,18 +666,49 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
     return 0;
 }
 
-/* The longest added token at s[0..n), or NULL. */
+/* The code point that ends just before s[i] (i > 0), invalid bytes as CP_BAD. */
+static uint32_t cp_before(const unsigned char *s, size_t i, size_t *start)
+{
+    size_t j = i - 1, k = 0;
+    uint32_t cp;
+    while (j > 0 && k < 3 && (s[j] & 0xC0) == 0x80) {
+        j--;
+        k++;
+    }
+    if (ig__utf8_decode(s + j, i - j, &cp) != i - j) {
+        j = i - 1;
+        cp = CP_BAD;
+    }
+    *start = j;
+    return cp;
+}
+
+static int is_word_char(uint32_t c)
+{
+    return is_l(c) || is_n(c) || c == '_';
+}
+
+/* The longest added token at s[i..n) that may match there, or NULL. */
 static const ig__added_t *match_added(const ig_tokenizer_t *tok, const unsigned char *s, size_t n,
-                                      unsigned flags)
+                                      size_t i, unsigned flags)
 {
     for (size_t k = 0; k < tok->n_added; k++) {
         const ig__added_t *a = &tok->added[k];
-        if (a->len > n || (unsigned char)a->content[0] != s[0])
+        if (a->len > n - i || (unsigned char)a->content[0] != s[i])
             continue;
         if (a->special && (flags & IG_TOKENIZER_NO_SPECIAL))
             continue;
-        if (memcmp(a->content, s, a->len) == 0)
-            return a;
+        if (memcmp(a->content, s + i, a->len) != 0)
+            continue;
+        if (a->single_word) {
+            size_t st;
+            uint32_t after;
+            if (i > 0 && is_word_char(cp_before(s, i, &st)))
+                continue;
+            if (i + a->len < n && cp_at(s, n, i + a->len, &after) && is_word_char(after))
+                continue;
+        }
+        return a;
     }
     return NULL;
 }
@@ -698,16 +729,31 @@ int ig_tokenizer_encode(const ig_tokenizer_t *tok, const char *text, size_t len,
         goto fail;
     while (i < len) {
         const ig__added_t *a = NULL;
+        size_t end = i;
         if (tok->added_first[s[i]])
-            a = match_added(tok, s + i, len - i, flags);
+            a = match_added(tok, s, len, i, flags);
         if (!a) {
             i++;
             continue;
         }
-        if ((rc = encode_segment(&e, s + seg, i - seg, seg == 0)) != 0 ||
+        /* lstrip / rstrip: the whitespace beside the token goes with it. */
+        while (a->lstrip && end > seg) {
+            size_t st;
+            if (!is_s(cp_before(s, end, &st)) || st < seg)
+                break;
+            end = st;
+        }
+        if ((rc = encode_segment(&e, s + seg, end - seg, seg == 0)) != 0 ||
             (rc = emit(&e, a->id)) != 0)
             goto fail;
         i += a->len;
+        while (a->rstrip && i < len) {
+            uint32_t c;
+            size_t l = cp_at(s, len, i, &c);
+            if (!is_s(c))
+                break;
+            i += l;
+        }
         seg = i;
     }
     rc = encode_segment(&e, s + seg, len - seg, seg == 0);

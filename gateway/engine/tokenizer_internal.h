@@ -92,6 +92,8 @@ typedef struct {
     uint32_t len;
     char *content;
     int special;
+    int lstrip, rstrip; /* the match also takes the whitespace before / after it */
+    int single_word;    /* matches only where no word character touches it */
 } ig__added_t;
 
 struct ig_tokenizer_s {
