@@ -341,6 +341,15 @@ static int parse_vocab_and_added(ig_tokenizer_t *tok, json_t *root, json_t *mode
     }
     if (n == 0)
         return fail(c->err, c->errlen, c->file, "model.vocab: empty vocabulary");
+    /* Ids are dense in practice; a few holes are fine, but a lone huge id
+     * would only make us allocate tables for nothing. */
+    {
+        size_t defined = json_object_size(vocab) + json_array_size(added);
+        if (n > defined + defined / 4 + 4096)
+            return fail(c->err, c->errlen, c->file,
+                        "model.vocab: ids reach %zu but only %zu tokens are defined", n - 1,
+                        defined);
+    }
     if ((rc = alloc_ids(tok, n)) != 0)
         return oom(c->err, c->errlen, c->file);
 
