@@ -65,7 +65,7 @@ static int load_json(const char *path, json_t **out, char *err, size_t errlen)
             snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
         return errno == ENOENT ? IG_ENOENT : IG_EIO;
     }
-    *out = json_load_file(path, JSON_DECODE_INT_AS_REAL * 0, &jerr);
+    *out = json_load_file(path, 0, &jerr);
     if (!*out)
         return fail(err, errlen, file, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
     if (!json_is_object(*out)) {
@@ -621,8 +621,7 @@ static int set_split(ig_tokenizer_t *tok, ig__split_t s, const char *path, load_
     return 0;
 }
 
-static int parse_meta_fields(ig_tokenizer_t *tok, json_t *o, const char *path, load_ctx_t *c,
-                             int *prepend)
+static int parse_meta_fields(json_t *o, const char *path, load_ctx_t *c, int *prepend)
 {
     json_t *ps = json_object_get(o, "prepend_scheme");
     json_t *rep = json_object_get(o, "replacement");
@@ -650,7 +649,6 @@ static int parse_meta_fields(ig_tokenizer_t *tok, json_t *o, const char *path, l
     if ((rc = get_bool(o, "add_prefix_space", 1, &aps, c, path)) != 0)
         return rc;
     *prepend = aps;
-    (void)tok;
     return 0;
 }
 
@@ -714,7 +712,7 @@ static int parse_pretok(ig_tokenizer_t *tok, json_t *p, const char *path, load_c
     }
     if (strcmp(t, "Metaspace") == 0) {
         int split;
-        if ((rc = parse_meta_fields(tok, p, path, c, &tok->meta_prepend)) != 0)
+        if ((rc = parse_meta_fields(p, path, c, &tok->meta_prepend)) != 0)
             return rc;
         if ((rc = get_bool(p, "split", 1, &split, c, path)) != 0)
             return rc;
@@ -779,7 +777,7 @@ static int parse_decoder(ig_tokenizer_t *tok, json_t *d, const char *path, load_
     }
     if (strcmp(t, "Metaspace") == 0) {
         int prepend;
-        if ((rc = parse_meta_fields(tok, d, path, c, &prepend)) != 0)
+        if ((rc = parse_meta_fields(d, path, c, &prepend)) != 0)
             return rc;
         if (prepend)
             tok->strip_leading_space = 1;
@@ -1097,7 +1095,6 @@ static int parse_gen(ig_tokenizer_t *tok, json_t *g, load_ctx_t *c, int32_t *bos
     json_t *b = json_object_get(g, "bos_token_id");
     json_t *v;
     int32_t id;
-    double d;
     int rc;
     ig_gen_defaults_t *gd = &tok->gen;
 
@@ -1146,7 +1143,6 @@ static int parse_gen(ig_tokenizer_t *tok, json_t *g, load_ctx_t *c, int32_t *bos
         gd->has_do_sample = 1;
         gd->do_sample = json_is_true(v);
     }
-    (void)d;
     return 0;
 }
 
