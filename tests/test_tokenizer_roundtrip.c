@@ -12,6 +12,8 @@
 #include "infergate/tokenizer.h"
 #include "infergate/tokgen.h"
 
+#include "../gateway/engine/tokenizer_internal.h" /* ig__nfc_needed */
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,6 +180,52 @@ static void test_invalid_utf8_input(void **state)
         free(out);
         free(joined);
         ig_tokvec_dispose(&v);
+    }
+}
+
+/* Random bytes (mostly not UTF-8): encoding never fails; in byte-level mode
+ * the tokens' bytes are the input exactly, and valid UTF-8 input round-trips
+ * in every mode that does not normalize it. */
+static void test_random_bytes(void **state)
+{
+    fixture_t *f = *state;
+    uint64_t rng = 4242;
+    for (int iter = 0; iter < 2000; iter++) {
+        unsigned char buf[64];
+        size_t n = 1 + (size_t)iter % 64;
+        for (size_t i = 0; i < n; i++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            /* Bias towards bytes that build (or almost build) multibyte characters. */
+            buf[i] =
+                (unsigned char)((rng >> 56) % 4 == 0 ? 0x80 + (rng >> 40) % 0x40 : (rng >> 33));
+        }
+        for (int s = 0; s < 3; s++) {
+            ig_tokenizer_t *tok = f->tok[s];
+            ig_tokvec_t v;
+            char joined[64 * 8];
+            size_t jl = 0;
+            ig_tokvec_init(&v);
+            assert_int_equal(ig_tokenizer_encode(tok, (const char *)buf, n, 0, &v), 0);
+            for (size_t i = 0; i < v.len; i++) {
+                const char *b;
+                size_t bl;
+                assert_int_equal(ig_tokenizer_token_bytes(tok, v.ids[i], &b, &bl), 0);
+                assert_true(jl + bl <= sizeof joined);
+                memcpy(joined + jl, b, bl);
+                jl += bl;
+            }
+            if (s != 1) { /* byte-level styles */
+                if (s == 0 || !ig__nfc_needed(buf, n)) {
+                    assert_int_equal(jl, n);
+                    assert_memory_equal(joined, buf, n);
+                }
+            } else {
+                assert_int_equal(jl, n + 1); /* "▁" prefix */
+                assert_int_equal(joined[0], ' ');
+                assert_memory_equal(joined + 1, buf, n);
+            }
+            ig_tokvec_dispose(&v);
+        }
     }
 }
 
@@ -393,6 +441,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip_all_styles),
         cmocka_unit_test(test_invalid_utf8_input),
+        cmocka_unit_test(test_random_bytes),
         cmocka_unit_test(test_stream_holds_partial_characters),
         cmocka_unit_test(test_stream_random_ids),
         cmocka_unit_test(test_special_tokens),
