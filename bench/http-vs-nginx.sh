@@ -11,6 +11,8 @@
 #   WARMUP=2         seconds of an unmeasured run before each
 #   CONNECTIONS=64   wrk connections (keep-alive)
 #   WRK_THREADS=1    wrk threads
+#   REPEAT=3         measured runs of each server, alternated (A B A B ...) so
+#                    that load from elsewhere hits both alike; medians reported
 #   SERVER_CPU=0     the core both servers are pinned to (infergate is
 #                    single-threaded; nginx gets worker_processes 1)
 #   CLIENT_CPU=1     the core wrk is pinned to
@@ -26,12 +28,13 @@ DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 CONNECTIONS=${CONNECTIONS:-64}
 WRK_THREADS=${WRK_THREADS:-1}
+REPEAT=${REPEAT:-3}
 SERVER_CPU=${SERVER_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 RESULTS=${RESULTS:-$root/bench/results/http-vs-nginx.json}
 # Bounded runs only: a typo must not start an hour-long benchmark.
-if [ "$DURATION" -gt 120 ] || [ "$WARMUP" -gt 30 ]; then
-    echo "http-vs-nginx: DURATION <= 120 and WARMUP <= 30, please" >&2
+if [ "$DURATION" -gt 120 ] || [ "$WARMUP" -gt 30 ] || [ "$REPEAT" -gt 10 ] || [ "$REPEAT" -lt 1 ]; then
+    echo "http-vs-nginx: DURATION <= 120, WARMUP <= 30 and 1 <= REPEAT <= 10, please" >&2
     exit 2
 fi
 
@@ -135,9 +138,13 @@ EOF
 # ---- infergate ---------------------------------------------------------------
 # Access logs off on both sides (warn level here, access_log off in nginx):
 # this measures the HTTP path, not stderr.
+# No pools and no sites: the gateway starts no workers, so the server core
+# runs the HTTP path alone, as nginx does.
 ig_port=$(free_port)
-INFERGATE_CACHE_DIR="$tmp/cache" taskset -c "$SERVER_CPU" "$build/infergate" serve \
-    --listen "127.0.0.1:$ig_port" --log-level warn 2>"$tmp/infergate.log" &
+printf '{"region": "bench", "listen": "127.0.0.1:%s", "log": {"level": "warn"}}\n' \
+    "$ig_port" >"$tmp/infergate.json"
+taskset -c "$SERVER_CPU" "$build/infergate" serve --config "$tmp/infergate.json" \
+    2>"$tmp/infergate.log" &
 ig_pid=$!
 wait_up "$ig_port"
 
@@ -184,28 +191,39 @@ ig_bytes=$(response_bytes "$ig_port")
 echo "  nginx response:"
 ngx_bytes=$(response_bytes "$ngx_port")
 
-ig_res=$(measure "$ig_port")
-ngx_res=$(measure "$ngx_port")
-read -r ig_rps ig_p99 <<<"$ig_res"
-read -r ngx_rps ngx_p99 <<<"$ngx_res"
+ig_runs=""
+ngx_runs=""
+for i in $(seq 1 "$REPEAT"); do
+    ig_runs="$ig_runs $(measure "$ig_port" | tr ' ' ,)"
+    ngx_runs="$ngx_runs $(measure "$ngx_port" | tr ' ' ,)"
+    echo "  run $i/$REPEAT: infergate ${ig_runs##* } nginx ${ngx_runs##* } (req/s,p99 ms)"
+done
 
 python3 - "$RESULTS" <<EOF
-import json, sys, time
-ig_rps, ig_p99, ngx_rps, ngx_p99 = $ig_rps, $ig_p99, $ngx_rps, $ngx_p99
+import json, statistics, sys, time
+def runs(text):
+    return [tuple(float(x) for x in r.split(",")) for r in text.split()]
+ig, ngx = runs("$ig_runs"), runs("$ngx_runs")
+ig_rps, ig_p99 = statistics.median(r[0] for r in ig), statistics.median(r[1] for r in ig)
+ngx_rps, ngx_p99 = statistics.median(r[0] for r in ngx), statistics.median(r[1] for r in ngx)
 res = {
     "scenario": "http-vs-nginx",
     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "command": "bench/http-vs-nginx.sh",
     "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "connections": $CONNECTIONS,
-               "wrk_threads": $WRK_THREADS, "server_cpu": $SERVER_CPU,
-               "client_cpu": $CLIENT_CPU, "cpus": $ncpu, "path": "/health"},
-    "infergate": {"requests_per_s": ig_rps, "p99_ms": ig_p99, "response_bytes": $ig_bytes},
-    "nginx": {"requests_per_s": ngx_rps, "p99_ms": ngx_p99, "response_bytes": $ngx_bytes},
+               "wrk_threads": $WRK_THREADS, "repeat": $REPEAT, "server_cpu": $SERVER_CPU,
+               "client_cpu": $CLIENT_CPU, "cpus": $ncpu, "path": "/health",
+               "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
+    "infergate": {"requests_per_s": ig_rps, "p99_ms": ig_p99, "response_bytes": $ig_bytes,
+                  "runs": [{"requests_per_s": a, "p99_ms": b} for a, b in ig]},
+    "nginx": {"requests_per_s": ngx_rps, "p99_ms": ngx_p99, "response_bytes": $ngx_bytes,
+              "runs": [{"requests_per_s": a, "p99_ms": b} for a, b in ngx]},
     "ratio": {"requests_per_s": round(ig_rps / ngx_rps, 3), "p99": round(ig_p99 / ngx_p99, 3)},
 }
 with open(sys.argv[1], "w") as f:
     json.dump(res, f, indent=2)
     f.write("\n")
+print(f"  median of {len(ig)} runs each:")
 print(f"  {'':10} {'req/s':>12} {'p99 ms':>9} {'resp bytes':>11}")
 print(f"  {'infergate':10} {ig_rps:12.0f} {ig_p99:9.3f} {$ig_bytes:11d}")
 print(f"  {'nginx':10} {ngx_rps:12.0f} {ngx_p99:9.3f} {$ngx_bytes:11d}")

@@ -44,18 +44,17 @@ static inline long long sp_now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Starts IG_BIN_DIR/infergate with argv (NULL-terminated, after the binary). */
-static inline int sp_start(sp_proc_t *p, const char *const *args)
+/* Starts the program at bin with argv (NULL-terminated, after argv[0]). */
+static inline int sp_start_exe(sp_proc_t *p, const char *bin, const char *const *args)
 {
     int out[2], err[2];
     char *argv[32];
     int n = 0;
-    static char bin[] = IG_BIN_DIR "/infergate";
     memset(p, 0, sizeof(*p));
     p->status = -1;
     if (pipe(out) != 0 || pipe(err) != 0)
         return -1;
-    argv[n++] = bin;
+    argv[n++] = (char *)bin;
     for (int i = 0; args[i] != NULL && n < 31; i++)
         argv[n++] = (char *)args[i];
     argv[n] = NULL;
@@ -77,6 +76,12 @@ static inline int sp_start(sp_proc_t *p, const char *const *args)
     p->out_fd = out[0];
     p->err_fd = err[0];
     return 0;
+}
+
+/* Starts IG_BIN_DIR/infergate with args (NULL-terminated, after argv[0]). */
+static inline int sp_start(sp_proc_t *p, const char *const *args)
+{
+    return sp_start_exe(p, IG_BIN_DIR "/infergate", args);
 }
 
 /* Reads what is there on both pipes, waiting up to ms. 0 at EOF of both. */
