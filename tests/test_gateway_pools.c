@@ -150,12 +150,14 @@ typedef struct {
     int ok, failed, hung;
 } load_t;
 
+static int finished; /* requests of the load run that ended, all threads */
+
 static void *load_thread(void *arg)
 {
     load_t *l = arg;
     for (int i = 0; i < l->n; i++) {
         ig_tc_response_t r;
-        int rc = complete(l->port, 16, &r);
+        int rc = complete(l->port, 48, &r);
         if (rc != 0 || r.status == 0)
             l->hung++;
         else if (r.status == 200)
@@ -166,6 +168,7 @@ static void *load_thread(void *arg)
             l->hung++;
         if (rc == 0)
             ig_tc_response_free(&r);
+        __atomic_add_fetch(&finished, 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
 }
@@ -179,15 +182,19 @@ static void test_worker_sigkill_under_load(void **state)
     int pids[2];
     assert_int_equal(worker_pids(g.port, pids, 2), 2);
 
-    enum { THREADS = 4, PER_THREAD = 10 };
+    enum { THREADS = 4, PER_THREAD = 15 };
+    finished = 0;
     pthread_t th[THREADS];
     load_t loads[THREADS];
     for (int i = 0; i < THREADS; i++) {
         loads[i] = (load_t){.port = g.port, .n = PER_THREAD};
         pthread_create(&th[i], NULL, load_thread, &loads[i]);
     }
-    usleep(300 * 1000);
+    while (__atomic_load_n(&finished, __ATOMIC_SEQ_CST) < THREADS)
+        usleep(1000);
     assert_int_equal(kill(pids[0], SIGKILL), 0);
+    /* The kill lands with the run in progress. */
+    assert_true(__atomic_load_n(&finished, __ATOMIC_SEQ_CST) < THREADS * PER_THREAD - THREADS);
     int ok = 0, failed = 0, hung = 0;
     for (int i = 0; i < THREADS; i++) {
         pthread_join(th[i], NULL);
@@ -267,17 +274,46 @@ static void *one_request(void *arg)
     return NULL;
 }
 
-/* Two regions naming each other: each serves its own traffic locally, and
- * one whose pool is saturated spills over to the other. */
+/* Starts faultproxy in front of 127.0.0.1:target with a delay each way, so
+ * that a region on loopback is as far away as a real one. */
+static int distance(ig_proc_t *p, int target, const char *delay_ms)
+{
+    int port = ig_proc_free_port();
+    char listen[64], to[64];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    snprintf(to, sizeof(to), "127.0.0.1:%d", target);
+    char *argv[] = {strdup(ig_proc_bin("faultproxy")),
+                    "--listen",
+                    listen,
+                    "--target",
+                    to,
+                    "--delay-ms",
+                    (char *)delay_ms,
+                    "--quiet",
+                    NULL};
+    assert_int_equal(ig_proc_start(p, argv, 1), 0);
+    free(argv[0]);
+    assert_int_equal(ig_proc_wait_listening(p, port, 10000), 0);
+    return port;
+}
+
+/* Two regions naming each other, 20 ms apart: each serves its own traffic
+ * locally, and one whose pool is saturated spills over to the other. */
 static void test_two_regions_spill_over(void **state)
 {
     int east_port = ig_proc_free_port(), west_port = ig_proc_free_port();
+    ig_proc_t to_west, to_east;
+    int via_west = distance(&to_west, west_port, "10");
+    int via_east = distance(&to_east, east_port, "10");
     char east_url[64], west_url[64];
-    snprintf(east_url, sizeof(east_url), "http://127.0.0.1:%d", east_port);
-    snprintf(west_url, sizeof(west_url), "http://127.0.0.1:%d", west_port);
+    snprintf(east_url, sizeof(east_url), "http://127.0.0.1:%d", via_east);
+    snprintf(west_url, sizeof(west_url), "http://127.0.0.1:%d", via_west);
     gateway_t west, east;
     region_start(&west, west_port, "eu-west", 1, 8, east_url);
     region_start(&east, east_port, "us-east", 1, 1, west_url);
+    /* Let each side probe the other once. */
+    assert_int_equal(ig_proc_wait_status(via_west, "/ready", 200, 10000), 0);
+    usleep(1500 * 1000);
 
     ig_tc_response_t r;
     assert_int_equal(complete(east.port, 4, &r), 0);
@@ -307,6 +343,8 @@ static void test_two_regions_spill_over(void **state)
     assert_true(spilled >= 1);
     assert_int_equal(ig_proc_stop(&east.proc, SIGTERM, 20000), 0);
     assert_int_equal(ig_proc_stop(&west.proc, SIGTERM, 20000), 0);
+    ig_proc_stop(&to_west, SIGTERM, 5000);
+    ig_proc_stop(&to_east, SIGTERM, 5000);
 }
 
 int main(void)
