@@ -5,6 +5,9 @@
 #
 # usage: bench/run-all.sh [BUILD_DIR]     (default: build)
 # ONLY=name1,name2 runs only those scenarios (file names without .sh).
+# SKIP=name1,name2 leaves those out; by default gpu-check, the one-shot GPU
+# check of docs/gpu.md, which builds its own CUDA tree and needs a GPU (run
+# it by itself, or with ONLY=gpu-check SKIP= ).
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -17,6 +20,9 @@ for script in "$here"/*.sh; do
     name=$(basename "$script" .sh)
     [ "$name" = "run-all" ] && continue
     if [ -n "${ONLY:-}" ] && [[ ",$ONLY," != *",$name,"* ]]; then
+        continue
+    fi
+    if [[ ",${SKIP-gpu-check}," == *",$name,"* ]]; then
         continue
     fi
     echo "=== $name"

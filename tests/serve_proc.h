@@ -44,6 +44,35 @@ static inline long long sp_now_ms(void)
     return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Children still running when the test exits (a failed assertion jumps past
+ * their cleanup) are killed, so that no server outlives its test. */
+static pid_t sp_children[32];
+
+static inline void sp_kill_children(void)
+{
+    for (size_t i = 0; i < sizeof(sp_children) / sizeof(sp_children[0]); i++) {
+        if (sp_children[i] > 0 && waitpid(sp_children[i], NULL, WNOHANG) == 0) {
+            kill(sp_children[i], SIGKILL);
+            waitpid(sp_children[i], NULL, 0);
+        }
+    }
+}
+
+static inline void sp_track_child(pid_t pid)
+{
+    static int registered;
+    if (!registered) {
+        atexit(sp_kill_children);
+        registered = 1;
+    }
+    for (size_t i = 0; i < sizeof(sp_children) / sizeof(sp_children[0]); i++) {
+        if (sp_children[i] <= 0 || kill(sp_children[i], 0) != 0) {
+            sp_children[i] = pid;
+            return;
+        }
+    }
+}
+
 /* Starts the program at bin with argv (NULL-terminated, after argv[0]). */
 static inline int sp_start_exe(sp_proc_t *p, const char *bin, const char *const *args)
 {
@@ -71,6 +100,7 @@ static inline int sp_start_exe(sp_proc_t *p, const char *bin, const char *const 
         execv(bin, argv);
         _exit(127);
     }
+    sp_track_child(p->pid);
     close(out[1]);
     close(err[1]);
     p->out_fd = out[0];
