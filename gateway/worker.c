@@ -494,6 +494,15 @@ static int add_lp(worker_t *w, choice_t *c, const ig_sample_t *s, int has, int t
 
 static void on_drain(ig_http_req_t *req, void *data);
 
+/* Stops (or restarts) generation for a stream whose client reads slowly, so
+ * that what is held back stays a token or so per choice. */
+static void pause_choices(wreq_t *r, int paused)
+{
+    for (int i = 0; i < r->nchoices; i++)
+        if (r->choices[i].submitted && !r->choices[i].finished)
+            ig_sched_pause(r->w->sched, r->choices[i].seq_id, paused);
+}
+
 static void stream_write(wreq_t *r, const char *p, size_t n)
 {
     if (r->aborted || r->http_done || n == 0)
@@ -504,10 +513,12 @@ static void stream_write(wreq_t *r, const char *p, size_t n)
     }
     int rc = ig_http_stream_write(r->http, p, n);
     if (rc == IG_EBUSY) {
-        /* Queued, but the client reads slower than we write: hold further
-         * output here (bounded, see tick) until the drain callback. */
+        /* Queued, but the client reads slower than we write: pause the
+         * sequences and hold what is already on its way (bounded, see tick)
+         * until the drain callback. */
         r->paused = 1;
         r->paused_since = now_ns();
+        pause_choices(r, 1);
     }
 }
 
@@ -522,6 +533,8 @@ static void on_drain(ig_http_req_t *req, void *data)
         r->pending_len = 0;
         stream_write(r, r->pending, n);
     }
+    if (!r->paused)
+        pause_choices(r, 0);
 }
 
 static void cancel_all(wreq_t *r)
@@ -1280,21 +1293,23 @@ static void on_tick(uv_timer_t *t)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: infergate worker --model DIR --device cpu|cpu:N|cuda:N|MIG-<uuid>\n"
-                 "                        --listen unix:PATH|HOST:PORT [options]\n\n"
-                 "Serves one model: POST /v1/completions, POST /v1/chat/completions,\n"
-                 "GET /v1/models, /health, /ready, /load, /metrics.\n\n"
-                 "options:\n"
-                 "  --threads N              CPU threads (0 = all cores)\n"
-                 "  --kv-blocks N            KV cache blocks of 16 tokens (0 = size from memory)\n"
-                 "  --max-batched-tokens N   token rows of one forward pass (2048)\n"
-                 "  --max-num-seqs N         sequences of one forward pass (256)\n"
-                 "  --max-waiting N          waiting queue bound; beyond it 429 (1024)\n"
-                 "  --request-timeout S      deadline of one request in seconds (600; 0 = none)\n"
-                 "  --name NAME              the model id clients use (directory name)\n"
-                 "  --log-level debug|info|warn|error\n"
-                 "  --log-format text|json\n"
-                 "  --help\n");
+    fprintf(out,
+            "usage: infergate worker --model DIR --device cpu|cpu:N|cuda:N|MIG-<uuid>\n"
+            "                        --listen unix:PATH|HOST:PORT [options]\n\n"
+            "Serves one model: POST /v1/completions, POST /v1/chat/completions,\n"
+            "GET /v1/models, /health, /ready, /load, /metrics.\n\n"
+            "options:\n"
+            "  --threads N              CPU threads (0 = all cores)\n"
+            "  --kv-blocks N            KV cache blocks of 16 tokens (0 = size from memory)\n"
+            "  --max-batched-tokens N   token rows of one forward pass (2048)\n"
+            "  --max-num-seqs N         sequences of one forward pass (256)\n"
+            "  --max-waiting N          waiting queue bound; beyond it 429 (1024)\n"
+            "  --request-timeout S      deadline of one request in seconds (600; 0 = none)\n"
+            "  --stream-stall-timeout S cancel a stream whose client reads nothing this long (30)\n"
+            "  --name NAME              the model id clients use (directory name)\n"
+            "  --log-level debug|info|warn|error\n"
+            "  --log-format text|json\n"
+            "  --help\n");
 }
 
 static int parse_int(const char *s, const char *flag, int lo, int *out)
@@ -1322,6 +1337,7 @@ int ig_cmd_worker(int argc, char **argv)
         {"max-waiting", required_argument, NULL, 'w'},
         {"request-timeout", required_argument, NULL, 'r'},
         {"name", required_argument, NULL, 'n'},
+        {"stream-stall-timeout", required_argument, NULL, 'S'},
         {"log-level", required_argument, NULL, 'L'},
         {"log-format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
@@ -1387,6 +1403,16 @@ int ig_cmd_worker(int argc, char **argv)
         case 'n':
             w->o.name = optarg;
             break;
+        case 'S': {
+            char *end;
+            w->o.stall_timeout_s = strtod(optarg, &end);
+            if (*end || w->o.stall_timeout_s <= 0) {
+                fprintf(stderr, "infergate worker: --stream-stall-timeout: '%s' is not seconds\n",
+                        optarg);
+                goto out;
+            }
+            break;
+        }
         case 'L':
             if (ig_log_level_parse(optarg, &level) < 0) {
                 fprintf(stderr,

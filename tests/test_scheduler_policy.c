@@ -482,6 +482,48 @@ static void test_prompt_logprobs_chunked(void **state)
     ctx_free(c);
 }
 
+static void test_pause_resume(void **state)
+{
+    ctx_t *c = ctx_new(32, 4, 64, 8, 8);
+    int pa[5], pb[5];
+    make_prompt(pa, 5, 30);
+    make_prompt(pb, 5, 31);
+    uint64_t ia, ib;
+    ig_sched_req_t r = req_of(pa, 5, 10, 7);
+    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
+    r = req_of(pb, 5, 10, 8);
+    assert_int_equal(ig_sched_submit(c->s, &r, &ib), 0);
+    ig_sched_step(c->s);
+    ig_sched_step(c->s);
+    ig_sched_pause(c->s, ia, 1);
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(ig_sched_step(c->s), 1); /* only b runs */
+        ig_sched_drain(c->s, collect_cb, &c->col);
+    }
+    assert_int_equal(collector_get(&c->col, ia)->ntokens, 2);
+    assert_int_equal(collector_get(&c->col, ib)->ntokens, 6);
+    ig_sched_stats_t st;
+    ig_sched_stats(c->s, &st);
+    assert_int_equal(st.running, 2); /* paused, not preempted: blocks kept */
+    ig_sched_pause(c->s, ia, 0);
+    assert_true(run_until_done(c, 2, 100) > 0);
+    int solo[10];
+    solo_tokens(pa, 5, 10, 7, solo);
+    assert_memory_equal(collector_get(&c->col, ia)->tokens, solo, sizeof(solo));
+    /* everything paused: a step does nothing */
+    r = req_of(pa, 5, 10, 7);
+    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
+    ig_sched_step(c->s);
+    ig_sched_pause(c->s, ia, 1);
+    int f = c->fe.forwards;
+    assert_int_equal(ig_sched_step(c->s), 0);
+    assert_int_equal(c->fe.forwards, f);
+    ig_sched_cancel(c->s, ia); /* a paused one can still be cancelled */
+    ig_sched_step(c->s);
+    assert_int_equal(c->fe.nfree, 32);
+    ctx_free(c);
+}
+
 static void test_engine_error_finishes_batch(void **state)
 {
     ctx_t *c = ctx_new(16, 4, 64, 8, 8);
@@ -511,6 +553,7 @@ int main(void)
         cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_stop_strings_across_tokens),
         cmocka_unit_test(test_prompt_logprobs_chunked),
+        cmocka_unit_test(test_pause_resume),
         cmocka_unit_test(test_engine_error_finishes_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -10,6 +10,8 @@
 
 #include "test_worker_proc.h"
 
+#include <sys/socket.h>
+
 static int setup(void **state)
 {
     return wt_make_model();
@@ -110,6 +112,67 @@ static void test_queue_full_and_disconnect(void **state)
     j = wt_post_json(&w, "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2}", &st);
     assert_int_equal(st, 200);
     json_decref(j);
+    wt_stop(&w);
+}
+
+static void test_stream_client_never_reads(void **state)
+{
+    /* A stream with big chunks (chat logprobs, 20 alternatives with their
+     * bytes) to a client that reads nothing: the worker stops writing when
+     * the HTTP server reports backpressure, holds a bounded amount, and
+     * cancels the sequence after the stall timeout. */
+    wproc_t w;
+    const char *extra[] = {"--stream-stall-timeout", "1", NULL};
+    assert_int_equal(wt_start(&w, "bp", extra), 0);
+    double c0 = metric(&w, "infergate_worker_request_success_total{finished_reason=\"cancelled\"}");
+    ig_tc_t *a = ig_tc_connect_unix(w.sock);
+    assert_non_null(a);
+    int rcvbuf = 4096;
+    setsockopt(ig_tc_fd(a), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    assert_int_equal(wt_send(a, "POST", "/v1/chat/completions",
+                             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                             "\"max_tokens\":470,\"ignore_eos\":true,\"stream\":true,"
+                             "\"logprobs\":true,\"top_logprobs\":20}"),
+                     0);
+    assert_int_equal(wait_load(&w, "running", 1, 5000), 1);
+    /* cancelled (not finished) within the stall timeout and a tick or two */
+    assert_int_equal(wait_load(&w, "running", 0, 10000), 0);
+    double c1 = metric(&w, "infergate_worker_request_success_total{finished_reason=\"cancelled\"}");
+    if (c1 - (c0 < 0 ? 0 : c0) != 1)
+        fail_msg("cancelled %g -> %g", c0, c1);
+    ig_tc_close(a);
+
+    /* A client that stalls for a while, less than the timeout, and then
+     * reads: generation resumes on the drain and the stream is complete. */
+    a = ig_tc_connect_unix(w.sock);
+    assert_non_null(a);
+    assert_int_equal(wt_send(a, "POST", "/v1/chat/completions",
+                             "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],"
+                             "\"max_tokens\":470,\"ignore_eos\":true,\"stream\":true,"
+                             "\"logprobs\":true,\"top_logprobs\":20,"
+                             "\"stream_options\":{\"include_usage\":true}}"),
+                     0);
+    assert_int_equal(wait_load(&w, "running", 1, 5000), 1);
+    struct timespec pause = {0, 400 * 1000000L};
+    nanosleep(&pause, NULL);
+    ig_tc_response_t r;
+    assert_int_equal(ig_tc_read_response(a, &r, 30000), 0);
+    int done;
+    json_t *ev = wt_sse_events(r.body, &done);
+    assert_true(done);
+    size_t entries = 0;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        json_t *ch = json_array_get(json_object_get(json_array_get(ev, i), "choices"), 0);
+        entries += json_array_size(json_object_get(json_object_get(ch, "logprobs"), "content"));
+    }
+    json_t *last = json_array_get(ev, json_array_size(ev) - 1);
+    assert_int_equal(
+        json_integer_value(json_object_get(json_object_get(last, "usage"), "completion_tokens")),
+        470);
+    assert_int_equal(entries, 470);
+    json_decref(ev);
+    ig_tc_response_free(&r);
+    ig_tc_close(a);
     wt_stop(&w);
 }
 
@@ -219,6 +282,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_queue_full_and_disconnect),
+        cmocka_unit_test(test_stream_client_never_reads),
         cmocka_unit_test(test_seed_across_runs),
         cmocka_unit_test(test_sigterm_drains),
         cmocka_unit_test(test_load_failure_exits),

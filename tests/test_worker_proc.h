@@ -221,7 +221,8 @@ __attribute__((unused)) static json_t *wt_sse_events(const char *body, int *done
             if (strncmp(p + 6, "[DONE]", 6) == 0)
                 *done = 1;
             else
-                json_array_append_new(arr, json_loadb(p + 6, (size_t)(end - p - 6), 0, NULL));
+                json_array_append_new(
+                    arr, json_loadb(p + 6, (size_t)(end - p - 6), JSON_ALLOW_NUL, NULL));
         }
         p = end + 2;
     }

@@ -56,6 +56,7 @@ typedef struct seq_s {
     uint64_t deadline_ns;
     uint64_t submit_ns, last_token_ns;
     int admitted_once;
+    int paused; /* its client reads slower than it generates: not stepped */
 
     /* Per-step scratch: this step's chunk. */
     int sched_n;
@@ -68,6 +69,13 @@ typedef struct {
     seq_t *head, *tail;
     int n;
 } seq_list_t;
+
+typedef enum { OP_CANCEL = 0, OP_PAUSE, OP_RESUME } seq_op_kind_t;
+
+typedef struct {
+    uint64_t id;
+    seq_op_kind_t op;
+} seq_op_t;
 
 static void list_remove(seq_list_t *l, seq_t *q)
 {
@@ -179,8 +187,9 @@ struct ig_sched_s {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     seq_list_t incoming;
-    uint64_t *cancels;
-    int ncancels, cap_cancels;
+    seq_op_t *ops; /* cancel / pause / resume, applied at the next step */
+    int nops, cap_ops;
+    uint64_t input_gen; /* bumped by every submit and op: wakes an idle engine */
     event_t *ev_head, *ev_tail;
     uint64_t next_id;
     int stopping, started, stopped;
@@ -320,7 +329,7 @@ void ig_sched_free(ig_sched_t *s)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     ig_sampler_free(s->sampler);
-    free(s->cancels);
+    free(s->ops);
     free(s->eos);
     free(s->logits);
     free(s->b_tokens);
@@ -411,6 +420,7 @@ int ig_sched_submit(ig_sched_t *s, const ig_sched_req_t *r, uint64_t *id)
     }
     q->id = s->next_id++;
     list_push_back(&s->incoming, q);
+    s->input_gen++;
     s->stats.waiting++; /* counted at once, so back-to-back submits see it */
     if (id)
         *id = q->id;
@@ -422,22 +432,34 @@ fail:
     return IG_ENOMEM;
 }
 
-void ig_sched_cancel(ig_sched_t *s, uint64_t id)
+static void push_op(ig_sched_t *s, uint64_t id, seq_op_kind_t op)
 {
     pthread_mutex_lock(&s->mu);
-    if (s->ncancels == s->cap_cancels) {
-        int cap = s->cap_cancels ? s->cap_cancels * 2 : 16;
-        uint64_t *c = realloc(s->cancels, sizeof(uint64_t) * (size_t)cap);
-        if (!c) {
+    if (s->nops == s->cap_ops) {
+        int cap = s->cap_ops ? s->cap_ops * 2 : 16;
+        seq_op_t *o = realloc(s->ops, sizeof(seq_op_t) * (size_t)cap);
+        if (!o) {
             pthread_mutex_unlock(&s->mu);
             return; /* the deadline or the client's end will finish it */
         }
-        s->cancels = c;
-        s->cap_cancels = cap;
+        s->ops = o;
+        s->cap_ops = cap;
     }
-    s->cancels[s->ncancels++] = id;
+    s->ops[s->nops].id = id;
+    s->ops[s->nops++].op = op;
+    s->input_gen++;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
+}
+
+void ig_sched_cancel(ig_sched_t *s, uint64_t id)
+{
+    push_op(s, id, OP_CANCEL);
+}
+
+void ig_sched_pause(ig_sched_t *s, uint64_t id, int paused)
+{
+    push_op(s, id, paused ? OP_PAUSE : OP_RESUME);
 }
 
 /* ---- events --------------------------------------------------------------- */
@@ -782,12 +804,12 @@ static void intake(ig_sched_t *s)
     pthread_mutex_lock(&s->mu);
     seq_t *in = s->incoming.head;
     memset(&s->incoming, 0, sizeof(s->incoming));
-    int nc = s->ncancels;
-    uint64_t *cancels = NULL;
-    if (nc) {
-        cancels = s->cancels;
-        s->cancels = NULL;
-        s->ncancels = s->cap_cancels = 0;
+    int nops = s->nops;
+    seq_op_t *ops = NULL;
+    if (nops) {
+        ops = s->ops;
+        s->ops = NULL;
+        s->nops = s->cap_ops = 0;
     }
     pthread_mutex_unlock(&s->mu);
     while (in) {
@@ -797,14 +819,18 @@ static void intake(ig_sched_t *s)
         s->waiting_prefill_tokens += in->ntokens;
         in = n;
     }
-    for (int i = 0; i < nc; i++) {
-        seq_t *q = find_seq(&s->running, cancels[i]);
+    for (int i = 0; i < nops; i++) {
+        seq_t *q = find_seq(&s->running, ops[i].id);
         if (!q)
-            q = find_seq(&s->waiting, cancels[i]);
-        if (q)
+            q = find_seq(&s->waiting, ops[i].id);
+        if (!q)
+            continue;
+        if (ops[i].op == OP_CANCEL)
             finish(s, q, IG_FINISH_CANCELLED, IG_ECANCELED, 1);
+        else
+            q->paused = ops[i].op == OP_PAUSE;
     }
-    free(cancels);
+    free(ops);
     uint64_t t = now(s);
     seq_list_t *lists[2] = {&s->running, &s->waiting};
     for (int l = 0; l < 2; l++) {
@@ -894,7 +920,7 @@ again:;
      * the newest running sequence gives its blocks back (maybe q itself). */
     for (seq_t *q = s->running.head, *next; q && budget > 0; q = next) {
         next = q->next;
-        if (q->ntokens - q->ncomputed != 1)
+        if (q->ntokens - q->ncomputed != 1 || q->paused)
             continue;
         int ok = 1;
         while (blocks_needed(s, q, 1) > s->eng.blocks_free(s->eng.ctx)) {
@@ -931,7 +957,7 @@ again:;
      * recompute), as far as free blocks allow; no preemption for these. */
     for (seq_t *q = s->running.head; q && budget > 0 && nseq < s->opts.max_num_seqs; q = q->next) {
         int left = q->ntokens - q->ncomputed;
-        if (left <= 1 || q->sched_n)
+        if (left <= 1 || q->sched_n || q->paused)
             continue;
         int n = left < budget ? left : budget;
         int fit = (q->nblocks + s->eng.blocks_free(s->eng.ctx)) * s->eng.block_size - q->ncomputed;
@@ -995,13 +1021,16 @@ again:;
         prefill_tok += n;
     }
 
-    if (nseq == 0 && s->running.n > 1) {
+    int active = 0;
+    for (seq_t *q = s->running.head; q; q = q->next)
+        active += !q->paused;
+    if (nseq == 0 && active > 0 && s->running.n > 1) {
         /* Every running sequence is mid-prefill and the blocks are gone:
          * the newest gives its blocks back so that the older ones move. */
         preempt(s, s->running.tail);
         goto again;
     }
-    if (nseq == 0 && s->running.n == 1 && s->waiting.n == 0) {
+    if (nseq == 0 && active == 1 && s->running.n == 1 && s->waiting.n == 0) {
         finish(s, s->running.head, IG_FINISH_LENGTH, IG_ENOKV, 1);
     }
     if (nseq == 0) {
@@ -1065,14 +1094,31 @@ static void *engine_main(void *arg)
     ig_sched_t *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->stopping && !s->incoming.head && !s->ncancels && !s->running.head &&
+        while (!s->stopping && !s->incoming.head && !s->nops && !s->running.head &&
                !s->waiting.head)
             pthread_cond_wait(&s->cv, &s->mu);
         int stop = s->stopping;
+        uint64_t gen = s->input_gen;
         pthread_mutex_unlock(&s->mu);
         if (stop)
             break;
-        ig_sched_step(s);
+        if (ig_sched_step(s) != 0)
+            continue;
+        /* Nothing could run (every sequence paused, or waiting for blocks
+         * that paused ones hold): sleep until something changes, waking
+         * now and then for deadlines. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && s->input_gen == gen &&
+               pthread_cond_timedwait(&s->cv, &s->mu, &ts) == 0)
+            ;
+        pthread_mutex_unlock(&s->mu);
     }
     /* Whatever is left is cancelled, so that every sequence gets its end. */
     intake(s);

@@ -156,6 +156,11 @@ int ig_sched_submit(ig_sched_t *s, const ig_sched_req_t *req, uint64_t *id);
  * at the start of the next step; it then gets a CANCELLED event. */
 void ig_sched_cancel(ig_sched_t *s, uint64_t id);
 
+/* Pauses (1) or resumes (0) a sequence from the next step on: a paused
+ * sequence keeps its KV blocks but is not stepped, so a stream whose client
+ * reads slowly stops generating instead of buffering. No-op when unknown. */
+void ig_sched_pause(ig_sched_t *s, uint64_t id, int paused);
+
 /* Runs one step on the calling thread (only when not started). Returns the
  * number of sequences in the forward pass (0 when idle) or an IG_E* error
  * of the engine (the sequences of that batch then finish with ERROR). */
