@@ -270,6 +270,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         po.router.eject_base_s = cfg->routing.eject.base_ejection_s;
     po.hedge = cfg->routing.hedge.enabled;
     po.hedge_budget = cfg->routing.hedge.budget;
+    po.hedge_quantile = cfg->routing.hedge.delay_quantile;
     if (cfg->routing.queue_size > 0)
         po.queue_size = (int)cfg->routing.queue_size;
     if ((rc = ig_proxy_init(&gw->proxy, loop, &po, resolve, gw)) != 0)
