@@ -411,7 +411,7 @@ static int emit(enc_t *e, int32_t id)
 static int32_t merge_find(const ig_tokenizer_t *tok, int32_t a, int32_t b, int32_t *out)
 {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & tok->mh_mask;
+    size_t i = (size_t)ig__hash_pair(key) & tok->mh_mask;
     for (;;) {
         uint64_t k = tok->mh_key[i];
         if (k == key) {

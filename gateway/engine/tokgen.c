@@ -384,7 +384,7 @@ typedef struct {
 static size_t pair_hash(int32_t a, int32_t b, size_t mask)
 {
     uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    return (size_t)ig__hash_pair(k) & mask;
 }
 
 static int pairs_rehash(trainer_t *t)
