@@ -1,0 +1,41 @@
+#ifndef IGB_HDR_H
+#define IGB_HDR_H
+
+/*
+ * A log-linear latency histogram in the manner of HdrHistogram: values are
+ * microseconds; below 256 µs every value has its own bucket, above it each
+ * power of two is split into 128 buckets, so any value is known to within
+ * 1/128 (0.8%), and quantiles report the bucket middle (error <= 0.4%).
+ * Values above IGB_HDR_MAX_US (100 s) are clamped to it; the exact maximum,
+ * minimum and sum are kept aside.
+ */
+#include <stdint.h>
+
+#define IGB_HDR_MAX_US 100000000ull
+
+typedef struct {
+    uint64_t *counts;
+    int nbuckets;
+    uint64_t total;
+    uint64_t min, max; /* exact, µs */
+    double sum;        /* µs */
+} igb_hdr_t;
+
+/* 0, or -1 when out of memory. */
+int igb_hdr_init(igb_hdr_t *h);
+void igb_hdr_dispose(igb_hdr_t *h);
+
+/* Records one value in microseconds. */
+void igb_hdr_record(igb_hdr_t *h, uint64_t us);
+
+/* The value at quantile q in [0, 1] (0 when empty), in microseconds. q = 1
+ * gives the exact maximum. */
+double igb_hdr_quantile(const igb_hdr_t *h, double q);
+
+double igb_hdr_mean(const igb_hdr_t *h);
+
+/* Bucket index of a value, and the [lo, hi) range of a bucket: for tests. */
+int igb_hdr_index(uint64_t us);
+void igb_hdr_range(int idx, uint64_t *lo, uint64_t *hi);
+
+#endif

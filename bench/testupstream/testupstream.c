@@ -1,0 +1,890 @@
+/*
+ * testupstream: a programmable OpenAI-style HTTP server for benchmarks and
+ * integration tests. Its latency, errors, stalls and stream failures are
+ * set by flags (and some at run time through /_control/...), and every random
+ * choice comes from one seeded generator, so a run is reproducible.
+ *
+ * Delays use a timerfd-backed queue (bench/lib/benchutil.h): a response due
+ * at 20 ms leaves within a few tens of µs of 20 ms, which the accuracy tests
+ * of igbench rely on.
+ */
+#include "../lib/benchutil.h"
+
+#include <jansson.h>
+#include <llhttp.h>
+
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_URL 8192
+#define MAX_BODY (16u << 20)
+
+typedef enum {
+    K_COMPLETIONS,
+    K_CHAT,
+    K_GET,
+    K_BYTES,
+    K_CONTROL,
+    K_NOTFOUND,
+    K_BADREQ,
+} kind_t;
+
+typedef struct conn_s conn_t;
+
+typedef struct req_s {
+    conn_t *c;
+    struct req_s *next;
+    kind_t kind;
+    int stream;
+    int include_usage;
+    int tokens;
+    int prompt_tokens;
+    int error_status; /* 0, or the injected error status */
+    int fail_after;   /* -1, or tokens sent before the connection is reset */
+    int sent;         /* tokens sent so far */
+    int keep_alive;
+    size_t nbytes; /* for GET /bytes/N */
+    char model[128];
+    char url[MAX_URL];
+    uint64_t id;
+    uint64_t t_arrive;
+    uint64_t next_due;
+    igb_tq_entry_t tq;
+} req_t;
+
+struct conn_s {
+    uv_tcp_t tcp;
+    llhttp_t parser;
+    char url[MAX_URL];
+    size_t url_len;
+    char *body;
+    size_t body_len, body_cap;
+    req_t *head, *tail;
+    int closing;
+    int active; /* head request started */
+};
+
+static struct {
+    uv_loop_t *loop;
+    uv_tcp_t server;
+    igb_tq_t tq;
+    llhttp_settings_t settings;
+    igb_rng_t rng;
+    igb_dist_t delay; /* ms */
+    double itl_ms;
+    int force_tokens; /* 0: use the request's max_tokens */
+    double error_rate;
+    int error_status;
+    double stall_at_s, stall_for_s;   /* relative to the first request; at < 0 off */
+    uint64_t stall_from, stall_until; /* absolute hrtime window */
+    int fail_after;
+    double fail_rate;
+    uint64_t first_request;
+    uint64_t nreq, nconn, nactive_conn, nstalled, nfailed, nerrors;
+    int quiet;
+} g;
+
+/* ------------------------------------------------------------------------- */
+/* Output                                                                    */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    uv_write_t w;
+    uv_buf_t buf;
+} wreq_t;
+
+static void on_written(uv_write_t *w, int status)
+{
+    wreq_t *wr = (wreq_t *)w;
+    free(wr->buf.base);
+    free(wr);
+}
+
+/* Takes ownership of data (malloc'd). */
+static void send_raw(conn_t *c, char *data, size_t len)
+{
+    if (c->closing) {
+        free(data);
+        return;
+    }
+    wreq_t *wr = malloc(sizeof(*wr));
+    if (!wr) {
+        free(data);
+        return;
+    }
+    wr->buf = uv_buf_init(data, (unsigned)len);
+    if (uv_write(&wr->w, (uv_stream_t *)&c->tcp, &wr->buf, 1, on_written) != 0) {
+        free(data);
+        free(wr);
+    }
+}
+
+static void send_fmt(conn_t *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void send_fmt(conn_t *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *s = NULL;
+    int n = vasprintf(&s, fmt, ap);
+    va_end(ap);
+    if (n >= 0)
+        send_raw(c, s, (size_t)n);
+}
+
+/* One chunk of a chunked body. */
+static void send_chunk(conn_t *c, const char *data, size_t len)
+{
+    send_fmt(c, "%zx\r\n%.*s\r\n", len, (int)len, data);
+}
+
+static void send_response(conn_t *c, req_t *r, int status, const char *ctype, const char *body,
+                          size_t len)
+{
+    send_fmt(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n%.*s", status,
+             status < 300 ? "OK" : "Error", ctype, len,
+             r->keep_alive ? "" : "Connection: close\r\n", (int)len, body);
+}
+
+static void send_str(conn_t *c, req_t *r, int status, const char *ctype, const char *body)
+{
+    send_response(c, r, status, ctype, body, strlen(body));
+}
+
+/* ------------------------------------------------------------------------- */
+/* Connection lifecycle                                                      */
+/* ------------------------------------------------------------------------- */
+
+static void free_reqs(conn_t *c)
+{
+    while (c->head) {
+        req_t *r = c->head;
+        c->head = r->next;
+        igb_tq_remove(&g.tq, &r->tq);
+        free(r);
+    }
+    c->tail = NULL;
+}
+
+static void on_conn_closed(uv_handle_t *h)
+{
+    conn_t *c = h->data;
+    free(c->body);
+    free(c);
+}
+
+static void conn_close(conn_t *c, int reset)
+{
+    if (c->closing)
+        return;
+    c->closing = 1;
+    g.nactive_conn--;
+    free_reqs(c);
+    if (reset && uv_tcp_close_reset(&c->tcp, on_conn_closed) == 0)
+        return;
+    uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+}
+
+static void start_head(conn_t *c);
+
+static void on_shutdown(uv_shutdown_t *sd, int status)
+{
+    conn_t *c = sd->handle->data;
+    free(sd);
+    conn_close(c, 0);
+}
+
+/* The head request is answered: drop it and start the next one. */
+static void finish_head(conn_t *c)
+{
+    req_t *r = c->head;
+    int keep = r->keep_alive;
+    c->head = r->next;
+    if (!c->head)
+        c->tail = NULL;
+    free(r);
+    c->active = 0;
+    if (!keep) {
+        /* Let the queued writes drain before closing: uv_close would cancel them. */
+        uv_shutdown_t *sd = malloc(sizeof(*sd));
+        if (sd && uv_shutdown(sd, (uv_stream_t *)&c->tcp, on_shutdown) == 0)
+            return;
+        free(sd);
+        conn_close(c, 0);
+        return;
+    }
+    if (c->head)
+        start_head(c);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Answers                                                                   */
+/* ------------------------------------------------------------------------- */
+
+static const char *const words[] = {
+    " the",  " model", " answers", " quickly", " with", " tokens", " of", " text", " and",
+    " then", " it",    " stops",   " when",    " told", " to",     " by", " the",  " limit",
+};
+
+static const char *word(req_t *r, int i)
+{
+    return words[(r->id * 7 + (uint64_t)i) % (sizeof(words) / sizeof(words[0]))];
+}
+
+static uint64_t stall_adjust(uint64_t due)
+{
+    if (g.stall_until && due >= g.stall_from && due < g.stall_until)
+        return g.stall_until;
+    return due;
+}
+
+static void answer_plain(conn_t *c, req_t *r)
+{
+    char buf[512];
+    if (r->error_status) {
+        int n = snprintf(buf, sizeof(buf),
+                         "{\"error\":{\"message\":\"injected error\",\"type\":\"server_error\","
+                         "\"param\":null,\"code\":%d}}",
+                         r->error_status);
+        send_response(c, r, r->error_status, "application/json", buf, (size_t)n);
+        return;
+    }
+    switch (r->kind) {
+    case K_GET:
+        send_response(c, r, 200, "text/plain", "ok\n", 3);
+        return;
+    case K_BYTES: {
+        char *body = malloc(r->nbytes + 1);
+        if (!body)
+            return;
+        memset(body, 'x', r->nbytes);
+        char hdr[256];
+        int n = snprintf(hdr, sizeof(hdr),
+                         "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                         "Content-Length: %zu\r\n%s\r\n",
+                         r->nbytes, r->keep_alive ? "" : "Connection: close\r\n");
+        send_raw(c, strdup(hdr), (size_t)n);
+        send_raw(c, body, r->nbytes);
+        return;
+    }
+    case K_NOTFOUND:
+        send_str(c, r, 404, "application/json",
+                 "{\"error\":{\"message\":\"not found\",\"type\":\"invalid_request_error\","
+                 "\"param\":null,\"code\":404}}");
+        return;
+    case K_BADREQ:
+        send_str(c, r, 400, "application/json",
+                 "{\"error\":{\"message\":\"bad request\",\"type\":\"invalid_request_error\","
+                 "\"param\":null,\"code\":400}}");
+        return;
+    default:
+        break;
+    }
+    /* A non-streamed completion. */
+    size_t cap = 512 + (size_t)r->tokens * 16, len = 0;
+    char *text = malloc(cap);
+    if (!text)
+        return;
+    text[0] = 0;
+    for (int i = 0; i < r->tokens; i++)
+        len += (size_t)snprintf(text + len, cap - len, "%s", word(r, i));
+    char *body = NULL;
+    int n;
+    if (r->kind == K_CHAT)
+        n = asprintf(&body,
+                     "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion\",\"created\":0,"
+                     "\"model\":\"%s\",\"choices\":[{\"index\":0,\"message\":{\"role\":"
+                     "\"assistant\",\"content\":\"%s\"},\"finish_reason\":\"length\"}],"
+                     "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,"
+                     "\"total_tokens\":%d}}",
+                     (unsigned long long)r->id, r->model, text, r->prompt_tokens, r->tokens,
+                     r->prompt_tokens + r->tokens);
+    else
+        n = asprintf(&body,
+                     "{\"id\":\"cmpl-%llu\",\"object\":\"text_completion\",\"created\":0,"
+                     "\"model\":\"%s\",\"choices\":[{\"index\":0,\"text\":\"%s\","
+                     "\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":%d,"
+                     "\"completion_tokens\":%d,\"total_tokens\":%d}}",
+                     (unsigned long long)r->id, r->model, text, r->prompt_tokens, r->tokens,
+                     r->prompt_tokens + r->tokens);
+    free(text);
+    if (n < 0)
+        return;
+    send_response(c, r, 200, "application/json", body, (size_t)n);
+    free(body);
+}
+
+static void send_event(conn_t *c, const char *json)
+{
+    char buf[1024];
+    int n = snprintf(buf, sizeof(buf), "data: %s\n\n", json);
+    send_chunk(c, buf, (size_t)n);
+}
+
+static void send_token(conn_t *c, req_t *r)
+{
+    char buf[768];
+    const char *w = word(r, r->sent);
+    if (r->kind == K_CHAT)
+        snprintf(buf, sizeof(buf),
+                 "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion.chunk\",\"created\":0,"
+                 "\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"%s\"},"
+                 "\"finish_reason\":null}]%s}",
+                 (unsigned long long)r->id, r->model, r->sent == 0 ? "\"role\":\"assistant\"," : "",
+                 w, r->include_usage ? ",\"usage\":null" : "");
+    else
+        snprintf(buf, sizeof(buf),
+                 "{\"id\":\"cmpl-%llu\",\"object\":\"text_completion\",\"created\":0,"
+                 "\"model\":\"%s\",\"choices\":[{\"index\":0,\"text\":\"%s\","
+                 "\"finish_reason\":null}]%s}",
+                 (unsigned long long)r->id, r->model, w, r->include_usage ? ",\"usage\":null" : "");
+    send_event(c, buf);
+    r->sent++;
+}
+
+static void send_stream_end(conn_t *c, req_t *r)
+{
+    char buf[768];
+    if (r->kind == K_CHAT)
+        snprintf(buf, sizeof(buf),
+                 "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion.chunk\",\"created\":0,"
+                 "\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{},"
+                 "\"finish_reason\":\"length\"}]%s}",
+                 (unsigned long long)r->id, r->model, r->include_usage ? ",\"usage\":null" : "");
+    else
+        snprintf(buf, sizeof(buf),
+                 "{\"id\":\"cmpl-%llu\",\"object\":\"text_completion\",\"created\":0,"
+                 "\"model\":\"%s\",\"choices\":[{\"index\":0,\"text\":\"\","
+                 "\"finish_reason\":\"length\"}]%s}",
+                 (unsigned long long)r->id, r->model, r->include_usage ? ",\"usage\":null" : "");
+    send_event(c, buf);
+    if (r->include_usage) {
+        snprintf(buf, sizeof(buf),
+                 "{\"id\":\"%s-%llu\",\"object\":\"%s\",\"created\":0,\"model\":\"%s\","
+                 "\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,"
+                 "\"total_tokens\":%d}}",
+                 r->kind == K_CHAT ? "chatcmpl" : "cmpl", (unsigned long long)r->id,
+                 r->kind == K_CHAT ? "chat.completion.chunk" : "text_completion", r->model,
+                 r->prompt_tokens, r->sent, r->prompt_tokens + r->sent);
+        send_event(c, buf);
+    }
+    send_event(c, "[DONE]");
+    send_raw(c, strdup("0\r\n\r\n"), 5);
+}
+
+static void on_due(igb_tq_entry_t *e)
+{
+    req_t *r = (req_t *)((char *)e - offsetof(req_t, tq));
+    conn_t *c = r->c;
+    uint64_t now = uv_hrtime();
+    uint64_t adj = stall_adjust(now);
+    if (adj != now) {
+        /* The server is frozen: whatever falls due now waits for the thaw. */
+        g.nstalled++;
+        igb_tq_add(&g.tq, &r->tq, adj, on_due);
+        return;
+    }
+    int streamed = r->stream && !r->error_status && (r->kind == K_COMPLETIONS || r->kind == K_CHAT);
+    if (!streamed) {
+        answer_plain(c, r);
+        finish_head(c);
+        return;
+    }
+    if (r->fail_after >= 0 && r->sent >= r->fail_after) {
+        g.nfailed++;
+        conn_close(c, 1);
+        return;
+    }
+    if (r->sent < r->tokens) {
+        send_token(c, r);
+        if (r->sent < r->tokens || (r->fail_after >= 0 && r->sent >= r->fail_after)) {
+            r->next_due += (uint64_t)(g.itl_ms * 1e6);
+            if (r->next_due < now)
+                r->next_due = now;
+            igb_tq_add(&g.tq, &r->tq, r->next_due, on_due);
+            return;
+        }
+    }
+    send_stream_end(c, r);
+    finish_head(c);
+}
+
+static void start_head(conn_t *c)
+{
+    req_t *r = c->head;
+    c->active = 1;
+    if (r->kind == K_CONTROL) {
+        /* Control requests bypass delay and stall; answered in on_message. */
+        finish_head(c);
+        return;
+    }
+    double delay_ms = igb_dist_sample(&g.delay, &g.rng);
+    if (g.error_rate > 0 && igb_rng_double(&g.rng) < g.error_rate) {
+        r->error_status = g.error_status;
+        g.nerrors++;
+    }
+    if (r->stream && g.fail_after >= 0 && igb_rng_double(&g.rng) < g.fail_rate)
+        r->fail_after = g.fail_after;
+    uint64_t due = r->t_arrive + (uint64_t)(delay_ms * 1e6);
+    int streamed = r->stream && !r->error_status && (r->kind == K_COMPLETIONS || r->kind == K_CHAT);
+    if (streamed) {
+        send_fmt(c,
+                 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+                 "Transfer-Encoding: chunked\r\n%s\r\n",
+                 r->keep_alive ? "" : "Connection: close\r\n");
+    } else if (r->kind == K_COMPLETIONS || r->kind == K_CHAT) {
+        /* A non-streamed answer ends when the last token would have. */
+        if (r->tokens > 1)
+            due += (uint64_t)((r->tokens - 1) * g.itl_ms * 1e6);
+    }
+    r->next_due = due;
+    igb_tq_add(&g.tq, &r->tq, due, on_due);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Requests                                                                  */
+/* ------------------------------------------------------------------------- */
+
+static double query_num(const char *url, const char *key, double dflt)
+{
+    const char *q = strchr(url, '?');
+    size_t kl = strlen(key);
+    while (q) {
+        q++;
+        if (strncmp(q, key, kl) == 0 && q[kl] == '=')
+            return strtod(q + kl + 1, NULL);
+        q = strchr(q, '&');
+    }
+    return dflt;
+}
+
+static int count_words(const char *s)
+{
+    int n = 0, in = 0;
+    for (; *s; s++) {
+        int sp = (*s == ' ' || *s == '\n' || *s == '\t');
+        if (!sp && !in)
+            n++;
+        in = !sp;
+    }
+    return n;
+}
+
+static void copy_model(char *dst, size_t cap, const char *src)
+{
+    size_t j = 0;
+    /* Only plain characters: the name is echoed into JSON unescaped. */
+    for (size_t i = 0; src[i] && j + 1 < cap; i++) {
+        char ch = src[i];
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            strchr("._-/:", ch))
+            dst[j++] = ch;
+    }
+    dst[j] = 0;
+}
+
+static void parse_body(conn_t *c, req_t *r)
+{
+    json_error_t err;
+    json_t *root = json_loadb(c->body ? c->body : "", c->body_len, 0, &err);
+    if (!root || !json_is_object(root)) {
+        r->kind = K_BADREQ;
+        json_decref(root);
+        return;
+    }
+    json_t *mt = json_object_get(root, "max_tokens");
+    if (!mt)
+        mt = json_object_get(root, "max_completion_tokens");
+    r->tokens = json_is_integer(mt) ? (int)json_integer_value(mt) : 16;
+    if (g.force_tokens > 0)
+        r->tokens = g.force_tokens;
+    if (r->tokens < 1)
+        r->tokens = 1;
+    if (r->tokens > 100000)
+        r->tokens = 100000;
+    r->stream = json_is_true(json_object_get(root, "stream"));
+    json_t *so = json_object_get(root, "stream_options");
+    r->include_usage = json_is_true(json_object_get(so, "include_usage"));
+    const char *model = json_string_value(json_object_get(root, "model"));
+    copy_model(r->model, sizeof(r->model), model ? model : "test");
+    const char *prompt = json_string_value(json_object_get(root, "prompt"));
+    if (prompt)
+        r->prompt_tokens = count_words(prompt);
+    json_t *msgs = json_object_get(root, "messages");
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m)
+    {
+        const char *content = json_string_value(json_object_get(m, "content"));
+        if (content)
+            r->prompt_tokens += count_words(content);
+    }
+    json_decref(root);
+}
+
+static void answer_control(conn_t *c, req_t *r)
+{
+    const char *path = r->url + strlen("/_control/");
+    char body[512];
+    int n;
+    if (strncmp(path, "stall", 5) == 0) {
+        double ms = query_num(r->url, "ms", 1000);
+        g.stall_from = uv_hrtime();
+        g.stall_until = g.stall_from + (uint64_t)(ms * 1e6);
+        n = snprintf(body, sizeof(body), "{\"stall_ms\":%g}", ms);
+    } else if (strncmp(path, "delay", 5) == 0) {
+        double ms = query_num(r->url, "ms", 0);
+        memset(&g.delay, 0, sizeof(g.delay));
+        g.delay.kind = IGB_DIST_FIXED;
+        g.delay.a = ms;
+        n = snprintf(body, sizeof(body), "{\"delay_ms\":%g}", ms);
+    } else if (strncmp(path, "error-rate", 10) == 0) {
+        g.error_rate = query_num(r->url, "p", 0);
+        n = snprintf(body, sizeof(body), "{\"error_rate\":%g}", g.error_rate);
+    } else if (strncmp(path, "stats", 5) == 0) {
+        n = snprintf(body, sizeof(body),
+                     "{\"requests\":%llu,\"connections\":%llu,\"open_connections\":%llu,"
+                     "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu}",
+                     (unsigned long long)g.nreq, (unsigned long long)g.nconn,
+                     (unsigned long long)g.nactive_conn, (unsigned long long)g.nstalled,
+                     (unsigned long long)g.nfailed, (unsigned long long)g.nerrors);
+    } else {
+        send_str(c, r, 404, "application/json", "{\"error\":\"unknown control\"}");
+        return;
+    }
+    send_response(c, r, 200, "application/json", body, (size_t)n);
+}
+
+static int on_url(llhttp_t *p, const char *at, size_t len)
+{
+    conn_t *c = p->data;
+    if (c->url_len + len >= MAX_URL)
+        return -1;
+    memcpy(c->url + c->url_len, at, len);
+    c->url_len += len;
+    c->url[c->url_len] = 0;
+    return 0;
+}
+
+static int on_body(llhttp_t *p, const char *at, size_t len)
+{
+    conn_t *c = p->data;
+    if (c->body_len + len > MAX_BODY)
+        return -1;
+    if (c->body_len + len + 1 > c->body_cap) {
+        size_t cap = (c->body_len + len + 1) * 2;
+        char *b = realloc(c->body, cap);
+        if (!b)
+            return -1;
+        c->body = b;
+        c->body_cap = cap;
+    }
+    memcpy(c->body + c->body_len, at, len);
+    c->body_len += len;
+    c->body[c->body_len] = 0;
+    return 0;
+}
+
+static int on_message_begin(llhttp_t *p)
+{
+    conn_t *c = p->data;
+    c->url_len = 0;
+    c->url[0] = 0;
+    c->body_len = 0;
+    return 0;
+}
+
+static int on_message_complete(llhttp_t *p)
+{
+    conn_t *c = p->data;
+    req_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return -1;
+    igb_tq_entry_init(&r->tq);
+    r->c = c;
+    r->fail_after = -1;
+    r->t_arrive = uv_hrtime();
+    r->keep_alive = llhttp_should_keep_alive(p);
+    r->id = g.nreq++;
+    memcpy(r->url, c->url, c->url_len + 1);
+    if (!g.first_request) {
+        g.first_request = r->t_arrive;
+        if (g.stall_at_s >= 0 && g.stall_for_s > 0) {
+            g.stall_from = r->t_arrive + (uint64_t)(g.stall_at_s * 1e9);
+            g.stall_until = g.stall_from + (uint64_t)(g.stall_for_s * 1e9);
+        }
+    }
+    int method = llhttp_get_method(p);
+    char path[MAX_URL];
+    strcpy(path, r->url);
+    char *q = strchr(path, '?');
+    if (q)
+        *q = 0;
+    if (strncmp(path, "/_control/", 10) == 0) {
+        r->kind = K_CONTROL;
+        answer_control(c, r);
+    } else if (method == HTTP_POST && strcmp(path, "/v1/completions") == 0) {
+        r->kind = K_COMPLETIONS;
+        parse_body(c, r);
+    } else if (method == HTTP_POST && strcmp(path, "/v1/chat/completions") == 0) {
+        r->kind = K_CHAT;
+        parse_body(c, r);
+    } else if (method == HTTP_GET && strncmp(path, "/bytes/", 7) == 0) {
+        r->kind = K_BYTES;
+        r->nbytes = strtoul(path + 7, NULL, 10);
+        if (r->nbytes > MAX_BODY)
+            r->nbytes = MAX_BODY;
+    } else if (method == HTTP_GET || method == HTTP_POST) {
+        /* Any other GET or POST is a "raw" request: "ok" after the delay. */
+        r->kind = K_GET;
+    } else {
+        r->kind = K_NOTFOUND;
+    }
+    if (c->tail)
+        c->tail->next = r;
+    else
+        c->head = r;
+    c->tail = r;
+    if (!c->active)
+        start_head(c);
+    return 0;
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    static char slab[65536];
+    buf->base = slab;
+    buf->len = sizeof(slab);
+}
+
+static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    conn_t *c = s->data;
+    if (nread < 0) {
+        conn_close(c, 0);
+        return;
+    }
+    if (nread == 0 || c->closing)
+        return;
+    llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
+    if (e != HPE_OK && !c->closing) {
+        if (!g.quiet)
+            fprintf(stderr, "testupstream: bad request: %s\n", llhttp_errno_name(e));
+        send_fmt(c, "HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        uv_read_stop(s);
+        uv_shutdown_t *sd = malloc(sizeof(*sd));
+        if (!sd || uv_shutdown(sd, s, on_shutdown) != 0) {
+            free(sd);
+            conn_close(c, 0);
+        }
+    }
+}
+
+static void on_connection(uv_stream_t *server, int status)
+{
+    if (status < 0)
+        return;
+    conn_t *c = calloc(1, sizeof(*c));
+    if (!c)
+        return;
+    uv_tcp_init(g.loop, &c->tcp);
+    c->tcp.data = c;
+    if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
+        uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
+        return;
+    }
+    uv_tcp_nodelay(&c->tcp, 1);
+    g.nconn++;
+    g.nactive_conn++;
+    llhttp_init(&c->parser, HTTP_REQUEST, &g.settings);
+    c->parser.data = c;
+    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+/* ------------------------------------------------------------------------- */
+/* Main                                                                      */
+/* ------------------------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: testupstream [options]\n"
+            "\n"
+            "A programmable OpenAI-style upstream for benchmarks and tests. Serves\n"
+            "  POST /v1/completions, POST /v1/chat/completions  (\"stream\": true gives SSE,\n"
+            "       one event per token, then a finish chunk, a usage chunk when\n"
+            "       stream_options.include_usage is set, and data: [DONE])\n"
+            "  GET  /bytes/N      N bytes of 'x'\n"
+            "  GET|POST any other path   \"ok\\n\" (a raw request)\n"
+            "  /_control/stall?ms=N      freeze all answers for N ms from now\n"
+            "  /_control/delay?ms=N      set a fixed delay\n"
+            "  /_control/error-rate?p=X  set the injected error rate\n"
+            "  /_control/stats           counters as JSON\n"
+            "Control requests are answered at once (no delay, no stall).\n"
+            "\n"
+            "options:\n"
+            "  --listen HOST:PORT     address (default 127.0.0.1:0, a kernel-picked port)\n"
+            "  --port-file FILE       write the bound port to FILE once listening\n"
+            "  --seed N               seed for every random choice (default 1)\n"
+            "  --delay-ms MS          fixed delay before the answer / first token (default 0)\n"
+            "  --delay-dist SPEC      delay distribution in ms: N | uniform:A:B | exp:MEAN |\n"
+            "                         choice:A@W,B@W,... (e.g. choice:10@0.6,40@0.4)\n"
+            "  --itl-ms MS            delay between streamed tokens (default 0); a non-streamed\n"
+            "                         answer is sent when its last token would have been\n"
+            "  --tokens N             output tokens per completion (default: the request's\n"
+            "                         max_tokens, itself 16 when absent)\n"
+            "  --error-rate P         fraction of requests answered with an error (default 0)\n"
+            "  --error-status CODE    status of injected errors (default 500)\n"
+            "  --stall-at S           freeze all answers S seconds after the first request ...\n"
+            "  --stall-for S          ... for S seconds (answers due meanwhile leave at the end)\n"
+            "  --fail-after-tokens K  reset the connection (RST) after K streamed tokens ...\n"
+            "  --fail-rate P          ... in a fraction P of streams (default 1)\n"
+            "  --spin-us US           wake this early and spin, for precise timing (default 200)\n"
+            "  --quiet                no log lines on stderr\n"
+            "  --help                 this text\n"
+            "\n"
+            "On start it prints \"testupstream listening on HOST:PORT\" to stdout.\n"
+            "Answers on one connection leave in request order; the delay counts from\n"
+            "the arrival of each request.\n");
+}
+
+static void on_signal(uv_signal_t *s, int signum)
+{
+    uv_stop(g.loop);
+}
+
+int main(int argc, char **argv)
+{
+    double spin_us = 200;
+    const char *listen = "127.0.0.1:0", *port_file = NULL;
+    unsigned long long seed = 1;
+    g.stall_at_s = -1;
+    g.error_status = 500;
+    g.fail_after = -1;
+    g.fail_rate = 1.0;
+    igb_dist_parse("0", &g.delay);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                                                     \
+    do {                                                                                           \
+        if (!v) {                                                                                  \
+            fprintf(stderr, "testupstream: %s needs a value\n", a);                                \
+            return 2;                                                                              \
+        }                                                                                          \
+        i++;                                                                                       \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--listen")) {
+            NEED();
+            listen = v;
+        } else if (!strcmp(a, "--port-file")) {
+            NEED();
+            port_file = v;
+        } else if (!strcmp(a, "--seed")) {
+            NEED();
+            seed = strtoull(v, NULL, 10);
+        } else if (!strcmp(a, "--delay-ms") || !strcmp(a, "--delay-dist")) {
+            NEED();
+            if (igb_dist_parse(v, &g.delay) != 0) {
+                fprintf(stderr, "testupstream: bad delay '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--itl-ms")) {
+            NEED();
+            g.itl_ms = atof(v);
+        } else if (!strcmp(a, "--tokens")) {
+            NEED();
+            g.force_tokens = atoi(v);
+        } else if (!strcmp(a, "--error-rate")) {
+            NEED();
+            g.error_rate = atof(v);
+        } else if (!strcmp(a, "--error-status")) {
+            NEED();
+            g.error_status = atoi(v);
+        } else if (!strcmp(a, "--stall-at")) {
+            NEED();
+            g.stall_at_s = atof(v);
+        } else if (!strcmp(a, "--stall-for")) {
+            NEED();
+            g.stall_for_s = atof(v);
+        } else if (!strcmp(a, "--fail-after-tokens")) {
+            NEED();
+            g.fail_after = atoi(v);
+        } else if (!strcmp(a, "--fail-rate")) {
+            NEED();
+            g.fail_rate = atof(v);
+        } else if (!strcmp(a, "--spin-us")) {
+            NEED();
+            spin_us = atof(v);
+            if (spin_us < 0 || spin_us > 10000) {
+                fprintf(stderr, "testupstream: --spin-us must be 0..10000\n");
+                return 2;
+            }
+        } else if (!strcmp(a, "--quiet")) {
+            g.quiet = 1;
+        } else {
+            fprintf(stderr, "testupstream: unknown option '%s' (see --help)\n", a);
+            return 2;
+        }
+#undef NEED
+    }
+    if (g.error_status < 100 || g.error_status > 599) {
+        fprintf(stderr, "testupstream: --error-status must be 100..599\n");
+        return 2;
+    }
+    if (g.stall_at_s >= 0 && g.stall_for_s <= 0)
+        g.stall_for_s = 1.0;
+    igb_rng_init(&g.rng, seed);
+    signal(SIGPIPE, SIG_IGN);
+    g.loop = uv_default_loop();
+    llhttp_settings_init(&g.settings);
+    g.settings.on_message_begin = on_message_begin;
+    g.settings.on_url = on_url;
+    g.settings.on_body = on_body;
+    g.settings.on_message_complete = on_message_complete;
+
+    igb_addr_t addr;
+    if (igb_addr_parse(listen, &addr) != 0 || addr.is_unix) {
+        fprintf(stderr, "testupstream: bad --listen '%s' (HOST:PORT)\n", listen);
+        return 2;
+    }
+    int rc = igb_tq_start(g.loop, &g.tq);
+    g.tq.spin_ns = (uint64_t)(spin_us * 1000);
+    if (rc == 0)
+        rc = uv_tcp_init(g.loop, &g.server);
+    if (rc == 0)
+        rc = uv_tcp_bind(&g.server, (struct sockaddr *)&addr.ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)&g.server, 1024, on_connection);
+    if (rc != 0) {
+        fprintf(stderr, "testupstream: cannot listen on %s: %s\n", listen, uv_strerror(rc));
+        return 1;
+    }
+    char name[128];
+    igb_tcp_name(&g.server, name, sizeof(name));
+    if (port_file) {
+        FILE *f = fopen(port_file, "w");
+        if (f) {
+            fprintf(f, "%s\n", strrchr(name, ':') + 1);
+            fclose(f);
+        }
+    }
+    printf("testupstream listening on %s\n", name);
+    fflush(stdout);
+    uv_signal_t sigint, sigterm;
+    uv_signal_init(g.loop, &sigint);
+    uv_signal_init(g.loop, &sigterm);
+    uv_signal_start(&sigint, on_signal, SIGINT);
+    uv_signal_start(&sigterm, on_signal, SIGTERM);
+    uv_run(g.loop, UV_RUN_DEFAULT);
+    if (!g.quiet)
+        fprintf(stderr, "testupstream: %llu requests, %llu connections\n",
+                (unsigned long long)g.nreq, (unsigned long long)g.nconn);
+    return 0;
+}
