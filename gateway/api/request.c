@@ -1,0 +1,742 @@
+/*
+ * OpenAI request parsing and validation into one ig_api_request_t, errors,
+ * and the canonical JSON a gateway forwards upstream.
+ */
+#include "infergate/api.h"
+#include "infergate/error.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- errors --------------------------------------------------------------- */
+
+const char *ig_api_error_type(int status)
+{
+    switch (status) {
+    case 400:
+    case 413:
+    case 422:
+        return "invalid_request_error";
+    case 401:
+    case 403:
+        return "authentication_error";
+    case 404:
+        return "not_found_error";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "unavailable_error";
+    case 504:
+        return "timeout_error";
+    default:
+        return "server_error";
+    }
+}
+
+int ig_api_error(ig_api_error_t *err, int status, const char *param, const char *fmt, ...)
+{
+    err->status = status;
+    err->type = ig_api_error_type(status);
+    err->code = NULL;
+    snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err->message, sizeof(err->message), fmt, ap);
+    va_end(ap);
+    return IG_EINVAL;
+}
+
+json_t *ig_api_error_json(const ig_api_error_t *err)
+{
+    json_t *e = json_object();
+    if (!e)
+        return NULL;
+    json_object_set_new(e, "message", json_string(err->message));
+    json_object_set_new(e, "type",
+                        json_string(err->type ? err->type : ig_api_error_type(err->status)));
+    json_object_set_new(e, "param", err->param[0] ? json_string(err->param) : json_null());
+    json_object_set_new(e, "code", err->code ? json_string(err->code) : json_integer(err->status));
+    json_t *root = json_object();
+    if (!root) {
+        json_decref(e);
+        return NULL;
+    }
+    json_object_set_new(root, "error", e);
+    return root;
+}
+
+/* ---- UTF-8 and ids -------------------------------------------------------- */
+
+int ig_api_utf8_valid(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned c = s[i];
+        size_t n;
+        unsigned cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xe0) == 0xc0) {
+            n = 1;
+            cp = c & 0x1f;
+        } else if ((c & 0xf0) == 0xe0) {
+            n = 2;
+            cp = c & 0x0f;
+        } else if ((c & 0xf8) == 0xf0) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return 0;
+        }
+        if (i + n >= len)
+            return 0;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        i += n + 1;
+    }
+    return 1;
+}
+
+void ig_api_make_id(char *buf, size_t cap, const char *prefix)
+{
+    /* Not a secret, only unique: a per-process random base and a counter,
+     * mixed so that consecutive ids do not look sequential. */
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static uint64_t state, counter;
+    pthread_mutex_lock(&mu);
+    if (!state) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        state = ((uint64_t)ts.tv_sec * 1000000007ULL) ^ (uint64_t)ts.tv_nsec ^
+                ((uint64_t)getpid() << 32) ^ 0x9e3779b97f4a7c15ULL;
+    }
+    uint64_t n = ++counter;
+    pthread_mutex_unlock(&mu);
+    uint64_t a = state + n * 0x9e3779b97f4a7c15ULL, b = a ^ (n << 17);
+    for (int i = 0; i < 2; i++) {
+        a = (a ^ (a >> 30)) * 0xbf58476d1ce4e5b9ULL;
+        b = (b ^ (b >> 27)) * 0x94d049bb133111ebULL;
+    }
+    snprintf(buf, cap, "%s%016llx%08llx", prefix, (unsigned long long)(a ^ (a >> 31)),
+             (unsigned long long)((b ^ (b >> 31)) & 0xffffffffULL));
+}
+
+/* ---- field readers -------------------------------------------------------- */
+
+/* Each reader: absent or null leaves *out untouched and returns 0; a value of
+ * the wrong type or range fills err (param = the field) and returns
+ * IG_EINVAL. */
+
+static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out,
+                   ig_api_error_t *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    long long x;
+    if (json_is_integer(v)) {
+        x = json_integer_value(v);
+    } else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)) &&
+               fabs(json_real_value(v)) < 9e15) {
+        x = (long long)json_real_value(v); /* 16.0 from a float-minded client */
+    } else {
+        return ig_api_error(err, 400, key, "'%s' must be an integer", key);
+    }
+    if (x < lo || x > hi)
+        return ig_api_error(err, 400, key, "'%s' must be between %lld and %lld, got %lld", key, lo,
+                            hi, x);
+    *out = x;
+    return 1;
+}
+
+static int get_num(json_t *o, const char *key, double lo, double hi, int lo_open, double *out,
+                   ig_api_error_t *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_number(v))
+        return ig_api_error(err, 400, key, "'%s' must be a number", key);
+    double x = json_number_value(v);
+    if (!isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
+        return ig_api_error(err, 400, key, "'%s' must be in %s%g, %g], got %g", key,
+                            lo_open ? "(" : "[", lo, hi, x);
+    *out = x;
+    return 1;
+}
+
+static int get_bool(json_t *o, const char *key, int *out, ig_api_error_t *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_boolean(v))
+        return ig_api_error(err, 400, key, "'%s' must be a boolean", key);
+    *out = json_is_true(v);
+    return 1;
+}
+
+static char *dup_utf8(json_t *s, size_t *len)
+{
+    size_t n = json_string_length(s);
+    char *p = malloc(n + 1);
+    if (!p)
+        return NULL;
+    memcpy(p, json_string_value(s), n);
+    p[n] = 0;
+    if (len)
+        *len = n;
+    return p;
+}
+
+/* A token-id list: non-empty, every entry a non-negative int. */
+static int get_ids(json_t *arr, const char *param, int **ids, int *n, ig_api_error_t *err)
+{
+    size_t cnt = json_array_size(arr);
+    if (cnt == 0)
+        return ig_api_error(err, 400, param, "'%s' must not be empty", param);
+    int *p = malloc(sizeof(int) * cnt);
+    if (!p)
+        return IG_ENOMEM;
+    for (size_t i = 0; i < cnt; i++) {
+        json_t *v = json_array_get(arr, i);
+        if (!json_is_integer(v) || json_integer_value(v) < 0 ||
+            json_integer_value(v) > 0x7fffffff) {
+            free(p);
+            return ig_api_error(err, 400, param,
+                                "'%s' token ids must be non-negative integers (entry %zu)", param,
+                                i);
+        }
+        p[i] = (int)json_integer_value(v);
+    }
+    *ids = p;
+    *n = (int)cnt;
+    return 0;
+}
+
+/* ---- common fields -------------------------------------------------------- */
+
+static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    int rc;
+    long long i;
+    double d;
+
+    json_t *model = json_object_get(root, "model");
+    if (model && !json_is_null(model)) {
+        if (!json_is_string(model))
+            return ig_api_error(err, 400, "model", "'model' must be a string");
+        if (!(r->model = dup_utf8(model, NULL)))
+            return IG_ENOMEM;
+    }
+
+    /* max_tokens: chat prefers max_completion_tokens (the newer name). */
+    const char *mt = "max_tokens";
+    if (r->kind == IG_API_CHAT && json_object_get(root, "max_completion_tokens") &&
+        !json_is_null(json_object_get(root, "max_completion_tokens")))
+        mt = "max_completion_tokens";
+    if ((rc = get_int(root, mt, -(1LL << 40), 1LL << 40, &i, err)) < 0)
+        return rc;
+    if (rc) {
+        if (i <= 0)
+            return ig_api_error(err, 400, mt, "'%s' must be at least 1, got %lld", mt, i);
+        r->max_tokens = i > 0x3fffffff ? 0x3fffffff : (int)i;
+    }
+
+    if ((rc = get_num(root, "temperature", 0.0, 100.0, 0, &d, err)) < 0)
+        return rc;
+    if (rc)
+        r->sampling.temperature = (float)d;
+    if ((rc = get_num(root, "top_p", 0.0, 1.0, 1, &d, err)) < 0)
+        return rc;
+    if (rc)
+        r->sampling.top_p = (float)d;
+    if ((rc = get_int(root, "top_k", -1, 1 << 30, &i, err)) < 0)
+        return rc;
+    if (rc)
+        r->sampling.top_k = i < 0 ? 0 : (int)i;
+    if ((rc = get_num(root, "min_p", 0.0, 1.0, 0, &d, err)) < 0)
+        return rc;
+    if (rc)
+        r->sampling.min_p = (float)d;
+    if ((rc = get_num(root, "repetition_penalty", 0.0, 100.0, 1, &d, err)) < 0)
+        return rc;
+    if (rc)
+        r->sampling.repetition_penalty = (float)d;
+    /* The OpenAI penalties are known names: accepted when in range, and
+     * documented as not applied (docs/worker.md). */
+    if ((rc = get_num(root, "frequency_penalty", -2.0, 2.0, 0, &d, err)) < 0)
+        return rc;
+    if ((rc = get_num(root, "presence_penalty", -2.0, 2.0, 0, &d, err)) < 0)
+        return rc;
+
+    json_t *seed = json_object_get(root, "seed");
+    if (seed && !json_is_null(seed)) {
+        if (!json_is_integer(seed))
+            return ig_api_error(err, 400, "seed", "'seed' must be an integer");
+        r->has_seed = 1;
+        r->seed = (uint64_t)json_integer_value(seed);
+    }
+
+    json_t *stop = json_object_get(root, "stop");
+    if (stop && !json_is_null(stop)) {
+        size_t n = json_is_string(stop) ? 1 : json_is_array(stop) ? json_array_size(stop) : 0;
+        if (!json_is_string(stop) && !json_is_array(stop))
+            return ig_api_error(err, 400, "stop", "'stop' must be a string or a list of strings");
+        if (n > IG_API_MAX_STOP)
+            return ig_api_error(err, 400, "stop", "'stop' has %zu entries; at most %d", n,
+                                IG_API_MAX_STOP);
+        if (n) {
+            r->stop = calloc(n, sizeof(char *));
+            if (!r->stop)
+                return IG_ENOMEM;
+        }
+        for (size_t k = 0; k < n; k++) {
+            json_t *s = json_is_string(stop) ? stop : json_array_get(stop, k);
+            if (!json_is_string(s))
+                return ig_api_error(err, 400, "stop", "'stop' entries must be strings");
+            size_t len = json_string_length(s);
+            if (len == 0 || len > IG_API_MAX_STOP_LEN)
+                return ig_api_error(err, 400, "stop", "'stop' strings must be 1 to %d bytes long",
+                                    IG_API_MAX_STOP_LEN);
+            if (!(r->stop[r->nstop] = dup_utf8(s, NULL)))
+                return IG_ENOMEM;
+            r->nstop++;
+        }
+    }
+
+    json_t *sids = json_object_get(root, "stop_token_ids");
+    if (sids && !json_is_null(sids)) {
+        if (!json_is_array(sids) || json_array_size(sids) > IG_API_MAX_STOP_IDS)
+            return ig_api_error(err, 400, "stop_token_ids",
+                                "'stop_token_ids' must be a list of at most %d token ids",
+                                IG_API_MAX_STOP_IDS);
+        if (json_array_size(sids) &&
+            (rc = get_ids(sids, "stop_token_ids", &r->stop_ids, &r->nstop_ids, err)) < 0)
+            return rc;
+    }
+
+    if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, err)) < 0)
+        return rc;
+    if ((rc = get_bool(root, "stream", &r->stream, err)) < 0)
+        return rc;
+    json_t *so = json_object_get(root, "stream_options");
+    if (so && !json_is_null(so)) {
+        if (!json_is_object(so))
+            return ig_api_error(err, 400, "stream_options", "'stream_options' must be an object");
+        if (!r->stream)
+            return ig_api_error(err, 400, "stream_options",
+                                "'stream_options' is only allowed when 'stream' is true");
+        json_t *iu = json_object_get(so, "include_usage");
+        if (iu && !json_is_null(iu)) {
+            if (!json_is_boolean(iu))
+                return ig_api_error(err, 400, "stream_options.include_usage",
+                                    "'stream_options.include_usage' must be a boolean");
+            r->include_usage = json_is_true(iu);
+        }
+    }
+
+    if ((rc = get_int(root, "n", -(1LL << 40), 1LL << 40, &i, err)) < 0)
+        return rc;
+    if (rc && i != 1)
+        return ig_api_error(err, 400, "n", "only 'n': 1 is supported, got %lld", i);
+    if ((rc = get_int(root, "best_of", -(1LL << 40), 1LL << 40, &i, err)) < 0)
+        return rc;
+    if (rc && i != 1)
+        return ig_api_error(err, 400, "best_of", "only 'best_of': 1 is supported, got %lld", i);
+    return 0;
+}
+
+/* ---- completions ---------------------------------------------------------- */
+
+static int add_text_prompt(ig_api_request_t *r, json_t *s, const char *param, ig_api_error_t *err)
+{
+    ig_api_prompt_t *p = &r->prompts[r->nprompts];
+    size_t len = json_string_length(s);
+    /* jansson already refuses invalid UTF-8 in a body; this keeps the rule
+     * explicit for callers that build requests some other way. */
+    if (!ig_api_utf8_valid(json_string_value(s), len))
+        return ig_api_error(err, 400, param, "'%s' is not valid UTF-8", param);
+    if (!(p->text = dup_utf8(s, &p->text_len)))
+        return IG_ENOMEM;
+    r->nprompts++;
+    return 0;
+}
+
+static int parse_prompt(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *pr = json_object_get(root, "prompt");
+    if (!pr || json_is_null(pr))
+        return ig_api_error(err, 400, "prompt", "'prompt' is required");
+    size_t n;
+    int ids_list = 0;
+    if (json_is_string(pr)) {
+        n = 1;
+    } else if (json_is_array(pr)) {
+        n = json_array_size(pr);
+        if (n == 0)
+            return ig_api_error(err, 400, "prompt", "'prompt' must not be empty");
+        /* A list of integers is one token-id prompt; otherwise each entry is
+         * a prompt of its own (a string or a token-id list). */
+        if (json_is_integer(json_array_get(pr, 0))) {
+            ids_list = 1;
+            n = 1;
+        }
+    } else {
+        return ig_api_error(err, 400, "prompt",
+                            "'prompt' must be a string, a list of strings, a list of token ids "
+                            "or a list of token-id lists");
+    }
+    if (n > IG_API_MAX_PROMPTS)
+        return ig_api_error(err, 400, "prompt", "'prompt' has %zu prompts; at most %d", n,
+                            IG_API_MAX_PROMPTS);
+    r->prompts = calloc(n, sizeof(*r->prompts));
+    if (!r->prompts)
+        return IG_ENOMEM;
+    if (json_is_string(pr))
+        return add_text_prompt(r, pr, "prompt", err);
+    if (ids_list) {
+        int rc = get_ids(pr, "prompt", &r->prompts[0].ids, &r->prompts[0].nids, err);
+        if (rc == 0)
+            r->nprompts = 1;
+        return rc;
+    }
+    for (size_t k = 0; k < n; k++) {
+        json_t *e = json_array_get(pr, k);
+        int rc;
+        if (json_is_string(e)) {
+            rc = add_text_prompt(r, e, "prompt", err);
+        } else if (json_is_array(e)) {
+            rc = get_ids(e, "prompt", &r->prompts[k].ids, &r->prompts[k].nids, err);
+            if (rc == 0)
+                r->nprompts++;
+        } else {
+            rc = ig_api_error(err, 400, "prompt",
+                              "'prompt' entries must be all strings or all token-id lists");
+        }
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+static void request_init(ig_api_request_t *r, ig_api_kind_t kind)
+{
+    memset(r, 0, sizeof(*r));
+    r->kind = kind;
+    ig_sampling_params_default(&r->sampling);
+    r->max_tokens = kind == IG_API_COMPLETION ? 16 : 0;
+    r->logprobs = -1;
+}
+
+static json_t *load_body(const char *body, size_t len, ig_api_error_t *err)
+{
+    json_error_t je;
+    json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!root) {
+        ig_api_error(err, 400, NULL, "invalid JSON body: %s (line %d, column %d)", je.text, je.line,
+                     je.column);
+        return NULL;
+    }
+    if (!json_is_object(root)) {
+        json_decref(root);
+        ig_api_error(err, 400, NULL, "the request body must be a JSON object");
+        return NULL;
+    }
+    return root;
+}
+
+int ig_api_parse_completion(const char *body, size_t len, ig_api_request_t *req,
+                            ig_api_error_t *err)
+{
+    int rc;
+    long long i;
+    request_init(req, IG_API_COMPLETION);
+    json_t *root = load_body(body, len, err);
+    if (!root)
+        return IG_EINVAL;
+    if ((rc = parse_prompt(root, req, err)) < 0)
+        goto fail;
+    if ((rc = parse_common(root, req, err)) < 0)
+        goto fail;
+    if ((rc = get_int(root, "logprobs", 0, IG_API_MAX_LOGPROBS, &i, err)) < 0)
+        goto fail;
+    if (rc)
+        req->logprobs = (int)i;
+    if ((rc = get_bool(root, "echo", &req->echo, err)) < 0)
+        goto fail;
+    json_decref(root);
+    return 0;
+fail:
+    if (rc == IG_ENOMEM)
+        ig_api_error(err, 500, NULL, "out of memory");
+    json_decref(root);
+    ig_api_request_dispose(req);
+    return rc;
+}
+
+/* ---- chat ----------------------------------------------------------------- */
+
+static int parse_content(json_t *c, char **out, size_t idx, ig_api_error_t *err)
+{
+    if (!c || json_is_null(c)) {
+        *out = strdup("");
+        return *out ? 0 : IG_ENOMEM;
+    }
+    if (json_is_string(c)) {
+        *out = dup_utf8(c, NULL);
+        return *out ? 0 : IG_ENOMEM;
+    }
+    if (!json_is_array(c))
+        return ig_api_error(err, 400, "messages",
+                            "messages[%zu].content must be a string or a list of parts", idx);
+    size_t total = 0, n = json_array_size(c);
+    for (size_t k = 0; k < n; k++) {
+        json_t *part = json_array_get(c, k);
+        json_t *type = json_object_get(part, "type");
+        json_t *text = json_object_get(part, "text");
+        if (!json_is_object(part) || !json_is_string(type))
+            return ig_api_error(err, 400, "messages",
+                                "messages[%zu].content[%zu] must be an object with a 'type'", idx,
+                                k);
+        if (strcmp(json_string_value(type), "text") != 0)
+            return ig_api_error(err, 400, "messages",
+                                "messages[%zu].content[%zu]: content type '%s' is not supported "
+                                "(text only)",
+                                idx, k, json_string_value(type));
+        if (!json_is_string(text))
+            return ig_api_error(err, 400, "messages",
+                                "messages[%zu].content[%zu].text must be a string", idx, k);
+        total += json_string_length(text);
+    }
+    char *p = malloc(total + 1);
+    if (!p)
+        return IG_ENOMEM;
+    size_t off = 0;
+    for (size_t k = 0; k < n; k++) {
+        json_t *text = json_object_get(json_array_get(c, k), "text");
+        memcpy(p + off, json_string_value(text), json_string_length(text));
+        off += json_string_length(text);
+    }
+    p[off] = 0;
+    *out = p;
+    return 0;
+}
+
+static int parse_messages(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    static const char *roles[] = {"system", "user", "assistant", "tool", "developer", NULL};
+    json_t *msgs = json_object_get(root, "messages");
+    if (!msgs || json_is_null(msgs))
+        return ig_api_error(err, 400, "messages", "'messages' is required");
+    if (!json_is_array(msgs) || json_array_size(msgs) == 0)
+        return ig_api_error(err, 400, "messages", "'messages' must be a non-empty list");
+    size_t n = json_array_size(msgs);
+    r->messages = calloc(n, sizeof(*r->messages));
+    if (!r->messages)
+        return IG_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        json_t *m = json_array_get(msgs, k);
+        if (!json_is_object(m))
+            return ig_api_error(err, 400, "messages", "messages[%zu] must be an object", k);
+        json_t *role = json_object_get(m, "role");
+        if (!json_is_string(role))
+            return ig_api_error(err, 400, "messages", "messages[%zu].role must be a string", k);
+        int known = 0;
+        for (int j = 0; roles[j]; j++)
+            known |= strcmp(roles[j], json_string_value(role)) == 0;
+        if (!known)
+            return ig_api_error(err, 400, "messages",
+                                "messages[%zu].role '%s' is not one of "
+                                "system, user, assistant, tool, developer",
+                                k, json_string_value(role));
+        ig_api_message_t *msg = &r->messages[r->nmessages];
+        if (!(msg->role = dup_utf8(role, NULL)))
+            return IG_ENOMEM;
+        r->nmessages++;
+        int rc = parse_content(json_object_get(m, "content"), &msg->content, k, err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int ig_api_parse_chat(const char *body, size_t len, ig_api_request_t *req, ig_api_error_t *err)
+{
+    int rc, lp = 0;
+    long long i;
+    request_init(req, IG_API_CHAT);
+    json_t *root = load_body(body, len, err);
+    if (!root)
+        return IG_EINVAL;
+    if ((rc = parse_messages(root, req, err)) < 0)
+        goto fail;
+    if ((rc = parse_common(root, req, err)) < 0)
+        goto fail;
+    if ((rc = get_bool(root, "logprobs", &lp, err)) < 0)
+        goto fail;
+    if ((rc = get_int(root, "top_logprobs", 0, IG_API_MAX_LOGPROBS, &i, err)) < 0)
+        goto fail;
+    if (rc && !lp) {
+        rc =
+            ig_api_error(err, 400, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+        goto fail;
+    }
+    if (lp)
+        req->logprobs = rc ? (int)i : 0;
+    json_decref(root);
+    return 0;
+fail:
+    if (rc == IG_ENOMEM)
+        ig_api_error(err, 500, NULL, "out of memory");
+    json_decref(root);
+    ig_api_request_dispose(req);
+    return rc;
+}
+
+int ig_api_parse(ig_api_kind_t kind, const char *body, size_t len, ig_api_request_t *req,
+                 ig_api_error_t *err)
+{
+    return kind == IG_API_CHAT ? ig_api_parse_chat(body, len, req, err)
+                               : ig_api_parse_completion(body, len, req, err);
+}
+
+void ig_api_request_dispose(ig_api_request_t *r)
+{
+    free(r->model);
+    for (int i = 0; i < r->nprompts; i++) {
+        free(r->prompts[i].text);
+        free(r->prompts[i].ids);
+    }
+    free(r->prompts);
+    for (int i = 0; i < r->nmessages; i++) {
+        free(r->messages[i].role);
+        free(r->messages[i].content);
+    }
+    free(r->messages);
+    for (int i = 0; i < r->nstop; i++)
+        free(r->stop[i]);
+    free(r->stop);
+    free(r->stop_ids);
+    memset(r, 0, sizeof(*r));
+}
+
+/* ---- checks that need the tokenizer --------------------------------------- */
+
+int ig_api_check_context(const ig_api_request_t *req, int ntok, int ctx, ig_api_error_t *err)
+{
+    const char *param = req->kind == IG_API_CHAT ? "messages" : "prompt";
+    if (ntok <= 0) {
+        ig_api_error(err, 400, param, "the prompt is empty after tokenization");
+        return IG_EINVAL;
+    }
+    long long want = (long long)ntok + (req->max_tokens > 0 ? req->max_tokens : 0);
+    if (ntok >= ctx || want > ctx) {
+        if (req->max_tokens > 0)
+            ig_api_error(err, 400, param,
+                         "This model's maximum context length is %d tokens. However, you "
+                         "requested %lld tokens (%d in the %s, %d for the completion). Please "
+                         "reduce the length of the %s or completion.",
+                         ctx, want, ntok, req->kind == IG_API_CHAT ? "messages" : "prompt",
+                         req->max_tokens, param);
+        else
+            ig_api_error(err, 400, param,
+                         "This model's maximum context length is %d tokens. However, your "
+                         "messages resulted in %d tokens. Please reduce the length of the "
+                         "messages.",
+                         ctx, ntok);
+        err->code = "context_length_exceeded";
+        return IG_ETOOLONG;
+    }
+    return 0;
+}
+
+/* ---- canonical form ------------------------------------------------------- */
+
+static json_t *ids_json(const int *ids, int n)
+{
+    json_t *a = json_array();
+    for (int i = 0; a && i < n; i++)
+        json_array_append_new(a, json_integer(ids[i]));
+    return a;
+}
+
+json_t *ig_api_request_to_json(const ig_api_request_t *r)
+{
+    json_t *o = json_object();
+    if (!o)
+        return NULL;
+    if (r->model)
+        json_object_set_new(o, "model", json_string(r->model));
+    if (r->kind == IG_API_COMPLETION) {
+        json_t *p;
+        if (r->nprompts == 1 && r->prompts[0].text) {
+            p = json_stringn(r->prompts[0].text, r->prompts[0].text_len);
+        } else if (r->nprompts == 1) {
+            p = ids_json(r->prompts[0].ids, r->prompts[0].nids);
+        } else {
+            p = json_array();
+            for (int i = 0; p && i < r->nprompts; i++)
+                json_array_append_new(
+                    p, r->prompts[i].text ? json_stringn(r->prompts[i].text, r->prompts[i].text_len)
+                                          : ids_json(r->prompts[i].ids, r->prompts[i].nids));
+        }
+        json_object_set_new(o, "prompt", p);
+        if (r->logprobs >= 0)
+            json_object_set_new(o, "logprobs", json_integer(r->logprobs));
+        if (r->echo)
+            json_object_set_new(o, "echo", json_true());
+    } else {
+        json_t *ms = json_array();
+        for (int i = 0; ms && i < r->nmessages; i++)
+            json_array_append_new(ms, json_pack("{s:s, s:s}", "role", r->messages[i].role,
+                                                "content", r->messages[i].content));
+        json_object_set_new(o, "messages", ms);
+        if (r->logprobs >= 0) {
+            json_object_set_new(o, "logprobs", json_true());
+            json_object_set_new(o, "top_logprobs", json_integer(r->logprobs));
+        }
+    }
+    if (r->max_tokens > 0)
+        json_object_set_new(o, "max_tokens", json_integer(r->max_tokens));
+    json_object_set_new(o, "temperature", json_real(r->sampling.temperature));
+    json_object_set_new(o, "top_p", json_real(r->sampling.top_p));
+    if (r->sampling.top_k > 0)
+        json_object_set_new(o, "top_k", json_integer(r->sampling.top_k));
+    if (r->sampling.min_p > 0)
+        json_object_set_new(o, "min_p", json_real(r->sampling.min_p));
+    if (r->sampling.repetition_penalty != 1.0f)
+        json_object_set_new(o, "repetition_penalty", json_real(r->sampling.repetition_penalty));
+    if (r->has_seed)
+        json_object_set_new(o, "seed", json_integer((json_int_t)r->seed));
+    if (r->nstop) {
+        json_t *s = json_array();
+        for (int i = 0; s && i < r->nstop; i++)
+            json_array_append_new(s, json_string(r->stop[i]));
+        json_object_set_new(o, "stop", s);
+    }
+    if (r->nstop_ids)
+        json_object_set_new(o, "stop_token_ids", ids_json(r->stop_ids, r->nstop_ids));
+    if (r->ignore_eos)
+        json_object_set_new(o, "ignore_eos", json_true());
+    if (r->stream) {
+        json_object_set_new(o, "stream", json_true());
+        if (r->include_usage)
+            json_object_set_new(o, "stream_options", json_pack("{s:b}", "include_usage", 1));
+    }
+    return o;
+}

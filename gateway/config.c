@@ -1,0 +1,1194 @@
+/*
+ * Region config: JSON (jansson) into ig_config_t, with every key checked.
+ *
+ * Each parse_* function handles one JSON object: it rejects unknown keys
+ * first, then reads each known key with a default, then checks the
+ * relations between keys. The first error wins: it is formatted as
+ * "FILE: JSON.PATH: problem" into the caller's buffer and IG_ECONFIG is
+ * returned all the way up, where the half-built struct is disposed.
+ */
+#include "infergate/config.h"
+#include "infergate/error.h"
+#include "infergate/log.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+#define PATH_MAX_LEN 256
+#define NAME_MAX_LEN 128
+#define DAY_MS 86400000ull
+
+typedef struct {
+    const char *file;
+    const char *basedir; /* relative model paths start here; NULL: the cwd */
+    char *err;
+    size_t errlen;
+} ctx_t;
+
+/* ---- errors and paths --------------------------------------------------- */
+
+static int fail(ctx_t *c, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(ctx_t *c, const char *path, const char *fmt, ...)
+{
+    if (c->err != NULL && c->errlen > 0) {
+        int n = snprintf(c->err, c->errlen, "%s: %s: ", c->file, path[0] ? path : "(top level)");
+        if (n >= 0 && (size_t)n < c->errlen) {
+            va_list ap;
+            va_start(ap, fmt);
+            vsnprintf(c->err + n, c->errlen - (size_t)n, fmt, ap);
+            va_end(ap);
+        }
+    }
+    return IG_ECONFIG;
+}
+
+/* Appends to a path buffer, truncating (paths are short; a cut one is still readable). */
+static void append(char *out, size_t at, const char *s)
+{
+    size_t n = strlen(s);
+    if (at >= PATH_MAX_LEN - 1)
+        return;
+    if (n > PATH_MAX_LEN - 1 - at)
+        n = PATH_MAX_LEN - 1 - at;
+    memcpy(out + at, s, n);
+    out[at + n] = '\0';
+}
+
+/* "a.b" from "a" and "b"; "b" at the top level. */
+static void join(char *out, const char *prefix, const char *key)
+{
+    out[0] = '\0';
+    append(out, 0, prefix);
+    if (prefix[0] != '\0')
+        append(out, strlen(out), ".");
+    append(out, strlen(out), key);
+}
+
+static void join_index(char *out, const char *prefix, size_t i)
+{
+    char idx[32];
+    snprintf(idx, sizeof(idx), "[%zu]", i);
+    out[0] = '\0';
+    append(out, 0, prefix);
+    append(out, strlen(out), idx);
+}
+
+static int check_keys(ctx_t *c, json_t *obj, const char *path, const char *const *allowed)
+{
+    const char *key;
+    json_t *v;
+    json_object_foreach(obj, key, v)
+    {
+        size_t i = 0;
+        while (allowed[i] != NULL && strcmp(allowed[i], key) != 0)
+            i++;
+        if (allowed[i] == NULL) {
+            char p[PATH_MAX_LEN];
+            join(p, path, key);
+            return fail(c, p, "unknown key");
+        }
+    }
+    return 0;
+}
+
+/* ---- typed getters: absent keys take the default ------------------------ */
+
+static int get_object(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (v == NULL)
+        return 0;
+    if (!json_is_object(v)) {
+        char p[PATH_MAX_LEN];
+        join(p, path, key);
+        return fail(c, p, "must be an object");
+    }
+    *out = v;
+    return 0;
+}
+
+static int get_array(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = NULL;
+    if (v == NULL)
+        return 0;
+    if (!json_is_array(v)) {
+        char p[PATH_MAX_LEN];
+        join(p, path, key);
+        return fail(c, p, "must be an array");
+    }
+    *out = v;
+    return 0;
+}
+
+/* A name: what API requests, metric labels and logs carry. */
+static int check_name(ctx_t *c, const char *path, const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0)
+        return fail(c, path, "must not be empty");
+    if (n > NAME_MAX_LEN)
+        return fail(c, path, "must be at most %d characters", NAME_MAX_LEN);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch <= ' ' || ch == 0x7f || ch == '"' || ch == '\\')
+            return fail(c, path,
+                        "must not contain spaces, quotes, backslashes or control characters");
+    }
+    return 0;
+}
+
+enum { STR_OPTIONAL = 0, STR_REQUIRED = 1, STR_NAME = 2, STR_NONEMPTY = 4 };
+
+/* *out becomes a copy of the value, or of def (NULL stays NULL). */
+static int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, int flags,
+                      const char *def, char **out)
+{
+    char p[PATH_MAX_LEN];
+    json_t *v = json_object_get(obj, key);
+    const char *s = def;
+    join(p, path, key);
+    *out = NULL;
+    if (v == NULL) {
+        if (flags & STR_REQUIRED)
+            return fail(c, p, "is required");
+    } else {
+        if (!json_is_string(v))
+            return fail(c, p, "must be a string");
+        s = json_string_value(v);
+        if (strlen(s) != json_string_length(v))
+            return fail(c, p, "must not contain NUL characters");
+        if (flags & STR_NAME) {
+            int rc = check_name(c, p, s);
+            if (rc != 0)
+                return rc;
+        } else if ((flags & STR_NONEMPTY) && s[0] == '\0') {
+            return fail(c, p, "must not be empty");
+        }
+    }
+    if (s == NULL)
+        return 0;
+    *out = strdup(s);
+    return *out == NULL ? IG_ENOMEM : 0;
+}
+
+static int get_uint(ctx_t *c, json_t *obj, const char *path, const char *key, uint64_t lo,
+                    uint64_t hi, uint64_t def, uint64_t *out)
+{
+    char p[PATH_MAX_LEN];
+    json_t *v = json_object_get(obj, key);
+    *out = def;
+    if (v == NULL)
+        return 0;
+    join(p, path, key);
+    if (!json_is_integer(v))
+        return fail(c, p, "must be an integer");
+    json_int_t x = json_integer_value(v);
+    if (x < 0 || (uint64_t)x < lo)
+        return fail(c, p, "must be >= %llu", (unsigned long long)lo);
+    if ((uint64_t)x > hi)
+        return fail(c, p, "must be <= %llu", (unsigned long long)hi);
+    *out = (uint64_t)x;
+    return 0;
+}
+
+static int get_unsigned(ctx_t *c, json_t *obj, const char *path, const char *key, unsigned lo,
+                        unsigned hi, unsigned def, unsigned *out)
+{
+    uint64_t x;
+    int rc = get_uint(c, obj, path, key, lo, hi, def, &x);
+    *out = (unsigned)x;
+    return rc;
+}
+
+static int get_size(ctx_t *c, json_t *obj, const char *path, const char *key, size_t lo, size_t hi,
+                    size_t def, size_t *out)
+{
+    uint64_t x;
+    int rc = get_uint(c, obj, path, key, lo, hi, def, &x);
+    *out = (size_t)x;
+    return rc;
+}
+
+enum { NUM_CLOSED = 0, NUM_LO_OPEN = 1, NUM_HI_OPEN = 2 };
+
+/* A number in [lo, hi] (or with open ends); hi = INFINITY for none. */
+static int get_number(ctx_t *c, json_t *obj, const char *path, const char *key, double lo,
+                      double hi, int open, double def, double *out)
+{
+    char p[PATH_MAX_LEN];
+    json_t *v = json_object_get(obj, key);
+    *out = def;
+    if (v == NULL)
+        return 0;
+    join(p, path, key);
+    if (!json_is_number(v))
+        return fail(c, p, "must be a number");
+    double x = json_number_value(v);
+    int bad_lo = (open & NUM_LO_OPEN) ? !(x > lo) : !(x >= lo);
+    int bad_hi = (open & NUM_HI_OPEN) ? !(x < hi) : !(x <= hi);
+    if (bad_lo || bad_hi) {
+        if (isinf(hi))
+            return fail(c, p, "must be %s %g", (open & NUM_LO_OPEN) ? ">" : ">=", lo);
+        if (open == NUM_CLOSED)
+            return fail(c, p, "must be between %g and %g", lo, hi);
+        return fail(c, p, "must be %s %g and %s %g", (open & NUM_LO_OPEN) ? ">" : ">=", lo,
+                    (open & NUM_HI_OPEN) ? "<" : "<=", hi);
+    }
+    *out = x;
+    return 0;
+}
+
+static int get_bool(ctx_t *c, json_t *obj, const char *path, const char *key, int def, int *out)
+{
+    json_t *v = json_object_get(obj, key);
+    *out = def;
+    if (v == NULL)
+        return 0;
+    if (!json_is_boolean(v)) {
+        char p[PATH_MAX_LEN];
+        join(p, path, key);
+        return fail(c, p, "must be a boolean");
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* An enum spelled as a string: *out is the index in names. */
+static int get_enum(ctx_t *c, json_t *obj, const char *path, const char *key,
+                    const char *const *names, int def, int *out)
+{
+    char p[PATH_MAX_LEN];
+    json_t *v = json_object_get(obj, key);
+    *out = def;
+    if (v == NULL)
+        return 0;
+    join(p, path, key);
+    if (json_is_string(v)) {
+        for (int i = 0; names[i] != NULL; i++) {
+            if (strcmp(names[i], json_string_value(v)) == 0) {
+                *out = i;
+                return 0;
+            }
+        }
+    }
+    char list[256] = "";
+    size_t n = 0;
+    for (int i = 0; names[i] != NULL && n < sizeof(list); i++)
+        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", names[i]);
+    return fail(c, p, "must be one of %s", list);
+}
+
+/* ---- addresses ---------------------------------------------------------- */
+
+int ig_config_check_listen(const char *listen, char *err, size_t errlen)
+{
+    char host[64];
+    if (strncmp(listen, "unix:", 5) == 0) {
+        size_t n = strlen(listen + 5);
+        if (n == 0) {
+            snprintf(err, errlen, "'%s': the unix socket path is empty", listen);
+            return IG_EINVAL;
+        }
+        if (n >= sizeof(((struct sockaddr_un *)0)->sun_path)) {
+            snprintf(err, errlen, "'%s': the unix socket path is longer than %zu bytes", listen,
+                     sizeof(((struct sockaddr_un *)0)->sun_path) - 1);
+            return IG_EINVAL;
+        }
+        return 0;
+    }
+    const char *colon = strrchr(listen, ':');
+    if (colon == NULL || colon == listen || colon[1] == '\0') {
+        snprintf(err, errlen, "'%s': must be HOST:PORT or unix:PATH", listen);
+        return IG_EINVAL;
+    }
+    char *end;
+    errno = 0;
+    unsigned long port = strtoul(colon + 1, &end, 10);
+    if (*end != '\0' || colon[1] < '0' || colon[1] > '9' || errno != 0 || port > 65535) {
+        snprintf(err, errlen, "'%s': the port must be a number from 0 to 65535", listen);
+        return IG_EINVAL;
+    }
+    size_t hlen = (size_t)(colon - listen);
+    unsigned char buf[16];
+    int ok;
+    if (listen[0] == '[') {
+        ok = hlen >= 3 && listen[hlen - 1] == ']' && hlen - 2 < sizeof(host);
+        if (ok) {
+            memcpy(host, listen + 1, hlen - 2);
+            host[hlen - 2] = '\0';
+            ok = inet_pton(AF_INET6, host, buf) == 1;
+        }
+    } else {
+        ok = hlen < sizeof(host);
+        if (ok) {
+            memcpy(host, listen, hlen);
+            host[hlen] = '\0';
+            ok = inet_pton(AF_INET, host, buf) == 1;
+        }
+    }
+    if (!ok) {
+        snprintf(err, errlen, "'%s': the host must be an IPv4 address or a bracketed IPv6 address",
+                 listen);
+        return IG_EINVAL;
+    }
+    return 0;
+}
+
+/* http://HOST[:PORT][/BASE]; fills host, port and base of the site. */
+static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site_t *site)
+{
+    const char *p = url;
+    if (strncmp(p, "http://", 7) != 0)
+        return fail(c, path, "'%s': must start with http://", url);
+    p += 7;
+    if (strpbrk(p, "?#@ ") != NULL)
+        return fail(c, path, "'%s': must not contain a query, fragment, user info or spaces", url);
+    const char *slash = strchr(p, '/');
+    size_t alen = slash ? (size_t)(slash - p) : strlen(p);
+    const char *host = p, *hend, *port = NULL;
+    if (alen > 0 && p[0] == '[') {
+        const char *rb = memchr(p, ']', alen);
+        if (rb == NULL)
+            return fail(c, path, "'%s': unterminated IPv6 address", url);
+        host = p + 1;
+        hend = rb;
+        if (rb + 1 < p + alen) {
+            if (rb[1] != ':')
+                return fail(c, path, "'%s': junk after the IPv6 address", url);
+            port = rb + 2;
+        }
+    } else {
+        const char *colon = memchr(p, ':', alen);
+        hend = colon ? colon : p + alen;
+        port = colon ? colon + 1 : NULL;
+    }
+    if (hend == host)
+        return fail(c, path, "'%s': the host is empty", url);
+    for (const char *h = host; h < hend; h++) {
+        if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
+              *h == '.' || *h == '-' || (host != p && *h == ':')))
+            return fail(c, path, "'%s': invalid character in the host", url);
+    }
+    site->port = 80;
+    if (port != NULL) {
+        long v = 0;
+        const char *q = port;
+        for (; q < p + alen && *q >= '0' && *q <= '9' && v <= 65535; q++)
+            v = v * 10 + (*q - '0');
+        if (q == port || q != p + alen || v < 1 || v > 65535)
+            return fail(c, path, "'%s': the port must be a number from 1 to 65535", url);
+        site->port = (int)v;
+    }
+    site->host = strndup(host, (size_t)(hend - host));
+    /* The base path keeps no trailing '/', so base + "/v1/..." is always right. */
+    const char *base = slash ? slash : "";
+    size_t blen = strlen(base);
+    while (blen > 0 && base[blen - 1] == '/')
+        blen--;
+    site->base = strndup(base, blen);
+    size_t ulen = strlen(url);
+    while (ulen > 7 && url[ulen - 1] == '/')
+        ulen--;
+    site->url = strndup(url, ulen);
+    if (site->host == NULL || site->base == NULL || site->url == NULL)
+        return IG_ENOMEM;
+    return 0;
+}
+
+/* ---- paths of model directories ----------------------------------------- */
+
+int ig_config_cache_dir(char *buf, size_t size)
+{
+    const char *v;
+    int n;
+    if ((v = getenv("INFERGATE_CACHE_DIR")) != NULL && v[0] != '\0')
+        n = snprintf(buf, size, "%s", v);
+    else if ((v = getenv("XDG_CACHE_HOME")) != NULL && v[0] != '\0')
+        n = snprintf(buf, size, "%s/infergate", v);
+    else if ((v = getenv("HOME")) != NULL && v[0] != '\0')
+        n = snprintf(buf, size, "%s/.cache/infergate", v);
+    else
+        return IG_ENOENT;
+    return n < 0 || (size_t)n >= size ? IG_ERANGE : 0;
+}
+
+/* "@cache/x" -> cache dir, "~/x" -> $HOME, relative -> next to the config. */
+static int expand_path(ctx_t *c, const char *path, const char *in, char **out)
+{
+    char buf[4096];
+    int n;
+    if (in[0] == '\0')
+        return fail(c, path, "must not be empty");
+    if (strcmp(in, "@cache") == 0 || strncmp(in, "@cache/", 7) == 0) {
+        char dir[2048];
+        if (ig_config_cache_dir(dir, sizeof(dir)) != 0)
+            return fail(c, path,
+                        "cannot expand @cache: set INFERGATE_CACHE_DIR, "
+                        "XDG_CACHE_HOME or HOME");
+        n = snprintf(buf, sizeof(buf), "%s%s", dir, in + 6);
+    } else if (in[0] == '~' && (in[1] == '/' || in[1] == '\0')) {
+        const char *home = getenv("HOME");
+        if (home == NULL || home[0] == '\0')
+            return fail(c, path, "cannot expand ~: HOME is not set");
+        n = snprintf(buf, sizeof(buf), "%s%s", home, in + 1);
+    } else if (in[0] != '/' && c->basedir != NULL) {
+        n = snprintf(buf, sizeof(buf), "%s/%s", c->basedir, in);
+    } else {
+        n = snprintf(buf, sizeof(buf), "%s", in);
+    }
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return fail(c, path, "is too long");
+    *out = strdup(buf);
+    return *out == NULL ? IG_ENOMEM : 0;
+}
+
+/* ---- sections ----------------------------------------------------------- */
+
+static int parse_log(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    static const char *const keys[] = {"level", "format", NULL};
+    static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
+    static const char *const formats[] = {"text", "json", NULL};
+    json_t *o;
+    int rc = get_object(c, root, "", "log", &o);
+    cfg->log.level = IG_LOG_INFO;
+    cfg->log.format = IG_LOG_TEXT;
+    if (rc != 0 || o == NULL)
+        return rc;
+    if ((rc = check_keys(c, o, "log", keys)) != 0 ||
+        (rc = get_enum(c, o, "log", "level", levels, IG_LOG_INFO, &cfg->log.level)) != 0 ||
+        (rc = get_enum(c, o, "log", "format", formats, IG_LOG_TEXT, &cfg->log.format)) != 0)
+        return rc;
+    return 0;
+}
+
+static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    static const char *const keys[] = {"max_request_line",
+                                       "max_header_bytes",
+                                       "max_headers",
+                                       "max_body_bytes",
+                                       "header_timeout_ms",
+                                       "body_timeout_ms",
+                                       "idle_timeout_ms",
+                                       "max_connections",
+                                       "max_pipeline",
+                                       "write_buffer_bytes",
+                                       "drain_timeout_ms",
+                                       "max_prompt_tokens",
+                                       NULL};
+    ig_config_limits_t *l = &cfg->limits;
+    ig_http_limits_t *h = &l->http;
+    const char *p = "limits";
+    json_t *o;
+    int rc = get_object(c, root, "", "limits", &o);
+    if (rc != 0)
+        return rc;
+    if (o == NULL)
+        o = json_object(); /* every default below */
+    else
+        json_incref(o);
+    if (o == NULL)
+        return IG_ENOMEM;
+    /* The defaults are those of ig_http_limits_default() (include/infergate/http.h). */
+    if ((rc = check_keys(c, o, p, keys)) != 0 ||
+        (rc = get_size(c, o, p, "max_request_line", 64, 1u << 20, 8192, &h->max_request_line)) ||
+        (rc = get_size(c, o, p, "max_header_bytes", 256, 16u << 20, 64 * 1024,
+                       &h->max_header_bytes)) ||
+        (rc = get_unsigned(c, o, p, "max_headers", 1, 10000, 100, &h->max_headers)) ||
+        (rc = get_size(c, o, p, "max_body_bytes", 1, 1u << 30, 4u << 20, &h->max_body_bytes)) ||
+        (rc = get_uint(c, o, p, "header_timeout_ms", 1, DAY_MS, 10000, &h->header_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "body_timeout_ms", 1, DAY_MS, 60000, &h->body_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, 75000, &h->idle_timeout_ms)) ||
+        (rc = get_unsigned(c, o, p, "max_connections", 1, 1000000, 10000, &h->max_connections)) ||
+        (rc = get_unsigned(c, o, p, "max_pipeline", 1, 1024, 16, &h->max_pipeline)) ||
+        (rc = get_size(c, o, p, "write_buffer_bytes", 1024, 1u << 30, 256 * 1024,
+                       &h->write_buffer_bytes)) ||
+        (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
+        (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)))
+        goto done;
+done:
+    json_decref(o);
+    return rc;
+}
+
+static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    static const char *const keys[] = {"policy",
+                                       "retry_budget",
+                                       "max_retries",
+                                       "hedge",
+                                       "eject",
+                                       "connect_timeout_ms",
+                                       "first_token_timeout_ms",
+                                       "idle_timeout_ms",
+                                       "total_timeout_ms",
+                                       "queue_size",
+                                       NULL};
+    static const char *const hedge_keys[] = {"enabled", "budget", "delay_quantile", NULL};
+    static const char *const eject_keys[] = {"consecutive_failures", "base_ejection_s", NULL};
+    static const char *const policies[] = {"latency", "round_robin", "least_inflight", "random",
+                                           NULL};
+    ig_config_routing_t *r = &cfg->routing;
+    const char *p = "routing";
+    json_t *o, *hedge = NULL, *eject = NULL;
+    int policy, rc = get_object(c, root, "", "routing", &o);
+    if (rc != 0)
+        return rc;
+    if (o == NULL)
+        o = json_object();
+    else
+        json_incref(o);
+    if (o == NULL)
+        return IG_ENOMEM;
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_enum(c, o, p, "policy", policies, IG_ROUTE_LATENCY, &policy)) ||
+        (rc = get_number(c, o, p, "retry_budget", 0, 1, NUM_CLOSED, 0.2, &r->retry_budget)) ||
+        (rc = get_unsigned(c, o, p, "max_retries", 0, 10, 2, &r->max_retries)) ||
+        (rc = get_object(c, o, p, "hedge", &hedge)) || (rc = get_object(c, o, p, "eject", &eject)))
+        goto done;
+    r->policy = (ig_route_policy_t)policy;
+    r->hedge.enabled = 0;
+    r->hedge.budget = 0.05;
+    r->hedge.delay_quantile = 0.95;
+    if (hedge != NULL &&
+        ((rc = check_keys(c, hedge, "routing.hedge", hedge_keys)) ||
+         (rc = get_bool(c, hedge, "routing.hedge", "enabled", 0, &r->hedge.enabled)) ||
+         (rc = get_number(c, hedge, "routing.hedge", "budget", 0, 1, NUM_CLOSED, 0.05,
+                          &r->hedge.budget)) ||
+         (rc = get_number(c, hedge, "routing.hedge", "delay_quantile", 0, 1,
+                          NUM_LO_OPEN | NUM_HI_OPEN, 0.95, &r->hedge.delay_quantile))))
+        goto done;
+    r->eject.consecutive_failures = 5;
+    r->eject.base_ejection_s = 30;
+    if (eject != NULL && ((rc = check_keys(c, eject, "routing.eject", eject_keys)) ||
+                          (rc = get_unsigned(c, eject, "routing.eject", "consecutive_failures", 1,
+                                             1000, 5, &r->eject.consecutive_failures)) ||
+                          (rc = get_number(c, eject, "routing.eject", "base_ejection_s", 0,
+                                           INFINITY, NUM_LO_OPEN, 30, &r->eject.base_ejection_s))))
+        goto done;
+    if ((rc = get_uint(c, o, p, "connect_timeout_ms", 1, DAY_MS, 2000, &r->connect_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "first_token_timeout_ms", 1, DAY_MS, 60000,
+                       &r->first_token_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, 60000, &r->idle_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "total_timeout_ms", 1, DAY_MS, 600000, &r->total_timeout_ms)) ||
+        (rc = get_unsigned(c, o, p, "queue_size", 0, 1000000, 1024, &r->queue_size)))
+        goto done;
+    if (r->connect_timeout_ms > r->total_timeout_ms) {
+        rc = fail(c, "routing.connect_timeout_ms", "must be <= total_timeout_ms (%llu)",
+                  (unsigned long long)r->total_timeout_ms);
+        goto done;
+    }
+    if (r->first_token_timeout_ms > r->total_timeout_ms) {
+        rc = fail(c, "routing.first_token_timeout_ms", "must be <= total_timeout_ms (%llu)",
+                  (unsigned long long)r->total_timeout_ms);
+        goto done;
+    }
+done:
+    json_decref(o);
+    return rc;
+}
+
+/* Finds an earlier entry with the same name; returns its index or -1. */
+static int find_name(char *const *names, size_t stride, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++) {
+        const char *s = *(char *const *)((const char *)names + i * stride);
+        if (s != NULL && strcmp(s, name) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+
+static int parse_models(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    static const char *const keys[] = {"name", "path", "preset", NULL};
+    json_t *arr, *m;
+    size_t i;
+    int rc = get_array(c, root, "", "models", &arr);
+    if (rc != 0 || arr == NULL)
+        return rc;
+    cfg->models = calloc(json_array_size(arr) + 1, sizeof(*cfg->models));
+    if (cfg->models == NULL)
+        return IG_ENOMEM;
+    json_array_foreach(arr, i, m)
+    {
+        char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
+        ig_config_model_t *mod = &cfg->models[i];
+        char *raw = NULL;
+        join_index(p, "models", i);
+        cfg->nmodels = i + 1;
+        if (!json_is_object(m))
+            return fail(c, p, "must be an object");
+        if ((rc = check_keys(c, m, p, keys)) ||
+            (rc = get_string(c, m, p, "name", STR_REQUIRED | STR_NAME, NULL, &mod->name)) ||
+            (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
+            (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)))
+            goto model_fail;
+        int prev = find_name(&cfg->models[0].name, sizeof(*cfg->models), i, mod->name);
+        if (prev >= 0) {
+            join(q, p, "name");
+            rc = fail(c, q, "duplicate name '%s' (also models[%d].name)", mod->name, prev);
+            goto model_fail;
+        }
+        if (mod->preset != NULL && raw == NULL) {
+            join(q, p, "preset");
+            rc = fail(c, q, "needs a path to generate the model into");
+            goto model_fail;
+        }
+        if (raw != NULL) {
+            join(q, p, "path");
+            rc = expand_path(c, q, raw, &mod->path);
+        }
+    model_fail:
+        free(raw);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* "cpu", "cpu:THREADS", "cuda:N" or "MIG-<uuid>". */
+static int parse_device(ctx_t *c, const char *path, json_t *v, ig_config_device_t *d)
+{
+    if (!json_is_string(v))
+        return fail(c, path, "must be a string");
+    const char *s = json_string_value(v);
+    unsigned long n = 0;
+    char *end;
+    if (strcmp(s, "cpu") == 0) {
+        d->kind = IG_DEVICE_CPU;
+        d->index = 0;
+    } else if (strncmp(s, "cpu:", 4) == 0 || strncmp(s, "cuda:", 5) == 0) {
+        int cpu = s[1] == 'p';
+        const char *num = s + (cpu ? 4 : 5);
+        errno = 0;
+        n = strtoul(num, &end, 10);
+        if (num[0] < '0' || num[0] > '9' || *end != '\0' || errno != 0 ||
+            n > (cpu ? 4096ul : 255ul) || (cpu && n == 0))
+            return fail(c, path, "'%s': %s", s,
+                        cpu ? "THREADS must be a number from 1 to 4096"
+                            : "N must be a number from 0 to 255");
+        d->kind = cpu ? IG_DEVICE_CPU : IG_DEVICE_CUDA;
+        d->index = (int)n;
+    } else if (strncmp(s, "MIG-", 4) == 0) {
+        /* MIG-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, as nvidia-smi -L prints it. */
+        const char *u = s + 4;
+        static const int groups[] = {8, 4, 4, 4, 12};
+        int ok = 1;
+        for (int g = 0; g < 5 && ok; g++) {
+            for (int k = 0; k < groups[g] && ok; k++, u++)
+                ok = (*u >= '0' && *u <= '9') || (*u >= 'a' && *u <= 'f') ||
+                     (*u >= 'A' && *u <= 'F');
+            if (ok)
+                ok = g < 4 ? *u++ == '-' : *u == '\0';
+        }
+        if (!ok)
+            return fail(c, path, "'%s': must be MIG-<uuid> as nvidia-smi -L prints it", s);
+        d->kind = IG_DEVICE_MIG;
+        d->index = 0;
+    } else {
+        return fail(c, path, "'%s': must be cpu, cpu:THREADS, cuda:N or MIG-<uuid>", s);
+    }
+    d->spec = strdup(s);
+    return d->spec == NULL ? IG_ENOMEM : 0;
+}
+
+static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batching_t *b)
+{
+    static const char *const keys[] = {"max_batched_tokens", "max_num_seqs", "kv_blocks",
+                                       "block_size",         "max_waiting",  NULL};
+    char p[PATH_MAX_LEN];
+    json_t *o;
+    int rc = get_object(c, pool, pp, "batching", &o);
+    if (rc != 0)
+        return rc;
+    join(p, pp, "batching");
+    if (o == NULL)
+        o = json_object();
+    else
+        json_incref(o);
+    if (o == NULL)
+        return IG_ENOMEM;
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_unsigned(c, o, p, "max_batched_tokens", 1, 1u << 20, 2048,
+                           &b->max_batched_tokens)) ||
+        (rc = get_unsigned(c, o, p, "max_num_seqs", 1, 4096, 64, &b->max_num_seqs)) ||
+        (rc = get_unsigned(c, o, p, "kv_blocks", 0, 1u << 24, 0, &b->kv_blocks)) ||
+        (rc = get_unsigned(c, o, p, "block_size", 1, 256, 16, &b->block_size)) ||
+        (rc = get_unsigned(c, o, p, "max_waiting", 0, 1u << 20, 256, &b->max_waiting)))
+        goto done;
+    if ((b->block_size & (b->block_size - 1)) != 0) {
+        char q[PATH_MAX_LEN];
+        join(q, p, "block_size");
+        rc = fail(c, q, "must be a power of two");
+        goto done;
+    }
+    /* Every running sequence decodes one token per step, so one step must fit them all. */
+    if (b->max_batched_tokens < b->max_num_seqs) {
+        char q[PATH_MAX_LEN];
+        join(q, p, "max_batched_tokens");
+        rc = fail(c, q, "must be >= max_num_seqs (%u)", b->max_num_seqs);
+        goto done;
+    }
+done:
+    json_decref(o);
+    return rc;
+}
+
+static int parse_autoscale(ctx_t *c, json_t *pool, const char *pp, ig_config_autoscale_t *a)
+{
+    static const char *const keys[] = {
+        "target_queue_depth", "stable_window_s",    "panic_window_s",        "panic_threshold",
+        "max_scale_up_rate",  "scale_down_delay_s", "scale_to_zero_after_s", NULL};
+    char p[PATH_MAX_LEN];
+    json_t *o;
+    int rc = get_object(c, pool, pp, "autoscale", &o);
+    if (rc != 0)
+        return rc;
+    join(p, pp, "autoscale");
+    if (o == NULL)
+        o = json_object();
+    else
+        json_incref(o);
+    if (o == NULL)
+        return IG_ENOMEM;
+    /* Knative's KPA defaults: 60 s stable window, 6 s panic window, panic at 2x. */
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_number(c, o, p, "target_queue_depth", 0, INFINITY, NUM_LO_OPEN, 4,
+                         &a->target_queue_depth)) ||
+        (rc = get_number(c, o, p, "stable_window_s", 0, INFINITY, NUM_LO_OPEN, 60,
+                         &a->stable_window_s)) ||
+        (rc = get_number(c, o, p, "panic_window_s", 0, INFINITY, NUM_LO_OPEN, 6,
+                         &a->panic_window_s)) ||
+        (rc = get_number(c, o, p, "panic_threshold", 1, INFINITY, NUM_CLOSED, 2,
+                         &a->panic_threshold)) ||
+        (rc = get_number(c, o, p, "max_scale_up_rate", 1, INFINITY, NUM_CLOSED, 2,
+                         &a->max_scale_up_rate)) ||
+        (rc = get_number(c, o, p, "scale_down_delay_s", 0, INFINITY, NUM_CLOSED, 30,
+                         &a->scale_down_delay_s)) ||
+        (rc = get_number(c, o, p, "scale_to_zero_after_s", 0, INFINITY, NUM_CLOSED, 30,
+                         &a->scale_to_zero_after_s)))
+        goto done;
+    if (a->panic_window_s > a->stable_window_s) {
+        char q[PATH_MAX_LEN];
+        join(q, p, "panic_window_s");
+        rc = fail(c, q, "must be <= stable_window_s (%g)", a->stable_window_s);
+        goto done;
+    }
+done:
+    json_decref(o);
+    return rc;
+}
+
+static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
+{
+    static const char *const keys[] = {"name",     "model",         "devices",
+                                       "threads",  "min_instances", "max_instances",
+                                       "batching", "autoscale",     NULL};
+    ig_config_pool_t *pool = &cfg->pools[idx];
+    char q[PATH_MAX_LEN];
+    json_t *devs;
+    int rc;
+    if (!json_is_object(o))
+        return fail(c, p, "must be an object");
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &pool->name)) ||
+        (rc = get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL, &pool->model)))
+        return rc;
+    int prev = find_name(&cfg->pools[0].name, sizeof(*cfg->pools), idx, pool->name);
+    if (prev >= 0) {
+        join(q, p, "name");
+        return fail(c, q, "duplicate name '%s' (also pools[%d].name)", pool->name, prev);
+    }
+    int m = ig_config_find_model(cfg, pool->model);
+    join(q, p, "model");
+    if (m < 0)
+        return fail(c, q, "unknown model '%s' (not in models[])", pool->model);
+    if (cfg->models[m].path == NULL)
+        return fail(c, q, "model '%s' has no path (only sites serve it)", pool->model);
+    pool->model_index = (size_t)m;
+
+    if ((rc = get_array(c, o, p, "devices", &devs)) != 0)
+        return rc;
+    join(q, p, "devices");
+    if (devs != NULL && json_array_size(devs) == 0)
+        return fail(c, q, "must not be empty");
+    size_t n = devs ? json_array_size(devs) : 1;
+    pool->devices = calloc(n, sizeof(*pool->devices));
+    if (pool->devices == NULL)
+        return IG_ENOMEM;
+    if (devs == NULL) {
+        pool->ndevices = 1;
+        pool->devices[0].kind = IG_DEVICE_CPU;
+        pool->devices[0].spec = strdup("cpu");
+        if (pool->devices[0].spec == NULL)
+            return IG_ENOMEM;
+    }
+    for (size_t i = 0; devs != NULL && i < n; i++) {
+        char d[PATH_MAX_LEN];
+        join_index(d, q, i);
+        pool->ndevices = i + 1;
+        if ((rc = parse_device(c, d, json_array_get(devs, i), &pool->devices[i])) != 0)
+            return rc;
+        ig_config_device_t *dev = &pool->devices[i];
+        if (dev->kind == IG_DEVICE_CPU)
+            continue; /* CPU instances may share the cores */
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(pool->devices[j].spec, dev->spec) == 0)
+                return fail(c, d, "duplicate device '%s' (also %s[%zu])", dev->spec, q, j);
+        }
+        /* A MIG slice is one process's: CUDA enumerates one slice per process. */
+        for (size_t k = 0; dev->kind == IG_DEVICE_MIG && k < idx; k++) {
+            for (size_t j = 0; j < cfg->pools[k].ndevices; j++) {
+                if (strcmp(cfg->pools[k].devices[j].spec, dev->spec) == 0)
+                    return fail(c, d, "MIG slice '%s' is already used by pools[%zu]", dev->spec, k);
+            }
+        }
+    }
+
+    json_t *maxv = json_object_get(o, "max_instances");
+    if ((rc = get_unsigned(c, o, p, "threads", 0, 4096, 0, &pool->threads)) ||
+        (rc = get_unsigned(c, o, p, "min_instances", 0, 1024, 1, &pool->min_instances)) ||
+        (rc = get_unsigned(c, o, p, "max_instances", 0, 1024, (unsigned)pool->ndevices,
+                           &pool->max_instances)))
+        return rc;
+    join(q, p, "max_instances");
+    if (maxv != NULL && pool->max_instances < pool->min_instances)
+        return fail(c, q, "must be >= min_instances (%u)", pool->min_instances);
+    if (pool->max_instances == 0)
+        return fail(c, q, "must be >= 1");
+    if (pool->min_instances > pool->ndevices) {
+        join(q, p, "min_instances");
+        return fail(c, q, "must be <= the number of devices (%zu)", pool->ndevices);
+    }
+    if (pool->max_instances > pool->ndevices) {
+        join(q, p, "max_instances");
+        return fail(c, q, "must be <= the number of devices (%zu)", pool->ndevices);
+    }
+    if ((rc = parse_batching(c, o, p, &pool->batching)) ||
+        (rc = parse_autoscale(c, o, p, &pool->autoscale)))
+        return rc;
+    return 0;
+}
+
+static int parse_pools(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    json_t *arr, *o;
+    size_t i;
+    int rc = get_array(c, root, "", "pools", &arr);
+    if (rc != 0 || arr == NULL)
+        return rc;
+    cfg->pools = calloc(json_array_size(arr) + 1, sizeof(*cfg->pools));
+    if (cfg->pools == NULL)
+        return IG_ENOMEM;
+    json_array_foreach(arr, i, o)
+    {
+        char p[PATH_MAX_LEN];
+        join_index(p, "pools", i);
+        cfg->npools = i + 1;
+        if ((rc = parse_pool(c, o, p, cfg, i)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
+{
+    static const char *const keys[] = {"name", "url", "region", "models", NULL};
+    ig_config_site_t *site = &cfg->sites[idx];
+    char q[PATH_MAX_LEN];
+    char *url = NULL;
+    json_t *arr;
+    int rc;
+    if (!json_is_object(o))
+        return fail(c, p, "must be an object");
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &site->name)))
+        return rc;
+    /* Pools and sites are both upstreams: one namespace for the route header. */
+    int prev = find_name(&cfg->sites[0].name, sizeof(*cfg->sites), idx, site->name);
+    join(q, p, "name");
+    if (prev >= 0)
+        return fail(c, q, "duplicate name '%s' (also sites[%d].name)", site->name, prev);
+    prev = cfg->pools == NULL
+               ? -1
+               : find_name(&cfg->pools[0].name, sizeof(*cfg->pools), cfg->npools, site->name);
+    if (prev >= 0)
+        return fail(c, q, "duplicate name '%s' (also pools[%d].name)", site->name, prev);
+    if ((rc = get_string(c, o, p, "url", STR_REQUIRED | STR_NONEMPTY, NULL, &url)) != 0)
+        return rc;
+    join(q, p, "url");
+    rc = parse_url(c, q, url, site);
+    free(url);
+    if (rc != 0 || (rc = get_string(c, o, p, "region", STR_NAME, "", &site->region)) != 0)
+        return rc;
+    if ((rc = get_array(c, o, p, "models", &arr)) != 0)
+        return rc;
+    join(q, p, "models");
+    if (arr == NULL)
+        return fail(c, q, "is required");
+    if (json_array_size(arr) == 0)
+        return fail(c, q, "must not be empty");
+    site->models = calloc(json_array_size(arr), sizeof(char *));
+    if (site->models == NULL)
+        return IG_ENOMEM;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        char d[PATH_MAX_LEN];
+        json_t *v = json_array_get(arr, i);
+        join_index(d, q, i);
+        if (!json_is_string(v))
+            return fail(c, d, "must be a string");
+        const char *name = json_string_value(v);
+        if (ig_config_find_model(cfg, name) < 0)
+            return fail(c, d, "unknown model '%s' (not in models[])", name);
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(site->models[j], name) == 0)
+                return fail(c, d, "duplicate model '%s'", name);
+        }
+        site->models[i] = strdup(name);
+        site->nmodels = i + 1;
+        if (site->models[i] == NULL)
+            return IG_ENOMEM;
+    }
+    return 0;
+}
+
+static int parse_sites(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    json_t *arr, *o;
+    size_t i;
+    int rc = get_array(c, root, "", "sites", &arr);
+    if (rc != 0 || arr == NULL)
+        return rc;
+    cfg->sites = calloc(json_array_size(arr) + 1, sizeof(*cfg->sites));
+    if (cfg->sites == NULL)
+        return IG_ENOMEM;
+    json_array_foreach(arr, i, o)
+    {
+        char p[PATH_MAX_LEN];
+        join_index(p, "sites", i);
+        cfg->nsites = i + 1;
+        if ((rc = parse_site(c, o, p, cfg, i)) != 0)
+            return rc;
+    }
+    return 0;
+}
+
+static int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    json_t *arr;
+    int rc = get_array(c, root, "", "api_keys", &arr);
+    if (rc != 0 || arr == NULL)
+        return rc;
+    cfg->api_keys = calloc(json_array_size(arr) + 1, sizeof(char *));
+    if (cfg->api_keys == NULL)
+        return IG_ENOMEM;
+    for (size_t i = 0; i < json_array_size(arr); i++) {
+        char p[PATH_MAX_LEN];
+        json_t *v = json_array_get(arr, i);
+        join_index(p, "api_keys", i);
+        if (!json_is_string(v))
+            return fail(c, p, "must be a string");
+        const char *key = json_string_value(v);
+        if ((rc = check_name(c, p, key)) != 0)
+            return rc;
+        for (size_t j = 0; j < i; j++) {
+            /* The key itself never goes into a message: messages end up in logs. */
+            if (strcmp(cfg->api_keys[j], key) == 0)
+                return fail(c, p, "duplicate key (also api_keys[%zu])", j);
+        }
+        cfg->api_keys[i] = strdup(key);
+        cfg->napi_keys = i + 1;
+        if (cfg->api_keys[i] == NULL)
+            return IG_ENOMEM;
+    }
+    return 0;
+}
+
+/* Relations that span sections. */
+static int check_models_served(ctx_t *c, ig_config_t *cfg)
+{
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        if (cfg->models[i].path != NULL)
+            continue;
+        int served = 0;
+        for (size_t s = 0; s < cfg->nsites && !served; s++) {
+            for (size_t k = 0; k < cfg->sites[s].nmodels && !served; k++)
+                served = strcmp(cfg->sites[s].models[k], cfg->models[i].name) == 0;
+        }
+        if (!served) {
+            char p[PATH_MAX_LEN];
+            join_index(p, "models", i);
+            return fail(c, p, "model '%s' has no path and no site serves it", cfg->models[i].name);
+        }
+    }
+    return 0;
+}
+
+static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    static const char *const keys[] = {"region",  "listen", "models",   "pools", "sites",
+                                       "routing", "limits", "api_keys", "log",   NULL};
+    char msg[256];
+    int rc;
+    if (!json_is_object(root))
+        return fail(c, "", "must be a JSON object");
+    if ((rc = check_keys(c, root, "", keys)) ||
+        (rc = get_string(c, root, "", "region", STR_NAME, "local", &cfg->region)) ||
+        (rc = get_string(c, root, "", "listen", STR_NONEMPTY, "127.0.0.1:8080", &cfg->listen)))
+        return rc;
+    if (ig_config_check_listen(cfg->listen, msg, sizeof(msg)) != 0)
+        return fail(c, "listen", "%s", msg);
+    if ((rc = parse_log(c, root, cfg)) || (rc = parse_limits(c, root, cfg)) ||
+        (rc = parse_routing(c, root, cfg)) || (rc = parse_models(c, root, cfg)) ||
+        (rc = parse_pools(c, root, cfg)) || (rc = parse_sites(c, root, cfg)) ||
+        (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)))
+        return rc;
+    return 0;
+}
+
+/* ---- entry points ------------------------------------------------------- */
+
+static int load(ig_config_t *cfg, json_t *root, ctx_t *c)
+{
+    int rc;
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->source = strdup(c->file);
+    if (cfg->source == NULL) {
+        rc = IG_ENOMEM;
+        goto fail;
+    }
+    if ((rc = parse_root(c, root, cfg)) != 0)
+        goto fail;
+    return 0;
+fail:
+    if (rc == IG_ENOMEM && c->err != NULL && c->errlen > 0)
+        snprintf(c->err, c->errlen, "%s: out of memory", c->file);
+    ig_config_dispose(cfg);
+    return rc;
+}
+
+static int syntax_error(ctx_t *c, const json_error_t *e)
+{
+    if (c->err != NULL && c->errlen > 0) {
+        /* jansson points at the end of the offending token; column 0 means
+         * "before the first character" (end of file on an empty line). */
+        if (e->line > 0)
+            snprintf(c->err, c->errlen, "%s:%d:%d: %s", c->file, e->line,
+                     e->column > 0 ? e->column : 1, e->text);
+        else
+            snprintf(c->err, c->errlen, "%s: %s", c->file, e->text);
+    }
+    return IG_ECONFIG;
+}
+
+int ig_config_load_file(ig_config_t *cfg, const char *path, char *err, size_t errlen)
+{
+    ctx_t c = {.file = path, .err = err, .errlen = errlen};
+    json_error_t e;
+    char dir[4096];
+    memset(cfg, 0, sizeof(*cfg));
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        int rc = errno == ENOENT ? IG_ENOENT : IG_EIO;
+        snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return rc;
+    }
+    json_t *root = json_loadf(fp, JSON_REJECT_DUPLICATES, &e);
+    fclose(fp);
+    if (root == NULL)
+        return syntax_error(&c, &e);
+    const char *slash = strrchr(path, '/');
+    if (slash != NULL && (size_t)(slash - path) < sizeof(dir)) {
+        size_t n = slash == path ? 1 : (size_t)(slash - path);
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+        c.basedir = dir;
+    }
+    int rc = load(cfg, root, &c);
+    json_decref(root);
+    return rc;
+}
+
+int ig_config_load_string(ig_config_t *cfg, const char *json, const char *name, char *err,
+                          size_t errlen)
+{
+    ctx_t c = {.file = name ? name : "(string)", .err = err, .errlen = errlen};
+    json_error_t e;
+    memset(cfg, 0, sizeof(*cfg));
+    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &e);
+    if (root == NULL)
+        return syntax_error(&c, &e);
+    int rc = load(cfg, root, &c);
+    json_decref(root);
+    return rc;
+}
+
+int ig_config_load_default(ig_config_t *cfg, char *err, size_t errlen)
+{
+    return ig_config_load_string(cfg, ig_config_default_json, "(embedded default)", err, errlen);
+}
+
+static void free_strings(char **v, size_t n)
+{
+    for (size_t i = 0; v != NULL && i < n; i++)
+        free(v[i]);
+    free(v);
+}
+
+void ig_config_dispose(ig_config_t *cfg)
+{
+    for (size_t i = 0; cfg->models != NULL && i < cfg->nmodels; i++) {
+        free(cfg->models[i].name);
+        free(cfg->models[i].path);
+        free(cfg->models[i].preset);
+    }
+    free(cfg->models);
+    for (size_t i = 0; cfg->pools != NULL && i < cfg->npools; i++) {
+        ig_config_pool_t *p = &cfg->pools[i];
+        free(p->name);
+        free(p->model);
+        for (size_t d = 0; p->devices != NULL && d < p->ndevices; d++)
+            free(p->devices[d].spec);
+        free(p->devices);
+    }
+    free(cfg->pools);
+    for (size_t i = 0; cfg->sites != NULL && i < cfg->nsites; i++) {
+        ig_config_site_t *s = &cfg->sites[i];
+        free(s->name);
+        free(s->url);
+        free(s->host);
+        free(s->base);
+        free(s->region);
+        free_strings(s->models, s->nmodels);
+    }
+    free(cfg->sites);
+    free_strings(cfg->api_keys, cfg->napi_keys);
+    free(cfg->source);
+    free(cfg->region);
+    free(cfg->listen);
+    memset(cfg, 0, sizeof(*cfg));
+}
+
+int ig_config_find_model(const ig_config_t *cfg, const char *name)
+{
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        if (cfg->models[i].name != NULL && strcmp(cfg->models[i].name, name) == 0)
+            return (int)i;
+    }
+    return -1;
+}
+

@@ -1,0 +1,109 @@
+/*
+ * Opening a backend from a device string, and the stand-in for the CUDA
+ * backend in builds without CUDA (kernels/cuda/ provides the real one).
+ */
+#include "infergate/kernels.h"
+
+#include "infergate/error.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* A whole non-negative decimal number below 1e6, nothing else. */
+static int parse_count(const char *s, int *out)
+{
+    if (*s < '0' || *s > '9')
+        return IG_EINVAL;
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 0 || v > 999999)
+        return IG_EINVAL;
+    *out = (int)v;
+    return 0;
+}
+
+#ifndef IG_HAVE_CUDA
+int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err, size_t errlen)
+{
+    set_err(err, errlen, "this build of infergate has no CUDA backend (built without nvcc)");
+    return IG_ENOTSUP;
+}
+#endif
+
+int ig_backend_open(ig_backend_t **out, const char *device, int threads, char *err, size_t errlen)
+{
+    int n, rc;
+    if (device == NULL || out == NULL) {
+        set_err(err, errlen, "no device given");
+        return IG_EINVAL;
+    }
+    if (strcmp(device, "cpu") == 0 || strncmp(device, "cpu:", 4) == 0) {
+        if (device[3] == ':') {
+            if (parse_count(device + 4, &n) != 0 || n == 0 || n > 256) {
+                set_err(err, errlen, "device '%s': expected cpu:THREADS with 1..256 threads",
+                        device);
+                return IG_EINVAL;
+            }
+            threads = n; /* the device string names the count: it wins */
+        }
+        if (threads < 0 || threads > 256) {
+            set_err(err, errlen, "device '%s': %d threads is out of range 0..256", device, threads);
+            return IG_EINVAL;
+        }
+        rc = ig_backend_cpu_create(out, threads);
+        if (rc != 0)
+            set_err(err, errlen, "device '%s': %s", device, ig_strerror(rc));
+        return rc;
+    }
+    if (strncmp(device, "cuda:", 5) == 0) {
+        if (parse_count(device + 5, &n) != 0) {
+            set_err(err, errlen, "device '%s': expected cuda:N with N a device ordinal", device);
+            return IG_EINVAL;
+        }
+        return ig_backend_cuda_create(out, n, err, errlen);
+    }
+    if (strncmp(device, "MIG-", 4) == 0) {
+        /* The process runs with CUDA_VISIBLE_DEVICES=MIG-<uuid>, so the slice
+         * is the only device CUDA enumerates. */
+        size_t len = strlen(device + 4);
+        if (len == 0 || len > 64 || strspn(device + 4, "0123456789abcdefABCDEF-/") != len) {
+            set_err(err, errlen, "device '%s': expected MIG-<uuid> as nvidia-smi -L prints it",
+                    device);
+            return IG_EINVAL;
+        }
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        /* Unset: select the slice here, which works while CUDA is not yet
+         * initialised in this process. Set to something else: refuse, the
+         * slice would not be device 0. */
+        if (vis == NULL && setenv("CUDA_VISIBLE_DEVICES", device, 1) == 0)
+            vis = device;
+        if (vis == NULL || strcmp(vis, device) != 0) {
+            set_err(err, errlen,
+                    "device '%s': the process must run with CUDA_VISIBLE_DEVICES=%s (one MIG "
+                    "slice per process)",
+                    device, device);
+            return IG_EINVAL;
+        }
+        return ig_backend_cuda_create(out, 0, err, errlen);
+    }
+    set_err(err, errlen, "unknown device '%s': expected cpu, cpu:THREADS, cuda:N or MIG-<uuid>",
+            device);
+    return IG_EINVAL;
+}

@@ -1,0 +1,190 @@
+/* Element types of stored weights and the bit-exact conversions between them. */
+#include "infergate/dtype.h"
+#include "infergate/error.h"
+
+#include <string.h>
+
+size_t ig_dtype_size(ig_dtype_t dtype)
+{
+    switch (dtype) {
+    case IG_DTYPE_F32:
+        return 4;
+    case IG_DTYPE_F16:
+    case IG_DTYPE_BF16:
+        return 2;
+    }
+    return 0;
+}
+
+const char *ig_dtype_name(ig_dtype_t dtype)
+{
+    switch (dtype) {
+    case IG_DTYPE_F32:
+        return "F32";
+    case IG_DTYPE_F16:
+        return "F16";
+    case IG_DTYPE_BF16:
+        return "BF16";
+    }
+    return "?";
+}
+
+int ig_dtype_parse(const char *name, ig_dtype_t *out)
+{
+    static const struct {
+        const char *name;
+        ig_dtype_t dtype;
+    } names[] = {{"F32", IG_DTYPE_F32}, {"F16", IG_DTYPE_F16}, {"BF16", IG_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(name, names[i].name) == 0) {
+            *out = names[i].dtype;
+            return 0;
+        }
+    }
+    return IG_ENOTSUP;
+}
+
+int ig_dtype_parse_user(const char *name, ig_dtype_t *out)
+{
+    static const struct {
+        const char *name;
+        ig_dtype_t dtype;
+    } names[] = {{"f32", IG_DTYPE_F32},     {"float32", IG_DTYPE_F32}, {"f16", IG_DTYPE_F16},
+                 {"float16", IG_DTYPE_F16}, {"bf16", IG_DTYPE_BF16},   {"bfloat16", IG_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        if (strcmp(name, names[i].name) == 0) {
+            *out = names[i].dtype;
+            return 0;
+        }
+    }
+    return IG_EINVAL;
+}
+
+/* ---- scalar conversions ------------------------------------------------ */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    return x;
+}
+
+static float bits_f32(uint32_t x)
+{
+    float f;
+    memcpy(&f, &x, sizeof(f));
+    return f;
+}
+
+float ig_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    if (exp == 0) {
+        /* Zero or subnormal: mant * 2^-24 is exact in f32. */
+        float v = (float)mant * 5.9604644775390625e-8f;
+        return sign ? -v : v;
+    }
+    if (exp == 31)
+        return bits_f32(sign | 0x7f800000u | (mant << 13));
+    return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+uint16_t ig_f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {
+        if (ax == 0x7f800000u)
+            return sign | 0x7c00u;
+        /* NaN: keep it quiet and keep the top payload bits. */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    }
+    if (ax >= 0x477ff000u) /* 65520 and above round to infinity */
+        return sign | 0x7c00u;
+    if (ax < 0x38800000u) {
+        /* Below the smallest normal f16 (2^-14): a subnormal or zero. */
+        if (ax < 0x33000000u) /* at most 2^-25: rounds to zero */
+            return sign;
+        uint32_t exp = ax >> 23;
+        uint32_t mant = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - exp; /* 14 .. 24 */
+        uint32_t r = mant >> shift;
+        uint32_t rem = mant & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (r & 1u)))
+            r++;
+        return (uint16_t)(sign | r);
+    }
+    /* Normal: rebias the exponent (127 -> 15); a carry out of the mantissa
+     * correctly bumps the exponent. */
+    uint32_t r = (ax >> 13) - (112u << 10);
+    uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (r & 1u)))
+        r++;
+    return (uint16_t)(sign | r);
+}
+
+float ig_bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t ig_f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u); /* quiet NaN, never rounded to inf */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+/* ---- bulk conversions ---------------------------------------------------- */
+
+void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
+{
+    const unsigned char *s = src;
+    uint16_t h;
+    switch (dtype) {
+    case IG_DTYPE_F32:
+        memmove(dst, src, n * sizeof(float));
+        return;
+    case IG_DTYPE_F16:
+        for (size_t i = 0; i < n; i++) {
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = ig_f16_to_f32(h);
+        }
+        return;
+    case IG_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) {
+            memcpy(&h, s + 2 * i, 2);
+            dst[i] = ig_bf16_to_f32(h);
+        }
+        return;
+    }
+}
+
+void ig_dtype_from_f32(void *dst, ig_dtype_t dtype, const float *src, size_t n)
+{
+    unsigned char *d = dst;
+    uint16_t h;
+    switch (dtype) {
+    case IG_DTYPE_F32:
+        memmove(dst, src, n * sizeof(float));
+        return;
+    case IG_DTYPE_F16:
+        for (size_t i = 0; i < n; i++) {
+            h = ig_f32_to_f16(src[i]);
+            memcpy(d + 2 * i, &h, 2);
+        }
+        return;
+    case IG_DTYPE_BF16:
+        for (size_t i = 0; i < n; i++) {
+            h = ig_f32_to_bf16(src[i]);
+            memcpy(d + 2 * i, &h, 2);
+        }
+        return;
+    }
+}

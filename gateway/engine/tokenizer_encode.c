@@ -1,0 +1,915 @@
+/*
+ * Encoding and decoding: added-token matching, normalization, the
+ * pre-tokenizer split rules (written by hand from the GPT-2 / Llama-3 / Qwen2
+ * regexes), BPE with a priority queue over a linked list of symbols, and
+ * decoding with a streaming variant that never splits a UTF-8 character.
+ */
+#include "tokenizer_internal.h"
+
+#include "infergate/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------ */
+/* UTF-8                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Looks at s[0..n): returns the length of a complete valid character with
+ * *complete = 1, else the length of the longest prefix of s that could still
+ * start a valid character (0 when s[0] cannot) with *complete = 0. */
+static size_t utf8_scan(const unsigned char *s, size_t n, int *complete)
+{
+    unsigned char b = s[0], lo = 0x80, hi = 0xBF;
+    size_t need, k;
+    *complete = 0;
+    if (b < 0x80) {
+        *complete = 1;
+        return 1;
+    }
+    if (b >= 0xC2 && b <= 0xDF) {
+        need = 2;
+    } else if (b >= 0xE0 && b <= 0xEF) {
+        need = 3;
+        if (b == 0xE0)
+            lo = 0xA0;
+        else if (b == 0xED)
+            hi = 0x9F;
+    } else if (b >= 0xF0 && b <= 0xF4) {
+        need = 4;
+        if (b == 0xF0)
+            lo = 0x90;
+        else if (b == 0xF4)
+            hi = 0x8F;
+    } else {
+        return 0;
+    }
+    for (k = 1; k < need; k++) {
+        if (k >= n)
+            return k;
+        if (s[k] < lo || s[k] > hi)
+            return k;
+        lo = 0x80;
+        hi = 0xBF;
+    }
+    *complete = 1;
+    return need;
+}
+
+size_t ig__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
+{
+    int complete;
+    size_t l;
+    if (n == 0)
+        return 0;
+    l = utf8_scan(s, n, &complete);
+    if (!complete)
+        return 0;
+    switch (l) {
+    case 1:
+        *cp = s[0];
+        break;
+    case 2:
+        *cp = (uint32_t)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
+        break;
+    case 3:
+        *cp = (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
+        break;
+    default:
+        *cp = (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 |
+              (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
+    }
+    return l;
+}
+
+size_t ig__utf8_encode(uint32_t cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        out[0] = (char)(0xC0 | cp >> 6);
+        out[1] = (char)(0x80 | (cp & 0x3F));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        out[0] = (char)(0xE0 | cp >> 12);
+        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
+        out[2] = (char)(0x80 | (cp & 0x3F));
+        return 3;
+    }
+    out[0] = (char)(0xF0 | cp >> 18);
+    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
+    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
+    out[3] = (char)(0x80 | (cp & 0x3F));
+    return 4;
+}
+
+int ig_tokenizer_utf8_check(const char *s, size_t len, size_t *bad_offset)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < len) {
+        int complete;
+        size_t l;
+        if (u[i] < 0x80) {
+            i++;
+            continue;
+        }
+        l = utf8_scan(u + i, len - i, &complete);
+        if (!complete) {
+            if (bad_offset)
+                *bad_offset = i;
+            return IG_EPARSE;
+        }
+        i += l;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* GPT-2 byte <-> code point mapping                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Printable bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') map to themselves; the other
+ * 68 bytes map, in byte order, to U+0100 upwards. */
+uint32_t ig__byte_to_cp(unsigned char b)
+{
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)
+        return b;
+    if (b <= 0x20)
+        return 0x100u + b;
+    if (b >= 0x7F && b <= 0xA0)
+        return 0x100u + 33 + (b - 0x7Fu);
+    return 0x100u + 33 + 34; /* 0xAD */
+}
+
+int ig__cp_to_byte(uint32_t cp)
+{
+    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
+        return (int)cp;
+    if (cp >= 0x100 && cp <= 0x120)
+        return (int)(cp - 0x100);
+    if (cp >= 0x121 && cp <= 0x142)
+        return (int)(0x7F + cp - 0x121);
+    if (cp == 0x143)
+        return 0xAD;
+    return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pre-tokenizer split rules                                                */
+/* ------------------------------------------------------------------------ */
+
+#define CP_BAD 0xFFFFFFFFu /* an invalid byte: neither letter, number nor space */
+
+static size_t cp_at(const unsigned char *s, size_t n, size_t i, uint32_t *cp)
+{
+    size_t l;
+    if (i >= n) {
+        *cp = CP_BAD;
+        return 0;
+    }
+    if (s[i] < 0x80) {
+        *cp = s[i];
+        return 1;
+    }
+    l = ig__utf8_decode(s + i, n - i, cp);
+    if (!l) {
+        *cp = CP_BAD;
+        l = 1;
+    }
+    return l;
+}
+
+static int is_l(uint32_t c)
+{
+    return c != CP_BAD && ig__uni_is_letter(c);
+}
+static int is_n(uint32_t c)
+{
+    return c != CP_BAD && ig__uni_is_number(c);
+}
+static int is_s(uint32_t c)
+{
+    return c != CP_BAD && ig__uni_is_space(c);
+}
+static int is_other(uint32_t c)
+{
+    return !is_l(c) && !is_n(c) && !is_s(c);
+}
+
+/* Consumes characters of a class from j; returns the end offset. */
+static size_t run_of(const unsigned char *s, size_t n, size_t j, int (*cls)(uint32_t), size_t max)
+{
+    size_t count = 0;
+    while (j < n && count < max) {
+        uint32_t c;
+        size_t l = cp_at(s, n, j, &c);
+        if (!cls(c))
+            break;
+        j += l;
+        count++;
+    }
+    return j;
+}
+
+static int lower_ascii(int c)
+{
+    return c >= 'A' && c <= 'Z' ? c + 32 : c;
+}
+
+/* 's 't 're 've 'm 'll 'd; returns the match length or 0. */
+static size_t contraction(const unsigned char *s, size_t n, size_t i, int icase)
+{
+    int a, b;
+    if (s[i] != '\'' || i + 1 >= n)
+        return 0;
+    a = s[i + 1];
+    b = i + 2 < n ? s[i + 2] : 0;
+    if (icase) {
+        a = lower_ascii(a);
+        b = lower_ascii(b);
+    }
+    if (a == 's' || a == 't' || a == 'm' || a == 'd')
+        return 2;
+    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
+        return 3;
+    return 0;
+}
+
+/* The whitespace alternatives `\s+(?!\S)|\s+`, from a space at i. */
+static size_t space_tail(const unsigned char *s, size_t n, size_t i)
+{
+    size_t j = i, last = i, count = 0;
+    while (j < n) {
+        uint32_t c;
+        size_t l = cp_at(s, n, j, &c);
+        if (!is_s(c))
+            break;
+        last = j;
+        j += l;
+        count++;
+    }
+    /* Followed by a non-space: leave the last space to prefix the next word. */
+    if (j < n && count >= 2)
+        return last - i;
+    return j - i;
+}
+
+static size_t split_gpt2(const unsigned char *s, size_t n, size_t i)
+{
+    uint32_t c0, c1;
+    size_t l0 = cp_at(s, n, i, &c0), j, k;
+    if ((k = contraction(s, n, i, 0)) != 0)
+        return k;
+    cp_at(s, n, i + l0, &c1);
+    j = (c0 == ' ') ? i + 1 : i;
+    if (is_l(c0) || (c0 == ' ' && is_l(c1)))
+        return run_of(s, n, j, is_l, SIZE_MAX) - i;
+    if (is_n(c0) || (c0 == ' ' && is_n(c1)))
+        return run_of(s, n, j, is_n, SIZE_MAX) - i;
+    if (is_other(c0) || (c0 == ' ' && is_other(c1) && i + l0 < n))
+        return run_of(s, n, j, is_other, SIZE_MAX) - i;
+    return space_tail(s, n, i);
+}
+
+static int is_crlf(uint32_t c)
+{
+    return c == '\r' || c == '\n';
+}
+
+static size_t split_llama3(const unsigned char *s, size_t n, size_t i, size_t max_digits)
+{
+    uint32_t c0, c1;
+    size_t l0 = cp_at(s, n, i, &c0), j, k;
+    if ((k = contraction(s, n, i, 1)) != 0)
+        return k;
+    cp_at(s, n, i + l0, &c1);
+    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
+    if (!is_crlf(c0) && !is_l(c0) && !is_n(c0) && i + l0 < n && is_l(c1))
+        return run_of(s, n, i + l0, is_l, SIZE_MAX) - i;
+    if (is_l(c0))
+        return run_of(s, n, i, is_l, SIZE_MAX) - i;
+    /* \p{N}{1,3} */
+    if (is_n(c0))
+        return run_of(s, n, i, is_n, max_digits) - i;
+    /* ` ?[^\s\p{L}\p{N}]+[\r\n]*` */
+    j = (c0 == ' ' && i + l0 < n && is_other(c1)) ? i + 1 : i;
+    if (j > i || is_other(c0)) {
+        j = run_of(s, n, j, is_other, SIZE_MAX);
+        while (j < n && (s[j] == '\r' || s[j] == '\n'))
+            j++;
+        return j - i;
+    }
+    /* \s*[\r\n]+ : up to the last newline of the whitespace run */
+    {
+        size_t e = i, end_nl = 0;
+        while (e < n) {
+            uint32_t c;
+            size_t l = cp_at(s, n, e, &c);
+            if (!is_s(c))
+                break;
+            e += l;
+            if (is_crlf(c))
+                end_nl = e;
+        }
+        if (end_nl)
+            return end_nl - i;
+    }
+    return space_tail(s, n, i);
+}
+
+static size_t split_meta(const unsigned char *s, size_t n, size_t i)
+{
+    size_t j = i;
+    if (n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0)
+        j += 3;
+    while (j < n && !(n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0))
+        j++;
+    return j - i;
+}
+
+static size_t split_spm_runs(const unsigned char *s, size_t n, size_t i)
+{
+    size_t j = i;
+    while (n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0)
+        j += 3;
+    while (j < n && !(n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0))
+        j++;
+    return j - i;
+}
+
+size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t i)
+{
+    size_t l;
+    switch (rule) {
+    case IG__SPLIT_GPT2:
+        l = split_gpt2(s, n, i);
+        break;
+    case IG__SPLIT_LLAMA3:
+        l = split_llama3(s, n, i, 3);
+        break;
+    case IG__SPLIT_QWEN2:
+        l = split_llama3(s, n, i, 1);
+        break;
+    case IG__SPLIT_METASPACE:
+        l = split_meta(s, n, i);
+        break;
+    case IG__SPLIT_SPM_RUNS:
+        l = split_spm_runs(s, n, i);
+        break;
+    default:
+        l = n - i;
+    }
+    return l ? l : 1; /* never stall, whatever the input */
+}
+
+/* ------------------------------------------------------------------------ */
+/* BPE                                                                      */
+/* ------------------------------------------------------------------------ */
+
+typedef struct {
+    const ig_tokenizer_t *tok;
+    ig_tokvec_t *out;
+    char *nb[2]; /* normalization buffers */
+    size_t ncap[2];
+    int32_t *sid, *prev, *next; /* (symbols) linked list of the word */
+    size_t symcap;
+    uint64_t *heap; /* rank << 32 | position, min first */
+    size_t nheap, heapcap;
+    char *wb; /* the word in vocabulary spelling (ignore_merges) */
+    size_t wcap;
+} enc_t;
+
+static int grow(void **p, size_t *cap, size_t need, size_t elem)
+{
+    size_t c = *cap ? *cap : 64;
+    void *n;
+    if (need <= *cap)
+        return 0;
+    while (c < need)
+        c *= 2;
+    if (!(n = realloc(*p, c * elem)))
+        return IG_ENOMEM;
+    *p = n;
+    *cap = c;
+    return 0;
+}
+
+static int emit(enc_t *e, int32_t id)
+{
+    ig_tokvec_t *v = e->out;
+    if (v->len == v->cap && grow((void **)&v->ids, &v->cap, v->len + 1, sizeof *v->ids))
+        return IG_ENOMEM;
+    v->ids[v->len++] = id;
+    return 0;
+}
+
+/* Looks a pair up; returns its rank and sets *out, or -1. */
+static int32_t merge_find(const ig_tokenizer_t *tok, int32_t a, int32_t b, int32_t *out)
+{
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & tok->mh_mask;
+    for (;;) {
+        uint64_t k = tok->mh_key[i];
+        if (k == key) {
+            *out = tok->mh_out[i];
+            return tok->mh_rank[i];
+        }
+        if (k == UINT64_MAX)
+            return -1;
+        i = (i + 1) & tok->mh_mask;
+    }
+}
+
+static void heap_push(enc_t *e, uint64_t v)
+{
+    size_t i = e->nheap++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (e->heap[p] <= v)
+            break;
+        e->heap[i] = e->heap[p];
+        i = p;
+    }
+    e->heap[i] = v;
+}
+
+static uint64_t heap_pop(enc_t *e)
+{
+    uint64_t top = e->heap[0], v = e->heap[--e->nheap];
+    size_t i = 0, n = e->nheap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && e->heap[c + 1] < e->heap[c])
+            c++;
+        if (v <= e->heap[c])
+            break;
+        e->heap[i] = e->heap[c];
+        i = c;
+    }
+    if (n)
+        e->heap[i] = v;
+    return top;
+}
+
+static void push_pair(enc_t *e, int32_t pos)
+{
+    int32_t nx = e->next[pos], out, r;
+    if (nx < 0)
+        return;
+    r = merge_find(e->tok, e->sid[pos], e->sid[nx], &out);
+    if (r >= 0)
+        heap_push(e, (uint64_t)(uint32_t)r << 32 | (uint32_t)pos);
+}
+
+/* Runs the merges over the m symbols in e->sid and emits the result. */
+static int bpe_merge(enc_t *e, size_t m)
+{
+    const ig_tokenizer_t *tok = e->tok;
+    int32_t prev_emitted = -1;
+    int rc;
+    if (grow((void **)&e->heap, &e->heapcap, m * 2 + 1, sizeof *e->heap))
+        return IG_ENOMEM;
+    e->nheap = 0;
+    for (size_t i = 0; i < m; i++) {
+        e->prev[i] = (int32_t)i - 1;
+        e->next[i] = i + 1 < m ? (int32_t)i + 1 : -1;
+    }
+    for (size_t i = 0; i + 1 < m; i++)
+        push_pair(e, (int32_t)i);
+    while (e->nheap) {
+        uint64_t top = heap_pop(e);
+        int32_t pos = (int32_t)(uint32_t)top, rank = (int32_t)(top >> 32), nx, out;
+        if (e->sid[pos] < 0 || (nx = e->next[pos]) < 0)
+            continue;
+        /* Stale entry: the pair at pos changed since it was queued. */
+        if (merge_find(tok, e->sid[pos], e->sid[nx], &out) != rank)
+            continue;
+        e->sid[pos] = out;
+        e->sid[nx] = -1;
+        e->next[pos] = e->next[nx];
+        if (e->next[nx] >= 0)
+            e->prev[e->next[nx]] = pos;
+        /* Each merge queues at most two pairs, so the heap stays within 2m. */
+        if (e->prev[pos] >= 0)
+            push_pair(e, e->prev[pos]);
+        push_pair(e, pos);
+    }
+    for (int32_t i = 0; i >= 0; i = e->next[i]) {
+        int32_t id = e->sid[i];
+        if (tok->fuse_unk && id == tok->unk_id && prev_emitted == tok->unk_id)
+            continue;
+        if ((rc = emit(e, id)) != 0)
+            return rc;
+        prev_emitted = id;
+    }
+    return 0;
+}
+
+static int ensure_syms(enc_t *e, size_t m)
+{
+    size_t c1 = e->symcap, c2 = e->symcap, c3 = e->symcap;
+    if (m <= e->symcap)
+        return 0;
+    if (grow((void **)&e->sid, &c1, m, sizeof *e->sid) ||
+        grow((void **)&e->prev, &c2, m, sizeof *e->prev) ||
+        grow((void **)&e->next, &c3, m, sizeof *e->next))
+        return IG_ENOMEM;
+    e->symcap = c1 < c2 ? (c1 < c3 ? c1 : c3) : (c2 < c3 ? c2 : c3);
+    return 0;
+}
+
+static int word_bytelevel(enc_t *e, const unsigned char *w, size_t n)
+{
+    const ig_tokenizer_t *tok = e->tok;
+    int rc;
+    if (tok->ignore_merges && n > 1) {
+        size_t o = 0;
+        int32_t id;
+        if (grow((void **)&e->wb, &e->wcap, n * 2, 1))
+            return IG_ENOMEM;
+        for (size_t i = 0; i < n; i++)
+            o += ig__utf8_encode(ig__byte_to_cp(w[i]), e->wb + o);
+        if ((id = ig_tokenizer_token_id(tok, e->wb, o)) >= 0)
+            return emit(e, id);
+    }
+    if ((rc = ensure_syms(e, n)) != 0)
+        return rc;
+    for (size_t i = 0; i < n; i++) {
+        int32_t id = tok->byte_id[w[i]];
+        e->sid[i] = id >= 0 ? id : tok->unk_id;
+    }
+    if (n == 1)
+        return emit(e, e->sid[0]);
+    return bpe_merge(e, n);
+}
+
+static int word_sentencepiece(enc_t *e, const unsigned char *w, size_t n)
+{
+    const ig_tokenizer_t *tok = e->tok;
+    size_t m = 0, i = 0;
+    int rc;
+    if (tok->ignore_merges || n == 1) {
+        int32_t id = ig_tokenizer_token_id(tok, (const char *)w, n);
+        if (id >= 0)
+            return emit(e, id);
+    }
+    /* At most one symbol per byte, byte fallback included. */
+    if ((rc = ensure_syms(e, n)) != 0)
+        return rc;
+    while (i < n) {
+        uint32_t cp;
+        size_t l = ig__utf8_decode(w + i, n - i, &cp);
+        int32_t id = -1;
+        if (l == 1 && w[i] < 0x80)
+            id = tok->ascii_id[w[i]];
+        else if (l)
+            id = ig_tokenizer_token_id(tok, (const char *)w + i, l);
+        else
+            l = 1; /* an invalid byte: only byte fallback can carry it */
+        if (id >= 0) {
+            e->sid[m++] = id;
+        } else if (tok->byte_fallback) {
+            for (size_t k = 0; k < l; k++)
+                e->sid[m++] = tok->fb_id[w[i + k]];
+        } else if (tok->unk_id >= 0) {
+            e->sid[m++] = tok->unk_id;
+        } else {
+            return IG_ETOKENIZER;
+        }
+        i += l;
+    }
+    if (m == 1)
+        return emit(e, e->sid[0]);
+    return bpe_merge(e, m);
+}
+
+/* Writes prefix + s with every pat replaced by rep into the other scratch
+ * buffer; returns it, or NULL when out of memory. */
+static const unsigned char *rewrite(enc_t *e, int *cur, const unsigned char *s, size_t *n,
+                                    const char *prefix, size_t plen, const char *pat, size_t patlen,
+                                    const char *rep, size_t replen)
+{
+    size_t len = *n, o = 0, i = 0;
+    size_t need = plen + len + (pat ? len / patlen * replen : 0) + 1;
+    char *dst;
+    if (grow((void **)&e->nb[*cur], &e->ncap[*cur], need, 1))
+        return NULL;
+    dst = e->nb[*cur];
+    if (plen)
+        memcpy(dst, prefix, plen);
+    o = plen;
+    while (i < len) {
+        if (pat && len - i >= patlen && memcmp(s + i, pat, patlen) == 0) {
+            memcpy(dst + o, rep, replen);
+            o += replen;
+            i += patlen;
+        } else {
+            dst[o++] = (char)s[i++];
+        }
+    }
+    *cur ^= 1;
+    *n = o;
+    return (const unsigned char *)dst;
+}
+
+static const char META[] = "\xE2\x96\x81";
+
+/* Encodes one stretch of text between added tokens: normalizers, then the
+ * pre-tokenizer (prefix space or metaspace, split), then BPE per word. */
+static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
+{
+    const ig_tokenizer_t *tok = e->tok;
+    const unsigned char *t = s;
+    size_t i = 0;
+    int cur = 0, rc;
+    if (n == 0)
+        return 0;
+    for (size_t k = 0; k < tok->n_norms && t; k++) {
+        const ig__norm_t *nm = &tok->norms[k];
+        if (nm->kind == IG__NORM_PREPEND) {
+            if (n)
+                t = rewrite(e, &cur, t, &n, nm->a, nm->alen, NULL, 0, NULL, 0);
+        } else if (nm->kind == IG__NORM_NFC) {
+            if (ig__nfc_needed(t, n)) {
+                if (ig__nfc(t, n, &e->nb[cur], &e->ncap[cur], &n) != 0)
+                    return IG_ENOMEM;
+                t = (const unsigned char *)e->nb[cur];
+                cur ^= 1;
+            }
+        } else {
+            t = rewrite(e, &cur, t, &n, NULL, 0, nm->a, nm->alen, nm->b, nm->blen);
+        }
+    }
+    if (t && tok->style == IG_TOKENIZER_BYTE_LEVEL && tok->add_prefix_space && n && t[0] != ' ')
+        t = rewrite(e, &cur, t, &n, " ", 1, NULL, 0, NULL, 0);
+    if (t && tok->metaspace) {
+        int pre = n && (tok->meta_prepend == 1 || (tok->meta_prepend == 2 && first)) &&
+                  t[0] != ' ' && !(n >= 3 && memcmp(t, META, 3) == 0);
+        t = rewrite(e, &cur, t, &n, META, pre ? 3 : 0, " ", 1, META, 3);
+    }
+    if (!t)
+        return IG_ENOMEM;
+    while (i < n) {
+        size_t l = ig__split_next(tok->split, t, n, i);
+        rc = tok->style == IG_TOKENIZER_BYTE_LEVEL ? word_bytelevel(e, t + i, l)
+                                                   : word_sentencepiece(e, t + i, l);
+        if (rc != 0)
+            return rc;
+        i += l;
+    }
+    return 0;
+}
+
+/* The code point that ends just before s[i] (i > 0), invalid bytes as CP_BAD. */
+static uint32_t cp_before(const unsigned char *s, size_t i, size_t *start)
+{
+    size_t j = i - 1, k = 0;
+    uint32_t cp;
+    while (j > 0 && k < 3 && (s[j] & 0xC0) == 0x80) {
+        j--;
+        k++;
+    }
+    if (ig__utf8_decode(s + j, i - j, &cp) != i - j) {
+        j = i - 1;
+        cp = CP_BAD;
+    }
+    *start = j;
+    return cp;
+}
+
+static int is_word_char(uint32_t c)
+{
+    return is_l(c) || is_n(c) || c == '_';
+}
+
+/* The longest added token at s[i..n) that may match there, or NULL. */
+static const ig__added_t *match_added(const ig_tokenizer_t *tok, const unsigned char *s, size_t n,
+                                      size_t i, unsigned flags)
+{
+    for (size_t k = 0; k < tok->n_added; k++) {
+        const ig__added_t *a = &tok->added[k];
+        if (a->len > n - i || (unsigned char)a->content[0] != s[i])
+            continue;
+        if (a->special && (flags & IG_TOKENIZER_NO_SPECIAL))
+            continue;
+        if (memcmp(a->content, s + i, a->len) != 0)
+            continue;
+        if (a->single_word) {
+            size_t st;
+            uint32_t after;
+            if (i > 0 && is_word_char(cp_before(s, i, &st)))
+                continue;
+            if (i + a->len < n && cp_at(s, n, i + a->len, &after) && is_word_char(after))
+                continue;
+        }
+        return a;
+    }
+    return NULL;
+}
+
+int ig_tokenizer_encode(const ig_tokenizer_t *tok, const char *text, size_t len, unsigned flags,
+                        ig_tokvec_t *out)
+{
+    enc_t e;
+    const unsigned char *s = (const unsigned char *)text;
+    size_t seg = 0, i = 0, start_len = out->len;
+    int rc = 0;
+
+    memset(&e, 0, sizeof e);
+    e.tok = tok;
+    e.out = out;
+    if ((flags & IG_TOKENIZER_ADD_BOS) && tok->add_bos && tok->bos_id >= 0 &&
+        (rc = emit(&e, tok->bos_id)) != 0)
+        goto fail;
+    while (i < len) {
+        const ig__added_t *a = NULL;
+        size_t end = i;
+        if (tok->added_first[s[i]])
+            a = match_added(tok, s, len, i, flags);
+        if (!a) {
+            i++;
+            continue;
+        }
+        /* lstrip / rstrip: the whitespace beside the token goes with it. */
+        while (a->lstrip && end > seg) {
+            size_t st;
+            if (!is_s(cp_before(s, end, &st)) || st < seg)
+                break;
+            end = st;
+        }
+        if ((rc = encode_segment(&e, s + seg, end - seg, seg == 0)) != 0 ||
+            (rc = emit(&e, a->id)) != 0)
+            goto fail;
+        i += a->len;
+        while (a->rstrip && i < len) {
+            uint32_t c;
+            size_t l = cp_at(s, len, i, &c);
+            if (!is_s(c))
+                break;
+            i += l;
+        }
+        seg = i;
+    }
+    rc = encode_segment(&e, s + seg, len - seg, seg == 0);
+fail:
+    if (rc != 0)
+        out->len = start_len;
+    free(e.nb[0]);
+    free(e.nb[1]);
+    free(e.sid);
+    free(e.prev);
+    free(e.next);
+    free(e.heap);
+    free(e.wb);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decoding                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static const char REPLACEMENT[] = "\xEF\xBF\xBD";
+
+/* Copies valid UTF-8 from s[0..n) to out, replacing each maximal invalid
+ * subpart with U+FFFD. Unless final, stops before an incomplete character at
+ * the end. Returns the bytes consumed; *olen gets the bytes written (out has
+ * room for 3 * n). */
+static size_t lossy_utf8(const unsigned char *s, size_t n, int final, char *out, size_t *olen)
+{
+    size_t i = 0, o = 0;
+    while (i < n) {
+        int complete;
+        size_t l;
+        if (s[i] < 0x80) {
+            out[o++] = (char)s[i++];
+            continue;
+        }
+        l = utf8_scan(s + i, n - i, &complete);
+        if (complete) {
+            memcpy(out + o, s + i, l);
+            o += l;
+            i += l;
+            continue;
+        }
+        if (l > 0 && i + l == n && !final)
+            break; /* may still be completed by the next token */
+        memcpy(out + o, REPLACEMENT, 3);
+        o += 3;
+        i += l ? l : 1;
+    }
+    *olen = o;
+    return i;
+}
+
+int ig_tokenizer_decode(const ig_tokenizer_t *tok, const int32_t *ids, size_t n, unsigned flags,
+                        char **out, size_t *outlen)
+{
+    size_t total = 0, o = 0, olen;
+    unsigned char *raw = NULL;
+    char *res = NULL;
+    int rc = 0;
+
+    *out = NULL;
+    *outlen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ids[i] < 0 || (size_t)ids[i] >= tok->n_ids || !tok->str[ids[i]])
+            return IG_EINVAL;
+        total += tok->bytes_len[ids[i]];
+    }
+    if (!(raw = malloc(total + 1)) || !(res = malloc(total * 3 + 1))) {
+        rc = IG_ENOMEM;
+        goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if ((flags & IG_TOKENIZER_SKIP_SPECIAL) && tok->special[ids[i]] == 1)
+            continue;
+        memcpy(raw + o, tok->bytes[ids[i]], tok->bytes_len[ids[i]]);
+        o += tok->bytes_len[ids[i]];
+    }
+    {
+        size_t skip = (tok->strip_leading_space && o && raw[0] == ' ') ? 1 : 0;
+        lossy_utf8(raw + skip, o - skip, 1, res, &olen);
+    }
+    res[olen] = 0;
+    free(raw);
+    *out = res;
+    *outlen = olen;
+    return 0;
+fail:
+    free(raw);
+    free(res);
+    return rc;
+}
+
+void ig_tokdec_init(ig_tokdec_t *d, const ig_tokenizer_t *tok, unsigned flags)
+{
+    memset(d, 0, sizeof *d);
+    d->tok = tok;
+    d->flags = flags;
+}
+
+void ig_tokdec_dispose(ig_tokdec_t *d)
+{
+    free(d->buf);
+    d->buf = NULL;
+    d->cap = 0;
+}
+
+static int tokdec_run(ig_tokdec_t *d, const unsigned char *b, size_t n, int final,
+                      const char **text, size_t *len)
+{
+    unsigned char tmp[4 + 256];
+    unsigned char *in = tmp;
+    size_t total = d->npend + n, used, olen;
+    if (grow((void **)&d->buf, &d->cap, total * 3 + 1, 1))
+        return IG_ENOMEM;
+    if (total > sizeof tmp && !(in = malloc(total)))
+        return IG_ENOMEM;
+    memcpy(in, d->pend, d->npend);
+    if (n)
+        memcpy(in + d->npend, b, n);
+    used = lossy_utf8(in, total, final, d->buf, &olen);
+    /* What is left is an incomplete character: at most 3 bytes. */
+    d->npend = total - used;
+    memcpy(d->pend, in + used, d->npend);
+    if (in != tmp)
+        free(in);
+    d->buf[olen] = 0;
+    *text = d->buf;
+    *len = olen;
+    return 0;
+}
+
+int ig_tokdec_push(ig_tokdec_t *d, int32_t id, const char **text, size_t *len)
+{
+    const ig_tokenizer_t *tok = d->tok;
+    const unsigned char *b;
+    size_t n;
+    *text = "";
+    *len = 0;
+    if (id < 0 || (size_t)id >= tok->n_ids || !tok->str[id])
+        return IG_EINVAL;
+    if ((d->flags & IG_TOKENIZER_SKIP_SPECIAL) && tok->special[id] == 1)
+        return 0;
+    b = (const unsigned char *)tok->bytes[id];
+    n = tok->bytes_len[id];
+    if (!d->started && n) {
+        d->started = 1;
+        if (tok->strip_leading_space && b[0] == ' ') {
+            b++;
+            n--;
+        }
+    }
+    return tokdec_run(d, b, n, 0, text, len);
+}
+
+int ig_tokdec_flush(ig_tokdec_t *d, const char **text, size_t *len)
+{
+    return tokdec_run(d, NULL, 0, 1, text, len);
+}

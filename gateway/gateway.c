@@ -1,0 +1,542 @@
+/*
+ * The gateway of one region: pools, sites and the proxy, built from the
+ * config (see include/infergate/gateway.h).
+ */
+#include "infergate/gateway.h"
+#include "infergate/api.h"
+#include "infergate/cli.h"
+#include "infergate/error.h"
+#include "infergate/log.h"
+#include "infergate/metrics.h"
+
+#include <ctype.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+struct ig_gateway_s {
+    uv_loop_t *loop;
+    const ig_config_t *cfg;
+    char region[64]; /* sanitised: it goes into a header */
+    char run_dir[512];
+    int own_run_dir;
+    ig_pool_t **pools;
+    int npools;
+    ig_site_t **sites;
+    int nsites;
+    ig_proxy_t *proxy;
+    int pending_closes;
+    void (*close_cb)(void *data);
+    void *close_data;
+    ig_metric_t *m_instances;
+};
+
+/* ---- model files ------------------------------------------------------- */
+
+/* Generates a preset model into its path when the directory lacks one. */
+static int ensure_model(const ig_config_model_t *m, char *err, size_t errlen)
+{
+    char probe[1024];
+    if (m->path == NULL)
+        return 0;
+    snprintf(probe, sizeof(probe), "%s/config.json", m->path);
+    if (access(probe, R_OK) == 0)
+        return 0;
+    if (m->preset == NULL) {
+        snprintf(err, errlen, "model '%s': %s has no config.json (and no preset to generate)",
+                 m->name, m->path);
+        return IG_ENOENT;
+    }
+    IG_INFO("model %s: generating preset '%s' into %s", m->name, m->preset, m->path);
+    char *argv[] = {"mkmodel", "--preset", m->preset, "--out", m->path, NULL};
+    if (ig_cmd_mkmodel(5, argv) != 0) {
+        snprintf(err, errlen, "model '%s': generating preset '%s' into %s failed", m->name,
+                 m->preset, m->path);
+        return IG_EMODEL;
+    }
+    return 0;
+}
+
+/* ---- pool events and the resolver --------------------------------------- */
+
+static void publish_instances(ig_gateway_t *gw, ig_pool_t *pool)
+{
+    static const ig_instance_state_t states[] = {IG_INSTANCE_STARTING, IG_INSTANCE_READY,
+                                                 IG_INSTANCE_DRAINING, IG_INSTANCE_BACKOFF};
+    for (size_t i = 0; i < sizeof(states) / sizeof(states[0]); i++)
+        ig_metric_set(gw->m_instances, ig_pool_count(pool, states[i]), ig_pool_name(pool),
+                      ig_instance_state_name(states[i]));
+}
+
+static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
+{
+    ig_gateway_t *gw = data;
+    publish_instances(gw, pool);
+    /* An instance that became ready may take held requests. */
+    if (ig_instance_state(inst) == IG_INSTANCE_READY && gw->proxy != NULL)
+        ig_proxy_kick(gw->proxy, ig_pool_model(pool));
+}
+
+static int resolve(void *data, const char *model, ig_proxy_target_t *out, int max, int *starting)
+{
+    ig_gateway_t *gw = data;
+    int n = 0;
+    *starting = 0;
+    for (int p = 0; p < gw->npools; p++) {
+        ig_pool_t *pool = gw->pools[p];
+        if (strcmp(ig_pool_model(pool), model) != 0)
+            continue;
+        for (int i = 0; i < ig_pool_size(pool) && n < max; i++) {
+            ig_instance_t *in = ig_pool_instance(pool, i);
+            ig_instance_state_t st = ig_instance_state(in);
+            if (st == IG_INSTANCE_STARTING || st == IG_INSTANCE_BACKOFF)
+                *starting = 1;
+            if (st == IG_INSTANCE_STOPPED)
+                continue;
+            out[n].client = ig_instance_upstream(in);
+            out[n].route = ig_instance_route(in);
+            out[n].is_site = 0;
+            n++;
+        }
+    }
+    for (int s = 0; s < gw->nsites && n < max; s++) {
+        if (!ig_site_serves(gw->sites[s], model))
+            continue;
+        out[n].client = ig_site_upstream(gw->sites[s]);
+        out[n].route = ig_site_route(gw->sites[s]);
+        out[n].is_site = 1;
+        n++;
+    }
+    return n;
+}
+
+/* 1 when the model is served by a pool or named by a site. */
+static int model_known(ig_gateway_t *gw, const char *model)
+{
+    for (int p = 0; p < gw->npools; p++) {
+        if (strcmp(ig_pool_model(gw->pools[p]), model) == 0)
+            return 1;
+    }
+    for (int s = 0; s < gw->nsites; s++) {
+        if (ig_site_serves(gw->sites[s], model))
+            return 1;
+    }
+    return 0;
+}
+
+/* ---- start and close ---------------------------------------------------- */
+
+static void gateway_free(ig_gateway_t *gw)
+{
+    if (gw->own_run_dir)
+        rmdir(gw->run_dir); /* empty once the workers removed their sockets */
+    free(gw->pools);
+    free(gw->sites);
+    free(gw);
+}
+
+int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
+                     const char *run_dir, char *err, size_t errlen)
+{
+    int rc = IG_ENOMEM;
+    ig_gateway_t *gw = calloc(1, sizeof(*gw));
+    if (gw == NULL)
+        return IG_ENOMEM;
+    gw->loop = loop;
+    gw->cfg = cfg;
+    size_t k = 0;
+    for (const char *r = cfg->region; r && *r && k + 1 < sizeof(gw->region); r++) {
+        if (isalnum((unsigned char)*r) || *r == '-' || *r == '_' || *r == '.')
+            gw->region[k++] = *r;
+    }
+    gw->region[k] = '\0';
+    gw->m_instances = ig_metrics_gauge("infergate_pool_instances",
+                                       "Instances of each pool by state.", "pool,state");
+    gw->pools = calloc(cfg->npools ? cfg->npools : 1, sizeof(ig_pool_t *));
+    gw->sites = calloc(cfg->nsites ? cfg->nsites : 1, sizeof(ig_site_t *));
+    if (gw->pools == NULL || gw->sites == NULL)
+        goto fail;
+
+    if (run_dir != NULL) {
+        snprintf(gw->run_dir, sizeof(gw->run_dir), "%s", run_dir);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(gw->run_dir, sizeof(gw->run_dir), "%s/infergate-XXXXXX", tmp ? tmp : "/tmp");
+        if (mkdtemp(gw->run_dir) == NULL) {
+            snprintf(err, errlen, "cannot create a socket directory under %s", tmp ? tmp : "/tmp");
+            rc = IG_EIO;
+            goto fail;
+        }
+        gw->own_run_dir = 1;
+    }
+
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        if ((rc = ensure_model(&cfg->models[i], err, errlen)) != 0)
+            goto fail;
+    }
+
+    ig_proxy_opts_t po;
+    ig_proxy_opts_default(&po);
+    po.router.policy = cfg->routing.policy;
+    po.router.retry_ratio = cfg->routing.retry_budget;
+    po.router.max_retries = (int)cfg->routing.max_retries;
+    if (cfg->routing.eject.consecutive_failures > 0)
+        po.router.eject_consecutive = (int)cfg->routing.eject.consecutive_failures;
+    if (cfg->routing.eject.base_ejection_s > 0)
+        po.router.eject_base_s = cfg->routing.eject.base_ejection_s;
+    po.hedge = cfg->routing.hedge.enabled;
+    po.hedge_budget = cfg->routing.hedge.budget;
+    if (cfg->routing.queue_size > 0)
+        po.queue_size = (int)cfg->routing.queue_size;
+    if ((rc = ig_proxy_init(&gw->proxy, loop, &po, resolve, gw)) != 0)
+        goto fail;
+
+    ig_upstream_opts_t uo;
+    ig_upstream_opts_default(&uo);
+    if (cfg->routing.connect_timeout_ms)
+        uo.connect_timeout_ms = cfg->routing.connect_timeout_ms;
+    if (cfg->routing.first_token_timeout_ms)
+        uo.first_byte_timeout_ms = cfg->routing.first_token_timeout_ms;
+    if (cfg->routing.idle_timeout_ms)
+        uo.keepalive_idle_ms = cfg->routing.idle_timeout_ms;
+    if (cfg->routing.total_timeout_ms)
+        uo.total_timeout_ms = cfg->routing.total_timeout_ms;
+
+    for (size_t i = 0; i < cfg->npools; i++) {
+        const ig_config_pool_t *cp = &cfg->pools[i];
+        const ig_config_model_t *m = &cfg->models[cp->model_index];
+        const char *devices[64];
+        int nd = 0;
+        for (size_t d = 0; d < cp->ndevices && nd < 64; d++)
+            devices[nd++] = cp->devices[d].spec;
+        ig_pool_spec_t ps;
+        memset(&ps, 0, sizeof(ps));
+        ps.name = cp->name;
+        ps.model = cp->model;
+        ps.model_dir = m->path;
+        ps.exe = exe;
+        ps.run_dir = gw->run_dir;
+        ps.devices = devices;
+        ps.ndevices = nd;
+        ps.threads = (int)cp->threads;
+        ps.min_instances = (int)cp->min_instances;
+        ps.max_instances = (int)cp->max_instances;
+        ps.kv_blocks = (int)cp->batching.kv_blocks;
+        ps.block_size = (int)cp->batching.block_size;
+        ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
+        ps.max_num_seqs = (int)cp->batching.max_num_seqs;
+        ps.max_waiting = (int)cp->batching.max_waiting;
+        ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : NULL;
+        ps.router = ig_proxy_router(gw->proxy);
+        if ((rc = ig_pool_start(&gw->pools[gw->npools], loop, &ps, on_pool_event, gw)) != 0) {
+            snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
+            goto fail_started;
+        }
+        publish_instances(gw, gw->pools[gw->npools]);
+        gw->npools++;
+    }
+    for (size_t i = 0; i < cfg->nsites; i++) {
+        const ig_config_site_t *cs = &cfg->sites[i];
+        ig_site_spec_t ss;
+        memset(&ss, 0, sizeof(ss));
+        ss.name = cs->name;
+        ss.url = cs->url;
+        ss.region = cs->region;
+        ss.models = (const char *const *)cs->models;
+        ss.nmodels = (int)cs->nmodels;
+        ss.router = ig_proxy_router(gw->proxy);
+        ss.upstream = &uo;
+        if ((rc = ig_site_start(&gw->sites[gw->nsites], loop, &ss)) != 0) {
+            snprintf(err, errlen, "site '%s': cannot start: %s", cs->name, ig_strerror(rc));
+            goto fail_started;
+        }
+        gw->nsites++;
+    }
+    *out = gw;
+    return 0;
+fail_started:
+    /* Handles exist now: close through the loop like a normal stop. */
+    ig_gateway_close(gw, 0, NULL, NULL);
+    return rc;
+fail:
+    if (gw->proxy != NULL)
+        ig_proxy_close(gw->proxy, NULL, NULL);
+    gateway_free(gw);
+    return rc;
+}
+
+static void on_part_closed(void *data)
+{
+    ig_gateway_t *gw = data;
+    if (--gw->pending_closes > 0)
+        return;
+    void (*cb)(void *) = gw->close_cb;
+    void *cb_data = gw->close_data;
+    gateway_free(gw);
+    if (cb != NULL)
+        cb(cb_data);
+}
+
+void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data)
+{
+    gw->close_cb = cb;
+    gw->close_data = data;
+    gw->pending_closes = 1 + gw->npools + gw->nsites + 1;
+    ig_proxy_close(gw->proxy, on_part_closed, gw);
+    for (int i = 0; i < gw->nsites; i++)
+        ig_site_close(gw->sites[i], on_part_closed, gw);
+    for (int i = 0; i < gw->npools; i++)
+        ig_pool_close(gw->pools[i], grace_ms, on_part_closed, gw);
+    on_part_closed(gw); /* the extra count keeps gw alive through the loop */
+}
+
+ig_proxy_t *ig_gateway_proxy(ig_gateway_t *gw)
+{
+    return gw->proxy;
+}
+
+int ig_gateway_npools(const ig_gateway_t *gw)
+{
+    return gw->npools;
+}
+
+ig_pool_t *ig_gateway_pool(ig_gateway_t *gw, int i)
+{
+    return i >= 0 && i < gw->npools ? gw->pools[i] : NULL;
+}
+
+/* ---- readiness ---------------------------------------------------------- */
+
+int ig_gateway_ready(void *data, char *reason, size_t len)
+{
+    ig_gateway_t *gw = data;
+    uint64_t now = uv_hrtime();
+    for (int p = 0; p < gw->npools; p++) {
+        ig_pool_t *pool = gw->pools[p];
+        for (int i = 0; i < ig_pool_size(pool); i++) {
+            if (ig_router_eligible(ig_instance_route(ig_pool_instance(pool, i)), now))
+                return 1;
+        }
+    }
+    for (int s = 0; s < gw->nsites; s++) {
+        if (ig_site_nmodels(gw->sites[s]) > 0 &&
+            ig_router_eligible(ig_site_route(gw->sites[s]), now))
+            return 1;
+    }
+    if (gw->npools == 0 && gw->nsites == 0)
+        snprintf(reason, len, "no pools and no sites are configured");
+    else if (gw->npools > 0)
+        snprintf(reason, len, "no instance is ready yet and no site can serve");
+    else
+        snprintf(reason, len, "no site is up");
+    return 0;
+}
+
+/* ---- the OpenAI endpoints ----------------------------------------------- */
+
+static void respond_api_error(ig_http_req_t *req, const ig_api_error_t *e)
+{
+    if (e->status == 429)
+        ig_http_add_header(req, "Retry-After", "1");
+    ig_http_respond_error(req, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s",
+                          e->message);
+}
+
+/* A cheap prompt-length estimate for the cost model: about four bytes a
+ * token for text; exact for token ids. The worker counts for real. */
+static int estimate_tokens(const ig_api_request_t *r)
+{
+    size_t n = 0;
+    for (int i = 0; i < r->nprompts; i++)
+        n += r->prompts[i].text ? r->prompts[i].text_len / 4 + 1 : (size_t)r->prompts[i].nids;
+    for (int i = 0; i < r->nmessages; i++)
+        n += strlen(r->messages[i].content) / 4 + 4;
+    return n > 1 << 20 ? 1 << 20 : (int)n;
+}
+
+static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t kind)
+{
+    size_t len;
+    const char *body = ig_http_req_body(req, &len);
+    ig_api_request_t r;
+    ig_api_error_t e;
+    if (ig_api_parse(kind, body, len, &r, &e) != 0) {
+        respond_api_error(req, &e);
+        return;
+    }
+    if (r.model == NULL) {
+        ig_api_error(&e, 400, "model", "you must provide a model parameter");
+        respond_api_error(req, &e);
+        ig_api_request_dispose(&r);
+        return;
+    }
+    if (!model_known(gw, r.model)) {
+        ig_api_error(&e, 404, "model", "the model '%s' does not exist", r.model);
+        e.code = "model_not_found";
+        respond_api_error(req, &e);
+        ig_api_request_dispose(&r);
+        return;
+    }
+    json_t *canon = ig_api_request_to_json(&r);
+    size_t clen = 0;
+    char *ctext = canon ? ig_api_dumps(canon, &clen) : NULL;
+    json_decref(canon);
+    if (ctext == NULL) {
+        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        ig_api_request_dispose(&r);
+        return;
+    }
+    ig_proxy_call_t call;
+    memset(&call, 0, sizeof(call));
+    call.model = r.model;
+    call.path = kind == IG_API_CHAT ? "/v1/chat/completions" : "/v1/completions";
+    call.stream = r.stream;
+    call.prompt_tokens = estimate_tokens(&r);
+    call.body = ctext;
+    call.len = clen;
+    call.local_only = ig_http_req_header(req, "x-infergate-forwarded") != NULL;
+    call.region = gw->region[0] ? gw->region : NULL;
+    ig_proxy_handle(gw->proxy, req, &call);
+    free(ctext);
+    ig_api_request_dispose(&r);
+}
+
+void ig_gateway_completions(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    handle_openai(gw, req, IG_API_COMPLETION);
+}
+
+void ig_gateway_chat(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    handle_openai(gw, req, IG_API_CHAT);
+}
+
+static void respond_json(ig_http_req_t *req, int status, json_t *doc)
+{
+    size_t len = 0;
+    char *text = doc ? ig_api_dumps(doc, &len) : NULL;
+    json_decref(doc);
+    if (text == NULL) {
+        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        return;
+    }
+    ig_http_respond(req, status, "application/json", text, len);
+    free(text);
+}
+
+void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    const char *ids[256];
+    int n = 0;
+    const ig_config_t *cfg = gw->cfg;
+    for (size_t i = 0; i < cfg->nmodels && n < 256; i++) {
+        if (model_known(gw, cfg->models[i].name))
+            ids[n++] = cfg->models[i].name;
+    }
+    for (int s = 0; s < gw->nsites; s++) {
+        for (int i = 0; i < ig_site_nmodels(gw->sites[s]) && n < 256; i++) {
+            const char *id = ig_site_model(gw->sites[s], i);
+            int dup = 0;
+            for (int j = 0; j < n && !dup; j++)
+                dup = strcmp(ids[j], id) == 0;
+            if (!dup)
+                ids[n++] = id;
+        }
+    }
+    respond_json(req, 200, ig_api_models_json(ids, n, (long long)time(NULL), "infergate"));
+}
+
+/* Sums what the local instances report. Sites are left out on purpose: a
+ * peer that counted our sites would count itself back. */
+void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    double waiting = ig_proxy_queued(gw->proxy), running = 0, prefill = 0, decode = 0;
+    double est_wait = -1;
+    int ready = 0, slots = 0;
+    json_t *models = json_array();
+    for (int p = 0; p < gw->npools; p++) {
+        ig_pool_t *pool = gw->pools[p];
+        int pool_ready = 0;
+        for (int i = 0; i < ig_pool_size(pool); i++) {
+            ig_instance_t *in = ig_pool_instance(pool, i);
+            if (ig_instance_state(in) != IG_INSTANCE_READY)
+                continue;
+            ready++;
+            pool_ready = 1;
+            ig_upstream_state_t *u = ig_instance_route(in);
+            waiting += u->reported_waiting;
+            running += u->inflight;
+            prefill += u->reported_prefill_tps;
+            slots += u->slots;
+            if (est_wait < 0 || u->reported_wait_s < est_wait)
+                est_wait = u->reported_wait_s;
+            const char *load = ig_instance_load_json(in);
+            json_t *l = load ? json_loads(load, 0, NULL) : NULL;
+            json_t *v = l ? json_object_get(l, "decode_tokens_per_s") : NULL;
+            if (json_is_number(v))
+                decode += json_number_value(v);
+            json_decref(l);
+        }
+        if (pool_ready) {
+            int dup = 0;
+            size_t j;
+            json_t *m;
+            json_array_foreach(models, j, m) dup |=
+                strcmp(json_string_value(m), ig_pool_model(pool)) == 0;
+            if (!dup)
+                json_array_append_new(models, json_string(ig_pool_model(pool)));
+        }
+    }
+    json_t *doc = json_pack("{s:s, s:o, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:i}", "region",
+                            gw->region, "models", models, "ready_instances", ready, "waiting",
+                            waiting, "running", running, "inflight", ig_proxy_inflight(gw->proxy),
+                            "est_wait_s", est_wait < 0 ? 0.0 : est_wait, "prefill_tokens_per_s",
+                            prefill, "decode_tokens_per_s", decode, "max_num_seqs", slots);
+    respond_json(req, 200, doc);
+}
+
+void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    json_t *pools = json_array();
+    uint64_t now = uv_hrtime();
+    for (int p = 0; p < gw->npools; p++) {
+        ig_pool_t *pool = gw->pools[p];
+        json_t *insts = json_array();
+        for (int i = 0; i < ig_pool_size(pool); i++) {
+            ig_instance_t *in = ig_pool_instance(pool, i);
+            ig_upstream_state_t *u = ig_instance_route(in);
+            json_array_append_new(
+                insts,
+                json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:b}", "name",
+                          ig_instance_name(in), "device", ig_instance_device(in), "state",
+                          ig_instance_state_name(ig_instance_state(in)), "pid", ig_instance_pid(in),
+                          "restarts", ig_instance_restarts(in), "inflight", u->inflight, "rtt_s",
+                          u->rtt_s, "ttft_s", u->svc_s, "eligible", ig_router_eligible(u, now)));
+        }
+        json_array_append_new(pools, json_pack("{s:s, s:s, s:o}", "name", ig_pool_name(pool),
+                                               "model", ig_pool_model(pool), "instances", insts));
+    }
+    json_t *sites = json_array();
+    for (int s = 0; s < gw->nsites; s++) {
+        ig_site_t *site = gw->sites[s];
+        ig_upstream_state_t *u = ig_site_route(site);
+        json_t *models = json_array();
+        for (int i = 0; i < ig_site_nmodels(site); i++)
+            json_array_append_new(models, json_string(ig_site_model(site, i)));
+        json_array_append_new(
+            sites, json_pack("{s:s, s:s, s:b, s:b, s:f, s:i, s:o, s:b}", "name", ig_site_name(site),
+                             "region", ig_site_region(site) ? ig_site_region(site) : "", "up",
+                             ig_site_up(site), "peer", ig_site_is_peer(site), "rtt_s", u->rtt_s,
+                             "inflight", u->inflight, "models", models, "eligible",
+                             ig_router_eligible(u, now)));
+    }
+    json_t *doc =
+        json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",
+                  ig_route_policy_name(gw->cfg->routing.policy), "pools", pools, "sites", sites,
+                  "inflight", ig_proxy_inflight(gw->proxy), "queued", ig_proxy_queued(gw->proxy));
+    respond_json(req, 200, doc);
+}

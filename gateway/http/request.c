@@ -1,0 +1,563 @@
+/*
+ * The request object: arena, accessors, and the response API (whole
+ * responses and chunked/SSE streams).
+ */
+#include "http_internal.h"
+
+#include "infergate/error.h"
+
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+/* ---- arena ------------------------------------------------------------ */
+
+void ig__arena_init(ig__arena_t *a)
+{
+    a->blocks = NULL;
+    a->used = 0;
+}
+
+void *ig__arena_alloc(ig__arena_t *a, size_t size)
+{
+    size = (size + 15) & ~(size_t)15;
+    if (size == 0)
+        size = 16;
+    if (IG__ARENA_INLINE - a->used >= size) {
+        void *p = a->inline_buf + a->used;
+        a->used += size;
+        return p;
+    }
+    ig__arena_block_t *b = a->blocks;
+    if (b != NULL && b->cap - b->used >= size) {
+        void *p = b->data + b->used;
+        b->used += size;
+        return p;
+    }
+    size_t cap = size > 16384 ? size : 16384;
+    b = malloc(sizeof(*b) + cap);
+    if (b == NULL)
+        return NULL;
+    b->cap = cap;
+    b->used = size;
+    if (a->blocks != NULL && size > 16384) {
+        /* A big one-off block goes behind the current one so that the
+         * current block's free space stays usable. */
+        b->next = a->blocks->next;
+        a->blocks->next = b;
+    } else {
+        b->next = a->blocks;
+        a->blocks = b;
+    }
+    return b->data;
+}
+
+void ig__arena_dispose(ig__arena_t *a)
+{
+    ig__arena_block_t *b = a->blocks;
+    while (b != NULL) {
+        ig__arena_block_t *n = b->next;
+        free(b);
+        b = n;
+    }
+    a->blocks = NULL;
+    a->used = 0;
+}
+
+/* ---- request lifecycle ------------------------------------------------ */
+
+#define REQ_POOL_MAX 64
+
+ig_http_req_t *ig__http_req_new(ig__http_reqpool_t *pool)
+{
+    ig_http_req_t *r = pool != NULL ? pool->free : NULL;
+    if (r != NULL) {
+        pool->free = r->next;
+        pool->count--;
+    } else {
+        r = malloc(sizeof(*r));
+        if (r == NULL)
+            return NULL;
+    }
+    memset(r, 0, offsetof(ig_http_req_t, arena));
+    ig__arena_init(&r->arena);
+    r->pool = pool;
+    r->out_tail = &r->out_headers;
+    r->route = "unmatched";
+    return r;
+}
+
+void ig__http_req_free(ig_http_req_t *r)
+{
+    if (r == NULL)
+        return;
+    if (r->body_heap)
+        free(r->body);
+    free(r->upstream);
+    ig__arena_dispose(&r->arena);
+    ig__http_reqpool_t *pool = r->pool;
+    if (pool != NULL && pool->count < REQ_POOL_MAX) {
+        r->next = pool->free;
+        pool->free = r;
+        pool->count++;
+    } else {
+        free(r);
+    }
+}
+
+void ig__http_reqpool_dispose(ig__http_reqpool_t *pool)
+{
+    ig_http_req_t *r = pool->free;
+    while (r != NULL) {
+        ig_http_req_t *n = r->next;
+        free(r);
+        r = n;
+    }
+    pool->free = NULL;
+    pool->count = 0;
+}
+
+/* ---- accessors -------------------------------------------------------- */
+
+const char *ig_http_req_method(const ig_http_req_t *req)
+{
+    return req->method;
+}
+
+const char *ig_http_req_path(const ig_http_req_t *req)
+{
+    return req->path;
+}
+
+const char *ig_http_req_query(const ig_http_req_t *req)
+{
+    return req->query;
+}
+
+const char *ig_http_req_header(const ig_http_req_t *req, const char *name)
+{
+    size_t n = strlen(name);
+    for (unsigned i = 0; i < req->nheaders; i++) {
+        const ig__http_header_t *h = &req->headers[i];
+        if (h->nlen == n && strcasecmp(h->name, name) == 0)
+            return h->value;
+    }
+    return NULL;
+}
+
+const char *ig_http_req_body(const ig_http_req_t *req, size_t *len)
+{
+    if (len != NULL)
+        *len = req->body_len;
+    return req->body != NULL ? req->body : "";
+}
+
+const char *ig_http_req_peer(const ig_http_req_t *req)
+{
+    return req->peer;
+}
+
+uint64_t ig_http_req_start_ns(const ig_http_req_t *req)
+{
+    return req->start_ns;
+}
+
+int ig_http_req_aborted(const ig_http_req_t *req)
+{
+    return req->aborted;
+}
+
+void *ig_http_req_alloc(ig_http_req_t *req, size_t size)
+{
+    return ig__arena_alloc(&req->arena, size);
+}
+
+char *ig_http_req_strdup(ig_http_req_t *req, const char *s)
+{
+    size_t n = strlen(s);
+    char *d = ig__arena_alloc(&req->arena, n + 1);
+    if (d != NULL)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+void ig_http_req_set_data(ig_http_req_t *req, void *data)
+{
+    req->data = data;
+}
+
+void *ig_http_req_get_data(const ig_http_req_t *req)
+{
+    return req->data;
+}
+
+void ig_http_req_set_route(ig_http_req_t *req, const char *route)
+{
+    req->route = route != NULL ? route : "unmatched";
+}
+
+void ig_http_req_set_upstream(ig_http_req_t *req, const char *upstream)
+{
+    free(req->upstream);
+    req->upstream = upstream != NULL ? strdup(upstream) : NULL;
+}
+
+void ig_http_req_on_abort(ig_http_req_t *req, ig_http_abort_cb cb, void *data)
+{
+    req->abort_cb = cb;
+    req->abort_data = data;
+}
+
+void ig_http_req_on_drain(ig_http_req_t *req, ig_http_drain_cb cb, void *data)
+{
+    req->drain_cb = cb;
+    req->drain_data = data;
+}
+
+size_t ig_http_req_write_queued(const ig_http_req_t *req)
+{
+    return ig__http_conn_queued(req);
+}
+
+/* ---- status text ------------------------------------------------------ */
+
+const char *ig_http_status_text(int status)
+{
+    switch (status) {
+    case 100:
+        return "Continue";
+    case 200:
+        return "OK";
+    case 201:
+        return "Created";
+    case 202:
+        return "Accepted";
+    case 204:
+        return "No Content";
+    case 206:
+        return "Partial Content";
+    case 301:
+        return "Moved Permanently";
+    case 302:
+        return "Found";
+    case 304:
+        return "Not Modified";
+    case 400:
+        return "Bad Request";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "Not Found";
+    case 405:
+        return "Method Not Allowed";
+    case 408:
+        return "Request Timeout";
+    case 409:
+        return "Conflict";
+    case 411:
+        return "Length Required";
+    case 413:
+        return "Content Too Large";
+    case 414:
+        return "URI Too Long";
+    case 415:
+        return "Unsupported Media Type";
+    case 417:
+        return "Expectation Failed";
+    case 422:
+        return "Unprocessable Content";
+    case 429:
+        return "Too Many Requests";
+    case 431:
+        return "Request Header Fields Too Large";
+    case 499:
+        return "Client Closed Request";
+    case 500:
+        return "Internal Server Error";
+    case 501:
+        return "Not Implemented";
+    case 502:
+        return "Bad Gateway";
+    case 503:
+        return "Service Unavailable";
+    case 504:
+        return "Gateway Timeout";
+    case 505:
+        return "HTTP Version Not Supported";
+    default:
+        return "Unknown";
+    }
+}
+
+/* ---- responses -------------------------------------------------------- */
+
+static int reserved_header(const char *name)
+{
+    return strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0 ||
+           strcasecmp(name, "connection") == 0 || strcasecmp(name, "date") == 0;
+}
+
+static int valid_header_text(const char *s, int is_name)
+{
+    if (is_name && *s == '\0')
+        return 0;
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\r' || c == '\n' || (is_name && (c == ':' || c <= ' ')))
+            return 0;
+    }
+    return 1;
+}
+
+int ig_http_add_header(ig_http_req_t *req, const char *name, const char *value)
+{
+    if (req->state != IG__REQ_DISPATCHED)
+        return IG_ESTATE;
+    if (!valid_header_text(name, 1) || !valid_header_text(value, 0) || reserved_header(name))
+        return IG_EINVAL;
+    ig__http_out_header_t *h = ig__arena_alloc(&req->arena, sizeof(*h));
+    char *n = ig_http_req_strdup(req, name);
+    char *v = ig_http_req_strdup(req, value);
+    if (h == NULL || n == NULL || v == NULL)
+        return IG_ENOMEM;
+    h->next = NULL;
+    h->name = n;
+    h->value = v;
+    *req->out_tail = h;
+    req->out_tail = &h->next;
+    return 0;
+}
+
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define PUT_LIT(p, lit) put((p), (lit), sizeof(lit) - 1)
+
+static char *put_str(char *p, const char *s)
+{
+    return put(p, s, strlen(s));
+}
+
+static char *put_u64(char *p, unsigned long long v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Writes the status line and headers; body_len -1 means a stream, -2 no
+ * body. Returns the length written (buf is large enough: see head_size()).
+ * Plain copies instead of printf: this runs once per response. */
+static size_t format_head(ig_http_req_t *req, char *buf, int status, const char *content_type,
+                          long long body_len)
+{
+    int close = !req->keep_alive || ig__http_conn_closing(req);
+    char *p = PUT_LIT(buf, "HTTP/1.1 ");
+    p = put_u64(p, (unsigned)status);
+    *p++ = ' ';
+    p = put_str(p, ig_http_status_text(status));
+    p = PUT_LIT(p, "\r\nServer: infergate\r\nDate: ");
+    p = put_str(p, ig__http_date(req));
+    p = PUT_LIT(p, "\r\n");
+    if (content_type != NULL) {
+        p = PUT_LIT(p, "Content-Type: ");
+        p = put_str(p, content_type);
+        p = PUT_LIT(p, "\r\n");
+    }
+    if (body_len >= 0) {
+        p = PUT_LIT(p, "Content-Length: ");
+        p = put_u64(p, (unsigned long long)body_len);
+        p = PUT_LIT(p, "\r\n");
+    } else if (body_len == -2) {
+        /* 204/304: neither a length nor a body */
+    } else if (req->http_minor == 1) {
+        p = PUT_LIT(p, "Transfer-Encoding: chunked\r\n");
+        req->chunked_out = 1;
+    } else {
+        close = 1; /* HTTP/1.0 stream: the end of the body is the close */
+    }
+    if (close) {
+        req->keep_alive = 0;
+        p = PUT_LIT(p, "Connection: close\r\n");
+    } else if (req->http_minor == 0) {
+        p = PUT_LIT(p, "Connection: keep-alive\r\n");
+    }
+    for (ig__http_out_header_t *h = req->out_headers; h != NULL; h = h->next) {
+        p = put_str(p, h->name);
+        p = PUT_LIT(p, ": ");
+        p = put_str(p, h->value);
+        p = PUT_LIT(p, "\r\n");
+    }
+    p = PUT_LIT(p, "\r\n");
+    return (size_t)(p - buf);
+}
+
+static size_t head_size(const ig_http_req_t *req, const char *content_type)
+{
+    size_t n = 256 + (content_type != NULL ? strlen(content_type) : 0);
+    for (ig__http_out_header_t *h = req->out_headers; h != NULL; h = h->next)
+        n += strlen(h->name) + strlen(h->value) + 4;
+    return n;
+}
+
+int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, const char *body,
+                    size_t len)
+{
+    if (req->state != IG__REQ_DISPATCHED)
+        return IG_ESTATE;
+    if (status < 100 || status > 999)
+        status = 500;
+    req->status = status;
+    int rc = 0;
+    if (req->conn != NULL) {
+        int no_body = req->head_only || status == 204 || status == 304 || status < 200;
+        size_t cap = head_size(req, content_type) + (no_body ? 0 : len);
+        char stackbuf[8192];
+        char *buf = cap <= sizeof(stackbuf) ? stackbuf : malloc(cap);
+        if (buf == NULL) {
+            rc = IG_ENOMEM;
+        } else {
+            size_t n = format_head(req, buf, status, content_type,
+                                   (status == 204 || status == 304) ? -2 : (long long)len);
+            if (!no_body && len > 0) {
+                memcpy(buf + n, body, len);
+                n += len;
+            }
+            rc = ig__http_conn_send(req, buf, n);
+            if (buf != stackbuf)
+                free(buf);
+        }
+    }
+    ig__http_req_finished(req);
+    return rc;
+}
+
+static const char *error_type(int status)
+{
+    switch (status) {
+    case 401:
+        return "authentication_error";
+    case 403:
+        return "permission_error";
+    case 404:
+        return "not_found_error";
+    case 408:
+        return "timeout_error";
+    case 413:
+    case 414:
+    case 431:
+        return "request_too_large";
+    case 429:
+        return "rate_limit_error";
+    case 503:
+        return "unavailable_error";
+    default:
+        return status >= 500 ? "server_error" : "invalid_request_error";
+    }
+}
+
+int ig_http_respond_error(ig_http_req_t *req, int status, const char *type, const char *param,
+                          const char *code, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_t *o = json_pack("{s:{s:s, s:s, s:s?, s:s?}}", "error", "message", msg, "type",
+                          type != NULL ? type : error_type(status), "param", param, "code", code);
+    char *s = o != NULL ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    int rc;
+    if (s == NULL) {
+        static const char fallback[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                       "\"server_error\",\"param\":null,\"code\":null}}";
+        rc = ig_http_respond(req, status, "application/json", fallback, sizeof(fallback) - 1);
+    } else {
+        rc = ig_http_respond(req, status, "application/json", s, strlen(s));
+        free(s);
+    }
+    return rc;
+}
+
+/* ---- streams ---------------------------------------------------------- */
+
+int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_type)
+{
+    if (req->state != IG__REQ_DISPATCHED)
+        return IG_ESTATE;
+    req->status = status;
+    if (content_type != NULL && strncasecmp(content_type, "text/event-stream", 17) == 0) {
+        /* Proxies must not buffer or transform an event stream. */
+        ig_http_add_header(req, "Cache-Control", "no-cache");
+    }
+    req->state = IG__REQ_STREAMING;
+    if (req->conn == NULL)
+        return 0;
+    size_t cap = head_size(req, content_type);
+    char stackbuf[8192];
+    char *buf = cap <= sizeof(stackbuf) ? stackbuf : malloc(cap);
+    if (buf == NULL)
+        return IG_ENOMEM;
+    size_t n = format_head(req, buf, status, content_type, -1);
+    int rc = ig__http_conn_send(req, buf, n);
+    if (buf != stackbuf)
+        free(buf);
+    return rc;
+}
+
+int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len)
+{
+    if (req->state != IG__REQ_STREAMING)
+        return IG_ESTATE;
+    if (req->conn == NULL)
+        return IG_ECLOSED;
+    if (len == 0 || req->head_only)
+        return 0;
+    int rc;
+    if (!req->chunked_out) {
+        rc = ig__http_conn_send(req, data, len);
+    } else {
+        char stackbuf[8192];
+        size_t cap = len + 24;
+        char *buf = cap <= sizeof(stackbuf) ? stackbuf : malloc(cap);
+        if (buf == NULL)
+            return IG_ENOMEM;
+        size_t n = (size_t)sprintf(buf, "%zx\r\n", len);
+        memcpy(buf + n, data, len);
+        n += len;
+        buf[n++] = '\r';
+        buf[n++] = '\n';
+        rc = ig__http_conn_send(req, buf, n);
+        if (buf != stackbuf)
+            free(buf);
+    }
+    return rc;
+}
+
+int ig_http_stream_end(ig_http_req_t *req)
+{
+    if (req->state != IG__REQ_STREAMING)
+        return IG_ESTATE;
+    int rc = 0;
+    if (req->conn != NULL && req->chunked_out && !req->head_only)
+        rc = ig__http_conn_send(req, "0\r\n\r\n", 5);
+    if (rc == IG_EBUSY)
+        rc = 0;
+    ig__http_req_finished(req);
+    return rc;
+}

@@ -1,0 +1,691 @@
+/*
+ * Instance pools: worker child processes, their readiness, restarts with
+ * backoff, drain and stop (see include/infergate/pool.h).
+ */
+#include "infergate/pool.h"
+#include "infergate/error.h"
+#include "infergate/log.h"
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+extern char **environ;
+
+#define MAX_ARGS 40
+#define HEALTHY_RESET_NS (60ULL * 1000000000ULL) /* ready this long: backoff forgotten */
+
+struct ig_instance_s {
+    ig_pool_t *pool;
+    int index;
+    char name[96];
+    char device[96];
+    char socket_path[256];
+    char listen[300];
+    ig_instance_state_t state;
+    uv_process_t proc;
+    int proc_alive; /* the process handle is open */
+    int pid;
+    int restarts;
+    int stop_requested; /* drain or pool close: an exit is not a crash */
+    uint64_t backoff_ms;
+    uint64_t started_ns;
+    uint64_t ready_ns;
+    uv_timer_t timer; /* readiness polls, /load polls, backoff, drain checks */
+    ig_upstream_t *client;
+    ig_upstream_req_t *poll; /* the /ready or /load request in flight */
+    uint64_t poll_sent_ns;
+    ig_upstream_state_t route;
+    char *load_json;
+    int in_use; /* this device slot holds an instance */
+};
+
+struct ig_pool_s {
+    uv_loop_t *loop;
+    ig_pool_spec_t spec;
+    char **devices;
+    ig_instance_t *inst; /* spec.ndevices slots */
+    ig_pool_event_cb cb;
+    void *cb_data;
+    int closing;
+    int open_handles;
+    uint64_t grace_ms;
+    uv_timer_t kill_timer;
+    void (*close_cb)(void *data);
+    void *close_data;
+};
+
+static const char *state_names[] = {"stopped", "starting", "ready", "draining", "backoff"};
+
+const char *ig_instance_state_name(ig_instance_state_t s)
+{
+    return (unsigned)s < 5 ? state_names[s] : "unknown";
+}
+
+int ig_process_die_with_parent(int parent)
+{
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0)
+        return IG_EIO;
+    /* The parent may have died before the call: then nobody will signal. */
+    if (getppid() != parent)
+        return IG_ESTATE;
+    return 0;
+}
+
+static void set_state(ig_instance_t *in, ig_instance_state_t s)
+{
+    if (in->state == s)
+        return;
+    IG_INFO("instance %s: %s -> %s", in->name, ig_instance_state_name(in->state),
+            ig_instance_state_name(s));
+    in->state = s;
+    in->route.ready = s == IG_INSTANCE_READY || s == IG_INSTANCE_DRAINING;
+    in->route.draining = s == IG_INSTANCE_DRAINING;
+    if (s == IG_INSTANCE_READY)
+        in->ready_ns = uv_hrtime();
+    ig_pool_t *p = in->pool;
+    if (p->cb != NULL)
+        p->cb(p, in, p->cb_data);
+}
+
+static void instance_spawn(ig_instance_t *in);
+static void schedule_poll(ig_instance_t *in, uint64_t ms);
+
+/* ---- polling /ready and /load -------------------------------------------- */
+
+typedef struct {
+    ig_instance_t *in;
+    int status;
+    char *body;
+    size_t len;
+} poll_t;
+
+static void poll_on_headers(ig_upstream_req_t *r, int status, int n, const char *const *names,
+                            const char *const *values, void *data)
+{
+    ((poll_t *)data)->status = status;
+}
+
+static void poll_on_body(ig_upstream_req_t *r, const char *buf, size_t len, void *data)
+{
+    poll_t *pl = data;
+    if (pl->len + len > 64 * 1024)
+        return; /* a /load report is small; ignore anything past this */
+    char *n = realloc(pl->body, pl->len + len + 1);
+    if (n == NULL)
+        return;
+    memcpy(n + pl->len, buf, len);
+    pl->len += len;
+    n[pl->len] = '\0';
+    pl->body = n;
+}
+
+/* Reads the worker's /load report into the router's view of it. */
+static void apply_load(ig_instance_t *in, const char *text, uint64_t now)
+{
+    json_error_t jerr;
+    json_t *o = json_loads(text, 0, &jerr);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return;
+    }
+    ig_upstream_state_t *u = &in->route;
+    json_t *v;
+    if ((v = json_object_get(o, "waiting")) && json_is_number(v))
+        u->reported_waiting = json_number_value(v);
+    if ((v = json_object_get(o, "est_wait_s")) && json_is_number(v))
+        u->reported_wait_s = json_number_value(v);
+    if ((v = json_object_get(o, "prefill_tokens_per_s")) && json_is_number(v))
+        u->reported_prefill_tps = json_number_value(v);
+    if ((v = json_object_get(o, "max_num_seqs")) && json_is_integer(v))
+        u->slots = (int)json_integer_value(v);
+    u->reported_at_ns = now;
+    json_decref(o);
+    free(in->load_json);
+    in->load_json = strdup(text);
+}
+
+static void poll_on_done(ig_upstream_req_t *r, int err, void *data)
+{
+    poll_t *pl = data;
+    ig_instance_t *in = pl->in;
+    uint64_t now = uv_hrtime();
+    in->poll = NULL;
+    if (in->state == IG_INSTANCE_STARTING) {
+        if (err == 0 && pl->status == 200) {
+            set_state(in, IG_INSTANCE_READY);
+            ig_router_observe_rtt(in->pool->spec.router, &in->route,
+                                  (double)(now - in->poll_sent_ns) / 1e9, now);
+            schedule_poll(in, 0);
+        } else if ((now - in->started_ns) / 1000000ULL > in->pool->spec.ready_timeout_ms) {
+            IG_WARN("instance %s: not ready after %llu ms; restarting", in->name,
+                    (unsigned long long)in->pool->spec.ready_timeout_ms);
+            uv_process_kill(&in->proc, SIGKILL);
+        } else {
+            schedule_poll(in, 100);
+        }
+    } else if (in->state == IG_INSTANCE_READY || in->state == IG_INSTANCE_DRAINING) {
+        if (err == 0 && pl->status == 200 && pl->body != NULL) {
+            ig_router_observe_rtt(in->pool->spec.router, &in->route,
+                                  (double)(now - in->poll_sent_ns) / 1e9, now);
+            apply_load(in, pl->body, now);
+        }
+        schedule_poll(in, in->pool->spec.load_poll_ms);
+    }
+    free(pl->body);
+    free(pl);
+}
+
+static void poll_send(ig_instance_t *in)
+{
+    static const ig_upstream_cbs_t cbs = {poll_on_headers, poll_on_body, poll_on_done};
+    poll_t *pl = calloc(1, sizeof(*pl));
+    if (pl == NULL) {
+        schedule_poll(in, 1000);
+        return;
+    }
+    pl->in = in;
+    in->poll_sent_ns = uv_hrtime();
+    const char *path = in->state == IG_INSTANCE_STARTING ? "/ready" : "/load";
+    if (ig_upstream_request(in->client, "GET", path, NULL, NULL, 0, &cbs, pl, &in->poll) != 0) {
+        free(pl);
+        schedule_poll(in, 1000);
+    }
+}
+
+static void on_instance_timer(uv_timer_t *t)
+{
+    ig_instance_t *in = t->data;
+    switch (in->state) {
+    case IG_INSTANCE_BACKOFF:
+        instance_spawn(in);
+        break;
+    case IG_INSTANCE_DRAINING:
+        if (in->route.inflight == 0 && in->proc_alive) {
+            IG_INFO("instance %s: drained; stopping", in->name);
+            uv_process_kill(&in->proc, SIGTERM);
+            break;
+        }
+        /* Keep polling /load while draining. */
+        __attribute__((fallthrough));
+    case IG_INSTANCE_STARTING:
+    case IG_INSTANCE_READY:
+        if (in->poll == NULL)
+            poll_send(in);
+        else
+            schedule_poll(in, 100);
+        break;
+    case IG_INSTANCE_STOPPED:
+        break;
+    }
+}
+
+static void schedule_poll(ig_instance_t *in, uint64_t ms)
+{
+    if (in->pool->closing)
+        return;
+    if (in->state == IG_INSTANCE_DRAINING && ms > 100)
+        ms = 100; /* drain checks run often */
+    uv_timer_start(&in->timer, on_instance_timer, ms, 0);
+}
+
+/* ---- processes ----------------------------------------------------------- */
+
+static void pool_maybe_closed(ig_pool_t *p);
+
+static void on_proc_closed(uv_handle_t *h)
+{
+    ig_instance_t *in = h->data;
+    in->proc_alive = 0;
+    pool_maybe_closed(in->pool);
+}
+
+static void on_worker_exit(uv_process_t *proc, int64_t status, int term_signal)
+{
+    ig_instance_t *in = proc->data;
+    ig_pool_t *p = in->pool;
+    if (in->poll != NULL) {
+        ig_upstream_cancel(in->poll);
+        in->poll = NULL;
+    }
+    uv_close((uv_handle_t *)proc, on_proc_closed);
+    uint64_t now = uv_hrtime();
+    if (in->stop_requested || p->closing) {
+        IG_INFO("instance %s: exited (status %lld, signal %d)", in->name, (long long)status,
+                term_signal);
+        in->in_use = 0;
+        set_state(in, IG_INSTANCE_STOPPED);
+        return;
+    }
+    if (in->ready_ns != 0 && now - in->ready_ns > HEALTHY_RESET_NS)
+        in->backoff_ms = 0; /* it ran well for a while: start the backoff over */
+    in->backoff_ms = in->backoff_ms == 0 ? p->spec.backoff_base_ms : in->backoff_ms * 2;
+    if (in->backoff_ms > p->spec.backoff_max_ms)
+        in->backoff_ms = p->spec.backoff_max_ms;
+    in->restarts++;
+    IG_WARN("instance %s: crashed (status %lld, signal %d); restart %d in %llu ms", in->name,
+            (long long)status, term_signal, in->restarts, (unsigned long long)in->backoff_ms);
+    set_state(in, IG_INSTANCE_BACKOFF);
+    uv_timer_start(&in->timer, on_instance_timer, in->backoff_ms, 0);
+}
+
+static char *fmt_int(char *buf, size_t n, int v)
+{
+    snprintf(buf, n, "%d", v);
+    return buf;
+}
+
+static void instance_spawn(ig_instance_t *in)
+{
+    ig_pool_t *p = in->pool;
+    const ig_pool_spec_t *s = &p->spec;
+    char *args[MAX_ARGS];
+    int na = 0;
+    char threads[16], kv[16], bs[16], mbt[16], mns[16], mw[16];
+    args[na++] = (char *)s->exe;
+    args[na++] = "worker";
+    args[na++] = "--model";
+    args[na++] = (char *)s->model_dir;
+    args[na++] = "--device";
+    /* A MIG slice is device 0 of a process that sees only it. */
+    int mig = strncmp(in->device, "MIG-", 4) == 0;
+    args[na++] = in->device;
+    args[na++] = "--listen";
+    args[na++] = in->listen;
+    args[na++] = "--name";
+    args[na++] = in->name;
+    if (strncmp(in->device, "cpu", 3) == 0 && strchr(in->device, ':') == NULL) {
+        int t = s->threads;
+        if (t <= 0) {
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            int n = s->max_instances > 0 ? s->max_instances : 1;
+            t = cores > n ? (int)(cores / n) : 1;
+        }
+        args[na++] = "--threads";
+        args[na++] = fmt_int(threads, sizeof(threads), t);
+    }
+    if (s->kv_blocks > 0) {
+        args[na++] = "--kv-blocks";
+        args[na++] = fmt_int(kv, sizeof(kv), s->kv_blocks);
+    }
+    if (s->block_size > 0) {
+        args[na++] = "--block-size";
+        args[na++] = fmt_int(bs, sizeof(bs), s->block_size);
+    }
+    if (s->max_batched_tokens > 0) {
+        args[na++] = "--max-batched-tokens";
+        args[na++] = fmt_int(mbt, sizeof(mbt), s->max_batched_tokens);
+    }
+    if (s->max_num_seqs > 0) {
+        args[na++] = "--max-num-seqs";
+        args[na++] = fmt_int(mns, sizeof(mns), s->max_num_seqs);
+    }
+    if (s->max_waiting > 0) {
+        args[na++] = "--max-waiting";
+        args[na++] = fmt_int(mw, sizeof(mw), s->max_waiting);
+    }
+    if (s->log_level != NULL) {
+        args[na++] = "--log-level";
+        args[na++] = (char *)s->log_level;
+    }
+    args[na] = NULL;
+
+    /* The environment: ours, plus the parent pid the child checks with
+     * PR_SET_PDEATHSIG, plus the MIG slice. */
+    size_t nenv = 0;
+    while (environ[nenv] != NULL)
+        nenv++;
+    char **env = calloc(nenv + 3, sizeof(char *));
+    char parent[48], cvd[160];
+    if (env == NULL)
+        goto fail;
+    size_t ne = 0;
+    for (size_t i = 0; i < nenv; i++) {
+        if (strncmp(environ[i], "IG_PARENT_PID=", 14) == 0 ||
+            (mig && strncmp(environ[i], "CUDA_VISIBLE_DEVICES=", 21) == 0))
+            continue;
+        env[ne++] = environ[i];
+    }
+    snprintf(parent, sizeof(parent), "IG_PARENT_PID=%d", (int)getpid());
+    env[ne++] = parent;
+    if (mig) {
+        snprintf(cvd, sizeof(cvd), "CUDA_VISIBLE_DEVICES=%s", in->device);
+        env[ne++] = cvd;
+    }
+    env[ne] = NULL;
+
+    uv_stdio_container_t stdio[3];
+    stdio[0].flags = UV_IGNORE;
+    stdio[1].flags = UV_INHERIT_FD;
+    stdio[1].data.fd = 2; /* worker logs go where ours go */
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    uv_process_options_t opts;
+    memset(&opts, 0, sizeof(opts));
+    opts.file = s->exe;
+    opts.args = args;
+    opts.env = env;
+    opts.exit_cb = on_worker_exit;
+    opts.stdio = stdio;
+    opts.stdio_count = 3;
+    unlink(in->socket_path); /* a crashed worker leaves its socket behind */
+    in->proc.data = in;
+    int rc = uv_spawn(p->loop, &in->proc, &opts);
+    free(env);
+    if (rc != 0) {
+        IG_ERROR("instance %s: cannot start %s: %s", in->name, s->exe, uv_strerror(rc));
+        /* uv_spawn failures still need the handle closed. */
+        in->proc_alive = 1;
+        uv_close((uv_handle_t *)&in->proc, on_proc_closed);
+        goto fail;
+    }
+    in->proc_alive = 1;
+    in->pid = in->proc.pid;
+    in->started_ns = uv_hrtime();
+    in->ready_ns = 0;
+    in->stop_requested = 0;
+    in->in_use = 1;
+    IG_INFO("instance %s: started pid %d on %s", in->name, in->pid, in->device);
+    set_state(in, IG_INSTANCE_STARTING);
+    schedule_poll(in, 50);
+    return;
+fail:
+    in->backoff_ms = in->backoff_ms == 0 ? s->backoff_base_ms : in->backoff_ms * 2;
+    if (in->backoff_ms > s->backoff_max_ms)
+        in->backoff_ms = s->backoff_max_ms;
+    in->in_use = 1;
+    set_state(in, IG_INSTANCE_BACKOFF);
+    uv_timer_start(&in->timer, on_instance_timer, in->backoff_ms, 0);
+}
+
+/* ---- the pool ------------------------------------------------------------ */
+
+static void copy_str(const char **dst, const char *src)
+{
+    *dst = src ? strdup(src) : NULL;
+}
+
+static void spec_free(ig_pool_t *p)
+{
+    free((char *)p->spec.name);
+    free((char *)p->spec.model);
+    free((char *)p->spec.model_dir);
+    free((char *)p->spec.exe);
+    free((char *)p->spec.run_dir);
+    free((char *)p->spec.log_level);
+    for (int i = 0; i < p->spec.ndevices; i++)
+        free(p->devices[i]);
+    free(p->devices);
+}
+
+static void pool_free(ig_pool_t *p)
+{
+    if (p->inst != NULL) {
+        for (int i = 0; i < p->spec.ndevices; i++)
+            free(p->inst[i].load_json);
+    }
+    free(p->inst);
+    spec_free(p);
+    free(p);
+}
+
+int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, ig_pool_event_cb cb,
+                  void *data)
+{
+    if (spec->ndevices <= 0 || spec->min_instances < 0 || spec->min_instances > spec->ndevices)
+        return IG_EINVAL;
+    ig_pool_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return IG_ENOMEM;
+    p->loop = loop;
+    p->spec = *spec;
+    copy_str(&p->spec.name, spec->name);
+    copy_str(&p->spec.model, spec->model);
+    copy_str(&p->spec.model_dir, spec->model_dir);
+    copy_str(&p->spec.exe, spec->exe);
+    copy_str(&p->spec.run_dir, spec->run_dir);
+    copy_str(&p->spec.log_level, spec->log_level);
+    p->devices = calloc(spec->ndevices, sizeof(char *));
+    p->inst = calloc(spec->ndevices, sizeof(ig_instance_t));
+    int rc = IG_ENOMEM;
+    if (p->devices == NULL || p->inst == NULL)
+        goto fail;
+    for (int i = 0; i < spec->ndevices; i++) {
+        if ((p->devices[i] = strdup(spec->devices[i])) == NULL)
+            goto fail;
+    }
+    p->spec.devices = (const char *const *)p->devices;
+    if (p->spec.ready_timeout_ms == 0)
+        p->spec.ready_timeout_ms = 120000;
+    if (p->spec.load_poll_ms == 0)
+        p->spec.load_poll_ms = 500;
+    if (p->spec.backoff_base_ms == 0)
+        p->spec.backoff_base_ms = 200;
+    if (p->spec.backoff_max_ms == 0)
+        p->spec.backoff_max_ms = 30000;
+    if (p->spec.max_instances <= 0 || p->spec.max_instances > spec->ndevices)
+        p->spec.max_instances = spec->ndevices;
+    p->cb = cb;
+    p->cb_data = data;
+    for (int i = 0; i < spec->ndevices; i++) {
+        ig_instance_t *in = &p->inst[i];
+        in->pool = p;
+        in->index = i;
+        snprintf(in->name, sizeof(in->name), "%s/%d", spec->name, i);
+        snprintf(in->device, sizeof(in->device), "%s", spec->devices[i]);
+        snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s-%d.sock", spec->run_dir,
+                 spec->name, i);
+        snprintf(in->listen, sizeof(in->listen), "unix:%s", in->socket_path);
+        ig_upstream_state_init(&in->route, in->name, IG_UPSTREAM_LOCAL);
+        ig_upstream_opts_t uo;
+        ig_upstream_opts_default(&uo);
+        uo.connect_timeout_ms = 1000;
+        if ((rc = ig_upstream_init(&in->client, loop, in->name, in->listen, &uo)) != 0)
+            goto fail;
+    }
+    /* Handles last: nothing above needs closing through the loop. */
+    for (int i = 0; i < spec->ndevices; i++) {
+        uv_timer_init(loop, &p->inst[i].timer);
+        p->inst[i].timer.data = &p->inst[i];
+        p->open_handles++;
+    }
+    for (int i = 0; i < p->spec.min_instances; i++)
+        instance_spawn(&p->inst[i]);
+    *out = p;
+    return 0;
+fail:
+    /* Upstream clients without connections close synchronously. */
+    for (int i = 0; i < spec->ndevices && p->inst != NULL; i++) {
+        if (p->inst[i].client != NULL)
+            ig_upstream_close(p->inst[i].client, NULL, NULL);
+    }
+    pool_free(p);
+    return rc;
+}
+
+static void pool_maybe_closed(ig_pool_t *p)
+{
+    if (!p->closing || p->open_handles > 0)
+        return;
+    for (int i = 0; i < p->spec.ndevices; i++) {
+        if (p->inst[i].proc_alive)
+            return;
+    }
+    void (*cb)(void *) = p->close_cb;
+    void *data = p->close_data;
+    pool_free(p);
+    if (cb != NULL)
+        cb(data);
+}
+
+static void on_pool_handle_closed(uv_handle_t *h)
+{
+    ig_pool_t *p = h->data;
+    p->open_handles--;
+    pool_maybe_closed(p);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    ig_instance_t *in = h->data;
+    in->pool->open_handles--;
+    pool_maybe_closed(in->pool);
+}
+
+static void on_client_closed(void *data)
+{
+    ig_pool_t *p = data;
+    p->open_handles--;
+    pool_maybe_closed(p);
+}
+
+static void on_kill_timer(uv_timer_t *t)
+{
+    ig_pool_t *p = t->data;
+    for (int i = 0; i < p->spec.ndevices; i++) {
+        if (p->inst[i].proc_alive)
+            uv_process_kill(&p->inst[i].proc, SIGKILL);
+    }
+    uv_close((uv_handle_t *)t, on_pool_handle_closed);
+}
+
+void ig_pool_close(ig_pool_t *p, uint64_t grace_ms, void (*cb)(void *data), void *data)
+{
+    p->closing = 1;
+    p->close_cb = cb;
+    p->close_data = data;
+    int alive = 0;
+    for (int i = 0; i < p->spec.ndevices; i++) {
+        ig_instance_t *in = &p->inst[i];
+        in->stop_requested = 1;
+        if (in->poll != NULL) {
+            ig_upstream_cancel(in->poll);
+            in->poll = NULL;
+        }
+        uv_timer_stop(&in->timer);
+        uv_close((uv_handle_t *)&in->timer, on_timer_closed);
+        if (in->proc_alive) {
+            uv_process_kill(&in->proc, SIGTERM);
+            alive = 1;
+        }
+        p->open_handles++;
+        ig_upstream_close(in->client, on_client_closed, p);
+    }
+    if (alive) {
+        uv_timer_init(p->loop, &p->kill_timer);
+        p->kill_timer.data = p;
+        p->open_handles++;
+        uv_timer_start(&p->kill_timer, on_kill_timer, grace_ms, 0);
+    }
+    pool_maybe_closed(p);
+}
+
+const char *ig_pool_name(const ig_pool_t *p)
+{
+    return p->spec.name;
+}
+
+const char *ig_pool_model(const ig_pool_t *p)
+{
+    return p->spec.model;
+}
+
+int ig_pool_size(const ig_pool_t *p)
+{
+    return p->spec.ndevices;
+}
+
+ig_instance_t *ig_pool_instance(ig_pool_t *p, int i)
+{
+    return i >= 0 && i < p->spec.ndevices ? &p->inst[i] : NULL;
+}
+
+int ig_pool_count(const ig_pool_t *p, ig_instance_state_t state)
+{
+    int n = 0;
+    for (int i = 0; i < p->spec.ndevices; i++)
+        n += p->inst[i].state == state && (state != IG_INSTANCE_STOPPED || !p->inst[i].in_use);
+    return n;
+}
+
+int ig_pool_scale_up(ig_pool_t *p)
+{
+    int running = 0;
+    for (int i = 0; i < p->spec.ndevices; i++)
+        running += p->inst[i].in_use;
+    if (p->closing || running >= p->spec.max_instances)
+        return IG_EBUSY;
+    for (int i = 0; i < p->spec.ndevices; i++) {
+        ig_instance_t *in = &p->inst[i];
+        if (!in->in_use && !in->proc_alive) {
+            in->backoff_ms = 0;
+            instance_spawn(in);
+            return 0;
+        }
+    }
+    return IG_EBUSY;
+}
+
+int ig_pool_drain(ig_pool_t *p, int i)
+{
+    ig_instance_t *in = ig_pool_instance(p, i);
+    if (in == NULL)
+        return IG_EINVAL;
+    if (in->state != IG_INSTANCE_READY && in->state != IG_INSTANCE_STARTING &&
+        in->state != IG_INSTANCE_BACKOFF)
+        return IG_ESTATE;
+    in->stop_requested = 1;
+    if (!in->proc_alive) {
+        uv_timer_stop(&in->timer);
+        in->in_use = 0;
+        set_state(in, IG_INSTANCE_STOPPED);
+        return 0;
+    }
+    set_state(in, IG_INSTANCE_DRAINING);
+    schedule_poll(in, 0);
+    return 0;
+}
+
+ig_instance_state_t ig_instance_state(const ig_instance_t *in)
+{
+    return in->state;
+}
+
+const char *ig_instance_name(const ig_instance_t *in)
+{
+    return in->name;
+}
+
+const char *ig_instance_device(const ig_instance_t *in)
+{
+    return in->device;
+}
+
+int ig_instance_pid(const ig_instance_t *in)
+{
+    return in->proc_alive ? in->pid : 0;
+}
+
+int ig_instance_restarts(const ig_instance_t *in)
+{
+    return in->restarts;
+}
+
+ig_upstream_t *ig_instance_upstream(ig_instance_t *in)
+{
+    return in->client;
+}
+
+ig_upstream_state_t *ig_instance_route(ig_instance_t *in)
+{
+    return &in->route;
+}
+
+const char *ig_instance_load_json(const ig_instance_t *in)
+{
+    return in->load_json;
+}

@@ -1,0 +1,868 @@
+/*
+ * The gateway's request path: admission, routing, attempts, retries,
+ * hedging and streaming back (see include/infergate/proxy.h).
+ *
+ * One exchange per client request. It makes at most two attempts at a time
+ * (the primary and a hedge). The first attempt whose answer is acceptable
+ * (not a retryable failure) is committed: its bytes go to the client and
+ * any other attempt is canceled. Until something is committed, failures
+ * are retried on another upstream within the retry budget.
+ */
+#include "infergate/proxy.h"
+#include "infergate/error.h"
+#include "infergate/log.h"
+#include "infergate/metrics.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#define MAX_TARGETS 64
+#define MAX_ATTEMPTS 2 /* at once: the primary and a hedge */
+
+typedef struct exchange_s exchange_t;
+
+typedef struct {
+    exchange_t *x;
+    ig_upstream_req_t *ureq; /* NULL once ended */
+    ig_upstream_state_t *route;
+    ig_upstream_t *client;
+    uint64_t start_ns;
+    double predicted_wait;
+    int status;
+    char content_type[128];
+    char retry_after[32];
+    int is_stream; /* the answer is text/event-stream */
+    int hedge;     /* this attempt is the hedge */
+    int first_body;
+} attempt_t;
+
+typedef enum { X_QUEUED, X_TRYING, X_COMMITTED, X_DONE } xstate_t;
+
+struct exchange_s {
+    ig_proxy_t *px;
+    ig_http_req_t *req;
+    exchange_t *next, *prev; /* in the model queue, or in px->active */
+    xstate_t state;
+    char *model, *path, *body;
+    size_t len;
+    int stream;
+    int prompt_tokens;
+    int local_only;
+    char forwarded_header[128]; /* extra header lines for sites */
+    uint64_t start_ns;
+    uint64_t queued_ns;
+    uv_timer_t timer; /* queue hold timeout and the hedge delay */
+    attempt_t att[MAX_ATTEMPTS];
+    attempt_t *committed;
+    ig_upstream_state_t *tried[MAX_TARGETS];
+    int ntried;
+    int attempts; /* started, all kinds */
+    int retries;
+    int hedged;
+    char route_header[256];
+    /* the last retryable failure, for the client if nothing else works */
+    int last_status;
+    int last_err;
+    char last_retry_after[32];
+    /* a non-streamed answer is gathered, then sent whole */
+    char *buf;
+    size_t blen, bcap;
+    int client_paused;
+};
+
+typedef struct model_queue_s {
+    char *model;
+    exchange_t *head, *tail;
+    int n;
+    struct model_queue_s *next;
+} model_queue_t;
+
+struct ig_proxy_s {
+    uv_loop_t *loop;
+    ig_proxy_opts_t opts;
+    ig_router_t router;
+    ig_proxy_resolve_cb resolve;
+    void *resolve_data;
+    model_queue_t *queues;
+    int inflight; /* exchanges past admission, not done */
+    int live;     /* exchanges allocated, not yet freed */
+    int queued;
+    double hedge_tokens;
+    int closing;
+    void (*close_cb)(void *data);
+    void *close_data;
+    /* metrics */
+    ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections;
+    ig_metric_t *m_inflight, *m_rtt, *m_svc, *m_ttft, *m_e2e, *m_rejected, *m_queue;
+};
+
+static void attempt_start(exchange_t *x, int hedge);
+static void exchange_fail(exchange_t *x, int status, const char *code, const char *retry_after,
+                          const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static void exchange_done(exchange_t *x);
+static void pump(ig_proxy_t *px, const char *model);
+
+void ig_proxy_opts_default(ig_proxy_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    ig_router_opts_default(&o->router);
+    o->queue_size = 64;
+    o->queue_timeout_ms = 30000;
+    o->max_inflight = 0;
+    o->hedge = 0;
+    o->hedge_budget = 0.05;
+    o->max_response_bytes = 16 << 20;
+}
+
+int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts,
+                  ig_proxy_resolve_cb resolve, void *data)
+{
+    ig_proxy_t *px = calloc(1, sizeof(*px));
+    if (px == NULL)
+        return IG_ENOMEM;
+    px->loop = loop;
+    if (opts != NULL)
+        px->opts = *opts;
+    else
+        ig_proxy_opts_default(&px->opts);
+    ig_router_init(&px->router, &px->opts.router);
+    px->resolve = resolve;
+    px->resolve_data = data;
+    px->m_decisions = ig_metrics_counter("infergate_route_decisions_total",
+                                         "Routing decisions by model, upstream and policy.",
+                                         "model,upstream,policy");
+    px->m_retries = ig_metrics_counter("infergate_retries_total",
+                                       "Attempts retried on another upstream before the first "
+                                       "byte reached the client.",
+                                       "model,reason");
+    px->m_hedges = ig_metrics_counter(
+        "infergate_hedges_total", "Hedged attempts sent, and which attempt won.", "model,result");
+    px->m_errors = ig_metrics_counter("infergate_upstream_errors_total",
+                                      "Failed attempts by upstream and kind.", "upstream,kind");
+    px->m_ejections = ig_metrics_counter("infergate_upstream_ejections_total",
+                                         "Outlier ejections by upstream.", "upstream");
+    px->m_inflight = ig_metrics_gauge("infergate_upstream_inflight",
+                                      "Attempts in flight on each upstream.", "upstream");
+    px->m_rtt = ig_metrics_gauge("infergate_upstream_rtt_ewma_seconds",
+                                 "Peak-EWMA round-trip time of each upstream.", "upstream");
+    px->m_svc =
+        ig_metrics_gauge("infergate_upstream_ttft_ewma_seconds",
+                         "EWMA of the service time to first token of each upstream.", "upstream");
+    px->m_ttft = ig_metrics_histogram("infergate_time_to_first_token_seconds",
+                                      "Time from the request's arrival to the first byte of "
+                                      "the answer (first token of a stream).",
+                                      "model", NULL, 0);
+    px->m_e2e = ig_metrics_histogram("infergate_e2e_request_latency_seconds",
+                                     "Time from the request's arrival to the end of its answer.",
+                                     "model", NULL, 0);
+    px->m_rejected = ig_metrics_counter(
+        "infergate_rejected_total", "Requests refused at admission, by reason.", "model,reason");
+    px->m_queue = ig_metrics_gauge("infergate_queue_depth",
+                                   "Requests held because every upstream was saturated.", "model");
+    *out = px;
+    return 0;
+}
+
+ig_router_t *ig_proxy_router(ig_proxy_t *px)
+{
+    return &px->router;
+}
+
+int ig_proxy_inflight(const ig_proxy_t *px)
+{
+    return px->inflight;
+}
+
+int ig_proxy_queued(const ig_proxy_t *px)
+{
+    return px->queued;
+}
+
+/* ---- queues ------------------------------------------------------------ */
+
+static model_queue_t *queue_of(ig_proxy_t *px, const char *model, int create)
+{
+    for (model_queue_t *q = px->queues; q != NULL; q = q->next) {
+        if (strcmp(q->model, model) == 0)
+            return q;
+    }
+    if (!create)
+        return NULL;
+    model_queue_t *q = calloc(1, sizeof(*q));
+    if (q == NULL || (q->model = strdup(model)) == NULL) {
+        free(q);
+        return NULL;
+    }
+    q->next = px->queues;
+    px->queues = q;
+    return q;
+}
+
+static void queue_remove(ig_proxy_t *px, exchange_t *x)
+{
+    model_queue_t *q = queue_of(px, x->model, 0);
+    if (q == NULL)
+        return;
+    if (x->prev != NULL)
+        x->prev->next = x->next;
+    else
+        q->head = x->next;
+    if (x->next != NULL)
+        x->next->prev = x->prev;
+    else
+        q->tail = x->prev;
+    x->next = x->prev = NULL;
+    q->n--;
+    px->queued--;
+    ig_metric_set(px->m_queue, q->n, x->model);
+}
+
+static void queue_push(ig_proxy_t *px, model_queue_t *q, exchange_t *x)
+{
+    x->prev = q->tail;
+    x->next = NULL;
+    if (q->tail != NULL)
+        q->tail->next = x;
+    else
+        q->head = x;
+    q->tail = x;
+    q->n++;
+    px->queued++;
+    ig_metric_set(px->m_queue, q->n, x->model);
+}
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static int limit_of(const ig_proxy_t *px, const ig_upstream_state_t *u)
+{
+    if (px->opts.max_inflight > 0)
+        return px->opts.max_inflight;
+    return u->slots > 0 ? 2 * u->slots : 64;
+}
+
+static int was_tried(const exchange_t *x, const ig_upstream_state_t *u)
+{
+    for (int i = 0; i < x->ntried; i++) {
+        if (x->tried[i] == u)
+            return 1;
+    }
+    return 0;
+}
+
+static void publish_upstream(ig_proxy_t *px, const ig_upstream_state_t *u)
+{
+    ig_metric_set(px->m_inflight, u->inflight, u->name);
+    ig_metric_set(px->m_rtt, u->rtt_s, u->name);
+    ig_metric_set(px->m_svc, u->svc_s, u->name);
+}
+
+static double seconds_since(uint64_t t0)
+{
+    return (double)(uv_hrtime() - t0) / 1e9;
+}
+
+/* Ends an attempt's bookkeeping with the router (once). */
+static void attempt_account(attempt_t *a, ig_outcome_t outcome, const char *kind)
+{
+    ig_proxy_t *px = a->x->px;
+    uint64_t now = uv_hrtime();
+    int ejected_before = a->route->ejected_until_ns != 0;
+    ig_router_attempt_end(&px->router, a->route, outcome, now);
+    if (!ejected_before && a->route->ejected_until_ns != 0) {
+        IG_WARN("upstream %s: ejected for failing", a->route->name);
+        ig_metric_add(px->m_ejections, 1, a->route->name);
+    }
+    if (outcome == IG_OUTCOME_FAILURE || outcome == IG_OUTCOME_BACKPRESSURE)
+        ig_metric_add(px->m_errors, 1, a->route->name, kind);
+    publish_upstream(px, a->route);
+}
+
+static void attempt_cancel(attempt_t *a)
+{
+    if (a->ureq == NULL)
+        return;
+    ig_upstream_cancel(a->ureq);
+    a->ureq = NULL;
+    /* An abandoned attempt says nothing about the upstream's health. */
+    ig_router_attempt_end(&a->x->px->router, a->route, IG_OUTCOME_CLIENT_ERROR, uv_hrtime());
+    publish_upstream(a->x->px, a->route);
+}
+
+static void cancel_others(exchange_t *x, attempt_t *keep)
+{
+    for (int i = 0; i < MAX_ATTEMPTS; i++) {
+        if (&x->att[i] != keep)
+            attempt_cancel(&x->att[i]);
+    }
+}
+
+static int attempts_live(const exchange_t *x)
+{
+    int n = 0;
+    for (int i = 0; i < MAX_ATTEMPTS; i++)
+        n += x->att[i].ureq != NULL;
+    return n;
+}
+
+/* ---- the client side ---------------------------------------------------- */
+
+static void on_client_abort(ig_http_req_t *req, void *data)
+{
+    exchange_t *x = data;
+    IG_DEBUG("client of %s went away; canceling upstream work", ig_http_req_path(req));
+    if (x->state == X_QUEUED)
+        queue_remove(x->px, x);
+    cancel_others(x, NULL);
+    /* The request still has to be finished; the bytes go nowhere. */
+    if (x->state == X_COMMITTED && x->committed != NULL && x->committed->is_stream)
+        ig_http_stream_end(x->req);
+    else
+        ig_http_respond_error(x->req, 499, "client_closed", NULL, NULL,
+                              "client closed the request");
+    exchange_done(x);
+}
+
+static void on_client_drain(ig_http_req_t *req, void *data)
+{
+    exchange_t *x = data;
+    if (x->client_paused && x->committed != NULL && x->committed->ureq != NULL) {
+        x->client_paused = 0;
+        ig_upstream_resume(x->committed->ureq);
+    }
+}
+
+static void add_route_headers(exchange_t *x, attempt_t *a)
+{
+    ig_http_add_header(x->req, "x-infergate-upstream", a->route->name);
+    ig_http_add_header(x->req, "x-infergate-route", x->route_header);
+}
+
+/* ---- upstream callbacks ------------------------------------------------ */
+
+static int retryable_status(int status)
+{
+    return status >= 500 || status == 429;
+}
+
+/* An attempt failed before anything reached the client: retry elsewhere
+ * if the budget allows, else answer with what went wrong. */
+static void attempt_failed(attempt_t *a, int status, int err)
+{
+    exchange_t *x = a->x;
+    ig_proxy_t *px = x->px;
+    x->last_status = status;
+    x->last_err = err;
+    if (a->retry_after[0])
+        snprintf(x->last_retry_after, sizeof(x->last_retry_after), "%s", a->retry_after);
+    if (x->state != X_TRYING)
+        return;
+    if (attempts_live(x) > 0)
+        return; /* the hedge is still running: let it answer */
+    uint64_t now = uv_hrtime();
+    const char *reason = err == IG_ECONNECT    ? "connect"
+                         : err == IG_ETIMEDOUT ? "timeout"
+                         : err != 0            ? "transport"
+                         : status == 429       ? "429"
+                         : status == 503       ? "503"
+                                               : "5xx";
+    if (x->retries < px->router.opts.max_retries && ig_router_budget_take(&px->router, now)) {
+        x->retries++;
+        ig_metric_add(px->m_retries, 1, x->model, reason);
+        IG_DEBUG("retrying %s for model %s after %s on %s", x->path, x->model, reason,
+                 a->route->name);
+        attempt_start(x, 0);
+        return;
+    }
+    if (err == IG_ETIMEDOUT)
+        exchange_fail(x, 504, "upstream_timeout", NULL, "upstream %s timed out", a->route->name);
+    else if (err != 0)
+        exchange_fail(x, 502, "upstream_unreachable", NULL, "upstream %s failed: %s",
+                      a->route->name, ig_strerror(err));
+    else if (status == 429)
+        exchange_fail(x, 429, "queue_full", x->last_retry_after[0] ? x->last_retry_after : "1",
+                      "every upstream for model '%s' is saturated; retry later", x->model);
+    else if (status == 503)
+        exchange_fail(x, 503, "unavailable", "1", "no upstream for model '%s' can serve now",
+                      x->model);
+    else
+        exchange_fail(x, 502, "upstream_error", NULL, "upstream %s answered %d", a->route->name,
+                      status);
+}
+
+static void on_up_headers(ig_upstream_req_t *r, int status, int n, const char *const *names,
+                          const char *const *values, void *data)
+{
+    attempt_t *a = data;
+    a->status = status;
+    for (int i = 0; i < n; i++) {
+        if (strcasecmp(names[i], "content-type") == 0)
+            snprintf(a->content_type, sizeof(a->content_type), "%s", values[i]);
+        else if (strcasecmp(names[i], "retry-after") == 0)
+            snprintf(a->retry_after, sizeof(a->retry_after), "%s", values[i]);
+    }
+    a->is_stream = strncasecmp(a->content_type, "text/event-stream", 17) == 0;
+    exchange_t *x = a->x;
+    if (x->state != X_TRYING || retryable_status(status))
+        return; /* judged in on_up_done, once the body is drained or not */
+    if (!a->is_stream)
+        return; /* gathered whole; committed when complete */
+    /* A stream: commit now, its first token goes out as it arrives. */
+    x->state = X_COMMITTED;
+    x->committed = a;
+    cancel_others(x, a);
+    if (a->hedge)
+        ig_metric_add(x->px->m_hedges, 1, x->model, "hedge_won");
+    uv_timer_stop(&x->timer);
+    add_route_headers(x, a);
+    ig_http_stream_start(x->req, status, a->content_type);
+}
+
+static void on_up_body(ig_upstream_req_t *r, const char *buf, size_t len, void *data)
+{
+    attempt_t *a = data;
+    exchange_t *x = a->x;
+    ig_proxy_t *px = x->px;
+    if (!a->first_body && len > 0) {
+        a->first_body = 1;
+        uint64_t now = uv_hrtime();
+        if (a->is_stream && !retryable_status(a->status)) {
+            double ttft = (double)(now - a->start_ns) / 1e9;
+            ig_router_observe_ttft(&px->router, a->route, x->prompt_tokens, ttft, a->predicted_wait,
+                                   now);
+            ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+            publish_upstream(px, a->route);
+        }
+    }
+    if (x->committed == a && a->is_stream) {
+        int rc = ig_http_stream_write(x->req, buf, len);
+        if (rc == IG_EBUSY && !x->client_paused) {
+            x->client_paused = 1;
+            ig_upstream_pause(r);
+        }
+        return;
+    }
+    if (retryable_status(a->status))
+        return; /* an error body we do not pass on */
+    /* Gather a whole answer. */
+    if (x->blen + len > px->opts.max_response_bytes) {
+        attempt_account(a, IG_OUTCOME_FAILURE, "oversize");
+        ig_upstream_cancel(r);
+        a->ureq = NULL;
+        if (x->state == X_TRYING)
+            exchange_fail(x, 502, "upstream_error", NULL,
+                          "upstream %s answered more than %zu bytes", a->route->name,
+                          px->opts.max_response_bytes);
+        return;
+    }
+    if (x->blen + len > x->bcap) {
+        size_t cap = x->bcap ? x->bcap * 2 : 4096;
+        while (cap < x->blen + len)
+            cap *= 2;
+        char *nb = realloc(x->buf, cap);
+        if (nb == NULL)
+            return;
+        x->buf = nb;
+        x->bcap = cap;
+    }
+    memcpy(x->buf + x->blen, buf, len);
+    x->blen += len;
+}
+
+static void sse_error(exchange_t *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Ends a stream that broke midway with an SSE error event. */
+static void sse_error(exchange_t *x, const char *fmt, ...)
+{
+    char msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    json_t *ev = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg, "type",
+                           "server_error", "param", "code", "upstream_stream_broken");
+    char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+    json_decref(ev);
+    if (text != NULL) {
+        char frame[512];
+        int n = snprintf(frame, sizeof(frame), "data: %s\n\n", text);
+        if (n > 0 && (size_t)n < sizeof(frame))
+            ig_http_stream_write(x->req, frame, (size_t)n);
+        free(text);
+    }
+    ig_http_stream_end(x->req);
+}
+
+static void on_up_done(ig_upstream_req_t *r, int err, void *data)
+{
+    attempt_t *a = data;
+    exchange_t *x = a->x;
+    ig_proxy_t *px = x->px;
+    a->ureq = NULL;
+    uint64_t now = uv_hrtime();
+    double held = (double)(now - a->start_ns) / 1e9;
+
+    if (x->committed == a) {
+        /* A stream that was going to the client. */
+        if (err == 0) {
+            attempt_account(a, IG_OUTCOME_SUCCESS, "");
+            ig_router_observe_occupancy(&px->router, a->route, held, now);
+            ig_http_stream_end(x->req);
+        } else {
+            attempt_account(a, IG_OUTCOME_FAILURE, "broken_stream");
+            IG_WARN("upstream %s broke a stream midway: %s", a->route->name, ig_strerror(err));
+            sse_error(x, "upstream %s failed mid-stream: %s", a->route->name, ig_strerror(err));
+        }
+        exchange_done(x);
+        return;
+    }
+    if (x->state != X_TRYING) {
+        /* Lost a race that was already decided; it was canceled. */
+        return;
+    }
+    if (err != 0) {
+        attempt_account(a, IG_OUTCOME_FAILURE, err == IG_ETIMEDOUT ? "timeout" : "transport");
+        attempt_failed(a, 0, err);
+        return;
+    }
+    if (retryable_status(a->status)) {
+        attempt_account(
+            a, a->status == 429 || a->status == 503 ? IG_OUTCOME_BACKPRESSURE : IG_OUTCOME_FAILURE,
+            a->status == 429   ? "429"
+            : a->status == 503 ? "503"
+                               : "5xx");
+        attempt_failed(a, a->status, 0);
+        return;
+    }
+    /* A whole answer (2xx, or a 4xx that is the client's): commit it. */
+    attempt_account(a, a->status < 400 ? IG_OUTCOME_SUCCESS : IG_OUTCOME_CLIENT_ERROR, "");
+    if (a->status < 400) {
+        ig_router_observe_occupancy(&px->router, a->route, held, now);
+        ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+    }
+    x->state = X_COMMITTED;
+    x->committed = a;
+    cancel_others(x, a);
+    if (a->hedge)
+        ig_metric_add(px->m_hedges, 1, x->model, "hedge_won");
+    uv_timer_stop(&x->timer);
+    add_route_headers(x, a);
+    ig_http_respond(x->req, a->status, a->content_type[0] ? a->content_type : "application/json",
+                    x->buf ? x->buf : "", x->blen);
+    exchange_done(x);
+}
+
+/* ---- attempts ----------------------------------------------------------- */
+
+static void on_hedge_timer(uv_timer_t *t);
+
+static attempt_t *free_attempt(exchange_t *x)
+{
+    for (int i = 0; i < MAX_ATTEMPTS; i++) {
+        if (x->att[i].ureq == NULL)
+            return &x->att[i];
+    }
+    return NULL;
+}
+
+/*
+ * Picks an upstream and starts an attempt. When every candidate is
+ * saturated the exchange is queued; when none is eligible it fails (or is
+ * held while an instance starts).
+ */
+static void attempt_start(exchange_t *x, int hedge)
+{
+    ig_proxy_t *px = x->px;
+    ig_proxy_target_t targets[MAX_TARGETS];
+    ig_upstream_state_t *states[MAX_TARGETS];
+    unsigned char exclude[MAX_TARGETS];
+    int starting = 0;
+    int n = px->resolve(px->resolve_data, x->model, targets, MAX_TARGETS, &starting);
+    uint64_t now = uv_hrtime();
+    int eligible = 0, saturated = 0;
+    if (x->local_only) {
+        int k = 0;
+        for (int i = 0; i < n; i++) {
+            if (!targets[i].is_site)
+                targets[k++] = targets[i];
+        }
+        n = k;
+    }
+    for (int i = 0; i < n; i++) {
+        states[i] = targets[i].route;
+        int e = ig_router_eligible(states[i], now);
+        int sat = e && states[i]->inflight >= limit_of(px, states[i]);
+        exclude[i] = was_tried(x, states[i]) || sat;
+        eligible += e && !was_tried(x, states[i]);
+        saturated += e && !was_tried(x, states[i]) && sat;
+    }
+    ig_route_decision_t d;
+    int rc = n > 0 ? ig_router_pick(&px->router, states, n, x->prompt_tokens, exclude, now, &d)
+                   : IG_ENOUPSTREAM;
+    if (rc != 0) {
+        if (hedge)
+            return; /* no second upstream to hedge on */
+        if (x->ntried > 0 && x->last_status != 0 && eligible == 0) {
+            /* Every upstream was tried: answer with the last failure. */
+            x->retries = px->router.opts.max_retries;
+            attempt_failed(&x->att[0], x->last_status, x->last_err);
+            return;
+        }
+        if ((saturated > 0 && saturated == eligible) || (eligible == 0 && starting)) {
+            model_queue_t *q = queue_of(px, x->model, 1);
+            if (q == NULL || q->n >= px->opts.queue_size) {
+                ig_metric_add(px->m_rejected, 1, x->model, "queue_full");
+                exchange_fail(x, 429, "queue_full", "1",
+                              "every upstream for model '%s' is saturated and %d requests "
+                              "are waiting; retry later",
+                              x->model, px->opts.queue_size);
+                return;
+            }
+            x->state = X_QUEUED;
+            x->queued_ns = now;
+            queue_push(px, q, x);
+            return;
+        }
+        if (x->last_err != 0 || x->last_status != 0) {
+            x->retries = px->router.opts.max_retries;
+            attempt_failed(&x->att[0], x->last_status, x->last_err);
+            return;
+        }
+        ig_metric_add(px->m_rejected, 1, x->model, "no_upstream");
+        exchange_fail(x, 503, "no_healthy_upstream", "1",
+                      "no healthy upstream serves model '%s' now", x->model);
+        return;
+    }
+    attempt_t *a = free_attempt(x);
+    if (a == NULL)
+        return;
+    memset(a, 0, sizeof(*a));
+    a->x = x;
+    a->hedge = hedge;
+    a->route = targets[d.chosen].route;
+    a->client = targets[d.chosen].client;
+    int to_site = targets[d.chosen].is_site;
+    a->start_ns = now;
+    a->predicted_wait = ig_router_wait(&px->router, a->route, now);
+    if (x->ntried < MAX_TARGETS)
+        x->tried[x->ntried++] = a->route;
+    x->attempts++;
+    x->state = X_TRYING;
+    if (!hedge) {
+        if (d.runner_up >= 0)
+            snprintf(x->route_header, sizeof(x->route_header),
+                     "policy=%s; cost=%.4f; runner_up=%s; runner_up_cost=%.4f",
+                     ig_route_policy_name(px->router.opts.policy), d.cost_s,
+                     states[d.runner_up]->name, d.runner_up_cost_s);
+        else
+            snprintf(x->route_header, sizeof(x->route_header), "policy=%s; cost=%.4f",
+                     ig_route_policy_name(px->router.opts.policy), d.cost_s);
+    }
+    IG_DEBUG("route %s model=%s prompt_tokens=%d -> %s (cost %.4fs%s%s) %s%s", x->path, x->model,
+             x->prompt_tokens, a->route->name, d.cost_s, d.runner_up >= 0 ? ", runner-up " : "",
+             d.runner_up >= 0 ? states[d.runner_up]->name : "", hedge ? "hedge" : "",
+             d.hot ? " all hot" : "");
+    ig_metric_add(px->m_decisions, 1, x->model, a->route->name,
+                  ig_route_policy_name(px->router.opts.policy));
+    ig_router_attempt_begin(&px->router, a->route, now);
+    publish_upstream(px, a->route);
+
+    static const ig_upstream_cbs_t cbs = {on_up_headers, on_up_body, on_up_done};
+    rc = ig_upstream_request(a->client, "POST", x->path,
+                             to_site ? x->forwarded_header : "Content-Type: application/json\r\n",
+                             x->body, x->len, &cbs, a, &a->ureq);
+    if (rc != 0) {
+        a->ureq = NULL;
+        attempt_account(a, IG_OUTCOME_FAILURE, "transport");
+        attempt_failed(a, 0, IG_ECONNECT);
+        return;
+    }
+    if (!hedge && px->opts.hedge && x->stream && d.runner_up >= 0) {
+        double delay = ig_router_hedge_delay(&px->router, a->route, x->prompt_tokens, now);
+        uv_timer_start(&x->timer, on_hedge_timer, (uint64_t)(delay * 1000) + 1, 0);
+    }
+}
+
+static void on_hedge_timer(uv_timer_t *t)
+{
+    exchange_t *x = t->data;
+    ig_proxy_t *px = x->px;
+    if (x->state != X_TRYING || x->hedged || attempts_live(x) != 1)
+        return;
+    for (int i = 0; i < MAX_ATTEMPTS; i++) {
+        if (x->att[i].ureq != NULL && x->att[i].first_body)
+            return; /* its first token is here: too late to hedge */
+    }
+    if (px->hedge_tokens < 1.0)
+        return;
+    px->hedge_tokens -= 1.0;
+    x->hedged = 1;
+    ig_metric_add(px->m_hedges, 1, x->model, "sent");
+    attempt_start(x, 1);
+}
+
+static void on_queue_timer(uv_timer_t *t)
+{
+    exchange_t *x = t->data;
+    if (x->state != X_QUEUED)
+        return;
+    queue_remove(x->px, x);
+    ig_metric_add(x->px->m_rejected, 1, x->model, "queue_timeout");
+    exchange_fail(x, 503, "queue_timeout", "1",
+                  "no upstream for model '%s' could take the request within %llu ms", x->model,
+                  (unsigned long long)x->px->opts.queue_timeout_ms);
+}
+
+/* Takes held requests of a model off its queue while upstreams have room. */
+static void pump(ig_proxy_t *px, const char *model)
+{
+    model_queue_t *q = queue_of(px, model, 0);
+    int guard = q ? q->n : 0;
+    while (q != NULL && q->head != NULL && guard-- > 0) {
+        exchange_t *x = q->head;
+        queue_remove(px, x);
+        x->state = X_TRYING;
+        attempt_start(x, 0);
+        if (x->state == X_QUEUED)
+            break; /* still saturated: it went back to the tail; stop here */
+    }
+}
+
+void ig_proxy_kick(ig_proxy_t *px, const char *model)
+{
+    pump(px, model);
+}
+
+/* ---- the exchange ------------------------------------------------------- */
+
+static void proxy_maybe_free(ig_proxy_t *px)
+{
+    if (!px->closing || px->live > 0)
+        return;
+    void (*cb)(void *) = px->close_cb;
+    void *data = px->close_data;
+    model_queue_t *q = px->queues;
+    while (q != NULL) {
+        model_queue_t *next = q->next;
+        free(q->model);
+        free(q);
+        q = next;
+    }
+    free(px);
+    if (cb != NULL)
+        cb(data);
+}
+
+static void on_exchange_closed(uv_handle_t *h)
+{
+    exchange_t *x = h->data;
+    ig_proxy_t *px = x->px;
+    free(x->buf);
+    free(x->model);
+    free(x->path);
+    free(x->body);
+    free(x);
+    px->live--;
+    proxy_maybe_free(px);
+}
+
+/* The client's request is finished; account and free. */
+static void exchange_done(exchange_t *x)
+{
+    ig_proxy_t *px = x->px;
+    if (x->state == X_DONE)
+        return;
+    x->state = X_DONE;
+    ig_metric_observe(px->m_e2e, seconds_since(x->start_ns), x->model);
+    px->inflight--;
+    uv_close((uv_handle_t *)&x->timer, on_exchange_closed);
+    /* An attempt ended: a held request may fit now. */
+    if (!px->closing)
+        pump(px, x->model);
+}
+
+static void exchange_fail(exchange_t *x, int status, const char *code, const char *retry_after,
+                          const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    cancel_others(x, NULL);
+    if (retry_after != NULL)
+        ig_http_add_header(x->req, "Retry-After", retry_after);
+    if (x->route_header[0])
+        ig_http_add_header(x->req, "x-infergate-route", x->route_header);
+    ig_http_respond_error(x->req, status, NULL, NULL, code, "%s", msg);
+    exchange_done(x);
+}
+
+void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *call)
+{
+    exchange_t *x = calloc(1, sizeof(*x));
+    if (x == NULL) {
+        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        return;
+    }
+    x->px = px;
+    x->req = req;
+    x->model = strdup(call->model);
+    x->path = strdup(call->path);
+    x->body = malloc(call->len + 1);
+    if (x->model == NULL || x->path == NULL || x->body == NULL) {
+        free(x->model);
+        free(x->path);
+        free(x->body);
+        free(x);
+        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        return;
+    }
+    memcpy(x->body, call->body, call->len);
+    x->body[call->len] = '\0';
+    x->len = call->len;
+    x->stream = call->stream;
+    x->prompt_tokens = call->prompt_tokens;
+    x->local_only = call->local_only;
+    snprintf(x->forwarded_header, sizeof(x->forwarded_header),
+             "Content-Type: application/json\r\nx-infergate-forwarded: %s\r\n",
+             call->region ? call->region : "1");
+    x->start_ns = ig_http_req_start_ns(req);
+    uv_timer_init(px->loop, &x->timer);
+    x->timer.data = x;
+    px->inflight++;
+    px->live++;
+    if (px->closing) {
+        exchange_fail(x, 503, "shutting_down", "1", "the gateway is shutting down");
+        return;
+    }
+    uint64_t now = uv_hrtime();
+    ig_router_budget_deposit(&px->router, now);
+    px->hedge_tokens += px->opts.hedge_budget;
+    if (px->hedge_tokens > 10)
+        px->hedge_tokens = 10;
+    ig_http_req_on_abort(req, on_client_abort, x);
+    ig_http_req_on_drain(req, on_client_drain, x);
+    attempt_start(x, 0);
+    if (x->state == X_QUEUED)
+        uv_timer_start(&x->timer, on_queue_timer, px->opts.queue_timeout_ms, 0);
+}
+
+void ig_proxy_close(ig_proxy_t *px, void (*cb)(void *data), void *data)
+{
+    px->closing = 1;
+    px->close_cb = cb;
+    px->close_data = data;
+    for (model_queue_t *q = px->queues; q != NULL; q = q->next) {
+        while (q->head != NULL) {
+            exchange_t *x = q->head;
+            queue_remove(px, x);
+            exchange_fail(x, 503, "shutting_down", "1", "the gateway is shutting down");
+        }
+    }
+    proxy_maybe_free(px);
+}

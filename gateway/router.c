@@ -1,0 +1,420 @@
+/*
+ * The router's cost model, policies, outlier ejection and retry budget.
+ * Pure logic: no I/O, no clock of its own (see include/infergate/router.h).
+ */
+#include "infergate/router.h"
+#include "infergate/error.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NS_PER_S 1e9
+
+static const char *policy_names[] = {"latency", "round_robin", "least_inflight", "random"};
+
+int ig_route_policy_parse(const char *s, ig_route_policy_t *out)
+{
+    for (int i = 0; i < 4; i++) {
+        if (strcmp(s, policy_names[i]) == 0) {
+            *out = (ig_route_policy_t)i;
+            return 0;
+        }
+    }
+    return IG_EINVAL;
+}
+
+const char *ig_route_policy_name(ig_route_policy_t policy)
+{
+    return (unsigned)policy < 4 ? policy_names[policy] : "unknown";
+}
+
+void ig_router_opts_default(ig_router_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->policy = IG_ROUTE_LATENCY;
+    o->ewma_tau_s = 10.0;
+    o->hot_quantile = 0.84;
+    o->report_ttl_s = 5.0;
+    o->prior_rtt_s = 0.001;
+    o->prior_prefill_tps = 2000.0;
+    o->eject_consecutive = 5;
+    o->eject_base_s = 2.0;
+    o->eject_max_s = 60.0;
+    o->retry_ratio = 0.2;
+    o->retry_min_per_s = 5.0;
+    o->max_retries = 2;
+    o->seed = 0x9e3779b97f4a7c15ULL;
+}
+
+void ig_router_init(ig_router_t *r, const ig_router_opts_t *opts)
+{
+    memset(r, 0, sizeof(*r));
+    if (opts != NULL)
+        r->opts = *opts;
+    else
+        ig_router_opts_default(&r->opts);
+    r->rng = r->opts.seed ? r->opts.seed : 1;
+    r->retry_tokens = r->opts.retry_min_per_s;
+}
+
+void ig_upstream_state_init(ig_upstream_state_t *u, const char *name, ig_upstream_kind_t kind)
+{
+    memset(u, 0, sizeof(*u));
+    u->name = name;
+    u->kind = kind;
+}
+
+/* xorshift64*: cheap and good enough for tie breaks and the random policy. */
+static uint64_t next_rand(ig_router_t *r)
+{
+    r->rng ^= r->rng >> 12;
+    r->rng ^= r->rng << 25;
+    r->rng ^= r->rng >> 27;
+    return r->rng * 0x2545F4914F6CDD1DULL;
+}
+
+static double seconds_between(uint64_t from_ns, uint64_t to_ns)
+{
+    return to_ns > from_ns ? (double)(to_ns - from_ns) / NS_PER_S : 0.0;
+}
+
+/* ---- cost model --------------------------------------------------------- */
+
+static double rtt_of(const ig_router_t *r, const ig_upstream_state_t *u)
+{
+    if (u->rtt_at_ns == 0)
+        return u->kind == IG_UPSTREAM_SITE ? 0.050 : r->opts.prior_rtt_s;
+    return u->rtt_s;
+}
+
+static int report_fresh(const ig_router_t *r, const ig_upstream_state_t *u, uint64_t now_ns)
+{
+    return u->reported_at_ns != 0 &&
+           seconds_between(u->reported_at_ns, now_ns) <= r->opts.report_ttl_s;
+}
+
+double ig_router_wait(const ig_router_t *r, const ig_upstream_state_t *u, uint64_t now_ns)
+{
+    double reported_wait = 0.0;
+    double queued = 0.0;
+    if (report_fresh(r, u, now_ns)) {
+        reported_wait = u->reported_wait_s;
+        queued = u->reported_waiting;
+    }
+    /* Our own in-flight requests beyond the upstream's slots queue there too.
+     * With no known slot count, each in-flight request is taken to delay a
+     * new one by its share of the occupancy, like peak-EWMA's (pending + 1). */
+    double occupancy = u->occupancy_s > 0 ? u->occupancy_s : 0.0;
+    double wait;
+    if (u->slots > 0) {
+        double ahead = queued + fmax(0.0, (double)u->inflight - u->slots + 1);
+        wait = ahead * occupancy / u->slots;
+    } else {
+        double svc = u->svc_samples > 0 ? u->svc_s : 0.0;
+        wait = (queued + u->inflight) * svc;
+    }
+    return fmax(wait, reported_wait);
+}
+
+static double prefill_of(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+                         uint64_t now_ns)
+{
+    /* A fixed overhead worth this many prompt tokens is assumed when scaling
+     * an observed service time to another prompt length. */
+    const double overhead_tokens = 32.0;
+    double p = prompt_tokens > 0 ? prompt_tokens : 0;
+    if (u->svc_samples > 0)
+        return u->svc_s * (p + overhead_tokens) / (u->svc_tokens + overhead_tokens);
+    double tps = r->opts.prior_prefill_tps;
+    if (report_fresh(r, u, now_ns) && u->reported_prefill_tps > 0)
+        tps = u->reported_prefill_tps;
+    return p / tps;
+}
+
+double ig_router_cost(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+                      uint64_t now_ns)
+{
+    return rtt_of(r, u) + ig_router_wait(r, u, now_ns) + prefill_of(r, u, prompt_tokens, now_ns);
+}
+
+double ig_router_hedge_delay(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+                             uint64_t now_ns)
+{
+    return ig_router_cost(r, u, prompt_tokens, now_ns) + 2.0 * u->svc_dev_s;
+}
+
+/* ---- eligibility and the pick ------------------------------------------- */
+
+int ig_router_eligible(const ig_upstream_state_t *u, uint64_t now_ns)
+{
+    if (!u->ready || u->draining)
+        return 0;
+    if (u->ejected_until_ns != 0) {
+        if (now_ns < u->ejected_until_ns)
+            return 0;
+        return !u->half_open; /* one trial at a time */
+    }
+    return 1;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+/*
+ * Hot/cold: candidate i is hot when its in-flight count is above the
+ * hot_quantile of the OTHER candidates' counts (nearest rank). `sorted`
+ * holds every candidate's count in ascending order; removing one copy of
+ * i's own count from it gives the others.
+ */
+static int is_hot(const ig_router_t *r, const int *sorted, int ncand, int own)
+{
+    int nothers = ncand - 1;
+    if (nothers < 1)
+        return 0;
+    int k = (int)ceil(r->opts.hot_quantile * nothers) - 1;
+    if (k < 0)
+        k = 0;
+    int p = 0; /* position of the first copy of own */
+    while (p < ncand && sorted[p] < own)
+        p++;
+    int t = k < p ? sorted[k] : sorted[k + 1];
+    return own > t;
+}
+
+int ig_router_pick(ig_router_t *r, ig_upstream_state_t *const *ups, int n, int prompt_tokens,
+                   const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out)
+{
+    int stack[64];
+    int *cand = n <= 64 ? stack : malloc(sizeof(int) * n);
+    int ncand = 0;
+    int rc = IG_ENOUPSTREAM;
+    if (cand == NULL)
+        return IG_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        if ((exclude == NULL || !exclude[i]) && ig_router_eligible(ups[i], now_ns))
+            cand[ncand++] = i;
+    }
+    if (ncand == 0)
+        goto done;
+
+    out->chosen = -1;
+    out->runner_up = -1;
+    out->cost_s = out->runner_up_cost_s = 0;
+    out->hot = 0;
+    int best = -1, second = -1;
+    double best_cost = INFINITY, second_cost = INFINITY;
+
+    switch (r->opts.policy) {
+    case IG_ROUTE_ROUND_ROBIN:
+        best = cand[r->rr_next++ % (uint64_t)ncand];
+        break;
+    case IG_ROUTE_RANDOM:
+        best = cand[next_rand(r) % (uint64_t)ncand];
+        break;
+    case IG_ROUTE_LEAST_INFLIGHT: {
+        /* Ties go round robin so equal upstreams share the load. */
+        int start = (int)(r->rr_next++ % (uint64_t)ncand);
+        for (int j = 0; j < ncand; j++) {
+            int i = cand[(start + j) % ncand];
+            if (best < 0 || ups[i]->inflight < ups[best]->inflight)
+                best = i;
+        }
+        break;
+    }
+    case IG_ROUTE_LATENCY: {
+        int sorted_stack[64];
+        int *sorted = ncand <= 64 ? sorted_stack : malloc(sizeof(int) * ncand);
+        if (sorted == NULL) {
+            rc = IG_ENOMEM;
+            goto done;
+        }
+        for (int j = 0; j < ncand; j++)
+            sorted[j] = ups[cand[j]]->inflight;
+        qsort(sorted, ncand, sizeof(int), cmp_int);
+        int least = -1;
+        for (int j = 0; j < ncand; j++) {
+            int i = cand[j];
+            double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns);
+            if (least < 0 || ups[i]->inflight < ups[least]->inflight)
+                least = i;
+            if (is_hot(r, sorted, ncand, ups[i]->inflight))
+                continue;
+            if (c < best_cost) {
+                second = best;
+                second_cost = best_cost;
+                best = i;
+                best_cost = c;
+            } else if (c < second_cost) {
+                second = i;
+                second_cost = c;
+            }
+        }
+        if (sorted != sorted_stack)
+            free(sorted);
+        if (best < 0) {
+            best = least;
+            out->hot = 1;
+        }
+        break;
+    }
+    }
+
+    out->chosen = best;
+    out->cost_s = ig_router_cost(r, ups[best], prompt_tokens, now_ns);
+    if (second < 0) {
+        /* Name the cheapest other candidate as the runner-up for the header. */
+        for (int j = 0; j < ncand; j++) {
+            int i = cand[j];
+            if (i == best)
+                continue;
+            double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns);
+            if (c < second_cost) {
+                second = i;
+                second_cost = c;
+            }
+        }
+    }
+    out->runner_up = second;
+    out->runner_up_cost_s = second >= 0 ? second_cost : 0;
+    rc = 0;
+done:
+    if (cand != stack)
+        free(cand);
+    return rc;
+}
+
+/* ---- observations -------------------------------------------------------- */
+
+/* Weight of the old average after dt seconds. */
+static double decay(const ig_router_t *r, uint64_t then_ns, uint64_t now_ns)
+{
+    if (then_ns == 0)
+        return 0.0;
+    double tau = r != NULL ? r->opts.ewma_tau_s : 10.0;
+    return exp(-seconds_between(then_ns, now_ns) / tau);
+}
+
+void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+                           uint64_t now_ns)
+{
+    if (!(rtt_s >= 0))
+        return;
+    if (u->rtt_at_ns == 0 || rtt_s > u->rtt_s) {
+        u->rtt_s = rtt_s; /* peak: a slower sample takes over at once */
+    } else {
+        double w = decay(r, u->rtt_at_ns, now_ns);
+        u->rtt_s = u->rtt_s * w + rtt_s * (1 - w);
+    }
+    u->rtt_at_ns = now_ns;
+}
+
+void ig_router_observe_ttft(ig_router_t *r, ig_upstream_state_t *u, int prompt_tokens,
+                            double ttft_s, double predicted_wait_s, uint64_t now_ns)
+{
+    double svc = fmax(ttft_s - rtt_of(r, u) - predicted_wait_s, 0.0);
+    double p = prompt_tokens > 0 ? prompt_tokens : 0;
+    if (u->svc_samples == 0) {
+        u->svc_s = svc;
+        u->svc_tokens = p;
+        u->svc_dev_s = svc / 2;
+    } else {
+        /* Service samples come per request, not per time: a fixed weight
+         * keeps about the last eight requests in view. */
+        const double a = 0.125;
+        u->svc_dev_s += a * (fabs(svc - u->svc_s) - u->svc_dev_s);
+        u->svc_s += a * (svc - u->svc_s);
+        u->svc_tokens += a * (p - u->svc_tokens);
+    }
+    u->svc_samples++;
+    (void)now_ns;
+}
+
+void ig_router_observe_occupancy(ig_router_t *r, ig_upstream_state_t *u, double seconds,
+                                 uint64_t now_ns)
+{
+    (void)r;
+    (void)now_ns;
+    if (u->occupancy_s <= 0)
+        u->occupancy_s = seconds;
+    else
+        u->occupancy_s += 0.125 * (seconds - u->occupancy_s);
+}
+
+/* ---- attempts, ejection, retry budget ------------------------------------ */
+
+void ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now_ns)
+{
+    (void)r;
+    u->inflight++;
+    if (u->ejected_until_ns != 0 && now_ns >= u->ejected_until_ns)
+        u->half_open = 1;
+}
+
+void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome,
+                           uint64_t now_ns)
+{
+    if (u->inflight > 0)
+        u->inflight--;
+    int trial = u->half_open;
+    switch (outcome) {
+    case IG_OUTCOME_SUCCESS:
+    case IG_OUTCOME_CLIENT_ERROR: /* the upstream answered sensibly */
+        u->consecutive_failures = 0;
+        if (trial || u->ejected_until_ns != 0) {
+            u->ejected_until_ns = 0;
+            u->ejections = 0;
+            u->half_open = 0;
+        }
+        break;
+    case IG_OUTCOME_BACKPRESSURE:
+        /* Busy is not broken: no ejection, but a half-open trial is over. */
+        u->half_open = 0;
+        break;
+    case IG_OUTCOME_FAILURE:
+        u->consecutive_failures++;
+        if (trial || u->consecutive_failures >= r->opts.eject_consecutive) {
+            double t = r->opts.eject_base_s * ldexp(1.0, u->ejections < 16 ? u->ejections : 16);
+            if (t > r->opts.eject_max_s)
+                t = r->opts.eject_max_s;
+            u->ejected_until_ns = now_ns + (uint64_t)(t * NS_PER_S);
+            u->ejections++;
+            u->half_open = 0;
+            u->consecutive_failures = 0;
+        }
+        break;
+    }
+}
+
+static void budget_refill(ig_router_t *r, uint64_t now_ns)
+{
+    double dt = seconds_between(r->retry_at_ns, now_ns);
+    if (r->retry_at_ns == 0)
+        dt = 0;
+    r->retry_at_ns = now_ns;
+    r->retry_tokens += dt * r->opts.retry_min_per_s;
+    /* The bucket holds at most ten seconds' worth of the floor rate plus
+     * what requests deposited recently, so a quiet period cannot save up a
+     * retry storm. */
+    double cap = 10.0 * r->opts.retry_min_per_s + 100.0 * r->opts.retry_ratio;
+    if (r->retry_tokens > cap)
+        r->retry_tokens = cap;
+}
+
+void ig_router_budget_deposit(ig_router_t *r, uint64_t now_ns)
+{
+    budget_refill(r, now_ns);
+    r->retry_tokens += r->opts.retry_ratio;
+}
+
+int ig_router_budget_take(ig_router_t *r, uint64_t now_ns)
+{
+    budget_refill(r, now_ns);
+    if (r->retry_tokens < 1.0 - 1e-9) /* deposits of 0.2 add up inexactly */
+        return 0;
+    r->retry_tokens -= 1.0;
+    return 1;
+}

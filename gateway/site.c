@@ -1,0 +1,308 @@
+/*
+ * Remote sites and their background probes (see include/infergate/site.h).
+ */
+#include "infergate/site.h"
+#include "infergate/error.h"
+#include "infergate/log.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SITE_MODELS 64
+
+typedef enum { PROBE_LOAD, PROBE_HEALTH, PROBE_MODELS } probe_kind_t;
+
+struct ig_site_s {
+    uv_loop_t *loop;
+    char *name, *url, *region;
+    char *models[MAX_SITE_MODELS];
+    int nmodels;
+    int fixed_models; /* from config: not replaced by discovery */
+    ig_site_spec_t spec;
+    ig_upstream_t *client;
+    ig_upstream_state_t route;
+    uv_timer_t timer;
+    ig_upstream_req_t *probe;
+    probe_kind_t kind;
+    uint64_t sent_ns;
+    int status;
+    char *body;
+    size_t len;
+    int peer;     /* -1 unknown, 0 no, 1 yes */
+    int failures; /* probes failed in a row */
+    int closing;
+    int pending_closes;
+    void (*close_cb)(void *data);
+    void *close_data;
+};
+
+static void probe_send(ig_site_t *s, probe_kind_t kind);
+
+static void set_models_from(ig_site_t *s, json_t *arr, const char *key)
+{
+    if (s->fixed_models || !json_is_array(arr))
+        return;
+    for (int i = 0; i < s->nmodels; i++)
+        free(s->models[i]);
+    s->nmodels = 0;
+    size_t i;
+    json_t *m;
+    json_array_foreach(arr, i, m)
+    {
+        const char *id =
+            json_is_string(m) ? json_string_value(m) : json_string_value(json_object_get(m, key));
+        if (id != NULL && s->nmodels < MAX_SITE_MODELS)
+            s->models[s->nmodels++] = strdup(id);
+    }
+}
+
+static void mark(ig_site_t *s, int ok)
+{
+    if (ok) {
+        if (!s->route.ready)
+            IG_INFO("site %s: up (%s, %d models)", s->name,
+                    s->peer == 1 ? "infergate peer" : "openai", s->nmodels);
+        s->failures = 0;
+        s->route.ready = 1;
+        return;
+    }
+    if (++s->failures >= s->spec.probe_failures_down && s->route.ready) {
+        IG_WARN("site %s: down after %d failed probes", s->name, s->failures);
+        s->route.ready = 0;
+    }
+}
+
+static void probe_on_headers(ig_upstream_req_t *r, int status, int n, const char *const *names,
+                             const char *const *values, void *data)
+{
+    ((ig_site_t *)data)->status = status;
+}
+
+static void probe_on_body(ig_upstream_req_t *r, const char *buf, size_t len, void *data)
+{
+    ig_site_t *s = data;
+    if (s->len + len > 256 * 1024)
+        return;
+    char *n = realloc(s->body, s->len + len + 1);
+    if (n == NULL)
+        return;
+    memcpy(n + s->len, buf, len);
+    s->len += len;
+    n[s->len] = '\0';
+    s->body = n;
+}
+
+static void on_probe_timer(uv_timer_t *t)
+{
+    ig_site_t *s = t->data;
+    probe_send(s, s->peer == 0 ? PROBE_HEALTH : PROBE_LOAD);
+}
+
+static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
+{
+    ig_site_t *s = data;
+    uint64_t now = uv_hrtime();
+    s->probe = NULL;
+    int ok = err == 0 && s->status == 200;
+    json_t *doc = ok && s->body ? json_loads(s->body, 0, NULL) : NULL;
+    probe_kind_t next = -1;
+    if (err == 0)
+        ig_router_observe_rtt(s->spec.router, &s->route, (double)(now - s->sent_ns) / 1e9, now);
+
+    switch (s->kind) {
+    case PROBE_LOAD:
+        if (ok && json_is_object(doc)) {
+            s->peer = 1;
+            json_t *v;
+            if ((v = json_object_get(doc, "waiting")) && json_is_number(v))
+                s->route.reported_waiting = json_number_value(v);
+            if ((v = json_object_get(doc, "est_wait_s")) && json_is_number(v))
+                s->route.reported_wait_s = json_number_value(v);
+            if ((v = json_object_get(doc, "prefill_tokens_per_s")) && json_is_number(v))
+                s->route.reported_prefill_tps = json_number_value(v);
+            if ((v = json_object_get(doc, "max_num_seqs")) && json_is_integer(v))
+                s->route.slots = (int)json_integer_value(v);
+            s->route.reported_at_ns = now;
+            set_models_from(s, json_object_get(doc, "models"), "id");
+            /* A peer with no ready instance cannot serve now. */
+            v = json_object_get(doc, "ready_instances");
+            mark(s, !json_is_integer(v) || json_integer_value(v) > 0);
+        } else if (err == 0 && s->peer != 1) {
+            s->peer = 0; /* not an infergate: fall back to health + models */
+            next = PROBE_HEALTH;
+        } else {
+            mark(s, 0);
+        }
+        break;
+    case PROBE_HEALTH:
+        if (ok)
+            next = PROBE_MODELS;
+        else
+            mark(s, 0);
+        break;
+    case PROBE_MODELS:
+        if (ok && json_is_object(doc)) {
+            set_models_from(s, json_object_get(doc, "data"), "id");
+            mark(s, 1);
+        } else {
+            mark(s, 0);
+        }
+        break;
+    }
+    json_decref(doc);
+    free(s->body);
+    s->body = NULL;
+    s->len = 0;
+    if (s->closing)
+        return;
+    if ((int)next >= 0)
+        probe_send(s, next);
+    else
+        uv_timer_start(&s->timer, on_probe_timer, s->spec.probe_interval_ms, 0);
+}
+
+static void probe_send(ig_site_t *s, probe_kind_t kind)
+{
+    static const ig_upstream_cbs_t cbs = {probe_on_headers, probe_on_body, probe_on_done};
+    static const char *paths[] = {"/load", "/health", "/v1/models"};
+    s->kind = kind;
+    s->status = 0;
+    s->sent_ns = uv_hrtime();
+    if (ig_upstream_request(s->client, "GET", paths[kind], NULL, NULL, 0, &cbs, s, &s->probe) != 0)
+        uv_timer_start(&s->timer, on_probe_timer, s->spec.probe_interval_ms, 0);
+}
+
+static void site_free(ig_site_t *s)
+{
+    for (int i = 0; i < s->nmodels; i++)
+        free(s->models[i]);
+    free(s->name);
+    free(s->url);
+    free(s->region);
+    free(s->body);
+    free(s);
+}
+
+int ig_site_start(ig_site_t **out, uv_loop_t *loop, const ig_site_spec_t *spec)
+{
+    ig_site_t *s = calloc(1, sizeof(*s));
+    if (s == NULL)
+        return IG_ENOMEM;
+    s->loop = loop;
+    s->spec = *spec;
+    s->name = strdup(spec->name);
+    s->url = strdup(spec->url);
+    s->region = spec->region ? strdup(spec->region) : NULL;
+    s->peer = -1;
+    if (s->spec.probe_interval_ms == 0)
+        s->spec.probe_interval_ms = 1000;
+    if (s->spec.probe_failures_down <= 0)
+        s->spec.probe_failures_down = 2;
+    for (int i = 0; i < spec->nmodels && i < MAX_SITE_MODELS; i++)
+        s->models[s->nmodels++] = strdup(spec->models[i]);
+    s->fixed_models = spec->nmodels > 0;
+    int rc = IG_ENOMEM;
+    if (s->name == NULL || s->url == NULL)
+        goto fail;
+    ig_upstream_state_init(&s->route, s->name, IG_UPSTREAM_SITE);
+    ig_upstream_opts_t uo;
+    if (spec->upstream != NULL)
+        uo = *spec->upstream;
+    else
+        ig_upstream_opts_default(&uo);
+    if ((rc = ig_upstream_init(&s->client, loop, s->name, s->url, &uo)) != 0)
+        goto fail;
+    uv_timer_init(loop, &s->timer);
+    s->timer.data = s;
+    probe_send(s, PROBE_LOAD);
+    *out = s;
+    return 0;
+fail:
+    site_free(s);
+    return rc;
+}
+
+static void site_maybe_closed(ig_site_t *s)
+{
+    if (--s->pending_closes > 0)
+        return;
+    void (*cb)(void *) = s->close_cb;
+    void *data = s->close_data;
+    site_free(s);
+    if (cb != NULL)
+        cb(data);
+}
+
+static void on_timer_closed(uv_handle_t *h)
+{
+    site_maybe_closed(h->data);
+}
+
+static void on_client_closed(void *data)
+{
+    site_maybe_closed(data);
+}
+
+void ig_site_close(ig_site_t *s, void (*cb)(void *data), void *data)
+{
+    s->closing = 1;
+    s->close_cb = cb;
+    s->close_data = data;
+    s->pending_closes = 2;
+    if (s->probe != NULL) {
+        ig_upstream_cancel(s->probe);
+        s->probe = NULL;
+    }
+    uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+    ig_upstream_close(s->client, on_client_closed, s);
+}
+
+const char *ig_site_name(const ig_site_t *s)
+{
+    return s->name;
+}
+
+const char *ig_site_region(const ig_site_t *s)
+{
+    return s->region;
+}
+
+int ig_site_is_peer(const ig_site_t *s)
+{
+    return s->peer == 1;
+}
+
+int ig_site_up(const ig_site_t *s)
+{
+    return s->route.ready;
+}
+
+int ig_site_serves(const ig_site_t *s, const char *model)
+{
+    for (int i = 0; i < s->nmodels; i++) {
+        if (strcmp(s->models[i], model) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+int ig_site_nmodels(const ig_site_t *s)
+{
+    return s->nmodels;
+}
+
+const char *ig_site_model(const ig_site_t *s, int i)
+{
+    return i >= 0 && i < s->nmodels ? s->models[i] : NULL;
+}
+
+ig_upstream_t *ig_site_upstream(ig_site_t *s)
+{
+    return s->client;
+}
+
+ig_upstream_state_t *ig_site_route(ig_site_t *s)
+{
+    return &s->route;
+}

@@ -1,0 +1,198 @@
+#ifndef INFERGATE_API_H
+#define INFERGATE_API_H
+
+/*
+ * The OpenAI-compatible API, shared by the gateway and the worker: one parser
+ * that validates a request body into ONE request struct, one set of error
+ * messages, and the JSON builders of responses and SSE chunks. The worker
+ * hands the parsed request to its scheduler, the gateway's router forwards
+ * its canonical JSON (ig_api_request_to_json) upstream.
+ *
+ * Validation rule: unknown field names are ignored (OpenAI clients send
+ * extras), but a known field with the wrong type or out of range is a 400
+ * whose `param` names the field.
+ *
+ * Ownership: a parsed request owns its strings and arrays (malloc) until
+ * ig_api_request_dispose(). Builders return new references (json_t *) or
+ * malloc'ed strings the caller frees; they copy what they are given.
+ */
+
+#include "infergate/sampler.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define IG_API_MAX_STOP 16      /* stop strings per request */
+#define IG_API_MAX_STOP_IDS 64  /* stop_token_ids per request */
+#define IG_API_MAX_PROMPTS 64   /* prompts in one completions batch */
+#define IG_API_MAX_LOGPROBS 20  /* logprobs / top_logprobs upper bound */
+#define IG_API_MAX_STOP_LEN 256 /* bytes of one stop string */
+
+typedef enum {
+    IG_API_COMPLETION = 0, /* POST /v1/completions */
+    IG_API_CHAT,           /* POST /v1/chat/completions */
+} ig_api_kind_t;
+
+/* One completions prompt: text, or token ids used exactly as given. */
+typedef struct {
+    char *text; /* NUL-terminated UTF-8, or NULL when ids are given */
+    size_t text_len;
+    int *ids; /* (nids) when text is NULL */
+    int nids;
+} ig_api_prompt_t;
+
+/* One chat message; content parts of type text are joined. */
+typedef struct {
+    char *role;    /* "system", "user", "assistant", "tool", "developer" */
+    char *content; /* never NULL ("" for a null content) */
+} ig_api_message_t;
+
+typedef struct {
+    ig_api_kind_t kind;
+    char *model; /* NULL when the body names none */
+
+    ig_api_prompt_t *prompts; /* (nprompts) completions only */
+    int nprompts;
+    ig_api_message_t *messages; /* (nmessages) chat only */
+    int nmessages;
+
+    int max_tokens; /* > 0; 0 = not given in chat: up to the context */
+    ig_sampling_params_t sampling;
+    int has_seed;
+    uint64_t seed;
+    char **stop; /* (nstop) non-empty strings */
+    int nstop;
+    int *stop_ids; /* (nstop_ids) vLLM's stop_token_ids */
+    int nstop_ids;
+    int ignore_eos;
+
+    int stream;
+    int include_usage; /* stream_options.include_usage */
+    int logprobs;      /* -1: none; else the top N to return (0..20) */
+    int echo;          /* completions: prompt (and its logprobs) in the reply */
+} ig_api_request_t;
+
+/* An error as the client sees it. */
+typedef struct {
+    int status;       /* HTTP status: 400, 404, 429, 500, 503 */
+    const char *type; /* "invalid_request_error", ... (static) */
+    const char *code; /* NULL or a static code ("context_length_exceeded") */
+    char param[64];   /* "" when no single field is at fault */
+    char message[512];
+} ig_api_error_t;
+
+/* Fills err; returns IG_EINVAL so that callers can `return ig_api_error(...)`.
+ * type NULL picks the type from the status. param may be NULL. */
+int ig_api_error(ig_api_error_t *err, int status, const char *param, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* The type string for a status: 400 invalid_request_error, 401
+ * authentication_error, 404 not_found_error, 429 rate_limit_error, 503
+ * unavailable_error, else server_error. */
+const char *ig_api_error_type(int status);
+
+/* {"error":{"message","type","param","code"}}; new reference. */
+json_t *ig_api_error_json(const ig_api_error_t *err);
+
+/*
+ * Parses and validates a body. On success returns 0 and fills req (dispose
+ * it). On failure returns IG_EINVAL (or IG_ENOMEM), fills err with a 400 and
+ * leaves nothing to dispose.
+ */
+int ig_api_parse_completion(const char *body, size_t len, ig_api_request_t *req,
+                            ig_api_error_t *err);
+int ig_api_parse_chat(const char *body, size_t len, ig_api_request_t *req, ig_api_error_t *err);
+int ig_api_parse(ig_api_kind_t kind, const char *body, size_t len, ig_api_request_t *req,
+                 ig_api_error_t *err);
+void ig_api_request_dispose(ig_api_request_t *req);
+
+/* The canonical body of a parsed request (what a gateway sends upstream,
+ * never the client's raw bytes). New reference, or NULL when out of memory. */
+json_t *ig_api_request_to_json(const ig_api_request_t *req);
+
+/*
+ * The checks that need the tokenizer, in one place so that the gateway and
+ * the worker word them the same: a prompt of ntok tokens against a context of
+ * ctx tokens with max_tokens to generate. Returns 0 or IG_ETOOLONG with a 400
+ * naming the lengths (code context_length_exceeded).
+ */
+int ig_api_check_context(const ig_api_request_t *req, int ntok, int ctx, ig_api_error_t *err);
+
+/* 1 when s(len) is valid UTF-8 (no overlongs, no surrogates). */
+int ig_api_utf8_valid(const char *s, size_t len);
+
+/* Writes "<prefix><24 random hex digits>" into buf (at least 48 bytes). */
+void ig_api_make_id(char *buf, size_t cap, const char *prefix);
+
+/* ---- responses ---------------------------------------------------------- */
+
+typedef struct {
+    const char *token; /* the candidate's text (bytes, may be partial UTF-8) */
+    size_t len;
+    float logprob;
+} ig_api_top_logprob_t;
+
+/* One position of logprobs. */
+typedef struct {
+    const char *token; /* the token's text (bytes) */
+    size_t len;
+    int has_logprob; /* 0 for the first echoed prompt position: null */
+    float logprob;
+    const ig_api_top_logprob_t *top; /* (ntop) most likely first */
+    int ntop;
+    size_t text_offset; /* byte offset of the token in the choice's text */
+} ig_api_token_logprob_t;
+
+typedef struct {
+    int index;
+    const char *text; /* completion text (with the prompt first when echo) */
+    size_t len;
+    const char *finish_reason;        /* NULL: null (a stream chunk) */
+    int has_logprobs;                 /* emit logprobs (else null) */
+    const ig_api_token_logprob_t *lp; /* (nlp) */
+    int nlp;
+} ig_api_choice_t;
+
+typedef struct {
+    int prompt_tokens;
+    int completion_tokens;
+} ig_api_usage_t;
+
+/*
+ * A whole (non-streamed) response: text_completion or chat.completion with
+ * choices and usage. New reference, NULL when out of memory. Texts that are
+ * not valid UTF-8 are repaired with U+FFFD (JSON strings must be UTF-8).
+ */
+json_t *ig_api_response_json(ig_api_kind_t kind, const char *id, long long created,
+                             const char *model, const ig_api_choice_t *choices, int nchoices,
+                             const ig_api_usage_t *usage);
+
+/*
+ * One SSE event "data: {json}\n\n" (malloc'ed, *len set when len is not
+ * NULL). A completion chunk carries choices[{index,text,logprobs,
+ * finish_reason}]; a chat chunk carries choices[{index,delta,logprobs,
+ * finish_reason}], where delta is {"role":"assistant","content":""} when
+ * role_delta is set, {"content":text} when text is not empty, else {}.
+ * usage_null adds "usage": null (set when the client asked for usage).
+ */
+char *ig_api_chunk_sse(ig_api_kind_t kind, const char *id, long long created, const char *model,
+                       const ig_api_choice_t *choice, int role_delta, int usage_null, size_t *len);
+
+/* The last usage event: empty choices and usage. */
+char *ig_api_usage_sse(ig_api_kind_t kind, const char *id, long long created, const char *model,
+                       const ig_api_usage_t *usage, size_t *len);
+
+/* An error inside a stream: data: {"error":{...}}\n\n. */
+char *ig_api_error_sse(const ig_api_error_t *err, size_t *len);
+
+#define IG_API_SSE_DONE "data: [DONE]\n\n"
+
+/* GET /v1/models: {"object":"list","data":[{"id","object":"model","created",
+ * "owned_by"}]}; new reference. */
+json_t *ig_api_models_json(const char *const *ids, int n, long long created, const char *owner);
+
+/* Serialises compactly into a malloc'ed string. */
+char *ig_api_dumps(const json_t *v, size_t *len);
+
+#endif

@@ -1,0 +1,173 @@
+#ifndef INFERGATE_CONFIG_H
+#define INFERGATE_CONFIG_H
+
+/*
+ * The configuration of one region: one JSON file, parsed and validated into a
+ * plain struct. Every key is checked: unknown keys, wrong types, values out
+ * of range and broken cross-references (a pool naming no model, duplicate
+ * names) are errors. An error message names the file, the JSON path and the
+ * problem, e.g.
+ *
+ *   config/us-east.json: pools[0].max_instances: must be >= min_instances (1)
+ *
+ * and JSON syntax errors name FILE:LINE:COLUMN. docs/config.md lists every
+ * key with its type, default and meaning.
+ *
+ * Ownership: ig_config_t owns every string and array it points to;
+ * ig_config_dispose() frees them. A struct that failed to load holds nothing
+ * (it is safe, not required, to dispose it).
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "infergate/http.h"
+#include "infergate/router.h" /* ig_route_policy_t */
+
+/* Where an instance of a pool runs. */
+typedef enum {
+    IG_DEVICE_CPU = 0, /* "cpu" or "cpu:THREADS" */
+    IG_DEVICE_CUDA,    /* "cuda:N" */
+    IG_DEVICE_MIG,     /* "MIG-<uuid>": one MIG slice, CUDA_VISIBLE_DEVICES=spec */
+} ig_device_kind_t;
+
+typedef struct {
+    ig_device_kind_t kind;
+    int index;  /* CUDA ordinal (cuda:N); CPU threads (cpu:N, 0 = the pool's threads) */
+    char *spec; /* as written: "cpu", "cpu:8", "cuda:0", "MIG-<uuid>" */
+} ig_config_device_t;
+
+typedef struct {
+    char *name;   /* the "model" of API requests */
+    char *path;   /* model directory (HF layout), expanded; NULL: only sites serve it */
+    char *preset; /* mkmodel preset generated into path when path is missing; or NULL */
+} ig_config_model_t;
+
+/* Per-instance continuous-batching settings (the worker's scheduler). */
+typedef struct {
+    unsigned max_batched_tokens; /* tokens per forward pass (prefill chunks + decodes) */
+    unsigned max_num_seqs;       /* sequences running together */
+    unsigned kv_blocks;          /* KV cache blocks; 0 = sized from free memory */
+    unsigned block_size;         /* tokens per KV block (power of two) */
+    unsigned max_waiting;        /* queued requests before 429 */
+} ig_config_batching_t;
+
+/* Queue-depth autoscaler of a pool (Knative-style stable/panic windows). */
+typedef struct {
+    double target_queue_depth;    /* desired in-flight + waiting per instance */
+    double stable_window_s;       /* averaging window for normal decisions */
+    double panic_window_s;        /* short window for bursts (<= stable_window_s) */
+    double panic_threshold;       /* desired/ready ratio that enters panic mode */
+    double max_scale_up_rate;     /* at most ready * rate instances after one step */
+    double scale_down_delay_s;    /* demand must stay low this long to scale down */
+    double scale_to_zero_after_s; /* idle time before the last instance goes (min 0) */
+} ig_config_autoscale_t;
+
+typedef struct {
+    char *name;
+    char *model;        /* a models[].name */
+    size_t model_index; /* index of that model in ig_config_t.models */
+    ig_config_device_t *devices;
+    size_t ndevices;  /* one instance per entry at most */
+    unsigned threads; /* CPU threads per CPU instance; 0 = all cores */
+    unsigned min_instances;
+    unsigned max_instances;
+    ig_config_batching_t batching;
+    ig_config_autoscale_t autoscale;
+} ig_config_pool_t;
+
+/* A remote site: another region's gateway or any OpenAI-compatible server. */
+typedef struct {
+    char *name;
+    char *url;     /* as written, without a trailing '/' */
+    char *host;    /* from the url; brackets of an IPv6 literal removed */
+    int port;      /* from the url (80 when absent) */
+    char *base;    /* path prefix from the url ("" or "/prefix") */
+    char *region;  /* "" when not given */
+    char **models; /* models[].name entries this site serves */
+    size_t nmodels;
+} ig_config_site_t;
+
+
+typedef struct {
+    ig_route_policy_t policy;
+    double retry_budget;  /* retries allowed as a fraction of requests (0..1) */
+    unsigned max_retries; /* per request */
+    struct {
+        int enabled;
+        double budget;         /* hedged copies as a fraction of requests (0..1) */
+        double delay_quantile; /* hedge after this TTFT quantile of the upstream */
+    } hedge;
+    struct {
+        unsigned consecutive_failures; /* failures in a row that eject an upstream */
+        double base_ejection_s;        /* first ejection; doubles on each repeat */
+    } eject;
+    uint64_t connect_timeout_ms;
+    uint64_t first_token_timeout_ms;
+    uint64_t idle_timeout_ms;  /* pooled upstream connections */
+    uint64_t total_timeout_ms; /* whole request */
+    unsigned queue_size;       /* requests the gateway holds while no upstream is ready */
+} ig_config_routing_t;
+
+typedef struct {
+    ig_http_limits_t http;      /* the HTTP server's limits */
+    uint64_t drain_timeout_ms;  /* graceful shutdown bound */
+    unsigned max_prompt_tokens; /* 0 = the model's context length */
+} ig_config_limits_t;
+
+typedef struct {
+    char *source; /* file name (or the name given to ig_config_load_string) */
+    char *region;
+    char *listen; /* "HOST:PORT" or "unix:PATH" */
+    ig_config_model_t *models;
+    size_t nmodels;
+    ig_config_pool_t *pools;
+    size_t npools;
+    ig_config_site_t *sites;
+    size_t nsites;
+    ig_config_routing_t routing;
+    ig_config_limits_t limits;
+    char **api_keys; /* empty: no authentication */
+    size_t napi_keys;
+    struct {
+        int level;  /* ig_log_level_t */
+        int format; /* ig_log_format_t */
+    } log;
+} ig_config_t;
+
+/*
+ * Loads and validates a config file. On failure returns IG_ECONFIG (invalid
+ * content), IG_ENOENT/IG_EIO (unreadable) or IG_ENOMEM, writes one line
+ * (without a newline) into err, and leaves cfg empty.
+ */
+int ig_config_load_file(ig_config_t *cfg, const char *path, char *err, size_t errlen);
+
+/* The same from a string; `name` stands for the file name in messages, and
+ * relative model paths are relative to the working directory. */
+int ig_config_load_string(ig_config_t *cfg, const char *json, const char *name, char *err,
+                          size_t errlen);
+
+/* Loads the embedded default config (ig_config_default_json). */
+int ig_config_load_default(ig_config_t *cfg, char *err, size_t errlen);
+
+/* Frees what cfg owns and zeroes it. */
+void ig_config_dispose(ig_config_t *cfg);
+
+/* Checks a listen address ("HOST:PORT" with an IPv4 or [IPv6] literal, or
+ * "unix:PATH"). 0 or IG_EINVAL with the problem in err. */
+int ig_config_check_listen(const char *listen, char *err, size_t errlen);
+
+/* Index of a model by name, or -1. */
+int ig_config_find_model(const ig_config_t *cfg, const char *name);
+
+/* The cache directory generated models go to ("@cache" in model paths):
+ * $INFERGATE_CACHE_DIR, else $XDG_CACHE_HOME/infergate, else
+ * $HOME/.cache/infergate. Writes it into buf; IG_ENOENT when none is set,
+ * IG_ERANGE when buf is too small. */
+int ig_config_cache_dir(char *buf, size_t size);
+
+
+/* The embedded default config (gateway/config_default.c). */
+extern const char ig_config_default_json[];
+
+#endif

@@ -1,0 +1,55 @@
+#ifndef INFERGATE_GATEWAY_H
+#define INFERGATE_GATEWAY_H
+
+/*
+ * The gateway of one region, built from its config: the instance pools
+ * (supervised workers), the remote sites (probed), and the proxy that routes
+ * OpenAI requests across both with one cost model. The serve command owns
+ * the HTTP server and hands the OpenAI and fleet endpoints to the handlers
+ * below; each handler finishes the request it is given.
+ */
+
+#include "infergate/config.h"
+#include "infergate/http.h"
+#include "infergate/pool.h"
+#include "infergate/proxy.h"
+#include "infergate/site.h"
+
+#include <stddef.h>
+#include <uv.h>
+
+typedef struct ig_gateway_s ig_gateway_t;
+
+/*
+ * Generates missing preset models, starts the pools and the site probes.
+ * exe is the infergate binary the workers run; run_dir holds their sockets
+ * (NULL: a fresh directory under $TMPDIR). cfg must outlive the gateway.
+ * On failure returns a negative code and a one-line reason in err.
+ */
+int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
+                     const char *run_dir, char *err, size_t errlen);
+
+/* Stops the proxy (held requests get 503), the sites and the pools (workers
+ * get SIGTERM, then SIGKILL after grace_ms), then calls cb and frees gw. */
+void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data);
+
+/* Readiness: 1 when some upstream can serve some configured model now;
+ * otherwise 0 and the reason. Fits ig_serve_ready_cb (data = gw). */
+int ig_gateway_ready(void *gw, char *reason, size_t reason_len);
+
+/* POST /v1/completions and /v1/chat/completions: validated by the api
+ * module, then routed. */
+void ig_gateway_completions(ig_gateway_t *gw, ig_http_req_t *req);
+void ig_gateway_chat(ig_gateway_t *gw, ig_http_req_t *req);
+/* GET /v1/models: every model reachable locally or through a site. */
+void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req);
+/* GET /load: this region's aggregate, for peer gateways. */
+void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req);
+/* GET /status: pools, instances, devices and sites, as JSON. */
+void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req);
+
+ig_proxy_t *ig_gateway_proxy(ig_gateway_t *gw);
+int ig_gateway_npools(const ig_gateway_t *gw);
+ig_pool_t *ig_gateway_pool(ig_gateway_t *gw, int i);
+
+#endif

@@ -1,0 +1,135 @@
+#ifndef INFERGATE_KERNELS_H
+#define INFERGATE_KERNELS_H
+
+/*
+ * The kernel interface of the execution core. A backend (kernels/cpu/,
+ * kernels/cuda/) implements the operations of one forward pass on its own
+ * memory; the forward pass (gateway/engine/engine.c) is written once
+ * against this table and runs on either.
+ *
+ * Pointers named in the operations are backend memory (host memory for the
+ * CPU backend, device memory for CUDA) obtained from alloc() or
+ * upload_weight(). Activations and the KV cache are float32; weights stay in
+ * the dtype upload_weight() chose (the CPU backend converts to F32 once, the
+ * CUDA backend keeps BF16/F16 and accumulates in F32).
+ *
+ * Every operation returns 0 or a negative IG_E* code (a CUDA failure becomes
+ * IG_EDEVICE). Operations may be asynchronous on the backend's one stream;
+ * download() and sync() wait for them.
+ */
+
+#include "infergate/model.h"
+
+#include <stddef.h>
+
+typedef struct ig_backend_s ig_backend_t;
+
+/* A weight as the backend holds it. */
+typedef struct {
+    ig_dtype_t dtype;
+    void *data;   /* backend memory */
+    int64_t rows; /* out_features (or elements for a vector) */
+    int64_t cols; /* in_features (1 for a vector) */
+} ig_weight_t;
+
+/*
+ * One batch as attention sees it: nseq sequences, each with a run of query
+ * rows in q, attending causally to its cached keys and values. Arrays are
+ * backend memory.
+ */
+typedef struct {
+    int nseq;
+    int ntok;                /* total query rows = q_start[nseq] */
+    const int *q_start;      /* (nseq + 1) first query row of each sequence */
+    const int *ctx_len;      /* (nseq) cached positions after this step's append;
+                                query row j of sequence s is at position
+                                ctx_len[s] - (q_start[s+1] - q_start[s]) + j */
+    const int *block_tables; /* (nseq, max_blocks) KV block ids of each sequence */
+    int max_blocks;          /* row stride of block_tables */
+    int max_ctx;             /* max over ctx_len, for launch sizing */
+    int max_q;               /* max query rows of one sequence */
+} ig_attn_batch_t;
+
+/* The paged KV cache of one engine: fixed-size blocks, allocated by the
+ * scheduler from the engine's free list (include/infergate/engine.h). */
+typedef struct {
+    int num_layers;
+    int num_blocks;
+    int block_size; /* tokens per block */
+    int n_kv_heads;
+    int head_dim;
+    float *k; /* (layer, block, kv_head, block_size, head_dim) */
+    float *v; /* (layer, block, kv_head, block_size, head_dim) */
+} ig_kv_layout_t;
+
+struct ig_backend_s {
+    const char *name; /* "cpu", "cuda:0", ... */
+
+    /* ---- memory ---- */
+    void *(*alloc)(ig_backend_t *be, size_t bytes); /* NULL when out of memory */
+    void (*free)(ig_backend_t *be, void *ptr);
+    int (*upload)(ig_backend_t *be, void *dst, const void *src, size_t bytes);
+    int (*download)(ig_backend_t *be, void *dst, const void *src, size_t bytes);
+    /* Copies a model tensor into backend memory in the backend's preferred
+     * dtype. A 1-D tensor becomes rows = n, cols = 1. */
+    int (*upload_weight)(ig_backend_t *be, const ig_tensor_t *src, ig_weight_t *dst);
+    void (*free_weight)(ig_backend_t *be, ig_weight_t *w);
+
+    /* ---- operations (all shapes row-major) ---- */
+    /* out(ntok, dim) = table[tokens[i]] */
+    int (*embed)(ig_backend_t *be, float *out, const ig_weight_t *table, const int *tokens,
+                 int ntok);
+    /* out(m, dim) = x / rms(x) * w; out may alias x */
+    int (*rmsnorm)(ig_backend_t *be, float *out, const float *x, const ig_weight_t *w, int m,
+                   float eps);
+    /* y(m, n) = x(m, k) . W(n, k)^T (+ bias(n) when bias is not NULL) */
+    int (*matmul)(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
+                  const ig_weight_t *bias, int m);
+    /* Rotates q(ntok, n_heads, head_dim) and k(ntok, n_kv_heads, head_dim)
+     * in place at positions pos(ntok), rotate-half (NeoX/HF) convention;
+     * inv_freq(head_dim / 2) already holds any rope scaling. */
+    int (*rope)(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int n_heads,
+                int n_kv_heads, int head_dim, const float *inv_freq);
+    /* out(n) = silu(gate(n)) * up(n) */
+    int (*swiglu)(ig_backend_t *be, float *out, const float *gate, const float *up, size_t n);
+    /* y(n) += x(n) */
+    int (*add)(ig_backend_t *be, float *y, const float *x, size_t n);
+    /* Writes k, v (ntok, n_kv_heads, head_dim) of one layer into the cache at
+     * slots(ntok) = block * block_size + offset. */
+    int (*kv_append)(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
+                     const float *v, const int *slots, int ntok);
+    /* out(ntok, n_heads, head_dim) = softmax(q k^T * scale, causal) v over the
+     * paged cache of one layer. */
+    int (*attention)(ig_backend_t *be, float *out, const float *q, const ig_kv_layout_t *kv,
+                     int layer, const ig_attn_batch_t *batch, int n_heads, float scale);
+    /* out(n, cols) = x[rows[i]] for i < n: picks the rows that need logits.
+     * rows(n) is backend memory; out must not overlap x. */
+    int (*gather)(ig_backend_t *be, float *out, const float *x, const int *rows, int n, int cols);
+    /* Free and total bytes of backend memory, for sizing the KV cache; NULL
+     * where the backend cannot tell (the CPU: its cap is in docs/engine.md). */
+    int (*mem_info)(ig_backend_t *be, size_t *free_bytes, size_t *total_bytes);
+    /* Waits for all queued work. */
+    int (*sync)(ig_backend_t *be);
+    void (*destroy)(ig_backend_t *be);
+
+    void *impl; /* the backend's own state */
+};
+
+/* The CPU backend with `threads` worker threads (0 = the number of cores).
+ * GEMM goes through OpenBLAS when built with it, else an own blocked SIMD
+ * loop. */
+int ig_backend_cpu_create(ig_backend_t **out, int threads);
+
+/*
+ * The CUDA backend on device `ordinal` (after CUDA_VISIBLE_DEVICES). Returns
+ * IG_ENOTSUP in a build without CUDA and IG_EDEVICE when no usable GPU is
+ * there; err then says why in one line.
+ */
+int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err, size_t errlen);
+
+/* Opens a backend from a device string: "cpu", "cpu:THREADS", "cuda:N" or
+ * "MIG-<uuid>" (the process must already run with CUDA_VISIBLE_DEVICES set to
+ * it, so the slice is device 0). threads applies to the CPU backend. */
+int ig_backend_open(ig_backend_t **out, const char *device, int threads, char *err, size_t errlen);
+
+#endif

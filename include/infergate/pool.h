@@ -1,0 +1,104 @@
+#ifndef INFERGATE_POOL_H
+#define INFERGATE_POOL_H
+
+/*
+ * Instance pools: each pool runs `infergate worker` child processes for one
+ * model, one per device entry, and supervises them. An instance takes
+ * traffic only after its /ready answers 200; a crashed one is restarted with
+ * exponential backoff; every child dies with the gateway, even when the
+ * gateway is killed with SIGKILL (the child asks the kernel for
+ * PR_SET_PDEATHSIG as its first act, see ig_process_die_with_parent).
+ *
+ * Each instance is an upstream of the router: it owns an upstream client
+ * (over its Unix socket) and the router state fed by /load polls.
+ */
+
+#include "infergate/router.h"
+#include "infergate/upstream.h"
+
+#include <uv.h>
+
+typedef struct ig_pool_s ig_pool_t;
+typedef struct ig_instance_s ig_instance_t;
+
+typedef enum {
+    IG_INSTANCE_STOPPED = 0, /* not running (yet, or after a stop) */
+    IG_INSTANCE_STARTING,    /* spawned, /ready not yet 200 */
+    IG_INSTANCE_READY,       /* takes traffic */
+    IG_INSTANCE_DRAINING,    /* finishing in-flight work before a stop */
+    IG_INSTANCE_BACKOFF,     /* crashed; waiting to restart */
+} ig_instance_state_t;
+
+const char *ig_instance_state_name(ig_instance_state_t s);
+
+/* What one pool runs. Strings are copied. */
+typedef struct {
+    const char *name;           /* pool name */
+    const char *model;          /* model name clients ask for */
+    const char *model_dir;      /* the model's directory */
+    const char *exe;            /* the infergate binary to run as worker */
+    const char *run_dir;        /* where the workers' Unix sockets go */
+    const char *const *devices; /* "cpu", "cpu:N", "cuda:N", "MIG-<uuid>" */
+    int ndevices;
+    int threads;       /* CPU threads per cpu instance (0 = cores / instances) */
+    int min_instances; /* started at once */
+    int max_instances;
+    /* worker batching flags, 0 = the worker's default */
+    int kv_blocks;
+    int block_size;
+    int max_batched_tokens;
+    int max_num_seqs;
+    int max_waiting;
+    const char *log_level;     /* passed to workers; NULL = info */
+    uint64_t ready_timeout_ms; /* a starting instance that is not ready by then is killed
+                                  and restarted (default 120000) */
+    uint64_t load_poll_ms;     /* GET /load period while ready (default 500) */
+    uint64_t backoff_base_ms;  /* first restart delay (200), doubling to backoff_max_ms */
+    uint64_t backoff_max_ms;   /* (30000) */
+    const ig_router_t *router; /* whose EWMA settings the RTT samples use; borrowed */
+} ig_pool_spec_t;
+
+/* Called whenever an instance changes state (for readiness and metrics). */
+typedef void (*ig_pool_event_cb)(ig_pool_t *pool, ig_instance_t *inst, void *data);
+
+int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, ig_pool_event_cb cb,
+                  void *data);
+
+/* Stops every instance (SIGTERM, then SIGKILL after grace_ms), then calls cb
+ * and frees the pool. */
+void ig_pool_close(ig_pool_t *pool, uint64_t grace_ms, void (*cb)(void *data), void *data);
+
+const char *ig_pool_name(const ig_pool_t *pool);
+const char *ig_pool_model(const ig_pool_t *pool);
+int ig_pool_size(const ig_pool_t *pool); /* instances, any state */
+ig_instance_t *ig_pool_instance(ig_pool_t *pool, int i);
+int ig_pool_count(const ig_pool_t *pool, ig_instance_state_t state);
+
+/* Scale operations (the autoscaler's): start one more instance on a free
+ * device, or drain and stop instance i. IG_EBUSY when no device is free. */
+int ig_pool_scale_up(ig_pool_t *pool);
+int ig_pool_drain(ig_pool_t *pool, int i);
+
+/* ---- one instance -------------------------------------------------------- */
+
+ig_instance_state_t ig_instance_state(const ig_instance_t *inst);
+const char *ig_instance_name(const ig_instance_t *inst); /* "pool/N" */
+const char *ig_instance_device(const ig_instance_t *inst);
+int ig_instance_pid(const ig_instance_t *inst);
+int ig_instance_restarts(const ig_instance_t *inst);
+ig_upstream_t *ig_instance_upstream(ig_instance_t *inst);
+ig_upstream_state_t *ig_instance_route(ig_instance_t *inst);
+
+/* The last /load report of the instance (borrowed JSON text, or NULL). */
+const char *ig_instance_load_json(const ig_instance_t *inst);
+
+/* ---- process helpers ----------------------------------------------------- */
+
+/*
+ * Makes this process die with SIGKILL when its parent dies. `parent` is the
+ * pid the parent had; if it is already gone (we were reparented before the
+ * call), returns IG_ESTATE and the caller should exit. Linux only.
+ */
+int ig_process_die_with_parent(int parent);
+
+#endif

@@ -1,0 +1,85 @@
+#ifndef INFERGATE_PROXY_H
+#define INFERGATE_PROXY_H
+
+/*
+ * The gateway's request path after the API module has validated a request:
+ * admission (a bounded queue per model), the router's pick, the attempt on
+ * an upstream, retries before the first byte reaches the client, optional
+ * hedging, and streaming the answer back with backpressure.
+ *
+ * Every request handed to ig_proxy_handle() is finished: with the
+ * upstream's answer, or with an explicit error (OpenAI shape; an SSE error
+ * event when a stream breaks midway).
+ */
+
+#include "infergate/http.h"
+#include "infergate/router.h"
+#include "infergate/upstream.h"
+
+#include <uv.h>
+
+typedef struct ig_proxy_s ig_proxy_t;
+
+/* One upstream that can serve a model, as the resolver reports it. */
+typedef struct {
+    ig_upstream_t *client;
+    ig_upstream_state_t *route;
+    int is_site; /* a remote site: requests to it are marked as forwarded */
+} ig_proxy_target_t;
+
+/*
+ * Fills out[0..max) with the upstreams that serve `model` (ready or not) and
+ * returns how many. `starting` is set to 1 when some instance for the model
+ * is on its way up (starting, or scaled to zero and being started), so that
+ * a request is held rather than refused.
+ */
+typedef int (*ig_proxy_resolve_cb)(void *data, const char *model, ig_proxy_target_t *out, int max,
+                                   int *starting);
+
+typedef struct {
+    ig_router_opts_t router;
+    int queue_size;            /* requests held per model when all are saturated (64) */
+    uint64_t queue_timeout_ms; /* the longest a request is held (30000) */
+    int max_inflight;          /* per upstream before it counts as saturated; 0 =
+                                  2 x its reported slots, or 64 */
+    int hedge;                 /* send a copy when the first token is late */
+    double hedge_budget;       /* hedges per request at most, on average (0.05) */
+    size_t max_response_bytes; /* a non-streamed answer larger than this is an
+                                  error (16 MiB) */
+} ig_proxy_opts_t;
+
+void ig_proxy_opts_default(ig_proxy_opts_t *opts);
+
+int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts,
+                  ig_proxy_resolve_cb resolve, void *data);
+
+/* Ends every held request with 503 and frees the proxy once the requests in
+ * flight are done (they end when their upstreams are closed). */
+void ig_proxy_close(ig_proxy_t *px, void (*cb)(void *data), void *data);
+
+/* What the API module extracted from a valid request. */
+typedef struct {
+    const char *model;
+    const char *path; /* "/v1/completions" or "/v1/chat/completions" */
+    int stream;
+    int prompt_tokens; /* an estimate, for the cost model */
+    const char *body;  /* the canonical request body sent upstream */
+    size_t len;
+    int local_only;     /* forwarded by a peer gateway: never forward again, so
+                           that two regions naming each other cannot loop */
+    const char *region; /* ours, named in the forwarded mark; may be NULL */
+} ig_proxy_call_t;
+
+/* Takes over the request: the proxy finishes it. call's strings are copied. */
+void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *call);
+
+/* Aggregates for /load and /ready. */
+int ig_proxy_inflight(const ig_proxy_t *px);
+int ig_proxy_queued(const ig_proxy_t *px);
+ig_router_t *ig_proxy_router(ig_proxy_t *px);
+
+/* Calls the held requests of `model` again, e.g. after an instance became
+ * ready. */
+void ig_proxy_kick(ig_proxy_t *px, const char *model);
+
+#endif

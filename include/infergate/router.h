@@ -1,0 +1,177 @@
+#ifndef INFERGATE_ROUTER_H
+#define INFERGATE_ROUTER_H
+
+/*
+ * The router's decision logic: one cost model, in seconds of predicted time
+ * to first token, over every upstream that can serve a model, local worker
+ * or remote site alike. It holds no sockets and reads no clock: the caller
+ * passes `now` (uv_hrtime() nanoseconds) and reports what it observed, so
+ * that tests drive it with a synthetic clock.
+ *
+ *   cost(u) = rtt(u) + wait(u) + prefill(u, prompt_tokens)
+ *
+ * rtt     peak-EWMA of measured round trips (a sample above the average
+ *         replaces it; below, it decays in with weight e^(-dt/tau)).
+ * wait    requests queued ahead of a new one, over the upstream's service
+ *         rate: (reported waiting + our in-flight beyond its slots) x mean
+ *         occupancy / slots, plus the wait the upstream itself reports.
+ * prefill the upstream's service time to first token scaled to this prompt,
+ *         learned from observed TTFTs (or its reported prefill rate until
+ *         there are observations).
+ *
+ * A hot/cold guard keeps latency chasing from piling work on one upstream:
+ * an upstream whose in-flight count is above the hot quantile of the
+ * eligible ones is hot; the cheapest cold one wins, and when all are hot the
+ * least loaded one.
+ */
+
+#include <stdint.h>
+
+typedef enum {
+    IG_ROUTE_LATENCY = 0,
+    IG_ROUTE_ROUND_ROBIN,
+    IG_ROUTE_LEAST_INFLIGHT,
+    IG_ROUTE_RANDOM,
+} ig_route_policy_t;
+
+/* "latency", "round_robin", "least_inflight", "random". 0 or IG_EINVAL. */
+int ig_route_policy_parse(const char *s, ig_route_policy_t *out);
+const char *ig_route_policy_name(ig_route_policy_t policy);
+
+typedef enum {
+    IG_UPSTREAM_LOCAL = 0, /* a worker process of one of our pools */
+    IG_UPSTREAM_SITE,      /* a remote OpenAI-compatible endpoint */
+} ig_upstream_kind_t;
+
+/* How one attempt on an upstream ended, as the router counts it. */
+typedef enum {
+    IG_OUTCOME_SUCCESS = 0,  /* a 2xx answer (or a stream that ended well) */
+    IG_OUTCOME_FAILURE,      /* transport error, timeout or 5xx: counts
+                                towards ejection */
+    IG_OUTCOME_BACKPRESSURE, /* 429 or 503: busy, not broken */
+    IG_OUTCOME_CLIENT_ERROR, /* 4xx other than 429: the client's fault */
+} ig_outcome_t;
+
+/* What the router knows of one upstream. Owned by whoever owns the
+ * upstream (pool instance or site); the router reads and updates it. */
+typedef struct {
+    const char *name;
+    ig_upstream_kind_t kind;
+    int ready;    /* the supervisor or the prober says it serves */
+    int draining; /* no new requests */
+
+    /* learned */
+    double rtt_s;       /* peak-EWMA round trip */
+    uint64_t rtt_at_ns; /* when rtt_s was last updated; 0 = never */
+    double svc_s;       /* EWMA of (TTFT - rtt - predicted wait) */
+    double svc_dev_s;   /* EWMA of |sample - svc_s|, for the hedge delay */
+    double svc_tokens;  /* EWMA of the prompt tokens of those samples */
+    int svc_samples;
+    double occupancy_s; /* EWMA of how long a request holds a slot */
+
+    /* reported by the upstream (GET /load), aged by the router */
+    int slots; /* sequences it runs at once; 0 = unknown */
+    double reported_waiting;
+    double reported_wait_s;
+    double reported_prefill_tps;
+    uint64_t reported_at_ns;
+
+    int inflight; /* attempts this gateway has in flight on it */
+
+    /* health: outlier ejection with half-open recovery */
+    int consecutive_failures;
+    int ejections;             /* consecutive ejections, for the backoff */
+    uint64_t ejected_until_ns; /* 0 when not ejected */
+    int half_open;             /* one trial attempt is allowed/in flight */
+} ig_upstream_state_t;
+
+/* Resets the learned state to priors. name is borrowed. */
+void ig_upstream_state_init(ig_upstream_state_t *u, const char *name, ig_upstream_kind_t kind);
+
+typedef struct {
+    ig_route_policy_t policy;
+    double ewma_tau_s;        /* decay of the peak-EWMAs (10 s) */
+    double hot_quantile;      /* in-flight quantile above which one is hot (0.84) */
+    double report_ttl_s;      /* a /load report older than this is ignored (5 s) */
+    double prior_rtt_s;       /* rtt before any sample (1 ms local, 50 ms site) */
+    double prior_prefill_tps; /* prompt tokens/s before any sample (2000) */
+    int eject_consecutive;    /* failures in a row that eject (5) */
+    double eject_base_s;      /* first ejection lasts this, doubling (2 s) */
+    double eject_max_s;       /* cap of the ejection time (60 s) */
+    double retry_ratio;       /* retries allowed per request on average (0.2) */
+    double retry_min_per_s;   /* retries always allowed per second (5) */
+    int max_retries;          /* attempts beyond the first for one request (2) */
+    uint64_t seed;            /* for the random policy and tie breaks */
+} ig_router_opts_t;
+
+void ig_router_opts_default(ig_router_opts_t *opts);
+
+typedef struct {
+    ig_router_opts_t opts;
+    uint64_t rr_next;
+    uint64_t rng;
+    double retry_tokens;
+    uint64_t retry_at_ns;
+} ig_router_t;
+
+void ig_router_init(ig_router_t *r, const ig_router_opts_t *opts);
+
+/* A decision: the chosen upstream (index into the array given), its cost,
+ * and the runner-up (-1 when there was none), for x-infergate-route. */
+typedef struct {
+    int chosen;
+    double cost_s;
+    int runner_up;
+    double runner_up_cost_s;
+    int hot; /* the chosen one was hot (every eligible one was) */
+} ig_route_decision_t;
+
+/* 1 when u may take a new attempt now: ready, not draining, not ejected (an
+ * ejected one whose time is up is half-open: eligible for one trial). */
+int ig_router_eligible(const ig_upstream_state_t *u, uint64_t now_ns);
+
+/* The predicted TTFT of a request of prompt_tokens on u, in seconds. */
+double ig_router_cost(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+                      uint64_t now_ns);
+
+/*
+ * Picks an upstream among ups[0..n) for a prompt of prompt_tokens, skipping
+ * those whose index is marked in `exclude` (may be NULL; n entries, nonzero
+ * = skip: upstreams already tried for this request). Returns 0 and fills
+ * out, or IG_ENOUPSTREAM when none is eligible.
+ */
+int ig_router_pick(ig_router_t *r, ig_upstream_state_t *const *ups, int n, int prompt_tokens,
+                   const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out);
+
+/* Bookkeeping around one attempt: begin counts it in flight (and takes the
+ * half-open trial); end reports how it went. */
+void ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now_ns);
+void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome,
+                           uint64_t now_ns);
+
+/* Observations. rtt: one transport round trip (probe, or connect+headers).
+ * ttft: the first token of a request of prompt_tokens arrived after ttft_s,
+ * when the router had predicted wait_s of queueing. occupancy: a request
+ * held the upstream for seconds (start to end). */
+/* r may be NULL (the default tau of 10 s applies). */
+void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+                           uint64_t now_ns);
+void ig_router_observe_ttft(ig_router_t *r, ig_upstream_state_t *u, int prompt_tokens,
+                            double ttft_s, double predicted_wait_s, uint64_t now_ns);
+void ig_router_observe_occupancy(ig_router_t *r, ig_upstream_state_t *u, double seconds,
+                                 uint64_t now_ns);
+
+/* The wait part of the cost alone (what observe_ttft wants back). */
+double ig_router_wait(const ig_router_t *r, const ig_upstream_state_t *u, uint64_t now_ns);
+
+/* Retry budget: every request deposits retry_ratio tokens, retry_min_per_s
+ * more arrive each second, a retry spends one. */
+void ig_router_budget_deposit(ig_router_t *r, uint64_t now_ns);
+int ig_router_budget_take(ig_router_t *r, uint64_t now_ns);
+
+/* The hedge delay for an attempt on u: its predicted TTFT plus two mean
+ * deviations, about a p95 when nothing is known of the tail. */
+double ig_router_hedge_delay(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+                             uint64_t now_ns);
+
+#endif

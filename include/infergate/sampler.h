@@ -1,0 +1,107 @@
+#ifndef INFERGATE_SAMPLER_H
+#define INFERGATE_SAMPLER_H
+
+/*
+ * Token sampling from one row of logits: greedy, temperature, top-k, top-p,
+ * min-p and repetition penalty, with a per-request PRNG so that the same seed
+ * gives the same tokens whatever else shares the batch. Log-probabilities
+ * (the chosen token's and the top N) come from the log-softmax of the RAW
+ * logits, before temperature, penalties and truncation: that is what vLLM
+ * reports by default ("raw_logprobs") and what lets a client compare them
+ * across sampling settings.
+ *
+ * Cost per call on a vocab V: O(V) for the log-sum-exp, greedy and plain
+ * temperature sampling; top-k / top-p / min-p heapify the candidates in O(V)
+ * and pop only the kept ones (O(k log V)); the top N logprobs keep a min-heap
+ * of N (O(V log N)). Nothing sorts the whole vocab.
+ *
+ * A sampler holds scratch buffers for one vocab and is used by one thread.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define IG_SAMPLER_MAX_TOP 20
+
+/* xoshiro256** state; seeded through splitmix64 so any seed is fine. */
+typedef struct {
+    uint64_t s[4];
+} ig_rng_t;
+
+void ig_rng_seed(ig_rng_t *rng, uint64_t seed);
+/* Uniform in [0, 1), 53 bits. */
+double ig_rng_uniform(ig_rng_t *rng);
+
+typedef struct {
+    float temperature;        /* <= 0 (or < 1e-5): greedy */
+    int top_k;                /* <= 0: off */
+    float top_p;              /* >= 1: off; (0, 1] */
+    float min_p;              /* <= 0: off; [0, 1] */
+    float repetition_penalty; /* 1: off; > 0. HF/vLLM rule: a seen token's
+                                 positive logit is divided, a negative one
+                                 multiplied */
+} ig_sampling_params_t;
+
+/* temperature 1, every filter off, no penalty. */
+void ig_sampling_params_default(ig_sampling_params_t *p);
+
+typedef struct {
+    int token;
+    float logprob; /* raw log-softmax of the chosen token */
+    int ntop;      /* entries filled below, most likely first */
+    int top_tokens[IG_SAMPLER_MAX_TOP];
+    float top_logprobs[IG_SAMPLER_MAX_TOP];
+} ig_sample_t;
+
+typedef struct ig_sampler_s ig_sampler_t;
+
+/* Allocates scratch for `vocab` logits. IG_EINVAL, IG_ENOMEM. */
+int ig_sampler_create(ig_sampler_t **out, int vocab);
+void ig_sampler_free(ig_sampler_t *s);
+
+/*
+ * Picks the next token from logits(vocab) and fills out (token, its logprob
+ * and the top `ntop` logprobs, ntop clamped to 0..IG_SAMPLER_MAX_TOP).
+ * history(nhistory) are the tokens the penalty applies to (prompt and
+ * generated). Draws at most one number from rng. logits is not modified.
+ */
+int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_params_t *p,
+                      ig_rng_t *rng, const int *history, int nhistory, int ntop, ig_sample_t *out);
+
+/* Logprob of a given token and the top `ntop` of a logits row, without
+ * sampling (prompt logprobs for echo). */
+int ig_sampler_logprobs(ig_sampler_t *s, const float *logits, int token, int ntop,
+                        ig_sample_t *out);
+
+/* Why a sequence stops after producing a token. */
+typedef enum {
+    IG_FINISH_NONE = 0,
+    IG_FINISH_STOP,      /* EOS, a stop token id or a stop string */
+    IG_FINISH_LENGTH,    /* max_tokens or the context length */
+    IG_FINISH_CANCELLED, /* the client went away */
+    IG_FINISH_TIMEOUT,   /* the request's deadline passed */
+    IG_FINISH_ERROR,     /* the engine failed */
+} ig_finish_t;
+
+/* "stop", "length", "cancelled", "timeout", "error" (NULL for NONE). */
+const char *ig_finish_reason(ig_finish_t f);
+
+/*
+ * The stop rule on token ids: EOS (unless ignore_eos) and the stop ids give
+ * STOP, reaching max_tokens gives LENGTH. eos(neos) are the model's EOS ids.
+ */
+typedef struct {
+    int max_tokens;
+    int ignore_eos;
+    const int *eos;
+    int neos;
+    const int *stop_ids;
+    int nstop_ids;
+} ig_stop_rule_t;
+
+ig_finish_t ig_stop_check(const ig_stop_rule_t *r, int token, int ngenerated);
+
+/* 1 when the token is an EOS or stop id whose text is not shown. */
+int ig_stop_is_stop_token(const ig_stop_rule_t *r, int token);
+
+#endif

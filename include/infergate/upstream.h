@@ -1,0 +1,92 @@
+#ifndef INFERGATE_UPSTREAM_H
+#define INFERGATE_UPSTREAM_H
+
+/*
+ * The upstream client: HTTP/1.1 over keep-alive connection pools, one pool
+ * per upstream (a worker's Unix socket or a site's TCP address), on libuv +
+ * llhttp. A request is sent as canonical bytes the gateway builds (never the
+ * client's raw bytes); the response comes back as callbacks: headers once,
+ * body pieces as they arrive (de-chunked, so SSE passes through event by
+ * event), then done exactly once.
+ *
+ * Deadlines per request: connect, first byte of the response (the first
+ * token of a stream comes with the headers or right after), idle between
+ * body pieces, and total. A request that misses one ends with IG_ETIMEDOUT
+ * and its connection is closed.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+typedef struct ig_upstream_s ig_upstream_t;
+typedef struct ig_upstream_req_s ig_upstream_req_t;
+
+typedef struct {
+    uint64_t connect_timeout_ms;      /* 2000 */
+    uint64_t first_byte_timeout_ms;   /* headers of the response; 60000 */
+    uint64_t idle_timeout_ms;         /* between body pieces; 30000 */
+    uint64_t total_timeout_ms;        /* 600000 */
+    unsigned max_idle_connections;    /* kept open per upstream (64) */
+    uint64_t keepalive_idle_ms;       /* an idle pooled connection closes after (30000) */
+    size_t max_response_header_bytes; /* 64 KiB */
+} ig_upstream_opts_t;
+
+void ig_upstream_opts_default(ig_upstream_opts_t *opts);
+
+/*
+ * Creates the pool for one upstream. address: "unix:PATH", "HOST:PORT",
+ * "http://HOST:PORT[/prefix]" (the prefix is prepended to request paths).
+ * name is copied (it goes into the Host header for TCP). Resolution is
+ * numeric or via getaddrinfo once, at init. 0, IG_EINVAL or a libuv error.
+ */
+int ig_upstream_init(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
+                     const ig_upstream_opts_t *opts);
+
+/* Cancels every request (their done callbacks fire with IG_ECANCELED),
+ * closes every connection, then calls cb and frees the upstream. */
+void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data);
+
+const char *ig_upstream_name(const ig_upstream_t *u);
+unsigned ig_upstream_open_connections(const ig_upstream_t *u);
+
+typedef struct {
+    /* Status and headers. Header names/values are borrowed for the call. */
+    void (*on_headers)(ig_upstream_req_t *r, int status, int nheaders, const char *const *names,
+                       const char *const *values, void *data);
+    /* One body piece, borrowed for the call. */
+    void (*on_body)(ig_upstream_req_t *r, const char *buf, size_t len, void *data);
+    /* The end: 0 after a complete response, else IG_ECONNECT (could not
+     * connect or the connection failed before a byte came back: safe to
+     * retry), IG_ETIMEDOUT, IG_ECLOSED (broken mid-response), IG_EPARSE
+     * (malformed response) or IG_ECANCELED. The request is freed after. */
+    void (*on_done)(ig_upstream_req_t *r, int err, void *data);
+} ig_upstream_cbs_t;
+
+/*
+ * Sends one request. extra_headers is a block of "Name: value\r\n" lines or
+ * NULL; Host, Content-Length and Connection are the client's. body is copied.
+ * Returns 0 and a handle in *out (may be NULL), or IG_ENOMEM / IG_ESTATE
+ * (the upstream is closing); on error no callback fires.
+ */
+int ig_upstream_request(ig_upstream_t *u, const char *method, const char *path,
+                        const char *extra_headers, const char *body, size_t len,
+                        const ig_upstream_cbs_t *cbs, void *data, ig_upstream_req_t **out);
+
+/*
+ * Abandons a request: its connection is closed (so a worker sees the
+ * client gone and frees the sequence), and no callback fires any more.
+ */
+void ig_upstream_cancel(ig_upstream_req_t *r);
+
+/* Stops and restarts reading the response (backpressure from a slow
+ * client). The idle deadline does not run while paused. */
+void ig_upstream_pause(ig_upstream_req_t *r);
+void ig_upstream_resume(ig_upstream_req_t *r);
+
+/* Seconds from sending to the response's first byte, once known (else -1),
+ * and from connect start to connected (0 for a reused connection). */
+double ig_upstream_req_ttfb(const ig_upstream_req_t *r);
+double ig_upstream_req_connect_time(const ig_upstream_req_t *r);
+
+#endif

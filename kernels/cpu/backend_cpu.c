@@ -1,0 +1,647 @@
+/*
+ * The CPU backend: host memory, weights converted once to F32 at upload,
+ * every operation split over a small persistent thread pool (pool.c). GEMM
+ * goes through OpenBLAS when the build has it, else through the own SIMD
+ * loop (gemm.c); IG_CPU_GEMM=own|blas-pool|blas overrides the choice.
+ */
+#include "cpu_internal.h"
+#include "simd.h"
+
+#include "infergate/dtype.h"
+#include "infergate/error.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#ifdef IG_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+/* Below this many multiply-adds a GEMM runs on the calling thread alone:
+ * waking the pool costs more than it saves (at batch 1 the attention
+ * projections of small models stay on one thread, the MLP and lm_head
+ * are split). */
+#define PARALLEL_MIN_FLOPS (128 * 1024)
+#define PARALLEL_MIN_ELEMS (32 * 1024)
+
+typedef struct {
+    ig__pool_t *pool;
+    int nthreads;
+    ig_cpu_gemm_t gemm;
+    int blas_ok;     /* auto may use OpenBLAS (ig__cpu_blas_usable) */
+    float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
+    size_t scratch_cap;
+    char name[32];
+} cpu_t;
+
+static cpu_t *cpu_of(ig_backend_t *be)
+{
+    return be->impl;
+}
+
+/* ========================================================================= */
+/* Memory                                                                    */
+/* ========================================================================= */
+
+static void *cpu_alloc(ig_backend_t *be, size_t bytes)
+{
+    /* 64-byte alignment keeps SIMD loads within cache lines. */
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    return aligned_alloc(64, rounded ? rounded : 64);
+}
+
+static void cpu_free(ig_backend_t *be, void *ptr)
+{
+    free(ptr);
+}
+
+static int cpu_copy(ig_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    if (bytes > 0)
+        memcpy(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight_t *dst)
+{
+    if (src == NULL || src->data == NULL || src->ndim < 1 || src->ndim > 2)
+        return IG_EINVAL;
+    int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
+    if (rows <= 0 || cols <= 0)
+        return IG_EINVAL;
+    size_t n = (size_t)rows * (size_t)cols;
+    float *data = cpu_alloc(be, n * sizeof(float));
+    if (data == NULL)
+        return IG_ENOMEM;
+    switch (src->dtype) {
+    case IG_DTYPE_F32:
+    case IG_DTYPE_F16:
+    case IG_DTYPE_BF16:
+        ig_dtype_to_f32(data, src->data, src->dtype, n);
+        break;
+    default:
+        free(data);
+        return IG_ENOTSUP;
+    }
+    dst->dtype = IG_DTYPE_F32;
+    dst->data = data;
+    dst->rows = rows;
+    dst->cols = cols;
+    return 0;
+}
+
+static void cpu_free_weight(ig_backend_t *be, ig_weight_t *w)
+{
+    if (w == NULL)
+        return;
+    free(w->data);
+    w->data = NULL;
+}
+
+/* ========================================================================= */
+/* Element-wise operations                                                   */
+/* ========================================================================= */
+
+static int cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, const int *tokens,
+                     int ntok)
+{
+    const float *t = table->data;
+    for (int i = 0; i < ntok; i++) {
+        if (tokens[i] < 0 || tokens[i] >= table->rows)
+            return IG_ERANGE;
+        memcpy(out + (size_t)i * table->cols, t + (size_t)tokens[i] * table->cols,
+               (size_t)table->cols * sizeof(float));
+    }
+    return 0;
+}
+
+typedef struct {
+    float *out;
+    const float *x;
+    const float *w;
+    int m, n;
+    float eps;
+} rmsnorm_job_t;
+
+static void rmsnorm_rows(const rmsnorm_job_t *j, int r0, int r1)
+{
+    for (int r = r0; r < r1; r++) {
+        const float *x = j->x + (size_t)r * j->n;
+        float *o = j->out + (size_t)r * j->n;
+        float ss = ig__dot(x, x, j->n);
+        float inv = 1.0f / sqrtf(ss / (float)j->n + j->eps);
+        for (int i = 0; i < j->n; i++)
+            o[i] = x[i] * inv * j->w[i];
+    }
+}
+
+static void rmsnorm_task(void *arg, int tid, int nt)
+{
+    rmsnorm_job_t *j = arg;
+    int r0, r1;
+    ig__split(j->m, 1, tid, nt, &r0, &r1);
+    rmsnorm_rows(j, r0, r1);
+}
+
+static int cpu_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weight_t *w, int m,
+                       float eps)
+{
+    rmsnorm_job_t j = {out, x, w->data, m, (int)w->rows, eps};
+    if ((size_t)m * j.n >= PARALLEL_MIN_ELEMS && m > 1)
+        ig__pool_run(cpu_of(be)->pool, rmsnorm_task, &j);
+    else
+        rmsnorm_rows(&j, 0, m);
+    return 0;
+}
+
+typedef struct {
+    float *y;
+    const float *x;
+    const float *gate, *up;
+    size_t n;
+    int op; /* 0 add, 1 swiglu */
+} ew_job_t;
+
+static void ew_range(const ew_job_t *j, size_t b, size_t e)
+{
+    if (j->op == 0) {
+        for (size_t i = b; i < e; i++)
+            j->y[i] += j->x[i];
+    } else {
+        for (size_t i = b; i < e; i++) {
+            float g = j->gate[i];
+            j->y[i] = g / (1.0f + expf(-g)) * j->up[i];
+        }
+    }
+}
+
+static void ew_task(void *arg, int tid, int nt)
+{
+    ew_job_t *j = arg;
+    size_t per = (j->n + (size_t)nt - 1) / (size_t)nt;
+    size_t b = per * (size_t)tid, e = b + per;
+    if (b > j->n)
+        b = j->n;
+    if (e > j->n)
+        e = j->n;
+    ew_range(j, b, e);
+}
+
+static void ew_run(ig_backend_t *be, ew_job_t *j)
+{
+    if (j->n >= PARALLEL_MIN_ELEMS)
+        ig__pool_run(cpu_of(be)->pool, ew_task, j);
+    else
+        ew_range(j, 0, j->n);
+}
+
+static int cpu_swiglu(ig_backend_t *be, float *out, const float *gate, const float *up, size_t n)
+{
+    ew_job_t j = {out, NULL, gate, up, n, 1};
+    ew_run(be, &j);
+    return 0;
+}
+
+static int cpu_add(ig_backend_t *be, float *y, const float *x, size_t n)
+{
+    ew_job_t j = {y, x, NULL, NULL, n, 0};
+    ew_run(be, &j);
+    return 0;
+}
+
+static int cpu_gather(ig_backend_t *be, float *out, const float *x, const int *rows, int n,
+                      int cols)
+{
+    for (int i = 0; i < n; i++)
+        memmove(out + (size_t)i * cols, x + (size_t)rows[i] * cols, (size_t)cols * sizeof(float));
+    return 0;
+}
+
+/* ========================================================================= */
+/* GEMM                                                                      */
+/* ========================================================================= */
+
+typedef struct {
+    float *y;
+    const float *x;
+    const float *w;
+    const float *bias;
+    int m, n, k;
+    ig_cpu_gemm_t mode;
+    int chunk;       /* output columns per work item */
+    atomic_int next; /* the next work item to take */
+} matmul_job_t;
+
+static void matmul_cols(const matmul_job_t *j, int n0, int n1)
+{
+    if (n1 <= n0)
+        return;
+    if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
+        ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
+    else
+        ig__gemm_blas(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
+    if (j->bias != NULL) {
+        for (int r = 0; r < j->m; r++) {
+            float *y = j->y + (size_t)r * j->n;
+            for (int c = n0; c < n1; c++)
+                y[c] += j->bias[c];
+        }
+    }
+}
+
+/* Threads take slices of output columns from a shared counter rather than
+ * one fixed share each: on a loaded machine a thread that is descheduled
+ * for a while leaves its slices to the others instead of stalling the
+ * section. Every column is computed the same way whoever computes it. */
+static void matmul_task(void *arg, int tid, int nt)
+{
+    matmul_job_t *j = arg;
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        int n0 = c * j->chunk;
+        if (n0 >= j->n)
+            break;
+        int n1 = n0 + j->chunk < j->n ? n0 + j->chunk : j->n;
+        matmul_cols(j, n0, n1);
+    }
+}
+
+static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
+                      const ig_weight_t *bias, int m)
+{
+    cpu_t *c = cpu_of(be);
+    matmul_job_t j = {.y = y,
+                      .x = x,
+                      .w = w->data,
+                      .bias = bias ? bias->data : NULL,
+                      .m = m,
+                      .n = (int)w->rows,
+                      .k = (int)w->cols,
+                      .mode = c->gemm};
+    if (m <= 0)
+        return 0;
+    double flops = (double)m * j.n * j.k;
+    if (j.mode == IG_CPU_GEMM_AUTO)
+        j.mode = c->blas_ok && m >= IG_CPU_BLAS_MIN_ROWS ? IG_CPU_GEMM_BLAS_POOL : IG_CPU_GEMM_OWN;
+    if (j.mode == IG_CPU_GEMM_BLAS_OWN) {
+        /* OpenBLAS splits the work over its own threads. */
+        j.mode = IG_CPU_GEMM_BLAS_POOL;
+        matmul_cols(&j, 0, j.n);
+    } else if (flops >= PARALLEL_MIN_FLOPS && c->nthreads > 1) {
+        /* About eight slices per thread, whole multiples of 16 columns. */
+        int chunk = j.n / (c->nthreads * 8);
+        j.chunk = chunk < 16 ? 16 : chunk - chunk % 16;
+        atomic_init(&j.next, 0);
+        ig__pool_run(c->pool, matmul_task, &j);
+    } else {
+        matmul_cols(&j, 0, j.n);
+    }
+    return 0;
+}
+
+/* ========================================================================= */
+/* RoPE                                                                      */
+/* ========================================================================= */
+
+typedef struct {
+    float *q, *k;
+    const int *pos;
+    int ntok, n_heads, n_kv_heads, head_dim;
+    const float *inv_freq;
+} rope_job_t;
+
+static void rope_rows(const rope_job_t *j, int t0, int t1)
+{
+    int half = j->head_dim / 2;
+    float cs[512], sn[512];
+    for (int t = t0; t < t1; t++) {
+        /* The angle in double: positions reach 10^5 and a float product
+         * would lose the low bits HF's float32 cos/sin of it also lose,
+         * differently. Both land within 1e-6 of the exact value. */
+        for (int i = 0; i < half; i++) {
+            double a = (double)j->pos[t] * (double)j->inv_freq[i];
+            cs[i] = (float)cos(a);
+            sn[i] = (float)sin(a);
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            int nh = pass == 0 ? j->n_heads : j->n_kv_heads;
+            float *base = pass == 0 ? j->q : j->k;
+            for (int h = 0; h < nh; h++) {
+                float *v = base + ((size_t)t * nh + h) * j->head_dim;
+                for (int i = 0; i < half; i++) {
+                    float x1 = v[i], x2 = v[i + half];
+                    v[i] = x1 * cs[i] - x2 * sn[i];
+                    v[i + half] = x2 * cs[i] + x1 * sn[i];
+                }
+            }
+        }
+    }
+}
+
+static void rope_task(void *arg, int tid, int nt)
+{
+    rope_job_t *j = arg;
+    int t0, t1;
+    ig__split(j->ntok, 1, tid, nt, &t0, &t1);
+    rope_rows(j, t0, t1);
+}
+
+static int cpu_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int n_heads,
+                    int n_kv_heads, int head_dim, const float *inv_freq)
+{
+    if (head_dim % 2 != 0 || head_dim > 1024)
+        return IG_EINVAL;
+    rope_job_t j = {q, k, pos, ntok, n_heads, n_kv_heads, head_dim, inv_freq};
+    if (ntok >= 8)
+        ig__pool_run(cpu_of(be)->pool, rope_task, &j);
+    else
+        rope_rows(&j, 0, ntok);
+    return 0;
+}
+
+/* ========================================================================= */
+/* Paged KV cache and attention                                              */
+/* ========================================================================= */
+
+static inline size_t kv_offset(const ig_kv_layout_t *kv, int layer, int block, int head, int off)
+{
+    return ((((size_t)layer * kv->num_blocks + block) * kv->n_kv_heads + head) * kv->block_size +
+            off) *
+           kv->head_dim;
+}
+
+static int cpu_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
+                         const float *v, const int *slots, int ntok)
+{
+    size_t row = (size_t)kv->n_kv_heads * kv->head_dim;
+    size_t hb = (size_t)kv->head_dim * sizeof(float);
+    for (int t = 0; t < ntok; t++) {
+        int block = slots[t] / kv->block_size, off = slots[t] % kv->block_size;
+        if (slots[t] < 0 || block >= kv->num_blocks)
+            return IG_ERANGE;
+        for (int h = 0; h < kv->n_kv_heads; h++) {
+            size_t o = kv_offset(kv, layer, block, h, off);
+            memcpy(kv->k + o, k + t * row + (size_t)h * kv->head_dim, hb);
+            memcpy(kv->v + o, v + t * row + (size_t)h * kv->head_dim, hb);
+        }
+    }
+    return 0;
+}
+
+typedef struct {
+    float *out;
+    const float *q;
+    const ig_kv_layout_t *kv;
+    int layer;
+    const ig_attn_batch_t *b;
+    int n_heads;
+    float scale;
+    float **scratch;
+    atomic_int next; /* the next (sequence, head) item to take */
+} attn_job_t;
+
+/* One (sequence, head): every query row of the sequence against its cached
+ * positions up to its own, softmax with the running maximum subtracted. */
+static void attn_item(attn_job_t *j, int s, int h, float *scores)
+{
+    const ig_kv_layout_t *kv = j->kv;
+    const ig_attn_batch_t *b = j->b;
+    int hd = kv->head_dim, bs = kv->block_size;
+    int kvh = h / (j->n_heads / kv->n_kv_heads);
+    int q0 = b->q_start[s], qn = b->q_start[s + 1] - q0;
+    const int *table = b->block_tables + (size_t)s * b->max_blocks;
+    for (int r = 0; r < qn; r++) {
+        int pos = b->ctx_len[s] - qn + r;
+        const float *q = j->q + ((size_t)(q0 + r) * j->n_heads + h) * hd;
+        float *o = j->out + ((size_t)(q0 + r) * j->n_heads + h) * hd;
+        float mx = -INFINITY;
+        for (int t = 0; t <= pos; t++) {
+            const float *kr = kv->k + kv_offset(kv, j->layer, table[t / bs], kvh, t % bs);
+            float sc = ig__dot(q, kr, hd) * j->scale;
+            scores[t] = sc;
+            if (sc > mx)
+                mx = sc;
+        }
+        float sum = 0.0f;
+        for (int t = 0; t <= pos; t++) {
+            scores[t] = expf(scores[t] - mx);
+            sum += scores[t];
+        }
+        memset(o, 0, (size_t)hd * sizeof(float));
+        for (int t = 0; t <= pos; t++) {
+            const float *vr = kv->v + kv_offset(kv, j->layer, table[t / bs], kvh, t % bs);
+            ig__axpy(o, scores[t], vr, hd);
+        }
+        float inv = 1.0f / sum;
+        for (int i = 0; i < hd; i++)
+            o[i] *= inv;
+    }
+}
+
+static void attn_task(void *arg, int tid, int nt)
+{
+    attn_job_t *j = arg;
+    int items = j->b->nseq * j->n_heads;
+    for (;;) {
+        int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        if (it >= items)
+            break;
+        attn_item(j, it / j->n_heads, it % j->n_heads, j->scratch[tid]);
+    }
+}
+
+static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_kv_layout_t *kv,
+                         int layer, const ig_attn_batch_t *batch, int n_heads, float scale)
+{
+    cpu_t *c = cpu_of(be);
+    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0)
+        return IG_EINVAL;
+    size_t need = (size_t)(batch->max_ctx > 0 ? batch->max_ctx : 1);
+    for (int s = 0; s < batch->nseq; s++) {
+        int qn = batch->q_start[s + 1] - batch->q_start[s];
+        if (batch->ctx_len[s] < qn || batch->ctx_len[s] > batch->max_blocks * kv->block_size)
+            return IG_ERANGE;
+        if ((size_t)batch->ctx_len[s] > need)
+            need = (size_t)batch->ctx_len[s];
+    }
+    if (need > c->scratch_cap) {
+        for (int t = 0; t < c->nthreads; t++) {
+            float *p = realloc(c->scratch[t], need * sizeof(float));
+            if (p == NULL)
+                return IG_ENOMEM;
+            c->scratch[t] = p;
+        }
+        c->scratch_cap = need;
+    }
+    attn_job_t j = {.out = out,
+                    .q = q,
+                    .kv = kv,
+                    .layer = layer,
+                    .b = batch,
+                    .n_heads = n_heads,
+                    .scale = scale,
+                    .scratch = c->scratch};
+    atomic_init(&j.next, 0);
+    if (batch->nseq * n_heads > 1 && c->nthreads > 1)
+        ig__pool_run(c->pool, attn_task, &j);
+    else
+        attn_task(&j, 0, 1);
+    return 0;
+}
+
+/* ========================================================================= */
+/* Lifecycle                                                                 */
+/* ========================================================================= */
+
+static int cpu_sync(ig_backend_t *be)
+{
+    return 0;
+}
+
+static void cpu_destroy(ig_backend_t *be)
+{
+    if (be == NULL)
+        return;
+    cpu_t *c = be->impl;
+    if (c != NULL) {
+        ig__pool_free(c->pool);
+        if (c->scratch != NULL)
+            for (int t = 0; t < c->nthreads; t++)
+                free(c->scratch[t]);
+        free(c->scratch);
+        free(c);
+    }
+    free(be);
+}
+
+int ig__cpu_set_gemm(ig_backend_t *be, ig_cpu_gemm_t mode)
+{
+    if (be == NULL || be->destroy != cpu_destroy)
+        return IG_EINVAL;
+    cpu_t *c = be->impl;
+    switch (mode) {
+    case IG_CPU_GEMM_OWN:
+        break;
+    case IG_CPU_GEMM_AUTO:
+#ifdef IG_HAVE_OPENBLAS
+        openblas_set_num_threads(1);
+#endif
+        break;
+    case IG_CPU_GEMM_BLAS_POOL:
+    case IG_CPU_GEMM_BLAS_OWN:
+#ifdef IG_HAVE_OPENBLAS
+        /* The setting is process-wide in OpenBLAS: inside the pool each
+         * thread calls it single-threaded, else it gets the pool's count. */
+        openblas_set_num_threads(mode == IG_CPU_GEMM_BLAS_OWN ? c->nthreads : 1);
+        break;
+#else
+        return IG_ENOTSUP;
+#endif
+    default:
+        return IG_EINVAL;
+    }
+    c->gemm = mode;
+    return 0;
+}
+
+ig_cpu_gemm_t ig__cpu_gemm(const ig_backend_t *be)
+{
+    return ((const cpu_t *)be->impl)->gemm;
+}
+
+static ig_cpu_gemm_t default_gemm(void)
+{
+    const char *env = getenv("IG_CPU_GEMM");
+    if (env != NULL) {
+        if (strcmp(env, "auto") == 0)
+            return IG_CPU_GEMM_AUTO;
+        if (strcmp(env, "own") == 0)
+            return IG_CPU_GEMM_OWN;
+        if (strcmp(env, "blas-pool") == 0)
+            return IG_CPU_GEMM_BLAS_POOL;
+        if (strcmp(env, "blas") == 0)
+            return IG_CPU_GEMM_BLAS_OWN;
+    }
+    return IG_CPU_GEMM_AUTO;
+}
+
+int ig__cpu_blas_usable(const char **core)
+{
+#ifdef IG_HAVE_OPENBLAS
+    static const char *wide[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"};
+    const char *name = openblas_get_corename();
+    if (core != NULL)
+        *core = name ? name : "unknown";
+    if (IG_VL == 1)
+        return 1; /* the own loop is scalar: any OpenBLAS kernel is as wide */
+    for (size_t i = 0; name != NULL && i < sizeof(wide) / sizeof(wide[0]); i++)
+        if (strcasecmp(name, wide[i]) == 0)
+            return 1;
+    return 0;
+#else
+    if (core != NULL)
+        *core = "none";
+    return 0;
+#endif
+}
+
+int ig_backend_cpu_create(ig_backend_t **out, int threads)
+{
+    int rc = IG_ENOMEM;
+    ig_backend_t *be = calloc(1, sizeof(*be));
+    cpu_t *c = calloc(1, sizeof(*c));
+    if (be == NULL || c == NULL) {
+        free(be);
+        free(c);
+        return IG_ENOMEM;
+    }
+    be->impl = c;
+    be->destroy = cpu_destroy;
+    if (threads <= 0) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n > 0 ? (int)n : 1;
+    }
+    if (threads > 256)
+        return cpu_destroy(be), IG_EINVAL;
+    c->nthreads = threads;
+    c->scratch = calloc((size_t)threads, sizeof(float *));
+    if (c->scratch == NULL)
+        goto fail;
+    if ((rc = ig__pool_create(&c->pool, threads)) != 0)
+        goto fail;
+    c->blas_ok = ig__cpu_blas_usable(NULL);
+    if ((rc = ig__cpu_set_gemm(be, default_gemm())) != 0 &&
+        (rc = ig__cpu_set_gemm(be, IG_CPU_GEMM_OWN)) != 0)
+        goto fail;
+    snprintf(c->name, sizeof(c->name), "cpu");
+    be->name = c->name;
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->upload = cpu_copy;
+    be->download = cpu_copy;
+    be->upload_weight = cpu_upload_weight;
+    be->free_weight = cpu_free_weight;
+    be->embed = cpu_embed;
+    be->rmsnorm = cpu_rmsnorm;
+    be->matmul = cpu_matmul;
+    be->rope = cpu_rope;
+    be->swiglu = cpu_swiglu;
+    be->add = cpu_add;
+    be->kv_append = cpu_kv_append;
+    be->attention = cpu_attention;
+    be->gather = cpu_gather;
+    be->mem_info = NULL;
+    be->sync = cpu_sync;
+    *out = be;
+    return 0;
+
+fail:
+    cpu_destroy(be);
+    return rc;
+}

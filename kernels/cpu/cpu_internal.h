@@ -1,0 +1,67 @@
+#ifndef INFERGATE_KERNELS_CPU_INTERNAL_H
+#define INFERGATE_KERNELS_CPU_INTERNAL_H
+
+/*
+ * Private to the CPU backend (kernels/cpu/) and its tests: the thread pool,
+ * the GEMM paths and the switches the tests and the benchmark use to compare
+ * them. Nothing under gateway/ includes this file.
+ */
+
+#include "infergate/kernels.h"
+
+#include <stddef.h>
+
+/* ---- thread pool ---------------------------------------------------------- */
+
+/* A small persistent pool: n - 1 pthreads plus the calling thread. run()
+ * calls fn(arg, tid, n) once for every tid in [0, n) and returns when all
+ * calls have returned; the caller runs tid 0 itself. */
+typedef struct ig__pool_s ig__pool_t;
+typedef void (*ig__pool_fn)(void *arg, int tid, int nthreads);
+
+int ig__pool_create(ig__pool_t **out, int nthreads);
+void ig__pool_run(ig__pool_t *pool, ig__pool_fn fn, void *arg);
+int ig__pool_size(const ig__pool_t *pool);
+void ig__pool_free(ig__pool_t *pool);
+
+/* Splits [0, n) into nthreads parts aligned to `align` and gives part tid. */
+void ig__split(int n, int align, int tid, int nthreads, int *begin, int *end);
+
+/* ---- GEMM ----------------------------------------------------------------- */
+
+/* How matmul computes y = x W^T. */
+typedef enum {
+    IG_CPU_GEMM_OWN = 0,   /* cache-blocked SIMD loop, split over the pool */
+    IG_CPU_GEMM_BLAS_POOL, /* single-threaded OpenBLAS on each pool thread's slice of W */
+    IG_CPU_GEMM_BLAS_OWN,  /* one OpenBLAS call using OpenBLAS's own threads */
+    IG_CPU_GEMM_AUTO,      /* the default: own below IG_CPU_BLAS_MIN_ROWS rows, else
+                              blas-pool when OpenBLAS runs a kernel for this CPU's SIMD */
+} ig_cpu_gemm_t;
+
+/* Rows from which IG_CPU_GEMM_AUTO hands a GEMM to OpenBLAS. */
+#define IG_CPU_BLAS_MIN_ROWS 64
+
+/* y(m, n) (row stride ldy) = x(m, k) . w(n, k)^T over the rows [n0, n1) of w,
+ * single-threaded; the own SIMD loop. */
+void ig__gemm_own(float *y, int ldy, const float *x, const float *w, int m, int k, int n0, int n1);
+
+/* The same with one cblas_sgemm call; IG_ENOTSUP without OpenBLAS. */
+int ig__gemm_blas(float *y, int ldy, const float *x, const float *w, int m, int k, int n0, int n1);
+
+/* Selects the GEMM path of a CPU backend; IG_ENOTSUP for a BLAS path in a
+ * build without OpenBLAS, IG_EINVAL for a backend that is not the CPU's.
+ * The default comes from IG_CPU_GEMM (auto, own, blas-pool, blas), else is
+ * auto (docs/engine.md says why). */
+int ig__cpu_set_gemm(ig_backend_t *be, ig_cpu_gemm_t mode);
+ig_cpu_gemm_t ig__cpu_gemm(const ig_backend_t *be);
+
+/* Which SIMD the own loops were compiled for: "avx512", "avx2" or "scalar". */
+const char *ig__cpu_simd_name(void);
+
+/* Whether OpenBLAS runs a kernel at least as wide as the own loop's SIMD
+ * (it falls back to a generic SSE kernel on CPUs it does not recognise,
+ * e.g. some virtual machines, unless OPENBLAS_CORETYPE names one), and its
+ * core name ("none" without OpenBLAS). */
+int ig__cpu_blas_usable(const char **core);
+
+#endif

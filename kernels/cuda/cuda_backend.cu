@@ -1,0 +1,491 @@
+/*
+ * The CUDA backend: device memory, weight upload, cuBLAS GEMM and the
+ * backend table. The elementwise kernels live in cuda_ops.cu, attention in
+ * cuda_attention.cu, device-side sampling in cuda_sampling.cu.
+ *
+ * All work of one backend instance is queued on its one stream, so the
+ * operations of a forward pass are ordered without any host wait; download()
+ * and sync() are the only points where the host waits.
+ *
+ * Weights: 2-D tensors live on the device as BF16 (an F32 checkpoint is
+ * rounded to BF16 once at upload, round-to-nearest-even) or F16 (kept as
+ * stored); 1-D tensors (norm weights, biases) are widened to F32, which costs
+ * nothing and keeps them exact. Every product accumulates in F32.
+ */
+#include "cuda_internal.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ======================================================================== */
+/* Error mapping                                                            */
+/* ======================================================================== */
+
+int ig__cuda_status(cudaError_t st, const char *expr, const char *file, int line)
+{
+    if (st == cudaSuccess)
+        return 0;
+    ig_log(IG_LOG_ERROR, "cuda: %s failed at %s:%d: %s (%s)", expr, file, line,
+           cudaGetErrorString(st), cudaGetErrorName(st));
+    return IG_EDEVICE;
+}
+
+int ig__cuda_status(cublasStatus_t st, const char *expr, const char *file, int line)
+{
+    if (st == CUBLAS_STATUS_SUCCESS)
+        return 0;
+    ig_log(IG_LOG_ERROR, "cublas: %s failed at %s:%d: %s (%s)", expr, file, line,
+           cublasGetStatusString(st), cublasGetStatusName(st));
+    return IG_EDEVICE;
+}
+
+int ig__cuda_enter(ig__cuda_t *c)
+{
+    /* The current device is per host thread; remember what this thread was
+     * last given so that the common case costs one comparison. */
+    static thread_local int current = -1;
+    if (current == c->ordinal)
+        return 0;
+    int rc = IG_CUDA_CHECK(cudaSetDevice(c->ordinal));
+    if (rc == 0)
+        current = c->ordinal;
+    return rc;
+}
+
+int ig__cuda_scratch(ig__cuda_t *c, void **buf, size_t *cap, size_t bytes)
+{
+    if (bytes <= *cap)
+        return 0;
+    int rc;
+    size_t want = bytes + bytes / 4; /* some headroom so that growth is rare */
+    if (*buf) {
+        /* Queued kernels may still read the old buffer. */
+        if ((rc = IG_CUDA_CHECK(cudaStreamSynchronize(c->stream))) != 0)
+            return rc;
+        if ((rc = IG_CUDA_CHECK(cudaFree(*buf))) != 0)
+            return rc;
+        *buf = NULL;
+        *cap = 0;
+    }
+    if ((rc = IG_CUDA_CHECK(cudaMalloc(buf, want))) != 0) {
+        *buf = NULL;
+        return rc;
+    }
+    *cap = want;
+    return 0;
+}
+
+/* ======================================================================== */
+/* Memory                                                                   */
+/* ======================================================================== */
+
+static void *cuda_alloc(ig_backend_t *be, size_t bytes)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    void *p = NULL;
+    if (ig__cuda_enter(c) != 0)
+        return NULL;
+    if (bytes == 0)
+        bytes = 1;
+    cudaError_t st = cudaMalloc(&p, bytes);
+    if (st == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* not sticky: clear it, the caller sees NULL */
+        return NULL;
+    }
+    if (IG_CUDA_CHECK(st) != 0)
+        return NULL;
+    /* Zeroed like calloc: a KV block never written still reads as finite
+     * numbers, so 0 * garbage can never turn into NaN. */
+    if (IG_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, c->stream)) != 0) {
+        cudaFree(p);
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_free(ig_backend_t *be, void *ptr)
+{
+    if (!ptr)
+        return;
+    ig__cuda_t *c = ig__cuda(be);
+    if (ig__cuda_enter(c) != 0)
+        return;
+    /* cudaFree waits for the device, so queued work that reads ptr is done. */
+    (void)IG_CUDA_CHECK(cudaFree(ptr));
+}
+
+static int cuda_upload(ig_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc;
+    if (bytes == 0)
+        return 0;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    /* From pageable memory the copy is staged before this returns, so the
+     * caller may reuse src at once; it is ordered with the queued kernels. */
+    return IG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+}
+
+static int cuda_download(ig_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc;
+    if (bytes == 0)
+        return 0;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    if ((rc = IG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream))) !=
+        0)
+        return rc;
+    return IG_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+static int cuda_sync(ig_backend_t *be)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    return IG_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
+static int cuda_mem_info(ig_backend_t *be, size_t *free_bytes, size_t *total_bytes)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc;
+    size_t f = 0, t = 0;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    if ((rc = IG_CUDA_CHECK(cudaMemGetInfo(&f, &t))) != 0)
+        return rc;
+    if (free_bytes)
+        *free_bytes = f;
+    if (total_bytes)
+        *total_bytes = t;
+    return 0;
+}
+
+/* ======================================================================== */
+/* Weights                                                                  */
+/* ======================================================================== */
+
+/* Bytes per element (ig_dtype_size() without a dependency on the model
+ * module). */
+static size_t dtype_bytes(ig_dtype_t dtype)
+{
+    return dtype == IG_DTYPE_F32 ? 4 : 2;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN stays a (quiet) NaN */
+        return (uint16_t)((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest, ties to even */
+    return (uint16_t)(u >> 16);
+}
+
+static float bf16_to_f32(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static float f16_to_f32(uint16_t h)
+{
+    __half_raw raw;
+    raw.x = h;
+    return __half2float(__half(raw));
+}
+
+/* Converts n elements of src to dst_dtype on the host, chunk by chunk, and
+ * copies them to dst: the staging buffer stays small whatever the tensor. */
+static int upload_converted(ig__cuda_t *c, void *dst, ig_dtype_t dst_dtype, const void *src,
+                            ig_dtype_t src_dtype, size_t n)
+{
+    enum { CHUNK = 1 << 20 };
+    size_t esz = dtype_bytes(dst_dtype);
+    unsigned char *stage = (unsigned char *)malloc((size_t)CHUNK * esz);
+    int rc = 0;
+    if (!stage)
+        return IG_ENOMEM;
+    for (size_t off = 0; off < n; off += CHUNK) {
+        size_t len = n - off < (size_t)CHUNK ? n - off : (size_t)CHUNK;
+        for (size_t i = 0; i < len; i++) {
+            float f;
+            size_t j = off + i;
+            switch (src_dtype) {
+            case IG_DTYPE_F32:
+                memcpy(&f, (const unsigned char *)src + 4 * j, 4);
+                break;
+            case IG_DTYPE_F16: {
+                uint16_t h;
+                memcpy(&h, (const unsigned char *)src + 2 * j, 2);
+                f = f16_to_f32(h);
+                break;
+            }
+            default: {
+                uint16_t h;
+                memcpy(&h, (const unsigned char *)src + 2 * j, 2);
+                f = bf16_to_f32(h);
+                break;
+            }
+            }
+            if (dst_dtype == IG_DTYPE_F32) {
+                memcpy(stage + 4 * i, &f, 4);
+            } else {
+                uint16_t h = f32_to_bf16(f);
+                memcpy(stage + 2 * i, &h, 2);
+            }
+        }
+        /* On the backend's stream (a non-blocking stream does not order
+         * with the legacy default one). From pageable memory the call
+         * returns once the chunk is staged, so the buffer can be refilled. */
+        rc = IG_CUDA_CHECK(cudaMemcpyAsync((unsigned char *)dst + off * esz, stage, len * esz,
+                                           cudaMemcpyHostToDevice, c->stream));
+        if (rc != 0)
+            break;
+    }
+    free(stage);
+    return rc;
+}
+
+static int cuda_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight_t *dst)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc;
+    void *dev = NULL;
+    memset(dst, 0, sizeof(*dst));
+    if (!src || !src->data || src->ndim < 1 || src->ndim > 4)
+        return IG_EINVAL;
+    int64_t rows = src->shape[0], cols = 1;
+    for (int i = 1; i < src->ndim; i++)
+        cols *= src->shape[i];
+    if (rows <= 0 || cols <= 0)
+        return IG_EINVAL;
+    size_t n = (size_t)rows * (size_t)cols;
+
+    /* Vectors in F32 (exact, tiny); matrices in BF16, F16 kept as stored. */
+    ig_dtype_t dtype = src->ndim == 1               ? IG_DTYPE_F32
+                       : src->dtype == IG_DTYPE_F16 ? IG_DTYPE_F16
+                                                    : IG_DTYPE_BF16;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    if ((rc = IG_CUDA_CHECK(cudaMalloc(&dev, n * dtype_bytes(dtype)))) != 0)
+        goto fail;
+    if (dtype == src->dtype)
+        rc = IG_CUDA_CHECK(cudaMemcpyAsync(dev, src->data, n * dtype_bytes(dtype),
+                                           cudaMemcpyHostToDevice, c->stream));
+    else
+        rc = upload_converted(c, dev, dtype, src->data, src->dtype, n);
+    if (rc != 0)
+        goto fail;
+    dst->dtype = dtype;
+    dst->data = dev;
+    dst->rows = rows;
+    dst->cols = cols;
+    return 0;
+
+fail:
+    if (dev)
+        cudaFree(dev);
+    return rc;
+}
+
+static void cuda_free_weight(ig_backend_t *be, ig_weight_t *w)
+{
+    if (!w)
+        return;
+    cuda_free(be, w->data);
+    memset(w, 0, sizeof(*w));
+}
+
+/* ======================================================================== */
+/* GEMM                                                                     */
+/* ======================================================================== */
+
+/*
+ * y(m, n) = x(m, k) W(n, k)^T with everything row-major. cuBLAS is
+ * column-major, where a row-major (r, c) matrix reads as its transpose
+ * (c, r): so compute y^T(n, m) = W(n, k) x^T(k, m), i.e. A = the stored W
+ * (k, n) transposed (OP_T, lda k), B = the stored x (k, m) as is (OP_N,
+ * ldb k), C = y (n, m) with ldc n.
+ */
+static int cuda_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
+                       const ig_weight_t *bias, int m)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc;
+    if (m <= 0)
+        return m == 0 ? 0 : IG_EINVAL;
+    if (w->dtype != IG_DTYPE_BF16 && w->dtype != IG_DTYPE_F16)
+        return IG_EINVAL;
+    if (bias && (bias->dtype != IG_DTYPE_F32 || bias->rows != w->rows))
+        return IG_EINVAL;
+    if (w->rows > INT32_MAX || w->cols > INT32_MAX)
+        return IG_ERANGE;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    int n = (int)w->rows, k = (int)w->cols;
+    const float *b = bias ? (const float *)bias->data : NULL;
+
+    /* Decode rows: one pass over the weights, the bandwidth-bound case. */
+    rc = ig__cuda_gemv(c, y, x, w, b, m);
+    if (rc != IG_ENOTSUP)
+        return rc;
+
+    if ((rc = ig__cuda_scratch(c, &c->act, &c->act_bytes, (size_t)m * k * 2)) != 0)
+        return rc;
+    if ((rc = ig__cuda_convert(c, c->act, w->dtype, x, (size_t)m * k)) != 0)
+        return rc;
+    cudaDataType_t t = w->dtype == IG_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const float alpha = 1.0f, beta = 0.0f;
+    rc = IG_CUDA_CHECK(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w->data,
+                                    t, k, c->act, t, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
+                                    CUBLAS_GEMM_DEFAULT));
+    if (rc != 0)
+        return rc;
+    if (b)
+        rc = ig__cuda_add_bias(c, y, b, m, n);
+    return rc;
+}
+
+/* ======================================================================== */
+/* Life cycle                                                               */
+/* ======================================================================== */
+
+static void cuda_destroy(ig_backend_t *be)
+{
+    if (!be)
+        return;
+    ig__cuda_t *c = ig__cuda(be);
+    if (c) {
+        if (ig__cuda_enter(c) == 0) {
+            if (c->stream)
+                cudaStreamSynchronize(c->stream);
+            if (c->cublas)
+                cublasDestroy(c->cublas);
+            cudaFree(c->cublas_ws);
+            cudaFree(c->act);
+            cudaFree(c->attn_part);
+            cudaFree(c->sample_buf);
+            if (c->stream)
+                cudaStreamDestroy(c->stream);
+        }
+        free(c);
+    }
+    free(be);
+}
+
+extern "C" int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err, size_t errlen)
+{
+    ig_backend_t *be = NULL;
+    ig__cuda_t *c = NULL;
+    cudaDeviceProp prop;
+    int count = 0, rc;
+    cudaError_t st;
+
+    if (!out)
+        return IG_EINVAL;
+    *out = NULL;
+    if (err && errlen)
+        err[0] = '\0';
+    st = cudaGetDeviceCount(&count);
+    if (st != cudaSuccess || count == 0) {
+        if (err)
+            snprintf(err, errlen, "no usable GPU: %s",
+                     st != cudaSuccess ? cudaGetErrorString(st) : "no CUDA device found");
+        (void)cudaGetLastError();
+        return IG_EDEVICE;
+    }
+    if (ordinal < 0 || ordinal >= count) {
+        if (err)
+            snprintf(err, errlen, "no usable GPU: cuda:%d requested, %d device%s visible", ordinal,
+                     count, count == 1 ? "" : "s");
+        return IG_EDEVICE;
+    }
+    st = cudaGetDeviceProperties(&prop, ordinal);
+    if (st != cudaSuccess) {
+        if (err)
+            snprintf(err, errlen, "no usable GPU: cuda:%d: %s", ordinal, cudaGetErrorString(st));
+        return IG_EDEVICE;
+    }
+    if (prop.major < 8) {
+        /* BF16 tensor-core GEMM and the kernels' intrinsics need sm_80+. */
+        if (err)
+            snprintf(err, errlen,
+                     "no usable GPU: cuda:%d %s has compute capability %d.%d, "
+                     "8.0 or newer is needed",
+                     ordinal, prop.name, prop.major, prop.minor);
+        return IG_EDEVICE;
+    }
+
+    be = (ig_backend_t *)calloc(1, sizeof(*be));
+    c = (ig__cuda_t *)calloc(1, sizeof(*c));
+    if (!be || !c) {
+        rc = IG_ENOMEM;
+        goto fail;
+    }
+    be->impl = c;
+    c->ordinal = ordinal;
+    c->num_sms = prop.multiProcessorCount;
+    c->max_smem_optin = prop.sharedMemPerBlockOptin;
+    snprintf(c->name, sizeof(c->name), "cuda:%d", ordinal);
+    if ((rc = ig__cuda_enter(c)) != 0)
+        goto fail;
+    if ((rc = IG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking))) != 0)
+        goto fail;
+    if ((rc = IG_CUDA_CHECK(cublasCreate(&c->cublas))) != 0)
+        goto fail;
+    if ((rc = IG_CUDA_CHECK(cublasSetStream(c->cublas, c->stream))) != 0)
+        goto fail;
+    c->cublas_ws_bytes = 32u << 20;
+    if ((rc = IG_CUDA_CHECK(cudaMalloc(&c->cublas_ws, c->cublas_ws_bytes))) != 0)
+        goto fail;
+    if ((rc = IG_CUDA_CHECK(cublasSetWorkspace(c->cublas, c->cublas_ws, c->cublas_ws_bytes))) != 0)
+        goto fail;
+    if ((rc = ig__cuda_attention_setup(c)) != 0)
+        goto fail;
+
+    be->name = c->name;
+    be->alloc = cuda_alloc;
+    be->free = cuda_free;
+    be->upload = cuda_upload;
+    be->download = cuda_download;
+    be->upload_weight = cuda_upload_weight;
+    be->free_weight = cuda_free_weight;
+    be->embed = ig__cuda_embed;
+    be->rmsnorm = ig__cuda_rmsnorm;
+    be->matmul = cuda_matmul;
+    be->rope = ig__cuda_rope;
+    be->swiglu = ig__cuda_swiglu;
+    be->add = ig__cuda_add;
+    be->kv_append = ig__cuda_kv_append;
+    be->attention = ig__cuda_attention;
+    be->gather = ig__cuda_gather;
+    be->sync = cuda_sync;
+    be->destroy = cuda_destroy;
+    be->mem_info = cuda_mem_info;
+    ig_log(IG_LOG_INFO, "cuda:%d: %s, %d SMs, compute capability %d.%d, %.1f GiB", ordinal,
+           prop.name, prop.multiProcessorCount, prop.major, prop.minor,
+           (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));
+    *out = be;
+    return 0;
+
+fail:
+    if (err && errlen && !err[0])
+        snprintf(err, errlen, "cuda:%d: backend setup failed: %s", ordinal, ig_strerror(rc));
+    if (be) {
+        be->impl = c;
+        cuda_destroy(be);
+    } else {
+        free(c);
+    }
+    return rc;
+}

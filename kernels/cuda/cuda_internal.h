@@ -1,0 +1,95 @@
+/*
+ * Internal to the CUDA backend (the .cu files of kernels/cuda/): the backend's state, the
+ * one checking macro and the launchers each .cu file provides to the others.
+ * C++ only; nothing outside kernels/cuda/ includes it.
+ */
+#ifndef INFERGATE_CUDA_INTERNAL_H
+#define INFERGATE_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "infergate/error.h"
+#include "infergate/kernels.h"
+#include "infergate/log.h"
+}
+
+#include <stddef.h>
+
+/* The state behind ig_backend_t.impl. */
+typedef struct {
+    int ordinal;
+    char name[32]; /* "cuda:N" */
+    int num_sms;
+    size_t max_smem_optin; /* bytes of dynamic shared memory a block may opt into */
+    cudaStream_t stream;
+    cublasHandle_t cublas;
+    void *cublas_ws; /* a fixed cuBLAS workspace, so that a captured graph can replay */
+    size_t cublas_ws_bytes;
+    /* Scratch grown on demand and only between steps (growth synchronizes the
+     * stream first): activations converted for cuBLAS, and the partial
+     * results of split-K decode attention. */
+    void *act;
+    size_t act_bytes;
+    float *attn_part;
+    size_t attn_part_bytes;
+    /* Sampling scratch (cuda_sampling.cu). */
+    void *sample_buf;
+    size_t sample_bytes;
+} ig__cuda_t;
+
+/*
+ * Maps a CUDA runtime or cuBLAS status to 0 or IG_EDEVICE, logging the
+ * failing expression and the library's error string. Every CUDA call in
+ * the backend goes through IG_CUDA_CHECK, which returns the int:
+ *     if ((rc = IG_CUDA_CHECK(cudaMalloc(&p, n))) != 0) goto fail;
+ *     return IG_CUDA_CHECK(cudaGetLastError());
+ */
+int ig__cuda_status(cudaError_t st, const char *expr, const char *file, int line);
+int ig__cuda_status(cublasStatus_t st, const char *expr, const char *file, int line);
+#define IG_CUDA_CHECK(expr) ig__cuda_status((expr), #expr, __FILE__, __LINE__)
+
+/* Makes the backend's device current on the calling thread (cheap when it
+ * already is): the engine thread need not be the one that created it. */
+int ig__cuda_enter(ig__cuda_t *c);
+
+static inline ig__cuda_t *ig__cuda(ig_backend_t *be)
+{
+    return (ig__cuda_t *)be->impl;
+}
+
+/* Grows a scratch buffer to at least `bytes`, synchronizing the stream
+ * before freeing the old one. */
+int ig__cuda_scratch(ig__cuda_t *c, void **buf, size_t *cap, size_t bytes);
+
+/* ---- launchers, cuda_ops.cu ---------------------------------------------- */
+int ig__cuda_embed(ig_backend_t *be, float *out, const ig_weight_t *table, const int *tokens,
+                   int ntok);
+int ig__cuda_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weight_t *w, int m,
+                     float eps);
+int ig__cuda_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int n_heads,
+                  int n_kv_heads, int head_dim, const float *inv_freq);
+int ig__cuda_swiglu(ig_backend_t *be, float *out, const float *gate, const float *up, size_t n);
+int ig__cuda_add(ig_backend_t *be, float *y, const float *x, size_t n);
+int ig__cuda_gather(ig_backend_t *be, float *out, const float *x, const int *rows, int n, int cols);
+int ig__cuda_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
+                       const float *v, const int *slots, int ntok);
+/* f32 -> bf16/f16 conversion of n elements, and y(m, n) += bias(n). */
+int ig__cuda_convert(ig__cuda_t *c, void *dst, ig_dtype_t dtype, const float *src, size_t n);
+int ig__cuda_add_bias(ig__cuda_t *c, float *y, const float *bias, int m, int n);
+/* y(m, n) = x(m, k) W(n, k)^T (+ bias) for small m, reading the weights once
+ * with 16-byte loads. Returns IG_ENOTSUP when the shapes do not fit it. */
+int ig__cuda_gemv(ig__cuda_t *c, float *y, const float *x, const ig_weight_t *w, const float *bias,
+                  int m);
+
+/* ---- launchers, cuda_attention.cu --------------------------------------- */
+int ig__cuda_attention(ig_backend_t *be, float *out, const float *q, const ig_kv_layout_t *kv,
+                       int layer, const ig_attn_batch_t *batch, int n_heads, float scale);
+/* Raises the dynamic shared-memory limit of the attention kernels; called
+ * once at create. */
+int ig__cuda_attention_setup(ig__cuda_t *c);
+
+#endif

@@ -1,0 +1,201 @@
+/*
+ * Helpers shared by the model, safetensors and mkmodel tests: scratch
+ * directories, whole-file I/O, and surgery on safetensors headers and JSON
+ * files so that each malformed case is made from a good model in the test.
+ * Header-only (static) so that it stays out of tests/support, which every
+ * test links.
+ */
+#ifndef IG_TESTS_MODEL_TESTUTIL_H
+#define IG_TESTS_MODEL_TESTUTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <ftw.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <math.h>
+#include <unistd.h>
+
+#include "infergate/error.h"
+#include "infergate/mkmodel.h"
+#include "infergate/model.h"
+
+static inline char *tu_mkdtemp(void)
+{
+    char tmpl[] = "/tmp/igtest_model_XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    assert_non_null(dir);
+    return strdup(dir);
+}
+
+static inline int tu_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+/* Removes dir and everything in it, then frees the string. */
+static inline void tu_rmtree(char *dir)
+{
+    if (dir == NULL)
+        return;
+    nftw(dir, tu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    free(dir);
+}
+
+static inline char *tu_path(const char *dir, const char *name)
+{
+    size_t n = strlen(dir) + strlen(name) + 2;
+    char *p = malloc(n);
+    assert_non_null(p);
+    snprintf(p, n, "%s/%s", dir, name);
+    return p;
+}
+
+/* Reads a whole file; *len gets its size. The caller frees. */
+static inline unsigned char *tu_read(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *buf = malloc((size_t)n + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
+    fclose(f);
+    *len = (size_t)n;
+    return buf;
+}
+
+static inline void tu_write(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+}
+
+/* Writes a tiny (or other preset) model into dir; without the tokenizer
+ * unless tu_with_tokenizer is set, since most tests need only the weights. */
+static int tu_with_tokenizer;
+
+static inline void tu_mkmodel(const char *dir, const char *preset, uint64_t seed, int shards,
+                              int has_dtype, ig_dtype_t dtype)
+{
+    ig_mkmodel_opts_t o;
+    char err[256];
+    ig_mkmodel_opts_default(&o);
+    o.preset = preset;
+    o.seed = seed;
+    o.shards = shards;
+    o.has_dtype = has_dtype;
+    o.dtype = dtype;
+    o.no_tokenizer = !tu_with_tokenizer;
+    int rc = ig_mkmodel_write(dir, &o, err, sizeof(err));
+    if (rc != 0)
+        fail_msg("mkmodel: %s", err);
+}
+
+/* Rewrites the JSON file dir/name: value NULL deletes key, else sets it
+ * (the reference is stolen). key may be "a.b" for one level of nesting. */
+static inline void tu_json_set(const char *dir, const char *name, const char *key, json_t *value)
+{
+    char *path = tu_path(dir, name);
+    json_error_t jerr;
+    json_t *root = json_load_file(path, 0, &jerr);
+    assert_non_null(root);
+    json_t *obj = root;
+    char k[128];
+    snprintf(k, sizeof(k), "%s", key);
+    char *dot = strchr(k, '.');
+    if (dot) {
+        *dot = '\0';
+        obj = json_object_get(root, k);
+        assert_non_null(obj);
+        memmove(k, dot + 1, strlen(dot + 1) + 1);
+    }
+    if (value)
+        assert_int_equal(json_object_set_new(obj, k, value), 0);
+    else
+        assert_int_equal(json_object_del(obj, k), 0);
+    assert_int_equal(json_dump_file(root, path, JSON_INDENT(1)), 0);
+    json_decref(root);
+    free(path);
+}
+
+/* Replaces the header of a safetensors file: fn edits the parsed header,
+ * then the file is rewritten with the new header and the old data bytes. */
+typedef void (*tu_header_fn)(json_t *header, void *arg);
+
+static inline void tu_st_edit(const char *path, tu_header_fn fn, void *arg)
+{
+    size_t len;
+    unsigned char *buf = tu_read(path, &len);
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--)
+        hlen = (hlen << 8) | buf[i];
+    assert_true(hlen + 8 <= len);
+    json_error_t jerr;
+    json_t *hdr = json_loadb((const char *)buf + 8, hlen, 0, &jerr);
+    assert_non_null(hdr);
+    fn(hdr, arg);
+    char *text = json_dumps(hdr, JSON_COMPACT);
+    assert_non_null(text);
+    size_t tlen = strlen(text), padded = (tlen + 7) & ~(size_t)7;
+    size_t dlen = len - 8 - hlen;
+    unsigned char *out = malloc(8 + padded + dlen);
+    assert_non_null(out);
+    for (int i = 0; i < 8; i++)
+        out[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(out + 8, text, tlen);
+    memset(out + 8 + tlen, ' ', padded - tlen);
+    memcpy(out + 8 + padded, buf + 8 + hlen, dlen);
+    tu_write(path, out, 8 + padded + dlen);
+    free(out);
+    free(text);
+    json_decref(hdr);
+    free(buf);
+}
+
+/* Replaces the first 8 bytes (the header length) of a file. */
+static inline void tu_st_set_hlen(const char *path, uint64_t hlen)
+{
+    size_t len;
+    unsigned char *buf = tu_read(path, &len);
+    for (int i = 0; i < 8; i++)
+        buf[i] = (unsigned char)(hlen >> (8 * i));
+    tu_write(path, buf, len);
+    free(buf);
+}
+
+/* Asserts that loading dir fails with code and a message containing every
+ * given substring (NULL-terminated list). */
+static inline void tu_expect_load_error(const char *dir, int code, ...)
+{
+    ig_model_t *m = NULL;
+    char err[512] = "";
+    int rc = ig_model_load(&m, dir, err, sizeof(err));
+    if (rc != code)
+        fail_msg("load: got %s (%s), expected %s", ig_err_name(rc), err, ig_err_name(code));
+    assert_null(m);
+    va_list ap;
+    va_start(ap, code);
+    const char *want;
+    while ((want = va_arg(ap, const char *)) != NULL) {
+        if (strstr(err, want) == NULL)
+            fail_msg("message \"%s\" lacks \"%s\"", err, want);
+    }
+    va_end(ap);
+}
+
+#endif

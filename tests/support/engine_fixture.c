@@ -1,0 +1,72 @@
+/* Test support: building engine batches from sequences with KV blocks. */
+#include "engine_fixture.h"
+
+#include "infergate/error.h"
+
+#include <string.h>
+
+void ig_tbatch_init(ig_tbatch_t *b)
+{
+    b->nseq = 0;
+    b->seq_start[0] = 0;
+}
+
+int ig_tbatch_add(ig_tbatch_t *b, ig_engine_t *e, ig_tseq_t *seq, const int *tokens, int n,
+                  int logits_from)
+{
+    int bs = ig_engine_block_size(e);
+    int need = (seq->pos + n + bs - 1) / bs;
+    int start = b->seq_start[b->nseq];
+    if (b->nseq >= IG_TBATCH_MAX_SEQS || start + n > IG_TBATCH_MAX_TOKENS ||
+        need > IG_TSEQ_MAX_BLOCKS)
+        return IG_EINVAL;
+    while (seq->nblocks < need) {
+        int blk = ig_engine_block_alloc(e);
+        if (blk < 0)
+            return blk;
+        seq->blocks[seq->nblocks++] = blk;
+    }
+    memcpy(b->tokens + start, tokens, (size_t)n * sizeof(int));
+    b->pos_start[b->nseq] = seq->pos;
+    b->tables[b->nseq] = seq->blocks;
+    b->logits_from[b->nseq] = logits_from;
+    b->seqs[b->nseq] = seq;
+    b->nseq++;
+    b->seq_start[b->nseq] = start + n;
+    return 0;
+}
+
+int ig_tbatch_run(ig_tbatch_t *b, ig_engine_t *e, float *logits)
+{
+    ig_batch_t batch = {
+        .nseq = b->nseq,
+        .tokens = b->tokens,
+        .seq_start = b->seq_start,
+        .pos_start = b->pos_start,
+        .block_tables = b->tables,
+        .logits_from = b->logits_from,
+        .logits = logits,
+    };
+    int rc = ig_engine_forward(e, &batch);
+    if (rc == 0)
+        for (int s = 0; s < b->nseq; s++)
+            b->seqs[s]->pos += b->seq_start[s + 1] - b->seq_start[s];
+    return rc;
+}
+
+void ig_tseq_release(ig_tseq_t *seq, ig_engine_t *e)
+{
+    for (int i = 0; i < seq->nblocks; i++)
+        ig_engine_block_release(e, seq->blocks[i]);
+    seq->nblocks = 0;
+    seq->pos = 0;
+}
+
+int ig_argmax(const float *v, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[best])
+            best = i;
+    return best;
+}

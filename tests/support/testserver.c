@@ -1,0 +1,225 @@
+#include "testserver.h"
+#include "testclient.h"
+
+#include "infergate/metrics.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct {
+    void (*fn)(ig_ts_t *ts, void *arg);
+    void *arg;
+    atomic_int done;
+} ts_call_t;
+
+struct ig_ts_s {
+    uv_loop_t loop;
+    uv_async_t async;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    ts_call_t *pending; /* one call at a time */
+    ig_http_server_t *server;
+    atomic_int closed;
+    int close_begun;
+    int stopping;
+};
+
+static void on_async(uv_async_t *a)
+{
+    ig_ts_t *ts = a->data;
+    pthread_mutex_lock(&ts->mu);
+    ts_call_t *c = ts->pending;
+    ts->pending = NULL;
+    pthread_mutex_unlock(&ts->mu);
+    if (c != NULL) {
+        c->fn(ts, c->arg);
+        atomic_store(&c->done, 1);
+    }
+}
+
+static void *loop_main(void *arg)
+{
+    ig_ts_t *ts = arg;
+    uv_run(&ts->loop, UV_RUN_DEFAULT);
+    return NULL;
+}
+
+ig_ts_t *ig_ts_start(const char *listen, const ig_http_limits_t *limits, ig_http_handler_cb handler,
+                     void *data)
+{
+    ig_ts_t *ts = calloc(1, sizeof(*ts));
+    if (ts == NULL)
+        return NULL;
+    uv_loop_init(&ts->loop);
+    pthread_mutex_init(&ts->mu, NULL);
+    if (ig_http_server_start(&ts->server, &ts->loop, listen, limits, handler, data) < 0) {
+        uv_run(&ts->loop, UV_RUN_DEFAULT);
+        uv_loop_close(&ts->loop);
+        free(ts);
+        return NULL;
+    }
+    uv_async_init(&ts->loop, &ts->async, on_async);
+    ts->async.data = ts;
+    pthread_create(&ts->thread, NULL, loop_main, ts);
+    return ts;
+}
+
+int ig_ts_port(const ig_ts_t *ts)
+{
+    return ig_http_server_port(ts->server);
+}
+
+ig_http_server_t *ig_ts_server(ig_ts_t *ts)
+{
+    return ts->server;
+}
+
+uv_loop_t *ig_ts_loop(ig_ts_t *ts)
+{
+    return &ts->loop;
+}
+
+void ig_ts_call(ig_ts_t *ts, void (*fn)(ig_ts_t *ts, void *arg), void *arg)
+{
+    ts_call_t c = {.fn = fn, .arg = arg};
+    atomic_init(&c.done, 0);
+    for (;;) {
+        pthread_mutex_lock(&ts->mu);
+        int free_slot = ts->pending == NULL;
+        if (free_slot)
+            ts->pending = &c;
+        pthread_mutex_unlock(&ts->mu);
+        if (free_slot)
+            break;
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+    }
+    uv_async_send(&ts->async);
+    while (!atomic_load(&c.done)) {
+        struct timespec d = {0, 200000};
+        nanosleep(&d, NULL);
+    }
+}
+
+static void on_server_closed(ig_http_server_t *s, void *data)
+{
+    ig_ts_t *ts = data;
+    ts->server = NULL;
+    atomic_store(&ts->closed, 1);
+    if (ts->stopping)
+        uv_close((uv_handle_t *)&ts->async, NULL);
+}
+
+typedef struct {
+    uint64_t drain_ms;
+} close_arg_t;
+
+static void do_close(ig_ts_t *ts, void *arg)
+{
+    close_arg_t *a = arg;
+    if (!ts->close_begun) {
+        ts->close_begun = 1;
+        ig_http_server_close(ts->server, a->drain_ms, on_server_closed, ts);
+    }
+}
+
+void ig_ts_begin_close(ig_ts_t *ts, uint64_t drain_ms)
+{
+    close_arg_t a = {drain_ms};
+    ig_ts_call(ts, do_close, &a);
+}
+
+int ig_ts_closed(ig_ts_t *ts)
+{
+    return atomic_load(&ts->closed);
+}
+
+static void do_stop(ig_ts_t *ts, void *arg)
+{
+    ts->stopping = 1;
+    if (!ts->close_begun) {
+        ts->close_begun = 1;
+        ig_http_server_close(ts->server, 2000, on_server_closed, ts);
+    } else if (atomic_load(&ts->closed)) {
+        uv_close((uv_handle_t *)&ts->async, NULL);
+    }
+}
+
+void ig_ts_stop(ig_ts_t *ts)
+{
+    if (ts == NULL)
+        return;
+    ig_ts_call(ts, do_stop, NULL);
+    pthread_join(ts->thread, NULL);
+    uv_loop_close(&ts->loop);
+    pthread_mutex_destroy(&ts->mu);
+    free(ts);
+}
+
+int ig_ts_wait(int (*cond)(void *arg), void *arg, int timeout_ms)
+{
+    long long deadline = ig_tc_now_ms() + timeout_ms;
+    int v;
+    while (!(v = cond(arg)) && ig_tc_now_ms() < deadline) {
+        struct timespec d = {0, 1000000};
+        nanosleep(&d, NULL);
+    }
+    return v;
+}
+
+typedef struct {
+    unsigned conns, inflight;
+} counts_t;
+
+static void do_counts(ig_ts_t *ts, void *arg)
+{
+    counts_t *c = arg;
+    c->conns = ts->server ? ig_http_server_connections(ts->server) : 0;
+    c->inflight = ts->server ? ig_http_server_inflight(ts->server) : 0;
+}
+
+unsigned ig_ts_connections(ig_ts_t *ts)
+{
+    counts_t c;
+    ig_ts_call(ts, do_counts, &c);
+    return c.conns;
+}
+
+unsigned ig_ts_inflight(ig_ts_t *ts)
+{
+    counts_t c;
+    ig_ts_call(ts, do_counts, &c);
+    return c.inflight;
+}
+
+void ig_ts_echo_handler(ig_http_req_t *req, void *data)
+{
+    size_t len;
+    const char *body = ig_http_req_body(req, &len);
+    const char *q = ig_http_req_query(req);
+    char head[512];
+    int n = snprintf(head, sizeof(head), "%s %s%s%s %zu\n", ig_http_req_method(req),
+                     ig_http_req_path(req), q[0] ? "?" : "", q, len);
+    if (n < 0 || (size_t)n >= sizeof(head))
+        n = 0;
+    char *out = ig_http_req_alloc(req, (size_t)n + len + 1);
+    if (out == NULL) {
+        ig_http_respond_error(req, 500, NULL, NULL, NULL, "out of memory");
+        return;
+    }
+    memcpy(out, head, (size_t)n);
+    memcpy(out + n, body, len);
+    const char *echo = ig_http_req_header(req, "x-echo");
+    if (echo != NULL)
+        ig_http_add_header(req, "X-Echo", echo);
+    ig_http_req_set_route(req, "/echo");
+    ig_http_respond(req, 200, "text/plain", out, (size_t)n + len);
+}
+
+char *ig_ts_metrics(void)
+{
+    return ig_metrics_render(NULL);
+}

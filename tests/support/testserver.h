@@ -1,0 +1,46 @@
+#ifndef IG_TESTSERVER_H
+#define IG_TESTSERVER_H
+
+/*
+ * Runs an ig_http_server on its own loop in a background thread, for tests
+ * that drive it with the blocking test client. The handler runs on the loop
+ * thread; ig_ts_call runs any function there and waits for it.
+ */
+
+#include "infergate/http.h"
+
+typedef struct ig_ts_s ig_ts_t;
+
+/* Starts the server ("127.0.0.1:0" picks a port). NULL on failure. */
+ig_ts_t *ig_ts_start(const char *listen, const ig_http_limits_t *limits, ig_http_handler_cb handler,
+                     void *data);
+int ig_ts_port(const ig_ts_t *ts);
+ig_http_server_t *ig_ts_server(ig_ts_t *ts);
+uv_loop_t *ig_ts_loop(ig_ts_t *ts);
+
+/* Runs fn(ts, arg) on the loop thread and waits until it returned. */
+void ig_ts_call(ig_ts_t *ts, void (*fn)(ig_ts_t *ts, void *arg), void *arg);
+
+/* Starts ig_http_server_close(drain_ms) from the loop thread and returns at
+ * once; ig_ts_closed() says whether its callback has fired. */
+void ig_ts_begin_close(ig_ts_t *ts, uint64_t drain_ms);
+int ig_ts_closed(ig_ts_t *ts);
+
+/* Closes the server (if not begun), waits for the loop to end, frees. */
+void ig_ts_stop(ig_ts_t *ts);
+
+/* Polls cond(arg) every millisecond until it is true or timeout_ms pass;
+ * returns its last value. For waiting on server state from the test thread. */
+int ig_ts_wait(int (*cond)(void *arg), void *arg, int timeout_ms);
+
+/* Server counters read on the loop thread. */
+unsigned ig_ts_connections(ig_ts_t *ts);
+unsigned ig_ts_inflight(ig_ts_t *ts);
+
+/* A handler that answers 200 text/plain "METHOD PATH?QUERY BODYLEN\n" then
+ * the body, with the request's X-Echo header (if any) as X-Echo. */
+void ig_ts_echo_handler(ig_http_req_t *req, void *data);
+/* The metrics exposition text (ig_metrics_render); the caller frees it. */
+char *ig_ts_metrics(void);
+
+#endif

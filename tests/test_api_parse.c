@@ -1,0 +1,237 @@
+/* API: request parsing and validation, one table of bad bodies with the
+ * param each must name, and the canonical round trip. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "infergate/api.h"
+#include "infergate/error.h"
+
+#include <string.h>
+
+static int parse(ig_api_kind_t kind, const char *body, ig_api_request_t *r, ig_api_error_t *e)
+{
+    return ig_api_parse(kind, body, strlen(body), r, e);
+}
+
+static void test_completion_defaults(void **state)
+{
+    ig_api_request_t r;
+    ig_api_error_t e;
+    assert_int_equal(
+        parse(IG_API_COMPLETION, "{\"prompt\":\"hello\",\"extra_field\":[1,2]}", &r, &e), 0);
+    assert_int_equal(r.nprompts, 1);
+    assert_string_equal(r.prompts[0].text, "hello");
+    assert_int_equal(r.max_tokens, 16);
+    assert_int_equal(r.logprobs, -1);
+    assert_true(r.sampling.temperature == 1.0f);
+    assert_null(r.model);
+    assert_false(r.stream);
+    ig_api_request_dispose(&r);
+}
+
+static void test_completion_fields(void **state)
+{
+    ig_api_request_t r;
+    ig_api_error_t e;
+    const char *body =
+        "{\"model\":\"tiny\",\"prompt\":[1,2,3],\"max_tokens\":5,\"temperature\":0.5,"
+        "\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"repetition_penalty\":1.1,"
+        "\"seed\":42,\"stop\":[\"\\n\",\"END\"],\"stream\":true,"
+        "\"stream_options\":{\"include_usage\":true},\"logprobs\":3,\"echo\":true,"
+        "\"n\":1,\"ignore_eos\":true,\"user\":{\"x\":1},\"stop_token_ids\":[7]}";
+    assert_int_equal(parse(IG_API_COMPLETION, body, &r, &e), 0);
+    assert_string_equal(r.model, "tiny");
+    assert_int_equal(r.nprompts, 1);
+    assert_null(r.prompts[0].text);
+    assert_int_equal(r.prompts[0].nids, 3);
+    assert_int_equal(r.prompts[0].ids[2], 3);
+    assert_int_equal(r.max_tokens, 5);
+    assert_true(r.sampling.temperature == 0.5f);
+    assert_int_equal(r.sampling.top_k, 40);
+    assert_true(r.has_seed);
+    assert_int_equal(r.seed, 42);
+    assert_int_equal(r.nstop, 2);
+    assert_string_equal(r.stop[1], "END");
+    assert_true(r.stream && r.include_usage && r.echo && r.ignore_eos);
+    assert_int_equal(r.logprobs, 3);
+    assert_int_equal(r.nstop_ids, 1);
+
+    /* canonical JSON parses back to the same request */
+    json_t *j = ig_api_request_to_json(&r);
+    char *s = json_dumps(j, JSON_COMPACT);
+    ig_api_request_t r2;
+    assert_int_equal(parse(IG_API_COMPLETION, s, &r2, &e), 0);
+    assert_int_equal(r2.prompts[0].nids, 3);
+    assert_int_equal(r2.max_tokens, 5);
+    assert_int_equal(r2.sampling.top_k, 40);
+    assert_true(r2.sampling.top_p == r.sampling.top_p);
+    assert_int_equal(r2.seed, 42);
+    assert_int_equal(r2.nstop, 2);
+    assert_int_equal(r2.logprobs, 3);
+    assert_true(r2.echo && r2.include_usage && r2.ignore_eos);
+    free(s);
+    json_decref(j);
+    ig_api_request_dispose(&r2);
+    ig_api_request_dispose(&r);
+
+    /* a list of strings and a list of token-id lists are batches */
+    assert_int_equal(parse(IG_API_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", &r, &e), 0);
+    assert_int_equal(r.nprompts, 2);
+    assert_string_equal(r.prompts[1].text, "b");
+    ig_api_request_dispose(&r);
+    assert_int_equal(parse(IG_API_COMPLETION, "{\"prompt\":[[1],[2,3]]}", &r, &e), 0);
+    assert_int_equal(r.nprompts, 2);
+    assert_int_equal(r.prompts[1].nids, 2);
+    ig_api_request_dispose(&r);
+}
+
+static void test_chat(void **state)
+{
+    ig_api_request_t r;
+    ig_api_error_t e;
+    const char *body =
+        "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":\"be nice\"},"
+        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi \"},"
+        "{\"type\":\"text\",\"text\":\"there\"}]}],\"logprobs\":true,"
+        "\"top_logprobs\":2,\"max_completion_tokens\":7,\"max_tokens\":99}";
+    assert_int_equal(parse(IG_API_CHAT, body, &r, &e), 0);
+    assert_int_equal(r.nmessages, 2);
+    assert_string_equal(r.messages[1].role, "user");
+    assert_string_equal(r.messages[1].content, "hi there");
+    assert_int_equal(r.logprobs, 2);
+    assert_int_equal(r.max_tokens, 7);
+    ig_api_request_dispose(&r);
+    assert_int_equal(
+        parse(IG_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", &r, &e), 0);
+    assert_int_equal(r.max_tokens, 0); /* up to the context */
+    assert_int_equal(r.logprobs, -1);
+    ig_api_request_dispose(&r);
+}
+
+typedef struct {
+    ig_api_kind_t kind;
+    const char *body;
+    const char *param; /* "" for none */
+} bad_case_t;
+
+static const bad_case_t bad_cases[] = {
+    {IG_API_COMPLETION, "not json", ""},
+    {IG_API_COMPLETION, "[1,2]", ""},
+    {IG_API_COMPLETION, "{}", "prompt"},
+    {IG_API_COMPLETION, "{\"prompt\":5}", "prompt"},
+    {IG_API_COMPLETION, "{\"prompt\":[]}", "prompt"},
+    {IG_API_COMPLETION, "{\"prompt\":[1,-2]}", "prompt"},
+    {IG_API_COMPLETION, "{\"prompt\":[1,\"a\"]}", "prompt"},
+    {IG_API_COMPLETION, "{\"prompt\":[\"a\",3]}", "prompt"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":0}", "max_tokens"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":-3}", "max_tokens"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":\"5\"}", "max_tokens"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":1.5}", "max_tokens"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"temperature\":-1}", "temperature"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"temperature\":\"hot\"}", "temperature"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"top_p\":0}", "top_p"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"top_p\":1.5}", "top_p"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"top_k\":-5}", "top_k"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"min_p\":2}", "min_p"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"repetition_penalty\":0}", "repetition_penalty"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"seed\":\"x\"}", "seed"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"stop\":3}", "stop"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"\"]}", "stop"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"stop\":[\"x\",1]}", "stop"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"stream\":\"yes\"}", "stream"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"stream_options\":{\"include_usage\":true}}",
+     "stream_options"},
+    {IG_API_COMPLETION,
+     "{\"prompt\":\"a\",\"stream\":true,\"stream_options\":{\"include_usage\":1}}",
+     "stream_options.include_usage"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":21}", "logprobs"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "echo"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"n\":2}", "n"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"ignore_eos\":\"no\"}", "ignore_eos"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"model\":7}", "model"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"presence_penalty\":3}", "presence_penalty"},
+    {IG_API_COMPLETION, "{\"prompt\":\"\\udc00\"}", ""},   /* lone surrogate */
+    {IG_API_COMPLETION, "{\"prompt\":\"a\\u0000b\"}", ""}, /* NUL */
+    {IG_API_CHAT, "{}", "messages"},
+    {IG_API_CHAT, "{\"messages\":[]}", "messages"},
+    {IG_API_CHAT, "{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}", "messages"},
+    {IG_API_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages"},
+    {IG_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":5}]}", "messages"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
+     "messages"},
+    {IG_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":3}",
+     "logprobs"},
+    {IG_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}",
+     "top_logprobs"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true,\"top_logprobs\":30}",
+     "top_logprobs"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}",
+     "max_completion_tokens"},
+};
+
+static void test_bad_requests(void **state)
+{
+    for (size_t i = 0; i < sizeof(bad_cases) / sizeof(bad_cases[0]); i++) {
+        ig_api_request_t r;
+        ig_api_error_t e;
+        memset(&e, 0, sizeof(e));
+        int rc = parse(bad_cases[i].kind, bad_cases[i].body, &r, &e);
+        if (rc != IG_EINVAL || e.status != 400 || strcmp(e.param, bad_cases[i].param) != 0)
+            fail_msg("case %zu %s: rc %d status %d param '%s' (%s)", i, bad_cases[i].body, rc,
+                     e.status, e.param, e.message);
+        assert_string_equal(e.type, "invalid_request_error");
+        assert_true(strlen(e.message) > 0);
+    }
+}
+
+static void test_invalid_utf8_raw(void **state)
+{
+    /* Raw invalid bytes in the body (not escapes) are refused too. */
+    ig_api_request_t r;
+    ig_api_error_t e;
+    const char body[] = "{\"prompt\":\"a\xff\xfe\"}";
+    assert_int_equal(ig_api_parse_completion(body, sizeof(body) - 1, &r, &e), IG_EINVAL);
+    assert_int_equal(e.status, 400);
+    assert_true(ig_api_utf8_valid("h\xc3\xa9llo", 6));
+    assert_false(ig_api_utf8_valid("\xc3", 1));
+    assert_false(ig_api_utf8_valid("\xed\xa0\x80", 3)); /* surrogate */
+    assert_false(ig_api_utf8_valid("\xc0\xaf", 2));     /* overlong */
+    assert_true(ig_api_utf8_valid("\xf0\x9f\x98\x80", 4));
+}
+
+static void test_context_check(void **state)
+{
+    ig_api_request_t r;
+    ig_api_error_t e;
+    assert_int_equal(parse(IG_API_COMPLETION, "{\"prompt\":\"a\",\"max_tokens\":100}", &r, &e), 0);
+    assert_int_equal(ig_api_check_context(&r, 10, 128, &e), 0);
+    assert_int_equal(ig_api_check_context(&r, 50, 128, &e), IG_ETOOLONG);
+    assert_int_equal(e.status, 400);
+    assert_string_equal(e.param, "prompt");
+    assert_string_equal(e.code, "context_length_exceeded");
+    assert_non_null(strstr(e.message, "128"));
+    assert_non_null(strstr(e.message, "150"));
+    assert_non_null(strstr(e.message, "50 in the prompt"));
+    ig_api_request_dispose(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_completion_defaults),
+        cmocka_unit_test(test_completion_fields),
+        cmocka_unit_test(test_chat),
+        cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_invalid_utf8_raw),
+        cmocka_unit_test(test_context_check),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,388 @@
+/*
+ * Each CPU kernel against a naive scalar reference on random inputs: GEMM
+ * through the own SIMD loop and through OpenBLAS (pool-split and
+ * OpenBLAS-threaded), with and without bias, odd shapes included; RMSNorm,
+ * RoPE, SwiGLU, add, embed, gather, weight conversion, KV append and paged
+ * attention (GQA, decode and prefill rows mixed).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "../kernels/cpu/cpu_internal.h"
+#include "infergate/error.h"
+#include "infergate/kernels.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 88172645463325252ull;
+
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+}
+
+static float *rand_buf(size_t n)
+{
+    float *p = malloc(n * sizeof(float) + 64);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand();
+    return p;
+}
+
+static ig_weight_t make_weight(float *data, int64_t rows, int64_t cols)
+{
+    ig_weight_t w = {IG_DTYPE_F32, data, rows, cols};
+    return w;
+}
+
+/* Relative-to-magnitude comparison: GEMM sums k products in another order. */
+static void assert_close(const float *got, const double *want, size_t n, double tol,
+                         const char *what)
+{
+    double worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs(got[i] - want[i]) / (1.0 + fabs(want[i]));
+        if (!(d <= worst)) {
+            worst = d;
+            at = i;
+        }
+    }
+    if (!(worst <= tol)) {
+        fail_msg("%s: element %zu is %.9g, reference %.9g (rel err %.3g > %.3g)", what, at, got[at],
+                 want[at], worst, tol);
+    }
+}
+
+/* ---- GEMM ----------------------------------------------------------------- */
+
+static void naive_gemm(double *y, const float *x, const float *w, const float *bias, int m, int n,
+                       int k)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = bias ? bias[j] : 0.0;
+            for (int t = 0; t < k; t++)
+                s += (double)x[(size_t)i * k + t] * w[(size_t)j * k + t];
+            y[(size_t)i * n + j] = s;
+        }
+}
+
+static const int shapes[][3] = {
+    /* m, n, k; m >= 64 takes the BLAS side of auto */
+    {1, 1, 1},      {1, 7, 5},    {3, 5, 17},     {4, 4, 16},    {5, 33, 31},  {1, 288, 288},
+    {64, 100, 288}, {7, 768, 64}, {17, 288, 768}, {2, 1000, 48}, {70, 40, 33},
+};
+
+static void check_gemm_mode(ig_backend_t *be, ig_cpu_gemm_t mode, const char *label)
+{
+    char what[128];
+    for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+        int m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k), *b = rand_buf(n);
+        float *y = malloc((size_t)m * n * sizeof(float));
+        double *ref = malloc((size_t)m * n * sizeof(double));
+        ig_weight_t W = make_weight(w, n, k), B = make_weight(b, n, 1);
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            naive_gemm(ref, x, w, with_bias ? b : NULL, m, n, k);
+            memset(y, 0xff, (size_t)m * n * sizeof(float)); /* NaN: every cell must be written */
+            assert_int_equal(be->matmul(be, y, x, &W, with_bias ? &B : NULL, m), 0);
+            snprintf(what, sizeof(what), "%s m=%d n=%d k=%d bias=%d", label, m, n, k, with_bias);
+            assert_close(y, ref, (size_t)m * n, 1e-5, what);
+        }
+        free(x), free(w), free(b), free(y), free(ref);
+    }
+}
+
+static void test_gemm_paths(void **state)
+{
+    int threads[] = {1, 3};
+    for (size_t t = 0; t < 2; t++) {
+        ig_backend_t *be;
+        assert_int_equal(ig_backend_cpu_create(&be, threads[t]), 0);
+        assert_int_equal(ig__cpu_gemm(be), IG_CPU_GEMM_AUTO); /* the default */
+        check_gemm_mode(be, IG_CPU_GEMM_AUTO, "auto");
+        assert_int_equal(ig__cpu_set_gemm(be, IG_CPU_GEMM_OWN), 0);
+        check_gemm_mode(be, IG_CPU_GEMM_OWN, "own");
+#ifdef IG_HAVE_OPENBLAS
+        assert_int_equal(ig__cpu_set_gemm(be, IG_CPU_GEMM_BLAS_POOL), 0);
+        check_gemm_mode(be, IG_CPU_GEMM_BLAS_POOL, "blas-pool");
+        assert_int_equal(ig__cpu_set_gemm(be, IG_CPU_GEMM_BLAS_OWN), 0);
+        check_gemm_mode(be, IG_CPU_GEMM_BLAS_OWN, "blas");
+#else
+        assert_int_equal(ig__cpu_set_gemm(be, IG_CPU_GEMM_BLAS_POOL), IG_ENOTSUP);
+#endif
+        be->destroy(be);
+    }
+}
+
+/* The own loop computes each output the same way whatever the batch size. */
+static void test_gemm_own_rows_independent(void **state)
+{
+    int n = 96, k = 80, m = 13;
+    float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
+    float *all = malloc((size_t)m * n * sizeof(float)), *one = malloc((size_t)n * sizeof(float));
+    ig__gemm_own(all, n, x, w, m, k, 0, n);
+    for (int i = 0; i < m; i++) {
+        ig__gemm_own(one, n, x + (size_t)i * k, w, 1, k, 0, n);
+        assert_memory_equal(one, all + (size_t)i * n, (size_t)n * sizeof(float));
+    }
+    free(x), free(w), free(all), free(one);
+}
+
+/* ---- element-wise --------------------------------------------------------- */
+
+static void test_rmsnorm_swiglu_add(void **state)
+{
+    ig_backend_t *be;
+    assert_int_equal(ig_backend_cpu_create(&be, 2), 0);
+    int m = 300, n = 136; /* big enough to go through the pool */
+    float *x = rand_buf((size_t)m * n), *w = rand_buf(n), *out = rand_buf((size_t)m * n);
+    double *ref = malloc((size_t)m * n * sizeof(double));
+    ig_weight_t W = make_weight(w, n, 1);
+    for (int i = 0; i < m; i++) {
+        double ss = 0;
+        for (int j = 0; j < n; j++)
+            ss += (double)x[i * n + j] * x[i * n + j];
+        double inv = 1.0 / sqrt(ss / n + 1e-5);
+        for (int j = 0; j < n; j++)
+            ref[i * n + j] = x[i * n + j] * inv * w[j];
+    }
+    assert_int_equal(be->rmsnorm(be, out, x, &W, m, 1e-5f), 0);
+    assert_close(out, ref, (size_t)m * n, 1e-6, "rmsnorm");
+    assert_int_equal(be->rmsnorm(be, x, x, &W, m, 1e-5f), 0); /* in place */
+    assert_close(x, ref, (size_t)m * n, 1e-6, "rmsnorm in place");
+
+    size_t len = (size_t)m * n;
+    float *g = rand_buf(len), *u = rand_buf(len), *y = rand_buf(len), *y0 = malloc(len * 4);
+    memcpy(y0, y, len * 4);
+    for (size_t i = 0; i < len; i++) {
+        double gg = g[i] * 4.0; /* reach the saturated ends of silu */
+        g[i] = (float)gg;
+        ref[i] = gg / (1.0 + exp(-gg)) * u[i];
+    }
+    assert_int_equal(be->swiglu(be, out, g, u, len), 0);
+    assert_close(out, ref, len, 1e-6, "swiglu");
+    for (size_t i = 0; i < len; i++)
+        ref[i] = (double)y0[i] + g[i];
+    assert_int_equal(be->add(be, y, g, len), 0);
+    assert_close(y, ref, len, 1e-6, "add");
+    assert_int_equal(be->add(be, y, g, 5), 0); /* small: the calling thread alone */
+    free(x), free(w), free(out), free(ref), free(g), free(u), free(y), free(y0);
+    be->destroy(be);
+}
+
+static void test_rope(void **state)
+{
+    ig_backend_t *be;
+    assert_int_equal(ig_backend_cpu_create(&be, 2), 0);
+    int ntok = 11, nh = 4, nkv = 2, hd = 16, half = hd / 2;
+    float *q = rand_buf((size_t)ntok * nh * hd), *k = rand_buf((size_t)ntok * nkv * hd);
+    float *q0 = malloc((size_t)ntok * nh * hd * 4), *k0 = malloc((size_t)ntok * nkv * hd * 4);
+    memcpy(q0, q, (size_t)ntok * nh * hd * 4);
+    memcpy(k0, k, (size_t)ntok * nkv * hd * 4);
+    int pos[11] = {0, 1, 2, 3, 7, 100, 5000, 31, 32, 33, 65535};
+    float freq[8];
+    for (int i = 0; i < half; i++)
+        freq[i] = (float)(1.0 / pow(10000.0, 2.0 * i / hd));
+    assert_int_equal(be->rope(be, q, k, pos, ntok, nh, nkv, hd, freq), 0);
+    for (int pass = 0; pass < 2; pass++) {
+        int heads = pass ? nkv : nh;
+        const float *src = pass ? k0 : q0, *got = pass ? k : q;
+        size_t total = (size_t)ntok * heads * hd;
+        double *ref = malloc(total * sizeof(double));
+        for (int t = 0; t < ntok; t++)
+            for (int h = 0; h < heads; h++) {
+                const float *v = src + ((size_t)t * heads + h) * hd;
+                double *r = ref + ((size_t)t * heads + h) * hd;
+                for (int i = 0; i < half; i++) {
+                    double a = (double)pos[t] * freq[i];
+                    r[i] = v[i] * cos(a) - v[i + half] * sin(a);
+                    r[i + half] = v[i + half] * cos(a) + v[i] * sin(a);
+                }
+            }
+        assert_close(got, ref, total, 1e-6, pass ? "rope k" : "rope q");
+        free(ref);
+    }
+    free(q), free(k), free(q0), free(k0);
+    be->destroy(be);
+}
+
+static uint16_t bits16(const char *what, int i)
+{
+    /* (f16 bits, bf16 bits) of 1.0, -2.5, 65504 / 3.0e38-ish, 2^-24, 0 */
+    static const uint16_t f16[] = {0x3c00, 0xc100, 0x7bff, 0x0001, 0x0000, 0x3555};
+    static const uint16_t bf16[] = {0x3f80, 0xc020, 0x7f7f, 0x0001, 0x8000, 0x3eab};
+    return what[0] == 'f' ? f16[i] : bf16[i];
+}
+
+static void test_upload_convert(void **state)
+{
+    ig_backend_t *be;
+    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    uint16_t h[6], b[6];
+    for (int i = 0; i < 6; i++)
+        h[i] = bits16("f16", i), b[i] = bits16("bf16", i);
+    double want_h[] = {1.0, -2.5, 65504.0, ldexp(1.0, -24), 0.0, 0.333251953125};
+    double want_b[] = {1.0, -2.5, 3.3895313892515355e38, 9.183549615799121e-41, -0.0, 0.333984375};
+    ig_tensor_t th = {IG_DTYPE_F16, h, 2, {2, 3}}, tb = {IG_DTYPE_BF16, b, 1, {6}};
+    ig_weight_t wh, wb;
+    assert_int_equal(be->upload_weight(be, &th, &wh), 0);
+    assert_int_equal(be->upload_weight(be, &tb, &wb), 0);
+    assert_int_equal(wh.dtype, IG_DTYPE_F32);
+    assert_int_equal(wh.rows, 2);
+    assert_int_equal(wh.cols, 3);
+    assert_int_equal(wb.rows, 6);
+    assert_int_equal(wb.cols, 1);
+    for (int i = 0; i < 6; i++) {
+        assert_true(((float *)wh.data)[i] == (float)want_h[i]);
+        assert_true(((float *)wb.data)[i] == (float)want_b[i]);
+    }
+    be->free_weight(be, &wh);
+    be->free_weight(be, &wb);
+    ig_tensor_t bad = {IG_DTYPE_F32, NULL, 1, {4}};
+    assert_int_equal(be->upload_weight(be, &bad, &wh), IG_EINVAL);
+    be->destroy(be);
+}
+
+static void test_embed_gather(void **state)
+{
+    ig_backend_t *be;
+    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    int vocab = 50, dim = 24;
+    float *table = rand_buf((size_t)vocab * dim), *out = malloc(4 * dim * 4);
+    ig_weight_t T = make_weight(table, vocab, dim);
+    int tokens[4] = {3, 0, 49, 3};
+    assert_int_equal(be->embed(be, out, &T, tokens, 4), 0);
+    for (int i = 0; i < 4; i++)
+        assert_memory_equal(out + i * dim, table + tokens[i] * dim, dim * 4);
+    int bad[1] = {50};
+    assert_int_equal(be->embed(be, out, &T, bad, 1), IG_ERANGE);
+    float *g = malloc(3 * dim * 4);
+    int rows[3] = {2, 2, 0};
+    assert_int_equal(be->gather(be, g, out, rows, 3, dim), 0);
+    assert_memory_equal(g, out + 2 * dim, dim * 4);
+    assert_memory_equal(g + dim, out + 2 * dim, dim * 4);
+    assert_memory_equal(g + 2 * dim, out, dim * 4);
+    free(table), free(out), free(g);
+    be->destroy(be);
+}
+
+/* ---- paged attention ------------------------------------------------------ */
+
+static void test_attention_paged(void **state)
+{
+    enum { NSEQ = 3, NL = 2, BS = 4, NB = 24, NKV = 2, NH = 6, HD = 8 };
+    /* Sequence 0 decodes one row at position 9, sequence 1 prefills 7 rows
+     * from position 0, sequence 2 prefills a chunk of 3 rows at 13..15. */
+    int qlen[NSEQ] = {1, 7, 3}, ctx[NSEQ] = {10, 7, 16};
+    int maxb = 4;
+    int tables[NSEQ * 4] = {5, 17, 2, 0, 9, 1, 0, 0, 23, 11, 3, 8};
+    int threads[] = {1, 3};
+    for (int ti = 0; ti < 2; ti++) {
+        ig_backend_t *be;
+        assert_int_equal(ig_backend_cpu_create(&be, threads[ti]), 0);
+        size_t kvn = (size_t)NL * NB * NKV * BS * HD;
+        ig_kv_layout_t kv = {NL, NB, BS, NKV, HD, rand_buf(kvn), rand_buf(kvn)};
+        /* The full history of every sequence, written through kv_append. */
+        int layer = 1;
+        float *hk[NSEQ], *hv[NSEQ];
+        for (int s = 0; s < NSEQ; s++) {
+            hk[s] = rand_buf((size_t)ctx[s] * NKV * HD);
+            hv[s] = rand_buf((size_t)ctx[s] * NKV * HD);
+            int *slots = malloc(ctx[s] * sizeof(int));
+            for (int p = 0; p < ctx[s]; p++)
+                slots[p] = tables[s * maxb + p / BS] * BS + p % BS;
+            assert_int_equal(be->kv_append(be, &kv, layer, hk[s], hv[s], slots, ctx[s]), 0);
+            free(slots);
+        }
+        int q_start[NSEQ + 1] = {0, 1, 8, 11};
+        int ntok = q_start[NSEQ];
+        float *q = rand_buf((size_t)ntok * NH * HD), *out = malloc((size_t)ntok * NH * HD * 4);
+        ig_attn_batch_t b = {NSEQ, ntok, q_start, ctx, tables, maxb, 16, 7};
+        float scale = 1.0f / sqrtf((float)HD);
+        assert_int_equal(be->attention(be, out, q, &kv, layer, &b, NH, scale), 0);
+
+        double *ref = malloc((size_t)ntok * NH * HD * sizeof(double));
+        for (int s = 0; s < NSEQ; s++)
+            for (int r = 0; r < qlen[s]; r++) {
+                int row = q_start[s] + r, pos = ctx[s] - qlen[s] + r;
+                for (int h = 0; h < NH; h++) {
+                    int g = h / (NH / NKV);
+                    const float *qv = q + ((size_t)row * NH + h) * HD;
+                    double sc[16], mx = -1e300, sum = 0;
+                    for (int t = 0; t <= pos; t++) {
+                        double d = 0;
+                        for (int i = 0; i < HD; i++)
+                            d += (double)qv[i] * hk[s][((size_t)t * NKV + g) * HD + i];
+                        sc[t] = d * scale;
+                        mx = sc[t] > mx ? sc[t] : mx;
+                    }
+                    for (int t = 0; t <= pos; t++)
+                        sum += (sc[t] = exp(sc[t] - mx));
+                    for (int i = 0; i < HD; i++) {
+                        double o = 0;
+                        for (int t = 0; t <= pos; t++)
+                            o += sc[t] / sum * hv[s][((size_t)t * NKV + g) * HD + i];
+                        ref[((size_t)row * NH + h) * HD + i] = o;
+                    }
+                }
+            }
+        assert_close(out, ref, (size_t)ntok * NH * HD, 2e-6, "attention");
+
+        /* A context longer than its block table is refused. */
+        int bad_ctx[NSEQ] = {10, 7, 17};
+        ig_attn_batch_t bad = b;
+        bad.ctx_len = bad_ctx;
+        assert_int_equal(be->attention(be, out, q, &kv, layer, &bad, NH, scale), IG_ERANGE);
+        int bad_slot = NB * BS;
+        assert_int_equal(be->kv_append(be, &kv, 0, hk[0], hv[0], &bad_slot, 1), IG_ERANGE);
+
+        for (int s = 0; s < NSEQ; s++)
+            free(hk[s]), free(hv[s]);
+        free(kv.k), free(kv.v), free(q), free(out), free(ref);
+        be->destroy(be);
+    }
+}
+
+static void test_split_covers(void **state)
+{
+    for (int n = 0; n < 70; n += 7)
+        for (int nt = 1; nt <= 5; nt++) {
+            int next = 0;
+            for (int t = 0; t < nt; t++) {
+                int b, e;
+                ig__split(n, 16, t, nt, &b, &e);
+                assert_int_equal(b, next);
+                assert_true(e >= b);
+                next = e;
+            }
+            assert_int_equal(next, n);
+        }
+}
+
+int main(void)
+{
+    const char *core;
+    int usable = ig__cpu_blas_usable(&core);
+    printf("# CPU kernels compiled for %s; OpenBLAS core %s (%s by auto)\n", ig__cpu_simd_name(),
+           core, usable ? "used" : "not used");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gemm_paths),         cmocka_unit_test(test_gemm_own_rows_independent),
+        cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_upload_convert),     cmocka_unit_test(test_embed_gather),
+        cmocka_unit_test(test_attention_paged),    cmocka_unit_test(test_split_covers),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,322 @@
+/* The router's cost model, policies, ejection and retry budget, driven by a
+ * synthetic clock. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "infergate/error.h"
+#include "infergate/router.h"
+
+#define S(x) ((uint64_t)((x)*1e9))
+
+static ig_router_t router_with(ig_route_policy_t policy)
+{
+    ig_router_opts_t o;
+    ig_router_opts_default(&o);
+    o.policy = policy;
+    ig_router_t r;
+    ig_router_init(&r, &o);
+    return r;
+}
+
+static void ready_upstream(ig_upstream_state_t *u, const char *name, ig_upstream_kind_t kind)
+{
+    ig_upstream_state_init(u, name, kind);
+    u->ready = 1;
+}
+
+static void test_peak_ewma_rtt(void **state)
+{
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_upstream_state_t u;
+    ready_upstream(&u, "a", IG_UPSTREAM_LOCAL);
+    ig_router_observe_rtt(&r, &u, 0.010, S(1));
+    assert_true(fabs(u.rtt_s - 0.010) < 1e-12);
+    /* A slower sample takes over at once. */
+    ig_router_observe_rtt(&r, &u, 0.100, S(2));
+    assert_true(fabs(u.rtt_s - 0.100) < 1e-12);
+    /* A faster one decays in with weight e^(-dt/tau): after tau the old
+     * value keeps 1/e. */
+    ig_router_observe_rtt(&r, &u, 0.010, S(12));
+    double w = exp(-1.0);
+    assert_true(fabs(u.rtt_s - (0.100 * w + 0.010 * (1 - w))) < 1e-9);
+}
+
+static void test_cost_prefers_faster_service(void **state)
+{
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_upstream_state_t fast, slow;
+    ready_upstream(&fast, "fast", IG_UPSTREAM_LOCAL);
+    ready_upstream(&slow, "slow", IG_UPSTREAM_LOCAL);
+    for (int i = 0; i < 10; i++) {
+        ig_router_observe_ttft(&r, &fast, 100, 0.010, 0, S(1));
+        ig_router_observe_ttft(&r, &slow, 100, 0.030, 0, S(1));
+    }
+    double cf = ig_router_cost(&r, &fast, 100, S(1));
+    double cs = ig_router_cost(&r, &slow, 100, S(1));
+    assert_true(cf < cs);
+    /* The service time scales with the prompt: 4x the tokens costs more. */
+    assert_true(ig_router_cost(&r, &fast, 400, S(1)) > cf * 2);
+
+    ig_upstream_state_t *ups[2] = {&slow, &fast};
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 100, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    assert_int_equal(d.runner_up, 0);
+    assert_true(d.cost_s < d.runner_up_cost_s);
+}
+
+static void test_remote_site_only_when_faster(void **state)
+{
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_upstream_state_t local, site;
+    ready_upstream(&local, "local", IG_UPSTREAM_LOCAL);
+    ready_upstream(&site, "eu-west", IG_UPSTREAM_SITE);
+    ig_router_observe_rtt(&r, &local, 0.0005, S(1));
+    ig_router_observe_rtt(&r, &site, 0.040, S(1));
+    for (int i = 0; i < 8; i++) {
+        ig_router_observe_ttft(&r, &local, 50, 0.0205, 0, S(1));
+        ig_router_observe_ttft(&r, &site, 50, 0.060, 0, S(1));
+    }
+    ig_upstream_state_t *ups[2] = {&local, &site};
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 50, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+
+    /* The local pool reports a deep queue: now the site is faster. */
+    local.slots = 4;
+    local.occupancy_s = 1.0;
+    local.reported_waiting = 8;
+    local.reported_at_ns = S(1);
+    assert_int_equal(ig_router_pick(&r, ups, 2, 50, NULL, S(1.5), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    /* A stale report is not believed. */
+    assert_int_equal(ig_router_pick(&r, ups, 2, 50, NULL, S(30), &d), 0);
+    assert_int_equal(d.chosen, 0);
+}
+
+static void test_hot_guard(void **state)
+{
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_upstream_state_t a, b, c;
+    ready_upstream(&a, "a", IG_UPSTREAM_LOCAL);
+    ready_upstream(&b, "b", IG_UPSTREAM_LOCAL);
+    ready_upstream(&c, "c", IG_UPSTREAM_LOCAL);
+    /* a is the cheapest by far, but carries more in flight than the others:
+     * it is hot, and the cheapest cold one wins. */
+    a.svc_samples = b.svc_samples = c.svc_samples = 1;
+    a.svc_s = 0.001;
+    b.svc_s = 0.050;
+    c.svc_s = 0.020;
+    a.slots = b.slots = c.slots = 64; /* wait stays 0 */
+    a.inflight = 5;
+    b.inflight = 1;
+    c.inflight = 1;
+    ig_upstream_state_t *ups[3] = {&a, &b, &c};
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 3, 10, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 2);
+    /* Equal load: nobody is hot, the cheapest wins. */
+    a.inflight = 1;
+    assert_int_equal(ig_router_pick(&r, ups, 3, 10, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+    assert_int_equal(d.hot, 0);
+}
+
+static void test_policies_and_exclusion(void **state)
+{
+    ig_upstream_state_t a, b, c;
+    ready_upstream(&a, "a", IG_UPSTREAM_LOCAL);
+    ready_upstream(&b, "b", IG_UPSTREAM_LOCAL);
+    ready_upstream(&c, "c", IG_UPSTREAM_LOCAL);
+    ig_upstream_state_t *ups[3] = {&a, &b, &c};
+    ig_route_decision_t d;
+
+    ig_router_t rr = router_with(IG_ROUTE_ROUND_ROBIN);
+    int seen[3] = {0};
+    for (int i = 0; i < 9; i++) {
+        assert_int_equal(ig_router_pick(&rr, ups, 3, 10, NULL, S(1), &d), 0);
+        seen[d.chosen]++;
+    }
+    assert_int_equal(seen[0], 3);
+    assert_int_equal(seen[1], 3);
+    assert_int_equal(seen[2], 3);
+
+    ig_router_t li = router_with(IG_ROUTE_LEAST_INFLIGHT);
+    a.inflight = 3;
+    b.inflight = 0;
+    c.inflight = 2;
+    assert_int_equal(ig_router_pick(&li, ups, 3, 10, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    unsigned char exclude[3] = {0, 1, 0};
+    assert_int_equal(ig_router_pick(&li, ups, 3, 10, exclude, S(1), &d), 0);
+    assert_int_equal(d.chosen, 2);
+
+    ig_router_t rnd = router_with(IG_ROUTE_RANDOM);
+    memset(seen, 0, sizeof(seen));
+    for (int i = 0; i < 300; i++) {
+        assert_int_equal(ig_router_pick(&rnd, ups, 3, 10, NULL, S(1), &d), 0);
+        seen[d.chosen]++;
+    }
+    for (int i = 0; i < 3; i++)
+        assert_true(seen[i] > 60);
+
+    /* Not ready, draining or all excluded: nothing to pick. */
+    a.ready = 0;
+    b.draining = 1;
+    unsigned char only_c[3] = {0, 0, 1};
+    assert_int_equal(ig_router_pick(&li, ups, 3, 10, only_c, S(1), &d), IG_ENOUPSTREAM);
+
+    ig_route_policy_t p;
+    assert_int_equal(ig_route_policy_parse("least_inflight", &p), 0);
+    assert_int_equal(p, IG_ROUTE_LEAST_INFLIGHT);
+    assert_int_equal(ig_route_policy_parse("fastest", &p), IG_EINVAL);
+}
+
+static void test_ejection_and_half_open(void **state)
+{
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_upstream_state_t u;
+    ready_upstream(&u, "u", IG_UPSTREAM_SITE);
+    /* 4xx never counts against an upstream, nor does backpressure. */
+    for (int i = 0; i < 20; i++) {
+        ig_router_attempt_begin(&r, &u, S(1));
+        ig_router_attempt_end(&r, &u, i % 2 ? IG_OUTCOME_CLIENT_ERROR : IG_OUTCOME_BACKPRESSURE,
+                              S(1));
+    }
+    assert_true(ig_router_eligible(&u, S(1)));
+    /* Four failures in a row: still in; the fifth ejects it for 2 s. */
+    for (int i = 0; i < 5; i++) {
+        assert_true(ig_router_eligible(&u, S(1)));
+        ig_router_attempt_begin(&r, &u, S(1));
+        ig_router_attempt_end(&r, &u, IG_OUTCOME_FAILURE, S(1));
+    }
+    assert_false(ig_router_eligible(&u, S(2)));
+    assert_int_equal(u.inflight, 0);
+    /* After 2 s: half-open, one trial at a time. */
+    assert_true(ig_router_eligible(&u, S(3.1)));
+    ig_router_attempt_begin(&r, &u, S(3.1));
+    assert_false(ig_router_eligible(&u, S(3.1)));
+    /* The trial fails: ejected again, for twice as long. */
+    ig_router_attempt_end(&r, &u, IG_OUTCOME_FAILURE, S(3.2));
+    assert_false(ig_router_eligible(&u, S(7.1)));
+    assert_true(ig_router_eligible(&u, S(7.3)));
+    /* The next trial succeeds: back in, backoff forgotten. */
+    ig_router_attempt_begin(&r, &u, S(7.3));
+    ig_router_attempt_end(&r, &u, IG_OUTCOME_SUCCESS, S(7.4));
+    assert_true(ig_router_eligible(&u, S(7.4)));
+    assert_int_equal(u.ejected_until_ns, 0);
+    assert_int_equal(u.ejections, 0);
+}
+
+static void test_retry_budget(void **state)
+{
+    ig_router_opts_t o;
+    ig_router_opts_default(&o);
+    o.retry_ratio = 0.2;
+    o.retry_min_per_s = 0; /* only deposits count */
+    ig_router_t r;
+    ig_router_init(&r, &o);
+    assert_false(ig_router_budget_take(&r, S(1)));
+    for (int i = 0; i < 10; i++)
+        ig_router_budget_deposit(&r, S(1));
+    /* 10 requests x 0.2 = 2 retries, not 3. */
+    assert_true(ig_router_budget_take(&r, S(1)));
+    assert_true(ig_router_budget_take(&r, S(1)));
+    assert_false(ig_router_budget_take(&r, S(1)));
+
+    /* The floor rate refills over time, up to a cap. */
+    o.retry_min_per_s = 5;
+    ig_router_init(&r, &o);
+    while (ig_router_budget_take(&r, S(1)))
+        ;
+    assert_false(ig_router_budget_take(&r, S(1)));
+    assert_true(ig_router_budget_take(&r, S(1.3)));
+    int n = 0;
+    while (ig_router_budget_take(&r, S(1000)) && n < 1000)
+        n++;
+    assert_true(n <= 10 * 5 + 20 + 1);
+}
+
+/* Three upstreams, one three times slower, fed by a synthetic open-loop
+ * arrival process: the latency policy sends most traffic to the fast two,
+ * and its mean TTFT beats round robin's. */
+static double simulate(ig_route_policy_t policy, int counts[3])
+{
+    ig_router_t r = router_with(policy);
+    ig_upstream_state_t u[3];
+    const double svc[3] = {0.010, 0.010, 0.030};
+    const int slots = 2;
+    ig_upstream_state_t *ups[3];
+    for (int i = 0; i < 3; i++) {
+        ready_upstream(&u[i], "u", IG_UPSTREAM_LOCAL);
+        ups[i] = &u[i];
+    }
+    /* Each upstream serves `slots` requests at once; busy_until holds when
+     * each slot frees. */
+    double busy[3][2] = {{0}};
+    double total = 0;
+    int n = 2000;
+    uint64_t inflight_end[3][64];
+    int ninflight[3] = {0};
+    for (int k = 0; k < n; k++) {
+        double t = k * 0.006; /* ~167 req/s, ~70% of capacity */
+        uint64_t now = S(1 + t);
+        for (int i = 0; i < 3; i++) { /* retire finished requests */
+            for (int j = 0; j < ninflight[i];) {
+                if (inflight_end[i][j] <= now) {
+                    ig_router_attempt_end(&r, &u[i], IG_OUTCOME_SUCCESS, now);
+                    inflight_end[i][j] = inflight_end[i][--ninflight[i]];
+                } else {
+                    j++;
+                }
+            }
+        }
+        ig_route_decision_t d;
+        assert_int_equal(ig_router_pick(&r, ups, 3, 20, NULL, now, &d), 0);
+        int c = d.chosen;
+        int s = busy[c][0] <= busy[c][1] ? 0 : 1;
+        double start = fmax(busy[c][s], t);
+        double end = start + svc[c];
+        busy[c][s] = end;
+        double ttft = end - t;
+        total += ttft;
+        counts[c]++;
+        ig_router_attempt_begin(&r, &u[c], now);
+        ig_router_observe_ttft(&r, &u[c], 20, ttft, ig_router_wait(&r, &u[c], now), now);
+        u[c].slots = slots;
+        ig_router_observe_occupancy(&r, &u[c], svc[c], now);
+        if (ninflight[c] < 64)
+            inflight_end[c][ninflight[c]++] = S(1 + end);
+    }
+    return total / n;
+}
+
+static void test_simulated_routing(void **state)
+{
+    int lat[3] = {0}, rr[3] = {0};
+    double mean_lat = simulate(IG_ROUTE_LATENCY, lat);
+    double mean_rr = simulate(IG_ROUTE_ROUND_ROBIN, rr);
+    assert_true(lat[0] + lat[1] > 4 * lat[2]);
+    assert_true(mean_lat < mean_rr);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_peak_ewma_rtt),
+        cmocka_unit_test(test_cost_prefers_faster_service),
+        cmocka_unit_test(test_remote_site_only_when_faster),
+        cmocka_unit_test(test_hot_guard),
+        cmocka_unit_test(test_policies_and_exclusion),
+        cmocka_unit_test(test_ejection_and_half_open),
+        cmocka_unit_test(test_retry_budget),
+        cmocka_unit_test(test_simulated_routing),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

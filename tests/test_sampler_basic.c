@@ -1,0 +1,257 @@
+/* Sampler: greedy, filters, seeds, logprobs and the stop rule. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "infergate/error.h"
+#include "infergate/sampler.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define V 1000
+
+static float *make_logits(uint64_t seed)
+{
+    float *l = malloc(sizeof(float) * V);
+    ig_rng_t r;
+    ig_rng_seed(&r, seed);
+    for (int i = 0; i < V; i++)
+        l[i] = (float)(ig_rng_uniform(&r) * 8.0 - 4.0);
+    return l;
+}
+
+static int ref_argmax(const float *l)
+{
+    int b = 0;
+    for (int i = 1; i < V; i++)
+        if (l[i] > l[b])
+            b = i;
+    return b;
+}
+
+static void test_greedy_and_logprobs(void **state)
+{
+    ig_sampler_t *s;
+    assert_int_equal(ig_sampler_create(&s, V), 0);
+    float *l = make_logits(1);
+    ig_sampling_params_t p;
+    ig_sampling_params_default(&p);
+    p.temperature = 0;
+    ig_rng_t rng;
+    ig_rng_seed(&rng, 7);
+    ig_sample_t out;
+    assert_int_equal(ig_sampler_sample(s, l, &p, &rng, NULL, 0, 5, &out), 0);
+    assert_int_equal(out.token, ref_argmax(l));
+
+    /* logprob = l - logsumexp(l), computed here independently in double. */
+    double m = l[ref_argmax(l)], z = 0;
+    for (int i = 0; i < V; i++)
+        z += exp(l[i] - m);
+    double lse = m + log(z);
+    assert_true(fabs(out.logprob - (l[out.token] - lse)) < 1e-4);
+    assert_int_equal(out.ntop, 5);
+    assert_int_equal(out.top_tokens[0], out.token);
+    for (int i = 1; i < 5; i++)
+        assert_true(out.top_logprobs[i] <= out.top_logprobs[i - 1]);
+    /* The 5th best really is the 5th: exactly 4 logits exceed it. */
+    int above = 0;
+    for (int i = 0; i < V; i++)
+        above += l[i] > l[out.top_tokens[4]];
+    assert_int_equal(above, 4);
+
+    /* Prompt logprobs of a given token. */
+    ig_sample_t lp;
+    assert_int_equal(ig_sampler_logprobs(s, l, 17, 20, &lp), 0);
+    assert_int_equal(lp.token, 17);
+    assert_true(fabs(lp.logprob - (l[17] - lse)) < 1e-4);
+    assert_int_equal(lp.ntop, 20);
+    assert_int_equal(ig_sampler_logprobs(s, l, V, 0, &lp), IG_EINVAL);
+    free(l);
+    ig_sampler_free(s);
+}
+
+static void test_filters(void **state)
+{
+    ig_sampler_t *s;
+    assert_int_equal(ig_sampler_create(&s, V), 0);
+    float *l = make_logits(2);
+    int best = ref_argmax(l);
+    ig_sampling_params_t p;
+    ig_rng_t rng;
+    ig_rng_seed(&rng, 3);
+    ig_sample_t out;
+
+    /* top_k = 1 and a tiny top_p both collapse to greedy at any temperature. */
+    ig_sampling_params_default(&p);
+    p.temperature = 5.0f;
+    p.top_k = 1;
+    for (int i = 0; i < 50; i++) {
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        assert_int_equal(out.token, best);
+    }
+    ig_sampling_params_default(&p);
+    p.top_p = 1e-6f;
+    for (int i = 0; i < 50; i++) {
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        assert_int_equal(out.token, best);
+    }
+    /* top_k = 10: every draw is among the 10 best. */
+    ig_sampling_params_default(&p);
+    p.top_k = 10;
+    p.temperature = 10.0f;
+    float kth;
+    {
+        ig_sample_t t;
+        ig_sampler_logprobs(s, l, 0, 10, &t);
+        kth = l[t.top_tokens[9]];
+    }
+    int distinct = 0;
+    char seen[V] = {0};
+    for (int i = 0; i < 500; i++) {
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        assert_true(l[out.token] >= kth);
+        if (!seen[out.token]++)
+            distinct++;
+    }
+    assert_true(distinct > 3); /* at T=10 it really samples */
+
+    /* min_p = 0.5: only tokens with p >= 0.5 * p_max. */
+    ig_sampling_params_default(&p);
+    p.min_p = 0.5f;
+    float lmax = l[best];
+    for (int i = 0; i < 300; i++) {
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        assert_true(expf(l[out.token] - lmax) >= 0.5f - 1e-6f);
+    }
+    free(l);
+    ig_sampler_free(s);
+}
+
+static void test_distribution(void **state)
+{
+    /* Four tokens with known probabilities; frequencies within 5 sigma. */
+    ig_sampler_t *s;
+    assert_int_equal(ig_sampler_create(&s, 4), 0);
+    float l[4] = {logf(0.1f), logf(0.2f), logf(0.3f), logf(0.4f)};
+    ig_sampling_params_t p;
+    ig_sampling_params_default(&p);
+    ig_rng_t rng;
+    ig_rng_seed(&rng, 11);
+    int counts[4] = {0};
+    const int N = 20000;
+    ig_sample_t out;
+    for (int i = 0; i < N; i++) {
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        counts[out.token]++;
+    }
+    for (int i = 0; i < 4; i++) {
+        double pr = 0.1 * (i + 1), sd = sqrt(N * pr * (1 - pr));
+        assert_true(fabs(counts[i] - N * pr) < 5 * sd);
+    }
+    /* top_p = 0.65 keeps {0.4, 0.3} (cum 0.7): tokens 2 and 3 only, 3:4 ratio. */
+    p.top_p = 0.65f;
+    memset(counts, 0, sizeof(counts));
+    for (int i = 0; i < N; i++) {
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        counts[out.token]++;
+    }
+    assert_int_equal(counts[0] + counts[1], 0);
+    double p3 = 0.4 / 0.7, sd = sqrt(N * p3 * (1 - p3));
+    assert_true(fabs(counts[3] - N * p3) < 5 * sd);
+    ig_sampler_free(s);
+}
+
+static void test_seed_determinism(void **state)
+{
+    ig_sampler_t *s;
+    assert_int_equal(ig_sampler_create(&s, V), 0);
+    float *l = make_logits(5);
+    ig_sampling_params_t p;
+    ig_sampling_params_default(&p);
+    p.temperature = 1.5f;
+    p.top_p = 0.9f;
+    int a[64], b[64], c[64];
+    ig_rng_t r1, r2, r3;
+    ig_rng_seed(&r1, 1234);
+    ig_rng_seed(&r2, 1234);
+    ig_rng_seed(&r3, 999);
+    ig_rng_t other;
+    ig_rng_seed(&other, 42);
+    ig_sample_t out;
+    for (int i = 0; i < 64; i++) {
+        ig_sampler_sample(s, l, &p, &r1, NULL, 0, 0, &out);
+        a[i] = out.token;
+        /* another request shares the sampler between the two draws */
+        ig_sampler_sample(s, l, &p, &other, NULL, 0, 3, &out);
+    }
+    for (int i = 0; i < 64; i++) {
+        ig_sampler_sample(s, l, &p, &r2, NULL, 0, 0, &out);
+        b[i] = out.token;
+        ig_sampler_sample(s, l, &p, &r3, NULL, 0, 0, &out);
+        c[i] = out.token;
+    }
+    assert_memory_equal(a, b, sizeof(a));
+    assert_memory_not_equal(a, c, sizeof(a));
+    free(l);
+    ig_sampler_free(s);
+}
+
+static void test_repetition_penalty(void **state)
+{
+    ig_sampler_t *s;
+    assert_int_equal(ig_sampler_create(&s, 4), 0);
+    float l[4] = {1.0f, 2.0f, 1.9f, -1.0f};
+    ig_sampling_params_t p;
+    ig_sampling_params_default(&p);
+    p.temperature = 0;
+    p.repetition_penalty = 1.2f;
+    ig_rng_t rng;
+    ig_rng_seed(&rng, 1);
+    ig_sample_t out;
+    int hist[] = {1, 1, 1}; /* 2.0 / 1.2 = 1.67 < 1.9: token 2 wins */
+    ig_sampler_sample(s, l, &p, &rng, hist, 3, 1, &out);
+    assert_int_equal(out.token, 2);
+    /* logprobs stay raw: token 1 is still the top one reported */
+    assert_int_equal(out.top_tokens[0], 1);
+    /* without history the penalty does nothing */
+    ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+    assert_int_equal(out.token, 1);
+    /* a negative logit is multiplied: token 3 goes further down */
+    float l2[4] = {-1.0f, -1.1f, -5.0f, -6.0f};
+    int h2[] = {0};
+    ig_sampler_sample(s, l2, &p, &rng, h2, 1, 0, &out);
+    assert_int_equal(out.token, 1);
+    ig_sampler_free(s);
+}
+
+static void test_stop_rule(void **state)
+{
+    int eos[] = {2};
+    int stop_ids[] = {7, 9};
+    ig_stop_rule_t r = {
+        .max_tokens = 3, .eos = eos, .neos = 1, .stop_ids = stop_ids, .nstop_ids = 2};
+    assert_int_equal(ig_stop_check(&r, 5, 1), IG_FINISH_NONE);
+    assert_int_equal(ig_stop_check(&r, 2, 1), IG_FINISH_STOP);
+    assert_int_equal(ig_stop_check(&r, 9, 1), IG_FINISH_STOP);
+    assert_int_equal(ig_stop_check(&r, 5, 3), IG_FINISH_LENGTH);
+    r.ignore_eos = 1;
+    assert_int_equal(ig_stop_check(&r, 2, 1), IG_FINISH_NONE);
+    assert_int_equal(ig_stop_check(&r, 7, 1), IG_FINISH_STOP);
+    assert_string_equal(ig_finish_reason(IG_FINISH_LENGTH), "length");
+    assert_null(ig_finish_reason(IG_FINISH_NONE));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_and_logprobs), cmocka_unit_test(test_filters),
+        cmocka_unit_test(test_distribution),        cmocka_unit_test(test_seed_determinism),
+        cmocka_unit_test(test_repetition_penalty),  cmocka_unit_test(test_stop_rule),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
