@@ -37,6 +37,8 @@ typedef struct {
     int blas_ok;     /* auto may use OpenBLAS (ig__cpu_blas_usable) */
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
+    int *items; /* attention work items, items_cap of them */
+    int items_cap;
     char name[32];
 } cpu_t;
 
@@ -394,6 +396,10 @@ static int cpu_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, 
     return 0;
 }
 
+/* Query rows of one sequence per attention work item: a long prefill is
+ * split so that all threads share it, a decode row is one item per head. */
+#define ATTN_ROWS 16
+
 typedef struct {
     float *out;
     const float *q;
@@ -403,12 +409,14 @@ typedef struct {
     int n_heads;
     float scale;
     float **scratch;
-    atomic_int next; /* the next (sequence, head) item to take */
+    const int *items; /* (nitems) sequence << 16 | first row / ATTN_ROWS */
+    int nitems;
+    atomic_int next; /* the next (item, head) to take */
 } attn_job_t;
 
-/* One (sequence, head): every query row of the sequence against its cached
- * positions up to its own, softmax with the running maximum subtracted. */
-static void attn_item(attn_job_t *j, int s, int h, float *scores)
+/* Rows [r0, r1) of sequence s, head h: each against its cached positions up
+ * to its own, softmax with the running maximum subtracted. */
+static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores)
 {
     const ig_kv_layout_t *kv = j->kv;
     const ig_attn_batch_t *b = j->b;
@@ -416,17 +424,19 @@ static void attn_item(attn_job_t *j, int s, int h, float *scores)
     int kvh = h / (j->n_heads / kv->n_kv_heads);
     int q0 = b->q_start[s], qn = b->q_start[s + 1] - q0;
     const int *table = b->block_tables + (size_t)s * b->max_blocks;
-    for (int r = 0; r < qn; r++) {
+    for (int r = r0; r < r1; r++) {
         int pos = b->ctx_len[s] - qn + r;
         const float *q = j->q + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float *o = j->out + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float mx = -INFINITY;
-        for (int t = 0; t <= pos; t++) {
-            const float *kr = kv->k + kv_offset(kv, j->layer, table[t / bs], kvh, t % bs);
-            float sc = ig__dot(q, kr, hd) * j->scale;
-            scores[t] = sc;
-            if (sc > mx)
-                mx = sc;
+        for (int t0 = 0; t0 <= pos; t0 += bs) {
+            const float *kr = kv->k + kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
+            int n = pos + 1 - t0 < bs ? pos + 1 - t0 : bs;
+            for (int t = 0; t < n; t++) {
+                float sc = ig__dot(q, kr + (size_t)t * hd, hd) * j->scale;
+                scores[t0 + t] = sc;
+                mx = sc > mx ? sc : mx;
+            }
         }
         float sum = 0.0f;
         for (int t = 0; t <= pos; t++) {
@@ -434,9 +444,11 @@ static void attn_item(attn_job_t *j, int s, int h, float *scores)
             sum += scores[t];
         }
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int t = 0; t <= pos; t++) {
-            const float *vr = kv->v + kv_offset(kv, j->layer, table[t / bs], kvh, t % bs);
-            ig__axpy(o, scores[t], vr, hd);
+        for (int t0 = 0; t0 <= pos; t0 += bs) {
+            const float *vr = kv->v + kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
+            int n = pos + 1 - t0 < bs ? pos + 1 - t0 : bs;
+            for (int t = 0; t < n; t++)
+                ig__axpy(o, scores[t0 + t], vr + (size_t)t * hd, hd);
         }
         float inv = 1.0f / sum;
         for (int i = 0; i < hd; i++)
@@ -447,12 +459,16 @@ static void attn_item(attn_job_t *j, int s, int h, float *scores)
 static void attn_task(void *arg, int tid, int nt)
 {
     attn_job_t *j = arg;
-    int items = j->b->nseq * j->n_heads;
+    int total = j->nitems * j->n_heads;
     for (;;) {
         int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (it >= items)
+        if (it >= total)
             break;
-        attn_item(j, it / j->n_heads, it % j->n_heads, j->scratch[tid]);
+        int item = j->items[it / j->n_heads], h = it % j->n_heads;
+        int s = item >> 16, r0 = (item & 0xffff) * ATTN_ROWS;
+        int qn = j->b->q_start[s + 1] - j->b->q_start[s];
+        int r1 = r0 + ATTN_ROWS < qn ? r0 + ATTN_ROWS : qn;
+        attn_rows(j, s, h, r0, r1, j->scratch[tid]);
     }
 }
 
@@ -460,15 +476,18 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
                          int layer, const ig_attn_batch_t *batch, int n_heads, float scale)
 {
     cpu_t *c = cpu_of(be);
-    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0)
+    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 || batch->nseq > 0xffff)
         return IG_EINVAL;
     size_t need = (size_t)(batch->max_ctx > 0 ? batch->max_ctx : 1);
+    int nitems = 0;
     for (int s = 0; s < batch->nseq; s++) {
         int qn = batch->q_start[s + 1] - batch->q_start[s];
-        if (batch->ctx_len[s] < qn || batch->ctx_len[s] > batch->max_blocks * kv->block_size)
+        if (qn < 0 || batch->ctx_len[s] < qn ||
+            batch->ctx_len[s] > batch->max_blocks * kv->block_size)
             return IG_ERANGE;
         if ((size_t)batch->ctx_len[s] > need)
             need = (size_t)batch->ctx_len[s];
+        nitems += (qn + ATTN_ROWS - 1) / ATTN_ROWS;
     }
     if (need > c->scratch_cap) {
         for (int t = 0; t < c->nthreads; t++) {
@@ -479,6 +498,19 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
         }
         c->scratch_cap = need;
     }
+    if (nitems > c->items_cap) {
+        int *p = realloc(c->items, (size_t)nitems * sizeof(int));
+        if (p == NULL)
+            return IG_ENOMEM;
+        c->items = p;
+        c->items_cap = nitems;
+    }
+    nitems = 0;
+    for (int s = 0; s < batch->nseq; s++) {
+        int qn = batch->q_start[s + 1] - batch->q_start[s];
+        for (int r = 0; r * ATTN_ROWS < qn; r++)
+            c->items[nitems++] = s << 16 | r;
+    }
     attn_job_t j = {.out = out,
                     .q = q,
                     .kv = kv,
@@ -486,9 +518,11 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
                     .b = batch,
                     .n_heads = n_heads,
                     .scale = scale,
-                    .scratch = c->scratch};
+                    .scratch = c->scratch,
+                    .items = c->items,
+                    .nitems = nitems};
     atomic_init(&j.next, 0);
-    if (batch->nseq * n_heads > 1 && c->nthreads > 1)
+    if (nitems * n_heads > 1 && c->nthreads > 1)
         ig__pool_run(c->pool, attn_task, &j);
     else
         attn_task(&j, 0, 1);
@@ -515,6 +549,7 @@ static void cpu_destroy(ig_backend_t *be)
             for (int t = 0; t < c->nthreads; t++)
                 free(c->scratch[t]);
         free(c->scratch);
+        free(c->items);
         free(c);
     }
     free(be);
