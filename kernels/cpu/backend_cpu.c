@@ -480,6 +480,7 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
         return IG_EINVAL;
     size_t need = (size_t)(batch->max_ctx > 0 ? batch->max_ctx : 1);
     int nitems = 0;
+    double work = 0; /* multiply-adds of the scores and the weighted sum */
     for (int s = 0; s < batch->nseq; s++) {
         int qn = batch->q_start[s + 1] - batch->q_start[s];
         if (qn < 0 || batch->ctx_len[s] < qn ||
@@ -488,6 +489,7 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
         if ((size_t)batch->ctx_len[s] > need)
             need = (size_t)batch->ctx_len[s];
         nitems += (qn + ATTN_ROWS - 1) / ATTN_ROWS;
+        work += 2.0 * qn * batch->ctx_len[s] * n_heads * kv->head_dim;
     }
     if (need > c->scratch_cap) {
         for (int t = 0; t < c->nthreads; t++) {
@@ -522,7 +524,7 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
                     .items = c->items,
                     .nitems = nitems};
     atomic_init(&j.next, 0);
-    if (nitems * n_heads > 1 && c->nthreads > 1)
+    if (nitems * n_heads > 1 && c->nthreads > 1 && work >= PARALLEL_MIN_FLOPS)
         ig__pool_run(c->pool, attn_task, &j);
     else
         attn_task(&j, 0, 1);
