@@ -362,19 +362,20 @@ static void test_attention_paged(void **state)
     }
 }
 
-static void test_split_covers(void **state)
+/* Every unit of a range is taken exactly once, whatever the chunk. */
+static void test_pool_take_covers(void **state)
 {
     for (int n = 0; n < 70; n += 7)
-        for (int nt = 1; nt <= 5; nt++) {
-            int next = 0;
-            for (int t = 0; t < nt; t++) {
-                int b, e;
-                ig__split(n, 16, t, nt, &b, &e);
-                assert_int_equal(b, next);
-                assert_true(e >= b);
-                next = e;
+        for (int chunk = 1; chunk <= 17; chunk += 4) {
+            atomic_int next;
+            atomic_init(&next, 0);
+            int b, e, expect = 0;
+            while (ig__pool_take(&next, n, chunk, &b, &e)) {
+                assert_int_equal(b, expect);
+                assert_true(e > b && e - b <= chunk);
+                expect = e;
             }
-            assert_int_equal(next, n);
+            assert_int_equal(expect, n);
         }
 }
 
@@ -388,7 +389,7 @@ int main(void)
         cmocka_unit_test(test_gemm_paths),         cmocka_unit_test(test_gemm_own_rows_independent),
         cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rope),
         cmocka_unit_test(test_upload_convert),     cmocka_unit_test(test_embed_gather),
-        cmocka_unit_test(test_attention_paged),    cmocka_unit_test(test_split_covers),
+        cmocka_unit_test(test_attention_paged),    cmocka_unit_test(test_pool_take_covers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

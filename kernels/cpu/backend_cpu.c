@@ -10,6 +10,7 @@
 #include "infergate/dtype.h"
 #include "infergate/error.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -129,6 +130,8 @@ typedef struct {
     const float *w;
     int m, n;
     float eps;
+    int chunk; /* rows per work item */
+    atomic_int next;
 } rmsnorm_job_t;
 
 static void rmsnorm_rows(const rmsnorm_job_t *j, int r0, int r1)
@@ -147,18 +150,22 @@ static void rmsnorm_task(void *arg, int tid, int nt)
 {
     rmsnorm_job_t *j = arg;
     int r0, r1;
-    ig__split(j->m, 1, tid, nt, &r0, &r1);
-    rmsnorm_rows(j, r0, r1);
+    while (ig__pool_take(&j->next, j->m, j->chunk, &r0, &r1))
+        rmsnorm_rows(j, r0, r1);
 }
 
 static int cpu_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weight_t *w, int m,
                        float eps)
 {
-    rmsnorm_job_t j = {out, x, w->data, m, (int)w->rows, eps};
-    if ((size_t)m * j.n >= PARALLEL_MIN_ELEMS && m > 1)
-        ig__pool_run(cpu_of(be)->pool, rmsnorm_task, &j);
-    else
+    rmsnorm_job_t j = {.out = out, .x = x, .w = w->data, .m = m, .n = (int)w->rows, .eps = eps};
+    cpu_t *c = cpu_of(be);
+    if ((size_t)m * j.n >= PARALLEL_MIN_ELEMS && m > 1 && c->nthreads > 1) {
+        j.chunk = m / (c->nthreads * 4) > 1 ? m / (c->nthreads * 4) : 1;
+        atomic_init(&j.next, 0);
+        ig__pool_run(c->pool, rmsnorm_task, &j);
+    } else {
         rmsnorm_rows(&j, 0, m);
+    }
     return 0;
 }
 
@@ -167,8 +174,11 @@ typedef struct {
     const float *x;
     const float *gate, *up;
     size_t n;
-    int op; /* 0 add, 1 swiglu */
+    int op;          /* 0 add, 1 swiglu */
+    atomic_int next; /* the next EW_CHUNK elements to take */
 } ew_job_t;
+
+#define EW_CHUNK 16384
 
 static void ew_range(const ew_job_t *j, size_t b, size_t e)
 {
@@ -186,18 +196,18 @@ static void ew_range(const ew_job_t *j, size_t b, size_t e)
 static void ew_task(void *arg, int tid, int nt)
 {
     ew_job_t *j = arg;
-    size_t per = (j->n + (size_t)nt - 1) / (size_t)nt;
-    size_t b = per * (size_t)tid, e = b + per;
-    if (b > j->n)
-        b = j->n;
-    if (e > j->n)
-        e = j->n;
-    ew_range(j, b, e);
+    for (;;) {
+        size_t b = (size_t)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * EW_CHUNK;
+        if (b >= j->n)
+            break;
+        ew_range(j, b, b + EW_CHUNK < j->n ? b + EW_CHUNK : j->n);
+    }
 }
 
 static void ew_run(ig_backend_t *be, ew_job_t *j)
 {
-    if (j->n >= PARALLEL_MIN_ELEMS)
+    atomic_init(&j->next, 0);
+    if (j->n >= PARALLEL_MIN_ELEMS && j->n / EW_CHUNK < INT_MAX && cpu_of(be)->nthreads > 1)
         ig__pool_run(cpu_of(be)->pool, ew_task, j);
     else
         ew_range(j, 0, j->n);
@@ -205,14 +215,14 @@ static void ew_run(ig_backend_t *be, ew_job_t *j)
 
 static int cpu_swiglu(ig_backend_t *be, float *out, const float *gate, const float *up, size_t n)
 {
-    ew_job_t j = {out, NULL, gate, up, n, 1};
+    ew_job_t j = {.y = out, .gate = gate, .up = up, .n = n, .op = 1};
     ew_run(be, &j);
     return 0;
 }
 
 static int cpu_add(ig_backend_t *be, float *y, const float *x, size_t n)
 {
-    ew_job_t j = {y, x, NULL, NULL, n, 0};
+    ew_job_t j = {.y = y, .x = x, .n = n, .op = 0};
     ew_run(be, &j);
     return 0;
 }
@@ -264,14 +274,9 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
 static void matmul_task(void *arg, int tid, int nt)
 {
     matmul_job_t *j = arg;
-    for (;;) {
-        int c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        int n0 = c * j->chunk;
-        if (n0 >= j->n)
-            break;
-        int n1 = n0 + j->chunk < j->n ? n0 + j->chunk : j->n;
+    int n0, n1;
+    while (ig__pool_take(&j->next, j->n, j->chunk, &n0, &n1))
         matmul_cols(j, n0, n1);
-    }
 }
 
 static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
@@ -316,6 +321,7 @@ typedef struct {
     const int *pos;
     int ntok, n_heads, n_kv_heads, head_dim;
     const float *inv_freq;
+    atomic_int next; /* the next 4 tokens to take */
 } rope_job_t;
 
 static void rope_rows(const rope_job_t *j, int t0, int t1)
@@ -323,9 +329,8 @@ static void rope_rows(const rope_job_t *j, int t0, int t1)
     int half = j->head_dim / 2;
     float cs[512], sn[512];
     for (int t = t0; t < t1; t++) {
-        /* The angle in double: positions reach 10^5 and a float product
-         * would lose the low bits HF's float32 cos/sin of it also lose,
-         * differently. Both land within 1e-6 of the exact value. */
+        /* The angle in double, as tests/reference/llama_ref.py takes it:
+         * near position 10^5 a float32 product is off by up to 4e-3 rad. */
         for (int i = 0; i < half; i++) {
             double a = (double)j->pos[t] * (double)j->inv_freq[i];
             cs[i] = (float)cos(a);
@@ -350,8 +355,8 @@ static void rope_task(void *arg, int tid, int nt)
 {
     rope_job_t *j = arg;
     int t0, t1;
-    ig__split(j->ntok, 1, tid, nt, &t0, &t1);
-    rope_rows(j, t0, t1);
+    while (ig__pool_take(&j->next, j->ntok, 4, &t0, &t1))
+        rope_rows(j, t0, t1);
 }
 
 static int cpu_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int n_heads,
@@ -359,8 +364,16 @@ static int cpu_rope(ig_backend_t *be, float *q, float *k, const int *pos, int nt
 {
     if (head_dim % 2 != 0 || head_dim > 1024)
         return IG_EINVAL;
-    rope_job_t j = {q, k, pos, ntok, n_heads, n_kv_heads, head_dim, inv_freq};
-    if (ntok >= 8)
+    rope_job_t j = {.q = q,
+                    .k = k,
+                    .pos = pos,
+                    .ntok = ntok,
+                    .n_heads = n_heads,
+                    .n_kv_heads = n_kv_heads,
+                    .head_dim = head_dim,
+                    .inv_freq = inv_freq};
+    atomic_init(&j.next, 0);
+    if (ntok >= 8 && cpu_of(be)->nthreads > 1)
         ig__pool_run(cpu_of(be)->pool, rope_task, &j);
     else
         rope_rows(&j, 0, ntok);
