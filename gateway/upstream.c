@@ -513,6 +513,18 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         r->t_first_byte_ns = uv_hrtime();
     }
     llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
+    if (e == HPE_PAUSED) {
+        /* The response completed (on_message_complete pauses) and req_finish
+         * freed r: only c may be touched here. Bytes after the response, with
+         * no request to carry, mean the server misbehaved. */
+        const char *stop = llhttp_get_error_pos(&c->parser);
+        llhttp_resume(&c->parser);
+        if (stop != NULL && stop < buf->base + nread && !c->closing) {
+            idle_remove(c->up, c);
+            conn_close(c);
+        }
+        return;
+    }
     if (r->canceled && r->in_cb == 0 && e == HPE_USER) {
         /* Canceled from inside its own callback: finish it now. */
         req_finish(r, IG_ECANCELED);
@@ -521,17 +533,6 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (e == HPE_OK) {
         if (c->req == r && !r->canceled)
             req_arm_timer(r); /* the idle deadline restarts on progress */
-        return;
-    }
-    if (e == HPE_PAUSED) {
-        /* The response completed (on_message_complete pauses). Bytes after
-         * it, with no request to carry, mean the server misbehaved. */
-        const char *stop = llhttp_get_error_pos(&c->parser);
-        llhttp_resume(&c->parser);
-        if (stop != NULL && stop < buf->base + nread && !c->closing) {
-            idle_remove(c->up, c);
-            conn_close(c);
-        }
         return;
     }
     if (c->req == r && !r->canceled)

@@ -18,7 +18,7 @@ typedef struct ig__arena_block_s {
     struct ig__arena_block_s *next;
     size_t cap;
     size_t used;
-    char data[];
+    _Alignas(16) char data[];
 } ig__arena_block_t;
 
 /* First block lives inside the request, so small requests never malloc. */
@@ -45,6 +45,13 @@ typedef struct {
 
 typedef struct ig__http_conn_s ig__http_conn_t;
 
+/* Finished request objects kept for reuse, so that keep-alive traffic does
+ * not malloc per request. One per server; loop thread only. */
+typedef struct {
+    struct ig_http_req_s *free;
+    unsigned count;
+} ig__http_reqpool_t;
+
 typedef struct ig__http_out_header_s {
     struct ig__http_out_header_s *next;
     const char *name;
@@ -61,6 +68,7 @@ enum {
 struct ig_http_req_s {
     struct ig_http_req_s *next; /* pipeline queue / free list */
     ig__http_conn_t *conn;      /* NULL once detached (client gone) */
+    ig__http_reqpool_t *pool;   /* where it goes when freed; NULL: free() */
     int state;
     int error_status;      /* protocol error: answered by the server itself */
     const char *error_msg; /* static */
@@ -95,8 +103,10 @@ struct ig_http_req_s {
     ig__arena_t arena;
 };
 
-ig_http_req_t *ig__http_req_new(void);
+/* pool may be NULL (plain malloc/free). */
+ig_http_req_t *ig__http_req_new(ig__http_reqpool_t *pool);
 void ig__http_req_free(ig_http_req_t *req);
+void ig__http_reqpool_dispose(ig__http_reqpool_t *pool);
 
 /* ---- parsing core ----------------------------------------------------- */
 
@@ -109,6 +119,7 @@ typedef struct {
     llhttp_t ll;
     llhttp_settings_t settings;
     const ig_http_limits_t *limits;
+    ig__http_reqpool_t *pool;
     int phase;
     /* header pre-scan, offsets relative to the data passed in */
     size_t scan;
@@ -135,7 +146,8 @@ typedef struct {
     size_t ctrailer_bytes;
 } ig__http_parser_t;
 
-void ig__http_parser_init(ig__http_parser_t *p, const ig_http_limits_t *limits);
+void ig__http_parser_init(ig__http_parser_t *p, const ig_http_limits_t *limits,
+                          ig__http_reqpool_t *pool);
 void ig__http_parser_dispose(ig__http_parser_t *p);
 
 /* 1 when no byte of a next request has been seen. */
@@ -154,7 +166,7 @@ int ig__http_parser_idle(const ig__http_parser_t *p);
 int ig__http_parser_feed(ig__http_parser_t *p, const char *data, size_t len, ig_http_req_t **out);
 
 /* Builds an error pseudo-request for the server to answer (e.g. 408). */
-ig_http_req_t *ig__http_error_req(int status, const char *msg);
+ig_http_req_t *ig__http_error_req(ig__http_reqpool_t *pool, int status, const char *msg);
 
 /* ---- server internals shared with request.c --------------------------- */
 

@@ -29,11 +29,21 @@ enum {
     CS_DONE,
 };
 
+/* RFC 9110 tchar, as a table: the pre-scan looks at every header byte. */
+static const unsigned char tchar[256] = {
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 1, 0, 1, 1, 1, 1, 1, 0, 0, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0,
+    0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1,
+    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 1, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+    0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+};
+
 static int is_tchar(unsigned char c)
 {
-    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'))
-        return 1;
-    return c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+    return tchar[c];
 }
 
 static int is_hex(unsigned char c, unsigned *v)
@@ -212,10 +222,12 @@ static int on_message_complete(llhttp_t *ll)
 
 /* ---- lifecycle -------------------------------------------------------- */
 
-void ig__http_parser_init(ig__http_parser_t *p, const ig_http_limits_t *limits)
+void ig__http_parser_init(ig__http_parser_t *p, const ig_http_limits_t *limits,
+                          ig__http_reqpool_t *pool)
 {
     memset(p, 0, sizeof(*p));
     p->limits = limits;
+    p->pool = pool;
     llhttp_settings_init(&p->settings);
     p->settings.on_url = on_url;
     p->settings.on_header_field = on_header_field;
@@ -255,9 +267,9 @@ static void reset_message(ig__http_parser_t *p)
     llhttp_reset(&p->ll);
 }
 
-ig_http_req_t *ig__http_error_req(int status, const char *msg)
+ig_http_req_t *ig__http_error_req(ig__http_reqpool_t *pool, int status, const char *msg)
 {
-    ig_http_req_t *r = ig__http_req_new();
+    ig_http_req_t *r = ig__http_req_new(pool);
     if (r == NULL)
         return NULL;
     r->error_status = status;
@@ -273,7 +285,7 @@ static int parse_error(ig__http_parser_t *p, ig_http_req_t **out)
     ig_http_req_t *r = p->req;
     p->req = NULL;
     if (r == NULL) {
-        r = ig__http_error_req(p->err_status, p->err_msg);
+        r = ig__http_error_req(p->pool, p->err_status, p->err_msg);
     } else {
         r->error_status = p->err_status;
         r->error_msg = p->err_msg;
@@ -554,7 +566,7 @@ int ig__http_parser_feed(ig__http_parser_t *p, const char *data, size_t len, ig_
             return 0;
         size_t start = p->head_start, end = p->scan;
         if (p->req == NULL) {
-            p->req = ig__http_req_new();
+            p->req = ig__http_req_new(p->pool);
             if (p->req == NULL) {
                 fail(p, 500, "out of memory");
                 return parse_error(p, out);

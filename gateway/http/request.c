@@ -69,17 +69,14 @@ void ig__arena_dispose(ig__arena_t *a)
 
 /* ---- request lifecycle ------------------------------------------------ */
 
-/* A small per-thread free list keeps keep-alive traffic free of mallocs. */
-static _Thread_local ig_http_req_t *req_free_list;
-static _Thread_local unsigned req_free_count;
-#define REQ_FREE_MAX 64
+#define REQ_POOL_MAX 64
 
-ig_http_req_t *ig__http_req_new(void)
+ig_http_req_t *ig__http_req_new(ig__http_reqpool_t *pool)
 {
-    ig_http_req_t *r = req_free_list;
+    ig_http_req_t *r = pool != NULL ? pool->free : NULL;
     if (r != NULL) {
-        req_free_list = r->next;
-        req_free_count--;
+        pool->free = r->next;
+        pool->count--;
     } else {
         r = malloc(sizeof(*r));
         if (r == NULL)
@@ -87,9 +84,9 @@ ig_http_req_t *ig__http_req_new(void)
     }
     memset(r, 0, offsetof(ig_http_req_t, arena));
     ig__arena_init(&r->arena);
+    r->pool = pool;
     r->out_tail = &r->out_headers;
     r->route = "unmatched";
-    r->status = 0;
     return r;
 }
 
@@ -101,13 +98,26 @@ void ig__http_req_free(ig_http_req_t *r)
         free(r->body);
     free(r->upstream);
     ig__arena_dispose(&r->arena);
-    if (req_free_count < REQ_FREE_MAX) {
-        r->next = req_free_list;
-        req_free_list = r;
-        req_free_count++;
+    ig__http_reqpool_t *pool = r->pool;
+    if (pool != NULL && pool->count < REQ_POOL_MAX) {
+        r->next = pool->free;
+        pool->free = r;
+        pool->count++;
     } else {
         free(r);
     }
+}
+
+void ig__http_reqpool_dispose(ig__http_reqpool_t *pool)
+{
+    ig_http_req_t *r = pool->free;
+    while (r != NULL) {
+        ig_http_req_t *n = r->next;
+        free(r);
+        r = n;
+    }
+    pool->free = NULL;
+    pool->count = 0;
 }
 
 /* ---- accessors -------------------------------------------------------- */
@@ -323,39 +333,76 @@ int ig_http_add_header(ig_http_req_t *req, const char *name, const char *value)
     return 0;
 }
 
-/* Writes the status line and headers; body_len -1 means a stream, -2 no body. Returns
- * the length written (buf is large enough: see head_size()). */
+static char *put(char *p, const char *s, size_t n)
+{
+    memcpy(p, s, n);
+    return p + n;
+}
+
+#define PUT_LIT(p, lit) put((p), (lit), sizeof(lit) - 1)
+
+static char *put_str(char *p, const char *s)
+{
+    return put(p, s, strlen(s));
+}
+
+static char *put_u64(char *p, unsigned long long v)
+{
+    char tmp[24];
+    int n = 0;
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v != 0);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Writes the status line and headers; body_len -1 means a stream, -2 no
+ * body. Returns the length written (buf is large enough: see head_size()).
+ * Plain copies instead of printf: this runs once per response. */
 static size_t format_head(ig_http_req_t *req, char *buf, int status, const char *content_type,
                           long long body_len)
 {
     int close = !req->keep_alive || ig__http_conn_closing(req);
-    char *p = buf;
-    p += sprintf(p, "HTTP/1.1 %d %s\r\nServer: infergate\r\nDate: %s\r\n", status,
-                 ig_http_status_text(status), ig__http_date(req));
-    if (content_type != NULL)
-        p += sprintf(p, "Content-Type: %s\r\n", content_type);
+    char *p = PUT_LIT(buf, "HTTP/1.1 ");
+    p = put_u64(p, (unsigned)status);
+    *p++ = ' ';
+    p = put_str(p, ig_http_status_text(status));
+    p = PUT_LIT(p, "\r\nServer: infergate\r\nDate: ");
+    p = put_str(p, ig__http_date(req));
+    p = PUT_LIT(p, "\r\n");
+    if (content_type != NULL) {
+        p = PUT_LIT(p, "Content-Type: ");
+        p = put_str(p, content_type);
+        p = PUT_LIT(p, "\r\n");
+    }
     if (body_len >= 0) {
-        p += sprintf(p, "Content-Length: %lld\r\n", body_len);
+        p = PUT_LIT(p, "Content-Length: ");
+        p = put_u64(p, (unsigned long long)body_len);
+        p = PUT_LIT(p, "\r\n");
     } else if (body_len == -2) {
         /* 204/304: neither a length nor a body */
     } else if (req->http_minor == 1) {
-        p += sprintf(p, "Transfer-Encoding: chunked\r\n");
+        p = PUT_LIT(p, "Transfer-Encoding: chunked\r\n");
         req->chunked_out = 1;
     } else {
         close = 1; /* HTTP/1.0 stream: the end of the body is the close */
     }
     if (close) {
         req->keep_alive = 0;
-        memcpy(p, "Connection: close\r\n", 19);
-        p += 19;
+        p = PUT_LIT(p, "Connection: close\r\n");
     } else if (req->http_minor == 0) {
-        memcpy(p, "Connection: keep-alive\r\n", 24);
-        p += 24;
+        p = PUT_LIT(p, "Connection: keep-alive\r\n");
     }
-    for (ig__http_out_header_t *h = req->out_headers; h != NULL; h = h->next)
-        p += sprintf(p, "%s: %s\r\n", h->name, h->value);
-    *p++ = '\r';
-    *p++ = '\n';
+    for (ig__http_out_header_t *h = req->out_headers; h != NULL; h = h->next) {
+        p = put_str(p, h->name);
+        p = PUT_LIT(p, ": ");
+        p = put_str(p, h->value);
+        p = PUT_LIT(p, "\r\n");
+    }
+    p = PUT_LIT(p, "\r\n");
     return (size_t)(p - buf);
 }
 
@@ -454,13 +501,13 @@ int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_typ
     if (req->state != IG__REQ_DISPATCHED)
         return IG_ESTATE;
     req->status = status;
-    req->state = IG__REQ_STREAMING;
-    if (req->conn == NULL)
-        return 0;
     if (content_type != NULL && strncasecmp(content_type, "text/event-stream", 17) == 0) {
         /* Proxies must not buffer or transform an event stream. */
         ig_http_add_header(req, "Cache-Control", "no-cache");
     }
+    req->state = IG__REQ_STREAMING;
+    if (req->conn == NULL)
+        return 0;
     size_t cap = head_size(req, content_type);
     char stackbuf[8192];
     char *buf = cap <= sizeof(stackbuf) ? stackbuf : malloc(cap);

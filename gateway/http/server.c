@@ -58,7 +58,9 @@ struct ig__http_conn_s {
     int lingering;   /* shut down, discarding input until EOF */
     int pumping, repump;
     int want_drain;
-    int timer_mode;
+    int timer_mode;     /* the deadline that applies now (TM_*) */
+    uint64_t deadline;  /* loop ms when it expires */
+    uint64_t timer_due; /* when the armed timer fires; 0: not armed */
     int open_handles;
     unsigned served;
     char peer[64];
@@ -87,8 +89,7 @@ struct ig_http_server_s {
     int drain_started;
     ig_http_close_cb close_cb;
     void *close_data;
-    time_t date_sec;
-    char date[40];
+    ig__http_reqpool_t pool;
 };
 
 typedef struct {
@@ -99,7 +100,10 @@ typedef struct {
 } conn_write_t;
 
 typedef struct {
-    uv_tcp_t tcp;
+    union {
+        uv_tcp_t tcp;
+        uv_pipe_t pipe;
+    } h;
     uv_write_t w;
     uv_shutdown_t sd;
     ig_http_server_t *server;
@@ -166,6 +170,7 @@ int ig__http_conn_closing(const ig_http_req_t *req)
 
 static void conn_pump(ig__http_conn_t *c);
 static void conn_close(ig__http_conn_t *c);
+static void conn_close_now(ig__http_conn_t *c);
 static void conn_abort(ig__http_conn_t *c);
 static void conn_update(ig__http_conn_t *c);
 static void server_maybe_done(ig_http_server_t *s);
@@ -331,8 +336,7 @@ void ig__http_req_finished(ig_http_req_t *req)
     ig__http_req_free(req);
     if (c->close_after) {
         queue_drop(c);
-        if (c->wqueued == 0)
-            conn_close(c);
+        conn_close(c); /* the shutdown waits for queued writes */
         return;
     }
     conn_pump(c);
@@ -373,7 +377,7 @@ static void parse_more(ig__http_conn_t *c)
         int n = ig__http_parser_feed(&c->parser, c->rbuf + c->rpos, c->rlen - c->rpos, &r);
         if (n == IG_EPARSE) {
             if (r == NULL)
-                r = ig__http_error_req(500, "out of memory");
+                r = ig__http_error_req(&s->pool, 500, "out of memory");
             if (r == NULL) {
                 conn_abort(c);
                 return;
@@ -437,7 +441,7 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (c->lingering) {
         c->lingered += nread > 0 ? (size_t)nread : 0;
         if (nread < 0 || c->lingered > LINGER_MAX_BYTES)
-            conn_close(c);
+            conn_close_now(c);
         return;
     }
     if (nread == 0)
@@ -501,13 +505,15 @@ static void conn_update(ig__http_conn_t *c)
         mode = TM_BODY;
         due = c->progress_ms + s->limits.body_timeout_ms;
     }
-    if (mode == TM_NONE) {
-        if (c->timer_mode != TM_NONE)
-            uv_timer_stop(&c->timer);
-    } else {
+    c->timer_mode = mode;
+    c->deadline = due;
+    /* Lazy timer: it is re-armed only when the deadline moves earlier. A
+     * timer that fires early finds a later deadline and re-arms, so a
+     * keep-alive request costs no timer operation in the common case. */
+    if (mode != TM_NONE && (c->timer_due == 0 || c->timer_due > due)) {
+        c->timer_due = due;
         uv_timer_start(&c->timer, on_timer, due > now ? due - now : 0, 0);
     }
-    c->timer_mode = mode;
 }
 
 static void conn_pump(ig__http_conn_t *c)
@@ -528,8 +534,8 @@ static void conn_pump(ig__http_conn_t *c)
         }
     } while (c->repump && !c->closing);
     c->pumping = 0;
-    if (!c->closing && c->eof && c->active == NULL && c->qhead == NULL && c->wqueued == 0)
-        conn_close(c);
+    if (!c->closing && c->eof && c->active == NULL && c->qhead == NULL)
+        conn_close(c); /* the shutdown waits for queued writes */
     conn_update(c);
 }
 
@@ -537,15 +543,23 @@ static void on_timer(uv_timer_t *t)
 {
     ig__http_conn_t *c = t->data;
     int mode = c->timer_mode;
-    c->timer_mode = TM_NONE;
-    if (c->closing || c->lingering)
+    c->timer_due = 0;
+    if (c->closing || c->lingering || mode == TM_NONE)
         return;
+    uint64_t now = uv_now(c->server->loop);
+    if (c->deadline > now) {
+        c->timer_due = c->deadline;
+        uv_timer_start(&c->timer, on_timer, c->deadline - now, 0);
+        return;
+    }
+    c->timer_mode = TM_NONE;
     if (mode == TM_IDLE) {
         conn_close(c);
         return;
     }
-    ig_http_req_t *r = ig__http_error_req(408, mode == TM_HEADER ? "request header timeout"
-                                                                 : "request body timeout");
+    ig_http_req_t *r =
+        ig__http_error_req(&c->server->pool, 408,
+                           mode == TM_HEADER ? "request header timeout" : "request body timeout");
     if (r == NULL) {
         conn_abort(c);
         return;
@@ -589,6 +603,7 @@ static void conn_detach(ig__http_conn_t *c)
     c->active = NULL;
     if (r != NULL) {
         r->conn = NULL;
+        r->pool = NULL; /* may outlive the server */
         r->aborted = 1;
         c->server->inflight--;
         if (r->abort_cb != NULL)
@@ -644,6 +659,7 @@ static void conn_close(ig__http_conn_t *c)
     conn_detach(c);
     uv_timer_stop(&c->timer);
     c->timer_mode = TM_NONE;
+    c->timer_due = 0;
     /* Discarded input needs no buffer space beyond one read. */
     c->rpos = c->rlen = 0;
     c->shutdown.data = c;
@@ -665,15 +681,15 @@ static void on_reject_closed(uv_handle_t *h)
 static void on_reject_shutdown(uv_shutdown_t *sd, int status)
 {
     reject_t *rj = sd->data;
-    uv_close((uv_handle_t *)&rj->tcp, on_reject_closed);
+    uv_close((uv_handle_t *)&rj->h, on_reject_closed);
 }
 
 static void on_reject_written(uv_write_t *w, int status)
 {
     reject_t *rj = w->data;
     rj->sd.data = rj;
-    if (status < 0 || uv_shutdown(&rj->sd, (uv_stream_t *)&rj->tcp, on_reject_shutdown) < 0)
-        uv_close((uv_handle_t *)&rj->tcp, on_reject_closed);
+    if (status < 0 || uv_shutdown(&rj->sd, (uv_stream_t *)&rj->h, on_reject_shutdown) < 0)
+        uv_close((uv_handle_t *)&rj->h, on_reject_closed);
 }
 
 /* The body is 114 bytes; test_http_limits checks the framing. */
@@ -691,18 +707,21 @@ static void reject(ig_http_server_t *s)
     if (rj == NULL)
         return;
     rj->server = s;
-    uv_tcp_init(s->loop, &rj->tcp);
-    rj->tcp.data = rj;
+    if (s->is_unix)
+        uv_pipe_init(s->loop, &rj->h.pipe, 0);
+    else
+        uv_tcp_init(s->loop, &rj->h.tcp);
+    rj->h.tcp.data = rj;
     s->handles++;
-    if (uv_accept(&s->listener.stream, (uv_stream_t *)&rj->tcp) < 0) {
-        uv_close((uv_handle_t *)&rj->tcp, on_reject_closed);
+    if (uv_accept(&s->listener.stream, (uv_stream_t *)&rj->h) < 0) {
+        uv_close((uv_handle_t *)&rj->h, on_reject_closed);
         return;
     }
     ig_log(IG_LOG_WARN, "http: connection limit %u reached, rejecting", s->limits.max_connections);
     rj->w.data = rj;
     uv_buf_t b = uv_buf_init((char *)reject_503, sizeof(reject_503) - 1);
-    if (uv_write(&rj->w, (uv_stream_t *)&rj->tcp, &b, 1, on_reject_written) < 0)
-        uv_close((uv_handle_t *)&rj->tcp, on_reject_closed);
+    if (uv_write(&rj->w, (uv_stream_t *)&rj->h, &b, 1, on_reject_written) < 0)
+        uv_close((uv_handle_t *)&rj->h, on_reject_closed);
 }
 
 static void peer_name(ig__http_conn_t *c)
@@ -758,7 +777,7 @@ static void on_connection(uv_stream_t *listener, int status)
     s->nconns++;
     if (m_open != NULL)
         ig_metric_add(m_open, 1.0);
-    ig__http_parser_init(&c->parser, &s->limits);
+    ig__http_parser_init(&c->parser, &s->limits, &s->pool);
     c->accepted_ms = uv_now(s->loop);
     if (uv_accept(listener, &c->h.stream) < 0) {
         conn_close_now(c);
@@ -894,6 +913,7 @@ static void on_drain_timer_closed(uv_handle_t *h)
     ig_http_server_t *s = h->data;
     if (s->close_cb != NULL)
         s->close_cb(s, s->close_data);
+    ig__http_reqpool_dispose(&s->pool);
     free(s->unix_path);
     free(s);
 }

@@ -177,10 +177,16 @@ static int need(ig_tc_t *tc, size_t n, long long deadline)
 
 static int append_body(ig_tc_response_t *r, const char *d, size_t n)
 {
-    char *nb = realloc(r->body, r->body_len + n + 1);
-    if (nb == NULL)
-        return -1;
-    r->body = nb;
+    if (r->body == NULL || r->body_len + n + 1 > r->body_cap) {
+        size_t cap = r->body_cap ? r->body_cap : 256;
+        while (cap < r->body_len + n + 1)
+            cap *= 2;
+        char *nb = realloc(r->body, cap);
+        if (nb == NULL)
+            return -1;
+        r->body = nb;
+        r->body_cap = cap;
+    }
     memcpy(r->body + r->body_len, d, n);
     r->body_len += n;
     r->body[r->body_len] = '\0';
@@ -324,6 +330,7 @@ void ig_tc_response_free(ig_tc_response_t *r)
     free(r->body);
     r->nheaders = 0;
     r->body = NULL;
+    r->body_cap = 0;
 }
 
 const char *ig_tc_header(const ig_tc_response_t *r, const char *name)

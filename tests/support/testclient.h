@@ -26,6 +26,7 @@ typedef struct {
     } headers[IG_TC_MAX_HEADERS];
     char *body; /* NUL-terminated, de-chunked; malloc'ed */
     size_t body_len;
+    size_t body_cap; /* private */
     int chunked;
     unsigned nchunks; /* data chunks received (chunked only) */
 } ig_tc_response_t;
