@@ -1191,4 +1191,3 @@ int ig_config_find_model(const ig_config_t *cfg, const char *name)
     }
     return -1;
 }
-

@@ -4,6 +4,7 @@
  */
 #include "infergate/gateway.h"
 #include "infergate/api.h"
+#include "infergate/autoscale.h"
 #include "infergate/cli.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
@@ -29,11 +30,18 @@ struct ig_gateway_s {
     ig_site_t **sites;
     int nsites;
     ig_proxy_t *proxy;
+    ig_autoscaler_t *scalers; /* one per pool */
+    uv_timer_t tick;          /* the autoscaler's period */
+    int tick_started;
     int pending_closes;
     void (*close_cb)(void *data);
     void *close_data;
     ig_metric_t *m_instances;
+    ig_metric_t *m_decisions;
+    ig_metric_t *m_desired;
 };
+
+#define AUTOSCALE_TICK_MS 1000
 
 /* ---- model files ------------------------------------------------------- */
 
@@ -90,6 +98,12 @@ static int resolve(void *data, const char *model, ig_proxy_target_t *out, int ma
         ig_pool_t *pool = gw->pools[p];
         if (strcmp(ig_pool_model(pool), model) != 0)
             continue;
+        /* Scaled to zero: a request is what wakes the pool up; it is held
+         * while the first instance starts. */
+        if (ig_pool_in_use(pool) == 0 && ig_pool_scale_up(pool) == 0) {
+            IG_INFO("autoscale pool=%s: scale from zero for a request", ig_pool_name(pool));
+            ig_metric_add(gw->m_decisions, 1, ig_pool_name(pool), "up", "from_zero");
+        }
         for (int i = 0; i < ig_pool_size(pool) && n < max; i++) {
             ig_instance_t *in = ig_pool_instance(pool, i);
             ig_instance_state_t st = ig_instance_state(in);
@@ -130,8 +144,68 @@ static int model_known(ig_gateway_t *gw, const char *model)
 
 /* ---- start and close ---------------------------------------------------- */
 
+/* ---- the autoscaler ------------------------------------------------------ */
+
+static void autoscale_pool(ig_gateway_t *gw, int p, uint64_t now)
+{
+    ig_pool_t *pool = gw->pools[p];
+    ig_autoscaler_t *as = &gw->scalers[p];
+    double load = ig_proxy_queued_model(gw->proxy, ig_pool_model(pool));
+    int ready = 0, current = 0;
+    for (int i = 0; i < ig_pool_size(pool); i++) {
+        ig_instance_t *in = ig_pool_instance(pool, i);
+        ig_instance_state_t st = ig_instance_state(in);
+        load += ig_instance_route(in)->inflight;
+        ready += st == IG_INSTANCE_READY;
+        current +=
+            st == IG_INSTANCE_READY || st == IG_INSTANCE_STARTING || st == IG_INSTANCE_BACKOFF;
+    }
+    ig_autoscaler_sample(as, now, load);
+    ig_scale_decision_t d =
+        ig_autoscaler_decide(as, now, current, ready, ig_pool_free_devices(pool));
+    ig_metric_set(gw->m_desired, d.desired, ig_pool_name(pool));
+    if (d.direction == IG_SCALE_NONE)
+        return;
+    IG_INFO("autoscale pool=%s: %s %d -> %d (%s; stable load %.2f, panic load %.2f, ready %d, "
+            "target %.1f)",
+            ig_pool_name(pool), ig_scale_direction_name(d.direction), current, d.desired, d.reason,
+            d.stable_load, d.panic_load, ready, as->p.target_queue_depth);
+    ig_metric_add(gw->m_decisions, 1, ig_pool_name(pool), ig_scale_direction_name(d.direction),
+                  d.reason);
+    for (int k = current; k < d.desired; k++) {
+        if (ig_pool_scale_up(pool) != 0)
+            break;
+    }
+    for (int k = d.desired; k < current; k++) {
+        /* Drain the least loaded instance: a not-yet-ready one first. */
+        int best = -1, best_load = 0;
+        for (int i = 0; i < ig_pool_size(pool); i++) {
+            ig_instance_t *in = ig_pool_instance(pool, i);
+            ig_instance_state_t st = ig_instance_state(in);
+            if (st != IG_INSTANCE_READY && st != IG_INSTANCE_STARTING && st != IG_INSTANCE_BACKOFF)
+                continue;
+            int l = st == IG_INSTANCE_READY ? 1 + ig_instance_route(in)->inflight : 0;
+            if (best < 0 || l < best_load) {
+                best = i;
+                best_load = l;
+            }
+        }
+        if (best < 0 || ig_pool_drain(pool, best) != 0)
+            break;
+    }
+}
+
+static void on_tick(uv_timer_t *t)
+{
+    ig_gateway_t *gw = t->data;
+    uint64_t now = uv_hrtime();
+    for (int p = 0; p < gw->npools; p++)
+        autoscale_pool(gw, p, now);
+}
+
 static void gateway_free(ig_gateway_t *gw)
 {
+    free(gw->scalers);
     if (gw->own_run_dir)
         rmdir(gw->run_dir); /* empty once the workers removed their sockets */
     free(gw->pools);
@@ -156,9 +230,15 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     gw->region[k] = '\0';
     gw->m_instances = ig_metrics_gauge("infergate_pool_instances",
                                        "Instances of each pool by state.", "pool,state");
+    gw->m_decisions = ig_metrics_counter("infergate_autoscale_decisions_total",
+                                         "Autoscaler decisions by pool, direction and reason.",
+                                         "pool,direction,reason");
+    gw->m_desired = ig_metrics_gauge("infergate_pool_desired_instances",
+                                     "Instances the autoscaler wants for each pool.", "pool");
     gw->pools = calloc(cfg->npools ? cfg->npools : 1, sizeof(ig_pool_t *));
+    gw->scalers = calloc(cfg->npools ? cfg->npools : 1, sizeof(ig_autoscaler_t));
     gw->sites = calloc(cfg->nsites ? cfg->nsites : 1, sizeof(ig_site_t *));
-    if (gw->pools == NULL || gw->sites == NULL)
+    if (gw->pools == NULL || gw->sites == NULL || gw->scalers == NULL)
         goto fail;
 
     if (run_dir != NULL) {
@@ -237,8 +317,23 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
             goto fail_started;
         }
         publish_instances(gw, gw->pools[gw->npools]);
+        ig_autoscale_params_t ap;
+        ap.target_queue_depth = cp->autoscale.target_queue_depth;
+        ap.stable_window_s = cp->autoscale.stable_window_s;
+        ap.panic_window_s = cp->autoscale.panic_window_s;
+        ap.panic_threshold = cp->autoscale.panic_threshold;
+        ap.max_scale_up_rate = cp->autoscale.max_scale_up_rate;
+        ap.scale_down_delay_s = cp->autoscale.scale_down_delay_s;
+        ap.scale_to_zero_after_s = cp->autoscale.scale_to_zero_after_s;
+        ap.min_instances = (int)cp->min_instances;
+        ap.max_instances = (int)cp->max_instances;
+        ig_autoscaler_init(&gw->scalers[gw->npools], &ap);
         gw->npools++;
     }
+    uv_timer_init(loop, &gw->tick);
+    gw->tick.data = gw;
+    gw->tick_started = 1;
+    uv_timer_start(&gw->tick, on_tick, AUTOSCALE_TICK_MS, AUTOSCALE_TICK_MS);
     for (size_t i = 0; i < cfg->nsites; i++) {
         const ig_config_site_t *cs = &cfg->sites[i];
         ig_site_spec_t ss;
@@ -281,11 +376,18 @@ static void on_part_closed(void *data)
         cb(cb_data);
 }
 
+static void on_tick_closed(uv_handle_t *h)
+{
+    on_part_closed(h->data);
+}
+
 void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data)
 {
     gw->close_cb = cb;
     gw->close_data = data;
-    gw->pending_closes = 1 + gw->npools + gw->nsites + 1;
+    gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + gw->tick_started;
+    if (gw->tick_started)
+        uv_close((uv_handle_t *)&gw->tick, on_tick_closed);
     ig_proxy_close(gw->proxy, on_part_closed, gw);
     for (int i = 0; i < gw->nsites; i++)
         ig_site_close(gw->sites[i], on_part_closed, gw);

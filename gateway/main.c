@@ -3,8 +3,10 @@
  * sub-command; each role lives in its own module.
  */
 #include "infergate/cli.h"
+#include "infergate/pool.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 typedef struct {
@@ -33,6 +35,13 @@ static void usage(FILE *out)
 
 int main(int argc, char **argv)
 {
+    /* A worker started by a gateway's pool dies with it, even when the
+     * gateway is killed with SIGKILL: no orphans holding a GPU. */
+    const char *parent = getenv("IG_PARENT_PID");
+    if (parent != NULL && ig_process_die_with_parent(atoi(parent)) != 0) {
+        fprintf(stderr, "infergate: parent %s is gone; exiting\n", parent);
+        return IG_EXIT_FAILURE;
+    }
     if (argc < 2)
         return ig_cmd_serve(1, (char *[]){"serve", NULL});
     const char *name = argv[1];

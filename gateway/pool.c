@@ -285,7 +285,7 @@ static void instance_spawn(ig_instance_t *in)
     const ig_pool_spec_t *s = &p->spec;
     char *args[MAX_ARGS];
     int na = 0;
-    char threads[16], kv[16], bs[16], mbt[16], mns[16], mw[16];
+    char threads[16], kv[16], mbt[16], mns[16], mw[16];
     args[na++] = (char *)s->exe;
     args[na++] = "worker";
     args[na++] = "--model";
@@ -296,8 +296,8 @@ static void instance_spawn(ig_instance_t *in)
     args[na++] = in->device;
     args[na++] = "--listen";
     args[na++] = in->listen;
-    args[na++] = "--name";
-    args[na++] = in->name;
+    args[na++] = "--name"; /* the model name clients use */
+    args[na++] = (char *)s->model;
     if (strncmp(in->device, "cpu", 3) == 0 && strchr(in->device, ':') == NULL) {
         int t = s->threads;
         if (t <= 0) {
@@ -311,10 +311,6 @@ static void instance_spawn(ig_instance_t *in)
     if (s->kv_blocks > 0) {
         args[na++] = "--kv-blocks";
         args[na++] = fmt_int(kv, sizeof(kv), s->kv_blocks);
-    }
-    if (s->block_size > 0) {
-        args[na++] = "--block-size";
-        args[na++] = fmt_int(bs, sizeof(bs), s->block_size);
     }
     if (s->max_batched_tokens > 0) {
         args[na++] = "--max-batched-tokens";
@@ -481,6 +477,9 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
                  spec->name, i);
         snprintf(in->listen, sizeof(in->listen), "unix:%s", in->socket_path);
         ig_upstream_state_init(&in->route, in->name, IG_UPSTREAM_LOCAL);
+        /* The sequences a worker runs at once: what we told it, else its
+         * default. The router counts in-flight work against this. */
+        in->route.slots = spec->max_num_seqs > 0 ? spec->max_num_seqs : 256;
         ig_upstream_opts_t uo;
         ig_upstream_opts_default(&uo);
         uo.connect_timeout_ms = 1000;
@@ -612,12 +611,24 @@ int ig_pool_count(const ig_pool_t *p, ig_instance_state_t state)
     return n;
 }
 
+int ig_pool_in_use(const ig_pool_t *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->spec.ndevices; i++)
+        n += p->inst[i].in_use;
+    return n;
+}
+
+int ig_pool_free_devices(const ig_pool_t *p)
+{
+    int used = ig_pool_in_use(p);
+    int cap = p->spec.max_instances < p->spec.ndevices ? p->spec.max_instances : p->spec.ndevices;
+    return cap > used ? cap - used : 0;
+}
+
 int ig_pool_scale_up(ig_pool_t *p)
 {
-    int running = 0;
-    for (int i = 0; i < p->spec.ndevices; i++)
-        running += p->inst[i].in_use;
-    if (p->closing || running >= p->spec.max_instances)
+    if (p->closing || ig_pool_free_devices(p) == 0)
         return IG_EBUSY;
     for (int i = 0; i < p->spec.ndevices; i++) {
         ig_instance_t *in = &p->inst[i];

@@ -236,6 +236,12 @@ static void queue_push(ig_proxy_t *px, model_queue_t *q, exchange_t *x)
     ig_metric_set(px->m_queue, q->n, x->model);
 }
 
+int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
+{
+    model_queue_t *q = queue_of((ig_proxy_t *)px, model, 0);
+    return q ? q->n : 0;
+}
+
 /* ---- helpers ----------------------------------------------------------- */
 
 static int limit_of(const ig_proxy_t *px, const ig_upstream_state_t *u)

@@ -1,10 +1,518 @@
-/* Placeholder until the serve role lands; it owns this file. */
+/*
+ * `infergate serve`: the gateway of one region.
+ *
+ * Start-up order matters for operators: the config is loaded and checked
+ * completely before anything listens, so a bad config exits 2 with its
+ * message and never takes a port. Then logging, signals, the HTTP server.
+ *
+ * Shutdown: the first SIGTERM/SIGINT makes /ready answer 503, stops
+ * accepting and lets requests in flight finish for up to
+ * limits.drain_timeout_ms (ig_http_server_close), then the process exits 0.
+ * A second signal stops the loop at once and exits 1.
+ */
+#include "infergate/serve.h"
 #include "infergate/cli.h"
+#include "infergate/config.h"
+#include "infergate/error.h"
+#include "infergate/gateway.h"
+#include "infergate/http.h"
+#include "infergate/log.h"
+#include "infergate/metrics.h"
 
+#include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+struct ig_serve_s {
+    uv_loop_t *loop;
+    ig_config_t cfg;
+    ig_http_server_t *server;
+    ig_gateway_t *gw; /* pools, sites and the proxy behind the /v1 routes */
+    uv_signal_t sigterm;
+    uv_signal_t sigint;
+    ig_serve_ready_cb ready_cb;
+    void *ready_data;
+    int draining; /* first signal seen */
+    int forced;   /* second signal seen: exit without waiting */
+    int signals_open;
+};
+
+/* ---- readiness ---------------------------------------------------------- */
+
+void ig_serve_set_readiness(ig_serve_t *s, ig_serve_ready_cb cb, void *data)
+{
+    s->ready_cb = cb;
+    s->ready_data = data;
+}
+
+int ig_serve_ready(ig_serve_t *s, char *reason, size_t reason_len)
+{
+    if (s->draining) {
+        snprintf(reason, reason_len, "shutting down");
+        return 0;
+    }
+    if (s->ready_cb == NULL) {
+        snprintf(reason, reason_len, "no backend is attached yet");
+        return 0;
+    }
+    reason[0] = '\0';
+    if (s->ready_cb(s->ready_data, reason, reason_len))
+        return 1;
+    if (reason[0] == '\0')
+        snprintf(reason, reason_len, "not ready");
+    return 0;
+}
+
+const ig_config_t *ig_serve_config(const ig_serve_t *s)
+{
+    return &s->cfg;
+}
+
+uv_loop_t *ig_serve_loop(const ig_serve_t *s)
+{
+    return s->loop;
+}
+
+/* The serve state the infergate_ready gauge reads; NULL once it is gone
+ * (the registry outlives it, and other modules' families stay registered). */
+static ig_serve_t *gauge_serve;
+
+static double ready_gauge(void *data)
+{
+    char reason[256];
+    return gauge_serve != NULL && ig_serve_ready(gauge_serve, reason, sizeof(reason));
+}
+
+/* ---- endpoints ---------------------------------------------------------- */
+
+static void handle_health(ig_serve_t *s, ig_http_req_t *req)
+{
+    static const char body[] = "{\"status\":\"ok\"}";
+    ig_http_respond(req, 200, "application/json", body, sizeof(body) - 1);
+}
+
+static void handle_ready(ig_serve_t *s, ig_http_req_t *req)
+{
+    static const char body[] = "{\"status\":\"ready\"}";
+    char reason[256];
+    if (ig_serve_ready(s, reason, sizeof(reason))) {
+        ig_http_respond(req, 200, "application/json", body, sizeof(body) - 1);
+        return;
+    }
+    ig_http_respond_error(req, 503, "unavailable_error", NULL, "not_ready", "not ready: %s",
+                          reason);
+}
+
+static void handle_metrics(ig_serve_t *s, ig_http_req_t *req)
+{
+    size_t len;
+    char *text = ig_metrics_render(&len);
+    if (text == NULL) {
+        ig_http_respond_error(req, 500, NULL, NULL, NULL, "out of memory rendering metrics");
+        return;
+    }
+    ig_http_respond(req, 200, "text/plain; version=0.0.4", text, len);
+    free(text);
+}
+
+static void handle_completions(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_completions(s->gw, req);
+}
+
+static void handle_chat(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_chat(s->gw, req);
+}
+
+static void handle_models(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_models(s->gw, req);
+}
+
+static void handle_load(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_load(s->gw, req);
+}
+
+static void handle_status(ig_serve_t *s, ig_http_req_t *req)
+{
+    ig_gateway_status(s->gw, req);
+}
+
+/*
+ * The gateway's routes; new endpoints add a row. Rows with auth set need an
+ * API key when the config lists any; the probes (/health, /ready,
+ * /metrics) and what peer gateways poll (/load) stay open.
+ */
+static const ig_serve_route_t routes[] = {
+    {"GET", "/health", handle_health, 0},
+    {"GET", "/ready", handle_ready, 0},
+    {"GET", "/metrics", handle_metrics, 0},
+    {"POST", "/v1/completions", handle_completions, 1},
+    {"POST", "/v1/chat/completions", handle_chat, 1},
+    {"GET", "/v1/models", handle_models, 1},
+    {"GET", "/load", handle_load, 0},
+    {"GET", "/status", handle_status, 0},
+};
+
+/* Compares in time independent of where the strings differ. */
+static int same_secret(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char diff = (unsigned char)(la != lb);
+    for (size_t i = 0; i < la; i++)
+        diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return diff == 0;
+}
+
+/* 1 when the request carries one of the configured keys (or none are set). */
+static int authorized(const ig_serve_t *s, ig_http_req_t *req)
+{
+    if (s->cfg.napi_keys == 0)
+        return 1;
+    const char *h = ig_http_req_header(req, "Authorization");
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
+        return 0;
+    h += 7;
+    while (*h == ' ')
+        h++;
+    int ok = 0;
+    for (size_t i = 0; i < s->cfg.napi_keys; i++)
+        ok |= same_secret(h, s->cfg.api_keys[i]);
+    return ok;
+}
+
+static int path_matches(const char *pattern, const char *path)
+{
+    size_t n = strlen(pattern);
+    if (n > 0 && pattern[n - 1] == '*')
+        return strncmp(pattern, path, n - 1) == 0;
+    return strcmp(pattern, path) == 0;
+}
+
+void ig_serve_dispatch(ig_serve_t *s, const ig_serve_route_t *table, size_t n, ig_http_req_t *req)
+{
+    const char *method = ig_http_req_method(req);
+    const char *path = ig_http_req_path(req);
+    const char *route = NULL;
+    char allow[128] = "";
+    size_t alen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!path_matches(table[i].path, path))
+            continue;
+        if (strcmp(table[i].method, method) == 0) {
+            ig_http_req_set_route(req, table[i].path);
+            if (table[i].auth && !authorized(s, req)) {
+                ig_http_add_header(req, "WWW-Authenticate", "Bearer");
+                ig_http_respond_error(req, 401, "invalid_request_error", NULL, "invalid_api_key",
+                                      "missing or invalid API key (Authorization: Bearer KEY)");
+                return;
+            }
+            table[i].handler(s, req);
+            return;
+        }
+        route = table[i].path;
+        /* Methods this path takes, once each, in table order. */
+        if (strstr(allow, table[i].method) == NULL)
+            alen += (size_t)snprintf(allow + alen, sizeof(allow) - alen, "%s%s", alen ? ", " : "",
+                                     table[i].method);
+        if (alen >= sizeof(allow))
+            alen = sizeof(allow) - 1;
+    }
+    if (route == NULL) {
+        /* No route label: the server counts these under "unmatched". */
+        ig_http_respond_error(req, 404, "not_found_error", NULL, NULL, "no route for %s %s", method,
+                              path);
+        return;
+    }
+    ig_http_req_set_route(req, route);
+    ig_http_add_header(req, "Allow", allow);
+    ig_http_respond_error(req, 405, "invalid_request_error", NULL, NULL,
+                          "method %s is not allowed on %s (allowed: %s)", method, path, allow);
+}
+
+static void on_request(ig_http_req_t *req, void *data)
+{
+    ig_serve_dispatch(data, routes, sizeof(routes) / sizeof(routes[0]), req);
+}
+
+/* ---- shutdown ----------------------------------------------------------- */
+
+static void on_signal_closed(uv_handle_t *h)
+{
+    ig_serve_t *s = h->data;
+    s->signals_open--;
+}
+
+static void close_signals(ig_serve_t *s)
+{
+    if (!uv_is_closing((uv_handle_t *)&s->sigterm))
+        uv_close((uv_handle_t *)&s->sigterm, on_signal_closed);
+    if (!uv_is_closing((uv_handle_t *)&s->sigint))
+        uv_close((uv_handle_t *)&s->sigint, on_signal_closed);
+}
+
+/* Workers have nothing in flight once the HTTP server has drained. */
+#define WORKER_GRACE_MS 5000
+
+static void on_gateway_closed(void *data)
+{
+    ig_serve_t *s = data;
+    s->gw = NULL;
+    IG_INFO("drained; exiting");
+    close_signals(s); /* the last handles: uv_run returns */
+}
+
+static void on_server_closed(ig_http_server_t *server, void *data)
+{
+    ig_serve_t *s = data;
+    s->server = NULL;
+    ig_serve_set_readiness(s, NULL, NULL);
+    if (s->gw != NULL)
+        ig_gateway_close(s->gw, WORKER_GRACE_MS, on_gateway_closed, s);
+    else
+        on_gateway_closed(s);
+}
+
+static void on_signal(uv_signal_t *h, int signum)
+{
+    ig_serve_t *s = h->data;
+    const char *name = signum == SIGTERM ? "SIGTERM" : "SIGINT";
+    if (s->draining) {
+        IG_WARN("%s again: exiting without waiting for %u requests in flight", name,
+                s->server ? ig_http_server_inflight(s->server) : 0);
+        s->forced = 1;
+        uv_stop(s->loop);
+        return;
+    }
+    s->draining = 1;
+    IG_INFO("%s: draining (%u requests in flight, up to %llu ms); a second signal exits now", name,
+            s->server ? ig_http_server_inflight(s->server) : 0,
+            (unsigned long long)s->cfg.limits.drain_timeout_ms);
+    if (s->server != NULL)
+        ig_http_server_close(s->server, s->cfg.limits.drain_timeout_ms, on_server_closed, s);
+}
+
+/* ---- the command -------------------------------------------------------- */
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: infergate serve [--config FILE] [--listen HOST:PORT|unix:PATH]\n"
+            "                       [--log-level LEVEL] [--log-format FORMAT] [--help]\n"
+            "\n"
+            "Runs the gateway of one region: OpenAI-style HTTP in front of the local\n"
+            "instance pools and remote sites of the config.\n"
+            "\n"
+            "  --config FILE        the region's JSON config (docs/config.md); without it,\n"
+            "                       the embedded default: region \"local\" on 127.0.0.1:8080,\n"
+            "                       one CPU pool serving model \"tiny\", generated from the\n"
+            "                       mkmodel preset \"tiny\" into $INFERGATE_CACHE_DIR/models/tiny\n"
+            "                       (default cache: $XDG_CACHE_HOME/infergate or\n"
+            "                       ~/.cache/infergate)\n"
+            "  --listen ADDR        overrides the config's listen: HOST:PORT with an IPv4 or\n"
+            "                       [IPv6] address (port 0 picks a free one), or unix:PATH\n"
+            "  --log-level LEVEL    debug, info, warn or error (overrides log.level)\n"
+            "  --log-format FORMAT  text or json, one line per event on stderr\n"
+            "                       (overrides log.format)\n"
+            "  --help               this text\n"
+            "\n"
+            "Endpoints: GET /health (live), GET /ready (ready for traffic; 503 with the\n"
+            "reason otherwise), GET /metrics (Prometheus text).\n"
+            "\n"
+            "Exit status: 0 after a graceful shutdown, 1 on a run-time failure (cannot\n"
+            "listen) or a forced shutdown, 2 on a usage or config error (before listening).\n"
+            "SIGTERM or SIGINT stops accepting and lets requests in flight finish for up to\n"
+            "limits.drain_timeout_ms; a second signal exits at once.\n");
+}
+
+typedef struct {
+    const char *config;
+    const char *listen;
+    const char *log_level;
+    const char *log_format;
+    int help;
+} args_t;
+
+/* --flag VALUE or --flag=VALUE. 0, or IG_EINVAL with the message printed. */
+static int parse_args(int argc, char **argv, args_t *a)
+{
+    static const struct {
+        const char *name;
+        size_t off;
+    } flags[] = {
+        {"--config", offsetof(args_t, config)},
+        {"--listen", offsetof(args_t, listen)},
+        {"--log-level", offsetof(args_t, log_level)},
+        {"--log-format", offsetof(args_t, log_format)},
+    };
+    memset(a, 0, sizeof(*a));
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
+            a->help = 1;
+            continue;
+        }
+        size_t k = 0, nflags = sizeof(flags) / sizeof(flags[0]);
+        const char *value = NULL;
+        for (; k < nflags; k++) {
+            size_t n = strlen(flags[k].name);
+            if (strncmp(arg, flags[k].name, n) != 0)
+                continue;
+            if (arg[n] == '=') {
+                value = arg + n + 1;
+                break;
+            }
+            if (arg[n] == '\0') {
+                if (i + 1 >= argc) {
+                    fprintf(stderr, "infergate serve: %s needs a value\n", arg);
+                    return IG_EINVAL;
+                }
+                value = argv[++i];
+                break;
+            }
+        }
+        if (k == nflags) {
+            fprintf(stderr, "infergate serve: unknown argument '%s' (see --help)\n", arg);
+            return IG_EINVAL;
+        }
+        *(const char **)((char *)a + flags[k].off) = value;
+    }
+    return 0;
+}
 
 int ig_cmd_serve(int argc, char **argv)
 {
-    fprintf(stderr, "infergate serve: not available in this build\n");
-    return IG_EXIT_FAILURE;
+    ig_serve_t s;
+    args_t a;
+    char err[1024];
+    uv_loop_t loop;
+    int rc, status = IG_EXIT_FAILURE;
+    ig_log_level_t level;
+    ig_log_format_t format;
+
+    memset(&s, 0, sizeof(s));
+    if (parse_args(argc, argv, &a) != 0)
+        return IG_EXIT_USAGE;
+    if (a.help) {
+        usage(stdout);
+        return IG_EXIT_OK;
+    }
+    if (a.log_level != NULL && ig_log_level_parse(a.log_level, &level) != 0) {
+        fprintf(stderr, "infergate serve: --log-level: '%s': must be debug, info, warn or error\n",
+                a.log_level);
+        return IG_EXIT_USAGE;
+    }
+    if (a.log_format != NULL && ig_log_format_parse(a.log_format, &format) != 0) {
+        fprintf(stderr, "infergate serve: --log-format: '%s': must be text or json\n",
+                a.log_format);
+        return IG_EXIT_USAGE;
+    }
+    if (a.listen != NULL && ig_config_check_listen(a.listen, err, sizeof(err)) != 0) {
+        fprintf(stderr, "infergate serve: --listen: %s\n", err);
+        return IG_EXIT_USAGE;
+    }
+
+    /* The whole config is checked before anything listens. */
+    rc = a.config ? ig_config_load_file(&s.cfg, a.config, err, sizeof(err))
+                  : ig_config_load_default(&s.cfg, err, sizeof(err));
+    if (rc != 0) {
+        fprintf(stderr, "%s\n", err);
+        return rc == IG_ENOMEM ? IG_EXIT_FAILURE : IG_EXIT_USAGE;
+    }
+    if (a.listen != NULL) {
+        char *copy = strdup(a.listen);
+        if (copy == NULL)
+            goto fail_config;
+        free(s.cfg.listen);
+        s.cfg.listen = copy;
+    }
+    ig_log_setup(a.log_level ? level : (ig_log_level_t)s.cfg.log.level,
+                 a.log_format ? format : (ig_log_format_t)s.cfg.log.format);
+    ig_log_set_component("serve");
+
+    /* A peer that resets mid-write must cost an EPIPE, not the process. */
+    signal(SIGPIPE, SIG_IGN);
+
+    if ((rc = uv_loop_init(&loop)) != 0) {
+        IG_ERROR("cannot start the event loop: %s", ig_strerror(rc));
+        goto fail_config;
+    }
+    s.loop = &loop;
+    s.sigterm.data = &s;
+    s.sigint.data = &s;
+    uv_signal_init(&loop, &s.sigterm);
+    uv_signal_init(&loop, &s.sigint);
+    s.signals_open = 2;
+    uv_signal_start(&s.sigterm, on_signal, SIGTERM);
+    uv_signal_start(&s.sigint, on_signal, SIGINT);
+
+    ig_metric_t *info =
+        ig_metrics_gauge("infergate_build_info",
+                         "Constant 1, labeled with the version and the region.", "version,region");
+    ig_metric_set(info, 1, IG_VERSION, s.cfg.region);
+    ig_metric_t *start = ig_metrics_gauge("infergate_start_time_seconds",
+                                          "Start time of the process since the Unix epoch.", NULL);
+    ig_metric_set(start, (double)time(NULL));
+    ig_metrics_gauge_fn("infergate_ready", "1 when the gateway can serve traffic (GET /ready).",
+                        ready_gauge, NULL);
+    gauge_serve = &s;
+
+    /* Pools and sites first (this may generate preset models): a gateway
+     * that listens can route at once, and one that cannot start never listens. */
+    char exe[4096];
+    size_t exe_len = sizeof(exe);
+    if ((rc = uv_exepath(exe, &exe_len)) != 0) {
+        IG_ERROR("cannot find the infergate binary: %s", ig_strerror(rc));
+        goto fail_signals;
+    }
+    if ((rc = ig_gateway_start(&s.gw, &loop, &s.cfg, exe, NULL, err, sizeof(err))) != 0) {
+        IG_ERROR("cannot start the gateway: %s", err);
+        s.gw = NULL;
+        goto fail_signals;
+    }
+    ig_serve_set_readiness(&s, ig_gateway_ready, s.gw);
+
+    rc = ig_http_server_start(&s.server, &loop, s.cfg.listen, &s.cfg.limits.http, on_request, &s);
+    if (rc != 0) {
+        IG_ERROR("cannot listen on %s: %s", s.cfg.listen, ig_strerror(rc));
+        s.server = NULL;
+        ig_serve_set_readiness(&s, NULL, NULL);
+        ig_gateway_close(s.gw, 0, on_gateway_closed, &s);
+        uv_run(&loop, UV_RUN_DEFAULT);
+        goto done;
+    }
+    if (strncmp(s.cfg.listen, "unix:", 5) == 0) {
+        IG_INFO("listening on %s (region %s, config %s)", s.cfg.listen, s.cfg.region, s.cfg.source);
+    } else {
+        /* The real port: with port 0 the kernel picked it, and tests read it here. */
+        char host[64];
+        size_t hlen = (size_t)(strrchr(s.cfg.listen, ':') - s.cfg.listen);
+        snprintf(host, sizeof(host), "%.*s", (int)hlen, s.cfg.listen);
+        IG_INFO("listening on http://%s:%d (region %s, config %s)", host,
+                ig_http_server_port(s.server), s.cfg.region, s.cfg.source);
+    }
+
+    uv_run(&loop, UV_RUN_DEFAULT);
+    if (s.forced) {
+        /* Handles are still open and the process ends now; nothing to unwind. */
+        return IG_EXIT_FAILURE;
+    }
+    status = IG_EXIT_OK;
+    goto done;
+fail_signals:
+    close_signals(&s);
+    uv_run(&loop, UV_RUN_DEFAULT);
+done:
+    gauge_serve = NULL;
+    if (uv_loop_close(&loop) != 0)
+        IG_WARN("event loop closed with handles still open");
+fail_config:
+    ig_config_dispose(&s.cfg);
+    return status;
 }

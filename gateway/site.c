@@ -142,12 +142,11 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
             mark(s, 0);
         break;
     case PROBE_MODELS:
-        if (ok && json_is_object(doc)) {
+        /* Models named in the config need no list from the site; a site
+         * whose models we must discover is down until it gives a list. */
+        if (ok && json_is_object(doc))
             set_models_from(s, json_object_get(doc, "data"), "id");
-            mark(s, 1);
-        } else {
-            mark(s, 0);
-        }
+        mark(s, ok && (s->fixed_models || json_is_object(doc)));
         break;
     }
     json_decref(doc);

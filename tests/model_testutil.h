@@ -85,7 +85,10 @@ static inline void tu_write(const char *path, const void *data, size_t len)
     assert_int_equal(fclose(f), 0);
 }
 
-/* Writes a tiny (or other preset) model into dir. */
+/* Writes a tiny (or other preset) model into dir; without the tokenizer
+ * unless tu_with_tokenizer is set, since most tests need only the weights. */
+static int tu_with_tokenizer;
+
 static inline void tu_mkmodel(const char *dir, const char *preset, uint64_t seed, int shards,
                               int has_dtype, ig_dtype_t dtype)
 {
@@ -97,6 +100,7 @@ static inline void tu_mkmodel(const char *dir, const char *preset, uint64_t seed
     o.shards = shards;
     o.has_dtype = has_dtype;
     o.dtype = dtype;
+    o.no_tokenizer = !tu_with_tokenizer;
     int rc = ig_mkmodel_write(dir, &o, err, sizeof(err));
     if (rc != 0)
         fail_msg("mkmodel: %s", err);

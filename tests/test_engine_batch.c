@@ -35,7 +35,7 @@ static ctx_t *open_ctx(const char *preset, int threads, int kv_blocks, int block
 {
     ctx_t *c = calloc(1, sizeof(*c));
     char err[256] = "";
-    assert_int_equal(ig_fixture_model_dir(preset, c->dir, sizeof(c->dir), NULL), 0);
+    assert_int_equal(ig_fixture_model_dir(preset, IG_DTYPE_F32, c->dir, sizeof(c->dir), NULL), 0);
     if (ig_model_load(&c->model, c->dir, err, sizeof(err)) != 0)
         fail_msg("load: %s", err);
     c->vocab = ig_model_config(c->model)->vocab_size;

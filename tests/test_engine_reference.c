@@ -93,15 +93,7 @@ static void check_model(const char *preset, ig_dtype_t dtype)
 {
     char dir[4096], err[256] = "";
     int real = 0;
-    if (dtype == IG_DTYPE_F32) {
-        assert_int_equal(ig_fixture_model_dir(preset, dir, sizeof(dir), &real), 0);
-    } else {
-        ig_fixture_spec_t spec;
-        assert_int_equal(ig_fixture_preset(preset, &spec), 0);
-        spec.dtype = dtype;
-        assert_int_equal(ig_fixture_tmpdir(dir, sizeof(dir)), 0);
-        assert_int_equal(ig_fixture_write(&spec, dir), 0);
-    }
+    assert_int_equal(ig_fixture_model_dir(preset, dtype, dir, sizeof(dir), &real), 0);
     ig_model_t *model;
     int rc = ig_model_load(&model, dir, err, sizeof(err));
     if (rc != 0)

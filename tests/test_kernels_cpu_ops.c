@@ -80,9 +80,9 @@ static void naive_gemm(double *y, const float *x, const float *w, const float *b
 }
 
 static const int shapes[][3] = {
-    /* m, n, k */
-    {1, 1, 1},     {1, 7, 5},      {3, 5, 17},   {4, 4, 16},     {5, 33, 31},
-    {1, 288, 288}, {64, 100, 288}, {7, 768, 64}, {17, 288, 768}, {2, 1000, 48},
+    /* m, n, k; m >= 64 takes the BLAS side of auto */
+    {1, 1, 1},      {1, 7, 5},    {3, 5, 17},     {4, 4, 16},    {5, 33, 31},  {1, 288, 288},
+    {64, 100, 288}, {7, 768, 64}, {17, 288, 768}, {2, 1000, 48}, {70, 40, 33},
 };
 
 static void check_gemm_mode(ig_backend_t *be, ig_cpu_gemm_t mode, const char *label)
@@ -111,6 +111,8 @@ static void test_gemm_paths(void **state)
     for (size_t t = 0; t < 2; t++) {
         ig_backend_t *be;
         assert_int_equal(ig_backend_cpu_create(&be, threads[t]), 0);
+        assert_int_equal(ig__cpu_gemm(be), IG_CPU_GEMM_AUTO); /* the default */
+        check_gemm_mode(be, IG_CPU_GEMM_AUTO, "auto");
         assert_int_equal(ig__cpu_set_gemm(be, IG_CPU_GEMM_OWN), 0);
         check_gemm_mode(be, IG_CPU_GEMM_OWN, "own");
 #ifdef IG_HAVE_OPENBLAS
@@ -372,7 +374,10 @@ static void test_split_covers(void **state)
 
 int main(void)
 {
-    printf("# CPU kernels compiled for %s\n", ig__cpu_simd_name());
+    const char *core;
+    int usable = ig__cpu_blas_usable(&core);
+    printf("# CPU kernels compiled for %s; OpenBLAS core %s (%s by auto)\n", ig__cpu_simd_name(),
+           core, usable ? "used" : "not used");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_paths),         cmocka_unit_test(test_gemm_own_rows_independent),
         cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rope),

@@ -396,6 +396,48 @@ static void test_bad_generation_config(void **state)
     free(p);
 }
 
+/* Random byte corruption of the JSON files never crashes the loader: each
+ * load either succeeds or fails with IG_EMODEL and a message naming a file. */
+static void corrupt_and_load(const char *name, int iterations)
+{
+    char *path = tu_path(dir, name);
+    size_t len;
+    unsigned char *good = tu_read(path, &len);
+    uint64_t s = 7;
+    static const char junk[] = "{}[]\",:0-9e.tfn \\";
+    for (int iter = 0; iter < iterations; iter++) {
+        unsigned char *buf = malloc(len);
+        memcpy(buf, good, len);
+        for (int k = 0; k < 1 + iter % 3; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            buf[(s >> 33) % len] = (unsigned char)junk[(s >> 20) % (sizeof(junk) - 1)];
+        }
+        tu_write(path, buf, len);
+        free(buf);
+        ig_model_t *m = NULL;
+        char err[512] = "";
+        int rc = ig_model_load(&m, dir, err, sizeof(err));
+        if (rc == 0) {
+            ig_model_free(m);
+            continue;
+        }
+        assert_int_equal(rc, IG_EMODEL);
+        assert_non_null(strstr(err, ".json: ") ? strstr(err, ".json: ")
+                                               : strstr(err, ".safetensors"));
+    }
+    tu_write(path, good, len);
+    free(good);
+    free(path);
+}
+
+static void test_fuzz_json_files(void **state)
+{
+    (void)state;
+    corrupt_and_load("config.json", 300);
+    corrupt_and_load("generation_config.json", 100);
+    corrupt_and_load("model.safetensors.index.json", 300);
+}
+
 int main(void)
 {
 #define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
@@ -423,6 +465,7 @@ int main(void)
         T(test_heads_not_divisible),
         T(test_bad_config_json),
         T(test_bad_generation_config),
+        TS(test_fuzz_json_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

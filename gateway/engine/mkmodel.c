@@ -5,15 +5,18 @@
  */
 #include "infergate/cli.h"
 #include "infergate/error.h"
+#include "model_internal.h"
 #include "infergate/mkmodel.h"
 #include "infergate/model.h"
 #include "infergate/safetensors.h"
+#include "infergate/tokgen.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,11 +26,6 @@
 #include <unistd.h>
 
 /* ---- presets ------------------------------------------------------------ */
-
-typedef enum {
-    TOK_BYTE_LEVEL = 1,    /* GPT-2 / Llama-3 / Qwen2 style byte-level BPE */
-    TOK_SENTENCEPIECE = 2, /* Llama-2 / Mistral style, "▁" and <0xNN> byte fallback */
-} tok_style_t;
 
 typedef struct {
     const char *name;
@@ -43,108 +41,101 @@ typedef struct {
     int attention_bias;
     ig_dtype_t dtype;
     int shards;
-    tok_style_t tok_style;
+    int tok_style; /* IG_TOKGEN_* */
 } preset_t;
 
 static const preset_t presets[] = {
-    {"tiny",
-     "about 1.0M parameters: dim 128, 2 layers, 4 heads / 2 kv, vocab 4096, tied, F32",
-     "LlamaForCausalLM",
-     "llama",
-     128,
-     512,
-     2,
-     4,
-     2,
-     32,
-     4096,
-     512,
-     1e-5,
-     10000.0,
-     IG_ROPE_NONE,
-     0,
-     0,
-     0,
-     0,
-     1,
-     0,
-     IG_DTYPE_F32,
-     1,
-     TOK_SENTENCEPIECE},
-    {"small",
-     "the shape of stories15M: dim 288, 6 layers, 6 heads, hidden 768, vocab 32000, tied, F32",
-     "LlamaForCausalLM",
-     "llama",
-     288,
-     768,
-     6,
-     6,
-     6,
-     48,
-     32000,
-     256,
-     1e-5,
-     10000.0,
-     IG_ROPE_NONE,
-     0,
-     0,
-     0,
-     0,
-     1,
-     0,
-     IG_DTYPE_F32,
-     1,
-     TOK_SENTENCEPIECE},
-    {"gqa",
-     "Qwen2 with q/k/v biases: dim 256, 4 layers, 8 heads / 2 kv, vocab 8192, untied, "
-     "rope_theta 500000, F32",
-     "Qwen2ForCausalLM",
-     "qwen2",
-     256,
-     768,
-     4,
-     8,
-     2,
-     32,
-     8192,
-     2048,
-     1e-6,
-     500000.0,
-     IG_ROPE_NONE,
-     0,
-     0,
-     0,
-     0,
-     0,
-     1,
-     IG_DTYPE_F32,
-     1,
-     TOK_BYTE_LEVEL},
-    {"1b",
-     "the shape of Llama-3.2-1B: dim 2048, 16 layers, 32 heads / 8 kv, vocab 128256, llama3 "
-     "rope scaling, tied, BF16, 2 shards",
-     "LlamaForCausalLM",
-     "llama",
-     2048,
-     8192,
-     16,
-     32,
-     8,
-     64,
-     128256,
-     131072,
-     1e-5,
-     500000.0,
-     IG_ROPE_LLAMA3,
-     32.0,
-     1.0,
-     4.0,
-     8192,
-     1,
-     0,
-     IG_DTYPE_BF16,
-     2,
-     TOK_BYTE_LEVEL},
+    {
+        .name = "tiny",
+        .summary = "about 1.0M parameters: dim 128, 2 layers, 4 heads / 2 kv, vocab 4096, "
+                   "tied, Llama-2 sentencepiece tokenizer, F32",
+        .architecture = "LlamaForCausalLM",
+        .model_type = "llama",
+        .dim = 128,
+        .hidden = 512,
+        .layers = 2,
+        .heads = 4,
+        .kv_heads = 2,
+        .head_dim = 32,
+        .vocab = 4096,
+        .max_pos = 512,
+        .rms_eps = 1e-5,
+        .rope_theta = 10000.0,
+        .tied = 1,
+        .dtype = IG_DTYPE_F32,
+        .shards = 1,
+        .tok_style = IG_TOKGEN_SENTENCEPIECE,
+    },
+    {
+        .name = "small",
+        .summary = "the shape of stories15M: dim 288, 6 layers, 6 heads, hidden 768, vocab "
+                   "32000, tied, Llama-2 sentencepiece tokenizer, F32",
+        .architecture = "LlamaForCausalLM",
+        .model_type = "llama",
+        .dim = 288,
+        .hidden = 768,
+        .layers = 6,
+        .heads = 6,
+        .kv_heads = 6,
+        .head_dim = 48,
+        .vocab = 32000,
+        .max_pos = 256,
+        .rms_eps = 1e-5,
+        .rope_theta = 10000.0,
+        .tied = 1,
+        .dtype = IG_DTYPE_F32,
+        .shards = 1,
+        .tok_style = IG_TOKGEN_SENTENCEPIECE,
+    },
+    {
+        .name = "gqa",
+        .summary = "Qwen2 with q/k/v biases: dim 256, 4 layers, 8 heads / 2 kv, vocab 8192, "
+                   "untied, rope_theta 500000, ChatML byte-level tokenizer, F32",
+        .architecture = "Qwen2ForCausalLM",
+        .model_type = "qwen2",
+        .dim = 256,
+        .hidden = 768,
+        .layers = 4,
+        .heads = 8,
+        .kv_heads = 2,
+        .head_dim = 32,
+        .vocab = 8192,
+        .max_pos = 2048,
+        .rms_eps = 1e-6,
+        .rope_theta = 500000.0,
+        .tied = 0,
+        .attention_bias = 1,
+        .dtype = IG_DTYPE_F32,
+        .shards = 1,
+        .tok_style = IG_TOKGEN_CHATML,
+    },
+    {
+        .name = "1b",
+        .summary = "the shape of Llama-3.2-1B: dim 2048, 16 layers, 32 heads / 8 kv, vocab "
+                   "128256, llama3 rope scaling, tied, Llama-3 byte-level tokenizer, BF16, "
+                   "2 shards",
+        .architecture = "LlamaForCausalLM",
+        .model_type = "llama",
+        .dim = 2048,
+        .hidden = 8192,
+        .layers = 16,
+        .heads = 32,
+        .kv_heads = 8,
+        .head_dim = 64,
+        .vocab = 128256,
+        .max_pos = 131072,
+        .rms_eps = 1e-5,
+        .rope_theta = 500000.0,
+        .rope_scaling = IG_ROPE_LLAMA3,
+        .rope_factor = 32.0,
+        .rope_low = 1.0,
+        .rope_high = 4.0,
+        .rope_original_max_pos = 8192,
+        .tied = 1,
+        .dtype = IG_DTYPE_BF16,
+        .shards = 2,
+        .tok_style = IG_TOKGEN_BYTE_LEVEL,
+    },
 };
 
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
@@ -166,25 +157,41 @@ void ig_mkmodel_opts_default(ig_mkmodel_opts_t *opts)
     opts->seed = 1;
 }
 
-/* Special token ids. Sentencepiece vocabularies follow Llama-2 (<unk> 0,
- * <s> 1, </s> 2); byte-level ones follow Llama-3, whose 256 reserved
- * special tokens end the vocabulary (<|begin_of_text|> = V-256,
- * <|end_of_text|> = V-255, <|eom_id|> = V-248, <|eot_id|> = V-247). */
+/* Special token ids, where ig_tokgen_write() puts them: sentencepiece
+ * vocabularies start with <unk> 0, <s> 1, </s> 2 (Llama-2); byte-level ones
+ * end with <|begin_of_text|> V-5, <|end_of_text|> V-4, <|start_header_id|>,
+ * <|end_header_id|>, <|eot_id|> V-1 (Llama-3); ChatML ones end with
+ * <|endoftext|> V-3, <|im_start|> V-2, <|im_end|> V-1 and have no BOS (Qwen2).
+ * test_mkmodel_presets checks these against the written tokenizer. */
 static int preset_bos(const preset_t *p)
 {
-    return p->tok_style == TOK_SENTENCEPIECE ? 1 : p->vocab - 256;
+    switch (p->tok_style) {
+    case IG_TOKGEN_SENTENCEPIECE:
+        return 1;
+    case IG_TOKGEN_BYTE_LEVEL:
+        return p->vocab - 5;
+    default:
+        return -1;
+    }
 }
 
+/* The ids that end generation; the first is config.json's eos_token_id,
+ * all of them go to generation_config.json (as the Instruct models do). */
 static int preset_eos(const preset_t *p, int *ids)
 {
-    if (p->tok_style == TOK_SENTENCEPIECE) {
+    switch (p->tok_style) {
+    case IG_TOKGEN_SENTENCEPIECE:
         ids[0] = 2;
         return 1;
+    case IG_TOKGEN_BYTE_LEVEL:
+        ids[0] = p->vocab - 4; /* <|end_of_text|> */
+        ids[1] = p->vocab - 1; /* <|eot_id|> */
+        return 2;
+    default:
+        ids[0] = p->vocab - 1; /* <|im_end|> */
+        ids[1] = p->vocab - 3; /* <|endoftext|> */
+        return 2;
     }
-    ids[0] = p->vocab - 255;
-    ids[1] = p->vocab - 248;
-    ids[2] = p->vocab - 247;
-    return 3;
 }
 
 /* ---- random values ------------------------------------------------------- */
@@ -310,24 +317,11 @@ static void assign_shards(tensor_t *t, size_t n, int nshards)
 
 /* ---- writing -------------------------------------------------------------- */
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static int mkdirs(const char *dir, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
-        seterr(err, errlen, "%s: path too long", dir);
+        ig__model_errf(err, errlen, "%s: path too long", dir);
         return IG_EINVAL;
     }
     for (char *p = path + 1;; p++) {
@@ -336,7 +330,7 @@ static int mkdirs(const char *dir, char *err, size_t errlen)
         char c = *p;
         *p = '\0';
         if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-            seterr(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+            ig__model_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
             return IG_EIO;
         }
         *p = c;
@@ -359,7 +353,7 @@ static int write_shard(const char *path, const tensor_t *t, size_t n, int shard,
     ig_safetensors_writer_t *w = NULL;
     if (specs == NULL || vals == NULL || bytes == NULL) {
         rc = IG_ENOMEM;
-        seterr(err, errlen, "mkmodel: out of memory");
+        ig__model_errf(err, errlen, "mkmodel: out of memory");
         goto fail;
     }
     for (size_t i = 0; i < n; i++) {
@@ -405,14 +399,14 @@ static int dump_json(json_t *root, const char *dir, const char *name, char *err,
 {
     char path[PATH_MAX];
     if (root == NULL) {
-        seterr(err, errlen, "%s: out of memory", name);
+        ig__model_errf(err, errlen, "%s: out of memory", name);
         return IG_ENOMEM;
     }
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
     if (rc != 0) {
-        seterr(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        ig__model_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
         return IG_EIO;
     }
     return 0;
@@ -428,6 +422,11 @@ static json_t *eos_json(const int *ids, int n)
     return a;
 }
 
+static json_t *bos_json(const preset_t *p)
+{
+    return preset_bos(p) < 0 ? json_null() : json_integer(preset_bos(p));
+}
+
 static int write_config(const char *dir, const preset_t *p, ig_dtype_t dtype, char *err,
                         size_t errlen)
 {
@@ -435,17 +434,17 @@ static int write_config(const char *dir, const preset_t *p, ig_dtype_t dtype, ch
     int eos[IG_MAX_EOS];
     preset_eos(p, eos);
     json_t *c = json_pack(
-        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:i, s:b, s:i, s:i, "
+        "{s:[s], s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:i, s:f, s:f, s:i, s:b, s:o, s:i, "
         "s:s, s:f, s:b}",
         "architectures", p->architecture, "model_type", p->model_type, "hidden_size", p->dim,
         "intermediate_size", p->hidden, "num_hidden_layers", p->layers, "num_attention_heads",
         p->heads, "num_key_value_heads", p->kv_heads, "head_dim", p->head_dim, "hidden_act", "silu",
         "max_position_embeddings", p->max_pos, "rms_norm_eps", p->rms_eps, "rope_theta",
         p->rope_theta, "vocab_size", p->vocab, "tie_word_embeddings", p->tied, "bos_token_id",
-        preset_bos(p), "eos_token_id", eos[0], "torch_dtype", torch_names[dtype],
-        "initializer_range", 0.02, "use_cache", 1);
+        bos_json(p), "eos_token_id", eos[0], "torch_dtype", torch_names[dtype], "initializer_range",
+        0.02, "use_cache", 1);
     if (c == NULL) {
-        seterr(err, errlen, "config.json: out of memory");
+        ig__model_errf(err, errlen, "config.json: out of memory");
         return IG_ENOMEM;
     }
     if (strcmp(p->model_type, "qwen2") != 0) {
@@ -472,7 +471,7 @@ static int write_generation_config(const char *dir, const preset_t *p, char *err
     int eos[IG_MAX_EOS];
     int n = preset_eos(p, eos);
     json_t *g =
-        json_pack("{s:i, s:o}", "bos_token_id", preset_bos(p), "eos_token_id", eos_json(eos, n));
+        json_pack("{s:o, s:o}", "bos_token_id", bos_json(p), "eos_token_id", eos_json(eos, n));
     return dump_json(g, dir, "generation_config.json", err, errlen);
 }
 
@@ -492,24 +491,23 @@ static int write_index(const char *dir, const tensor_t *t, size_t n, int nshards
     return dump_json(idx, dir, "model.safetensors.index.json", err, errlen);
 }
 
-/*
- * ==== TOKENIZER ====
- * The tokenizer files (tokenizer.json, tokenizer_config.json) come from the
- * tokenizer module's generator, ig_tokgen_write() in include/infergate/tokgen.h
- * (branch `tokenizer`), which is not merged yet. Once it is, this is the only
- * function to change:
- *     return ig_tokgen_write(dir, p->vocab, <style for p->tok_style>, seed, err, errlen);
- * Its special token ids must match preset_bos() / preset_eos().
- */
-static int write_tokenizer(const char *dir, const preset_t *p, uint64_t seed, char *err,
-                           size_t errlen)
+/* tokenizer.json and tokenizer_config.json, from the tokenizer module's
+ * generator; its special token ids are the ones preset_bos()/preset_eos()
+ * name. It trains a BPE vocabulary, CPU work that runs on its own thread
+ * while the weights, mostly I/O, are written. */
+typedef struct {
+    const char *dir;
+    const preset_t *p;
+    uint64_t seed;
+    int rc;
+    char err[256];
+} tokjob_t;
+
+static void *write_tokenizer(void *arg)
 {
-    (void)dir;
-    (void)p;
-    (void)seed;
-    (void)err;
-    (void)errlen;
-    return 0;
+    tokjob_t *j = arg;
+    j->rc = ig_tokgen_write(j->dir, j->p->vocab, j->p->tok_style, j->seed, j->err, sizeof(j->err));
+    return NULL;
 }
 
 int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, size_t errlen)
@@ -518,37 +516,40 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
     const preset_t *p = NULL;
     tensor_t *t = NULL;
     char path[PATH_MAX];
+    tokjob_t job = {0};
+    pthread_t tok_thread;
+    int tok_started = 0;
 
     for (size_t i = 0; i < NPRESETS; i++)
         if (opts->preset && strcmp(opts->preset, presets[i].name) == 0)
             p = &presets[i];
     if (p == NULL) {
-        seterr(err, errlen, "unknown preset \"%s\" (tiny, small, gqa, 1b)",
-               opts->preset ? opts->preset : "");
+        ig__model_errf(err, errlen, "unknown preset \"%s\" (tiny, small, gqa, 1b)",
+                       opts->preset ? opts->preset : "");
         return IG_EINVAL;
     }
     ig_dtype_t dtype = opts->has_dtype ? opts->dtype : p->dtype;
     int nshards = opts->shards > 0 ? opts->shards : p->shards;
     size_t cap = 3 + 12 * (size_t)p->layers;
     if (nshards > 99 || (size_t)nshards > cap || ig_dtype_size(dtype) == 0) {
-        seterr(err, errlen, "shards must be 1..99 and at most the tensor count");
+        ig__model_errf(err, errlen, "shards must be 1..99 and at most the tensor count");
         return IG_EINVAL;
     }
     if ((rc = mkdirs(dir, err, errlen)) != 0)
         return rc;
     if (strlen(dir) + 64 >= sizeof(path)) {
-        seterr(err, errlen, "%s: path too long", dir);
+        ig__model_errf(err, errlen, "%s: path too long", dir);
         return IG_EINVAL;
     }
     t = calloc(cap, sizeof(*t));
     if (t == NULL) {
-        seterr(err, errlen, "mkmodel: out of memory");
+        ig__model_errf(err, errlen, "mkmodel: out of memory");
         return IG_ENOMEM;
     }
     size_t n = list_tensors(t, p, dtype);
     if ((size_t)nshards > n) {
         rc = IG_EINVAL;
-        seterr(err, errlen, "shards: %d is more than the %zu tensors", nshards, n);
+        ig__model_errf(err, errlen, "shards: %d is more than the %zu tensors", nshards, n);
         goto fail;
     }
     assign_shards(t, n, nshards);
@@ -559,6 +560,18 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
              nshards > 1 ? "model.safetensors" : "model.safetensors.index.json");
     unlink(path);
 
+    if (!opts->no_tokenizer) {
+        job = (tokjob_t){.dir = dir, .p = p, .seed = opts->seed};
+        if (pthread_create(&tok_thread, NULL, write_tokenizer, &job) == 0) {
+            tok_started = 1;
+        } else {
+            write_tokenizer(&job); /* no thread: do it here */
+            if ((rc = job.rc) != 0) {
+                ig__model_errf(err, errlen, "%s", job.err);
+                goto fail;
+            }
+        }
+    }
     if ((rc = write_config(dir, p, dtype, err, errlen)) != 0 ||
         (rc = write_generation_config(dir, p, err, errlen)) != 0)
         goto fail;
@@ -572,10 +585,13 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
     }
     if (nshards > 1 && (rc = write_index(dir, t, n, nshards, err, errlen)) != 0)
         goto fail;
-    if ((rc = write_tokenizer(dir, p, opts->seed, err, errlen)) != 0)
-        goto fail;
 
 fail:
+    if (tok_started) {
+        pthread_join(tok_thread, NULL);
+        if (rc == 0 && (rc = job.rc) != 0)
+            ig__model_errf(err, errlen, "%s", job.err);
+    }
     free(t);
     return rc;
 }
@@ -585,7 +601,7 @@ fail:
 static void usage(FILE *out)
 {
     fprintf(out, "usage: infergate mkmodel --preset NAME --out DIR [--seed N] "
-                 "[--dtype f32|f16|bf16] [--shards N]\n\n"
+                 "[--dtype f32|f16|bf16] [--shards N] [--no-tokenizer]\n\n"
                  "Writes a random-weight Llama-family model in Hugging Face layout (config.json,\n"
                  "generation_config.json, model.safetensors or shards with an index, tokenizer).\n"
                  "The same preset, seed, dtype and shard count give the same bytes.\n\n"
@@ -594,6 +610,7 @@ static void usage(FILE *out)
                  "  --seed N        seed of the weights (default 1)\n"
                  "  --dtype T       f32, f16 or bf16 (default: the preset's)\n"
                  "  --shards N      split the weights into N files (default: the preset's)\n"
+                 "  --no-tokenizer  write no tokenizer files (the weights only, faster)\n"
                  "  --help          this text\n\npresets:\n");
     for (size_t i = 0; i < NPRESETS; i++)
         fprintf(out, "  %-6s %s\n", presets[i].name, presets[i].summary);
@@ -615,13 +632,10 @@ static int parse_u64(const char *s, uint64_t *out)
 int ig_cmd_mkmodel(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"preset", required_argument, NULL, 'p'},
-        {"out", required_argument, NULL, 'o'},
-        {"seed", required_argument, NULL, 's'},
-        {"dtype", required_argument, NULL, 'd'},
-        {"shards", required_argument, NULL, 'n'},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"preset", required_argument, NULL, 'p'}, {"out", required_argument, NULL, 'o'},
+        {"seed", required_argument, NULL, 's'},   {"dtype", required_argument, NULL, 'd'},
+        {"shards", required_argument, NULL, 'n'}, {"no-tokenizer", no_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
     };
     ig_mkmodel_opts_t opts;
     const char *out = NULL, *preset = NULL;
@@ -629,7 +643,7 @@ int ig_cmd_mkmodel(int argc, char **argv)
     uint64_t v;
     int c;
     ig_mkmodel_opts_default(&opts);
-    optind = 1;
+    optind = 0; /* glibc: a full reset, the gateway may have parsed its own flags */
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
@@ -660,6 +674,9 @@ int ig_cmd_mkmodel(int argc, char **argv)
                 return IG_EXIT_USAGE;
             }
             opts.shards = (int)v;
+            break;
+        case 't':
+            opts.no_tokenizer = 1;
             break;
         case 'h':
             usage(stdout);

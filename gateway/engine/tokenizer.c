@@ -65,7 +65,7 @@ static int load_json(const char *path, json_t **out, char *err, size_t errlen)
             snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
         return errno == ENOENT ? IG_ENOENT : IG_EIO;
     }
-    *out = json_load_file(path, JSON_DECODE_INT_AS_REAL * 0, &jerr);
+    *out = json_load_file(path, 0, &jerr);
     if (!*out)
         return fail(err, errlen, file, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
     if (!json_is_object(*out)) {
@@ -296,6 +296,9 @@ static int alloc_ids(ig_tokenizer_t *tok, size_t n)
     return 0;
 }
 
+static int get_bool(json_t *o, const char *key, int dflt, int *out, load_ctx_t *c,
+                    const char *path);
+
 static int parse_vocab_and_added(ig_tokenizer_t *tok, json_t *root, json_t *model, load_ctx_t *c)
 {
     json_t *vocab = json_object_get(model, "vocab");
@@ -338,6 +341,15 @@ static int parse_vocab_and_added(ig_tokenizer_t *tok, json_t *root, json_t *mode
     }
     if (n == 0)
         return fail(c->err, c->errlen, c->file, "model.vocab: empty vocabulary");
+    /* Ids are dense in practice; a few holes are fine, but a lone huge id
+     * would only make us allocate tables for nothing. */
+    {
+        size_t defined = json_object_size(vocab) + json_array_size(added);
+        if (n > defined + defined / 4 + 4096)
+            return fail(c->err, c->errlen, c->file,
+                        "model.vocab: ids reach %zu but only %zu tokens are defined", n - 1,
+                        defined);
+    }
     if ((rc = alloc_ids(tok, n)) != 0)
         return oom(c->err, c->errlen, c->file);
 
@@ -375,6 +387,14 @@ static int parse_vocab_and_added(ig_tokenizer_t *tok, json_t *root, json_t *mode
         if (sp && !json_is_boolean(sp))
             return fail(c->err, c->errlen, c->file, "added_tokens[%zu].special: expected a boolean",
                         i);
+        {
+            char path[64];
+            snprintf(path, sizeof path, "added_tokens[%zu]", i);
+            if ((rc = get_bool(val, "lstrip", 0, &tok->added[i].lstrip, c, path)) != 0 ||
+                (rc = get_bool(val, "rstrip", 0, &tok->added[i].rstrip, c, path)) != 0 ||
+                (rc = get_bool(val, "single_word", 0, &tok->added[i].single_word, c, path)) != 0)
+                return rc;
+        }
         if (have >= 0 && have != id)
             return fail(c->err, c->errlen, c->file,
                         "added_tokens[%zu]: \"%s\" has id %d but model.vocab gives it %d", i,
@@ -578,11 +598,8 @@ static int parse_normalizer(ig_tokenizer_t *tok, json_t *n, const char *path, lo
         return add_norm(tok, IG__NORM_REPLACE, json_string_value(pat), json_string_length(pat),
                         json_string_value(content), json_string_length(content), c);
     }
-    /* Unicode NFC leaves text that is already composed unchanged, which is
-     * what clients send in practice; it is accepted as the identity (see
-     * docs/tokenizer.md). */
     if (strcmp(t, "NFC") == 0)
-        return 0;
+        return add_norm(tok, IG__NORM_NFC, "", 0, NULL, 0, c);
     return fail(c->err, c->errlen, c->file, "%s.type: unsupported normalizer \"%s\"", path, t);
 }
 
@@ -604,8 +621,7 @@ static int set_split(ig_tokenizer_t *tok, ig__split_t s, const char *path, load_
     return 0;
 }
 
-static int parse_meta_fields(ig_tokenizer_t *tok, json_t *o, const char *path, load_ctx_t *c,
-                             int *prepend)
+static int parse_meta_fields(json_t *o, const char *path, load_ctx_t *c, int *prepend)
 {
     json_t *ps = json_object_get(o, "prepend_scheme");
     json_t *rep = json_object_get(o, "replacement");
@@ -633,7 +649,6 @@ static int parse_meta_fields(ig_tokenizer_t *tok, json_t *o, const char *path, l
     if ((rc = get_bool(o, "add_prefix_space", 1, &aps, c, path)) != 0)
         return rc;
     *prepend = aps;
-    (void)tok;
     return 0;
 }
 
@@ -697,7 +712,7 @@ static int parse_pretok(ig_tokenizer_t *tok, json_t *p, const char *path, load_c
     }
     if (strcmp(t, "Metaspace") == 0) {
         int split;
-        if ((rc = parse_meta_fields(tok, p, path, c, &tok->meta_prepend)) != 0)
+        if ((rc = parse_meta_fields(p, path, c, &tok->meta_prepend)) != 0)
             return rc;
         if ((rc = get_bool(p, "split", 1, &split, c, path)) != 0)
             return rc;
@@ -762,7 +777,7 @@ static int parse_decoder(ig_tokenizer_t *tok, json_t *d, const char *path, load_
     }
     if (strcmp(t, "Metaspace") == 0) {
         int prepend;
-        if ((rc = parse_meta_fields(tok, d, path, c, &prepend)) != 0)
+        if ((rc = parse_meta_fields(d, path, c, &prepend)) != 0)
             return rc;
         if (prepend)
             tok->strip_leading_space = 1;
@@ -887,6 +902,22 @@ static int build_token_bytes(ig_tokenizer_t *tok, load_ctx_t *c)
     return 0;
 }
 
+/* Whether some token has "▁" right after another character (see
+ * IG__SPLIT_SPM_RUNS). */
+static int meta_inside_token(const ig_tokenizer_t *tok)
+{
+    for (size_t id = 0; id < tok->n_ids; id++) {
+        const char *s = tok->str[id];
+        size_t n = tok->str_len[id];
+        if (!s || tok->special[id])
+            continue;
+        for (size_t i = 1; i + 3 <= n; i++)
+            if (memcmp(s + i, META, 3) == 0 && !(i >= 3 && memcmp(s + i - 3, META, 3) == 0))
+                return 1;
+    }
+    return 0;
+}
+
 static int build_tables(ig_tokenizer_t *tok, json_t *model, load_ctx_t *c)
 {
     json_t *unk = json_object_get(model, "unk_token");
@@ -937,6 +968,8 @@ static int build_tables(ig_tokenizer_t *tok, json_t *model, load_ctx_t *c)
             char s = (char)b;
             tok->ascii_id[b] = b ? ig_tokenizer_token_id(tok, &s, 1) : -1;
         }
+        if (tok->split == IG__SPLIT_NONE && !meta_inside_token(tok))
+            tok->split = IG__SPLIT_SPM_RUNS;
         if (tok->byte_fallback) {
             for (int b = 0; b < 256; b++) {
                 snprintf(name, sizeof name, "<0x%02X>", b);
@@ -1062,7 +1095,6 @@ static int parse_gen(ig_tokenizer_t *tok, json_t *g, load_ctx_t *c, int32_t *bos
     json_t *b = json_object_get(g, "bos_token_id");
     json_t *v;
     int32_t id;
-    double d;
     int rc;
     ig_gen_defaults_t *gd = &tok->gen;
 
@@ -1111,7 +1143,6 @@ static int parse_gen(ig_tokenizer_t *tok, json_t *g, load_ctx_t *c, int32_t *bos
         gd->has_do_sample = 1;
         gd->do_sample = json_is_true(v);
     }
-    (void)d;
     return 0;
 }
 

@@ -331,6 +331,16 @@ static size_t split_meta(const unsigned char *s, size_t n, size_t i)
     return j - i;
 }
 
+static size_t split_spm_runs(const unsigned char *s, size_t n, size_t i)
+{
+    size_t j = i;
+    while (n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0)
+        j += 3;
+    while (j < n && !(n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0))
+        j++;
+    return j - i;
+}
+
 size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t i)
 {
     size_t l;
@@ -346,6 +356,9 @@ size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t
         break;
     case IG__SPLIT_METASPACE:
         l = split_meta(s, n, i);
+        break;
+    case IG__SPLIT_SPM_RUNS:
+        l = split_spm_runs(s, n, i);
         break;
     default:
         l = n - i;
@@ -588,7 +601,8 @@ static const unsigned char *rewrite(enc_t *e, int *cur, const unsigned char *s, 
     if (grow((void **)&e->nb[*cur], &e->ncap[*cur], need, 1))
         return NULL;
     dst = e->nb[*cur];
-    memcpy(dst, prefix, plen);
+    if (plen)
+        memcpy(dst, prefix, plen);
     o = plen;
     while (i < len) {
         if (pat && len - i >= patlen && memcmp(s + i, pat, patlen) == 0) {
@@ -621,6 +635,13 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
         if (nm->kind == IG__NORM_PREPEND) {
             if (n)
                 t = rewrite(e, &cur, t, &n, nm->a, nm->alen, NULL, 0, NULL, 0);
+        } else if (nm->kind == IG__NORM_NFC) {
+            if (ig__nfc_needed(t, n)) {
+                if (ig__nfc(t, n, &e->nb[cur], &e->ncap[cur], &n) != 0)
+                    return IG_ENOMEM;
+                t = (const unsigned char *)e->nb[cur];
+                cur ^= 1;
+            }
         } else {
             t = rewrite(e, &cur, t, &n, NULL, 0, nm->a, nm->alen, nm->b, nm->blen);
         }
@@ -645,18 +666,49 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
     return 0;
 }
 
-/* The longest added token at s[0..n), or NULL. */
+/* The code point that ends just before s[i] (i > 0), invalid bytes as CP_BAD. */
+static uint32_t cp_before(const unsigned char *s, size_t i, size_t *start)
+{
+    size_t j = i - 1, k = 0;
+    uint32_t cp;
+    while (j > 0 && k < 3 && (s[j] & 0xC0) == 0x80) {
+        j--;
+        k++;
+    }
+    if (ig__utf8_decode(s + j, i - j, &cp) != i - j) {
+        j = i - 1;
+        cp = CP_BAD;
+    }
+    *start = j;
+    return cp;
+}
+
+static int is_word_char(uint32_t c)
+{
+    return is_l(c) || is_n(c) || c == '_';
+}
+
+/* The longest added token at s[i..n) that may match there, or NULL. */
 static const ig__added_t *match_added(const ig_tokenizer_t *tok, const unsigned char *s, size_t n,
-                                      unsigned flags)
+                                      size_t i, unsigned flags)
 {
     for (size_t k = 0; k < tok->n_added; k++) {
         const ig__added_t *a = &tok->added[k];
-        if (a->len > n || (unsigned char)a->content[0] != s[0])
+        if (a->len > n - i || (unsigned char)a->content[0] != s[i])
             continue;
         if (a->special && (flags & IG_TOKENIZER_NO_SPECIAL))
             continue;
-        if (memcmp(a->content, s, a->len) == 0)
-            return a;
+        if (memcmp(a->content, s + i, a->len) != 0)
+            continue;
+        if (a->single_word) {
+            size_t st;
+            uint32_t after;
+            if (i > 0 && is_word_char(cp_before(s, i, &st)))
+                continue;
+            if (i + a->len < n && cp_at(s, n, i + a->len, &after) && is_word_char(after))
+                continue;
+        }
+        return a;
     }
     return NULL;
 }
@@ -677,16 +729,31 @@ int ig_tokenizer_encode(const ig_tokenizer_t *tok, const char *text, size_t len,
         goto fail;
     while (i < len) {
         const ig__added_t *a = NULL;
+        size_t end = i;
         if (tok->added_first[s[i]])
-            a = match_added(tok, s + i, len - i, flags);
+            a = match_added(tok, s, len, i, flags);
         if (!a) {
             i++;
             continue;
         }
-        if ((rc = encode_segment(&e, s + seg, i - seg, seg == 0)) != 0 ||
+        /* lstrip / rstrip: the whitespace beside the token goes with it. */
+        while (a->lstrip && end > seg) {
+            size_t st;
+            if (!is_s(cp_before(s, end, &st)) || st < seg)
+                break;
+            end = st;
+        }
+        if ((rc = encode_segment(&e, s + seg, end - seg, seg == 0)) != 0 ||
             (rc = emit(&e, a->id)) != 0)
             goto fail;
         i += a->len;
+        while (a->rstrip && i < len) {
+            uint32_t c;
+            size_t l = cp_at(s, len, i, &c);
+            if (!is_s(c))
+                break;
+            i += l;
+        }
         seg = i;
     }
     rc = encode_segment(&e, s + seg, len - seg, seg == 0);
@@ -805,7 +872,8 @@ static int tokdec_run(ig_tokdec_t *d, const unsigned char *b, size_t n, int fina
     if (total > sizeof tmp && !(in = malloc(total)))
         return IG_ENOMEM;
     memcpy(in, d->pend, d->npend);
-    memcpy(in + d->npend, b, n);
+    if (n)
+        memcpy(in + d->npend, b, n);
     used = lossy_utf8(in, total, final, d->buf, &olen);
     /* What is left is an incomplete character: at most 3 bytes. */
     d->npend = total - used;

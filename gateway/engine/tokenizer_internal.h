@@ -12,9 +12,43 @@ typedef struct {
     uint32_t lo, hi;
 } ig__urange_t;
 
+typedef struct {
+    uint32_t lo, hi;
+    uint32_t ccc;
+} ig__ccc_t;
+
+typedef struct {
+    uint32_t cp;
+    uint32_t off, len; /* into ig__decomp_cps */
+} ig__decomp_t;
+
+typedef struct {
+    uint32_t first, second, composite;
+} ig__comp_t;
+
+/* Generated tables (tokenizer_unicode.c), each sorted. */
+extern const ig__ccc_t ig__ccc_runs[];
+extern const size_t ig__n_ccc_runs;
+extern const uint32_t ig__decomp_cps[];
+extern const ig__decomp_t ig__decomps[];
+extern const size_t ig__n_decomps;
+extern const ig__comp_t ig__comps[];
+extern const size_t ig__n_comps;
+extern const ig__urange_t ig__nfc_unsafe[];
+extern const size_t ig__n_nfc_unsafe;
+
+int ig__uni_in_ranges(const ig__urange_t *r, size_t n, uint32_t cp);
 int ig__uni_is_letter(uint32_t cp);
 int ig__uni_is_number(uint32_t cp);
 int ig__uni_is_space(uint32_t cp);
+
+/* Whether Unicode NFC could change s[0..n) (a fast scan; most text is not). */
+int ig__nfc_needed(const unsigned char *s, size_t n);
+
+/* Writes the NFC form of s[0..n) into *buf (grown as needed, capacity *cap)
+ * and its length into *outlen. Invalid UTF-8 bytes pass through unchanged.
+ * Returns 0 or IG_ENOMEM. */
+int ig__nfc(const unsigned char *s, size_t n, char **buf, size_t *cap, size_t *outlen);
 
 /* Decodes one UTF-8 character at s[0..n); returns its length (1..4) and the
  * code point, or 0 when the bytes there are not a valid character. */
@@ -33,13 +67,17 @@ typedef enum {
     IG__SPLIT_GPT2,   /* 's|'t|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
     IG__SPLIT_LLAMA3, /* case-insensitive contractions, \p{N}{1,3}, newline runs */
     IG__SPLIT_QWEN2,  /* as Llama-3 with single digits */
-    IG__SPLIT_METASPACE
+    IG__SPLIT_METASPACE,
+    /* Sentencepiece text with no pre-tokenizer, cut before each run of "▁":
+     * chosen at load only when no token holds "▁" after another character,
+     * so that no merge could cross the cut and the result is unchanged. */
+    IG__SPLIT_SPM_RUNS
 } ig__split_t;
 
 /* Returns the length of the next pre-token of s[i..n) under rule (n > i). */
 size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t i);
 
-typedef enum { IG__NORM_PREPEND, IG__NORM_REPLACE } ig__norm_kind_t;
+typedef enum { IG__NORM_PREPEND, IG__NORM_REPLACE, IG__NORM_NFC } ig__norm_kind_t;
 
 typedef struct {
     ig__norm_kind_t kind;
@@ -54,6 +92,8 @@ typedef struct {
     uint32_t len;
     char *content;
     int special;
+    int lstrip, rstrip; /* the match also takes the whitespace before / after it */
+    int single_word;    /* matches only where no word character touches it */
 } ig__added_t;
 
 struct ig_tokenizer_s {
@@ -105,5 +145,11 @@ struct ig_tokenizer_s {
 };
 
 uint64_t ig__hash_bytes(const char *s, size_t n);
+
+/* ig_tokgen_write() with the corpus size given: lexicon_words distinct words
+ * and running_words words of sentences. Tests use a tiny corpus to reach the
+ * path that completes the vocabulary once the corpus has no pairs left. */
+int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t seed,
+                            size_t lexicon_words, size_t running_words, char *err, size_t errlen);
 
 #endif

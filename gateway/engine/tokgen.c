@@ -350,6 +350,7 @@ typedef struct {
     int64_t count;
     int32_t *occ; /* words where the pair occurs (may repeat or be stale) */
     uint32_t nocc, capocc;
+    uint32_t epoch; /* last batch that queued the pair */
 } pair_t;
 
 typedef struct {
@@ -371,6 +372,9 @@ typedef struct {
     size_t pmask;
     hent_t *heap;
     size_t nheap, capheap;
+    int32_t *dirty; /* pairs whose count grew in this batch, queued once at its end */
+    size_t ndirty, capdirty;
+    uint32_t epoch;
     /* tokens */
     strtab_t *vocab; /* token strings; index = id */
     int32_t *merge_a, *merge_b;
@@ -512,8 +516,32 @@ static int pair_delta(trainer_t *t, int32_t a, int32_t b, int64_t delta, int32_t
             }
             p->occ[p->nocc++] = w;
         }
-        return heap_push_t(t, p->count, a, b);
+        if (p->epoch != t->epoch) {
+            p->epoch = t->epoch;
+            if (t->ndirty == t->capdirty) {
+                size_t c = t->capdirty ? t->capdirty * 2 : 1024;
+                int32_t *nd = realloc(t->dirty, c * sizeof *nd);
+                if (!nd)
+                    return IG_ENOMEM;
+                t->dirty = nd;
+                t->capdirty = c;
+            }
+            t->dirty[t->ndirty++] = (int32_t)(p - t->pairs);
+        }
     }
+    return 0;
+}
+
+/* Queues every pair whose count grew since the last flush, once each. */
+static int flush_dirty(trainer_t *t)
+{
+    for (size_t i = 0; i < t->ndirty; i++) {
+        pair_t *p = &t->pairs[t->dirty[i]];
+        if (p->count > 0 && heap_push_t(t, p->count, p->a, p->b))
+            return IG_ENOMEM;
+    }
+    t->ndirty = 0;
+    t->epoch++;
     return 0;
 }
 
@@ -587,6 +615,8 @@ static int train(trainer_t *t, size_t target, uint32_t *merge_no)
             if ((rc = pair_delta(t, s[i], s[i + 1], t->wcount[w], (int32_t)w)) != 0)
                 return rc;
     }
+    if ((rc = flush_dirty(t)) != 0)
+        return rc;
     while (t->vocab->n < target && t->nheap) {
         hent_t h = heap_pop_t(t);
         pair_t *p = pair_get(t, h.a, h.b, 0);
@@ -619,6 +649,8 @@ static int train(trainer_t *t, size_t target, uint32_t *merge_no)
             t->pairs[pi].occ = NULL;
             t->pairs[pi].nocc = t->pairs[pi].capocc = 0;
         }
+        if ((rc = flush_dirty(t)) != 0)
+            return rc;
     }
     return 0;
 }
@@ -660,6 +692,7 @@ static void trainer_dispose(trainer_t *t)
     free(t->pairs);
     free(t->pslot);
     free(t->heap);
+    free(t->dirty);
     free(t->sym);
     free(t->off);
     free(t->len);
@@ -762,6 +795,15 @@ static int tg_fail(char *err, size_t errlen, int rc, const char *fmt, ...)
 int ig_tokgen_write(const char *dir, int vocab_size, int style, uint64_t seed, char *err,
                     size_t errlen)
 {
+    /* About 4 running words and one lexicon entry per id: enough that the
+     * corpus alone fills every size tested (docs/tokenizer.md). */
+    size_t n = vocab_size > 0 ? (size_t)vocab_size : 0;
+    return ig__tokgen_write_corpus(dir, vocab_size, style, seed, n, n * 4, err, errlen);
+}
+
+int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t seed,
+                            size_t lexicon_words, size_t running_words, char *err, size_t errlen)
+{
     static const char *const SP_SPECIAL[] = {"<unk>", "<s>", "</s>"};
     static const char *const L3_SPECIAL[] = {"<|begin_of_text|>", "<|end_of_text|>",
                                              "<|start_header_id|>", "<|end_header_id|>",
@@ -802,9 +844,10 @@ int ig_tokgen_write(const char *dir, int vocab_size, int style, uint64_t seed, c
         return tg_fail(err, errlen, IG_EINVAL, "tokgen: vocab_size %d is outside %d..%d",
                        vocab_size, IG_TOKGEN_MIN_VOCAB, IG_TOKGEN_MAX_VOCAB);
 
-    /* The corpus: about 4 running words and one lexicon entry per id. */
-    if ((rc = lex_build(&lx, (size_t)vocab_size, &rng)) != 0 ||
-        (rc = corpus_build(&text, &lx, (size_t)vocab_size * 4, bytelevel, &rng)) != 0 ||
+    if (lexicon_words == 0)
+        lexicon_words = 1;
+    if ((rc = lex_build(&lx, lexicon_words, &rng)) != 0 ||
+        (rc = corpus_build(&text, &lx, running_words, bytelevel, &rng)) != 0 ||
         (rc = st_init(&types, (size_t)vocab_size * 2)) != 0 ||
         (rc = st_init(&vocab, (size_t)vocab_size)) != 0)
         goto fail;
@@ -840,6 +883,7 @@ int ig_tokgen_write(const char *dir, int vocab_size, int style, uint64_t seed, c
 
     /* Base vocabulary. */
     tr.vocab = &vocab;
+    tr.epoch = 1;
     if (bytelevel) {
         /* The 256 byte characters, in code point order like GPT-2. */
         uint32_t cps[256];

@@ -88,7 +88,6 @@ typedef struct {
     size_t nmodels;
 } ig_config_site_t;
 
-
 typedef struct {
     ig_route_policy_t policy;
     double retry_budget;  /* retries allowed as a fraction of requests (0..1) */
@@ -165,7 +164,6 @@ int ig_config_find_model(const ig_config_t *cfg, const char *name);
  * $HOME/.cache/infergate. Writes it into buf; IG_ENOENT when none is set,
  * IG_ERANGE when buf is too small. */
 int ig_config_cache_dir(char *buf, size_t size);
-
 
 /* The embedded default config (gateway/config_default.c). */
 extern const char ig_config_default_json[];

@@ -21,7 +21,9 @@ typedef struct {
     uint64_t seed;
     int has_dtype; /* 0: the preset's dtype */
     ig_dtype_t dtype;
-    int shards; /* 0: the preset's count; > 1 writes model-0000K-of-0000N + index */
+    int shards;       /* 0: the preset's count; > 1 writes model-0000K-of-0000N + index */
+    int no_tokenizer; /* skip tokenizer.json / tokenizer_config.json (they take
+                         most of the time for the larger vocabularies) */
 } ig_mkmodel_opts_t;
 
 void ig_mkmodel_opts_default(ig_mkmodel_opts_t *opts);

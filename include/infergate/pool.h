@@ -73,6 +73,10 @@ const char *ig_pool_model(const ig_pool_t *pool);
 int ig_pool_size(const ig_pool_t *pool); /* instances, any state */
 ig_instance_t *ig_pool_instance(ig_pool_t *pool, int i);
 int ig_pool_count(const ig_pool_t *pool, ig_instance_state_t state);
+/* Instances that hold a device (starting, ready, draining or in backoff),
+ * and devices free for another instance within max_instances. */
+int ig_pool_in_use(const ig_pool_t *pool);
+int ig_pool_free_devices(const ig_pool_t *pool);
 
 /* Scale operations (the autoscaler's): start one more instance on a free
  * device, or drain and stop instance i. IG_EBUSY when no device is free. */

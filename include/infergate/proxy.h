@@ -76,6 +76,7 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
 /* Aggregates for /load and /ready. */
 int ig_proxy_inflight(const ig_proxy_t *px);
 int ig_proxy_queued(const ig_proxy_t *px);
+int ig_proxy_queued_model(const ig_proxy_t *px, const char *model);
 ig_router_t *ig_proxy_router(ig_proxy_t *px);
 
 /* Calls the held requests of `model` again, e.g. after an instance became

@@ -7,6 +7,7 @@
 #include "cpu_internal.h"
 #include "simd.h"
 
+#include "infergate/dtype.h"
 #include "infergate/error.h"
 
 #include <math.h>
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #ifdef IG_HAVE_OPENBLAS
@@ -22,14 +24,17 @@
 #endif
 
 /* Below this many multiply-adds a GEMM runs on the calling thread alone:
- * waking the pool costs more than it saves. */
-#define PARALLEL_MIN_FLOPS (64 * 1024)
+ * waking the pool costs more than it saves (at batch 1 the attention
+ * projections of small models stay on one thread, the MLP and lm_head
+ * are split). */
+#define PARALLEL_MIN_FLOPS (128 * 1024)
 #define PARALLEL_MIN_ELEMS (32 * 1024)
 
 typedef struct {
     ig__pool_t *pool;
     int nthreads;
     ig_cpu_gemm_t gemm;
+    int blas_ok;     /* auto may use OpenBLAS (ig__cpu_blas_usable) */
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
     char name[32];
@@ -63,39 +68,6 @@ static int cpu_copy(ig_backend_t *be, void *dst, const void *src, size_t bytes)
     return 0;
 }
 
-static float f16_to_f32(uint16_t h)
-{
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
-    if (exp == 0) {
-        if (man == 0) {
-            bits = sign;
-        } else { /* subnormal: normalise */
-            int e = -1;
-            do {
-                man <<= 1;
-                e++;
-            } while ((man & 0x400) == 0);
-            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
-        }
-    } else if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (man << 13);
-    } else {
-        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-    }
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
-static float bf16_to_f32(uint16_t h)
-{
-    uint32_t bits = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &bits, sizeof(f));
-    return f;
-}
-
 static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight_t *dst)
 {
     if (src == NULL || src->data == NULL || src->ndim < 1 || src->ndim > 2)
@@ -107,18 +79,11 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     float *data = cpu_alloc(be, n * sizeof(float));
     if (data == NULL)
         return IG_ENOMEM;
-    const uint16_t *h = src->data;
     switch (src->dtype) {
     case IG_DTYPE_F32:
-        memcpy(data, src->data, n * sizeof(float));
-        break;
     case IG_DTYPE_F16:
-        for (size_t i = 0; i < n; i++)
-            data[i] = f16_to_f32(h[i]);
-        break;
     case IG_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++)
-            data[i] = bf16_to_f32(h[i]);
+        ig_dtype_to_f32(data, src->data, src->dtype, n);
         break;
     default:
         free(data);
@@ -269,13 +234,15 @@ typedef struct {
     const float *bias;
     int m, n, k;
     ig_cpu_gemm_t mode;
+    int chunk;       /* output columns per work item */
+    atomic_int next; /* the next work item to take */
 } matmul_job_t;
 
 static void matmul_cols(const matmul_job_t *j, int n0, int n1)
 {
     if (n1 <= n0)
         return;
-    if (j->mode == IG_CPU_GEMM_OWN)
+    if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
         ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
     else
         ig__gemm_blas(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
@@ -288,30 +255,49 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
     }
 }
 
+/* Threads take slices of output columns from a shared counter rather than
+ * one fixed share each: on a loaded machine a thread that is descheduled
+ * for a while leaves its slices to the others instead of stalling the
+ * section. Every column is computed the same way whoever computes it. */
 static void matmul_task(void *arg, int tid, int nt)
 {
     matmul_job_t *j = arg;
-    int n0, n1;
-    /* Slices of 16 output columns keep each thread's W rows contiguous and
-     * its y stores off the other threads' cache lines. */
-    ig__split(j->n, 16, tid, nt, &n0, &n1);
-    matmul_cols(j, n0, n1);
+    for (;;) {
+        int c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+        int n0 = c * j->chunk;
+        if (n0 >= j->n)
+            break;
+        int n1 = n0 + j->chunk < j->n ? n0 + j->chunk : j->n;
+        matmul_cols(j, n0, n1);
+    }
 }
 
 static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
                       const ig_weight_t *bias, int m)
 {
     cpu_t *c = cpu_of(be);
-    matmul_job_t j = {y,      x, w->data, bias ? bias->data : NULL, m, (int)w->rows, (int)w->cols,
-                      c->gemm};
+    matmul_job_t j = {.y = y,
+                      .x = x,
+                      .w = w->data,
+                      .bias = bias ? bias->data : NULL,
+                      .m = m,
+                      .n = (int)w->rows,
+                      .k = (int)w->cols,
+                      .mode = c->gemm};
     if (m <= 0)
         return 0;
     double flops = (double)m * j.n * j.k;
-    if (c->gemm == IG_CPU_GEMM_BLAS_OWN) {
+    if (j.mode == IG_CPU_GEMM_AUTO)
+        j.mode = c->blas_ok && m >= IG_CPU_BLAS_MIN_ROWS ? IG_CPU_GEMM_BLAS_POOL : IG_CPU_GEMM_OWN;
+    if (j.mode == IG_CPU_GEMM_BLAS_OWN) {
         /* OpenBLAS splits the work over its own threads. */
         j.mode = IG_CPU_GEMM_BLAS_POOL;
         matmul_cols(&j, 0, j.n);
     } else if (flops >= PARALLEL_MIN_FLOPS && c->nthreads > 1) {
+        /* About eight slices per thread, whole multiples of 16 columns. */
+        int chunk = j.n / (c->nthreads * 8);
+        j.chunk = chunk < 16 ? 16 : chunk - chunk % 16;
+        atomic_init(&j.next, 0);
         ig__pool_run(c->pool, matmul_task, &j);
     } else {
         matmul_cols(&j, 0, j.n);
@@ -542,12 +528,17 @@ int ig__cpu_set_gemm(ig_backend_t *be, ig_cpu_gemm_t mode)
     switch (mode) {
     case IG_CPU_GEMM_OWN:
         break;
+    case IG_CPU_GEMM_AUTO:
+#ifdef IG_HAVE_OPENBLAS
+        openblas_set_num_threads(1);
+#endif
+        break;
     case IG_CPU_GEMM_BLAS_POOL:
     case IG_CPU_GEMM_BLAS_OWN:
 #ifdef IG_HAVE_OPENBLAS
         /* The setting is process-wide in OpenBLAS: inside the pool each
          * thread calls it single-threaded, else it gets the pool's count. */
-        openblas_set_num_threads(mode == IG_CPU_GEMM_BLAS_POOL ? 1 : c->nthreads);
+        openblas_set_num_threads(mode == IG_CPU_GEMM_BLAS_OWN ? c->nthreads : 1);
         break;
 #else
         return IG_ENOTSUP;
@@ -568,6 +559,8 @@ static ig_cpu_gemm_t default_gemm(void)
 {
     const char *env = getenv("IG_CPU_GEMM");
     if (env != NULL) {
+        if (strcmp(env, "auto") == 0)
+            return IG_CPU_GEMM_AUTO;
         if (strcmp(env, "own") == 0)
             return IG_CPU_GEMM_OWN;
         if (strcmp(env, "blas-pool") == 0)
@@ -575,10 +568,26 @@ static ig_cpu_gemm_t default_gemm(void)
         if (strcmp(env, "blas") == 0)
             return IG_CPU_GEMM_BLAS_OWN;
     }
+    return IG_CPU_GEMM_AUTO;
+}
+
+int ig__cpu_blas_usable(const char **core)
+{
 #ifdef IG_HAVE_OPENBLAS
-    return IG_CPU_GEMM_BLAS_POOL;
+    static const char *wide[] = {"haswell", "zen", "skylakex", "cooperlake", "sapphirerapids"};
+    const char *name = openblas_get_corename();
+    if (core != NULL)
+        *core = name ? name : "unknown";
+    if (IG_VL == 1)
+        return 1; /* the own loop is scalar: any OpenBLAS kernel is as wide */
+    for (size_t i = 0; name != NULL && i < sizeof(wide) / sizeof(wide[0]); i++)
+        if (strcasecmp(name, wide[i]) == 0)
+            return 1;
+    return 0;
 #else
-    return IG_CPU_GEMM_OWN;
+    if (core != NULL)
+        *core = "none";
+    return 0;
 #endif
 }
 
@@ -606,6 +615,7 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
         goto fail;
     if ((rc = ig__pool_create(&c->pool, threads)) != 0)
         goto fail;
+    c->blas_ok = ig__cpu_blas_usable(NULL);
     if ((rc = ig__cpu_set_gemm(be, default_gemm())) != 0 &&
         (rc = ig__cpu_set_gemm(be, IG_CPU_GEMM_OWN)) != 0)
         goto fail;

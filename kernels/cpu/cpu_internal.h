@@ -34,7 +34,12 @@ typedef enum {
     IG_CPU_GEMM_OWN = 0,   /* cache-blocked SIMD loop, split over the pool */
     IG_CPU_GEMM_BLAS_POOL, /* single-threaded OpenBLAS on each pool thread's slice of W */
     IG_CPU_GEMM_BLAS_OWN,  /* one OpenBLAS call using OpenBLAS's own threads */
+    IG_CPU_GEMM_AUTO,      /* the default: own below IG_CPU_BLAS_MIN_ROWS rows, else
+                              blas-pool when OpenBLAS runs a kernel for this CPU's SIMD */
 } ig_cpu_gemm_t;
+
+/* Rows from which IG_CPU_GEMM_AUTO hands a GEMM to OpenBLAS. */
+#define IG_CPU_BLAS_MIN_ROWS 64
 
 /* y(m, n) (row stride ldy) = x(m, k) . w(n, k)^T over the rows [n0, n1) of w,
  * single-threaded; the own SIMD loop. */
@@ -45,12 +50,18 @@ int ig__gemm_blas(float *y, int ldy, const float *x, const float *w, int m, int 
 
 /* Selects the GEMM path of a CPU backend; IG_ENOTSUP for a BLAS path in a
  * build without OpenBLAS, IG_EINVAL for a backend that is not the CPU's.
- * The default comes from IG_CPU_GEMM (own, blas-pool, blas) or is the
- * fastest path measured (docs/engine.md). */
+ * The default comes from IG_CPU_GEMM (auto, own, blas-pool, blas), else is
+ * auto (docs/engine.md says why). */
 int ig__cpu_set_gemm(ig_backend_t *be, ig_cpu_gemm_t mode);
 ig_cpu_gemm_t ig__cpu_gemm(const ig_backend_t *be);
 
 /* Which SIMD the own loops were compiled for: "avx512", "avx2" or "scalar". */
 const char *ig__cpu_simd_name(void);
+
+/* Whether OpenBLAS runs a kernel at least as wide as the own loop's SIMD
+ * (it falls back to a generic SSE kernel on CPUs it does not recognise,
+ * e.g. some virtual machines, unless OPENBLAS_CORETYPE names one), and its
+ * core name ("none" without OpenBLAS). */
+int ig__cpu_blas_usable(const char **core);
 
 #endif

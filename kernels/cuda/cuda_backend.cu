@@ -14,8 +14,6 @@
  */
 #include "cuda_internal.h"
 
-#include <cublasLt.h>
-
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +172,13 @@ static int cuda_mem_info(ig_backend_t *be, size_t *free_bytes, size_t *total_byt
 /* Weights                                                                  */
 /* ======================================================================== */
 
+/* Bytes per element (ig_dtype_size() without a dependency on the model
+ * module). */
+static size_t dtype_bytes(ig_dtype_t dtype)
+{
+    return dtype == IG_DTYPE_F32 ? 4 : 2;
+}
+
 static uint16_t f32_to_bf16(float f)
 {
     uint32_t u;
@@ -205,7 +210,7 @@ static int upload_converted(ig__cuda_t *c, void *dst, ig_dtype_t dst_dtype, cons
                             ig_dtype_t src_dtype, size_t n)
 {
     enum { CHUNK = 1 << 20 };
-    size_t esz = ig_dtype_size(dst_dtype);
+    size_t esz = dtype_bytes(dst_dtype);
     unsigned char *stage = (unsigned char *)malloc((size_t)CHUNK * esz);
     int rc = 0;
     if (!stage)
@@ -239,9 +244,11 @@ static int upload_converted(ig__cuda_t *c, void *dst, ig_dtype_t dst_dtype, cons
                 memcpy(stage + 2 * i, &h, 2);
             }
         }
-        /* Synchronous: the staging buffer is refilled by the next chunk. */
-        rc = IG_CUDA_CHECK(
-            cudaMemcpy((unsigned char *)dst + off * esz, stage, len * esz, cudaMemcpyHostToDevice));
+        /* On the backend's stream (a non-blocking stream does not order
+         * with the legacy default one). From pageable memory the call
+         * returns once the chunk is staged, so the buffer can be refilled. */
+        rc = IG_CUDA_CHECK(cudaMemcpyAsync((unsigned char *)dst + off * esz, stage, len * esz,
+                                           cudaMemcpyHostToDevice, c->stream));
         if (rc != 0)
             break;
     }
@@ -270,11 +277,11 @@ static int cuda_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weigh
                                                     : IG_DTYPE_BF16;
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
-    if ((rc = IG_CUDA_CHECK(cudaMalloc(&dev, n * ig_dtype_size(dtype)))) != 0)
+    if ((rc = IG_CUDA_CHECK(cudaMalloc(&dev, n * dtype_bytes(dtype)))) != 0)
         goto fail;
     if (dtype == src->dtype)
-        rc = IG_CUDA_CHECK(
-            cudaMemcpy(dev, src->data, n * ig_dtype_size(dtype), cudaMemcpyHostToDevice));
+        rc = IG_CUDA_CHECK(cudaMemcpyAsync(dev, src->data, n * dtype_bytes(dtype),
+                                           cudaMemcpyHostToDevice, c->stream));
     else
         rc = upload_converted(c, dev, dtype, src->data, src->dtype, n);
     if (rc != 0)

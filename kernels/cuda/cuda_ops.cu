@@ -347,6 +347,16 @@ __device__ __forceinline__ void unpack8(uint4 u, ig_dtype_t dtype, float f[8])
     }
 }
 
+/* x rounded to the weights' dtype, as the cuBLAS path feeds it: both paths
+ * then multiply the same values exactly in F32 and differ only in the order
+ * of the sums, so a row's result hardly depends on how many rows share the
+ * batch (greedy decoding is the same alone and batched). */
+__device__ __forceinline__ float round_as(float v, ig_dtype_t dtype)
+{
+    return dtype == IG_DTYPE_BF16 ? __bfloat162float(__float2bfloat16_rn(v))
+                                  : __half2float(__float2half_rn(v));
+}
+
 /* A warp per output feature: the lanes stream its weight row in 16-byte
  * pieces (8 elements), several loads in flight, and keep M dot products.
  * x is F32 and small enough to stay in L1/L2. */
@@ -373,8 +383,10 @@ __global__ void __launch_bounds__(256)
         for (int r = 0; r < M; r++) {
             const float4 *xr = (const float4 *)(x + (size_t)r * k) + 2 * i;
             float4 a = xr[0], b = xr[1];
-            acc[r] += wf[0] * a.x + wf[1] * a.y + wf[2] * a.z + wf[3] * a.w + wf[4] * b.x +
-                      wf[5] * b.y + wf[6] * b.z + wf[7] * b.w;
+            acc[r] += wf[0] * round_as(a.x, dtype) + wf[1] * round_as(a.y, dtype) +
+                      wf[2] * round_as(a.z, dtype) + wf[3] * round_as(a.w, dtype) +
+                      wf[4] * round_as(b.x, dtype) + wf[5] * round_as(b.y, dtype) +
+                      wf[6] * round_as(b.z, dtype) + wf[7] * round_as(b.w, dtype);
         }
     }
 #pragma unroll

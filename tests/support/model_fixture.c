@@ -1,9 +1,7 @@
-/*
- * Test support: writes random-weight models in Hugging Face layout, and
- * weak stand-ins for the model loader until the real one is linked in.
- */
+/* Test support: writes random-weight models in Hugging Face layout. */
 #include "model_fixture.h"
 
+#include "infergate/dtype.h"
 #include "infergate/error.h"
 
 #include <dirent.h>
@@ -17,8 +15,6 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define WEAK __attribute__((weak))
 
 /* ========================================================================= */
 /* Presets and writer                                                        */
@@ -76,33 +72,6 @@ typedef struct {
     int64_t shape[2];
     float *data;
 } ftensor_t;
-
-static uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fff + ((u >> 16) & 1); /* round to nearest even */
-    return (uint16_t)(u >> 16);
-}
-
-static uint16_t f32_to_f16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000;
-    int exp = (int)((u >> 23) & 0xff) - 127 + 15;
-    uint32_t man = u & 0x7fffff;
-    if (exp <= 0) { /* the weights here never get this small; flush */
-        return (uint16_t)sign;
-    }
-    if (exp >= 31)
-        return (uint16_t)(sign | 0x7c00);
-    uint32_t h = sign | ((uint32_t)exp << 10) | (man >> 13);
-    uint32_t rest = man & 0x1fff;
-    if (rest > 0x1000 || (rest == 0x1000 && (h & 1)))
-        h++;
-    return (uint16_t)h;
-}
 
 static int add_tensor(ftensor_t *ts, int *n, rng_t *r, const char *name, int64_t rows, int64_t cols,
                       double scale, double center)
@@ -245,8 +214,8 @@ int ig_fixture_write(const ig_fixture_spec_t *s, const char *dir)
             fwrite(ts[i].data, sizeof(float), count, f);
         } else {
             for (size_t j = 0; j < count; j++) {
-                uint16_t v = s->dtype == IG_DTYPE_F16 ? f32_to_f16(ts[i].data[j])
-                                                      : f32_to_bf16(ts[i].data[j]);
+                uint16_t v = s->dtype == IG_DTYPE_F16 ? ig_f32_to_f16(ts[i].data[j])
+                                                      : ig_f32_to_bf16(ts[i].data[j]);
                 fwrite(&v, 2, 1, f);
             }
         }
@@ -292,7 +261,7 @@ void ig_fixture_rmdir(const char *dir)
     rmdir(dir);
 }
 
-int ig_fixture_model_dir(const char *name, char *buf, size_t len, int *real)
+int ig_fixture_model_dir(const char *name, ig_dtype_t dtype, char *buf, size_t len, int *real)
 {
     ig_fixture_spec_t spec;
     if (real != NULL)
@@ -306,9 +275,13 @@ int ig_fixture_model_dir(const char *name, char *buf, size_t len, int *real)
 #endif
     if (bin != NULL && strcmp(name, "llama3") != 0) {
         char cmd[8192];
-        snprintf(cmd, sizeof(cmd),
-                 "'%s/infergate' mkmodel --preset %s --out '%s' --seed 1 >/dev/null 2>&1", bin,
-                 name, buf);
+        snprintf(
+            cmd, sizeof(cmd),
+            "'%s/infergate' mkmodel --preset %s --out '%s' --seed 1 --dtype %s >/dev/null 2>&1",
+            bin, name, buf,
+            dtype == IG_DTYPE_F32   ? "f32"
+            : dtype == IG_DTYPE_F16 ? "f16"
+                                    : "bf16");
         int st = system(cmd);
         char cfg[4096];
         snprintf(cfg, sizeof(cfg), "%s/config.json", buf);
@@ -320,242 +293,6 @@ int ig_fixture_model_dir(const char *name, char *buf, size_t len, int *real)
     }
     if (ig_fixture_preset(name, &spec) != 0)
         return IG_EINVAL;
+    spec.dtype = dtype;
     return ig_fixture_write(&spec, buf);
-}
-
-/* ========================================================================= */
-/* Weak stand-in loader (F32/F16/BF16, single file)                          */
-/* ========================================================================= */
-
-struct ig_model_s {
-    ig_model_config_t cfg;
-    char dir[1024];
-    void *map;
-    size_t maplen;
-    ig_tensor_t embed, norm, lm_head;
-    ig_layer_weights_t *layers;
-    size_t weight_bytes;
-};
-
-WEAK size_t ig_dtype_size(ig_dtype_t dtype)
-{
-    return dtype == IG_DTYPE_F32 ? 4 : 2;
-}
-
-WEAK const char *ig_dtype_name(ig_dtype_t dtype)
-{
-    return dtype == IG_DTYPE_F32 ? "F32" : dtype == IG_DTYPE_F16 ? "F16" : "BF16";
-}
-
-static int jint(json_t *o, const char *k, int def)
-{
-    json_t *v = json_object_get(o, k);
-    return json_is_integer(v) ? (int)json_integer_value(v) : def;
-}
-
-static double jnum(json_t *o, const char *k, double def)
-{
-    json_t *v = json_object_get(o, k);
-    return json_is_number(v) ? json_number_value(v) : def;
-}
-
-static int find_tensor(ig_model_t *m, json_t *hdr, const char *base, const char *name,
-                       ig_tensor_t *t, int required)
-{
-    json_t *e = json_object_get(hdr, name);
-    memset(t, 0, sizeof(*t));
-    if (e == NULL)
-        return required ? IG_EMODEL : 0;
-    const char *dt = json_string_value(json_object_get(e, "dtype"));
-    json_t *shape = json_object_get(e, "shape"), *offs = json_object_get(e, "data_offsets");
-    if (dt == NULL || !json_is_array(shape) || !json_is_array(offs))
-        return IG_EMODEL;
-    t->dtype = strcmp(dt, "F32") == 0   ? IG_DTYPE_F32
-               : strcmp(dt, "F16") == 0 ? IG_DTYPE_F16
-                                        : IG_DTYPE_BF16;
-    t->ndim = (int)json_array_size(shape);
-    if (t->ndim < 1 || t->ndim > 4)
-        return IG_EMODEL;
-    for (int i = 0; i < t->ndim; i++)
-        t->shape[i] = json_integer_value(json_array_get(shape, i));
-    size_t b = (size_t)json_integer_value(json_array_get(offs, 0));
-    t->data = (const char *)base + b;
-    size_t e2 = (size_t)json_integer_value(json_array_get(offs, 1));
-    m->weight_bytes += e2 - b;
-    return 0;
-}
-
-WEAK int ig_model_load(ig_model_t **out, const char *dir, char *err, size_t errlen)
-{
-    char path[2048];
-    int rc = IG_EMODEL, fd = -1;
-    json_t *cfg = NULL, *hdr = NULL;
-    ig_model_t *m = calloc(1, sizeof(*m));
-    if (m == NULL)
-        return IG_ENOMEM;
-    snprintf(m->dir, sizeof(m->dir), "%s", dir);
-    snprintf(path, sizeof(path), "%s/config.json", dir);
-    json_error_t je;
-    if ((cfg = json_load_file(path, 0, &je)) == NULL) {
-        snprintf(err, errlen, "%s: %s", path, je.text);
-        goto fail;
-    }
-    ig_model_config_t *c = &m->cfg;
-    json_t *arch = json_array_get(json_object_get(cfg, "architectures"), 0);
-    snprintf(c->architecture, sizeof(c->architecture), "%s",
-             json_is_string(arch) ? json_string_value(arch) : "LlamaForCausalLM");
-    c->hidden_size = jint(cfg, "hidden_size", 0);
-    c->intermediate_size = jint(cfg, "intermediate_size", 0);
-    c->num_hidden_layers = jint(cfg, "num_hidden_layers", 0);
-    c->num_attention_heads = jint(cfg, "num_attention_heads", 1);
-    c->num_key_value_heads = jint(cfg, "num_key_value_heads", c->num_attention_heads);
-    c->head_dim = jint(cfg, "head_dim", c->hidden_size / c->num_attention_heads);
-    c->rms_norm_eps = (float)jnum(cfg, "rms_norm_eps", 1e-6);
-    c->rope_theta = (float)jnum(cfg, "rope_theta", 10000.0);
-    c->vocab_size = jint(cfg, "vocab_size", 0);
-    c->max_position_embeddings = jint(cfg, "max_position_embeddings", 2048);
-    c->tie_word_embeddings = json_is_true(json_object_get(cfg, "tie_word_embeddings"));
-    c->attention_bias = json_is_true(json_object_get(cfg, "attention_bias"));
-    c->bos_token_id = jint(cfg, "bos_token_id", -1);
-    c->eos_token_ids[0] = jint(cfg, "eos_token_id", -1);
-    c->n_eos = 1;
-    json_t *rs = json_object_get(cfg, "rope_scaling");
-    if (json_is_object(rs)) {
-        const char *type = json_string_value(json_object_get(rs, "rope_type"));
-        if (type == NULL)
-            type = json_string_value(json_object_get(rs, "type"));
-        c->rope_factor = (float)jnum(rs, "factor", 1.0);
-        if (type != NULL && strcmp(type, "linear") == 0) {
-            c->rope_scaling = IG_ROPE_LINEAR;
-        } else if (type != NULL && strcmp(type, "llama3") == 0) {
-            c->rope_scaling = IG_ROPE_LLAMA3;
-            c->rope_low_freq_factor = (float)jnum(rs, "low_freq_factor", 1.0);
-            c->rope_high_freq_factor = (float)jnum(rs, "high_freq_factor", 4.0);
-            c->rope_original_max_position = jint(rs, "original_max_position_embeddings", 8192);
-        }
-    }
-
-    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
-    struct stat st;
-    if ((fd = open(path, O_RDONLY)) < 0 || fstat(fd, &st) != 0 || st.st_size < 8) {
-        snprintf(err, errlen, "%s: cannot open", path);
-        rc = IG_ENOENT;
-        goto fail;
-    }
-    m->maplen = (size_t)st.st_size;
-    m->map = mmap(NULL, m->maplen, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (m->map == MAP_FAILED) {
-        m->map = NULL;
-        goto fail;
-    }
-    uint64_t hl;
-    memcpy(&hl, m->map, 8);
-    if (hl + 8 > m->maplen || (hdr = json_loadb((const char *)m->map + 8, hl, 0, &je)) == NULL) {
-        snprintf(err, errlen, "%s: bad header", path);
-        goto fail;
-    }
-    const char *base = (const char *)m->map + 8 + hl;
-    json_t *first = json_object_get(hdr, "model.embed_tokens.weight");
-    const char *dt = first ? json_string_value(json_object_get(first, "dtype")) : "F32";
-    c->dtype = dt && strcmp(dt, "F16") == 0    ? IG_DTYPE_F16
-               : dt && strcmp(dt, "BF16") == 0 ? IG_DTYPE_BF16
-                                               : IG_DTYPE_F32;
-    m->layers = calloc((size_t)c->num_hidden_layers, sizeof(*m->layers));
-    if (m->layers == NULL) {
-        rc = IG_ENOMEM;
-        goto fail;
-    }
-    if (find_tensor(m, hdr, base, "model.embed_tokens.weight", &m->embed, 1) ||
-        find_tensor(m, hdr, base, "model.norm.weight", &m->norm, 1) ||
-        find_tensor(m, hdr, base, "lm_head.weight", &m->lm_head, 0))
-        goto fail;
-    if (m->lm_head.data == NULL)
-        m->lm_head = m->embed;
-    for (int l = 0; l < c->num_hidden_layers; l++) {
-        ig_layer_weights_t *w = &m->layers[l];
-        struct {
-            const char *n;
-            ig_tensor_t *t;
-            int req;
-        } list[] = {
-            {"input_layernorm.weight", &w->attn_norm, 1},
-            {"self_attn.q_proj.weight", &w->wq, 1},
-            {"self_attn.k_proj.weight", &w->wk, 1},
-            {"self_attn.v_proj.weight", &w->wv, 1},
-            {"self_attn.o_proj.weight", &w->wo, 1},
-            {"self_attn.q_proj.bias", &w->bq, 0},
-            {"self_attn.k_proj.bias", &w->bk, 0},
-            {"self_attn.v_proj.bias", &w->bv, 0},
-            {"post_attention_layernorm.weight", &w->mlp_norm, 1},
-            {"mlp.gate_proj.weight", &w->w_gate, 1},
-            {"mlp.up_proj.weight", &w->w_up, 1},
-            {"mlp.down_proj.weight", &w->w_down, 1},
-        };
-        for (size_t i = 0; i < sizeof(list) / sizeof(list[0]); i++) {
-            char name[128];
-            snprintf(name, sizeof(name), "model.layers.%d.%s", l, list[i].n);
-            if (find_tensor(m, hdr, base, name, list[i].t, list[i].req)) {
-                snprintf(err, errlen, "%s: %s: missing or malformed", path, name);
-                goto fail;
-            }
-        }
-    }
-    json_decref(cfg);
-    json_decref(hdr);
-    close(fd);
-    *out = m;
-    return 0;
-
-fail:
-    if (fd >= 0)
-        close(fd);
-    json_decref(cfg);
-    json_decref(hdr);
-    ig_model_free(m);
-    return rc;
-}
-
-WEAK void ig_model_free(ig_model_t *m)
-{
-    if (m == NULL)
-        return;
-    if (m->map != NULL)
-        munmap(m->map, m->maplen);
-    free(m->layers);
-    free(m);
-}
-
-WEAK const ig_model_config_t *ig_model_config(const ig_model_t *m)
-{
-    return &m->cfg;
-}
-
-WEAK const char *ig_model_dir(const ig_model_t *m)
-{
-    return m->dir;
-}
-
-WEAK const ig_tensor_t *ig_model_embed(const ig_model_t *m)
-{
-    return &m->embed;
-}
-
-WEAK const ig_tensor_t *ig_model_final_norm(const ig_model_t *m)
-{
-    return &m->norm;
-}
-
-WEAK const ig_tensor_t *ig_model_lm_head(const ig_model_t *m)
-{
-    return m->cfg.tie_word_embeddings ? &m->embed : &m->lm_head;
-}
-
-WEAK const ig_layer_weights_t *ig_model_layer(const ig_model_t *m, int layer)
-{
-    return &m->layers[layer];
-}
-
-WEAK size_t ig_model_weight_bytes(const ig_model_t *m)
-{
-    return m->weight_bytes;
 }

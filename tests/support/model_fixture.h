@@ -5,13 +5,13 @@
  * Test support: random-weight Llama-family models in Hugging Face layout
  * (config.json + model.safetensors) for the engine tests.
  *
- * ig_fixture_model_dir() prefers the real `infergate mkmodel` binary; while
- * that command is not in the build it writes the model itself with the
- * shapes below. The file also carries weak stand-ins for the model loader
- * (ig_model_load and its accessors, include/infergate/model.h) that the
- * real loader in igcore replaces at link time once it exists.
+ * ig_fixture_model_dir() prefers the real `infergate mkmodel` binary (found
+ * through IG_BIN_DIR, which ctest sets); without it, and for shapes mkmodel
+ * has no preset for (llama3 rope scaling at a test size), it writes the model
+ * itself with the shapes below.
  */
 
+#include "infergate/dtype.h"
 #include "infergate/model.h"
 
 #include <stddef.h>
@@ -44,11 +44,11 @@ int ig_fixture_tmpdir(char *buf, size_t len);
 void ig_fixture_rmdir(const char *dir);
 
 /*
- * Puts a model of preset `name` into a fresh temporary dir (written to buf):
- * with `infergate mkmodel --preset name --seed 1` when IG_BIN_DIR's binary
- * has it and name is one of its presets, else with ig_fixture_write. *real
+ * Puts a model of preset `name` in `dtype` into a fresh temporary dir
+ * (written to buf): with `infergate mkmodel --preset name --seed 1` when
+ * IG_BIN_DIR's binary has that preset, else with ig_fixture_write. *real
  * says which (may be NULL).
  */
-int ig_fixture_model_dir(const char *name, char *buf, size_t len, int *real);
+int ig_fixture_model_dir(const char *name, ig_dtype_t dtype, char *buf, size_t len, int *real);
 
 #endif

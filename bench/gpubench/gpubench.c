@@ -1,0 +1,469 @@
+/*
+ * gpubench: decode and prefill throughput of one model on one backend,
+ * through ig_engine_forward (the path a worker runs), with the memory
+ * bandwidth each decode step implies.
+ *
+ *   gpubench --model DIR [--device cuda:0|cpu|cpu:N] [--batches 1,8,64,256]
+ *            [--steps N] [--ctx N] [--prefill-seqs N] [--prefill-len N]
+ *            [--peak-gbs X] [--json FILE]
+ *
+ * For each batch size B it prefills B sequences of --ctx tokens, runs two
+ * warm-up decode steps, then times --steps decode steps (one token per
+ * sequence, logits of every row downloaded, as a worker samples them).
+ * Bytes per step = the matrix weights as the backend holds them + the KV
+ * cache each sequence reads. Utilisation = bytes / step time / the device's
+ * peak bandwidth (the datasheet figure for H100/H200, else memory clock x bus
+ * width, or --peak-gbs). The batching gain of B is its tokens/s over batch
+ * 1's, measured in the same run.
+ */
+#include "infergate/engine.h"
+#include "infergate/error.h"
+#include "infergate/kernels.h"
+#include "infergate/model.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef IG_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define MAX_BATCHES 16
+
+typedef struct {
+    const char *model_dir, *device, *json_path;
+    int batches[MAX_BATCHES], nbatches;
+    int steps, ctx, prefill_seqs, prefill_len, threads;
+    double peak_gbs;
+} opts_t;
+
+typedef struct {
+    int *blocks;
+    int nblocks, pos;
+} seq_t;
+
+typedef struct {
+    ig_engine_t *e;
+    int vocab, bs, max_blocks_per_seq;
+    float *logits; /* (max rows, vocab), host; pinned for CUDA when possible */
+    int pinned;
+} bench_t;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: gpubench --model DIR [--device cuda:0|cpu|cpu:N] [--batches 1,8,64,256]\n"
+                 "                [--steps N] [--ctx N] [--prefill-seqs N] [--prefill-len N]\n"
+                 "                [--threads N] [--peak-gbs X] [--json FILE]\n");
+}
+
+static int parse_batches(const char *s, opts_t *o)
+{
+    o->nbatches = 0;
+    while (*s && o->nbatches < MAX_BATCHES) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v < 1 || v > 4096)
+            return -1;
+        o->batches[o->nbatches++] = (int)v;
+        s = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',')
+            return -1;
+    }
+    return o->nbatches > 0 ? 0 : -1;
+}
+
+static int parse_args(int argc, char **argv, opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->device = "cuda:0";
+    o->steps = 32;
+    o->ctx = 128;
+    o->prefill_seqs = 4;
+    o->prefill_len = 512;
+    parse_batches("1,8,64,256", o);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        }
+        if (!v)
+            return -1;
+        i++;
+        if (strcmp(a, "--model") == 0)
+            o->model_dir = v;
+        else if (strcmp(a, "--device") == 0)
+            o->device = v;
+        else if (strcmp(a, "--json") == 0)
+            o->json_path = v;
+        else if (strcmp(a, "--batches") == 0) {
+            if (parse_batches(v, o) != 0)
+                return -1;
+        } else if (strcmp(a, "--steps") == 0)
+            o->steps = atoi(v);
+        else if (strcmp(a, "--ctx") == 0)
+            o->ctx = atoi(v);
+        else if (strcmp(a, "--prefill-seqs") == 0)
+            o->prefill_seqs = atoi(v);
+        else if (strcmp(a, "--prefill-len") == 0)
+            o->prefill_len = atoi(v);
+        else if (strcmp(a, "--threads") == 0)
+            o->threads = atoi(v);
+        else if (strcmp(a, "--peak-gbs") == 0)
+            o->peak_gbs = atof(v);
+        else
+            return -1;
+    }
+    if (!o->model_dir || o->steps < 1 || o->ctx < 1 || o->prefill_seqs < 0 || o->prefill_len < 1)
+        return -1;
+    return 0;
+}
+
+/* ---- device facts ---------------------------------------------------------- */
+
+/* Peak memory bandwidth in GB/s (1e9 bytes) and the device name; 0 when
+ * unknown (the CPU). */
+static double peak_bandwidth(const char *device, char *name, size_t len)
+{
+    snprintf(name, len, "%s", device);
+#ifdef IG_HAVE_CUDA
+    if (strncmp(device, "cuda:", 5) == 0 || strncmp(device, "MIG-", 4) == 0) {
+        int ord = strncmp(device, "cuda:", 5) == 0 ? atoi(device + 5) : 0;
+        struct cudaDeviceProp p;
+        int clock_khz = 0, bus_bits = 0;
+        if (cudaGetDeviceProperties(&p, ord) != cudaSuccess)
+            return 0;
+        snprintf(name, len, "%s", p.name);
+        /* The datasheet figures the targets are stated against. */
+        if (strstr(p.name, "H200"))
+            return 4800;
+        if (strstr(p.name, "H100") && (strstr(p.name, "HBM3") || strstr(p.name, "SXM")))
+            return 3350;
+        if (strstr(p.name, "H100"))
+            return 2000; /* PCIe, HBM2e */
+        if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, ord) == cudaSuccess &&
+            cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, ord) == cudaSuccess)
+            return 2.0 * clock_khz * 1e3 * (bus_bits / 8.0) / 1e9; /* double data rate */
+    }
+#endif
+    return 0;
+}
+
+/* Bytes of matrix weights one forward pass reads, as the backend holds them:
+ * BF16/F16 on CUDA, F32 on the CPU (which converts at upload). The
+ * embedding is a gather, not a read of the table, unless tied to lm_head,
+ * which reads it whole either way. */
+static double weight_bytes(const ig_model_config_t *c, const char *device)
+{
+    double per = strncmp(device, "cpu", 3) == 0 ? 4.0 : 2.0;
+    double q = (double)c->num_attention_heads * c->head_dim;
+    double kv = (double)c->num_key_value_heads * c->head_dim;
+    double layer = c->hidden_size * (q + 2 * kv) + q * c->hidden_size +
+                   3.0 * c->hidden_size * c->intermediate_size;
+    double lm = (double)c->vocab_size * c->hidden_size;
+    return per * (layer * c->num_hidden_layers + lm);
+}
+
+/* KV bytes one decode step reads for B sequences at context ctx. */
+static double kv_bytes(const ig_model_config_t *c, int B, int ctx)
+{
+    return (double)B * ctx * 2.0 * c->num_hidden_layers * c->num_key_value_heads * c->head_dim *
+           sizeof(float);
+}
+
+/* ---- sequences --------------------------------------------------------------- */
+
+static int seq_grow(bench_t *b, seq_t *s, int new_pos)
+{
+    int need = (new_pos + b->bs - 1) / b->bs;
+    if (need > b->max_blocks_per_seq)
+        return IG_ETOOLONG;
+    while (s->nblocks < need) {
+        int blk = ig_engine_block_alloc(b->e);
+        if (blk < 0)
+            return blk;
+        s->blocks[s->nblocks++] = blk;
+    }
+    return 0;
+}
+
+static void seq_release(bench_t *b, seq_t *s)
+{
+    for (int i = 0; i < s->nblocks; i++)
+        ig_engine_block_release(b->e, s->blocks[i]);
+    s->nblocks = 0;
+    s->pos = 0;
+}
+
+/*
+ * One forward pass: sequence i of seqs[0..n) contributes len tokens (all
+ * equal to tok + i, inside the vocabulary) at its next positions; logits of
+ * its last row only, or none when no_logits.
+ */
+static int step(bench_t *b, seq_t *seqs, int n, int len, int no_logits)
+{
+    size_t ntok = (size_t)n * len;
+    int *tokens = malloc(ntok * sizeof(int));
+    int *seq_start = malloc((n + 1) * sizeof(int)), *pos_start = malloc(n * sizeof(int));
+    int *from = malloc(n * sizeof(int));
+    const int **tables = malloc(n * sizeof(int *));
+    int rc = 0;
+    if (!tokens || !seq_start || !pos_start || !from || !tables) {
+        rc = IG_ENOMEM;
+        goto out;
+    }
+    seq_start[0] = 0;
+    for (int i = 0; i < n; i++) {
+        if ((rc = seq_grow(b, &seqs[i], seqs[i].pos + len)) != 0)
+            goto out;
+        for (int j = 0; j < len; j++)
+            tokens[(size_t)i * len + j] = (int)((7u * (unsigned)(i + j) + 3u) % (unsigned)b->vocab);
+        seq_start[i + 1] = seq_start[i] + len;
+        pos_start[i] = seqs[i].pos;
+        from[i] = no_logits ? len : len - 1;
+        tables[i] = seqs[i].blocks;
+    }
+    ig_batch_t batch = {n, tokens, seq_start, pos_start, tables, from, b->logits};
+    rc = ig_engine_forward(b->e, &batch);
+    if (rc == 0)
+        for (int i = 0; i < n; i++)
+            seqs[i].pos += len;
+out:
+    free(tokens);
+    free(seq_start);
+    free(pos_start);
+    free(from);
+    free(tables);
+    return rc;
+}
+
+/* Prefills n sequences to ctx tokens, at most max_tokens per forward pass. */
+static int prefill_all(bench_t *b, seq_t *seqs, int n, int ctx, int max_tokens)
+{
+    int per = max_tokens / ctx;
+    int rc = 0;
+    if (per >= 1) {
+        for (int i = 0; i < n && rc == 0; i += per)
+            rc = step(b, seqs + i, n - i < per ? n - i : per, ctx, 0);
+        return rc;
+    }
+    for (int i = 0; i < n && rc == 0; i++)
+        for (int done = 0; done < ctx && rc == 0; done += max_tokens) {
+            int len = ctx - done < max_tokens ? ctx - done : max_tokens;
+            rc = step(b, seqs + i, 1, len, done + len < ctx);
+        }
+    return rc;
+}
+
+/* ---- main ---------------------------------------------------------------------- */
+
+int main(int argc, char **argv)
+{
+    opts_t o;
+    char err[512] = "", name[256];
+    ig_model_t *model = NULL;
+    ig_backend_t *be = NULL;
+    bench_t b;
+    seq_t *seqs = NULL;
+    json_t *root = json_object(), *decode = json_array();
+    int rc = 1, maxb = 1;
+    memset(&b, 0, sizeof(b));
+
+    if (parse_args(argc, argv, &o) != 0) {
+        usage(stderr);
+        return 2;
+    }
+    for (int i = 0; i < o.nbatches; i++)
+        maxb = o.batches[i] > maxb ? o.batches[i] : maxb;
+    if (o.prefill_seqs > maxb)
+        maxb = o.prefill_seqs;
+
+    if (ig_model_load(&model, o.model_dir, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gpubench: %s\n", err);
+        goto done;
+    }
+    if (ig_backend_open(&be, o.device, o.threads, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gpubench: %s\n", err);
+        goto done;
+    }
+    const ig_model_config_t *c = ig_model_config(model);
+    double peak = o.peak_gbs > 0 ? o.peak_gbs : peak_bandwidth(o.device, name, sizeof(name));
+    if (o.peak_gbs > 0)
+        peak_bandwidth(o.device, name, sizeof(name));
+
+    ig_engine_opts_t eo;
+    ig_engine_opts_default(&eo);
+    int longest = o.ctx + o.steps + 2 > o.prefill_len ? o.ctx + o.steps + 2 : o.prefill_len;
+    eo.max_num_seqs = maxb;
+    eo.max_batched_tokens = eo.max_batched_tokens > maxb ? eo.max_batched_tokens : maxb;
+    b.bs = eo.block_size;
+    b.max_blocks_per_seq = (longest + b.bs - 1) / b.bs;
+    eo.kv_blocks = maxb * b.max_blocks_per_seq;
+    if (ig_engine_create(&b.e, model, be, &eo, err, sizeof(err)) != 0) {
+        fprintf(stderr, "gpubench: engine: %s\n", err);
+        goto done;
+    }
+    b.vocab = c->vocab_size;
+    size_t lbytes = (size_t)maxb * b.vocab * sizeof(float);
+#ifdef IG_HAVE_CUDA
+    /* Pinned memory for the logits the engine downloads each step, as a
+     * worker on a GPU would use. */
+    if (strncmp(o.device, "cpu", 3) != 0 &&
+        cudaHostAlloc((void **)&b.logits, lbytes, cudaHostAllocDefault) == cudaSuccess)
+        b.pinned = 1;
+#endif
+    if (!b.logits && !(b.logits = malloc(lbytes))) {
+        fprintf(stderr, "gpubench: out of memory for logits\n");
+        goto done;
+    }
+    seqs = calloc(maxb, sizeof(*seqs));
+    for (int i = 0; seqs && i < maxb; i++)
+        seqs[i].blocks = calloc(b.max_blocks_per_seq, sizeof(int));
+
+    double wbytes = weight_bytes(c, o.device);
+    printf("gpubench: %s on %s (%s), %.3f GB of matrix weights per step, ", o.model_dir, o.device,
+           name, wbytes / 1e9);
+    if (peak > 0)
+        printf("peak %.0f GB/s\n", peak);
+    else
+        printf("peak bandwidth unknown (--peak-gbs sets it)\n");
+    json_object_set_new(root, "model", json_string(o.model_dir));
+    json_object_set_new(root, "device", json_string(o.device));
+    json_object_set_new(root, "device_name", json_string(name));
+    json_object_set_new(root, "peak_bandwidth_gbs", json_real(peak));
+    json_object_set_new(root, "weight_bytes_per_step", json_real(wbytes));
+    json_object_set_new(root, "ctx", json_integer(o.ctx));
+    json_object_set_new(root, "steps", json_integer(o.steps));
+
+    /* ---- prefill ---- */
+    if (o.prefill_seqs > 0) {
+        int n = o.prefill_seqs, len = o.prefill_len;
+        if (n * len > eo.max_batched_tokens)
+            n = eo.max_batched_tokens / len > 0 ? eo.max_batched_tokens / len : 1;
+        if (len > eo.max_batched_tokens)
+            len = eo.max_batched_tokens;
+        double best = 0;
+        for (int rep = 0; rep < 3; rep++) { /* rep 0 warms up */
+            double t0 = now_s();
+            if ((rc = step(&b, seqs, n, len, 0)) != 0) {
+                fprintf(stderr, "gpubench: prefill: %s\n", ig_strerror(rc));
+                rc = 1;
+                goto done;
+            }
+            double dt = now_s() - t0;
+            for (int i = 0; i < n; i++)
+                seq_release(&b, &seqs[i]);
+            if (rep > 0 && (best == 0 || dt < best))
+                best = dt;
+        }
+        double tps = (double)n * len / best;
+        printf("prefill: %d x %d tokens in %.2f ms: %.0f tokens/s\n", n, len, best * 1e3, tps);
+        json_object_set_new(root, "prefill",
+                            json_pack("{s:i, s:i, s:f, s:f}", "seqs", n, "len", len, "seconds",
+                                      best, "tokens_per_s", tps));
+    }
+
+    /* ---- decode ---- */
+    double base_tps = 0;
+    printf("%7s %10s %12s %10s %12s %8s %8s\n", "batch", "step ms", "tokens/s", "GB/step", "GB/s",
+           "bw util", "gain");
+    for (int k = 0; k < o.nbatches; k++) {
+        int B = o.batches[k];
+        if ((rc = prefill_all(&b, seqs, B, o.ctx, eo.max_batched_tokens)) != 0 ||
+            (rc = step(&b, seqs, B, 1, 0)) != 0 || (rc = step(&b, seqs, B, 1, 0)) != 0) {
+            fprintf(stderr, "gpubench: batch %d setup: %s\n", B, ig_strerror(rc));
+            rc = 1;
+            goto done;
+        }
+        int ctx0 = seqs[0].pos;
+        double t0 = now_s();
+        for (int s = 0; s < o.steps; s++)
+            if ((rc = step(&b, seqs, B, 1, 0)) != 0) {
+                fprintf(stderr, "gpubench: batch %d step %d: %s\n", B, s, ig_strerror(rc));
+                rc = 1;
+                goto done;
+            }
+        double dt = (now_s() - t0) / o.steps;
+        for (int i = 0; i < B; i++)
+            seq_release(&b, &seqs[i]);
+        double tps = B / dt;
+        double bytes = wbytes + kv_bytes(c, B, ctx0 + o.steps / 2);
+        double gbs = bytes / dt / 1e9;
+        double util = peak > 0 ? gbs / peak : 0;
+        if (B == 1)
+            base_tps = tps; /* the baseline of the gains (list 1 first) */
+        double gain = base_tps > 0 ? tps / base_tps : 0;
+        printf("%7d %10.3f %12.1f %10.3f %12.1f %7.1f%% %7.1fx\n", B, dt * 1e3, tps, bytes / 1e9,
+               gbs, util * 100, gain);
+        json_array_append_new(decode, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f, s:f}", "batch", B,
+                                                "step_ms", dt * 1e3, "tokens_per_s", tps,
+                                                "bytes_per_step", bytes, "achieved_gbs", gbs,
+                                                "bandwidth_util", util, "gain_vs_batch1", gain));
+    }
+    json_object_set(root, "decode", decode);
+
+    /* Targets of issue 7, judged only where their batch sizes ran. */
+    json_t *t = json_object(), *d;
+    size_t i;
+    double u1 = -1, g64 = -1;
+    json_array_foreach(decode, i, d)
+    {
+        int B = (int)json_integer_value(json_object_get(d, "batch"));
+        if (B == 1)
+            u1 = json_real_value(json_object_get(d, "bandwidth_util"));
+        if (B == 64)
+            g64 = json_real_value(json_object_get(d, "gain_vs_batch1"));
+    }
+    if (u1 >= 0 && peak > 0) {
+        json_object_set_new(t, "batch1_bandwidth_util_ge_70pct", json_boolean(u1 >= 0.70));
+        printf("target batch-1 bandwidth >= 70%% of peak: %.1f%% %s\n", u1 * 100,
+               u1 >= 0.70 ? "MET" : "MISSED");
+    }
+    if (g64 >= 0) {
+        json_object_set_new(t, "batch64_gain_ge_20x", json_boolean(g64 >= 20.0));
+        printf("target batch-64 aggregate >= 20x batch 1: %.1fx %s\n", g64,
+               g64 >= 20.0 ? "MET" : "MISSED");
+    }
+    json_object_set_new(root, "targets", t);
+
+    if (o.json_path) {
+        if (json_dump_file(root, o.json_path, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
+            fprintf(stderr, "gpubench: cannot write %s\n", o.json_path);
+            goto done;
+        }
+        printf("wrote %s\n", o.json_path);
+    }
+    rc = 0;
+
+done:
+    if (seqs) {
+        for (int k = 0; k < maxb; k++)
+            free(seqs[k].blocks);
+        free(seqs);
+    }
+#ifdef IG_HAVE_CUDA
+    if (b.pinned)
+        cudaFreeHost(b.logits);
+    else
+#endif
+        free(b.logits);
+    if (b.e)
+        ig_engine_free(b.e);
+    if (be)
+        be->destroy(be);
+    if (model)
+        ig_model_free(model);
+    json_decref(decode);
+    json_decref(root);
+    return rc;
+}

@@ -1,0 +1,313 @@
+/*
+ * Chat templates of the three common families, written as code rather than
+ * run through a Jinja engine: the families are few and fixed, and a Jinja
+ * interpreter in the server would be a large attack surface for a small gain.
+ */
+#include "infergate/chat.h"
+
+#include "infergate/error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    char *p;
+    size_t len, cap;
+    int oom;
+} out_t;
+
+static void put(out_t *o, const char *s, size_t n)
+{
+    if (o->oom)
+        return;
+    if (o->len + n + 1 > o->cap) {
+        size_t c = o->cap ? o->cap : 256;
+        char *np;
+        while (c < o->len + n + 1)
+            c *= 2;
+        if (!(np = realloc(o->p, c))) {
+            o->oom = 1;
+            return;
+        }
+        o->p = np;
+        o->cap = c;
+    }
+    memcpy(o->p + o->len, s, n);
+    o->len += n;
+    o->p[o->len] = 0;
+}
+
+static void puts_(out_t *o, const char *s)
+{
+    if (s)
+        put(o, s, strlen(s));
+}
+
+static int is_ws(unsigned char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+/* Jinja's `trim` / Python's strip() on ASCII whitespace. */
+static void put_trim(out_t *o, const char *s, size_t n, int left, int right)
+{
+    while (left && n && is_ws((unsigned char)s[0])) {
+        s++;
+        n--;
+    }
+    while (right && n && is_ws((unsigned char)s[n - 1]))
+        n--;
+    put(o, s, n);
+}
+
+static int err_set(char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    if (err && errlen) {
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return IG_EINVAL;
+}
+
+ig_chat_style_t ig_chat_detect(const char *t)
+{
+    if (!t)
+        return IG_CHAT_CHATML;
+    if (strstr(t, "<|start_header_id|>"))
+        return IG_CHAT_LLAMA3;
+    if (strstr(t, "<|im_start|>"))
+        return IG_CHAT_CHATML;
+    if (strstr(t, "[INST]"))
+        return IG_CHAT_LLAMA2;
+    return IG_CHAT_CHATML;
+}
+
+const char *ig_chat_style_name(ig_chat_style_t style)
+{
+    switch (style) {
+    case IG_CHAT_LLAMA2:
+        return "llama2";
+    case IG_CHAT_LLAMA3:
+        return "llama3";
+    default:
+        return "chatml";
+    }
+}
+
+static int role_ok(const char *r)
+{
+    return r && (strcmp(r, "system") == 0 || strcmp(r, "user") == 0 || strcmp(r, "assistant") == 0);
+}
+
+/* Llama-2: an optional system message folds into the first user turn; user
+ * and assistant turns must alternate, user first. */
+static int render_llama2(out_t *o, const ig_chat_msg_t *m, size_t n, const char *bos,
+                         const char *eos, char *err, size_t errlen)
+{
+    size_t first = 0;
+    const ig_chat_msg_t *sys = NULL;
+    if (n && strcmp(m[0].role, "system") == 0) {
+        sys = &m[0];
+        first = 1;
+    }
+    for (size_t i = first; i < n; i++) {
+        int want_user = (i - first) % 2 == 0;
+        if ((strcmp(m[i].role, "user") == 0) != want_user || strcmp(m[i].role, "system") == 0)
+            return err_set(err, errlen,
+                           "messages[%zu].role: Llama-2 chat needs user and assistant turns to "
+                           "alternate, user first, after an optional leading system message",
+                           i);
+        if (want_user) {
+            puts_(o, bos);
+            puts_(o, "[INST] ");
+            if (i == first && sys) {
+                puts_(o, "<<SYS>>\n");
+                put(o, sys->content, sys->content_len);
+                puts_(o, "\n<</SYS>>\n\n");
+                put_trim(o, m[i].content, m[i].content_len, 0, 1);
+            } else {
+                put_trim(o, m[i].content, m[i].content_len, 1, 1);
+            }
+            puts_(o, " [/INST]");
+        } else {
+            puts_(o, " ");
+            put_trim(o, m[i].content, m[i].content_len, 1, 1);
+            puts_(o, " ");
+            puts_(o, eos);
+        }
+    }
+    return 0;
+}
+
+int ig_chat_render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, const char *bos,
+                   const char *eos, int add_generation_prompt, char **out, size_t *outlen,
+                   char *err, size_t errlen)
+{
+    out_t o = {0};
+    int rc = 0;
+    *out = NULL;
+    *outlen = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!role_ok(m[i].role))
+            return err_set(err, errlen,
+                           "messages[%zu].role: must be \"system\", \"user\" or \"assistant\"", i);
+        if (!m[i].content && m[i].content_len)
+            return err_set(err, errlen, "messages[%zu].content: missing", i);
+    }
+    put(&o, "", 0); /* an empty conversation still yields a string */
+    switch (style) {
+    case IG_CHAT_LLAMA2:
+        rc = render_llama2(&o, m, n, bos, eos, err, errlen);
+        break;
+    case IG_CHAT_LLAMA3:
+        puts_(&o, bos);
+        for (size_t i = 0; i < n; i++) {
+            puts_(&o, "<|start_header_id|>");
+            puts_(&o, m[i].role);
+            puts_(&o, "<|end_header_id|>\n\n");
+            put_trim(&o, m[i].content, m[i].content_len, 1, 1);
+            puts_(&o, "<|eot_id|>");
+        }
+        if (add_generation_prompt)
+            puts_(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+        break;
+    default:
+        for (size_t i = 0; i < n; i++) {
+            puts_(&o, "<|im_start|>");
+            puts_(&o, m[i].role);
+            puts_(&o, "\n");
+            put(&o, m[i].content, m[i].content_len);
+            puts_(&o, "<|im_end|>\n");
+        }
+        if (add_generation_prompt)
+            puts_(&o, "<|im_start|>assistant\n");
+    }
+    if (rc == 0 && o.oom) {
+        rc = IG_ENOMEM;
+        err_set(err, errlen, "chat template: out of memory");
+    }
+    if (rc != 0) {
+        free(o.p);
+        return rc;
+    }
+    *out = o.p;
+    *outlen = o.len;
+    return 0;
+}
+
+int ig_chat_render_json(const ig_tokenizer_t *tok, const json_t *messages, char **out,
+                        size_t *outlen, char *err, size_t errlen)
+{
+    ig_chat_msg_t *m = NULL;
+    char **joined = NULL; /* content assembled from parts */
+    size_t n, i;
+    int rc = 0;
+    ig_chat_style_t style = ig_chat_detect(ig_tokenizer_chat_template(tok));
+    const char *bos = ig_tokenizer_token_str(tok, ig_tokenizer_bos_id(tok));
+    const char *eos = ig_tokenizer_token_str(tok, ig_tokenizer_eos_id(tok));
+
+    *out = NULL;
+    *outlen = 0;
+    if (!json_is_array(messages) || json_array_size(messages) == 0)
+        return err_set(err, errlen, "messages: expected a non-empty array");
+    n = json_array_size(messages);
+    m = calloc(n, sizeof *m);
+    joined = calloc(n, sizeof *joined);
+    if (!m || !joined) {
+        rc = IG_ENOMEM;
+        err_set(err, errlen, "chat template: out of memory");
+        goto fail;
+    }
+    for (i = 0; i < n; i++) {
+        const json_t *msg = json_array_get(messages, i);
+        const json_t *role = json_object_get(msg, "role");
+        const json_t *content = json_object_get(msg, "content");
+        if (!json_is_object(msg)) {
+            rc = err_set(err, errlen, "messages[%zu]: expected an object", i);
+            goto fail;
+        }
+        if (!json_is_string(role)) {
+            rc = err_set(err, errlen, "messages[%zu].role: expected a string", i);
+            goto fail;
+        }
+        m[i].role = json_string_value(role);
+        if (json_is_string(content)) {
+            m[i].content = json_string_value(content);
+            m[i].content_len = json_string_length(content);
+        } else if (json_is_null(content) && strcmp(m[i].role, "assistant") == 0) {
+            m[i].content = "";
+        } else if (json_is_array(content)) {
+            out_t o = {0};
+            size_t k;
+            const json_t *part;
+            put(&o, "", 0);
+            json_array_foreach(content, k, part)
+            {
+                const char *type = json_string_value(json_object_get(part, "type"));
+                const json_t *text = json_object_get(part, "text");
+                if (!type || strcmp(type, "text") != 0 || !json_is_string(text)) {
+                    free(o.p);
+                    rc = err_set(err, errlen,
+                                 "messages[%zu].content[%zu]: only {\"type\": \"text\", "
+                                 "\"text\": ...} parts are supported",
+                                 i, k);
+                    goto fail;
+                }
+                put(&o, json_string_value(text), json_string_length(text));
+            }
+            if (o.oom) {
+                free(o.p);
+                rc = IG_ENOMEM;
+                err_set(err, errlen, "chat template: out of memory");
+                goto fail;
+            }
+            joined[i] = o.p;
+            m[i].content = o.p;
+            m[i].content_len = o.len;
+        } else {
+            rc = err_set(err, errlen, "messages[%zu].content: expected a string or a list of parts",
+                         i);
+            goto fail;
+        }
+    }
+    rc = ig_chat_render(style, m, n, bos, eos, 1, out, outlen, err, errlen);
+fail:
+    if (joined)
+        for (i = 0; i < n; i++)
+            free(joined[i]);
+    free(joined);
+    free(m);
+    return rc;
+}
+
+static size_t add_id(int32_t *ids, size_t n, size_t cap, int32_t id)
+{
+    if (id < 0 || n >= cap)
+        return n;
+    for (size_t i = 0; i < n; i++)
+        if (ids[i] == id)
+            return n;
+    ids[n] = id;
+    return n + 1;
+}
+
+size_t ig_chat_stop_ids(ig_chat_style_t style, const ig_tokenizer_t *tok, int32_t *ids, size_t cap)
+{
+    static const char *const CHATML[] = {"<|im_end|>", "<|endoftext|>", NULL};
+    static const char *const LLAMA3[] = {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", NULL};
+    static const char *const LLAMA2[] = {"</s>", NULL};
+    const char *const *names = style == IG_CHAT_LLAMA3   ? LLAMA3
+                               : style == IG_CHAT_LLAMA2 ? LLAMA2
+                                                         : CHATML;
+    const int32_t *eos;
+    size_t n = 0, ne = ig_tokenizer_eos_ids(tok, &eos);
+    for (size_t i = 0; names[i]; i++)
+        n = add_id(ids, n, cap, ig_tokenizer_token_id(tok, names[i], strlen(names[i])));
+    for (size_t i = 0; i < ne; i++)
+        n = add_id(ids, n, cap, eos[i]);
+    return n;
+}

@@ -1,0 +1,1115 @@
+/*
+ * Continuous batching. The policy is in step(): cancellations and deadlines
+ * first, then decodes of running sequences (preempting the newest when KV
+ * blocks run out), then prefill chunks of running sequences, then admission
+ * of waiting ones, all within max_batched_tokens; one forward pass; then
+ * sampling, stop rules and events.
+ *
+ * Ownership of sequences: the incoming queue belongs to the mutex; once a
+ * step has moved a sequence out of it, only the stepping thread touches it.
+ */
+#include "infergate/scheduler.h"
+#include "infergate/error.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- sequences ------------------------------------------------------------ */
+
+typedef enum { SEQ_WAITING = 0, SEQ_RUNNING } seq_state_t;
+
+typedef struct seq_s {
+    uint64_t id; /* also the arrival order: larger is newer */
+    void *user;
+    seq_state_t state;
+
+    int *tokens; /* prompt then generated */
+    int ntokens, cap_tokens;
+    int nprompt;
+    int ncomputed; /* tokens whose KV is cached */
+    int ngen;      /* generated, stop token included */
+
+    int *blocks;
+    int nblocks, cap_blocks;
+
+    ig_sampling_params_t sp;
+    ig_rng_t rng;
+    int max_tokens;
+    int ignore_eos;
+    int *stop_ids;
+    int nstop_ids;
+    char **stop;
+    size_t *stop_len;
+    int nstop;
+    size_t max_stop_len;
+    int logprobs;
+    int prompt_lp;      /* echo: prompt logprobs wanted */
+    int prompt_lp_next; /* next prompt position whose logprob is owed */
+
+    char *text; /* generated text so far */
+    size_t text_len, text_cap;
+    size_t emitted; /* bytes of text already in events */
+
+    uint64_t deadline_ns;
+    uint64_t submit_ns, last_token_ns;
+    int admitted_once;
+
+    /* Per-step scratch: this step's chunk. */
+    int sched_n;
+    int sched_logits_from;
+
+    struct seq_s *prev, *next;
+} seq_t;
+
+typedef struct {
+    seq_t *head, *tail;
+    int n;
+} seq_list_t;
+
+static void list_remove(seq_list_t *l, seq_t *q)
+{
+    if (q->prev)
+        q->prev->next = q->next;
+    else
+        l->head = q->next;
+    if (q->next)
+        q->next->prev = q->prev;
+    else
+        l->tail = q->prev;
+    q->prev = q->next = NULL;
+    l->n--;
+}
+
+static void list_push_back(seq_list_t *l, seq_t *q)
+{
+    q->next = NULL;
+    q->prev = l->tail;
+    if (l->tail)
+        l->tail->next = q;
+    else
+        l->head = q;
+    l->tail = q;
+    l->n++;
+}
+
+static void list_push_front(seq_list_t *l, seq_t *q)
+{
+    q->prev = NULL;
+    q->next = l->head;
+    if (l->head)
+        l->head->prev = q;
+    else
+        l->tail = q;
+    l->head = q;
+    l->n++;
+}
+
+/* Keeps the list ordered by id (oldest first): preempted sequences come back
+ * in their arrival place. */
+static void list_insert_sorted(seq_list_t *l, seq_t *q)
+{
+    seq_t *at = l->tail;
+    while (at && at->id > q->id)
+        at = at->prev;
+    if (!at) {
+        list_push_front(l, q);
+        return;
+    }
+    q->prev = at;
+    q->next = at->next;
+    if (at->next)
+        at->next->prev = q;
+    else
+        l->tail = q;
+    at->next = q;
+    l->n++;
+}
+
+static void seq_free(seq_t *q)
+{
+    if (!q)
+        return;
+    free(q->tokens);
+    free(q->blocks);
+    free(q->stop_ids);
+    for (int i = 0; i < q->nstop; i++)
+        free(q->stop[i]);
+    free(q->stop);
+    free(q->stop_len);
+    free(q->text);
+    free(q);
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+typedef struct event_s {
+    ig_sched_event_t ev;
+    ig_sample_t *prompt_lp;
+    ig_sample_t token;
+    char *text;
+    struct event_s *next;
+} event_t;
+
+/* ---- the scheduler -------------------------------------------------------- */
+
+struct ig_sched_s {
+    ig_sched_engine_t eng;
+    ig_sched_detok_t detok;
+    ig_sched_opts_t opts;
+    int *eos;
+    int neos;
+    ig_sampler_t *sampler;
+    float *logits; /* (logit_rows, vocab) */
+    int logit_rows;
+
+    /* Batch arrays, sized once. */
+    int *b_tokens, *b_seq_start, *b_pos_start, *b_logits_from;
+    const int **b_tables;
+    seq_t **b_seqs;
+
+    /* Stepping thread only. */
+    seq_list_t waiting, running;
+    int watermark;
+    int waiting_prefill_tokens;
+
+    /* Shared, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    seq_list_t incoming;
+    uint64_t *cancels;
+    int ncancels, cap_cancels;
+    event_t *ev_head, *ev_tail;
+    uint64_t next_id;
+    int stopping, started, stopped;
+    ig_sched_stats_t stats;
+    pthread_t thread;
+
+    /* Pending events of the current step (stepping thread), published under
+     * mu at the end of the step. */
+    event_t *pend_head, *pend_tail;
+    uint64_t last_step_ns;
+};
+
+static uint64_t mono_ns(void *data)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now(const ig_sched_t *s)
+{
+    return s->opts.now_ns(s->opts.now_data);
+}
+
+static void observe(ig_sched_t *s, ig_sched_obs_t what, double v)
+{
+    if (s->opts.observe)
+        s->opts.observe(s->opts.observe_data, what, v);
+}
+
+void ig_sched_opts_default(ig_sched_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->max_batched_tokens = 2048;
+    o->max_num_seqs = 256;
+    o->max_waiting = 1024;
+    o->echo_rows = 64;
+}
+
+int ig_sched_create(ig_sched_t **out, const ig_sched_engine_t *eng, const ig_sched_detok_t *detok,
+                    const ig_sched_opts_t *opts)
+{
+    if (!eng || !eng->forward || !eng->block_alloc || !eng->block_release || !eng->blocks_free ||
+        eng->num_blocks <= 0 || eng->block_size <= 0 || eng->vocab_size <= 0 ||
+        eng->max_context <= 0 || !opts || opts->max_batched_tokens <= 0 ||
+        opts->max_num_seqs <= 0 || opts->max_waiting < 0 || opts->echo_rows < 0)
+        return IG_EINVAL;
+    ig_sched_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return IG_ENOMEM;
+    s->eng = *eng;
+    if (detok)
+        s->detok = *detok;
+    s->opts = *opts;
+    if (!s->opts.now_ns)
+        s->opts.now_ns = mono_ns;
+    if (opts->max_num_seqs > opts->max_batched_tokens)
+        s->opts.max_num_seqs = opts->max_batched_tokens;
+    if (opts->neos > 0) {
+        s->eos = malloc(sizeof(int) * (size_t)opts->neos);
+        if (!s->eos)
+            goto fail;
+        memcpy(s->eos, opts->eos, sizeof(int) * (size_t)opts->neos);
+        s->neos = opts->neos;
+    }
+    s->opts.eos = s->eos;
+    s->logit_rows = s->opts.max_num_seqs + s->opts.echo_rows;
+    size_t nb = (size_t)s->opts.max_batched_tokens, ns = (size_t)s->opts.max_num_seqs;
+    s->logits = malloc(sizeof(float) * (size_t)s->logit_rows * (size_t)eng->vocab_size);
+    s->b_tokens = malloc(sizeof(int) * nb);
+    s->b_seq_start = malloc(sizeof(int) * (ns + 1));
+    s->b_pos_start = malloc(sizeof(int) * ns);
+    s->b_logits_from = malloc(sizeof(int) * ns);
+    s->b_tables = malloc(sizeof(int *) * ns);
+    s->b_seqs = malloc(sizeof(seq_t *) * ns);
+    if (!s->logits || !s->b_tokens || !s->b_seq_start || !s->b_pos_start || !s->b_logits_from ||
+        !s->b_tables || !s->b_seqs)
+        goto fail;
+    if (ig_sampler_create(&s->sampler, eng->vocab_size) < 0)
+        goto fail;
+    /* Admission keeps ~1% of the blocks free so that running sequences can
+     * grow a little before anything has to be preempted. */
+    s->watermark = eng->num_blocks / 100;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    s->next_id = 1;
+    s->stats.kv_blocks_total = eng->num_blocks;
+    s->stats.max_waiting = opts->max_waiting;
+    *out = s;
+    return 0;
+fail:
+    free(s->eos);
+    free(s->logits);
+    free(s->b_tokens);
+    free(s->b_seq_start);
+    free(s->b_pos_start);
+    free(s->b_logits_from);
+    free(s->b_tables);
+    free(s->b_seqs);
+    free(s);
+    return IG_ENOMEM;
+}
+
+static void free_events(event_t *e)
+{
+    while (e) {
+        event_t *n = e->next;
+        free(e->prompt_lp);
+        free(e->text);
+        free(e);
+        e = n;
+    }
+}
+
+static void free_list(seq_list_t *l)
+{
+    seq_t *q = l->head;
+    while (q) {
+        seq_t *n = q->next;
+        seq_free(q);
+        q = n;
+    }
+    memset(l, 0, sizeof(*l));
+}
+
+void ig_sched_free(ig_sched_t *s)
+{
+    if (!s)
+        return;
+    if (s->started && !s->stopped)
+        ig_sched_stop(s);
+    free_list(&s->incoming);
+    free_list(&s->waiting);
+    free_list(&s->running);
+    free_events(s->ev_head);
+    free_events(s->pend_head);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    ig_sampler_free(s->sampler);
+    free(s->cancels);
+    free(s->eos);
+    free(s->logits);
+    free(s->b_tokens);
+    free(s->b_seq_start);
+    free(s->b_pos_start);
+    free(s->b_logits_from);
+    free(s->b_tables);
+    free(s->b_seqs);
+    free(s);
+}
+
+/* ---- submit / cancel ------------------------------------------------------ */
+
+static int blocks_for(const ig_sched_t *s, int ntok)
+{
+    return (ntok + s->eng.block_size - 1) / s->eng.block_size;
+}
+
+int ig_sched_submit(ig_sched_t *s, const ig_sched_req_t *r, uint64_t *id)
+{
+    if (!r || r->nprompt <= 0 || !r->prompt || r->max_tokens <= 0 || r->nstop < 0 ||
+        r->nstop_ids < 0 || r->logprobs > IG_SAMPLER_MAX_TOP ||
+        (r->prompt_logprobs && s->opts.echo_rows <= 0))
+        return IG_EINVAL;
+    for (int i = 0; i < r->nprompt; i++)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->eng.vocab_size)
+            return IG_EINVAL;
+    long long total = (long long)r->nprompt + r->max_tokens;
+    if (total > s->eng.max_context ||
+        blocks_for(s, (int)(total > 0x3fffffff ? 0x3fffffff : total)) > s->eng.num_blocks)
+        return IG_ETOOLONG;
+
+    seq_t *q = calloc(1, sizeof(*q));
+    if (!q)
+        return IG_ENOMEM;
+    q->cap_tokens = r->nprompt + (r->max_tokens < 256 ? r->max_tokens : 256);
+    q->tokens = malloc(sizeof(int) * (size_t)q->cap_tokens);
+    if (!q->tokens)
+        goto fail;
+    memcpy(q->tokens, r->prompt, sizeof(int) * (size_t)r->nprompt);
+    q->ntokens = q->nprompt = r->nprompt;
+    q->sp = r->sampling;
+    q->max_tokens = r->max_tokens;
+    q->ignore_eos = r->ignore_eos;
+    q->logprobs = r->logprobs;
+    q->prompt_lp = r->prompt_logprobs;
+    q->prompt_lp_next = 1;
+    q->deadline_ns = r->deadline_ns;
+    q->user = r->user;
+    if (r->nstop_ids > 0) {
+        q->stop_ids = malloc(sizeof(int) * (size_t)r->nstop_ids);
+        if (!q->stop_ids)
+            goto fail;
+        memcpy(q->stop_ids, r->stop_ids, sizeof(int) * (size_t)r->nstop_ids);
+        q->nstop_ids = r->nstop_ids;
+    }
+    if (r->nstop > 0) {
+        q->stop = calloc((size_t)r->nstop, sizeof(char *));
+        q->stop_len = calloc((size_t)r->nstop, sizeof(size_t));
+        if (!q->stop || !q->stop_len)
+            goto fail;
+        for (int i = 0; i < r->nstop; i++) {
+            size_t len = strlen(r->stop[i]);
+            if (len == 0)
+                continue; /* an empty stop string would match everywhere */
+            if (!(q->stop[q->nstop] = strdup(r->stop[i])))
+                goto fail;
+            q->stop_len[q->nstop++] = len;
+            if (len > q->max_stop_len)
+                q->max_stop_len = len;
+        }
+    }
+    uint64_t t = now(s);
+    q->submit_ns = t;
+    ig_rng_seed(&q->rng, r->has_seed ? r->seed : t ^ ((uint64_t)(uintptr_t)q << 16));
+
+    pthread_mutex_lock(&s->mu);
+    if (s->stopping) {
+        pthread_mutex_unlock(&s->mu);
+        seq_free(q);
+        return IG_ESTATE;
+    }
+    if (s->stats.waiting >= s->opts.max_waiting) {
+        s->stats.rejected_total++;
+        pthread_mutex_unlock(&s->mu);
+        seq_free(q);
+        return IG_EFULL;
+    }
+    q->id = s->next_id++;
+    list_push_back(&s->incoming, q);
+    s->stats.waiting++; /* counted at once, so back-to-back submits see it */
+    if (id)
+        *id = q->id;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+fail:
+    seq_free(q);
+    return IG_ENOMEM;
+}
+
+void ig_sched_cancel(ig_sched_t *s, uint64_t id)
+{
+    pthread_mutex_lock(&s->mu);
+    if (s->ncancels == s->cap_cancels) {
+        int cap = s->cap_cancels ? s->cap_cancels * 2 : 16;
+        uint64_t *c = realloc(s->cancels, sizeof(uint64_t) * (size_t)cap);
+        if (!c) {
+            pthread_mutex_unlock(&s->mu);
+            return; /* the deadline or the client's end will finish it */
+        }
+        s->cancels = c;
+        s->cap_cancels = cap;
+    }
+    s->cancels[s->ncancels++] = id;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ---- events --------------------------------------------------------------- */
+
+static event_t *event_new(ig_sched_t *s, seq_t *q)
+{
+    /* One event per sequence per step: reuse the pending one if the step
+     * already made one for this sequence. */
+    if (s->pend_tail && s->pend_tail->ev.id == q->id)
+        return s->pend_tail;
+    event_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return NULL;
+    e->ev.id = q->id;
+    e->ev.user = q->user;
+    e->ev.prompt_lp_from = q->prompt_lp_next;
+    if (s->pend_tail)
+        s->pend_tail->next = e;
+    else
+        s->pend_head = e;
+    s->pend_tail = e;
+    return e;
+}
+
+static void event_text(event_t *e, const char *p, size_t n)
+{
+    if (n == 0)
+        return;
+    char *t = realloc(e->text, e->ev.text_len + n + 1);
+    if (!t)
+        return;
+    memcpy(t + e->ev.text_len, p, n);
+    e->ev.text_len += n;
+    t[e->ev.text_len] = 0;
+    e->text = t;
+}
+
+static void publish(ig_sched_t *s)
+{
+    if (!s->pend_head)
+        return;
+    pthread_mutex_lock(&s->mu);
+    if (s->ev_tail)
+        s->ev_tail->next = s->pend_head;
+    else
+        s->ev_head = s->pend_head;
+    s->ev_tail = s->pend_tail;
+    pthread_mutex_unlock(&s->mu);
+    s->pend_head = s->pend_tail = NULL;
+    if (s->opts.notify)
+        s->opts.notify(s->opts.notify_data);
+}
+
+int ig_sched_drain(ig_sched_t *s, ig_sched_event_cb cb, void *data)
+{
+    pthread_mutex_lock(&s->mu);
+    event_t *e = s->ev_head;
+    s->ev_head = s->ev_tail = NULL;
+    pthread_mutex_unlock(&s->mu);
+    int n = 0;
+    for (event_t *it = e; it; it = it->next, n++) {
+        it->ev.prompt_lp = it->prompt_lp;
+        it->ev.tokens = it->ev.ntokens ? &it->token : NULL;
+        it->ev.text = it->text ? it->text : "";
+        if (cb)
+            cb(&it->ev, data);
+    }
+    free_events(e);
+    return n;
+}
+
+/* ---- finishing, preemption ------------------------------------------------ */
+
+static void release_blocks(ig_sched_t *s, seq_t *q)
+{
+    for (int i = 0; i < q->nblocks; i++)
+        s->eng.block_release(s->eng.ctx, q->blocks[i]);
+    q->nblocks = 0;
+}
+
+/* Flushes any text still held back (a stop-string prefix, a partial UTF-8
+ * tail) unless a stop string matched, then emits the final event and frees
+ * the sequence. */
+static void finish(ig_sched_t *s, seq_t *q, ig_finish_t why, int error, int flush)
+{
+    event_t *e = event_new(s, q);
+    if (e) {
+        if (flush && q->emitted < q->text_len)
+            event_text(e, q->text + q->emitted, q->text_len - q->emitted);
+        e->ev.finish = why;
+        e->ev.error = error;
+        e->ev.prompt_tokens = q->nprompt;
+        e->ev.completion_tokens = q->ngen;
+    }
+    release_blocks(s, q);
+    list_remove(q->state == SEQ_RUNNING ? &s->running : &s->waiting, q);
+    if (q->state == SEQ_WAITING)
+        s->waiting_prefill_tokens -= q->ntokens - q->ncomputed;
+    uint64_t t = now(s);
+    observe(s, IG_SCHED_OBS_E2E, (double)(t - q->submit_ns) / 1e9);
+    pthread_mutex_lock(&s->mu);
+    s->stats.finished_total[why]++;
+    pthread_mutex_unlock(&s->mu);
+    seq_free(q);
+}
+
+static void preempt(ig_sched_t *s, seq_t *q)
+{
+    release_blocks(s, q);
+    q->ncomputed = 0;
+    list_remove(&s->running, q);
+    q->state = SEQ_WAITING;
+    list_push_front(&s->waiting, q); /* older than anything that waits */
+    s->waiting_prefill_tokens += q->ntokens;
+    pthread_mutex_lock(&s->mu);
+    s->stats.preemptions_total++;
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Grows q's block table to cover ntok positions. 0, or IG_ENOKV (the
+ * blocks it took stay with it). */
+static int grow_blocks(ig_sched_t *s, seq_t *q, int ntok)
+{
+    int need = blocks_for(s, ntok);
+    if (need > q->cap_blocks) {
+        int cap = q->cap_blocks ? q->cap_blocks : 4;
+        while (cap < need)
+            cap *= 2;
+        int *b = realloc(q->blocks, sizeof(int) * (size_t)cap);
+        if (!b)
+            return IG_ENOMEM;
+        q->blocks = b;
+        q->cap_blocks = cap;
+    }
+    while (q->nblocks < need) {
+        int b = s->eng.block_alloc(s->eng.ctx);
+        if (b < 0)
+            return IG_ENOKV;
+        q->blocks[q->nblocks++] = b;
+    }
+    return 0;
+}
+
+static int blocks_needed(const ig_sched_t *s, const seq_t *q, int n)
+{
+    int need = blocks_for(s, q->ncomputed + n) - q->nblocks;
+    return need > 0 ? need : 0;
+}
+
+/* ---- text and stop strings ------------------------------------------------ */
+
+/* Bytes at the end of t(len) that start an incomplete UTF-8 sequence. */
+static size_t utf8_partial_tail(const char *t, size_t len)
+{
+    for (size_t k = 1; k <= 3 && k <= len; k++) {
+        unsigned char c = (unsigned char)t[len - k];
+        if ((c & 0xc0) == 0x80)
+            continue; /* continuation byte: look further back */
+        size_t want = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+        return want > k ? k : 0;
+    }
+    return 0;
+}
+
+static int append_text(seq_t *q, const char *p, size_t n)
+{
+    if (q->text_len + n + 1 > q->text_cap) {
+        size_t cap = q->text_cap ? q->text_cap * 2 : 64;
+        while (cap < q->text_len + n + 1)
+            cap *= 2;
+        char *t = realloc(q->text, cap);
+        if (!t)
+            return IG_ENOMEM;
+        q->text = t;
+        q->text_cap = cap;
+    }
+    memcpy(q->text + q->text_len, p, n);
+    q->text_len += n;
+    q->text[q->text_len] = 0;
+    return 0;
+}
+
+/* After new text arrived (old_len bytes before it): a stop string match ends
+ * the sequence (1, the text before it emitted); else emits what can no longer
+ * be part of a stop string nor a partial UTF-8 character (0). */
+static int update_text(ig_sched_t *s, seq_t *q, event_t *e, size_t old_len)
+{
+    if (q->nstop) {
+        size_t from = old_len >= q->max_stop_len ? old_len - q->max_stop_len + 1 : 0;
+        if (from < q->emitted)
+            from = q->emitted;
+        size_t best = (size_t)-1;
+        for (int i = 0; i < q->nstop; i++) {
+            const char *m = q->text_len > from ? memmem(q->text + from, q->text_len - from,
+                                                        q->stop[i], q->stop_len[i])
+                                               : NULL;
+            if (m && (size_t)(m - q->text) < best)
+                best = (size_t)(m - q->text);
+        }
+        if (best != (size_t)-1) {
+            if (e && best > q->emitted)
+                event_text(e, q->text + q->emitted, best - q->emitted);
+            q->emitted = q->text_len; /* nothing more is shown */
+            return 1;
+        }
+    }
+    size_t hold = utf8_partial_tail(q->text, q->text_len);
+    size_t avail = q->text_len - q->emitted;
+    if (q->nstop) {
+        size_t maxl = q->max_stop_len - 1 < avail ? q->max_stop_len - 1 : avail;
+        for (size_t l = maxl; l > hold; l--) {
+            const char *tail = q->text + q->text_len - l;
+            int prefix = 0;
+            for (int i = 0; i < q->nstop && !prefix; i++)
+                prefix = q->stop_len[i] > l && memcmp(q->stop[i], tail, l) == 0;
+            if (prefix) {
+                hold = l;
+                break;
+            }
+        }
+    }
+    if (hold > avail)
+        hold = avail;
+    if (e && avail > hold)
+        event_text(e, q->text + q->emitted, avail - hold);
+    q->emitted = q->text_len - hold;
+    return 0;
+}
+
+/* ---- after the forward pass ----------------------------------------------- */
+
+static ig_stop_rule_t stop_rule(const ig_sched_t *s, const seq_t *q)
+{
+    ig_stop_rule_t r = {.max_tokens = q->max_tokens,
+                        .ignore_eos = q->ignore_eos,
+                        .eos = s->eos,
+                        .neos = s->neos,
+                        .stop_ids = q->stop_ids,
+                        .nstop_ids = q->nstop_ids};
+    return r;
+}
+
+static int push_token(seq_t *q, int tok)
+{
+    if (q->ntokens == q->cap_tokens) {
+        int cap = q->cap_tokens * 2;
+        int *t = realloc(q->tokens, sizeof(int) * (size_t)cap);
+        if (!t)
+            return IG_ENOMEM;
+        q->tokens = t;
+        q->cap_tokens = cap;
+    }
+    q->tokens[q->ntokens++] = tok;
+    return 0;
+}
+
+/* Consumes q's rows of logits: prompt logprobs, then the sampled token. */
+static void after_forward(ig_sched_t *s, seq_t *q, const float *rows, int nrows, uint64_t t)
+{
+    const int V = s->eng.vocab_size;
+    int n = q->sched_n, from = q->sched_logits_from;
+    int pos0 = q->ncomputed; /* position of the chunk's first token */
+    event_t *e = NULL;
+
+    /* Row j is position pos0 + from + j; it predicts the token after it. */
+    for (int j = 0; j < nrows; j++) {
+        int target = pos0 + from + j + 1;
+        if (!q->prompt_lp || target >= q->nprompt || target < q->prompt_lp_next)
+            continue;
+        if (!e && !(e = event_new(s, q)))
+            break;
+        ig_sample_t *lp =
+            realloc(e->prompt_lp, sizeof(ig_sample_t) * (size_t)(e->ev.nprompt_lp + 1));
+        if (!lp)
+            break;
+        e->prompt_lp = lp;
+        ig_sampler_logprobs(s->sampler, rows + (size_t)j * V, q->tokens[target],
+                            q->logprobs > 0 ? q->logprobs : 0, &lp[e->ev.nprompt_lp++]);
+        q->prompt_lp_next = target + 1;
+    }
+    q->ncomputed += n;
+    if (q->ncomputed < q->ntokens || nrows == 0)
+        return;
+
+    /* The last row samples the next token. */
+    const float *row = rows + (size_t)(nrows - 1) * V;
+    ig_sample_t smp;
+    ig_sampler_sample(s->sampler, row, &q->sp, &q->rng, q->tokens, q->ntokens,
+                      q->logprobs > 0 ? q->logprobs : 0, &smp);
+    if (push_token(q, smp.token) < 0) {
+        finish(s, q, IG_FINISH_ERROR, IG_ENOMEM, 1);
+        return;
+    }
+    q->ngen++;
+    if (!e && !(e = event_new(s, q))) {
+        finish(s, q, IG_FINISH_ERROR, IG_ENOMEM, 1);
+        return;
+    }
+    observe(s, q->ngen == 1 ? IG_SCHED_OBS_TTFT : IG_SCHED_OBS_ITL,
+            (double)(t - (q->ngen == 1 ? q->submit_ns : q->last_token_ns)) / 1e9);
+    q->last_token_ns = t;
+    pthread_mutex_lock(&s->mu);
+    s->stats.generation_tokens_total++;
+    pthread_mutex_unlock(&s->mu);
+
+    ig_stop_rule_t rule = stop_rule(s, q);
+    ig_finish_t why = ig_stop_check(&rule, smp.token, q->ngen);
+    if (!ig_stop_is_stop_token(&rule, smp.token)) {
+        e->token = smp;
+        e->ev.ntokens = 1;
+        char piece[256];
+        int len =
+            s->detok.piece ? s->detok.piece(s->detok.ctx, smp.token, piece, sizeof(piece)) : 0;
+        size_t old = q->text_len;
+        if (len > 0 &&
+            append_text(q, piece, (size_t)(len < (int)sizeof(piece) ? len : (int)sizeof(piece))) ==
+                0 &&
+            update_text(s, q, e, old)) {
+            finish(s, q, IG_FINISH_STOP, 0, 0);
+            return;
+        }
+    }
+    if (why == IG_FINISH_NONE && q->ntokens >= s->eng.max_context)
+        why = IG_FINISH_LENGTH;
+    if (why != IG_FINISH_NONE)
+        finish(s, q, why, 0, 1);
+}
+
+/* ---- the step ------------------------------------------------------------- */
+
+static seq_t *find_seq(seq_list_t *l, uint64_t id)
+{
+    for (seq_t *q = l->head; q; q = q->next)
+        if (q->id == id)
+            return q;
+    return NULL;
+}
+
+/* Moves submitted sequences in and applies cancellations and deadlines. */
+static void intake(ig_sched_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    seq_t *in = s->incoming.head;
+    memset(&s->incoming, 0, sizeof(s->incoming));
+    int nc = s->ncancels;
+    uint64_t *cancels = NULL;
+    if (nc) {
+        cancels = s->cancels;
+        s->cancels = NULL;
+        s->ncancels = s->cap_cancels = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    while (in) {
+        seq_t *n = in->next;
+        in->state = SEQ_WAITING;
+        list_push_back(&s->waiting, in);
+        s->waiting_prefill_tokens += in->ntokens;
+        in = n;
+    }
+    for (int i = 0; i < nc; i++) {
+        seq_t *q = find_seq(&s->running, cancels[i]);
+        if (!q)
+            q = find_seq(&s->waiting, cancels[i]);
+        if (q)
+            finish(s, q, IG_FINISH_CANCELLED, IG_ECANCELED, 1);
+    }
+    free(cancels);
+    uint64_t t = now(s);
+    seq_list_t *lists[2] = {&s->running, &s->waiting};
+    for (int l = 0; l < 2; l++) {
+        for (seq_t *q = lists[l]->head, *n; q; q = n) {
+            n = q->next;
+            if (q->deadline_ns && t >= q->deadline_ns)
+                finish(s, q, IG_FINISH_TIMEOUT, IG_ETIMEDOUT, 1);
+        }
+    }
+}
+
+/* Rows of logits a chunk of n tokens needs, and where they start. */
+static int plan_rows(const seq_t *q, int n, int *from)
+{
+    int end = q->ncomputed + n;
+    int last = end == q->ntokens; /* the chunk ends where sampling happens */
+    if (q->prompt_lp && q->prompt_lp_next < q->nprompt && q->ncomputed < q->nprompt - 1) {
+        *from = 0;
+        return n;
+    }
+    *from = last ? n - 1 : n;
+    return last ? 1 : 0;
+}
+
+static void update_rates(ig_sched_t *s, int decode_tok, int prefill_tok, uint64_t t0, uint64_t t1)
+{
+    double dt = (double)(t1 - t0) / 1e9;
+    if (dt <= 0)
+        dt = 1e-9;
+    /* EWMA with a time constant of ~5 s of busy time: long steps weigh more. */
+    double a = 1.0 - exp(-dt / 5.0);
+    if (a < 0.05)
+        a = 0.05;
+    pthread_mutex_lock(&s->mu);
+    if (decode_tok) {
+        double r = decode_tok / dt;
+        s->stats.decode_tokens_per_s =
+            s->stats.decode_tokens_per_s ? s->stats.decode_tokens_per_s * (1 - a) + r * a : r;
+    }
+    if (prefill_tok) {
+        double r = prefill_tok / dt;
+        s->stats.prefill_tokens_per_s =
+            s->stats.prefill_tokens_per_s ? s->stats.prefill_tokens_per_s * (1 - a) + r * a : r;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void update_stats(ig_sched_t *s)
+{
+    int used = s->eng.num_blocks - s->eng.blocks_free(s->eng.ctx);
+    pthread_mutex_lock(&s->mu);
+    s->stats.waiting = s->waiting.n + s->incoming.n;
+    s->stats.running = s->running.n;
+    s->stats.kv_blocks_used = used;
+    /* A new request waits for the queued prompts to be prefilled and, when
+     * the running set is full, for a running sequence to finish. */
+    double est = 0;
+    double pre = s->stats.prefill_tokens_per_s > 0 ? s->stats.prefill_tokens_per_s : 0;
+    if (s->waiting_prefill_tokens > 0)
+        est += pre > 0 ? s->waiting_prefill_tokens / pre : 1.0;
+    if (s->running.n >= s->opts.max_num_seqs || s->waiting.n > 0) {
+        double per_seq = s->stats.decode_tokens_per_s > 0 && s->running.n
+                             ? s->stats.decode_tokens_per_s / s->running.n
+                             : 0;
+        long long left = 0;
+        for (seq_t *q = s->running.head; q; q = q->next)
+            left += q->max_tokens - q->ngen;
+        if (per_seq > 0 && s->running.n)
+            est += (double)left / s->running.n / per_seq;
+    }
+    s->stats.est_wait_s = est;
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ig_sched_step(ig_sched_t *s)
+{
+    intake(s);
+    uint64_t t0 = now(s);
+again:;
+    int budget = s->opts.max_batched_tokens;
+    int echo_left = s->opts.echo_rows;
+    int nseq = 0, ntok = 0, decode_tok = 0, prefill_tok = 0, prompt_new = 0, preempted = 0;
+
+    for (seq_t *q = s->running.head; q; q = q->next)
+        q->sched_n = 0;
+    /* 1. Decodes of running sequences, oldest first. When blocks run out,
+     * the newest running sequence gives its blocks back (maybe q itself). */
+    for (seq_t *q = s->running.head, *next; q && budget > 0; q = next) {
+        next = q->next;
+        if (q->ntokens - q->ncomputed != 1)
+            continue;
+        int ok = 1;
+        while (blocks_needed(s, q, 1) > s->eng.blocks_free(s->eng.ctx)) {
+            seq_t *victim = s->running.tail;
+            if (victim == q && s->running.n == 1) {
+                /* Alone and still no room: cannot happen for a sequence
+                 * submit accepted, but never spin on it. */
+                finish(s, q, IG_FINISH_LENGTH, IG_ENOKV, 1);
+                ok = 0;
+                break;
+            }
+            if (victim == next)
+                next = NULL; /* the victim was the rest of the list */
+            preempt(s, victim);
+            preempted = 1;
+            if (victim == q) {
+                ok = 0;
+                break;
+            }
+        }
+        if (!ok)
+            continue;
+        if (grow_blocks(s, q, q->ncomputed + 1) < 0) {
+            finish(s, q, IG_FINISH_ERROR, IG_ENOKV, 1);
+            continue;
+        }
+        q->sched_n = 1;
+        q->sched_logits_from = 0;
+        s->b_seqs[nseq++] = q;
+        budget--;
+        decode_tok++;
+    }
+    /* 2. Prefill chunks of running sequences still in their prompt (or in a
+     * recompute), as far as free blocks allow; no preemption for these. */
+    for (seq_t *q = s->running.head; q && budget > 0 && nseq < s->opts.max_num_seqs; q = q->next) {
+        int left = q->ntokens - q->ncomputed;
+        if (left <= 1 || q->sched_n)
+            continue;
+        int n = left < budget ? left : budget;
+        int fit = (q->nblocks + s->eng.blocks_free(s->eng.ctx)) * s->eng.block_size - q->ncomputed;
+        if (n > fit)
+            n = fit;
+        int from, rows = plan_rows(q, n, &from);
+        if (from == 0 && rows > echo_left) {
+            n = echo_left;
+            rows = plan_rows(q, n, &from);
+        }
+        if (n <= 0)
+            continue;
+        if (grow_blocks(s, q, q->ncomputed + n) < 0)
+            continue;
+        if (from == 0)
+            echo_left -= rows;
+        q->sched_n = n;
+        q->sched_logits_from = from;
+        s->b_seqs[nseq++] = q;
+        budget -= n;
+        prefill_tok += n;
+    }
+    /* 3. Admission, FIFO: stop at the first sequence that does not fit. A
+     * sequence is admitted only when blocks for its whole prompt (and the
+     * token after) are free beyond the watermark, even if it is prefilled
+     * in chunks, and never in a step that had to preempt: admitting what
+     * was just evicted would only thrash. */
+    while (!preempted && s->waiting.head && budget > 0 && s->running.n < s->opts.max_num_seqs &&
+           nseq < s->opts.max_num_seqs) {
+        seq_t *q = s->waiting.head;
+        int left = q->ntokens - q->ncomputed;
+        int n = left < budget ? left : budget;
+        if (blocks_for(s, q->ntokens + 1) > s->eng.blocks_free(s->eng.ctx) - s->watermark)
+            break;
+        int from, rows = plan_rows(q, n, &from);
+        if (from == 0 && rows > echo_left) {
+            n = echo_left;
+            if (n <= 0)
+                break;
+            rows = plan_rows(q, n, &from);
+        }
+        list_remove(&s->waiting, q);
+        s->waiting_prefill_tokens -= left;
+        q->state = SEQ_RUNNING;
+        list_insert_sorted(&s->running, q);
+        if (grow_blocks(s, q, q->ncomputed + n) < 0) {
+            finish(s, q, IG_FINISH_ERROR, IG_ENOKV, 1);
+            continue;
+        }
+        if (!q->admitted_once) {
+            q->admitted_once = 1;
+            observe(s, IG_SCHED_OBS_QUEUE_TIME, (double)(t0 - q->submit_ns) / 1e9);
+            prompt_new += q->nprompt;
+        }
+        if (from == 0)
+            echo_left -= rows;
+        q->sched_n = n;
+        q->sched_logits_from = from;
+        s->b_seqs[nseq++] = q;
+        budget -= n;
+        prefill_tok += n;
+    }
+
+    if (nseq == 0 && s->running.n > 1) {
+        /* Every running sequence is mid-prefill and the blocks are gone:
+         * the newest gives its blocks back so that the older ones move. */
+        preempt(s, s->running.tail);
+        goto again;
+    }
+    if (nseq == 0 && s->running.n == 1 && s->waiting.n == 0) {
+        finish(s, s->running.head, IG_FINISH_LENGTH, IG_ENOKV, 1);
+    }
+    if (nseq == 0) {
+        update_stats(s);
+        publish(s);
+        return 0;
+    }
+
+    /* Build the batch in b_seqs order. */
+    int rows_total = 0;
+    s->b_seq_start[0] = 0;
+    for (int i = 0; i < nseq; i++) {
+        seq_t *q = s->b_seqs[i];
+        int n = q->sched_n;
+        memcpy(s->b_tokens + ntok, q->tokens + q->ncomputed, sizeof(int) * (size_t)n);
+        ntok += n;
+        s->b_seq_start[i + 1] = ntok;
+        s->b_pos_start[i] = q->ncomputed;
+        s->b_tables[i] = q->blocks;
+        s->b_logits_from[i] = q->sched_logits_from;
+        rows_total += n - q->sched_logits_from;
+    }
+    ig_batch_t batch = {.nseq = nseq,
+                        .tokens = s->b_tokens,
+                        .seq_start = s->b_seq_start,
+                        .pos_start = s->b_pos_start,
+                        .block_tables = s->b_tables,
+                        .logits_from = s->b_logits_from,
+                        .logits = s->logits};
+    int rc = rows_total <= s->logit_rows ? s->eng.forward(s->eng.ctx, &batch) : IG_ESTATE;
+    uint64_t t1 = now(s);
+    observe(s, IG_SCHED_OBS_BATCH, nseq);
+    if (rc < 0) {
+        for (int i = 0; i < nseq; i++)
+            finish(s, s->b_seqs[i], IG_FINISH_ERROR, rc, 1);
+        update_stats(s);
+        publish(s);
+        return rc;
+    }
+    const float *row = s->logits;
+    for (int i = 0; i < nseq; i++) {
+        seq_t *q = s->b_seqs[i];
+        int nrows = q->sched_n - q->sched_logits_from;
+        after_forward(s, q, row, nrows, t1);
+        row += (size_t)nrows * (size_t)s->eng.vocab_size;
+    }
+    pthread_mutex_lock(&s->mu);
+    s->stats.steps++;
+    s->stats.prompt_tokens_total += (uint64_t)prompt_new;
+    pthread_mutex_unlock(&s->mu);
+    update_rates(s, decode_tok, prefill_tok, t0, t1);
+    update_stats(s);
+    publish(s);
+    return nseq;
+}
+
+/* ---- the engine thread ---------------------------------------------------- */
+
+static void *engine_main(void *arg)
+{
+    ig_sched_t *s = arg;
+    for (;;) {
+        pthread_mutex_lock(&s->mu);
+        while (!s->stopping && !s->incoming.head && !s->ncancels && !s->running.head &&
+               !s->waiting.head)
+            pthread_cond_wait(&s->cv, &s->mu);
+        int stop = s->stopping;
+        pthread_mutex_unlock(&s->mu);
+        if (stop)
+            break;
+        ig_sched_step(s);
+    }
+    /* Whatever is left is cancelled, so that every sequence gets its end. */
+    intake(s);
+    while (s->running.head)
+        finish(s, s->running.head, IG_FINISH_CANCELLED, IG_ECANCELED, 1);
+    while (s->waiting.head)
+        finish(s, s->waiting.head, IG_FINISH_CANCELLED, IG_ECANCELED, 1);
+    update_stats(s);
+    publish(s);
+    return NULL;
+}
+
+int ig_sched_start(ig_sched_t *s)
+{
+    if (s->started)
+        return IG_ESTATE;
+    if (pthread_create(&s->thread, NULL, engine_main, s) != 0)
+        return IG_ENOMEM;
+    s->started = 1;
+    return 0;
+}
+
+void ig_sched_stop(ig_sched_t *s)
+{
+    pthread_mutex_lock(&s->mu);
+    s->stopping = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    if (s->started && !s->stopped) {
+        pthread_join(s->thread, NULL);
+        s->stopped = 1;
+    }
+}
+
+void ig_sched_stats(ig_sched_t *s, ig_sched_stats_t *out)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = s->stats;
+    pthread_mutex_unlock(&s->mu);
+}

@@ -1,0 +1,221 @@
+/* Chat templates: family detection, exact renderings of ChatML, Llama-2 and
+ * Llama-3, conversation errors, the JSON entry point and stop tokens. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "infergate/chat.h"
+#include "infergate/error.h"
+#include "infergate/tokenizer.h"
+#include "infergate/tokgen.h"
+
+#include <jansson.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MSG(r, c)                                                                                  \
+    {                                                                                              \
+        r, c, sizeof(c) - 1                                                                        \
+    }
+
+static const ig_chat_msg_t CONVO[] = {
+    MSG("system", "You are terse."),
+    MSG("user", "  Hi there \n"),
+    MSG("assistant", "Hello."),
+    MSG("user", "What is 2+2?"),
+};
+
+static char *render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, const char *bos,
+                    const char *eos)
+{
+    char *out, err[256];
+    size_t len;
+    int rc = ig_chat_render(style, m, n, bos, eos, 1, &out, &len, err, sizeof err);
+    if (rc != 0)
+        print_error("render: %s\n", err);
+    assert_int_equal(rc, 0);
+    assert_int_equal(strlen(out), len);
+    return out;
+}
+
+static void test_detect(void **state)
+{
+    (void)state;
+    assert_int_equal(ig_chat_detect(NULL), IG_CHAT_CHATML);
+    assert_int_equal(ig_chat_detect("{% for m in messages %}{{ m.content }}{% endfor %}"),
+                     IG_CHAT_CHATML);
+    assert_int_equal(ig_chat_detect("{{'<|im_start|>' + message['role']}}"), IG_CHAT_CHATML);
+    assert_int_equal(ig_chat_detect("{{ bos_token + '[INST] ' + content + ' [/INST]' }}"),
+                     IG_CHAT_LLAMA2);
+    assert_int_equal(
+        ig_chat_detect("{{ '<|start_header_id|>' + message['role'] + '<|end_header_id|>' }}"),
+        IG_CHAT_LLAMA3);
+    assert_string_equal(ig_chat_style_name(IG_CHAT_LLAMA3), "llama3");
+    assert_string_equal(ig_chat_style_name(IG_CHAT_LLAMA2), "llama2");
+    assert_string_equal(ig_chat_style_name(IG_CHAT_CHATML), "chatml");
+}
+
+static void test_chatml(void **state)
+{
+    char *s = render(IG_CHAT_CHATML, CONVO, 4, NULL, NULL);
+    (void)state;
+    assert_string_equal(s, "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                           "<|im_start|>user\n  Hi there \n<|im_end|>\n"
+                           "<|im_start|>assistant\nHello.<|im_end|>\n"
+                           "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    free(s);
+}
+
+static void test_llama3(void **state)
+{
+    char *s = render(IG_CHAT_LLAMA3, CONVO, 4, "<|begin_of_text|>", "<|end_of_text|>");
+    (void)state;
+    assert_string_equal(s, "<|begin_of_text|>"
+                           "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+                           "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                           "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+}
+
+static void test_llama2(void **state)
+{
+    char *s = render(IG_CHAT_LLAMA2, CONVO, 4, "<s>", "</s>");
+    (void)state;
+    assert_string_equal(s, "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\n  Hi there [/INST]"
+                           " Hello. </s>"
+                           "<s>[INST] What is 2+2? [/INST]");
+    free(s);
+    /* Without a system message. */
+    s = render(IG_CHAT_LLAMA2, CONVO + 1, 1, "<s>", "</s>");
+    assert_string_equal(s, "<s>[INST] Hi there [/INST]");
+    free(s);
+}
+
+static void test_errors(void **state)
+{
+    char *out = (char *)1, err[256];
+    size_t len;
+    const ig_chat_msg_t bad_role[] = {MSG("user", "a"), MSG("tool", "b")};
+    const ig_chat_msg_t two_users[] = {MSG("user", "a"), MSG("user", "b")};
+    (void)state;
+    assert_int_equal(
+        ig_chat_render(IG_CHAT_CHATML, bad_role, 2, NULL, NULL, 1, &out, &len, err, sizeof err),
+        IG_EINVAL);
+    assert_null(out);
+    assert_string_equal(err, "messages[1].role: must be \"system\", \"user\" or \"assistant\"");
+    assert_int_equal(
+        ig_chat_render(IG_CHAT_LLAMA2, two_users, 2, "<s>", "</s>", 1, &out, &len, err, sizeof err),
+        IG_EINVAL);
+    assert_non_null(strstr(err, "messages[1].role: Llama-2 chat needs user and assistant"));
+    /* The other families accept any order. */
+    out = render(IG_CHAT_LLAMA3, two_users, 2, NULL, NULL);
+    free(out);
+}
+
+/* JSON messages against generated tokenizers of each family. */
+static void test_json_and_stop_ids(void **state)
+{
+    char dir[] = "/tmp/ig_chat_XXXXXX", sub[64], err[256], cmd[96];
+    const char *body = "[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+                       "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello \"},"
+                       "{\"type\":\"text\",\"text\":\"you\"}]}]";
+    json_error_t jerr;
+    json_t *msgs = json_loads(body, 0, &jerr);
+    (void)state;
+    assert_non_null(msgs);
+    assert_non_null(mkdtemp(dir));
+    for (int style = 1; style <= 3; style++) {
+        ig_tokenizer_t *tok;
+        char *out;
+        size_t len, n;
+        int32_t ids[8];
+        ig_tokvec_t v;
+        snprintf(sub, sizeof sub, "%s/%d", dir, style);
+        assert_int_equal(mkdir(sub, 0755), 0);
+        assert_int_equal(ig_tokgen_write(sub, 1024, style, 5, err, sizeof err), 0);
+        assert_int_equal(ig_tokenizer_load(sub, &tok, err, sizeof err), 0);
+        assert_int_equal(ig_chat_render_json(tok, msgs, &out, &len, err, sizeof err), 0);
+        n = ig_chat_stop_ids(ig_chat_detect(ig_tokenizer_chat_template(tok)), tok, ids, 8);
+        ig_tokvec_init(&v);
+        /* The prompt carries its own BOS: encode without ADD_BOS. */
+        assert_int_equal(ig_tokenizer_encode(tok, out, len, 0, &v), 0);
+        if (style == IG_TOKGEN_BYTE_LEVEL) {
+            assert_string_equal(out, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>"
+                                     "\n\nBe brief.<|eot_id|><|start_header_id|>user"
+                                     "<|end_header_id|>\n\nHello you<|eot_id|>"
+                                     "<|start_header_id|>assistant<|end_header_id|>\n\n");
+            assert_int_equal(n, 2);
+            assert_int_equal(ids[0], ig_tokenizer_token_id(tok, "<|eot_id|>", 10));
+            assert_int_equal(ids[1], ig_tokenizer_token_id(tok, "<|end_of_text|>", 15));
+            assert_int_equal(v.ids[0], ig_tokenizer_bos_id(tok));
+            assert_int_equal(v.ids[1], ig_tokenizer_token_id(tok, "<|start_header_id|>", 19));
+        } else if (style == IG_TOKGEN_SENTENCEPIECE) {
+            assert_string_equal(out, "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHello you [/INST]");
+            assert_int_equal(n, 1);
+            assert_int_equal(ids[0], 2);
+            assert_int_equal(v.ids[0], 1);
+        } else {
+            assert_string_equal(out, "<|im_start|>system\nBe brief.<|im_end|>\n"
+                                     "<|im_start|>user\nHello you<|im_end|>\n"
+                                     "<|im_start|>assistant\n");
+            assert_int_equal(n, 2);
+            assert_int_equal(ids[0], ig_tokenizer_token_id(tok, "<|im_end|>", 10));
+            assert_int_equal(ids[1], ig_tokenizer_token_id(tok, "<|endoftext|>", 13));
+            assert_int_equal(v.ids[0], ig_tokenizer_token_id(tok, "<|im_start|>", 12));
+        }
+        ig_tokvec_dispose(&v);
+        free(out);
+        ig_tokenizer_free(tok);
+    }
+    {
+        /* JSON shape errors name the field. */
+        static const struct {
+            const char *json, *msg;
+        } bad[] = {
+            {"[]", "messages: expected a non-empty array"},
+            {"[5]", "messages[0]: expected an object"},
+            {"[{\"content\":\"x\"}]", "messages[0].role: expected a string"},
+            {"[{\"role\":\"user\",\"content\":3}]",
+             "messages[0].content: expected a string or a list of parts"},
+            {"[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]",
+             "messages[0].content[0]: only {\"type\": \"text\", \"text\": ...} parts are "
+             "supported"},
+            {"[{\"role\":\"robot\",\"content\":\"x\"}]",
+             "messages[0].role: must be \"system\", \"user\" or \"assistant\""},
+        };
+        ig_tokenizer_t *tok;
+        snprintf(sub, sizeof sub, "%s/3", dir);
+        assert_int_equal(ig_tokenizer_load(sub, &tok, err, sizeof err), 0);
+        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+            json_t *m = json_loads(bad[i].json, 0, &jerr);
+            char *out;
+            size_t len;
+            assert_non_null(m);
+            assert_int_equal(ig_chat_render_json(tok, m, &out, &len, err, sizeof err), IG_EINVAL);
+            assert_string_equal(err, bad[i].msg);
+            json_decref(m);
+        }
+        ig_tokenizer_free(tok);
+    }
+    json_decref(msgs);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_detect), cmocka_unit_test(test_chatml),
+        cmocka_unit_test(test_llama3), cmocka_unit_test(test_llama2),
+        cmocka_unit_test(test_errors), cmocka_unit_test(test_json_and_stop_ids),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

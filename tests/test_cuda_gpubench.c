@@ -1,0 +1,73 @@
+/*
+ * Smoke run of bench/gpubench on the CPU backend: the benchmark the GPU
+ * check script drives must build and run everywhere, so its decode and
+ * prefill loops are exercised here on a tiny model in about a second. The
+ * figures themselves are not judged (that is bench/gpu-check.sh's job on a
+ * GPU); the test checks the run completes and reports what it measured.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "model_fixture.h"
+
+#include "infergate/mkmodel.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void test_gpubench_cpu_smoke(void **state)
+{
+    char dir[4096], err[256] = "", bin[4096], json[4200], cmd[16384];
+    snprintf(bin, sizeof(bin), "%s/gpubench", IG_BIN_DIR);
+    if (access(bin, X_OK) != 0) {
+        print_message("gpubench not built at %s\n", bin);
+        skip();
+    }
+    assert_int_equal(ig_fixture_tmpdir(dir, sizeof(dir)), 0);
+    ig_mkmodel_opts_t o;
+    ig_mkmodel_opts_default(&o);
+    o.preset = "tiny";
+    if (ig_mkmodel_write(dir, &o, err, sizeof(err)) != 0)
+        fail_msg("mkmodel: %s", err);
+    snprintf(json, sizeof(json), "%s/result.json", dir);
+    snprintf(cmd, sizeof(cmd),
+             "'%s' --model '%s' --device cpu:1 --batches 1,4 --steps 3 --ctx 8 "
+             "--prefill-seqs 2 --prefill-len 16 --json '%s' > /dev/null",
+             bin, dir, json);
+    assert_int_equal(system(cmd), 0);
+
+    json_error_t je;
+    json_t *root = json_load_file(json, 0, &je);
+    assert_non_null(root);
+    json_t *decode = json_object_get(root, "decode");
+    assert_int_equal(json_array_size(decode), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *d = json_array_get(decode, i);
+        assert_int_equal(json_integer_value(json_object_get(d, "batch")), i == 0 ? 1 : 4);
+        assert_true(json_real_value(json_object_get(d, "tokens_per_s")) > 0);
+        assert_true(json_real_value(json_object_get(d, "bytes_per_step")) > 0);
+    }
+    assert_true(json_real_value(json_object_get(json_object_get(root, "prefill"), "tokens_per_s")) >
+                0);
+    json_decref(root);
+
+    /* A bad device is refused with a message, not a crash. */
+    snprintf(cmd, sizeof(cmd), "'%s' --model '%s' --device bogus > /dev/null 2>&1", bin, dir);
+    assert_int_not_equal(system(cmd), 0);
+    ig_fixture_rmdir(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_gpubench_cpu_smoke),
+    };
+    return cmocka_run_group_tests_name("cuda_gpubench", tests, NULL, NULL);
+}

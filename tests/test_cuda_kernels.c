@@ -1,0 +1,725 @@
+/*
+ * The CUDA backend's operations, each against a plain CPU reference computed
+ * here (double accumulation) on random inputs. Tolerances, by what the
+ * device does differently from the reference:
+ *   - exact copies (embedding gather, KV append, gather): bit-equal;
+ *   - F32 elementwise (add, SwiGLU): 1e-6 relative (expf vs exp);
+ *   - RMSNorm, RoPE: 1e-5 relative to the row's scale (float sums, sincosf);
+ *   - matmul with BF16 / F16 weights: the reference uses the same rounded
+ *     weights; both the GEMV and the cuBLAS path round x to the weight dtype (2^-8
+ *     relative per product for BF16), so |err| <= 1e-2 * sum_k |x_k w_k|;
+ *   - attention (F32 KV, __expf): 2e-5 absolute on outputs of size ~1.
+ *
+ * Without a usable GPU (or in a build without CUDA) every test prints
+ * "no usable GPU: <reason>" and skips; the file then passes.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "infergate/error.h"
+#include "infergate/kernels.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef IG_HAVE_CUDA
+#include "../kernels/cuda/cuda_sampling.h"
+#endif
+
+static ig_backend_t *be;
+static char why[256] = "no usable GPU: this build has no CUDA support (IG_CUDA=OFF)";
+
+static int group_setup(void **state)
+{
+#ifdef IG_HAVE_CUDA
+    char err[256] = "";
+    int rc = ig_backend_cuda_create(&be, 0, err, sizeof(err));
+    if (rc != 0) {
+        be = NULL;
+        if (strncmp(err, "no usable GPU", 13) == 0)
+            snprintf(why, sizeof(why), "%s", err);
+        else
+            snprintf(why, sizeof(why), "no usable GPU: %s (%s)", err, ig_strerror(rc));
+    }
+#endif
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    if (be)
+        be->destroy(be);
+    be = NULL;
+    return 0;
+}
+
+#define NEED_GPU()                                                                                 \
+    do {                                                                                           \
+        if (!be) {                                                                                 \
+            print_message("%s\n", why);                                                            \
+            skip();                                                                                \
+        }                                                                                          \
+    } while (0)
+
+/* ---- helpers --------------------------------------------------------------- */
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void) /* uniform in [-1, 1) */
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 40) * (1.0 / (double)(1ull << 24))) * 2.0f - 1.0f;
+}
+
+static int irand(int n)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (int)((rng >> 33) % (uint64_t)n);
+}
+
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static float from_bf16(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+/* IEEE half from float (round to nearest even), normal range only: the
+ * test values stay in [-1, 1] and away from subnormals' effect. */
+static uint16_t to_f16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000u;
+    int exp = (int)((u >> 23) & 0xff) - 127 + 15;
+    uint32_t mant = u & 0x7fffffu;
+    if (exp <= 0)
+        return (uint16_t)sign; /* flush tiny values to zero */
+    uint32_t h = ((uint32_t)exp << 10) | (mant >> 13);
+    uint32_t rest = mant & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
+        h++;
+    return (uint16_t)(sign | h);
+}
+
+static float from_f16(uint16_t h)
+{
+    int exp = (h >> 10) & 0x1f;
+    float m = (float)(h & 0x3ff);
+    float v = exp == 0 ? ldexpf(m, -24) : ldexpf(1024.0f + m, exp - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+static void *dev_copy(const void *src, size_t bytes)
+{
+    void *d = be->alloc(be, bytes);
+    assert_non_null(d);
+    assert_int_equal(be->upload(be, d, src, bytes), 0);
+    return d;
+}
+
+static void host_copy(void *dst, const void *src, size_t bytes)
+{
+    assert_int_equal(be->download(be, dst, src, bytes), 0);
+}
+
+static float *rand_vec(size_t n, float scale)
+{
+    float *v = malloc(n * sizeof(float));
+    assert_non_null(v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = frand() * scale;
+    return v;
+}
+
+/* A 2-D tensor of rows x cols random values stored in dtype; *ref gets the
+ * values as the device will see them (rounded). */
+static ig_tensor_t make_matrix(ig_dtype_t dtype, int rows, int cols, float **ref, void **store)
+{
+    size_t n = (size_t)rows * cols;
+    ig_tensor_t t = {.dtype = dtype, .ndim = 2, .shape = {rows, cols}};
+    float *r = malloc(n * sizeof(float));
+    void *s = malloc(n * 4);
+    assert_non_null(r);
+    assert_non_null(s);
+    for (size_t i = 0; i < n; i++) {
+        float f = frand();
+        if (dtype == IG_DTYPE_BF16) {
+            ((uint16_t *)s)[i] = to_bf16(f);
+            r[i] = from_bf16(((uint16_t *)s)[i]);
+        } else if (dtype == IG_DTYPE_F16) {
+            ((uint16_t *)s)[i] = to_f16(f);
+            r[i] = from_f16(((uint16_t *)s)[i]);
+        } else {
+            ((float *)s)[i] = f;
+            r[i] = from_bf16(to_bf16(f)); /* F32 is stored on the device as BF16 */
+        }
+    }
+    t.data = s;
+    *ref = r;
+    *store = s;
+    return t;
+}
+
+/* ---- creation ------------------------------------------------------------- */
+
+static void test_create_bad_ordinal(void **state)
+{
+    NEED_GPU();
+#ifdef IG_HAVE_CUDA
+    ig_backend_t *other = NULL;
+    char err[256] = "";
+    assert_int_equal(ig_backend_cuda_create(&other, 4096, err, sizeof(err)), IG_EDEVICE);
+    assert_null(other);
+    assert_non_null(strstr(err, "cuda:4096"));
+#endif
+    assert_non_null(be->mem_info);
+    size_t fr = 0, tot = 0;
+    assert_int_equal(be->mem_info(be, &fr, &tot), 0);
+    assert_true(tot > 0 && fr <= tot);
+    assert_string_equal(be->name, "cuda:0");
+}
+
+/* ---- embedding ------------------------------------------------------------- */
+
+static void check_embed(ig_dtype_t dtype)
+{
+    enum { VOCAB = 300, DIM = 200, NTOK = 37 };
+    float *ref;
+    void *store;
+    ig_tensor_t t = make_matrix(dtype, VOCAB, DIM, &ref, &store);
+    ig_weight_t w;
+    assert_int_equal(be->upload_weight(be, &t, &w), 0);
+    assert_int_equal(w.rows, VOCAB);
+    assert_int_equal(w.cols, DIM);
+    int tokens[NTOK];
+    for (int i = 0; i < NTOK; i++)
+        tokens[i] = i == 0 ? VOCAB - 1 : irand(VOCAB);
+    int *d_tok = dev_copy(tokens, sizeof(tokens));
+    float *d_out = be->alloc(be, NTOK * DIM * sizeof(float));
+    assert_int_equal(be->embed(be, d_out, &w, d_tok, NTOK), 0);
+    float *out = malloc(NTOK * DIM * sizeof(float));
+    host_copy(out, d_out, NTOK * DIM * sizeof(float));
+    for (int i = 0; i < NTOK; i++)
+        for (int d = 0; d < DIM; d++)
+            assert_true(out[i * DIM + d] == ref[(size_t)tokens[i] * DIM + d]);
+    free(out);
+    be->free(be, d_out);
+    be->free(be, d_tok);
+    be->free_weight(be, &w);
+    free(ref);
+    free(store);
+}
+
+static void test_embed(void **state)
+{
+    NEED_GPU();
+    check_embed(IG_DTYPE_BF16);
+    check_embed(IG_DTYPE_F16);
+    check_embed(IG_DTYPE_F32);
+}
+
+/* ---- RMSNorm -------------------------------------------------------------- */
+
+static void test_rmsnorm(void **state)
+{
+    NEED_GPU();
+    enum { M = 5, DIM = 1000 };
+    float *x = rand_vec(M * DIM, 3.0f), *wv = rand_vec(DIM, 1.0f);
+    ig_tensor_t t = {.dtype = IG_DTYPE_F32, .data = wv, .ndim = 1, .shape = {DIM}};
+    ig_weight_t w;
+    assert_int_equal(be->upload_weight(be, &t, &w), 0);
+    assert_int_equal(w.dtype, IG_DTYPE_F32); /* vectors stay exact */
+    float *d_x = dev_copy(x, sizeof(float) * M * DIM);
+    float *out = malloc(sizeof(float) * M * DIM);
+    const float eps = 1e-5f;
+    assert_int_equal(be->rmsnorm(be, d_x, d_x, &w, M, eps), 0); /* in place */
+    host_copy(out, d_x, sizeof(float) * M * DIM);
+    for (int r = 0; r < M; r++) {
+        double ss = 0;
+        for (int d = 0; d < DIM; d++)
+            ss += (double)x[r * DIM + d] * x[r * DIM + d];
+        double inv = 1.0 / sqrt(ss / DIM + eps);
+        for (int d = 0; d < DIM; d++) {
+            double ref = x[r * DIM + d] * inv * wv[d];
+            assert_true(fabs(out[r * DIM + d] - ref) <= 1e-5 * (fabs(ref) + 1.0));
+        }
+    }
+    be->free(be, d_x);
+    be->free_weight(be, &w);
+    free(out);
+    free(x);
+    free(wv);
+}
+
+/* ---- matmul --------------------------------------------------------------- */
+
+static void check_matmul(ig_dtype_t dtype, int m, int n, int k, int with_bias)
+{
+    float *wref, *bv = rand_vec((size_t)n, 1.0f), *x = rand_vec((size_t)m * k, 2.0f);
+    void *store;
+    ig_tensor_t t = make_matrix(dtype, n, k, &wref, &store);
+    ig_tensor_t tb = {.dtype = IG_DTYPE_F32, .data = bv, .ndim = 1, .shape = {n}};
+    ig_weight_t w, b;
+    assert_int_equal(be->upload_weight(be, &t, &w), 0);
+    assert_int_equal(be->upload_weight(be, &tb, &b), 0);
+    float *d_x = dev_copy(x, sizeof(float) * m * k);
+    float *d_y = be->alloc(be, sizeof(float) * m * n);
+    float *y = malloc(sizeof(float) * m * n);
+    assert_int_equal(be->matmul(be, d_y, d_x, &w, with_bias ? &b : NULL, m), 0);
+    host_copy(y, d_y, sizeof(float) * m * n);
+    for (int i = 0; i < m; i++) {
+        for (int j = 0; j < n; j++) {
+            double s = 0, mag = 0;
+            for (int q = 0; q < k; q++) {
+                double p = (double)x[(size_t)i * k + q] * wref[(size_t)j * k + q];
+                s += p;
+                mag += fabs(p);
+            }
+            if (with_bias)
+                s += bv[j];
+            double e = fabs(y[(size_t)i * n + j] - s);
+            if (e > 1e-2 * mag + 1e-5)
+                fail_msg("matmul %s m=%d n=%d k=%d: y[%d][%d] = %g, expected %g (scale %g)",
+                         dtype == IG_DTYPE_F16 ? "f16" : "bf16", m, n, k, i, j,
+                         y[(size_t)i * n + j], s, mag);
+        }
+    }
+    be->free(be, d_x);
+    be->free(be, d_y);
+    be->free_weight(be, &w);
+    be->free_weight(be, &b);
+    free(y);
+    free(x);
+    free(bv);
+    free(wref);
+    free(store);
+}
+
+static void test_matmul(void **state)
+{
+    NEED_GPU();
+    /* m <= 4 with k % 8 == 0 takes the GEMV kernel, the rest cuBLAS. */
+    const int ms[] = {1, 2, 3, 4, 5, 17, 64};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
+        check_matmul(IG_DTYPE_BF16, ms[i], 96, 256, 0);
+        check_matmul(IG_DTYPE_BF16, ms[i], 130, 512, 1);
+        check_matmul(IG_DTYPE_F16, ms[i], 96, 256, 1);
+        check_matmul(IG_DTYPE_BF16, ms[i], 33, 100, 1); /* k % 8 != 0: cuBLAS only */
+    }
+    check_matmul(IG_DTYPE_F32, 3, 64, 128, 1); /* an F32 checkpoint, rounded to BF16 */
+}
+
+/* A row's product must not depend on how many rows share the call: one row
+ * alone (the GEMV kernel) against the same row among 6 (cuBLAS) and among 3
+ * (GEMV with M = 3). Both paths round x alike; only the order of the F32
+ * sums differs. */
+static void test_matmul_batch_invariant(void **state)
+{
+    NEED_GPU();
+    enum { N = 257, K = 1024, M = 6 };
+    float *wref, *x = rand_vec((size_t)M * K, 2.0f);
+    void *store;
+    ig_tensor_t t = make_matrix(IG_DTYPE_BF16, N, K, &wref, &store);
+    ig_weight_t w;
+    assert_int_equal(be->upload_weight(be, &t, &w), 0);
+    float *d_x = dev_copy(x, sizeof(float) * M * K);
+    float *d_y = be->alloc(be, sizeof(float) * M * N);
+    float one[N], three[3 * N], six[M * N];
+    assert_int_equal(be->matmul(be, d_y, d_x + 2 * K, &w, NULL, 1), 0);
+    host_copy(one, d_y, sizeof(one));
+    assert_int_equal(be->matmul(be, d_y, d_x, &w, NULL, 3), 0);
+    host_copy(three, d_y, sizeof(three));
+    assert_int_equal(be->matmul(be, d_y, d_x, &w, NULL, M), 0);
+    host_copy(six, d_y, sizeof(six));
+    for (int j = 0; j < N; j++) {
+        double mag = 0;
+        for (int q = 0; q < K; q++)
+            mag += fabs((double)x[2 * K + q] * wref[(size_t)j * K + q]);
+        assert_true(fabs(one[j] - three[2 * N + j]) <= 1e-5 * mag);
+        assert_true(fabs(one[j] - six[2 * N + j]) <= 1e-5 * mag);
+    }
+    be->free(be, d_x);
+    be->free(be, d_y);
+    be->free_weight(be, &w);
+    free(x);
+    free(wref);
+    free(store);
+}
+
+/* ---- RoPE ----------------------------------------------------------------- */
+
+static void test_rope(void **state)
+{
+    NEED_GPU();
+    enum { NTOK = 7, NH = 4, NKV = 2, HD = 32 };
+    float *q = rand_vec(NTOK * NH * HD, 1.0f), *k = rand_vec(NTOK * NKV * HD, 1.0f);
+    float inv_freq[HD / 2];
+    int pos[NTOK];
+    for (int i = 0; i < HD / 2; i++)
+        inv_freq[i] = (float)pow(500000.0, -2.0 * i / HD);
+    for (int t = 0; t < NTOK; t++)
+        pos[t] = t == 0 ? 0 : irand(8192);
+    float *d_q = dev_copy(q, sizeof(float) * NTOK * NH * HD);
+    float *d_k = dev_copy(k, sizeof(float) * NTOK * NKV * HD);
+    int *d_pos = dev_copy(pos, sizeof(pos));
+    float *d_f = dev_copy(inv_freq, sizeof(inv_freq));
+    assert_int_equal(be->rope(be, d_q, d_k, d_pos, NTOK, NH, NKV, HD, d_f), 0);
+    float *oq = malloc(sizeof(float) * NTOK * NH * HD),
+          *ok = malloc(sizeof(float) * NTOK * NKV * HD);
+    host_copy(oq, d_q, sizeof(float) * NTOK * NH * HD);
+    host_copy(ok, d_k, sizeof(float) * NTOK * NKV * HD);
+    for (int t = 0; t < NTOK; t++) {
+        for (int h = 0; h < NH + NKV; h++) {
+            const float *in = h < NH ? q + (t * NH + h) * HD : k + (t * NKV + h - NH) * HD;
+            const float *got = h < NH ? oq + (t * NH + h) * HD : ok + (t * NKV + h - NH) * HD;
+            for (int i = 0; i < HD / 2; i++) {
+                double a = (double)(float)((float)pos[t] * inv_freq[i]); /* as the device */
+                double c = cos(a), s = sin(a);
+                double r1 = in[i] * c - in[i + HD / 2] * s;
+                double r2 = in[i + HD / 2] * c + in[i] * s;
+                assert_true(fabs(got[i] - r1) <= 1e-5);
+                assert_true(fabs(got[i + HD / 2] - r2) <= 1e-5);
+            }
+        }
+    }
+    be->free(be, d_q);
+    be->free(be, d_k);
+    be->free(be, d_pos);
+    be->free(be, d_f);
+    free(oq);
+    free(ok);
+    free(q);
+    free(k);
+}
+
+/* ---- SwiGLU, add ---------------------------------------------------------- */
+
+static void test_swiglu_add(void **state)
+{
+    NEED_GPU();
+    enum { N = 100003 };
+    float *g = rand_vec(N, 8.0f), *u = rand_vec(N, 2.0f), *out = malloc(sizeof(float) * N);
+    float *d_g = dev_copy(g, sizeof(float) * N), *d_u = dev_copy(u, sizeof(float) * N);
+    assert_int_equal(be->swiglu(be, d_g, d_g, d_u, N), 0); /* in place, as the engine does */
+    host_copy(out, d_g, sizeof(float) * N);
+    for (int i = 0; i < N; i++) {
+        double ref = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        assert_true(fabs(out[i] - ref) <= 1e-6 * (fabs(ref) + 1e-3));
+    }
+    assert_int_equal(be->add(be, d_u, d_g, N), 0);
+    float *sum = malloc(sizeof(float) * N);
+    host_copy(sum, d_u, sizeof(float) * N);
+    for (int i = 0; i < N; i++)
+        assert_true(sum[i] == u[i] + out[i]);
+    be->free(be, d_g);
+    be->free(be, d_u);
+    free(g);
+    free(u);
+    free(out);
+    free(sum);
+}
+
+/* ---- KV append and attention ---------------------------------------------- */
+
+typedef struct {
+    int layers, blocks, bs, nkv, hd, nh;
+} kv_shape_t;
+
+/* Reference attention of one query row over host K/V laid out per sequence
+ * as (pos, kv_head, head_dim). */
+static void ref_attention(double *out, const float *q, const float *K, const float *V, int npos,
+                          int nkv, int hd, int kvh, float scale)
+{
+    double *s = malloc(sizeof(double) * (size_t)npos), mx = -INFINITY, sum = 0;
+    for (int p = 0; p < npos; p++) {
+        double d = 0;
+        for (int i = 0; i < hd; i++)
+            d += (double)q[i] * K[((size_t)p * nkv + kvh) * hd + i];
+        s[p] = d * scale;
+        if (s[p] > mx)
+            mx = s[p];
+    }
+    for (int p = 0; p < npos; p++) {
+        s[p] = exp(s[p] - mx);
+        sum += s[p];
+    }
+    for (int i = 0; i < hd; i++) {
+        double o = 0;
+        for (int p = 0; p < npos; p++)
+            o += s[p] * V[((size_t)p * nkv + kvh) * hd + i];
+        out[i] = o / sum;
+    }
+    free(s);
+}
+
+/*
+ * Fills the cache of `layer` through kv_append for nseq sequences of
+ * ctx[s] positions (block tables from a shuffled pool), then runs attention
+ * for qlen[s] query rows at the end of each context and checks every row.
+ */
+static void check_attention(const kv_shape_t *sh, int layer, int nseq, const int *ctx,
+                            const int *qlen)
+{
+    int nh = sh->nh, nkv = sh->nkv, hd = sh->hd, bs = sh->bs;
+    size_t cache_n = (size_t)sh->layers * sh->blocks * nkv * bs * hd;
+    ig_kv_layout_t kv = {sh->layers, sh->blocks, bs, nkv, hd, NULL, NULL};
+    kv.k = be->alloc(be, cache_n * sizeof(float));
+    kv.v = be->alloc(be, cache_n * sizeof(float));
+    assert_non_null(kv.k);
+    assert_non_null(kv.v);
+
+    int max_blocks = 0, max_ctx = 0, max_q = 0, ntok = 0, total_pos = 0;
+    for (int s = 0; s < nseq; s++) {
+        int nb = (ctx[s] + bs - 1) / bs;
+        max_blocks = nb > max_blocks ? nb : max_blocks;
+        max_ctx = ctx[s] > max_ctx ? ctx[s] : max_ctx;
+        max_q = qlen[s] > max_q ? qlen[s] : max_q;
+        ntok += qlen[s];
+        total_pos += ctx[s];
+    }
+    /* Block ids: a shuffled pool, so neighbours in a sequence are not
+     * neighbours in memory. */
+    int *pool = malloc(sizeof(int) * sh->blocks);
+    for (int i = 0; i < sh->blocks; i++)
+        pool[i] = i;
+    for (int i = sh->blocks - 1; i > 0; i--) {
+        int j = irand(i + 1), t = pool[i];
+        pool[i] = pool[j];
+        pool[j] = t;
+    }
+    int *tables = calloc((size_t)nseq * max_blocks, sizeof(int));
+    int used = 0;
+    for (int s = 0; s < nseq; s++)
+        for (int b = 0; b < (ctx[s] + bs - 1) / bs; b++) {
+            assert_true(used < sh->blocks);
+            tables[s * max_blocks + b] = pool[used++];
+        }
+
+    /* Every position's K and V, appended in one call (as a prefill would). */
+    size_t row = (size_t)nkv * hd;
+    float *K = rand_vec((size_t)total_pos * row, 1.0f),
+          *V = rand_vec((size_t)total_pos * row, 1.0f);
+    int *slots = malloc(sizeof(int) * total_pos);
+    int *seq_off = malloc(sizeof(int) * (nseq + 1));
+    seq_off[0] = 0;
+    for (int s = 0, i = 0; s < nseq; s++) {
+        for (int p = 0; p < ctx[s]; p++, i++)
+            slots[i] = tables[s * max_blocks + p / bs] * bs + p % bs;
+        seq_off[s + 1] = seq_off[s] + ctx[s];
+    }
+    float *d_K = dev_copy(K, sizeof(float) * total_pos * row);
+    float *d_V = dev_copy(V, sizeof(float) * total_pos * row);
+    int *d_slots = dev_copy(slots, sizeof(int) * total_pos);
+    assert_int_equal(be->kv_append(be, &kv, layer, d_K, d_V, d_slots, total_pos), 0);
+
+    /* The cache holds each row where the layout says. */
+    float *cache = malloc(cache_n * sizeof(float));
+    host_copy(cache, kv.k, cache_n * sizeof(float));
+    for (int i = 0; i < total_pos; i++) {
+        int blk = slots[i] / bs, off = slots[i] % bs;
+        for (int h = 0; h < nkv; h++) {
+            size_t a = ((((size_t)layer * sh->blocks + blk) * nkv + h) * bs + off) * hd;
+            assert_memory_equal(cache + a, K + (size_t)i * row + (size_t)h * hd,
+                                hd * sizeof(float));
+        }
+    }
+
+    /* Queries and the batch. */
+    float *q = rand_vec((size_t)ntok * nh * hd, 1.0f);
+    int *q_start = malloc(sizeof(int) * (nseq + 1));
+    q_start[0] = 0;
+    for (int s = 0; s < nseq; s++)
+        q_start[s + 1] = q_start[s] + qlen[s];
+    float *d_q = dev_copy(q, sizeof(float) * ntok * nh * hd);
+    float *d_out = be->alloc(be, sizeof(float) * ntok * nh * hd);
+    int *d_qs = dev_copy(q_start, sizeof(int) * (nseq + 1));
+    int *d_ctx = dev_copy(ctx, sizeof(int) * nseq);
+    int *d_tab = dev_copy(tables, sizeof(int) * nseq * max_blocks);
+    ig_attn_batch_t ab = {nseq, ntok, d_qs, d_ctx, d_tab, max_blocks, max_ctx, max_q};
+    float scale = 1.0f / sqrtf((float)hd);
+    assert_int_equal(be->attention(be, d_out, d_q, &kv, layer, &ab, nh, scale), 0);
+    float *out = malloc(sizeof(float) * ntok * nh * hd);
+    host_copy(out, d_out, sizeof(float) * ntok * nh * hd);
+
+    double *ref = malloc(sizeof(double) * hd);
+    for (int s = 0; s < nseq; s++) {
+        for (int j = 0; j < qlen[s]; j++) {
+            int r = q_start[s] + j, pos = ctx[s] - qlen[s] + j;
+            for (int h = 0; h < nh; h++) {
+                ref_attention(ref, q + ((size_t)r * nh + h) * hd, K + (size_t)seq_off[s] * row,
+                              V + (size_t)seq_off[s] * row, pos + 1, nkv, hd, h / (nh / nkv),
+                              scale);
+                for (int i = 0; i < hd; i++) {
+                    float got = out[((size_t)r * nh + h) * hd + i];
+                    if (!(fabs(got - ref[i]) <= 2e-5))
+                        fail_msg("attention seq %d (ctx %d, qlen %d) row %d head %d dim %d: "
+                                 "%g, expected %g",
+                                 s, ctx[s], qlen[s], j, h, i, got, ref[i]);
+                }
+            }
+        }
+    }
+
+    free(ref);
+    free(out);
+    free(q);
+    free(q_start);
+    free(cache);
+    free(K);
+    free(V);
+    free(slots);
+    free(seq_off);
+    free(tables);
+    free(pool);
+    be->free(be, d_q);
+    be->free(be, d_out);
+    be->free(be, d_qs);
+    be->free(be, d_ctx);
+    be->free(be, d_tab);
+    be->free(be, d_K);
+    be->free(be, d_V);
+    be->free(be, d_slots);
+    be->free(be, kv.k);
+    be->free(be, kv.v);
+}
+
+static void test_attention_mixed(void **state)
+{
+    NEED_GPU();
+    /* Decode rows (one of them over several partitions and chunks), a
+     * prefill from position 0, a chunked prefill after cached positions;
+     * GQA group 4. */
+    kv_shape_t sh = {2, 64, 8, 2, 32, 8};
+    const int ctx[] = {37, 9, 20, 300, 1};
+    const int qlen[] = {1, 9, 5, 1, 1};
+    check_attention(&sh, 1, 5, ctx, qlen);
+}
+
+static void test_attention_decode_only(void **state)
+{
+    NEED_GPU();
+    /* Long context: partitions grow beyond 64 positions; head_dim 128,
+     * group 8, one kv head. */
+    kv_shape_t sh = {1, 200, 16, 1, 128, 8};
+    const int ctx[] = {3000, 17, 129};
+    const int qlen[] = {1, 1, 1};
+    check_attention(&sh, 0, 3, ctx, qlen);
+}
+
+static void test_attention_prefill_wide(void **state)
+{
+    NEED_GPU();
+    /* head_dim 256 needs more than 48 KiB of shared memory in the prefill
+     * kernel; group 12 spans two head groups of the decode kernel. */
+    kv_shape_t sh = {1, 40, 16, 1, 256, 12};
+    const int ctx[] = {70, 33};
+    const int qlen[] = {40, 1};
+    check_attention(&sh, 0, 2, ctx, qlen);
+}
+
+/* ---- gather ---------------------------------------------------------------- */
+
+static void test_gather(void **state)
+{
+    NEED_GPU();
+    enum { ROWS = 20, COLS = 77, N = 4 };
+    float *x = rand_vec(ROWS * COLS, 1.0f), out[N * COLS];
+    int rows[N] = {19, 0, 7, 7};
+    float *d_x = dev_copy(x, sizeof(float) * ROWS * COLS);
+    int *d_rows = dev_copy(rows, sizeof(rows));
+    float *d_out = be->alloc(be, sizeof(out));
+    assert_non_null(be->gather);
+    assert_int_equal(be->gather(be, d_out, d_x, d_rows, N, COLS), 0);
+    host_copy(out, d_out, sizeof(out));
+    for (int i = 0; i < N; i++)
+        assert_memory_equal(out + i * COLS, x + rows[i] * COLS, sizeof(float) * COLS);
+    be->free(be, d_x);
+    be->free(be, d_rows);
+    be->free(be, d_out);
+    free(x);
+}
+
+/* ---- sampling ---------------------------------------------------------------- */
+
+static void test_sampling(void **state)
+{
+    NEED_GPU();
+#ifdef IG_HAVE_CUDA
+    enum { ROWS = 6, VOCAB = 5000 };
+    float *logits = rand_vec(ROWS * VOCAB, 4.0f);
+    int want[ROWS], got[ROWS];
+    /* Greedy: a planted maximum per row (row 5 has a tie: lowest index wins). */
+    for (int r = 0; r < ROWS; r++) {
+        want[r] = irand(VOCAB - 1);
+        logits[r * VOCAB + want[r]] = 10.0f;
+    }
+    logits[5 * VOCAB + want[5] + 1] = 10.0f;
+    float *d_l = dev_copy(logits, sizeof(float) * ROWS * VOCAB);
+    assert_int_equal(ig_cuda_argmax(be, got, d_l, ROWS, VOCAB), 0);
+    for (int r = 0; r < ROWS; r++)
+        assert_int_equal(got[r], want[r]);
+
+    /* Four live tokens of probability .1 .2 .3 .4 at ids 10, 20, 30, 40;
+     * every other id is -inf. Cumulative mass in id order: .1 .3 .6 1. */
+    for (int i = 0; i < ROWS * VOCAB; i++)
+        logits[i] = -INFINITY;
+    const double prob[4] = {.1, .2, .3, .4};
+    for (int r = 0; r < ROWS; r++)
+        for (int j = 0; j < 4; j++)
+            logits[r * VOCAB + 10 * (j + 1)] = (float)log(prob[j]);
+    assert_int_equal(be->upload(be, d_l, logits, sizeof(float) * ROWS * VOCAB), 0);
+    const ig_cuda_sample_params_t p[ROWS] = {
+        {1.0f, 0, 1.0f, 0.05f},  /* -> 10 */
+        {1.0f, 0, 1.0f, 0.25f},  /* -> 20 */
+        {1.0f, 0, 1.0f, 0.9f},   /* -> 40 */
+        {1.0f, 2, 1.0f, 0.4f},   /* keeps 30, 40: .4 * .7 = .28 < .3 -> 30 */
+        {1.0f, 0, 0.35f, 0.01f}, /* .4 alone reaches .35 -> 40 */
+        {0.0f, 0, 1.0f, 0.5f},   /* greedy -> 40 */
+    };
+    const int expect[ROWS] = {10, 20, 40, 30, 40, 40};
+    assert_int_equal(ig_cuda_sample(be, got, d_l, ROWS, VOCAB, p), 0);
+    for (int r = 0; r < ROWS; r++)
+        assert_int_equal(got[r], expect[r]);
+    be->free(be, d_l);
+    free(logits);
+#endif
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_create_bad_ordinal),
+        cmocka_unit_test(test_embed),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_matmul),
+        cmocka_unit_test(test_matmul_batch_invariant),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_swiglu_add),
+        cmocka_unit_test(test_attention_mixed),
+        cmocka_unit_test(test_attention_decode_only),
+        cmocka_unit_test(test_attention_prefill_wide),
+        cmocka_unit_test(test_gather),
+        cmocka_unit_test(test_sampling),
+    };
+    return cmocka_run_group_tests_name("cuda_kernels", tests, group_setup, group_teardown);
+}

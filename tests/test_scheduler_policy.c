@@ -1,0 +1,517 @@
+/* Scheduler policy with a fake engine: batching, admission under block
+ * pressure, preemption of the newest with recompute, queue bound,
+ * cancellation, deadlines, stop strings, prompt logprobs. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "test_scheduler_fake.h"
+
+static uint64_t fake_now;
+static uint64_t fake_clock(void *d)
+{
+    return fake_now;
+}
+
+typedef struct {
+    fake_engine_t fe;
+    ig_sched_t *s;
+    collector_t col;
+} ctx_t;
+
+static ctx_t *ctx_new(int blocks, int bs, int max_batched, int max_seqs, int max_waiting)
+{
+    ctx_t *c = calloc(1, sizeof(*c));
+    fake_init(&c->fe, blocks, bs);
+    ig_sched_engine_t e = fake_iface(&c->fe);
+    ig_sched_detok_t d = {NULL, fake_piece};
+    ig_sched_opts_t o;
+    ig_sched_opts_default(&o);
+    o.max_batched_tokens = max_batched;
+    o.max_num_seqs = max_seqs;
+    o.max_waiting = max_waiting;
+    int eos = FAKE_EOS;
+    o.eos = &eos;
+    o.neos = 1;
+    o.now_ns = fake_clock;
+    assert_int_equal(ig_sched_create(&c->s, &e, &d, &o), 0);
+    return c;
+}
+
+static void ctx_free(ctx_t *c)
+{
+    ig_sched_free(c->s);
+    fake_dispose(&c->fe);
+    free(c);
+}
+
+static void make_prompt(int *p, int n, int salt)
+{
+    for (int i = 0; i < n; i++)
+        p[i] = (i * 7 + salt * 13) % 26;
+}
+
+static ig_sched_req_t req_of(const int *prompt, int n, int max_tokens, uint64_t seed)
+{
+    ig_sched_req_t r;
+    memset(&r, 0, sizeof(r));
+    r.prompt = prompt;
+    r.nprompt = n;
+    ig_sampling_params_default(&r.sampling);
+    r.has_seed = 1;
+    r.seed = seed;
+    r.max_tokens = max_tokens;
+    r.logprobs = -1;
+    return r;
+}
+
+/* Steps until every collected sequence finished, bounded. */
+static int run_until_done(ctx_t *c, int expect_done, int max_steps)
+{
+    int steps = 0;
+    for (; steps < max_steps; steps++) {
+        ig_sched_step(c->s);
+        ig_sched_drain(c->s, collect_cb, &c->col);
+        int done = 0;
+        for (int i = 0; i < c->col.n; i++)
+            done += c->col.c[i].finish != IG_FINISH_NONE;
+        if (done >= expect_done)
+            return steps + 1;
+    }
+    return -1;
+}
+
+/* The tokens one sequence generates when it runs alone. */
+static void solo_tokens(const int *prompt, int n, int max_tokens, uint64_t seed, int *out)
+{
+    ctx_t *c = ctx_new(64, 4, 64, 8, 8);
+    ig_sched_req_t r = req_of(prompt, n, max_tokens, seed);
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    assert_true(run_until_done(c, 1, 1000) > 0);
+    collected_t *col = collector_get(&c->col, id);
+    assert_int_equal(col->ntokens, max_tokens);
+    memcpy(out, col->tokens, sizeof(int) * (size_t)max_tokens);
+    ctx_free(c);
+}
+
+static void test_basic_and_text(void **state)
+{
+    ctx_t *c = ctx_new(32, 4, 64, 8, 8);
+    int p[6];
+    make_prompt(p, 6, 1);
+    ig_sched_req_t r = req_of(p, 6, 10, 1);
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    /* first step: one prefill of 6 tokens that also samples the first token */
+    assert_int_equal(ig_sched_step(c->s), 1);
+    assert_int_equal(c->fe.last_ntok, 6);
+    ig_sched_drain(c->s, collect_cb, &c->col);
+    assert_int_equal(collector_get(&c->col, id)->ntokens, 1);
+    assert_true(run_until_done(c, 1, 100) > 0);
+    collected_t *col = collector_get(&c->col, id);
+    assert_int_equal(col->finish, IG_FINISH_LENGTH);
+    assert_int_equal(col->ntokens, 10);
+    assert_int_equal(col->completion_tokens, 10);
+    assert_int_equal(col->prompt_tokens, 6);
+    /* the streamed text is exactly the pieces of the tokens */
+    char want[64];
+    size_t w = 0;
+    for (int i = 0; i < 10; i++)
+        w += (size_t)fake_piece(NULL, col->tokens[i], want + w, sizeof(want) - w);
+    assert_int_equal(col->text_len, w);
+    assert_memory_equal(col->text, want, w);
+    assert_int_equal(c->fe.nfree, 32); /* every block back */
+    ig_sched_stats_t st;
+    ig_sched_stats(c->s, &st);
+    assert_int_equal(st.running, 0);
+    assert_int_equal(st.waiting, 0);
+    assert_int_equal(st.generation_tokens_total, 10);
+    assert_int_equal(st.prompt_tokens_total, 6);
+    assert_int_equal(st.finished_total[IG_FINISH_LENGTH], 1);
+    ctx_free(c);
+}
+
+static void test_batching_is_continuous_and_seed_independent(void **state)
+{
+    int pa[5], pb[9], pc[3];
+    make_prompt(pa, 5, 1);
+    make_prompt(pb, 9, 2);
+    make_prompt(pc, 3, 3);
+    int solo_a[12];
+    solo_tokens(pa, 5, 12, 77, solo_a);
+
+    ctx_t *c = ctx_new(64, 4, 64, 8, 8);
+    uint64_t ia, ib, ic;
+    ig_sched_req_t r = req_of(pb, 9, 20, 5);
+    assert_int_equal(ig_sched_submit(c->s, &r, &ib), 0);
+    ig_sched_step(c->s);
+    ig_sched_step(c->s); /* b is decoding now */
+    r = req_of(pa, 5, 12, 77);
+    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
+    r = req_of(pc, 3, 4, 9);
+    assert_int_equal(ig_sched_submit(c->s, &r, &ic), 0);
+    /* one pass: b's decode token plus both prefills */
+    assert_int_equal(ig_sched_step(c->s), 3);
+    assert_int_equal(c->fe.last_ntok, 1 + 5 + 3);
+    assert_true(run_until_done(c, 3, 200) > 0);
+    collected_t *ca = collector_get(&c->col, ia);
+    assert_memory_equal(ca->tokens, solo_a, sizeof(solo_a));
+    assert_int_equal(collector_get(&c->col, ic)->ntokens, 4);
+    assert_int_equal(collector_get(&c->col, ib)->ntokens, 20);
+    assert_int_equal(c->fe.nfree, 64);
+    ctx_free(c);
+}
+
+static void test_chunked_prefill(void **state)
+{
+    /* max_batched_tokens 8: a 20-token prompt takes 3 steps of prefill
+     * while a decoding sequence keeps getting its token every step. */
+    ctx_t *c = ctx_new(64, 4, 8, 8, 8);
+    int p1[3], p2[20];
+    make_prompt(p1, 3, 4);
+    make_prompt(p2, 20, 5);
+    uint64_t i1, i2;
+    ig_sched_req_t r = req_of(p1, 3, 30, 1);
+    assert_int_equal(ig_sched_submit(c->s, &r, &i1), 0);
+    ig_sched_step(c->s);
+    r = req_of(p2, 20, 2, 2);
+    assert_int_equal(ig_sched_submit(c->s, &r, &i2), 0);
+    for (int k = 0; k < 3; k++) {
+        assert_int_equal(ig_sched_step(c->s), 2);
+        assert_true(c->fe.last_ntok <= 8);
+        ig_sched_drain(c->s, collect_cb, &c->col);
+    }
+    /* 1 decode + 7, 1 + 7, 1 + 6: the prompt is in, its first token out */
+    assert_int_equal(collector_get(&c->col, i2)->ntokens, 1);
+    assert_int_equal(collector_get(&c->col, i1)->ntokens, 4);
+    int solo2[2];
+    solo_tokens(p2, 20, 2, 2, solo2);
+    assert_true(run_until_done(c, 2, 200) > 0);
+    assert_memory_equal(collector_get(&c->col, i2)->tokens, solo2, sizeof(solo2));
+    ctx_free(c);
+}
+
+static void test_admission_under_block_pressure(void **state)
+{
+    /* 10 blocks of 4 tokens. Each sequence: 8-token prompt (2 blocks), 8
+     * new tokens (4 blocks in all). Not all four fit at once. */
+    ctx_t *c = ctx_new(10, 4, 64, 8, 8);
+    int p[4][8];
+    uint64_t id[4];
+    for (int i = 0; i < 4; i++) {
+        make_prompt(p[i], 8, i + 10);
+        ig_sched_req_t r = req_of(p[i], 8, 8, (uint64_t)i);
+        assert_int_equal(ig_sched_submit(c->s, &r, &id[i]), 0);
+    }
+    ig_sched_step(c->s);
+    ig_sched_stats_t st;
+    ig_sched_stats(c->s, &st);
+    /* prefill needs 2 blocks + 1 for the token after: at most 3 admitted
+     * with 10 blocks; and the blocks are in use */
+    assert_true(st.running >= 1 && st.running <= 4);
+    assert_int_equal(st.running + st.waiting, 4);
+    assert_int_equal(st.kv_blocks_total, 10);
+    assert_true(st.kv_blocks_used > 0 && st.kv_blocks_used <= 10);
+    assert_true(run_until_done(c, 4, 500) > 0);
+    for (int i = 0; i < 4; i++) {
+        collected_t *col = collector_get(&c->col, id[i]);
+        assert_int_equal(col->finish, IG_FINISH_LENGTH);
+        int solo[8];
+        solo_tokens(p[i], 8, 8, (uint64_t)i, solo);
+        assert_memory_equal(col->tokens, solo, sizeof(solo));
+    }
+    assert_int_equal(c->fe.nfree, 10);
+    ctx_free(c);
+}
+
+static void test_preempts_newest_and_recomputes(void **state)
+{
+    /* 6 blocks of 4: two sequences of 4 + 16 tokens (5 blocks each) cannot
+     * both finish together; the newer one must be preempted, then rerun
+     * with the same tokens. */
+    ctx_t *c = ctx_new(6, 4, 64, 8, 8);
+    int pa[4], pb[4];
+    make_prompt(pa, 4, 20);
+    make_prompt(pb, 4, 21);
+    uint64_t ia, ib;
+    ig_sched_req_t r = req_of(pa, 4, 16, 100);
+    r.sampling.temperature = 0.8f;
+    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
+    r = req_of(pb, 4, 16, 200);
+    r.sampling.temperature = 0.8f;
+    assert_int_equal(ig_sched_submit(c->s, &r, &ib), 0);
+    ig_sched_step(c->s);
+    ig_sched_stats_t st;
+    ig_sched_stats(c->s, &st);
+    assert_int_equal(st.running, 2);
+
+    int preempted_at = -1;
+    for (int k = 0; k < 100 && preempted_at < 0; k++) {
+        ig_sched_step(c->s);
+        ig_sched_drain(c->s, collect_cb, &c->col);
+        ig_sched_stats(c->s, &st);
+        if (st.preemptions_total > 0)
+            preempted_at = k;
+    }
+    assert_true(preempted_at >= 0);
+    /* the older one kept running; the newer one waits with no blocks */
+    assert_int_equal(st.running, 1);
+    assert_int_equal(st.waiting, 1);
+    collected_t *ca = collector_get(&c->col, ia), *cb = collector_get(&c->col, ib);
+    int b_tokens_before = cb->ntokens;
+    assert_true(b_tokens_before > 0);
+    assert_true(run_until_done(c, 2, 500) > 0);
+    assert_int_equal(ca->ntokens, 16);
+    assert_int_equal(cb->ntokens, 16);
+    /* Recompute gives the same tokens: compare with solo runs at T=0.8. */
+    int solo[2][16];
+    const int *pp[2] = {pa, pb};
+    uint64_t seeds[2] = {100, 200};
+    for (int k = 0; k < 2; k++) {
+        ctx_t *s2 = ctx_new(64, 4, 64, 8, 8);
+        uint64_t i2;
+        ig_sched_req_t rs = req_of(pp[k], 4, 16, seeds[k]);
+        rs.sampling.temperature = 0.8f;
+        assert_int_equal(ig_sched_submit(s2->s, &rs, &i2), 0);
+        assert_true(run_until_done(s2, 1, 100) > 0);
+        memcpy(solo[k], collector_get(&s2->col, i2)->tokens, sizeof(solo[k]));
+        ctx_free(s2);
+    }
+    assert_memory_equal(ca->tokens, solo[0], sizeof(solo[0]));
+    assert_memory_equal(cb->tokens, solo[1], sizeof(solo[1]));
+    /* and the text streamed across the preemption has no repeats or gaps */
+    char want[64];
+    size_t w = 0;
+    for (int i = 0; i < 16; i++)
+        w += (size_t)fake_piece(NULL, cb->tokens[i], want + w, sizeof(want) - w);
+    assert_int_equal(cb->text_len, w);
+    assert_memory_equal(cb->text, want, w);
+    assert_int_equal(c->fe.nfree, 6);
+    ctx_free(c);
+}
+
+static void test_queue_full(void **state)
+{
+    ctx_t *c = ctx_new(16, 4, 64, 8, 2);
+    int p[4] = {1, 2, 3, 4};
+    ig_sched_req_t r = req_of(p, 4, 2, 1);
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), IG_EFULL);
+    ig_sched_stats_t st;
+    ig_sched_stats(c->s, &st);
+    assert_int_equal(st.waiting, 2);
+    assert_int_equal(st.rejected_total, 1);
+    /* once they run, the queue has room again */
+    ig_sched_step(c->s);
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    /* never fits: prompt + max_tokens over the whole cache -> ETOOLONG */
+    r.max_tokens = 100;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), IG_ETOOLONG);
+    /* a bad token id */
+    int bad[2] = {1, FAKE_VOCAB};
+    r = req_of(bad, 2, 2, 1);
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), IG_EINVAL);
+    ctx_free(c);
+}
+
+static void test_cancel_frees_blocks_within_one_step(void **state)
+{
+    ctx_t *c = ctx_new(16, 4, 64, 8, 8);
+    int p[10];
+    make_prompt(p, 10, 3);
+    ig_sched_req_t r = req_of(p, 10, 50, 1);
+    uint64_t id, id2;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    ig_sched_step(c->s);
+    ig_sched_step(c->s);
+    assert_true(c->fe.nfree < 16);
+    /* one waiting, never run */
+    assert_int_equal(ig_sched_submit(c->s, &r, &id2), 0);
+    ig_sched_cancel(c->s, id);
+    ig_sched_cancel(c->s, id2);
+    ig_sched_cancel(c->s, 12345); /* unknown: nothing happens */
+    int forwards = c->fe.forwards;
+    ig_sched_step(c->s);
+    assert_int_equal(c->fe.nfree, 16);
+    assert_int_equal(c->fe.forwards, forwards); /* nothing left to run */
+    ig_sched_drain(c->s, collect_cb, &c->col);
+    assert_int_equal(collector_get(&c->col, id)->finish, IG_FINISH_CANCELLED);
+    assert_int_equal(collector_get(&c->col, id2)->finish, IG_FINISH_CANCELLED);
+    ig_sched_stats_t st;
+    ig_sched_stats(c->s, &st);
+    assert_int_equal(st.running + st.waiting, 0);
+    assert_int_equal(st.kv_blocks_used, 0);
+    ctx_free(c);
+}
+
+static void test_deadline(void **state)
+{
+    ctx_t *c = ctx_new(16, 4, 64, 8, 8);
+    fake_now = 1000000000ULL;
+    int p[4] = {1, 2, 3, 4};
+    ig_sched_req_t r = req_of(p, 4, 100 - 4 - 40, 1);
+    r.deadline_ns = fake_now + 500000000ULL;
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    ig_sched_step(c->s);
+    ig_sched_step(c->s);
+    fake_now += 400000000ULL;
+    ig_sched_step(c->s);
+    ig_sched_drain(c->s, collect_cb, &c->col);
+    assert_int_equal(collector_get(&c->col, id)->finish, IG_FINISH_NONE);
+    fake_now += 200000000ULL;
+    ig_sched_step(c->s);
+    ig_sched_drain(c->s, collect_cb, &c->col);
+    collected_t *col = collector_get(&c->col, id);
+    assert_int_equal(col->finish, IG_FINISH_TIMEOUT);
+    assert_int_equal(col->error, IG_ETIMEDOUT);
+    assert_int_equal(col->ntokens, 3);
+    assert_int_equal(c->fe.nfree, 16);
+    fake_now = 0;
+    ctx_free(c);
+}
+
+static void test_stop_strings_across_tokens(void **state)
+{
+    ctx_t *c = ctx_new(16, 4, 64, 8, 8);
+    c->fe.script = 1;
+    /* 0 -> 1 -> 2 -> 3 -> 4 -> 5 ...: "he" "llo" " wo" "rld" "!" */
+    for (int i = 0; i < FAKE_VOCAB; i++)
+        c->fe.script_next[i] = (i + 1) % (FAKE_VOCAB - 1);
+    fake_pieces[1] = "he";
+    fake_pieces[2] = "llo";
+    fake_pieces[3] = " wo";
+    fake_pieces[4] = "rld";
+    fake_pieces[5] = "!";
+    int p[1] = {0};
+    const char *stops[] = {"xyz", "lo w"};
+    ig_sched_req_t r = req_of(p, 1, 10, 1);
+    r.stop = stops;
+    r.nstop = 2;
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    ig_sched_step(c->s); /* "he" */
+    ig_sched_step(c->s); /* "llo": "lo" could start "lo w", held back */
+    ig_sched_drain(c->s, collect_cb, &c->col);
+    collected_t *col = collector_get(&c->col, id);
+    assert_string_equal(col->text, "hel");
+    ig_sched_step(c->s); /* " wo": "hello wo" holds "lo w" -> stop */
+    ig_sched_drain(c->s, collect_cb, &c->col);
+    assert_int_equal(col->finish, IG_FINISH_STOP);
+    assert_string_equal(col->text, "hel");
+    assert_int_equal(col->completion_tokens, 3);
+
+    /* A held-back prefix that never completes is released at the end. */
+    const char *stops2[] = {"d!?"};
+    r.stop = stops2;
+    r.nstop = 1;
+    r.max_tokens = 5;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    assert_true(run_until_done(c, 2, 20) > 0);
+    col = collector_get(&c->col, id);
+    assert_int_equal(col->finish, IG_FINISH_LENGTH);
+    assert_string_equal(col->text, "hello world!");
+
+    /* EOS ends with "stop" and its (empty) text is not shown. */
+    c->fe.script_next[3] = FAKE_EOS;
+    r.nstop = 0;
+    r.max_tokens = 10;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    assert_true(run_until_done(c, 3, 20) > 0);
+    col = collector_get(&c->col, id);
+    assert_int_equal(col->finish, IG_FINISH_STOP);
+    assert_string_equal(col->text, "hello wo");
+    assert_int_equal(col->ntokens, 3);           /* EOS not listed */
+    assert_int_equal(col->completion_tokens, 4); /* but counted */
+    /* ignore_eos runs through it */
+    r.ignore_eos = 1;
+    r.max_tokens = 6;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    assert_true(run_until_done(c, 4, 20) > 0);
+    assert_int_equal(collector_get(&c->col, id)->finish, IG_FINISH_LENGTH);
+    assert_int_equal(collector_get(&c->col, id)->ntokens, 6);
+    /* stop token ids */
+    int sid = 2;
+    r.ignore_eos = 0;
+    r.stop_ids = &sid;
+    r.nstop_ids = 1;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    assert_true(run_until_done(c, 5, 20) > 0);
+    assert_string_equal(collector_get(&c->col, id)->text, "he");
+    for (int i = 0; i < FAKE_VOCAB; i++)
+        fake_pieces[i] = NULL;
+    ctx_free(c);
+}
+
+static void test_prompt_logprobs_chunked(void **state)
+{
+    /* A 20-token prompt with echo logprobs, prefilled in chunks of 6:
+     * positions 1..19 each get exactly one logprob, equal to the fake
+     * model's log-softmax, in order. */
+    ctx_t *c = ctx_new(32, 4, 6, 8, 8);
+    int p[20];
+    make_prompt(p, 20, 9);
+    ig_sched_req_t r = req_of(p, 20, 2, 1);
+    r.logprobs = 2;
+    r.prompt_logprobs = 1;
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    assert_true(run_until_done(c, 1, 50) > 0);
+    collected_t *col = collector_get(&c->col, id);
+    assert_int_equal(col->nprompt_lp, 19);
+    float lg[FAKE_VOCAB];
+    for (int i = 0; i < 19; i++) {
+        assert_int_equal(col->prompt_lp_pos[i], i + 1);
+        fake_logits_of(&c->fe, p, i + 1, lg);
+        double m = -1e30, z = 0;
+        for (int v = 0; v < FAKE_VOCAB; v++)
+            if (lg[v] > m)
+                m = lg[v];
+        for (int v = 0; v < FAKE_VOCAB; v++)
+            z += exp(lg[v] - m);
+        double want = lg[p[i + 1]] - m - log(z);
+        assert_true(fabs(col->prompt_lp[i] - want) < 1e-4);
+    }
+    assert_int_equal(col->ntokens, 2);
+    ctx_free(c);
+}
+
+static void test_engine_error_finishes_batch(void **state)
+{
+    ctx_t *c = ctx_new(16, 4, 64, 8, 8);
+    int p[4] = {1, 2, 3, 4};
+    ig_sched_req_t r = req_of(p, 4, 5, 1);
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    c->fe.fail_next = IG_EDEVICE;
+    assert_int_equal(ig_sched_step(c->s), IG_EDEVICE);
+    ig_sched_drain(c->s, collect_cb, &c->col);
+    assert_int_equal(collector_get(&c->col, id)->finish, IG_FINISH_ERROR);
+    assert_int_equal(collector_get(&c->col, id)->error, IG_EDEVICE);
+    assert_int_equal(c->fe.nfree, 16);
+    ctx_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_basic_and_text),
+        cmocka_unit_test(test_batching_is_continuous_and_seed_independent),
+        cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_admission_under_block_pressure),
+        cmocka_unit_test(test_preempts_newest_and_recomputes),
+        cmocka_unit_test(test_queue_full),
+        cmocka_unit_test(test_cancel_frees_blocks_within_one_step),
+        cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_stop_strings_across_tokens),
+        cmocka_unit_test(test_prompt_logprobs_chunked),
+        cmocka_unit_test(test_engine_error_finishes_batch),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
