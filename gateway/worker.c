@@ -31,6 +31,7 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1422,6 +1423,8 @@ int ig_cmd_worker(int argc, char **argv)
     }
     ig_log_setup(level, format);
     ig_log_set_component("worker");
+    /* A client that went away must cost an EPIPE, not the process. */
+    signal(SIGPIPE, SIG_IGN);
     if (w->o.name) {
         snprintf(w->model_name, sizeof(w->model_name), "%s", w->o.name);
     } else {

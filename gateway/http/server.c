@@ -286,7 +286,7 @@ static void queue_push(ig__http_conn_t *c, ig_http_req_t *r)
 {
     r->next = NULL;
     r->conn = c;
-    snprintf(r->peer, sizeof(r->peer), "%s", c->peer);
+    memcpy(r->peer, c->peer, sizeof(r->peer));
     if (c->qtail != NULL)
         c->qtail->next = r;
     else
@@ -448,6 +448,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
         return;
     if (nread < 0) {
         if (nread == UV_EOF) {
+            /* A client that closes while a handler that can cancel (it set an
+             * abort callback) is still computing its answer has gone away, as
+             * inference servers assume: cancel rather than compute for nobody.
+             * Otherwise a half-closed client still gets its answers. */
+            if (c->active != NULL && c->active->abort_cb != NULL) {
+                conn_abort(c);
+                return;
+            }
             c->eof = 1;
             c->reading = 0;
             uv_read_stop(&c->h.stream);

@@ -1,0 +1,227 @@
+/* The worker binary: 429 when the queue is full, client disconnect cancels
+ * the sequences, seeds give the same text across processes, SIGTERM
+ * drains, a model that fails to load ends the process with status 1. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "test_worker_proc.h"
+
+static int setup(void **state)
+{
+    return wt_make_model();
+}
+
+static int teardown(void **state)
+{
+    wt_cleanup();
+    return 0;
+}
+
+/* Polls /load until key reaches want (bounded); the last value. */
+static double wait_load(const wproc_t *w, const char *key, double want, int ms)
+{
+    long long t0 = ig_tc_now_ms();
+    double v;
+    do {
+        v = wt_load(w, key);
+        if (v == want)
+            return v;
+        struct timespec ts = {0, 5 * 1000000};
+        nanosleep(&ts, NULL);
+    } while (ig_tc_now_ms() - t0 < ms);
+    return v;
+}
+
+/* Value of a metric line that starts with prefix, or -1. */
+static double metric(const wproc_t *w, const char *prefix)
+{
+    ig_tc_response_t r;
+    if (wt_get(w, "/metrics", &r) < 0)
+        return -1;
+    double v = -1;
+    for (const char *p = r.body; p && *p;) {
+        if (strncmp(p, prefix, strlen(prefix)) == 0) {
+            const char *sp = strchr(p + strlen(prefix), ' ');
+            if (sp)
+                v = atof(sp + 1);
+            break;
+        }
+        const char *nl = strchr(p, '\n');
+        p = nl ? nl + 1 : NULL;
+    }
+    ig_tc_response_free(&r);
+    return v;
+}
+
+static const char *LONG_STREAM = "{\"prompt\":\"Tell me a long story\",\"max_tokens\":480,"
+                                 "\"ignore_eos\":true,\"stream\":true}";
+
+static const char *LONG_REQ = "{\"prompt\":\"Tell me a long story\",\"max_tokens\":480,"
+                              "\"ignore_eos\":true}";
+
+static void test_queue_full_and_disconnect(void **state)
+{
+    wproc_t w;
+    const char *extra[] = {"--max-num-seqs", "1", "--max-waiting", "1", NULL};
+    assert_int_equal(wt_start(&w, "q", extra), 0);
+
+    /* One running, one waiting: the third is refused with 429. */
+    ig_tc_t *a = ig_tc_connect_unix(w.sock), *b = ig_tc_connect_unix(w.sock);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(wt_send(a, "POST", "/v1/completions", LONG_STREAM), 0);
+    assert_int_equal(wait_load(&w, "running", 1, 5000), 1);
+    assert_int_equal(wt_send(b, "POST", "/v1/completions", LONG_REQ), 0);
+    assert_int_equal(wait_load(&w, "waiting", 1, 5000), 1);
+    ig_tc_response_t r;
+    assert_int_equal(wt_request(&w, "POST", "/v1/completions", LONG_REQ, &r), 0);
+    assert_int_equal(r.status, 429);
+    assert_non_null(ig_tc_header(&r, "retry-after"));
+    json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+    assert_non_null(json_object_get(j, "error"));
+    json_decref(j);
+    ig_tc_response_free(&r);
+
+    /* Both clients go away (the streaming running one and the waiting
+     * non-streamed one): their sequences are cancelled, not finished, and
+     * the worker is idle again at once. */
+    double cancelled0 =
+        metric(&w, "infergate_worker_request_success_total{finished_reason=\"cancelled\"}");
+    ig_tc_close(a);
+    ig_tc_close(b);
+    long long t0 = ig_tc_now_ms();
+    assert_int_equal(wait_load(&w, "running", 0, 5000), 0);
+    assert_int_equal(wait_load(&w, "waiting", 0, 5000), 0);
+    long long dt = ig_tc_now_ms() - t0;
+    double cancelled =
+        metric(&w, "infergate_worker_request_success_total{finished_reason=\"cancelled\"}");
+    if (cancelled - (cancelled0 < 0 ? 0 : cancelled0) < 2)
+        fail_msg("cancelled %g -> %g; finished length %g", cancelled0, cancelled,
+                 metric(&w, "infergate_worker_request_success_total{finished_reason=\"length\"}"));
+    assert_int_equal(wt_load(&w, "kv_blocks_used"), 0);
+    fprintf(stderr, "disconnect -> idle in %lld ms\n", dt);
+
+    /* And it serves again. */
+    int st;
+    j = wt_post_json(&w, "/v1/completions", "{\"prompt\":\"Hi\",\"max_tokens\":2}", &st);
+    assert_int_equal(st, 200);
+    json_decref(j);
+    wt_stop(&w);
+}
+
+static char *seeded_text(const wproc_t *w, int seed)
+{
+    char body[256];
+    snprintf(body, sizeof(body),
+             "{\"prompt\":\"Once\",\"max_tokens\":16,\"temperature\":1.0,\"top_p\":0.95,"
+             "\"seed\":%d,\"ignore_eos\":true}",
+             seed);
+    int st;
+    json_t *j = wt_post_json(w, "/v1/completions", body, &st);
+    assert_int_equal(st, 200);
+    char *t = strdup(json_string_value(
+        json_object_get(json_array_get(json_object_get(j, "choices"), 0), "text")));
+    json_decref(j);
+    return t;
+}
+
+static void test_seed_across_runs(void **state)
+{
+    wproc_t w1, w2;
+    assert_int_equal(wt_start(&w1, "s1", NULL), 0);
+    char *a = seeded_text(&w1, 42);
+    char *c = seeded_text(&w1, 43);
+    wt_stop(&w1);
+    assert_int_equal(wt_start(&w2, "s2", NULL), 0);
+    /* with other requests in the batch at the same time */
+    ig_tc_t *busy = ig_tc_connect_unix(w2.sock);
+    assert_non_null(busy);
+    assert_int_equal(wt_send(busy, "POST", "/v1/completions", LONG_REQ), 0);
+    char *b = seeded_text(&w2, 42);
+    ig_tc_close(busy);
+    wt_stop(&w2);
+    assert_string_equal(a, b);
+    assert_string_not_equal(a, c);
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_sigterm_drains(void **state)
+{
+    wproc_t w;
+    assert_int_equal(wt_start(&w, "d", NULL), 0);
+    ig_tc_t *a = ig_tc_connect_unix(w.sock);
+    assert_non_null(a);
+    assert_int_equal(wt_send(a, "POST", "/v1/completions",
+                             "{\"prompt\":\"Hi\",\"max_tokens\":300,\"ignore_eos\":true,"
+                             "\"stream\":true}"),
+                     0);
+    assert_int_equal(wait_load(&w, "running", 1, 5000), 1);
+    kill(w.pid, SIGTERM);
+    /* not ready any more, while the stream goes on */
+    ig_tc_response_t r;
+    int ready = 0;
+    for (int i = 0; i < 200 && ready != 503; i++) {
+        if (wt_get(&w, "/ready", &r) == 0) {
+            ready = r.status;
+            ig_tc_response_free(&r);
+        }
+    }
+    assert_int_equal(ready, 503);
+    assert_int_equal(ig_tc_read_response(a, &r, 20000), 0);
+    assert_int_equal(r.status, 200);
+    int done;
+    json_t *ev = wt_sse_events(r.body, &done);
+    assert_true(done);
+    json_t *last = json_array_get(ev, json_array_size(ev) - 1);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(last, "choices"), 0), "finish_reason")),
+                        "length");
+    json_decref(ev);
+    ig_tc_response_free(&r);
+    ig_tc_close(a);
+    assert_int_equal(wt_wait_exit(&w, 10000), 0);
+}
+
+static void test_load_failure_exits(void **state)
+{
+    char dir[160], cmd[1024];
+    snprintf(dir, sizeof(dir), "%s/broken", wt_dir);
+    snprintf(cmd, sizeof(cmd), "mkdir -p %s && echo '{' > %s/config.json", dir, dir);
+    assert_int_equal(system(cmd), 0);
+    char exe[512];
+    snprintf(exe, sizeof(exe), "%s/infergate", bin_dir());
+    char sock[200];
+    snprintf(sock, sizeof(sock), "unix:%s/broken.sock", wt_dir);
+    pid_t pid = fork();
+    if (pid == 0) {
+        FILE *f = freopen("/dev/null", "w", stderr);
+        f = freopen("/dev/null", "w", stdout);
+        (void)f;
+        execl(exe, exe, "worker", "--model", dir, "--listen", sock, (char *)NULL);
+        _exit(127);
+    }
+    wproc_t w = {.pid = pid};
+    assert_int_equal(wt_wait_exit(&w, 10000), 1);
+    /* usage errors are status 2 */
+    snprintf(cmd, sizeof(cmd), "%s worker --model %s >/dev/null 2>&1", exe, dir);
+    int st = system(cmd);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 2);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_queue_full_and_disconnect),
+        cmocka_unit_test(test_seed_across_runs),
+        cmocka_unit_test(test_sigterm_drains),
+        cmocka_unit_test(test_load_failure_exits),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
