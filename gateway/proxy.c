@@ -345,6 +345,7 @@ static void on_client_drain(ig_http_req_t *req, void *data)
 
 static void add_route_headers(exchange_t *x, attempt_t *a)
 {
+    ig_http_req_set_upstream(x->req, a->route->name); /* for the access log */
     ig_http_add_header(x->req, "x-infergate-upstream", a->route->name);
     ig_http_add_header(x->req, "x-infergate-route", x->route_header);
 }
