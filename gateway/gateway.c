@@ -270,6 +270,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         po.router.eject_base_s = cfg->routing.eject.base_ejection_s;
     po.hedge = cfg->routing.hedge.enabled;
     po.hedge_budget = cfg->routing.hedge.budget;
+    po.hedge_quantile = cfg->routing.hedge.delay_quantile;
     if (cfg->routing.queue_size > 0)
         po.queue_size = (int)cfg->routing.queue_size;
     if ((rc = ig_proxy_init(&gw->proxy, loop, &po, resolve, gw)) != 0)
@@ -310,7 +311,9 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
         ps.max_num_seqs = (int)cp->batching.max_num_seqs;
         ps.max_waiting = (int)cp->batching.max_waiting;
-        ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : NULL;
+        /* Workers log warnings and errors; their access lines would repeat
+         * the gateway's and the readiness and load polls would drown them. */
+        ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : "warn";
         ps.router = ig_proxy_router(gw->proxy);
         if ((rc = ig_pool_start(&gw->pools[gw->npools], loop, &ps, on_pool_event, gw)) != 0) {
             snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));

@@ -116,6 +116,7 @@ void ig_proxy_opts_default(ig_proxy_opts_t *o)
     o->max_inflight = 0;
     o->hedge = 0;
     o->hedge_budget = 0.05;
+    o->hedge_quantile = 0.95;
     o->max_response_bytes = 16 << 20;
 }
 
@@ -344,6 +345,7 @@ static void on_client_drain(ig_http_req_t *req, void *data)
 
 static void add_route_headers(exchange_t *x, attempt_t *a)
 {
+    ig_http_req_set_upstream(x->req, a->route->name); /* for the access log */
     ig_http_add_header(x->req, "x-infergate-upstream", a->route->name);
     ig_http_add_header(x->req, "x-infergate-route", x->route_header);
 }
@@ -412,12 +414,14 @@ static void on_up_headers(ig_upstream_req_t *r, int status, int n, const char *c
             snprintf(a->retry_after, sizeof(a->retry_after), "%s", values[i]);
     }
     a->is_stream = strncasecmp(a->content_type, "text/event-stream", 17) == 0;
-    exchange_t *x = a->x;
-    if (x->state != X_TRYING || retryable_status(status))
-        return; /* judged in on_up_done, once the body is drained or not */
-    if (!a->is_stream)
-        return; /* gathered whole; committed when complete */
-    /* A stream: commit now, its first token goes out as it arrives. */
+    /* Nothing is committed yet: a stream is committed by its first event
+     * (the first token), so that a hedge can still win a stalled stream
+     * whose headers came at once; a whole answer when it is complete. */
+}
+
+/* Makes a the answer the client gets: cancels the others, sends headers. */
+static void commit_stream(exchange_t *x, attempt_t *a)
+{
     x->state = X_COMMITTED;
     x->committed = a;
     cancel_others(x, a);
@@ -425,7 +429,7 @@ static void on_up_headers(ig_upstream_req_t *r, int status, int n, const char *c
         ig_metric_add(x->px->m_hedges, 1, x->model, "hedge_won");
     uv_timer_stop(&x->timer);
     add_route_headers(x, a);
-    ig_http_stream_start(x->req, status, a->content_type);
+    ig_http_stream_start(x->req, a->status, a->content_type);
 }
 
 static void on_up_body(ig_upstream_req_t *r, const char *buf, size_t len, void *data)
@@ -444,6 +448,8 @@ static void on_up_body(ig_upstream_req_t *r, const char *buf, size_t len, void *
             publish_upstream(px, a->route);
         }
     }
+    if (x->state == X_TRYING && a->is_stream && !retryable_status(a->status))
+        commit_stream(x, a);
     if (x->committed == a && a->is_stream) {
         int rc = ig_http_stream_write(x->req, buf, len);
         if (rc == IG_EBUSY && !x->client_paused) {
@@ -688,7 +694,8 @@ static void attempt_start(exchange_t *x, int hedge)
         return;
     }
     if (!hedge && px->opts.hedge && x->stream && d.runner_up >= 0) {
-        double delay = ig_router_hedge_delay(&px->router, a->route, x->prompt_tokens, now);
+        double delay = ig_router_hedge_delay(&px->router, a->route, x->prompt_tokens,
+                                             px->opts.hedge_quantile, now);
         uv_timer_start(&x->timer, on_hedge_timer, (uint64_t)(delay * 1000) + 1, 0);
     }
 }

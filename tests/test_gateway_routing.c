@@ -311,6 +311,47 @@ static void test_client_disconnect_cancels(void **state)
     ig_proc_stop(&ups[0].proc, SIGKILL, 5000);
 }
 
+/* Hedging: when the first token is late on the chosen upstream, a copy
+ * goes to the runner-up, the first to answer wins and the other is
+ * canceled. */
+static void test_hedge_beats_a_stall(void **state)
+{
+    upstream_t ups[2];
+    upstream_start(&ups[0], "--delay-ms", "2", "--itl-ms", "1", NULL);
+    upstream_start(&ups[1], "--delay-ms", "10", "--itl-ms", "1", NULL);
+    gateway_t g;
+    gateway_start(&g, ups, 2, 2,
+                  ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}");
+    ig_tc_response_t r;
+    /* Earn hedge budget (0.1 per request) and teach the router s0's TTFT. */
+    for (int i = 0; i < 20; i++) {
+        assert_int_equal(post(g.port, "/v1/completions", stream_body, &r), 0);
+        assert_int_equal(r.status, 200);
+        ig_tc_response_free(&r);
+    }
+    assert_int_equal(ig_tc_request(ups[0].port,
+                                   "GET /_control/stall?ms=3000 HTTP/1.1\r\nHost: t\r\n\r\n", &r,
+                                   5000),
+                     0);
+    ig_tc_response_free(&r);
+    long long t0 = ig_tc_now_ms();
+    assert_int_equal(post(g.port, "/v1/completions", stream_body, &r), 0);
+    long long took = ig_tc_now_ms() - t0;
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "[DONE]"));
+    assert_int_equal(upstream_index(&r), 1);
+    ig_tc_response_free(&r);
+    print_message("hedged answer in %lld ms (the stall lasts 3000 ms)\n", took);
+    assert_true(took < 1500);
+    assert_int_equal(ig_tc_request(g.port, "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n", &r, 5000),
+                     0);
+    assert_non_null(strstr(r.body, "infergate_hedges_total{model=\"m\",result=\"hedge_won\"} 1"));
+    ig_tc_response_free(&r);
+    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 10000), 0);
+    for (int i = 0; i < 2; i++)
+        ig_proc_stop(&ups[i].proc, SIGKILL, 5000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +360,7 @@ int main(void)
         cmocka_unit_test(test_mid_stream_failure_not_retried),
         cmocka_unit_test(test_errors_retried_then_reported),
         cmocka_unit_test(test_client_disconnect_cancels),
+        cmocka_unit_test(test_hedge_beats_a_stall),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -238,6 +239,34 @@ static void test_connection_cap(void **state)
     ig_ts_stop(ts);
 }
 
+static void test_connection_cap_unix(void **state)
+{
+    char path[128], listen[160];
+    snprintf(path, sizeof(path), "/tmp/ig-http-cap-%d.sock", (int)getpid());
+    snprintf(listen, sizeof(listen), "unix:%s", path);
+    ig_http_limits_t l;
+    ig_http_limits_default(&l);
+    l.max_connections = 1;
+    ig_ts_t *ts = ig_ts_start(listen, &l, ig_ts_echo_handler, NULL);
+    assert_non_null(ts);
+    ig_tc_t *a = ig_tc_connect_unix(path);
+    ig_tc_response_t r;
+    assert_int_equal(ig_tc_sends(a, "GET /a HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
+    assert_int_equal(ig_tc_read_response(a, &r, TMO), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(r.body, "GET /a 0\n");
+    ig_tc_response_free(&r);
+    ig_tc_t *b = ig_tc_connect_unix(path);
+    assert_non_null(b);
+    assert_int_equal(ig_tc_read_response(b, &r, TMO), 0);
+    assert_int_equal(r.status, 503);
+    ig_tc_response_free(&r);
+    assert_int_equal(ig_tc_wait_closed(b, TMO), 1);
+    ig_tc_close(b);
+    ig_tc_close(a);
+    ig_ts_stop(ts);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +277,7 @@ int main(void)
         cmocka_unit_test(test_body_content_length),
         cmocka_unit_test(test_body_chunked),
         cmocka_unit_test(test_connection_cap),
+        cmocka_unit_test(test_connection_cap_unix),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -192,6 +192,12 @@ static void test_valid_edge_cases(void **state)
         "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: Chunked\r\n\r\n0\r\n\r\n",
         "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 000\r\n\r\n",
         "GET / HTTP/1.0\r\n\r\n",
+        /* no upgrade here: answered as a plain request */
+        "GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n"
+        "HTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+        "POST / HTTP/1.1\r\nHost: t\r\nConnection: Upgrade\r\nUpgrade: x\r\n"
+        "Content-Length: 2\r\n\r\nab",
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         ig_tc_response_t r;

@@ -22,6 +22,14 @@ static void assert_within(double got, double truth, double rel)
 
 #define MAX_RUNS 6
 
+/* Sanitizer builds run several times slower; there the figures are checked
+ * for shape only, with a wide tolerance. */
+#ifdef IG_SANITIZED
+#define TOL 0.25
+#else
+#define TOL 0.05
+#endif
+
 /*
  * Runs igbench open loop against an upstream started with upstream_args and
  * checks its quantiles against the truth (ms):
@@ -54,15 +62,15 @@ static void check_quantiles(const char *upstream_args, const char *igbench_args,
                       100 * (p99 - p99_truth) / p99_truth,
                       TU_NUM(r, "latency_ms", "send_lag", "max"));
         json_decref(r);
-        assert_true(fabs(p50 - p50_truth) <= 0.05 * p50_truth);
-        assert_true(p99 >= 0.95 * p99_truth);
+        assert_true(fabs(p50 - p50_truth) <= TOL * p50_truth);
+        assert_true(p99 >= (1 - TOL) * p99_truth);
         if (p99 < best99)
             best99 = p99;
-        if (fabs(best99 - p99_truth) <= 0.05 * p99_truth)
+        if (fabs(best99 - p99_truth) <= TOL * p99_truth)
             break;
     }
     tu_stop(&up);
-    assert_within(best99, p99_truth, 0.05);
+    assert_within(best99, p99_truth, TOL);
 }
 
 /* Every request takes exactly 20 ms. */
@@ -93,10 +101,10 @@ static void test_streaming_figures(void **state)
     double n = TU_NUM(r, "requests", "ok");
     assert_true(n >= 30);
     assert_int_equal((long)TU_NUM(r, "output_tokens"), (long)n * 10);
-    assert_within(TU_NUM(r, "latency_ms", "ttft", "p50"), 15.0, 0.05);
-    assert_within(TU_NUM(r, "latency_ms", "itl", "p50"), 4.0, 0.05);
-    assert_within(TU_NUM(r, "latency_ms", "tpot", "p50"), 4.0, 0.05);
-    assert_within(TU_NUM(r, "latency_ms", "e2e", "p50"), 15.0 + 9 * 4.0, 0.05);
+    assert_within(TU_NUM(r, "latency_ms", "ttft", "p50"), 15.0, TOL);
+    assert_within(TU_NUM(r, "latency_ms", "itl", "p50"), 4.0, TOL);
+    assert_within(TU_NUM(r, "latency_ms", "tpot", "p50"), 4.0, TOL);
+    assert_within(TU_NUM(r, "latency_ms", "e2e", "p50"), 15.0 + 9 * 4.0, TOL);
     /* 9 gaps per request of 10 tokens. */
     assert_int_equal((long)TU_NUM(r, "latency_ms", "itl", "count"), (long)n * 9);
     json_decref(r);

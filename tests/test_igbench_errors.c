@@ -92,6 +92,7 @@ static int run_status(const char *args)
     pid_t pid = tu_fork_exec(argv, -1);
     int status;
     waitpid(pid, &status, 0);
+    tu_forget_child(pid);
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 

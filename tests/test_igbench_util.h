@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -61,10 +62,46 @@ static inline int tu_split(char *line, char **argv, int max)
     return n;
 }
 
+/* Children still running when the test ends (a failed assertion jumps past
+ * tu_stop): killed at exit, so that they do not hold ctest's output pipe. */
+static pid_t tu_children[64];
+
+static inline void tu_kill_children(void)
+{
+    for (int i = 0; i < 64; i++) {
+        if (tu_children[i] > 0) {
+            kill(tu_children[i], SIGKILL);
+            waitpid(tu_children[i], NULL, 0);
+            tu_children[i] = 0;
+        }
+    }
+}
+
+static inline void tu_forget_child(pid_t pid)
+{
+    for (int i = 0; i < 64; i++)
+        if (tu_children[i] == pid)
+            tu_children[i] = 0;
+}
+
 static inline pid_t tu_fork_exec(char **argv, int out_fd)
 {
+    static int registered;
+    if (!registered) {
+        atexit(tu_kill_children);
+        registered = 1;
+    }
     pid_t pid = fork();
+    if (pid > 0) {
+        for (int i = 0; i < 64; i++) {
+            if (tu_children[i] == 0) {
+                tu_children[i] = pid;
+                break;
+            }
+        }
+    }
     if (pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL); /* and if the test itself dies */
         /* Real-time priority where allowed, else a better nice level; both
          * fail quietly for an unprivileged user. The tools sleep between
          * events, so they cannot starve the machine. */
@@ -144,6 +181,7 @@ static inline void tu_stop(tproc_t *p)
     int status;
     for (int i = 0; i < 50; i++) {
         if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
+            tu_forget_child(p->pid);
             p->pid = 0;
             close(p->out_fd);
             return;
@@ -152,6 +190,7 @@ static inline void tu_stop(tproc_t *p)
     }
     kill(p->pid, SIGKILL);
     waitpid(p->pid, &status, 0);
+    tu_forget_child(p->pid);
     p->pid = 0;
     close(p->out_fd);
 }
@@ -175,14 +214,17 @@ static inline json_t *tu_igbench(const char *fmt, ...)
     int status = -1;
     double deadline = tu_now() + 60;
     while (tu_now() < deadline) {
-        if (waitpid(pid, &status, WNOHANG) == pid)
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            tu_forget_child(pid);
             break;
+        }
         usleep(10000);
         status = -1;
     }
     if (status == -1) {
         kill(pid, SIGKILL);
         waitpid(pid, &status, 0);
+        tu_forget_child(pid);
         return NULL;
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)

@@ -283,12 +283,18 @@ static void test_embed_gather(void **state)
 
 static void test_attention_paged(void **state)
 {
-    enum { NSEQ = 3, NL = 2, BS = 4, NB = 24, NKV = 2, NH = 6, HD = 8 };
+    enum { NSEQ = 4, NL = 2, BS = 4, NB = 24, NKV = 2, NH = 6, HD = 8, MAXB = 10 };
     /* Sequence 0 decodes one row at position 9, sequence 1 prefills 7 rows
-     * from position 0, sequence 2 prefills a chunk of 3 rows at 13..15. */
-    int qlen[NSEQ] = {1, 7, 3}, ctx[NSEQ] = {10, 7, 16};
-    int maxb = 4;
-    int tables[NSEQ * 4] = {5, 17, 2, 0, 9, 1, 0, 0, 23, 11, 3, 8};
+     * from position 0, sequence 2 prefills a chunk of 3 rows at 13..15,
+     * sequence 3 a chunk of 37 rows at 3..39 (split over work items). */
+    int qlen[NSEQ] = {1, 7, 3, 37}, ctx[NSEQ] = {10, 7, 16, 40};
+    int maxb = MAXB;
+    int tables[NSEQ * MAXB] = {
+        5,  17, 2, 0, 0,  0,  0,  0,  0,  0, /* */
+        9,  1,  0, 0, 0,  0,  0,  0,  0,  0, /* */
+        23, 11, 3, 8, 0,  0,  0,  0,  0,  0, /* */
+        4,  22, 6, 7, 10, 12, 13, 14, 15, 16 /* */
+    };
     int threads[] = {1, 3};
     for (int ti = 0; ti < 2; ti++) {
         ig_backend_t *be;
@@ -307,10 +313,10 @@ static void test_attention_paged(void **state)
             assert_int_equal(be->kv_append(be, &kv, layer, hk[s], hv[s], slots, ctx[s]), 0);
             free(slots);
         }
-        int q_start[NSEQ + 1] = {0, 1, 8, 11};
+        int q_start[NSEQ + 1] = {0, 1, 8, 11, 48};
         int ntok = q_start[NSEQ];
         float *q = rand_buf((size_t)ntok * NH * HD), *out = malloc((size_t)ntok * NH * HD * 4);
-        ig_attn_batch_t b = {NSEQ, ntok, q_start, ctx, tables, maxb, 16, 7};
+        ig_attn_batch_t b = {NSEQ, ntok, q_start, ctx, tables, maxb, 40, 37};
         float scale = 1.0f / sqrtf((float)HD);
         assert_int_equal(be->attention(be, out, q, &kv, layer, &b, NH, scale), 0);
 
@@ -321,7 +327,7 @@ static void test_attention_paged(void **state)
                 for (int h = 0; h < NH; h++) {
                     int g = h / (NH / NKV);
                     const float *qv = q + ((size_t)row * NH + h) * HD;
-                    double sc[16], mx = -1e300, sum = 0;
+                    double sc[64], mx = -1e300, sum = 0;
                     for (int t = 0; t <= pos; t++) {
                         double d = 0;
                         for (int i = 0; i < HD; i++)
@@ -342,7 +348,7 @@ static void test_attention_paged(void **state)
         assert_close(out, ref, (size_t)ntok * NH * HD, 2e-6, "attention");
 
         /* A context longer than its block table is refused. */
-        int bad_ctx[NSEQ] = {10, 7, 17};
+        int bad_ctx[NSEQ] = {10, 7, 16, 41};
         ig_attn_batch_t bad = b;
         bad.ctx_len = bad_ctx;
         assert_int_equal(be->attention(be, out, q, &kv, layer, &bad, NH, scale), IG_ERANGE);
@@ -356,19 +362,20 @@ static void test_attention_paged(void **state)
     }
 }
 
-static void test_split_covers(void **state)
+/* Every unit of a range is taken exactly once, whatever the chunk. */
+static void test_pool_take_covers(void **state)
 {
     for (int n = 0; n < 70; n += 7)
-        for (int nt = 1; nt <= 5; nt++) {
-            int next = 0;
-            for (int t = 0; t < nt; t++) {
-                int b, e;
-                ig__split(n, 16, t, nt, &b, &e);
-                assert_int_equal(b, next);
-                assert_true(e >= b);
-                next = e;
+        for (int chunk = 1; chunk <= 17; chunk += 4) {
+            atomic_int next;
+            atomic_init(&next, 0);
+            int b, e, expect = 0;
+            while (ig__pool_take(&next, n, chunk, &b, &e)) {
+                assert_int_equal(b, expect);
+                assert_true(e > b && e - b <= chunk);
+                expect = e;
             }
-            assert_int_equal(next, n);
+            assert_int_equal(expect, n);
         }
 }
 
@@ -382,7 +389,7 @@ int main(void)
         cmocka_unit_test(test_gemm_paths),         cmocka_unit_test(test_gemm_own_rows_independent),
         cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rope),
         cmocka_unit_test(test_upload_convert),     cmocka_unit_test(test_embed_gather),
-        cmocka_unit_test(test_attention_paged),    cmocka_unit_test(test_split_covers),
+        cmocka_unit_test(test_attention_paged),    cmocka_unit_test(test_pool_take_covers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -391,6 +391,47 @@ static void test_nfc_normalizer(void **state)
     roundtrip_to(f->tok[2], "a\xCC\x81\xCC\xA3", 5, "\xE1\xBA\xA1\xCC\x81", 5);
 }
 
+/* Long inputs go through a per-call word cache: the ids must be those of
+ * encoding each stretch between special tokens on its own (short, uncached). */
+static void test_long_input_matches_pieces(void **state)
+{
+    fixture_t *f = *state;
+    static const char *const special[] = {"<|eot_id|>", "</s>", "<|im_end|>"};
+    for (int s = 0; s < 3; s++) {
+        ig_tokenizer_t *tok = f->tok[s];
+        int32_t sid = ig_tokenizer_token_id(tok, special[s], strlen(special[s]));
+        char piece[2048], *full;
+        size_t pl = 0, fl = 0, reps = 200;
+        ig_tokvec_t vp, vf;
+        assert_true(sid >= 0);
+        for (size_t i = 0; i < N_TEXTS; i++) {
+            size_t l = strlen(TEXTS[i]);
+            memcpy(piece + pl, TEXTS[i], l);
+            pl += l;
+        }
+        full = malloc((pl + 16) * reps);
+        for (size_t r = 0; r < reps; r++) {
+            memcpy(full + fl, piece, pl);
+            fl += pl;
+            memcpy(full + fl, special[s], strlen(special[s]));
+            fl += strlen(special[s]);
+        }
+        assert_true(pl < 4096 && fl >= 4096);
+        ig_tokvec_init(&vp);
+        ig_tokvec_init(&vf);
+        assert_int_equal(ig_tokenizer_encode(tok, piece, pl, 0, &vp), 0);
+        assert_int_equal(ig_tokenizer_encode(tok, full, fl, 0, &vf), 0);
+        assert_int_equal(vf.len, (vp.len + 1) * reps);
+        for (size_t r = 0; r < reps; r++) {
+            assert_memory_equal(vf.ids + r * (vp.len + 1), vp.ids, vp.len * sizeof *vp.ids);
+            assert_int_equal(vf.ids[r * (vp.len + 1) + vp.len], sid);
+        }
+        ig_tokvec_dispose(&vp);
+        ig_tokvec_dispose(&vf);
+        free(full);
+    }
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -446,6 +487,7 @@ int main(void)
         cmocka_unit_test(test_stream_random_ids),
         cmocka_unit_test(test_special_tokens),
         cmocka_unit_test(test_nfc_normalizer),
+        cmocka_unit_test(test_long_input_matches_pieces),
         cmocka_unit_test(test_one_megabyte),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -73,8 +73,7 @@ static struct {
     igb_rng_t rng;
     igb_addr_t listen_addr, target;
     char listen_name[128];
-    uv_tcp_t server;
-    int listening;
+    uv_tcp_t *server; /* the listener; NULL while "refuse unlisten" */
     double delay_ms[2], jitter_ms[2];
     double bandwidth; /* bytes/s per direction per connection, 0 = unlimited */
     int refuse;
@@ -398,27 +397,39 @@ static void on_connection(uv_stream_t *server, int status)
     }
 }
 
+static void on_listener_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+/* Opens the listener; a fresh handle each time, since the old one may still
+ * be closing when `refuse off` follows `refuse unlisten`. */
 static int listen_start(void)
 {
-    int rc = uv_tcp_init(g.loop, &g.server);
-    if (rc == 0)
-        rc = uv_tcp_bind(&g.server, (struct sockaddr *)&g.listen_addr.ss, 0);
-    if (rc == 0)
-        rc = uv_listen((uv_stream_t *)&g.server, 1024, on_connection);
+    uv_tcp_t *t = malloc(sizeof(*t));
+    if (!t)
+        return UV_ENOMEM;
+    int rc = uv_tcp_init(g.loop, t);
     if (rc != 0) {
-        if (!uv_is_closing((uv_handle_t *)&g.server))
-            uv_close((uv_handle_t *)&g.server, NULL);
+        free(t);
         return rc;
     }
-    g.listening = 1;
+    rc = uv_tcp_bind(t, (struct sockaddr *)&g.listen_addr.ss, 0);
+    if (rc == 0)
+        rc = uv_listen((uv_stream_t *)t, 1024, on_connection);
+    if (rc != 0) {
+        uv_close((uv_handle_t *)t, on_listener_closed);
+        return rc;
+    }
+    g.server = t;
     return 0;
 }
 
 static void listen_stop(void)
 {
-    if (g.listening) {
-        g.listening = 0;
-        uv_close((uv_handle_t *)&g.server, NULL);
+    if (g.server) {
+        uv_close((uv_handle_t *)g.server, on_listener_closed);
+        g.server = NULL;
     }
 }
 
@@ -435,7 +446,7 @@ static int set_refuse(int mode)
 {
     if (mode == REFUSE_UNLISTEN) {
         listen_stop();
-    } else if (!g.listening) {
+    } else if (!g.server) {
         int rc = listen_start();
         if (rc != 0)
             return rc;
@@ -840,7 +851,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "faultproxy: cannot listen on %s: %s\n", listen, uv_strerror(rc));
         return 1;
     }
-    igb_tcp_name(&g.server, g.listen_name, sizeof(g.listen_name));
+    igb_tcp_name(g.server, g.listen_name, sizeof(g.listen_name));
     igb_addr_parse(g.listen_name, &g.listen_addr);
     if (g.refuse == REFUSE_UNLISTEN)
         listen_stop();

@@ -37,7 +37,7 @@ typedef enum { EP_COMPLETIONS, EP_CHAT, EP_RAW } endpoint_t;
 static struct {
     const char *target_str;
     igb_addr_t addr;
-    char host_header[300];
+    char host_header[520];
     int allow_remote;
     double rate;
     int poisson;

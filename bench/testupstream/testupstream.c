@@ -412,12 +412,15 @@ static void on_due(igb_tq_entry_t *e)
     finish_head(c);
 }
 
+static void answer_control(conn_t *c, req_t *r);
+
 static void start_head(conn_t *c)
 {
     req_t *r = c->head;
     c->active = 1;
     if (r->kind == K_CONTROL) {
-        /* Control requests bypass delay and stall; answered in on_message. */
+        /* Control requests bypass delay and stall. */
+        answer_control(c, r);
         finish_head(c);
         return;
     }
@@ -625,7 +628,6 @@ static int on_message_complete(llhttp_t *p)
         *q = 0;
     if (strncmp(path, "/_control/", 10) == 0) {
         r->kind = K_CONTROL;
-        answer_control(c, r);
     } else if (method == HTTP_POST && strcmp(path, "/v1/completions") == 0) {
         r->kind = K_COMPLETIONS;
         parse_body(c, r);

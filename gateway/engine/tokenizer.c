@@ -53,8 +53,10 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-/* Loads a JSON file; IG_ENOENT when it does not exist. */
-static int load_json(const char *path, json_t **out, char *err, size_t errlen)
+/* Loads a JSON file; IG_ENOENT when it does not exist. The config files get
+ * every number as a real: transformers writes model_max_length as 1e30, an
+ * integer too big for jansson, and int_value() below reads ids back. */
+static int load_json(const char *path, json_t **out, int reals, char *err, size_t errlen)
 {
     json_error_t jerr;
     struct stat st;
@@ -65,7 +67,7 @@ static int load_json(const char *path, json_t **out, char *err, size_t errlen)
             snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
         return errno == ENOENT ? IG_ENOENT : IG_EIO;
     }
-    *out = json_load_file(path, 0, &jerr);
+    *out = json_load_file(path, reals ? JSON_DECODE_INT_AS_REAL : 0, &jerr);
     if (!*out)
         return fail(err, errlen, file, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
     if (!json_is_object(*out)) {
@@ -130,7 +132,7 @@ static int32_t vocab_insert(ig_tokenizer_t *tok, int32_t id)
 
 static size_t merge_slot(uint64_t key, size_t mask)
 {
-    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & mask;
+    return (size_t)ig__hash_pair(key) & mask;
 }
 
 /* Inserts a merge unless the pair is already there (the first one wins). */
@@ -1067,13 +1069,26 @@ static int parse_config(ig_tokenizer_t *tok, json_t *cfg, load_ctx_t *c, int32_t
     return 0;
 }
 
+/* A number with an integral value in [0, max]: *out gets it. */
+static int int_value(json_t *v, double max, int64_t *out)
+{
+    double d;
+    if (!json_is_number(v))
+        return 0;
+    d = json_number_value(v);
+    if (!(d >= 0 && d <= max) || d != (double)(int64_t)d)
+        return 0;
+    *out = (int64_t)d;
+    return 1;
+}
+
 static int gen_id(ig_tokenizer_t *tok, json_t *v, const char *path, int32_t *id, load_ctx_t *c)
 {
-    if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-        (size_t)json_integer_value(v) >= tok->n_ids)
+    int64_t x;
+    if (!int_value(v, (double)tok->n_ids - 1, &x))
         return fail(c->err, c->errlen, c->file, "%s: expected a token id below %zu", path,
                     tok->n_ids);
-    *id = (int32_t)json_integer_value(v);
+    *id = (int32_t)x;
     return 0;
 }
 
@@ -1123,18 +1138,20 @@ static int parse_gen(ig_tokenizer_t *tok, json_t *g, load_ctx_t *c, int32_t *bos
         return rc;
     v = json_object_get(g, "top_k");
     if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        int64_t x;
+        if (!int_value(v, INT32_MAX, &x))
             return fail(c->err, c->errlen, c->file, "top_k: expected a non-negative integer");
         gd->has_top_k = 1;
-        gd->top_k = (int)json_integer_value(v);
+        gd->top_k = (int)x;
     }
     v = json_object_get(g, "max_new_tokens");
     if (v && !json_is_null(v)) {
-        if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+        int64_t x;
+        if (!int_value(v, INT32_MAX, &x))
             return fail(c->err, c->errlen, c->file,
                         "max_new_tokens: expected a non-negative integer");
         gd->has_max_new_tokens = 1;
-        gd->max_new_tokens = (int)json_integer_value(v);
+        gd->max_new_tokens = (int)x;
     }
     v = json_object_get(g, "do_sample");
     if (v && !json_is_null(v)) {
@@ -1164,7 +1181,7 @@ int ig_tokenizer_load_files(const char *tokenizer_json, const char *config, cons
     *out = NULL;
     if (err && errlen)
         err[0] = 0;
-    if ((rc = load_json(tokenizer_json, &root, err, errlen)) != 0)
+    if ((rc = load_json(tokenizer_json, &root, 0, err, errlen)) != 0)
         goto fail;
     if (!(tok = calloc(1, sizeof *tok))) {
         rc = oom(err, errlen, c.file);
@@ -1200,7 +1217,7 @@ int ig_tokenizer_load_files(const char *tokenizer_json, const char *config, cons
 
     if (config) {
         c.file = base_name(config);
-        rc = load_json(config, &cfg, err, errlen);
+        rc = load_json(config, &cfg, 1, err, errlen);
         if (rc == IG_ENOENT) {
             rc = 0;
         } else if (rc != 0 || (rc = parse_config(tok, cfg, &c, &cfg_bos, &add_bos)) != 0) {
@@ -1209,7 +1226,7 @@ int ig_tokenizer_load_files(const char *tokenizer_json, const char *config, cons
     }
     if (gen_config) {
         c.file = base_name(gen_config);
-        rc = load_json(gen_config, &gen, err, errlen);
+        rc = load_json(gen_config, &gen, 1, err, errlen);
         if (rc == IG_ENOENT) {
             rc = 0;
         } else if (rc != 0 || (rc = parse_gen(tok, gen, &c, &gen_bos)) != 0) {

@@ -381,6 +381,20 @@ typedef struct {
     size_t nheap, heapcap;
     char *wb; /* the word in vocabulary spelling (ignore_merges) */
     size_t wcap;
+    /* Word cache for long inputs, private to one call so that the tokenizer
+     * stays immutable and shareable between threads. */
+    uint32_t *cslot; /* entry index + 1, 0 empty */
+    size_t cmask;
+    struct cache_ent_s {
+        uint64_t hash;
+        uint32_t boff, blen; /* word bytes in cbytes */
+        uint32_t ioff, ilen; /* ids in cids */
+    } * cent;
+    size_t ncent, capcent;
+    char *cbytes;
+    size_t nbytes, capbytes;
+    int32_t *cids;
+    size_t nids, capids;
 } enc_t;
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -411,7 +425,7 @@ static int emit(enc_t *e, int32_t id)
 static int32_t merge_find(const ig_tokenizer_t *tok, int32_t a, int32_t b, int32_t *out)
 {
     uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    size_t i = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 17) & tok->mh_mask;
+    size_t i = (size_t)ig__hash_pair(key) & tok->mh_mask;
     for (;;) {
         uint64_t k = tok->mh_key[i];
         if (k == key) {
@@ -589,6 +603,68 @@ static int word_sentencepiece(enc_t *e, const unsigned char *w, size_t n)
     return bpe_merge(e, m);
 }
 
+/* Words longer than this are not cached: they are rare and cost memory. */
+#define CACHE_MAX_WORD 64
+/* Entries per call at most; past that, words are encoded without caching. */
+#define CACHE_MAX_ENTRIES 65536
+
+static int cache_init(enc_t *e)
+{
+    e->cmask = CACHE_MAX_ENTRIES * 2 - 1;
+    if (!(e->cslot = calloc(e->cmask + 1, sizeof *e->cslot)))
+        return IG_ENOMEM;
+    return 0;
+}
+
+/* BPE for one pre-token, through the cache when there is one. */
+static int encode_word(enc_t *e, const unsigned char *w, size_t l)
+{
+    const ig_tokenizer_t *tok = e->tok;
+    size_t before = e->out->len, slot = 0, nids;
+    uint64_t h = 0;
+    int rc, cacheable = e->cslot && l <= CACHE_MAX_WORD;
+    if (cacheable) {
+        h = ig__hash_bytes((const char *)w, l);
+        slot = (size_t)h & e->cmask;
+        for (;;) {
+            uint32_t k = e->cslot[slot];
+            const struct cache_ent_s *c;
+            if (!k)
+                break;
+            c = &e->cent[k - 1];
+            if (c->hash == h && c->blen == l && memcmp(e->cbytes + c->boff, w, l) == 0) {
+                ig_tokvec_t *v = e->out;
+                if (grow((void **)&v->ids, &v->cap, v->len + c->ilen, sizeof *v->ids))
+                    return IG_ENOMEM;
+                memcpy(v->ids + v->len, e->cids + c->ioff, c->ilen * sizeof *v->ids);
+                v->len += c->ilen;
+                return 0;
+            }
+            slot = (slot + 1) & e->cmask;
+        }
+    }
+    rc = tok->style == IG_TOKENIZER_BYTE_LEVEL ? word_bytelevel(e, w, l)
+                                               : word_sentencepiece(e, w, l);
+    if (rc != 0 || !cacheable || e->ncent >= CACHE_MAX_ENTRIES)
+        return rc;
+    nids = e->out->len - before;
+    if (grow((void **)&e->cent, &e->capcent, e->ncent + 1, sizeof *e->cent) ||
+        grow((void **)&e->cbytes, &e->capbytes, e->nbytes + l, 1) ||
+        grow((void **)&e->cids, &e->capids, e->nids + nids, sizeof *e->cids))
+        return IG_ENOMEM;
+    e->cent[e->ncent].hash = h;
+    e->cent[e->ncent].boff = (uint32_t)e->nbytes;
+    e->cent[e->ncent].blen = (uint32_t)l;
+    e->cent[e->ncent].ioff = (uint32_t)e->nids;
+    e->cent[e->ncent].ilen = (uint32_t)nids;
+    memcpy(e->cbytes + e->nbytes, w, l);
+    memcpy(e->cids + e->nids, e->out->ids + before, nids * sizeof *e->cids);
+    e->nbytes += l;
+    e->nids += nids;
+    e->cslot[slot] = (uint32_t)++e->ncent;
+    return 0;
+}
+
 /* Writes prefix + s with every pat replaced by rep into the other scratch
  * buffer; returns it, or NULL when out of memory. */
 static const unsigned char *rewrite(enc_t *e, int *cur, const unsigned char *s, size_t *n,
@@ -657,9 +733,7 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
         return IG_ENOMEM;
     while (i < n) {
         size_t l = ig__split_next(tok->split, t, n, i);
-        rc = tok->style == IG_TOKENIZER_BYTE_LEVEL ? word_bytelevel(e, t + i, l)
-                                                   : word_sentencepiece(e, t + i, l);
-        if (rc != 0)
+        if ((rc = encode_word(e, t + i, l)) != 0)
             return rc;
         i += l;
     }
@@ -724,6 +798,9 @@ int ig_tokenizer_encode(const ig_tokenizer_t *tok, const char *text, size_t len,
     memset(&e, 0, sizeof e);
     e.tok = tok;
     e.out = out;
+    /* Short prompts do not repeat words enough to pay for the table. */
+    if (len >= 4096 && (rc = cache_init(&e)) != 0)
+        goto fail;
     if ((flags & IG_TOKENIZER_ADD_BOS) && tok->add_bos && tok->bos_id >= 0 &&
         (rc = emit(&e, tok->bos_id)) != 0)
         goto fail;
@@ -767,6 +844,10 @@ fail:
     free(e.next);
     free(e.heap);
     free(e.wb);
+    free(e.cslot);
+    free(e.cent);
+    free(e.cbytes);
+    free(e.cids);
     return rc;
 }
 

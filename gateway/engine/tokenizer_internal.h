@@ -146,6 +146,17 @@ struct ig_tokenizer_s {
 
 uint64_t ig__hash_bytes(const char *s, size_t n);
 
+/* Mixes a (left, right) id pair into a hash whose low bits depend on every
+ * input bit (a plain multiply leaves them to `right` alone). */
+static inline uint64_t ig__hash_pair(uint64_t key)
+{
+    key ^= key >> 33;
+    key *= 0xFF51AFD7ED558CCDull;
+    key ^= key >> 33;
+    key *= 0xC4CEB9FE1A85EC53ull;
+    return key ^ (key >> 33);
+}
+
 /* ig_tokgen_write() with the corpus size given: lexicon_words distinct words
  * and running_words words of sentences. Tests use a tiny corpus to reach the
  * path that completes the vocabulary once the corpus has no pairs left. */

@@ -211,7 +211,8 @@ static const char *const CODAS[] = {"",     "",    "",   "",   "n",  "r",    "s"
 typedef struct {
     char **words;
     size_t n;
-    double *cdf; /* (n) cumulative Zipf weights */
+    uint64_t *cdf; /* (n) cumulative Zipf weights, integers so that every
+                    * platform draws the same words */
 } lexicon_t;
 
 static void lex_dispose(lexicon_t *lx)
@@ -226,11 +227,11 @@ static int lex_build(lexicon_t *lx, size_t n, uint64_t *rng)
 {
     strtab_t seen;
     char w[128];
-    double acc = 0;
+    uint64_t acc = 0;
     int rc = st_init(&seen, n);
     memset(lx, 0, sizeof *lx);
     if (rc || !(lx->words = calloc(n, sizeof *lx->words)) ||
-        !(lx->cdf = malloc(n * sizeof(double)))) {
+        !(lx->cdf = malloc(n * sizeof *lx->cdf))) {
         st_dispose(&seen);
         return IG_ENOMEM;
     }
@@ -266,7 +267,7 @@ static int lex_build(lexicon_t *lx, size_t n, uint64_t *rng)
         }
         memcpy(lx->words[lx->n], w, len);
         lx->words[lx->n][len] = 0;
-        acc += 1.0 / (double)(lx->n + 2);
+        acc += (1ull << 32) / (uint64_t)(lx->n + 2);
         lx->cdf[lx->n] = acc;
         lx->n++;
     }
@@ -276,7 +277,7 @@ static int lex_build(lexicon_t *lx, size_t n, uint64_t *rng)
 
 static size_t lex_sample(const lexicon_t *lx, uint64_t *rng)
 {
-    double x = (double)(rng_next(rng) >> 11) / 9007199254740992.0 * lx->cdf[lx->n - 1];
+    uint64_t x = rng_next(rng) % lx->cdf[lx->n - 1] + 1;
     size_t lo = 0, hi = lx->n - 1;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -384,7 +385,7 @@ typedef struct {
 static size_t pair_hash(int32_t a, int32_t b, size_t mask)
 {
     uint64_t k = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
-    return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 20) & mask;
+    return (size_t)ig__hash_pair(k) & mask;
 }
 
 static int pairs_rehash(trainer_t *t)

@@ -182,8 +182,8 @@ static int on_headers_complete(llhttp_t *ll)
         if (r->body == NULL)
             return fail(p, 500, "out of memory");
     }
-    if (!cls && !tes)
-        p->want_continue = 0;
+    if ((!cls && !tes) || ll->http_minor == 0)
+        p->want_continue = 0; /* no 1xx to HTTP/1.0 clients (RFC 9110 15.2) */
     p->in_trailers = 1;
     return 0;
 }

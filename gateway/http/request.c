@@ -406,6 +406,14 @@ static size_t format_head(ig_http_req_t *req, char *buf, int status, const char 
     return (size_t)(p - buf);
 }
 
+/* A content type from the handler must not split the header block. */
+static const char *safe_type(const char *content_type)
+{
+    if (content_type != NULL && strpbrk(content_type, "\r\n") != NULL)
+        return "application/octet-stream";
+    return content_type;
+}
+
 static size_t head_size(const ig_http_req_t *req, const char *content_type)
 {
     size_t n = 256 + (content_type != NULL ? strlen(content_type) : 0);
@@ -422,6 +430,7 @@ int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, co
     if (status < 100 || status > 999)
         status = 500;
     req->status = status;
+    content_type = safe_type(content_type);
     int rc = 0;
     if (req->conn != NULL) {
         int no_body = req->head_only || status == 204 || status == 304 || status < 200;
@@ -438,6 +447,8 @@ int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, co
                 n += len;
             }
             rc = ig__http_conn_send(req, buf, n);
+            if (rc == IG_EBUSY)
+                rc = 0; /* queued whole; nothing for the caller to pause */
             if (buf != stackbuf)
                 free(buf);
         }
@@ -500,7 +511,10 @@ int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_typ
 {
     if (req->state != IG__REQ_DISPATCHED)
         return IG_ESTATE;
+    if (status < 100 || status > 999)
+        status = 500;
     req->status = status;
+    content_type = safe_type(content_type);
     if (content_type != NULL && strncasecmp(content_type, "text/event-stream", 17) == 0) {
         /* Proxies must not buffer or transform an event stream. */
         ig_http_add_header(req, "Cache-Control", "no-cache");

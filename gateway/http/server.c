@@ -286,7 +286,7 @@ static void queue_push(ig__http_conn_t *c, ig_http_req_t *r)
 {
     r->next = NULL;
     r->conn = c;
-    snprintf(r->peer, sizeof(r->peer), "%s", c->peer);
+    memcpy(r->peer, c->peer, sizeof(r->peer));
     if (c->qtail != NULL)
         c->qtail->next = r;
     else

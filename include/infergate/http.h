@@ -113,10 +113,16 @@ void ig_http_req_on_abort(ig_http_req_t *req, ig_http_abort_cb cb, void *data);
 /* ---- the response ----------------------------------------------------- */
 
 /* Adds a response header before the response starts. Both strings copied.
- * Content-Length, Transfer-Encoding, Connection and Date are the server's. */
+ * Content-Length, Transfer-Encoding, Connection and Date are the server's.
+ * Returns 0, IG_EINVAL (one of those names, or CR/LF in a string),
+ * IG_ESTATE (the response has started) or IG_ENOMEM. */
 int ig_http_add_header(ig_http_req_t *req, const char *name, const char *value);
 
-/* Sends a whole response and finishes the request. body is copied. */
+/* Sends a whole response and finishes the request. body is copied. For HEAD
+ * the body is left out (Content-Length stays); 204/304 carry neither.
+ * Returns 0 (also when the client is gone: the bytes are discarded),
+ * IG_ESTATE when the request was already answered, or IG_ENOMEM; the request
+ * is finished in every case but IG_ESTATE. */
 int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, const char *body,
                     size_t len);
 
@@ -135,6 +141,8 @@ int ig_http_respond_error(ig_http_req_t *req, int status, const char *type, cons
  * fires. ig_http_stream_end() sends the last chunk and finishes the request.
  */
 int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_type);
+/* After the client went away, writes return IG_ECLOSED (end still needed).
+ * HTTP/1.0 clients get the raw bytes, delimited by the close. */
 int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len);
 int ig_http_stream_end(ig_http_req_t *req);
 

@@ -44,6 +44,8 @@ typedef struct {
                                   2 x its reported slots, or 64 */
     int hedge;                 /* send a copy when the first token is late */
     double hedge_budget;       /* hedges per request at most, on average (0.05) */
+    double hedge_quantile;     /* hedge when the first token is later than this
+                                  quantile of the upstream's TTFT (0.95) */
     size_t max_response_bytes; /* a non-streamed answer larger than this is an
                                   error (16 MiB) */
 } ig_proxy_opts_t;

@@ -169,9 +169,11 @@ double ig_router_wait(const ig_router_t *r, const ig_upstream_state_t *u, uint64
 void ig_router_budget_deposit(ig_router_t *r, uint64_t now_ns);
 int ig_router_budget_take(ig_router_t *r, uint64_t now_ns);
 
-/* The hedge delay for an attempt on u: its predicted TTFT plus two mean
- * deviations, about a p95 when nothing is known of the tail. */
+/* The hedge delay for an attempt on u: the TTFT that only a share
+ * (1 - quantile) of its requests exceed, from its predicted TTFT and the mean
+ * deviation of its service time (taken as normal: sigma = 1.25 x mean
+ * deviation). quantile 0.95 is about the predicted TTFT + 2 deviations. */
 double ig_router_hedge_delay(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
-                             uint64_t now_ns);
+                             double quantile, uint64_t now_ns);
 
 #endif

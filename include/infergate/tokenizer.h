@@ -45,7 +45,9 @@ typedef struct ig_gen_defaults_s {
     int do_sample;
 } ig_gen_defaults_t;
 
+/* An empty vector (no allocation until the first id). */
 void ig_tokvec_init(ig_tokvec_t *v);
+/* Frees the ids and leaves an empty vector. */
 void ig_tokvec_dispose(ig_tokvec_t *v);
 
 /* Loads DIR/tokenizer.json plus DIR/tokenizer_config.json and
@@ -63,6 +65,7 @@ int ig_tokenizer_load_files(const char *tokenizer_json, const char *config, cons
 /* Releases a tokenizer; NULL is allowed. */
 void ig_tokenizer_free(ig_tokenizer_t *tok);
 
+/* Byte-level or sentencepiece-style, as detected from the pre-tokenizer. */
 ig_tokenizer_style_t ig_tokenizer_style(const ig_tokenizer_t *tok);
 
 /* Number of ids: one more than the largest id of the vocabulary and added tokens. */
@@ -140,7 +143,10 @@ typedef struct ig_tokdec_s {
     size_t cap;
 } ig_tokdec_t;
 
+/* Starts a stream over tok (borrowed: it must outlive d); flags may hold
+ * IG_TOKENIZER_SKIP_SPECIAL. */
 void ig_tokdec_init(ig_tokdec_t *d, const ig_tokenizer_t *tok, unsigned flags);
+/* Frees the output buffer; held-back bytes are dropped (flush first). */
 void ig_tokdec_dispose(ig_tokdec_t *d);
 
 /* Feeds one id; *text (borrowed, valid until the next call) and *len get the

@@ -10,6 +10,7 @@
 #include "infergate/dtype.h"
 #include "infergate/error.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -37,6 +38,8 @@ typedef struct {
     int blas_ok;     /* auto may use OpenBLAS (ig__cpu_blas_usable) */
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
+    int *items; /* attention work items, items_cap of them */
+    int items_cap;
     char name[32];
 } cpu_t;
 
@@ -127,6 +130,8 @@ typedef struct {
     const float *w;
     int m, n;
     float eps;
+    int chunk; /* rows per work item */
+    atomic_int next;
 } rmsnorm_job_t;
 
 static void rmsnorm_rows(const rmsnorm_job_t *j, int r0, int r1)
@@ -145,18 +150,22 @@ static void rmsnorm_task(void *arg, int tid, int nt)
 {
     rmsnorm_job_t *j = arg;
     int r0, r1;
-    ig__split(j->m, 1, tid, nt, &r0, &r1);
-    rmsnorm_rows(j, r0, r1);
+    while (ig__pool_take(&j->next, j->m, j->chunk, &r0, &r1))
+        rmsnorm_rows(j, r0, r1);
 }
 
 static int cpu_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weight_t *w, int m,
                        float eps)
 {
-    rmsnorm_job_t j = {out, x, w->data, m, (int)w->rows, eps};
-    if ((size_t)m * j.n >= PARALLEL_MIN_ELEMS && m > 1)
-        ig__pool_run(cpu_of(be)->pool, rmsnorm_task, &j);
-    else
+    rmsnorm_job_t j = {.out = out, .x = x, .w = w->data, .m = m, .n = (int)w->rows, .eps = eps};
+    cpu_t *c = cpu_of(be);
+    if ((size_t)m * j.n >= PARALLEL_MIN_ELEMS && m > 1 && c->nthreads > 1) {
+        j.chunk = m / (c->nthreads * 4) > 1 ? m / (c->nthreads * 4) : 1;
+        atomic_init(&j.next, 0);
+        ig__pool_run(c->pool, rmsnorm_task, &j);
+    } else {
         rmsnorm_rows(&j, 0, m);
+    }
     return 0;
 }
 
@@ -165,8 +174,11 @@ typedef struct {
     const float *x;
     const float *gate, *up;
     size_t n;
-    int op; /* 0 add, 1 swiglu */
+    int op;          /* 0 add, 1 swiglu */
+    atomic_int next; /* the next EW_CHUNK elements to take */
 } ew_job_t;
+
+#define EW_CHUNK 16384
 
 static void ew_range(const ew_job_t *j, size_t b, size_t e)
 {
@@ -184,18 +196,18 @@ static void ew_range(const ew_job_t *j, size_t b, size_t e)
 static void ew_task(void *arg, int tid, int nt)
 {
     ew_job_t *j = arg;
-    size_t per = (j->n + (size_t)nt - 1) / (size_t)nt;
-    size_t b = per * (size_t)tid, e = b + per;
-    if (b > j->n)
-        b = j->n;
-    if (e > j->n)
-        e = j->n;
-    ew_range(j, b, e);
+    for (;;) {
+        size_t b = (size_t)atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed) * EW_CHUNK;
+        if (b >= j->n)
+            break;
+        ew_range(j, b, b + EW_CHUNK < j->n ? b + EW_CHUNK : j->n);
+    }
 }
 
 static void ew_run(ig_backend_t *be, ew_job_t *j)
 {
-    if (j->n >= PARALLEL_MIN_ELEMS)
+    atomic_init(&j->next, 0);
+    if (j->n >= PARALLEL_MIN_ELEMS && j->n / EW_CHUNK < INT_MAX && cpu_of(be)->nthreads > 1)
         ig__pool_run(cpu_of(be)->pool, ew_task, j);
     else
         ew_range(j, 0, j->n);
@@ -203,14 +215,14 @@ static void ew_run(ig_backend_t *be, ew_job_t *j)
 
 static int cpu_swiglu(ig_backend_t *be, float *out, const float *gate, const float *up, size_t n)
 {
-    ew_job_t j = {out, NULL, gate, up, n, 1};
+    ew_job_t j = {.y = out, .gate = gate, .up = up, .n = n, .op = 1};
     ew_run(be, &j);
     return 0;
 }
 
 static int cpu_add(ig_backend_t *be, float *y, const float *x, size_t n)
 {
-    ew_job_t j = {y, x, NULL, NULL, n, 0};
+    ew_job_t j = {.y = y, .x = x, .n = n, .op = 0};
     ew_run(be, &j);
     return 0;
 }
@@ -262,14 +274,9 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
 static void matmul_task(void *arg, int tid, int nt)
 {
     matmul_job_t *j = arg;
-    for (;;) {
-        int c = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        int n0 = c * j->chunk;
-        if (n0 >= j->n)
-            break;
-        int n1 = n0 + j->chunk < j->n ? n0 + j->chunk : j->n;
+    int n0, n1;
+    while (ig__pool_take(&j->next, j->n, j->chunk, &n0, &n1))
         matmul_cols(j, n0, n1);
-    }
 }
 
 static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
@@ -314,6 +321,7 @@ typedef struct {
     const int *pos;
     int ntok, n_heads, n_kv_heads, head_dim;
     const float *inv_freq;
+    atomic_int next; /* the next 4 tokens to take */
 } rope_job_t;
 
 static void rope_rows(const rope_job_t *j, int t0, int t1)
@@ -321,9 +329,8 @@ static void rope_rows(const rope_job_t *j, int t0, int t1)
     int half = j->head_dim / 2;
     float cs[512], sn[512];
     for (int t = t0; t < t1; t++) {
-        /* The angle in double: positions reach 10^5 and a float product
-         * would lose the low bits HF's float32 cos/sin of it also lose,
-         * differently. Both land within 1e-6 of the exact value. */
+        /* The angle in double, as tests/reference/llama_ref.py takes it:
+         * near position 10^5 a float32 product is off by up to 4e-3 rad. */
         for (int i = 0; i < half; i++) {
             double a = (double)j->pos[t] * (double)j->inv_freq[i];
             cs[i] = (float)cos(a);
@@ -348,8 +355,8 @@ static void rope_task(void *arg, int tid, int nt)
 {
     rope_job_t *j = arg;
     int t0, t1;
-    ig__split(j->ntok, 1, tid, nt, &t0, &t1);
-    rope_rows(j, t0, t1);
+    while (ig__pool_take(&j->next, j->ntok, 4, &t0, &t1))
+        rope_rows(j, t0, t1);
 }
 
 static int cpu_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int n_heads,
@@ -357,8 +364,16 @@ static int cpu_rope(ig_backend_t *be, float *q, float *k, const int *pos, int nt
 {
     if (head_dim % 2 != 0 || head_dim > 1024)
         return IG_EINVAL;
-    rope_job_t j = {q, k, pos, ntok, n_heads, n_kv_heads, head_dim, inv_freq};
-    if (ntok >= 8)
+    rope_job_t j = {.q = q,
+                    .k = k,
+                    .pos = pos,
+                    .ntok = ntok,
+                    .n_heads = n_heads,
+                    .n_kv_heads = n_kv_heads,
+                    .head_dim = head_dim,
+                    .inv_freq = inv_freq};
+    atomic_init(&j.next, 0);
+    if (ntok >= 8 && cpu_of(be)->nthreads > 1)
         ig__pool_run(cpu_of(be)->pool, rope_task, &j);
     else
         rope_rows(&j, 0, ntok);
@@ -394,6 +409,10 @@ static int cpu_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, 
     return 0;
 }
 
+/* Query rows of one sequence per attention work item: a long prefill is
+ * split so that all threads share it, a decode row is one item per head. */
+#define ATTN_ROWS 16
+
 typedef struct {
     float *out;
     const float *q;
@@ -403,12 +422,14 @@ typedef struct {
     int n_heads;
     float scale;
     float **scratch;
-    atomic_int next; /* the next (sequence, head) item to take */
+    const int *items; /* (nitems) sequence << 16 | first row / ATTN_ROWS */
+    int nitems;
+    atomic_int next; /* the next (item, head) to take */
 } attn_job_t;
 
-/* One (sequence, head): every query row of the sequence against its cached
- * positions up to its own, softmax with the running maximum subtracted. */
-static void attn_item(attn_job_t *j, int s, int h, float *scores)
+/* Rows [r0, r1) of sequence s, head h: each against its cached positions up
+ * to its own, softmax with the running maximum subtracted. */
+static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores)
 {
     const ig_kv_layout_t *kv = j->kv;
     const ig_attn_batch_t *b = j->b;
@@ -416,17 +437,19 @@ static void attn_item(attn_job_t *j, int s, int h, float *scores)
     int kvh = h / (j->n_heads / kv->n_kv_heads);
     int q0 = b->q_start[s], qn = b->q_start[s + 1] - q0;
     const int *table = b->block_tables + (size_t)s * b->max_blocks;
-    for (int r = 0; r < qn; r++) {
+    for (int r = r0; r < r1; r++) {
         int pos = b->ctx_len[s] - qn + r;
         const float *q = j->q + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float *o = j->out + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float mx = -INFINITY;
-        for (int t = 0; t <= pos; t++) {
-            const float *kr = kv->k + kv_offset(kv, j->layer, table[t / bs], kvh, t % bs);
-            float sc = ig__dot(q, kr, hd) * j->scale;
-            scores[t] = sc;
-            if (sc > mx)
-                mx = sc;
+        for (int t0 = 0; t0 <= pos; t0 += bs) {
+            const float *kr = kv->k + kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
+            int n = pos + 1 - t0 < bs ? pos + 1 - t0 : bs;
+            for (int t = 0; t < n; t++) {
+                float sc = ig__dot(q, kr + (size_t)t * hd, hd) * j->scale;
+                scores[t0 + t] = sc;
+                mx = sc > mx ? sc : mx;
+            }
         }
         float sum = 0.0f;
         for (int t = 0; t <= pos; t++) {
@@ -434,9 +457,11 @@ static void attn_item(attn_job_t *j, int s, int h, float *scores)
             sum += scores[t];
         }
         memset(o, 0, (size_t)hd * sizeof(float));
-        for (int t = 0; t <= pos; t++) {
-            const float *vr = kv->v + kv_offset(kv, j->layer, table[t / bs], kvh, t % bs);
-            ig__axpy(o, scores[t], vr, hd);
+        for (int t0 = 0; t0 <= pos; t0 += bs) {
+            const float *vr = kv->v + kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
+            int n = pos + 1 - t0 < bs ? pos + 1 - t0 : bs;
+            for (int t = 0; t < n; t++)
+                ig__axpy(o, scores[t0 + t], vr + (size_t)t * hd, hd);
         }
         float inv = 1.0f / sum;
         for (int i = 0; i < hd; i++)
@@ -447,12 +472,16 @@ static void attn_item(attn_job_t *j, int s, int h, float *scores)
 static void attn_task(void *arg, int tid, int nt)
 {
     attn_job_t *j = arg;
-    int items = j->b->nseq * j->n_heads;
+    int total = j->nitems * j->n_heads;
     for (;;) {
         int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (it >= items)
+        if (it >= total)
             break;
-        attn_item(j, it / j->n_heads, it % j->n_heads, j->scratch[tid]);
+        int item = j->items[it / j->n_heads], h = it % j->n_heads;
+        int s = item >> 16, r0 = (item & 0xffff) * ATTN_ROWS;
+        int qn = j->b->q_start[s + 1] - j->b->q_start[s];
+        int r1 = r0 + ATTN_ROWS < qn ? r0 + ATTN_ROWS : qn;
+        attn_rows(j, s, h, r0, r1, j->scratch[tid]);
     }
 }
 
@@ -460,15 +489,20 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
                          int layer, const ig_attn_batch_t *batch, int n_heads, float scale)
 {
     cpu_t *c = cpu_of(be);
-    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0)
+    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 || batch->nseq > 0xffff)
         return IG_EINVAL;
     size_t need = (size_t)(batch->max_ctx > 0 ? batch->max_ctx : 1);
+    int nitems = 0;
+    double work = 0; /* multiply-adds of the scores and the weighted sum */
     for (int s = 0; s < batch->nseq; s++) {
         int qn = batch->q_start[s + 1] - batch->q_start[s];
-        if (batch->ctx_len[s] < qn || batch->ctx_len[s] > batch->max_blocks * kv->block_size)
+        if (qn < 0 || batch->ctx_len[s] < qn ||
+            batch->ctx_len[s] > batch->max_blocks * kv->block_size)
             return IG_ERANGE;
         if ((size_t)batch->ctx_len[s] > need)
             need = (size_t)batch->ctx_len[s];
+        nitems += (qn + ATTN_ROWS - 1) / ATTN_ROWS;
+        work += 2.0 * qn * batch->ctx_len[s] * n_heads * kv->head_dim;
     }
     if (need > c->scratch_cap) {
         for (int t = 0; t < c->nthreads; t++) {
@@ -479,6 +513,19 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
         }
         c->scratch_cap = need;
     }
+    if (nitems > c->items_cap) {
+        int *p = realloc(c->items, (size_t)nitems * sizeof(int));
+        if (p == NULL)
+            return IG_ENOMEM;
+        c->items = p;
+        c->items_cap = nitems;
+    }
+    nitems = 0;
+    for (int s = 0; s < batch->nseq; s++) {
+        int qn = batch->q_start[s + 1] - batch->q_start[s];
+        for (int r = 0; r * ATTN_ROWS < qn; r++)
+            c->items[nitems++] = s << 16 | r;
+    }
     attn_job_t j = {.out = out,
                     .q = q,
                     .kv = kv,
@@ -486,9 +533,11 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
                     .b = batch,
                     .n_heads = n_heads,
                     .scale = scale,
-                    .scratch = c->scratch};
+                    .scratch = c->scratch,
+                    .items = c->items,
+                    .nitems = nitems};
     atomic_init(&j.next, 0);
-    if (batch->nseq * n_heads > 1 && c->nthreads > 1)
+    if (nitems * n_heads > 1 && c->nthreads > 1 && work >= PARALLEL_MIN_FLOPS)
         ig__pool_run(c->pool, attn_task, &j);
     else
         attn_task(&j, 0, 1);
@@ -515,6 +564,7 @@ static void cpu_destroy(ig_backend_t *be)
             for (int t = 0; t < c->nthreads; t++)
                 free(c->scratch[t]);
         free(c->scratch);
+        free(c->items);
         free(c);
     }
     free(be);

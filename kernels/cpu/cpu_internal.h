@@ -9,13 +9,16 @@
 
 #include "infergate/kernels.h"
 
+#include <stdatomic.h>
 #include <stddef.h>
 
 /* ---- thread pool ---------------------------------------------------------- */
 
 /* A small persistent pool: n - 1 pthreads plus the calling thread. run()
- * calls fn(arg, tid, n) once for every tid in [0, n) and returns when all
- * calls have returned; the caller runs tid 0 itself. */
+ * calls fn(arg, tid, n) on the calling thread (tid 0) and on every worker
+ * that wakes up before the caller's call returns; it returns when all those
+ * calls have. So fn must take its work from a shared counter until none is
+ * left (ig__pool_take), never assume that every tid runs. */
 typedef struct ig__pool_s ig__pool_t;
 typedef void (*ig__pool_fn)(void *arg, int tid, int nthreads);
 
@@ -24,8 +27,17 @@ void ig__pool_run(ig__pool_t *pool, ig__pool_fn fn, void *arg);
 int ig__pool_size(const ig__pool_t *pool);
 void ig__pool_free(ig__pool_t *pool);
 
-/* Splits [0, n) into nthreads parts aligned to `align` and gives part tid. */
-void ig__split(int n, int align, int tid, int nthreads, int *begin, int *end);
+/* Takes the next range of `chunk` units out of [0, n) from *next; 0 when
+ * none is left. */
+static inline int ig__pool_take(atomic_int *next, int n, int chunk, int *begin, int *end)
+{
+    int c = atomic_fetch_add_explicit(next, 1, memory_order_relaxed);
+    if (c >= (n + chunk - 1) / chunk)
+        return 0;
+    *begin = c * chunk;
+    *end = *begin + chunk < n ? *begin + chunk : n;
+    return 1;
+}
 
 /* ---- GEMM ----------------------------------------------------------------- */
 

@@ -2,6 +2,12 @@
  * A persistent pthread pool for the CPU backend. Each forward pass dispatches
  * a few dozen parallel sections, so the workers stay alive and wait on a
  * condition variable between sections instead of being created per call.
+ *
+ * Sections hand out their work from a shared counter, so the caller never
+ * waits for a worker that has not started yet: when the caller has run out
+ * of work it closes the section, waits only for the workers inside it, and a
+ * worker that wakes up later skips the closed section. On a machine whose
+ * cores are shared, a descheduled worker then costs nothing.
  */
 #include "cpu_internal.h"
 
@@ -17,7 +23,8 @@ struct ig__pool_s {
     pthread_cond_t work; /* a new section (generation changed) or stop */
     pthread_cond_t done; /* pending reached 0 */
     unsigned long generation;
-    int pending; /* workers still inside the current section */
+    int active; /* workers inside the current section */
+    int closed; /* the current section takes no more workers */
     int stop;
     ig__pool_fn fn;
     void *arg;
@@ -43,12 +50,15 @@ static void *pool_worker(void *p)
         if (pool->stop)
             break;
         seen = pool->generation;
+        if (pool->closed)
+            continue; /* arrived after the caller finished the section */
+        pool->active++;
         ig__pool_fn fn = pool->fn;
         void *arg = pool->arg;
         pthread_mutex_unlock(&pool->mu);
         fn(arg, tid, pool->n);
         pthread_mutex_lock(&pool->mu);
-        if (--pool->pending == 0)
+        if (--pool->active == 0 && pool->closed)
             pthread_cond_signal(&pool->done);
     }
     pthread_mutex_unlock(&pool->mu);
@@ -98,15 +108,17 @@ void ig__pool_run(ig__pool_t *pool, ig__pool_fn fn, void *arg)
     pthread_mutex_lock(&pool->mu);
     pool->fn = fn;
     pool->arg = arg;
-    pool->pending = pool->n - 1;
+    pool->active = 0;
+    pool->closed = 0;
     pool->generation++;
     pthread_cond_broadcast(&pool->work);
     pthread_mutex_unlock(&pool->mu);
 
-    fn(arg, 0, pool->n);
+    fn(arg, 0, pool->n); /* returns when no work is left to take */
 
     pthread_mutex_lock(&pool->mu);
-    while (pool->pending > 0)
+    pool->closed = 1;
+    while (pool->active > 0)
         pthread_cond_wait(&pool->done, &pool->mu);
     pthread_mutex_unlock(&pool->mu);
 }
@@ -131,17 +143,4 @@ void ig__pool_free(ig__pool_t *pool)
     pthread_cond_destroy(&pool->done);
     free(pool->threads);
     free(pool);
-}
-
-void ig__split(int n, int align, int tid, int nthreads, int *begin, int *end)
-{
-    if (align < 1)
-        align = 1;
-    int units = (n + align - 1) / align;
-    int per = units / nthreads, rem = units % nthreads;
-    int ub = tid * per + (tid < rem ? tid : rem);
-    int ue = ub + per + (tid < rem ? 1 : 0);
-    int b = ub * align, e = ue * align;
-    *begin = b < n ? b : n;
-    *end = e < n ? e : n;
 }
