@@ -12,7 +12,7 @@
 #   DEVICE=cpu          worker --device (cpu, cpu:N, cuda:0, ...)
 #   CONCURRENCY=16      igbench users in the closed loop
 #   REQUESTS=96         requests per run (the first 16 are warm-up)
-#   INPUT_TOKENS=64     prompt length
+#   INPUT_TOKENS=32     prompt length (words; the small preset has 256 positions)
 #   MAX_TOKENS=64       generated tokens per request (ignore_eos)
 #   REPEAT=2            runs of each setting, alternated (A B A B)
 #   RESULTS=bench/results/worker-batching.json
@@ -26,7 +26,7 @@ PRESET=${PRESET:-small}
 DEVICE=${DEVICE:-cpu}
 CONCURRENCY=${CONCURRENCY:-16}
 REQUESTS=${REQUESTS:-96}
-INPUT_TOKENS=${INPUT_TOKENS:-64}
+INPUT_TOKENS=${INPUT_TOKENS:-32}
 MAX_TOKENS=${MAX_TOKENS:-64}
 REPEAT=${REPEAT:-2}
 RESULTS=${RESULTS:-$root/bench/results/worker-batching.json}

@@ -10,10 +10,12 @@
  * reports by default ("raw_logprobs") and what lets a client compare them
  * across sampling settings.
  *
- * Cost per call on a vocab V: O(V) for the log-sum-exp, greedy and plain
- * temperature sampling; top-k / top-p / min-p heapify the candidates in O(V)
- * and pop only the kept ones (O(k log V)); the top N logprobs keep a min-heap
- * of N (O(V log N)). Nothing sorts the whole vocab.
+ * Cost per call on a vocab V: one O(V) pass for greedy, two for plain
+ * temperature; top-k selects with a min-heap of k (O(V) compares for small
+ * k); top-p / min-p keep only the ids that can matter (for top-p those within
+ * ln(V / (1 - p)) of the max: all the others together weigh less than 1 - p)
+ * and heapify just those; the logprobs cost one more pass (log-sum-exp) and a
+ * min-heap of N. Nothing sorts the whole vocab.
  *
  * A sampler holds scratch buffers for one vocab and is used by one thread.
  */
@@ -61,7 +63,8 @@ void ig_sampler_free(ig_sampler_t *s);
 
 /*
  * Picks the next token from logits(vocab) and fills out (token, its logprob
- * and the top `ntop` logprobs, ntop clamped to 0..IG_SAMPLER_MAX_TOP).
+ * and the top `ntop` logprobs, ntop clamped to 0..IG_SAMPLER_MAX_TOP; with
+ * ntop < 0 no logprob is computed at all, which saves a pass over the vocab).
  * history(nhistory) are the tokens the penalty applies to (prompt and
  * generated). Draws at most one number from rng. logits is not modified.
  */
