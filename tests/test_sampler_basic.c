@@ -128,6 +128,42 @@ static void test_filters(void **state)
         ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
         assert_true(expf(l[out.token] - lmax) >= 0.5f - 1e-6f);
     }
+    /* top_p = 0.9 at T = 1.5: every draw lies in the nucleus computed here
+     * by a full sort, and draws reach deep into it. */
+    ig_sampling_params_default(&p);
+    p.top_p = 0.9f;
+    p.temperature = 1.5f;
+    int order[V];
+    for (int i = 0; i < V; i++)
+        order[i] = i;
+    for (int i = 0; i < V; i++) /* selection sort, descending: a test may be slow */
+        for (int j = i + 1; j < V; j++)
+            if (l[order[j]] > l[order[i]]) {
+                int t = order[i];
+                order[i] = order[j];
+                order[j] = t;
+            }
+    double z = 0, cum = 0;
+    for (int i = 0; i < V; i++)
+        z += exp((l[i] - l[order[0]]) / 1.5);
+    char in_nucleus[V] = {0};
+    int nucleus = 0;
+    for (int i = 0; i < V && cum < 0.9 * z; i++) {
+        cum += exp((l[order[i]] - l[order[0]]) / 1.5);
+        in_nucleus[order[i]] = 1;
+        nucleus++;
+    }
+    int deepest = 0;
+    for (int i = 0; i < 3000; i++) {
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, -1, &out);
+        if (!in_nucleus[out.token])
+            fail_msg("token %d is outside the nucleus of %d", out.token, nucleus);
+        for (int k = 0; k < nucleus; k++)
+            if (order[k] == out.token && k > deepest)
+                deepest = k;
+    }
+    assert_true(nucleus > 100);
+    assert_true(deepest > nucleus / 2);
     free(l);
     ig_sampler_free(s);
 }
