@@ -657,8 +657,10 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (int)n : 1;
     }
-    if (threads > 256)
-        return cpu_destroy(be), IG_EINVAL;
+    if (threads > 256) {
+        rc = IG_EINVAL;
+        goto fail;
+    }
     c->nthreads = threads;
     c->scratch = calloc((size_t)threads, sizeof(float *));
     if (c->scratch == NULL)
