@@ -4,7 +4,7 @@
  * position of three prompts prefilled in one batch, then the same prompts
  * fed as a shorter prefill followed by batched decode steps. Max abs error
  * must stay <= 1e-4 (f32) on the tiny and gqa presets, on models with
- * llama3 and linear rope scaling, and on gqa in bf16.
+ * llama3 and linear rope scaling, on gqa in bf16 and tiny in f16.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -229,12 +229,19 @@ static void test_gqa_bf16(void **state)
     check_model("gqa", IG_DTYPE_BF16);
 }
 
+static void test_tiny_f16(void **state)
+{
+    if (!have_numpy())
+        skip();
+    check_model("tiny", IG_DTYPE_F16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny),        cmocka_unit_test(test_gqa),
         cmocka_unit_test(test_llama3_rope), cmocka_unit_test(test_linear_rope),
-        cmocka_unit_test(test_gqa_bf16),
+        cmocka_unit_test(test_gqa_bf16),    cmocka_unit_test(test_tiny_f16),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }
