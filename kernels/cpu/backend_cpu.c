@@ -456,6 +456,70 @@ static void attn_scores16(const float *q, const float *const *kp, int n, int hd,
         scores[t] = ig__dot(q, kp[t], hd) * scale;
 }
 
+/* o(hd) = inv * sum over t < n of p[t] * V[t], V read through the block
+ * table; the running sum stays in NV registers of 16 lanes. */
+static inline __attribute__((always_inline)) void wsum_regs(const ig_kv_layout_t *kv, int layer,
+                                                            const int *table, int kvh,
+                                                            const float *p, int n, float inv,
+                                                            float *o, int NV)
+{
+#if defined(__AVX512F__)
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < NV; i++)
+        acc[i] = _mm512_setzero_ps();
+    int bs = kv->block_size, hd = kv->head_dim;
+    for (int t0 = 0; t0 < n; t0 += bs) {
+        const float *vr = kv->v + kv_offset(kv, layer, table[t0 / bs], kvh, 0);
+        int m = n - t0 < bs ? n - t0 : bs;
+        for (int t = 0; t < m; t++) {
+            __m512 pv = _mm512_set1_ps(p[t0 + t]);
+#pragma GCC unroll 8
+            for (int i = 0; i < NV; i++)
+                acc[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vr + (size_t)t * hd + 16 * i), acc[i]);
+        }
+    }
+    __m512 s = _mm512_set1_ps(inv);
+#pragma GCC unroll 8
+    for (int i = 0; i < NV; i++)
+        _mm512_storeu_ps(o + 16 * i, _mm512_mul_ps(acc[i], s));
+#endif
+}
+
+static void attn_weighted_sum(const ig_kv_layout_t *kv, int layer, const int *table, int kvh,
+                              const float *p, int n, float inv, float *o)
+{
+    int hd = kv->head_dim, bs = kv->block_size;
+#if defined(__AVX512F__)
+    switch (hd % 16 == 0 ? hd / 16 : 0) {
+#define NV_CASE(k)                                                                                 \
+    case k:                                                                                        \
+        wsum_regs(kv, layer, table, kvh, p, n, inv, o, k);                                         \
+        return;
+        NV_CASE(1)
+        NV_CASE(2)
+        NV_CASE(3)
+        NV_CASE(4)
+        NV_CASE(5)
+        NV_CASE(6)
+        NV_CASE(7)
+        NV_CASE(8)
+#undef NV_CASE
+    default:
+        break;
+    }
+#endif
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int t0 = 0; t0 < n; t0 += bs) {
+        const float *vr = kv->v + kv_offset(kv, layer, table[t0 / bs], kvh, 0);
+        int m = n - t0 < bs ? n - t0 : bs;
+        for (int t = 0; t < m; t++)
+            ig__axpy(o, p[t0 + t], vr + (size_t)t * hd, hd);
+    }
+    for (int i = 0; i < hd; i++)
+        o[i] *= inv;
+}
+
 /* Rows [r0, r1) of sequence s, head h: each against its cached positions up
  * to its own, softmax with the maximum subtracted. Every row is computed the
  * same way whatever else is in the batch. */
@@ -484,16 +548,7 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
         for (int t = 0; t <= pos; t++)
             mx = scores[t] > mx ? scores[t] : mx;
         float sum = ig__exp_shift_sum(scores, pos + 1, mx);
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int t0 = 0; t0 <= pos; t0 += bs) {
-            const float *vr = kv->v + kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
-            int n = pos + 1 - t0 < bs ? pos + 1 - t0 : bs;
-            for (int t = 0; t < n; t++)
-                ig__axpy(o, scores[t0 + t], vr + (size_t)t * hd, hd);
-        }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < hd; i++)
-            o[i] *= inv;
+        attn_weighted_sum(kv, j->layer, table, kvh, scores, pos + 1, 1.0f / sum, o);
     }
 }
 
