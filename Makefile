@@ -48,8 +48,9 @@ fuzz:
 	@scripts/deps.sh test
 	@[ -f $(FUZZ_BUILD)/CMakeCache.txt ] || CC=clang cmake -S . -B $(FUZZ_BUILD) -DIG_FUZZ=ON -DIG_CUDA=OFF -DIG_OPENBLAS=OFF
 	cmake --build $(FUZZ_BUILD) -j $(JOBS)
-	@mkdir -p fuzz-corpus/http
+	@mkdir -p fuzz-corpus/http fuzz-corpus/api
 	$(FUZZ_BUILD)/fuzz_http_request -max_total_time=$(FUZZ_SECONDS) fuzz-corpus/http tests/fuzz/corpus/http
+	$(FUZZ_BUILD)/fuzz_api_request -max_total_time=$(FUZZ_SECONDS) fuzz-corpus/api tests/fuzz/corpus/api
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')

@@ -561,6 +561,8 @@ void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
 {
     double waiting = ig_proxy_queued(gw->proxy), running = 0, prefill = 0, decode = 0;
     double est_wait = -1;
+    double ttft = -1; /* our own predicted TTFT of an empty prompt, best instance */
+    uint64_t now = uv_hrtime();
     int ready = 0, slots = 0;
     json_t *models = json_array();
     for (int p = 0; p < gw->npools; p++) {
@@ -575,7 +577,13 @@ void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
             ig_upstream_state_t *u = ig_instance_route(in);
             waiting += u->reported_waiting;
             running += u->inflight;
-            prefill += u->reported_prefill_tps;
+            /* One request runs on one instance: the rate it sees is the
+             * best instance's, not the sum. */
+            if (u->reported_prefill_tps > prefill)
+                prefill = u->reported_prefill_tps;
+            double c = ig_router_cost(ig_proxy_router(gw->proxy), u, 0, now);
+            if (ttft < 0 || c < ttft)
+                ttft = c;
             slots += u->slots;
             if (est_wait < 0 || u->reported_wait_s < est_wait)
                 est_wait = u->reported_wait_s;
@@ -601,6 +609,10 @@ void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
                             waiting, "running", running, "inflight", ig_proxy_inflight(gw->proxy),
                             "est_wait_s", est_wait < 0 ? 0.0 : est_wait, "prefill_tokens_per_s",
                             prefill, "decode_tokens_per_s", decode, "max_num_seqs", slots);
+    /* What a peer adds to its round trip to us: our best instance's
+     * predicted time to first token, inner hop included. */
+    if (doc != NULL)
+        json_object_set_new(doc, "ttft_s", json_real(ttft < 0 ? 0.0 : ttft));
     respond_json(req, 200, doc);
 }
 

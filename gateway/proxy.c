@@ -571,6 +571,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
 /* ---- attempts ----------------------------------------------------------- */
 
 static void on_hedge_timer(uv_timer_t *t);
+static void on_queue_timer(uv_timer_t *t);
 
 static attempt_t *free_attempt(exchange_t *x)
 {
@@ -635,8 +636,16 @@ static void attempt_start(exchange_t *x, int hedge)
                 return;
             }
             x->state = X_QUEUED;
-            x->queued_ns = now;
+            if (x->queued_ns == 0)
+                x->queued_ns = now;
             queue_push(px, q, x);
+            /* Held, however it got here (on arrival, after a retry found
+             * everything saturated, or put back by pump): the hold counts
+             * from the first time it was queued. */
+            uint64_t held_ms = (now - x->queued_ns) / 1000000ULL;
+            uint64_t left =
+                held_ms < px->opts.queue_timeout_ms ? px->opts.queue_timeout_ms - held_ms : 1;
+            uv_timer_start(&x->timer, on_queue_timer, left, 0);
             return;
         }
         if (x->last_err != 0 || x->last_status != 0) {
@@ -861,8 +870,6 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     ig_http_req_on_abort(req, on_client_abort, x);
     ig_http_req_on_drain(req, on_client_drain, x);
     attempt_start(x, 0);
-    if (x->state == X_QUEUED)
-        uv_timer_start(&x->timer, on_queue_timer, px->opts.queue_timeout_ms, 0);
 }
 
 void ig_proxy_close(ig_proxy_t *px, void (*cb)(void *data), void *data)

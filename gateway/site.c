@@ -119,6 +119,11 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
                 s->route.reported_waiting = json_number_value(v);
             if ((v = json_object_get(doc, "est_wait_s")) && json_is_number(v))
                 s->route.reported_wait_s = json_number_value(v);
+            /* A peer's own predicted TTFT (its inner hop, queue and service)
+             * is part of any request's wait there. */
+            if ((v = json_object_get(doc, "ttft_s")) && json_is_number(v) &&
+                json_number_value(v) > s->route.reported_wait_s)
+                s->route.reported_wait_s = json_number_value(v);
             if ((v = json_object_get(doc, "prefill_tokens_per_s")) && json_is_number(v))
                 s->route.reported_prefill_tps = json_number_value(v);
             if ((v = json_object_get(doc, "max_num_seqs")) && json_is_integer(v))

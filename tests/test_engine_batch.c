@@ -312,8 +312,42 @@ static void test_bad_batches(void **state)
     pos_start[0] = 0;
     seq_start[1] = 600; /* more rows than max_batched_tokens */
     assert_int_equal(ig_engine_forward(c->e, &b), IG_ETOOLONG);
+    seq_start[1] = 3;
+    b.nseq = 33; /* more sequences than max_num_seqs (32) */
+    assert_int_equal(ig_engine_forward(c->e, &b), IG_EINVAL);
+    b.nseq = 1;
+    assert_int_equal(ig_engine_forward(c->e, &b), 0); /* still usable */
     free(logits);
     close_ctx(c);
+}
+
+/* Options the engine cannot work with are refused with a message. */
+static void test_bad_options(void **state)
+{
+    char dir[4096], err[256];
+    ig_model_t *model;
+    ig_backend_t *be;
+    assert_int_equal(ig_fixture_model_dir("tiny", IG_DTYPE_F32, dir, sizeof(dir), NULL), 0);
+    assert_int_equal(ig_model_load(&model, dir, err, sizeof(err)), 0);
+    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    ig_engine_opts_t o;
+    int *fields[] = {&o.block_size, &o.max_batched_tokens, &o.max_num_seqs, &o.kv_blocks};
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
+        ig_engine_opts_default(&o);
+        *fields[i] = -1;
+        ig_engine_t *e = NULL;
+        err[0] = 0;
+        assert_int_equal(ig_engine_create(&e, model, be, &o, err, sizeof(err)), IG_EINVAL);
+        assert_null(e);
+        assert_true(strlen(err) > 0);
+    }
+    ig_engine_t *e = NULL;
+    assert_int_equal(ig_engine_create(&e, model, be, NULL, err, sizeof(err)), 0); /* defaults */
+    assert_int_equal(ig_engine_block_size(e), 16);
+    ig_engine_free(e);
+    be->destroy(be);
+    ig_model_free(model);
+    ig_fixture_rmdir(dir);
 }
 
 int main(void)
@@ -322,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_alone_vs_batch_own), cmocka_unit_test(test_alone_vs_batch_blas),
         cmocka_unit_test(test_chunked_prefill),    cmocka_unit_test(test_block_free_list),
         cmocka_unit_test(test_default_kv_size),    cmocka_unit_test(test_bad_batches),
+        cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

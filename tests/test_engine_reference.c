@@ -3,8 +3,8 @@
  * NumPy forward pass reading the same safetensors file: every prompt
  * position of three prompts prefilled in one batch, then the same prompts
  * fed as a shorter prefill followed by batched decode steps. Max abs error
- * must stay <= 1e-4 (f32) on the tiny and gqa presets, and on a model with
- * llama3 rope scaling and a bf16 copy of gqa.
+ * must stay <= 1e-4 (f32) on the tiny and gqa presets, on models with
+ * llama3 and linear rope scaling, on gqa in bf16 and tiny in f16.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -215,6 +215,13 @@ static void test_llama3_rope(void **state)
     check_model("llama3", IG_DTYPE_F32);
 }
 
+static void test_linear_rope(void **state)
+{
+    if (!have_numpy())
+        skip();
+    check_model("linear", IG_DTYPE_F32);
+}
+
 static void test_gqa_bf16(void **state)
 {
     if (!have_numpy())
@@ -222,13 +229,19 @@ static void test_gqa_bf16(void **state)
     check_model("gqa", IG_DTYPE_BF16);
 }
 
+static void test_tiny_f16(void **state)
+{
+    if (!have_numpy())
+        skip();
+    check_model("tiny", IG_DTYPE_F16);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny),
-        cmocka_unit_test(test_gqa),
-        cmocka_unit_test(test_llama3_rope),
-        cmocka_unit_test(test_gqa_bf16),
+        cmocka_unit_test(test_tiny),        cmocka_unit_test(test_gqa),
+        cmocka_unit_test(test_llama3_rope), cmocka_unit_test(test_linear_rope),
+        cmocka_unit_test(test_gqa_bf16),    cmocka_unit_test(test_tiny_f16),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -46,8 +46,8 @@ typedef struct {
 
 /* A region with one CPU pool of `instances` workers for model "tiny", and
  * optionally a site. */
-static void region_start(gateway_t *g, int port, const char *region, int instances,
-                         int max_num_seqs, const char *site_url)
+static void region_start_with(gateway_t *g, int port, const char *region, int instances,
+                              int max_num_seqs, const char *site_url, const char *extra)
 {
     char devices[256] = "";
     for (int i = 0; i < instances; i++)
@@ -63,8 +63,9 @@ static void region_start(gateway_t *g, int port, const char *region, int instanc
              "\"models\":[{\"name\":\"tiny\",\"path\":\"%s\"}],"
              "\"pools\":[{\"name\":\"cpu\",\"model\":\"tiny\",\"devices\":[%s],\"threads\":1,"
              "\"min_instances\":%d,\"max_instances\":%d,"
-             "\"batching\":{\"max_num_seqs\":%d}}]%s}",
-             region, port, model_dir, devices, instances, instances, max_num_seqs, sites);
+             "\"batching\":{\"max_num_seqs\":%d}}]%s%s}",
+             region, port, model_dir, devices, instances, instances, max_num_seqs, sites,
+             extra ? extra : "");
     const char *path = ig_proc_temp_file(cfg, ".json");
     assert_non_null(path);
     char *argv[] = {strdup(ig_proc_bin("infergate")),
@@ -78,6 +79,12 @@ static void region_start(gateway_t *g, int port, const char *region, int instanc
     free(argv[0]);
     assert_int_equal(ig_proc_wait_listening(&g->proc, port, 20000), 0);
     assert_int_equal(ig_proc_wait_status(port, "/ready", 200, 60000), 0);
+}
+
+static void region_start(gateway_t *g, int port, const char *region, int instances,
+                         int max_num_seqs, const char *site_url)
+{
+    region_start_with(g, port, region, instances, max_num_seqs, site_url, NULL);
 }
 
 static json_t *get_json(int port, const char *path)
@@ -347,6 +354,58 @@ static void test_two_regions_spill_over(void **state)
     ig_proc_stop(&to_east, SIGTERM, 5000);
 }
 
+typedef struct {
+    int port;
+    int status;
+    char retry_after[16];
+} shot_t;
+
+static void *long_request(void *arg)
+{
+    shot_t *o = arg;
+    ig_tc_response_t r;
+    if (complete(o->port, 200, &r) == 0) {
+        o->status = r.status;
+        const char *ra = ig_tc_header(&r, "retry-after");
+        snprintf(o->retry_after, sizeof(o->retry_after), "%s", ra ? ra : "");
+        ig_tc_response_free(&r);
+    }
+    return NULL;
+}
+
+/* Every upstream saturated and the model's queue full: 429 with
+ * Retry-After at once; the ones that were admitted still complete. */
+static void test_saturated_queue_full_gets_429(void **state)
+{
+    gateway_t g;
+    region_start_with(&g, ig_proc_free_port(), "solo", 1, 1, NULL,
+                      ",\"routing\":{\"queue_size\":1}");
+    enum { N = 8 };
+    pthread_t th[N];
+    shot_t o[N];
+    for (int i = 0; i < N; i++) {
+        memset(&o[i], 0, sizeof(o[i]));
+        o[i].port = g.port;
+        pthread_create(&th[i], NULL, long_request, &o[i]);
+    }
+    int ok = 0, refused = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        if (o[i].status == 200)
+            ok++;
+        if (o[i].status == 429) {
+            refused++;
+            assert_true(o[i].retry_after[0] != '\0');
+        }
+        assert_true(o[i].status == 200 || o[i].status == 429);
+    }
+    print_message("%d completed, %d refused with 429\n", ok, refused);
+    /* Two in flight (2 x 1 slot) and one held fit; the rest are refused. */
+    assert_true(ok >= 3);
+    assert_true(refused >= 1);
+    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -354,6 +413,7 @@ int main(void)
         cmocka_unit_test(test_worker_sigkill_under_load),
         cmocka_unit_test(test_no_orphans_after_sigkill),
         cmocka_unit_test(test_two_regions_spill_over),
+        cmocka_unit_test(test_saturated_queue_full_gets_429),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

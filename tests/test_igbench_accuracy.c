@@ -33,7 +33,8 @@ static void assert_within(double got, double truth, double rel)
 /*
  * Runs igbench open loop against an upstream started with upstream_args and
  * checks its quantiles against the truth (ms):
- *  - p50 of every run within 5%: the median is immune to rare hiccups;
+ *  - p50 within 5% (median over the runs made; each run within 10%): the
+ *    median is immune to rare hiccups;
  *  - p99 of no run below the truth by more than 5% (nothing on a real
  *    machine makes a request faster than its service time);
  *  - p99 of the best run within 5%. The virtual test machine now and then
@@ -49,8 +50,9 @@ static void check_quantiles(const char *upstream_args, const char *igbench_args,
 {
     tproc_t up;
     assert_int_equal(tu_start(&up, "testupstream", "--quiet %s", upstream_args), 0);
-    double best99 = 1e300;
-    for (int n = 0; n < MAX_RUNS; n++) {
+    double best99 = 1e300, p50s[MAX_RUNS];
+    int n;
+    for (n = 0; n < MAX_RUNS; n++) {
         json_t *r = tu_igbench("--target 127.0.0.1:%d --seed %d %s", up.port, n + 1, igbench_args);
         assert_non_null(r);
         assert_int_equal((int)TU_NUM(r, "requests", "errors"), 0);
@@ -62,14 +64,18 @@ static void check_quantiles(const char *upstream_args, const char *igbench_args,
                       100 * (p99 - p99_truth) / p99_truth,
                       TU_NUM(r, "latency_ms", "send_lag", "max"));
         json_decref(r);
-        assert_true(fabs(p50 - p50_truth) <= TOL * p50_truth);
+        assert_true(fabs(p50 - p50_truth) <= 2 * TOL * p50_truth);
+        p50s[n] = p50;
         assert_true(p99 >= (1 - TOL) * p99_truth);
         if (p99 < best99)
             best99 = p99;
-        if (fabs(best99 - p99_truth) <= TOL * p99_truth)
+        if (fabs(best99 - p99_truth) <= TOL * p99_truth) {
+            n++;
             break;
+        }
     }
     tu_stop(&up);
+    assert_within(tu_median(p50s, n), p50_truth, TOL);
     assert_within(best99, p99_truth, TOL);
 }
 

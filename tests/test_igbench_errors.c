@@ -84,6 +84,25 @@ static void test_goodput(void **state)
     json_decref(r);
 }
 
+/* A server that closes idle keep-alive connections (here after 19 ms, as
+ * requests come every 20 ms) races each send; a request lost that way never
+ * reached the server and is resent, so it is not an error. */
+static void test_idle_close_is_not_an_error(void **state)
+{
+    tproc_t up;
+    assert_int_equal(tu_start(&up, "testupstream", "--quiet --delay-ms 1 --idle-timeout-ms 19"), 0);
+    json_t *r =
+        tu_igbench("--target 127.0.0.1:%d --rate 50 --arrival constant --requests 100", up.port);
+    tu_stop(&up);
+    assert_non_null(r);
+    print_message("%d connections, %d resent\n", (int)TU_NUM(r, "connections", "opened"),
+                  (int)TU_NUM(r, "connections", "resent_after_idle_close"));
+    assert_int_equal((int)TU_NUM(r, "requests", "errors"), 0);
+    assert_int_equal((int)TU_NUM(r, "requests", "ok"), 100);
+    assert_true(TU_NUM(r, "connections", "opened") > 1);
+    json_decref(r);
+}
+
 static int run_status(const char *args)
 {
     char line[512], *argv[32];
@@ -113,6 +132,7 @@ int main(void)
         cmocka_unit_test(test_timeouts),
         cmocka_unit_test(test_goodput),
         cmocka_unit_test(test_remote_refused),
+        cmocka_unit_test(test_idle_close_is_not_an_error),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -52,7 +52,8 @@ static void test_closed_loop_hides_stall(void **state)
     assert_true(max >= 500.0);
     /* ... yet the closed loop's p99 barely moves: one slow sample in ~200. */
     assert_true(n >= 150);
-    assert_true(p99 < 50.0);
+    assert_true(p99 < 200.0);
+    assert_true(TU_NUM(r, "latency_ms", "e2e", "p90") < 50.0);
     json_decref(r);
 }
 

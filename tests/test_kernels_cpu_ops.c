@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "../kernels/cpu/cpu_internal.h"
+#include "../kernels/cpu/simd.h"
 #include "infergate/error.h"
 #include "infergate/kernels.h"
 
@@ -362,6 +363,33 @@ static void test_attention_paged(void **state)
     }
 }
 
+/* The vector exponential used by softmax and SwiGLU, from e^-87 to e^80
+ * (a float sum of more would overflow), and its clamped ends. */
+static void test_exp_shift_sum(void **state)
+{
+    enum { N = 2001 };
+    static float s[N];
+    double want_sum = 0, worst = 0;
+    for (int i = 0; i < N; i++) {
+        s[i] = -87.0f + 167.0f * (float)i / (N - 1) - 1.0f; /* then shifted by mx = -1 */
+    }
+    float got_sum = ig__exp_shift_sum(s, N, -1.0f);
+    for (int i = 0; i < N; i++) {
+        double want = exp((double)(float)(-87.0f + 167.0f * (float)i / (N - 1) - 1.0f) + 1.0);
+        want_sum += want;
+        double rel = fabs(s[i] - want) / want;
+        worst = rel > worst ? rel : worst;
+    }
+    printf("# exp: worst relative error %.3g\n", worst);
+    assert_true(worst < 5e-7);
+    assert_true(fabs(got_sum - want_sum) / want_sum < 1e-5); /* a float sum of 2001 */
+    float big[3] = {-200.0f, 0.0f, 200.0f};
+    ig__exp_shift_sum(big, 3, 0.0f);
+    assert_true(big[0] >= 0.0f && big[0] < 1e-30f);
+    assert_true(big[1] == 1.0f);
+    assert_true(big[2] > 1e38f && isfinite(big[2]));
+}
+
 /* Every unit of a range is taken exactly once, whatever the chunk. */
 static void test_pool_take_covers(void **state)
 {
@@ -390,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rope),
         cmocka_unit_test(test_upload_convert),     cmocka_unit_test(test_embed_gather),
         cmocka_unit_test(test_attention_paged),    cmocka_unit_test(test_pool_take_covers),
+        cmocka_unit_test(test_exp_shift_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -377,6 +377,18 @@ int main(int argc, char **argv)
            rss / 1048576.0, ig_model_weight_bytes(model) / 1048576.0,
            ig_engine_kv_bytes(e) / 1048576.0, ig_engine_num_blocks(e));
 
+    /* The shape bench/lib/plot.sh draws. */
+    json_t *xs = json_array(), *wall = json_array(), *cpu = json_array();
+    for (int i = 0; i < o.nbatches; i++) {
+        json_array_append_new(xs, json_integer(o.batches[i]));
+        json_array_append_new(wall, json_real(best[i]));
+        json_array_append_new(cpu, json_real(best_cpu[i]));
+    }
+    json_object_set_new(res, "plot",
+                        json_pack("{s:s, s:s, s:s, s:o, s:{s:o, s:o}}", "title",
+                                  "engine: aggregate decode tokens/s by batch size", "xlabel",
+                                  "concurrent sequences", "ylabel", "tokens/s", "x", xs, "series",
+                                  "wall-clock tokens/s", wall, "tokens per CPU-second", cpu));
     json_object_set_new(res, "bench", json_string("engine"));
     json_object_set_new(res, "model", json_string(o.model));
     json_object_set_new(res, "device", json_string(be->name));

@@ -84,6 +84,7 @@ typedef struct breq_s {
     int status;
     int sse;
     int done_seen;
+    int retried; /* resent once after a reused connection closed under it */
     size_t rx_bytes;
     char *payload;
     size_t payload_len;
@@ -131,6 +132,7 @@ static struct {
     conn_t *all;
     int nconns, peak_conns;
     long long conns_opened;
+    long long retries;
     /* figures over measured requests */
     igb_hdr_t e2e, ttft, itl, tpot, lag;
     long long measured_sent, ok, good, out_tokens;
@@ -577,7 +579,8 @@ static int on_headers_complete(llhttp_t *p)
 {
     breq_t *r = ((conn_t *)p->data)->req;
     r->status = p->status_code;
-    return 0;
+    /* A response to HEAD has headers only, whatever Content-Length says. */
+    return cfg.endpoint == EP_RAW && strcmp(cfg.raw_method, "HEAD") == 0 ? 1 : 0;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t len)
@@ -651,6 +654,18 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         r = c->req;
         if (!r) {
             conn_close(c);
+            return;
+        }
+        if (!r->rx_bytes && c->completed && !r->retried && !S.stopping) {
+            /* The server closed an idle keep-alive connection as the request
+             * went out: it never saw it. Resend once on another connection;
+             * the latency still counts from the scheduled time. */
+            c->req = NULL;
+            r->c = NULL;
+            r->retried = 1;
+            S.retries++;
+            conn_close(c);
+            dispatch(r);
             return;
         }
         conn_fail(c, r->rx_bytes ? "broken_stream" : (c->completed ? "closed" : "connect"));
@@ -938,8 +953,9 @@ static int report(void)
         printf("%s\n", S.nerr_kinds ? ")" : "");
         printf("window %.3f s: throughput %.2f req/s, goodput %.2f req/s, output %.1f tok/s\n",
                window, thr, goodput, tps);
-        printf("connections: %lld opened, peak %d open; peak queue %lld\n", S.conns_opened,
-               S.peak_conns, S.qmax);
+        printf("connections: %lld opened, peak %d open; peak queue %lld; %lld resent after an "
+               "idle close\n",
+               S.conns_opened, S.peak_conns, S.qmax, S.retries);
         printf("  %-6s %8s %9s %9s %9s %9s %9s %9s  (ms)\n", "metric", "count", "mean", "p50",
                "p90", "p99", "p99.9", "max");
         print_row("e2e", &S.e2e);
@@ -1004,6 +1020,7 @@ static int report(void)
     json_object_set_new(cn, "opened", json_integer(S.conns_opened));
     json_object_set_new(cn, "peak_open", json_integer(S.peak_conns));
     json_object_set_new(cn, "peak_queue", json_integer(S.qmax));
+    json_object_set_new(cn, "resent_after_idle_close", json_integer(S.retries));
     json_object_set_new(root, "connections", cn);
     json_t *lat = json_object();
     json_object_set_new(lat, "e2e", hist_json(&S.e2e));

@@ -47,6 +47,7 @@ typedef struct req_s {
     int fail_after;   /* -1, or tokens sent before the connection is reset */
     int sent;         /* tokens sent so far */
     int keep_alive;
+    int head_only; /* a HEAD request: headers, no body */
     size_t nbytes; /* for GET /bytes/N */
     char model[128];
     char url[MAX_URL];
@@ -65,7 +66,8 @@ struct conn_s {
     size_t body_len, body_cap;
     req_t *head, *tail;
     int closing;
-    int active; /* head request started */
+    int active;          /* head request started */
+    igb_tq_entry_t idle; /* closes an idle keep-alive connection */
 };
 
 static struct {
@@ -83,6 +85,7 @@ static struct {
     uint64_t stall_from, stall_until; /* absolute hrtime window */
     int fail_after;
     double fail_rate;
+    double idle_timeout_ms; /* 0: keep idle connections open */
     uint64_t first_request;
     uint64_t nreq, nconn, nactive_conn, nstalled, nfailed, nerrors;
     int quiet;
@@ -146,7 +149,7 @@ static void send_response(conn_t *c, req_t *r, int status, const char *ctype, co
 {
     send_fmt(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n%s\r\n%.*s", status,
              status < 300 ? "OK" : "Error", ctype, len,
-             r->keep_alive ? "" : "Connection: close\r\n", (int)len, body);
+             r->keep_alive ? "" : "Connection: close\r\n", r->head_only ? 0 : (int)len, body);
 }
 
 static void send_str(conn_t *c, req_t *r, int status, const char *ctype, const char *body)
@@ -182,6 +185,7 @@ static void conn_close(conn_t *c, int reset)
         return;
     c->closing = 1;
     g.nactive_conn--;
+    igb_tq_remove(&g.tq, &c->idle);
     free_reqs(c);
     if (reset && uv_tcp_close_reset(&c->tcp, on_conn_closed) == 0)
         return;
@@ -189,6 +193,19 @@ static void conn_close(conn_t *c, int reset)
 }
 
 static void start_head(conn_t *c);
+
+static void on_idle(igb_tq_entry_t *e)
+{
+    conn_t *c = (conn_t *)((char *)e - offsetof(conn_t, idle));
+    if (!c->head)
+        conn_close(c, 0);
+}
+
+static void arm_idle(conn_t *c)
+{
+    if (g.idle_timeout_ms > 0 && !c->head && !c->closing)
+        igb_tq_add(&g.tq, &c->idle, uv_hrtime() + (uint64_t)(g.idle_timeout_ms * 1e6), on_idle);
+}
 
 static void on_shutdown(uv_shutdown_t *sd, int status)
 {
@@ -218,6 +235,8 @@ static void finish_head(conn_t *c)
     }
     if (c->head)
         start_head(c);
+    else
+        arm_idle(c);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -267,7 +286,10 @@ static void answer_plain(conn_t *c, req_t *r)
                          "Content-Length: %zu\r\n%s\r\n",
                          r->nbytes, r->keep_alive ? "" : "Connection: close\r\n");
         send_raw(c, strdup(hdr), (size_t)n);
-        send_raw(c, body, r->nbytes);
+        if (r->head_only)
+            free(body);
+        else
+            send_raw(c, body, r->nbytes);
         return;
     }
     case K_NOTFOUND:
@@ -621,6 +643,7 @@ static int on_message_complete(llhttp_t *p)
         }
     }
     int method = llhttp_get_method(p);
+    r->head_only = method == HTTP_HEAD;
     char path[MAX_URL];
     strcpy(path, r->url);
     char *q = strchr(path, '?');
@@ -634,17 +657,18 @@ static int on_message_complete(llhttp_t *p)
     } else if (method == HTTP_POST && strcmp(path, "/v1/chat/completions") == 0) {
         r->kind = K_CHAT;
         parse_body(c, r);
-    } else if (method == HTTP_GET && strncmp(path, "/bytes/", 7) == 0) {
+    } else if ((method == HTTP_GET || method == HTTP_HEAD) && strncmp(path, "/bytes/", 7) == 0) {
         r->kind = K_BYTES;
         r->nbytes = strtoul(path + 7, NULL, 10);
         if (r->nbytes > MAX_BODY)
             r->nbytes = MAX_BODY;
-    } else if (method == HTTP_GET || method == HTTP_POST) {
+    } else if (method == HTTP_GET || method == HTTP_POST || method == HTTP_HEAD) {
         /* Any other GET or POST is a "raw" request: "ok" after the delay. */
         r->kind = K_GET;
     } else {
         r->kind = K_NOTFOUND;
     }
+    igb_tq_remove(&g.tq, &c->idle);
     if (c->tail)
         c->tail->next = r;
     else
@@ -692,6 +716,7 @@ static void on_connection(uv_stream_t *server, int status)
     conn_t *c = calloc(1, sizeof(*c));
     if (!c)
         return;
+    igb_tq_entry_init(&c->idle);
     uv_tcp_init(g.loop, &c->tcp);
     c->tcp.data = c;
     if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0) {
@@ -704,6 +729,7 @@ static void on_connection(uv_stream_t *server, int status)
     llhttp_init(&c->parser, HTTP_REQUEST, &g.settings);
     c->parser.data = c;
     uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    arm_idle(c);
 }
 
 /* ------------------------------------------------------------------------- */
@@ -712,45 +738,47 @@ static void on_connection(uv_stream_t *server, int status)
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: testupstream [options]\n"
-            "\n"
-            "A programmable OpenAI-style upstream for benchmarks and tests. Serves\n"
-            "  POST /v1/completions, POST /v1/chat/completions  (\"stream\": true gives SSE,\n"
-            "       one event per token, then a finish chunk, a usage chunk when\n"
-            "       stream_options.include_usage is set, and data: [DONE])\n"
-            "  GET  /bytes/N      N bytes of 'x'\n"
-            "  GET|POST any other path   \"ok\\n\" (a raw request)\n"
-            "  /_control/stall?ms=N      freeze all answers for N ms from now\n"
-            "  /_control/delay?ms=N      set a fixed delay\n"
-            "  /_control/error-rate?p=X  set the injected error rate\n"
-            "  /_control/stats           counters as JSON\n"
-            "Control requests are answered at once (no delay, no stall).\n"
-            "\n"
-            "options:\n"
-            "  --listen HOST:PORT     address (default 127.0.0.1:0, a kernel-picked port)\n"
-            "  --port-file FILE       write the bound port to FILE once listening\n"
-            "  --seed N               seed for every random choice (default 1)\n"
-            "  --delay-ms MS          fixed delay before the answer / first token (default 0)\n"
-            "  --delay-dist SPEC      delay distribution in ms: N | uniform:A:B | exp:MEAN |\n"
-            "                         choice:A@W,B@W,... (e.g. choice:10@0.6,40@0.4)\n"
-            "  --itl-ms MS            delay between streamed tokens (default 0); a non-streamed\n"
-            "                         answer is sent when its last token would have been\n"
-            "  --tokens N             output tokens per completion (default: the request's\n"
-            "                         max_tokens, itself 16 when absent)\n"
-            "  --error-rate P         fraction of requests answered with an error (default 0)\n"
-            "  --error-status CODE    status of injected errors (default 500)\n"
-            "  --stall-at S           freeze all answers S seconds after the first request ...\n"
-            "  --stall-for S          ... for S seconds (answers due meanwhile leave at the end)\n"
-            "  --fail-after-tokens K  reset the connection (RST) after K streamed tokens ...\n"
-            "  --fail-rate P          ... in a fraction P of streams (default 1)\n"
-            "  --spin-us US           wake this early and spin, for precise timing (default 200)\n"
-            "  --quiet                no log lines on stderr\n"
-            "  --help                 this text\n"
-            "\n"
-            "On start it prints \"testupstream listening on HOST:PORT\" to stdout.\n"
-            "Answers on one connection leave in request order; the delay counts from\n"
-            "the arrival of each request.\n");
+    fprintf(
+        out,
+        "usage: testupstream [options]\n"
+        "\n"
+        "A programmable OpenAI-style upstream for benchmarks and tests. Serves\n"
+        "  POST /v1/completions, POST /v1/chat/completions  (\"stream\": true gives SSE,\n"
+        "       one event per token, then a finish chunk, a usage chunk when\n"
+        "       stream_options.include_usage is set, and data: [DONE])\n"
+        "  GET  /bytes/N      N bytes of 'x'\n"
+        "  GET|POST any other path   \"ok\\n\" (a raw request)\n"
+        "  /_control/stall?ms=N      freeze all answers for N ms from now\n"
+        "  /_control/delay?ms=N      set a fixed delay\n"
+        "  /_control/error-rate?p=X  set the injected error rate\n"
+        "  /_control/stats           counters as JSON\n"
+        "Control requests are answered at once (no delay, no stall).\n"
+        "\n"
+        "options:\n"
+        "  --listen HOST:PORT     address (default 127.0.0.1:0, a kernel-picked port)\n"
+        "  --port-file FILE       write the bound port to FILE once listening\n"
+        "  --seed N               seed for every random choice (default 1)\n"
+        "  --delay-ms MS          fixed delay before the answer / first token (default 0)\n"
+        "  --delay-dist SPEC      delay distribution in ms: N | uniform:A:B | exp:MEAN |\n"
+        "                         choice:A@W,B@W,... (e.g. choice:10@0.6,40@0.4)\n"
+        "  --itl-ms MS            delay between streamed tokens (default 0); a non-streamed\n"
+        "                         answer is sent when its last token would have been\n"
+        "  --tokens N             output tokens per completion (default: the request's\n"
+        "                         max_tokens, itself 16 when absent)\n"
+        "  --error-rate P         fraction of requests answered with an error (default 0)\n"
+        "  --error-status CODE    status of injected errors (default 500)\n"
+        "  --stall-at S           freeze all answers S seconds after the first request ...\n"
+        "  --stall-for S          ... for S seconds (answers due meanwhile leave at the end)\n"
+        "  --fail-after-tokens K  reset the connection (RST) after K streamed tokens ...\n"
+        "  --fail-rate P          ... in a fraction P of streams (default 1)\n"
+        "  --spin-us US           wake this early and spin, for precise timing (default 200)\n"
+        "  --idle-timeout-ms MS   close keep-alive connections idle this long (default: never)\n"
+        "  --quiet                no log lines on stderr\n"
+        "  --help                 this text\n"
+        "\n"
+        "On start it prints \"testupstream listening on HOST:PORT\" to stdout.\n"
+        "Answers on one connection leave in request order; the delay counts from\n"
+        "the arrival of each request.\n");
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -821,6 +849,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--fail-rate")) {
             NEED();
             g.fail_rate = atof(v);
+        } else if (!strcmp(a, "--idle-timeout-ms")) {
+            NEED();
+            g.idle_timeout_ms = atof(v);
         } else if (!strcmp(a, "--spin-us")) {
             NEED();
             spin_us = atof(v);

@@ -186,10 +186,7 @@ static void ew_range(const ew_job_t *j, size_t b, size_t e)
         for (size_t i = b; i < e; i++)
             j->y[i] += j->x[i];
     } else {
-        for (size_t i = b; i < e; i++) {
-            float g = j->gate[i];
-            j->y[i] = g / (1.0f + expf(-g)) * j->up[i];
-        }
+        ig__swiglu(j->y + b, j->gate + b, j->up + b, e - b);
     }
 }
 
@@ -427,8 +424,105 @@ typedef struct {
     atomic_int next; /* the next (item, head) to take */
 } attn_job_t;
 
+/* scores[t] = q . K[t] * scale for the n (<= 16) keys at kp[0..n). */
+static void attn_scores16(const float *q, const float *const *kp, int n, int hd, float scale,
+                          float *scores)
+{
+#if defined(__AVX512F__)
+    if (hd % 16 == 0) {
+        /* Sixteen dot products at once and one transpose-tree sum: a head
+         * of 64 would otherwise spend as long on each horizontal sum as on
+         * its four multiply-adds. Slots past n read q itself (finite, in
+         * bounds) and are dropped; a lane's sum never mixes other lanes. */
+        const float *p[16];
+        for (int t = 0; t < 16; t++)
+            p[t] = t < n ? kp[t] : q;
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++)
+            acc[t] = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d += 16) {
+            __m512 qv = _mm512_loadu_ps(q + d);
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++)
+                acc[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(p[t] + d), acc[t]);
+        }
+        __m512 sc = _mm512_mul_ps(ig__vsum_16(acc), _mm512_set1_ps(scale));
+        _mm512_mask_storeu_ps(scores, (__mmask16)((1u << n) - 1), sc);
+        return;
+    }
+#endif
+    for (int t = 0; t < n; t++)
+        scores[t] = ig__dot(q, kp[t], hd) * scale;
+}
+
+/* o(hd) = inv * sum over t < n of p[t] * V[t], V read through the block
+ * table; the running sum stays in NV registers of 16 lanes. */
+static inline __attribute__((always_inline)) void wsum_regs(const ig_kv_layout_t *kv, int layer,
+                                                            const int *table, int kvh,
+                                                            const float *p, int n, float inv,
+                                                            float *o, int NV)
+{
+#if defined(__AVX512F__)
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int i = 0; i < NV; i++)
+        acc[i] = _mm512_setzero_ps();
+    int bs = kv->block_size, hd = kv->head_dim;
+    for (int t0 = 0; t0 < n; t0 += bs) {
+        const float *vr = kv->v + kv_offset(kv, layer, table[t0 / bs], kvh, 0);
+        int m = n - t0 < bs ? n - t0 : bs;
+        for (int t = 0; t < m; t++) {
+            __m512 pv = _mm512_set1_ps(p[t0 + t]);
+#pragma GCC unroll 8
+            for (int i = 0; i < NV; i++)
+                acc[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vr + (size_t)t * hd + 16 * i), acc[i]);
+        }
+    }
+    __m512 s = _mm512_set1_ps(inv);
+#pragma GCC unroll 8
+    for (int i = 0; i < NV; i++)
+        _mm512_storeu_ps(o + 16 * i, _mm512_mul_ps(acc[i], s));
+#endif
+}
+
+static void attn_weighted_sum(const ig_kv_layout_t *kv, int layer, const int *table, int kvh,
+                              const float *p, int n, float inv, float *o)
+{
+    int hd = kv->head_dim, bs = kv->block_size;
+#if defined(__AVX512F__)
+    switch (hd % 16 == 0 ? hd / 16 : 0) {
+#define NV_CASE(k)                                                                                 \
+    case k:                                                                                        \
+        wsum_regs(kv, layer, table, kvh, p, n, inv, o, k);                                         \
+        return;
+        NV_CASE(1)
+        NV_CASE(2)
+        NV_CASE(3)
+        NV_CASE(4)
+        NV_CASE(5)
+        NV_CASE(6)
+        NV_CASE(7)
+        NV_CASE(8)
+#undef NV_CASE
+    default:
+        break;
+    }
+#endif
+    memset(o, 0, (size_t)hd * sizeof(float));
+    for (int t0 = 0; t0 < n; t0 += bs) {
+        const float *vr = kv->v + kv_offset(kv, layer, table[t0 / bs], kvh, 0);
+        int m = n - t0 < bs ? n - t0 : bs;
+        for (int t = 0; t < m; t++)
+            ig__axpy(o, p[t0 + t], vr + (size_t)t * hd, hd);
+    }
+    for (int i = 0; i < hd; i++)
+        o[i] *= inv;
+}
+
 /* Rows [r0, r1) of sequence s, head h: each against its cached positions up
- * to its own, softmax with the running maximum subtracted. */
+ * to its own, softmax with the maximum subtracted. Every row is computed the
+ * same way whatever else is in the batch. */
 static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores)
 {
     const ig_kv_layout_t *kv = j->kv;
@@ -441,31 +535,20 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
         int pos = b->ctx_len[s] - qn + r;
         const float *q = j->q + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float *o = j->out + ((size_t)(q0 + r) * j->n_heads + h) * hd;
-        float mx = -INFINITY;
-        for (int t0 = 0; t0 <= pos; t0 += bs) {
-            const float *kr = kv->k + kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
-            int n = pos + 1 - t0 < bs ? pos + 1 - t0 : bs;
+        for (int t0 = 0; t0 <= pos; t0 += 16) {
+            const float *kp[16];
+            int n = pos + 1 - t0 < 16 ? pos + 1 - t0 : 16;
             for (int t = 0; t < n; t++) {
-                float sc = ig__dot(q, kr + (size_t)t * hd, hd) * j->scale;
-                scores[t0 + t] = sc;
-                mx = sc > mx ? sc : mx;
+                int p = t0 + t;
+                kp[t] = kv->k + kv_offset(kv, j->layer, table[p / bs], kvh, p % bs);
             }
+            attn_scores16(q, kp, n, hd, j->scale, scores + t0);
         }
-        float sum = 0.0f;
-        for (int t = 0; t <= pos; t++) {
-            scores[t] = expf(scores[t] - mx);
-            sum += scores[t];
-        }
-        memset(o, 0, (size_t)hd * sizeof(float));
-        for (int t0 = 0; t0 <= pos; t0 += bs) {
-            const float *vr = kv->v + kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
-            int n = pos + 1 - t0 < bs ? pos + 1 - t0 : bs;
-            for (int t = 0; t < n; t++)
-                ig__axpy(o, scores[t0 + t], vr + (size_t)t * hd, hd);
-        }
-        float inv = 1.0f / sum;
-        for (int i = 0; i < hd; i++)
-            o[i] *= inv;
+        float mx = -INFINITY;
+        for (int t = 0; t <= pos; t++)
+            mx = scores[t] > mx ? scores[t] : mx;
+        float sum = ig__exp_shift_sum(scores, pos + 1, mx);
+        attn_weighted_sum(kv, j->layer, table, kvh, scores, pos + 1, 1.0f / sum, o);
     }
 }
 
@@ -657,8 +740,10 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
         long n = sysconf(_SC_NPROCESSORS_ONLN);
         threads = n > 0 ? (int)n : 1;
     }
-    if (threads > 256)
-        return cpu_destroy(be), IG_EINVAL;
+    if (threads > 256) {
+        rc = IG_EINVAL;
+        goto fail;
+    }
     c->nthreads = threads;
     c->scratch = calloc((size_t)threads, sizeof(float *));
     if (c->scratch == NULL)

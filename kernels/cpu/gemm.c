@@ -23,39 +23,7 @@
 #define PANEL_BYTES (128 * 1024)
 
 #if defined(__AVX512F__)
-/*
- * Horizontal sums in one fixed order, so that an output gets the same bits
- * whether it was reduced alone (edge tiles, m = 1) or as one of the sixteen
- * of a full tile: within each 128-bit chunk (l0 + l2) + (l1 + l3), then
- * (c0 + c1) + (c2 + c3) over the chunks.
- */
-static inline float vsum_one(__m512 v)
-{
-    v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(1, 0, 3, 2)));
-    v = _mm512_add_ps(v, _mm512_permute_ps(v, _MM_SHUFFLE(2, 3, 0, 1)));
-    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
-    v = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
-    return _mm512_cvtss_f32(v);
-}
-
-/* The sixteen sums of v[0..15] in one vector (lane i = sum of v[i]), in the
- * order of vsum_one, with 15 vector additions instead of 16 reductions. */
-static inline __m512 vsum_16(const __m512 *v)
-{
-    __m512 w[8], x[4], y[2];
-    for (int p = 0; p < 8; p++)
-        w[p] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * p], v[2 * p + 1]),
-                             _mm512_unpackhi_ps(v[2 * p], v[2 * p + 1]));
-    for (int p = 0; p < 4; p++)
-        x[p] = _mm512_add_ps(_mm512_shuffle_ps(w[2 * p], w[2 * p + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_ps(w[2 * p], w[2 * p + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-    for (int p = 0; p < 2; p++)
-        y[p] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * p], x[2 * p + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(x[2 * p], x[2 * p + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                         _mm512_shuffle_f32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-#define VSUM_ONE(v) vsum_one(v)
+#define VSUM_ONE(v) ig__vsum_one(v)
 #else
 #define VSUM_ONE(v) ig_vsum(v)
 #endif
@@ -88,7 +56,7 @@ static inline __attribute__((always_inline)) void tile(float *y, int ldy, const 
     float sums[TILE_M * TILE_N];
 #if defined(__AVX512F__)
     if (mr == TILE_M && nr == TILE_N) {
-        _mm512_storeu_ps(sums, vsum_16(&acc[0][0]));
+        _mm512_storeu_ps(sums, ig__vsum_16(&acc[0][0]));
     } else
 #endif
     {

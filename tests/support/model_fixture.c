@@ -33,11 +33,17 @@ int ig_fixture_preset(const char *name, ig_fixture_spec_t *s)
     if (strcmp(name, "tiny") == 0) {
         s->dim = 64, s->hidden = 172, s->layers = 2, s->heads = 4, s->kv_heads = 4;
         s->vocab = 512, s->tie = 1;
-    } else if (strcmp(name, "gqa") == 0 || strcmp(name, "llama3") == 0) {
+    } else if (strcmp(name, "gqa") == 0 || strcmp(name, "llama3") == 0 ||
+               strcmp(name, "linear") == 0) {
         s->architecture = "Qwen2ForCausalLM";
         s->dim = 64, s->hidden = 128, s->layers = 2, s->heads = 4, s->kv_heads = 2;
         s->head_dim = 32, s->vocab = 384, s->tie = 0, s->bias = 1;
         s->rope_theta = 500000.0f;
+        if (strcmp(name, "linear") == 0) {
+            s->architecture = "MistralForCausalLM";
+            s->bias = 0, s->tie = 1, s->rope_theta = 10000.0f;
+            s->rope_scaling = "linear", s->rope_factor = 4.0f;
+        }
         if (strcmp(name, "llama3") == 0) {
             s->architecture = "LlamaForCausalLM";
             s->bias = 0, s->head_dim = 16;
@@ -273,7 +279,7 @@ int ig_fixture_model_dir(const char *name, ig_dtype_t dtype, char *buf, size_t l
     if (bin == NULL)
         bin = IG_BIN_DIR;
 #endif
-    if (bin != NULL && strcmp(name, "llama3") != 0) {
+    if (bin != NULL && strcmp(name, "llama3") != 0 && strcmp(name, "linear") != 0) {
         char cmd[8192];
         snprintf(
             cmd, sizeof(cmd),

@@ -31,7 +31,8 @@ typedef struct {
 
 /* Fills spec with a named shape: "tiny" (tied, MHA), "gqa" (4 heads over 2
  * KV heads, untied, rope_theta 500000, q/k/v biases), "llama3" (gqa with
- * llama3 rope scaling), "small" (stories15M's shape). IG_EINVAL if unknown. */
+ * llama3 rope scaling), "linear" (Mistral, tied, linear rope scaling 4),
+ * "small" (stories15M's shape). IG_EINVAL if unknown. */
 int ig_fixture_preset(const char *name, ig_fixture_spec_t *spec);
 
 /* Writes config.json and model.safetensors of spec into the existing dir. */

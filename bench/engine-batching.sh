@@ -1,0 +1,46 @@
+#!/bin/bash
+# The engine's batching gain on the CPU: aggregate decode tokens/s of the
+# `small` preset (stories15M's shape, f32) at 1, 4, 16 and 64 concurrent
+# sequences, with the ratio to batch 1 measured in the same run, and prefill
+# tokens/s (build/engine-bench; docs/engine.md explains the figures). Writes
+# bench/results/engine-batching.json and .png. Target of the project: batch 64 >= 8x
+# batch 1.
+#
+# usage: bench/engine-batching.sh [BUILD_DIR]        (default: build)
+# environment:
+#   THREADS=2        CPU threads of the backend
+#   ROUNDS=3         rounds over all batch sizes (each keeps its best)
+#   STEPS=32         timed decode steps per batch size and round
+#   RESULTS=bench/results/engine-batching.json
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build=${1:-build}
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+THREADS=${THREADS:-2}
+ROUNDS=${ROUNDS:-3}
+STEPS=${STEPS:-32}
+RESULTS=${RESULTS:-$root/bench/results/engine-batching.json}
+if [ "$ROUNDS" -gt 20 ] || [ "$STEPS" -gt 1000 ]; then
+    echo "engine-batching: ROUNDS <= 20 and STEPS <= 1000, please" >&2
+    exit 2
+fi
+for tool in infergate engine-bench; do
+    if [ ! -x "$build/$tool" ]; then
+        echo "engine-batching: $build/$tool not built" >&2
+        exit 2
+    fi
+done
+
+tmp=$(mktemp -d /tmp/ig-engine-batching.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+"$build/infergate" mkmodel --preset small --out "$tmp/small" --seed 1 >/dev/null
+mkdir -p "$(dirname "$RESULTS")"
+"$build/engine-bench" --model "$tmp/small" --threads "$THREADS" --rounds "$ROUNDS" \
+    --steps "$STEPS" --out "$RESULTS"
+if command -v gnuplot >/dev/null 2>&1; then
+    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
+else
+    echo "engine-batching: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
+fi

@@ -1,0 +1,118 @@
+/*
+ * The two-region example configs, run as shipped: config/us-east.json
+ * (127.0.0.1:8081) and config/eu-west.json (127.0.0.1:8082) each start their
+ * CPU pool, serve requests locally, and see the other region as a site.
+ * (Spill-over under saturation is shown on configs of the same shape with a
+ * distance between the regions in test_gateway_pools.c.) Skipped when the
+ * example ports are taken on this machine.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "testclient.h"
+
+static int port_taken(int port)
+{
+    ig_tc_t *tc = ig_tc_connect(port);
+    if (tc == NULL)
+        return 0;
+    ig_tc_close(tc);
+    return 1;
+}
+
+static void start(ig_proc_t *p, const char *config, int port)
+{
+    char path[512];
+    snprintf(path, sizeof(path), "%s/config/%s", getenv("IG_SOURCE_DIR"), config);
+    char *argv[] = {
+        strdup(ig_proc_bin("infergate")), "serve", "--config", path, "--log-level", "warn", NULL};
+    assert_int_equal(ig_proc_start(p, argv, 0), 0);
+    free(argv[0]);
+    assert_int_equal(ig_proc_wait_listening(p, port, 60000), 0);
+}
+
+static json_t *status(int port)
+{
+    ig_tc_response_t r;
+    if (ig_tc_request(port, "GET /status HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", &r,
+                      5000) != 0)
+        return NULL;
+    json_t *doc = json_loads(r.body, 0, NULL);
+    ig_tc_response_free(&r);
+    return doc;
+}
+
+static int site_up(int port)
+{
+    json_t *doc = status(port);
+    int up = json_is_true(json_object_get(json_array_get(json_object_get(doc, "sites"), 0), "up"));
+    json_decref(doc);
+    return up;
+}
+
+static void test_example_regions(void **state)
+{
+    if (port_taken(8081) || port_taken(8082))
+        skip();
+    char cache[] = "/tmp/igtest-cache-XXXXXX";
+    assert_non_null(mkdtemp(cache));
+    setenv("INFERGATE_CACHE_DIR", cache, 1);
+
+    ig_proc_t east, west;
+    start(&east, "us-east.json", 8081);
+    start(&west, "eu-west.json", 8082);
+    assert_int_equal(ig_proc_wait_status(8081, "/ready", 200, 60000), 0);
+    assert_int_equal(ig_proc_wait_status(8082, "/ready", 200, 60000), 0);
+    long long end = ig_tc_now_ms() + 10000;
+    while (!(site_up(8081) && site_up(8082)) && ig_tc_now_ms() < end)
+        usleep(100 * 1000);
+    assert_true(site_up(8081));
+    assert_true(site_up(8082));
+
+    const int ports[2] = {8081, 8082};
+    const char *pools[2] = {"us-east-cpu/", "eu-west-cpu/"};
+    for (int k = 0; k < 2; k++) {
+        const char *body = "{\"model\":\"tiny\",\"prompt\":\"hello\",\"max_tokens\":4}";
+        char raw[512];
+        snprintf(raw, sizeof(raw),
+                 "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s",
+                 strlen(body), body);
+        ig_tc_response_t r;
+        assert_int_equal(ig_tc_request(ports[k], raw, &r, 30000), 0);
+        assert_int_equal(r.status, 200);
+        const char *u = ig_tc_header(&r, "x-infergate-upstream");
+        assert_non_null(u);
+        assert_true(strncmp(u, pools[k], strlen(pools[k])) == 0);
+        ig_tc_response_free(&r);
+        /* Each lists the model once, reachable locally and through the peer. */
+        assert_int_equal(
+            ig_tc_request(ports[k], "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n", &r, 5000), 0);
+        assert_non_null(strstr(r.body, "\"id\":\"tiny\""));
+        ig_tc_response_free(&r);
+    }
+    assert_int_equal(ig_proc_stop(&east, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&west, SIGTERM, 20000), 0);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", cache);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_example_regions),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
