@@ -470,7 +470,9 @@ static int add_lp(worker_t *w, choice_t *c, const ig_sample_t *s, int has, int t
     tok_bytes(w, token, &e->token, &e->len);
     e->has_logprob = has;
     e->text_offset = c->lp_offset;
-    c->lp_offset += e->len;
+    /* Special tokens are listed by name but are not part of the text. */
+    if (!ig_tokenizer_is_special(w->tok, token))
+        c->lp_offset += e->len;
     if (has && s) {
         e->logprob = s->logprob;
         int n = s->ntop < ntop ? s->ntop : ntop;
@@ -825,8 +827,8 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
                 size_t tl = 0;
                 for (int k = 0; ids32 && k < p->nids; k++)
                     ids32[k] = p->ids[k];
-                if (ids32 &&
-                    ig_tokenizer_decode(w->tok, ids32, (size_t)p->nids, 0, &txt, &tl) == 0) {
+                if (ids32 && ig_tokenizer_decode(w->tok, ids32, (size_t)p->nids,
+                                                 IG_TOKENIZER_SKIP_SPECIAL, &txt, &tl) == 0) {
                     c->prompt_text = txt;
                     c->prompt_text_len = tl;
                 }
@@ -1017,6 +1019,11 @@ static void handle_load(worker_t *w, ig_http_req_t *req)
                           : w->state == W_DRAINING ? "draining"
                                                    : "failed",
                           "ready", w->state == W_READY, "inflight", w->nreqs);
+    if (o) {
+        /* the slots a router divides the queue by */
+        json_object_set_new(o, "max_num_seqs", json_integer(w->o.max_num_seqs));
+        json_object_set_new(o, "max_batched_tokens", json_integer(w->o.max_batched_tokens));
+    }
     respond_json(req, 200, o);
 }
 

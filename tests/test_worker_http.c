@@ -57,7 +57,8 @@ static void test_endpoints(void **state)
                           "prefill_tokens_per_s",
                           "est_wait_s",
                           "max_waiting",
-                          "model"};
+                          "model",
+                          "max_num_seqs"};
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
         if (!json_object_get(j, keys[i]))
             fail_msg("/load lacks %s", keys[i]);
