@@ -59,6 +59,20 @@ static void test_completion_echo_logprobs(void **state)
     /* partial UTF-8 became U+FFFD, not a broken string */
     assert_string_equal(json_string_value(json_array_get(json_object_get(l, "tokens"), 2)),
                         "\xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(o);
+    /* NUL in a text is shown as U+FFFD, so that any parser reads it back */
+    ig_api_choice_t z = {.index = 0, .text = "a\0b", .len = 3, .finish_reason = "stop"};
+    o = ig_api_response_json(IG_API_COMPLETION, "cmpl-1", 1, "tiny", &z, 1, &u);
+    char *dump = json_dumps(o, JSON_COMPACT);
+    assert_null(strstr(dump, "\\u0000"));
+    json_t *back = json_loads(dump, 0, NULL);
+    assert_non_null(back);
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(back, "choices"), 0), "text")),
+                        "a\xef\xbf\xbd"
+                        "b");
+    json_decref(back);
+    free(dump);
     json_t *us = json_object_get(o, "usage");
     assert_int_equal(json_integer_value(json_object_get(us, "total_tokens")), 3);
     json_decref(o);

@@ -25,13 +25,17 @@ static size_t utf8_seq(const unsigned char *s, size_t left)
     return n;
 }
 
-/* A JSON string from bytes; invalid UTF-8 bytes become U+FFFD because a JSON
- * string cannot carry them (the token's raw bytes go in "bytes" instead). */
+/* A JSON string from bytes; invalid UTF-8 bytes (and NUL) become U+FFFD
+ * because a JSON string cannot carry them (the token's raw bytes go in
+ * "bytes" instead). */
 static json_t *str_bytes(const char *s, size_t len)
 {
     if (!s)
         return json_string("");
-    if (ig_api_utf8_valid(s, len))
+    /* NUL is valid UTF-8 but many JSON parsers (jansson by default, and so
+     * this module's own request parser) refuse "\u0000": show it as U+FFFD
+     * too, so that output can always be sent back as input. */
+    if (ig_api_utf8_valid(s, len) && !memchr(s, 0, len))
         return json_stringn(s, len);
     char *buf = malloc(len * 3 + 1);
     if (!buf)
@@ -39,7 +43,7 @@ static json_t *str_bytes(const char *s, size_t len)
     size_t o = 0;
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
-        size_t n = utf8_seq(u + i, len - i);
+        size_t n = u[i] ? utf8_seq(u + i, len - i) : 0;
         if (n) {
             memcpy(buf + o, s + i, n);
             o += n;
