@@ -335,6 +335,40 @@ static void test_stop_strings(void **state)
     free(full);
 }
 
+static void test_deadline(void **state)
+{
+    /* A deadline from the request header: generation stops with 504
+     * (non-streamed) or an error event before [DONE] (streamed). */
+    const char *body = "{\"prompt\":\"Hi\",\"max_tokens\":480,\"ignore_eos\":true%s}";
+    for (int stream = 0; stream < 2; stream++) {
+        char b[256], raw[512];
+        snprintf(b, sizeof(b), body, stream ? ",\"stream\":true" : "");
+        snprintf(raw, sizeof(raw),
+                 "POST /v1/completions HTTP/1.1\r\nHost: w\r\nContent-Type: application/json\r\n"
+                 "x-infergate-timeout-ms: 30\r\nContent-Length: %zu\r\n\r\n%s",
+                 strlen(b), b);
+        ig_tc_t *tc = ig_tc_connect_unix(W.sock);
+        assert_non_null(tc);
+        assert_int_equal(ig_tc_sends(tc, raw), 0);
+        ig_tc_response_t r;
+        assert_int_equal(ig_tc_read_response(tc, &r, 20000), 0);
+        if (!stream) {
+            assert_int_equal(r.status, 504);
+            assert_non_null(strstr(r.body, "deadline"));
+        } else {
+            assert_int_equal(r.status, 200);
+            int done;
+            json_t *ev = wt_sse_events(r.body, &done);
+            assert_true(done);
+            json_t *last = json_array_get(ev, json_array_size(ev) - 1);
+            assert_non_null(json_object_get(last, "error"));
+            json_decref(ev);
+        }
+        ig_tc_response_free(&r);
+        ig_tc_close(tc);
+    }
+}
+
 static void test_metrics(void **state)
 {
     ig_tc_response_t r;
@@ -356,6 +390,7 @@ int main(void)
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_stop_strings),
+        cmocka_unit_test(test_deadline),
         cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
