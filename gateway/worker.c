@@ -931,7 +931,10 @@ static void handle_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
         int nids = 0;
         for (int k = 0; k < r->api.nstop_ids; k++)
             ids[nids++] = r->api.stop_ids[k];
-        if (kind == IG_API_CHAT)
+        /* The template's end-of-turn tokens are EOS-like: ignore_eos (what
+         * benchmarks send to get the asked length) runs through them too, as
+         * vLLM does with generation_config's EOS ids. */
+        if (kind == IG_API_CHAT && !r->api.ignore_eos)
             for (int k = 0; k < w->nchat_stop; k++)
                 ids[nids++] = w->chat_stop[k];
         sr.stop_ids = ids;
@@ -1129,6 +1132,10 @@ static void load_work(uv_work_t *req)
 {
     worker_t *w = req->data;
     char err[400] = "";
+    /* Test hook: a slow load, so that tests can watch /health say 503. */
+    const char *delay = getenv("IG_WORKER_LOAD_DELAY_MS");
+    if (delay && atoi(delay) > 0)
+        uv_sleep((unsigned)atoi(delay));
     int rc = ig_model_load(&w->model, w->o.model_dir, err, sizeof(err));
     if (rc < 0) {
         snprintf(w->load_err, sizeof(w->load_err), "model: %s", err[0] ? err : ig_strerror(rc));
@@ -1468,7 +1475,8 @@ int ig_cmd_worker(int argc, char **argv)
         while (n > 1 && tmp[n - 1] == '/')
             tmp[--n] = 0;
         const char *base = strrchr(tmp, '/');
-        snprintf(w->model_name, sizeof(w->model_name), "%s", base ? base + 1 : tmp);
+        snprintf(w->model_name, sizeof(w->model_name), "%.*s", (int)sizeof(w->model_name) - 1,
+                 base ? base + 1 : tmp);
     }
     w->created = (long long)time(NULL);
 

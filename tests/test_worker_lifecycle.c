@@ -251,6 +251,69 @@ static void test_sigterm_drains(void **state)
     assert_int_equal(wt_wait_exit(&w, 10000), 0);
 }
 
+static void test_loading_answers_503(void **state)
+{
+    wproc_t w;
+    memset(&w, 0, sizeof(w));
+    snprintf(w.sock, sizeof(w.sock), "%s/slow.sock", wt_dir);
+    unlink(w.sock);
+    char exe[512], model[512], listen[200];
+    snprintf(exe, sizeof(exe), "%s/infergate", bin_dir());
+    snprintf(model, sizeof(model), "%s/tiny", wt_dir);
+    snprintf(listen, sizeof(listen), "unix:%s", w.sock);
+    w.pid = fork();
+    if (w.pid == 0) {
+        FILE *f = freopen("/dev/null", "w", stderr);
+        f = freopen("/dev/null", "w", stdout);
+        (void)f;
+        setenv("IG_WORKER_LOAD_DELAY_MS", "1500", 1);
+        execl(exe, exe, "worker", "--model", model, "--device", "cpu:1", "--listen", listen,
+              (char *)NULL);
+        _exit(127);
+    }
+    wt_pids[wt_npids++] = w.pid;
+    /* the socket listens at once; /health answers 503 Loading model */
+    ig_tc_response_t r;
+    int got = -1;
+    long long t0 = ig_tc_now_ms();
+    while (got < 0 && ig_tc_now_ms() - t0 < 5000) {
+        if (wt_get(&w, "/health", &r) == 0) {
+            got = r.status;
+            assert_int_equal(r.status, 503);
+            json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+            json_t *e = json_object_get(j, "error");
+            assert_int_equal(json_integer_value(json_object_get(e, "code")), 503);
+            assert_string_equal(json_string_value(json_object_get(e, "message")), "Loading model");
+            assert_string_equal(json_string_value(json_object_get(e, "type")), "unavailable_error");
+            json_decref(j);
+            ig_tc_response_free(&r);
+        }
+    }
+    assert_int_equal(got, 503);
+    assert_int_equal(wt_get(&w, "/ready", &r), 0);
+    assert_int_equal(r.status, 503);
+    ig_tc_response_free(&r);
+    assert_int_equal(wt_request(&w, "POST", "/v1/completions", "{\"prompt\":\"x\"}", &r), 0);
+    assert_int_equal(r.status, 503);
+    assert_non_null(ig_tc_header(&r, "retry-after"));
+    ig_tc_response_free(&r);
+    /* then it becomes healthy and ready */
+    int ready = 0;
+    while (!ready && ig_tc_now_ms() - t0 < 20000) {
+        if (wt_get(&w, "/ready", &r) == 0) {
+            ready = r.status == 200;
+            ig_tc_response_free(&r);
+        }
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_true(ready);
+    assert_int_equal(wt_get(&w, "/health", &r), 0);
+    assert_int_equal(r.status, 200);
+    ig_tc_response_free(&r);
+    wt_stop(&w);
+}
+
 static void test_load_failure_exits(void **state)
 {
     char dir[160], cmd[1024];
@@ -285,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_stream_client_never_reads),
         cmocka_unit_test(test_seed_across_runs),
         cmocka_unit_test(test_sigterm_drains),
+        cmocka_unit_test(test_loading_answers_503),
         cmocka_unit_test(test_load_failure_exits),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
