@@ -165,7 +165,7 @@ static void test_clamps(void **state)
     ig_autoscaler_sample(&as, S(1), 0);
     ig_scale_decision_t d = ig_autoscaler_decide(&as, S(1), 2, 2, 1);
     assert_int_equal(d.desired, 2);
-    assert_string_equal(d.reason, "min_instances");
+    assert_string_equal(d.limit, "min_instances");
     for (int t = 2; t < 10; t++)
         ig_autoscaler_sample(&as, S(t), 100);
     d = ig_autoscaler_decide(&as, S(10), 2, 2, 1);
@@ -173,7 +173,8 @@ static void test_clamps(void **state)
     /* No free device: stays. */
     d = ig_autoscaler_decide(&as, S(11), 2, 2, 0);
     assert_int_equal(d.desired, 2);
-    assert_string_equal(d.reason, "no_free_device");
+    assert_string_equal(d.limit, "no_free_device");
+    assert_string_equal(d.reason, "panic"); /* the policy's reason survives the bound */
 }
 
 int main(void)
