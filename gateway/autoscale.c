@@ -74,7 +74,7 @@ static double mean_over(const ig_autoscaler_t *as, uint64_t now, double win_s)
     int cnt = 0;
     for (int k = 0; k < as->n; k++) {
         const ig_autoscale_sample_t *s = &as->samples[(as->head + k) % IG_AUTOSCALE_SAMPLES];
-        if (s->t_ns + win >= now) {
+        if (s->t_ns + win > now) { /* (now - win, now]: win samples a second */
             sum += s->load;
             cnt++;
         }
