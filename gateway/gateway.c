@@ -377,6 +377,20 @@ static void gateway_free(ig_gateway_t *gw)
     free(gw);
 }
 
+int ig_gateway_cpu_share(const ig_config_t *cfg, long cores)
+{
+    int slots = 0;
+    for (size_t i = 0; i < cfg->npools; i++) {
+        const ig_config_pool_t *cp = &cfg->pools[i];
+        int plain = 0;
+        for (size_t d = 0; d < cp->ndevices; d++)
+            plain += strcmp(cp->devices[d].spec, "cpu") == 0;
+        if (cp->threads == 0)
+            slots += plain < (int)cp->max_instances ? plain : (int)cp->max_instances;
+    }
+    return slots > 0 && cores > slots ? (int)(cores / slots) : 1;
+}
+
 int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
                      const char *run_dir, char *err, size_t errlen)
 {
@@ -450,20 +464,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     if (cfg->routing.total_timeout_ms)
         uo.total_timeout_ms = cfg->routing.total_timeout_ms;
 
-    /* CPU instances split the cores: every plain "cpu" entry that may run
-     * at once, over all pools, gets an equal share (a pool's `threads`
-     * overrides it; "cpu:N" says its own). */
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    int cpu_slots = 0;
-    for (size_t i = 0; i < cfg->npools; i++) {
-        const ig_config_pool_t *cp = &cfg->pools[i];
-        int plain = 0;
-        for (size_t d = 0; d < cp->ndevices; d++)
-            plain += strcmp(cp->devices[d].spec, "cpu") == 0;
-        if (cp->threads == 0)
-            cpu_slots += plain < (int)cp->max_instances ? plain : (int)cp->max_instances;
-    }
-    int cpu_share = cpu_slots > 0 && cores > cpu_slots ? (int)(cores / cpu_slots) : 1;
+    int cpu_share = ig_gateway_cpu_share(cfg, sysconf(_SC_NPROCESSORS_ONLN));
     for (size_t i = 0; i < cfg->npools; i++) {
         const ig_config_pool_t *cp = &cfg->pools[i];
         const ig_config_model_t *m = &cfg->models[cp->model_index];
