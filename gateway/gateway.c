@@ -176,6 +176,10 @@ static int wake_pool(ig_gateway_t *gw, int p, const char *why)
     /* The device is still held by an instance on its way out: start one as
      * soon as it is free (on_pool_event). */
     if (ig_pool_stopping(pool) > 0) {
+        if (!ps->wake)
+            IG_INFO("autoscale pool=%s: a request waits for the device its last instance is "
+                    "freeing",
+                    ig_pool_name(pool));
         ps->wake = 1;
         return 1;
     }
