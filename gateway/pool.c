@@ -711,12 +711,14 @@ int ig_pool_free_devices(const ig_pool_t *p)
 }
 
 /* A draining instance that has not been sent SIGTERM can serve again at
- * once: cheaper than a cold start on another device. */
+ * once: cheaper than a cold start on another device. Only one that was
+ * ready before its drain: a drained starting one never passed /ready. */
 static ig_instance_t *undrainable(ig_pool_t *p)
 {
     for (int i = 0; i < p->spec.ndevices; i++) {
         ig_instance_t *in = &p->inst[i];
-        if (in->state == IG_INSTANCE_DRAINING && !in->term_sent && !in->releasing && in->proc_alive)
+        if (in->state == IG_INSTANCE_DRAINING && !in->term_sent && !in->releasing &&
+            in->proc_alive && in->ready_ns != 0)
             return in;
     }
     return NULL;
