@@ -537,6 +537,7 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "idle_timeout_ms",
                                        "total_timeout_ms",
                                        "queue_size",
+                                       "queue_timeout_ms",
                                        NULL};
     static const char *const hedge_keys[] = {"enabled", "budget", "delay_quantile", NULL};
     static const char *const eject_keys[] = {"consecutive_failures", "base_ejection_s", NULL};
@@ -585,7 +586,8 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                        &r->first_token_timeout_ms)) ||
         (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, 60000, &r->idle_timeout_ms)) ||
         (rc = get_uint(c, o, p, "total_timeout_ms", 1, DAY_MS, 600000, &r->total_timeout_ms)) ||
-        (rc = get_unsigned(c, o, p, "queue_size", 0, 1000000, 1024, &r->queue_size)))
+        (rc = get_unsigned(c, o, p, "queue_size", 0, 1000000, 1024, &r->queue_size)) ||
+        (rc = get_uint(c, o, p, "queue_timeout_ms", 1, DAY_MS, 30000, &r->queue_timeout_ms)))
         goto done;
     if (r->connect_timeout_ms > r->total_timeout_ms) {
         rc = fail(c, "routing.connect_timeout_ms", "must be <= total_timeout_ms (%llu)",

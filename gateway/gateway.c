@@ -454,6 +454,8 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     po.hedge_budget = cfg->routing.hedge.budget;
     if (cfg->routing.queue_size > 0)
         po.queue_size = (int)cfg->routing.queue_size;
+    if (cfg->routing.queue_timeout_ms > 0)
+        po.queue_timeout_ms = cfg->routing.queue_timeout_ms;
     if ((rc = ig_proxy_init(&gw->proxy, loop, &po, resolve, gw)) != 0)
         goto fail;
 
