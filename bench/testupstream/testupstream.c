@@ -95,6 +95,7 @@ static struct {
     int instant_raw; /* --instant-raw */
     req_t *wait_head, *wait_tail;
     uint64_t nwaiting, nqueued_total;
+    uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
 } g;
 
 /* ------------------------------------------------------------------------- */
@@ -643,11 +644,13 @@ static void answer_control(conn_t *c, req_t *r)
         n = snprintf(body, sizeof(body),
                      "{\"requests\":%llu,\"connections\":%llu,\"open_connections\":%llu,"
                      "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu,"
-                     "\"slots\":%d,\"busy\":%d,\"waiting\":%llu,\"queued\":%llu}",
+                     "\"slots\":%d,\"busy\":%d,\"waiting\":%llu,\"queued\":%llu,"
+                     "\"completions\":%llu,\"raw\":%llu}",
                      (unsigned long long)g.nreq, (unsigned long long)g.nconn,
                      (unsigned long long)g.nactive_conn, (unsigned long long)g.nstalled,
                      (unsigned long long)g.nfailed, (unsigned long long)g.nerrors, g.slots, g.busy,
-                     (unsigned long long)g.nwaiting, (unsigned long long)g.nqueued_total);
+                     (unsigned long long)g.nwaiting, (unsigned long long)g.nqueued_total,
+                     (unsigned long long)g.ncompletions, (unsigned long long)g.nraw);
     } else {
         send_str(c, r, 404, "application/json", "{\"error\":\"unknown control\"}");
         return;
@@ -740,6 +743,10 @@ static int on_message_complete(llhttp_t *p)
     } else {
         r->kind = K_NOTFOUND;
     }
+    if (r->kind == K_COMPLETIONS || r->kind == K_CHAT)
+        g.ncompletions++;
+    else if (r->kind == K_GET || r->kind == K_BYTES)
+        g.nraw++;
     if (c->tail)
         c->tail->next = r;
     else
