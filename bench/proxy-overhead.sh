@@ -13,12 +13,12 @@
 #
 # usage: bench/proxy-overhead.sh [BUILD_DIR]        (default: build)
 # environment:
-#   RATE=400          open-loop Poisson rate (requests/s) for the latency figures
-#   DURATION=6        seconds of each open-loop run (after WARMUP)
+#   RATE=500          open-loop Poisson rate (requests/s) for the latency figures
+#   DURATION=4        seconds of each open-loop run (after WARMUP)
 #   CONCURRENCY=64    closed-loop users for the throughput figure
-#   TPUT_DURATION=5   seconds of each closed-loop run (after WARMUP)
+#   TPUT_DURATION=3   seconds of each closed-loop run (after WARMUP)
 #   WARMUP=1          seconds of each run not counted
-#   REPEAT=2          runs of each target, alternated (A B C D A B C D), so that
+#   REPEAT=3          runs of each target, alternated (A B C D A B C D), so that
 #                     load from elsewhere hits all alike; medians reported
 #   TOKENS=16         max_tokens of each request (the answer's length)
 #   PROXY_CPU=0       the core the proxy under test is pinned to
@@ -33,12 +33,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
 build=${1:-build}
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
-RATE=${RATE:-400}
-DURATION=${DURATION:-6}
+RATE=${RATE:-500}
+DURATION=${DURATION:-4}
 CONCURRENCY=${CONCURRENCY:-64}
-TPUT_DURATION=${TPUT_DURATION:-5}
+TPUT_DURATION=${TPUT_DURATION:-3}
 WARMUP=${WARMUP:-1}
-REPEAT=${REPEAT:-2}
+REPEAT=${REPEAT:-3}
 TOKENS=${TOKENS:-16}
 PROXY_CPU=${PROXY_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
@@ -164,9 +164,11 @@ cat >"$tmp/infergate.json" <<EOF
  "sites": [{"name": "echo", "url": "http://127.0.0.1:$up_port", "models": ["m"]}],
  "routing": {"max_retries": 0}}
 EOF
+declare -A ppid
 taskset -c "$PROXY_CPU" "$build/infergate" serve --config "$tmp/infergate.json" \
     2>"$tmp/infergate.log" &
 pids+=($!)
+ppid[infergate]=$!
 
 # ---- nginx: one worker, an upstream block with keep-alive connections ------------
 port[nginx]=$(free_port)
@@ -208,6 +210,7 @@ EOF
 taskset -c "$PROXY_CPU" "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" \
     -e "$tmp/nginx/logs/error.log" &
 pids+=($!)
+ppid[nginx]=$!
 
 # ---- HAProxy: http mode, one thread, keep-alive and reuse to the server ------------
 port[haproxy]=$(free_port)
@@ -231,6 +234,8 @@ backend be
 EOF
 taskset -c "$PROXY_CPU" "$HAPROXY" -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
 pids+=($!)
+ppid[haproxy]=$!
+ppid[direct]=""
 
 echo "proxy-overhead: POST /v1/completions (max_tokens $TOKENS, non-streamed) to testupstream" \
     "127.0.0.1:$up_port; proxies on cpu $PROXY_CPU, igbench and upstream on cpu $CLIENT_CPU"
@@ -240,7 +245,26 @@ for t in $TARGETS; do
     bytes[$t]=$(wait_completion "${port[$t]}")
 done
 
-# One igbench run; prints the JSON path.
+# CPU time (user + system, in clock ticks) of a proxy: the process and its
+# children (nginx's worker). 0 for direct.
+cpu_ticks() {
+    local pid=$1 total=0 p
+    [ -z "$pid" ] && {
+        echo 0
+        return
+    }
+    for p in $pid $(pgrep -P "$pid" || true); do
+        if [ -r "/proc/$p/stat" ]; then
+            # Fields after the ")" that ends the command name: utime is the 12th, stime the 13th.
+            set -- $(sed 's/.*) //' "/proc/$p/stat")
+            total=$((total + ${12} + ${13}))
+        fi
+    done
+    echo "$total"
+}
+
+# One igbench run; prints the JSON path. A closed-loop run also writes the
+# proxy's CPU time over it to PATH.cpu (ticks).
 bench() { # target kind run
     local t=$1 kind=$2 i=$3 out="$tmp/$1-$2-$3.json"
     if [ "$kind" = open ]; then
@@ -249,10 +273,14 @@ bench() { # target kind run
             --endpoint completions --model m --max-tokens "$TOKENS" --timeout 10 \
             --label "$t-open" --json "$out"
     else
+        local c0 c1
+        c0=$(cpu_ticks "${ppid[$t]}")
         taskset -c "$CLIENT_CPU" "$build/igbench" --quiet --target "127.0.0.1:${port[$t]}" \
             --concurrency "$CONCURRENCY" --duration "$((TPUT_DURATION + WARMUP))" \
             --warmup "$WARMUP" --seed "$i" --endpoint completions --model m \
             --max-tokens "$TOKENS" --timeout 10 --label "$t-closed" --json "$out"
+        c1=$(cpu_ticks "${ppid[$t]}")
+        echo $((c1 - c0)) >"$out.cpu"
     fi
     echo "$out"
 }
@@ -264,18 +292,21 @@ for i in $(seq 1 "$REPEAT"); do
         "$PY" - "$t" "$i" "$o" "$c" <<'PYEOF'
 import json, sys
 t, i, o, c = sys.argv[1:5]
+import os
+ticks = int(open(c + ".cpu").read())
 o, c = json.load(open(o)), json.load(open(c))
 e = o["latency_ms"]["e2e"]
 err = o["requests"]["errors"] + c["requests"]["errors"]
-print("  run %s %-10s open: p50 %.3f p99 %.3f ms   closed: %.0f req/s%s"
-      % (i, t, e["p50"], e["p99"], c["throughput_rps"], "   ERRORS %d" % err if err else ""))
+cpu = ticks * 1e6 / os.sysconf("SC_CLK_TCK") / max(c["requests"]["issued"], 1)
+print("  run %s %-10s open: p50 %.3f p99 %.3f ms   closed: %.0f req/s, proxy cpu %.1f us/req%s"
+      % (i, t, e["p50"], e["p99"], c["throughput_rps"], cpu, "   ERRORS %d" % err if err else ""))
 PYEOF
     done
 done
 
 mkdir -p "$(dirname "$RESULTS")"
 "$PY" - "$RESULTS" "$tmp" "$REPEAT" $TARGETS <<PYEOF
-import json, statistics, sys, time
+import json, os, statistics, sys, time
 out, tmp, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
 targets = sys.argv[4:]
 bytes_ = {$(for t in $TARGETS; do printf '"%s": %s, ' "$t" "${bytes[$t]}"; done)}
@@ -284,15 +315,20 @@ for t in targets:
     runs = []
     for i in range(1, repeat + 1):
         o = json.load(open("%s/%s-open-%d.json" % (tmp, t, i)))
-        c = json.load(open("%s/%s-closed-%d.json" % (tmp, t, i)))
+        cpath = "%s/%s-closed-%d.json" % (tmp, t, i)
+        c = json.load(open(cpath))
+        ticks = int(open(cpath + ".cpu").read())
         runs.append({"p50_ms": o["latency_ms"]["e2e"]["p50"], "p99_ms": o["latency_ms"]["e2e"]["p99"],
                      "open_errors": o["requests"]["errors"],
                      "send_lag_p99_ms": o["latency_ms"].get("send_lag", {}).get("p99"),
                      "requests_per_s": c["throughput_rps"], "closed_errors": c["requests"]["errors"],
-                     "closed_p99_ms": c["latency_ms"]["e2e"]["p99"]})
+                     "closed_p99_ms": c["latency_ms"]["e2e"]["p99"],
+                     "proxy_cpu_us_per_request": round(ticks * 1e6 / os.sysconf("SC_CLK_TCK")
+                                                       / max(c["requests"]["issued"], 1), 2)})
     med = lambda k: statistics.median(r[k] for r in runs)
     rows[t] = {"p50_ms": med("p50_ms"), "p99_ms": med("p99_ms"),
                "requests_per_s": med("requests_per_s"), "response_bytes": bytes_[t],
+               "proxy_cpu_us_per_request": med("proxy_cpu_us_per_request"),
                "errors": sum(r["open_errors"] + r["closed_errors"] for r in runs), "runs": runs}
 if "direct" in rows:
     for t in targets:
@@ -304,6 +340,9 @@ if "nginx" in rows:
         if t in ("nginx", "direct"):
             continue
         r = {"requests_per_s": round(rows[t]["requests_per_s"] / rows["nginx"]["requests_per_s"], 3)}
+        if rows["nginx"]["proxy_cpu_us_per_request"] > 0:
+            r["cpu_per_request"] = round(rows[t]["proxy_cpu_us_per_request"]
+                                         / rows["nginx"]["proxy_cpu_us_per_request"], 3)
         if "direct" in rows and rows["nginx"]["added_p99_ms"] > 0:
             r["added_p99"] = round(rows[t]["added_p99_ms"] / rows["nginx"]["added_p99_ms"], 3)
             r["added_p50"] = round(rows[t]["added_p50_ms"] / rows["nginx"]["added_p50_ms"], 3) \
@@ -332,17 +371,19 @@ res = {
 json.dump(res, open(out, "w"), indent=2)
 open(out, "a").write("\n")
 print("  median of %d runs each (open loop %d req/s; closed loop $CONCURRENCY users):" % (repeat, $RATE))
-print("  %-10s %9s %9s %10s %10s %10s %6s %6s" % ("target", "p50 ms", "p99 ms", "+p50 ms",
-      "+p99 ms", "req/s", "bytes", "errors"))
+print("  %-10s %9s %9s %10s %10s %10s %8s %6s %6s" % ("target", "p50 ms", "p99 ms", "+p50 ms",
+      "+p99 ms", "req/s", "cpu us/r", "bytes", "errors"))
 for t in targets:
     x = rows[t]
-    print("  %-10s %9.3f %9.3f %10.3f %10.3f %10.0f %6d %6d" % (t, x["p50_ms"], x["p99_ms"],
+    print("  %-10s %9.3f %9.3f %10.3f %10.3f %10.0f %8.1f %6d %6d" % (t, x["p50_ms"], x["p99_ms"],
           x.get("added_p50_ms", 0), x.get("added_p99_ms", 0), x["requests_per_s"],
-          x["response_bytes"], x["errors"]))
+          x["proxy_cpu_us_per_request"], x["response_bytes"], x["errors"]))
 for k, r in ratio.items():
     line = "  %s: requests/s %.3f" % (k, r["requests_per_s"])
     if "added_p99" in r:
         line += ", added p99 %.3f" % r["added_p99"]
+    if "cpu_per_request" in r:
+        line += ", cpu/request %.3f" % r["cpu_per_request"]
     if k == "infergate/nginx":
         ok = r["requests_per_s"] >= 1.0 and r.get("added_p99", 0) <= 1.0
         line += "  (targets: req/s >= 1, added p99 <= 1) %s" % ("ok" if ok else "MISSED")
