@@ -30,6 +30,10 @@
 #   RTT_MS=40        round trip added to the remote site
 #   SEED=1           igbench seed (the same schedule for every policy)
 #   TIMEOUT=15       igbench per-request timeout (s)
+#   REPORT_LOAD=1    the upstreams answer GET /load like infergate instances
+#                    (testupstream --report-load: slots, waiting, running), so
+#                    the latency policy knows each one's slots; 0: they are
+#                    plain OpenAI servers and the router must infer the queue
 #   RESULTS=bench/results/routing.json
 # Needs: python3; gnuplot for the PNG (skipped with a note when missing).
 set -euo pipefail
@@ -50,6 +54,7 @@ SLOW=${SLOW:-3}
 RTT_MS=${RTT_MS:-40}
 SEED=${SEED:-1}
 TIMEOUT=${TIMEOUT:-15}
+REPORT_LOAD=${REPORT_LOAD:-1}
 RESULTS=${RESULTS:-$root/bench/results/routing.json}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
@@ -123,8 +128,10 @@ PYEOF
 slow_delay=$("$PY" -c "print($DELAY_MS * $SLOW)")
 slow_itl=$("$PY" -c "print($ITL_MS * $SLOW)")
 names=(local-a local-b local-slow remote)
+report_flag=""
+[ "$REPORT_LOAD" = 1 ] && report_flag="--report-load"
 start_up() { # name delay itl
-    "$build/testupstream" --quiet --instant-raw --slots "$SLOTS" --delay-ms "$2" \
+    "$build/testupstream" --quiet --instant-raw $report_flag --slots "$SLOTS" --delay-ms "$2" \
         --itl-ms "$3" --tokens "$TOKENS" --seed 1 >"$tmp/$1.out" &
     pids+=($!)
 }
@@ -155,7 +162,7 @@ print(f, s, cap, round($LOAD * cap, 2))")"
 echo "routing: 4 upstreams x $SLOTS slots; service time ${svc_fast}s (local-a, local-b, remote)," \
     "${svc_slow}s (local-slow); remote +${RTT_MS} ms RTT via faultproxy"
 echo "routing: capacity $capacity req/s, offered $rate req/s (LOAD $LOAD), ${DURATION}s" \
-    "(+${WARMUP}s warm-up) per policy, seed $SEED"
+    "(+${WARMUP}s warm-up) per policy, seed $SEED, REPORT_LOAD $REPORT_LOAD"
 
 # A counter of every upstream's /_control/stats, "name=count ...".
 counts() {
@@ -206,16 +213,17 @@ PYEOF
     raw0=$(counts raw)
     "$build/infergate" serve --config "$tmp/gw-$policy.json" 2>"$tmp/gw-$policy.log" &
     gw_pid=$!
-    # Ready when every site has had its three probes (GET /load, /health,
-    # /v1/models: a site that is not an infergate is up after the third).
+    # Ready when every site has had its probes: GET /load, which makes an
+    # upstream with --report-load a ready peer; else /load, /health and
+    # /v1/models, after which a plain OpenAI server is up.
     local ok=0
     for _ in $(seq 1 100); do
-        if "$PY" - "$raw0" "$(counts raw)" <<'PYEOF'; then
+        if "$PY" - "$raw0" "$(counts raw)" "$([ "$REPORT_LOAD" = 1 ] && echo 1 || echo 3)" <<'PYEOF'; then
 import sys
 def parse(s):
     return {k: int(v) for k, v in (x.split("=") for x in s.split())}
 a, b = parse(sys.argv[1]), parse(sys.argv[2])
-sys.exit(0 if all(b[k] - a[k] >= 3 for k in a) else 1)
+sys.exit(0 if all(b[k] - a[k] >= int(sys.argv[3]) for k in a) else 1)
 PYEOF
             ok=1
             break
@@ -283,6 +291,7 @@ res = {
                "rate_rps": float(rate), "capacity_rps": float(capacity), "slots": $SLOTS,
                "delay_ms": $DELAY_MS, "itl_ms": $ITL_MS, "tokens": $TOKENS, "slow": $SLOW,
                "rtt_ms": $RTT_MS, "seed": $SEED, "timeout_s": $TIMEOUT,
+               "report_load": $REPORT_LOAD,
                "service_time_s": {"fast": float(svc_fast), "slow": float(svc_slow)},
                "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
     "policies": rows,

@@ -29,6 +29,7 @@ typedef enum {
     K_GET,
     K_BYTES,
     K_CONTROL,
+    K_LOAD,
     K_NOTFOUND,
     K_BADREQ,
 } kind_t;
@@ -93,6 +94,7 @@ static struct {
      * the others wait in arrival order in the `waiting` list. */
     int slots, busy;
     int instant_raw; /* --instant-raw */
+    int report_load; /* --report-load: GET /load answers like an infergate instance */
     req_t *wait_head, *wait_tail;
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
@@ -475,7 +477,7 @@ static void start_head(conn_t *c, int at_arrival)
 {
     req_t *r = c->head;
     c->active = 1;
-    if (r->kind == K_CONTROL) {
+    if (r->kind == K_CONTROL || r->kind == K_LOAD) {
         /* Control requests bypass delay, stall and slots; answered in on_message. */
         finish_head(c);
         return;
@@ -658,6 +660,19 @@ static void answer_control(conn_t *c, req_t *r)
     send_response(c, r, 200, "application/json", body, (size_t)n);
 }
 
+/* GET /load in the shape of an infergate instance's (docs: /load): what is
+ * queued and running now, and the slots, so a router can model the queue. */
+static void answer_load(conn_t *c, req_t *r)
+{
+    char body[512];
+    int n = snprintf(body, sizeof(body),
+                     "{\"ready_instances\":1,\"waiting\":%llu,\"running\":%d,\"inflight\":%llu,"
+                     "\"max_num_seqs\":%d}",
+                     (unsigned long long)g.nwaiting, g.busy,
+                     (unsigned long long)g.nwaiting + (unsigned long long)g.busy, g.slots);
+    send_response(c, r, 200, "application/json", body, (size_t)n);
+}
+
 static int on_url(llhttp_t *p, const char *at, size_t len)
 {
     conn_t *c = p->data;
@@ -723,7 +738,12 @@ static int on_message_complete(llhttp_t *p)
     char *q = strchr(path, '?');
     if (q)
         *q = 0;
-    if (strncmp(path, "/_control/", 10) == 0) {
+    if (g.report_load && method == HTTP_GET && strcmp(path, "/load") == 0) {
+        /* Answered at once, like a control request: a load report that
+         * waited behind the model would report a past state. */
+        r->kind = K_LOAD;
+        answer_load(c, r);
+    } else if (strncmp(path, "/_control/", 10) == 0) {
         r->kind = K_CONTROL;
         answer_control(c, r);
     } else if (method == HTTP_POST && strcmp(path, "/v1/completions") == 0) {
@@ -745,7 +765,7 @@ static int on_message_complete(llhttp_t *p)
     }
     if (r->kind == K_COMPLETIONS || r->kind == K_CHAT)
         g.ncompletions++;
-    else if (r->kind == K_GET || r->kind == K_BYTES)
+    else if (r->kind == K_GET || r->kind == K_BYTES || r->kind == K_LOAD)
         g.nraw++;
     if (c->tail)
         c->tail->next = r;
@@ -856,6 +876,10 @@ static void usage(FILE *out)
             "                         /bytes/N, any other path) at once, without delay,\n"
             "                         stall, error injection or a draw from the seed: a\n"
             "                         router's probes then see the network, not the model\n"
+            "  --report-load          answer GET /load at once like an infergate instance:\n"
+            "                         {ready_instances, waiting, running, inflight,\n"
+            "                         max_num_seqs (= --slots)}, so a gateway that probes it\n"
+            "                         knows its slots and queue\n"
             "  --spin-us US           wake this early and spin, for precise timing (default 200)\n"
             "  --quiet                no log lines on stderr\n"
             "  --help                 this text\n"
@@ -935,6 +959,8 @@ int main(int argc, char **argv)
             g.fail_rate = atof(v);
         } else if (!strcmp(a, "--instant-raw")) {
             g.instant_raw = 1;
+        } else if (!strcmp(a, "--report-load")) {
+            g.report_load = 1;
         } else if (!strcmp(a, "--slots")) {
             NEED();
             char *end = NULL;
