@@ -15,6 +15,21 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+/* The shared machine now and then stops a process for a few milliseconds,
+ * which only ever adds latency: a lower bound must hold on every attempt,
+ * an upper bound on one of ATTEMPTS. */
+#define ATTEMPTS 3
+
+/* The last statement of an attempt loop: leaves it when ok, else fails the
+ * test on the last attempt. */
+#define RETRY_UNLESS(attempt, ok)                                                                  \
+    if (ok)                                                                                        \
+        break;                                                                                     \
+    else {                                                                                         \
+        print_message("disturbed (attempt %d of %d)\n", (attempt) + 1, ATTEMPTS);                  \
+        assert_true((attempt) + 1 < ATTEMPTS);                                                     \
+    }
+
 #define BODY "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":1}"
 
 static int connect_to(int port)
@@ -71,11 +86,12 @@ static void await_answers(const int *fds, int n, double t0, double *ms)
     }
 }
 
-/* GET /_control/stats on a fresh connection; returns the JSON (new ref). */
-static json_t *stats(int port)
+/* GET path on a fresh connection; returns the JSON answer (new ref). */
+static json_t *get_json(int port, const char *path)
 {
     int fd = connect_to(port);
-    const char *req = "GET /_control/stats HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    char req[256];
+    snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
     assert_int_equal(write(fd, req, strlen(req)), (ssize_t)strlen(req));
     char buf[4096];
     size_t len = 0;
@@ -103,44 +119,51 @@ static json_t *stats(int port)
  * first, so they answer at ~50 and ~100 ms. */
 static void test_one_slot_serialises(void **state)
 {
-    tproc_t up;
-    assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 50"), 0);
-    int fds[2] = {connect_to(up.port), connect_to(up.port)};
-    double t0 = tu_now(), ms[2];
-    send_completion(fds[0]);
-    send_completion(fds[1]);
-    await_answers(fds, 2, t0, ms);
-    json_t *st = stats(up.port);
-    tu_stop(&up);
-    close(fds[0]);
-    close(fds[1]);
-    print_message("--slots 1: answers at %.1f and %.1f ms\n", ms[0], ms[1]);
-    /* Arrival order is send order on loopback, and the FIFO keeps it. */
-    assert_true(ms[0] >= 49 && ms[0] < 85);
-    assert_true(ms[1] >= 99 && ms[1] < 150);
-    assert_true(ms[1] - ms[0] >= 45);
-    assert_int_equal((int)TU_NUM(st, "queued"), 1);
-    assert_int_equal((int)TU_NUM(st, "busy"), 0);
-    assert_int_equal((int)TU_NUM(st, "waiting"), 0);
-    json_decref(st);
+    for (int i = 0; i < ATTEMPTS; i++) {
+        tproc_t up;
+        assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 50"), 0);
+        int fds[2] = {connect_to(up.port), connect_to(up.port)};
+        double t0 = tu_now(), ms[2];
+        send_completion(fds[0]);
+        send_completion(fds[1]);
+        await_answers(fds, 2, t0, ms);
+        json_t *st = get_json(up.port, "/_control/stats");
+        tu_stop(&up);
+        close(fds[0]);
+        close(fds[1]);
+        print_message("--slots 1: answers at %.1f and %.1f ms\n", ms[0], ms[1]);
+        /* Arrival order is send order on loopback, and the FIFO keeps it:
+         * the second cannot start before the first is done. */
+        assert_true(ms[0] >= 49);
+        assert_true(ms[1] >= 99);
+        assert_true(ms[1] - ms[0] >= 45);
+        assert_int_equal((int)TU_NUM(st, "queued"), 1);
+        assert_int_equal((int)TU_NUM(st, "busy"), 0);
+        assert_int_equal((int)TU_NUM(st, "waiting"), 0);
+        json_decref(st);
+        RETRY_UNLESS(i, ms[0] < 75 && ms[1] < 125);
+    }
 }
 
 /* The same two requests with two slots run side by side: both ~50 ms. */
 static void test_two_slots_in_parallel(void **state)
 {
-    tproc_t up;
-    assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 2 --delay-ms 50"), 0);
-    int fds[2] = {connect_to(up.port), connect_to(up.port)};
-    double t0 = tu_now(), ms[2];
-    send_completion(fds[0]);
-    send_completion(fds[1]);
-    await_answers(fds, 2, t0, ms);
-    tu_stop(&up);
-    close(fds[0]);
-    close(fds[1]);
-    print_message("--slots 2: answers at %.1f and %.1f ms\n", ms[0], ms[1]);
-    assert_true(ms[0] >= 49 && ms[0] < 85);
-    assert_true(ms[1] >= 49 && ms[1] < 85);
+    for (int i = 0; i < ATTEMPTS; i++) {
+        tproc_t up;
+        assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 2 --delay-ms 50"), 0);
+        int fds[2] = {connect_to(up.port), connect_to(up.port)};
+        double t0 = tu_now(), ms[2];
+        send_completion(fds[0]);
+        send_completion(fds[1]);
+        await_answers(fds, 2, t0, ms);
+        tu_stop(&up);
+        close(fds[0]);
+        close(fds[1]);
+        print_message("--slots 2: answers at %.1f and %.1f ms\n", ms[0], ms[1]);
+        assert_true(ms[0] >= 49 && ms[1] >= 49);
+        /* Side by side: ~100 ms for the second would mean it queued. */
+        RETRY_UNLESS(i, ms[0] < 75 && ms[1] < 75);
+    }
 }
 
 /* A waiting request whose client went away gives up its place: the request
@@ -148,31 +171,34 @@ static void test_two_slots_in_parallel(void **state)
  * (~150 ms). */
 static void test_gone_waiter_leaves_queue(void **state)
 {
-    tproc_t up;
-    assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 50"), 0);
-    int a = connect_to(up.port), b = connect_to(up.port), c = connect_to(up.port);
-    double t0 = tu_now();
-    send_completion(a);
-    send_completion(b);
-    usleep(10000);
-    close(b);
-    usleep(10000);
-    send_completion(c);
-    int fds[2] = {a, c};
-    double ms[2];
-    await_answers(fds, 2, t0, ms);
-    tu_stop(&up);
-    close(a);
-    close(c);
-    print_message("gone waiter: answers at %.1f and %.1f ms\n", ms[0], ms[1]);
-    assert_true(ms[0] >= 49 && ms[0] < 85);
-    assert_true(ms[1] >= 99 && ms[1] < 140);
+    for (int i = 0; i < ATTEMPTS; i++) {
+        tproc_t up;
+        assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 50"), 0);
+        int a = connect_to(up.port), b = connect_to(up.port), c = connect_to(up.port);
+        double t0 = tu_now();
+        send_completion(a);
+        send_completion(b);
+        usleep(10000);
+        close(b);
+        usleep(10000);
+        send_completion(c);
+        int fds[2] = {a, c};
+        double ms[2];
+        await_answers(fds, 2, t0, ms);
+        tu_stop(&up);
+        close(a);
+        close(c);
+        print_message("gone waiter: answers at %.1f and %.1f ms\n", ms[0], ms[1]);
+        assert_true(ms[0] >= 49 && ms[1] >= 99);
+        /* ~150 ms would mean the gone request was served in between. */
+        RETRY_UNLESS(i, ms[0] < 75 && ms[1] < 125);
+    }
 }
 
 /* Probes do not queue behind the model's work: with the only slot held, a
  * GET /health is answered after its own delay (~50 ms, not ~100), and at
  * once with --instant-raw. */
-static void check_probe(const char *flags, double lo, double hi)
+static int check_probe(const char *flags, double lo, double hi)
 {
     tproc_t up;
     assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 50 %s", flags), 0);
@@ -186,14 +212,42 @@ static void check_probe(const char *flags, double lo, double hi)
     close(fds[0]);
     close(fds[1]);
     print_message("probe with '%s': completion %.1f ms, probe %.1f ms\n", flags, ms[0], ms[1]);
-    assert_true(ms[0] >= 49 && ms[0] < 85);
-    assert_true(ms[1] >= lo && ms[1] < hi);
+    assert_true(ms[0] >= 49 && ms[1] >= lo);
+    return ms[1] < hi;
 }
 
 static void test_probe_takes_no_slot(void **state)
 {
-    check_probe("", 49, 85);
-    check_probe("--instant-raw", 0, 25);
+    for (int i = 0; i < ATTEMPTS; i++)
+        RETRY_UNLESS(i, check_probe("", 49, 75));
+    for (int i = 0; i < ATTEMPTS; i++)
+        RETRY_UNLESS(i, check_probe("--instant-raw", 0, 20));
+}
+
+/* --report-load: GET /load says what runs and waits, at once, while the
+ * only slot is held and one request waits. */
+static void test_report_load(void **state)
+{
+    tproc_t up;
+    assert_int_equal(
+        tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 200 --report-load"), 0);
+    int fds[2] = {connect_to(up.port), connect_to(up.port)};
+    send_completion(fds[0]);
+    send_completion(fds[1]);
+    usleep(50000);
+    double t0 = tu_now();
+    json_t *load = get_json(up.port, "/load");
+    double ms = (tu_now() - t0) * 1000;
+    tu_stop(&up);
+    close(fds[0]);
+    close(fds[1]);
+    print_message("/load in %.1f ms\n", ms);
+    assert_true(ms < 100); /* not behind the 200 ms requests */
+    assert_int_equal((int)TU_NUM(load, "max_num_seqs"), 1);
+    assert_int_equal((int)TU_NUM(load, "running"), 1);
+    assert_int_equal((int)TU_NUM(load, "waiting"), 1);
+    assert_int_equal((int)TU_NUM(load, "ready_instances"), 1);
+    json_decref(load);
 }
 
 int main(void)
@@ -203,6 +257,7 @@ int main(void)
         cmocka_unit_test(test_two_slots_in_parallel),
         cmocka_unit_test(test_gone_waiter_leaves_queue),
         cmocka_unit_test(test_probe_takes_no_slot),
+        cmocka_unit_test(test_report_load),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
