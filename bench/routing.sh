@@ -30,7 +30,7 @@
 #   RTT_MS=40        round trip added to the remote site
 #   SEED=1           igbench seed (the same schedule for every policy)
 #   TIMEOUT=15       igbench per-request timeout (s)
-#   REPORT_LOAD=1    the upstreams answer GET /load like infergate instances
+#   REPORT_LOAD=0    1: the upstreams answer GET /load like infergate instances
 #                    (testupstream --report-load: slots, waiting, running), so
 #                    the latency policy knows each one's slots; 0: they are
 #                    plain OpenAI servers and the router must infer the queue
@@ -54,7 +54,7 @@ SLOW=${SLOW:-3}
 RTT_MS=${RTT_MS:-40}
 SEED=${SEED:-1}
 TIMEOUT=${TIMEOUT:-15}
-REPORT_LOAD=${REPORT_LOAD:-1}
+REPORT_LOAD=${REPORT_LOAD:-0}
 RESULTS=${RESULTS:-$root/bench/results/routing.json}
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=python3
