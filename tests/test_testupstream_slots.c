@@ -136,12 +136,12 @@ static void test_one_slot_serialises(void **state)
          * the second cannot start before the first is done. */
         assert_true(ms[0] >= 49);
         assert_true(ms[1] >= 99);
-        assert_true(ms[1] - ms[0] >= 45);
         assert_int_equal((int)TU_NUM(st, "queued"), 1);
         assert_int_equal((int)TU_NUM(st, "busy"), 0);
         assert_int_equal((int)TU_NUM(st, "waiting"), 0);
         json_decref(st);
-        RETRY_UNLESS(i, ms[0] < 75 && ms[1] < 125);
+        /* A stalled reader sees both at once: the gap is no lower bound. */
+        RETRY_UNLESS(i, ms[0] < 75 && ms[1] < 125 && ms[1] - ms[0] >= 45);
     }
 }
 
