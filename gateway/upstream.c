@@ -560,6 +560,16 @@ static void req_send(ig_upstream_req_t *r)
     int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
     if (rc == 0 || rc == UV_EALREADY) {
         uv_buf_t b = uv_buf_init(r->wbuf, (unsigned)r->wlen);
+        /* Most requests fit the socket buffer at once. A uv_write would
+         * also do, but its completion makes libuv re-arm the watcher, one
+         * epoll_ctl per request; a pending remainder still goes by uv_write. */
+        int n = uv_try_write(&c->h.stream, &b, 1);
+        if (n == (int)b.len)
+            return;
+        if (n > 0) {
+            b.base += n;
+            b.len -= (unsigned)n;
+        }
         uv_write_t *w = malloc(sizeof(*w));
         if (w == NULL) {
             req_finish(r, IG_ECONNECT);

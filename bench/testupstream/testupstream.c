@@ -29,6 +29,7 @@ typedef enum {
     K_GET,
     K_BYTES,
     K_CONTROL,
+    K_LOAD,
     K_NOTFOUND,
     K_BADREQ,
 } kind_t;
@@ -53,6 +54,9 @@ typedef struct req_s {
     char url[MAX_URL];
     uint64_t id;
     uint64_t t_arrive;
+    int has_slot;                /* holds one of the --slots */
+    struct req_s *wprev, *wnext; /* in g.waiting while it waits for a slot */
+    int waiting;
     uint64_t next_due;
     igb_tq_entry_t tq;
 } req_t;
@@ -89,6 +93,14 @@ static struct {
     uint64_t first_request;
     uint64_t nreq, nconn, nactive_conn, nstalled, nfailed, nerrors;
     int quiet;
+    /* --slots: at most `slots` requests are served at once (0 = no limit);
+     * the others wait in arrival order in the `waiting` list. */
+    int slots, busy;
+    int instant_raw; /* --instant-raw */
+    int report_load; /* --report-load: GET /load answers like an infergate instance */
+    req_t *wait_head, *wait_tail;
+    uint64_t nwaiting, nqueued_total;
+    uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
 } g;
 
 /* ------------------------------------------------------------------------- */
@@ -161,12 +173,17 @@ static void send_str(conn_t *c, req_t *r, int status, const char *ctype, const c
 /* Connection lifecycle                                                      */
 /* ------------------------------------------------------------------------- */
 
+static void slot_release(req_t *r);
+static void wait_unlink(req_t *r);
+
 static void free_reqs(conn_t *c)
 {
     while (c->head) {
         req_t *r = c->head;
         c->head = r->next;
         igb_tq_remove(&g.tq, &r->tq);
+        wait_unlink(r);
+        slot_release(r);
         free(r);
     }
     c->tail = NULL;
@@ -192,7 +209,7 @@ static void conn_close(conn_t *c, int reset)
     uv_close((uv_handle_t *)&c->tcp, on_conn_closed);
 }
 
-static void start_head(conn_t *c);
+static void start_head(conn_t *c, int at_arrival);
 
 static void on_idle(igb_tq_entry_t *e)
 {
@@ -222,6 +239,7 @@ static void finish_head(conn_t *c)
     c->head = r->next;
     if (!c->head)
         c->tail = NULL;
+    slot_release(r);
     free(r);
     c->active = 0;
     if (!keep) {
@@ -234,7 +252,7 @@ static void finish_head(conn_t *c)
         return;
     }
     if (c->head)
-        start_head(c);
+        start_head(c, 0);
     else
         arm_idle(c);
 }
@@ -434,18 +452,100 @@ static void on_due(igb_tq_entry_t *e)
     finish_head(c);
 }
 
+/* ------------------------------------------------------------------------- */
+/* Slots: a FIFO in front of the service, like a server with N workers        */
+/* ------------------------------------------------------------------------- */
+
+static void begin_service(req_t *r, uint64_t t_start);
 static void answer_control(conn_t *c, req_t *r);
 
-static void start_head(conn_t *c)
+static void wait_unlink(req_t *r)
+{
+    if (!r->waiting)
+        return;
+    if (r->wprev)
+        r->wprev->wnext = r->wnext;
+    else
+        g.wait_head = r->wnext;
+    if (r->wnext)
+        r->wnext->wprev = r->wprev;
+    else
+        g.wait_tail = r->wprev;
+    r->wprev = r->wnext = NULL;
+    r->waiting = 0;
+    g.nwaiting--;
+}
+
+/* Gives r's slot back and hands it to the longest-waiting request, whose
+ * delay starts now. */
+static void slot_release(req_t *r)
+{
+    if (!r->has_slot)
+        return;
+    r->has_slot = 0;
+    g.busy--;
+    while (g.wait_head && g.busy < g.slots) {
+        req_t *w = g.wait_head;
+        wait_unlink(w);
+        w->has_slot = 1;
+        g.busy++;
+        begin_service(w, uv_hrtime());
+    }
+}
+
+/* Starts the head request of c: at once, or after a wait for a slot.
+ * at_arrival: called as the request arrived (not after an earlier request on
+ * the same connection finished). */
+static void start_head(conn_t *c, int at_arrival)
 {
     req_t *r = c->head;
     c->active = 1;
-    if (r->kind == K_CONTROL) {
-        /* Control requests bypass delay and stall. */
-        answer_control(c, r);
+    if (r->kind == K_CONTROL || r->kind == K_LOAD) {
+        /* Control requests bypass delay, stall and slots, and are answered
+         * here so that they leave in order; a /load report was answered at
+         * arrival (on_message_complete). */
+        if (r->kind == K_CONTROL)
+            answer_control(c, r);
         finish_head(c);
         return;
     }
+    if (g.instant_raw && (r->kind == K_GET || r->kind == K_BYTES || r->kind == K_NOTFOUND)) {
+        /* Like a real server's /health: answered by the HTTP front, never
+         * behind the model's work, and drawing nothing from the seed. */
+        answer_plain(c, r);
+        finish_head(c);
+        return;
+    }
+    /* Only completions take slots: probes (GET /health, /load, ...) and
+     * other raw requests do not queue behind the model's work. */
+    if (g.slots > 0 && (r->kind == K_COMPLETIONS || r->kind == K_CHAT)) {
+        if (g.busy >= g.slots) {
+            r->waiting = 1;
+            r->wprev = g.wait_tail;
+            if (g.wait_tail)
+                g.wait_tail->wnext = r;
+            else
+                g.wait_head = r;
+            g.wait_tail = r;
+            g.nwaiting++;
+            g.nqueued_total++;
+            return;
+        }
+        r->has_slot = 1;
+        g.busy++;
+        /* A pipelined request gets its slot only now, when it reaches the
+         * head of its connection; its service starts now too. */
+        begin_service(r, at_arrival ? r->t_arrive : uv_hrtime());
+        return;
+    }
+    begin_service(r, r->t_arrive);
+}
+
+/* Draws the request's service (delay, error, failure) and schedules its
+ * first output at t_start + delay. */
+static void begin_service(req_t *r, uint64_t t_start)
+{
+    conn_t *c = r->c;
     double delay_ms = igb_dist_sample(&g.delay, &g.rng);
     if (g.error_rate > 0 && igb_rng_double(&g.rng) < g.error_rate) {
         r->error_status = g.error_status;
@@ -453,7 +553,7 @@ static void start_head(conn_t *c)
     }
     if (r->stream && g.fail_after >= 0 && igb_rng_double(&g.rng) < g.fail_rate)
         r->fail_after = g.fail_after;
-    uint64_t due = r->t_arrive + (uint64_t)(delay_ms * 1e6);
+    uint64_t due = t_start + (uint64_t)(delay_ms * 1e6);
     int streamed = r->stream && !r->error_status && (r->kind == K_COMPLETIONS || r->kind == K_CHAT);
     if (streamed) {
         send_fmt(c,
@@ -572,14 +672,31 @@ static void answer_control(conn_t *c, req_t *r)
     } else if (strncmp(path, "stats", 5) == 0) {
         n = snprintf(body, sizeof(body),
                      "{\"requests\":%llu,\"connections\":%llu,\"open_connections\":%llu,"
-                     "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu}",
+                     "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu,"
+                     "\"slots\":%d,\"busy\":%d,\"waiting\":%llu,\"queued\":%llu,"
+                     "\"completions\":%llu,\"raw\":%llu}",
                      (unsigned long long)g.nreq, (unsigned long long)g.nconn,
                      (unsigned long long)g.nactive_conn, (unsigned long long)g.nstalled,
-                     (unsigned long long)g.nfailed, (unsigned long long)g.nerrors);
+                     (unsigned long long)g.nfailed, (unsigned long long)g.nerrors, g.slots, g.busy,
+                     (unsigned long long)g.nwaiting, (unsigned long long)g.nqueued_total,
+                     (unsigned long long)g.ncompletions, (unsigned long long)g.nraw);
     } else {
         send_str(c, r, 404, "application/json", "{\"error\":\"unknown control\"}");
         return;
     }
+    send_response(c, r, 200, "application/json", body, (size_t)n);
+}
+
+/* GET /load in the shape of an infergate instance's (docs: /load): what is
+ * queued and running now, and the slots, so a router can model the queue. */
+static void answer_load(conn_t *c, req_t *r)
+{
+    char body[512];
+    int n = snprintf(body, sizeof(body),
+                     "{\"ready_instances\":1,\"waiting\":%llu,\"running\":%d,\"inflight\":%llu,"
+                     "\"max_num_seqs\":%d}",
+                     (unsigned long long)g.nwaiting, g.busy,
+                     (unsigned long long)g.nwaiting + (unsigned long long)g.busy, g.slots);
     send_response(c, r, 200, "application/json", body, (size_t)n);
 }
 
@@ -649,7 +766,12 @@ static int on_message_complete(llhttp_t *p)
     char *q = strchr(path, '?');
     if (q)
         *q = 0;
-    if (strncmp(path, "/_control/", 10) == 0) {
+    if (g.report_load && method == HTTP_GET && strcmp(path, "/load") == 0) {
+        /* Answered at once, like a control request: a load report that
+         * waited behind the model would report a past state. */
+        r->kind = K_LOAD;
+        answer_load(c, r);
+    } else if (strncmp(path, "/_control/", 10) == 0) {
         r->kind = K_CONTROL;
     } else if (method == HTTP_POST && strcmp(path, "/v1/completions") == 0) {
         r->kind = K_COMPLETIONS;
@@ -669,13 +791,17 @@ static int on_message_complete(llhttp_t *p)
         r->kind = K_NOTFOUND;
     }
     igb_tq_remove(&g.tq, &c->idle);
+    if (r->kind == K_COMPLETIONS || r->kind == K_CHAT)
+        g.ncompletions++;
+    else if (r->kind == K_GET || r->kind == K_BYTES || r->kind == K_LOAD)
+        g.nraw++;
     if (c->tail)
         c->tail->next = r;
     else
         c->head = r;
     c->tail = r;
     if (!c->active)
-        start_head(c);
+        start_head(c, 1);
     return 0;
 }
 
@@ -771,6 +897,20 @@ static void usage(FILE *out)
         "  --stall-for S          ... for S seconds (answers due meanwhile leave at the end)\n"
         "  --fail-after-tokens K  reset the connection (RST) after K streamed tokens ...\n"
         "  --fail-rate P          ... in a fraction P of streams (default 1)\n"
+        "  --slots N              serve at most N completions at once (default 0: no\n"
+        "                         limit); the others wait for a slot in arrival order\n"
+        "                         (FIFO), and a request's delay and ITL start when it\n"
+        "                         gets its slot, which it holds until its last byte.\n"
+        "                         Capacity is then N / mean service time. Raw and\n"
+        "                         control requests never take a slot\n"
+        "  --instant-raw          answer raw requests (GET /health, /load, /v1/models,\n"
+        "                         /bytes/N, any other path) at once, without delay,\n"
+        "                         stall, error injection or a draw from the seed: a\n"
+        "                         router's probes then see the network, not the model\n"
+        "  --report-load          answer GET /load at once like an infergate instance:\n"
+        "                         {ready_instances, waiting, running, inflight,\n"
+        "                         max_num_seqs (= --slots)}, so a gateway that probes it\n"
+        "                         knows its slots and queue\n"
         "  --spin-us US           wake this early and spin, for precise timing (default 200)\n"
         "  --idle-timeout-ms MS   close keep-alive connections idle this long (default: never)\n"
         "  --quiet                no log lines on stderr\n"
@@ -778,7 +918,7 @@ static void usage(FILE *out)
         "\n"
         "On start it prints \"testupstream listening on HOST:PORT\" to stdout.\n"
         "Answers on one connection leave in request order; the delay counts from\n"
-        "the arrival of each request.\n");
+        "the arrival of each request (with --slots: from when it gets a slot).\n");
 }
 
 static void on_signal(uv_signal_t *s, int signum)
@@ -852,6 +992,19 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--idle-timeout-ms")) {
             NEED();
             g.idle_timeout_ms = atof(v);
+        } else if (!strcmp(a, "--instant-raw")) {
+            g.instant_raw = 1;
+        } else if (!strcmp(a, "--report-load")) {
+            g.report_load = 1;
+        } else if (!strcmp(a, "--slots")) {
+            NEED();
+            char *end = NULL;
+            long n = strtol(v, &end, 10);
+            if (!end || *end || n < 0 || n > 1000000) {
+                fprintf(stderr, "testupstream: --slots must be 0..1000000\n");
+                return 2;
+            }
+            g.slots = (int)n;
         } else if (!strcmp(a, "--spin-us")) {
             NEED();
             spin_us = atof(v);

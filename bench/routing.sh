@@ -1,0 +1,333 @@
+#!/bin/bash
+# Routing policies side by side. A fleet of four upstreams with limited
+# concurrency -- build/testupstream processes with --slots, standing in for
+# instances: local-a and local-b (service time S), local-slow (3 x S) and
+# remote (like local-a, behind faultproxy adding RTT_MS round trip, half each
+# way) -- configured as sites of one gateway. For each policy the gateway is
+# restarted on the same upstreams and igbench sends the same open-loop Poisson
+# schedule (same seed) at LOAD x the fleet's capacity, streaming, so TTFT is
+# measured. Prints p50/p99 TTFT and e2e per policy, each upstream's share of
+# the requests, and the ratios latency/round_robin and latency/least_inflight
+# of p99 TTFT (target: <= 0.5 and <= 1.0); writes bench/results/routing.json
+# and .png.
+#
+# Capacity: an upstream with N slots and mean service time s serves N/s
+# requests/s (testupstream starts a request's delay when it gets a slot and
+# holds the slot to its last byte); s = DELAY_MS + (TOKENS - 1) x ITL_MS.
+# The remote site's RTT adds latency, not service time.
+#
+# usage: bench/routing.sh [BUILD_DIR]        (default: build)
+# environment:
+#   POLICIES="latency round_robin least_inflight random"
+#   DURATION=20      seconds of measured load per policy (after the warm-up)
+#   WARMUP=4         seconds of load per policy not counted (the router learns)
+#   LOAD=0.7         offered load as a fraction of the fleet's capacity
+#   SLOTS=2          concurrent requests per upstream
+#   DELAY_MS=20      time to first token of a fast upstream (slow: x SLOW)
+#   ITL_MS=2         time between tokens of a fast upstream (slow: x SLOW)
+#   TOKENS=8         output tokens per request
+#   SLOW=3           how many times slower local-slow is
+#   RTT_MS=40        round trip added to the remote site
+#   SEED=1           igbench seed (the same schedule for every policy)
+#   TIMEOUT=15       igbench per-request timeout (s)
+#   REPORT_LOAD=0    1: the upstreams answer GET /load like infergate instances
+#                    (testupstream --report-load: slots, waiting, running), so
+#                    the latency policy knows each one's slots; 0: they are
+#                    plain OpenAI servers and the router must infer the queue
+#   RESULTS=bench/results/routing.json
+# Needs: python3; gnuplot for the PNG (skipped with a note when missing).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+build=${1:-build}
+case "$build" in /*) ;; *) build="$root/$build" ;; esac
+POLICIES=${POLICIES:-"latency round_robin least_inflight random"}
+DURATION=${DURATION:-20}
+WARMUP=${WARMUP:-4}
+LOAD=${LOAD:-0.7}
+SLOTS=${SLOTS:-2}
+DELAY_MS=${DELAY_MS:-20}
+ITL_MS=${ITL_MS:-2}
+TOKENS=${TOKENS:-8}
+SLOW=${SLOW:-3}
+RTT_MS=${RTT_MS:-40}
+SEED=${SEED:-1}
+TIMEOUT=${TIMEOUT:-15}
+REPORT_LOAD=${REPORT_LOAD:-0}
+RESULTS=${RESULTS:-$root/bench/results/routing.json}
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=python3
+# Bounded runs only: a typo must not start an hour-long benchmark.
+if ! "$PY" -c "
+import sys
+d, w, load, slots, tok, to = $DURATION, $WARMUP, $LOAD, $SLOTS, $TOKENS, $TIMEOUT
+sys.exit(0 if 0 < d <= 120 and 0 <= w <= 30 and 0 < load <= 1.5 and 1 <= slots <= 256
+         and 1 <= tok <= 1000 and 0 < to <= 60 else 1)" 2>/dev/null; then
+    echo "routing: DURATION <= 120, WARMUP <= 30, 0 < LOAD <= 1.5, SLOTS <= 256," \
+        "TOKENS <= 1000, TIMEOUT <= 60, please" >&2
+    exit 2
+fi
+for p in $POLICIES; do
+    case "$p" in latency | round_robin | least_inflight | random) ;;
+    *)
+        echo "routing: unknown policy '$p'" >&2
+        exit 2
+        ;;
+    esac
+done
+for tool in igbench faultproxy testupstream infergate; do
+    if [ ! -x "$build/$tool" ]; then
+        echo "routing: $build/$tool not built" >&2
+        exit 2
+    fi
+done
+
+tmp=$(mktemp -d /tmp/ig-routing.XXXXXX)
+pids=()
+gw_pid=""
+cleanup() {
+    [ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
+    for p in "${pids[@]}"; do
+        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
+    done
+    rm -rf "$tmp"
+}
+trap cleanup EXIT INT TERM
+
+# Waits (up to 10 s) for "... listening on HOST:PORT" in a file; prints PORT.
+port_of() {
+    for _ in $(seq 1 100); do
+        if grep -q "listening on" "$1" 2>/dev/null; then
+            sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$1" | head -1
+            return 0
+        fi
+        sleep 0.1
+    done
+    echo "routing: $1: no listening line" >&2
+    return 1
+}
+
+free_port() {
+    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+# GET http://127.0.0.1:PORT/PATH; prints the body (empty on failure).
+http_get() {
+    "$PY" - "$1" "$2" <<'PYEOF' 2>/dev/null || true
+import sys, urllib.request
+try:
+    print(urllib.request.urlopen("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]),
+                                 timeout=2).read().decode(), end="")
+except Exception:
+    pass
+PYEOF
+}
+
+# The fleet. The slow one is SLOW x slower in both first token and ITL.
+slow_delay=$("$PY" -c "print($DELAY_MS * $SLOW)")
+slow_itl=$("$PY" -c "print($ITL_MS * $SLOW)")
+names=(local-a local-b local-slow remote)
+report_flag=""
+[ "$REPORT_LOAD" = 1 ] && report_flag="--report-load"
+start_up() { # name delay itl
+    "$build/testupstream" --quiet --instant-raw $report_flag --slots "$SLOTS" --delay-ms "$2" \
+        --itl-ms "$3" --tokens "$TOKENS" --seed 1 >"$tmp/$1.out" &
+    pids+=($!)
+}
+start_up local-a "$DELAY_MS" "$ITL_MS"
+start_up local-b "$DELAY_MS" "$ITL_MS"
+start_up local-slow "$slow_delay" "$slow_itl"
+start_up remote "$DELAY_MS" "$ITL_MS"
+declare -A port
+for n in "${names[@]}"; do
+    port[$n]=$(port_of "$tmp/$n.out")
+done
+half=$("$PY" -c "print($RTT_MS / 2)")
+"$build/faultproxy" --quiet --target "127.0.0.1:${port[remote]}" --delay-ms "$half" \
+    >"$tmp/fp.out" &
+pids+=($!)
+fp_port=$(port_of "$tmp/fp.out")
+declare -A url
+url[local-a]="http://127.0.0.1:${port[local-a]}"
+url[local-b]="http://127.0.0.1:${port[local-b]}"
+url[local-slow]="http://127.0.0.1:${port[local-slow]}"
+url[remote]="http://127.0.0.1:$fp_port"
+
+read -r svc_fast svc_slow capacity rate <<<"$("$PY" -c "
+f = ($DELAY_MS + ($TOKENS - 1) * $ITL_MS) / 1000.0
+s = f * $SLOW
+cap = 3 * $SLOTS / f + $SLOTS / s
+print(f, s, cap, round($LOAD * cap, 2))")"
+echo "routing: 4 upstreams x $SLOTS slots; service time ${svc_fast}s (local-a, local-b, remote)," \
+    "${svc_slow}s (local-slow); remote +${RTT_MS} ms RTT via faultproxy"
+echo "routing: capacity $capacity req/s, offered $rate req/s (LOAD $LOAD), ${DURATION}s" \
+    "(+${WARMUP}s warm-up) per policy, seed $SEED, REPORT_LOAD $REPORT_LOAD"
+
+# A counter of every upstream's /_control/stats, "name=count ...".
+counts() {
+    local out="" c
+    for n in "${names[@]}"; do
+        c=$(http_get "${port[$n]}" /_control/stats | "$PY" -c \
+            "import json,sys; print(json.load(sys.stdin)['$1'])" 2>/dev/null || echo 0)
+        out="$out $n=$c"
+    done
+    echo "$out"
+}
+
+# Waits (up to 10 s) until no upstream holds or queues a request: what one
+# policy left behind must not slow the next.
+wait_idle() {
+    for _ in $(seq 1 100); do
+        local busy=0
+        for n in "${names[@]}"; do
+            b=$(http_get "${port[$n]}" /_control/stats | "$PY" -c \
+                'import json,sys; d=json.load(sys.stdin); print(d["busy"] + d["waiting"])' \
+                2>/dev/null || echo 1)
+            busy=$((busy + b))
+        done
+        [ "$busy" -eq 0 ] && return 0
+        sleep 0.1
+    done
+    echo "routing: upstreams still busy after 10 s" >&2
+    return 1
+}
+
+run_policy() {
+    local policy=$1 gw_port
+    gw_port=$(free_port)
+    "$PY" - "$tmp/gw-$policy.json" "$gw_port" "$policy" \
+        "${url[local-a]}" "${url[local-b]}" "${url[local-slow]}" "${url[remote]}" <<'PYEOF'
+import json, sys
+out, port, policy = sys.argv[1:4]
+urls = sys.argv[4:8]
+names = ["local-a", "local-b", "local-slow", "remote"]
+cfg = {"region": "bench", "listen": "127.0.0.1:" + port, "log": {"level": "warn"},
+       "models": [{"name": "m"}],
+       "sites": [{"name": n, "url": u, "models": ["m"]} for n, u in zip(names, urls)],
+       # No retries or hedges: each policy's first choice is what is measured.
+       "routing": {"policy": policy, "max_retries": 0}}
+json.dump(cfg, open(out, "w"))
+PYEOF
+    local raw0
+    raw0=$(counts raw)
+    "$build/infergate" serve --config "$tmp/gw-$policy.json" 2>"$tmp/gw-$policy.log" &
+    gw_pid=$!
+    # Ready when every site has had its probes: GET /load, which makes an
+    # upstream with --report-load a ready peer; else /load, /health and
+    # /v1/models, after which a plain OpenAI server is up.
+    local ok=0
+    for _ in $(seq 1 100); do
+        if "$PY" - "$raw0" "$(counts raw)" "$([ "$REPORT_LOAD" = 1 ] && echo 1 || echo 3)" <<'PYEOF'; then
+import sys
+def parse(s):
+    return {k: int(v) for k, v in (x.split("=") for x in s.split())}
+a, b = parse(sys.argv[1]), parse(sys.argv[2])
+sys.exit(0 if all(b[k] - a[k] >= int(sys.argv[3]) for k in a) else 1)
+PYEOF
+            ok=1
+            break
+        fi
+        sleep 0.1
+    done
+    if [ "$ok" -ne 1 ]; then
+        echo "routing: gateway ($policy) did not see its 4 sites; log:" >&2
+        cat "$tmp/gw-$policy.log" >&2
+        return 1
+    fi
+    local before after
+    before=$(counts completions)
+    "$build/igbench" --quiet --target "127.0.0.1:$gw_port" --rate "$rate" --arrival poisson \
+        --duration "$((DURATION + WARMUP))" --warmup "$WARMUP" --seed "$SEED" \
+        --timeout "$TIMEOUT" --stream --endpoint completions --model m --max-tokens "$TOKENS" \
+        --input-tokens 32 --label "routing-$policy" --json "$tmp/ig-$policy.json"
+    after=$(counts completions)
+    http_get "$gw_port" /metrics | grep '^infergate_upstream_rtt_ewma_seconds\|^infergate_upstream_ttft_ewma_seconds' \
+        >"$tmp/metrics-$policy.txt" || true
+    kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
+    gw_pid=""
+    echo "$before" >"$tmp/before-$policy.txt"
+    echo "$after" >"$tmp/after-$policy.txt"
+    wait_idle
+}
+
+for p in $POLICIES; do
+    echo "  running $p ..."
+    run_policy "$p"
+done
+
+mkdir -p "$(dirname "$RESULTS")"
+"$PY" - "$RESULTS" "$tmp" "$rate" "$capacity" "$svc_fast" "$svc_slow" $POLICIES <<PYEOF
+import json, sys, time
+out, tmp, rate, capacity, svc_fast, svc_slow = sys.argv[1:7]
+policies = sys.argv[7:]
+names = ["local-a", "local-b", "local-slow", "remote"]
+def counts(path):
+    return {k: int(v) for k, v in (x.split("=") for x in open(path).read().split())}
+rows = {}
+for p in policies:
+    r = json.load(open("%s/ig-%s.json" % (tmp, p)))
+    b, a = counts("%s/before-%s.txt" % (tmp, p)), counts("%s/after-%s.txt" % (tmp, p))
+    served = {n: a[n] - b[n] for n in names}
+    total = sum(served.values()) or 1
+    lat = r["latency_ms"]
+    rows[p] = {"ttft_p50_ms": lat["ttft"]["p50"], "ttft_p99_ms": lat["ttft"]["p99"],
+               "e2e_p50_ms": lat["e2e"]["p50"], "e2e_p99_ms": lat["e2e"]["p99"],
+               "ttft_max_ms": lat["ttft"]["max"],
+               "requests": r["requests"], "errors": r["errors"],
+               "throughput_rps": r["throughput_rps"],
+               "send_lag_p99_ms": lat.get("send_lag", {}).get("p99"),
+               "share": {n: round(served[n] / total, 3) for n in names}}
+def ratio(a, b):
+    if a in rows and b in rows and rows[b]["ttft_p99_ms"] > 0:
+        return round(rows[a]["ttft_p99_ms"] / rows[b]["ttft_p99_ms"], 3)
+    return None
+res = {
+    "scenario": "routing",
+    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "command": "bench/routing.sh",
+    "what": "p50/p99 TTFT and e2e per routing policy, open-loop Poisson at LOAD x fleet capacity",
+    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "load": $LOAD,
+               "rate_rps": float(rate), "capacity_rps": float(capacity), "slots": $SLOTS,
+               "delay_ms": $DELAY_MS, "itl_ms": $ITL_MS, "tokens": $TOKENS, "slow": $SLOW,
+               "rtt_ms": $RTT_MS, "seed": $SEED, "timeout_s": $TIMEOUT,
+               "report_load": $REPORT_LOAD,
+               "service_time_s": {"fast": float(svc_fast), "slow": float(svc_slow)},
+               "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
+    "policies": rows,
+    "ratio": {"ttft_p99_latency_over_round_robin": ratio("latency", "round_robin"),
+              "ttft_p99_latency_over_least_inflight": ratio("latency", "least_inflight")},
+    "plot": {"title": "routing policies: TTFT at %.0f%% of capacity (%.1f req/s)"
+                      % ($LOAD * 100, float(rate)),
+             "xlabel": "policy (%s)" % ", ".join("%d=%s" % (i + 1, p) for i, p in enumerate(policies)),
+             "ylabel": "ms",
+             "x": list(range(1, len(policies) + 1)),
+             "series": {"ttft p50": [rows[p]["ttft_p50_ms"] for p in policies],
+                        "ttft p99": [rows[p]["ttft_p99_ms"] for p in policies],
+                        "e2e p99": [rows[p]["e2e_p99_ms"] for p in policies]}},
+}
+json.dump(res, open(out, "w"), indent=2)
+open(out, "a").write("\n")
+print("  %-15s %9s %9s %9s %9s %6s %7s  %s" % ("policy", "ttft p50", "ttft p99", "e2e p50",
+      "e2e p99", "errors", "req/s", "share a/b/slow/remote"))
+for p in policies:
+    x = rows[p]
+    print("  %-15s %9.1f %9.1f %9.1f %9.1f %6d %7.1f  %s" % (
+        p, x["ttft_p50_ms"], x["ttft_p99_ms"], x["e2e_p50_ms"], x["e2e_p99_ms"],
+        x["requests"]["errors"], x["throughput_rps"],
+        "/".join("%.2f" % x["share"][n] for n in names)))
+r1, r2 = res["ratio"]["ttft_p99_latency_over_round_robin"], res["ratio"]["ttft_p99_latency_over_least_inflight"]
+if r1 is not None:
+    print("  p99 TTFT latency/round_robin:    %.3f (target <= 0.5) %s" % (r1, "ok" if r1 <= 0.5 else "MISSED"))
+if r2 is not None:
+    print("  p99 TTFT latency/least_inflight: %.3f (target <= 1.0) %s" % (r2, "ok" if r2 <= 1.0 else "MISSED"))
+print("  wrote " + out)
+PYEOF
+for p in $POLICIES; do
+    sed "s/^/  [$p] /" "$tmp/metrics-$p.txt" 2>/dev/null || true
+done
+if command -v gnuplot >/dev/null 2>&1; then
+    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
+else
+    echo "routing: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
+fi
