@@ -171,8 +171,8 @@ static void poll_on_done(ig_upstream_req_t *r, int err, void *data)
     if (in->state == IG_INSTANCE_STARTING) {
         if (err == 0 && pl->status == 200) {
             set_state(in, IG_INSTANCE_READY);
-            ig_router_observe_rtt(in->pool->spec.router, &in->route,
-                                  (double)(now - in->poll_sent_ns) / 1e9, now);
+            ig_router_observe_probe_rtt(in->pool->spec.router, &in->route,
+                                        (double)(now - in->poll_sent_ns) / 1e9, now);
             schedule_poll(in, 0);
         } else if ((now - in->started_ns) / 1000000ULL > in->pool->spec.ready_timeout_ms) {
             IG_WARN("instance %s: not ready after %llu ms; restarting", in->name,
@@ -184,8 +184,8 @@ static void poll_on_done(ig_upstream_req_t *r, int err, void *data)
     } else if (in->state == IG_INSTANCE_READY ||
                (in->state == IG_INSTANCE_DRAINING && !in->term_sent)) {
         if (err == 0 && pl->status == 200 && pl->body != NULL) {
-            ig_router_observe_rtt(in->pool->spec.router, &in->route,
-                                  (double)(now - in->poll_sent_ns) / 1e9, now);
+            ig_router_observe_probe_rtt(in->pool->spec.router, &in->route,
+                                        (double)(now - in->poll_sent_ns) / 1e9, now);
             apply_load(in, pl->body, now);
         }
         schedule_poll(in, in->pool->spec.load_poll_ms);

@@ -102,17 +102,24 @@ double ig_router_wait(const ig_router_t *r, const ig_upstream_state_t *u, uint64
         reported_wait = u->reported_wait_s;
         queued = u->reported_waiting;
     }
-    /* Our own in-flight requests beyond the upstream's slots queue there too.
-     * With no known slot count, each in-flight request is taken to delay a
-     * new one by its share of the occupancy, like peak-EWMA's (pending + 1). */
+    /*
+     * The requests ahead of a new one. The upstream's reported queue already
+     * holds those of ours that wait there, so the two are not added: the
+     * larger is believed (the report may include other clients' requests,
+     * ours may be newer than the report).
+     */
     double occupancy = u->occupancy_s > 0 ? u->occupancy_s : 0.0;
     double wait;
     if (u->slots > 0) {
-        double ahead = queued + fmax(0.0, (double)u->inflight - u->slots + 1);
-        wait = ahead * occupancy / u->slots;
+        double ahead = fmax(queued, (double)u->inflight - u->slots + 1);
+        wait = fmax(ahead, 0.0) * occupancy / u->slots;
     } else {
-        double svc = u->svc_samples > 0 ? u->svc_s : 0.0;
-        wait = (queued + u->inflight) * svc;
+        /* No slot count: each request in flight is taken to hold the
+         * upstream for its occupancy (or, before one is measured, its
+         * service time), like peak-EWMA's (pending + 1). This overstates
+         * the wait at a many-slot server, which errs toward spreading. */
+        double hold = occupancy > 0 ? occupancy : (u->svc_samples > 0 ? u->svc_s : 0.0);
+        wait = fmax(queued, (double)u->inflight) * hold;
     }
     return fmax(wait, reported_wait);
 }
@@ -317,10 +324,29 @@ void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double 
     u->rtt_at_ns = now_ns;
 }
 
+void ig_router_observe_probe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+                                 uint64_t now_ns)
+{
+    /* The median of the last three probes: one probe delayed by a scheduling
+     * hiccup does not become the peak that a peak-EWMA holds for seconds. */
+    u->probe_rtt[u->nprobe_rtt++ % 3] = rtt_s;
+    if (u->nprobe_rtt < 3) {
+        ig_router_observe_rtt(r, u, rtt_s, now_ns);
+        return;
+    }
+    double a = u->probe_rtt[0], b = u->probe_rtt[1], c = u->probe_rtt[2];
+    double median = fmax(fmin(a, b), fmin(fmax(a, b), c));
+    ig_router_observe_rtt(r, u, median, now_ns);
+}
+
 void ig_router_observe_ttft(ig_router_t *r, ig_upstream_state_t *u, int prompt_tokens,
                             double ttft_s, double predicted_wait_s, uint64_t now_ns)
 {
-    double svc = fmax(ttft_s - rtt_of(r, u) - predicted_wait_s, 0.0);
+    /* The predicted wait may be overstated; it is never believed to explain
+     * more than three quarters of what was observed, so the learned service
+     * time cannot collapse to nothing and make a slow upstream look free. */
+    double seen = fmax(ttft_s - rtt_of(r, u), 0.0);
+    double svc = fmax(seen - predicted_wait_s, 0.25 * seen);
     double p = prompt_tokens > 0 ? prompt_tokens : 0;
     if (u->svc_samples == 0) {
         u->svc_s = svc;

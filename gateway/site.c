@@ -108,7 +108,8 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
     json_t *doc = ok && s->body ? json_loads(s->body, 0, NULL) : NULL;
     probe_kind_t next = -1;
     if (err == 0)
-        ig_router_observe_rtt(s->spec.router, &s->route, (double)(now - s->sent_ns) / 1e9, now);
+        ig_router_observe_probe_rtt(s->spec.router, &s->route, (double)(now - s->sent_ns) / 1e9,
+                                    now);
 
     switch (s->kind) {
     case PROBE_LOAD:

@@ -47,6 +47,52 @@ static void test_peak_ewma_rtt(void **state)
     assert_true(fabs(u.rtt_s - (0.100 * w + 0.010 * (1 - w))) < 1e-9);
 }
 
+static void test_probe_median_ignores_one_late_probe(void **state)
+{
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_upstream_state_t u;
+    ready_upstream(&u, "a", IG_UPSTREAM_SITE);
+    ig_router_observe_probe_rtt(&r, &u, 0.001, S(1));
+    ig_router_observe_probe_rtt(&r, &u, 0.001, S(2));
+    ig_router_observe_probe_rtt(&r, &u, 0.001, S(3));
+    /* One probe late by 100 ms: the path is not taken to be slow. */
+    ig_router_observe_probe_rtt(&r, &u, 0.100, S(4));
+    assert_true(u.rtt_s < 0.002);
+    /* Two in a row: it is. */
+    ig_router_observe_probe_rtt(&r, &u, 0.100, S(5));
+    assert_true(fabs(u.rtt_s - 0.100) < 1e-9);
+}
+
+static void test_reported_queue_not_counted_twice(void **state)
+{
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_upstream_state_t u;
+    ready_upstream(&u, "a", IG_UPSTREAM_LOCAL);
+    u.slots = 2;
+    u.occupancy_s = 1.0;
+    u.inflight = 4;         /* 2 running, 2 of ours waiting there */
+    u.reported_waiting = 2; /* the same 2, as the upstream reports them */
+    u.reported_at_ns = S(1);
+    /* A new request is third in line: 3 x 1 s / 2 slots. */
+    assert_true(fabs(ig_router_wait(&r, &u, S(1)) - 1.5) < 1e-9);
+    /* Other clients' requests wait there too: the report wins. */
+    u.reported_waiting = 6;
+    assert_true(fabs(ig_router_wait(&r, &u, S(1)) - 3.0) < 1e-9);
+}
+
+static void test_service_time_never_collapses(void **state)
+{
+    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_upstream_state_t u;
+    ready_upstream(&u, "a", IG_UPSTREAM_LOCAL);
+    ig_router_observe_rtt(&r, &u, 0.001, S(1));
+    /* The router predicted more wait than the whole TTFT: still a quarter
+     * of what was seen counts as service. */
+    for (int i = 0; i < 20; i++)
+        ig_router_observe_ttft(&r, &u, 10, 0.101, 0.5, S(1));
+    assert_true(u.svc_s > 0.024 && u.svc_s < 0.026);
+}
+
 static void test_cost_prefers_faster_service(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
@@ -310,6 +356,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_peak_ewma_rtt),
+        cmocka_unit_test(test_probe_median_ignores_one_late_probe),
+        cmocka_unit_test(test_reported_queue_not_counted_twice),
+        cmocka_unit_test(test_service_time_never_collapses),
         cmocka_unit_test(test_cost_prefers_faster_service),
         cmocka_unit_test(test_remote_site_only_when_faster),
         cmocka_unit_test(test_hot_guard),

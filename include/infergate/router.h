@@ -61,7 +61,9 @@ typedef struct {
     int draining; /* no new requests */
 
     /* learned */
-    double rtt_s;       /* peak-EWMA round trip */
+    double rtt_s;        /* peak-EWMA round trip */
+    double probe_rtt[3]; /* the last probe round trips, for their median */
+    unsigned nprobe_rtt;
     uint64_t rtt_at_ns; /* when rtt_s was last updated; 0 = never */
     double svc_s;       /* EWMA of (TTFT - rtt - predicted wait) */
     double svc_dev_s;   /* EWMA of |sample - svc_s|, for the hedge delay */
@@ -153,6 +155,10 @@ void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t 
  * ttft: the first token of a request of prompt_tokens arrived after ttft_s,
  * when the router had predicted wait_s of queueing. occupancy: a request
  * held the upstream for seconds (start to end). */
+/* A background probe's round trip: the median of the last three probes
+ * feeds the peak-EWMA, so one delayed probe is not taken for the path. */
+void ig_router_observe_probe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+                                 uint64_t now_ns);
 /* r may be NULL (the default tau of 10 s applies). */
 void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
                            uint64_t now_ns);
