@@ -747,7 +747,8 @@ static void after_forward(ig_sched_t *s, seq_t *q, const float *rows, int nrows,
     /* The last row samples the next token. */
     const float *row = rows + (size_t)(nrows - 1) * V;
     ig_sample_t smp;
-    ig_sampler_sample(s->sampler, row, &q->sp, &q->rng, q->tokens, q->ntokens, q->logprobs, &smp);
+    ig_sampler_sample(s->sampler, row, &q->sp, &q->rng, q->tokens, q->ntokens, q->nprompt,
+                      q->logprobs, &smp);
     if (push_token(q, smp.token) < 0) {
         finish(s, q, IG_FINISH_ERROR, IG_ENOMEM, 1);
         return;
