@@ -10,13 +10,14 @@
 
 void ig_autoscale_params_default(ig_autoscale_params_t *p)
 {
-    p->target_queue_depth = 4;
-    p->stable_window_s = 60;
-    p->panic_window_s = 6;
-    p->panic_threshold = 2.0;
-    p->max_scale_up_rate = 2.0;
-    p->scale_down_delay_s = 30;
-    p->scale_to_zero_after_s = 300;
+    p->target_queue_depth = IG_AUTOSCALE_DEFAULT_TARGET;
+    p->stable_window_s = IG_AUTOSCALE_DEFAULT_STABLE_S;
+    p->panic_window_s = IG_AUTOSCALE_DEFAULT_PANIC_S;
+    p->panic_threshold = IG_AUTOSCALE_DEFAULT_PANIC_THRESHOLD;
+    p->max_scale_up_rate = IG_AUTOSCALE_DEFAULT_MAX_UP_RATE;
+    p->max_scale_down_rate = IG_AUTOSCALE_DEFAULT_MAX_DOWN_RATE;
+    p->scale_down_delay_s = IG_AUTOSCALE_DEFAULT_DOWN_DELAY_S;
+    p->scale_to_zero_after_s = IG_AUTOSCALE_DEFAULT_TO_ZERO_S;
     p->min_instances = 1;
     p->max_instances = 1;
 }
@@ -27,6 +28,10 @@ void ig_autoscaler_init(ig_autoscaler_t *as, const ig_autoscale_params_t *p)
     as->p = *p;
     if (as->p.target_queue_depth <= 0)
         as->p.target_queue_depth = 1;
+    if (as->p.max_scale_up_rate < 1)
+        as->p.max_scale_up_rate = IG_AUTOSCALE_DEFAULT_MAX_UP_RATE;
+    if (as->p.max_scale_down_rate < 1)
+        as->p.max_scale_down_rate = IG_AUTOSCALE_DEFAULT_MAX_DOWN_RATE;
 }
 
 static void ring_push(ig_autoscale_sample_t *ring, int *head, int *n, uint64_t t, double v)
@@ -69,7 +74,7 @@ static double mean_over(const ig_autoscaler_t *as, uint64_t now, double win_s)
     int cnt = 0;
     for (int k = 0; k < as->n; k++) {
         const ig_autoscale_sample_t *s = &as->samples[(as->head + k) % IG_AUTOSCALE_SAMPLES];
-        if (s->t_ns + win >= now) {
+        if (s->t_ns + win > now) { /* (now - win, now]: win samples a second */
             sum += s->load;
             cnt++;
         }
@@ -80,6 +85,13 @@ static double mean_over(const ig_autoscaler_t *as, uint64_t now, double win_s)
 const char *ig_scale_direction_name(ig_scale_direction_t d)
 {
     return d == IG_SCALE_UP ? "up" : d == IG_SCALE_DOWN ? "down" : "none";
+}
+
+void ig_autoscaler_note_request(ig_autoscaler_t *as, uint64_t now_ns)
+{
+    if (as->first_ns == 0)
+        as->first_ns = now_ns;
+    as->last_load_ns = now_ns;
 }
 
 ig_scale_decision_t ig_autoscaler_decide(ig_autoscaler_t *as, uint64_t now, int current, int ready,
@@ -93,6 +105,7 @@ ig_scale_decision_t ig_autoscaler_decide(ig_autoscaler_t *as, uint64_t now, int 
     int want_stable = (int)ceil(d.stable_load / p->target_queue_depth - 1e-9);
     int want_panic = (int)ceil(d.panic_load / p->target_queue_depth - 1e-9);
     d.reason = "stable";
+    d.limit = "none";
 
     /* Panic: the short window asks for a multiple of what serves now. */
     int base = ready > 0 ? ready : (current > 0 ? current : 1);
@@ -113,24 +126,30 @@ ig_scale_decision_t ig_autoscaler_decide(ig_autoscaler_t *as, uint64_t now, int 
     } else {
         want = want_stable;
     }
-    /* Some load always needs one instance; none at all for long enough
-     * lets the pool go to zero. */
+    /* Some load always needs one instance. */
     if (want == 0 && d.panic_load > 0)
         want = 1;
-    if (want == 0 && p->min_instances == 0) {
-        double idle = as->last_load_ns ? (double)(now - as->last_load_ns) / NS
-                                       : (double)(now - as->first_ns) / NS;
-        if (idle < p->scale_to_zero_after_s)
-            want = current > 0 ? 1 : 0;
-        else if (current > 0)
+    /* No demand in the stable window, and min 0: the last instance stays
+     * until no request has come for scale_to_zero_after_s, then goes at
+     * once (that idle time is the delay; the windows saw only zeros). */
+    int to_zero = 0;
+    if (want == 0 && p->min_instances == 0 && current > 0) {
+        uint64_t since = as->last_load_ns ? as->last_load_ns : as->first_ns;
+        double idle = now > since ? (double)(now - since) / NS : 0;
+        if (idle >= p->scale_to_zero_after_s) {
+            to_zero = 1;
             d.reason = "idle_to_zero";
+        } else {
+            want = 1;
+            d.reason = "idle_hold";
+        }
     }
     d.raw = want;
 
     /* Scale-down delay: act on the highest want of the recent past. */
     ring_push(as->desired, &as->dhead, &as->dn, now, want);
     ring_trim(as->desired, &as->dhead, &as->dn, now, p->scale_down_delay_s);
-    if (want < current) {
+    if (want < current && !to_zero) {
         int peak = want;
         for (int k = 0; k < as->dn; k++) {
             int v = (int)as->desired[(as->dhead + k) % IG_AUTOSCALE_SAMPLES].load;
@@ -139,30 +158,36 @@ ig_scale_decision_t ig_autoscaler_decide(ig_autoscaler_t *as, uint64_t now, int 
         }
         if (peak > want) {
             want = peak < current ? peak : current;
-            d.reason = "scale_down_delay";
+            d.limit = "scale_down_delay";
+        }
+        /* At most current / rate gone in one decision (Knative's 2x). */
+        int floor_ = (int)floor(current / p->max_scale_down_rate);
+        if (want < floor_) {
+            want = floor_;
+            d.limit = "rate_limit";
         }
     }
-    /* Rate limit of growth, then the bounds. */
+    /* Growth: at most ready x rate, counting from one at zero; never a
+     * scale-down because of it. */
     if (want > current) {
-        int cap = (int)ceil((ready > 0 ? ready : 1) * p->max_scale_up_rate);
-        if (cap < 1)
-            cap = 1;
-        if (want > cap && cap > current) {
-            want = cap;
-            d.reason = "rate_limit";
+        double cap_d = ceil((ready > 0 ? ready : 1) * p->max_scale_up_rate);
+        int cap = cap_d > 1e6 ? 1000000 : (int)cap_d;
+        if (want > cap) {
+            want = cap > current ? cap : current;
+            d.limit = "rate_limit";
         }
     }
     if (want > p->max_instances) {
         want = p->max_instances;
-        d.reason = "max_instances";
+        d.limit = "max_instances";
     }
     if (want < p->min_instances) {
         want = p->min_instances;
-        d.reason = "min_instances";
+        d.limit = "min_instances";
     }
     if (want > current + free_devices) {
-        want = current + free_devices;
-        d.reason = "no_free_device";
+        want = current + free_devices > current ? current + free_devices : current;
+        d.limit = "no_free_device";
     }
     d.desired = want;
     d.direction = want > current ? IG_SCALE_UP : want < current ? IG_SCALE_DOWN : IG_SCALE_NONE;

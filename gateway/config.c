@@ -7,6 +7,7 @@
  * "FILE: JSON.PATH: problem" into the caller's buffer and IG_ECONFIG is
  * returned all the way up, where the half-built struct is disposed.
  */
+#include "infergate/autoscale.h"
 #include "infergate/config.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
@@ -536,6 +537,7 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "idle_timeout_ms",
                                        "total_timeout_ms",
                                        "queue_size",
+                                       "queue_timeout_ms",
                                        NULL};
     static const char *const hedge_keys[] = {"enabled", "budget", "delay_quantile", NULL};
     static const char *const eject_keys[] = {"consecutive_failures", "base_ejection_s", NULL};
@@ -584,7 +586,8 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                        &r->first_token_timeout_ms)) ||
         (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, 60000, &r->idle_timeout_ms)) ||
         (rc = get_uint(c, o, p, "total_timeout_ms", 1, DAY_MS, 600000, &r->total_timeout_ms)) ||
-        (rc = get_unsigned(c, o, p, "queue_size", 0, 1000000, 1024, &r->queue_size)))
+        (rc = get_unsigned(c, o, p, "queue_size", 0, 1000000, 1024, &r->queue_size)) ||
+        (rc = get_uint(c, o, p, "queue_timeout_ms", 1, DAY_MS, 30000, &r->queue_timeout_ms)))
         goto done;
     if (r->connect_timeout_ms > r->total_timeout_ms) {
         rc = fail(c, "routing.connect_timeout_ms", "must be <= total_timeout_ms (%llu)",
@@ -765,22 +768,24 @@ static int parse_autoscale(ctx_t *c, json_t *pool, const char *pp, ig_config_aut
         json_incref(o);
     if (o == NULL)
         return IG_ENOMEM;
-    /* Knative's KPA defaults: 60 s stable window, 6 s panic window, panic at 2x. */
+    /* The defaults and why: docs/autoscale.md. The windows and the delay
+     * are kept as one sample a second in rings of IG_AUTOSCALE_SAMPLES. */
+    double most = IG_AUTOSCALE_SAMPLES - 24;
     if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_number(c, o, p, "target_queue_depth", 0, INFINITY, NUM_LO_OPEN, 4,
-                         &a->target_queue_depth)) ||
-        (rc = get_number(c, o, p, "stable_window_s", 0, INFINITY, NUM_LO_OPEN, 60,
-                         &a->stable_window_s)) ||
-        (rc = get_number(c, o, p, "panic_window_s", 0, INFINITY, NUM_LO_OPEN, 6,
-                         &a->panic_window_s)) ||
-        (rc = get_number(c, o, p, "panic_threshold", 1, INFINITY, NUM_CLOSED, 2,
-                         &a->panic_threshold)) ||
-        (rc = get_number(c, o, p, "max_scale_up_rate", 1, INFINITY, NUM_CLOSED, 2,
-                         &a->max_scale_up_rate)) ||
-        (rc = get_number(c, o, p, "scale_down_delay_s", 0, INFINITY, NUM_CLOSED, 30,
-                         &a->scale_down_delay_s)) ||
-        (rc = get_number(c, o, p, "scale_to_zero_after_s", 0, INFINITY, NUM_CLOSED, 30,
-                         &a->scale_to_zero_after_s)))
+        (rc = get_number(c, o, p, "target_queue_depth", 0, INFINITY, NUM_LO_OPEN,
+                         IG_AUTOSCALE_DEFAULT_TARGET, &a->target_queue_depth)) ||
+        (rc = get_number(c, o, p, "stable_window_s", 0, most, NUM_LO_OPEN,
+                         IG_AUTOSCALE_DEFAULT_STABLE_S, &a->stable_window_s)) ||
+        (rc = get_number(c, o, p, "panic_window_s", 0, most, NUM_LO_OPEN,
+                         IG_AUTOSCALE_DEFAULT_PANIC_S, &a->panic_window_s)) ||
+        (rc = get_number(c, o, p, "panic_threshold", 1, INFINITY, NUM_CLOSED,
+                         IG_AUTOSCALE_DEFAULT_PANIC_THRESHOLD, &a->panic_threshold)) ||
+        (rc = get_number(c, o, p, "max_scale_up_rate", 1, INFINITY, NUM_CLOSED,
+                         IG_AUTOSCALE_DEFAULT_MAX_UP_RATE, &a->max_scale_up_rate)) ||
+        (rc = get_number(c, o, p, "scale_down_delay_s", 0, most, NUM_CLOSED,
+                         IG_AUTOSCALE_DEFAULT_DOWN_DELAY_S, &a->scale_down_delay_s)) ||
+        (rc = get_number(c, o, p, "scale_to_zero_after_s", 0, INFINITY, NUM_CLOSED,
+                         IG_AUTOSCALE_DEFAULT_TO_ZERO_S, &a->scale_to_zero_after_s)))
         goto done;
     if (a->panic_window_s > a->stable_window_s) {
         char q[PATH_MAX_LEN];

@@ -11,6 +11,8 @@
  * one line "no usable GPU: <reason>".
  */
 #include "infergate/cli.h"
+#include "infergate/config.h"
+#include "infergate/gateway.h"
 
 #include <dlfcn.h>
 #include <jansson.h>
@@ -297,11 +299,14 @@ static json_t *cuda_devices(char *why, size_t len)
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: infergate devices [--json] [--help]\n\n"
+    fprintf(out, "usage: infergate devices [--json] [--config FILE] [--help]\n\n"
                  "Lists the CPU, the NVIDIA GPUs with their MIG instances (through NVML,\n"
                  "loaded at run time) and the CUDA devices this process can open as cuda:N.\n"
                  "Exits 0 also when no GPU is usable; it then says why.\n\n"
-                 "  --json   one JSON object on stdout instead of text\n\n"
+                 "  --json          one JSON object on stdout instead of text\n"
+                 "  --config FILE   also show how FILE's pools map onto these devices\n"
+                 "                  (threads of each CPU instance, GPUs and MIG slices\n"
+                 "                  found or missing)\n\n"
                  "A worker is pinned to a MIG slice by starting it with\n"
                  "CUDA_VISIBLE_DEVICES=MIG-<uuid> (the uuid shown here); the slice is then\n"
                  "its device 0: `infergate worker --device MIG-<uuid> ...`.\n");
@@ -316,6 +321,107 @@ static const char *str(json_t *o, const char *key)
 {
     const char *s = json_string_value(json_object_get(o, key));
     return s ? s : "?";
+}
+
+/* ======================================================================== */
+/* A config's pools on these devices                                        */
+/* ======================================================================== */
+
+/* The MIG slice with this uuid among the GPUs found, or NULL. */
+static json_t *find_mig(json_t *gpus, const char *uuid)
+{
+    size_t i, j;
+    json_t *g, *m;
+    json_array_foreach(gpus, i, g)
+    {
+        json_array_foreach(json_object_get(g, "mig"), j, m)
+        {
+            const char *u = json_string_value(json_object_get(m, "uuid"));
+            if (u != NULL && strcmp(u, uuid) == 0)
+                return m;
+        }
+    }
+    return NULL;
+}
+
+/* One JSON object per pool: each device entry, what it maps to on this
+ * host and whether it is there. New reference. */
+static json_t *map_pools(const ig_config_t *cfg, json_t *root, long cores)
+{
+    json_t *pools = json_array();
+    json_t *cuda = json_object_get(root, "cuda_devices");
+    int share = ig_gateway_cpu_share(cfg, cores);
+    for (size_t p = 0; p < cfg->npools; p++) {
+        const ig_config_pool_t *cp = &cfg->pools[p];
+        json_t *devs = json_array();
+        int found = 0;
+        for (size_t d = 0; d < cp->ndevices; d++) {
+            const ig_config_device_t *dev = &cp->devices[d];
+            json_t *o = json_object();
+            char what[256];
+            int ok = 0;
+            set_str(o, "device", dev->spec);
+            if (dev->kind == IG_DEVICE_CPU) {
+                int t = dev->index > 0 ? dev->index : cp->threads > 0 ? (int)cp->threads : share;
+                snprintf(what, sizeof(what), "cpu, %d of %ld cores", t, cores);
+                set_int(o, "threads", t);
+                ok = 1;
+            } else if (dev->kind == IG_DEVICE_CUDA) {
+                json_t *c = NULL, *x;
+                size_t i;
+                json_array_foreach(cuda, i, x)
+                {
+                    if (json_integer_value(json_object_get(x, "ordinal")) == dev->index)
+                        c = x;
+                }
+                ok = c != NULL && json_is_true(json_object_get(c, "usable"));
+                snprintf(what, sizeof(what), "%s",
+                         c == NULL ? "not found"
+                         : ok      ? str(c, "name")
+                                   : "below compute 8.0: unusable");
+            } else {
+                json_t *m = find_mig(json_object_get(root, "gpus"), dev->spec);
+                ok = m != NULL;
+                snprintf(what, sizeof(what), "%s",
+                         m == NULL ? "not found"
+                                   : (json_object_get(m, "profile") ? str(m, "profile") : "MIG"));
+            }
+            set_str(o, "maps_to", what);
+            json_object_set_new(o, "found", json_boolean(ok));
+            found += ok;
+            json_array_append_new(devs, o);
+        }
+        json_t *po = json_object();
+        set_str(po, "name", cp->name);
+        set_str(po, "model", cp->model);
+        set_int(po, "min_instances", cp->min_instances);
+        set_int(po, "max_instances", cp->max_instances);
+        set_int(po, "devices_found", found);
+        json_object_set_new(po, "devices", devs);
+        json_array_append_new(pools, po);
+    }
+    return pools;
+}
+
+static void print_pools(json_t *pools)
+{
+    size_t i, j;
+    json_t *p, *d;
+    json_array_foreach(pools, i, p)
+    {
+        long long found = json_integer_value(json_object_get(p, "devices_found"));
+        long long max = json_integer_value(json_object_get(p, "max_instances"));
+        printf("pool %s (model %s): %lld..%lld instances on %zu devices, %lld found%s\n",
+               str(p, "name"), str(p, "model"),
+               (long long)json_integer_value(json_object_get(p, "min_instances")), max,
+               json_array_size(json_object_get(p, "devices")), found,
+               found < max ? " (fewer than max_instances: it cannot reach its max)" : "");
+        json_array_foreach(json_object_get(p, "devices"), j, d)
+        {
+            printf("  %-44s -> %s%s\n", str(d, "device"), str(d, "maps_to"),
+                   json_is_true(json_object_get(d, "found")) ? "" : " (MISSING)");
+        }
+    }
 }
 
 static void print_text(json_t *root)
@@ -356,10 +462,13 @@ static void print_text(json_t *root)
 int ig_cmd_devices(int argc, char **argv)
 {
     int as_json = 0;
+    const char *config = NULL;
     char model[256], nvml_why[256] = "", cuda_why[256] = "", driver[96] = "";
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             as_json = 1;
+        } else if (strcmp(argv[i], "--config") == 0 && i + 1 < argc) {
+            config = argv[++i];
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             usage(stdout);
             return IG_EXIT_OK;
@@ -408,6 +517,20 @@ int ig_cmd_devices(int argc, char **argv)
         set_str(root, "reason", reason);
     }
 
+    json_t *pools = NULL;
+    if (config != NULL) {
+        ig_config_t cfg;
+        char err[512];
+        if (ig_config_load_file(&cfg, config, err, sizeof(err)) != 0) {
+            fprintf(stderr, "infergate devices: %s\n", err);
+            json_decref(root);
+            return IG_EXIT_USAGE; /* like serve: a bad config exits 2 */
+        }
+        pools = map_pools(&cfg, root, cores > 0 ? cores : 1);
+        ig_config_dispose(&cfg);
+        json_object_set(root, "pools", pools);
+    }
+
     if (as_json) {
         char *s = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
         if (s) {
@@ -416,7 +539,10 @@ int ig_cmd_devices(int argc, char **argv)
         }
     } else {
         print_text(root);
+        if (pools != NULL)
+            print_pools(pools);
     }
+    json_decref(pools);
     json_decref(root);
     return IG_EXIT_OK;
 }

@@ -18,6 +18,11 @@ extern char **environ;
 
 #define MAX_ARGS 40
 #define HEALTHY_RESET_NS (60ULL * 1000000000ULL) /* ready this long: backoff forgotten */
+/* A drain waits for the gateway's in-flight requests to end before SIGTERM;
+ * past this the worker gets SIGTERM anyway (it then drains by itself, for
+ * its own 60 s), and SIGKILL once KILL_AFTER_TERM_NS have passed. */
+#define DRAIN_TIMEOUT_NS (120ULL * 1000000000ULL)
+#define KILL_AFTER_TERM_NS (90ULL * 1000000000ULL)
 
 struct ig_instance_s {
     ig_pool_t *pool;
@@ -32,12 +37,18 @@ struct ig_instance_s {
     int pid;
     int restarts;
     int stop_requested; /* drain or pool close: an exit is not a crash */
+    int term_sent;      /* SIGTERM sent for a drain: it can no longer be undrained */
+    int releasing;      /* exited after a stop: the slot frees when the handle closes */
+    int threads;        /* --threads given to a plain "cpu" worker; 0 otherwise */
+    uint64_t drain_ns;  /* when the drain began */
+    uint64_t term_ns;   /* when SIGTERM went out */
     uint64_t backoff_ms;
     uint64_t started_ns;
     uint64_t ready_ns;
     uv_timer_t timer; /* readiness polls, /load polls, backoff, drain checks */
     ig_upstream_t *client;
     ig_upstream_req_t *poll; /* the /ready or /load request in flight */
+    void *poll_data;         /* its poll_t, freed here when it is cancelled */
     uint64_t poll_sent_ns;
     ig_upstream_state_t route;
     char *load_json;
@@ -94,6 +105,7 @@ static void set_state(ig_instance_t *in, ig_instance_state_t s)
 
 static void instance_spawn(ig_instance_t *in);
 static void schedule_poll(ig_instance_t *in, uint64_t ms);
+static void poll_cancel(ig_instance_t *in);
 
 /* ---- polling /ready and /load -------------------------------------------- */
 
@@ -155,6 +167,7 @@ static void poll_on_done(ig_upstream_req_t *r, int err, void *data)
     ig_instance_t *in = pl->in;
     uint64_t now = uv_hrtime();
     in->poll = NULL;
+    in->poll_data = NULL;
     if (in->state == IG_INSTANCE_STARTING) {
         if (err == 0 && pl->status == 200) {
             set_state(in, IG_INSTANCE_READY);
@@ -168,7 +181,8 @@ static void poll_on_done(ig_upstream_req_t *r, int err, void *data)
         } else {
             schedule_poll(in, 100);
         }
-    } else if (in->state == IG_INSTANCE_READY || in->state == IG_INSTANCE_DRAINING) {
+    } else if (in->state == IG_INSTANCE_READY ||
+               (in->state == IG_INSTANCE_DRAINING && !in->term_sent)) {
         if (err == 0 && pl->status == 200 && pl->body != NULL) {
             ig_router_observe_rtt(in->pool->spec.router, &in->route,
                                   (double)(now - in->poll_sent_ns) / 1e9, now);
@@ -194,6 +208,23 @@ static void poll_send(ig_instance_t *in)
     if (ig_upstream_request(in->client, "GET", path, NULL, NULL, 0, &cbs, pl, &in->poll) != 0) {
         free(pl);
         schedule_poll(in, 1000);
+        return;
+    }
+    in->poll_data = pl;
+}
+
+/* A cancelled request's callbacks never fire: its poll_t is freed here. */
+static void poll_cancel(ig_instance_t *in)
+{
+    if (in->poll == NULL)
+        return;
+    ig_upstream_cancel(in->poll);
+    in->poll = NULL;
+    poll_t *pl = in->poll_data;
+    in->poll_data = NULL;
+    if (pl != NULL) {
+        free(pl->body);
+        free(pl);
     }
 }
 
@@ -204,14 +235,41 @@ static void on_instance_timer(uv_timer_t *t)
     case IG_INSTANCE_BACKOFF:
         instance_spawn(in);
         break;
-    case IG_INSTANCE_DRAINING:
-        if (in->route.inflight == 0 && in->proc_alive) {
-            IG_INFO("instance %s: drained; stopping", in->name);
+    case IG_INSTANCE_DRAINING: {
+        uint64_t now = uv_hrtime();
+        if (!in->proc_alive || in->releasing)
+            break; /* exited: the close callback frees the slot */
+        if (in->term_sent) {
+            if (now - in->term_ns > KILL_AFTER_TERM_NS) {
+                IG_WARN("instance %s: still running %llu s after SIGTERM; killing", in->name,
+                        (unsigned long long)(KILL_AFTER_TERM_NS / 1000000000ULL));
+                uv_process_kill(&in->proc, SIGKILL);
+            } else {
+                uv_timer_start(&in->timer, on_instance_timer, 500, 0);
+            }
+            break;
+        }
+        if (in->route.inflight == 0 || now - in->drain_ns > DRAIN_TIMEOUT_NS) {
+            if (in->route.inflight == 0)
+                IG_INFO("instance %s: drained; stopping", in->name);
+            else
+                IG_WARN("instance %s: %d requests still in flight after the drain timeout; "
+                        "stopping (the worker drains them)",
+                        in->name, in->route.inflight);
+            in->term_sent = 1;
+            in->term_ns = now;
+            poll_cancel(in);
             uv_process_kill(&in->proc, SIGTERM);
+            uv_timer_start(&in->timer, on_instance_timer, 500, 0);
             break;
         }
         /* Keep polling /load while draining. */
-        __attribute__((fallthrough));
+        if (in->poll == NULL)
+            poll_send(in);
+        else
+            schedule_poll(in, 100);
+        break;
+    }
     case IG_INSTANCE_STARTING:
     case IG_INSTANCE_READY:
         if (in->poll == NULL)
@@ -237,28 +295,47 @@ static void schedule_poll(ig_instance_t *in, uint64_t ms)
 
 static void pool_maybe_closed(ig_pool_t *p);
 
+/* The slot holds no process any more: its device is free. */
+static void release_slot(ig_instance_t *in)
+{
+    in->in_use = 0;
+    in->releasing = 0;
+    if (in->state != IG_INSTANCE_STOPPED) {
+        set_state(in, IG_INSTANCE_STOPPED);
+    } else if (in->pool->cb != NULL && !in->pool->closing) {
+        in->pool->cb(in->pool, in, in->pool->cb_data); /* the slot is free now */
+    }
+}
+
 static void on_proc_closed(uv_handle_t *h)
 {
     ig_instance_t *in = h->data;
+    ig_pool_t *p = in->pool;
     in->proc_alive = 0;
-    pool_maybe_closed(in->pool);
+    /* Only now may the slot be spawned into again: the handle's memory is
+     * the next process's. */
+    if (in->releasing && !p->closing)
+        release_slot(in);
+    pool_maybe_closed(p);
 }
 
 static void on_worker_exit(uv_process_t *proc, int64_t status, int term_signal)
 {
     ig_instance_t *in = proc->data;
     ig_pool_t *p = in->pool;
-    if (in->poll != NULL) {
-        ig_upstream_cancel(in->poll);
-        in->poll = NULL;
-    }
+    poll_cancel(in);
     uv_close((uv_handle_t *)proc, on_proc_closed);
     uint64_t now = uv_hrtime();
     if (in->stop_requested || p->closing) {
         IG_INFO("instance %s: exited (status %lld, signal %d)", in->name, (long long)status,
                 term_signal);
-        in->in_use = 0;
-        set_state(in, IG_INSTANCE_STOPPED);
+        uv_timer_stop(&in->timer);
+        if (p->closing) {
+            in->in_use = 0;
+            in->state = IG_INSTANCE_STOPPED;
+        } else {
+            in->releasing = 1; /* STOPPED once the handle is closed */
+        }
         return;
     }
     if (in->ready_ns != 0 && now - in->ready_ns > HEALTHY_RESET_NS)
@@ -282,6 +359,13 @@ static char *fmt_int(char *buf, size_t n, int v)
 static void instance_spawn(ig_instance_t *in)
 {
     ig_pool_t *p = in->pool;
+    if (in->proc_alive) {
+        /* The previous process's handle is still closing (a restart right
+         * after an exit): its memory is not ours to reuse yet. */
+        in->in_use = 1;
+        uv_timer_start(&in->timer, on_instance_timer, 10, 0);
+        return;
+    }
     const ig_pool_spec_t *s = &p->spec;
     char *args[MAX_ARGS];
     int na = 0;
@@ -307,6 +391,7 @@ static void instance_spawn(ig_instance_t *in)
         }
         args[na++] = "--threads";
         args[na++] = fmt_int(threads, sizeof(threads), t);
+        in->threads = t;
     }
     if (s->kv_blocks > 0) {
         args[na++] = "--kv-blocks";
@@ -384,6 +469,8 @@ static void instance_spawn(ig_instance_t *in)
     in->started_ns = uv_hrtime();
     in->ready_ns = 0;
     in->stop_requested = 0;
+    in->term_sent = 0;
+    in->releasing = 0;
     in->in_use = 1;
     IG_INFO("instance %s: started pid %d on %s", in->name, in->pid, in->device);
     set_state(in, IG_INSTANCE_STARTING);
@@ -561,10 +648,7 @@ void ig_pool_close(ig_pool_t *p, uint64_t grace_ms, void (*cb)(void *data), void
     for (int i = 0; i < p->spec.ndevices; i++) {
         ig_instance_t *in = &p->inst[i];
         in->stop_requested = 1;
-        if (in->poll != NULL) {
-            ig_upstream_cancel(in->poll);
-            in->poll = NULL;
-        }
+        poll_cancel(in);
         uv_timer_stop(&in->timer);
         uv_close((uv_handle_t *)&in->timer, on_timer_closed);
         if (in->proc_alive) {
@@ -626,9 +710,47 @@ int ig_pool_free_devices(const ig_pool_t *p)
     return cap > used ? cap - used : 0;
 }
 
+/* A draining instance that has not been sent SIGTERM can serve again at
+ * once: cheaper than a cold start on another device. Only one that was
+ * ready before its drain: a drained starting one never passed /ready. */
+static ig_instance_t *undrainable(ig_pool_t *p)
+{
+    for (int i = 0; i < p->spec.ndevices; i++) {
+        ig_instance_t *in = &p->inst[i];
+        if (in->state == IG_INSTANCE_DRAINING && !in->term_sent && !in->releasing &&
+            in->proc_alive && in->ready_ns != 0)
+            return in;
+    }
+    return NULL;
+}
+
+int ig_pool_available(const ig_pool_t *p)
+{
+    return ig_pool_free_devices(p) + (undrainable((ig_pool_t *)p) != NULL);
+}
+
+int ig_pool_stopping(const ig_pool_t *p)
+{
+    int n = 0;
+    for (int i = 0; i < p->spec.ndevices; i++)
+        n +=
+            p->inst[i].in_use && (p->inst[i].state == IG_INSTANCE_DRAINING || p->inst[i].releasing);
+    return n;
+}
+
 int ig_pool_scale_up(ig_pool_t *p)
 {
-    if (p->closing || ig_pool_free_devices(p) == 0)
+    if (p->closing)
+        return IG_EBUSY;
+    ig_instance_t *back = undrainable(p);
+    if (back != NULL) {
+        IG_INFO("instance %s: drain cancelled; serving again", back->name);
+        back->stop_requested = 0;
+        set_state(back, IG_INSTANCE_READY);
+        schedule_poll(back, 0);
+        return 0;
+    }
+    if (ig_pool_free_devices(p) == 0)
         return IG_EBUSY;
     for (int i = 0; i < p->spec.ndevices; i++) {
         ig_instance_t *in = &p->inst[i];
@@ -638,7 +760,7 @@ int ig_pool_scale_up(ig_pool_t *p)
             return 0;
         }
     }
-    return IG_EBUSY;
+    return IG_EBUSY; /* a slot is free by count but its old handle still closes */
 }
 
 int ig_pool_drain(ig_pool_t *p, int i)
@@ -646,17 +768,27 @@ int ig_pool_drain(ig_pool_t *p, int i)
     ig_instance_t *in = ig_pool_instance(p, i);
     if (in == NULL)
         return IG_EINVAL;
+    if (p->closing)
+        return IG_ESTATE;
     if (in->state != IG_INSTANCE_READY && in->state != IG_INSTANCE_STARTING &&
         in->state != IG_INSTANCE_BACKOFF)
         return IG_ESTATE;
     in->stop_requested = 1;
-    if (!in->proc_alive) {
+    if (in->state == IG_INSTANCE_BACKOFF) {
+        /* Crashed and waiting to restart: nothing runs, nothing to drain. */
         uv_timer_stop(&in->timer);
-        in->in_use = 0;
-        set_state(in, IG_INSTANCE_STOPPED);
+        if (in->proc_alive) {
+            in->releasing = 1; /* the exited process's handle still closes */
+            set_state(in, IG_INSTANCE_DRAINING);
+        } else {
+            release_slot(in);
+        }
         return 0;
     }
+    in->drain_ns = uv_hrtime();
+    in->term_sent = 0;
     set_state(in, IG_INSTANCE_DRAINING);
+    uv_timer_stop(&in->timer);
     schedule_poll(in, 0);
     return 0;
 }
@@ -679,6 +811,26 @@ const char *ig_instance_device(const ig_instance_t *in)
 int ig_instance_pid(const ig_instance_t *in)
 {
     return in->proc_alive ? in->pid : 0;
+}
+
+int ig_instance_threads(const ig_instance_t *in)
+{
+    return in->threads;
+}
+
+int ig_instance_holds_device(const ig_instance_t *in)
+{
+    return in->in_use;
+}
+
+int ig_pool_min_instances(const ig_pool_t *p)
+{
+    return p->spec.min_instances;
+}
+
+int ig_pool_max_instances(const ig_pool_t *p)
+{
+    return p->spec.max_instances;
 }
 
 int ig_instance_restarts(const ig_instance_t *in)

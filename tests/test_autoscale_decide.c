@@ -137,7 +137,13 @@ static void test_flapping_load_does_not_flap(void **state)
     /* It reaches a level for the mean and stays: a few changes at most,
      * and never down then up again. */
     assert_true(r.changes <= 3);
-    assert_int_equal(r.downs, 0);
+    int first_down = 0;
+    for (int t = 2; t < 300 && !first_down; t++)
+        first_down = r.at[t] < r.at[t - 1] ? t : 0;
+    for (int t = first_down ? first_down + 1 : 300; t < 300; t++)
+        assert_true(r.at[t] <= r.at[t - 1]);
+    /* It settles where the mean asks: 8 per 4 = 2. */
+    assert_int_equal(r.at[299], 2);
 }
 
 static double idle_after_30(double t)
@@ -165,7 +171,7 @@ static void test_clamps(void **state)
     ig_autoscaler_sample(&as, S(1), 0);
     ig_scale_decision_t d = ig_autoscaler_decide(&as, S(1), 2, 2, 1);
     assert_int_equal(d.desired, 2);
-    assert_string_equal(d.reason, "min_instances");
+    assert_string_equal(d.limit, "min_instances");
     for (int t = 2; t < 10; t++)
         ig_autoscaler_sample(&as, S(t), 100);
     d = ig_autoscaler_decide(&as, S(10), 2, 2, 1);
@@ -173,7 +179,100 @@ static void test_clamps(void **state)
     /* No free device: stays. */
     d = ig_autoscaler_decide(&as, S(11), 2, 2, 0);
     assert_int_equal(d.desired, 2);
-    assert_string_equal(d.reason, "no_free_device");
+    assert_string_equal(d.limit, "no_free_device");
+    assert_string_equal(d.reason, "panic"); /* the policy's reason survives the bound */
+}
+
+/* Growth counts from what serves: while the new instances start, a
+ * request for more does not start more than ready x rate, and the cap
+ * never scales down what is already starting. */
+static void test_scale_up_rate_counts_ready(void **state)
+{
+    ig_autoscaler_t as = make(1, 16);
+    as.p.max_scale_up_rate = 2;
+    for (int t = 1; t <= 6; t++)
+        ig_autoscaler_sample(&as, S(t), 40); /* wants 10 */
+    ig_scale_decision_t d = ig_autoscaler_decide(&as, S(6), 1, 1, 15);
+    assert_int_equal(d.desired, 2);
+    assert_string_equal(d.limit, "rate_limit");
+    assert_string_equal(d.reason, "panic");
+    /* Three starting, one ready: the cap (2) is below current: hold at 3. */
+    d = ig_autoscaler_decide(&as, S(7), 3, 1, 13);
+    assert_int_equal(d.desired, 3);
+    assert_int_equal(d.direction, IG_SCALE_NONE);
+    /* Once they serve, it may double again. */
+    d = ig_autoscaler_decide(&as, S(8), 3, 3, 13);
+    assert_int_equal(d.desired, 6);
+}
+
+/* Scale-down at most halves the count in one decision (Knative's 2x). */
+static void test_scale_down_rate(void **state)
+{
+    ig_autoscaler_t as = make(1, 16);
+    as.p.stable_window_s = 10;
+    as.p.panic_window_s = 2;
+    as.p.scale_down_delay_s = 0;
+    for (int t = 1; t <= 30; t++)
+        ig_autoscaler_sample(&as, S(t), 0.5);
+    ig_scale_decision_t d = ig_autoscaler_decide(&as, S(30), 8, 8, 8);
+    assert_int_equal(d.direction, IG_SCALE_DOWN);
+    assert_int_equal(d.desired, 4);
+    assert_string_equal(d.limit, "rate_limit");
+    d = ig_autoscaler_decide(&as, S(31), 4, 4, 12);
+    assert_int_equal(d.desired, 2);
+    d = ig_autoscaler_decide(&as, S(32), 2, 2, 14);
+    assert_int_equal(d.desired, 1);
+}
+
+/* Short requests that no 1 s sample catches still count as traffic: a
+ * pool that gets a request every 10 s never goes to zero. */
+static void test_requests_between_samples_keep_pool(void **state)
+{
+    ig_autoscaler_t as = make(0, 2);
+    as.p.scale_to_zero_after_s = 30;
+    int current = 1;
+    for (int t = 1; t <= 200; t++) {
+        if (t % 10 == 5)
+            ig_autoscaler_note_request(&as, S(t) - S(0.5)); /* done before the sample */
+        ig_autoscaler_sample(&as, S(t), 0);
+        ig_scale_decision_t d = ig_autoscaler_decide(&as, S(t), current, current, 2 - current);
+        current = d.desired;
+        assert_int_equal(current, 1);
+    }
+    /* Without requests, it goes exactly when the idle time is up: the idle
+     * time is the delay, the scale-down delay does not add to it. */
+    int zero_at = 0;
+    for (int t = 201; t <= 300 && !zero_at; t++) {
+        ig_autoscaler_sample(&as, S(t), 0);
+        ig_scale_decision_t d = ig_autoscaler_decide(&as, S(t), current, current, 2 - current);
+        if (d.desired == 0) {
+            zero_at = t;
+            assert_string_equal(d.reason, "idle_to_zero");
+        } else {
+            assert_string_equal(d.reason, "idle_hold");
+        }
+        current = d.desired;
+    }
+    assert_int_equal(zero_at, 195 + 30); /* the last request was at 194.5 s */
+}
+
+/* The panic window alone decides during a burst: a step to 4x the target
+ * on one instance asks for 4 at the first decision that sees it. */
+static void test_panic_reacts_at_first_sample(void **state)
+{
+    ig_autoscaler_t as = make(1, 8);
+    for (int t = 1; t <= 60; t++)
+        ig_autoscaler_sample(&as, S(t), 2);
+    ig_scale_decision_t d = ig_autoscaler_decide(&as, S(60), 1, 1, 7);
+    assert_int_equal(d.direction, IG_SCALE_NONE);
+    as.p.panic_window_s = 1; /* one sample: what the last second saw */
+    ig_autoscaler_sample(&as, S(61), 16);
+    d = ig_autoscaler_decide(&as, S(61), 1, 1, 7);
+    assert_true(d.panic);
+    assert_int_equal(d.direction, IG_SCALE_UP);
+    assert_int_equal(d.desired, 4);
+    /* The stable window alone would have asked for one more at most. */
+    assert_true(ceil(d.stable_load / 4) <= 2);
 }
 
 int main(void)
@@ -185,6 +284,10 @@ int main(void)
         cmocka_unit_test(test_flapping_load_does_not_flap),
         cmocka_unit_test(test_scale_to_zero_and_back),
         cmocka_unit_test(test_clamps),
+        cmocka_unit_test(test_scale_up_rate_counts_ready),
+        cmocka_unit_test(test_scale_down_rate),
+        cmocka_unit_test(test_requests_between_samples_keep_pool),
+        cmocka_unit_test(test_panic_reacts_at_first_sample),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

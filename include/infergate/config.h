@@ -106,6 +106,7 @@ typedef struct {
     uint64_t idle_timeout_ms;  /* pooled upstream connections */
     uint64_t total_timeout_ms; /* whole request */
     unsigned queue_size;       /* requests the gateway holds while no upstream is ready */
+    uint64_t queue_timeout_ms; /* the longest one is held (a cold start must fit) */
 } ig_config_routing_t;
 
 typedef struct {

@@ -29,6 +29,14 @@ typedef struct ig_gateway_s ig_gateway_t;
 int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
                      const char *run_dir, char *err, size_t errlen);
 
+/*
+ * CPU instances split the cores: every plain "cpu" device entry that may run
+ * at once (up to max_instances per pool), over all pools whose `threads` is
+ * 0, gets cores / that count threads, at least 1. A pool's `threads` and a
+ * "cpu:N" entry say their own.
+ */
+int ig_gateway_cpu_share(const ig_config_t *cfg, long cores);
+
 /* Stops the proxy (held requests get 503), the sites and the pools (workers
  * get SIGTERM, then SIGKILL after grace_ms), then calls cb and frees gw. */
 void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data);

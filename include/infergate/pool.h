@@ -58,7 +58,8 @@ typedef struct {
     const ig_router_t *router; /* whose EWMA settings the RTT samples use; borrowed */
 } ig_pool_spec_t;
 
-/* Called whenever an instance changes state (for readiness and metrics). */
+/* Called whenever an instance changes state (for readiness and metrics),
+ * and when a stopped instance's device becomes free. */
 typedef void (*ig_pool_event_cb)(ig_pool_t *pool, ig_instance_t *inst, void *data);
 
 int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, ig_pool_event_cb cb,
@@ -74,12 +75,32 @@ int ig_pool_size(const ig_pool_t *pool); /* instances, any state */
 ig_instance_t *ig_pool_instance(ig_pool_t *pool, int i);
 int ig_pool_count(const ig_pool_t *pool, ig_instance_state_t state);
 /* Instances that hold a device (starting, ready, draining or in backoff),
- * and devices free for another instance within max_instances. */
+ * and devices free for another instance within max_instances. A device is
+ * free only once its previous process has exited and been reaped. */
 int ig_pool_in_use(const ig_pool_t *pool);
 int ig_pool_free_devices(const ig_pool_t *pool);
+/* Free devices plus draining instances that can still be taken back (not
+ * yet sent SIGTERM): what a scale-up can use now. */
+int ig_pool_available(const ig_pool_t *pool);
+/* Instances on their way out (draining, or exited and not yet reaped):
+ * each frees a device soon, with an event for its slot. */
+int ig_pool_stopping(const ig_pool_t *pool);
+int ig_pool_min_instances(const ig_pool_t *pool);
+int ig_pool_max_instances(const ig_pool_t *pool); /* clamped to the devices */
 
-/* Scale operations (the autoscaler's): start one more instance on a free
- * device, or drain and stop instance i. IG_EBUSY when no device is free. */
+/*
+ * Scale operations (the autoscaler's). Scale-up first takes back a draining
+ * instance that has not been sent SIGTERM (it serves again at once), else
+ * starts a worker on a free device; the new instance takes traffic only once
+ * its /ready answers 200. IG_EBUSY when neither is possible.
+ *
+ * Drain of instance i: the router stops sending it requests at once; when
+ * the gateway's requests on it have ended (or after 120 s) it gets SIGTERM
+ * and drains what remains itself; SIGKILL 90 s later if still alive. A
+ * starting instance is stopped the same way; one in backoff at once. The
+ * device is free when the process has been reaped (an event reports it).
+ * IG_ESTATE when i is not starting, ready or in backoff.
+ */
 int ig_pool_scale_up(ig_pool_t *pool);
 int ig_pool_drain(ig_pool_t *pool, int i);
 
@@ -90,6 +111,10 @@ const char *ig_instance_name(const ig_instance_t *inst); /* "pool/N" */
 const char *ig_instance_device(const ig_instance_t *inst);
 int ig_instance_pid(const ig_instance_t *inst);
 int ig_instance_restarts(const ig_instance_t *inst);
+/* --threads given to a plain "cpu" worker (0 for other devices). */
+int ig_instance_threads(const ig_instance_t *inst);
+/* 1 while this slot's device is held by a process (any state but stopped). */
+int ig_instance_holds_device(const ig_instance_t *inst);
 ig_upstream_t *ig_instance_upstream(ig_instance_t *inst);
 ig_upstream_state_t *ig_instance_route(ig_instance_t *inst);
 

@@ -1,0 +1,447 @@
+/*
+ * The autoscaler with real workers on a generated tiny model and short
+ * windows: a burst raises the instance count within the panic window,
+ * idleness lowers it after the scale-down delay, and no request of the run
+ * fails; a pool at zero answers its first request (held while an instance
+ * starts), goes back to zero when idle, and wakes again.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "testclient.h"
+
+static char model_dir[256];
+
+static int setup(void **state)
+{
+    snprintf(model_dir, sizeof(model_dir), "/tmp/igtest-as-XXXXXX");
+    if (mkdtemp(model_dir) == NULL)
+        return -1;
+    strcat(model_dir, "/tiny");
+    ig_proc_t p;
+    char *argv[] = {
+        strdup(ig_proc_bin("infergate")), "mkmodel", "--preset", "tiny", "--out", model_dir, NULL};
+    if (ig_proc_start(&p, argv, 0) != 0)
+        return -1;
+    free(argv[0]);
+    return ig_proc_stop(&p, 0, 60000) == 0 ? 0 : -1;
+}
+
+typedef struct {
+    ig_proc_t proc;
+    int port;
+} gateway_t;
+
+/* One CPU pool "cpu" of up to `max` single-thread workers for model
+ * "tiny", with the given autoscale object. */
+static void gateway_start(gateway_t *g, int min, int max, const char *autoscale)
+{
+    char devices[128] = "";
+    for (int i = 0; i < max; i++)
+        strcat(devices, i ? ",\"cpu\"" : "\"cpu\"");
+    char cfg[4096];
+    g->port = ig_proc_free_port();
+    snprintf(cfg, sizeof(cfg),
+             "{\"region\":\"as\",\"listen\":\"127.0.0.1:%d\","
+             "\"models\":[{\"name\":\"tiny\",\"path\":\"%s\"}],"
+             "\"pools\":[{\"name\":\"cpu\",\"model\":\"tiny\",\"devices\":[%s],\"threads\":1,"
+             "\"min_instances\":%d,\"max_instances\":%d,"
+             "\"batching\":{\"max_num_seqs\":8},\"autoscale\":%s}]}",
+             g->port, model_dir, devices, min, max, autoscale);
+    const char *path = ig_proc_temp_file(cfg, ".json");
+    assert_non_null(path);
+    char *argv[] = {strdup(ig_proc_bin("infergate")),
+                    "serve",
+                    "--config",
+                    (char *)path,
+                    "--log-level",
+                    "info",
+                    NULL};
+    assert_int_equal(ig_proc_start(&g->proc, argv, 1), 0);
+    free(argv[0]);
+    assert_int_equal(ig_proc_wait_listening(&g->proc, g->port, 20000), 0);
+    /* Ready also at zero: the pool serves after a cold start. */
+    assert_int_equal(ig_proc_wait_status(g->port, "/ready", 200, 60000), 0);
+}
+
+static json_t *get_json(int port, const char *path)
+{
+    char raw[256];
+    snprintf(raw, sizeof(raw), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
+    ig_tc_response_t r;
+    if (ig_tc_request(port, raw, &r, 5000) != 0)
+        return NULL;
+    json_t *doc = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
+    ig_tc_response_free(&r);
+    return doc;
+}
+
+static char *get_text(int port, const char *path)
+{
+    char raw[256];
+    snprintf(raw, sizeof(raw), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
+    ig_tc_response_t r;
+    if (ig_tc_request(port, raw, &r, 5000) != 0)
+        return NULL;
+    char *text = r.status == 200 ? strdup(r.body) : NULL;
+    ig_tc_response_free(&r);
+    return text;
+}
+
+/* The first pool of /status (a new reference to the whole document in *doc). */
+static json_t *pool_status(int port, json_t **doc)
+{
+    *doc = get_json(port, "/status");
+    return json_array_get(json_object_get(*doc, "pools"), 0);
+}
+
+/* Instances holding a device (starting, ready, draining, backoff). */
+static int devices_used(int port)
+{
+    json_t *doc;
+    json_t *p = pool_status(port, &doc);
+    int n = p ? (int)json_integer_value(json_object_get(p, "devices_used")) : -1;
+    json_decref(doc);
+    return n;
+}
+
+static int count_state(int port, const char *state)
+{
+    json_t *doc;
+    json_t *p = pool_status(port, &doc);
+    int n = (int)json_integer_value(json_object_get(json_object_get(p, "instance_counts"), state));
+    json_decref(doc);
+    return n;
+}
+
+/* 1 when /status lists a decision with this direction and reason (NULL:
+ * any reason). */
+static int has_decision(int port, const char *direction, const char *reason)
+{
+    json_t *doc, *d;
+    json_t *p = pool_status(port, &doc);
+    size_t i;
+    int found = 0;
+    json_array_foreach(json_object_get(p, "decisions"), i, d)
+    {
+        found |= strcmp(json_string_value(json_object_get(d, "direction")), direction) == 0 &&
+                 (reason == NULL ||
+                  strcmp(json_string_value(json_object_get(d, "reason")), reason) == 0);
+    }
+    json_decref(doc);
+    return found;
+}
+
+static int complete(int port, int max_tokens, ig_tc_response_t *r)
+{
+    char body[256], raw[1024];
+    snprintf(body, sizeof(body),
+             "{\"model\":\"tiny\",\"prompt\":\"once upon a time\",\"max_tokens\":%d,"
+             "\"temperature\":0}",
+             max_tokens);
+    snprintf(raw, sizeof(raw),
+             "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(body), body);
+    return ig_tc_request(port, raw, r, 60000);
+}
+
+/* ---- load threads --------------------------------------------------------- */
+
+typedef struct {
+    int port;
+    int max_tokens;
+    volatile int *stop;
+    int sent, ok, failed;
+    int by_upstream[4]; /* answers from cpu/0 .. cpu/3 */
+} load_t;
+
+static void *load_thread(void *arg)
+{
+    load_t *l = arg;
+    /* Bounded in count as well as by the stop flag. */
+    for (int i = 0; i < 2000 && !__atomic_load_n(l->stop, __ATOMIC_SEQ_CST); i++) {
+        ig_tc_response_t r;
+        l->sent++;
+        int rc = complete(l->port, l->max_tokens, &r);
+        if (rc == 0 && r.status == 200) {
+            l->ok++;
+            const char *u = ig_tc_header(&r, "x-infergate-upstream");
+            if (u != NULL && strncmp(u, "cpu/", 4) == 0 && u[4] >= '0' && u[4] <= '3')
+                l->by_upstream[u[4] - '0']++;
+        } else {
+            l->failed++;
+            print_message("request failed: rc %d status %d %s\n", rc, rc == 0 ? r.status : 0,
+                          rc == 0 && r.body ? r.body : "");
+        }
+        if (rc == 0)
+            ig_tc_response_free(&r);
+    }
+    return NULL;
+}
+
+/* A burst raises the instance count through panic mode within the panic
+ * window; idleness brings it back after the delay; every request of the
+ * run (burst, scale-up, drain) is answered 200. */
+static void test_burst_up_idle_down(void **state)
+{
+    gateway_t g;
+    gateway_start(&g, 1, 2,
+                  "{\"target_queue_depth\":2,\"stable_window_s\":6,\"panic_window_s\":1,"
+                  "\"panic_threshold\":2,\"scale_down_delay_s\":3}");
+    /* Settle: one instance, nothing queued. */
+    assert_int_equal(devices_used(g.port), 1);
+    ig_tc_response_t r;
+    assert_int_equal(complete(g.port, 4, &r), 0);
+    assert_int_equal(r.status, 200);
+    ig_tc_response_free(&r);
+
+    enum { THREADS = 8 };
+    volatile int stop = 0;
+    pthread_t th[THREADS];
+    load_t loads[THREADS];
+    long long t0 = ig_tc_now_ms();
+    for (int i = 0; i < THREADS; i++) {
+        loads[i] = (load_t){.port = g.port, .max_tokens = 48, .stop = &stop};
+        pthread_create(&th[i], NULL, load_thread, &loads[i]);
+    }
+    /* The second instance is started within the panic window plus the
+     * decision period and the sampling (and this VM's scheduling slack). */
+    long long t_up = 0;
+    while (ig_tc_now_ms() < t0 + 15000) {
+        if (devices_used(g.port) >= 2) {
+            t_up = ig_tc_now_ms();
+            break;
+        }
+        usleep(50 * 1000);
+    }
+    assert_true(t_up > 0);
+    print_message("second instance started %lld ms after the burst began\n", t_up - t0);
+    assert_true(t_up - t0 <= 1000 /* panic window */ + 3000);
+    assert_true(has_decision(g.port, "up", "panic"));
+
+    /* Keep the burst until the new instance has served some of it. */
+    long long t_ready = 0;
+    while (ig_tc_now_ms() < t0 + 40000) {
+        int served = 0;
+        for (int i = 0; i < THREADS; i++)
+            served += loads[i].by_upstream[1];
+        if (served >= 3) {
+            t_ready = ig_tc_now_ms();
+            break;
+        }
+        usleep(50 * 1000);
+    }
+    assert_true(t_ready > 0);
+    print_message("new instance served from %lld ms after the burst began\n", t_ready - t0);
+    __atomic_store_n(&stop, 1, __ATOMIC_SEQ_CST);
+    int sent = 0, ok = 0, failed = 0, on1 = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        sent += loads[i].sent;
+        ok += loads[i].ok;
+        failed += loads[i].failed;
+        on1 += loads[i].by_upstream[1];
+    }
+    long long t_idle = ig_tc_now_ms();
+    print_message("burst: accepted %d = completed %d + failed %d; %d on cpu/1\n", sent, ok, failed,
+                  on1);
+    assert_int_equal(failed, 0);
+    assert_int_equal(ok, sent);
+    assert_true(on1 >= 3);
+
+    /* Idle: after the stable window empties and the delay, one is drained. */
+    long long t_down = 0;
+    while (ig_tc_now_ms() < t_idle + 30000) {
+        if (devices_used(g.port) == 1 && count_state(g.port, "draining") == 0) {
+            t_down = ig_tc_now_ms();
+            break;
+        }
+        usleep(100 * 1000);
+    }
+    assert_true(t_down > 0);
+    print_message("back to one instance %lld ms after the load stopped\n", t_down - t_idle);
+    /* Not before the delay: demand must stay low 3 s. */
+    assert_true(t_down - t_idle >= 3000);
+    assert_true(has_decision(g.port, "down", NULL));
+    json_t *doc;
+    json_t *p = pool_status(g.port, &doc);
+    char *dec = json_dumps(json_object_get(p, "decisions"), JSON_COMPACT);
+    print_message("decisions: %s\n", dec);
+    free(dec);
+    /* The device inventory: two entries, one held by the survivor. */
+    assert_int_equal(json_integer_value(json_object_get(p, "devices_used")), 1);
+    assert_int_equal(json_integer_value(json_object_get(p, "devices_free")), 1);
+    assert_int_equal(json_array_size(json_object_get(p, "devices")), 2);
+    json_decref(doc);
+    /* The survivor still answers: no request failed across the drain. */
+    assert_int_equal(complete(g.port, 4, &r), 0);
+    assert_int_equal(r.status, 200);
+    ig_tc_response_free(&r);
+
+    char *metrics = get_text(g.port, "/metrics");
+    assert_non_null(metrics);
+    assert_non_null(strstr(metrics, "infergate_autoscale_decisions_total{pool=\"cpu\","
+                                    "direction=\"up\",reason=\"panic\"}"));
+    assert_non_null(strstr(metrics, "infergate_pool_desired_instances{pool=\"cpu\"} 1"));
+    assert_non_null(strstr(metrics, "infergate_pool_instances{pool=\"cpu\",state=\"ready\"} 1"));
+    free(metrics);
+    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+}
+
+typedef struct {
+    int port;
+    int status;
+} one_t;
+
+static void *one_request(void *arg)
+{
+    one_t *o = arg;
+    ig_tc_response_t r;
+    o->status = -1;
+    if (complete(o->port, 8, &r) == 0) {
+        o->status = r.status;
+        ig_tc_response_free(&r);
+    }
+    return NULL;
+}
+
+/* min_instances 0: nothing runs at start; the first requests (several at
+ * once) are held while an instance starts and all answered; idle, the pool
+ * goes back to zero, and the next request wakes it again. */
+static void test_scale_from_zero(void **state)
+{
+    gateway_t g;
+    gateway_start(&g, 0, 1,
+                  "{\"target_queue_depth\":2,\"stable_window_s\":4,\"panic_window_s\":1,"
+                  "\"scale_down_delay_s\":1,\"scale_to_zero_after_s\":2}");
+    assert_int_equal(devices_used(g.port), 0);
+    /* Cold: it stays at zero without traffic. */
+    usleep(1500 * 1000);
+    assert_int_equal(devices_used(g.port), 0);
+
+    enum { N = 4 };
+    pthread_t th[N];
+    one_t o[N];
+    for (int round = 0; round < 2; round++) {
+        long long t0 = ig_tc_now_ms();
+        for (int i = 0; i < N; i++) {
+            o[i].port = g.port;
+            pthread_create(&th[i], NULL, one_request, &o[i]);
+        }
+        for (int i = 0; i < N; i++) {
+            pthread_join(th[i], NULL);
+            assert_int_equal(o[i].status, 200);
+        }
+        print_message("round %d: %d requests answered from zero in %lld ms\n", round, N,
+                      ig_tc_now_ms() - t0);
+        /* Idle 2 s: the last instance stops and its device is free. */
+        long long end = ig_tc_now_ms() + 20000;
+        while (devices_used(g.port) != 0 && ig_tc_now_ms() < end)
+            usleep(100 * 1000);
+        assert_int_equal(devices_used(g.port), 0);
+        assert_true(has_decision(g.port, "down", "idle_to_zero"));
+        assert_true(has_decision(g.port, "up", "from_zero"));
+    }
+    /* The gateway stays ready at zero (its traffic is what wakes the pool). */
+    assert_int_equal(ig_proc_wait_status(g.port, "/ready", 200, 2000), 0);
+    json_t *doc;
+    json_t *p = pool_status(g.port, &doc);
+    assert_int_equal(json_integer_value(json_object_get(p, "devices_free")), 1);
+    json_t *dev = json_array_get(json_object_get(p, "devices"), 0);
+    assert_string_equal(json_string_value(json_object_get(dev, "state")), "free");
+    json_decref(doc);
+    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+}
+
+typedef struct {
+    int port;
+    unsigned seed;
+    int sent, ok;
+} gappy_t;
+
+/* Requests with gaps around the idle time, so that they keep arriving as
+ * the last instance is being drained, sent SIGTERM, or reaped. */
+static void *gappy_client(void *arg)
+{
+    gappy_t *c = arg;
+    long long end = ig_tc_now_ms() + 12000;
+    while (ig_tc_now_ms() < end && c->sent < 200) {
+        usleep((useconds_t)(800 + rand_r(&c->seed) % 2200) * 1000);
+        ig_tc_response_t r;
+        c->sent++;
+        if (complete(c->port, 2, &r) == 0) {
+            if (r.status == 200)
+                c->ok++;
+            else
+                print_message("status %d: %s\n", r.status, r.body ? r.body : "");
+            ig_tc_response_free(&r);
+        }
+    }
+    return NULL;
+}
+
+/* The pool goes to zero after 1 s without requests while requests keep
+ * arriving with gaps of 0.8 to 3 s from each of two clients: some land while it stops. Every one
+ * is answered 200 (held while the device frees and a new instance starts). */
+static void test_requests_racing_scale_to_zero(void **state)
+{
+    gateway_t g;
+    gateway_start(&g, 0, 1,
+                  "{\"target_queue_depth\":2,\"stable_window_s\":1,\"panic_window_s\":1,"
+                  "\"scale_down_delay_s\":0,\"scale_to_zero_after_s\":1}");
+    enum { N = 2 };
+    pthread_t th[N];
+    gappy_t c[N];
+    for (int i = 0; i < N; i++) {
+        c[i] = (gappy_t){.port = g.port, .seed = 7u + (unsigned)i};
+        pthread_create(&th[i], NULL, gappy_client, &c[i]);
+    }
+    int sent = 0, ok = 0;
+    for (int i = 0; i < N; i++) {
+        pthread_join(th[i], NULL);
+        sent += c[i].sent;
+        ok += c[i].ok;
+    }
+    json_t *doc;
+    json_t *p = pool_status(g.port, &doc);
+    int wakes = 0, zeros = 0;
+    size_t i;
+    json_t *d;
+    json_array_foreach(json_object_get(p, "decisions"), i, d)
+    {
+        wakes += strcmp(json_string_value(json_object_get(d, "reason")), "from_zero") == 0;
+        zeros += strcmp(json_string_value(json_object_get(d, "reason")), "idle_to_zero") == 0;
+    }
+    json_decref(doc);
+    print_message("accepted %d = completed %d; %d wakes and %d stops in the last 16 decisions\n",
+                  sent, ok, wakes, zeros);
+    assert_true(sent >= 10);
+    assert_int_equal(ok, sent);
+    /* The run did cross zero several times. */
+    assert_true(wakes >= 2);
+    assert_true(zeros >= 2);
+    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_burst_up_idle_down),
+        cmocka_unit_test(test_scale_from_zero),
+        cmocka_unit_test(test_requests_racing_scale_to_zero),
+    };
+    return cmocka_run_group_tests(tests, setup, NULL);
+}
