@@ -156,8 +156,14 @@ static float max_of(const float *x, int n)
 /* out(n) = exp((x - m) * scale). The hot loop of the sampler: at -O2 GCC's
  * "very cheap" vectoriser leaves it scalar, so this one function asks for
  * the normal cost model (about 8x faster on a 128k vocab with AVX-512). */
-__attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=dynamic"))) static void
-exp_map(const float *restrict x, int n, float m, float scale, float *restrict out)
+#if defined(__GNUC__) && !defined(__clang__)
+#define IG_VECTORISE                                                                               \
+    __attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define IG_VECTORISE /* clang vectorises this loop at -O2 already */
+#endif
+IG_VECTORISE static void exp_map(const float *restrict x, int n, float m, float scale,
+                                 float *restrict out)
 {
     for (int i = 0; i < n; i++)
         out[i] = fast_expf((x[i] - m) * scale);
