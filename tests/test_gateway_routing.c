@@ -230,7 +230,7 @@ static void test_errors_retried_then_reported(void **state)
 {
     upstream_t ups[2];
     upstream_start(&ups[0], "--delay-ms", "1", NULL);
-    upstream_start(&ups[1], "--delay-ms", "8", NULL);
+    upstream_start(&ups[1], "--delay-ms", "50", NULL); /* far slower, even under load */
     gateway_t g;
     gateway_start(&g, ups, 2, 2, NULL);
     /* The preferred site starts answering 500 to everything. */
