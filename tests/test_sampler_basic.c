@@ -45,7 +45,7 @@ static void test_greedy_and_logprobs(void **state)
     ig_rng_t rng;
     ig_rng_seed(&rng, 7);
     ig_sample_t out;
-    assert_int_equal(ig_sampler_sample(s, l, &p, &rng, NULL, 0, 5, &out), 0);
+    assert_int_equal(ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 5, &out), 0);
     assert_int_equal(out.token, ref_argmax(l));
 
     /* logprob = l - logsumexp(l), computed here independently in double. */
@@ -91,13 +91,13 @@ static void test_filters(void **state)
     p.temperature = 5.0f;
     p.top_k = 1;
     for (int i = 0; i < 50; i++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 0, &out);
         assert_int_equal(out.token, best);
     }
     ig_sampling_params_default(&p);
     p.top_p = 1e-6f;
     for (int i = 0; i < 50; i++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 0, &out);
         assert_int_equal(out.token, best);
     }
     /* top_k = 10: every draw is among the 10 best. */
@@ -113,7 +113,7 @@ static void test_filters(void **state)
     int distinct = 0;
     char seen[V] = {0};
     for (int i = 0; i < 500; i++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 0, &out);
         assert_true(l[out.token] >= kth);
         if (!seen[out.token]++)
             distinct++;
@@ -125,7 +125,7 @@ static void test_filters(void **state)
     p.min_p = 0.5f;
     float lmax = l[best];
     for (int i = 0; i < 300; i++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 0, &out);
         assert_true(expf(l[out.token] - lmax) >= 0.5f - 1e-6f);
     }
     /* top_p = 0.9 at T = 1.5: every draw lies in the nucleus computed here
@@ -155,7 +155,7 @@ static void test_filters(void **state)
     }
     int deepest = 0;
     for (int i = 0; i < 3000; i++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, -1, &out);
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, -1, &out);
         if (!in_nucleus[out.token])
             fail_msg("token %d is outside the nucleus of %d", out.token, nucleus);
         for (int k = 0; k < nucleus; k++)
@@ -182,7 +182,7 @@ static void test_distribution(void **state)
     const int N = 20000;
     ig_sample_t out;
     for (int i = 0; i < N; i++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 0, &out);
         counts[out.token]++;
     }
     for (int i = 0; i < 4; i++) {
@@ -193,7 +193,7 @@ static void test_distribution(void **state)
     p.top_p = 0.65f;
     memset(counts, 0, sizeof(counts));
     for (int i = 0; i < N; i++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 0, &out);
         counts[out.token]++;
     }
     assert_int_equal(counts[0] + counts[1], 0);
@@ -220,15 +220,15 @@ static void test_seed_determinism(void **state)
     ig_rng_seed(&other, 42);
     ig_sample_t out;
     for (int i = 0; i < 64; i++) {
-        ig_sampler_sample(s, l, &p, &r1, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &r1, NULL, 0, 0, 0, &out);
         a[i] = out.token;
         /* another request shares the sampler between the two draws */
-        ig_sampler_sample(s, l, &p, &other, NULL, 0, 3, &out);
+        ig_sampler_sample(s, l, &p, &other, NULL, 0, 0, 3, &out);
     }
     for (int i = 0; i < 64; i++) {
-        ig_sampler_sample(s, l, &p, &r2, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &r2, NULL, 0, 0, 0, &out);
         b[i] = out.token;
-        ig_sampler_sample(s, l, &p, &r3, NULL, 0, 0, &out);
+        ig_sampler_sample(s, l, &p, &r3, NULL, 0, 0, 0, &out);
         c[i] = out.token;
     }
     assert_memory_equal(a, b, sizeof(a));
@@ -250,18 +250,58 @@ static void test_repetition_penalty(void **state)
     ig_rng_seed(&rng, 1);
     ig_sample_t out;
     int hist[] = {1, 1, 1}; /* 2.0 / 1.2 = 1.67 < 1.9: token 2 wins */
-    ig_sampler_sample(s, l, &p, &rng, hist, 3, 1, &out);
+    ig_sampler_sample(s, l, &p, &rng, hist, 3, 0, 1, &out);
     assert_int_equal(out.token, 2);
     /* logprobs stay raw: token 1 is still the top one reported */
     assert_int_equal(out.top_tokens[0], 1);
     /* without history the penalty does nothing */
-    ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, &out);
+    ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 0, &out);
     assert_int_equal(out.token, 1);
     /* a negative logit is multiplied: token 3 goes further down */
     float l2[4] = {-1.0f, -1.1f, -5.0f, -6.0f};
     int h2[] = {0};
-    ig_sampler_sample(s, l2, &p, &rng, h2, 1, 0, &out);
+    ig_sampler_sample(s, l2, &p, &rng, h2, 1, 0, 0, &out);
     assert_int_equal(out.token, 1);
+    ig_sampler_free(s);
+}
+
+static void test_presence_frequency(void **state)
+{
+    ig_sampler_t *s;
+    assert_int_equal(ig_sampler_create(&s, 4), 0);
+    float l[4] = {2.0f, 1.9f, 1.0f, 0.0f};
+    ig_sampling_params_t p;
+    ig_sampling_params_default(&p);
+    p.temperature = 0;
+    ig_rng_t rng;
+    ig_rng_seed(&rng, 1);
+    ig_sample_t out;
+    /* prompt [0, 0, 0] then output [0]: only the output counts */
+    int hist[] = {0, 0, 0, 0};
+    p.presence_penalty = 0.05f;
+    ig_sampler_sample(s, l, &p, &rng, hist, 4, 3, -1, &out);
+    assert_int_equal(out.token, 0); /* 2.0 - 0.05 > 1.9 */
+    p.presence_penalty = 0.2f;
+    ig_sampler_sample(s, l, &p, &rng, hist, 4, 3, -1, &out);
+    assert_int_equal(out.token, 1); /* 2.0 - 0.2 < 1.9 */
+    /* the prompt alone is not penalised */
+    ig_sampler_sample(s, l, &p, &rng, hist, 4, 4, -1, &out);
+    assert_int_equal(out.token, 0);
+    /* frequency scales with the count: 0.06 x 1 keeps token 0, x 2 not */
+    p.presence_penalty = 0;
+    p.frequency_penalty = 0.06f;
+    int h1[] = {0};
+    ig_sampler_sample(s, l, &p, &rng, h1, 1, 0, -1, &out);
+    assert_int_equal(out.token, 0);
+    int h2[] = {0, 2, 0};
+    ig_sampler_sample(s, l, &p, &rng, h2, 3, 0, -1, &out);
+    assert_int_equal(out.token, 1);
+    /* a negative presence penalty encourages repeats */
+    p.frequency_penalty = 0;
+    p.presence_penalty = -1.5f;
+    int h3[] = {2};
+    ig_sampler_sample(s, l, &p, &rng, h3, 1, 0, -1, &out);
+    assert_int_equal(out.token, 2);
     ig_sampler_free(s);
 }
 
@@ -287,7 +327,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_and_logprobs), cmocka_unit_test(test_filters),
         cmocka_unit_test(test_distribution),        cmocka_unit_test(test_seed_determinism),
-        cmocka_unit_test(test_repetition_penalty),  cmocka_unit_test(test_stop_rule),
+        cmocka_unit_test(test_repetition_penalty),  cmocka_unit_test(test_presence_frequency),
+        cmocka_unit_test(test_stop_rule),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

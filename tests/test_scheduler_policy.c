@@ -530,6 +530,42 @@ static void test_pause_resume(void **state)
     ctx_free(c);
 }
 
+static void test_paused_gives_blocks_to_waiting(void **state)
+{
+    /* 10 blocks of 4. A runs, then pauses holding its blocks; B needs more
+     * than is free: A is preempted (not B kept waiting), B completes, and A,
+     * resumed, is recomputed into its solo tokens. */
+    ctx_t *c = ctx_new(10, 4, 64, 8, 8);
+    int pa[8], pb[28];
+    make_prompt(pa, 8, 40);
+    make_prompt(pb, 28, 41);
+    uint64_t ia, ib;
+    ig_sched_req_t r = req_of(pa, 8, 12, 5);
+    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
+    for (int k = 0; k < 5; k++)
+        ig_sched_step(c->s);
+    ig_sched_pause(c->s, ia, 1);
+    ig_sched_step(c->s);
+    r = req_of(pb, 28, 4, 6);
+    assert_int_equal(ig_sched_submit(c->s, &r, &ib), 0);
+    for (int k = 0; k < 10; k++) {
+        ig_sched_step(c->s);
+        ig_sched_drain(c->s, collect_cb, &c->col);
+    }
+    assert_int_equal(collector_get(&c->col, ib)->finish, IG_FINISH_LENGTH);
+    assert_int_equal(collector_get(&c->col, ia)->finish, IG_FINISH_NONE);
+    ig_sched_stats_t st;
+    ig_sched_stats(c->s, &st);
+    assert_int_equal(st.preemptions_total, 1);
+    ig_sched_pause(c->s, ia, 0);
+    assert_true(run_until_done(c, 2, 100) > 0);
+    int solo[12];
+    solo_tokens(pa, 8, 12, 5, solo);
+    assert_memory_equal(collector_get(&c->col, ia)->tokens, solo, sizeof(solo));
+    assert_int_equal(c->fe.nfree, 10);
+    ctx_free(c);
+}
+
 static void test_engine_error_finishes_batch(void **state)
 {
     ctx_t *c = ctx_new(16, 4, 64, 8, 8);
@@ -560,6 +596,7 @@ int main(void)
         cmocka_unit_test(test_stop_strings_across_tokens),
         cmocka_unit_test(test_prompt_logprobs_chunked),
         cmocka_unit_test(test_pause_resume),
+        cmocka_unit_test(test_paused_gives_blocks_to_waiting),
         cmocka_unit_test(test_engine_error_finishes_batch),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -281,8 +281,12 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
      * documented as not applied (docs/worker.md). */
     if ((rc = get_num(root, "frequency_penalty", -2.0, 2.0, 0, &d, err)) < 0)
         return rc;
+    if (rc)
+        r->sampling.frequency_penalty = (float)d;
     if ((rc = get_num(root, "presence_penalty", -2.0, 2.0, 0, &d, err)) < 0)
         return rc;
+    if (rc)
+        r->sampling.presence_penalty = (float)d;
 
     json_t *seed = json_object_get(root, "seed");
     if (seed && !json_is_null(seed)) {
@@ -721,6 +725,10 @@ json_t *ig_api_request_to_json(const ig_api_request_t *r)
         json_object_set_new(o, "min_p", json_real(r->sampling.min_p));
     if (r->sampling.repetition_penalty != 1.0f)
         json_object_set_new(o, "repetition_penalty", json_real(r->sampling.repetition_penalty));
+    if (r->sampling.presence_penalty != 0.0f)
+        json_object_set_new(o, "presence_penalty", json_real(r->sampling.presence_penalty));
+    if (r->sampling.frequency_penalty != 0.0f)
+        json_object_set_new(o, "frequency_penalty", json_real(r->sampling.frequency_penalty));
     if (r->has_seed)
         json_object_set_new(o, "seed", json_integer((json_int_t)r->seed));
     if (r->nstop) {

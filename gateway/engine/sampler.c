@@ -17,6 +17,7 @@ struct ig_sampler_s {
     float *kept_p;  /* (vocab) unnormalised probabilities, by id or kept order */
     float *kept_w;  /* (vocab) weights of the ids a nucleus keeps, in order */
     uint32_t *seen; /* (vocab) stamp per token for the penalty's dedupe */
+    int *count;     /* (vocab) output occurrences (valid where seen is current) */
     uint32_t stamp;
 };
 
@@ -65,6 +66,8 @@ void ig_sampling_params_default(ig_sampling_params_t *p)
     p->top_p = 1.0f;
     p->min_p = 0.0f;
     p->repetition_penalty = 1.0f;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
 }
 
 int ig_sampler_create(ig_sampler_t **out, int vocab)
@@ -80,7 +83,8 @@ int ig_sampler_create(ig_sampler_t **out, int vocab)
     s->kept_p = malloc(sizeof(float) * (size_t)vocab);
     s->kept_w = malloc(sizeof(float) * (size_t)vocab);
     s->seen = calloc((size_t)vocab, sizeof(uint32_t));
-    if (!s->work || !s->idx || !s->kept_p || !s->kept_w || !s->seen)
+    s->count = calloc((size_t)vocab, sizeof(int));
+    if (!s->work || !s->idx || !s->kept_p || !s->kept_w || !s->seen || !s->count)
         goto fail;
     *out = s;
     return 0;
@@ -98,6 +102,7 @@ void ig_sampler_free(ig_sampler_t *s)
     free(s->kept_p);
     free(s->kept_w);
     free(s->seen);
+    free(s->count);
     free(s);
 }
 
@@ -151,8 +156,14 @@ static float max_of(const float *x, int n)
 /* out(n) = exp((x - m) * scale). The hot loop of the sampler: at -O2 GCC's
  * "very cheap" vectoriser leaves it scalar, so this one function asks for
  * the normal cost model (about 8x faster on a 128k vocab with AVX-512). */
-__attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=dynamic"))) static void
-exp_map(const float *restrict x, int n, float m, float scale, float *restrict out)
+#if defined(__GNUC__) && !defined(__clang__)
+#define IG_VECTORISE                                                                               \
+    __attribute__((noinline, optimize("tree-vectorize", "vect-cost-model=dynamic")))
+#else
+#define IG_VECTORISE /* clang vectorises this loop at -O2 already */
+#endif
+IG_VECTORISE static void exp_map(const float *restrict x, int n, float m, float scale,
+                                 float *restrict out)
 {
     for (int i = 0; i < n; i++)
         out[i] = fast_expf((x[i] - m) * scale);
@@ -310,23 +321,61 @@ int ig_sampler_logprobs(ig_sampler_t *s, const float *logits, int token, int nto
     return 0;
 }
 
-static const float *apply_penalty(ig_sampler_t *s, const float *logits, float penalty,
-                                  const int *history, int nhistory)
+/* A fresh stamp: marks in seen[] from earlier passes stop counting. */
+static uint32_t next_stamp(ig_sampler_t *s)
 {
-    if (penalty == 1.0f || penalty <= 0.0f || nhistory <= 0)
-        return logits;
-    memcpy(s->work, logits, sizeof(float) * (size_t)s->vocab);
     if (++s->stamp == 0) {
         memset(s->seen, 0, sizeof(uint32_t) * (size_t)s->vocab);
         s->stamp = 1;
     }
-    for (int i = 0; i < nhistory; i++) {
-        int t = history[i];
-        if (t < 0 || t >= s->vocab || s->seen[t] == s->stamp)
-            continue;
-        s->seen[t] = s->stamp;
-        float l = s->work[t];
-        s->work[t] = l > 0 ? l / penalty : l * penalty;
+    return s->stamp;
+}
+
+/* The penalties on a copy of the logits: repetition (HF/vLLM) over prompt and
+ * output, presence and frequency (OpenAI) over the output only. */
+static const float *apply_penalty(ig_sampler_t *s, const float *logits,
+                                  const ig_sampling_params_t *p, const int *history, int nhistory,
+                                  int nprompt)
+{
+    float rep = p->repetition_penalty;
+    int do_rep = rep != 1.0f && rep > 0.0f;
+    int do_pf = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    if (nprompt < 0 || nprompt > nhistory)
+        nprompt = nhistory;
+    if (nhistory <= 0 || (!do_rep && !(do_pf && nhistory > nprompt)))
+        return logits;
+    memcpy(s->work, logits, sizeof(float) * (size_t)s->vocab);
+    if (do_rep) {
+        uint32_t st = next_stamp(s);
+        for (int i = 0; i < nhistory; i++) {
+            int t = history[i];
+            if (t < 0 || t >= s->vocab || s->seen[t] == st)
+                continue;
+            s->seen[t] = st;
+            float l = s->work[t];
+            s->work[t] = l > 0 ? l / rep : l * rep;
+        }
+    }
+    if (do_pf) {
+        uint32_t counted = next_stamp(s);
+        for (int i = nprompt; i < nhistory; i++) {
+            int t = history[i];
+            if (t < 0 || t >= s->vocab)
+                continue;
+            if (s->seen[t] != counted) {
+                s->seen[t] = counted;
+                s->count[t] = 0;
+            }
+            s->count[t]++;
+        }
+        uint32_t applied = next_stamp(s);
+        for (int i = nprompt; i < nhistory; i++) {
+            int t = history[i];
+            if (t < 0 || t >= s->vocab || s->seen[t] == applied)
+                continue;
+            s->seen[t] = applied;
+            s->work[t] -= p->frequency_penalty * (float)s->count[t] + p->presence_penalty;
+        }
     }
     return s->work;
 }
@@ -359,10 +408,11 @@ static int draw(const int *idx, const float *p, int n, double z, ig_rng_t *rng)
 }
 
 int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_params_t *p,
-                      ig_rng_t *rng, const int *history, int nhistory, int ntop, ig_sample_t *out)
+                      ig_rng_t *rng, const int *history, int nhistory, int nprompt, int ntop,
+                      ig_sample_t *out)
 {
     const int V = s->vocab;
-    const float *w = apply_penalty(s, logits, p->repetition_penalty, history, nhistory);
+    const float *w = apply_penalty(s, logits, p, history, nhistory, nprompt);
     float m;
     int token = argmax_of(w, V, &m);
 

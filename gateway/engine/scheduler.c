@@ -747,7 +747,8 @@ static void after_forward(ig_sched_t *s, seq_t *q, const float *rows, int nrows,
     /* The last row samples the next token. */
     const float *row = rows + (size_t)(nrows - 1) * V;
     ig_sample_t smp;
-    ig_sampler_sample(s->sampler, row, &q->sp, &q->rng, q->tokens, q->ntokens, q->logprobs, &smp);
+    ig_sampler_sample(s->sampler, row, &q->sp, &q->rng, q->tokens, q->ntokens, q->nprompt,
+                      q->logprobs, &smp);
     if (push_token(q, smp.token) < 0) {
         finish(s, q, IG_FINISH_ERROR, IG_ENOMEM, 1);
         return;
@@ -984,13 +985,29 @@ again:;
      * token after) are free beyond the watermark, even if it is prefilled
      * in chunks, and never in a step that had to preempt: admitting what
      * was just evicted would only thrash. */
-    while (!preempted && s->waiting.head && budget > 0 && s->running.n < s->opts.max_num_seqs &&
-           nseq < s->opts.max_num_seqs) {
-        seq_t *q = s->waiting.head;
+    seq_t *next_w;
+    for (seq_t *q = s->waiting.head;
+         !preempted && q && budget > 0 && s->running.n < s->opts.max_num_seqs &&
+         nseq < s->opts.max_num_seqs;
+         q = next_w) {
+        next_w = q->next;
+        if (q->paused)
+            continue; /* its client is not reading: not worth blocks now */
         int left = q->ntokens - q->ncomputed;
         int n = left < budget ? left : budget;
-        if (blocks_for(s, q->ntokens + 1) > s->eng.blocks_free(s->eng.ctx) - s->watermark)
-            break;
+        if (blocks_for(s, q->ntokens + 1) > s->eng.blocks_free(s->eng.ctx) - s->watermark) {
+            /* Paused sequences hold blocks without making progress: the
+             * newest of them gives its blocks back before anything waits on
+             * it (it is recomputed once its client reads again). */
+            seq_t *victim = s->running.tail;
+            while (victim && !victim->paused)
+                victim = victim->prev;
+            if (!victim)
+                break;
+            preempt(s, victim);
+            next_w = q; /* try q again */
+            continue;
+        }
         int from, rows = plan_rows(q, n, &from);
         if (from == 0 && rows > echo_left) {
             n = echo_left;

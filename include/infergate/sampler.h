@@ -42,9 +42,12 @@ typedef struct {
     float repetition_penalty; /* 1: off; > 0. HF/vLLM rule: a seen token's
                                  positive logit is divided, a negative one
                                  multiplied */
+    float presence_penalty;   /* OpenAI, over generated tokens: a seen token's
+                                 logit minus this (0: off; -2..2) */
+    float frequency_penalty;  /* OpenAI: minus this times its count (0: off) */
 } ig_sampling_params_t;
 
-/* temperature 1, every filter off, no penalty. */
+/* temperature 1, every filter off, no penalties. */
 void ig_sampling_params_default(ig_sampling_params_t *p);
 
 typedef struct {
@@ -65,11 +68,14 @@ void ig_sampler_free(ig_sampler_t *s);
  * Picks the next token from logits(vocab) and fills out (token, its logprob
  * and the top `ntop` logprobs, ntop clamped to 0..IG_SAMPLER_MAX_TOP; with
  * ntop < 0 no logprob is computed at all, which saves a pass over the vocab).
- * history(nhistory) are the tokens the penalty applies to (prompt and
- * generated). Draws at most one number from rng. logits is not modified.
+ * history(nhistory) are the sequence's tokens, the first nprompt of them the
+ * prompt: the repetition penalty applies to all, presence and frequency to
+ * the rest (the generated ones). Draws at most one number from rng. logits
+ * is not modified.
  */
 int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_params_t *p,
-                      ig_rng_t *rng, const int *history, int nhistory, int ntop, ig_sample_t *out);
+                      ig_rng_t *rng, const int *history, int nhistory, int nprompt, int ntop,
+                      ig_sample_t *out);
 
 /* Logprob of a given token and the top `ntop` of a logits row, without
  * sampling (prompt logprobs for echo). */
