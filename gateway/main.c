@@ -5,6 +5,7 @@
 #include "infergate/cli.h"
 #include "infergate/pool.h"
 
+#include <malloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "infergate: parent %s is gone; exiting\n", parent);
         return IG_EXIT_FAILURE;
     }
+    /* Per-request memory comes and goes at a high rate; without these glibc
+     * gives the top of the heap back to the kernel (brk) again and again,
+     * which measured ~3.6% of a proxying gateway's CPU. */
+    mallopt(M_TRIM_THRESHOLD, 64 << 20);
+    mallopt(M_TOP_PAD, 16 << 20);
     if (argc < 2)
         return ig_cmd_serve(1, (char *[]){"serve", NULL});
     const char *name = argv[1];
