@@ -369,7 +369,7 @@ static void instance_spawn(ig_instance_t *in)
     const ig_pool_spec_t *s = &p->spec;
     char *args[MAX_ARGS];
     int na = 0;
-    char threads[16], kv[16], mbt[16], mns[16], mw[16];
+    char threads[16], kv[16], bs[16], mbt[16], mns[16], mw[16];
     args[na++] = (char *)s->exe;
     args[na++] = "worker";
     args[na++] = "--model";
@@ -396,6 +396,10 @@ static void instance_spawn(ig_instance_t *in)
     if (s->kv_blocks > 0) {
         args[na++] = "--kv-blocks";
         args[na++] = fmt_int(kv, sizeof(kv), s->kv_blocks);
+    }
+    if (s->block_size > 0) {
+        args[na++] = "--block-size";
+        args[na++] = fmt_int(bs, sizeof(bs), s->block_size);
     }
     if (s->max_batched_tokens > 0) {
         args[na++] = "--max-batched-tokens";

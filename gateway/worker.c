@@ -47,6 +47,7 @@ typedef struct {
     const char *name;
     int threads;
     int kv_blocks;
+    int block_size;
     int max_batched_tokens;
     int max_num_seqs;
     int max_waiting;
@@ -1156,6 +1157,8 @@ static void load_work(uv_work_t *req)
     ig_engine_opts_default(&eo);
     if (w->o.kv_blocks > 0)
         eo.kv_blocks = w->o.kv_blocks;
+    if (w->o.block_size > 0)
+        eo.block_size = w->o.block_size;
     eo.max_batched_tokens = w->o.max_batched_tokens;
     eo.max_num_seqs = w->o.max_num_seqs;
     rc = ig_engine_create(&w->engine, w->model, w->be, &eo, err, sizeof(err));
@@ -1314,7 +1317,8 @@ static void usage(FILE *out)
             "GET /v1/models, /health, /ready, /load, /metrics.\n\n"
             "options:\n"
             "  --threads N              CPU threads (0 = all cores)\n"
-            "  --kv-blocks N            KV cache blocks of 16 tokens (0 = size from memory)\n"
+            "  --kv-blocks N            KV cache blocks (0 = size from memory)\n"
+            "  --block-size N           tokens per KV block (default 16)\n"
             "  --max-batched-tokens N   token rows of one forward pass (2048)\n"
             "  --max-num-seqs N         sequences of one forward pass (256)\n"
             "  --max-waiting N          waiting queue bound; beyond it 429 (1024)\n"
@@ -1346,6 +1350,7 @@ int ig_cmd_worker(int argc, char **argv)
         {"listen", required_argument, NULL, 'l'},
         {"threads", required_argument, NULL, 't'},
         {"kv-blocks", required_argument, NULL, 'k'},
+        {"block-size", required_argument, NULL, 'B'},
         {"max-batched-tokens", required_argument, NULL, 'b'},
         {"max-num-seqs", required_argument, NULL, 's'},
         {"max-waiting", required_argument, NULL, 'w'},
@@ -1386,6 +1391,10 @@ int ig_cmd_worker(int argc, char **argv)
             break;
         case 't':
             if (parse_int(optarg, "--threads", 0, &w->o.threads) < 0)
+                goto out;
+            break;
+        case 'B':
+            if (parse_int(optarg, "--block-size", 1, &w->o.block_size) < 0)
                 goto out;
             break;
         case 'k':
