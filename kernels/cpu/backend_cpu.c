@@ -12,6 +12,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -40,6 +41,11 @@ typedef struct {
     size_t scratch_cap;
     int *items; /* attention work items, items_cap of them */
     int items_cap;
+    /* The data pointers of the weights upload_weight() packed for the own
+     * GEMM (gemm.c), sorted; a weight made by hand is row-major. */
+    pthread_mutex_t packed_lock;
+    const void **packed;
+    int npacked, packed_cap;
     char name[32];
 } cpu_t;
 
@@ -71,6 +77,67 @@ static int cpu_copy(ig_backend_t *be, void *dst, const void *src, size_t bytes)
     return 0;
 }
 
+/* Index of the first entry >= p in the sorted packed list. */
+static int packed_find(const cpu_t *c, const void *p)
+{
+    int lo = 0, hi = c->npacked;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if ((uintptr_t)c->packed[mid] < (uintptr_t)p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Whether w's data is in the own GEMM's packed layout. */
+static int is_packed(cpu_t *c, const ig_weight_t *w)
+{
+    pthread_mutex_lock(&c->packed_lock);
+    int i = packed_find(c, w->data);
+    int found = i < c->npacked && c->packed[i] == w->data;
+    pthread_mutex_unlock(&c->packed_lock);
+    return found;
+}
+
+static int packed_add(cpu_t *c, const void *p)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->packed_lock);
+    if (c->npacked == c->packed_cap) {
+        int cap = c->packed_cap ? 2 * c->packed_cap : 64;
+        const void **np = realloc(c->packed, (size_t)cap * sizeof(*np));
+        if (np == NULL) {
+            rc = IG_ENOMEM;
+            goto out;
+        }
+        c->packed = np;
+        c->packed_cap = cap;
+    }
+    int i = packed_find(c, p);
+    memmove(c->packed + i + 1, c->packed + i, (size_t)(c->npacked - i) * sizeof(*c->packed));
+    c->packed[i] = p;
+    c->npacked++;
+out:
+    pthread_mutex_unlock(&c->packed_lock);
+    return rc;
+}
+
+static void packed_remove(cpu_t *c, const void *p)
+{
+    pthread_mutex_lock(&c->packed_lock);
+    int i = packed_find(c, p);
+    if (i < c->npacked && c->packed[i] == p) {
+        memmove(c->packed + i, c->packed + i + 1,
+                (size_t)(c->npacked - i - 1) * sizeof(*c->packed));
+        c->npacked--;
+    }
+    pthread_mutex_unlock(&c->packed_lock);
+}
+
+/* A 2-D weight is stored packed for the own GEMM (ig__gemm_pack), converted
+ * one panel of rows at a time; a vector as it is. */
 static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight_t *dst)
 {
     if (src == NULL || src->data == NULL || src->ndim < 1 || src->ndim > 2)
@@ -78,31 +145,53 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
     if (rows <= 0 || cols <= 0)
         return IG_EINVAL;
-    size_t n = (size_t)rows * (size_t)cols;
-    float *data = cpu_alloc(be, n * sizeof(float));
-    if (data == NULL)
-        return IG_ENOMEM;
-    switch (src->dtype) {
-    case IG_DTYPE_F32:
-    case IG_DTYPE_F16:
-    case IG_DTYPE_BF16:
-        ig_dtype_to_f32(data, src->data, src->dtype, n);
-        break;
-    default:
-        free(data);
+    if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
         return IG_ENOTSUP;
+    size_t n = (size_t)rows * (size_t)cols;
+    int pack = src->ndim == 2;
+    if (pack && (rows > INT_MAX || cols > INT_MAX))
+        return IG_ERANGE;
+    float *data = NULL, *tmp = NULL;
+    int rc = IG_ENOMEM;
+    if (!pack) {
+        if ((data = cpu_alloc(be, n * sizeof(float))) == NULL)
+            goto fail;
+        ig_dtype_to_f32(data, src->data, src->dtype, n);
+    } else {
+        int nr = ig__gemm_panel_width(), k = (int)cols;
+        size_t esz = ig_dtype_size(src->dtype);
+        data = cpu_alloc(be, ig__gemm_packed_floats((int)rows, k) * sizeof(float));
+        tmp = malloc((size_t)nr * k * sizeof(float));
+        if (data == NULL || tmp == NULL)
+            goto fail;
+        for (int64_t r = 0; r < rows; r += nr) {
+            int m = rows - r < nr ? (int)(rows - r) : nr;
+            ig_dtype_to_f32(tmp, (const char *)src->data + (size_t)r * k * esz, src->dtype,
+                            (size_t)m * k);
+            ig__gemm_pack(data + (size_t)r * k, tmp, m, k);
+        }
+        free(tmp);
+        tmp = NULL;
+        if ((rc = packed_add(cpu_of(be), data)) != 0)
+            goto fail;
     }
     dst->dtype = IG_DTYPE_F32;
     dst->data = data;
     dst->rows = rows;
     dst->cols = cols;
     return 0;
+
+fail:
+    free(data);
+    free(tmp);
+    return rc;
 }
 
 static void cpu_free_weight(ig_backend_t *be, ig_weight_t *w)
 {
     if (w == NULL)
         return;
+    packed_remove(cpu_of(be), w->data);
     free(w->data);
     w->data = NULL;
 }
@@ -115,11 +204,16 @@ static int cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, con
                      int ntok)
 {
     const float *t = table->data;
-    for (int i = 0; i < ntok; i++) {
+    int packed = is_packed(cpu_of(be), table);
+    for (int i = 0; i < ntok; i++)
         if (tokens[i] < 0 || tokens[i] >= table->rows)
             return IG_ERANGE;
-        memcpy(out + (size_t)i * table->cols, t + (size_t)tokens[i] * table->cols,
-               (size_t)table->cols * sizeof(float));
+    for (int i = 0; i < ntok; i++) {
+        float *o = out + (size_t)i * table->cols;
+        if (packed)
+            ig__gemm_unpack_row(o, t, (int)table->cols, tokens[i]);
+        else
+            memcpy(o, t + (size_t)tokens[i] * table->cols, (size_t)table->cols * sizeof(float));
     }
     return 0;
 }
@@ -242,6 +336,7 @@ typedef struct {
     const float *w;
     const float *bias;
     int m, n, k;
+    int packed; /* w in the own GEMM's panel layout */
     ig_cpu_gemm_t mode;
     int chunk;       /* output columns per work item */
     atomic_int next; /* the next work item to take */
@@ -252,7 +347,9 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
     if (n1 <= n0)
         return;
     if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
-        ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
+        ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, j->n, n0, n1);
+    else if (j->packed)
+        ig__gemm_blas_packed(j->y, j->n, j->x, j->w, j->m, j->k, j->n, n0, n1);
     else
         ig__gemm_blas(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
     if (j->bias != NULL) {
@@ -287,25 +384,38 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
                       .m = m,
                       .n = (int)w->rows,
                       .k = (int)w->cols,
+                      .packed = is_packed(c, w),
                       .mode = c->gemm};
+    float *tmp = NULL;
     if (m <= 0)
         return 0;
     double flops = (double)m * j.n * j.k;
     if (j.mode == IG_CPU_GEMM_AUTO)
         j.mode = c->blas_ok && m >= IG_CPU_BLAS_MIN_ROWS ? IG_CPU_GEMM_BLAS_POOL : IG_CPU_GEMM_OWN;
+    if (j.mode == IG_CPU_GEMM_OWN && !j.packed) {
+        /* A weight made by hand (tests): packed here, for this call. */
+        tmp = malloc(ig__gemm_packed_floats(j.n, j.k) * sizeof(float));
+        if (tmp == NULL)
+            return IG_ENOMEM;
+        ig__gemm_pack(tmp, j.w, j.n, j.k);
+        j.w = tmp;
+        j.packed = 1;
+    }
+    int nr = ig__gemm_panel_width();
     if (j.mode == IG_CPU_GEMM_BLAS_OWN) {
         /* OpenBLAS splits the work over its own threads. */
         j.mode = IG_CPU_GEMM_BLAS_POOL;
         matmul_cols(&j, 0, j.n);
     } else if (flops >= PARALLEL_MIN_FLOPS && c->nthreads > 1) {
-        /* About eight slices per thread, whole multiples of 16 columns. */
+        /* About eight slices per thread, whole panels. */
         int chunk = j.n / (c->nthreads * 8);
-        j.chunk = chunk < 16 ? 16 : chunk - chunk % 16;
+        j.chunk = chunk < nr ? nr : chunk - chunk % nr;
         atomic_init(&j.next, 0);
         ig__pool_run(c->pool, matmul_task, &j);
     } else {
         matmul_cols(&j, 0, j.n);
     }
+    free(tmp);
     return 0;
 }
 
@@ -648,6 +758,8 @@ static void cpu_destroy(ig_backend_t *be)
                 free(c->scratch[t]);
         free(c->scratch);
         free(c->items);
+        free(c->packed);
+        pthread_mutex_destroy(&c->packed_lock);
         free(c);
     }
     free(be);
@@ -734,6 +846,7 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
         free(c);
         return IG_ENOMEM;
     }
+    pthread_mutex_init(&c->packed_lock, NULL);
     be->impl = c;
     be->destroy = cpu_destroy;
     if (threads <= 0) {

@@ -53,12 +53,27 @@ typedef enum {
 /* Rows from which IG_CPU_GEMM_AUTO hands a GEMM to OpenBLAS. */
 #define IG_CPU_BLAS_MIN_ROWS 64
 
-/* y(m, n) (row stride ldy) = x(m, k) . w(n, k)^T over the rows [n0, n1) of w,
- * single-threaded; the own SIMD loop. */
-void ig__gemm_own(float *y, int ldy, const float *x, const float *w, int m, int k, int n0, int n1);
+/* The own loop's weight layout: W(n, k) as ceil(n / width) panels of
+ * `width` rows of W (output columns), each stored k-major
+ * (panel[kk * width + c] = W[p * width + c][kk]), the last one padded with
+ * zeros. upload_weight() stores every 2-D weight this way. */
+int ig__gemm_panel_width(void);
+size_t ig__gemm_packed_floats(int n, int k);
+void ig__gemm_pack(float *dst, const float *w, int n, int k);
+/* dst(k) = row `row` of the packed W. */
+void ig__gemm_unpack_row(float *dst, const float *packed, int k, int row);
 
-/* The same with one cblas_sgemm call; IG_ENOTSUP without OpenBLAS. */
+/* y(m, n) (row stride ldy) = x(m, k) . W(n, k)^T for the output columns
+ * [n0, n1), n0 a multiple of the panel width, W packed; single-threaded;
+ * the own SIMD loop. Each output has the same bits whatever m, n0, n1. */
+void ig__gemm_own(float *y, int ldy, const float *x, const float *packed, int m, int k, int n,
+                  int n0, int n1);
+
+/* The same with cblas_sgemm, W row-major (ig__gemm_blas) or packed (one call
+ * per panel); IG_ENOTSUP without OpenBLAS. */
 int ig__gemm_blas(float *y, int ldy, const float *x, const float *w, int m, int k, int n0, int n1);
+int ig__gemm_blas_packed(float *y, int ldy, const float *x, const float *packed, int m, int k,
+                         int n, int n0, int n1);
 
 /* Selects the GEMM path of a CPU backend; IG_ENOTSUP for a BLAS path in a
  * build without OpenBLAS, IG_EINVAL for a backend that is not the CPU's.
