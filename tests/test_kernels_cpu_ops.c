@@ -83,7 +83,7 @@ static void naive_gemm(double *y, const float *x, const float *w, const float *b
 }
 
 static const int shapes[][3] = {
-    /* m, n, k; m >= 64 takes the BLAS side of auto; n around the panel
+    /* m, n, k; n around the panel
      * width (48 with AVX-512), k around the k-block (128) */
     {1, 1, 1},     {1, 7, 5},      {3, 5, 17},   {4, 4, 16},     {5, 33, 31},
     {1, 288, 288}, {64, 100, 288}, {7, 768, 64}, {17, 288, 768}, {2, 1000, 48},
@@ -493,8 +493,8 @@ int main(void)
 {
     const char *core;
     int usable = ig__cpu_blas_usable(&core);
-    printf("# CPU kernels compiled for %s; OpenBLAS core %s (%s by auto)\n", ig__cpu_simd_name(),
-           core, usable ? "used" : "not used");
+    printf("# CPU kernels compiled for %s; OpenBLAS core %s (%s)\n", ig__cpu_simd_name(), core,
+           usable ? "as wide as the own loop" : "narrower than the own loop");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gemm_paths),
         cmocka_unit_test(test_gemm_own_rows_independent),

@@ -17,7 +17,8 @@
  * --profile 1 wraps the backend's operations with timers and prints, for
  * each batch size, the milliseconds per decode step spent in each kind of
  * operation (the lm_head GEMM apart from the others), from the round with the
- * best rate.
+ * best rate. They are the calling thread's CPU time, so other processes on
+ * the machine do not inflate them; with --threads 1 they are the whole cost.
  */
 #include "../../kernels/cpu/cpu_internal.h"
 #include "infergate/engine.h"
@@ -100,12 +101,22 @@ static int g_vocab;         /* a GEMM with this many outputs is the lm_head */
 static int g_timing;        /* inside a timed step */
 static double g_op[OP_N];   /* seconds in each kind of operation while g_timing */
 
+/* The calling thread's CPU time: time another process takes from this
+ * thread on a shared machine does not count (exact with --threads 1, where
+ * every operation runs on the calling thread). */
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 #define TIMED(kind, call)                                                                          \
     do {                                                                                           \
-        double t0_ = g_timing ? now() : 0;                                                         \
+        double t0_ = g_timing ? thread_cpu() : 0;                                                  \
         int rc_ = (call);                                                                          \
         if (g_timing)                                                                              \
-            g_op[kind] += now() - t0_;                                                             \
+            g_op[kind] += thread_cpu() - t0_;                                                      \
         return rc_;                                                                                \
     } while (0)
 
@@ -259,6 +270,7 @@ static double bench_decode(ig_engine_t *e, int B, const opts_t *o, int max_block
     for (int k = 0; k < OP_N; k++)
         op_ms[k] = g_op[k] * 1e3 / o->steps;
     op_ms[OP_N] = busy * 1e3 / o->steps;
+    op_ms[OP_N + 1] = cpu * 1e3 / o->steps;
 
 done:
     if (rc != 0)
@@ -429,16 +441,16 @@ int main(int argc, char **argv)
            "simd %s, openblas core %s%s\n",
            o.model, c->hidden_size, c->num_hidden_layers, c->vocab_size, ig_dtype_name(c->dtype),
            be->name, o.threads, gemm, ig__cpu_simd_name(), core,
-           blas_ok ? "" : " (generic: auto keeps to the own loop)");
+           blas_ok ? "" : " (generic SSE kernel)");
 
     /* Rounds go over every batch size in turn and each keeps its best rate:
      * on a shared machine a slow round is other processes' noise, and
      * interleaving keeps the noise from favouring one batch size. */
     double best[MAX_BATCHES] = {0}, best_cpu[MAX_BATCHES] = {0}, pre = 0;
-    double prof[MAX_BATCHES][OP_N + 1] = {{0}}; /* ms per step of the best round; last: total */
+    double prof[MAX_BATCHES][OP_N + 2] = {{0}}; /* ms per step of the best round, then wall, CPU */
     for (int r = 0; r < o.rounds; r++) {
         for (int i = 0; i < o.nbatches; i++) {
-            double pc = 0, ms[OP_N + 1], v = bench_decode(e, o.batches[i], &o, max_blocks, &pc, ms);
+            double pc = 0, ms[OP_N + 2], v = bench_decode(e, o.batches[i], &o, max_blocks, &pc, ms);
             if (v <= 0)
                 return 1;
             if (v > best[i])
@@ -472,7 +484,7 @@ int main(int argc, char **argv)
         printf("ms per decode step (best round): %8s", "batch");
         for (int k = 0; k < OP_N; k++)
             printf(" %10s", op_names[k]);
-        printf(" %10s %10s\n", "untimed", "step");
+        printf(" %10s %10s %10s\n", "untimed", "step", "step-cpu");
         for (int i = 0; i < o.nbatches; i++) {
             double sum = 0;
             printf("%32s %8d", "", o.batches[i]);
@@ -480,7 +492,8 @@ int main(int argc, char **argv)
                 printf(" %10.3f", prof[i][k]);
                 sum += prof[i][k];
             }
-            printf(" %10.3f %10.3f\n", prof[i][OP_N] - sum, prof[i][OP_N]);
+            printf(" %10.3f %10.3f %10.3f\n", prof[i][OP_N + 1] - sum, prof[i][OP_N],
+                   prof[i][OP_N + 1]);
         }
     }
     printf("prefill: %d tokens at %.1f tokens/s (chunks of %d)\n", o.prefill, pre,

@@ -1,8 +1,8 @@
 /*
- * The CPU backend: host memory, weights converted once to F32 at upload,
- * every operation split over a small persistent thread pool (pool.c). GEMM
- * goes through OpenBLAS when the build has it, else through the own SIMD
- * loop (gemm.c); IG_CPU_GEMM=own|blas-pool|blas overrides the choice.
+ * The CPU backend: host memory, weights converted once to F32 at upload (2-D
+ * ones packed for the own GEMM, gemm.c), every operation split over a small
+ * persistent thread pool (pool.c). GEMM runs the own SIMD loop; with
+ * IG_CPU_GEMM=blas-pool|blas (builds with OpenBLAS) it goes to OpenBLAS.
  */
 #include "cpu_internal.h"
 #include "simd.h"
@@ -36,7 +36,6 @@ typedef struct {
     ig__pool_t *pool;
     int nthreads;
     ig_cpu_gemm_t gemm;
-    int blas_ok;     /* auto may use OpenBLAS (ig__cpu_blas_usable) */
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
     int *items; /* attention work items, items_cap of them */
@@ -391,7 +390,7 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
         return 0;
     double flops = (double)m * j.n * j.k;
     if (j.mode == IG_CPU_GEMM_AUTO)
-        j.mode = c->blas_ok && m >= IG_CPU_BLAS_MIN_ROWS ? IG_CPU_GEMM_BLAS_POOL : IG_CPU_GEMM_OWN;
+        j.mode = IG_CPU_GEMM_OWN; /* faster than OpenBLAS at every m here (docs/engine.md) */
     if (j.mode == IG_CPU_GEMM_OWN && !j.packed) {
         /* A weight made by hand (tests): packed here, for this call. */
         tmp = malloc(ig__gemm_packed_floats(j.n, j.k) * sizeof(float));
@@ -630,6 +629,32 @@ static void attn_weighted_sum(const ig_kv_layout_t *kv, int layer, const int *ta
         o[i] *= inv;
 }
 
+/* Up to ATTN_PREFETCH bytes each of the cached K and V that rows [.., r1)
+ * of sequence s, head h will read, requested ahead: at decode a (sequence,
+ * head) reads a few KiB from a cache far larger than L2, and one request
+ * after another would leave the core waiting on each. */
+#define ATTN_PREFETCH (16 * 1024)
+
+static void attn_prefetch(const attn_job_t *j, int s, int h, int r1)
+{
+    const ig_kv_layout_t *kv = j->kv;
+    const ig_attn_batch_t *b = j->b;
+    int bs = kv->block_size, kvh = h / (j->n_heads / kv->n_kv_heads);
+    const int *table = b->block_tables + (size_t)s * b->max_blocks;
+    int n = b->ctx_len[s] - (b->q_start[s + 1] - b->q_start[s]) + r1; /* positions read */
+    size_t row = (size_t)kv->head_dim * sizeof(float), done = 0;
+    for (int t0 = 0; t0 < n && done < ATTN_PREFETCH; t0 += bs) {
+        size_t off = kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
+        size_t bytes = (size_t)(n - t0 < bs ? n - t0 : bs) * row;
+        const char *k = (const char *)(kv->k + off), *v = (const char *)(kv->v + off);
+        for (size_t c = 0; c < bytes; c += 64) {
+            __builtin_prefetch(k + c, 0, 3);
+            __builtin_prefetch(v + c, 0, 3);
+        }
+        done += bytes;
+    }
+}
+
 /* Rows [r0, r1) of sequence s, head h: each against its cached positions up
  * to its own, softmax with the maximum subtracted. Every row is computed the
  * same way whatever else is in the batch. */
@@ -645,12 +670,18 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
         int pos = b->ctx_len[s] - qn + r;
         const float *q = j->q + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float *o = j->out + ((size_t)(q0 + r) * j->n_heads + h) * hd;
+        /* K rows found block by block (no division per position). */
+        const float *kp[16];
+        int blk = 0, off = 0;
+        const float *kb = kv->k + kv_offset(kv, j->layer, table[0], kvh, 0);
         for (int t0 = 0; t0 <= pos; t0 += 16) {
-            const float *kp[16];
             int n = pos + 1 - t0 < 16 ? pos + 1 - t0 : 16;
             for (int t = 0; t < n; t++) {
-                int p = t0 + t;
-                kp[t] = kv->k + kv_offset(kv, j->layer, table[p / bs], kvh, p % bs);
+                if (off == bs) {
+                    off = 0;
+                    kb = kv->k + kv_offset(kv, j->layer, table[++blk], kvh, 0);
+                }
+                kp[t] = kb + (size_t)off++ * hd;
             }
             attn_scores16(q, kp, n, hd, j->scale, scores + t0);
         }
@@ -662,19 +693,36 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
     }
 }
 
+/* Work item it: sequence, head and rows. */
+static void attn_item(const attn_job_t *j, int it, int *s, int *h, int *r0, int *r1)
+{
+    int item = j->items[it / j->n_heads];
+    *h = it % j->n_heads;
+    *s = item >> 16;
+    *r0 = (item & 0xffff) * ATTN_ROWS;
+    int qn = j->b->q_start[*s + 1] - j->b->q_start[*s];
+    *r1 = *r0 + ATTN_ROWS < qn ? *r0 + ATTN_ROWS : qn;
+}
+
+/* Each thread takes its next item before working on the current one, so
+ * that the next item's K and V are on their way meanwhile. */
 static void attn_task(void *arg, int tid, int nt)
 {
     attn_job_t *j = arg;
-    int total = j->nitems * j->n_heads;
-    for (;;) {
-        int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (it >= total)
-            break;
-        int item = j->items[it / j->n_heads], h = it % j->n_heads;
-        int s = item >> 16, r0 = (item & 0xffff) * ATTN_ROWS;
-        int qn = j->b->q_start[s + 1] - j->b->q_start[s];
-        int r1 = r0 + ATTN_ROWS < qn ? r0 + ATTN_ROWS : qn;
+    int total = j->nitems * j->n_heads, s, h, r0, r1;
+    int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (it < total) {
+        attn_item(j, it, &s, &h, &r0, &r1);
+        attn_prefetch(j, s, h, r1);
+    }
+    while (it < total) {
+        int nx = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed), s2, h2, a2, b2;
+        if (nx < total) {
+            attn_item(j, nx, &s2, &h2, &a2, &b2);
+            attn_prefetch(j, s2, h2, b2);
+        }
         attn_rows(j, s, h, r0, r1, j->scratch[tid]);
+        it = nx, s = s2, h = h2, r0 = a2, r1 = b2;
     }
 }
 
@@ -863,7 +911,6 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
         goto fail;
     if ((rc = ig__pool_create(&c->pool, threads)) != 0)
         goto fail;
-    c->blas_ok = ig__cpu_blas_usable(NULL);
     if ((rc = ig__cpu_set_gemm(be, default_gemm())) != 0 &&
         (rc = ig__cpu_set_gemm(be, IG_CPU_GEMM_OWN)) != 0)
         goto fail;

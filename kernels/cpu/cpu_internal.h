@@ -46,12 +46,9 @@ typedef enum {
     IG_CPU_GEMM_OWN = 0,   /* cache-blocked SIMD loop, split over the pool */
     IG_CPU_GEMM_BLAS_POOL, /* single-threaded OpenBLAS on each pool thread's slice of W */
     IG_CPU_GEMM_BLAS_OWN,  /* one OpenBLAS call using OpenBLAS's own threads */
-    IG_CPU_GEMM_AUTO,      /* the default: own below IG_CPU_BLAS_MIN_ROWS rows, else
-                              blas-pool when OpenBLAS runs a kernel for this CPU's SIMD */
+    IG_CPU_GEMM_AUTO,      /* the default: the own loop (it outruns OpenBLAS's tuned
+                              kernels at every batch size on the packed weights) */
 } ig_cpu_gemm_t;
-
-/* Rows from which IG_CPU_GEMM_AUTO hands a GEMM to OpenBLAS. */
-#define IG_CPU_BLAS_MIN_ROWS 64
 
 /* The own loop's weight layout: W(n, k) as ceil(n / width) panels of
  * `width` rows of W (output columns), each stored k-major
@@ -88,7 +85,7 @@ const char *ig__cpu_simd_name(void);
 /* Whether OpenBLAS runs a kernel at least as wide as the own loop's SIMD
  * (it falls back to a generic SSE kernel on CPUs it does not recognise,
  * e.g. some virtual machines, unless OPENBLAS_CORETYPE names one), and its
- * core name ("none" without OpenBLAS). */
+ * core name ("none" without OpenBLAS); for the benchmark's report. */
 int ig__cpu_blas_usable(const char **core);
 
 #endif
