@@ -1,12 +1,11 @@
 /*
  * GEMM for the CPU backend: y = x W^T, W (n, k) in nn.Linear layout.
  *
- * The own loop works on W packed once, at upload, into panels of
- * IG_GEMM_NR output columns stored k-major (packed[kk][c] = W[c][kk]), so a
- * register tile is an outer product: for each kk, IG_GEMM_NV vectors of W
- * are loaded, each of up to MR values of x is broadcast, and MR * NV
- * accumulators get one FMA each. Every loaded W vector serves MR rows of x,
- * every accumulator already holds final outputs (no horizontal sums), and at
+ * The own loop works on W packed once, at upload, into panels of NR output
+ * columns stored k-major (packed[kk][c] = W[c][kk]), so a register tile is
+ * an outer product: for each kk, NV vectors of W are loaded, each of up to
+ * MR values of x is broadcast, and MR * NV accumulators get one FMA each. Every loaded W vector
+ * serves MR rows of x, every accumulator already holds final outputs (no horizontal sums), and at
  * batch 1 the panels stream through memory in one pass.
  *
  * Each output is one accumulator lane that goes through kk = 0, 1, ..., k-1
@@ -116,6 +115,9 @@ static inline __attribute__((always_inline)) void tile(float *c, int ldc, const 
 #pragma GCC unroll 4
             for (int v = 0; v < NV; v++)
                 acc[a][v] = ig_vzero();
+                /* Unrolled by 4: with one row (batch 1) the loop's own increments
+                 * and compares were a quarter of the instructions. */
+#pragma GCC unroll 4
         for (int kk = s0; kk < se; kk++) {
             if (PF)
                 for (int j = 0; j < npf; j++)
