@@ -4,7 +4,7 @@
  *   build/engine-bench --model DIR [--device cpu] [--threads 2] [--steps 32]
  *                      [--batches 1,4,16,64] [--prompt 16] [--prefill 512]
  *                      [--gemm auto|own|blas-pool|blas] [--out bench/results/engine.json]
- *                      [--profile 1]
+ *                      [--profile 1|2]
  *
  * For each batch size B it prefills B sequences of --prompt tokens, runs two
  * warm-up decode steps, then times --steps decode steps of all B sequences
@@ -19,6 +19,8 @@
  * operation (the lm_head GEMM apart from the others), from the round with the
  * best rate. They are the calling thread's CPU time, so other processes on
  * the machine do not inflate them; with --threads 1 they are the whole cost.
+ * --profile 2 times them by the wall clock instead (what each operation
+ * costs a step with the pool's threads, waits and neighbours included).
  */
 #include "../../kernels/cpu/cpu_internal.h"
 #include "infergate/engine.h"
@@ -104,10 +106,12 @@ static double g_op[OP_N];   /* seconds in each kind of operation while g_timing 
 /* The calling thread's CPU time: time another process takes from this
  * thread on a shared machine does not count (exact with --threads 1, where
  * every operation runs on the calling thread). */
+static int g_prof_wall; /* --profile 2: wall-clock timers instead */
+
 static double thread_cpu(void)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    clock_gettime(g_prof_wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
@@ -379,7 +383,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: engine-bench --model DIR [--device cpu] [--threads N] "
                         "[--steps N] [--batches 1,4,16,64] [--prompt N] [--prefill N] "
                         "[--rounds N] [--gemm auto|own|blas-pool|blas] [--out FILE] "
-                        "[--profile 1]\n");
+                        "[--profile 1|2]\n");
         return 2;
     }
     char err[512] = "";
@@ -423,6 +427,7 @@ int main(int argc, char **argv)
     g_vocab = c->vocab_size;
     if (o.profile)
         profile_install(be);
+    g_prof_wall = o.profile == 2;
     const char *gemm = "n/a";
     if (strncmp(be->name, "cpu", 3) == 0) {
         ig_cpu_gemm_t g = ig__cpu_gemm(be);
@@ -492,8 +497,8 @@ int main(int argc, char **argv)
                 printf(" %10.3f", prof[i][k]);
                 sum += prof[i][k];
             }
-            printf(" %10.3f %10.3f %10.3f\n", prof[i][OP_N + 1] - sum, prof[i][OP_N],
-                   prof[i][OP_N + 1]);
+            printf(" %10.3f %10.3f %10.3f\n", prof[i][g_prof_wall ? OP_N : OP_N + 1] - sum,
+                   prof[i][OP_N], prof[i][OP_N + 1]);
         }
     }
     printf("prefill: %d tokens at %.1f tokens/s (chunks of %d)\n", o.prefill, pre,
