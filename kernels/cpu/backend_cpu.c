@@ -497,21 +497,55 @@ static inline size_t kv_offset(const ig_kv_layout_t *kv, int layer, int block, i
            kv->head_dim;
 }
 
+typedef struct {
+    const ig_kv_layout_t *kv;
+    int layer;
+    const float *k, *v;
+    const int *slots;
+    int ntok;
+    atomic_int next; /* the next KV_CHUNK tokens to take */
+} kv_job_t;
+
+#define KV_CHUNK 8
+
+static void kv_rows(const kv_job_t *j, int t0, int t1)
+{
+    const ig_kv_layout_t *kv = j->kv;
+    size_t row = (size_t)kv->n_kv_heads * kv->head_dim;
+    size_t hb = (size_t)kv->head_dim * sizeof(float);
+    for (int t = t0; t < t1; t++) {
+        int block = j->slots[t] / kv->block_size, off = j->slots[t] % kv->block_size;
+        for (int h = 0; h < kv->n_kv_heads; h++) {
+            size_t o = kv_offset(kv, j->layer, block, h, off);
+            memcpy(kv->k + o, j->k + t * row + (size_t)h * kv->head_dim, hb);
+            memcpy(kv->v + o, j->v + t * row + (size_t)h * kv->head_dim, hb);
+        }
+    }
+}
+
+static void kv_task(void *arg, int tid, int nt)
+{
+    kv_job_t *j = arg;
+    int t0, t1;
+    while (ig__pool_take(&j->next, j->ntok, KV_CHUNK, &t0, &t1))
+        kv_rows(j, t0, t1);
+}
+
+/* At batch 64 the writes land in 64 sequences' blocks, cache misses each:
+ * split over the pool like the other operations. Every slot is checked
+ * before anything is written. */
 static int cpu_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
                          const float *v, const int *slots, int ntok)
 {
-    size_t row = (size_t)kv->n_kv_heads * kv->head_dim;
-    size_t hb = (size_t)kv->head_dim * sizeof(float);
-    for (int t = 0; t < ntok; t++) {
-        int block = slots[t] / kv->block_size, off = slots[t] % kv->block_size;
-        if (slots[t] < 0 || block >= kv->num_blocks)
+    for (int t = 0; t < ntok; t++)
+        if (slots[t] < 0 || slots[t] / kv->block_size >= kv->num_blocks)
             return IG_ERANGE;
-        for (int h = 0; h < kv->n_kv_heads; h++) {
-            size_t o = kv_offset(kv, layer, block, h, off);
-            memcpy(kv->k + o, k + t * row + (size_t)h * kv->head_dim, hb);
-            memcpy(kv->v + o, v + t * row + (size_t)h * kv->head_dim, hb);
-        }
-    }
+    kv_job_t j = {.kv = kv, .layer = layer, .k = k, .v = v, .slots = slots, .ntok = ntok};
+    atomic_init(&j.next, 0);
+    if (ntok >= 2 * KV_CHUNK && cpu_of(be)->nthreads > 1)
+        ig__pool_run(cpu_of(be)->pool, kv_task, &j);
+    else
+        kv_rows(&j, 0, ntok);
     return 0;
 }
 
