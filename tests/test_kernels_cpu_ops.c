@@ -60,6 +60,8 @@ static void assert_close(const float *got, const double *want, size_t n, double 
             at = i;
         }
     }
+    if (getenv("IG_TEST_SHOW_ERR") != NULL)
+        print_message("%s: worst rel err %.3g\n", what, worst);
     if (!(worst <= tol)) {
         fail_msg("%s: element %zu is %.9g, reference %.9g (rel err %.3g > %.3g)", what, at, got[at],
                  want[at], worst, tol);
@@ -81,10 +83,21 @@ static void naive_gemm(double *y, const float *x, const float *w, const float *b
 }
 
 static const int shapes[][3] = {
-    /* m, n, k; m >= 64 takes the BLAS side of auto */
-    {1, 1, 1},      {1, 7, 5},    {3, 5, 17},     {4, 4, 16},    {5, 33, 31},  {1, 288, 288},
-    {64, 100, 288}, {7, 768, 64}, {17, 288, 768}, {2, 1000, 48}, {70, 40, 33},
+    /* m, n, k; n around the panel
+     * width (48 with AVX-512), k around the k-block (128) */
+    {1, 1, 1},     {1, 7, 5},      {3, 5, 17},   {4, 4, 16},     {5, 33, 31},
+    {1, 288, 288}, {64, 100, 288}, {7, 768, 64}, {17, 288, 768}, {2, 1000, 48},
+    {70, 40, 33},  {9, 49, 129},   {8, 96, 128}, {13, 47, 257},  {65, 145, 130},
 };
+
+/* W(n, k) through upload_weight, as the engine holds it (packed). */
+static ig_weight_t upload_f32(ig_backend_t *be, const float *w, int n, int k)
+{
+    ig_tensor_t t = {IG_DTYPE_F32, (void *)w, 2, {n, k}};
+    ig_weight_t W;
+    assert_int_equal(be->upload_weight(be, &t, &W), 0);
+    return W;
+}
 
 static void check_gemm_mode(ig_backend_t *be, ig_cpu_gemm_t mode, const char *label)
 {
@@ -94,14 +107,20 @@ static void check_gemm_mode(ig_backend_t *be, ig_cpu_gemm_t mode, const char *la
         float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k), *b = rand_buf(n);
         float *y = malloc((size_t)m * n * sizeof(float));
         double *ref = malloc((size_t)m * n * sizeof(double));
-        ig_weight_t W = make_weight(w, n, k), B = make_weight(b, n, 1);
-        for (int with_bias = 0; with_bias < 2; with_bias++) {
-            naive_gemm(ref, x, w, with_bias ? b : NULL, m, n, k);
-            memset(y, 0xff, (size_t)m * n * sizeof(float)); /* NaN: every cell must be written */
-            assert_int_equal(be->matmul(be, y, x, &W, with_bias ? &B : NULL, m), 0);
-            snprintf(what, sizeof(what), "%s m=%d n=%d k=%d bias=%d", label, m, n, k, with_bias);
-            assert_close(y, ref, (size_t)m * n, 1e-5, what);
+        /* a weight made by hand (row-major) and one uploaded (packed) */
+        ig_weight_t Ws[2] = {make_weight(w, n, k), upload_f32(be, w, n, k)};
+        ig_weight_t B = make_weight(b, n, 1);
+        for (int up = 0; up < 2; up++) {
+            for (int with_bias = 0; with_bias < 2; with_bias++) {
+                naive_gemm(ref, x, w, with_bias ? b : NULL, m, n, k);
+                memset(y, 0xff, (size_t)m * n * sizeof(float)); /* NaN: every cell written */
+                assert_int_equal(be->matmul(be, y, x, &Ws[up], with_bias ? &B : NULL, m), 0);
+                snprintf(what, sizeof(what), "%s m=%d n=%d k=%d bias=%d uploaded=%d", label, m, n,
+                         k, with_bias, up);
+                assert_close(y, ref, (size_t)m * n, 1e-5, what);
+            }
         }
+        be->free_weight(be, &Ws[1]);
         free(x), free(w), free(b), free(y), free(ref);
     }
 }
@@ -128,18 +147,69 @@ static void test_gemm_paths(void **state)
     }
 }
 
-/* The own loop computes each output the same way whatever the batch size. */
+/* The own loop computes each output the same way whatever the batch size
+ * and whatever slice of columns a thread takes: rows computed alone, in
+ * every tile height and in column slices are bit-equal to one full call. */
 static void test_gemm_own_rows_independent(void **state)
 {
-    int n = 96, k = 80, m = 13;
+    int nr = ig__gemm_panel_width();
+    int n = 2 * nr + 5, k = 300, m = 19; /* an edge panel, three k-blocks, tiles of 8, 8, 3 */
     float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
-    float *all = malloc((size_t)m * n * sizeof(float)), *one = malloc((size_t)n * sizeof(float));
-    ig__gemm_own(all, n, x, w, m, k, 0, n);
+    float *wp = malloc(ig__gemm_packed_floats(n, k) * sizeof(float));
+    float *all = malloc((size_t)m * n * sizeof(float)), *part = malloc((size_t)m * n * 4);
+    ig__gemm_pack(wp, w, n, k);
+    ig__gemm_own(all, n, x, wp, m, k, n, 0, n);
     for (int i = 0; i < m; i++) {
-        ig__gemm_own(one, n, x + (size_t)i * k, w, 1, k, 0, n);
-        assert_memory_equal(one, all + (size_t)i * n, (size_t)n * sizeof(float));
+        ig__gemm_own(part, n, x + (size_t)i * k, wp, 1, k, n, 0, n);
+        assert_memory_equal(part, all + (size_t)i * n, (size_t)n * sizeof(float));
     }
-    free(x), free(w), free(all), free(one);
+    for (int rows = 2; rows <= m; rows++) { /* every tile height, at an odd offset */
+        ig__gemm_own(part, n, x + (size_t)(m - rows) * k, wp, rows, k, n, 0, n);
+        assert_memory_equal(part, all + (size_t)(m - rows) * n, (size_t)rows * n * sizeof(float));
+    }
+    for (int p = 0; p * nr < n; p++) /* one panel at a time */
+        ig__gemm_own(part, n, x, wp, m, k, n, p * nr, (p + 1) * nr < n ? (p + 1) * nr : n);
+    assert_memory_equal(part, all, (size_t)m * n * sizeof(float));
+    free(x), free(w), free(wp), free(all), free(part);
+}
+
+/* The packed kernel against the naive loop on sizes that are not multiples
+ * of the tile (8 rows with AVX-512), the panel (48 columns) or the k-block
+ * (128), through the backend with 1 and 3 threads: the two agree to the bit,
+ * so the thread count does not change results either. */
+static void test_gemm_own_odd_shapes(void **state)
+{
+    static const int ms[] = {1, 2, 3, 5, 7, 8, 9, 15, 16, 17, 31, 64, 67};
+    static const int nks[][2] = {{1, 1}, {47, 3}, {49, 127}, {95, 129}, {150, 300}, {200, 64}};
+    ig_backend_t *be1, *be3;
+    assert_int_equal(ig_backend_cpu_create(&be1, 1), 0);
+    assert_int_equal(ig_backend_cpu_create(&be3, 3), 0);
+    assert_int_equal(ig__cpu_set_gemm(be1, IG_CPU_GEMM_OWN), 0);
+    assert_int_equal(ig__cpu_set_gemm(be3, IG_CPU_GEMM_OWN), 0);
+    char what[96];
+    for (size_t a = 0; a < sizeof(nks) / sizeof(nks[0]); a++) {
+        int n = nks[a][0], k = nks[a][1], mmax = 67;
+        float *x = rand_buf((size_t)mmax * k), *w = rand_buf((size_t)n * k);
+        float *y1 = malloc((size_t)mmax * n * 4), *y3 = malloc((size_t)mmax * n * 4);
+        double *ref = malloc((size_t)mmax * n * sizeof(double));
+        naive_gemm(ref, x, w, NULL, mmax, n, k);
+        ig_weight_t W1 = upload_f32(be1, w, n, k), W3 = upload_f32(be3, w, n, k);
+        for (size_t b = 0; b < sizeof(ms) / sizeof(ms[0]); b++) {
+            int m = ms[b];
+            memset(y1, 0xff, (size_t)m * n * 4);
+            memset(y3, 0xff, (size_t)m * n * 4);
+            assert_int_equal(be1->matmul(be1, y1, x, &W1, NULL, m), 0);
+            assert_int_equal(be3->matmul(be3, y3, x, &W3, NULL, m), 0);
+            snprintf(what, sizeof(what), "own m=%d n=%d k=%d", m, n, k);
+            assert_close(y1, ref, (size_t)m * n, 1e-5, what);
+            assert_memory_equal(y1, y3, (size_t)m * n * 4);
+        }
+        be1->free_weight(be1, &W1);
+        be3->free_weight(be3, &W3);
+        free(x), free(w), free(y1), free(y3), free(ref);
+    }
+    be1->destroy(be1);
+    be3->destroy(be3);
 }
 
 /* ---- element-wise --------------------------------------------------------- */
@@ -246,8 +316,13 @@ static void test_upload_convert(void **state)
     assert_int_equal(wh.cols, 3);
     assert_int_equal(wb.rows, 6);
     assert_int_equal(wb.cols, 1);
+    /* the 2-D weight is stored packed for the GEMM: read its rows back
+     * through embed */
+    float rowsh[6];
+    int ids[2] = {0, 1};
+    assert_int_equal(be->embed(be, rowsh, &wh, ids, 2), 0);
     for (int i = 0; i < 6; i++) {
-        assert_true(((float *)wh.data)[i] == (float)want_h[i]);
+        assert_true(rowsh[i] == (float)want_h[i]);
         assert_true(((float *)wb.data)[i] == (float)want_b[i]);
     }
     be->free_weight(be, &wh);
@@ -270,6 +345,13 @@ static void test_embed_gather(void **state)
         assert_memory_equal(out + i * dim, table + tokens[i] * dim, dim * 4);
     int bad[1] = {50};
     assert_int_equal(be->embed(be, out, &T, bad, 1), IG_ERANGE);
+    /* the same table uploaded (packed, as a tied lm_head shares it) */
+    ig_weight_t U = upload_f32(be, table, vocab, dim);
+    assert_int_equal(be->embed(be, out, &U, tokens, 4), 0);
+    for (int i = 0; i < 4; i++)
+        assert_memory_equal(out + i * dim, table + tokens[i] * dim, dim * 4);
+    assert_int_equal(be->embed(be, out, &U, bad, 1), IG_ERANGE);
+    be->free_weight(be, &U);
     float *g = malloc(3 * dim * 4);
     int rows[3] = {2, 2, 0};
     assert_int_equal(be->gather(be, g, out, rows, 3, dim), 0);
@@ -411,13 +493,18 @@ int main(void)
 {
     const char *core;
     int usable = ig__cpu_blas_usable(&core);
-    printf("# CPU kernels compiled for %s; OpenBLAS core %s (%s by auto)\n", ig__cpu_simd_name(),
-           core, usable ? "used" : "not used");
+    printf("# CPU kernels compiled for %s; OpenBLAS core %s (%s)\n", ig__cpu_simd_name(), core,
+           usable ? "as wide as the own loop" : "narrower than the own loop");
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gemm_paths),         cmocka_unit_test(test_gemm_own_rows_independent),
-        cmocka_unit_test(test_rmsnorm_swiglu_add), cmocka_unit_test(test_rope),
-        cmocka_unit_test(test_upload_convert),     cmocka_unit_test(test_embed_gather),
-        cmocka_unit_test(test_attention_paged),    cmocka_unit_test(test_pool_take_covers),
+        cmocka_unit_test(test_gemm_paths),
+        cmocka_unit_test(test_gemm_own_rows_independent),
+        cmocka_unit_test(test_gemm_own_odd_shapes),
+        cmocka_unit_test(test_rmsnorm_swiglu_add),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_upload_convert),
+        cmocka_unit_test(test_embed_gather),
+        cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_pool_take_covers),
         cmocka_unit_test(test_exp_shift_sum),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -4,6 +4,7 @@
  *   build/engine-bench --model DIR [--device cpu] [--threads 2] [--steps 32]
  *                      [--batches 1,4,16,64] [--prompt 16] [--prefill 512]
  *                      [--gemm auto|own|blas-pool|blas] [--out bench/results/engine.json]
+ *                      [--profile 1|2]
  *
  * For each batch size B it prefills B sequences of --prompt tokens, runs two
  * warm-up decode steps, then times --steps decode steps of all B sequences
@@ -12,6 +13,14 @@
  * scheduler's and is left out), the best of --rounds (3) rounds that visit every batch
  * size in turn; the ratio is against batch 1 measured in the same run.
  * Prefill: one sequence of --prefill tokens in chunks of max_batched_tokens.
+ *
+ * --profile 1 wraps the backend's operations with timers and prints, for
+ * each batch size, the milliseconds per decode step spent in each kind of
+ * operation (the lm_head GEMM apart from the others), from the round with the
+ * best rate. They are the calling thread's CPU time, so other processes on
+ * the machine do not inflate them; with --threads 1 they are the whole cost.
+ * --profile 2 times them by the wall clock instead (what each operation
+ * costs a step with the pool's threads, waits and neighbours included).
  */
 #include "../../kernels/cpu/cpu_internal.h"
 #include "infergate/engine.h"
@@ -31,7 +40,7 @@
 
 typedef struct {
     const char *model, *device, *out, *gemm;
-    int threads, steps, prompt, prefill, rounds;
+    int threads, steps, prompt, prefill, rounds, profile;
     int batches[MAX_BATCHES], nbatches;
 } opts_t;
 
@@ -84,6 +93,95 @@ static int argmax(const float *v, int n)
     return b;
 }
 
+/* ---- --profile: per-operation time of the timed decode steps ------------- */
+
+enum { OP_LM_HEAD, OP_GEMM, OP_ATTN, OP_NORM, OP_ROPE, OP_SWIGLU, OP_ADD, OP_KV, OP_OTHER, OP_N };
+static const char *op_names[OP_N] = {"lm_head", "gemm", "attention", "rmsnorm",     "rope",
+                                     "swiglu",  "add",  "kv_append", "embed+gather"};
+static ig_backend_t g_orig; /* the backend's own table */
+static int g_vocab;         /* a GEMM with this many outputs is the lm_head */
+static int g_timing;        /* inside a timed step */
+static double g_op[OP_N];   /* seconds in each kind of operation while g_timing */
+
+/* The calling thread's CPU time: time another process takes from this
+ * thread on a shared machine does not count (exact with --threads 1, where
+ * every operation runs on the calling thread). */
+static int g_prof_wall; /* --profile 2: wall-clock timers instead */
+
+static double thread_cpu(void)
+{
+    struct timespec ts;
+    clock_gettime(g_prof_wall ? CLOCK_MONOTONIC : CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+#define TIMED(kind, call)                                                                          \
+    do {                                                                                           \
+        double t0_ = g_timing ? thread_cpu() : 0;                                                  \
+        int rc_ = (call);                                                                          \
+        if (g_timing)                                                                              \
+            g_op[kind] += thread_cpu() - t0_;                                                      \
+        return rc_;                                                                                \
+    } while (0)
+
+static int p_embed(ig_backend_t *be, float *out, const ig_weight_t *t, const int *tok, int n)
+{
+    TIMED(OP_OTHER, g_orig.embed(be, out, t, tok, n));
+}
+static int p_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weight_t *w, int m,
+                     float eps)
+{
+    TIMED(OP_NORM, g_orig.rmsnorm(be, out, x, w, m, eps));
+}
+static int p_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
+                    const ig_weight_t *b, int m)
+{
+    TIMED(w->rows == g_vocab ? OP_LM_HEAD : OP_GEMM, g_orig.matmul(be, y, x, w, b, m));
+}
+static int p_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int nh, int nkv,
+                  int hd, const float *f)
+{
+    TIMED(OP_ROPE, g_orig.rope(be, q, k, pos, ntok, nh, nkv, hd, f));
+}
+static int p_swiglu(ig_backend_t *be, float *out, const float *g, const float *u, size_t n)
+{
+    TIMED(OP_SWIGLU, g_orig.swiglu(be, out, g, u, n));
+}
+static int p_add(ig_backend_t *be, float *y, const float *x, size_t n)
+{
+    TIMED(OP_ADD, g_orig.add(be, y, x, n));
+}
+static int p_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
+                       const float *v, const int *slots, int ntok)
+{
+    TIMED(OP_KV, g_orig.kv_append(be, kv, layer, k, v, slots, ntok));
+}
+static int p_attention(ig_backend_t *be, float *out, const float *q, const ig_kv_layout_t *kv,
+                       int layer, const ig_attn_batch_t *b, int nh, float scale)
+{
+    TIMED(OP_ATTN, g_orig.attention(be, out, q, kv, layer, b, nh, scale));
+}
+static int p_gather(ig_backend_t *be, float *out, const float *x, const int *rows, int n, int cols)
+{
+    TIMED(OP_OTHER, g_orig.gather(be, out, x, rows, n, cols));
+}
+
+/* Routes the backend's operations through the timers above. */
+static void profile_install(ig_backend_t *be)
+{
+    g_orig = *be;
+    be->embed = p_embed;
+    be->rmsnorm = p_rmsnorm;
+    be->matmul = p_matmul;
+    be->rope = p_rope;
+    be->swiglu = p_swiglu;
+    be->add = p_add;
+    be->kv_append = p_kv_append;
+    be->attention = p_attention;
+    if (be->gather != NULL)
+        be->gather = p_gather;
+}
+
 typedef struct {
     int *blocks;
     int nblocks, pos, next;
@@ -107,7 +205,8 @@ static int take_blocks(ig_engine_t *e, seq_t *s, int upto)
 
 /* Aggregate decode tokens/s at batch B (and tokens per CPU-second in
  * *per_cpu); 0 on error. */
-static double bench_decode(ig_engine_t *e, int B, const opts_t *o, int max_blocks, double *per_cpu)
+static double bench_decode(ig_engine_t *e, int B, const opts_t *o, int max_blocks, double *per_cpu,
+                           double *op_ms)
 {
     int V = ig_engine_config(e)->vocab_size;
     seq_t *seqs = calloc((size_t)B, sizeof(seq_t));
@@ -144,6 +243,7 @@ static double bench_decode(ig_engine_t *e, int B, const opts_t *o, int max_block
         seqs[s].next = argmax(logits + (size_t)s * V, V);
     }
     double busy = 0, cpu = 0; /* inside ig_engine_forward, warm-up steps excluded */
+    memset(g_op, 0, sizeof(g_op));
     for (int step = 0; step < o->steps + 2; step++) {
         for (int s = 0; s < B; s++) {
             tokens[s] = seqs[s].next;
@@ -155,7 +255,10 @@ static double bench_decode(ig_engine_t *e, int B, const opts_t *o, int max_block
         }
         seq_start[B] = B;
         double t0 = now(), c0 = cpu_seconds();
-        if ((rc = ig_engine_forward(e, &b)) != 0)
+        g_timing = o->profile && step >= 2;
+        rc = ig_engine_forward(e, &b);
+        g_timing = 0;
+        if (rc != 0)
             goto done;
         if (step >= 2) { /* after two warm-up steps */
             busy += now() - t0;
@@ -168,6 +271,10 @@ static double bench_decode(ig_engine_t *e, int B, const opts_t *o, int max_block
     }
     rate = (double)B * o->steps / busy;
     *per_cpu = cpu > 0 ? (double)B * o->steps / cpu : 0;
+    for (int k = 0; k < OP_N; k++)
+        op_ms[k] = g_op[k] * 1e3 / o->steps;
+    op_ms[OP_N] = busy * 1e3 / o->steps;
+    op_ms[OP_N + 1] = cpu * 1e3 / o->steps;
 
 done:
     if (rc != 0)
@@ -244,6 +351,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->prefill = atoi(v);
         else if (strcmp(a, "--rounds") == 0)
             o->rounds = atoi(v);
+        else if (strcmp(a, "--profile") == 0)
+            o->profile = atoi(v);
         else if (strcmp(a, "--batches") == 0) {
             o->nbatches = 0;
             for (char *p = (char *)v; *p && o->nbatches < MAX_BATCHES;) {
@@ -273,7 +382,8 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) != 0) {
         fprintf(stderr, "usage: engine-bench --model DIR [--device cpu] [--threads N] "
                         "[--steps N] [--batches 1,4,16,64] [--prompt N] [--prefill N] "
-                        "[--rounds N] [--gemm auto|own|blas-pool|blas] [--out FILE]\n");
+                        "[--rounds N] [--gemm auto|own|blas-pool|blas] [--out FILE] "
+                        "[--profile 1|2]\n");
         return 2;
     }
     char err[512] = "";
@@ -314,6 +424,10 @@ int main(int argc, char **argv)
         return 1;
     }
     const ig_model_config_t *c = ig_engine_config(e);
+    g_vocab = c->vocab_size;
+    if (o.profile)
+        profile_install(be);
+    g_prof_wall = o.profile == 2;
     const char *gemm = "n/a";
     if (strncmp(be->name, "cpu", 3) == 0) {
         ig_cpu_gemm_t g = ig__cpu_gemm(be);
@@ -332,17 +446,20 @@ int main(int argc, char **argv)
            "simd %s, openblas core %s%s\n",
            o.model, c->hidden_size, c->num_hidden_layers, c->vocab_size, ig_dtype_name(c->dtype),
            be->name, o.threads, gemm, ig__cpu_simd_name(), core,
-           blas_ok ? "" : " (generic: auto keeps to the own loop)");
+           blas_ok ? "" : " (generic SSE kernel)");
 
     /* Rounds go over every batch size in turn and each keeps its best rate:
      * on a shared machine a slow round is other processes' noise, and
      * interleaving keeps the noise from favouring one batch size. */
     double best[MAX_BATCHES] = {0}, best_cpu[MAX_BATCHES] = {0}, pre = 0;
+    double prof[MAX_BATCHES][OP_N + 2] = {{0}}; /* ms per step of the best round, then wall, CPU */
     for (int r = 0; r < o.rounds; r++) {
         for (int i = 0; i < o.nbatches; i++) {
-            double pc = 0, v = bench_decode(e, o.batches[i], &o, max_blocks, &pc);
+            double pc = 0, ms[OP_N + 2], v = bench_decode(e, o.batches[i], &o, max_blocks, &pc, ms);
             if (v <= 0)
                 return 1;
+            if (v > best[i])
+                memcpy(prof[i], ms, sizeof(ms));
             best[i] = v > best[i] ? v : best[i];
             best_cpu[i] = pc > best_cpu[i] ? pc : best_cpu[i];
         }
@@ -367,6 +484,22 @@ int main(int argc, char **argv)
             arr, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "batch", B, "tokens_per_s", best[i],
                            "per_seq_tokens_per_s", best[i] / B, "ratio_vs_first", ratio,
                            "tokens_per_cpu_s", best_cpu[i], "cpu_ratio_vs_first", cratio));
+    }
+    if (o.profile) {
+        printf("ms per decode step (best round): %8s", "batch");
+        for (int k = 0; k < OP_N; k++)
+            printf(" %10s", op_names[k]);
+        printf(" %10s %10s %10s\n", "untimed", "step", "step-cpu");
+        for (int i = 0; i < o.nbatches; i++) {
+            double sum = 0;
+            printf("%32s %8d", "", o.batches[i]);
+            for (int k = 0; k < OP_N; k++) {
+                printf(" %10.3f", prof[i][k]);
+                sum += prof[i][k];
+            }
+            printf(" %10.3f %10.3f %10.3f\n", prof[i][g_prof_wall ? OP_N : OP_N + 1] - sum,
+                   prof[i][OP_N], prof[i][OP_N + 1]);
+        }
     }
     printf("prefill: %d tokens at %.1f tokens/s (chunks of %d)\n", o.prefill, pre,
            eo.max_batched_tokens);

@@ -1,8 +1,8 @@
 /*
- * The CPU backend: host memory, weights converted once to F32 at upload,
- * every operation split over a small persistent thread pool (pool.c). GEMM
- * goes through OpenBLAS when the build has it, else through the own SIMD
- * loop (gemm.c); IG_CPU_GEMM=own|blas-pool|blas overrides the choice.
+ * The CPU backend: host memory, weights converted once to F32 at upload (2-D
+ * ones packed for the own GEMM, gemm.c), every operation split over a small
+ * persistent thread pool (pool.c). GEMM runs the own SIMD loop; with
+ * IG_CPU_GEMM=blas-pool|blas (builds with OpenBLAS) it goes to OpenBLAS.
  */
 #include "cpu_internal.h"
 #include "simd.h"
@@ -12,6 +12,7 @@
 
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,11 +36,15 @@ typedef struct {
     ig__pool_t *pool;
     int nthreads;
     ig_cpu_gemm_t gemm;
-    int blas_ok;     /* auto may use OpenBLAS (ig__cpu_blas_usable) */
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
     int *items; /* attention work items, items_cap of them */
     int items_cap;
+    /* The data pointers of the weights upload_weight() packed for the own
+     * GEMM (gemm.c), sorted; a weight made by hand is row-major. */
+    pthread_mutex_t packed_lock;
+    const void **packed;
+    int npacked, packed_cap;
     char name[32];
 } cpu_t;
 
@@ -71,6 +76,67 @@ static int cpu_copy(ig_backend_t *be, void *dst, const void *src, size_t bytes)
     return 0;
 }
 
+/* Index of the first entry >= p in the sorted packed list. */
+static int packed_find(const cpu_t *c, const void *p)
+{
+    int lo = 0, hi = c->npacked;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if ((uintptr_t)c->packed[mid] < (uintptr_t)p)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+/* Whether w's data is in the own GEMM's packed layout. */
+static int is_packed(cpu_t *c, const ig_weight_t *w)
+{
+    pthread_mutex_lock(&c->packed_lock);
+    int i = packed_find(c, w->data);
+    int found = i < c->npacked && c->packed[i] == w->data;
+    pthread_mutex_unlock(&c->packed_lock);
+    return found;
+}
+
+static int packed_add(cpu_t *c, const void *p)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->packed_lock);
+    if (c->npacked == c->packed_cap) {
+        int cap = c->packed_cap ? 2 * c->packed_cap : 64;
+        const void **np = realloc(c->packed, (size_t)cap * sizeof(*np));
+        if (np == NULL) {
+            rc = IG_ENOMEM;
+            goto out;
+        }
+        c->packed = np;
+        c->packed_cap = cap;
+    }
+    int i = packed_find(c, p);
+    memmove(c->packed + i + 1, c->packed + i, (size_t)(c->npacked - i) * sizeof(*c->packed));
+    c->packed[i] = p;
+    c->npacked++;
+out:
+    pthread_mutex_unlock(&c->packed_lock);
+    return rc;
+}
+
+static void packed_remove(cpu_t *c, const void *p)
+{
+    pthread_mutex_lock(&c->packed_lock);
+    int i = packed_find(c, p);
+    if (i < c->npacked && c->packed[i] == p) {
+        memmove(c->packed + i, c->packed + i + 1,
+                (size_t)(c->npacked - i - 1) * sizeof(*c->packed));
+        c->npacked--;
+    }
+    pthread_mutex_unlock(&c->packed_lock);
+}
+
+/* A 2-D weight is stored packed for the own GEMM (ig__gemm_pack), converted
+ * one panel of rows at a time; a vector as it is. */
 static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight_t *dst)
 {
     if (src == NULL || src->data == NULL || src->ndim < 1 || src->ndim > 2)
@@ -78,31 +144,53 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
     if (rows <= 0 || cols <= 0)
         return IG_EINVAL;
-    size_t n = (size_t)rows * (size_t)cols;
-    float *data = cpu_alloc(be, n * sizeof(float));
-    if (data == NULL)
-        return IG_ENOMEM;
-    switch (src->dtype) {
-    case IG_DTYPE_F32:
-    case IG_DTYPE_F16:
-    case IG_DTYPE_BF16:
-        ig_dtype_to_f32(data, src->data, src->dtype, n);
-        break;
-    default:
-        free(data);
+    if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
         return IG_ENOTSUP;
+    size_t n = (size_t)rows * (size_t)cols;
+    int pack = src->ndim == 2;
+    if (pack && (rows > INT_MAX || cols > INT_MAX))
+        return IG_ERANGE;
+    float *data = NULL, *tmp = NULL;
+    int rc = IG_ENOMEM;
+    if (!pack) {
+        if ((data = cpu_alloc(be, n * sizeof(float))) == NULL)
+            goto fail;
+        ig_dtype_to_f32(data, src->data, src->dtype, n);
+    } else {
+        int nr = ig__gemm_panel_width(), k = (int)cols;
+        size_t esz = ig_dtype_size(src->dtype);
+        data = cpu_alloc(be, ig__gemm_packed_floats((int)rows, k) * sizeof(float));
+        tmp = malloc((size_t)nr * k * sizeof(float));
+        if (data == NULL || tmp == NULL)
+            goto fail;
+        for (int64_t r = 0; r < rows; r += nr) {
+            int m = rows - r < nr ? (int)(rows - r) : nr;
+            ig_dtype_to_f32(tmp, (const char *)src->data + (size_t)r * k * esz, src->dtype,
+                            (size_t)m * k);
+            ig__gemm_pack(data + (size_t)r * k, tmp, m, k);
+        }
+        free(tmp);
+        tmp = NULL;
+        if ((rc = packed_add(cpu_of(be), data)) != 0)
+            goto fail;
     }
     dst->dtype = IG_DTYPE_F32;
     dst->data = data;
     dst->rows = rows;
     dst->cols = cols;
     return 0;
+
+fail:
+    free(data);
+    free(tmp);
+    return rc;
 }
 
 static void cpu_free_weight(ig_backend_t *be, ig_weight_t *w)
 {
     if (w == NULL)
         return;
+    packed_remove(cpu_of(be), w->data);
     free(w->data);
     w->data = NULL;
 }
@@ -115,11 +203,16 @@ static int cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, con
                      int ntok)
 {
     const float *t = table->data;
-    for (int i = 0; i < ntok; i++) {
+    int packed = is_packed(cpu_of(be), table);
+    for (int i = 0; i < ntok; i++)
         if (tokens[i] < 0 || tokens[i] >= table->rows)
             return IG_ERANGE;
-        memcpy(out + (size_t)i * table->cols, t + (size_t)tokens[i] * table->cols,
-               (size_t)table->cols * sizeof(float));
+    for (int i = 0; i < ntok; i++) {
+        float *o = out + (size_t)i * table->cols;
+        if (packed)
+            ig__gemm_unpack_row(o, t, (int)table->cols, tokens[i]);
+        else
+            memcpy(o, t + (size_t)tokens[i] * table->cols, (size_t)table->cols * sizeof(float));
     }
     return 0;
 }
@@ -242,6 +335,7 @@ typedef struct {
     const float *w;
     const float *bias;
     int m, n, k;
+    int packed; /* w in the own GEMM's panel layout */
     ig_cpu_gemm_t mode;
     int chunk;       /* output columns per work item */
     atomic_int next; /* the next work item to take */
@@ -252,7 +346,9 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
     if (n1 <= n0)
         return;
     if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
-        ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
+        ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, j->n, n0, n1);
+    else if (j->packed)
+        ig__gemm_blas_packed(j->y, j->n, j->x, j->w, j->m, j->k, j->n, n0, n1);
     else
         ig__gemm_blas(j->y, j->n, j->x, j->w, j->m, j->k, n0, n1);
     if (j->bias != NULL) {
@@ -287,25 +383,38 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
                       .m = m,
                       .n = (int)w->rows,
                       .k = (int)w->cols,
+                      .packed = is_packed(c, w),
                       .mode = c->gemm};
+    float *tmp = NULL;
     if (m <= 0)
         return 0;
     double flops = (double)m * j.n * j.k;
     if (j.mode == IG_CPU_GEMM_AUTO)
-        j.mode = c->blas_ok && m >= IG_CPU_BLAS_MIN_ROWS ? IG_CPU_GEMM_BLAS_POOL : IG_CPU_GEMM_OWN;
+        j.mode = IG_CPU_GEMM_OWN; /* faster than OpenBLAS at every m here (docs/engine.md) */
+    if (j.mode == IG_CPU_GEMM_OWN && !j.packed) {
+        /* A weight made by hand (tests): packed here, for this call. */
+        tmp = malloc(ig__gemm_packed_floats(j.n, j.k) * sizeof(float));
+        if (tmp == NULL)
+            return IG_ENOMEM;
+        ig__gemm_pack(tmp, j.w, j.n, j.k);
+        j.w = tmp;
+        j.packed = 1;
+    }
+    int nr = ig__gemm_panel_width();
     if (j.mode == IG_CPU_GEMM_BLAS_OWN) {
         /* OpenBLAS splits the work over its own threads. */
         j.mode = IG_CPU_GEMM_BLAS_POOL;
         matmul_cols(&j, 0, j.n);
     } else if (flops >= PARALLEL_MIN_FLOPS && c->nthreads > 1) {
-        /* About eight slices per thread, whole multiples of 16 columns. */
+        /* About eight slices per thread, whole panels. */
         int chunk = j.n / (c->nthreads * 8);
-        j.chunk = chunk < 16 ? 16 : chunk - chunk % 16;
+        j.chunk = chunk < nr ? nr : chunk - chunk % nr;
         atomic_init(&j.next, 0);
         ig__pool_run(c->pool, matmul_task, &j);
     } else {
         matmul_cols(&j, 0, j.n);
     }
+    free(tmp);
     return 0;
 }
 
@@ -388,21 +497,55 @@ static inline size_t kv_offset(const ig_kv_layout_t *kv, int layer, int block, i
            kv->head_dim;
 }
 
+typedef struct {
+    const ig_kv_layout_t *kv;
+    int layer;
+    const float *k, *v;
+    const int *slots;
+    int ntok;
+    atomic_int next; /* the next KV_CHUNK tokens to take */
+} kv_job_t;
+
+#define KV_CHUNK 8
+
+static void kv_rows(const kv_job_t *j, int t0, int t1)
+{
+    const ig_kv_layout_t *kv = j->kv;
+    size_t row = (size_t)kv->n_kv_heads * kv->head_dim;
+    size_t hb = (size_t)kv->head_dim * sizeof(float);
+    for (int t = t0; t < t1; t++) {
+        int block = j->slots[t] / kv->block_size, off = j->slots[t] % kv->block_size;
+        for (int h = 0; h < kv->n_kv_heads; h++) {
+            size_t o = kv_offset(kv, j->layer, block, h, off);
+            memcpy(kv->k + o, j->k + t * row + (size_t)h * kv->head_dim, hb);
+            memcpy(kv->v + o, j->v + t * row + (size_t)h * kv->head_dim, hb);
+        }
+    }
+}
+
+static void kv_task(void *arg, int tid, int nt)
+{
+    kv_job_t *j = arg;
+    int t0, t1;
+    while (ig__pool_take(&j->next, j->ntok, KV_CHUNK, &t0, &t1))
+        kv_rows(j, t0, t1);
+}
+
+/* At batch 64 the writes land in 64 sequences' blocks, cache misses each:
+ * split over the pool like the other operations. Every slot is checked
+ * before anything is written. */
 static int cpu_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
                          const float *v, const int *slots, int ntok)
 {
-    size_t row = (size_t)kv->n_kv_heads * kv->head_dim;
-    size_t hb = (size_t)kv->head_dim * sizeof(float);
-    for (int t = 0; t < ntok; t++) {
-        int block = slots[t] / kv->block_size, off = slots[t] % kv->block_size;
-        if (slots[t] < 0 || block >= kv->num_blocks)
+    for (int t = 0; t < ntok; t++)
+        if (slots[t] < 0 || slots[t] / kv->block_size >= kv->num_blocks)
             return IG_ERANGE;
-        for (int h = 0; h < kv->n_kv_heads; h++) {
-            size_t o = kv_offset(kv, layer, block, h, off);
-            memcpy(kv->k + o, k + t * row + (size_t)h * kv->head_dim, hb);
-            memcpy(kv->v + o, v + t * row + (size_t)h * kv->head_dim, hb);
-        }
-    }
+    kv_job_t j = {.kv = kv, .layer = layer, .k = k, .v = v, .slots = slots, .ntok = ntok};
+    atomic_init(&j.next, 0);
+    if (ntok >= 2 * KV_CHUNK && cpu_of(be)->nthreads > 1)
+        ig__pool_run(cpu_of(be)->pool, kv_task, &j);
+    else
+        kv_rows(&j, 0, ntok);
     return 0;
 }
 
@@ -520,6 +663,32 @@ static void attn_weighted_sum(const ig_kv_layout_t *kv, int layer, const int *ta
         o[i] *= inv;
 }
 
+/* Up to ATTN_PREFETCH bytes each of the cached K and V that rows [.., r1)
+ * of sequence s, head h will read, requested ahead: at decode a (sequence,
+ * head) reads a few KiB from a cache far larger than L2, and one request
+ * after another would leave the core waiting on each. */
+#define ATTN_PREFETCH (16 * 1024)
+
+static void attn_prefetch(const attn_job_t *j, int s, int h, int r1)
+{
+    const ig_kv_layout_t *kv = j->kv;
+    const ig_attn_batch_t *b = j->b;
+    int bs = kv->block_size, kvh = h / (j->n_heads / kv->n_kv_heads);
+    const int *table = b->block_tables + (size_t)s * b->max_blocks;
+    int n = b->ctx_len[s] - (b->q_start[s + 1] - b->q_start[s]) + r1; /* positions read */
+    size_t row = (size_t)kv->head_dim * sizeof(float), done = 0;
+    for (int t0 = 0; t0 < n && done < ATTN_PREFETCH; t0 += bs) {
+        size_t off = kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
+        size_t bytes = (size_t)(n - t0 < bs ? n - t0 : bs) * row;
+        const char *k = (const char *)(kv->k + off), *v = (const char *)(kv->v + off);
+        for (size_t c = 0; c < bytes; c += 64) {
+            __builtin_prefetch(k + c, 0, 3);
+            __builtin_prefetch(v + c, 0, 3);
+        }
+        done += bytes;
+    }
+}
+
 /* Rows [r0, r1) of sequence s, head h: each against its cached positions up
  * to its own, softmax with the maximum subtracted. Every row is computed the
  * same way whatever else is in the batch. */
@@ -535,12 +704,18 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
         int pos = b->ctx_len[s] - qn + r;
         const float *q = j->q + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float *o = j->out + ((size_t)(q0 + r) * j->n_heads + h) * hd;
+        /* K rows found block by block (no division per position). */
+        const float *kp[16];
+        int blk = 0, off = 0;
+        const float *kb = kv->k + kv_offset(kv, j->layer, table[0], kvh, 0);
         for (int t0 = 0; t0 <= pos; t0 += 16) {
-            const float *kp[16];
             int n = pos + 1 - t0 < 16 ? pos + 1 - t0 : 16;
             for (int t = 0; t < n; t++) {
-                int p = t0 + t;
-                kp[t] = kv->k + kv_offset(kv, j->layer, table[p / bs], kvh, p % bs);
+                if (off == bs) {
+                    off = 0;
+                    kb = kv->k + kv_offset(kv, j->layer, table[++blk], kvh, 0);
+                }
+                kp[t] = kb + (size_t)off++ * hd;
             }
             attn_scores16(q, kp, n, hd, j->scale, scores + t0);
         }
@@ -552,19 +727,36 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
     }
 }
 
+/* Work item it: sequence, head and rows. */
+static void attn_item(const attn_job_t *j, int it, int *s, int *h, int *r0, int *r1)
+{
+    int item = j->items[it / j->n_heads];
+    *h = it % j->n_heads;
+    *s = item >> 16;
+    *r0 = (item & 0xffff) * ATTN_ROWS;
+    int qn = j->b->q_start[*s + 1] - j->b->q_start[*s];
+    *r1 = *r0 + ATTN_ROWS < qn ? *r0 + ATTN_ROWS : qn;
+}
+
+/* Each thread takes its next item before working on the current one, so
+ * that the next item's K and V are on their way meanwhile. */
 static void attn_task(void *arg, int tid, int nt)
 {
     attn_job_t *j = arg;
-    int total = j->nitems * j->n_heads;
-    for (;;) {
-        int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
-        if (it >= total)
-            break;
-        int item = j->items[it / j->n_heads], h = it % j->n_heads;
-        int s = item >> 16, r0 = (item & 0xffff) * ATTN_ROWS;
-        int qn = j->b->q_start[s + 1] - j->b->q_start[s];
-        int r1 = r0 + ATTN_ROWS < qn ? r0 + ATTN_ROWS : qn;
+    int total = j->nitems * j->n_heads, s, h, r0, r1;
+    int it = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed);
+    if (it < total) {
+        attn_item(j, it, &s, &h, &r0, &r1);
+        attn_prefetch(j, s, h, r1);
+    }
+    while (it < total) {
+        int nx = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed), s2, h2, a2, b2;
+        if (nx < total) {
+            attn_item(j, nx, &s2, &h2, &a2, &b2);
+            attn_prefetch(j, s2, h2, b2);
+        }
         attn_rows(j, s, h, r0, r1, j->scratch[tid]);
+        it = nx, s = s2, h = h2, r0 = a2, r1 = b2;
     }
 }
 
@@ -648,6 +840,8 @@ static void cpu_destroy(ig_backend_t *be)
                 free(c->scratch[t]);
         free(c->scratch);
         free(c->items);
+        free(c->packed);
+        pthread_mutex_destroy(&c->packed_lock);
         free(c);
     }
     free(be);
@@ -734,6 +928,7 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
         free(c);
         return IG_ENOMEM;
     }
+    pthread_mutex_init(&c->packed_lock, NULL);
     be->impl = c;
     be->destroy = cpu_destroy;
     if (threads <= 0) {
@@ -750,7 +945,6 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
         goto fail;
     if ((rc = ig__pool_create(&c->pool, threads)) != 0)
         goto fail;
-    c->blas_ok = ig__cpu_blas_usable(NULL);
     if ((rc = ig__cpu_set_gemm(be, default_gemm())) != 0 &&
         (rc = ig__cpu_set_gemm(be, IG_CPU_GEMM_OWN)) != 0)
         goto fail;

@@ -46,19 +46,31 @@ typedef enum {
     IG_CPU_GEMM_OWN = 0,   /* cache-blocked SIMD loop, split over the pool */
     IG_CPU_GEMM_BLAS_POOL, /* single-threaded OpenBLAS on each pool thread's slice of W */
     IG_CPU_GEMM_BLAS_OWN,  /* one OpenBLAS call using OpenBLAS's own threads */
-    IG_CPU_GEMM_AUTO,      /* the default: own below IG_CPU_BLAS_MIN_ROWS rows, else
-                              blas-pool when OpenBLAS runs a kernel for this CPU's SIMD */
+    IG_CPU_GEMM_AUTO,      /* the default: the own loop (it outruns OpenBLAS's tuned
+                              kernels at every batch size on the packed weights) */
 } ig_cpu_gemm_t;
 
-/* Rows from which IG_CPU_GEMM_AUTO hands a GEMM to OpenBLAS. */
-#define IG_CPU_BLAS_MIN_ROWS 64
+/* The own loop's weight layout: W(n, k) as ceil(n / width) panels of
+ * `width` rows of W (output columns), each stored k-major
+ * (panel[kk * width + c] = W[p * width + c][kk]), the last one padded with
+ * zeros. upload_weight() stores every 2-D weight this way. */
+int ig__gemm_panel_width(void);
+size_t ig__gemm_packed_floats(int n, int k);
+void ig__gemm_pack(float *dst, const float *w, int n, int k);
+/* dst(k) = row `row` of the packed W. */
+void ig__gemm_unpack_row(float *dst, const float *packed, int k, int row);
 
-/* y(m, n) (row stride ldy) = x(m, k) . w(n, k)^T over the rows [n0, n1) of w,
- * single-threaded; the own SIMD loop. */
-void ig__gemm_own(float *y, int ldy, const float *x, const float *w, int m, int k, int n0, int n1);
+/* y(m, n) (row stride ldy) = x(m, k) . W(n, k)^T for the output columns
+ * [n0, n1), n0 a multiple of the panel width, W packed; single-threaded;
+ * the own SIMD loop. Each output has the same bits whatever m, n0, n1. */
+void ig__gemm_own(float *y, int ldy, const float *x, const float *packed, int m, int k, int n,
+                  int n0, int n1);
 
-/* The same with one cblas_sgemm call; IG_ENOTSUP without OpenBLAS. */
+/* The same with cblas_sgemm, W row-major (ig__gemm_blas) or packed (one call
+ * per panel); IG_ENOTSUP without OpenBLAS. */
 int ig__gemm_blas(float *y, int ldy, const float *x, const float *w, int m, int k, int n0, int n1);
+int ig__gemm_blas_packed(float *y, int ldy, const float *x, const float *packed, int m, int k,
+                         int n, int n0, int n1);
 
 /* Selects the GEMM path of a CPU backend; IG_ENOTSUP for a BLAS path in a
  * build without OpenBLAS, IG_EINVAL for a backend that is not the CPU's.
@@ -73,7 +85,7 @@ const char *ig__cpu_simd_name(void);
 /* Whether OpenBLAS runs a kernel at least as wide as the own loop's SIMD
  * (it falls back to a generic SSE kernel on CPUs it does not recognise,
  * e.g. some virtual machines, unless OPENBLAS_CORETYPE names one), and its
- * core name ("none" without OpenBLAS). */
+ * core name ("none" without OpenBLAS); for the benchmark's report. */
 int ig__cpu_blas_usable(const char **core);
 
 #endif
