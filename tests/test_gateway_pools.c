@@ -19,24 +19,14 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proc.h"
-#include "testclient.h"
+#include "gwfixture.h"
 
+static char run_dir[256];
 static char model_dir[256];
 
 static int setup(void **state)
 {
-    snprintf(model_dir, sizeof(model_dir), "/tmp/igtest-tiny-XXXXXX");
-    if (mkdtemp(model_dir) == NULL)
-        return -1;
-    strcat(model_dir, "/tiny");
-    ig_proc_t p;
-    char *argv[] = {
-        strdup(ig_proc_bin("infergate")), "mkmodel", "--preset", "tiny", "--out", model_dir, NULL};
-    if (ig_proc_start(&p, argv, 0) != 0)
-        return -1;
-    free(argv[0]);
-    return ig_proc_stop(&p, 0, 60000) == 0 ? 0 : -1;
+    return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
 
 typedef struct {
@@ -68,17 +58,7 @@ static void region_start_with(gateway_t *g, int port, const char *region, int in
              extra ? extra : "");
     const char *path = ig_proc_temp_file(cfg, ".json");
     assert_non_null(path);
-    char *argv[] = {strdup(ig_proc_bin("infergate")),
-                    "serve",
-                    "--config",
-                    (char *)path,
-                    "--log-level",
-                    "warn",
-                    NULL};
-    assert_int_equal(ig_proc_start(&g->proc, argv, 0), 0);
-    free(argv[0]);
-    assert_int_equal(ig_proc_wait_listening(&g->proc, port, 20000), 0);
-    assert_int_equal(ig_proc_wait_status(port, "/ready", 200, 60000), 0);
+    assert_int_equal(ig_gwf_serve(&g->proc, path, port, "warn", 0, 20000, 60000), 0);
 }
 
 static void region_start(gateway_t *g, int port, const char *region, int instances,
@@ -87,22 +67,10 @@ static void region_start(gateway_t *g, int port, const char *region, int instanc
     region_start_with(g, port, region, instances, max_num_seqs, site_url, NULL);
 }
 
-static json_t *get_json(int port, const char *path)
-{
-    char raw[256];
-    snprintf(raw, sizeof(raw), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
-    ig_tc_response_t r;
-    if (ig_tc_request(port, raw, &r, 5000) != 0)
-        return NULL;
-    json_t *doc = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
-    ig_tc_response_free(&r);
-    return doc;
-}
-
 /* Worker pids of the first pool, from /status. */
 static int worker_pids(int port, int *pids, int max)
 {
-    json_t *st = get_json(port, "/status");
+    json_t *st = ig_gwf_get_json(port, "/status");
     int n = 0;
     json_t *insts = json_object_get(json_array_get(json_object_get(st, "pools"), 0), "instances");
     size_t i;
@@ -117,20 +85,6 @@ static int worker_pids(int port, int *pids, int max)
     return n;
 }
 
-static int complete(int port, int max_tokens, ig_tc_response_t *r)
-{
-    char body[256], raw[1024];
-    snprintf(body, sizeof(body),
-             "{\"model\":\"tiny\",\"prompt\":\"once upon a time\",\"max_tokens\":%d,"
-             "\"temperature\":0}",
-             max_tokens);
-    snprintf(raw, sizeof(raw),
-             "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(body), body);
-    return ig_tc_request(port, raw, r, 60000);
-}
-
 static void test_pool_serves_after_ready(void **state)
 {
     gateway_t g;
@@ -138,7 +92,7 @@ static void test_pool_serves_after_ready(void **state)
     int seen[2] = {0};
     for (int i = 0; i < 8; i++) {
         ig_tc_response_t r;
-        assert_int_equal(complete(g.port, 4, &r), 0);
+        assert_int_equal(ig_gwf_complete(g.port, 4, &r), 0);
         assert_int_equal(r.status, 200);
         assert_non_null(strstr(r.body, "\"text_completion\""));
         const char *u = ig_tc_header(&r, "x-infergate-upstream");
@@ -164,7 +118,7 @@ static void *load_thread(void *arg)
     load_t *l = arg;
     for (int i = 0; i < l->n; i++) {
         ig_tc_response_t r;
-        int rc = complete(l->port, 48, &r);
+        int rc = ig_gwf_complete(l->port, 48, &r);
         if (rc != 0 || r.status == 0)
             l->hung++;
         else if (r.status == 200)
@@ -219,7 +173,7 @@ static void test_worker_sigkill_under_load(void **state)
     long long end = ig_tc_now_ms() + 30000;
     int restarted = 0;
     while (!restarted && ig_tc_now_ms() < end) {
-        json_t *st = get_json(g.port, "/status");
+        json_t *st = ig_gwf_get_json(g.port, "/status");
         json_t *in = json_array_get(
             json_object_get(json_array_get(json_object_get(st, "pools"), 0), "instances"), 0);
         restarted = json_integer_value(json_object_get(in, "restarts")) >= 1 &&
@@ -272,7 +226,7 @@ static void *one_request(void *arg)
 {
     one_t *o = arg;
     ig_tc_response_t r;
-    if (complete(o->port, 48, &r) == 0) {
+    if (ig_gwf_complete(o->port, 48, &r) == 0) {
         o->status = r.status;
         const char *u = ig_tc_header(&r, "x-infergate-upstream");
         snprintf(o->upstream, sizeof(o->upstream), "%s", u ? u : "");
@@ -323,7 +277,7 @@ static void test_two_regions_spill_over(void **state)
     usleep(1500 * 1000);
 
     ig_tc_response_t r;
-    assert_int_equal(complete(east.port, 4, &r), 0);
+    assert_int_equal(ig_gwf_complete(east.port, 4, &r), 0);
     assert_int_equal(r.status, 200);
     assert_string_equal(ig_tc_header(&r, "x-infergate-upstream"), "cpu/0");
     ig_tc_response_free(&r);
@@ -364,7 +318,7 @@ static void *long_request(void *arg)
 {
     shot_t *o = arg;
     ig_tc_response_t r;
-    if (complete(o->port, 200, &r) == 0) {
+    if (ig_gwf_complete(o->port, 200, &r) == 0) {
         o->status = r.status;
         const char *ra = ig_tc_header(&r, "retry-after");
         snprintf(o->retry_after, sizeof(o->retry_after), "%s", ra ? ra : "");
