@@ -240,21 +240,10 @@ static void *one_request(void *arg)
 static int distance(ig_proc_t *p, int target, const char *delay_ms)
 {
     int port = ig_proc_free_port();
-    char listen[64], to[64];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    char to[64];
     snprintf(to, sizeof(to), "127.0.0.1:%d", target);
-    char *argv[] = {strdup(ig_proc_bin("faultproxy")),
-                    "--listen",
-                    listen,
-                    "--target",
-                    to,
-                    "--delay-ms",
-                    (char *)delay_ms,
-                    "--quiet",
-                    NULL};
-    assert_int_equal(ig_proc_start(p, argv, 1), 0);
-    free(argv[0]);
-    assert_int_equal(ig_proc_wait_listening(p, port, 10000), 0);
+    const char *args[] = {"--target", to, "--delay-ms", delay_ms, "--quiet", NULL};
+    assert_int_equal(ig_gwf_tool(p, "faultproxy", port, args, 10000), 0);
     return port;
 }
 

@@ -75,6 +75,25 @@ int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *le
     return 0;
 }
 
+int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms)
+{
+    char *argv[40];
+    char listen[64];
+    int n = 0;
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    argv[n++] = strdup(ig_proc_bin(tool));
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    for (int i = 0; args != NULL && args[i] != NULL && n < 39; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    int rc = argv[0] != NULL ? ig_proc_start(p, argv, IG_PROC_QUIET) : -1;
+    free(argv[0]);
+    if (rc != 0)
+        return -1;
+    return ig_proc_wait_listening(p, port, timeout_ms);
+}
+
 int ig_gwf_get(int port, const char *path, ig_tc_response_t *r)
 {
     char raw[512];

@@ -33,6 +33,12 @@ void ig_gwf_model_remove(const char *run_dir);
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
                  int listen_ms, int ready_ms);
 
+/* Starts the bench tool `tool` of the build ("testupstream", "faultproxy")
+ * with --listen 127.0.0.1:port and then args (NULL-terminated, may be
+ * NULL), its stderr to /dev/null, and waits up to timeout_ms until the port
+ * accepts connections. 0 or -1; either way p is the caller's to stop. */
+int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms);
+
 /* GET path (5 s at most); the caller frees r. 0 or -1 (no answer). */
 int ig_gwf_get(int port, const char *path, ig_tc_response_t *r);
 
