@@ -14,13 +14,10 @@ int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap)
         return -1;
     snprintf(model_dir, cap, "%s/tiny", run_dir);
     ig_proc_t p;
-    char *argv[] = {
-        strdup(ig_proc_bin("infergate")), "mkmodel", "--preset", "tiny", "--out", model_dir, NULL};
-    int rc = argv[0] != NULL ? ig_proc_start(&p, argv, 0) : -1;
-    free(argv[0]);
-    if (rc != 0)
+    const char *args[] = {"mkmodel", "--preset", "tiny", "--out", model_dir, NULL};
+    if (ig_proc_start_bin(&p, "infergate", args, 0) != 0)
         return -1;
-    rc = ig_proc_stop(&p, 0, 60000);
+    int rc = ig_proc_stop(&p, 0, 60000);
     ig_proc_dispose(&p);
     if (rc != 0) {
         fprintf(stderr, "infergate mkmodel exited %d\n", rc);
@@ -51,16 +48,8 @@ void ig_gwf_model_remove(const char *run_dir)
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
                  int listen_ms, int ready_ms)
 {
-    char *argv[] = {strdup(ig_proc_bin("infergate")),
-                    "serve",
-                    "--config",
-                    (char *)config_path,
-                    "--log-level",
-                    (char *)level,
-                    NULL};
-    int rc = argv[0] != NULL ? ig_proc_start(p, argv, flags) : -1;
-    free(argv[0]);
-    if (rc != 0) {
+    const char *args[] = {"serve", "--config", config_path, "--log-level", level, NULL};
+    if (ig_proc_start_bin(p, "infergate", args, flags) != 0) {
         fprintf(stderr, "infergate serve: cannot start\n");
         return -1;
     }
@@ -77,19 +66,16 @@ int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *le
 
 int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms)
 {
-    char *argv[40];
+    const char *argv[40];
     char listen[64];
     int n = 0;
     snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
-    argv[n++] = strdup(ig_proc_bin(tool));
     argv[n++] = "--listen";
     argv[n++] = listen;
     for (int i = 0; args != NULL && args[i] != NULL && n < 39; i++)
-        argv[n++] = (char *)args[i];
+        argv[n++] = args[i];
     argv[n] = NULL;
-    int rc = argv[0] != NULL ? ig_proc_start(p, argv, IG_PROC_QUIET) : -1;
-    free(argv[0]);
-    if (rc != 0)
+    if (ig_proc_start_bin(p, tool, argv, IG_PROC_QUIET) != 0)
         return -1;
     return ig_proc_wait_listening(p, port, timeout_ms);
 }

@@ -172,6 +172,19 @@ fail:
     return -1;
 }
 
+int ig_proc_start_bin(ig_proc_t *p, const char *name, const char *const *args, int flags)
+{
+    char *argv[64];
+    int n = 0;
+    argv[n++] = strdup(ig_proc_bin(name));
+    for (int i = 0; args != NULL && args[i] != NULL && n < 63; i++)
+        argv[n++] = (char *)args[i];
+    argv[n] = NULL;
+    int rc = argv[0] != NULL ? ig_proc_start(p, argv, flags) : -1;
+    free(argv[0]);
+    return rc;
+}
+
 /* ---- captured output ------------------------------------------------------ */
 
 int ig_proc_pump(ig_proc_t *p, int ms)
@@ -356,16 +369,17 @@ int ig_proc_wait_exit(ig_proc_t *p, int timeout_ms)
 
 int ig_proc_stop(ig_proc_t *p, int sig, int timeout_ms)
 {
-    if (p->pid <= 0)
-        return -1;
-    if (sig != 0)
-        kill(p->pid, sig);
-    int rc = ig_proc_wait_exit(p, timeout_ms);
-    if (rc < 0) {
-        int st;
-        kill(p->pid, SIGKILL);
-        waitpid(p->pid, &st, 0);
-        reaped(p, st);
+    int rc = -1;
+    if (p->pid > 0) {
+        if (sig != 0)
+            kill(p->pid, sig);
+        rc = ig_proc_wait_exit(p, timeout_ms);
+        if (rc < 0) {
+            int st;
+            kill(p->pid, SIGKILL);
+            waitpid(p->pid, &st, 0);
+            reaped(p, st);
+        }
     }
     close_fd(&p->out_fd);
     close_fd(&p->err_fd);

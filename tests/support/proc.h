@@ -49,6 +49,10 @@ int ig_proc_free_port(void);
  * when done with p. Returns 0 or -1 (nothing started, nothing to dispose). */
 int ig_proc_start(ig_proc_t *p, char *const argv[], int flags);
 
+/* As ig_proc_start, for the binary `name` of the build (ig_proc_bin) with
+ * args (NULL-terminated, after argv[0]; at most 62). */
+int ig_proc_start_bin(ig_proc_t *p, const char *name, const char *const *args, int flags);
+
 /* Reads what is there on the captured pipes, waiting up to ms for
  * something. Returns how many pipes are still open (0: both at EOF). */
 int ig_proc_pump(ig_proc_t *p, int ms);
@@ -80,7 +84,8 @@ int ig_proc_wait_exit(ig_proc_t *p, int timeout_ms);
 
 /* Sends sig (0: none, just wait) and waits up to timeout_ms for the exit.
  * Returns as ig_proc_wait_exit; on timeout the process is SIGKILLed and -1
- * returned. Closes the pipes; what was captured stays readable. */
+ * returned; -1 too when it had already been reaped. Closes the pipes
+ * either way; what was captured stays readable until ig_proc_dispose. */
 int ig_proc_stop(ig_proc_t *p, int sig, int timeout_ms);
 
 /* Kills the process if still running, closes the pipes and frees the
