@@ -82,12 +82,21 @@ static void sleep_ms(int ms)
 const char *ig_proc_bin(const char *name)
 {
     static char buf[1024];
+    char self[1024] = ".";
     const char *dir = getenv("IG_BIN_DIR");
-#ifdef IG_BIN_DIR
-    if (dir == NULL)
-        dir = IG_BIN_DIR;
-#endif
-    snprintf(buf, sizeof(buf), "%s/%s", dir ? dir : ".", name);
+    if (dir == NULL) {
+        /* Run by hand, outside ctest: the test binaries live in the build
+         * directory, beside the programs they start. */
+        ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+        self[n > 0 ? n : 1] = '\0';
+        char *slash = strrchr(self, '/');
+        if (n > 0 && slash != NULL)
+            *slash = '\0';
+        else
+            strcpy(self, ".");
+        dir = self;
+    }
+    snprintf(buf, sizeof(buf), "%s/%s", dir, name);
     return buf;
 }
 

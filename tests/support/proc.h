@@ -37,8 +37,9 @@ typedef struct ig_proc_s {
     size_t errlen;
 } ig_proc_t;
 
-/* Path of a binary of the build ("infergate", "testupstream"): IG_BIN_DIR of
- * the environment, else of the build. Static buffer. */
+/* Path of a binary of the build ("infergate", "testupstream"): in IG_BIN_DIR
+ * of the environment (set by ctest), else beside the test binary. Static
+ * buffer. */
 const char *ig_proc_bin(const char *name);
 
 /* A free loopback TCP port (bound and released; a small race is accepted). */
