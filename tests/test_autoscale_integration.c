@@ -38,19 +38,11 @@ typedef struct {
  * "tiny", with the given autoscale object. */
 static void gateway_start(gateway_t *g, int min, int max, const char *autoscale)
 {
-    char devices[128] = "";
-    for (int i = 0; i < max; i++)
-        strcat(devices, i ? ",\"cpu\"" : "\"cpu\"");
-    char cfg[4096];
+    char pool_extra[1024];
+    snprintf(pool_extra, sizeof(pool_extra), ",\"autoscale\":%s", autoscale);
     g->port = ig_proc_free_port();
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"as\",\"listen\":\"127.0.0.1:%d\","
-             "\"models\":[{\"name\":\"tiny\",\"path\":\"%s\"}],"
-             "\"pools\":[{\"name\":\"cpu\",\"model\":\"tiny\",\"devices\":[%s],\"threads\":1,"
-             "\"min_instances\":%d,\"max_instances\":%d,"
-             "\"batching\":{\"max_num_seqs\":8},\"autoscale\":%s}]}",
-             g->port, model_dir, devices, min, max, autoscale);
-    const char *path = ig_proc_temp_file(cfg, ".json");
+    const char *path =
+        ig_gwf_pool_config("as", g->port, model_dir, max, min, max, 8, pool_extra, NULL);
     assert_non_null(path);
     /* Ready also at zero: the pool serves after a cold start. */
     assert_int_equal(ig_gwf_serve(&g->proc, path, g->port, "info", IG_PROC_QUIET, 20000, 60000), 0);

@@ -39,24 +39,15 @@ typedef struct {
 static void region_start_with(gateway_t *g, int port, const char *region, int instances,
                               int max_num_seqs, const char *site_url, const char *extra)
 {
-    char devices[256] = "";
-    for (int i = 0; i < instances; i++)
-        strcat(devices, i ? ",\"cpu\"" : "\"cpu\"");
     char sites[512] = "";
     if (site_url != NULL)
         snprintf(sites, sizeof(sites),
                  ",\"sites\":[{\"name\":\"peer\",\"url\":\"%s\",\"models\":[\"tiny\"]}]", site_url);
-    char cfg[4096];
+    char top[1024];
+    snprintf(top, sizeof(top), "%s%s", sites, extra ? extra : "");
     g->port = port;
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"%s\",\"listen\":\"127.0.0.1:%d\","
-             "\"models\":[{\"name\":\"tiny\",\"path\":\"%s\"}],"
-             "\"pools\":[{\"name\":\"cpu\",\"model\":\"tiny\",\"devices\":[%s],\"threads\":1,"
-             "\"min_instances\":%d,\"max_instances\":%d,"
-             "\"batching\":{\"max_num_seqs\":%d}}]%s%s}",
-             region, port, model_dir, devices, instances, instances, max_num_seqs, sites,
-             extra ? extra : "");
-    const char *path = ig_proc_temp_file(cfg, ".json");
+    const char *path = ig_gwf_pool_config(region, port, model_dir, instances, instances, instances,
+                                          max_num_seqs, NULL, top);
     assert_non_null(path);
     assert_int_equal(ig_gwf_serve(&g->proc, path, port, "warn", 0, 20000, 60000), 0);
 }

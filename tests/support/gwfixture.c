@@ -45,6 +45,27 @@ void ig_gwf_model_remove(const char *run_dir)
         fprintf(stderr, "cleanup of %s failed\n", run_dir);
 }
 
+const char *ig_gwf_pool_config(const char *region, int port, const char *model_dir, int ndevices,
+                               int min, int max, int max_num_seqs, const char *pool_extra,
+                               const char *extra)
+{
+    char devices[256] = "";
+    for (int i = 0; i < ndevices && i < 32; i++)
+        strcat(devices, i ? ",\"cpu\"" : "\"cpu\"");
+    char cfg[4096];
+    int n = snprintf(cfg, sizeof(cfg),
+                     "{\"region\":\"%s\",\"listen\":\"127.0.0.1:%d\","
+                     "\"models\":[{\"name\":\"tiny\",\"path\":\"%s\"}],"
+                     "\"pools\":[{\"name\":\"cpu\",\"model\":\"tiny\",\"devices\":[%s],"
+                     "\"threads\":1,\"min_instances\":%d,\"max_instances\":%d,"
+                     "\"batching\":{\"max_num_seqs\":%d}%s}]%s}",
+                     region, port, model_dir, devices, min, max, max_num_seqs,
+                     pool_extra ? pool_extra : "", extra ? extra : "");
+    if (n < 0 || (size_t)n >= sizeof(cfg))
+        return NULL;
+    return ig_proc_temp_file(cfg, ".json");
+}
+
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
                  int listen_ms, int ready_ms)
 {

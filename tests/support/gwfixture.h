@@ -25,6 +25,16 @@ int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap);
 /* Removes a run_dir of ig_gwf_model_make and all in it. */
 void ig_gwf_model_remove(const char *run_dir);
 
+/* Writes a serve config to a temporary file: region, listen
+ * 127.0.0.1:port, model "tiny" at model_dir, and one pool "cpu" of that
+ * model on ndevices CPU devices (threads 1, min_instances, max_instances,
+ * batching.max_num_seqs). pool_extra is spliced into the pool object and
+ * extra into the top one (each NULL or starting with ','). Returns the
+ * path as ig_proc_temp_file does, or NULL. */
+const char *ig_gwf_pool_config(const char *region, int port, const char *model_dir, int ndevices,
+                               int min, int max, int max_num_seqs, const char *pool_extra,
+                               const char *extra);
+
 /* Starts `infergate serve --config config_path --log-level level` (flags as
  * for ig_proc_start), waits up to listen_ms until port accepts connections
  * and then, if ready_ms > 0, up to ready_ms until GET /ready answers 200.
