@@ -10,8 +10,6 @@
 #include <cmocka.h>
 
 #include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
