@@ -46,8 +46,9 @@ const char *ig_proc_bin(const char *name);
 int ig_proc_free_port(void);
 
 /* Starts argv[0] (a path) with its arguments (NULL-terminated) as flags
- * say; the child is killed at exit if still running. Call ig_proc_dispose
- * when done with p. Returns 0 or -1 (nothing started, nothing to dispose). */
+ * say; the child is killed at exit if still running. ig_proc_dispose frees
+ * what p holds (needed with pipes; without, a stopped p holds nothing).
+ * Returns 0 or -1 (nothing started, nothing to dispose). */
 int ig_proc_start(ig_proc_t *p, char *const argv[], int flags);
 
 /* As ig_proc_start, for the binary `name` of the build (ig_proc_bin) with
