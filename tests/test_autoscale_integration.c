@@ -29,23 +29,18 @@ static int setup(void **state)
     return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
 
-typedef struct {
-    ig_proc_t proc;
-    int port;
-} gateway_t;
-
 /* One CPU pool "cpu" of up to `max` single-thread workers for model
  * "tiny", with the given autoscale object. */
-static void gateway_start(gateway_t *g, int min, int max, const char *autoscale)
+static void gateway_start(ig_proc_t *g, int min, int max, const char *autoscale)
 {
     char pool_extra[1024];
     snprintf(pool_extra, sizeof(pool_extra), ",\"autoscale\":%s", autoscale);
-    g->port = ig_proc_free_port();
+    int port = ig_proc_free_port();
     const char *path =
-        ig_gwf_pool_config("as", g->port, model_dir, max, min, max, 8, pool_extra, NULL);
+        ig_gwf_pool_config("as", port, model_dir, max, min, max, 8, pool_extra, NULL);
     assert_non_null(path);
     /* Ready also at zero: the pool serves after a cold start. */
-    assert_int_equal(ig_gwf_serve(&g->proc, path, g->port, "info", IG_PROC_QUIET, 20000, 60000), 0);
+    assert_int_equal(ig_gwf_serve(g, path, port, "info", IG_PROC_QUIET, 20000, 60000), 0);
 }
 
 /* The first pool of /status (a new reference to the whole document in *doc). */
@@ -131,7 +126,7 @@ static void *load_thread(void *arg)
  * run (burst, scale-up, drain) is answered 200. */
 static void test_burst_up_idle_down(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, 1, 2,
                   "{\"target_queue_depth\":2,\"stable_window_s\":6,\"panic_window_s\":1,"
                   "\"panic_threshold\":2,\"scale_down_delay_s\":3}");
@@ -232,7 +227,7 @@ static void test_burst_up_idle_down(void **state)
     assert_non_null(strstr(metrics, "infergate_pool_desired_instances{pool=\"cpu\"} 1"));
     assert_non_null(strstr(metrics, "infergate_pool_instances{pool=\"cpu\",state=\"ready\"} 1"));
     free(metrics);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 typedef struct {
@@ -257,7 +252,7 @@ static void *one_request(void *arg)
  * goes back to zero, and the next request wakes it again. */
 static void test_scale_from_zero(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, 0, 1,
                   "{\"target_queue_depth\":2,\"stable_window_s\":4,\"panic_window_s\":1,"
                   "\"scale_down_delay_s\":1,\"scale_to_zero_after_s\":2}");
@@ -297,7 +292,7 @@ static void test_scale_from_zero(void **state)
     json_t *dev = json_array_get(json_object_get(p, "devices"), 0);
     assert_string_equal(json_string_value(json_object_get(dev, "state")), "free");
     json_decref(doc);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 typedef struct {
@@ -332,7 +327,7 @@ static void *gappy_client(void *arg)
  * is answered 200 (held while the device frees and a new instance starts). */
 static void test_requests_racing_scale_to_zero(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, 0, 1,
                   "{\"target_queue_depth\":2,\"stable_window_s\":1,\"panic_window_s\":1,"
                   "\"scale_down_delay_s\":0,\"scale_to_zero_after_s\":1}");
@@ -367,7 +362,7 @@ static void test_requests_racing_scale_to_zero(void **state)
     /* The run did cross zero several times. */
     assert_true(wakes >= 2);
     assert_true(zeros >= 2);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 int main(void)

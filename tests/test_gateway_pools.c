@@ -29,14 +29,9 @@ static int setup(void **state)
     return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
 
-typedef struct {
-    ig_proc_t proc;
-    int port;
-} gateway_t;
-
 /* A region with one CPU pool of `instances` workers for model "tiny", and
  * optionally a site. */
-static void region_start_with(gateway_t *g, int port, const char *region, int instances,
+static void region_start_with(ig_proc_t *g, int port, const char *region, int instances,
                               int max_num_seqs, const char *site_url, const char *extra)
 {
     char sites[512] = "";
@@ -45,14 +40,13 @@ static void region_start_with(gateway_t *g, int port, const char *region, int in
                  ",\"sites\":[{\"name\":\"peer\",\"url\":\"%s\",\"models\":[\"tiny\"]}]", site_url);
     char top[1024];
     snprintf(top, sizeof(top), "%s%s", sites, extra ? extra : "");
-    g->port = port;
     const char *path = ig_gwf_pool_config(region, port, model_dir, instances, instances, instances,
                                           max_num_seqs, NULL, top);
     assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(&g->proc, path, port, "warn", 0, 20000, 60000), 0);
+    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 20000, 60000), 0);
 }
 
-static void region_start(gateway_t *g, int port, const char *region, int instances,
+static void region_start(ig_proc_t *g, int port, const char *region, int instances,
                          int max_num_seqs, const char *site_url)
 {
     region_start_with(g, port, region, instances, max_num_seqs, site_url, NULL);
@@ -78,7 +72,7 @@ static int worker_pids(int port, int *pids, int max)
 
 static void test_pool_serves_after_ready(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     region_start(&g, ig_proc_free_port(), "solo", 2, 8, NULL);
     int seen[2] = {0};
     for (int i = 0; i < 8; i++) {
@@ -93,7 +87,7 @@ static void test_pool_serves_after_ready(void **state)
         ig_tc_response_free(&r);
     }
     assert_true(seen[0] + seen[1] == 8);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 typedef struct {
@@ -129,7 +123,7 @@ static void *load_thread(void *arg)
  * of the run ends with its answer or an explicit error. */
 static void test_worker_sigkill_under_load(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     region_start(&g, ig_proc_free_port(), "solo", 2, 8, NULL);
     int pids[2];
     assert_int_equal(worker_pids(g.port, pids, 2), 2);
@@ -174,17 +168,17 @@ static void test_worker_sigkill_under_load(void **state)
             usleep(100 * 1000);
     }
     assert_true(restarted);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 /* Workers die with the gateway even when it is killed with SIGKILL. */
 static void test_no_orphans_after_sigkill(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     region_start(&g, ig_proc_free_port(), "solo", 2, 8, NULL);
     int pids[2];
     assert_int_equal(worker_pids(g.port, pids, 2), 2);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGKILL, 5000), 128 + SIGKILL);
+    assert_int_equal(ig_proc_stop(&g, SIGKILL, 5000), 128 + SIGKILL);
     long long end = ig_tc_now_ms() + 5000;
     int alive = 2;
     while (alive > 0 && ig_tc_now_ms() < end) {
@@ -249,7 +243,7 @@ static void test_two_regions_spill_over(void **state)
     char east_url[64], west_url[64];
     snprintf(east_url, sizeof(east_url), "http://127.0.0.1:%d", via_east);
     snprintf(west_url, sizeof(west_url), "http://127.0.0.1:%d", via_west);
-    gateway_t west, east;
+    ig_proc_t west, east;
     region_start(&west, west_port, "eu-west", 1, 8, east_url);
     region_start(&east, east_port, "us-east", 1, 1, west_url);
     /* Let each side probe the other once. */
@@ -282,8 +276,8 @@ static void test_two_regions_spill_over(void **state)
     print_message("us-east: %d local, %d spilled to eu-west\n", local, spilled);
     assert_true(local >= 1);
     assert_true(spilled >= 1);
-    assert_int_equal(ig_proc_stop(&east.proc, SIGTERM, 20000), 0);
-    assert_int_equal(ig_proc_stop(&west.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&east, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&west, SIGTERM, 20000), 0);
     ig_proc_stop(&to_west, SIGTERM, 5000);
     ig_proc_stop(&to_east, SIGTERM, 5000);
 }
@@ -311,7 +305,7 @@ static void *long_request(void *arg)
  * Retry-After at once; the ones that were admitted still complete. */
 static void test_saturated_queue_full_gets_429(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     region_start_with(&g, ig_proc_free_port(), "solo", 1, 1, NULL,
                       ",\"routing\":{\"queue_size\":1}");
     enum { N = 8 };
@@ -337,7 +331,7 @@ static void test_saturated_queue_full_gets_429(void **state)
     /* Two in flight (2 x 1 slot) and one held fit; the rest are refused. */
     assert_true(ok >= 3);
     assert_true(refused >= 1);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 int main(void)

@@ -38,7 +38,7 @@ const char *ig_gwf_pool_config(const char *region, int port, const char *model_d
 /* Starts `infergate serve --config config_path --log-level level` (flags as
  * for ig_proc_start), waits up to listen_ms until port accepts connections
  * and then, if ready_ms > 0, up to ready_ms until GET /ready answers 200.
- * 0, or -1 (which step failed on stderr); either way p is the caller's to
+ * 0 with p->port set, or -1 (which step failed on stderr); either way p is the caller's to
  * stop. */
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
                  int listen_ms, int ready_ms);
@@ -46,7 +46,8 @@ int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *le
 /* Starts the bench tool `tool` of the build ("testupstream", "faultproxy")
  * with --listen 127.0.0.1:port and then args (NULL-terminated, may be
  * NULL), its stderr to /dev/null, and waits up to timeout_ms until the port
- * accepts connections. 0 or -1; either way p is the caller's to stop. */
+ * accepts connections. 0 with p->port set, or -1; either way p is the
+ * caller's to stop. */
 int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms);
 
 /* GET path (5 s at most); the caller frees r. 0 or -1 (no answer). */

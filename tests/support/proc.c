@@ -376,26 +376,8 @@ int ig_proc_wait_exit(ig_proc_t *p, int timeout_ms)
     }
 }
 
-int ig_proc_stop(ig_proc_t *p, int sig, int timeout_ms)
-{
-    int rc = -1;
-    if (p->pid > 0) {
-        if (sig != 0)
-            kill(p->pid, sig);
-        rc = ig_proc_wait_exit(p, timeout_ms);
-        if (rc < 0) {
-            int st;
-            kill(p->pid, SIGKILL);
-            waitpid(p->pid, &st, 0);
-            reaped(p, st);
-        }
-    }
-    close_fd(&p->out_fd);
-    close_fd(&p->err_fd);
-    return rc;
-}
-
-void ig_proc_dispose(ig_proc_t *p)
+/* SIGKILL if still running, reap, close the pipes. */
+static void kill_and_close(ig_proc_t *p)
 {
     if (p->pid > 0) {
         int st;
@@ -405,6 +387,23 @@ void ig_proc_dispose(ig_proc_t *p)
     }
     close_fd(&p->out_fd);
     close_fd(&p->err_fd);
+}
+
+int ig_proc_stop(ig_proc_t *p, int sig, int timeout_ms)
+{
+    int rc = -1;
+    if (p->pid > 0) {
+        if (sig != 0)
+            kill(p->pid, sig);
+        rc = ig_proc_wait_exit(p, timeout_ms);
+    }
+    kill_and_close(p);
+    return rc;
+}
+
+void ig_proc_dispose(ig_proc_t *p)
+{
+    kill_and_close(p);
     free(p->out);
     free(p->err);
     p->out = p->err = NULL;
