@@ -38,8 +38,8 @@ const char *ig_gwf_pool_config(const char *region, int port, const char *model_d
 /* Starts `infergate serve --config config_path --log-level level` (flags as
  * for ig_proc_start), waits up to listen_ms until port accepts connections
  * and then, if ready_ms > 0, up to ready_ms until GET /ready answers 200.
- * 0 with p->port set, or -1 (which step failed on stderr); either way p is the caller's to
- * stop. */
+ * 0 with p->port set, or -1 (which step failed on stderr); either way p
+ * is the caller's to stop. */
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
                  int listen_ms, int ready_ms);
 
