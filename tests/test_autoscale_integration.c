@@ -19,91 +19,34 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proc.h"
-#include "testclient.h"
+#include "gwfixture.h"
 
+static char run_dir[256];
 static char model_dir[256];
 
 static int setup(void **state)
 {
-    snprintf(model_dir, sizeof(model_dir), "/tmp/igtest-as-XXXXXX");
-    if (mkdtemp(model_dir) == NULL)
-        return -1;
-    strcat(model_dir, "/tiny");
-    ig_proc_t p;
-    char *argv[] = {
-        strdup(ig_proc_bin("infergate")), "mkmodel", "--preset", "tiny", "--out", model_dir, NULL};
-    if (ig_proc_start(&p, argv, 0) != 0)
-        return -1;
-    free(argv[0]);
-    return ig_proc_stop(&p, 0, 60000) == 0 ? 0 : -1;
+    return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
-
-typedef struct {
-    ig_proc_t proc;
-    int port;
-} gateway_t;
 
 /* One CPU pool "cpu" of up to `max` single-thread workers for model
  * "tiny", with the given autoscale object. */
-static void gateway_start(gateway_t *g, int min, int max, const char *autoscale)
+static void gateway_start(ig_proc_t *g, int min, int max, const char *autoscale)
 {
-    char devices[128] = "";
-    for (int i = 0; i < max; i++)
-        strcat(devices, i ? ",\"cpu\"" : "\"cpu\"");
-    char cfg[4096];
-    g->port = ig_proc_free_port();
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"as\",\"listen\":\"127.0.0.1:%d\","
-             "\"models\":[{\"name\":\"tiny\",\"path\":\"%s\"}],"
-             "\"pools\":[{\"name\":\"cpu\",\"model\":\"tiny\",\"devices\":[%s],\"threads\":1,"
-             "\"min_instances\":%d,\"max_instances\":%d,"
-             "\"batching\":{\"max_num_seqs\":8},\"autoscale\":%s}]}",
-             g->port, model_dir, devices, min, max, autoscale);
-    const char *path = ig_proc_temp_file(cfg, ".json");
+    char pool_extra[1024];
+    snprintf(pool_extra, sizeof(pool_extra), ",\"autoscale\":%s", autoscale);
+    int port = ig_proc_free_port();
+    const char *path =
+        ig_gwf_pool_config("as", port, model_dir, max, min, max, 8, pool_extra, NULL);
     assert_non_null(path);
-    char *argv[] = {strdup(ig_proc_bin("infergate")),
-                    "serve",
-                    "--config",
-                    (char *)path,
-                    "--log-level",
-                    "info",
-                    NULL};
-    assert_int_equal(ig_proc_start(&g->proc, argv, 1), 0);
-    free(argv[0]);
-    assert_int_equal(ig_proc_wait_listening(&g->proc, g->port, 20000), 0);
     /* Ready also at zero: the pool serves after a cold start. */
-    assert_int_equal(ig_proc_wait_status(g->port, "/ready", 200, 60000), 0);
-}
-
-static json_t *get_json(int port, const char *path)
-{
-    char raw[256];
-    snprintf(raw, sizeof(raw), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
-    ig_tc_response_t r;
-    if (ig_tc_request(port, raw, &r, 5000) != 0)
-        return NULL;
-    json_t *doc = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
-    ig_tc_response_free(&r);
-    return doc;
-}
-
-static char *get_text(int port, const char *path)
-{
-    char raw[256];
-    snprintf(raw, sizeof(raw), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
-    ig_tc_response_t r;
-    if (ig_tc_request(port, raw, &r, 5000) != 0)
-        return NULL;
-    char *text = r.status == 200 ? strdup(r.body) : NULL;
-    ig_tc_response_free(&r);
-    return text;
+    assert_int_equal(ig_gwf_serve(g, path, port, "info", IG_PROC_QUIET, 20000, 60000), 0);
 }
 
 /* The first pool of /status (a new reference to the whole document in *doc). */
 static json_t *pool_status(int port, json_t **doc)
 {
-    *doc = get_json(port, "/status");
+    *doc = ig_gwf_get_json(port, "/status");
     return json_array_get(json_object_get(*doc, "pools"), 0);
 }
 
@@ -144,20 +87,6 @@ static int has_decision(int port, const char *direction, const char *reason)
     return found;
 }
 
-static int complete(int port, int max_tokens, ig_tc_response_t *r)
-{
-    char body[256], raw[1024];
-    snprintf(body, sizeof(body),
-             "{\"model\":\"tiny\",\"prompt\":\"once upon a time\",\"max_tokens\":%d,"
-             "\"temperature\":0}",
-             max_tokens);
-    snprintf(raw, sizeof(raw),
-             "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(body), body);
-    return ig_tc_request(port, raw, r, 60000);
-}
-
 /* ---- load threads --------------------------------------------------------- */
 
 typedef struct {
@@ -175,7 +104,7 @@ static void *load_thread(void *arg)
     for (int i = 0; i < 2000 && !__atomic_load_n(l->stop, __ATOMIC_SEQ_CST); i++) {
         ig_tc_response_t r;
         l->sent++;
-        int rc = complete(l->port, l->max_tokens, &r);
+        int rc = ig_gwf_complete(l->port, l->max_tokens, &r);
         if (rc == 0 && r.status == 200) {
             l->ok++;
             const char *u = ig_tc_header(&r, "x-infergate-upstream");
@@ -197,14 +126,14 @@ static void *load_thread(void *arg)
  * run (burst, scale-up, drain) is answered 200. */
 static void test_burst_up_idle_down(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, 1, 2,
                   "{\"target_queue_depth\":2,\"stable_window_s\":6,\"panic_window_s\":1,"
                   "\"panic_threshold\":2,\"scale_down_delay_s\":3}");
     /* Settle: one instance, nothing queued. */
     assert_int_equal(devices_used(g.port), 1);
     ig_tc_response_t r;
-    assert_int_equal(complete(g.port, 4, &r), 0);
+    assert_int_equal(ig_gwf_complete(g.port, 4, &r), 0);
     assert_int_equal(r.status, 200);
     ig_tc_response_free(&r);
 
@@ -287,18 +216,18 @@ static void test_burst_up_idle_down(void **state)
     assert_int_equal(json_array_size(json_object_get(p, "devices")), 2);
     json_decref(doc);
     /* The survivor still answers: no request failed across the drain. */
-    assert_int_equal(complete(g.port, 4, &r), 0);
+    assert_int_equal(ig_gwf_complete(g.port, 4, &r), 0);
     assert_int_equal(r.status, 200);
     ig_tc_response_free(&r);
 
-    char *metrics = get_text(g.port, "/metrics");
+    char *metrics = ig_gwf_get_text(g.port, "/metrics");
     assert_non_null(metrics);
     assert_non_null(strstr(metrics, "infergate_autoscale_decisions_total{pool=\"cpu\","
                                     "direction=\"up\",reason=\"panic\"}"));
     assert_non_null(strstr(metrics, "infergate_pool_desired_instances{pool=\"cpu\"} 1"));
     assert_non_null(strstr(metrics, "infergate_pool_instances{pool=\"cpu\",state=\"ready\"} 1"));
     free(metrics);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 typedef struct {
@@ -311,7 +240,7 @@ static void *one_request(void *arg)
     one_t *o = arg;
     ig_tc_response_t r;
     o->status = -1;
-    if (complete(o->port, 8, &r) == 0) {
+    if (ig_gwf_complete(o->port, 8, &r) == 0) {
         o->status = r.status;
         ig_tc_response_free(&r);
     }
@@ -323,7 +252,7 @@ static void *one_request(void *arg)
  * goes back to zero, and the next request wakes it again. */
 static void test_scale_from_zero(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, 0, 1,
                   "{\"target_queue_depth\":2,\"stable_window_s\":4,\"panic_window_s\":1,"
                   "\"scale_down_delay_s\":1,\"scale_to_zero_after_s\":2}");
@@ -363,7 +292,7 @@ static void test_scale_from_zero(void **state)
     json_t *dev = json_array_get(json_object_get(p, "devices"), 0);
     assert_string_equal(json_string_value(json_object_get(dev, "state")), "free");
     json_decref(doc);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 typedef struct {
@@ -382,7 +311,7 @@ static void *gappy_client(void *arg)
         usleep((useconds_t)(800 + rand_r(&c->seed) % 2200) * 1000);
         ig_tc_response_t r;
         c->sent++;
-        if (complete(c->port, 2, &r) == 0) {
+        if (ig_gwf_complete(c->port, 2, &r) == 0) {
             if (r.status == 200)
                 c->ok++;
             else
@@ -398,7 +327,7 @@ static void *gappy_client(void *arg)
  * is answered 200 (held while the device frees and a new instance starts). */
 static void test_requests_racing_scale_to_zero(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, 0, 1,
                   "{\"target_queue_depth\":2,\"stable_window_s\":1,\"panic_window_s\":1,"
                   "\"scale_down_delay_s\":0,\"scale_to_zero_after_s\":1}");
@@ -433,7 +362,7 @@ static void test_requests_racing_scale_to_zero(void **state)
     /* The run did cross zero several times. */
     assert_true(wakes >= 2);
     assert_true(zeros >= 2);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 int main(void)

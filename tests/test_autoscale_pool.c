@@ -22,26 +22,14 @@
 #include "infergate/error.h"
 #include "infergate/pool.h"
 #include "infergate/router.h"
-#include "proc.h"
-#include "testclient.h"
+#include "gwfixture.h"
 
 static char model_dir[256];
 static char run_dir[256];
 
 static int setup(void **state)
 {
-    snprintf(model_dir, sizeof(model_dir), "/tmp/igtest-asp-XXXXXX");
-    if (mkdtemp(model_dir) == NULL)
-        return -1;
-    snprintf(run_dir, sizeof(run_dir), "%s", model_dir);
-    strcat(model_dir, "/tiny");
-    ig_proc_t p;
-    char *argv[] = {
-        strdup(ig_proc_bin("infergate")), "mkmodel", "--preset", "tiny", "--out", model_dir, NULL};
-    if (ig_proc_start(&p, argv, 0) != 0)
-        return -1;
-    free(argv[0]);
-    return ig_proc_stop(&p, 0, 60000) == 0 ? 0 : -1;
+    return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
 
 typedef struct {

@@ -12,7 +12,7 @@
 #include <math.h>
 
 typedef struct {
-    tproc_t up, fp;
+    ig_proc_t up, fp;
     char sock[128];
 } fixture_t;
 
@@ -26,7 +26,7 @@ static int setup(void **state)
                  f->up.port, f->sock) != 0)
         return -1;
     char line[256];
-    if (tu_read_line(&f->fp, line, sizeof(line)) != 0 || !strstr(line, "control on"))
+    if (ig_proc_read_line(&f->fp, line, sizeof(line), 5000) != 0 || !strstr(line, "control on"))
         return -1;
     *state = f;
     return 0;

@@ -37,7 +37,7 @@ static double added_delay(int direct, int proxied, const char *path)
 
 static void check_added(const char *proxy_args, const char *path, double expect_ms, double tol_ms)
 {
-    tproc_t up, fp;
+    ig_proc_t up, fp;
     assert_int_equal(tu_start(&up, "testupstream", "--quiet"), 0);
     assert_int_equal(
         tu_start(&fp, "faultproxy", "--quiet --target 127.0.0.1:%d %s", up.port, proxy_args), 0);
@@ -69,7 +69,7 @@ static void test_both_ways(void **state)
  * SSE events through +-8 ms of jitter arrives whole and parses. */
 static void test_jitter_keeps_order(void **state)
 {
-    tproc_t up, fp;
+    ig_proc_t up, fp;
     assert_int_equal(tu_start(&up, "testupstream", "--quiet --itl-ms 1"), 0);
     assert_int_equal(tu_start(&fp, "faultproxy",
                               "--quiet --target 127.0.0.1:%d --delay-ms 10 --jitter-ms 8", up.port),
@@ -90,7 +90,7 @@ static void test_jitter_keeps_order(void **state)
 /* 200 kB at 1 MB/s takes ~200 ms. */
 static void test_bandwidth(void **state)
 {
-    tproc_t up, fp;
+    ig_proc_t up, fp;
     assert_int_equal(tu_start(&up, "testupstream", "--quiet"), 0);
     assert_int_equal(
         tu_start(&fp, "faultproxy", "--quiet --target 127.0.0.1:%d --bandwidth 1000000", up.port),

@@ -19,8 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proc.h"
-#include "testclient.h"
+#include "gwfixture.h"
 
 static int port_taken(int port)
 {
@@ -35,27 +34,12 @@ static void start(ig_proc_t *p, const char *config, int port)
 {
     char path[512];
     snprintf(path, sizeof(path), "%s/config/%s", getenv("IG_SOURCE_DIR"), config);
-    char *argv[] = {
-        strdup(ig_proc_bin("infergate")), "serve", "--config", path, "--log-level", "warn", NULL};
-    assert_int_equal(ig_proc_start(p, argv, 0), 0);
-    free(argv[0]);
-    assert_int_equal(ig_proc_wait_listening(p, port, 60000), 0);
-}
-
-static json_t *status(int port)
-{
-    ig_tc_response_t r;
-    if (ig_tc_request(port, "GET /status HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", &r,
-                      5000) != 0)
-        return NULL;
-    json_t *doc = json_loads(r.body, 0, NULL);
-    ig_tc_response_free(&r);
-    return doc;
+    assert_int_equal(ig_gwf_serve(p, path, port, "warn", 0, 60000, 0), 0);
 }
 
 static int site_up(int port)
 {
-    json_t *doc = status(port);
+    json_t *doc = ig_gwf_get_json(port, "/status");
     int up = json_is_true(json_object_get(json_array_get(json_object_get(doc, "sites"), 0), "up"));
     json_decref(doc);
     return up;
@@ -84,21 +68,15 @@ static void test_example_regions(void **state)
     const char *pools[2] = {"us-east-cpu/", "eu-west-cpu/"};
     for (int k = 0; k < 2; k++) {
         const char *body = "{\"model\":\"tiny\",\"prompt\":\"hello\",\"max_tokens\":4}";
-        char raw[512];
-        snprintf(raw, sizeof(raw),
-                 "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n"
-                 "Connection: close\r\n\r\n%s",
-                 strlen(body), body);
         ig_tc_response_t r;
-        assert_int_equal(ig_tc_request(ports[k], raw, &r, 30000), 0);
+        assert_int_equal(ig_gwf_post(ports[k], "/v1/completions", body, &r, 30000), 0);
         assert_int_equal(r.status, 200);
         const char *u = ig_tc_header(&r, "x-infergate-upstream");
         assert_non_null(u);
         assert_true(strncmp(u, pools[k], strlen(pools[k])) == 0);
         ig_tc_response_free(&r);
         /* Each lists the model once, reachable locally and through the peer. */
-        assert_int_equal(
-            ig_tc_request(ports[k], "GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n", &r, 5000), 0);
+        assert_int_equal(ig_gwf_get(ports[k], "/v1/models", &r), 0);
         assert_non_null(strstr(r.body, "\"id\":\"tiny\""));
         ig_tc_response_free(&r);
     }

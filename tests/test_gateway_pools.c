@@ -19,90 +19,43 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "proc.h"
-#include "testclient.h"
+#include "gwfixture.h"
 
+static char run_dir[256];
 static char model_dir[256];
 
 static int setup(void **state)
 {
-    snprintf(model_dir, sizeof(model_dir), "/tmp/igtest-tiny-XXXXXX");
-    if (mkdtemp(model_dir) == NULL)
-        return -1;
-    strcat(model_dir, "/tiny");
-    ig_proc_t p;
-    char *argv[] = {
-        strdup(ig_proc_bin("infergate")), "mkmodel", "--preset", "tiny", "--out", model_dir, NULL};
-    if (ig_proc_start(&p, argv, 0) != 0)
-        return -1;
-    free(argv[0]);
-    return ig_proc_stop(&p, 0, 60000) == 0 ? 0 : -1;
+    return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
-
-typedef struct {
-    ig_proc_t proc;
-    int port;
-} gateway_t;
 
 /* A region with one CPU pool of `instances` workers for model "tiny", and
  * optionally a site. */
-static void region_start_with(gateway_t *g, int port, const char *region, int instances,
+static void region_start_with(ig_proc_t *g, int port, const char *region, int instances,
                               int max_num_seqs, const char *site_url, const char *extra)
 {
-    char devices[256] = "";
-    for (int i = 0; i < instances; i++)
-        strcat(devices, i ? ",\"cpu\"" : "\"cpu\"");
     char sites[512] = "";
     if (site_url != NULL)
         snprintf(sites, sizeof(sites),
                  ",\"sites\":[{\"name\":\"peer\",\"url\":\"%s\",\"models\":[\"tiny\"]}]", site_url);
-    char cfg[4096];
-    g->port = port;
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"%s\",\"listen\":\"127.0.0.1:%d\","
-             "\"models\":[{\"name\":\"tiny\",\"path\":\"%s\"}],"
-             "\"pools\":[{\"name\":\"cpu\",\"model\":\"tiny\",\"devices\":[%s],\"threads\":1,"
-             "\"min_instances\":%d,\"max_instances\":%d,"
-             "\"batching\":{\"max_num_seqs\":%d}}]%s%s}",
-             region, port, model_dir, devices, instances, instances, max_num_seqs, sites,
-             extra ? extra : "");
-    const char *path = ig_proc_temp_file(cfg, ".json");
+    char top[1024];
+    snprintf(top, sizeof(top), "%s%s", sites, extra ? extra : "");
+    const char *path = ig_gwf_pool_config(region, port, model_dir, instances, instances, instances,
+                                          max_num_seqs, NULL, top);
     assert_non_null(path);
-    char *argv[] = {strdup(ig_proc_bin("infergate")),
-                    "serve",
-                    "--config",
-                    (char *)path,
-                    "--log-level",
-                    "warn",
-                    NULL};
-    assert_int_equal(ig_proc_start(&g->proc, argv, 0), 0);
-    free(argv[0]);
-    assert_int_equal(ig_proc_wait_listening(&g->proc, port, 20000), 0);
-    assert_int_equal(ig_proc_wait_status(port, "/ready", 200, 60000), 0);
+    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 20000, 60000), 0);
 }
 
-static void region_start(gateway_t *g, int port, const char *region, int instances,
+static void region_start(ig_proc_t *g, int port, const char *region, int instances,
                          int max_num_seqs, const char *site_url)
 {
     region_start_with(g, port, region, instances, max_num_seqs, site_url, NULL);
 }
 
-static json_t *get_json(int port, const char *path)
-{
-    char raw[256];
-    snprintf(raw, sizeof(raw), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
-    ig_tc_response_t r;
-    if (ig_tc_request(port, raw, &r, 5000) != 0)
-        return NULL;
-    json_t *doc = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
-    ig_tc_response_free(&r);
-    return doc;
-}
-
 /* Worker pids of the first pool, from /status. */
 static int worker_pids(int port, int *pids, int max)
 {
-    json_t *st = get_json(port, "/status");
+    json_t *st = ig_gwf_get_json(port, "/status");
     int n = 0;
     json_t *insts = json_object_get(json_array_get(json_object_get(st, "pools"), 0), "instances");
     size_t i;
@@ -117,28 +70,14 @@ static int worker_pids(int port, int *pids, int max)
     return n;
 }
 
-static int complete(int port, int max_tokens, ig_tc_response_t *r)
-{
-    char body[256], raw[1024];
-    snprintf(body, sizeof(body),
-             "{\"model\":\"tiny\",\"prompt\":\"once upon a time\",\"max_tokens\":%d,"
-             "\"temperature\":0}",
-             max_tokens);
-    snprintf(raw, sizeof(raw),
-             "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(body), body);
-    return ig_tc_request(port, raw, r, 60000);
-}
-
 static void test_pool_serves_after_ready(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     region_start(&g, ig_proc_free_port(), "solo", 2, 8, NULL);
     int seen[2] = {0};
     for (int i = 0; i < 8; i++) {
         ig_tc_response_t r;
-        assert_int_equal(complete(g.port, 4, &r), 0);
+        assert_int_equal(ig_gwf_complete(g.port, 4, &r), 0);
         assert_int_equal(r.status, 200);
         assert_non_null(strstr(r.body, "\"text_completion\""));
         const char *u = ig_tc_header(&r, "x-infergate-upstream");
@@ -148,7 +87,7 @@ static void test_pool_serves_after_ready(void **state)
         ig_tc_response_free(&r);
     }
     assert_true(seen[0] + seen[1] == 8);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 typedef struct {
@@ -164,7 +103,7 @@ static void *load_thread(void *arg)
     load_t *l = arg;
     for (int i = 0; i < l->n; i++) {
         ig_tc_response_t r;
-        int rc = complete(l->port, 48, &r);
+        int rc = ig_gwf_complete(l->port, 48, &r);
         if (rc != 0 || r.status == 0)
             l->hung++;
         else if (r.status == 200)
@@ -184,7 +123,7 @@ static void *load_thread(void *arg)
  * of the run ends with its answer or an explicit error. */
 static void test_worker_sigkill_under_load(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     region_start(&g, ig_proc_free_port(), "solo", 2, 8, NULL);
     int pids[2];
     assert_int_equal(worker_pids(g.port, pids, 2), 2);
@@ -219,7 +158,7 @@ static void test_worker_sigkill_under_load(void **state)
     long long end = ig_tc_now_ms() + 30000;
     int restarted = 0;
     while (!restarted && ig_tc_now_ms() < end) {
-        json_t *st = get_json(g.port, "/status");
+        json_t *st = ig_gwf_get_json(g.port, "/status");
         json_t *in = json_array_get(
             json_object_get(json_array_get(json_object_get(st, "pools"), 0), "instances"), 0);
         restarted = json_integer_value(json_object_get(in, "restarts")) >= 1 &&
@@ -229,17 +168,17 @@ static void test_worker_sigkill_under_load(void **state)
             usleep(100 * 1000);
     }
     assert_true(restarted);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 /* Workers die with the gateway even when it is killed with SIGKILL. */
 static void test_no_orphans_after_sigkill(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     region_start(&g, ig_proc_free_port(), "solo", 2, 8, NULL);
     int pids[2];
     assert_int_equal(worker_pids(g.port, pids, 2), 2);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGKILL, 5000), 128 + SIGKILL);
+    assert_int_equal(ig_proc_stop(&g, SIGKILL, 5000), 128 + SIGKILL);
     long long end = ig_tc_now_ms() + 5000;
     int alive = 2;
     while (alive > 0 && ig_tc_now_ms() < end) {
@@ -272,7 +211,7 @@ static void *one_request(void *arg)
 {
     one_t *o = arg;
     ig_tc_response_t r;
-    if (complete(o->port, 48, &r) == 0) {
+    if (ig_gwf_complete(o->port, 48, &r) == 0) {
         o->status = r.status;
         const char *u = ig_tc_header(&r, "x-infergate-upstream");
         snprintf(o->upstream, sizeof(o->upstream), "%s", u ? u : "");
@@ -286,21 +225,10 @@ static void *one_request(void *arg)
 static int distance(ig_proc_t *p, int target, const char *delay_ms)
 {
     int port = ig_proc_free_port();
-    char listen[64], to[64];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    char to[64];
     snprintf(to, sizeof(to), "127.0.0.1:%d", target);
-    char *argv[] = {strdup(ig_proc_bin("faultproxy")),
-                    "--listen",
-                    listen,
-                    "--target",
-                    to,
-                    "--delay-ms",
-                    (char *)delay_ms,
-                    "--quiet",
-                    NULL};
-    assert_int_equal(ig_proc_start(p, argv, 1), 0);
-    free(argv[0]);
-    assert_int_equal(ig_proc_wait_listening(p, port, 10000), 0);
+    const char *args[] = {"--target", to, "--delay-ms", delay_ms, "--quiet", NULL};
+    assert_int_equal(ig_gwf_tool(p, "faultproxy", port, args, 10000), 0);
     return port;
 }
 
@@ -315,7 +243,7 @@ static void test_two_regions_spill_over(void **state)
     char east_url[64], west_url[64];
     snprintf(east_url, sizeof(east_url), "http://127.0.0.1:%d", via_east);
     snprintf(west_url, sizeof(west_url), "http://127.0.0.1:%d", via_west);
-    gateway_t west, east;
+    ig_proc_t west, east;
     region_start(&west, west_port, "eu-west", 1, 8, east_url);
     region_start(&east, east_port, "us-east", 1, 1, west_url);
     /* Let each side probe the other once. */
@@ -323,7 +251,7 @@ static void test_two_regions_spill_over(void **state)
     usleep(1500 * 1000);
 
     ig_tc_response_t r;
-    assert_int_equal(complete(east.port, 4, &r), 0);
+    assert_int_equal(ig_gwf_complete(east.port, 4, &r), 0);
     assert_int_equal(r.status, 200);
     assert_string_equal(ig_tc_header(&r, "x-infergate-upstream"), "cpu/0");
     ig_tc_response_free(&r);
@@ -348,8 +276,8 @@ static void test_two_regions_spill_over(void **state)
     print_message("us-east: %d local, %d spilled to eu-west\n", local, spilled);
     assert_true(local >= 1);
     assert_true(spilled >= 1);
-    assert_int_equal(ig_proc_stop(&east.proc, SIGTERM, 20000), 0);
-    assert_int_equal(ig_proc_stop(&west.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&east, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&west, SIGTERM, 20000), 0);
     ig_proc_stop(&to_west, SIGTERM, 5000);
     ig_proc_stop(&to_east, SIGTERM, 5000);
 }
@@ -364,7 +292,7 @@ static void *long_request(void *arg)
 {
     shot_t *o = arg;
     ig_tc_response_t r;
-    if (complete(o->port, 200, &r) == 0) {
+    if (ig_gwf_complete(o->port, 200, &r) == 0) {
         o->status = r.status;
         const char *ra = ig_tc_header(&r, "retry-after");
         snprintf(o->retry_after, sizeof(o->retry_after), "%s", ra ? ra : "");
@@ -377,7 +305,7 @@ static void *long_request(void *arg)
  * Retry-After at once; the ones that were admitted still complete. */
 static void test_saturated_queue_full_gets_429(void **state)
 {
-    gateway_t g;
+    ig_proc_t g;
     region_start_with(&g, ig_proc_free_port(), "solo", 1, 1, NULL,
                       ",\"routing\":{\"queue_size\":1}");
     enum { N = 8 };
@@ -403,7 +331,7 @@ static void test_saturated_queue_full_gets_429(void **state)
     /* Two in flight (2 x 1 slot) and one held fit; the rest are refused. */
     assert_true(ok >= 3);
     assert_true(refused >= 1);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 20000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
 int main(void)

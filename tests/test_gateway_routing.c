@@ -15,55 +15,36 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proc.h"
-#include "testclient.h"
-
-typedef struct {
-    ig_proc_t proc;
-    int port;
-} upstream_t;
+#include "gwfixture.h"
 
 /* Starts a test upstream with extra flags (NULL-terminated). */
-static void upstream_start(upstream_t *u, ...)
+static void upstream_start(ig_proc_t *u, ...)
 {
-    char *argv[32];
-    char listen[64];
+    const char *args[32];
     int n = 0;
-    u->port = ig_proc_free_port();
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", u->port);
-    argv[n++] = strdup(ig_proc_bin("testupstream"));
-    argv[n++] = "--listen";
-    argv[n++] = listen;
-    argv[n++] = "--quiet";
+    args[n++] = "--quiet";
     va_list ap;
     va_start(ap, u);
-    char *a;
-    while ((a = va_arg(ap, char *)) != NULL && n < 30)
-        argv[n++] = a;
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 31)
+        args[n++] = a;
     va_end(ap);
-    argv[n] = NULL;
-    assert_int_equal(ig_proc_start(&u->proc, argv, 1), 0);
-    free(argv[0]);
-    assert_int_equal(ig_proc_wait_listening(&u->proc, u->port, 10000), 0);
+    args[n] = NULL;
+    assert_int_equal(ig_gwf_tool(u, "testupstream", ig_proc_free_port(), args, 10000), 0);
 }
-
-typedef struct {
-    ig_proc_t proc;
-    int port;
-} gateway_t;
 
 /* Starts `infergate serve` on a config naming the given upstreams as sites
  * serving model "m". extra is spliced into the routing object. */
-static void gateway_start(gateway_t *g, upstream_t *ups, int n, int expect_up,
+static void gateway_start(ig_proc_t *g, ig_proc_t *ups, int n, int expect_up,
                           const char *routing_extra)
 {
     char cfg[4096];
     int off;
-    g->port = ig_proc_free_port();
+    int port = ig_proc_free_port();
     off = snprintf(cfg, sizeof(cfg),
                    "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
                    "\"models\":[{\"name\":\"m\"}],\"sites\":[",
-                   g->port);
+                   port);
     for (int i = 0; i < n; i++)
         off += snprintf(cfg + off, sizeof(cfg) - off,
                         "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}",
@@ -72,44 +53,20 @@ static void gateway_start(gateway_t *g, upstream_t *ups, int n, int expect_up,
              routing_extra ? routing_extra : "");
     const char *path = ig_proc_temp_file(cfg, ".json");
     assert_non_null(path);
-    char *argv[] = {strdup(ig_proc_bin("infergate")),
-                    "serve",
-                    "--config",
-                    (char *)path,
-                    "--log-level",
-                    "warn",
-                    NULL};
-    assert_int_equal(ig_proc_start(&g->proc, argv, 0), 0);
-    free(argv[0]);
-    assert_int_equal(ig_proc_wait_listening(&g->proc, g->port, 15000), 0);
-    assert_int_equal(ig_proc_wait_status(g->port, "/ready", 200, 15000), 0);
+    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000), 0);
     /* Ready means one site is up; the tests want every healthy one probed. */
     long long end = ig_tc_now_ms() + 10000;
     int up = 0;
     while (up < expect_up && ig_tc_now_ms() < end) {
-        ig_tc_response_t st;
         up = 0;
-        if (ig_tc_request(g->port, "GET /status HTTP/1.1\r\nHost: t\r\n\r\n", &st, 2000) == 0) {
-            json_t *doc = json_loads(st.body, 0, NULL);
-            size_t i;
-            json_t *site;
-            json_array_foreach(json_object_get(doc, "sites"), i, site) up +=
-                json_is_true(json_object_get(site, "up"));
-            json_decref(doc);
-            ig_tc_response_free(&st);
-        }
+        json_t *doc = ig_gwf_get_json(g->port, "/status");
+        size_t i;
+        json_t *site;
+        json_array_foreach(json_object_get(doc, "sites"), i, site) up +=
+            json_is_true(json_object_get(site, "up"));
+        json_decref(doc);
     }
     assert_int_equal(up, expect_up);
-}
-
-static int post(int port, const char *path, const char *body, ig_tc_response_t *r)
-{
-    char raw[8192];
-    snprintf(raw, sizeof(raw),
-             "POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             path, strlen(body), body);
-    return ig_tc_request(port, raw, r, 20000);
 }
 
 static int upstream_index(const ig_tc_response_t *r)
@@ -128,17 +85,17 @@ static const char *plain_body = "{\"model\":\"m\",\"prompt\":\"hello there\",\"m
  * probed (it stays up and measured) but takes little. */
 static void test_prefers_fastest(void **state)
 {
-    upstream_t ups[3];
+    ig_proc_t ups[3];
     upstream_start(&ups[0], "--delay-ms", "10", "--itl-ms", "1", NULL);
     upstream_start(&ups[1], "--delay-ms", "10", "--itl-ms", "1", NULL);
     upstream_start(&ups[2], "--delay-ms", "30", "--itl-ms", "1", NULL);
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, ups, 3, 3, NULL);
 
     int count[3] = {0};
     for (int i = 0; i < 40; i++) {
         ig_tc_response_t r;
-        assert_int_equal(post(g.port, "/v1/completions", stream_body, &r), 0);
+        assert_int_equal(ig_gwf_post(g.port, "/v1/completions", stream_body, &r, 20000), 0);
         assert_int_equal(r.status, 200);
         assert_non_null(strstr(r.body, "data: [DONE]"));
         assert_non_null(ig_tc_header(&r, "x-infergate-route"));
@@ -160,31 +117,31 @@ static void test_prefers_fastest(void **state)
     assert_null(strstr(st.body, "\"up\":false"));
     ig_tc_response_free(&st);
 
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 10000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
     for (int i = 0; i < 3; i++)
-        ig_proc_stop(&ups[i].proc, SIGKILL, 5000);
+        ig_proc_stop(&ups[i], SIGKILL, 5000);
 }
 
 /* A site that dies is ejected; requests that had not started streaming
  * succeed elsewhere with no client-visible error. */
 static void test_dead_site_fails_over(void **state)
 {
-    upstream_t ups[2];
+    ig_proc_t ups[2];
     upstream_start(&ups[0], "--delay-ms", "2", NULL);
     upstream_start(&ups[1], "--delay-ms", "20", NULL);
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, ups, 2, 2, NULL);
     /* Warm up: the fast one takes the traffic. */
     for (int i = 0; i < 5; i++) {
         ig_tc_response_t r;
-        assert_int_equal(post(g.port, "/v1/completions", plain_body, &r), 0);
+        assert_int_equal(ig_gwf_post(g.port, "/v1/completions", plain_body, &r, 20000), 0);
         assert_int_equal(r.status, 200);
         ig_tc_response_free(&r);
     }
-    ig_proc_stop(&ups[0].proc, SIGKILL, 5000);
+    ig_proc_stop(&ups[0], SIGKILL, 5000);
     for (int i = 0; i < 20; i++) {
         ig_tc_response_t r;
-        assert_int_equal(post(g.port, "/v1/completions", plain_body, &r), 0);
+        assert_int_equal(ig_gwf_post(g.port, "/v1/completions", plain_body, &r, 20000), 0);
         if (r.status != 200)
             print_message("request %d: %d %s\n", i, r.status, r.body);
         assert_int_equal(r.status, 200);
@@ -196,21 +153,21 @@ static void test_dead_site_fails_over(void **state)
                      0);
     assert_non_null(strstr(st.body, "infergate_retries_total"));
     ig_tc_response_free(&st);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 10000), 0);
-    ig_proc_stop(&ups[1].proc, SIGKILL, 5000);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+    ig_proc_stop(&ups[1], SIGKILL, 5000);
 }
 
 /* A stream that breaks midway ends with an SSE error event and is not
  * retried; an upstream 5xx before any byte is retried on the other. */
 static void test_mid_stream_failure_not_retried(void **state)
 {
-    upstream_t ups[1];
+    ig_proc_t ups[1];
     upstream_start(&ups[0], "--fail-after-tokens", "2", "--itl-ms", "5", "--tokens", "20", NULL);
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, ups, 1, 1, NULL);
     ig_tc_response_t r;
     const char *body = "{\"model\":\"m\",\"prompt\":\"hello\",\"max_tokens\":20,\"stream\":true}";
-    assert_int_equal(post(g.port, "/v1/completions", body, &r), 0);
+    assert_int_equal(ig_gwf_post(g.port, "/v1/completions", body, &r, 20000), 0);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"error\""));
     assert_non_null(strstr(r.body, "upstream_stream_broken"));
@@ -222,16 +179,16 @@ static void test_mid_stream_failure_not_retried(void **state)
                      0);
     assert_null(strstr(st.body, "infergate_retries_total{"));
     ig_tc_response_free(&st);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 10000), 0);
-    ig_proc_stop(&ups[0].proc, SIGKILL, 5000);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+    ig_proc_stop(&ups[0], SIGKILL, 5000);
 }
 
 static void test_errors_retried_then_reported(void **state)
 {
-    upstream_t ups[2];
+    ig_proc_t ups[2];
     upstream_start(&ups[0], "--delay-ms", "1", NULL);
     upstream_start(&ups[1], "--delay-ms", "50", NULL); /* far slower, even under load */
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, ups, 2, 2, NULL);
     /* The preferred site starts answering 500 to everything. */
     ig_tc_response_t r;
@@ -242,7 +199,7 @@ static void test_errors_retried_then_reported(void **state)
     assert_int_equal(r.status, 200);
     ig_tc_response_free(&r);
     for (int i = 0; i < 10; i++) {
-        assert_int_equal(post(g.port, "/v1/completions", plain_body, &r), 0);
+        assert_int_equal(ig_gwf_post(g.port, "/v1/completions", plain_body, &r, 20000), 0);
         assert_int_equal(r.status, 200);
         assert_int_equal(upstream_index(&r), 1);
         ig_tc_response_free(&r);
@@ -252,34 +209,35 @@ static void test_errors_retried_then_reported(void **state)
     assert_non_null(strstr(r.body, "infergate_retries_total{model=\"m\",reason=\"5xx\"}"));
     ig_tc_response_free(&r);
     /* Unknown model: 404 in the OpenAI shape; bad JSON: 400. */
-    assert_int_equal(post(g.port, "/v1/completions", "{\"model\":\"nope\",\"prompt\":\"x\"}", &r),
-                     0);
+    assert_int_equal(
+        ig_gwf_post(g.port, "/v1/completions", "{\"model\":\"nope\",\"prompt\":\"x\"}", &r, 20000),
+        0);
     assert_int_equal(r.status, 404);
     assert_non_null(strstr(r.body, "\"error\""));
     assert_non_null(strstr(r.body, "nope"));
     ig_tc_response_free(&r);
-    assert_int_equal(post(g.port, "/v1/completions", "{\"model\":", &r), 0);
+    assert_int_equal(ig_gwf_post(g.port, "/v1/completions", "{\"model\":", &r, 20000), 0);
     assert_int_equal(r.status, 400);
     ig_tc_response_free(&r);
     /* Nothing healthy left: an explicit 5xx, never a hang. */
-    ig_proc_stop(&ups[1].proc, SIGKILL, 5000);
+    ig_proc_stop(&ups[1], SIGKILL, 5000);
     for (int i = 0; i < 5; i++) {
-        assert_int_equal(post(g.port, "/v1/completions", plain_body, &r), 0);
+        assert_int_equal(ig_gwf_post(g.port, "/v1/completions", plain_body, &r, 20000), 0);
         assert_true(r.status >= 500);
         assert_non_null(strstr(r.body, "\"error\""));
         ig_tc_response_free(&r);
     }
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 10000), 0);
-    ig_proc_stop(&ups[0].proc, SIGKILL, 5000);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+    ig_proc_stop(&ups[0], SIGKILL, 5000);
 }
 
 /* A client that goes away mid-stream cancels the upstream request: the
  * upstream connection closes long before the stream would have ended. */
 static void test_client_disconnect_cancels(void **state)
 {
-    upstream_t ups[1];
+    ig_proc_t ups[1];
     upstream_start(&ups[0], "--itl-ms", "20", "--tokens", "500", NULL);
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, ups, 1, 1, NULL);
     ig_tc_t *tc = ig_tc_connect(g.port);
     assert_non_null(tc);
@@ -307,8 +265,8 @@ static void test_client_disconnect_cancels(void **state)
         }
     }
     assert_true(drained);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 10000), 0);
-    ig_proc_stop(&ups[0].proc, SIGKILL, 5000);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+    ig_proc_stop(&ups[0], SIGKILL, 5000);
 }
 
 /* Hedging: when the first token is late on the chosen upstream, a copy
@@ -316,16 +274,16 @@ static void test_client_disconnect_cancels(void **state)
  * canceled. */
 static void test_hedge_beats_a_stall(void **state)
 {
-    upstream_t ups[2];
+    ig_proc_t ups[2];
     upstream_start(&ups[0], "--delay-ms", "2", "--itl-ms", "1", NULL);
     upstream_start(&ups[1], "--delay-ms", "10", "--itl-ms", "1", NULL);
-    gateway_t g;
+    ig_proc_t g;
     gateway_start(&g, ups, 2, 2,
                   ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}");
     ig_tc_response_t r;
     /* Earn hedge budget (0.1 per request) and teach the router s0's TTFT. */
     for (int i = 0; i < 20; i++) {
-        assert_int_equal(post(g.port, "/v1/completions", stream_body, &r), 0);
+        assert_int_equal(ig_gwf_post(g.port, "/v1/completions", stream_body, &r, 20000), 0);
         assert_int_equal(r.status, 200);
         ig_tc_response_free(&r);
     }
@@ -335,7 +293,7 @@ static void test_hedge_beats_a_stall(void **state)
                      0);
     ig_tc_response_free(&r);
     long long t0 = ig_tc_now_ms();
-    assert_int_equal(post(g.port, "/v1/completions", stream_body, &r), 0);
+    assert_int_equal(ig_gwf_post(g.port, "/v1/completions", stream_body, &r, 20000), 0);
     long long took = ig_tc_now_ms() - t0;
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "[DONE]"));
@@ -347,9 +305,9 @@ static void test_hedge_beats_a_stall(void **state)
                      0);
     assert_non_null(strstr(r.body, "infergate_hedges_total{model=\"m\",result=\"hedge_won\"} 1"));
     ig_tc_response_free(&r);
-    assert_int_equal(ig_proc_stop(&g.proc, SIGTERM, 10000), 0);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
     for (int i = 0; i < 2; i++)
-        ig_proc_stop(&ups[i].proc, SIGKILL, 5000);
+        ig_proc_stop(&ups[i], SIGKILL, 5000);
 }
 
 int main(void)

@@ -48,7 +48,7 @@ static void assert_within(double got, double truth, double rel)
 static void check_quantiles(const char *upstream_args, const char *igbench_args, double p50_truth,
                             double p99_truth)
 {
-    tproc_t up;
+    ig_proc_t up;
     assert_int_equal(tu_start(&up, "testupstream", "--quiet %s", upstream_args), 0);
     double best99 = 1e300, p50s[MAX_RUNS];
     int n;
@@ -96,7 +96,7 @@ static void test_bimodal_delay(void **state)
  * TPOT = (e2e - TTFT) / (tokens - 1) = ITL for an even stream. */
 static void test_streaming_figures(void **state)
 {
-    tproc_t up;
+    ig_proc_t up;
     assert_int_equal(tu_start(&up, "testupstream", "--quiet --delay-ms 15 --itl-ms 4"), 0);
     json_t *r = tu_igbench("--target 127.0.0.1:%d --rate 20 --duration 2 --stream "
                            "--max-tokens 10 --endpoint chat",

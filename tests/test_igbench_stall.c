@@ -15,7 +15,7 @@
 
 static void test_open_loop_shows_stall(void **state)
 {
-    tproc_t up;
+    ig_proc_t up;
     assert_int_equal(tu_start(&up, "testupstream", UPSTREAM), 0);
     json_t *r =
         tu_igbench("--target 127.0.0.1:%d --rate 40 --arrival constant --duration 3.5", up.port);
@@ -38,7 +38,7 @@ static void test_open_loop_shows_stall(void **state)
 
 static void test_closed_loop_hides_stall(void **state)
 {
-    tproc_t up;
+    ig_proc_t up;
     assert_int_equal(tu_start(&up, "testupstream", UPSTREAM), 0);
     json_t *r = tu_igbench("--target 127.0.0.1:%d --concurrency 1 --duration 3.5", up.port);
     tu_stop(&up);

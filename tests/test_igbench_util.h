@@ -13,17 +13,14 @@
  */
 #include <jansson.h>
 
-#include <errno.h>
-#include <fcntl.h>
+#include "proc.h"
+
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/stat.h>
@@ -32,18 +29,6 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct {
-    pid_t pid;
-    int out_fd;
-    int port;
-} tproc_t;
-
-static inline const char *tu_bin_dir(void)
-{
-    const char *d = getenv("IG_BIN_DIR");
-    return d ? d : IG_BIN_DIR;
-}
-
 static inline double tu_now(void)
 {
     struct timespec ts;
@@ -51,148 +36,49 @@ static inline double tu_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Splits a command line on spaces into argv (no quoting), in place. */
-static inline int tu_split(char *line, char **argv, int max)
+/* Starts the tool of the build with the arguments in fmt, split on spaces
+ * (no quoting), as a process under measurement (IG_PROC_BOOST) with flags.
+ * 0 or -1, as ig_proc_start. */
+static inline int tu_vspawn(ig_proc_t *p, int flags, const char *tool, const char *fmt, va_list ap)
 {
-    int n = 0;
-    for (char *save = NULL, *t = strtok_r(line, " ", &save); t && n < max - 1;
+    char line[2048], *argv[80];
+    int n = snprintf(line, sizeof(line), "%s ", ig_proc_bin(tool));
+    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    int argc = 0;
+    for (char *save = NULL, *t = strtok_r(line, " ", &save); t && argc < 79;
          t = strtok_r(NULL, " ", &save))
-        argv[n++] = t;
-    argv[n] = NULL;
-    return n;
+        argv[argc++] = t;
+    argv[argc] = NULL;
+    return ig_proc_start(p, argv, flags | IG_PROC_BOOST);
 }
 
-/* Children still running when the test ends (a failed assertion jumps past
- * tu_stop): killed at exit, so that they do not hold ctest's output pipe. */
-static pid_t tu_children[64];
-
-static inline void tu_kill_children(void)
+static inline int tu_spawn(ig_proc_t *p, int flags, const char *tool, const char *fmt, ...)
 {
-    for (int i = 0; i < 64; i++) {
-        if (tu_children[i] > 0) {
-            kill(tu_children[i], SIGKILL);
-            waitpid(tu_children[i], NULL, 0);
-            tu_children[i] = 0;
-        }
-    }
-}
-
-static inline void tu_forget_child(pid_t pid)
-{
-    for (int i = 0; i < 64; i++)
-        if (tu_children[i] == pid)
-            tu_children[i] = 0;
-}
-
-static inline pid_t tu_fork_exec(char **argv, int out_fd)
-{
-    static int registered;
-    if (!registered) {
-        atexit(tu_kill_children);
-        registered = 1;
-    }
-    pid_t pid = fork();
-    if (pid > 0) {
-        for (int i = 0; i < 64; i++) {
-            if (tu_children[i] == 0) {
-                tu_children[i] = pid;
-                break;
-            }
-        }
-    }
-    if (pid == 0) {
-        prctl(PR_SET_PDEATHSIG, SIGKILL); /* and if the test itself dies */
-        /* Real-time priority where allowed, else a better nice level; both
-         * fail quietly for an unprivileged user. The tools sleep between
-         * events, so they cannot starve the machine. */
-        struct sched_param sp = {.sched_priority = 10};
-        if (sched_setscheduler(0, SCHED_FIFO, &sp) != 0)
-            setpriority(PRIO_PROCESS, 0, -10);
-        if (out_fd >= 0)
-            dup2(out_fd, 1);
-        execv(argv[0], argv);
-        _exit(127);
-    }
-    return pid;
+    va_list ap;
+    va_start(ap, fmt);
+    int rc = tu_vspawn(p, flags, tool, fmt, ap);
+    va_end(ap);
+    return rc;
 }
 
 /* Starts tool (a name under the build dir) with the arguments in fmt and
- * waits (at most 10 s) for its "listening on HOST:PORT" line. 0 or -1. */
-static inline int tu_start(tproc_t *p, const char *tool, const char *fmt, ...)
+ * waits (at most 10 s) for its "listening on HOST:PORT" line on stdout
+ * (p->port); later stdout lines come with ig_proc_read_line. 0 or -1;
+ * tu_stop it either way. */
+static inline int tu_start(ig_proc_t *p, const char *tool, const char *fmt, ...)
 {
-    char line[2048], *argv[64];
-    int n = snprintf(line, sizeof(line), "%s/%s ", tu_bin_dir(), tool);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    int rc = tu_vspawn(p, IG_PROC_PIPE_OUT, tool, fmt, ap);
     va_end(ap);
-    tu_split(line, argv, 64);
-    int fds[2];
-    if (pipe(fds) != 0)
-        return -1;
-    p->pid = tu_fork_exec(argv, fds[1]);
-    close(fds[1]);
-    p->out_fd = fds[0];
-    p->port = 0;
-    char buf[1024];
-    size_t len = 0;
-    double deadline = tu_now() + 10;
-    while (tu_now() < deadline && len + 1 < sizeof(buf)) {
-        struct pollfd pfd = {p->out_fd, POLLIN, 0};
-        if (poll(&pfd, 1, 200) <= 0)
-            continue;
-        ssize_t r = read(p->out_fd, buf + len, 1);
-        if (r <= 0)
-            break;
-        len++;
-        buf[len] = 0;
-        if (buf[len - 1] == '\n' && strstr(buf, "listening on ")) {
-            char *colon = strrchr(buf, ':');
-            p->port = colon ? atoi(colon + 1) : 0;
-            break;
-        }
-    }
-    return p->port > 0 ? 0 : -1;
+    return rc == 0 ? ig_proc_wait_announce(p, 0, 10000) : -1;
 }
 
-/* Reads the next stdout line of p (at most 5 s), e.g. the control address. */
-static inline int tu_read_line(tproc_t *p, char *buf, size_t cap)
+/* SIGTERM, at most 1 s to exit, then SIGKILL; frees what p holds. */
+static inline void tu_stop(ig_proc_t *p)
 {
-    size_t len = 0;
-    double deadline = tu_now() + 5;
-    while (tu_now() < deadline && len + 1 < cap) {
-        struct pollfd pfd = {p->out_fd, POLLIN, 0};
-        if (poll(&pfd, 1, 200) <= 0)
-            continue;
-        if (read(p->out_fd, buf + len, 1) <= 0)
-            break;
-        if (buf[len++] == '\n')
-            break;
-    }
-    buf[len] = 0;
-    return len ? 0 : -1;
-}
-
-static inline void tu_stop(tproc_t *p)
-{
-    if (p->pid <= 0)
-        return;
-    kill(p->pid, SIGTERM);
-    int status;
-    for (int i = 0; i < 50; i++) {
-        if (waitpid(p->pid, &status, WNOHANG) == p->pid) {
-            tu_forget_child(p->pid);
-            p->pid = 0;
-            close(p->out_fd);
-            return;
-        }
-        usleep(20000);
-    }
-    kill(p->pid, SIGKILL);
-    waitpid(p->pid, &status, 0);
-    tu_forget_child(p->pid);
-    p->pid = 0;
-    close(p->out_fd);
+    ig_proc_stop(p, SIGTERM, 1000);
+    ig_proc_dispose(p);
 }
 
 /* Runs igbench with the arguments in fmt (plus --json and --quiet), waits
@@ -200,34 +86,19 @@ static inline void tu_stop(tproc_t *p)
 static inline json_t *tu_igbench(const char *fmt, ...)
 {
     static int seq;
-    char json_path[256];
+    char json_path[256], args[1800];
     snprintf(json_path, sizeof(json_path), "/tmp/igbench-test-%d-%d.json", (int)getpid(), seq++);
     unlink(json_path);
-    char line[2048], *argv[80];
-    int n = snprintf(line, sizeof(line), "%s/igbench --quiet --json %s ", tu_bin_dir(), json_path);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
+    vsnprintf(args, sizeof(args), fmt, ap);
     va_end(ap);
-    tu_split(line, argv, 80);
-    pid_t pid = tu_fork_exec(argv, -1);
-    int status = -1;
-    double deadline = tu_now() + 60;
-    while (tu_now() < deadline) {
-        if (waitpid(pid, &status, WNOHANG) == pid) {
-            tu_forget_child(pid);
-            break;
-        }
-        usleep(10000);
-        status = -1;
-    }
-    if (status == -1) {
-        kill(pid, SIGKILL);
-        waitpid(pid, &status, 0);
-        tu_forget_child(pid);
+    ig_proc_t p;
+    if (tu_spawn(&p, 0, "igbench", "--quiet --json %s %s", json_path, args) != 0)
         return NULL;
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    int rc = ig_proc_wait_exit(&p, 60000);
+    ig_proc_dispose(&p); /* kills it on a timeout */
+    if (rc != 0)
         return NULL;
     json_error_t err;
     json_t *root = json_load_file(json_path, 0, &err);

@@ -11,7 +11,12 @@
 
 #include <cmocka.h>
 
-#include "serve_proc.h"
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+
+#include "gwfixture.h"
 #include "testserver.h"
 
 #include "infergate/log.h"
@@ -67,11 +72,11 @@ static int received(void *arg)
 /* Polls GET path on port until its body contains needle (bounded). */
 static int wait_for_body(int port, const char *path, const char *needle, int timeout_ms)
 {
-    long long end = sp_now_ms() + timeout_ms;
-    while (sp_now_ms() < end) {
+    long long end = ig_tc_now_ms() + timeout_ms;
+    while (ig_tc_now_ms() < end) {
         ig_tc_response_t r;
-        int found = sp_request(port, "GET", path, &r) == 0 && r.body != NULL &&
-                    strstr(r.body, needle) != NULL;
+        int found =
+            ig_gwf_get(port, path, &r) == 0 && r.body != NULL && strstr(r.body, needle) != NULL;
         ig_tc_response_free(&r);
         if (found)
             return 0;
@@ -82,7 +87,7 @@ static int wait_for_body(int port, const char *path, const char *needle, int tim
 
 static void test_inflight_request_finishes(void **state)
 {
-    sp_proc_t gw;
+    ig_proc_t gw;
     ig_http_limits_t limits;
     ig_http_limits_default(&limits);
     ig_ts_t *ts = ig_ts_start("127.0.0.1:0", &limits, upstream_handler, NULL);
@@ -95,11 +100,11 @@ static void test_inflight_request_finishes(void **state)
              " \"sites\": [{\"name\": \"up\", \"url\": \"http://127.0.0.1:%d\","
              " \"models\": [\"tiny\"]}], \"limits\": {\"drain_timeout_ms\": 20000}}",
              ig_ts_port(ts));
-    char *config = sp_write_temp(text);
+    const char *config = ig_proc_temp_file(text, ".json");
     assert_non_null(config);
     const char *args[] = {"serve", "--config", config, NULL};
-    assert_int_equal(sp_start(&gw, args), 0);
-    if (sp_wait_listening(&gw, 10000) != 0)
+    assert_int_equal(ig_proc_start_bin(&gw, "infergate", args, IG_PROC_PIPES), 0);
+    if (ig_proc_wait_announce(&gw, 1, 10000) != 0)
         fail_msg("serve did not start:\n%s", gw.err);
     /* Ready once the site's probe succeeded. */
     if (wait_for_body(gw.port, "/ready", "\"ready\"", 10000) != 0)
@@ -116,7 +121,7 @@ static void test_inflight_request_finishes(void **state)
     /* In flight: the upstream holds it for UPSTREAM_DELAY_MS. */
     assert_true(ig_ts_wait(received, NULL, 5000));
 
-    long long t0 = sp_now_ms();
+    long long t0 = ig_tc_now_ms();
     kill(gw.pid, SIGTERM);
     /* The answer still comes, whole. */
     ig_tc_response_t r;
@@ -124,11 +129,11 @@ static void test_inflight_request_finishes(void **state)
     assert_int_equal(ig_tc_read_response(tc, &r, 10000), 0);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "\"text_completion\""));
-    long long answered = sp_now_ms() - t0;
+    long long answered = ig_tc_now_ms() - t0;
     ig_tc_response_free(&r);
     /* After the answer the drained connection closes and the process exits 0. */
     assert_int_equal(ig_tc_wait_closed(tc, 5000), 1);
-    assert_int_equal(sp_wait_exit(&gw, 10000), 0);
+    assert_int_equal(ig_proc_wait_exit(&gw, 10000), 0);
     if (strstr(gw.err, "SIGTERM: draining (1 requests in flight") == NULL)
         fail_msg("no drain line:\n%s", gw.err);
     assert_non_null(strstr(gw.err, "drained; exiting"));
@@ -136,10 +141,9 @@ static void test_inflight_request_finishes(void **state)
     assert_true(answered >= UPSTREAM_DELAY_MS / 3);
 
     ig_tc_close(tc);
-    sp_stop(&gw);
+    ig_proc_dispose(&gw);
     ig_ts_stop(ts);
     unlink(config);
-    free(config);
 }
 
 int main(void)

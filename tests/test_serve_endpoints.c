@@ -10,23 +10,31 @@
 
 #include <cmocka.h>
 
-#include "serve_proc.h"
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gwfixture.h"
 
 #include <jansson.h>
 
-static sp_proc_t proc;
-static char *config_path;
+static ig_proc_t proc;
+static const char *config_path;
 
 static int start_server(void **state)
 {
     /* A config of our own: the region label proves it was read, and with no
      * pools nothing can serve, so /ready must say so. */
-    config_path = sp_write_temp("{\"region\": \"test-region\", \"listen\": \"127.0.0.1:0\","
-                                " \"api_keys\": [\"sk-test-1\", \"sk-test-2\"]}");
+    config_path = ig_proc_temp_file("{\"region\": \"test-region\", \"listen\": \"127.0.0.1:0\","
+                                    " \"api_keys\": [\"sk-test-1\", \"sk-test-2\"]}",
+                                    ".json");
     if (config_path == NULL)
         return -1;
     const char *args[] = {"serve", "--config", config_path, NULL};
-    if (sp_start(&proc, args) != 0 || sp_wait_listening(&proc, 10000) != 0) {
+    if (ig_proc_start_bin(&proc, "infergate", args, IG_PROC_PIPES) != 0 ||
+        ig_proc_wait_announce(&proc, 1, 10000) != 0) {
         fprintf(stderr, "serve did not start:\n%s\n", proc.err);
         return -1;
     }
@@ -36,12 +44,11 @@ static int start_server(void **state)
 static int stop_server(void **state)
 {
     kill(proc.pid, SIGTERM);
-    int rc = sp_wait_exit(&proc, 10000);
+    int rc = ig_proc_wait_exit(&proc, 10000);
     if (rc != 0)
         fprintf(stderr, "serve exited %d:\n%s\n", rc, proc.err);
-    sp_stop(&proc);
+    ig_proc_dispose(&proc);
     unlink(config_path);
-    free(config_path);
     return rc == 0 ? 0 : -1;
 }
 

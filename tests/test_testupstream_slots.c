@@ -120,7 +120,7 @@ static json_t *get_json(int port, const char *path)
 static void test_one_slot_serialises(void **state)
 {
     for (int i = 0; i < ATTEMPTS; i++) {
-        tproc_t up;
+        ig_proc_t up;
         assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 50"), 0);
         int fds[2] = {connect_to(up.port), connect_to(up.port)};
         double t0 = tu_now(), ms[2];
@@ -149,7 +149,7 @@ static void test_one_slot_serialises(void **state)
 static void test_two_slots_in_parallel(void **state)
 {
     for (int i = 0; i < ATTEMPTS; i++) {
-        tproc_t up;
+        ig_proc_t up;
         assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 2 --delay-ms 50"), 0);
         int fds[2] = {connect_to(up.port), connect_to(up.port)};
         double t0 = tu_now(), ms[2];
@@ -172,7 +172,7 @@ static void test_two_slots_in_parallel(void **state)
 static void test_gone_waiter_leaves_queue(void **state)
 {
     for (int i = 0; i < ATTEMPTS; i++) {
-        tproc_t up;
+        ig_proc_t up;
         assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 50"), 0);
         int a = connect_to(up.port), b = connect_to(up.port), c = connect_to(up.port);
         double t0 = tu_now();
@@ -200,7 +200,7 @@ static void test_gone_waiter_leaves_queue(void **state)
  * once with --instant-raw. */
 static int check_probe(const char *flags, double lo, double hi)
 {
-    tproc_t up;
+    ig_proc_t up;
     assert_int_equal(tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 50 %s", flags), 0);
     int fds[2] = {connect_to(up.port), connect_to(up.port)};
     double t0 = tu_now(), ms[2];
@@ -228,7 +228,7 @@ static void test_probe_takes_no_slot(void **state)
  * only slot is held and one request waits. */
 static void test_report_load(void **state)
 {
-    tproc_t up;
+    ig_proc_t up;
     assert_int_equal(
         tu_start(&up, "testupstream", "--quiet --slots 1 --delay-ms 200 --report-load"), 0);
     int fds[2] = {connect_to(up.port), connect_to(up.port)};

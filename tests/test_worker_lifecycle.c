@@ -279,7 +279,7 @@ static void test_sigterm_drains(void **state)
                              "\"stream\":true}"),
                      0);
     assert_int_equal(wait_load(&w, "running", 1, 5000), 1);
-    kill(w.pid, SIGTERM);
+    kill(w.proc.pid, SIGTERM);
     /* not ready any more, while the stream goes on */
     ig_tc_response_t r;
     int ready = 0;
@@ -311,21 +311,15 @@ static void test_loading_answers_503(void **state)
     memset(&w, 0, sizeof(w));
     snprintf(w.sock, sizeof(w.sock), "%s/slow.sock", wt_dir);
     unlink(w.sock);
-    char exe[512], model[512], listen[200];
-    snprintf(exe, sizeof(exe), "%s/infergate", bin_dir());
-    snprintf(model, sizeof(model), "%s/tiny", wt_dir);
+    char listen[200];
     snprintf(listen, sizeof(listen), "unix:%s", w.sock);
-    w.pid = fork();
-    if (w.pid == 0) {
-        FILE *f = freopen("/dev/null", "w", stderr);
-        f = freopen("/dev/null", "w", stdout);
-        (void)f;
-        setenv("IG_WORKER_LOAD_DELAY_MS", "1500", 1);
-        execl(exe, exe, "worker", "--model", model, "--device", "cpu:1", "--listen", listen,
-              (char *)NULL);
-        _exit(127);
-    }
-    wt_pids[wt_npids++] = w.pid;
+    const char *args[] = {"worker", "--model",  wt_model, "--device",
+                          "cpu:1",  "--listen", listen,   NULL};
+    /* Only the child sees the delay: the test is single-threaded here. */
+    setenv("IG_WORKER_LOAD_DELAY_MS", "1500", 1);
+    int rc = ig_proc_start_bin(&w.proc, "infergate", args, IG_PROC_QUIET);
+    unsetenv("IG_WORKER_LOAD_DELAY_MS");
+    assert_int_equal(rc, 0);
     /* the socket listens at once; /health answers 503 Loading model */
     ig_tc_response_t r;
     int got = -1;
@@ -374,22 +368,16 @@ static void test_load_failure_exits(void **state)
     snprintf(dir, sizeof(dir), "%s/broken", wt_dir);
     snprintf(cmd, sizeof(cmd), "mkdir -p %s && echo '{' > %s/config.json", dir, dir);
     assert_int_equal(system(cmd), 0);
-    char exe[512];
-    snprintf(exe, sizeof(exe), "%s/infergate", bin_dir());
     char sock[200];
     snprintf(sock, sizeof(sock), "unix:%s/broken.sock", wt_dir);
-    pid_t pid = fork();
-    if (pid == 0) {
-        FILE *f = freopen("/dev/null", "w", stderr);
-        f = freopen("/dev/null", "w", stdout);
-        (void)f;
-        execl(exe, exe, "worker", "--model", dir, "--listen", sock, (char *)NULL);
-        _exit(127);
-    }
-    wproc_t w = {.pid = pid};
-    assert_int_equal(wt_wait_exit(&w, 10000), 1);
+    const char *args[] = {"worker", "--model", dir, "--listen", sock, NULL};
+    ig_proc_t p;
+    assert_int_equal(ig_proc_start_bin(&p, "infergate", args, IG_PROC_QUIET), 0);
+    assert_int_equal(ig_proc_wait_exit(&p, 10000), 1);
+    ig_proc_dispose(&p);
     /* usage errors are status 2 */
-    snprintf(cmd, sizeof(cmd), "%s worker --model %s >/dev/null 2>&1", exe, dir);
+    snprintf(cmd, sizeof(cmd), "%s worker --model %s >/dev/null 2>&1", ig_proc_bin("infergate"),
+             dir);
     int st = system(cmd);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 2);

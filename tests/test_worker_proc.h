@@ -1,13 +1,13 @@
 /*
- * Helpers of the worker integration tests: a tiny model made by the real
- * `infergate mkmodel` (plus a tokenizer from the generator when mkmodel does
- * not write one), worker processes on Unix sockets, and JSON requests over
- * the test client. Every wait is bounded.
+ * Helpers of the worker integration tests: worker processes (through
+ * tests/support/proc) on Unix sockets beside a tiny model made by
+ * tests/support/gwfixture, and JSON requests over the test client. Every
+ * wait is bounded.
  */
 #ifndef TEST_WORKER_PROC_H
 #define TEST_WORKER_PROC_H
 
-#include "infergate/tokgen.h"
+#include "gwfixture.h"
 #include "testclient.h"
 
 #include <errno.h>
@@ -22,65 +22,25 @@
 #include <unistd.h>
 
 typedef struct {
-    pid_t pid;
+    ig_proc_t proc;
     char sock[108];
-    char log[160];
 } wproc_t;
 
+/* The run directory (sockets, the model at wt_dir/tiny) and the model. */
 static char wt_dir[96];
+static char wt_model[96];
 
-/* Workers started by this test binary, killed at the end even when a test
- * failed half-way (cmocka jumps out of the test function). */
-static pid_t wt_pids[16];
-static int wt_npids;
-
-static void wt_kill_all(void)
-{
-    for (int i = 0; i < wt_npids; i++)
-        if (wt_pids[i] > 0 && kill(wt_pids[i], 0) == 0) {
-            kill(wt_pids[i], SIGKILL);
-            waitpid(wt_pids[i], NULL, 0);
-        }
-    wt_npids = 0;
-}
-
-static const char *bin_dir(void)
-{
-    const char *b = getenv("IG_BIN_DIR");
-    return b ? b : IG_BIN_DIR;
-}
-
-/* Makes DIR/tiny once per test binary. 0 or -1. */
+/* Makes the model once per test binary. 0 or -1. */
 static int wt_make_model(void)
 {
-    snprintf(wt_dir, sizeof(wt_dir), "/tmp/igwt-%d", (int)getpid());
-    mkdir(wt_dir, 0755);
-    char cmd[1024], path[512];
-    snprintf(cmd, sizeof(cmd), "%s/infergate mkmodel --preset tiny --out %s/tiny >/dev/null 2>&1",
-             bin_dir(), wt_dir);
-    if (system(cmd) != 0)
-        return -1;
-    snprintf(path, sizeof(path), "%s/tiny/tokenizer.json", wt_dir);
-    if (access(path, R_OK) != 0) {
-        char err[256];
-        snprintf(path, sizeof(path), "%s/tiny", wt_dir);
-        if (ig_tokgen_write(path, 4096, IG_TOKGEN_SENTENCEPIECE, 1, err, sizeof(err)) != 0) {
-            fprintf(stderr, "tokgen: %s\n", err);
-            return -1;
-        }
-    }
-    return 0;
+    return ig_gwf_model_make(wt_dir, wt_model, sizeof(wt_dir));
 }
 
+/* Removes the run directory; workers a failed test left are killed at exit. */
 static void wt_cleanup(void)
 {
-    char cmd[512];
-    wt_kill_all();
-    if (wt_dir[0]) {
-        snprintf(cmd, sizeof(cmd), "rm -rf %s", wt_dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "cleanup of %s failed\n", wt_dir);
-    }
+    if (wt_dir[0])
+        ig_gwf_model_remove(wt_dir);
 }
 
 static int wt_get(const wproc_t *w, const char *path, ig_tc_response_t *resp);
@@ -89,30 +49,17 @@ static int wt_get(const wproc_t *w, const char *path, ig_tc_response_t *resp);
 static int wt_start(wproc_t *w, const char *name, const char *const *extra)
 {
     snprintf(w->sock, sizeof(w->sock), "%s/%s.sock", wt_dir, name);
-    snprintf(w->log, sizeof(w->log), "%s/%s.log", wt_dir, name);
     unlink(w->sock);
-    char exe[512], model[512], listen[300];
-    snprintf(exe, sizeof(exe), "%s/infergate", bin_dir());
-    snprintf(model, sizeof(model), "%s/tiny", wt_dir);
+    char listen[300];
     snprintf(listen, sizeof(listen), "unix:%s", w->sock);
-    const char *argv[32] = {exe,     "worker",   "--model", model,         "--device",
-                            "cpu:1", "--listen", listen,    "--log-level", "warn"};
-    int argc = 10;
-    for (int i = 0; extra && extra[i] && argc < 30; i++)
+    const char *argv[32] = {"worker",   "--model", wt_model,      "--device", "cpu:1",
+                            "--listen", listen,    "--log-level", "warn"};
+    int argc = 9;
+    for (int i = 0; extra && extra[i] && argc < 31; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
-    w->pid = fork();
-    if (w->pid < 0)
+    if (ig_proc_start_bin(&w->proc, "infergate", argv, 0) != 0)
         return -1;
-    if (w->pid > 0 && wt_npids < 16)
-        wt_pids[wt_npids++] = w->pid;
-    if (w->pid == 0) {
-        FILE *f = freopen(w->log, "w", stderr);
-        f = freopen("/dev/null", "w", stdout);
-        (void)f;
-        execv(exe, (char *const *)argv);
-        _exit(127);
-    }
     long long t0 = ig_tc_now_ms();
     while (ig_tc_now_ms() - t0 < 30000) {
         ig_tc_response_t r;
@@ -122,13 +69,8 @@ static int wt_start(wproc_t *w, const char *name, const char *const *extra)
             if (st == 200)
                 return 0;
         }
-        int status;
-        if (waitpid(w->pid, &status, WNOHANG) == w->pid) {
-            w->pid = 0;
+        if (ig_proc_wait_exit(&w->proc, 10) >= 0)
             return -1;
-        }
-        struct timespec ts = {0, 10 * 1000000};
-        nanosleep(&ts, NULL);
     }
     return -1;
 }
@@ -136,29 +78,14 @@ static int wt_start(wproc_t *w, const char *name, const char *const *extra)
 /* Waits up to ms for the worker to exit; its exit status, or -1. */
 __attribute__((unused)) static int wt_wait_exit(wproc_t *w, int ms)
 {
-    long long t0 = ig_tc_now_ms();
-    while (w->pid > 0 && ig_tc_now_ms() - t0 < ms) {
-        int status;
-        if (waitpid(w->pid, &status, WNOHANG) == w->pid) {
-            w->pid = 0;
-            return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        }
-        struct timespec ts = {0, 5 * 1000000};
-        nanosleep(&ts, NULL);
-    }
-    return -1;
+    return ig_proc_wait_exit(&w->proc, ms);
 }
 
+/* SIGTERM, up to 10 s to exit, then SIGKILL. */
 static void wt_stop(wproc_t *w)
 {
-    if (w->pid > 0) {
-        kill(w->pid, SIGTERM);
-        if (wt_wait_exit(w, 10000) < 0) {
-            kill(w->pid, SIGKILL);
-            waitpid(w->pid, NULL, 0);
-        }
-        w->pid = 0;
-    }
+    ig_proc_stop(&w->proc, SIGTERM, 10000);
+    ig_proc_dispose(&w->proc);
 }
 
 static int wt_send(ig_tc_t *tc, const char *method, const char *path, const char *body)

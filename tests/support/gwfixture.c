@@ -1,0 +1,157 @@
+#include "gwfixture.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "infergate/tokgen.h"
+
+int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap)
+{
+    snprintf(run_dir, cap, "/tmp/igtest-XXXXXX");
+    if (mkdtemp(run_dir) == NULL)
+        return -1;
+    snprintf(model_dir, cap, "%s/tiny", run_dir);
+    ig_proc_t p;
+    const char *args[] = {"mkmodel", "--preset", "tiny", "--out", model_dir, NULL};
+    if (ig_proc_start_bin(&p, "infergate", args, 0) != 0)
+        return -1;
+    int rc = ig_proc_stop(&p, 0, 60000);
+    ig_proc_dispose(&p);
+    if (rc != 0) {
+        fprintf(stderr, "infergate mkmodel exited %d\n", rc);
+        return -1;
+    }
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/tokenizer.json", model_dir);
+    if (access(path, R_OK) != 0) {
+        char err[256];
+        if (ig_tokgen_write(model_dir, 4096, IG_TOKGEN_SENTENCEPIECE, 1, err, sizeof(err)) != 0) {
+            fprintf(stderr, "tokgen: %s\n", err);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void ig_gwf_model_remove(const char *run_dir)
+{
+    char cmd[512];
+    if (run_dir == NULL || strncmp(run_dir, "/tmp/", 5) != 0)
+        return;
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "cleanup of %s failed\n", run_dir);
+}
+
+const char *ig_gwf_pool_config(const char *region, int port, const char *model_dir, int ndevices,
+                               int min, int max, int max_num_seqs, const char *pool_extra,
+                               const char *extra)
+{
+    char devices[256] = "";
+    for (int i = 0; i < ndevices && i < 32; i++)
+        strcat(devices, i ? ",\"cpu\"" : "\"cpu\"");
+    char cfg[4096];
+    int n = snprintf(cfg, sizeof(cfg),
+                     "{\"region\":\"%s\",\"listen\":\"127.0.0.1:%d\","
+                     "\"models\":[{\"name\":\"tiny\",\"path\":\"%s\"}],"
+                     "\"pools\":[{\"name\":\"cpu\",\"model\":\"tiny\",\"devices\":[%s],"
+                     "\"threads\":1,\"min_instances\":%d,\"max_instances\":%d,"
+                     "\"batching\":{\"max_num_seqs\":%d}%s}]%s}",
+                     region, port, model_dir, devices, min, max, max_num_seqs,
+                     pool_extra ? pool_extra : "", extra ? extra : "");
+    if (n < 0 || (size_t)n >= sizeof(cfg))
+        return NULL;
+    return ig_proc_temp_file(cfg, ".json");
+}
+
+int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
+                 int listen_ms, int ready_ms)
+{
+    const char *args[] = {"serve", "--config", config_path, "--log-level", level, NULL};
+    if (ig_proc_start_bin(p, "infergate", args, flags) != 0) {
+        fprintf(stderr, "infergate serve: cannot start\n");
+        return -1;
+    }
+    if (ig_proc_wait_listening(p, port, listen_ms) != 0) {
+        fprintf(stderr, "infergate serve: not listening on port %d after %d ms\n", port, listen_ms);
+        return -1;
+    }
+    if (ready_ms > 0 && ig_proc_wait_status(port, "/ready", 200, ready_ms) != 0) {
+        fprintf(stderr, "infergate serve: /ready not 200 after %d ms\n", ready_ms);
+        return -1;
+    }
+    return 0;
+}
+
+int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms)
+{
+    const char *argv[40];
+    char listen[64];
+    int n = 0;
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", port);
+    argv[n++] = "--listen";
+    argv[n++] = listen;
+    for (int i = 0; args != NULL && args[i] != NULL && n < 39; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    if (ig_proc_start_bin(p, tool, argv, IG_PROC_QUIET) != 0)
+        return -1;
+    return ig_proc_wait_listening(p, port, timeout_ms);
+}
+
+int ig_gwf_get(int port, const char *path, ig_tc_response_t *r)
+{
+    char raw[512];
+    snprintf(raw, sizeof(raw), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", path);
+    memset(r, 0, sizeof(*r));
+    return ig_tc_request(port, raw, r, 5000) == 0 ? 0 : -1;
+}
+
+json_t *ig_gwf_get_json(int port, const char *path)
+{
+    ig_tc_response_t r;
+    if (ig_gwf_get(port, path, &r) != 0)
+        return NULL;
+    json_t *doc = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
+    ig_tc_response_free(&r);
+    return doc;
+}
+
+char *ig_gwf_get_text(int port, const char *path)
+{
+    ig_tc_response_t r;
+    if (ig_gwf_get(port, path, &r) != 0)
+        return NULL;
+    char *text = r.status == 200 ? strdup(r.body) : NULL;
+    ig_tc_response_free(&r);
+    return text;
+}
+
+int ig_gwf_post(int port, const char *path, const char *body, ig_tc_response_t *r, int timeout_ms)
+{
+    size_t blen = strlen(body);
+    size_t cap = blen + 512;
+    char *raw = malloc(cap);
+    if (raw == NULL)
+        return -1;
+    snprintf(raw, cap,
+             "POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             path, blen, body);
+    memset(r, 0, sizeof(*r));
+    int rc = ig_tc_request(port, raw, r, timeout_ms);
+    free(raw);
+    return rc == 0 ? 0 : -1;
+}
+
+int ig_gwf_complete(int port, int max_tokens, ig_tc_response_t *r)
+{
+    char body[256];
+    snprintf(body, sizeof(body),
+             "{\"model\":\"tiny\",\"prompt\":\"once upon a time\",\"max_tokens\":%d,"
+             "\"temperature\":0}",
+             max_tokens);
+    return ig_gwf_post(port, "/v1/completions", body, r, 60000);
+}

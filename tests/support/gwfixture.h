@@ -1,0 +1,70 @@
+#ifndef IG_TEST_GWFIXTURE_H
+#define IG_TEST_GWFIXTURE_H
+
+/*
+ * Fixtures of the gateway integration tests: a tiny model made by the real
+ * `infergate mkmodel`, `infergate serve` started on a config and awaited
+ * until it is ready, and the requests these tests send (GET as JSON or
+ * text, JSON POSTs, completions). All requests use Connection: close and a
+ * bounded wait.
+ */
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "proc.h"
+#include "testclient.h"
+
+/* Makes the tiny model with `infergate mkmodel --preset tiny` in a fresh
+ * directory /tmp/igtest-XXXXXX (into run_dir) at run_dir/tiny (into
+ * model_dir); a generated tokenizer is added if mkmodel wrote none. Waits
+ * up to 60 s. 0, or -1 (reason on stderr). The caller removes run_dir with
+ * ig_gwf_model_remove when it wants it gone. */
+int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap);
+
+/* Removes a run_dir of ig_gwf_model_make and all in it. */
+void ig_gwf_model_remove(const char *run_dir);
+
+/* Writes a serve config to a temporary file: region, listen
+ * 127.0.0.1:port, model "tiny" at model_dir, and one pool "cpu" of that
+ * model on ndevices CPU devices (threads 1, min_instances, max_instances,
+ * batching.max_num_seqs). pool_extra is spliced into the pool object and
+ * extra into the top one (each NULL or starting with ','). Returns the
+ * path as ig_proc_temp_file does, or NULL. */
+const char *ig_gwf_pool_config(const char *region, int port, const char *model_dir, int ndevices,
+                               int min, int max, int max_num_seqs, const char *pool_extra,
+                               const char *extra);
+
+/* Starts `infergate serve --config config_path --log-level level` (flags as
+ * for ig_proc_start), waits up to listen_ms until port accepts connections
+ * and then, if ready_ms > 0, up to ready_ms until GET /ready answers 200.
+ * 0 with p->port set, or -1 (which step failed on stderr); either way p
+ * is the caller's to stop. */
+int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
+                 int listen_ms, int ready_ms);
+
+/* Starts the bench tool `tool` of the build ("testupstream", "faultproxy")
+ * with --listen 127.0.0.1:port and then args (NULL-terminated, may be
+ * NULL), its stderr to /dev/null, and waits up to timeout_ms until the port
+ * accepts connections. 0 with p->port set, or -1; either way p is the
+ * caller's to stop. */
+int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms);
+
+/* GET path (5 s at most); the caller frees r. 0 or -1 (no answer). */
+int ig_gwf_get(int port, const char *path, ig_tc_response_t *r);
+
+/* GET path: the JSON body of a 200 answer (new reference), else NULL. */
+json_t *ig_gwf_get_json(int port, const char *path);
+
+/* GET path: the body of a 200 answer (malloc'ed, caller frees), else NULL. */
+char *ig_gwf_get_text(int port, const char *path);
+
+/* POSTs a JSON body to path, waiting up to timeout_ms for the whole
+ * answer; the caller frees r. 0 or -1 (no answer). */
+int ig_gwf_post(int port, const char *path, const char *body, ig_tc_response_t *r, int timeout_ms);
+
+/* POST /v1/completions for model "tiny": prompt "once upon a time",
+ * max_tokens, temperature 0, up to 60 s. As ig_gwf_post. */
+int ig_gwf_complete(int port, int max_tokens, ig_tc_response_t *r);
+
+#endif
