@@ -29,6 +29,13 @@ static int setup(void **state)
     return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
 
+/* The generated model goes with the run: tests leave nothing in /tmp. */
+static int teardown(void **state)
+{
+    ig_gwf_model_remove(run_dir);
+    return 0;
+}
+
 /* One CPU pool "cpu" of up to `max` single-thread workers for model
  * "tiny", with the given autoscale object. */
 static void gateway_start(ig_proc_t *g, int min, int max, const char *autoscale)
@@ -372,5 +379,5 @@ int main(void)
         cmocka_unit_test(test_scale_from_zero),
         cmocka_unit_test(test_requests_racing_scale_to_zero),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -32,6 +32,13 @@ static int setup(void **state)
     return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
 
+/* The generated model goes with the run: tests leave nothing in /tmp. */
+static int teardown(void **state)
+{
+    ig_gwf_model_remove(run_dir);
+    return 0;
+}
+
 typedef struct {
     int events;
     int freed; /* events for a stopped slot without a device */
@@ -184,7 +191,7 @@ int main(void)
         cmocka_unit_test(test_drain_while_starting),
         cmocka_unit_test(test_undrain_and_crash_while_draining),
     };
-    int rc = cmocka_run_group_tests(tests, setup, NULL);
+    int rc = cmocka_run_group_tests(tests, setup, teardown);
     uv_run(&loop, UV_RUN_NOWAIT);
     return rc;
 }

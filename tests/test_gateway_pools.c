@@ -29,6 +29,13 @@ static int setup(void **state)
     return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
 }
 
+/* The generated model goes with the run: tests leave nothing in /tmp. */
+static int teardown(void **state)
+{
+    ig_gwf_model_remove(run_dir);
+    return 0;
+}
+
 /* A region with one CPU pool of `instances` workers for model "tiny", and
  * optionally a site. */
 static void region_start_with(ig_proc_t *g, int port, const char *region, int instances,
@@ -343,5 +350,5 @@ int main(void)
         cmocka_unit_test(test_two_regions_spill_over),
         cmocka_unit_test(test_saturated_queue_full_gets_429),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -426,11 +426,30 @@ int ig_proc_connect(int port)
     return fd;
 }
 
+#define MAX_TEMP_FILES 256
+
+static char *temp_files[MAX_TEMP_FILES]; /* removed when the test exits */
+static int ntemp_files;
+
+static void remove_temp_files(void)
+{
+    for (int i = 0; i < ntemp_files; i++) {
+        unlink(temp_files[i]);
+        free(temp_files[i]);
+    }
+    ntemp_files = 0;
+}
+
 const char *ig_proc_temp_file(const char *text, const char *suffix)
 {
     static char paths[8][256];
     static int next;
+    static int registered;
     char *path = paths[next++ % 8];
+    if (!registered) {
+        atexit(remove_temp_files);
+        registered = 1;
+    }
     snprintf(path, 256, "/tmp/igtest-XXXXXX%s", suffix ? suffix : "");
     int fd = mkstemps(path, suffix ? (int)strlen(suffix) : 0);
     if (fd < 0)
@@ -441,5 +460,7 @@ const char *ig_proc_temp_file(const char *text, const char *suffix)
         return NULL;
     }
     close(fd);
+    if (ntemp_files < MAX_TEMP_FILES)
+        temp_files[ntemp_files++] = strdup(path);
     return path;
 }

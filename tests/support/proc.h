@@ -99,7 +99,8 @@ void ig_proc_dispose(ig_proc_t *p);
 int ig_proc_connect(int port);
 
 /* Writes text to a fresh temporary file and returns its path (static
- * buffer per call slot: up to 8 live at once). NULL on failure. */
+ * buffer per call slot: up to 8 live at once). NULL on failure. The file is
+ * removed when the test program exits. */
 const char *ig_proc_temp_file(const char *text, const char *suffix);
 
 #endif
