@@ -116,8 +116,9 @@ struct ig_backend_s {
 };
 
 /* The CPU backend with `threads` worker threads (0 = the number of cores).
- * GEMM goes through OpenBLAS when built with it, else an own blocked SIMD
- * loop. */
+ * GEMM runs our own SIMD kernel on weights packed at upload (faster than
+ * OpenBLAS on every shape measured, and batch-invariant); a build with
+ * OpenBLAS can be told to use it with IG_CPU_GEMM=blas-pool|blas. */
 int ig_backend_cpu_create(ig_backend_t **out, int threads);
 
 /*
