@@ -96,7 +96,9 @@ const char *ig_proc_bin(const char *name)
             strcpy(self, ".");
         dir = self;
     }
-    snprintf(buf, sizeof(buf), "%s/%s", dir, name);
+    int n = snprintf(buf, sizeof(buf), "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= sizeof(buf))
+        return NULL; /* a path this long is no binary of ours */
     return buf;
 }
 
