@@ -154,44 +154,36 @@ static uint64_t now_ns(void)
 
 static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 
-static double g_running(void *d)
+/* The scheduler's counters now; zeros while the model loads. */
+static ig_sched_stats_t stats_of(void *d)
 {
     worker_t *w = d;
     ig_sched_stats_t st;
-    if (!w->sched)
-        return 0;
-    ig_sched_stats(w->sched, &st);
-    return st.running;
+    memset(&st, 0, sizeof(st));
+    if (w->sched)
+        ig_sched_stats(w->sched, &st);
+    return st;
+}
+
+static double g_running(void *d)
+{
+    return stats_of(d).running;
 }
 
 static double g_waiting(void *d)
 {
-    worker_t *w = d;
-    ig_sched_stats_t st;
-    if (!w->sched)
-        return 0;
-    ig_sched_stats(w->sched, &st);
-    return st.waiting;
+    return stats_of(d).waiting;
 }
 
 static double g_kv_usage(void *d)
 {
-    worker_t *w = d;
-    ig_sched_stats_t st;
-    if (!w->sched)
-        return 0;
-    ig_sched_stats(w->sched, &st);
+    ig_sched_stats_t st = stats_of(d);
     return st.kv_blocks_total ? (double)st.kv_blocks_used / st.kv_blocks_total : 0;
 }
 
 static double g_decode_rate(void *d)
 {
-    worker_t *w = d;
-    ig_sched_stats_t st;
-    if (!w->sched)
-        return 0;
-    ig_sched_stats(w->sched, &st);
-    return st.decode_tokens_per_s;
+    return stats_of(d).decode_tokens_per_s;
 }
 
 static double g_ready(void *d)
@@ -1008,10 +1000,7 @@ fail:
 
 static void handle_load(worker_t *w, ig_http_req_t *req)
 {
-    ig_sched_stats_t st;
-    memset(&st, 0, sizeof(st));
-    if (w->sched)
-        ig_sched_stats(w->sched, &st);
+    ig_sched_stats_t st = stats_of(w);
     json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:s, s:s, s:b, s:i}", "waiting",
                           st.waiting, "running", st.running, "kv_blocks_used", st.kv_blocks_used,
                           "kv_blocks_total", st.kv_blocks_total, "decode_tokens_per_s",
