@@ -7,6 +7,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 ARGS       ?=
+CTEST_ARGS ?=
 
 .PHONY: all deps build run test test-asan bench fuzz format clean
 
@@ -28,7 +29,7 @@ test:
 	@scripts/deps.sh test
 	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 # The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer.
 # CUDA stays off here: the sanitizers do not see into device code anyway.
@@ -36,7 +37,7 @@ test-asan:
 	@scripts/deps.sh test
 	@[ -f $(ASAN_BUILD)/CMakeCache.txt ] || cmake -S . -B $(ASAN_BUILD) -DIG_ASAN=ON -DIG_UBSAN=ON -DIG_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
 bench:
 	@scripts/deps.sh bench
