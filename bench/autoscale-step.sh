@@ -25,6 +25,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib/common.sh"
 root=$(cd "$here/.." && pwd)
 build=${1:-build}
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
@@ -60,10 +61,6 @@ cleanup() {
 trap cleanup EXIT INT TERM
 
 "$build/infergate" mkmodel --preset tiny --out "$tmp/tiny" >/dev/null
-
-free_port() {
-    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
 
 # Starts a gateway with one CPU pool of two device entries; waits until
 # `min` instances are ready. Sets gw_pid and port.

@@ -30,6 +30,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib/common.sh"
 root=$(cd "$here/.." && pwd)
 build=${1:-build}
 case "$build" in /*) ;; *) build="$root/$build" ;; esac
@@ -95,23 +96,6 @@ cleanup() {
     rm -rf "$tmp"
 }
 trap cleanup EXIT INT TERM
-
-free_port() {
-    "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-
-# Waits (up to 10 s) for "... listening on HOST:PORT" in a file; prints PORT.
-port_of() {
-    for _ in $(seq 1 100); do
-        if grep -q "listening on" "$1" 2>/dev/null; then
-            sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$1" | head -1
-            return 0
-        fi
-        sleep 0.1
-    done
-    echo "proxy-overhead: $1: no listening line" >&2
-    return 1
-}
 
 # Waits (up to 10 s) until a completion through PORT answers 200; prints the
 # response's size in bytes (head + body) and its head lines to stderr.
