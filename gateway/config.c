@@ -488,6 +488,7 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "max_pipeline",
                                        "write_buffer_bytes",
                                        "drain_timeout_ms",
+                                       "drain_grace_ms",
                                        "max_prompt_tokens",
                                        NULL};
     ig_config_limits_t *l = &cfg->limits;
@@ -518,6 +519,7 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
         (rc = get_size(c, o, p, "write_buffer_bytes", 1024, 1u << 30, 256 * 1024,
                        &h->write_buffer_bytes)) ||
         (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
         (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)))
         goto done;
 done:
