@@ -997,6 +997,10 @@ static void handle_load(worker_t *w, ig_http_req_t *req)
         /* the slots a router divides the queue by */
         json_object_set_new(o, "max_num_seqs", json_integer(w->o.max_num_seqs));
         json_object_set_new(o, "max_batched_tokens", json_integer(w->o.max_batched_tokens));
+        /* What a supervisor can show without asking /v1/models. */
+        if (w->chat_source != NULL)
+            json_object_set_new(o, "chat_template",
+                                json_string(ig_chat_style_name(w->chat_style)));
     }
     respond_json(req, 200, o);
 }

@@ -170,6 +170,10 @@ static void test_llama2_specials_are_text(void **state)
     assert_string_equal(json_string_value(json_object_get(m, "chat_template_source")), "detected");
     assert_int_equal(json_integer_value(json_object_get(m, "max_model_len")), 512);
     json_decref(m);
+    ig_tc_response_t r;
+    assert_int_equal(wt_get(&w, "/load", &r), 0);
+    assert_non_null(strstr(r.body, "\"chat_template\":\"llama2\""));
+    ig_tc_response_free(&r);
 
     count_both(wt_model, content, &safe, &unsafe);
     assert_true(safe != unsafe); /* the test can tell the two apart */
