@@ -477,20 +477,13 @@ static int parse_log(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
-    static const char *const keys[] = {"max_request_line",
-                                       "max_header_bytes",
-                                       "max_headers",
-                                       "max_body_bytes",
-                                       "header_timeout_ms",
-                                       "body_timeout_ms",
-                                       "idle_timeout_ms",
-                                       "max_connections",
-                                       "max_pipeline",
-                                       "write_buffer_bytes",
-                                       "drain_timeout_ms",
-                                       "drain_grace_ms",
-                                       "max_prompt_tokens",
-                                       NULL};
+    static const char *const keys[] = {"max_request_line",  "max_header_bytes",
+                                       "max_headers",       "max_body_bytes",
+                                       "header_timeout_ms", "body_timeout_ms",
+                                       "idle_timeout_ms",   "max_connections",
+                                       "max_pipeline",      "write_buffer_bytes",
+                                       "drain_timeout_ms",  "drain_grace_ms",
+                                       "max_prompt_tokens", NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
     const char *p = "limits";

@@ -40,8 +40,8 @@ struct ig_serve_s {
     uv_timer_t grace; /* the drain grace: from the first signal to closing the listener */
     ig_serve_ready_cb ready_cb;
     void *ready_data;
-    int draining; /* first signal seen */
-    int forced;   /* second signal seen: exit without waiting */
+    int draining;     /* first signal seen */
+    int forced;       /* second signal seen: exit without waiting */
     int handles_open; /* the signal handles and the grace timer */
 };
 

@@ -343,7 +343,9 @@ static void chat_setup(worker_t *w)
     const char *tpl = ig_tokenizer_chat_template(w->tok);
     int32_t ids[32];
     w->chat_style = ig_chat_detect_why(tpl, &w->chat_why);
-    w->chat_source = tpl == NULL ? "default" : ig_chat_detect_fallback(tpl) ? "fallback" : "detected";
+    w->chat_source = tpl == NULL                    ? "default"
+                     : ig_chat_detect_fallback(tpl) ? "fallback"
+                                                    : "detected";
     if (strcmp(w->chat_source, "fallback") == 0)
         IG_WARN("chat template: %s (%s)", ig_chat_style_name(w->chat_style), w->chat_why);
     else
@@ -999,8 +1001,7 @@ static void handle_load(worker_t *w, ig_http_req_t *req)
         json_object_set_new(o, "max_batched_tokens", json_integer(w->o.max_batched_tokens));
         /* What a supervisor can show without asking /v1/models. */
         if (w->chat_source != NULL)
-            json_object_set_new(o, "chat_template",
-                                json_string(ig_chat_style_name(w->chat_style)));
+            json_object_set_new(o, "chat_template", json_string(ig_chat_style_name(w->chat_style)));
     }
     respond_json(req, 200, o);
 }
@@ -1027,9 +1028,9 @@ static void handle_models(worker_t *w, ig_http_req_t *req)
     json_t *m = json_array_get(json_object_get(doc, "data"), 0);
     if (m != NULL && w->tok != NULL && w->chat_source != NULL) {
         json_object_set_new(m, "max_model_len", json_integer(w->context));
-        json_object_set_new(m, "max_prompt_tokens",
-                            json_integer(w->o.max_prompt_tokens > 0 ? w->o.max_prompt_tokens
-                                                                    : w->context));
+        json_object_set_new(
+            m, "max_prompt_tokens",
+            json_integer(w->o.max_prompt_tokens > 0 ? w->o.max_prompt_tokens : w->context));
         json_object_set_new(m, "chat_template", json_string(ig_chat_style_name(w->chat_style)));
         json_object_set_new(m, "chat_template_source", json_string(w->chat_source));
         json_object_set_new(m, "chat_template_reason", json_string(w->chat_why));

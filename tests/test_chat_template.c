@@ -261,9 +261,9 @@ static void test_json_and_stop_ids(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_detect), cmocka_unit_test(test_chatml),
-        cmocka_unit_test(test_llama3), cmocka_unit_test(test_llama2),
-        cmocka_unit_test(test_errors), cmocka_unit_test(test_json_and_stop_ids),
+        cmocka_unit_test(test_detect),    cmocka_unit_test(test_chatml),
+        cmocka_unit_test(test_llama3),    cmocka_unit_test(test_llama2),
+        cmocka_unit_test(test_errors),    cmocka_unit_test(test_json_and_stop_ids),
         cmocka_unit_test(test_tool_role), cmocka_unit_test(test_detect_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

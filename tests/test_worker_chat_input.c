@@ -119,7 +119,8 @@ static void count_both(const char *model, const char *content, int *safe, int *u
     *safe = (int)v.len;
     v.len = 0;
     int32_t bos = ig_tokenizer_bos_id(tok), eos = ig_tokenizer_eos_id(tok);
-    assert_int_equal(ig_chat_render(style, &m, 1, bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
+    assert_int_equal(ig_chat_render(style, &m, 1,
+                                    bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
                                     eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL, 1, &text,
                                     &len, err, sizeof(err)),
                      0);
@@ -133,8 +134,8 @@ static void count_both(const char *model, const char *content, int *safe, int *u
 /* POSTs one chat; returns the status and, for a 200, the prompt tokens. */
 static int chat(const wproc_t *w, json_t *messages, int *prompt_tokens, char *msg, size_t msgcap)
 {
-    json_t *body = json_pack("{s:o, s:i, s:f}", "messages", messages, "max_tokens", 1,
-                             "temperature", 0.0);
+    json_t *body =
+        json_pack("{s:o, s:i, s:f}", "messages", messages, "max_tokens", 1, "temperature", 0.0);
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
     int status;
@@ -182,9 +183,9 @@ static void test_llama2_specials_are_text(void **state)
 
     /* No tool turn in Llama-2: a 400 that says so. */
     char msg[512];
-    json_t *msgs = json_pack("[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}]", "role", "user", "content",
-                             "weather?", "role", "assistant", "content", "", "role", "tool",
-                             "content", "{\"t\": 21}");
+    json_t *msgs =
+        json_pack("[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}]", "role", "user", "content", "weather?",
+                  "role", "assistant", "content", "", "role", "tool", "content", "{\"t\": 21}");
     assert_int_equal(chat(&w, msgs, NULL, msg, sizeof(msg)), 400);
     assert_non_null(strstr(msg, "messages[2].role: \"tool\" messages are not supported"));
     wt_stop(&w);
@@ -207,9 +208,9 @@ static void test_chatml_specials_are_text_and_tool_role(void **state)
     assert_int_equal(chat(&w, one_user(content), &got, NULL, 0), 200);
     assert_int_equal(got, safe);
 
-    json_t *msgs = json_pack("[{s:s, s:s}, {s:s, s:n}, {s:s, s:s, s:s}]", "role", "user",
-                             "content", "weather?", "role", "assistant", "content", "role",
-                             "tool", "tool_call_id", "call_1", "content", "{\"t\": 21}");
+    json_t *msgs = json_pack("[{s:s, s:s}, {s:s, s:n}, {s:s, s:s, s:s}]", "role", "user", "content",
+                             "weather?", "role", "assistant", "content", "role", "tool",
+                             "tool_call_id", "call_1", "content", "{\"t\": 21}");
     assert_int_equal(chat(&w, msgs, &got, NULL, 0), 200);
     assert_true(got > 10);
     wt_stop(&w);

@@ -16,8 +16,8 @@
 
 #define LIMIT 8
 
-static wproc_t W;      /* --max-prompt-tokens LIMIT */
-static wproc_t PLAIN;  /* no flag */
+static wproc_t W;     /* --max-prompt-tokens LIMIT */
+static wproc_t PLAIN; /* no flag */
 
 static int setup(void **state)
 {
@@ -75,9 +75,9 @@ static void test_token_ids(void **state)
     char *body = ids_body(LIMIT + 1);
     json_t *j = wt_post_json(&W, "/v1/completions", body, &status);
     assert_too_long(j, status, "prompt", LIMIT, LIMIT + 1);
-    assert_non_null(strstr(json_string_value(json_object_get(json_object_get(j, "error"),
-                                                             "message")),
-                           "maximum prompt length"));
+    assert_non_null(
+        strstr(json_string_value(json_object_get(json_object_get(j, "error"), "message")),
+               "maximum prompt length"));
     json_decref(j);
     free(body);
     body = ids_body(LIMIT);
@@ -148,8 +148,9 @@ static void test_default_is_context(void **state)
 static void test_flag_checked(void **state)
 {
     ig_proc_t p;
-    const char *args[] = {"worker", "--model", wt_model, "--listen", "unix:/tmp/x.sock",
-                          "--max-prompt-tokens", "-1", NULL};
+    const char *args[] = {
+        "worker", "--model", wt_model, "--listen", "unix:/tmp/x.sock", "--max-prompt-tokens",
+        "-1",     NULL};
     assert_int_equal(ig_proc_start_bin(&p, "infergate", args, IG_PROC_PIPES), 0);
     assert_int_equal(ig_proc_wait_exit(&p, 10000), 2);
     assert_non_null(strstr(p.err, "--max-prompt-tokens"));
@@ -159,8 +160,8 @@ static void test_flag_checked(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_token_ids),  cmocka_unit_test(test_text_and_batch),
-        cmocka_unit_test(test_chat),       cmocka_unit_test(test_default_is_context),
+        cmocka_unit_test(test_token_ids),    cmocka_unit_test(test_text_and_batch),
+        cmocka_unit_test(test_chat),         cmocka_unit_test(test_default_is_context),
         cmocka_unit_test(test_flag_checked),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

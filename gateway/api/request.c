@@ -669,8 +669,7 @@ int ig_api_check_context(const ig_api_request_t *req, int ntok, int ctx, ig_api_
     return 0;
 }
 
-int ig_api_check_prompt_limit(const ig_api_request_t *req, int ntok, int limit,
-                              ig_api_error_t *err)
+int ig_api_check_prompt_limit(const ig_api_request_t *req, int ntok, int limit, ig_api_error_t *err)
 {
     if (limit <= 0 || ntok <= limit)
         return 0;

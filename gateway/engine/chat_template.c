@@ -300,10 +300,10 @@ int ig_chat_encode(ig_chat_style_t style, const ig_tokenizer_t *tok, const ig_ch
     char *text;
     size_t len, nmarks;
     ig_tokspan_t *marks;
-    int rc = ig_chat_render_marked(style, m, n, bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
-                                   eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL,
-                                   add_generation_prompt, &text, &len, &marks, &nmarks, err,
-                                   errlen);
+    int rc =
+        ig_chat_render_marked(style, m, n, bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
+                              eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL,
+                              add_generation_prompt, &text, &len, &marks, &nmarks, err, errlen);
     if (rc != 0)
         return rc;
     /* The template wrote BOS where the family wants it: no ADD_BOS. */

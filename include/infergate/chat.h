@@ -70,8 +70,7 @@ int ig_chat_render_marked(ig_chat_style_t style, const ig_chat_msg_t *msgs, size
  * ig_tokenizer_encode_marked). BOS comes from the template, not ADD_BOS.
  * Returns as ig_chat_render(), or the encoder's error with err set. */
 int ig_chat_encode(ig_chat_style_t style, const ig_tokenizer_t *tok, const ig_chat_msg_t *msgs,
-                   size_t n, int add_generation_prompt, ig_tokvec_t *ids, char *err,
-                   size_t errlen);
+                   size_t n, int add_generation_prompt, ig_tokvec_t *ids, char *err, size_t errlen);
 
 /* As ig_chat_render() from an OpenAI `messages` array (borrowed): each item
  * {"role", "content"} where content is a string or a list of {"type":"text",
