@@ -477,19 +477,13 @@ static int parse_log(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
-    static const char *const keys[] = {"max_request_line",
-                                       "max_header_bytes",
-                                       "max_headers",
-                                       "max_body_bytes",
-                                       "header_timeout_ms",
-                                       "body_timeout_ms",
-                                       "idle_timeout_ms",
-                                       "max_connections",
-                                       "max_pipeline",
-                                       "write_buffer_bytes",
-                                       "drain_timeout_ms",
-                                       "max_prompt_tokens",
-                                       NULL};
+    static const char *const keys[] = {"max_request_line",  "max_header_bytes",
+                                       "max_headers",       "max_body_bytes",
+                                       "header_timeout_ms", "body_timeout_ms",
+                                       "idle_timeout_ms",   "max_connections",
+                                       "max_pipeline",      "write_buffer_bytes",
+                                       "drain_timeout_ms",  "drain_grace_ms",
+                                       "max_prompt_tokens", NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
     const char *p = "limits";
@@ -518,6 +512,7 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
         (rc = get_size(c, o, p, "write_buffer_bytes", 1024, 1u << 30, 256 * 1024,
                        &h->write_buffer_bytes)) ||
         (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
         (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)))
         goto done;
 done:

@@ -496,6 +496,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
         ps.max_num_seqs = (int)cp->batching.max_num_seqs;
         ps.max_waiting = (int)cp->batching.max_waiting;
+        ps.max_prompt_tokens = (int)cfg->limits.max_prompt_tokens;
         /* Workers log warnings and errors; their access lines would repeat
          * the gateway's and the readiness and load polls would drown them. */
         ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : "warn";
@@ -688,6 +689,17 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         respond_api_error(req, &e);
         ig_api_request_dispose(&r);
         return;
+    }
+    /* Token ids count exactly here, so an over-long one never takes an
+     * upstream's time; text is counted by the worker that tokenizes it. */
+    for (int i = 0; i < r.nprompts; i++) {
+        if (r.prompts[i].text == NULL &&
+            ig_api_check_prompt_limit(&r, r.prompts[i].nids, (int)gw->cfg->limits.max_prompt_tokens,
+                                      &e) != 0) {
+            respond_api_error(req, &e);
+            ig_api_request_dispose(&r);
+            return;
+        }
     }
     json_t *canon = ig_api_request_to_json(&r);
     size_t clen = 0;

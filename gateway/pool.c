@@ -369,7 +369,7 @@ static void instance_spawn(ig_instance_t *in)
     const ig_pool_spec_t *s = &p->spec;
     char *args[MAX_ARGS];
     int na = 0;
-    char threads[16], kv[16], bs[16], mbt[16], mns[16], mw[16];
+    char threads[16], kv[16], bs[16], mbt[16], mns[16], mw[16], mpt[16];
     args[na++] = (char *)s->exe;
     args[na++] = "worker";
     args[na++] = "--model";
@@ -412,6 +412,10 @@ static void instance_spawn(ig_instance_t *in)
     if (s->max_waiting > 0) {
         args[na++] = "--max-waiting";
         args[na++] = fmt_int(mw, sizeof(mw), s->max_waiting);
+    }
+    if (s->max_prompt_tokens > 0) {
+        args[na++] = "--max-prompt-tokens";
+        args[na++] = fmt_int(mpt, sizeof(mpt), s->max_prompt_tokens);
     }
     if (s->log_level != NULL) {
         args[na++] = "--log-level";

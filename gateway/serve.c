@@ -5,10 +5,13 @@
  * completely before anything listens, so a bad config exits 2 with its
  * message and never takes a port. Then logging, signals, the HTTP server.
  *
- * Shutdown: the first SIGTERM/SIGINT makes /ready answer 503, stops
- * accepting and lets requests in flight finish for up to
- * limits.drain_timeout_ms (ig_http_server_close), then the process exits 0.
- * A second signal stops the loop at once and exits 1.
+ * Shutdown: the first SIGTERM/SIGINT makes /ready answer 503 at once, but
+ * the server goes on accepting and serving for limits.drain_grace_ms, so
+ * that a readiness probe sees the 503 and the load balancer takes the
+ * gateway out before any connection is refused. Then the listener closes
+ * and requests in flight finish for up to limits.drain_timeout_ms
+ * (ig_http_server_close), and the process exits 0. A second signal stops
+ * the loop at once and exits 1.
  */
 #include "infergate/serve.h"
 #include "infergate/cli.h"
@@ -34,11 +37,12 @@ struct ig_serve_s {
     ig_gateway_t *gw; /* pools, sites and the proxy behind the /v1 routes */
     uv_signal_t sigterm;
     uv_signal_t sigint;
+    uv_timer_t grace; /* the drain grace: from the first signal to closing the listener */
     ig_serve_ready_cb ready_cb;
     void *ready_data;
-    int draining; /* first signal seen */
-    int forced;   /* second signal seen: exit without waiting */
-    int signals_open;
+    int draining;     /* first signal seen */
+    int forced;       /* second signal seen: exit without waiting */
+    int handles_open; /* the signal handles and the grace timer */
 };
 
 /* ---- readiness ---------------------------------------------------------- */
@@ -243,18 +247,20 @@ static void on_request(ig_http_req_t *req, void *data)
 
 /* ---- shutdown ----------------------------------------------------------- */
 
-static void on_signal_closed(uv_handle_t *h)
+static void on_handle_closed(uv_handle_t *h)
 {
     ig_serve_t *s = h->data;
-    s->signals_open--;
+    s->handles_open--;
 }
 
-static void close_signals(ig_serve_t *s)
+/* The serve command's own handles; once they are closed, uv_run returns. */
+static void close_handles(ig_serve_t *s)
 {
-    if (!uv_is_closing((uv_handle_t *)&s->sigterm))
-        uv_close((uv_handle_t *)&s->sigterm, on_signal_closed);
-    if (!uv_is_closing((uv_handle_t *)&s->sigint))
-        uv_close((uv_handle_t *)&s->sigint, on_signal_closed);
+    uv_handle_t *hs[] = {(uv_handle_t *)&s->sigterm, (uv_handle_t *)&s->sigint,
+                         (uv_handle_t *)&s->grace};
+    for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
+        if (!uv_is_closing(hs[i]))
+            uv_close(hs[i], on_handle_closed);
 }
 
 /* Workers have nothing in flight once the HTTP server has drained. */
@@ -265,7 +271,7 @@ static void on_gateway_closed(void *data)
     ig_serve_t *s = data;
     s->gw = NULL;
     IG_INFO("drained; exiting");
-    close_signals(s); /* the last handles: uv_run returns */
+    close_handles(s); /* the last handles: uv_run returns */
 }
 
 static void on_server_closed(ig_http_server_t *server, void *data)
@@ -279,6 +285,22 @@ static void on_server_closed(ig_http_server_t *server, void *data)
         on_gateway_closed(s);
 }
 
+/* The end of the grace: no more connections; those in flight get the
+ * drain timeout. */
+static void close_listener(ig_serve_t *s)
+{
+    if (s->server == NULL)
+        return;
+    IG_INFO("closing the listener: %u requests in flight get up to %llu ms",
+            ig_http_server_inflight(s->server), (unsigned long long)s->cfg.limits.drain_timeout_ms);
+    ig_http_server_close(s->server, s->cfg.limits.drain_timeout_ms, on_server_closed, s);
+}
+
+static void on_grace_end(uv_timer_t *t)
+{
+    close_listener(t->data);
+}
+
 static void on_signal(uv_signal_t *h, int signum)
 {
     ig_serve_t *s = h->data;
@@ -290,12 +312,16 @@ static void on_signal(uv_signal_t *h, int signum)
         uv_stop(s->loop);
         return;
     }
-    s->draining = 1;
-    IG_INFO("%s: draining (%u requests in flight, up to %llu ms); a second signal exits now", name,
-            s->server ? ig_http_server_inflight(s->server) : 0,
+    s->draining = 1; /* /ready answers 503 from now on */
+    IG_INFO("%s: draining (%u requests in flight): /ready answers 503, the listener closes in "
+            "%llu ms, then requests in flight get up to %llu ms; a second signal exits now",
+            name, s->server ? ig_http_server_inflight(s->server) : 0,
+            (unsigned long long)s->cfg.limits.drain_grace_ms,
             (unsigned long long)s->cfg.limits.drain_timeout_ms);
-    if (s->server != NULL)
-        ig_http_server_close(s->server, s->cfg.limits.drain_timeout_ms, on_server_closed, s);
+    if (s->cfg.limits.drain_grace_ms == 0)
+        close_listener(s);
+    else
+        uv_timer_start(&s->grace, on_grace_end, s->cfg.limits.drain_grace_ms, 0);
 }
 
 /* ---- the command -------------------------------------------------------- */
@@ -327,8 +353,9 @@ static void usage(FILE *out)
             "\n"
             "Exit status: 0 after a graceful shutdown, 1 on a run-time failure (cannot\n"
             "listen) or a forced shutdown, 2 on a usage or config error (before listening).\n"
-            "SIGTERM or SIGINT stops accepting and lets requests in flight finish for up to\n"
-            "limits.drain_timeout_ms; a second signal exits at once.\n");
+            "SIGTERM or SIGINT makes /ready answer 503 while the gateway still serves for\n"
+            "limits.drain_grace_ms (5 s), then stops accepting and lets requests in flight\n"
+            "finish for up to limits.drain_timeout_ms; a second signal exits at once.\n");
 }
 
 typedef struct {
@@ -446,9 +473,11 @@ int ig_cmd_serve(int argc, char **argv)
     s.loop = &loop;
     s.sigterm.data = &s;
     s.sigint.data = &s;
+    s.grace.data = &s;
     uv_signal_init(&loop, &s.sigterm);
     uv_signal_init(&loop, &s.sigint);
-    s.signals_open = 2;
+    uv_timer_init(&loop, &s.grace);
+    s.handles_open = 3;
     uv_signal_start(&s.sigterm, on_signal, SIGTERM);
     uv_signal_start(&s.sigint, on_signal, SIGINT);
 
@@ -506,7 +535,7 @@ int ig_cmd_serve(int argc, char **argv)
     status = IG_EXIT_OK;
     goto done;
 fail_signals:
-    close_signals(&s);
+    close_handles(&s);
     uv_run(&loop, UV_RUN_DEFAULT);
 done:
     gauge_serve = NULL;

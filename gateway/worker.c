@@ -12,6 +12,7 @@
  * still come). Only then is the wreq freed, so no event can outlive it.
  */
 #include "infergate/api.h"
+#include "infergate/chat.h"
 #include "infergate/cli.h"
 #include "infergate/engine.h"
 #include "infergate/error.h"
@@ -22,10 +23,6 @@
 #include "infergate/model.h"
 #include "infergate/scheduler.h"
 #include "infergate/tokenizer.h"
-#if __has_include("infergate/chat.h")
-#include "infergate/chat.h"
-#define IG_WORKER_HAVE_CHAT 1
-#endif
 
 #include <getopt.h>
 #include <jansson.h>
@@ -55,6 +52,7 @@ typedef struct {
     double stall_timeout_s;   /* a stream whose client reads nothing this long is cancelled */
     size_t stream_buffer;     /* bytes buffered per paused stream before it is cancelled */
     double drain_timeout_s;   /* SIGTERM: how long in-flight work may take */
+    int max_prompt_tokens;    /* longest prompt accepted; 0 = the context length */
 } worker_opts_t;
 
 typedef enum { W_LOADING = 0, W_READY, W_FAILED, W_DRAINING } wstate_t;
@@ -132,9 +130,9 @@ typedef struct worker_s {
     int neos;
     int chat_stop[32];
     int nchat_stop;
-#ifdef IG_WORKER_HAVE_CHAT
     ig_chat_style_t chat_style;
-#endif
+    const char *chat_source; /* "detected", "default" (no template) or "fallback" */
+    const char *chat_why;    /* the sentence ig_chat_detect_why() gave */
 
     wreq_t *reqs; /* generation requests in flight */
     int nreqs;
@@ -309,11 +307,11 @@ static int tok_encode(worker_t *w, const char *text, size_t len, int add_bos, in
     return 0;
 }
 
-/* Renders chat messages into prompt text with the model's template. */
-static int chat_render(worker_t *w, const ig_api_request_t *a, char **out, size_t *outlen,
-                       char *err, size_t errlen)
+/* Chat messages into prompt ids with the model's template: markers as
+ * their special tokens, message content as plain text. */
+static int chat_encode(worker_t *w, const ig_api_request_t *a, int **ids, int *n, char *err,
+                       size_t errlen)
 {
-#ifdef IG_WORKER_HAVE_CHAT
     ig_chat_msg_t *m = calloc((size_t)a->nmessages, sizeof(*m));
     if (!m)
         return IG_ENOMEM;
@@ -323,50 +321,38 @@ static int chat_render(worker_t *w, const ig_api_request_t *a, char **out, size_
         m[i].content = a->messages[i].content;
         m[i].content_len = strlen(a->messages[i].content);
     }
-    int32_t bos = ig_tokenizer_bos_id(w->tok), eos = ig_tokenizer_eos_id(w->tok);
-    int rc = ig_chat_render(w->chat_style, m, (size_t)a->nmessages,
-                            bos >= 0 ? ig_tokenizer_token_str(w->tok, bos) : NULL,
-                            eos >= 0 ? ig_tokenizer_token_str(w->tok, eos) : NULL, 1, out, outlen,
-                            err, errlen);
+    ig_tokvec_t v;
+    ig_tokvec_init(&v);
+    int rc = ig_chat_encode(w->chat_style, w->tok, m, (size_t)a->nmessages, 1, &v, err, errlen);
     free(m);
+    if (rc == 0) {
+        *ids = malloc(sizeof(int) * (v.len ? v.len : 1));
+        rc = *ids ? 0 : IG_ENOMEM;
+        for (size_t i = 0; rc == 0 && i < v.len; i++)
+            (*ids)[i] = v.ids[i];
+        *n = (int)v.len;
+    }
+    ig_tokvec_dispose(&v);
     return rc;
-#else
-    /* Until the chat module is in the build: ChatML as plain text. */
-    size_t cap = 64;
-    for (int i = 0; i < a->nmessages; i++)
-        cap += strlen(a->messages[i].role) + strlen(a->messages[i].content) + 32;
-    char *p = malloc(cap);
-    if (!p)
-        return IG_ENOMEM;
-    size_t o = 0;
-    for (int i = 0; i < a->nmessages; i++)
-        o += (size_t)snprintf(p + o, cap - o, "<|im_start|>%s\n%s<|im_end|>\n", a->messages[i].role,
-                              a->messages[i].content);
-    o += (size_t)snprintf(p + o, cap - o, "<|im_start|>assistant\n");
-    *out = p;
-    *outlen = o;
-    (void)err;
-    (void)errlen;
-    return 0;
-#endif
 }
 
-static void chat_stop_ids(worker_t *w)
+/* The chat family, said once at load (a fallback as a warning: the model
+ * may have been trained on another format), and its end-of-turn ids. */
+static void chat_setup(worker_t *w)
 {
-#ifdef IG_WORKER_HAVE_CHAT
+    const char *tpl = ig_tokenizer_chat_template(w->tok);
     int32_t ids[32];
-    w->chat_style = ig_chat_detect(ig_tokenizer_chat_template(w->tok));
+    w->chat_style = ig_chat_detect_why(tpl, &w->chat_why);
+    w->chat_source = tpl == NULL                    ? "default"
+                     : ig_chat_detect_fallback(tpl) ? "fallback"
+                                                    : "detected";
+    if (strcmp(w->chat_source, "fallback") == 0)
+        IG_WARN("chat template: %s (%s)", ig_chat_style_name(w->chat_style), w->chat_why);
+    else
+        IG_INFO("chat template: %s (%s)", ig_chat_style_name(w->chat_style), w->chat_why);
     size_t n = ig_chat_stop_ids(w->chat_style, w->tok, ids, 32);
     for (size_t i = 0; i < n && i < 32; i++)
         w->chat_stop[w->nchat_stop++] = ids[i];
-#else
-    const char *names[] = {"<|im_end|>", "<|eot_id|>", "</s>", "<|end_of_text|>"};
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-        int32_t id = ig_tokenizer_token_id(w->tok, names[i], strlen(names[i]));
-        if (id >= 0 && w->nchat_stop < 32)
-            w->chat_stop[w->nchat_stop++] = id;
-    }
-#endif
 }
 
 /* ---- small HTTP helpers --------------------------------------------------- */
@@ -780,15 +766,11 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
         c->index = i;
         int rc;
         if (a->kind == IG_API_CHAT) {
-            char *text = NULL, err[256] = "";
-            size_t len = 0;
-            rc = chat_render(w, a, &text, &len, err, sizeof(err));
-            if (rc < 0)
+            char err[256] = "";
+            rc = chat_encode(w, a, &c->prompt, &c->nprompt, err, sizeof(err));
+            if (rc == IG_EINVAL)
                 return ig_api_error(e, 400, "messages", "%s",
                                     err[0] ? err : "the messages cannot be rendered");
-            /* The rendered prompt already has BOS where the template puts it. */
-            rc = tok_encode(w, text, len, 0, &c->prompt, &c->nprompt);
-            free(text);
         } else if (a->prompts[i].text) {
             const ig_api_prompt_t *p = &a->prompts[i];
             size_t bad = 0;
@@ -833,7 +815,8 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
         if (rc < 0)
             return ig_api_error(e, 400, a->kind == IG_API_CHAT ? "messages" : "prompt",
                                 "the prompt cannot be tokenized: %s", ig_strerror(rc));
-        if (ig_api_check_context(a, c->nprompt, w->context, e) < 0)
+        if (ig_api_check_prompt_limit(a, c->nprompt, w->o.max_prompt_tokens, e) < 0 ||
+            ig_api_check_context(a, c->nprompt, w->context, e) < 0)
             return IG_EINVAL;
     }
     return 0;
@@ -1016,6 +999,9 @@ static void handle_load(worker_t *w, ig_http_req_t *req)
         /* the slots a router divides the queue by */
         json_object_set_new(o, "max_num_seqs", json_integer(w->o.max_num_seqs));
         json_object_set_new(o, "max_batched_tokens", json_integer(w->o.max_batched_tokens));
+        /* What a supervisor can show without asking /v1/models. */
+        if (w->chat_source != NULL)
+            json_object_set_new(o, "chat_template", json_string(ig_chat_style_name(w->chat_style)));
     }
     respond_json(req, 200, o);
 }
@@ -1031,6 +1017,25 @@ static void handle_metrics(worker_t *w, ig_http_req_t *req)
     }
     ig_http_respond(req, 200, "text/plain; version=0.0.4", s, len);
     free(s);
+}
+
+/* The one model, with what a client cannot see elsewhere: the context, the
+ * prompt limit and the chat template in use (and why it was chosen). */
+static void handle_models(worker_t *w, ig_http_req_t *req)
+{
+    const char *ids[1] = {w->model_name};
+    json_t *doc = ig_api_models_json(ids, 1, w->created, "infergate");
+    json_t *m = json_array_get(json_object_get(doc, "data"), 0);
+    if (m != NULL && w->tok != NULL && w->chat_source != NULL) {
+        json_object_set_new(m, "max_model_len", json_integer(w->context));
+        json_object_set_new(
+            m, "max_prompt_tokens",
+            json_integer(w->o.max_prompt_tokens > 0 ? w->o.max_prompt_tokens : w->context));
+        json_object_set_new(m, "chat_template", json_string(ig_chat_style_name(w->chat_style)));
+        json_object_set_new(m, "chat_template_source", json_string(w->chat_source));
+        json_object_set_new(m, "chat_template_reason", json_string(w->chat_why));
+    }
+    respond_json(req, 200, doc);
 }
 
 static void on_request(ig_http_req_t *req, void *data)
@@ -1089,10 +1094,8 @@ static void on_request(ig_http_req_t *req, void *data)
     case 3:
         handle_metrics(w, req);
         break;
-    default: {
-        const char *ids[1] = {w->model_name};
-        respond_json(req, 200, ig_api_models_json(ids, 1, w->created, "infergate"));
-    }
+    default:
+        handle_models(w, req);
     }
 }
 
@@ -1181,7 +1184,7 @@ static void after_load(uv_work_t *req, int status)
         if (!dup)
             w->eos[w->neos++] = te[i];
     }
-    chat_stop_ids(w);
+    chat_setup(w);
     w->kv_tokens = ig_engine_num_blocks(w->engine) * ig_engine_block_size(w->engine);
 
     ig_sched_engine_t se = {.ctx = w->engine,
@@ -1313,6 +1316,8 @@ static void usage(FILE *out)
             "  --max-waiting N          waiting queue bound; beyond it 429 (1024)\n"
             "  --request-timeout S      deadline of one request in seconds (600; 0 = none)\n"
             "  --stream-stall-timeout S cancel a stream whose client reads nothing this long (30)\n"
+            "  --max-prompt-tokens N    longest prompt accepted; longer ones get 400\n"
+            "                           (0 = the model's context length)\n"
             "  --name NAME              the model id clients use (directory name)\n"
             "  --log-level debug|info|warn|error\n"
             "  --log-format text|json\n"
@@ -1346,6 +1351,7 @@ int ig_cmd_worker(int argc, char **argv)
         {"request-timeout", required_argument, NULL, 'r'},
         {"name", required_argument, NULL, 'n'},
         {"stream-stall-timeout", required_argument, NULL, 'S'},
+        {"max-prompt-tokens", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'L'},
         {"log-format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
@@ -1414,6 +1420,10 @@ int ig_cmd_worker(int argc, char **argv)
         }
         case 'n':
             w->o.name = optarg;
+            break;
+        case 'P':
+            if (parse_int(optarg, "--max-prompt-tokens", 0, &w->o.max_prompt_tokens) < 0)
+                goto out;
             break;
         case 'S': {
             char *end;

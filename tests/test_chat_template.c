@@ -99,18 +99,66 @@ static void test_llama2(void **state)
     free(s);
 }
 
+/* The tool role: a `tool` turn in ChatML, an `ipython` turn in Llama-3. */
+static void test_tool_role(void **state)
+{
+    const ig_chat_msg_t m[] = {MSG("user", "Weather?"), MSG("assistant", ""),
+                               MSG("tool", "{\"t\": 21}")};
+    char *s = render(IG_CHAT_CHATML, m, 3, NULL, NULL);
+    (void)state;
+    assert_string_equal(s, "<|im_start|>user\nWeather?<|im_end|>\n"
+                           "<|im_start|>assistant\n<|im_end|>\n"
+                           "<|im_start|>tool\n{\"t\": 21}<|im_end|>\n"
+                           "<|im_start|>assistant\n");
+    free(s);
+    s = render(IG_CHAT_LLAMA3, m, 3, "<|begin_of_text|>", NULL);
+    assert_string_equal(s, "<|begin_of_text|>"
+                           "<|start_header_id|>user<|end_header_id|>\n\nWeather?<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n<|eot_id|>"
+                           "<|start_header_id|>ipython<|end_header_id|>\n\n{\"t\": 21}<|eot_id|>"
+                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
+    free(s);
+}
+
+/* Which family, and the sentence that says why (logged at load). */
+static void test_detect_why(void **state)
+{
+    const char *why = NULL;
+    (void)state;
+    assert_int_equal(ig_chat_detect_why(NULL, &why), IG_CHAT_CHATML);
+    assert_non_null(strstr(why, "no chat_template"));
+    assert_int_equal(ig_chat_detect_fallback(NULL), 0);
+    assert_int_equal(ig_chat_detect_why("{{ messages }}", &why), IG_CHAT_CHATML);
+    assert_non_null(strstr(why, "fallback"));
+    assert_int_equal(ig_chat_detect_fallback("{{ messages }}"), 1);
+    assert_int_equal(ig_chat_detect_why("x<|im_start|>y", &why), IG_CHAT_CHATML);
+    assert_string_equal(why, "its chat_template has <|im_start|>");
+    assert_int_equal(ig_chat_detect_fallback("x<|im_start|>y"), 0);
+    assert_int_equal(ig_chat_detect_why("[INST]", &why), IG_CHAT_LLAMA2);
+    assert_int_equal(ig_chat_detect_why("<|start_header_id|>", NULL), IG_CHAT_LLAMA3);
+}
+
 static void test_errors(void **state)
 {
     char *out = (char *)1, err[256];
     size_t len;
-    const ig_chat_msg_t bad_role[] = {MSG("user", "a"), MSG("tool", "b")};
+    const ig_chat_msg_t bad_role[] = {MSG("user", "a"), MSG("robot", "b")};
+    const ig_chat_msg_t tool[] = {MSG("user", "a"), MSG("assistant", "b"), MSG("tool", "c")};
     const ig_chat_msg_t two_users[] = {MSG("user", "a"), MSG("user", "b")};
     (void)state;
     assert_int_equal(
         ig_chat_render(IG_CHAT_CHATML, bad_role, 2, NULL, NULL, 1, &out, &len, err, sizeof err),
         IG_EINVAL);
     assert_null(out);
-    assert_string_equal(err, "messages[1].role: must be \"system\", \"user\" or \"assistant\"");
+    assert_string_equal(
+        err, "messages[1].role: must be \"system\", \"user\", \"assistant\" or \"tool\"");
+    /* Llama-2 has no tool turn: a clear refusal, not a silent fold. */
+    assert_int_equal(
+        ig_chat_render(IG_CHAT_LLAMA2, tool, 3, "<s>", "</s>", 1, &out, &len, err, sizeof err),
+        IG_EINVAL);
+    assert_null(out);
+    assert_string_equal(err, "messages[2].role: \"tool\" messages are not supported by this "
+                             "model's chat template (Llama-2 has no tool turn)");
     assert_int_equal(
         ig_chat_render(IG_CHAT_LLAMA2, two_users, 2, "<s>", "</s>", 1, &out, &len, err, sizeof err),
         IG_EINVAL);
@@ -189,7 +237,7 @@ static void test_json_and_stop_ids(void **state)
              "messages[0].content[0]: only {\"type\": \"text\", \"text\": ...} parts are "
              "supported"},
             {"[{\"role\":\"robot\",\"content\":\"x\"}]",
-             "messages[0].role: must be \"system\", \"user\" or \"assistant\""},
+             "messages[0].role: must be \"system\", \"user\", \"assistant\" or \"tool\""},
         };
         ig_tokenizer_t *tok;
         snprintf(sub, sizeof sub, "%s/3", dir);
@@ -213,9 +261,10 @@ static void test_json_and_stop_ids(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_detect), cmocka_unit_test(test_chatml),
-        cmocka_unit_test(test_llama3), cmocka_unit_test(test_llama2),
-        cmocka_unit_test(test_errors), cmocka_unit_test(test_json_and_stop_ids),
+        cmocka_unit_test(test_detect),    cmocka_unit_test(test_chatml),
+        cmocka_unit_test(test_llama3),    cmocka_unit_test(test_llama2),
+        cmocka_unit_test(test_errors),    cmocka_unit_test(test_json_and_stop_ids),
+        cmocka_unit_test(test_tool_role), cmocka_unit_test(test_detect_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

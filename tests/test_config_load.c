@@ -58,6 +58,7 @@ static void test_default(void **state)
     assert_int_equal(cfg.limits.http.max_pipeline, 16);
     assert_int_equal(cfg.limits.http.write_buffer_bytes, 256 * 1024);
     assert_int_equal(cfg.limits.drain_timeout_ms, 30000);
+    assert_int_equal(cfg.limits.drain_grace_ms, 5000);
     assert_int_equal(cfg.routing.policy, IG_ROUTE_LATENCY);
     assert_int_equal(cfg.log.level, IG_LOG_INFO);
     assert_int_equal(cfg.log.format, IG_LOG_TEXT);
@@ -137,6 +138,7 @@ static void test_full_values(void **state)
     assert_int_equal(cfg.routing.queue_size, 0);
     assert_int_equal(cfg.limits.http.max_pipeline, 4);
     assert_int_equal(cfg.limits.drain_timeout_ms, 0);
+    assert_int_equal(cfg.limits.drain_grace_ms, 250);
     assert_int_equal(cfg.limits.max_prompt_tokens, 2048);
     assert_int_equal(cfg.napi_keys, 2);
     assert_string_equal(cfg.api_keys[1], "sk-two");

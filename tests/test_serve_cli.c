@@ -137,7 +137,7 @@ static void test_json_log_and_overrides(void **state)
     /* --listen overrides the config's port; --log-format json makes JSON lines. */
     const char *path =
         ig_proc_temp_file("{\"listen\": \"127.0.0.1:1\", \"log\": {\"level\": \"error\"},"
-                          " \"region\": \"jr\"}",
+                          " \"region\": \"jr\", \"limits\": {\"drain_grace_ms\": 0}}",
                           ".json");
     const char *args[] = {"serve",       "--config", path,           "--listen", "127.0.0.1:0",
                           "--log-level", "info",     "--log-format", "json",     NULL};

@@ -98,7 +98,8 @@ static void test_inflight_request_finishes(void **state)
     snprintf(text, sizeof(text),
              "{\"listen\": \"127.0.0.1:0\", \"models\": [{\"name\": \"tiny\"}],"
              " \"sites\": [{\"name\": \"up\", \"url\": \"http://127.0.0.1:%d\","
-             " \"models\": [\"tiny\"]}], \"limits\": {\"drain_timeout_ms\": 20000}}",
+             " \"models\": [\"tiny\"]}], \"limits\": {\"drain_timeout_ms\": 20000,"
+             " \"drain_grace_ms\": 0}}",
              ig_ts_port(ts));
     const char *config = ig_proc_temp_file(text, ".json");
     assert_non_null(config);

@@ -28,7 +28,8 @@ static int start_server(void **state)
     /* A config of our own: the region label proves it was read, and with no
      * pools nothing can serve, so /ready must say so. */
     config_path = ig_proc_temp_file("{\"region\": \"test-region\", \"listen\": \"127.0.0.1:0\","
-                                    " \"api_keys\": [\"sk-test-1\", \"sk-test-2\"]}",
+                                    " \"api_keys\": [\"sk-test-1\", \"sk-test-2\"],"
+                                    " \"limits\": {\"drain_grace_ms\": 0}}",
                                     ".json");
     if (config_path == NULL)
         return -1;

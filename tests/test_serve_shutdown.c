@@ -22,9 +22,11 @@ static const char *config_path;
 
 static int setup(void **state)
 {
-    /* A long drain, so that only the second signal can end it early. */
+    /* A long drain, so that only the second signal can end it early, and a
+     * short grace (the default 5 s would only slow the test down). */
     config_path = ig_proc_temp_file("{\"listen\": \"127.0.0.1:0\","
-                                    " \"limits\": {\"drain_timeout_ms\": 20000}}",
+                                    " \"limits\": {\"drain_timeout_ms\": 20000,"
+                                    " \"drain_grace_ms\": 200}}",
                                     ".json");
     return config_path == NULL ? -1 : 0;
 }

@@ -669,6 +669,19 @@ int ig_api_check_context(const ig_api_request_t *req, int ntok, int ctx, ig_api_
     return 0;
 }
 
+int ig_api_check_prompt_limit(const ig_api_request_t *req, int ntok, int limit, ig_api_error_t *err)
+{
+    if (limit <= 0 || ntok <= limit)
+        return 0;
+    const char *what = req->kind == IG_API_CHAT ? "messages" : "prompt";
+    ig_api_error(err, 400, what,
+                 "This server's maximum prompt length is %d tokens. However, your %s resulted "
+                 "in %d tokens. Please reduce the length of the %s.",
+                 limit, what, ntok, what);
+    err->code = "context_length_exceeded";
+    return IG_ETOOLONG;
+}
+
 /* ---- canonical form ------------------------------------------------------- */
 
 static json_t *ids_json(const int *ids, int n)

@@ -2,6 +2,11 @@
  * Chat templates of the three common families, written as code rather than
  * run through a Jinja engine: the families are few and fixed, and a Jinja
  * interpreter in the server would be a large attack surface for a small gain.
+ *
+ * What the template writes (markers, role headers, BOS/EOS) is recorded as
+ * marked spans of the output; message content is not. The encoder matches
+ * special tokens only inside the marks, so a user who types "<|im_end|>"
+ * sends those characters, not the control token.
  */
 #include "infergate/chat.h"
 
@@ -16,6 +21,8 @@ typedef struct {
     char *p;
     size_t len, cap;
     int oom;
+    ig_tokspan_t *marks; /* (nmarks) what the template wrote, in order */
+    size_t nmarks, cap_marks;
 } out_t;
 
 static void put(out_t *o, const char *s, size_t n)
@@ -39,10 +46,32 @@ static void put(out_t *o, const char *s, size_t n)
     o->p[o->len] = 0;
 }
 
-static void puts_(out_t *o, const char *s)
+/* Template text: appended and marked (adjacent marks merge into one). */
+static void mark(out_t *o, const char *s)
 {
-    if (s)
-        put(o, s, strlen(s));
+    size_t off = o->len, n = s ? strlen(s) : 0;
+    if (n == 0 || o->oom)
+        return;
+    put(o, s, n);
+    if (o->oom)
+        return;
+    if (o->nmarks > 0 && o->marks[o->nmarks - 1].off + o->marks[o->nmarks - 1].len == off) {
+        o->marks[o->nmarks - 1].len += n;
+        return;
+    }
+    if (o->nmarks == o->cap_marks) {
+        size_t c = o->cap_marks ? o->cap_marks * 2 : 16;
+        ig_tokspan_t *nm = realloc(o->marks, c * sizeof(*nm));
+        if (!nm) {
+            o->oom = 1;
+            return;
+        }
+        o->marks = nm;
+        o->cap_marks = c;
+    }
+    o->marks[o->nmarks].off = off;
+    o->marks[o->nmarks].len = n;
+    o->nmarks++;
 }
 
 static int is_ws(unsigned char c)
@@ -73,17 +102,41 @@ static int err_set(char *err, size_t errlen, const char *fmt, ...)
     return IG_EINVAL;
 }
 
+ig_chat_style_t ig_chat_detect_why(const char *t, const char **why)
+{
+    const char *unused;
+    if (!why)
+        why = &unused;
+    if (!t) {
+        *why = "the tokenizer has no chat_template: ChatML is the default";
+        return IG_CHAT_CHATML;
+    }
+    if (strstr(t, "<|start_header_id|>")) {
+        *why = "its chat_template has <|start_header_id|>";
+        return IG_CHAT_LLAMA3;
+    }
+    if (strstr(t, "<|im_start|>")) {
+        *why = "its chat_template has <|im_start|>";
+        return IG_CHAT_CHATML;
+    }
+    if (strstr(t, "[INST]")) {
+        *why = "its chat_template has [INST]";
+        return IG_CHAT_LLAMA2;
+    }
+    *why = "its chat_template has none of <|start_header_id|>, <|im_start|>, [INST]: "
+           "ChatML is the fallback";
+    return IG_CHAT_CHATML;
+}
+
 ig_chat_style_t ig_chat_detect(const char *t)
 {
-    if (!t)
-        return IG_CHAT_CHATML;
-    if (strstr(t, "<|start_header_id|>"))
-        return IG_CHAT_LLAMA3;
-    if (strstr(t, "<|im_start|>"))
-        return IG_CHAT_CHATML;
-    if (strstr(t, "[INST]"))
-        return IG_CHAT_LLAMA2;
-    return IG_CHAT_CHATML;
+    return ig_chat_detect_why(t, NULL);
+}
+
+int ig_chat_detect_fallback(const char *t)
+{
+    return t != NULL && !strstr(t, "<|start_header_id|>") && !strstr(t, "<|im_start|>") &&
+           !strstr(t, "[INST]");
 }
 
 const char *ig_chat_style_name(ig_chat_style_t style)
@@ -100,7 +153,8 @@ const char *ig_chat_style_name(ig_chat_style_t style)
 
 static int role_ok(const char *r)
 {
-    return r && (strcmp(r, "system") == 0 || strcmp(r, "user") == 0 || strcmp(r, "assistant") == 0);
+    return r && (strcmp(r, "system") == 0 || strcmp(r, "user") == 0 ||
+                 strcmp(r, "assistant") == 0 || strcmp(r, "tool") == 0);
 }
 
 /* Llama-2: an optional system message folds into the first user turn; user
@@ -116,45 +170,51 @@ static int render_llama2(out_t *o, const ig_chat_msg_t *m, size_t n, const char 
     }
     for (size_t i = first; i < n; i++) {
         int want_user = (i - first) % 2 == 0;
+        /* Meta's Llama-2 template has no tool turn; folding one into a user
+         * turn would make the model take tool output for the user's words. */
+        if (strcmp(m[i].role, "tool") == 0)
+            return err_set(err, errlen,
+                           "messages[%zu].role: \"tool\" messages are not supported by this "
+                           "model's chat template (Llama-2 has no tool turn)",
+                           i);
         if ((strcmp(m[i].role, "user") == 0) != want_user || strcmp(m[i].role, "system") == 0)
             return err_set(err, errlen,
                            "messages[%zu].role: Llama-2 chat needs user and assistant turns to "
                            "alternate, user first, after an optional leading system message",
                            i);
         if (want_user) {
-            puts_(o, bos);
-            puts_(o, "[INST] ");
+            mark(o, bos);
+            mark(o, "[INST] ");
             if (i == first && sys) {
-                puts_(o, "<<SYS>>\n");
+                mark(o, "<<SYS>>\n");
                 put(o, sys->content, sys->content_len);
-                puts_(o, "\n<</SYS>>\n\n");
+                mark(o, "\n<</SYS>>\n\n");
                 put_trim(o, m[i].content, m[i].content_len, 0, 1);
             } else {
                 put_trim(o, m[i].content, m[i].content_len, 1, 1);
             }
-            puts_(o, " [/INST]");
+            mark(o, " [/INST]");
         } else {
-            puts_(o, " ");
+            mark(o, " ");
             put_trim(o, m[i].content, m[i].content_len, 1, 1);
-            puts_(o, " ");
-            puts_(o, eos);
+            mark(o, " ");
+            mark(o, eos);
         }
     }
     return 0;
 }
 
-int ig_chat_render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, const char *bos,
-                   const char *eos, int add_generation_prompt, char **out, size_t *outlen,
-                   char *err, size_t errlen)
+static int render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, const char *bos,
+                  const char *eos, int add_generation_prompt, out_t *op, char *err, size_t errlen)
 {
     out_t o = {0};
     int rc = 0;
-    *out = NULL;
-    *outlen = 0;
     for (size_t i = 0; i < n; i++) {
         if (!role_ok(m[i].role))
             return err_set(err, errlen,
-                           "messages[%zu].role: must be \"system\", \"user\" or \"assistant\"", i);
+                           "messages[%zu].role: must be \"system\", \"user\", \"assistant\" or "
+                           "\"tool\"",
+                           i);
         if (!m[i].content && m[i].content_len)
             return err_set(err, errlen, "messages[%zu].content: missing", i);
     }
@@ -164,27 +224,28 @@ int ig_chat_render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, cons
         rc = render_llama2(&o, m, n, bos, eos, err, errlen);
         break;
     case IG_CHAT_LLAMA3:
-        puts_(&o, bos);
+        mark(&o, bos);
         for (size_t i = 0; i < n; i++) {
-            puts_(&o, "<|start_header_id|>");
-            puts_(&o, m[i].role);
-            puts_(&o, "<|end_header_id|>\n\n");
+            mark(&o, "<|start_header_id|>");
+            /* Llama 3.1 names the turn of a tool's output "ipython". */
+            mark(&o, strcmp(m[i].role, "tool") == 0 ? "ipython" : m[i].role);
+            mark(&o, "<|end_header_id|>\n\n");
             put_trim(&o, m[i].content, m[i].content_len, 1, 1);
-            puts_(&o, "<|eot_id|>");
+            mark(&o, "<|eot_id|>");
         }
         if (add_generation_prompt)
-            puts_(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
+            mark(&o, "<|start_header_id|>assistant<|end_header_id|>\n\n");
         break;
     default:
         for (size_t i = 0; i < n; i++) {
-            puts_(&o, "<|im_start|>");
-            puts_(&o, m[i].role);
-            puts_(&o, "\n");
+            mark(&o, "<|im_start|>");
+            mark(&o, m[i].role);
+            mark(&o, "\n");
             put(&o, m[i].content, m[i].content_len);
-            puts_(&o, "<|im_end|>\n");
+            mark(&o, "<|im_end|>\n");
         }
         if (add_generation_prompt)
-            puts_(&o, "<|im_start|>assistant\n");
+            mark(&o, "<|im_start|>assistant\n");
     }
     if (rc == 0 && o.oom) {
         rc = IG_ENOMEM;
@@ -192,11 +253,66 @@ int ig_chat_render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, cons
     }
     if (rc != 0) {
         free(o.p);
+        free(o.marks);
         return rc;
     }
+    *op = o;
+    return 0;
+}
+
+int ig_chat_render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, const char *bos,
+                   const char *eos, int add_generation_prompt, char **out, size_t *outlen,
+                   char *err, size_t errlen)
+{
+    return ig_chat_render_marked(style, m, n, bos, eos, add_generation_prompt, out, outlen, NULL,
+                                 NULL, err, errlen);
+}
+
+int ig_chat_render_marked(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, const char *bos,
+                          const char *eos, int add_generation_prompt, char **out, size_t *outlen,
+                          ig_tokspan_t **marks, size_t *nmarks, char *err, size_t errlen)
+{
+    out_t o;
+    *out = NULL;
+    *outlen = 0;
+    if (marks) {
+        *marks = NULL;
+        *nmarks = 0;
+    }
+    int rc = render(style, m, n, bos, eos, add_generation_prompt, &o, err, errlen);
+    if (rc != 0)
+        return rc;
     *out = o.p;
     *outlen = o.len;
+    if (marks) {
+        *marks = o.marks;
+        *nmarks = o.nmarks;
+    } else {
+        free(o.marks);
+    }
     return 0;
+}
+
+int ig_chat_encode(ig_chat_style_t style, const ig_tokenizer_t *tok, const ig_chat_msg_t *m,
+                   size_t n, int add_generation_prompt, ig_tokvec_t *ids, char *err, size_t errlen)
+{
+    int32_t bos = ig_tokenizer_bos_id(tok), eos = ig_tokenizer_eos_id(tok);
+    char *text;
+    size_t len, nmarks;
+    ig_tokspan_t *marks;
+    int rc =
+        ig_chat_render_marked(style, m, n, bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
+                              eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL,
+                              add_generation_prompt, &text, &len, &marks, &nmarks, err, errlen);
+    if (rc != 0)
+        return rc;
+    /* The template wrote BOS where the family wants it: no ADD_BOS. */
+    rc = ig_tokenizer_encode_marked(tok, text, len, 0, marks, nmarks, ids);
+    if (rc != 0)
+        err_set(err, errlen, "the messages cannot be tokenized: %s", ig_strerror(rc));
+    free(text);
+    free(marks);
+    return rc;
 }
 
 int ig_chat_render_json(const ig_tokenizer_t *tok, const json_t *messages, char **out,

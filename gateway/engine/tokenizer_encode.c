@@ -762,15 +762,16 @@ static int is_word_char(uint32_t c)
     return is_l(c) || is_n(c) || c == '_';
 }
 
-/* The longest added token at s[i..n) that may match there, or NULL. */
+/* The longest added token at s[i..n) that may match there, or NULL. A
+ * special token must also end by special_end (the end of a marker span). */
 static const ig__added_t *match_added(const ig_tokenizer_t *tok, const unsigned char *s, size_t n,
-                                      size_t i, unsigned flags)
+                                      size_t i, unsigned flags, size_t special_end)
 {
     for (size_t k = 0; k < tok->n_added; k++) {
         const ig__added_t *a = &tok->added[k];
         if (a->len > n - i || (unsigned char)a->content[0] != s[i])
             continue;
-        if (a->special && (flags & IG_TOKENIZER_NO_SPECIAL))
+        if (a->special && ((flags & IG_TOKENIZER_NO_SPECIAL) || a->len > special_end - i))
             continue;
         if (memcmp(a->content, s + i, a->len) != 0)
             continue;
@@ -787,12 +788,19 @@ static const ig__added_t *match_added(const ig_tokenizer_t *tok, const unsigned 
     return NULL;
 }
 
-int ig_tokenizer_encode(const ig_tokenizer_t *tok, const char *text, size_t len, unsigned flags,
-                        ig_tokvec_t *out)
+/*
+ * The one encoder. With marks, special tokens are matched only inside them
+ * (sorted, disjoint byte spans); outside, as with IG_TOKENIZER_NO_SPECIAL.
+ * The stretches between the tokens found are encoded exactly as without
+ * marks, so text whose unmarked parts spell no special token gets the same
+ * ids either way.
+ */
+static int encode_marked(const ig_tokenizer_t *tok, const char *text, size_t len, unsigned flags,
+                         const ig_tokspan_t *marks, size_t nmarks, ig_tokvec_t *out)
 {
     enc_t e;
     const unsigned char *s = (const unsigned char *)text;
-    size_t seg = 0, i = 0, start_len = out->len;
+    size_t seg = 0, i = 0, start_len = out->len, m = 0;
     int rc = 0;
 
     memset(&e, 0, sizeof e);
@@ -807,8 +815,15 @@ int ig_tokenizer_encode(const ig_tokenizer_t *tok, const char *text, size_t len,
     while (i < len) {
         const ig__added_t *a = NULL;
         size_t end = i;
-        if (tok->added_first[s[i]])
-            a = match_added(tok, s, len, i, flags);
+        if (tok->added_first[s[i]]) {
+            size_t special_end = len;
+            if (marks != NULL) {
+                while (m < nmarks && marks[m].off + marks[m].len <= i)
+                    m++;
+                special_end = m < nmarks && marks[m].off <= i ? marks[m].off + marks[m].len : i;
+            }
+            a = match_added(tok, s, len, i, flags, special_end);
+        }
         if (!a) {
             i++;
             continue;
@@ -849,6 +864,25 @@ fail:
     free(e.cbytes);
     free(e.cids);
     return rc;
+}
+
+int ig_tokenizer_encode(const ig_tokenizer_t *tok, const char *text, size_t len, unsigned flags,
+                        ig_tokvec_t *out)
+{
+    return encode_marked(tok, text, len, flags, NULL, 0, out);
+}
+
+int ig_tokenizer_encode_marked(const ig_tokenizer_t *tok, const char *text, size_t len,
+                               unsigned flags, const ig_tokspan_t *marks, size_t nmarks,
+                               ig_tokvec_t *out)
+{
+    for (size_t k = 0; k < nmarks; k++)
+        if (marks[k].off > len || marks[k].len > len - marks[k].off ||
+            (k > 0 && marks[k].off < marks[k - 1].off + marks[k - 1].len))
+            return IG_EINVAL;
+    if (nmarks == 0) /* nothing marked: nothing special */
+        return encode_marked(tok, text, len, flags | IG_TOKENIZER_NO_SPECIAL, NULL, 0, out);
+    return encode_marked(tok, text, len, flags, marks, nmarks, out);
 }
 
 /* ------------------------------------------------------------------------ */

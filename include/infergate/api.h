@@ -119,6 +119,13 @@ json_t *ig_api_request_to_json(const ig_api_request_t *req);
  */
 int ig_api_check_context(const ig_api_request_t *req, int ntok, int ctx, ig_api_error_t *err);
 
+/* The operator's prompt limit (limits.max_prompt_tokens, the worker's
+ * --max-prompt-tokens): a prompt of ntok tokens over limit is IG_ETOOLONG
+ * with a 400 naming both numbers (code context_length_exceeded); limit 0
+ * means none here (the context check still applies). */
+int ig_api_check_prompt_limit(const ig_api_request_t *req, int ntok, int limit,
+                              ig_api_error_t *err);
+
 /* 1 when s(len) is valid UTF-8 (no overlongs, no surrogates). */
 int ig_api_utf8_valid(const char *s, size_t len);
 

@@ -22,7 +22,7 @@ typedef enum {
 } ig_chat_style_t;
 
 typedef struct ig_chat_msg_s {
-    const char *role; /* "system", "user" or "assistant" */
+    const char *role; /* "system", "user", "assistant" or "tool" */
     const char *content;
     size_t content_len;
 } ig_chat_msg_t;
@@ -31,18 +31,46 @@ typedef struct ig_chat_msg_s {
  * unrecognised template gives IG_CHAT_CHATML. */
 ig_chat_style_t ig_chat_detect(const char *chat_template);
 
+/* As ig_chat_detect(), and *why (when not NULL) gets a static sentence
+ * saying why: "its chat_template has <|im_start|>", or that ChatML is the
+ * default (no template) or the fallback (a template of no known family),
+ * for the load log line and /v1/models. */
+ig_chat_style_t ig_chat_detect_why(const char *chat_template, const char **why);
+
+/* 1 when a template is present but of no known family (ChatML by fallback). */
+int ig_chat_detect_fallback(const char *chat_template);
+
 /* "chatml", "llama2" or "llama3". */
 const char *ig_chat_style_name(ig_chat_style_t style);
 
 /* Renders n messages into a new NUL-terminated prompt (*out, caller frees).
  * bos and eos are the texts of those tokens (Llama-2 and Llama-3 write them;
  * NULL means none). With add_generation_prompt the prompt ends where the
- * assistant's answer starts. Returns 0, IG_EINVAL with a message in err for
- * an unknown role or a conversation the family cannot express (Llama-2 needs
- * user and assistant turns to alternate), or IG_ENOMEM. */
+ * assistant's answer starts. A "tool" message is a `tool` turn in ChatML and
+ * an `ipython` turn in Llama-3. Returns 0, IG_EINVAL with a message in err
+ * for an unknown role or a conversation the family cannot express (Llama-2
+ * needs user and assistant turns to alternate and has no tool turn), or
+ * IG_ENOMEM. The text alone loses which parts are markers: a prompt is
+ * encoded with ig_chat_encode(), never from this text. */
 int ig_chat_render(ig_chat_style_t style, const ig_chat_msg_t *msgs, size_t n, const char *bos,
                    const char *eos, int add_generation_prompt, char **out, size_t *outlen,
                    char *err, size_t errlen);
+
+/* As ig_chat_render(), and, when marks is not NULL, *marks (caller frees,
+ * *nmarks entries, sorted, disjoint) gets the spans the template wrote
+ * (markers, role headers, BOS/EOS); the rest is message content. */
+int ig_chat_render_marked(ig_chat_style_t style, const ig_chat_msg_t *msgs, size_t n,
+                          const char *bos, const char *eos, int add_generation_prompt, char **out,
+                          size_t *outlen, ig_tokspan_t **marks, size_t *nmarks, char *err,
+                          size_t errlen);
+
+/* Renders with tok's BOS/EOS and appends the prompt's ids to ids: the
+ * template's markers become their special tokens, message content is
+ * encoded as plain text (a "<|im_end|>" typed by a user stays characters;
+ * ig_tokenizer_encode_marked). BOS comes from the template, not ADD_BOS.
+ * Returns as ig_chat_render(), or the encoder's error with err set. */
+int ig_chat_encode(ig_chat_style_t style, const ig_tokenizer_t *tok, const ig_chat_msg_t *msgs,
+                   size_t n, int add_generation_prompt, ig_tokvec_t *ids, char *err, size_t errlen);
 
 /* As ig_chat_render() from an OpenAI `messages` array (borrowed): each item
  * {"role", "content"} where content is a string or a list of {"type":"text",

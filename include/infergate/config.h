@@ -111,7 +111,8 @@ typedef struct {
 
 typedef struct {
     ig_http_limits_t http;      /* the HTTP server's limits */
-    uint64_t drain_timeout_ms;  /* graceful shutdown bound */
+    uint64_t drain_grace_ms;    /* after SIGTERM: still accepting, /ready 503 (for probes) */
+    uint64_t drain_timeout_ms;  /* then: the listener is closed, in-flight work has this long */
     unsigned max_prompt_tokens; /* 0 = the model's context length */
 } ig_config_limits_t;
 

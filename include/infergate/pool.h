@@ -49,6 +49,7 @@ typedef struct {
     int max_batched_tokens;
     int max_num_seqs;
     int max_waiting;
+    int max_prompt_tokens;     /* worker --max-prompt-tokens; 0 = the model's context */
     const char *log_level;     /* passed to workers; NULL = info */
     uint64_t ready_timeout_ms; /* a starting instance that is not ready by then is killed
                                   and restarted (default 120000) */

@@ -122,6 +122,23 @@ int ig_tokenizer_utf8_check(const char *s, size_t len, size_t *bad_offset);
 int ig_tokenizer_encode(const ig_tokenizer_t *tok, const char *text, size_t len, unsigned flags,
                         ig_tokvec_t *out);
 
+/* A byte range [off, off + len) of a text. */
+typedef struct ig_tokspan_s {
+    size_t off;
+    size_t len;
+} ig_tokspan_t;
+
+/* As ig_tokenizer_encode(), but special tokens are matched only wholly
+ * inside the nmarks spans of marks (sorted, disjoint): a chat template's
+ * markers. Elsewhere, in message content, text that spells a special token
+ * stays text (as with IG_TOKENIZER_NO_SPECIAL), so a user cannot type a
+ * control token. The text between tokens is encoded as by
+ * ig_tokenizer_encode(): without special-token text outside the marks, the
+ * ids are the same. IG_EINVAL for spans out of order or past len. */
+int ig_tokenizer_encode_marked(const ig_tokenizer_t *tok, const char *text, size_t len,
+                               unsigned flags, const ig_tokspan_t *marks, size_t nmarks,
+                               ig_tokvec_t *out);
+
 /* Decodes n ids into a new NUL-terminated UTF-8 string (*out, owned by the
  * caller, free()); byte sequences that are not valid UTF-8 become U+FFFD.
  * Returns 0, IG_EINVAL for an out-of-range id, or IG_ENOMEM. */
