@@ -49,7 +49,8 @@ static void gateway_start(ig_proc_t *g, ig_proc_t *ups, int n, int expect_up,
         off += snprintf(cfg + off, sizeof(cfg) - off,
                         "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}",
                         i ? "," : "", i, ups[i].port);
-    snprintf(cfg + off, sizeof(cfg) - off, "],\"routing\":{\"policy\":\"latency\"%s}}",
+    snprintf(cfg + off, sizeof(cfg) - off,
+             "],\"limits\":{\"drain_grace_ms\":0},\"routing\":{\"policy\":\"latency\"%s}}",
              routing_extra ? routing_extra : "");
     const char *path = ig_proc_temp_file(cfg, ".json");
     assert_non_null(path);

@@ -29,8 +29,10 @@ void ig_gwf_model_remove(const char *run_dir);
  * 127.0.0.1:port, model "tiny" at model_dir, and one pool "cpu" of that
  * model on ndevices CPU devices (threads 1, min_instances, max_instances,
  * batching.max_num_seqs). pool_extra is spliced into the pool object and
- * extra into the top one (each NULL or starting with ','). Returns the
- * path as ig_proc_temp_file does, or NULL. */
+ * extra into the top one (each NULL or starting with ','). Unless extra
+ * has a "limits" object, the config sets limits.drain_grace_ms to 0, so a
+ * SIGTERM stop does not wait the default grace. Returns the path as
+ * ig_proc_temp_file does, or NULL. */
 const char *ig_gwf_pool_config(const char *region, int port, const char *model_dir, int ndevices,
                                int min, int max, int max_num_seqs, const char *pool_extra,
                                const char *extra);
