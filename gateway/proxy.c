@@ -171,7 +171,7 @@ int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts
     px->m_errors = ig_metrics_counter("infergate_upstream_errors_total",
                                       "Failed attempts by upstream and kind.", "upstream,kind");
     px->m_ejections = ig_metrics_counter("infergate_upstream_ejections_total",
-                                         "Outlier ejections by upstream.", "upstream");
+                                         "Outlier ejections by upstream (a failed half-open trial ejects again).", "upstream");
     px->m_inflight = ig_metrics_gauge("infergate_upstream_inflight",
                                       "Attempts in flight on each upstream.", "upstream");
     px->m_rtt = ig_metrics_gauge("infergate_upstream_rtt_ewma_seconds",
@@ -303,11 +303,13 @@ static void attempt_account(attempt_t *a, ig_outcome_t outcome, const char *kind
 {
     ig_proxy_t *px = a->x->px;
     uint64_t now = uv_hrtime();
-    int ejected_before = a->route->ejected_until_ns != 0;
+    uint64_t until_before = a->route->ejected_until_ns;
     ig_router_attempt_end(&px->router, a->route, outcome, a->trial, now);
     a->trial = 0;
-    if (!ejected_before && a->route->ejected_until_ns != 0) {
-        IG_WARN("upstream %s: ejected for failing", a->route->name);
+    /* Every ejection counts, a failed trial's again-ejection too. */
+    if (a->route->ejected_until_ns != until_before && a->route->ejected_until_ns > now) {
+        IG_WARN("upstream %s: ejected for failing (%d in a row)", a->route->name,
+                a->route->ejections);
         ig_metric_add(px->m_ejections, 1, a->route->name);
     }
     if (outcome == IG_OUTCOME_FAILURE || outcome == IG_OUTCOME_BACKPRESSURE)
