@@ -51,10 +51,10 @@ typedef struct {
     int status;
     char content_type[128];
     char retry_after[32];
-    int is_stream;   /* the answer is text/event-stream */
-    int hedge;       /* this attempt is the hedge */
-    int trial;       /* it holds the upstream's half-open trial */
-    int first_token; /* a stream's first content token came */
+    int is_stream;           /* the answer is text/event-stream */
+    int hedge;               /* this attempt is the hedge */
+    int trial;               /* it holds the upstream's half-open trial */
+    int first_token;         /* a stream's first content token came */
     uint64_t ft_deadline_ns; /* no first token by then: timed out (0: none) */
     /* A whole answer, or a stream's events before its first content token. */
     char *buf;
@@ -170,8 +170,9 @@ int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts
         "infergate_hedges_total", "Hedged attempts sent, and which attempt won.", "model,result");
     px->m_errors = ig_metrics_counter("infergate_upstream_errors_total",
                                       "Failed attempts by upstream and kind.", "upstream,kind");
-    px->m_ejections = ig_metrics_counter("infergate_upstream_ejections_total",
-                                         "Outlier ejections by upstream (a failed half-open trial ejects again).", "upstream");
+    px->m_ejections = ig_metrics_counter(
+        "infergate_upstream_ejections_total",
+        "Outlier ejections by upstream (a failed half-open trial ejects again).", "upstream");
     px->m_inflight = ig_metrics_gauge("infergate_upstream_inflight",
                                       "Attempts in flight on each upstream.", "upstream");
     px->m_rtt = ig_metrics_gauge("infergate_upstream_rtt_ewma_seconds",
@@ -527,8 +528,7 @@ static int payload_is_token(const char *p, size_t n)
         json_decref(o);
         return 1;
     }
-    int token = json_object_get(o, "error") != NULL ||
-                json_is_object(json_object_get(o, "usage"));
+    int token = json_object_get(o, "error") != NULL || json_is_object(json_object_get(o, "usage"));
     size_t i;
     json_t *c;
     json_array_foreach(json_object_get(o, "choices"), i, c)

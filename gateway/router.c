@@ -406,8 +406,8 @@ void ig_router_attempt_proven(ig_router_t *r, ig_upstream_state_t *u, int trial,
     health_clear(u);
 }
 
-void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome,
-                           int trial, uint64_t now_ns)
+void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome, int trial,
+                           uint64_t now_ns)
 {
     if (u->inflight > 0)
         u->inflight--;

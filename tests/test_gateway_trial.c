@@ -123,8 +123,7 @@ static void test_client_abort_keeps_the_trial_pending(void **state)
     upstream_start(&ups[0], "--instant-raw", "--delay-ms", "1", NULL);
     upstream_start(&ups[1], "--delay-ms", "100", NULL);
     ig_proc_t g;
-    gateway_start(&g, ups, 2,
-                  ",\"eject\":{\"consecutive_failures\":3,\"base_ejection_s\":0.5}");
+    gateway_start(&g, ups, 2, ",\"eject\":{\"consecutive_failures\":3,\"base_ejection_s\":0.5}");
     const char *ejections = "infergate_upstream_ejections_total{upstream=\"s0\"} ";
 
     /* Three failures in a row eject s0; each request is retried on s1. */

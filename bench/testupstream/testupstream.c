@@ -91,8 +91,8 @@ static struct {
     uint64_t stall_from, stall_until; /* absolute hrtime window */
     int fail_after;
     double fail_rate;
-    int fail_partial; /* --fail-partial */
-    int role_first;   /* --chat-role-first */
+    int fail_partial;       /* --fail-partial */
+    int role_first;         /* --chat-role-first */
     double idle_timeout_ms; /* 0: keep idle connections open */
     uint64_t first_request;
     uint64_t nreq, nconn, nactive_conn, nstalled, nfailed, nerrors;
@@ -362,8 +362,10 @@ static void answer_plain(conn_t *c, req_t *r)
     if (r->partial) {
         /* The whole length is promised, half the body leaves, and the
          * connection is reset a little later (so that the half arrives). */
-        send_fmt(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%.*s",
-                 n, n / 2, body);
+        send_fmt(
+            c,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%.*s",
+            n, n / 2, body);
         free(body);
         g.nfailed++;
         r->reset_due = 1;
@@ -391,8 +393,8 @@ static void send_token(conn_t *c, req_t *r)
                  "\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"%s\"},"
                  "\"finish_reason\":null}]%s}",
                  (unsigned long long)r->id, r->model,
-                 r->sent == 0 && !g.role_first ? "\"role\":\"assistant\"," : "",
-                 w, r->include_usage ? ",\"usage\":null" : "");
+                 r->sent == 0 && !g.role_first ? "\"role\":\"assistant\"," : "", w,
+                 r->include_usage ? ",\"usage\":null" : "");
     else
         snprintf(buf, sizeof(buf),
                  "{\"id\":\"cmpl-%llu\",\"object\":\"text_completion\",\"created\":0,"

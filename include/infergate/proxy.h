@@ -51,11 +51,10 @@ typedef struct {
     size_t max_held_bytes;     /* a stream's events held before its first
                                   content token; past this the stream is
                                   committed as it is (64 KiB) */
-    uint64_t first_token_timeout_ms; /* a stream attempt with no content token
-                                        by then times out (and is retried
-                                        before the commit); 0 = none, the
-                                        upstream's first-byte deadline then
-                                        covers the headers only (0) */
+    /* A stream attempt with no content token by then times out (and is
+     * retried before the commit). 0 = none (the default): the upstream's
+     * first-byte deadline then covers the headers only. */
+    uint64_t first_token_timeout_ms;
 } ig_proxy_opts_t;
 
 void ig_proxy_opts_default(ig_proxy_opts_t *opts);

@@ -169,8 +169,8 @@ int ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now
  * success for health (the failure streak, an ejection and the trial are
  * cleared); the attempt stays in flight. Its later end() passes trial 0. */
 void ig_router_attempt_proven(ig_router_t *r, ig_upstream_state_t *u, int trial, uint64_t now_ns);
-void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome,
-                           int trial, uint64_t now_ns);
+void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome, int trial,
+                           uint64_t now_ns);
 
 /* Observations. rtt: one transport round trip (probe, or connect+headers).
  * ttft: the first token of a request of prompt_tokens arrived after ttft_s,
