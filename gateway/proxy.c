@@ -7,6 +7,21 @@
  * (not a retryable failure) is committed: its bytes go to the client and
  * any other attempt is canceled. Until something is committed, failures
  * are retried on another upstream within the retry budget.
+ *
+ * A whole answer is committed when it is complete. A stream is committed by
+ * its first content token: events before it (a chat stream's empty role
+ * delta, comments) are held, bounded, and sent in order at the commit, so
+ * that a stream that stalls after its role delta can still be hedged or
+ * retried, and its TTFT is the first token's.
+ *
+ * Each attempt gathers into its own buffer: a failed attempt's partial
+ * body goes with it, never into the answer of the retry.
+ *
+ * The HTTP server may run the abort callback inside one of our calls (a
+ * write that fails at once). Such an abort is noted and handled when the
+ * call returns; the request is forgotten (x->req = NULL) before every call
+ * that finishes it; the exchange itself is freed only in its timers' close
+ * callbacks, never on a stack that still uses it.
  */
 #include "infergate/proxy.h"
 #include "infergate/error.h"
@@ -36,9 +51,15 @@ typedef struct {
     int status;
     char content_type[128];
     char retry_after[32];
-    int is_stream; /* the answer is text/event-stream */
-    int hedge;     /* this attempt is the hedge */
-    int first_body;
+    int is_stream;           /* the answer is text/event-stream */
+    int hedge;               /* this attempt is the hedge */
+    int trial;               /* it holds the upstream's half-open trial */
+    int first_token;         /* a stream's first content token came */
+    uint64_t ft_deadline_ns; /* no first token by then: timed out (0: none) */
+    /* A whole answer, or a stream's events before its first content token. */
+    char *buf;
+    size_t blen, bcap;
+    size_t scan; /* stream: buf[0..scan) holds complete events without a token */
 } attempt_t;
 
 typedef enum { X_QUEUED, X_TRYING, X_COMMITTED, X_DONE } xstate_t;
@@ -56,7 +77,12 @@ struct exchange_s {
     char forwarded_header[128]; /* extra header lines for sites */
     uint64_t start_ns;
     uint64_t queued_ns;
-    uv_timer_t timer; /* queue hold timeout and the hedge delay */
+    uv_timer_t timer;    /* queue hold timeout and the hedge delay */
+    uv_timer_t ft_timer; /* the attempts' first-token deadlines */
+    int open_handles;    /* timers not yet closed; freed at 0 */
+    int in_http;         /* inside a call into the HTTP server */
+    int abort_pending;   /* the client went away during that call */
+    int streaming;       /* the response to the client is a stream */
     attempt_t att[MAX_ATTEMPTS];
     attempt_t *committed;
     ig_upstream_state_t *tried[MAX_TARGETS];
@@ -69,9 +95,6 @@ struct exchange_s {
     int last_status;
     int last_err;
     char last_retry_after[32];
-    /* a non-streamed answer is gathered, then sent whole */
-    char *buf;
-    size_t blen, bcap;
     int client_paused;
 };
 
@@ -118,6 +141,8 @@ void ig_proxy_opts_default(ig_proxy_opts_t *o)
     o->hedge_budget = 0.05;
     o->hedge_quantile = 0.95;
     o->max_response_bytes = 16 << 20;
+    o->max_held_bytes = 64 << 10;
+    o->first_token_timeout_ms = 0;
 }
 
 int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts,
@@ -145,8 +170,9 @@ int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts
         "infergate_hedges_total", "Hedged attempts sent, and which attempt won.", "model,result");
     px->m_errors = ig_metrics_counter("infergate_upstream_errors_total",
                                       "Failed attempts by upstream and kind.", "upstream,kind");
-    px->m_ejections = ig_metrics_counter("infergate_upstream_ejections_total",
-                                         "Outlier ejections by upstream.", "upstream");
+    px->m_ejections = ig_metrics_counter(
+        "infergate_upstream_ejections_total",
+        "Outlier ejections by upstream (a failed half-open trial ejects again).", "upstream");
     px->m_inflight = ig_metrics_gauge("infergate_upstream_inflight",
                                       "Attempts in flight on each upstream.", "upstream");
     px->m_rtt = ig_metrics_gauge("infergate_upstream_rtt_ewma_seconds",
@@ -155,8 +181,8 @@ int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts
         ig_metrics_gauge("infergate_upstream_ttft_ewma_seconds",
                          "EWMA of the service time to first token of each upstream.", "upstream");
     px->m_ttft = ig_metrics_histogram("infergate_time_to_first_token_seconds",
-                                      "Time from the request's arrival to the first byte of "
-                                      "the answer (first token of a stream).",
+                                      "Time from the request's arrival to the first content "
+                                      "token of a stream, or to a whole answer.",
                                       "model", NULL, 0);
     px->m_e2e = ig_metrics_histogram("infergate_e2e_request_latency_seconds",
                                      "Time from the request's arrival to the end of its answer.",
@@ -278,15 +304,26 @@ static void attempt_account(attempt_t *a, ig_outcome_t outcome, const char *kind
 {
     ig_proxy_t *px = a->x->px;
     uint64_t now = uv_hrtime();
-    int ejected_before = a->route->ejected_until_ns != 0;
-    ig_router_attempt_end(&px->router, a->route, outcome, now);
-    if (!ejected_before && a->route->ejected_until_ns != 0) {
-        IG_WARN("upstream %s: ejected for failing", a->route->name);
+    uint64_t until_before = a->route->ejected_until_ns;
+    ig_router_attempt_end(&px->router, a->route, outcome, a->trial, now);
+    a->trial = 0;
+    /* Every ejection counts, a failed trial's again-ejection too. */
+    if (a->route->ejected_until_ns != until_before && a->route->ejected_until_ns > now) {
+        IG_WARN("upstream %s: ejected for failing (%d in a row)", a->route->name,
+                a->route->ejections);
         ig_metric_add(px->m_ejections, 1, a->route->name);
     }
     if (outcome == IG_OUTCOME_FAILURE || outcome == IG_OUTCOME_BACKPRESSURE)
         ig_metric_add(px->m_errors, 1, a->route->name, kind);
     publish_upstream(px, a->route);
+}
+
+/* Forgets what an attempt gathered. */
+static void attempt_drop_body(attempt_t *a)
+{
+    free(a->buf);
+    a->buf = NULL;
+    a->blen = a->bcap = a->scan = 0;
 }
 
 static void attempt_cancel(attempt_t *a)
@@ -295,9 +332,10 @@ static void attempt_cancel(attempt_t *a)
         return;
     ig_upstream_cancel(a->ureq);
     a->ureq = NULL;
-    /* An abandoned attempt says nothing about the upstream's health. */
-    ig_router_attempt_end(&a->x->px->router, a->route, IG_OUTCOME_CLIENT_ERROR, uv_hrtime());
-    publish_upstream(a->x->px, a->route);
+    attempt_drop_body(a);
+    /* An abandoned attempt says nothing about the upstream's health; a
+     * half-open trial it held may run again on another request. */
+    attempt_account(a, IG_OUTCOME_ABANDONED, "");
 }
 
 static void cancel_others(exchange_t *x, attempt_t *keep)
@@ -318,25 +356,121 @@ static int attempts_live(const exchange_t *x)
 
 /* ---- the client side ---------------------------------------------------- */
 
-static void on_client_abort(ig_http_req_t *req, void *data)
+/*
+ * Every call into the HTTP server goes through these. A call that writes
+ * may detach the connection at once (EPIPE, ECONNRESET, no memory) and run
+ * the abort callback inside it; the abort is then handled when the call
+ * has returned. A call that finishes the request unhooks our callbacks and
+ * forgets the request first: after it, x->req is NULL and nothing here
+ * touches the request again.
+ */
+static void client_gone(exchange_t *x);
+
+static void http_enter(exchange_t *x)
 {
-    exchange_t *x = data;
-    IG_DEBUG("client of %s went away; canceling upstream work", ig_http_req_path(req));
+    x->in_http++;
+}
+
+static void http_leave(exchange_t *x)
+{
+    if (--x->in_http > 0 || !x->abort_pending)
+        return;
+    x->abort_pending = 0;
+    client_gone(x);
+}
+
+/* Takes the request out of the exchange for a finishing call. */
+static ig_http_req_t *req_take(exchange_t *x)
+{
+    ig_http_req_t *req = x->req;
+    if (req != NULL) {
+        ig_http_req_on_abort(req, NULL, NULL);
+        ig_http_req_on_drain(req, NULL, NULL);
+        x->req = NULL;
+    }
+    return req;
+}
+
+static int client_stream_start(exchange_t *x, int status, const char *content_type)
+{
+    if (x->req == NULL)
+        return IG_ECLOSED;
+    http_enter(x);
+    int rc = ig_http_stream_start(x->req, status, content_type);
+    if (rc != IG_ESTATE)
+        x->streaming = 1;
+    http_leave(x);
+    return x->req != NULL ? rc : IG_ECLOSED;
+}
+
+static int client_stream_write(exchange_t *x, const char *buf, size_t len)
+{
+    if (x->req == NULL)
+        return IG_ECLOSED;
+    http_enter(x);
+    int rc = ig_http_stream_write(x->req, buf, len);
+    http_leave(x);
+    return x->req != NULL ? rc : IG_ECLOSED;
+}
+
+static void client_stream_end(exchange_t *x)
+{
+    ig_http_req_t *req = req_take(x);
+    if (req != NULL)
+        ig_http_stream_end(req);
+}
+
+static void client_respond(exchange_t *x, int status, const char *content_type, const char *body,
+                           size_t len)
+{
+    ig_http_req_t *req = req_take(x);
+    if (req != NULL)
+        ig_http_respond(req, status, content_type, body, len);
+}
+
+static void client_error(exchange_t *x, int status, const char *type, const char *code,
+                         const char *msg)
+{
+    if (x->streaming) {
+        client_stream_end(x);
+        return;
+    }
+    ig_http_req_t *req = req_take(x);
+    if (req != NULL)
+        ig_http_respond_error(req, status, type, NULL, code, "%s", msg);
+}
+
+/* The client went away (or its connection broke under a write): cancel the
+ * upstream work and finish the request; the bytes go nowhere. */
+static void client_gone(exchange_t *x)
+{
+    if (x->state == X_DONE || x->req == NULL)
+        return;
+    IG_DEBUG("client of %s went away; canceling upstream work", x->path);
     if (x->state == X_QUEUED)
         queue_remove(x->px, x);
     cancel_others(x, NULL);
-    /* The request still has to be finished; the bytes go nowhere. */
-    if (x->state == X_COMMITTED && x->committed != NULL && x->committed->is_stream)
-        ig_http_stream_end(x->req);
-    else
-        ig_http_respond_error(x->req, 499, "client_closed", NULL, NULL,
-                              "client closed the request");
+    client_error(x, 499, "client_closed", NULL, "client closed the request");
     exchange_done(x);
+}
+
+static void on_client_abort(ig_http_req_t *req, void *data)
+{
+    exchange_t *x = data;
+    (void)req;
+    if (x->state == X_DONE || x->req == NULL)
+        return;
+    if (x->in_http > 0) {
+        x->abort_pending = 1; /* our call into the server is still on the stack */
+        return;
+    }
+    client_gone(x);
 }
 
 static void on_client_drain(ig_http_req_t *req, void *data)
 {
     exchange_t *x = data;
+    (void)req;
     if (x->client_paused && x->committed != NULL && x->committed->ureq != NULL) {
         x->client_paused = 0;
         ig_upstream_resume(x->committed->ureq);
@@ -345,9 +479,138 @@ static void on_client_drain(ig_http_req_t *req, void *data)
 
 static void add_route_headers(exchange_t *x, attempt_t *a)
 {
+    if (x->req == NULL)
+        return;
     ig_http_req_set_upstream(x->req, a->route->name); /* for the access log */
     ig_http_add_header(x->req, "x-infergate-upstream", a->route->name);
     ig_http_add_header(x->req, "x-infergate-route", x->route_header);
+}
+
+/* Sends stream bytes of the committed attempt; pauses it when the client
+ * is slow, ends the exchange when the client is gone. */
+static void stream_out(exchange_t *x, attempt_t *a, const char *buf, size_t len)
+{
+    int rc = client_stream_write(x, buf, len);
+    if (rc == IG_EBUSY) {
+        if (!x->client_paused && a->ureq != NULL) {
+            x->client_paused = 1;
+            ig_upstream_pause(a->ureq);
+        }
+        return;
+    }
+    if (rc < 0) {
+        if (rc != IG_ECLOSED)
+            IG_WARN("stream to the client of %s failed: %s", x->path, ig_strerror(rc));
+        client_gone(x);
+    }
+}
+
+/* ---- the first content token of a stream ------------------------------- */
+
+/* 1 when a non-empty string. */
+static int nonempty_string(const json_t *v)
+{
+    return json_is_string(v) && json_string_length(v) > 0;
+}
+
+/*
+ * 1 when one SSE data payload starts the answer: [DONE], an error, usage,
+ * or a choice with non-empty text or delta.content (or refusal), tool
+ * calls, or a finish_reason. A payload that is not a JSON object counts
+ * too, so that a format we do not know is never held back.
+ */
+static int payload_is_token(const char *p, size_t n)
+{
+    if (n == 6 && memcmp(p, "[DONE]", 6) == 0)
+        return 1;
+    json_t *o = json_loadb(p, n, 0, NULL);
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return 1;
+    }
+    int token = json_object_get(o, "error") != NULL || json_is_object(json_object_get(o, "usage"));
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(o, "choices"), i, c)
+    {
+        json_t *d = json_object_get(c, "delta");
+        json_t *tools = json_object_get(d, "tool_calls");
+        if (nonempty_string(json_object_get(c, "text")) ||
+            nonempty_string(json_object_get(d, "content")) ||
+            nonempty_string(json_object_get(d, "refusal")) ||
+            (json_is_array(tools) && json_array_size(tools) > 0) ||
+            json_object_get(d, "function_call") != NULL ||
+            (json_object_get(c, "finish_reason") != NULL &&
+             !json_is_null(json_object_get(c, "finish_reason"))))
+            token = 1;
+    }
+    json_decref(o);
+    return token;
+}
+
+/* 1 when the event ev[0..n) (its lines, without the blank line that ends
+ * it) carries a token. Its data lines are joined with "\n" (WHATWG SSE);
+ * comments and other fields say nothing. */
+static int event_is_token(const char *ev, size_t n)
+{
+    char small[4096];
+    char *data = n <= sizeof(small) ? small : malloc(n);
+    if (data == NULL)
+        return 1;
+    size_t dlen = 0;
+    int has_data = 0;
+    const char *p = ev, *end = ev + n;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl != NULL ? nl : end;
+        size_t ll = (size_t)(le - p);
+        if (ll > 0 && p[ll - 1] == '\r')
+            ll--;
+        if (ll >= 5 && memcmp(p, "data:", 5) == 0) {
+            const char *v = p + 5;
+            size_t vl = ll - 5;
+            if (vl > 0 && *v == ' ') {
+                v++;
+                vl--;
+            }
+            if (has_data)
+                data[dlen++] = '\n';
+            memcpy(data + dlen, v, vl);
+            dlen += vl;
+            has_data = 1;
+        }
+        p = le + 1;
+    }
+    int token = has_data && payload_is_token(data, dlen);
+    if (data != small)
+        free(data);
+    return token;
+}
+
+/* Checks the complete events gathered since the last call; 1 when one of
+ * them carries a token. */
+static int stream_has_token(attempt_t *a)
+{
+    const char *b = a->buf;
+    size_t ev = a->scan; /* start of the event being read */
+    size_t ls = ev;      /* start of the line being read */
+    while (ls < a->blen) {
+        const char *nl = memchr(b + ls, '\n', a->blen - ls);
+        if (nl == NULL)
+            break;
+        size_t le = (size_t)(nl - b);
+        size_t ll = le - ls;
+        if (ll > 0 && b[le - 1] == '\r')
+            ll--;
+        if (ll == 0) { /* a blank line ends the event */
+            if (ls > ev && event_is_token(b + ev, ls - ev))
+                return 1;
+            ev = le + 1;
+        }
+        ls = le + 1;
+    }
+    a->scan = ev;
+    return 0;
 }
 
 /* ---- upstream callbacks ------------------------------------------------ */
@@ -363,6 +626,7 @@ static void attempt_failed(attempt_t *a, int status, int err)
 {
     exchange_t *x = a->x;
     ig_proxy_t *px = x->px;
+    attempt_drop_body(a); /* a partial body dies with its attempt */
     x->last_status = status;
     x->last_err = err;
     if (a->retry_after[0])
@@ -406,6 +670,7 @@ static void on_up_headers(ig_upstream_req_t *r, int status, int n, const char *c
                           const char *const *values, void *data)
 {
     attempt_t *a = data;
+    (void)r;
     a->status = status;
     for (int i = 0; i < n; i++) {
         if (strcasecmp(names[i], "content-type") == 0)
@@ -414,75 +679,98 @@ static void on_up_headers(ig_upstream_req_t *r, int status, int n, const char *c
             snprintf(a->retry_after, sizeof(a->retry_after), "%s", values[i]);
     }
     a->is_stream = strncasecmp(a->content_type, "text/event-stream", 17) == 0;
-    /* Nothing is committed yet: a stream is committed by its first event
-     * (the first token), so that a hedge can still win a stalled stream
-     * whose headers came at once; a whole answer when it is complete. */
+    /* Nothing is committed yet: a stream is committed by its first content
+     * token, so that a hedge can still win a stream that stalls after its
+     * headers (or its role delta); a whole answer when it is complete. */
 }
 
-/* Makes a the answer the client gets: cancels the others, sends headers. */
+static void ft_arm(exchange_t *x);
+
+/* Makes a's stream the answer the client gets, at its first content token:
+ * measures the TTFT, cancels the others, sends the headers and the events
+ * held so far. */
 static void commit_stream(exchange_t *x, attempt_t *a)
 {
+    ig_proxy_t *px = x->px;
+    uint64_t now = uv_hrtime();
+    a->first_token = 1;
+    ig_router_observe_ttft(&px->router, a->route, x->prompt_tokens,
+                           (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
+    ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+    /* A token is proof that the upstream works: a half-open trial is won. */
+    ig_router_attempt_proven(&px->router, a->route, a->trial, now);
+    a->trial = 0;
+    publish_upstream(px, a->route);
     x->state = X_COMMITTED;
     x->committed = a;
     cancel_others(x, a);
     if (a->hedge)
-        ig_metric_add(x->px->m_hedges, 1, x->model, "hedge_won");
+        ig_metric_add(px->m_hedges, 1, x->model, "hedge_won");
     uv_timer_stop(&x->timer);
+    ft_arm(x);
     add_route_headers(x, a);
-    ig_http_stream_start(x->req, a->status, a->content_type);
+    int rc = client_stream_start(x, a->status, a->content_type);
+    if (rc < 0 && rc != IG_EBUSY) {
+        client_gone(x);
+        return;
+    }
+    char *held = a->buf;
+    size_t n = a->blen;
+    a->buf = NULL;
+    a->blen = a->bcap = a->scan = 0;
+    if (n > 0)
+        stream_out(x, a, held, n);
+    free(held);
+}
+
+/* Appends a body piece to the attempt's buffer. 0, or -1 when the attempt
+ * (and the exchange) failed. */
+static int gather(attempt_t *a, const char *buf, size_t len)
+{
+    exchange_t *x = a->x;
+    ig_proxy_t *px = x->px;
+    if (a->blen + len > px->opts.max_response_bytes) {
+        ig_upstream_cancel(a->ureq);
+        a->ureq = NULL;
+        attempt_drop_body(a);
+        attempt_account(a, IG_OUTCOME_FAILURE, "oversize");
+        exchange_fail(x, 502, "upstream_error", NULL, "upstream %s answered more than %zu bytes",
+                      a->route->name, px->opts.max_response_bytes);
+        return -1;
+    }
+    if (a->blen + len > a->bcap) {
+        size_t cap = a->bcap ? a->bcap * 2 : 4096;
+        while (cap < a->blen + len)
+            cap *= 2;
+        char *nb = realloc(a->buf, cap);
+        if (nb == NULL) {
+            attempt_cancel(a);
+            exchange_fail(x, 503, "out_of_memory", "1", "out of memory gathering the answer");
+            return -1;
+        }
+        a->buf = nb;
+        a->bcap = cap;
+    }
+    memcpy(a->buf + a->blen, buf, len);
+    a->blen += len;
+    return 0;
 }
 
 static void on_up_body(ig_upstream_req_t *r, const char *buf, size_t len, void *data)
 {
     attempt_t *a = data;
     exchange_t *x = a->x;
-    ig_proxy_t *px = x->px;
-    if (!a->first_body && len > 0) {
-        a->first_body = 1;
-        uint64_t now = uv_hrtime();
-        if (a->is_stream && !retryable_status(a->status)) {
-            double ttft = (double)(now - a->start_ns) / 1e9;
-            ig_router_observe_ttft(&px->router, a->route, x->prompt_tokens, ttft, a->predicted_wait,
-                                   now);
-            ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
-            publish_upstream(px, a->route);
-        }
+    (void)r;
+    if (x->committed == a) {
+        stream_out(x, a, buf, len);
+        return;
     }
-    if (x->state == X_TRYING && a->is_stream && !retryable_status(a->status))
+    if (x->state != X_TRYING || retryable_status(a->status) || len == 0)
+        return; /* decided elsewhere, or an error body we do not pass on */
+    if (gather(a, buf, len) != 0)
+        return;
+    if (a->is_stream && (stream_has_token(a) || a->blen > x->px->opts.max_held_bytes))
         commit_stream(x, a);
-    if (x->committed == a && a->is_stream) {
-        int rc = ig_http_stream_write(x->req, buf, len);
-        if (rc == IG_EBUSY && !x->client_paused) {
-            x->client_paused = 1;
-            ig_upstream_pause(r);
-        }
-        return;
-    }
-    if (retryable_status(a->status))
-        return; /* an error body we do not pass on */
-    /* Gather a whole answer. */
-    if (x->blen + len > px->opts.max_response_bytes) {
-        attempt_account(a, IG_OUTCOME_FAILURE, "oversize");
-        ig_upstream_cancel(r);
-        a->ureq = NULL;
-        if (x->state == X_TRYING)
-            exchange_fail(x, 502, "upstream_error", NULL,
-                          "upstream %s answered more than %zu bytes", a->route->name,
-                          px->opts.max_response_bytes);
-        return;
-    }
-    if (x->blen + len > x->bcap) {
-        size_t cap = x->bcap ? x->bcap * 2 : 4096;
-        while (cap < x->blen + len)
-            cap *= 2;
-        char *nb = realloc(x->buf, cap);
-        if (nb == NULL)
-            return;
-        x->buf = nb;
-        x->bcap = cap;
-    }
-    memcpy(x->buf + x->blen, buf, len);
-    x->blen += len;
 }
 
 static void sse_error(exchange_t *x, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -503,10 +791,10 @@ static void sse_error(exchange_t *x, const char *fmt, ...)
         char frame[512];
         int n = snprintf(frame, sizeof(frame), "data: %s\n\n", text);
         if (n > 0 && (size_t)n < sizeof(frame))
-            ig_http_stream_write(x->req, frame, (size_t)n);
+            client_stream_write(x, frame, (size_t)n);
         free(text);
     }
-    ig_http_stream_end(x->req);
+    client_stream_end(x);
 }
 
 static void on_up_done(ig_upstream_req_t *r, int err, void *data)
@@ -514,6 +802,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
     attempt_t *a = data;
     exchange_t *x = a->x;
     ig_proxy_t *px = x->px;
+    (void)r;
     a->ureq = NULL;
     uint64_t now = uv_hrtime();
     double held = (double)(now - a->start_ns) / 1e9;
@@ -523,7 +812,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         if (err == 0) {
             attempt_account(a, IG_OUTCOME_SUCCESS, "");
             ig_router_observe_occupancy(&px->router, a->route, held, now);
-            ig_http_stream_end(x->req);
+            client_stream_end(x);
         } else {
             attempt_account(a, IG_OUTCOME_FAILURE, "broken_stream");
             IG_WARN("upstream %s broke a stream midway: %s", a->route->name, ig_strerror(err));
@@ -534,8 +823,10 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
     }
     if (x->state != X_TRYING) {
         /* Lost a race that was already decided; it was canceled. */
+        attempt_drop_body(a);
         return;
     }
+    ft_arm(x);
     if (err != 0) {
         attempt_account(a, IG_OUTCOME_FAILURE, err == IG_ETIMEDOUT ? "timeout" : "transport");
         attempt_failed(a, 0, err);
@@ -550,7 +841,8 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         attempt_failed(a, a->status, 0);
         return;
     }
-    /* A whole answer (2xx, or a 4xx that is the client's): commit it. */
+    /* A whole answer (2xx, or a 4xx that is the client's), or a stream that
+     * ended before any token: commit it as it is. */
     attempt_account(a, a->status < 400 ? IG_OUTCOME_SUCCESS : IG_OUTCOME_CLIENT_ERROR, "");
     if (a->status < 400) {
         ig_router_observe_occupancy(&px->router, a->route, held, now);
@@ -563,8 +855,9 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         ig_metric_add(px->m_hedges, 1, x->model, "hedge_won");
     uv_timer_stop(&x->timer);
     add_route_headers(x, a);
-    ig_http_respond(x->req, a->status, a->content_type[0] ? a->content_type : "application/json",
-                    x->buf ? x->buf : "", x->blen);
+    client_respond(x, a->status, a->content_type[0] ? a->content_type : "application/json",
+                   a->buf ? a->buf : "", a->blen);
+    attempt_drop_body(a);
     exchange_done(x);
 }
 
@@ -572,6 +865,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
 
 static void on_hedge_timer(uv_timer_t *t);
 static void on_queue_timer(uv_timer_t *t);
+static void on_ft_timer(uv_timer_t *t);
 
 static attempt_t *free_attempt(exchange_t *x)
 {
@@ -661,6 +955,7 @@ static void attempt_start(exchange_t *x, int hedge)
     attempt_t *a = free_attempt(x);
     if (a == NULL)
         return;
+    attempt_drop_body(a);
     memset(a, 0, sizeof(*a));
     a->x = x;
     a->hedge = hedge;
@@ -689,7 +984,7 @@ static void attempt_start(exchange_t *x, int hedge)
              d.hot ? " all hot" : "");
     ig_metric_add(px->m_decisions, 1, x->model, a->route->name,
                   ig_route_policy_name(px->router.opts.policy));
-    ig_router_attempt_begin(&px->router, a->route, now);
+    a->trial = ig_router_attempt_begin(&px->router, a->route, now);
     publish_upstream(px, a->route);
 
     static const ig_upstream_cbs_t cbs = {on_up_headers, on_up_body, on_up_done};
@@ -702,6 +997,10 @@ static void attempt_start(exchange_t *x, int hedge)
         attempt_failed(a, 0, IG_ECONNECT);
         return;
     }
+    if (x->stream && px->opts.first_token_timeout_ms > 0) {
+        a->ft_deadline_ns = now + px->opts.first_token_timeout_ms * 1000000ULL;
+        ft_arm(x);
+    }
     if (!hedge && px->opts.hedge && x->stream && d.runner_up >= 0) {
         double delay = ig_router_hedge_delay(&px->router, a->route, x->prompt_tokens,
                                              px->opts.hedge_quantile, now);
@@ -713,18 +1012,57 @@ static void on_hedge_timer(uv_timer_t *t)
 {
     exchange_t *x = t->data;
     ig_proxy_t *px = x->px;
+    /* Its first content token would have committed the stream. */
     if (x->state != X_TRYING || x->hedged || attempts_live(x) != 1)
         return;
-    for (int i = 0; i < MAX_ATTEMPTS; i++) {
-        if (x->att[i].ureq != NULL && x->att[i].first_body)
-            return; /* its first token is here: too late to hedge */
-    }
     if (px->hedge_tokens < 1.0)
         return;
     px->hedge_tokens -= 1.0;
     x->hedged = 1;
     ig_metric_add(px->m_hedges, 1, x->model, "sent");
     attempt_start(x, 1);
+}
+
+/* Arms the first-token timer for the earliest deadline of the attempts
+ * still waiting for their first token. */
+static void ft_arm(exchange_t *x)
+{
+    uint64_t next = 0;
+    for (int i = 0; i < MAX_ATTEMPTS; i++) {
+        const attempt_t *a = &x->att[i];
+        if (a->ureq != NULL && !a->first_token && a->ft_deadline_ns != 0 &&
+            (next == 0 || a->ft_deadline_ns < next))
+            next = a->ft_deadline_ns;
+    }
+    if (next == 0 || x->state == X_DONE) {
+        uv_timer_stop(&x->ft_timer);
+        return;
+    }
+    uint64_t now = uv_hrtime();
+    uint64_t ms = next > now ? (next - now + 999999) / 1000000 : 0;
+    uv_timer_start(&x->ft_timer, on_ft_timer, ms, 0);
+}
+
+/* An attempt whose first content token is later than first_token_timeout_ms
+ * (its headers or a role delta may have come) fails with a timeout, which
+ * is retried like any failure before the commit. */
+static void on_ft_timer(uv_timer_t *t)
+{
+    exchange_t *x = t->data;
+    uint64_t now = uv_hrtime();
+    for (int i = 0; i < MAX_ATTEMPTS && x->state == X_TRYING; i++) {
+        attempt_t *a = &x->att[i];
+        if (a->ureq == NULL || a->first_token || a->ft_deadline_ns == 0 || a->ft_deadline_ns > now)
+            continue;
+        IG_WARN("upstream %s: no first token within %llu ms", a->route->name,
+                (unsigned long long)x->px->opts.first_token_timeout_ms);
+        ig_upstream_cancel(a->ureq);
+        a->ureq = NULL;
+        attempt_account(a, IG_OUTCOME_FAILURE, "timeout");
+        attempt_failed(a, 0, IG_ETIMEDOUT);
+    }
+    if (x->state == X_TRYING)
+        ft_arm(x);
 }
 
 static void on_queue_timer(uv_timer_t *t)
@@ -783,7 +1121,10 @@ static void on_exchange_closed(uv_handle_t *h)
 {
     exchange_t *x = h->data;
     ig_proxy_t *px = x->px;
-    free(x->buf);
+    if (--x->open_handles > 0)
+        return;
+    for (int i = 0; i < MAX_ATTEMPTS; i++)
+        attempt_drop_body(&x->att[i]);
     free(x->model);
     free(x->path);
     free(x->body);
@@ -792,7 +1133,8 @@ static void on_exchange_closed(uv_handle_t *h)
     proxy_maybe_free(px);
 }
 
-/* The client's request is finished; account and free. */
+/* The client's request is finished (x->req is NULL); account, and free
+ * once the timers are closed (a later loop turn: never under a caller). */
 static void exchange_done(exchange_t *x)
 {
     ig_proxy_t *px = x->px;
@@ -802,6 +1144,7 @@ static void exchange_done(exchange_t *x)
     ig_metric_observe(px->m_e2e, seconds_since(x->start_ns), x->model);
     px->inflight--;
     uv_close((uv_handle_t *)&x->timer, on_exchange_closed);
+    uv_close((uv_handle_t *)&x->ft_timer, on_exchange_closed);
     /* An attempt ended: a held request may fit now. */
     if (!px->closing)
         pump(px, x->model);
@@ -816,11 +1159,11 @@ static void exchange_fail(exchange_t *x, int status, const char *code, const cha
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     cancel_others(x, NULL);
-    if (retry_after != NULL)
+    if (x->req != NULL && retry_after != NULL)
         ig_http_add_header(x->req, "Retry-After", retry_after);
-    if (x->route_header[0])
+    if (x->req != NULL && x->route_header[0])
         ig_http_add_header(x->req, "x-infergate-route", x->route_header);
-    ig_http_respond_error(x->req, status, NULL, NULL, code, "%s", msg);
+    client_error(x, status, NULL, code, msg);
     exchange_done(x);
 }
 
@@ -856,6 +1199,9 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     x->start_ns = ig_http_req_start_ns(req);
     uv_timer_init(px->loop, &x->timer);
     x->timer.data = x;
+    uv_timer_init(px->loop, &x->ft_timer);
+    x->ft_timer.data = x;
+    x->open_handles = 2;
     px->inflight++;
     px->live++;
     if (px->closing) {

@@ -377,33 +377,54 @@ void ig_router_observe_occupancy(ig_router_t *r, ig_upstream_state_t *u, double 
 
 /* ---- attempts, ejection, retry budget ------------------------------------ */
 
-void ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now_ns)
+int ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now_ns)
 {
     (void)r;
     u->inflight++;
-    if (u->ejected_until_ns != 0 && now_ns >= u->ejected_until_ns)
+    if (u->ejected_until_ns != 0 && now_ns >= u->ejected_until_ns && !u->half_open) {
         u->half_open = 1;
+        return 1;
+    }
+    return 0;
 }
 
-void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome,
+/* The upstream answered well: forget its failures, any ejection and its
+ * backoff (a success of an attempt begun before the ejection counts too). */
+static void health_clear(ig_upstream_state_t *u)
+{
+    u->consecutive_failures = 0;
+    u->ejected_until_ns = 0;
+    u->ejections = 0;
+    u->half_open = 0;
+}
+
+void ig_router_attempt_proven(ig_router_t *r, ig_upstream_state_t *u, int trial, uint64_t now_ns)
+{
+    (void)r;
+    (void)trial;
+    (void)now_ns;
+    health_clear(u);
+}
+
+void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome, int trial,
                            uint64_t now_ns)
 {
     if (u->inflight > 0)
         u->inflight--;
-    int trial = u->half_open;
     switch (outcome) {
     case IG_OUTCOME_SUCCESS:
     case IG_OUTCOME_CLIENT_ERROR: /* the upstream answered sensibly */
-        u->consecutive_failures = 0;
-        if (trial || u->ejected_until_ns != 0) {
-            u->ejected_until_ns = 0;
-            u->ejections = 0;
-            u->half_open = 0;
-        }
+        health_clear(u);
         break;
     case IG_OUTCOME_BACKPRESSURE:
         /* Busy is not broken: no ejection, but a half-open trial is over. */
-        u->half_open = 0;
+        if (trial)
+            u->half_open = 0;
+        break;
+    case IG_OUTCOME_ABANDONED:
+        /* Says nothing about health; a trial it held may run again. */
+        if (trial)
+            u->half_open = 0;
         break;
     case IG_OUTCOME_FAILURE:
         u->consecutive_failures++;
@@ -413,9 +434,10 @@ void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t 
                 t = r->opts.eject_max_s;
             u->ejected_until_ns = now_ns + (uint64_t)(t * NS_PER_S);
             u->ejections++;
-            u->half_open = 0;
             u->consecutive_failures = 0;
         }
+        if (trial)
+            u->half_open = 0;
         break;
     }
 }

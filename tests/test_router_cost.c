@@ -232,29 +232,29 @@ static void test_ejection_and_half_open(void **state)
     /* 4xx never counts against an upstream, nor does backpressure. */
     for (int i = 0; i < 20; i++) {
         ig_router_attempt_begin(&r, &u, S(1));
-        ig_router_attempt_end(&r, &u, i % 2 ? IG_OUTCOME_CLIENT_ERROR : IG_OUTCOME_BACKPRESSURE,
+        ig_router_attempt_end(&r, &u, i % 2 ? IG_OUTCOME_CLIENT_ERROR : IG_OUTCOME_BACKPRESSURE, 0,
                               S(1));
     }
     assert_true(ig_router_eligible(&u, S(1)));
     /* Four failures in a row: still in; the fifth ejects it for 2 s. */
     for (int i = 0; i < 5; i++) {
         assert_true(ig_router_eligible(&u, S(1)));
-        ig_router_attempt_begin(&r, &u, S(1));
-        ig_router_attempt_end(&r, &u, IG_OUTCOME_FAILURE, S(1));
+        assert_int_equal(ig_router_attempt_begin(&r, &u, S(1)), 0);
+        ig_router_attempt_end(&r, &u, IG_OUTCOME_FAILURE, 0, S(1));
     }
     assert_false(ig_router_eligible(&u, S(2)));
     assert_int_equal(u.inflight, 0);
     /* After 2 s: half-open, one trial at a time. */
     assert_true(ig_router_eligible(&u, S(3.1)));
-    ig_router_attempt_begin(&r, &u, S(3.1));
+    assert_int_equal(ig_router_attempt_begin(&r, &u, S(3.1)), 1);
     assert_false(ig_router_eligible(&u, S(3.1)));
     /* The trial fails: ejected again, for twice as long. */
-    ig_router_attempt_end(&r, &u, IG_OUTCOME_FAILURE, S(3.2));
+    ig_router_attempt_end(&r, &u, IG_OUTCOME_FAILURE, 1, S(3.2));
     assert_false(ig_router_eligible(&u, S(7.1)));
     assert_true(ig_router_eligible(&u, S(7.3)));
     /* The next trial succeeds: back in, backoff forgotten. */
-    ig_router_attempt_begin(&r, &u, S(7.3));
-    ig_router_attempt_end(&r, &u, IG_OUTCOME_SUCCESS, S(7.4));
+    assert_int_equal(ig_router_attempt_begin(&r, &u, S(7.3)), 1);
+    ig_router_attempt_end(&r, &u, IG_OUTCOME_SUCCESS, 1, S(7.4));
     assert_true(ig_router_eligible(&u, S(7.4)));
     assert_int_equal(u.ejected_until_ns, 0);
     assert_int_equal(u.ejections, 0);
@@ -316,7 +316,7 @@ static double simulate(ig_route_policy_t policy, int counts[3])
         for (int i = 0; i < 3; i++) { /* retire finished requests */
             for (int j = 0; j < ninflight[i];) {
                 if (inflight_end[i][j] <= now) {
-                    ig_router_attempt_end(&r, &u[i], IG_OUTCOME_SUCCESS, now);
+                    ig_router_attempt_end(&r, &u[i], IG_OUTCOME_SUCCESS, 0, now);
                     inflight_end[i][j] = inflight_end[i][--ninflight[i]];
                 } else {
                     j++;

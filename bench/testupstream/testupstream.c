@@ -47,6 +47,8 @@ typedef struct req_s {
     int error_status; /* 0, or the injected error status */
     int fail_after;   /* -1, or tokens sent before the connection is reset */
     int sent;         /* tokens sent so far */
+    int partial;      /* --fail-partial drawn: half the body, then a reset */
+    int reset_due;    /* the partial body is out; the next due resets */
     int keep_alive;
     int head_only; /* a HEAD request: headers, no body */
     size_t nbytes; /* for GET /bytes/N */
@@ -89,6 +91,8 @@ static struct {
     uint64_t stall_from, stall_until; /* absolute hrtime window */
     int fail_after;
     double fail_rate;
+    int fail_partial;       /* --fail-partial */
+    int role_first;         /* --chat-role-first */
     double idle_timeout_ms; /* 0: keep idle connections open */
     uint64_t first_request;
     uint64_t nreq, nconn, nactive_conn, nstalled, nfailed, nerrors;
@@ -278,6 +282,8 @@ static uint64_t stall_adjust(uint64_t due)
     return due;
 }
 
+static void on_due(igb_tq_entry_t *e);
+
 static void answer_plain(conn_t *c, req_t *r)
 {
     char buf[512];
@@ -353,6 +359,19 @@ static void answer_plain(conn_t *c, req_t *r)
     free(text);
     if (n < 0)
         return;
+    if (r->partial) {
+        /* The whole length is promised, half the body leaves, and the
+         * connection is reset a little later (so that the half arrives). */
+        send_fmt(
+            c,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%.*s",
+            n, n / 2, body);
+        free(body);
+        g.nfailed++;
+        r->reset_due = 1;
+        igb_tq_add(&g.tq, &r->tq, uv_hrtime() + 20 * 1000000ULL, on_due);
+        return;
+    }
     send_response(c, r, 200, "application/json", body, (size_t)n);
     free(body);
 }
@@ -373,8 +392,9 @@ static void send_token(conn_t *c, req_t *r)
                  "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion.chunk\",\"created\":0,"
                  "\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"%s\"},"
                  "\"finish_reason\":null}]%s}",
-                 (unsigned long long)r->id, r->model, r->sent == 0 ? "\"role\":\"assistant\"," : "",
-                 w, r->include_usage ? ",\"usage\":null" : "");
+                 (unsigned long long)r->id, r->model,
+                 r->sent == 0 && !g.role_first ? "\"role\":\"assistant\"," : "", w,
+                 r->include_usage ? ",\"usage\":null" : "");
     else
         snprintf(buf, sizeof(buf),
                  "{\"id\":\"cmpl-%llu\",\"object\":\"text_completion\",\"created\":0,"
@@ -420,6 +440,10 @@ static void on_due(igb_tq_entry_t *e)
     req_t *r = (req_t *)((char *)e - offsetof(req_t, tq));
     conn_t *c = r->c;
     uint64_t now = uv_hrtime();
+    if (r->reset_due) {
+        conn_close(c, 1);
+        return;
+    }
     uint64_t adj = stall_adjust(now);
     if (adj != now) {
         /* The server is frozen: whatever falls due now waits for the thaw. */
@@ -430,7 +454,8 @@ static void on_due(igb_tq_entry_t *e)
     int streamed = r->stream && !r->error_status && (r->kind == K_COMPLETIONS || r->kind == K_CHAT);
     if (!streamed) {
         answer_plain(c, r);
-        finish_head(c);
+        if (!r->reset_due)
+            finish_head(c);
         return;
     }
     if (r->fail_after >= 0 && r->sent >= r->fail_after) {
@@ -553,6 +578,9 @@ static void begin_service(req_t *r, uint64_t t_start)
     }
     if (r->stream && g.fail_after >= 0 && igb_rng_double(&g.rng) < g.fail_rate)
         r->fail_after = g.fail_after;
+    if (!r->stream && g.fail_partial && !r->error_status &&
+        (r->kind == K_COMPLETIONS || r->kind == K_CHAT) && igb_rng_double(&g.rng) < g.fail_rate)
+        r->partial = 1;
     uint64_t due = t_start + (uint64_t)(delay_ms * 1e6);
     int streamed = r->stream && !r->error_status && (r->kind == K_COMPLETIONS || r->kind == K_CHAT);
     if (streamed) {
@@ -560,6 +588,17 @@ static void begin_service(req_t *r, uint64_t t_start)
                  "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                  "Transfer-Encoding: chunked\r\n%s\r\n",
                  r->keep_alive ? "" : "Connection: close\r\n");
+        if (r->kind == K_CHAT && g.role_first) {
+            /* Like a worker: the role delta leaves at once, with empty
+             * content; the tokens follow after the delay. */
+            char ev[512];
+            snprintf(ev, sizeof(ev),
+                     "{\"id\":\"chatcmpl-%llu\",\"object\":\"chat.completion.chunk\","
+                     "\"created\":0,\"model\":\"%s\",\"choices\":[{\"index\":0,\"delta\":"
+                     "{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}",
+                     (unsigned long long)r->id, r->model);
+            send_event(c, ev);
+        }
     } else if (r->kind == K_COMPLETIONS || r->kind == K_CHAT) {
         /* A non-streamed answer ends when the last token would have. */
         if (r->tokens > 1)
@@ -897,6 +936,12 @@ static void usage(FILE *out)
         "  --stall-for S          ... for S seconds (answers due meanwhile leave at the end)\n"
         "  --fail-after-tokens K  reset the connection (RST) after K streamed tokens ...\n"
         "  --fail-rate P          ... in a fraction P of streams (default 1)\n"
+        "  --fail-partial         non-streamed completions (a fraction --fail-rate of\n"
+        "                         them) send their headers and half the body, then\n"
+        "                         reset the connection 20 ms later\n"
+        "  --chat-role-first      a chat stream sends its role delta (role assistant,\n"
+        "                         empty content) with the headers, at once; the\n"
+        "                         content tokens follow after the delay, as a worker's\n"
         "  --slots N              serve at most N completions at once (default 0: no\n"
         "                         limit); the others wait for a slot in arrival order\n"
         "                         (FIFO), and a request's delay and ITL start when it\n"
@@ -989,6 +1034,10 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--fail-rate")) {
             NEED();
             g.fail_rate = atof(v);
+        } else if (!strcmp(a, "--fail-partial")) {
+            g.fail_partial = 1;
+        } else if (!strcmp(a, "--chat-role-first")) {
+            g.role_first = 1;
         } else if (!strcmp(a, "--idle-timeout-ms")) {
             NEED();
             g.idle_timeout_ms = atof(v);

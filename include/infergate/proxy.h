@@ -48,6 +48,13 @@ typedef struct {
                                   quantile of the upstream's TTFT (0.95) */
     size_t max_response_bytes; /* a non-streamed answer larger than this is an
                                   error (16 MiB) */
+    size_t max_held_bytes;     /* a stream's events held before its first
+                                  content token; past this the stream is
+                                  committed as it is (64 KiB) */
+    /* A stream attempt with no content token by then times out (and is
+     * retried before the commit). 0 = none (the default): the upstream's
+     * first-byte deadline then covers the headers only. */
+    uint64_t first_token_timeout_ms;
 } ig_proxy_opts_t;
 
 void ig_proxy_opts_default(ig_proxy_opts_t *opts);

@@ -50,6 +50,9 @@ typedef enum {
                                 towards ejection */
     IG_OUTCOME_BACKPRESSURE, /* 429 or 503: busy, not broken */
     IG_OUTCOME_CLIENT_ERROR, /* 4xx other than 429: the client's fault */
+    IG_OUTCOME_ABANDONED,    /* canceled before it said anything about the
+                                upstream's health: a lost hedge, a client
+                                that went away, the gateway shutting down */
 } ig_outcome_t;
 
 /* What the router knows of one upstream. Owned by whoever owns the
@@ -145,10 +148,28 @@ double ig_router_cost(const ig_router_t *r, const ig_upstream_state_t *u, int pr
 int ig_router_pick(ig_router_t *r, ig_upstream_state_t *const *ups, int n, int prompt_tokens,
                    const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out);
 
-/* Bookkeeping around one attempt: begin counts it in flight (and takes the
- * half-open trial); end reports how it went. */
-void ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now_ns);
-void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome,
+/*
+ * Bookkeeping around one attempt. begin counts it in flight and returns 1
+ * when the attempt takes the upstream's half-open trial (it was ejected and
+ * its time is up), else 0; the caller passes that flag back to proven() and
+ * end().
+ *
+ * The trial ends with the first evidence either way:
+ *   - success: a whole 2xx answer, a 4xx (the upstream answered sensibly),
+ *     or, for a stream, its first content token (proven()): the ejection
+ *     and its backoff are forgotten;
+ *   - failure: ejected again, for twice as long;
+ *   - backpressure (429/503): busy is not broken; the trial is over but the
+ *     upstream stays ejected, and the next trial may run at once;
+ *   - abandoned: nothing was learned; the trial slot is released and the
+ *     upstream stays ejected, eligible for another trial.
+ */
+int ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now_ns);
+/* The attempt's first content token came: the upstream works. Counts as a
+ * success for health (the failure streak, an ejection and the trial are
+ * cleared); the attempt stays in flight. Its later end() passes trial 0. */
+void ig_router_attempt_proven(ig_router_t *r, ig_upstream_state_t *u, int trial, uint64_t now_ns);
+void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome, int trial,
                            uint64_t now_ns);
 
 /* Observations. rtt: one transport round trip (probe, or connect+headers).

@@ -1,0 +1,176 @@
+/*
+ * A half-open trial ends only on evidence. An ejected site whose trial
+ * request is abandoned by its client stays ejected, and its trial slot is
+ * free again: the next request is its next trial (and, failing, ejects it
+ * at once). Real processes on loopback: `infergate serve` in front of two
+ * test upstreams.
+ *
+ * Timing: waits out a 0.5 s ejection.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gwfixture.h"
+
+static void upstream_start(ig_proc_t *u, ...)
+{
+    const char *args[32];
+    int n = 0;
+    args[n++] = "--quiet";
+    va_list ap;
+    va_start(ap, u);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 31)
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    assert_int_equal(ig_gwf_tool(u, "testupstream", ig_proc_free_port(), args, 10000), 0);
+}
+
+/* `infergate serve` with the upstreams as sites s0, s1, ... of model "m";
+ * waits until every one is probed up. */
+static void gateway_start(ig_proc_t *g, ig_proc_t *ups, int n, const char *routing_extra)
+{
+    char cfg[4096];
+    int port = ig_proc_free_port();
+    int off = snprintf(cfg, sizeof(cfg),
+                       "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
+                       "\"models\":[{\"name\":\"m\"}],\"sites\":[",
+                       port);
+    for (int i = 0; i < n; i++)
+        off += snprintf(cfg + off, sizeof(cfg) - off,
+                        "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}",
+                        i ? "," : "", i, ups[i].port);
+    snprintf(cfg + off, sizeof(cfg) - off, "],\"routing\":{\"policy\":\"latency\"%s}}",
+             routing_extra ? routing_extra : "");
+    const char *path = ig_proc_temp_file(cfg, ".json");
+    assert_non_null(path);
+    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000), 0);
+    long long end = ig_tc_now_ms() + 10000;
+    int up = 0;
+    while (up < n && ig_tc_now_ms() < end) {
+        up = 0;
+        json_t *doc = ig_gwf_get_json(g->port, "/status");
+        size_t i;
+        json_t *site;
+        json_array_foreach(json_object_get(doc, "sites"), i, site) up +=
+            json_is_true(json_object_get(site, "up"));
+        json_decref(doc);
+    }
+    assert_int_equal(up, n);
+}
+
+/* The number in the metric line that starts with `series`, or -1. */
+static double metric(int port, const char *series)
+{
+    char *text = ig_gwf_get_text(port, "/metrics");
+    assert_non_null(text);
+    double v = -1;
+    const char *p = strstr(text, series);
+    if (p != NULL)
+        v = strtod(p + strlen(series), NULL);
+    free(text);
+    return v;
+}
+
+static void control(int port, const char *what)
+{
+    char raw[256];
+    snprintf(raw, sizeof(raw), "GET /_control/%s HTTP/1.1\r\nHost: t\r\n\r\n", what);
+    ig_tc_response_t r;
+    assert_int_equal(ig_tc_request(port, raw, &r, 5000), 0);
+    assert_int_equal(r.status, 200);
+    ig_tc_response_free(&r);
+}
+
+static long long completions_of(int port)
+{
+    json_t *st = ig_gwf_get_json(port, "/_control/stats");
+    assert_non_null(st);
+    long long n = json_integer_value(json_object_get(st, "completions"));
+    json_decref(st);
+    return n;
+}
+
+static const char *plain = "{\"model\":\"m\",\"prompt\":\"hello there\",\"max_tokens\":2}";
+
+static void post_ok(int port)
+{
+    ig_tc_response_t r;
+    assert_int_equal(ig_gwf_post(port, "/v1/completions", plain, &r, 20000), 0);
+    if (r.status != 200)
+        print_message("%d %s\n", r.status, r.body);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(ig_tc_header(&r, "x-infergate-upstream"), "s1");
+    ig_tc_response_free(&r);
+}
+
+static void test_client_abort_keeps_the_trial_pending(void **state)
+{
+    (void)state;
+    ig_proc_t ups[2];
+    /* s0 is preferred (instant probes, fast answers); s1 is far slower. */
+    upstream_start(&ups[0], "--instant-raw", "--delay-ms", "1", NULL);
+    upstream_start(&ups[1], "--delay-ms", "100", NULL);
+    ig_proc_t g;
+    gateway_start(&g, ups, 2, ",\"eject\":{\"consecutive_failures\":3,\"base_ejection_s\":0.5}");
+    const char *ejections = "infergate_upstream_ejections_total{upstream=\"s0\"} ";
+
+    /* Three failures in a row eject s0; each request is retried on s1. */
+    control(ups[0].port, "error-rate?p=1");
+    for (int i = 0; i < 3; i++)
+        post_ok(g.port);
+    assert_true(metric(g.port, ejections) == 1);
+
+    /* The ejection is over: the next request on s0 is its trial. s0 now
+     * answers slowly, and the trial's client gives up first. */
+    usleep(700 * 1000);
+    control(ups[0].port, "error-rate?p=0");
+    control(ups[0].port, "delay?ms=2000");
+    long long before = completions_of(ups[0].port);
+    ig_tc_t *tc = ig_tc_connect(g.port);
+    assert_non_null(tc);
+    char raw[512];
+    snprintf(raw, sizeof(raw),
+             "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n%s",
+             strlen(plain), plain);
+    assert_int_equal(ig_tc_sends(tc, raw), 0);
+    usleep(300 * 1000);
+    assert_int_equal(completions_of(ups[0].port), before + 1); /* the trial reached s0 */
+    ig_tc_close(tc);
+    usleep(100 * 1000);
+
+    /* s0 is still broken. The abandoned trial proved nothing: s0 is still
+     * ejected, its trial slot is free, and this request is the next trial,
+     * whose failure ejects it again at once (a cleared ejection would need
+     * three failures). */
+    control(ups[0].port, "delay?ms=1");
+    control(ups[0].port, "error-rate?p=1");
+    post_ok(g.port);
+    assert_int_equal(completions_of(ups[0].port), before + 2);
+    double n = metric(g.port, ejections);
+    print_message("ejections of s0: %g\n", n);
+    assert_true(n == 2);
+
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+    for (int i = 0; i < 2; i++)
+        ig_proc_stop(&ups[i], SIGKILL, 5000);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_client_abort_keeps_the_trial_pending),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
