@@ -247,7 +247,7 @@ static void on_write(uv_write_t *w, int status)
     conn_write_t *cw = (conn_write_t *)w;
     ig__http_conn_t *c = cw->conn;
     c->wqueued -= cw->len;
-    ig__http_budget_release(cw->len);
+    ig__http_budget_release(sizeof(*cw) + cw->len);
     free(cw);
     if (c->closing || c->errored)
         return;
@@ -312,7 +312,7 @@ static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
         c->wqueued += rest;
         /* Committed memory: charged even past the budget, which new
          * requests then see (dispatch answers 503). */
-        ig__http_budget_charge(rest);
+        ig__http_budget_charge(sizeof(*cw) + rest);
     }
     if (c->wqueued > c->server->limits.write_buffer_bytes) {
         c->want_drain = 1;
