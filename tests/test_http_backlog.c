@@ -37,7 +37,7 @@
 /* The kernel holds up to ~4 MiB of a loopback connection's output (the
  * sender's tcp_wmem maximum): the answers must add up to well past that. */
 #define ANSWER (256 * 1024)
-#define NREQ 80
+#define NREQ 40
 
 /* ---- in-process: bounded dispatch ------------------------------------- */
 
@@ -92,8 +92,9 @@ static void test_dispatch_waits_for_the_write_mark(void **state)
     int n = atomic_load(&dispatched);
     size_t held = ig__http_budget_used() - before;
     fprintf(stderr, "dispatched %d of %d, %zu bytes held\n", n, NREQ, held);
-    /* Without the wait all 80 (20 MiB) are queued at once. */
-    assert_true(n < NREQ / 2);
+    /* Without the wait all 40 (10 MiB) are queued at once; with it, what
+     * the kernel took (about 4 MiB) plus one. */
+    assert_true(n < NREQ * 3 / 4);
     /* unsent output: at most the mark plus one answer (and the read buffer
      * and a few socket-buffer rounding bytes) */
     assert_true(held <= MARK + ANSWER + 256 * 1024);
@@ -102,7 +103,8 @@ static void test_dispatch_waits_for_the_write_mark(void **state)
     size_t want = 0;
     char *all = NULL;
     size_t have = 0, cap = 0;
-    long long deadline = ig_tc_now_ms() + TMO;
+    /* through a 4 KiB window: slow under ASan */
+    long long deadline = ig_tc_now_ms() + 6 * TMO;
     int got = 0;
     while (got < NREQ && ig_tc_now_ms() < deadline) {
         if (cap - have < 65536) {
