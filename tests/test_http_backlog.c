@@ -84,7 +84,8 @@ static void test_dispatch_waits_for_the_write_mark(void **state)
     static char reqs[NREQ * 64];
     size_t len = 0;
     for (int i = 0; i < NREQ; i++)
-        len += (size_t)snprintf(reqs + len, sizeof(reqs) - len, "GET /%d HTTP/1.1\r\nHost: t\r\n\r\n", i);
+        len += (size_t)snprintf(reqs + len, sizeof(reqs) - len,
+                                "GET /%d HTTP/1.1\r\nHost: t\r\n\r\n", i);
     assert_int_equal(send(fd, reqs, len, 0), (ssize_t)len);
     /* Let the server do what it would: the kernel takes a few answers, then
      * the queue passes the mark and dispatch must stop. */
@@ -165,8 +166,8 @@ static void test_serve_metrics_flood_rss(void **state)
      * pace the server through the stderr pipe. So the port is chosen here. */
     int port = ig_proc_free_port();
     char text[256];
-    snprintf(text, sizeof(text),
-             "{\"listen\": \"127.0.0.1:%d\", \"log\": {\"level\": \"warn\"}}", port);
+    snprintf(text, sizeof(text), "{\"listen\": \"127.0.0.1:%d\", \"log\": {\"level\": \"warn\"}}",
+             port);
     const char *cfg = ig_proc_temp_file(text, ".json");
     assert_non_null(cfg);
     ig_proc_t p;
@@ -177,10 +178,10 @@ static void test_serve_metrics_flood_rss(void **state)
     /* warm-up: the metrics text and the allocator's first arenas */
     for (int i = 0; i < 20; i++) {
         ig_tc_response_t r;
-        assert_int_equal(ig_tc_request(p.port,
-                                       "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
-                                       &r, 5000),
-                         0);
+        assert_int_equal(
+            ig_tc_request(p.port, "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                          &r, 5000),
+            0);
         assert_int_equal(r.status, 200);
         ig_tc_response_free(&r);
     }
@@ -221,13 +222,15 @@ static void test_serve_metrics_flood_rss(void **state)
             ig_proc_pump(&p, 0);
         }
     }
-    fprintf(stderr, "sent %llu bytes of pipelined GET /metrics in %d s; server RSS %ld -> peak %ld KiB\n",
+    fprintf(stderr,
+            "sent %llu bytes of pipelined GET /metrics in %d s; server RSS %ld -> peak %ld KiB\n",
             sent, FLOOD_MS / 1000, base, peak);
     /* The server must still serve others while that client sits there. */
     ig_tc_response_t r;
-    assert_int_equal(
-        ig_tc_request(p.port, "GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", &r, 5000),
-        0);
+    assert_int_equal(ig_tc_request(p.port,
+                                   "GET /health HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+                                   &r, 5000),
+                     0);
     assert_int_equal(r.status, 200);
     ig_tc_response_free(&r);
     assert_true(sent > 0);

@@ -99,8 +99,8 @@ static void test_body_over_budget(void **state)
     assert_non_null(tc);
     /* 3 MiB announced, within max_body_bytes (8 MiB) but not the budget:
      * answered before the body is sent. */
-    assert_int_equal(ig_tc_sends(tc, "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 3145728\r\n\r\n"),
-                     0);
+    assert_int_equal(
+        ig_tc_sends(tc, "POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 3145728\r\n\r\n"), 0);
     ig_tc_response_t r;
     assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
     expect_busy(&r);

@@ -42,13 +42,13 @@ typedef struct {
 } exchange_t;
 
 static ig_ts_t *server;
-static atomic_int in_write;         /* loop thread: an ig_http_* write runs */
-static atomic_int abort_inside;     /* the abort callback ran inside a write */
-static atomic_int aborts;           /* abort callbacks run */
-static atomic_int sync_error;       /* a write returned an error in the handler */
-static atomic_int aborted_flag;     /* ig_http_req_aborted() right after it */
-static atomic_int respond_rc;       /* of the whole-response case */
-static atomic_int queued_instead;   /* mid-stream case: the kernel filled up */
+static atomic_int in_write;       /* loop thread: an ig_http_* write runs */
+static atomic_int abort_inside;   /* the abort callback ran inside a write */
+static atomic_int aborts;         /* abort callbacks run */
+static atomic_int sync_error;     /* a write returned an error in the handler */
+static atomic_int aborted_flag;   /* ig_http_req_aborted() right after it */
+static atomic_int respond_rc;     /* of the whole-response case */
+static atomic_int queued_instead; /* mid-stream case: the kernel filled up */
 
 /* The proxy's pattern: finish the request and free the state. */
 static void on_abort(ig_http_req_t *req, void *data)

@@ -157,8 +157,8 @@ typedef struct {
     int cstate;
     uint64_t csize;
     size_t ctrailer_bytes;
-    size_t cext_bytes;  /* of the current chunk's extensions */
-    size_t cext_total;  /* of every chunk extension of this body */
+    size_t cext_bytes; /* of the current chunk's extensions */
+    size_t cext_total; /* of every chunk extension of this body */
 } ig__http_parser_t;
 
 void ig__http_parser_init(ig__http_parser_t *p, const ig_http_limits_t *limits,

@@ -326,6 +326,8 @@ int ig__http_conn_send(ig_http_req_t *req, const char *data, size_t len)
     ig__http_conn_t *c = req->conn;
     if (c == NULL)
         return 0; /* detached: discarded */
+    if (c->errored)
+        return IG_ECLOSED;
     req->bytes_out += len;
     return conn_write(c, data, len);
 }

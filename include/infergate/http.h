@@ -53,11 +53,11 @@ typedef struct {
                                    next pipelined request waits (256 KiB) */
     /* The fields below take their default when 0, so that a zeroed struct
      * filled field by field (the config loader) stays sane. */
-    size_t max_buffered_bytes;    /* process-wide budget for request bodies,
-                                     read buffers and unsent output; past it
-                                     -> 503 + Retry-After (256 MiB) */
-    size_t max_chunk_ext_bytes;   /* one chunk's extensions -> 400 + close (256) */
-    size_t max_chunk_ext_total;   /* all chunk extensions of one body (4 KiB) */
+    size_t max_buffered_bytes;  /* process-wide budget for request bodies,
+                                   read buffers and unsent output; past it
+                                   -> 503 + Retry-After (256 MiB) */
+    size_t max_chunk_ext_bytes; /* one chunk's extensions -> 400 + close (256) */
+    size_t max_chunk_ext_total; /* all chunk extensions of one body (4 KiB) */
 } ig_http_limits_t;
 
 /* Fills the defaults above. */
