@@ -100,8 +100,21 @@ struct ig_http_req_s {
     void *drain_data;
     ig__http_out_header_t *out_headers;
     ig__http_out_header_t **out_tail;
+    size_t budget; /* bytes charged to the buffer budget (its body) */
     ig__arena_t arena;
 };
+
+/* ---- the process-wide buffer budget ----------------------------------- */
+
+/* Bytes of request bodies, read buffers and unsent output held by every
+ * server of the process (ig_http_limits_t.max_buffered_bytes). Any thread. */
+size_t ig__http_budget_used(void);
+/* Charges n bytes if that keeps the total within limit: 0, or -1 (nothing
+ * charged). */
+int ig__http_budget_take(size_t n, size_t limit);
+/* Charges n bytes unconditionally (memory that is already committed). */
+void ig__http_budget_charge(size_t n);
+void ig__http_budget_release(size_t n);
 
 /* pool may be NULL (plain malloc/free). */
 ig_http_req_t *ig__http_req_new(ig__http_reqpool_t *pool);
@@ -144,6 +157,8 @@ typedef struct {
     int cstate;
     uint64_t csize;
     size_t ctrailer_bytes;
+    size_t cext_bytes; /* of the current chunk's extensions */
+    size_t cext_total; /* of every chunk extension of this body */
 } ig__http_parser_t;
 
 void ig__http_parser_init(ig__http_parser_t *p, const ig_http_limits_t *limits,

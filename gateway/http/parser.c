@@ -10,6 +10,7 @@
 
 #include "infergate/error.h"
 
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -56,6 +57,86 @@ static int is_hex(unsigned char c, unsigned *v)
         *v = c - 'A' + 10;
     else
         return 0;
+    return 1;
+}
+
+/* ---- Host: an RFC 3986 authority without userinfo -------------------- */
+
+/* unreserved / sub-delims (RFC 3986 2.2, 2.3): the bytes of a reg-name
+ * besides pct-encoded ones. */
+static int is_regname_char(unsigned char c)
+{
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+        return 1;
+    return c != '\0' && strchr("-._~!$&'()*+,;=", c) != NULL;
+}
+
+/* IP-literal = "[" ( IPv6address / IPvFuture ) "]", without the brackets. */
+static int valid_ip_literal(const char *s, size_t n)
+{
+    if (n >= 2 && (s[0] == 'v' || s[0] == 'V')) {
+        /* IPvFuture = "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" ) */
+        size_t i = 1;
+        unsigned v;
+        while (i < n && is_hex((unsigned char)s[i], &v))
+            i++;
+        if (i == 1 || i >= n || s[i] != '.' || i + 1 == n)
+            return 0;
+        for (i++; i < n; i++)
+            if (!is_regname_char((unsigned char)s[i]) && s[i] != ':')
+                return 0;
+        return 1;
+    }
+    char buf[INET6_ADDRSTRLEN];
+    struct in6_addr a;
+    if (n == 0 || n >= sizeof(buf) || memchr(s, '%', n) != NULL)
+        return 0; /* zone identifiers are not part of RFC 3986 */
+    memcpy(buf, s, n);
+    buf[n] = '\0';
+    return inet_pton(AF_INET6, buf, &a) == 1;
+}
+
+/*
+ * uri-host [ ":" port ] (RFC 9110 7.2, RFC 3986 3.2.2-3.2.3). host is an
+ * IP-literal or a reg-name (an IPv4address is also a reg-name, so dotted
+ * digits need no check of their own); port is *DIGIT. The host must not be
+ * empty: every target URI this server serves is an http(s) URI, and those
+ * need a non-empty host (RFC 9110 4.2.1), so RFC 9112 3.2's empty Host
+ * (for a target URI without an authority) never applies.
+ */
+static int valid_authority(const char *s, size_t n)
+{
+    size_t i = 0;
+    if (n > 0 && s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (close == NULL || !valid_ip_literal(s + 1, (size_t)(close - s) - 1))
+            return 0;
+        i = (size_t)(close - s) + 1;
+    } else {
+        unsigned v;
+        while (i < n && s[i] != ':') {
+            unsigned char c = (unsigned char)s[i];
+            if (c == '%') {
+                if (i + 2 >= n || !is_hex((unsigned char)s[i + 1], &v) ||
+                    !is_hex((unsigned char)s[i + 2], &v))
+                    return 0;
+                i += 3;
+                continue;
+            }
+            if (!is_regname_char(c))
+                return 0;
+            i++;
+        }
+        if (i == 0)
+            return 0;
+    }
+    if (i == n)
+        return 1;
+    if (s[i] != ':')
+        return 0;
+    for (i++; i < n; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return 0;
     return 1;
 }
 
@@ -138,6 +219,8 @@ static int on_headers_complete(llhttp_t *ll)
         ig__http_header_t *h = &r->headers[i];
         if (span_ieq(h->name, h->nlen, "host")) {
             hosts++;
+            if (!valid_authority(h->value, h->vlen))
+                return fail(p, 400, h->vlen == 0 ? "empty Host header" : "invalid Host header");
         } else if (span_ieq(h->name, h->nlen, "content-length")) {
             cls++;
             if (h->vlen == 0 || h->vlen > 18)
@@ -178,6 +261,11 @@ static int on_headers_complete(llhttp_t *ll)
         if (ll->content_length > p->limits->max_body_bytes)
             return fail(p, 413, "request body too large");
         r->body_cap = (size_t)ll->content_length + 1;
+        /* The whole body is held before the handler runs: it must fit the
+         * process's budget now. */
+        if (ig__http_budget_take(r->body_cap, p->limits->max_buffered_bytes) < 0)
+            return fail(p, 503, "server busy: buffered request data over budget");
+        r->budget += r->body_cap;
         r->body = ig__arena_alloc(&r->arena, r->body_cap);
         if (r->body == NULL)
             return fail(p, 500, "out of memory");
@@ -199,9 +287,15 @@ static int on_body(llhttp_t *ll, const char *at, size_t len)
         size_t cap = r->body_cap ? r->body_cap : 1024;
         while (cap < r->body_len + len + 1)
             cap *= 2;
+        size_t more = cap - (r->body_heap ? r->body_cap : 0);
+        if (ig__http_budget_take(more, p->limits->max_buffered_bytes) < 0)
+            return fail(p, 503, "server busy: buffered request data over budget");
         char *nb = r->body_heap ? realloc(r->body, cap) : malloc(cap);
-        if (nb == NULL)
+        if (nb == NULL) {
+            ig__http_budget_release(more);
             return fail(p, 500, "out of memory");
+        }
+        r->budget += more;
         if (!r->body_heap && r->body_len)
             memcpy(nb, r->body, r->body_len);
         r->body = nb;
@@ -264,6 +358,7 @@ static void reset_message(ig__http_parser_t *p)
     p->cstate = CS_SIZE0;
     p->csize = 0;
     p->ctrailer_bytes = 0;
+    p->cext_bytes = p->cext_total = 0;
     llhttp_reset(&p->ll);
 }
 
@@ -406,8 +501,14 @@ static int finish_head(ig__http_parser_t *p)
     char *url = (char *)p->url;
     url[p->url_len] = '\0';
     if (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0) {
-        /* absolute-form (RFC 9112 3.2.2): keep the path; Host still rules */
-        char *slash = strchr(strchr(url, ':') + 3, '/');
+        /* absolute-form (RFC 9112 3.2.2): keep the path; Host still rules.
+         * Its authority must be valid too, without userinfo: an http(s) URI
+         * with an empty or malformed host is invalid (RFC 9110 4.2.1). */
+        char *auth = strchr(url, ':') + 3;
+        size_t alen = strcspn(auth, "/?#");
+        if (!valid_authority(auth, alen))
+            return fail(p, 400, "invalid authority in the request target");
+        char *slash = strchr(auth, '/');
         if (slash == NULL) {
             url = (char *)"/";
             p->url_len = 1;
@@ -431,6 +532,18 @@ static int finish_head(ig__http_parser_t *p)
 
 /* ---- chunked framing validator --------------------------------------- */
 
+/* Counts one byte of chunk extensions (from the first ';' after the size
+ * up to the CR). Extensions are parsed by llhttp and dropped: they only
+ * cost, so their length is bounded per chunk and per body. */
+static int chunk_ext_byte(ig__http_parser_t *p)
+{
+    if (++p->cext_bytes > p->limits->max_chunk_ext_bytes)
+        return fail(p, 400, "chunk extension too long");
+    if (++p->cext_total > p->limits->max_chunk_ext_total)
+        return fail(p, 400, "too many chunk extension bytes in the body");
+    return 0;
+}
+
 /* Returns bytes validated up to and including the end of the message (or
  * len), -1 on a framing error. */
 static long chunk_validate(ig__http_parser_t *p, const char *d, size_t len)
@@ -453,6 +566,9 @@ static long chunk_validate(ig__http_parser_t *p, const char *d, size_t len)
                 p->csize = p->csize * 16 + v;
             } else if (c == ';') {
                 p->cstate = CS_EXT;
+                p->cext_bytes = 0;
+                if (chunk_ext_byte(p) < 0)
+                    return -1;
             } else if (c == '\r') {
                 p->cstate = CS_SIZE_LF;
             } else {
@@ -464,6 +580,8 @@ static long chunk_validate(ig__http_parser_t *p, const char *d, size_t len)
                 p->cstate = CS_SIZE_LF;
             else if ((c < 0x20 && c != '\t') || c == 0x7f)
                 return fail(p, 400, "invalid chunk extension");
+            else if (chunk_ext_byte(p) < 0)
+                return -1;
             break;
         case CS_SIZE_LF:
             if (c != '\n')

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,38 @@ void ig__arena_dispose(ig__arena_t *a)
     a->used = 0;
 }
 
+/* ---- the buffer budget ------------------------------------------------ */
+
+/* One counter for the process: servers may run on several loops (tests,
+ * an embedding program), and the point is the process's memory. */
+static atomic_size_t budget_used;
+
+size_t ig__http_budget_used(void)
+{
+    return atomic_load_explicit(&budget_used, memory_order_relaxed);
+}
+
+int ig__http_budget_take(size_t n, size_t limit)
+{
+    size_t cur = atomic_load_explicit(&budget_used, memory_order_relaxed);
+    do {
+        if (n > limit || cur > limit - n)
+            return -1;
+    } while (!atomic_compare_exchange_weak_explicit(&budget_used, &cur, cur + n,
+                                                    memory_order_relaxed, memory_order_relaxed));
+    return 0;
+}
+
+void ig__http_budget_charge(size_t n)
+{
+    atomic_fetch_add_explicit(&budget_used, n, memory_order_relaxed);
+}
+
+void ig__http_budget_release(size_t n)
+{
+    atomic_fetch_sub_explicit(&budget_used, n, memory_order_relaxed);
+}
+
 /* ---- request lifecycle ------------------------------------------------ */
 
 #define REQ_POOL_MAX 64
@@ -96,6 +129,10 @@ void ig__http_req_free(ig_http_req_t *r)
         return;
     if (r->body_heap)
         free(r->body);
+    if (r->budget != 0) {
+        ig__http_budget_release(r->budget);
+        r->budget = 0;
+    }
     free(r->upstream);
     ig__arena_dispose(&r->arena);
     ig__http_reqpool_t *pool = r->pool;
@@ -447,8 +484,8 @@ int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, co
                 n += len;
             }
             rc = ig__http_conn_send(req, buf, n);
-            if (rc == IG_EBUSY)
-                rc = 0; /* queued whole; nothing for the caller to pause */
+            if (rc == IG_EBUSY || rc == IG_ECLOSED)
+                rc = 0; /* queued whole, or discarded: nothing to pause */
             if (buf != stackbuf)
                 free(buf);
         }
@@ -570,7 +607,7 @@ int ig_http_stream_end(ig_http_req_t *req)
     int rc = 0;
     if (req->conn != NULL && req->chunked_out && !req->head_only)
         rc = ig__http_conn_send(req, "0\r\n\r\n", 5);
-    if (rc == IG_EBUSY)
+    if (rc == IG_EBUSY || rc == IG_ECLOSED)
         rc = 0;
     ig__http_req_finished(req);
     return rc;

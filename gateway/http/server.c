@@ -5,8 +5,14 @@
  * A connection reads into one buffer. The parsing core consumes whole header
  * blocks and body bytes from it; complete requests go to a FIFO. The head of
  * the FIFO is the one request handed to the handler; the next is dispatched
- * when it finishes. Reading stops while max_pipeline requests wait, after a
- * request that closes the connection, and after a protocol error.
+ * when it finishes and the unsent output has fallen to the write mark.
+ * Reading stops while max_pipeline requests wait, after a request that closes
+ * the connection, and after a protocol error.
+ *
+ * A write that fails inside a handler's call (ig_http_respond, a stream
+ * write) only marks the connection errored; the connection is closed, and
+ * the abort callback run, from a zero timeout of the connection's timer, so
+ * that no ig_http_* call ever runs the abort callback under its caller.
  */
 #include "http_internal.h"
 
@@ -56,6 +62,7 @@ struct ig__http_conn_s {
     int close_after; /* close once the active response is flushed */
     int closing;     /* uv_close called */
     int lingering;   /* shut down, discarding input until EOF */
+    int errored;     /* a write failed; conn_close_now() comes next turn */
     int pumping, repump;
     int want_drain;
     int timer_mode;     /* the deadline that applies now (TM_*) */
@@ -111,7 +118,12 @@ typedef struct {
 
 /* ---- metrics ---------------------------------------------------------- */
 
-static ig_metric_t *m_requests, *m_duration, *m_open, *m_rx, *m_tx;
+static ig_metric_t *m_requests, *m_duration, *m_open, *m_rx, *m_tx, *m_budget_rejects;
+
+static double buffered_bytes(void *data)
+{
+    return (double)ig__http_budget_used();
+}
 
 static void metrics_register(void)
 {
@@ -123,6 +135,13 @@ static void metrics_register(void)
     m_open = ig_metrics_gauge("infergate_http_open_connections", "Open HTTP connections.", NULL);
     m_rx = ig_metrics_counter("infergate_http_received_bytes_total", "HTTP bytes received.", NULL);
     m_tx = ig_metrics_counter("infergate_http_sent_bytes_total", "HTTP bytes sent.", NULL);
+    m_budget_rejects = ig_metrics_counter(
+        "infergate_http_budget_rejections_total",
+        "Requests answered 503 because the process's buffered HTTP bytes were over budget.", NULL);
+    ig_metrics_gauge_fn("infergate_http_buffered_bytes",
+                        "Request bodies, read buffers and unsent response bytes held by the HTTP "
+                        "servers of the process.",
+                        buffered_bytes, NULL);
 }
 
 /* ---- limits ----------------------------------------------------------- */
@@ -139,6 +158,24 @@ void ig_http_limits_default(ig_http_limits_t *l)
     l->max_connections = 10000;
     l->max_pipeline = 16;
     l->write_buffer_bytes = 256 * 1024;
+    l->max_buffered_bytes = (size_t)256 << 20;
+    l->max_chunk_ext_bytes = 256;
+    l->max_chunk_ext_total = 4096;
+}
+
+/* Fields that a zeroed limits struct leaves at 0 get their defaults. */
+static void limits_fill(ig_http_limits_t *l)
+{
+    ig_http_limits_t d;
+    ig_http_limits_default(&d);
+    if (l->max_pipeline == 0)
+        l->max_pipeline = 1;
+    if (l->max_buffered_bytes == 0)
+        l->max_buffered_bytes = d.max_buffered_bytes;
+    if (l->max_chunk_ext_bytes == 0)
+        l->max_chunk_ext_bytes = d.max_chunk_ext_bytes;
+    if (l->max_chunk_ext_total == 0)
+        l->max_chunk_ext_total = d.max_chunk_ext_total;
 }
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -165,13 +202,14 @@ size_t ig__http_conn_queued(const ig_http_req_t *req)
 int ig__http_conn_closing(const ig_http_req_t *req)
 {
     ig__http_conn_t *c = req->conn;
-    return c == NULL || c->close_after || c->server->closing;
+    return c == NULL || c->close_after || c->errored || c->server->closing;
 }
 
 static void conn_pump(ig__http_conn_t *c);
 static void conn_close(ig__http_conn_t *c);
 static void conn_close_now(ig__http_conn_t *c);
 static void conn_abort(ig__http_conn_t *c);
+static void conn_fail(ig__http_conn_t *c);
 static void conn_update(ig__http_conn_t *c);
 static void server_maybe_done(ig_http_server_t *s);
 
@@ -209,20 +247,29 @@ static void on_write(uv_write_t *w, int status)
     conn_write_t *cw = (conn_write_t *)w;
     ig__http_conn_t *c = cw->conn;
     c->wqueued -= cw->len;
+    ig__http_budget_release(sizeof(*cw) + cw->len);
     free(cw);
-    if (c->closing)
+    if (c->closing || c->errored)
         return;
     if (status < 0) {
         conn_abort(c);
         return;
     }
-    if (c->want_drain && c->wqueued < c->server->limits.write_buffer_bytes) {
+    size_t mark = c->server->limits.write_buffer_bytes;
+    if (c->want_drain && c->wqueued < mark) {
         c->want_drain = 0;
         ig_http_req_t *r = c->active;
         if (r != NULL && r->drain_cb != NULL)
             r->drain_cb(r, r->drain_data);
     }
-    if (!c->closing && c->wqueued == 0 && c->close_after && c->active == NULL)
+    if (c->closing || c->errored)
+        return;
+    if (c->active == NULL && c->qhead != NULL && c->wqueued <= mark) {
+        /* The next pipelined request waited for the output to drain. */
+        conn_pump(c);
+        return;
+    }
+    if (c->wqueued == 0 && c->close_after && c->active == NULL)
         conn_close(c);
 }
 
@@ -230,7 +277,7 @@ static void on_write(uv_write_t *w, int status)
  * rest. Returns 0, IG_EBUSY (queued above the limit) or IG_ECLOSED. */
 static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
 {
-    if (c->closing || c->lingering)
+    if (c->closing || c->lingering || c->errored)
         return IG_ECLOSED;
     size_t off = 0;
     if (c->wqueued == 0) {
@@ -239,7 +286,7 @@ static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
         if (n > 0)
             off = (size_t)n;
         else if (n < 0 && n != UV_EAGAIN && n != UV_ENOSYS) {
-            conn_abort(c);
+            conn_fail(c);
             return IG_ECLOSED;
         }
     }
@@ -249,7 +296,7 @@ static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
         size_t rest = len - off;
         conn_write_t *cw = malloc(sizeof(*cw) + rest);
         if (cw == NULL) {
-            conn_abort(c);
+            conn_fail(c);
             return IG_ENOMEM;
         }
         cw->conn = c;
@@ -259,10 +306,13 @@ static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
         int rc = uv_write(&cw->w, &c->h.stream, &b, 1, on_write);
         if (rc < 0) {
             free(cw);
-            conn_abort(c);
+            conn_fail(c);
             return IG_ECLOSED;
         }
         c->wqueued += rest;
+        /* Committed memory: charged even past the budget, which new
+         * requests then see (dispatch answers 503). */
+        ig__http_budget_charge(sizeof(*cw) + rest);
     }
     if (c->wqueued > c->server->limits.write_buffer_bytes) {
         c->want_drain = 1;
@@ -276,6 +326,8 @@ int ig__http_conn_send(ig_http_req_t *req, const char *data, size_t len)
     ig__http_conn_t *c = req->conn;
     if (c == NULL)
         return 0; /* detached: discarded */
+    if (c->errored)
+        return IG_ECLOSED;
     req->bytes_out += len;
     return conn_write(c, data, len);
 }
@@ -342,25 +394,42 @@ void ig__http_req_finished(ig_http_req_t *req)
     conn_pump(c);
 }
 
+/* 503 for the buffer budget: the client may retry soon. */
+static void answer_busy(ig_http_req_t *r, const char *msg)
+{
+    if (m_budget_rejects != NULL)
+        ig_metric_add(m_budget_rejects, 1);
+    ig_http_add_header(r, "Retry-After", "1");
+    ig_http_respond_error(r, 503, NULL, NULL, "server_busy", "%s", msg);
+}
+
 /* Answers a protocol error: OpenAI-shaped body, then close. */
 static void answer_error(ig__http_conn_t *c, ig_http_req_t *r)
 {
     r->keep_alive = 0;
     r->http_minor = 1;
     c->stop_parse = 1;
-    ig_http_respond_error(r, r->error_status, NULL, NULL, NULL, "%s", r->error_msg);
+    if (r->error_status == 503) /* the parser's only 503: a body over the budget */
+        answer_busy(r, r->error_msg);
+    else
+        ig_http_respond_error(r, r->error_status, NULL, NULL, NULL, "%s", r->error_msg);
 }
 
 static void dispatch(ig__http_conn_t *c)
 {
     ig_http_req_t *r = queue_pop(c);
+    ig_http_server_t *s = c->server;
     c->active = r;
     r->state = IG__REQ_DISPATCHED;
-    c->server->inflight++;
+    s->inflight++;
     if (r->error_status != 0)
         answer_error(c, r);
+    else if (ig__http_budget_used() > s->limits.max_buffered_bytes)
+        /* Over budget: no new work that could queue more output. The
+         * connection stays usable. */
+        answer_busy(r, "server busy: buffered HTTP data over budget");
     else
-        c->server->handler(r, c->server->data);
+        s->handler(r, s->data);
 }
 
 /* ---- reading and parsing ---------------------------------------------- */
@@ -379,7 +448,7 @@ static void parse_more(ig__http_conn_t *c)
             if (r == NULL)
                 r = ig__http_error_req(&s->pool, 500, "out of memory");
             if (r == NULL) {
-                conn_abort(c);
+                conn_fail(c);
                 return;
             }
             r->start_ns = c->msg_start_ns;
@@ -425,6 +494,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
             cap = max;
         char *nb = realloc(c->rbuf, cap);
         if (nb != NULL) {
+            ig__http_budget_charge(cap - c->rcap);
             c->rbuf = nb;
             c->rcap = cap;
         }
@@ -436,7 +506,7 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
 {
     ig__http_conn_t *c = stream->data;
-    if (c->closing)
+    if (c->closing || c->errored)
         return;
     if (c->lingering) {
         c->lingered += nread > 0 ? (size_t)nread : 0;
@@ -483,7 +553,7 @@ static void on_timer(uv_timer_t *t);
 static void conn_update(ig__http_conn_t *c)
 {
     ig_http_server_t *s = c->server;
-    if (c->closing || c->lingering)
+    if (c->closing || c->lingering || c->errored)
         return;
     int want_read = !c->eof && !c->stop_parse && c->qlen < s->limits.max_pipeline;
     if (want_read && !c->reading) {
@@ -530,19 +600,24 @@ static void conn_pump(ig__http_conn_t *c)
         c->repump = 1;
         return;
     }
+    if (c->errored)
+        return;
     c->pumping = 1;
     do {
         c->repump = 0;
-        if (c->closing)
+        if (c->closing || c->errored)
             break;
         parse_more(c);
-        if (!c->closing && c->active == NULL && c->qhead != NULL) {
+        /* A pipelined request waits while the previous answers are unsent
+         * past the mark; on_write() pumps again below it. */
+        if (!c->closing && !c->errored && c->active == NULL && c->qhead != NULL &&
+            c->wqueued <= c->server->limits.write_buffer_bytes) {
             dispatch(c);
             c->repump = 1; /* room in the queue again: parse what is buffered */
         }
-    } while (c->repump && !c->closing);
+    } while (c->repump && !c->closing && !c->errored);
     c->pumping = 0;
-    if (!c->closing && c->eof && c->active == NULL && c->qhead == NULL)
+    if (!c->closing && !c->errored && c->eof && c->active == NULL && c->qhead == NULL)
         conn_close(c); /* the shutdown waits for queued writes */
     conn_update(c);
 }
@@ -552,7 +627,7 @@ static void on_timer(uv_timer_t *t)
     ig__http_conn_t *c = t->data;
     int mode = c->timer_mode;
     c->timer_due = 0;
-    if (c->closing || c->lingering || mode == TM_NONE)
+    if (c->closing || c->lingering || c->errored || mode == TM_NONE)
         return;
     uint64_t now = uv_now(c->server->loop);
     if (c->deadline > now) {
@@ -594,6 +669,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
     if (c->next != NULL)
         c->next->prev = c->prev;
     ig__http_parser_dispose(&c->parser);
+    ig__http_budget_release(c->rcap);
     free(c->rbuf);
     free(c);
     s->nconns--;
@@ -629,9 +705,37 @@ static void conn_close_now(ig__http_conn_t *c)
     uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
 }
 
+/* From a loop callback (a read or write completion, a timer): nothing of
+ * the handler is on the stack, so the abort callback may run now. */
 static void conn_abort(ig__http_conn_t *c)
 {
     conn_close_now(c);
+}
+
+static void on_fail_timer(uv_timer_t *t)
+{
+    conn_close_now(t->data);
+}
+
+/* From inside a call of the handler's (a write failed): the connection is
+ * dead from here on (writes return IG_ECLOSED, nothing more is read or
+ * dispatched) and the request reads as aborted, but the close and the abort
+ * callback wait for a turn of the loop of their own. */
+static void conn_fail(ig__http_conn_t *c)
+{
+    if (c->closing || c->errored)
+        return;
+    c->errored = 1;
+    c->stop_parse = 1;
+    if (c->active != NULL)
+        c->active->aborted = 1;
+    if (c->reading) {
+        uv_read_stop(&c->h.stream);
+        c->reading = 0;
+    }
+    c->timer_mode = TM_NONE;
+    c->timer_due = 0;
+    uv_timer_start(&c->timer, on_fail_timer, 0, 0);
 }
 
 static void on_linger_timer(uv_timer_t *t)
@@ -661,7 +765,7 @@ static void on_shutdown(uv_shutdown_t *sd, int status)
 /* Graceful close of the socket after the last response is flushed. */
 static void conn_close(ig__http_conn_t *c)
 {
-    if (c->closing || c->lingering)
+    if (c->closing || c->lingering || c->errored)
         return;
     c->lingering = 1;
     conn_detach(c);
@@ -853,8 +957,7 @@ int ig_http_server_start(ig_http_server_t **out, uv_loop_t *loop, const char *li
         s->limits = *limits;
     else
         ig_http_limits_default(&s->limits);
-    if (s->limits.max_pipeline == 0)
-        s->limits.max_pipeline = 1;
+    limits_fill(&s->limits);
     if (strncmp(listen, "unix:", 5) == 0) {
         s->is_unix = 1;
         s->unix_path = strdup(listen + 5);
@@ -970,7 +1073,7 @@ void ig_http_server_close(ig_http_server_t *s, uint64_t drain_timeout_ms, ig_htt
     uv_close(&s->listener.handle, on_listener_closed);
     for (ig__http_conn_t *c = s->conns; c != NULL;) {
         ig__http_conn_t *next = c->next;
-        if (!c->closing && !c->lingering) {
+        if (!c->closing && !c->lingering && !c->errored) {
             if (c->active == NULL) {
                 conn_close(c);
             } else {

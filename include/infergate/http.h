@@ -14,8 +14,21 @@
  * finishing call the request must not be touched.
  *
  * Pipelined requests are handed to the handler one at a time, in order: the
- * next one is dispatched when the previous response has been finished. While
+ * next one is dispatched when the previous response has been finished and
+ * the connection's unsent output is at most write_buffer_bytes. While
  * max_pipeline parsed requests wait, the server stops reading the socket.
+ *
+ * Write errors and re-entrancy: no ig_http_* call ever runs the handler's
+ * abort callback from inside itself. When a write finds the connection
+ * broken (EPIPE, ECONNRESET, a failed allocation), the call returns its
+ * result (IG_ECLOSED for stream calls, 0 for ig_http_respond*: the request
+ * is finished anyway), ig_http_req_aborted() is 1 from then on, and later
+ * writes return IG_ECLOSED. The request stays valid, and so does whatever the
+ * handler keeps for it, until the handler finishes it. The abort callback
+ * runs later, from its own turn of the loop, and only if the request has not
+ * been finished by then. So after a write call returns an error, the handler
+ * may still read the request, write (discarded), finish it right away, or
+ * leave it to its abort callback; it must finish it exactly once either way.
  */
 
 #include <stddef.h>
@@ -36,7 +49,15 @@ typedef struct {
     unsigned max_connections;   /* past it new connections get 503 + close (10000) */
     unsigned max_pipeline;      /* parsed requests queued per connection (16) */
     size_t write_buffer_bytes;  /* queued unsent response bytes before a
-                                   stream write reports backpressure (256 KiB) */
+                                   stream write reports backpressure and the
+                                   next pipelined request waits (256 KiB) */
+    /* The fields below take their default when 0, so that a zeroed struct
+     * filled field by field (the config loader) stays sane. */
+    size_t max_buffered_bytes;  /* process-wide budget for request bodies,
+                                   read buffers and unsent output; past it
+                                   -> 503 + Retry-After (256 MiB) */
+    size_t max_chunk_ext_bytes; /* one chunk's extensions -> 400 + close (256) */
+    size_t max_chunk_ext_total; /* all chunk extensions of one body (4 KiB) */
 } ig_http_limits_t;
 
 /* Fills the defaults above. */
@@ -105,7 +126,10 @@ void ig_http_req_set_upstream(ig_http_req_t *req, const char *upstream);
 /*
  * Called once if the client goes away before the response is finished, so
  * that the backend can cancel work. The handler must still finish the
- * request (writes are then discarded).
+ * request (writes are then discarded); it may do so, and free its own state,
+ * inside the callback. The callback always runs from a loop callback of the
+ * server (a read, a write completion, a timer), never from inside another
+ * ig_http_* call, so no ig_http_* call of the handler is on the stack.
  */
 typedef void (*ig_http_abort_cb)(ig_http_req_t *req, void *data);
 void ig_http_req_on_abort(ig_http_req_t *req, ig_http_abort_cb cb, void *data);
@@ -120,9 +144,10 @@ int ig_http_add_header(ig_http_req_t *req, const char *name, const char *value);
 
 /* Sends a whole response and finishes the request. body is copied. For HEAD
  * the body is left out (Content-Length stays); 204/304 carry neither.
- * Returns 0 (also when the client is gone: the bytes are discarded),
- * IG_ESTATE when the request was already answered, or IG_ENOMEM; the request
- * is finished in every case but IG_ESTATE. */
+ * Returns 0 (also when the client is gone or the write failed: the bytes are
+ * discarded), IG_ESTATE when the request was already answered, or IG_ENOMEM;
+ * the request is finished in every case but IG_ESTATE, and its abort
+ * callback does not run after that. */
 int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, const char *body,
                     size_t len);
 
@@ -141,8 +166,10 @@ int ig_http_respond_error(ig_http_req_t *req, int status, const char *type, cons
  * fires. ig_http_stream_end() sends the last chunk and finishes the request.
  */
 int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_type);
-/* After the client went away, writes return IG_ECLOSED (end still needed).
- * HTTP/1.0 clients get the raw bytes, delimited by the close. */
+/* After the client went away (or this very write failed), writes return
+ * IG_ECLOSED; the request is still valid and the end still needed (see the
+ * top of this file). HTTP/1.0 clients get the raw bytes, delimited by the
+ * close. ig_http_stream_end returns 0 also when the client is gone. */
 int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len);
 int ig_http_stream_end(ig_http_req_t *req);
 

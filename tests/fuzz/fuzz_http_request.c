@@ -53,6 +53,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         limits.max_header_bytes = 256;
         limits.max_headers = 4;
         limits.max_body_bytes = 128;
+        limits.max_chunk_ext_bytes = 8;
+        limits.max_chunk_ext_total = 24;
+        limits.max_buffered_bytes = 512;
     }
     size_t step = (size_t)(ctl & 0x7f) + 1;
 
