@@ -482,8 +482,10 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "header_timeout_ms", "body_timeout_ms",
                                        "idle_timeout_ms",   "max_connections",
                                        "max_pipeline",      "write_buffer_bytes",
-                                       "drain_timeout_ms",  "drain_grace_ms",
-                                       "max_prompt_tokens", NULL};
+                                       "max_buffered_bytes", "max_chunk_ext_bytes",
+                                       "max_chunk_ext_total", "drain_timeout_ms",
+                                       "drain_grace_ms",    "max_prompt_tokens",
+                                       NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
     const char *p = "limits";
@@ -511,6 +513,11 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
         (rc = get_unsigned(c, o, p, "max_pipeline", 1, 1024, 16, &h->max_pipeline)) ||
         (rc = get_size(c, o, p, "write_buffer_bytes", 1024, 1u << 30, 256 * 1024,
                        &h->write_buffer_bytes)) ||
+        (rc = get_size(c, o, p, "max_buffered_bytes", 1u << 20, 1ull << 40, 256u << 20,
+                       &h->max_buffered_bytes)) ||
+        (rc = get_size(c, o, p, "max_chunk_ext_bytes", 1, 65536, 256, &h->max_chunk_ext_bytes)) ||
+        (rc = get_size(c, o, p, "max_chunk_ext_total", 1, 16u << 20, 4096,
+                       &h->max_chunk_ext_total)) ||
         (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
         (rc = get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
         (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)))

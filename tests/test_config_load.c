@@ -57,6 +57,9 @@ static void test_default(void **state)
     assert_int_equal(cfg.limits.http.max_connections, 10000);
     assert_int_equal(cfg.limits.http.max_pipeline, 16);
     assert_int_equal(cfg.limits.http.write_buffer_bytes, 256 * 1024);
+    assert_int_equal(cfg.limits.http.max_buffered_bytes, 256u * 1024 * 1024);
+    assert_int_equal(cfg.limits.http.max_chunk_ext_bytes, 256);
+    assert_int_equal(cfg.limits.http.max_chunk_ext_total, 4096);
     assert_int_equal(cfg.limits.drain_timeout_ms, 30000);
     assert_int_equal(cfg.limits.drain_grace_ms, 5000);
     assert_int_equal(cfg.routing.policy, IG_ROUTE_LATENCY);
