@@ -33,6 +33,8 @@
 #include <stddef.h>
 #include <stdlib.h>
 
+#include "infergate/model.h"
+
 #define IG_F32_U 0x1p-24 /* unit roundoff of f32, round to nearest */
 #define IG_BOUND_C 2.0
 
@@ -83,6 +85,33 @@ static inline void ig_assert_within_bound(const float *got, const double *ref, c
                  "(%g roundings of %.3g)",
                  what, at, got[at], ref[at], fabs((double)got[at] - ref[at]),
                  ig_bound_of(mag ? mag[at] : 0.0, units, floor), units, mag ? mag[at] : 0.0);
+}
+
+/*
+ * The error budget of a whole forward pass in f32 against NumPy in float64
+ * (which reads the same stored weights, so bf16 / f16 storage adds no error:
+ * both sides compute with the same rounded values). Along the path from the
+ * embedding to a logit, each layer rounds an element through RMSNorm
+ * (dim / 2 + 6, see test_kernels_cpu_ops), the q/k/v GEMMs (dim terms), RoPE
+ * (3), the scores (head_dim + 2), softmax and the weighted sum over the
+ * context (2 ctx + 3 + EXP 6), the output projection (heads * head_dim),
+ * a residual add (1), RMSNorm again, gate/up (dim), SwiGLU (10), down
+ * (intermediate) and an add: first order, the roundings of a chain add up.
+ * Then the final RMSNorm, lm_head (dim) and the reference's store to f32
+ * (1). Each GEMM's error is relative to sum |x w|, not to its result; the
+ * scale a caller passes is 1 + max |logit|, as every block's input is renormalised to
+ * RMS 1 and the weights are of the size their fan-in gives. Unlike a kernel's
+ * bound this is not a theorem (it assumes the layers do not amplify
+ * relative error), so test_engine_reference prints the measured error beside it: about
+ * 0.1% of the budget on every model here (see docs/engine.md). */
+static inline double ig_bound_forward(const ig_model_config_t *c, int max_ctx, double scale)
+{
+    double dim = c->hidden_size, inner = (double)c->num_attention_heads * c->head_dim;
+    double rms = dim / 2 + 6;
+    double layer = rms + dim + 3 + (c->head_dim + 2) + (2.0 * max_ctx + 3 + 6) + inner + 1 + rms +
+                   dim + 10 + c->intermediate_size + 1;
+    double units = c->num_hidden_layers * layer + rms + dim + 1;
+    return ig_bound_of(scale, units, 0);
 }
 
 #endif
