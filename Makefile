@@ -63,7 +63,7 @@ bench:
 fuzz:
 	@scripts/deps.sh test
 	@[ -f $(FUZZ_BUILD)/CMakeCache.txt ] || CC=clang cmake -S . -B $(FUZZ_BUILD) -DIG_FUZZ=ON -DIG_CUDA=OFF -DIG_OPENBLAS=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_http_request fuzz_api_request
 	@mkdir -p fuzz-corpus/http fuzz-corpus/api
 	$(FUZZ_BUILD)/fuzz_http_request -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz-corpus/http- fuzz-corpus/http tests/fuzz/corpus/http
 	$(FUZZ_BUILD)/fuzz_api_request -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz-corpus/api- fuzz-corpus/api tests/fuzz/corpus/api
