@@ -3,13 +3,17 @@
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
+TSAN_BUILD ?= build-tsan
+# The tests that run threads of their own: the CPU kernels' pool, the
+# engine on it, the scheduler thread, metrics updated from many threads.
+TSAN_TESTS ?= kernels_cpu|engine_|scheduler_|metrics_threads|worker_lifecycle
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 ARGS       ?=
 CTEST_ARGS ?=
 
-.PHONY: all deps build run test test-asan bench fuzz format clean
+.PHONY: all deps build run test test-asan test-tsan bench fuzz format clean
 
 all: build
 
@@ -39,22 +43,33 @@ test-asan:
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
 
+# The threaded tests under ThreadSanitizer. CUDA and OpenBLAS stay off: TSan
+# cannot see into device code or into OpenBLAS's uninstrumented threads.
+# Only the tests named by TSAN_TESTS (and what they need) are built.
+test-tsan:
+	@scripts/deps.sh test
+	@[ -f $(TSAN_BUILD)/CMakeCache.txt ] || cmake -S . -B $(TSAN_BUILD) -DIG_TSAN=ON -DIG_CUDA=OFF -DIG_OPENBLAS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+	cmake --build $(TSAN_BUILD) -j $(JOBS) --target infergate $$(cd $(TSAN_BUILD) && ctest -N -R '$(TSAN_TESTS)' | sed -n 's/^ *Test *#[0-9]*: //p')
+	cd $(TSAN_BUILD) && TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' $(CTEST_ARGS)
+
 bench:
 	@scripts/deps.sh bench
 	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	bench/run-all.sh $(BUILD)
 
+# Both fuzz targets for FUZZ_SECONDS each; a crash, leak or sanitizer report
+# stops with a non-zero status and leaves the input in fuzz-corpus/.
 fuzz:
 	@scripts/deps.sh test
 	@[ -f $(FUZZ_BUILD)/CMakeCache.txt ] || CC=clang cmake -S . -B $(FUZZ_BUILD) -DIG_FUZZ=ON -DIG_CUDA=OFF -DIG_OPENBLAS=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_http_request fuzz_api_request
 	@mkdir -p fuzz-corpus/http fuzz-corpus/api
-	$(FUZZ_BUILD)/fuzz_http_request -max_total_time=$(FUZZ_SECONDS) fuzz-corpus/http tests/fuzz/corpus/http
-	$(FUZZ_BUILD)/fuzz_api_request -max_total_time=$(FUZZ_SECONDS) fuzz-corpus/api tests/fuzz/corpus/api
+	$(FUZZ_BUILD)/fuzz_http_request -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz-corpus/http- fuzz-corpus/http tests/fuzz/corpus/http
+	$(FUZZ_BUILD)/fuzz_api_request -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz-corpus/api- fuzz-corpus/api tests/fuzz/corpus/api
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)

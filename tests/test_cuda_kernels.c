@@ -1,17 +1,30 @@
 /*
  * The CUDA backend's operations, each against a plain CPU reference computed
- * here (double accumulation) on random inputs. Tolerances, by what the
- * device does differently from the reference:
- *   - exact copies (embedding gather, KV append, gather): bit-equal;
- *   - F32 elementwise (add, SwiGLU): 1e-6 relative (expf vs exp);
- *   - RMSNorm, RoPE: 1e-5 relative to the row's scale (float sums, sincosf);
+ * here (double accumulation) on random inputs. Tolerances are error bounds
+ * (tests/fp_bound.h: IG_BOUND_C * roundings * u * magnitude, u = 2^-24),
+ * with CUDA's documented accuracy of its functions (CUDA C Programming
+ * Guide, "Mathematical Functions": expf, sincosf, rsqrtf within 2 ulp, that
+ * is 4u relative; IEEE + - * / and the _rn conversions correctly rounded):
+ *   - exact copies (embedding gather, KV append, gather) and add: bit-equal;
+ *   - SwiGLU: expf 4u, then +, /, *: 8 roundings of |out|;
+ *   - RMSNorm: the tree sum of squares gamma_dim (halved by the square
+ *     root), / dim, + eps, rsqrtf 4u, two products: dim / 2 + 10 of |out|;
+ *   - RoPE: sincosf 4u each on the device's own float angle, a product and
+ *     a sum: 6 roundings of |x1 c| + |x2 s|;
  *   - matmul with BF16 / F16 weights: the reference uses the same rounded
- *     weights; both the GEMV and the cuBLAS path round x to the weight dtype (2^-8
- *     relative per product for BF16), so |err| <= 1e-2 * sum_k |x_k w_k|;
- *   - attention (F32 KV, __expf): 2e-5 absolute on outputs of size ~1.
+ *     weights; both the GEMV and the cuBLAS path round x to the weight dtype
+ *     (_rn: 2^-8 relative per product for BF16, 2^-11 for F16, plus 2^-25
+ *     absolute where an F16 x is subnormal), then sum k products in F32:
+ *     |err| <= IG_BOUND_C * (u_x + (k + 1) u) * sum_k |x_k w_k|;
+ *   - a row alone vs among others: both round x alike and sum in F32 in
+ *     other orders, so each is within gamma_k of the same exact sum;
+ *   - attention (F32 KV, __expf, whose error grows with |x|: 2 + 1.17 |x|
+ *     ulp, online rescaling and split-context merges): still a measured
+ *     2e-5 absolute on outputs of size ~1, not yet derived (docs/gpu.md).
  *
- * Without a usable GPU (or in a build without CUDA) every test prints
- * "no usable GPU: <reason>" and skips; the file then passes.
+ * Without a GPU (or in a build without CUDA) the program prints "no usable
+ * GPU: <reason>" and exits 77, which ctest reports as Skipped; with a GPU
+ * present, a backend that does not start fails (tests/gpu_probe.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +32,9 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+
+#include "fp_bound.h"
+#include "gpu_probe.h"
 
 #include "infergate/error.h"
 #include "infergate/kernels.h"
@@ -261,7 +277,8 @@ static void test_rmsnorm(void **state)
         double inv = 1.0 / sqrt(ss / DIM + eps);
         for (int d = 0; d < DIM; d++) {
             double ref = x[r * DIM + d] * inv * wv[d];
-            assert_true(fabs(out[r * DIM + d] - ref) <= 1e-5 * (fabs(ref) + 1.0));
+            assert_true(fabs(out[r * DIM + d] - ref) <=
+                        ig_bound_of(fabs(ref), DIM / 2.0 + 10, ig_f32_floor(4)));
         }
     }
     be->free(be, d_x);
@@ -296,9 +313,12 @@ static void check_matmul(ig_dtype_t dtype, int m, int n, int k, int with_bias)
                 mag += fabs(p);
             }
             if (with_bias)
-                s += bv[j];
+                s += bv[j], mag += fabs(bv[j]);
+            /* x's rounding to the weight dtype, as units of u, then k + 1 terms */
+            double ux = dtype == IG_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
+            double floor = dtype == IG_DTYPE_F16 ? k * 0x1p-25 : ig_f32_floor(k + 1);
             double e = fabs(y[(size_t)i * n + j] - s);
-            if (e > 1e-2 * mag + 1e-5)
+            if (e > ig_bound_of(mag, ux / IG_F32_U + k + 1, floor))
                 fail_msg("matmul %s m=%d n=%d k=%d: y[%d][%d] = %g, expected %g (scale %g)",
                          dtype == IG_DTYPE_F16 ? "f16" : "bf16", m, n, k, i, j,
                          y[(size_t)i * n + j], s, mag);
@@ -355,8 +375,9 @@ static void test_matmul_batch_invariant(void **state)
         double mag = 0;
         for (int q = 0; q < K; q++)
             mag += fabs((double)x[2 * K + q] * wref[(size_t)j * K + q]);
-        assert_true(fabs(one[j] - three[2 * N + j]) <= 1e-5 * mag);
-        assert_true(fabs(one[j] - six[2 * N + j]) <= 1e-5 * mag);
+        double tol = 2 * ig_bound_of(mag, K, ig_f32_floor(K)); /* each within gamma_K */
+        assert_true(fabs(one[j] - three[2 * N + j]) <= tol);
+        assert_true(fabs(one[j] - six[2 * N + j]) <= tol);
     }
     be->free(be, d_x);
     be->free(be, d_y);
@@ -397,8 +418,10 @@ static void test_rope(void **state)
                 double c = cos(a), s = sin(a);
                 double r1 = in[i] * c - in[i + HD / 2] * s;
                 double r2 = in[i + HD / 2] * c + in[i] * s;
-                assert_true(fabs(got[i] - r1) <= 1e-5);
-                assert_true(fabs(got[i + HD / 2] - r2) <= 1e-5);
+                double m1 = fabs(in[i] * c) + fabs(in[i + HD / 2] * s);
+                double m2 = fabs(in[i + HD / 2] * c) + fabs(in[i] * s);
+                assert_true(fabs(got[i] - r1) <= ig_bound_of(m1, 6, ig_f32_floor(3)));
+                assert_true(fabs(got[i + HD / 2] - r2) <= ig_bound_of(m2, 6, ig_f32_floor(3)));
             }
         }
     }
@@ -424,7 +447,7 @@ static void test_swiglu_add(void **state)
     host_copy(out, d_g, sizeof(float) * N);
     for (int i = 0; i < N; i++) {
         double ref = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
-        assert_true(fabs(out[i] - ref) <= 1e-6 * (fabs(ref) + 1e-3));
+        assert_true(fabs(out[i] - ref) <= ig_bound_of(fabs(ref), 8, ig_f32_floor(4)));
     }
     assert_int_equal(be->add(be, d_u, d_g, N), 0);
     float *sum = malloc(sizeof(float) * N);
@@ -721,5 +744,13 @@ int main(void)
         cmocka_unit_test(test_gather),
         cmocka_unit_test(test_sampling),
     };
-    return cmocka_run_group_tests_name("cuda_kernels", tests, group_setup, group_teardown);
+    group_setup(NULL);
+    if (!be) {
+#ifdef IG_HAVE_CUDA
+        return ig_test_no_backend("test_cuda_kernels", 1, why);
+#else
+        return ig_test_no_backend("test_cuda_kernels", 0, why);
+#endif
+    }
+    return cmocka_run_group_tests_name("cuda_kernels", tests, NULL, group_teardown);
 }

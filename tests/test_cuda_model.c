@@ -4,14 +4,21 @@
  * hold the very same weights), and greedy tokens that are the same whether a
  * sequence decodes alone or in a batch.
  *
- * Tolerance of the logits: the CUDA matmuls feed activations rounded to BF16
- * (2^-9 relative each) to F32-accumulating GEMMs, the CPU keeps them in F32;
- * over a few layers that is about 1% of the logits' scale. Each row must
- * agree within 5% of its largest |logit|, and the RMS difference over all
- * rows must stay below 3% of the RMS logit.
+ * Tolerance of the logits, an error bound (tests/fp_bound.h): the CUDA
+ * matmuls feed activations rounded to BF16 (round to nearest: 2^-8
+ * relative each) to F32-accumulating GEMMs, the CPU keeps them in F32. A
+ * logit passes through 4 such roundings per layer (the inputs of q/k/v, of
+ * the output projection, of gate/up and of down) and one for lm_head, first
+ * order relative to the row's scale: each row must agree within
+ * IG_BOUND_C * (4 layers + 1) * 2^-8 of its largest |logit| (7% on tiny,
+ * 13% on gqa), plus both sides' f32 budget (ig_bound_forward). The RMS
+ * difference over all rows is a statistical check, not a bound: independent
+ * roundings add in quadrature, sqrt(4 layers + 1) * 2^-8 / sqrt(3) of the
+ * RMS logit (1-2% here); it must stay below the measured 3%.
  *
- * Without a usable GPU (or without CUDA in the build) every test prints
- * "no usable GPU: <reason>" and skips.
+ * Without a GPU (or without CUDA in the build) the program prints "no usable
+ * GPU: <reason>" and exits 77 (ctest: Skipped); with a GPU present, a
+ * backend that does not start fails (tests/gpu_probe.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -19,6 +26,9 @@
 #include <stdint.h>
 
 #include <cmocka.h>
+
+#include "fp_bound.h"
+#include "gpu_probe.h"
 
 #include "engine_fixture.h"
 #include "model_fixture.h"
@@ -123,8 +133,9 @@ static void prompt(int seed, int len, int vocab, int *out)
 
 /* Row-wise and RMS comparison of rows x vocab logits. */
 static void compare_logits(const char *what, const float *gpu, const float *cpu, int rows,
-                           int vocab)
+                           int vocab, const ig_model_config_t *cfg)
 {
+    double rel = IG_BOUND_C * (4.0 * cfg->num_hidden_layers + 1) * 0x1p-8;
     double se = 0, sr = 0;
     for (int r = 0; r < rows; r++) {
         const float *g = gpu + (size_t)r * vocab, *c = cpu + (size_t)r * vocab;
@@ -138,7 +149,7 @@ static void compare_logits(const char *what, const float *gpu, const float *cpu,
             se += d * d;
             sr += (double)c[i] * c[i];
         }
-        if (!(maxd <= 5e-2 * scale + 1e-4))
+        if (!(maxd <= rel * scale + 2 * ig_bound_forward(cfg, 64, 1.0 + scale)))
             fail_msg("%s: row %d differs by %g (largest |logit| %g)", what, r, maxd, scale);
     }
     if (!(sqrt(se) <= 3e-2 * sqrt(sr)))
@@ -175,7 +186,7 @@ static void check_preset_logits(const char *preset)
     assert_int_equal(ig_tbatch_run(&bg, gpu.e, lg), 0);
     char what[64];
     snprintf(what, sizeof(what), "%s prefill", preset);
-    compare_logits(what, lg, lc, rows, vocab);
+    compare_logits(what, lg, lc, rows, vocab, ig_model_config(cpu.model));
 
     int next[NS];
     for (int s = 0, r = 0; s < NS; r += len[s], s++)
@@ -190,7 +201,7 @@ static void check_preset_logits(const char *preset)
         assert_int_equal(ig_tbatch_run(&bc, cpu.e, lc), 0);
         assert_int_equal(ig_tbatch_run(&bg, gpu.e, lg), 0);
         snprintf(what, sizeof(what), "%s decode step %d", preset, step);
-        compare_logits(what, lg, lc, NS, vocab);
+        compare_logits(what, lg, lc, NS, vocab, ig_model_config(cpu.model));
         for (int s = 0; s < NS; s++)
             next[s] = ig_argmax(lc + (size_t)s * vocab, vocab);
     }
@@ -299,5 +310,13 @@ int main(void)
         cmocka_unit_test(test_greedy_batched_tiny),
         cmocka_unit_test(test_greedy_batched_gqa),
     };
-    return cmocka_run_group_tests_name("cuda_model", tests, group_setup, NULL);
+    group_setup(NULL);
+    if (!have_gpu) {
+#ifdef IG_HAVE_CUDA
+        return ig_test_no_backend("test_cuda_model", 1, why);
+#else
+        return ig_test_no_backend("test_cuda_model", 0, why);
+#endif
+    }
+    return cmocka_run_group_tests_name("cuda_model", tests, NULL, NULL);
 }

@@ -154,8 +154,9 @@ static void test_bulk_unaligned(void **state)
                          : d == IG_DTYPE_F16 ? ig_f16_to_f32(ig_f32_to_f16(src[i]))
                                              : ig_bf16_to_f32(ig_f32_to_bf16(src[i]));
             assert_true(back[i + 1] == want);
-            /* and within the format's relative precision */
-            float tol = d == IG_DTYPE_F32 ? 0 : d == IG_DTYPE_F16 ? 1.0f / 1024 : 1.0f / 128;
+            /* and within the format's unit roundoff (round to nearest, normal
+             * range: 2^-11 for f16's 11-bit significand, 2^-8 for bf16's 8) */
+            float tol = d == IG_DTYPE_F32 ? 0 : d == IG_DTYPE_F16 ? 0x1p-11f : 0x1p-8f;
             assert_true(fabsf(back[i + 1] - src[i]) <= fabsf(src[i]) * tol);
         }
     }
