@@ -7,7 +7,7 @@ what HTTP/1.0 servers and simple scripts do, and what the gateway must read
 exactly once. Built on python3's http.server, a peer infergate did not write.
 
     closedelim_upstream.py [--host 127.0.0.1] [--port 0] [--http 1.0|1.1]
-                           [--model tiny] [--tokens 4] [--token-delay-ms 20]
+                           [--bare] [--model tiny] [--tokens 4] [--token-delay-ms 20]
                            [--flap-s N] [--flap-mode refuse|503] [--max-s S]
 
 Prints "listening on HOST:PORT" on stdout once it accepts connections (with
@@ -55,8 +55,9 @@ def make_handler(peer):
         def start(self, status, ctype):
             self.send_response(status)
             self.send_header("Content-Type", ctype)
-            if args.http == "1.1":
-                # HTTP/1.1 without a length must close (RFC 9112 6.3).
+            if args.http == "1.1" and not args.bare:
+                # HTTP/1.1 without a length must close (RFC 9112 6.3); --bare
+                # leaves the header out, the close alone ends the body.
                 self.send_header("Connection", "close")
             self.end_headers()
             self.close_connection = True
@@ -134,11 +135,20 @@ def make_handler(peer):
     return Handler
 
 
+class Server(http.server.ThreadingHTTPServer):
+    allow_reuse_address = True
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        # A client that goes away mid-answer (a cancel, a hedge loser) is
+        # normal here; anything else is printed as usual.
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
+
+
 def serve(peer, port):
     """A started server on port (0: any); returns it and its thread."""
-    http.server.ThreadingHTTPServer.allow_reuse_address = True
-    http.server.ThreadingHTTPServer.daemon_threads = True
-    srv = http.server.ThreadingHTTPServer((peer.args.host, port), make_handler(peer))
+    srv = Server((peer.args.host, port), make_handler(peer))
     th = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     th.start()
     return srv, th
@@ -155,6 +165,8 @@ def main():
     ap.add_argument("--flap-s", type=float, default=0, help="toggle up/down every N s")
     ap.add_argument("--flap-mode", choices=["refuse", "503"], default="refuse")
     ap.add_argument("--max-s", type=float, default=0, help="exit after S s (0: never)")
+    ap.add_argument("--bare", action="store_true",
+                    help="HTTP/1.1 without a Connection: close header")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args()
 
