@@ -120,7 +120,7 @@ struct ig_upstream_req_s {
     int in_cb;         /* inside a user callback: ending it waits for the return */
     int end_pending;   /* ended while in_cb: on_read finishes it with end_err */
     int end_err;
-    int unlinked; /* out of up->reqs (counted in up->nheld while end_pending) */
+    int unlinked;  /* out of up->reqs (counted in up->nheld while end_pending) */
     int finishing; /* on_done is running: cancel and finish do nothing */
     /* response headers being parsed */
     char *hbuf;
@@ -899,8 +899,8 @@ static void conn_connect(conn_t *c)
 }
 
 /* Gives r a connection: a pooled one, or a new one being connected. No
- * callback of r fires inside; IG_ENOMEM (or a libuv error) when no
- * connection could be made at all. */
+ * callback of r fires inside; IG_ENOMEM when no connection could be made
+ * at all. */
 static int conn_start(ig_upstream_req_t *r)
 {
     ig_upstream_t *u = r->up;
@@ -924,7 +924,7 @@ static int conn_start(ig_upstream_req_t *r)
     int rc = u->is_unix ? uv_pipe_init(u->loop, &c->h.pipe, 0) : uv_tcp_init(u->loop, &c->h.tcp);
     if (rc != 0) {
         free(c);
-        return rc;
+        return IG_ENOMEM; /* neither init opens a socket: only memory can fail */
     }
     uv_timer_init(u->loop, &c->timer);
     c->handles_open = 2;

@@ -59,10 +59,10 @@ typedef struct {
     int nbody; /* body pieces */
     char body[8192];
     size_t len;
-    int cancel_in_body;         /* ig_upstream_cancel in the first piece */
-    int close_in_headers;       /* ig_upstream_close from on_headers */
-    ig_upstream_t *up;          /* for close_in_headers */
-    int closed;                 /* the upstream's close callback ran */
+    int cancel_in_body;   /* ig_upstream_cancel in the first piece */
+    int close_in_headers; /* ig_upstream_close from on_headers */
+    ig_upstream_t *up;    /* for close_in_headers */
+    int closed;           /* the upstream's close callback ran */
 } result_t;
 
 static void on_headers(ig_upstream_req_t *r, int status, int n, const char *const *names,
@@ -160,10 +160,9 @@ static void client_round(peer_kind_t kind)
         if (i % 2 == 0)
             assert_string_equal(json_string_value(json_object_get(doc, "status")), "ok");
         else
-            assert_string_equal(
-                json_string_value(json_object_get(json_array_get(json_object_get(doc, "data"), 0),
-                                                  "id")),
-                "tiny");
+            assert_string_equal(json_string_value(json_object_get(
+                                    json_array_get(json_object_get(doc, "data"), 0), "id")),
+                                "tiny");
         json_decref(doc);
         assert_int_equal(ig_upstream_open_connections(u), 0);
     }
@@ -288,10 +287,9 @@ static void serve_round(peer_kind_t kind)
     assert_int_equal(r.status, 200);
     json_t *doc = json_loads(r.body, 0, NULL);
     assert_non_null(doc);
-    assert_string_equal(
-        json_string_value(json_object_get(json_array_get(json_object_get(doc, "choices"), 0),
-                                          "text")),
-        "tok0 tok1 tok2 ");
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(doc, "choices"), 0), "text")),
+                        "tok0 tok1 tok2 ");
     json_decref(doc);
     assert_string_equal(ig_tc_header(&r, "x-infergate-upstream"), "cd");
     ig_tc_response_free(&r);

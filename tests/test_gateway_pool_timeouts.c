@@ -68,9 +68,9 @@ static int stalled_request(int port, long long *ms)
 static void test_first_token_timeout_applies_to_pools(void **state)
 {
     int port = ig_proc_free_port();
-    const char *path = ig_gwf_pool_config(
-        "solo", port, model_dir, 1, 1, 1, 4, NULL,
-        ",\"routing\":{\"first_token_timeout_ms\":800,\"max_retries\":0}");
+    const char *path =
+        ig_gwf_pool_config("solo", port, model_dir, 1, 1, 1, 4, NULL,
+                           ",\"routing\":{\"first_token_timeout_ms\":800,\"max_retries\":0}");
     assert_non_null(path);
     ig_proc_t g;
     assert_int_equal(ig_gwf_serve(&g, path, port, "warn", 0, 20000, 60000), 0);

@@ -53,8 +53,7 @@ static void test_config_url_without_port(void **state)
     uv_loop_init(&loop);
     for (size_t i = 0; i < cfg.nsites; i++) {
         ig_upstream_t *u = NULL;
-        assert_int_equal(ig_upstream_init(&u, &loop, cfg.sites[i].name, cfg.sites[i].url, NULL),
-                         0);
+        assert_int_equal(ig_upstream_init(&u, &loop, cfg.sites[i].name, cfg.sites[i].url, NULL), 0);
         ig_upstream_close(u, NULL, NULL);
     }
     uv_run(&loop, UV_RUN_DEFAULT); /* the dropped lookups finish */
@@ -84,9 +83,7 @@ static void on_headers(ig_upstream_req_t *r, int status, int n, const char *cons
     ((result_t *)data)->status = status;
 }
 
-static void on_body(ig_upstream_req_t *r, const char *buf, size_t len, void *data)
-{
-}
+static void on_body(ig_upstream_req_t *r, const char *buf, size_t len, void *data) {}
 
 static void on_done(ig_upstream_req_t *r, int err, void *data)
 {
@@ -269,8 +266,8 @@ static void test_serve_sites_by_name(void **state)
     /* Routing skips the down site: every request is answered. */
     for (int i = 0; i < 6; i++) {
         assert_int_equal(ig_gwf_post(port, "/v1/completions",
-                                     "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":2}",
-                                     &r, 10000),
+                                     "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":2}", &r,
+                                     10000),
                          0);
         assert_int_equal(r.status, 200);
         const char *via = ig_tc_header(&r, "x-infergate-upstream");
