@@ -502,6 +502,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
          * the gateway's and the readiness and load polls would drown them. */
         ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : "warn";
         ps.router = ig_proxy_router(gw->proxy);
+        ps.upstream = &uo; /* the same deadlines as sites */
         if ((rc = ig_pool_start(&gw->pools[gw->npools], loop, &ps, on_pool_event, gw)) != 0) {
             snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
             goto fail_started;

@@ -550,6 +550,7 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
             goto fail;
     }
     p->spec.devices = (const char *const *)p->devices;
+    p->spec.upstream = NULL; /* borrowed for the start only: copied into each client */
     if (p->spec.ready_timeout_ms == 0)
         p->spec.ready_timeout_ms = 120000;
     if (p->spec.load_poll_ms == 0)
@@ -576,8 +577,10 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
          * default. The router counts in-flight work against this. */
         in->route.slots = spec->max_num_seqs > 0 ? spec->max_num_seqs : 256;
         ig_upstream_opts_t uo;
-        ig_upstream_opts_default(&uo);
-        uo.connect_timeout_ms = 1000;
+        if (spec->upstream != NULL)
+            uo = *spec->upstream;
+        else
+            ig_upstream_opts_default(&uo);
         if ((rc = ig_upstream_init(&in->client, loop, in->name, in->listen, &uo)) != 0)
             goto fail;
     }

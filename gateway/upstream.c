@@ -3,9 +3,22 @@
  * llhttp (see include/infergate/upstream.h).
  *
  * A connection carries one request at a time. Its one timer serves the
- * request's deadlines while busy and the keep-alive idle close while
- * pooled, so a request needs no handle of its own and is freed right after
- * its done callback.
+ * request's deadlines while busy, a failure that must not be reported from
+ * inside the caller's own call, and the keep-alive idle close while pooled,
+ * so a request needs no handle of its own and is freed right after its
+ * done callback.
+ *
+ * Nothing is freed inside the parser: llhttp's callbacks only record (the
+ * message completed, a user callback asked to end the request), and
+ * on_read acts on that once llhttp_execute or llhttp_finish has returned.
+ * A request's user callbacks run with r->in_cb raised; ending it meanwhile
+ * (cancel, close of the upstream) is recorded and carried out at that same
+ * safe point.
+ *
+ * Names are resolved with uv_getaddrinfo on the loop's thread pool, never
+ * blocking the loop. A connection that needs an address waits for it (its
+ * connect deadline runs meanwhile); see conn_connect for when a name is
+ * resolved again.
  */
 #include "infergate/upstream.h"
 #include "infergate/error.h"
@@ -19,8 +32,19 @@
 #include <strings.h>
 
 #define MAX_RESP_HEADERS 64
+#define MAX_ADDRS 8
+/* A name that failed to resolve is not asked again sooner than this: a
+ * burst of connections to a dead name costs one lookup, not one each. */
+#define RESOLVE_RETRY_NS (1000ULL * 1000000ULL)
 
 typedef struct conn_s conn_t;
+
+/* One uv_getaddrinfo in flight. It outlives a closed upstream (up is then
+ * NULL) because the thread pool cannot be interrupted; the answer frees it. */
+typedef struct {
+    uv_getaddrinfo_t req;
+    ig_upstream_t *up;
+} resolve_t;
 
 struct ig_upstream_s {
     uv_loop_t *loop;
@@ -29,15 +53,27 @@ struct ig_upstream_s {
     char *prefix; /* path prefix from the URL, "" when none */
     int is_unix;
     char *unix_path;
-    struct sockaddr_storage addr;
     ig_upstream_opts_t opts;
     conn_t *idle; /* pooled connections, most recent first */
     unsigned nidle;
     unsigned nconns;         /* open or opening */
     ig_upstream_req_t *reqs; /* every request not yet done */
+    unsigned nheld;          /* requests unlinked but still inside a callback */
     int closing;
     void (*close_cb)(void *data);
     void *close_data;
+    /* TCP addresses: a literal one, or the last answer for resolve_name. */
+    char *resolve_name; /* the host without brackets; NULL for a literal or unix */
+    char port[8];
+    struct sockaddr_storage addrs[MAX_ADDRS];
+    int naddrs;
+    int cur_addr;             /* the address new connections use */
+    int addr_failures;        /* connects failed since the last success or resolution */
+    int stale;                /* every address failed: resolve before connecting again */
+    uint64_t resolved_ns;     /* last good answer */
+    uint64_t resolve_fail_ns; /* last failed lookup, 0 after a good one */
+    resolve_t *resolving;     /* lookup in flight, or NULL */
+    conn_t *addr_wait;        /* connections waiting for an address */
 };
 
 struct conn_s {
@@ -51,11 +87,18 @@ struct conn_s {
     uv_connect_t connect;
     ig_upstream_t *up;
     conn_t *next_idle;
+    conn_t *next_wait; /* in up->addr_wait */
     llhttp_t parser;
     ig_upstream_req_t *req; /* in flight, or NULL when idle */
     int handles_open;       /* the stream and the timer */
     int closing;
-    int reused; /* has carried a request before */
+    int reused;       /* has carried a request before */
+    int waiting_addr; /* in up->addr_wait */
+    int addr_index;   /* which of up->addrs it connects to */
+    int fail_err;     /* a failure on_conn_fail reports */
+    /* Set by on_message_complete, acted on by on_read. */
+    int msg_done;
+    int msg_keep_alive;
 };
 
 struct ig_upstream_req_s {
@@ -74,7 +117,11 @@ struct ig_upstream_req_s {
     int canceled;
     int paused;
     int retried_fresh; /* a stale pooled connection was replaced once */
-    int in_cb;         /* inside a user callback: a cancel is finished after it */
+    int in_cb;         /* inside a user callback: ending it waits for the return */
+    int end_pending;   /* ended while in_cb: on_read finishes it with end_err */
+    int end_err;
+    int unlinked;  /* out of up->reqs (counted in up->nheld while end_pending) */
+    int finishing; /* on_done is running: cancel and finish do nothing */
     /* response headers being parsed */
     char *hbuf;
     size_t hlen, hcap;
@@ -95,14 +142,63 @@ void ig_upstream_opts_default(ig_upstream_opts_t *o)
     o->max_idle_connections = 64;
     o->keepalive_idle_ms = 30000;
     o->max_response_header_bytes = 64 * 1024;
+    o->resolve_ttl_ms = 30000;
 }
 
 static void conn_close(conn_t *c);
 static void req_finish(ig_upstream_req_t *r, int err);
-static void conn_start(ig_upstream_req_t *r);
+static int conn_start(ig_upstream_req_t *r);
+static void conn_connect(conn_t *c);
 static void parser_settings_init(void);
 
 /* ---- the upstream ------------------------------------------------------- */
+
+/* "HOST[:PORT]" or "[V6][:PORT]": the port defaults to 80, as http:// says. */
+static int parse_host_port(ig_upstream_t *u, char *hostport)
+{
+    char *host = hostport;
+    char *port = NULL;
+    if (host[0] == '[') {
+        char *end = strchr(host, ']');
+        if (end == NULL || (end[1] != ':' && end[1] != '\0'))
+            return IG_EINVAL;
+        if (end[1] == ':')
+            port = end + 2;
+        *end = '\0';
+        host++;
+    } else {
+        port = strchr(host, ':');
+        if (port != NULL) {
+            if (strchr(port + 1, ':') != NULL)
+                return IG_EINVAL; /* a bare IPv6 address needs brackets */
+            *port++ = '\0';
+        }
+    }
+    long pv = 80;
+    if (port != NULL) {
+        char *end;
+        pv = *port >= '0' && *port <= '9' ? strtol(port, &end, 10) : 0;
+        if (pv < 1 || pv > 65535 || *end != '\0')
+            return IG_EINVAL;
+    }
+    if (*host == '\0')
+        return IG_EINVAL;
+    snprintf(u->port, sizeof(u->port), "%ld", pv);
+    struct sockaddr_in a4;
+    struct sockaddr_in6 a6;
+    if (uv_ip4_addr(host, (int)pv, &a4) == 0) {
+        memcpy(&u->addrs[0], &a4, sizeof(a4));
+        u->naddrs = 1;
+    } else if (strchr(host, ':') != NULL && uv_ip6_addr(host, (int)pv, &a6) == 0) {
+        memcpy(&u->addrs[0], &a6, sizeof(a6));
+        u->naddrs = 1;
+    } else {
+        u->resolve_name = strdup(host);
+        if (u->resolve_name == NULL)
+            return IG_ENOMEM;
+    }
+    return 0;
+}
 
 static int parse_address(ig_upstream_t *u, const char *address)
 {
@@ -133,33 +229,7 @@ static int parse_address(ig_upstream_t *u, const char *address)
     size_t pl = strlen(u->prefix);
     if (pl > 0 && u->prefix[pl - 1] == '/')
         u->prefix[pl - 1] = '\0';
-
-    char *host = hostport;
-    char *port;
-    if (host[0] == '[') {
-        char *end = strchr(host, ']');
-        if (end == NULL || end[1] != ':')
-            return IG_EINVAL;
-        *end = '\0';
-        host++;
-        port = end + 2;
-    } else {
-        port = strrchr(host, ':');
-        if (port == NULL)
-            return IG_EINVAL;
-        *port++ = '\0';
-    }
-    if (*port == '\0' || *host == '\0')
-        return IG_EINVAL;
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof(hints));
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    if (getaddrinfo(host, port, &hints, &res) != 0 || res == NULL)
-        return IG_EINVAL;
-    memcpy(&u->addr, res->ai_addr, res->ai_addrlen);
-    freeaddrinfo(res);
-    return 0;
+    return parse_host_port(u, hostport);
 }
 
 static void upstream_free(ig_upstream_t *u)
@@ -168,8 +238,11 @@ static void upstream_free(ig_upstream_t *u)
     free(u->host);
     free(u->prefix);
     free(u->unix_path);
+    free(u->resolve_name);
     free(u);
 }
+
+static void resolve_start(ig_upstream_t *u);
 
 int ig_upstream_init(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
                      const ig_upstream_opts_t *opts)
@@ -187,6 +260,9 @@ int ig_upstream_init(ig_upstream_t **out, uv_loop_t *loop, const char *name, con
     int rc = u->name ? parse_address(u, address) : IG_ENOMEM;
     if (rc != 0)
         goto fail;
+    /* Look the name up now, so that the first request finds it known. */
+    if (u->resolve_name != NULL)
+        resolve_start(u);
     *out = u;
     return 0;
 fail:
@@ -204,9 +280,14 @@ unsigned ig_upstream_open_connections(const ig_upstream_t *u)
     return u->nconns;
 }
 
+int ig_upstream_resolved(const ig_upstream_t *u)
+{
+    return u->is_unix || u->naddrs > 0;
+}
+
 static void maybe_finish_close(ig_upstream_t *u)
 {
-    if (!u->closing || u->nconns > 0 || u->reqs != NULL)
+    if (!u->closing || u->nconns > 0 || u->reqs != NULL || u->nheld > 0)
         return;
     void (*cb)(void *) = u->close_cb;
     void *data = u->close_data;
@@ -220,6 +301,14 @@ void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data)
     u->closing = 1;
     u->close_cb = cb;
     u->close_data = data;
+    if (u->resolving != NULL) {
+        /* The lookup may be running already; its answer is then dropped. */
+        u->resolving->up = NULL;
+        uv_cancel((uv_req_t *)&u->resolving->req);
+        u->resolving = NULL;
+    }
+    /* A request inside one of its callbacks is unlinked at once and ended
+     * when the callback returns, so this loop always shortens the list. */
     while (u->reqs != NULL)
         req_finish(u->reqs, IG_ECANCELED);
     while (u->idle != NULL) {
@@ -230,6 +319,95 @@ void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data)
         conn_close(c);
     }
     maybe_finish_close(u);
+}
+
+/* ---- names and addresses ------------------------------------------------- */
+
+static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
+{
+    resolve_t *rs = req->data;
+    ig_upstream_t *u = rs->up;
+    free(rs);
+    if (u == NULL) { /* closed meanwhile */
+        uv_freeaddrinfo(res);
+        return;
+    }
+    u->resolving = NULL;
+    int n = 0;
+    for (struct addrinfo *ai = status == 0 ? res : NULL; ai != NULL && n < MAX_ADDRS;
+         ai = ai->ai_next) {
+        if ((ai->ai_family == AF_INET || ai->ai_family == AF_INET6) &&
+            ai->ai_addrlen <= sizeof(u->addrs[0]))
+            memcpy(&u->addrs[n++], ai->ai_addr, ai->ai_addrlen);
+    }
+    uv_freeaddrinfo(res);
+    uint64_t now = uv_hrtime();
+    if (n > 0) {
+        if (u->resolve_fail_ns != 0 || u->resolved_ns == 0)
+            IG_INFO("upstream %s: %s resolves (%d address%s)", u->name, u->resolve_name, n,
+                    n == 1 ? "" : "es");
+        u->naddrs = n;
+        u->cur_addr = 0;
+        u->addr_failures = 0;
+        u->resolved_ns = now;
+        u->resolve_fail_ns = 0;
+    } else {
+        if (u->resolve_fail_ns == 0)
+            IG_WARN("upstream %s: cannot resolve %s: %s%s", u->name, u->resolve_name,
+                    status != 0 ? uv_strerror(status) : "no address",
+                    u->naddrs > 0 ? " (keeping the last answer)" : "");
+        u->resolve_fail_ns = now;
+        /* The last good answer, if any, serves until a lookup succeeds. */
+        u->addr_failures = 0;
+    }
+    u->stale = 0;
+    /* Every waiting connection connects now, or fails: an address is there
+     * or the lookup failed, so conn_connect decides without waiting again. */
+    conn_t *list = u->addr_wait;
+    u->addr_wait = NULL;
+    while (list != NULL) {
+        conn_t *c = list;
+        list = c->next_wait;
+        c->next_wait = NULL;
+        c->waiting_addr = 0;
+        conn_connect(c);
+    }
+}
+
+static void resolve_start(ig_upstream_t *u)
+{
+    if (u->resolving != NULL || u->closing)
+        return;
+    resolve_t *rs = calloc(1, sizeof(*rs));
+    if (rs == NULL)
+        return; /* the waiting connections meet their connect deadline */
+    rs->up = u;
+    rs->req.data = rs;
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM; /* no AI_ADDRCONFIG: it hides localhost on a bare host */
+    u->resolving = rs;
+    int rc = uv_getaddrinfo(u->loop, &rs->req, on_resolved, u->resolve_name, u->port, &hints);
+    if (rc != 0) {
+        u->resolving = NULL;
+        free(rs);
+        IG_WARN("upstream %s: cannot resolve %s: %s", u->name, u->resolve_name, uv_strerror(rc));
+        u->resolve_fail_ns = uv_hrtime();
+    }
+}
+
+/* A connect to one of the addresses failed (refused, unreachable, timed
+ * out): new connections try the next one; once all have failed the name is
+ * resolved again before the next connect. */
+static void note_connect_failed(ig_upstream_t *u, int index)
+{
+    if (u->is_unix || u->resolve_name == NULL || u->naddrs == 0)
+        return;
+    if (index == u->cur_addr)
+        u->cur_addr = (u->cur_addr + 1) % u->naddrs;
+    if (++u->addr_failures >= u->naddrs)
+        u->stale = 1;
 }
 
 /* ---- connections --------------------------------------------------------- */
@@ -245,12 +423,26 @@ static void conn_on_handle_closed(uv_handle_t *h)
     maybe_finish_close(u);
 }
 
+static void wait_remove(ig_upstream_t *u, conn_t *c)
+{
+    for (conn_t **p = &u->addr_wait; *p != NULL; p = &(*p)->next_wait) {
+        if (*p == c) {
+            *p = c->next_wait;
+            c->next_wait = NULL;
+            c->waiting_addr = 0;
+            return;
+        }
+    }
+}
+
 /* Closes a connection that is not in the idle list. */
 static void conn_close(conn_t *c)
 {
     if (c->closing)
         return;
     c->closing = 1;
+    if (c->waiting_addr)
+        wait_remove(c->up, c);
     if (c->req != NULL && c->req->conn == c)
         c->req->conn = NULL;
     c->req = NULL;
@@ -322,7 +514,7 @@ static void req_arm_timer(ig_upstream_req_t *r)
     uint64_t now = uv_hrtime();
     uint64_t phase_ms;
     if (r->t_connected_ns == 0)
-        phase_ms = r->up->opts.connect_timeout_ms;
+        phase_ms = r->up->opts.connect_timeout_ms; /* a pending lookup included */
     else if (!r->got_bytes)
         phase_ms = r->up->opts.first_byte_timeout_ms;
     else if (r->paused)
@@ -341,7 +533,51 @@ static void on_req_timeout(uv_timer_t *t)
     if (r == NULL)
         return;
     /* Before connecting, a timeout is a connect failure: retry-safe. */
-    req_finish(r, r->t_connected_ns == 0 ? IG_ECONNECT : IG_ETIMEDOUT);
+    if (r->t_connected_ns == 0) {
+        if (!c->waiting_addr)
+            note_connect_failed(c->up, c->addr_index);
+        req_finish(r, IG_ECONNECT);
+        return;
+    }
+    req_finish(r, IG_ETIMEDOUT);
+}
+
+/*
+ * The connection failed before any response byte: a pooled connection the
+ * server had closed is replaced once by a fresh one (nothing reached the
+ * server's application); otherwise the request ends with err.
+ */
+static void req_conn_lost(ig_upstream_req_t *r, conn_t *c, int err)
+{
+    if (!r->got_bytes && c->reused && !r->retried_fresh) {
+        r->retried_fresh = 1;
+        if (r->write != NULL) { /* canceled with the old connection */
+            r->write->data = NULL;
+            r->write = NULL;
+        }
+        conn_close(c);
+        r->conn = NULL;
+        r->t_connected_ns = 0;
+        if (conn_start(r) != 0)
+            req_finish(r, IG_ECONNECT);
+        return;
+    }
+    req_finish(r, err);
+}
+
+static void on_conn_fail(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    if (c->req != NULL)
+        req_conn_lost(c->req, c, c->fail_err);
+}
+
+/* Reports a failure found inside a call of the user (ig_upstream_request)
+ * from the loop instead, so that no callback fires within that call. */
+static void conn_fail_soon(conn_t *c, int err)
+{
+    c->fail_err = err;
+    uv_timer_start(&c->timer, on_conn_fail, 0, 0);
 }
 
 /* ---- the response parser ------------------------------------------------- */
@@ -425,7 +661,7 @@ static int on_headers_complete(llhttp_t *p)
         r->cbs.on_headers(r, p->status_code, r->nheaders, names, values, r->data);
         r->in_cb--;
     }
-    return r->canceled ? HPE_USER : 0;
+    return r->end_pending ? HPE_USER : 0;
 }
 
 static int on_body(llhttp_t *p, const char *at, size_t len)
@@ -438,20 +674,18 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
         r->cbs.on_body(r, at, len, r->data);
         r->in_cb--;
     }
-    return r->canceled ? HPE_USER : 0;
+    return r->end_pending ? HPE_USER : 0;
 }
 
+/* Only records: on_read ends the request once the parser has returned
+ * (from llhttp_execute, or from llhttp_finish for a body the close ends). */
 static int on_message_complete(llhttp_t *p)
 {
     conn_t *c = p->data;
-    ig_upstream_req_t *r = c->req;
-    if (r == NULL)
+    if (c->req == NULL)
         return HPE_USER;
-    int keep = llhttp_should_keep_alive(p);
-    req_finish(r, 0);
-    /* req_finish detached the request; hand the connection back. */
-    if (!c->closing)
-        conn_release(c, keep);
+    c->msg_done = 1;
+    c->msg_keep_alive = llhttp_should_keep_alive(p);
     return HPE_PAUSED; /* nothing more is parsed from this read */
 }
 
@@ -470,6 +704,51 @@ static void parser_settings_init(void)
 
 /* ---- reading and writing ------------------------------------------------- */
 
+/*
+ * Acts on what the parser recorded for r, after llhttp_execute (e, with the
+ * read ending at end) or llhttp_finish at the close (eof). Returns 1 when r
+ * has ended (neither r nor its connection may be used for it again), 0
+ * when it is still in flight.
+ */
+static int after_parse(conn_t *c, ig_upstream_req_t *r, llhttp_errno_t e, const char *end, int eof)
+{
+    if (r->end_pending) { /* ended from inside one of its own callbacks */
+        req_finish(r, r->end_err);
+        return 1;
+    }
+    if (c->msg_done) {
+        c->msg_done = 0;
+        /* A close-delimited body ends with the connection; otherwise the
+         * connection is reused unless the server asked for a close, or sent
+         * bytes past the response with no request to carry them. */
+        int keep = c->msg_keep_alive && !eof && r->write == NULL;
+        if (e == HPE_PAUSED) {
+            const char *stop = llhttp_get_error_pos(&c->parser);
+            llhttp_resume(&c->parser);
+            if (stop != NULL && end != NULL && stop < end)
+                keep = 0;
+        }
+        r->conn = NULL;
+        uv_timer_stop(&c->timer);
+        /* The connection goes back before on_done, so that a request the
+         * callback sends next can take it. */
+        if (keep && !c->closing)
+            conn_release(c, 1);
+        else
+            conn_close(c);
+        req_finish(r, 0);
+        return 1;
+    }
+    if (eof)
+        return 0;
+    if (e == HPE_OK) {
+        req_arm_timer(r); /* the idle deadline restarts on progress */
+        return 0;
+    }
+    req_finish(r, IG_EPARSE);
+    return 1;
+}
+
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     conn_t *c = s->data;
@@ -486,26 +765,13 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         return;
     if (nread < 0) {
         if (nread == UV_EOF && r->got_bytes) {
-            /* A body delimited by the close ends cleanly here. */
-            llhttp_errno_t e = llhttp_finish(&c->parser);
-            if (e == HPE_OK && c->req == NULL)
+            /* A body delimited by the close (RFC 9112 section 6.3) ends
+             * here: llhttp_finish completes it through on_message_complete. */
+            llhttp_finish(&c->parser);
+            if (after_parse(c, r, HPE_OK, NULL, 1))
                 return;
         }
-        if (!r->got_bytes && c->reused && !r->retried_fresh) {
-            /* A pooled connection the server had closed: try once more on a
-             * fresh one. Nothing reached the server's application. */
-            r->retried_fresh = 1;
-            if (r->write != NULL) { /* canceled with the old connection */
-                r->write->data = NULL;
-                r->write = NULL;
-            }
-            conn_close(c);
-            r->conn = NULL;
-            r->t_connected_ns = 0;
-            conn_start(r);
-            return;
-        }
-        req_finish(r, r->got_bytes ? IG_ECLOSED : IG_ECONNECT);
+        req_conn_lost(r, c, r->got_bytes ? IG_ECLOSED : IG_ECONNECT);
         return;
     }
     if (!r->got_bytes) {
@@ -513,30 +779,7 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
         r->t_first_byte_ns = uv_hrtime();
     }
     llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
-    if (e == HPE_PAUSED) {
-        /* The response completed (on_message_complete pauses) and req_finish
-         * freed r: only c may be touched here. Bytes after the response, with
-         * no request to carry, mean the server misbehaved. */
-        const char *stop = llhttp_get_error_pos(&c->parser);
-        llhttp_resume(&c->parser);
-        if (stop != NULL && stop < buf->base + nread && !c->closing) {
-            idle_remove(c->up, c);
-            conn_close(c);
-        }
-        return;
-    }
-    if (r->canceled && r->in_cb == 0 && e == HPE_USER) {
-        /* Canceled from inside its own callback: finish it now. */
-        req_finish(r, IG_ECANCELED);
-        return;
-    }
-    if (e == HPE_OK) {
-        if (c->req == r && !r->canceled)
-            req_arm_timer(r); /* the idle deadline restarts on progress */
-        return;
-    }
-    if (c->req == r && !r->canceled)
-        req_finish(r, IG_EPARSE);
+    after_parse(c, r, e, buf->base + nread, 0);
 }
 
 static void on_written(uv_write_t *w, int status)
@@ -547,9 +790,11 @@ static void on_written(uv_write_t *w, int status)
         return; /* the request finished while its bytes were in flight */
     r->write = NULL;
     if (status < 0 && r->conn != NULL && !r->got_bytes)
-        req_finish(r, IG_ECONNECT);
+        req_conn_lost(r, r->conn, IG_ECONNECT);
 }
 
+/* Sends r's bytes on its connected connection. A failure is reported from
+ * the loop (this runs inside ig_upstream_request for a pooled connection). */
 static void req_send(ig_upstream_req_t *r)
 {
     conn_t *c = r->conn;
@@ -558,33 +803,37 @@ static void req_send(ig_upstream_req_t *r)
     r->t_sent_ns = uv_hrtime();
     req_arm_timer(r);
     int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
-    if (rc == 0 || rc == UV_EALREADY) {
-        uv_buf_t b = uv_buf_init(r->wbuf, (unsigned)r->wlen);
-        /* Most requests fit the socket buffer at once. A uv_write would
-         * also do, but its completion makes libuv re-arm the watcher, one
-         * epoll_ctl per request; a pending remainder still goes by uv_write. */
-        int n = uv_try_write(&c->h.stream, &b, 1);
-        if (n == (int)b.len)
-            return;
-        if (n > 0) {
-            b.base += n;
-            b.len -= (unsigned)n;
-        }
-        uv_write_t *w = malloc(sizeof(*w));
-        if (w == NULL) {
-            req_finish(r, IG_ECONNECT);
-            return;
-        }
-        w->data = r;
-        r->write = w;
-        rc = uv_write(w, &c->h.stream, &b, 1, on_written);
-        if (rc != 0) {
-            r->write = NULL;
-            free(w);
-        }
+    if (rc != 0 && rc != UV_EALREADY) {
+        conn_fail_soon(c, IG_ECONNECT);
+        return;
     }
-    if (rc != 0 && rc != UV_EALREADY)
-        req_finish(r, IG_ECONNECT);
+    uv_buf_t b = uv_buf_init(r->wbuf, (unsigned)r->wlen);
+    /* Most requests fit the socket buffer at once. A uv_write would also
+     * do, but its completion makes libuv re-arm the watcher, one epoll_ctl
+     * per request; a pending remainder still goes by uv_write. */
+    int n = uv_try_write(&c->h.stream, &b, 1);
+    if (n == (int)b.len)
+        return;
+    if (n < 0 && n != UV_EAGAIN) {
+        conn_fail_soon(c, IG_ECONNECT);
+        return;
+    }
+    if (n > 0) {
+        b.base += n;
+        b.len -= (unsigned)n;
+    }
+    uv_write_t *w = malloc(sizeof(*w));
+    if (w == NULL) {
+        conn_fail_soon(c, IG_ECONNECT);
+        return;
+    }
+    w->data = r;
+    r->write = w;
+    if (uv_write(w, &c->h.stream, &b, 1, on_written) != 0) {
+        r->write = NULL;
+        free(w);
+        conn_fail_soon(c, IG_ECONNECT);
+    }
 }
 
 static void on_connected(uv_connect_t *cr, int status)
@@ -595,14 +844,64 @@ static void on_connected(uv_connect_t *cr, int status)
         return;
     if (status < 0) {
         IG_DEBUG("upstream %s: connect: %s", c->up->name, uv_strerror(status));
+        note_connect_failed(c->up, c->addr_index);
         req_finish(r, IG_ECONNECT);
         return;
     }
+    c->up->addr_failures = 0;
     req_send(r);
 }
 
-/* Gives r a connection: a pooled one, or a new one being connected. */
-static void conn_start(ig_upstream_req_t *r)
+/*
+ * Connects a new connection, or parks it until the name is resolved. A
+ * name is looked up at init, again when its answer is older than
+ * opts.resolve_ttl_ms (in the background: the old answer serves
+ * meanwhile), and again before connecting once every address of the
+ * answer has failed to connect (then the connection waits for the lookup).
+ * With no address at all, a lookup that failed under RESOLVE_RETRY_NS ago
+ * fails the connection without asking again.
+ */
+static void conn_connect(conn_t *c)
+{
+    ig_upstream_t *u = c->up;
+    if (u->is_unix) {
+        uv_pipe_connect(&c->connect, &c->h.pipe, u->unix_path, on_connected);
+        return;
+    }
+    uint64_t now = uv_hrtime();
+    int lookup_failed_lately =
+        u->resolve_fail_ns != 0 && now - u->resolve_fail_ns < RESOLVE_RETRY_NS;
+    if (u->resolve_name != NULL && (u->naddrs == 0 || u->stale) && !lookup_failed_lately) {
+        c->waiting_addr = 1;
+        c->next_wait = u->addr_wait;
+        u->addr_wait = c;
+        resolve_start(u);
+        if (u->resolving == NULL) { /* could not even ask */
+            wait_remove(u, c);
+            conn_fail_soon(c, IG_ECONNECT);
+        }
+        return;
+    }
+    if (u->naddrs == 0) {
+        conn_fail_soon(c, IG_ECONNECT);
+        return;
+    }
+    if (u->resolve_name != NULL && u->resolving == NULL && !lookup_failed_lately &&
+        now - u->resolved_ns > u->opts.resolve_ttl_ms * 1000000ULL)
+        resolve_start(u); /* refresh in the background */
+    c->addr_index = u->cur_addr % u->naddrs;
+    int rc = uv_tcp_connect(&c->connect, &c->h.tcp,
+                            (const struct sockaddr *)&u->addrs[c->addr_index], on_connected);
+    if (rc != 0) {
+        note_connect_failed(u, c->addr_index);
+        conn_fail_soon(c, IG_ECONNECT);
+    }
+}
+
+/* Gives r a connection: a pooled one, or a new one being connected. No
+ * callback of r fires inside; IG_ENOMEM when no connection could be made
+ * at all. */
+static int conn_start(ig_upstream_req_t *r)
 {
     ig_upstream_t *u = r->up;
     conn_t *c = r->retried_fresh ? NULL : u->idle;
@@ -616,19 +915,16 @@ static void conn_start(ig_upstream_req_t *r)
         r->t_connected_ns = uv_hrtime(); /* connected already: no connect time */
         r->t_start_ns = r->t_connected_ns;
         req_send(r);
-        return;
+        return 0;
     }
     c = calloc(1, sizeof(*c));
-    if (c == NULL) {
-        req_finish(r, IG_ECONNECT);
-        return;
-    }
+    if (c == NULL)
+        return IG_ENOMEM;
     c->up = u;
     int rc = u->is_unix ? uv_pipe_init(u->loop, &c->h.pipe, 0) : uv_tcp_init(u->loop, &c->h.tcp);
     if (rc != 0) {
         free(c);
-        req_finish(r, IG_ECONNECT);
-        return;
+        return IG_ENOMEM; /* neither init opens a socket: only memory can fail */
     }
     uv_timer_init(u->loop, &c->timer);
     c->handles_open = 2;
@@ -641,14 +937,10 @@ static void conn_start(ig_upstream_req_t *r)
     c->req = r;
     r->conn = c;
     req_arm_timer(r);
-    if (u->is_unix) {
-        uv_pipe_connect(&c->connect, &c->h.pipe, u->unix_path, on_connected);
-        return;
-    }
-    uv_tcp_nodelay(&c->h.tcp, 1);
-    rc = uv_tcp_connect(&c->connect, &c->h.tcp, (const struct sockaddr *)&u->addr, on_connected);
-    if (rc != 0)
-        req_finish(r, IG_ECONNECT);
+    if (!u->is_unix)
+        uv_tcp_nodelay(&c->h.tcp, 1);
+    conn_connect(c);
+    return 0;
 }
 
 /* ---- requests ------------------------------------------------------------ */
@@ -675,6 +967,21 @@ static int build_request(ig_upstream_req_t *r, const char *method, const char *p
     return 0;
 }
 
+static void req_unlink(ig_upstream_req_t *r)
+{
+    ig_upstream_t *u = r->up;
+    if (r->unlinked)
+        return;
+    r->unlinked = 1;
+    if (r->prev != NULL)
+        r->prev->next = r->next;
+    else
+        u->reqs = r->next;
+    if (r->next != NULL)
+        r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+}
+
 int ig_upstream_request(ig_upstream_t *u, const char *method, const char *path,
                         const char *extra_headers, const char *body, size_t len,
                         const ig_upstream_cbs_t *cbs, void *data, ig_upstream_req_t **out)
@@ -690,51 +997,63 @@ int ig_upstream_request(ig_upstream_t *u, const char *method, const char *path,
     r->t_start_ns = uv_hrtime();
     r->deadline_ns = r->t_start_ns + u->opts.total_timeout_ms * 1000000ULL;
     int rc = build_request(r, method, path, extra_headers, body, len);
-    if (rc != 0) {
-        free(r->wbuf);
-        free(r);
-        return rc;
-    }
+    if (rc != 0)
+        goto fail;
     r->next = u->reqs;
     if (u->reqs != NULL)
         u->reqs->prev = r;
     u->reqs = r;
+    if ((rc = conn_start(r)) != 0) {
+        req_unlink(r);
+        goto fail;
+    }
     if (out != NULL)
         *out = r;
-    conn_start(r);
     return 0;
+fail:
+    free(r->wbuf);
+    free(r);
+    return rc;
 }
 
 /*
  * Ends a request: unlinks it, detaches it from its connection (closing the
- * connection unless the response completed cleanly, which the caller then
- * releases), fires on_done unless canceled, and frees it.
+ * connection: a completed response has been handed back by after_parse
+ * already), fires on_done unless canceled, and frees it. Inside one of its
+ * own callbacks the end is recorded instead and after_parse carries it out
+ * once the callback has returned.
  */
 static void req_finish(ig_upstream_req_t *r, int err)
 {
     ig_upstream_t *u = r->up;
+    if (r->finishing)
+        return;
     conn_t *c = r->conn;
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else
-        u->reqs = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
     /* A write still pending (the server answered before reading it all)
-     * pins the buffer: the connection cannot be reused, and closing it
-     * cancels the write before wbuf is freed below. */
-    int write_pending = r->write != NULL;
-    if (write_pending)
+     * pins the buffer: closing the connection cancels the write before
+     * wbuf is freed below. */
+    if (r->write != NULL) {
         r->write->data = NULL;
+        r->write = NULL;
+    }
     if (c != NULL) {
         uv_timer_stop(&c->timer);
         r->conn = NULL;
-        if (err != 0 || write_pending) {
-            conn_close(c);
-        } else {
-            c->req = NULL; /* the caller releases it */
-        }
+        conn_close(c);
     }
+    if (r->in_cb > 0) {
+        if (!r->end_pending) {
+            r->end_pending = 1;
+            r->end_err = err;
+            req_unlink(r);
+            u->nheld++;
+        }
+        return;
+    }
+    if (r->end_pending)
+        u->nheld--;
+    req_unlink(r);
+    r->finishing = 1;
     if (!r->canceled && r->cbs.on_done != NULL)
         r->cbs.on_done(r, err, r->data);
     free(r->hbuf);
@@ -745,18 +1064,11 @@ static void req_finish(ig_upstream_req_t *r, int err)
 
 void ig_upstream_cancel(ig_upstream_req_t *r)
 {
-    if (r->canceled)
+    if (r->canceled || r->finishing)
         return;
     r->canceled = 1;
-    /* Closing the connection is what tells the worker the client is gone. */
-    if (r->conn != NULL) {
-        conn_t *c = r->conn;
-        uv_timer_stop(&c->timer);
-        conn_close(c);
-        r->conn = NULL;
-    }
-    if (r->in_cb > 0)
-        return; /* on_read finishes it once the callback has returned */
+    /* Closing the connection is what tells the worker the client is gone.
+     * From inside r's own callback the rest waits for its return. */
     req_finish(r, IG_ECANCELED);
 }
 

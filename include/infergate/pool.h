@@ -57,6 +57,10 @@ typedef struct {
     uint64_t backoff_base_ms;  /* first restart delay (200), doubling to backoff_max_ms */
     uint64_t backoff_max_ms;   /* (30000) */
     const ig_router_t *router; /* whose EWMA settings the RTT samples use; borrowed */
+    /* Deadlines of every request to the instances (proxied ones and the
+     * /ready and /load polls), as for sites: routing.*_timeout_ms. Copied at
+     * start; NULL = ig_upstream_opts_default. */
+    const ig_upstream_opts_t *upstream;
 } ig_pool_spec_t;
 
 /* Called whenever an instance changes state (for readiness and metrics),

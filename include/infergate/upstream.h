@@ -30,15 +30,26 @@ typedef struct {
     unsigned max_idle_connections;    /* kept open per upstream (64) */
     uint64_t keepalive_idle_ms;       /* an idle pooled connection closes after (30000) */
     size_t max_response_header_bytes; /* 64 KiB */
+    uint64_t resolve_ttl_ms;          /* a host name's answer is refreshed after (30000) */
 } ig_upstream_opts_t;
 
 void ig_upstream_opts_default(ig_upstream_opts_t *opts);
 
 /*
- * Creates the pool for one upstream. address: "unix:PATH", "HOST:PORT",
- * "http://HOST:PORT[/prefix]" (the prefix is prepended to request paths).
- * name is copied (it goes into the Host header for TCP). Resolution is
- * numeric or via getaddrinfo once, at init. 0, IG_EINVAL or a libuv error.
+ * Creates the pool for one upstream. address: "unix:PATH", "HOST[:PORT]",
+ * "http://HOST[:PORT][/prefix]" (the prefix is prepended to request paths;
+ * the port defaults to 80; an IPv6 address goes in brackets). name is
+ * copied; HOST[:PORT] as written goes into the Host header for TCP.
+ *
+ * A literal address is used as is. A host name is resolved with
+ * uv_getaddrinfo, never blocking the loop: first at init, again in the
+ * background once the answer is older than opts.resolve_ttl_ms, and again
+ * before the next connect once every address it gave has failed to
+ * connect. A connection that needs an answer waits for it within its
+ * connect deadline. A name that does not resolve is no error here: its
+ * requests end with IG_ECONNECT (a failed lookup is repeated at most once a
+ * second), and a later answer serves again.
+ * 0, IG_EINVAL (a malformed address) or IG_ENOMEM.
  */
 int ig_upstream_init(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
                      const ig_upstream_opts_t *opts);
@@ -49,6 +60,8 @@ void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data);
 
 const char *ig_upstream_name(const ig_upstream_t *u);
 unsigned ig_upstream_open_connections(const ig_upstream_t *u);
+/* 1 once an address is known (always for unix: and literal addresses). */
+int ig_upstream_resolved(const ig_upstream_t *u);
 
 typedef struct {
     /* Status and headers. Header names/values are borrowed for the call. */
@@ -56,8 +69,10 @@ typedef struct {
                        const char *const *values, void *data);
     /* One body piece, borrowed for the call. */
     void (*on_body)(ig_upstream_req_t *r, const char *buf, size_t len, void *data);
-    /* The end: 0 after a complete response, else IG_ECONNECT (could not
-     * connect or the connection failed before a byte came back: safe to
+    /* The end, exactly once: 0 after a complete response (a body without
+     * Content-Length or chunking ends with the connection, which is then
+     * not reused), else IG_ECONNECT (the name did not resolve, could not
+     * connect, or the connection failed before a byte came back: safe to
      * retry), IG_ETIMEDOUT, IG_ECLOSED (broken mid-response), IG_EPARSE
      * (malformed response) or IG_ECANCELED. The request is freed after. */
     void (*on_done)(ig_upstream_req_t *r, int err, void *data);
@@ -67,7 +82,8 @@ typedef struct {
  * Sends one request. extra_headers is a block of "Name: value\r\n" lines or
  * NULL; Host, Content-Length and Connection are the client's. body is copied.
  * Returns 0 and a handle in *out (may be NULL), or IG_ENOMEM / IG_ESTATE
- * (the upstream is closing); on error no callback fires.
+ * (the upstream is closing); on error no callback fires. No callback fires
+ * inside this call either: a failure found at once comes from the loop.
  */
 int ig_upstream_request(ig_upstream_t *u, const char *method, const char *path,
                         const char *extra_headers, const char *body, size_t len,
@@ -76,6 +92,8 @@ int ig_upstream_request(ig_upstream_t *u, const char *method, const char *path,
 /*
  * Abandons a request: its connection is closed (so a worker sees the
  * client gone and frees the sequence), and no callback fires any more.
+ * Allowed from inside the request's own callbacks (the request is freed
+ * once the callback has returned); inside on_done it does nothing.
  */
 void ig_upstream_cancel(ig_upstream_req_t *r);
 
