@@ -81,6 +81,7 @@ class Account:
         self.by_kind = {}
         self.examples = {}
         self.statuses = {}
+        self.upstreams = {}
 
     def add(self, kind, outcome, detail=""):
         self.counts[outcome] += 1
@@ -90,8 +91,9 @@ class Account:
                 self.examples.setdefault(outcome, [])) < 8:
             self.examples[outcome].append(f"{kind}: {detail}")
 
-    def status(self, code):
+    def status(self, code, upstream):
         self.statuses[str(code)] = self.statuses.get(str(code), 0) + 1
+        self.upstreams[upstream] = self.upstreams.get(upstream, 0) + 1
 
 
 async def read_head(reader):
@@ -198,7 +200,7 @@ async def one_request(args, acct, rng, kind, stream, abort_after):
 
 async def read_answer(reader, stream, acct):
     status, hdrs = await read_head(reader)
-    acct.status(status)
+    acct.status(status, hdrs.get("x-infergate-upstream", "-"))
     buf = b""
     async for data in body_chunks(reader, hdrs):
         buf += data
@@ -382,6 +384,7 @@ async def main_async(args):
         "counts": acct.counts,
         "by_kind": acct.by_kind,
         "statuses": acct.statuses,
+        "upstreams": acct.upstreams,
         "examples": acct.examples,
         "faults": fault_log,
         "rss_kib": {
@@ -404,7 +407,8 @@ async def main_async(args):
           f"hung {c['hung']}; client aborts {c['aborted']}; refused "
           f"{c['refused']}")
     print(f"soak: by kind {json.dumps(acct.by_kind)}")
-    print(f"soak: statuses {json.dumps(acct.statuses)}")
+    print(f"soak: statuses {json.dumps(acct.statuses)}; answered by "
+          f"{json.dumps(acct.upstreams)}")
     for o, ex in acct.examples.items():
         for e in ex:
             print(f"soak: {o}: {e}")
