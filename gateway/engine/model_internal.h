@@ -1,4 +1,4 @@
-/* Private helpers shared by safetensors.c, model.c and mkmodel.c. */
+/* Private helpers shared by safetensors.c, model.c and ../mkmodel/mkmodel.c. */
 #ifndef IG_ENGINE_MODEL_INTERNAL_H
 #define IG_ENGINE_MODEL_INTERNAL_H
 

@@ -7,10 +7,10 @@
  * 0 success, 1 run-time failure, 2 usage or configuration error.
  * Each prints its own --help.
  */
-int ig_cmd_serve(int argc, char **argv);   /* gateway/serve.c */
-int ig_cmd_worker(int argc, char **argv);  /* gateway/worker.c */
-int ig_cmd_mkmodel(int argc, char **argv); /* gateway/engine/mkmodel.c */
-int ig_cmd_devices(int argc, char **argv); /* gateway/devices.c */
+int ig_cmd_serve(int argc, char **argv);   /* gateway/serve/serve.c */
+int ig_cmd_worker(int argc, char **argv);  /* gateway/worker/worker.c */
+int ig_cmd_mkmodel(int argc, char **argv); /* gateway/mkmodel/mkmodel.c */
+int ig_cmd_devices(int argc, char **argv); /* gateway/fleet/devices.c */
 
 /* Exit statuses shared by the sub-commands. */
 #define IG_EXIT_OK 0

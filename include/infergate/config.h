@@ -167,7 +167,7 @@ int ig_config_find_model(const ig_config_t *cfg, const char *name);
  * IG_ERANGE when buf is too small. */
 int ig_config_cache_dir(char *buf, size_t size);
 
-/* The embedded default config (gateway/config_default.c). */
+/* The embedded default config (gateway/serve/config_default.c). */
 extern const char ig_config_default_json[];
 
 #endif

@@ -6,7 +6,7 @@
  * server, the route table and graceful shutdown. Later modules plug in
  * here: the gateway (include/infergate/gateway.h) fills the readiness hook
  * and answers the /v1 routes; new endpoints add rows to the route table in
- * gateway/serve.c.
+ * gateway/serve/serve.c.
  *
  * Everything runs on the loop thread; none of these functions may be called
  * from another thread.

@@ -1,7 +1,7 @@
 /*
  * The CPU backend: host memory, weights converted once to F32 at upload (2-D
  * ones packed for the own GEMM, gemm.c), every operation split over a small
- * persistent thread pool (pool.c). GEMM runs the own SIMD loop; with
+ * persistent thread pool (threadpool.c). GEMM runs the own SIMD loop; with
  * IG_CPU_GEMM=blas-pool|blas (builds with OpenBLAS) it goes to OpenBLAS.
  */
 #include "cpu_internal.h"

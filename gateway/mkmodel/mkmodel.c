@@ -5,7 +5,7 @@
  */
 #include "infergate/cli.h"
 #include "infergate/error.h"
-#include "model_internal.h"
+#include "../engine/model_internal.h"
 #include "infergate/mkmodel.h"
 #include "infergate/model.h"
 #include "infergate/safetensors.h"

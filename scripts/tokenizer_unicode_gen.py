@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Writes gateway/engine/tokenizer_unicode.c: the Unicode tables of the
 tokenizer (letters, numbers, NFC data) from Python's unicodedata.
-Run: /usr/bin/python3 gateway/engine/tokenizer_unicode_gen.py > gateway/engine/tokenizer_unicode.c
+Run: /usr/bin/python3 scripts/tokenizer_unicode_gen.py > gateway/engine/tokenizer_unicode.c
 """
 import sys
 import unicodedata as ud
