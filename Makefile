@@ -13,7 +13,7 @@ FUZZ_SECONDS ?= 60
 ARGS       ?=
 CTEST_ARGS ?=
 
-.PHONY: all deps build run test test-asan test-tsan bench fuzz format clean
+.PHONY: all deps build run test test-asan test-tsan bench soak-asan fuzz format clean
 
 all: build
 
@@ -57,6 +57,15 @@ bench:
 	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
 	bench/run-all.sh $(BUILD)
+
+# bench/soak.sh once more against the ASan + UBSan build: any sanitizer report
+# of the gateway or its workers fails it. The unoptimised build serves far
+# less, so the load is lower and a request may take longer before it counts as hung.
+soak-asan:
+	@scripts/deps.sh test
+	@[ -f $(ASAN_BUILD)/CMakeCache.txt ] || cmake -S . -B $(ASAN_BUILD) -DIG_ASAN=ON -DIG_UBSAN=ON -DIG_CUDA=OFF -DCMAKE_BUILD_TYPE=Debug
+	cmake --build $(ASAN_BUILD) -j $(JOBS) --target infergate
+	ASAN=1 RATE=$${RATE:-4} TIMEOUT_S=$${TIMEOUT_S:-120} bench/soak.sh $(ASAN_BUILD)
 
 # Both fuzz targets for FUZZ_SECONDS each; a crash, leak or sanitizer report
 # stops with a non-zero status and leaves the input in fuzz-corpus/.

@@ -13,12 +13,14 @@
 # fails when the gateway grew by more than 10%. With ASAN=1 it runs the
 # gateway of an ASan build (BUILD_DIR built with -DIG_ASAN=ON) and fails on
 # any sanitizer report of the gateway or its workers instead of on RSS (ASan's
-# quarantine holds freed memory by design).
+# quarantine holds freed memory by design). An unoptimised ASan build
+# serves far less: run it at a lower RATE (`make soak-asan` uses RATE=4).
 #
 # usage: bench/soak.sh [BUILD_DIR]           (default: build)
 # environment:
 #   SOAK_S=600 WARMUP_S=60 RATE=20 KILL_EVERY_S=60 FLAP_S=20 SEED=1
 #   POLICY=round_robin (routing.policy)
+#   TIMEOUT_S=60    a request with no end by then is counted as hung
 #   ASAN=0          1: a sanitizer build; a report fails the run
 #   RESULTS=bench/results/soak.json (soak-asan.json with ASAN=1)
 # Needs: python3.
@@ -39,6 +41,7 @@ SEED=${SEED:-1}
 # flapping, close-delimited site: the latency policy rightly sends it almost
 # nothing, since the local workers answer in under a millisecond.
 POLICY=${POLICY:-round_robin}
+TIMEOUT_S=${TIMEOUT_S:-60}
 ASAN=${ASAN:-0}
 if [ "$ASAN" = 1 ]; then
     RESULTS=${RESULTS:-$root/bench/results/soak-asan.json}
@@ -111,7 +114,7 @@ echo "soak: gateway pid $gw_pid on 127.0.0.1:$port, site on $site_port; ${SOAK_S
 rc=0
 "$PY" "$here/lib/soak.py" --port "$port" --gateway-pid "$gw_pid" --model tiny \
     --duration "$SOAK_S" --warmup "$WARMUP_S" --rate "$RATE" \
-    --kill-every "$KILL_EVERY_S" --seed "$SEED" --json "$tmp/report.json" || rc=$?
+    --kill-every "$KILL_EVERY_S" --timeout "$TIMEOUT_S" --seed "$SEED" --json "$tmp/report.json" || rc=$?
 
 # The gateway must still answer, then drain and exit cleanly.
 if ! curl -fsS -m 5 "http://127.0.0.1:$port/health" >/dev/null; then
