@@ -15,6 +15,7 @@
 
 #include "../kernels/cpu/cpu_internal.h"
 #include "engine_fixture.h"
+#include "files.h"
 #include "model_fixture.h"
 
 #include "infergate/engine.h"
@@ -58,7 +59,7 @@ static void close_ctx(ctx_t *c)
     ig_engine_free(c->e);
     c->be->destroy(c->be);
     ig_model_free(c->model);
-    ig_fixture_rmdir(c->dir);
+    ig_tf_rmtree(c->dir);
     free(c);
 }
 
@@ -364,7 +365,7 @@ static void test_bad_options(void **state)
     ig_engine_free(e);
     be->destroy(be);
     ig_model_free(model);
-    ig_fixture_rmdir(dir);
+    ig_tf_rmtree(dir);
 }
 
 int main(void)

@@ -15,6 +15,7 @@
 #include "fp_bound.h"
 
 #include "engine_fixture.h"
+#include "files.h"
 #include "model_fixture.h"
 
 #include "infergate/engine.h"
@@ -192,7 +193,7 @@ static void check_model(const char *preset, ig_dtype_t dtype)
     ig_engine_free(e);
     be->destroy(be);
     ig_model_free(model);
-    ig_fixture_rmdir(dir);
+    ig_tf_rmtree(dir);
 }
 
 static int setup(void **state)
