@@ -168,6 +168,45 @@ int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
     return 0;
 }
 
+int ig_gwf_serve_site(ig_proc_t *p, int site_port, const char *limits_json)
+{
+    char text[1024];
+    int n =
+        snprintf(text, sizeof(text),
+                 "{\"listen\": \"127.0.0.1:0\", \"models\": [{\"name\": \"tiny\"}],"
+                 " \"sites\": [{\"name\": \"up\", \"url\": \"http://127.0.0.1:%d\","
+                 " \"models\": [\"tiny\"]}]%s%s}",
+                 site_port, limits_json ? ", \"limits\": " : "", limits_json ? limits_json : "");
+    const char *config =
+        n > 0 && (size_t)n < sizeof(text) ? ig_proc_temp_file(text, ".json") : NULL;
+    if (config == NULL)
+        return -1;
+    const char *args[] = {"serve", "--config", config, NULL};
+    if (ig_proc_start_bin(p, "infergate", args, IG_PROC_PIPES) != 0)
+        return -1;
+    if (ig_proc_wait_announce(p, 1, 10000) != 0) {
+        fprintf(stderr, "serve did not start:\n%s\n", p->err ? p->err : "");
+        return -1;
+    }
+    if (ig_proc_wait_status(p->port, "/ready", 200, 10000) != 0) {
+        ig_proc_pump(p, 0);
+        fprintf(stderr, "serve never ready:\n%s\n", p->err ? p->err : "");
+        return -1;
+    }
+    return 0;
+}
+
+int ig_gwf_send_completion(ig_tc_t *tc)
+{
+    static const char body[] = "{\"model\": \"tiny\", \"prompt\": \"hi\", \"max_tokens\": 1}";
+    char text[512];
+    snprintf(text, sizeof(text),
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             sizeof(body) - 1, body);
+    return ig_tc_sends(tc, text);
+}
+
 int ig_gwf_sites_up(int port, int *up, int n)
 {
     json_t *doc = ig_gwf_get_json(port, "/status");

@@ -76,6 +76,19 @@ int ig_gwf_upstream(ig_proc_t *u, ...) __attribute__((sentinel));
 int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
                        const char *routing_extra, const char *top_extra);
 
+/* Starts `infergate serve` with stdout and stderr captured (IG_PROC_PIPES)
+ * on 127.0.0.1:0 with one site "up" at 127.0.0.1:site_port serving model
+ * "tiny" (a site of ig_ts_site_start) and limits_json as its "limits"
+ * object (NULL: none); waits up to 10 s for its "listening on" line and up
+ * to 10 s more for /ready 200 (the site's probe came through). 0 with
+ * p->port set, or -1 (the reason on stderr, p->err has the log); either way
+ * p is the caller's to stop and dispose. */
+int ig_gwf_serve_site(ig_proc_t *p, int site_port, const char *limits_json);
+
+/* Sends POST /v1/completions for model "tiny" (prompt "hi", max_tokens 1)
+ * on tc and returns without reading the answer. 0 or -1. */
+int ig_gwf_send_completion(ig_tc_t *tc);
+
 /* GET /status of a gateway: how many of its sites are up, and, when up is
  * not NULL, whether each of the first n is (in config order). -1 when
  * /status did not answer 200 with JSON. */
