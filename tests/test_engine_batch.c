@@ -85,17 +85,6 @@ static double batch_bound(const ctx_t *c, int max_ctx, const float *logits, size
     return 2 * ig_bound_forward(ig_model_config(c->model), max_ctx, 1.0 + mx);
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m))
-            m = d;
-    }
-    return m;
-}
-
 #define STEPS 12
 #define OTHERS 16
 #define PLEN 9
@@ -157,7 +146,7 @@ static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads)
     for (int step = 0; step < STEPS; step++) {
         /* Row 0 of the logits is always the target's. */
         got[step] = ig_argmax(lb, V);
-        worst = fmax(worst, max_abs_diff(lb, la + (size_t)step * V, V));
+        worst = fmax(worst, ig_max_abs_diff(lb, la + (size_t)step * V, V));
         for (int o = 0, row = 1; o < OTHERS; o++) {
             if (onext[o] == -2) { /* its prompt is still arriving */
                 continue;
@@ -245,7 +234,7 @@ static void test_chunked_prefill(void **state)
         assert_int_equal(ig_tbatch_add(b, c->e, &other, &tok, 1, 1), 0); /* no logits */
         assert_int_equal(ig_tbatch_add(b, c->e, &s, p + done, k, 0), 0);
         assert_int_equal(ig_tbatch_run(b, c->e, chunks), 0);
-        worst = fmax(worst, max_abs_diff(chunks, one + (size_t)done * V, (size_t)k * V));
+        worst = fmax(worst, ig_max_abs_diff(chunks, one + (size_t)done * V, (size_t)k * V));
         done += k;
     }
     double tol = batch_bound(c, n, one, (size_t)n * V);

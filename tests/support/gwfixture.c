@@ -98,6 +98,25 @@ int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *le
     return 0;
 }
 
+int ig_gwf_serve_empty(ig_proc_t *p, const char *level)
+{
+    int port = ig_proc_free_port();
+    char text[256];
+    snprintf(text, sizeof(text), "{\"listen\": \"127.0.0.1:%d\", \"log\": {\"level\": \"%s\"}}",
+             port, level);
+    const char *cfg = ig_proc_temp_file(text, ".json");
+    if (cfg == NULL)
+        return -1;
+    const char *args[] = {"serve", "--config", cfg, NULL};
+    if (ig_proc_start_bin(p, "infergate", args, IG_PROC_PIPE_ERR) != 0)
+        return -1;
+    if (ig_proc_wait_listening(p, port, 10000) != 0) {
+        fprintf(stderr, "serve did not start:\n%s\n", p->err ? p->err : "");
+        return -1;
+    }
+    return 0;
+}
+
 int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms)
 {
     const char *argv[40];

@@ -52,6 +52,14 @@ const char *ig_gwf_pool_config(const char *region, int port, const char *model_d
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
                  int listen_ms, int ready_ms);
 
+/* Starts `infergate serve` with nothing to serve on a free port, its log
+ * at level (and no access lines below warn) on a captured stderr
+ * (IG_PROC_PIPE_ERR), and waits up to 10 s until the port accepts
+ * connections: for tests of the HTTP server behind the real binary. 0 with
+ * p->port set, or -1 (the log on stderr); either way p is the caller's to
+ * stop. */
+int ig_gwf_serve_empty(ig_proc_t *p, const char *level);
+
 /* Starts the bench tool `tool` of the build ("testupstream", "faultproxy")
  * with --listen 127.0.0.1:port and then args (NULL-terminated, may be
  * NULL), its stderr to /dev/null, and waits up to timeout_ms until the port

@@ -40,6 +40,25 @@ static inline void tu_rmtree(char *dir)
     free(dir);
 }
 
+/* The scratch directory of the running test: tu_dir_setup makes it and
+ * tu_dir_teardown removes it, as a cmocka per-test setup and teardown. */
+static char *tu_dir;
+
+__attribute__((unused)) static int tu_dir_setup(void **state)
+{
+    (void)state;
+    tu_dir = tu_mkdtemp();
+    return 0;
+}
+
+__attribute__((unused)) static int tu_dir_teardown(void **state)
+{
+    (void)state;
+    tu_rmtree(tu_dir);
+    tu_dir = NULL;
+    return 0;
+}
+
 static inline char *tu_path(const char *dir, const char *name)
 {
     size_t n = strlen(dir) + strlen(name) + 2;
