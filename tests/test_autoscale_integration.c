@@ -21,21 +21,6 @@
 
 #include "gwfixture.h"
 
-static char run_dir[256];
-static char model_dir[256];
-
-static int setup(void **state)
-{
-    return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
-}
-
-/* The generated model goes with the run: tests leave nothing in /tmp. */
-static int teardown(void **state)
-{
-    ig_gwf_model_remove(run_dir);
-    return 0;
-}
-
 /* One CPU pool "cpu" of up to `max` single-thread workers for model
  * "tiny", with the given autoscale object. */
 static void gateway_start(ig_proc_t *g, int min, int max, const char *autoscale)
@@ -44,7 +29,7 @@ static void gateway_start(ig_proc_t *g, int min, int max, const char *autoscale)
     snprintf(pool_extra, sizeof(pool_extra), ",\"autoscale\":%s", autoscale);
     int port = ig_proc_free_port();
     const char *path =
-        ig_gwf_pool_config("as", port, model_dir, max, min, max, 8, pool_extra, NULL);
+        ig_gwf_pool_config("as", port, ig_gwf_model_dir, max, min, max, 8, pool_extra, NULL);
     assert_non_null(path);
     /* Ready also at zero: the pool serves after a cold start. */
     assert_int_equal(ig_gwf_serve(g, path, port, "info", IG_PROC_QUIET, 20000, 60000), 0);
@@ -379,5 +364,5 @@ int main(void)
         cmocka_unit_test(test_scale_from_zero),
         cmocka_unit_test(test_requests_racing_scale_to_zero),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);
 }

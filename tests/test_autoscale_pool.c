@@ -24,21 +24,6 @@
 #include "infergate/router.h"
 #include "gwfixture.h"
 
-static char model_dir[256];
-static char run_dir[256];
-
-static int setup(void **state)
-{
-    return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
-}
-
-/* The generated model goes with the run: tests leave nothing in /tmp. */
-static int teardown(void **state)
-{
-    ig_gwf_model_remove(run_dir);
-    return 0;
-}
-
 typedef struct {
     int events;
     int freed; /* events for a stopped slot without a device */
@@ -83,9 +68,9 @@ static ig_pool_t *start_pool(int ndevices, int min, seen_t *seen)
     memset(&s, 0, sizeof(s));
     s.name = "p";
     s.model = "tiny";
-    s.model_dir = model_dir;
+    s.model_dir = ig_gwf_model_dir;
     s.exe = ig_proc_bin("infergate");
-    s.run_dir = run_dir;
+    s.run_dir = ig_gwf_run_dir;
     s.devices = devices;
     s.ndevices = ndevices;
     s.threads = 1;
@@ -191,7 +176,7 @@ int main(void)
         cmocka_unit_test(test_drain_while_starting),
         cmocka_unit_test(test_undrain_and_crash_while_draining),
     };
-    int rc = cmocka_run_group_tests(tests, setup, teardown);
+    int rc = cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);
     uv_run(&loop, UV_RUN_NOWAIT);
     return rc;
 }

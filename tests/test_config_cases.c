@@ -10,47 +10,28 @@
 
 #include <cmocka.h>
 
+#include "cases.h"
 #include "infergate/config.h"
 #include "infergate/error.h"
 
-#include <dirent.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define CASES_DIR IG_SOURCE_DIR "/tests/cases/config"
-
-static int cmp_names(const void *a, const void *b)
+static int run_case(const char *name, const char *dir, void *data)
 {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Reads the first line of a file without its newline. */
-static int read_line(const char *path, char *buf, size_t size)
-{
-    FILE *fp = fopen(path, "r");
-    if (fp == NULL)
-        return -1;
-    if (fgets(buf, (int)size, fp) == NULL)
-        buf[0] = '\0';
-    fclose(fp);
-    buf[strcspn(buf, "\r\n")] = '\0';
-    return 0;
-}
-
-static int run_case(const char *name)
-{
-    char dir[PATH_MAX], expect[1024], err[1024] = "", cwd[PATH_MAX];
+    char err[1024] = "", cwd[PATH_MAX];
+    char *expect = NULL;
     ig_config_t cfg;
-    snprintf(dir, sizeof(dir), "%s/%s", CASES_DIR, name);
+    (void)data;
     if (getcwd(cwd, sizeof(cwd)) == NULL || chdir(dir) != 0) {
         print_error("case %s: cannot enter %s\n", name, dir);
         return 1;
     }
     int failed = 0;
-    if (read_line("expect", expect, sizeof(expect)) != 0) {
+    if ((expect = ig_case_expect(".")) == NULL) {
         print_error("case %s: no expect file\n", name);
         failed = 1;
         goto done;
@@ -71,6 +52,7 @@ static int run_case(const char *name)
         failed = 1;
     }
 done:
+    free(expect);
     if (chdir(cwd) != 0)
         failed = 1;
     return failed;
@@ -79,25 +61,10 @@ done:
 static void test_cases(void **state)
 {
     (void)state;
-    DIR *d = opendir(CASES_DIR);
-    assert_non_null(d);
-    char *names[512];
-    size_t n = 0;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL && n < 512) {
-        if (e->d_name[0] != '.')
-            names[n++] = strdup(e->d_name);
-    }
-    closedir(d);
-    qsort(names, n, sizeof(names[0]), cmp_names);
+    int n;
+    int failures = ig_cases_foreach("config", run_case, NULL, &n);
     /* The suite must not silently shrink: every kind of error has cases. */
     assert_true(n >= 25);
-    int failures = 0;
-    for (size_t i = 0; i < n; i++) {
-        failures += run_case(names[i]);
-        free(names[i]);
-    }
-    print_message("%zu config cases, %d failed\n", n, failures);
     assert_int_equal(failures, 0);
 }
 

@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "files.h"
 #include "model_fixture.h"
 
 #include "infergate/mkmodel.h"
@@ -30,7 +31,7 @@ static void test_gpubench_cpu_smoke(void **state)
         print_message("gpubench not built at %s\n", bin);
         skip();
     }
-    assert_int_equal(ig_fixture_tmpdir(dir, sizeof(dir)), 0);
+    assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
     ig_mkmodel_opts_t o;
     ig_mkmodel_opts_default(&o);
     o.preset = "tiny";
@@ -61,7 +62,7 @@ static void test_gpubench_cpu_smoke(void **state)
     /* A bad device is refused with a message, not a crash. */
     snprintf(cmd, sizeof(cmd), "'%s' --model '%s' --device bogus > /dev/null 2>&1", bin, dir);
     assert_int_not_equal(system(cmd), 0);
-    ig_fixture_rmdir(dir);
+    ig_tf_rmtree(dir);
 }
 
 int main(void)

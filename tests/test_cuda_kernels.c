@@ -1,7 +1,7 @@
 /*
  * The CUDA backend's operations, each against a plain CPU reference computed
  * here (double accumulation) on random inputs. Tolerances are error bounds
- * (tests/fp_bound.h: IG_BOUND_C * roundings * u * magnitude, u = 2^-24),
+ * (tests/support/fp_bound.h: IG_BOUND_C * roundings * u * magnitude, u = 2^-24),
  * with CUDA's documented accuracy of its functions (CUDA C Programming
  * Guide, "Mathematical Functions": expf, sincosf, rsqrtf within 2 ulp, that
  * is 4u relative; IEEE + - * / and the _rn conversions correctly rounded):
@@ -24,7 +24,7 @@
  *
  * Without a GPU (or in a build without CUDA) the program prints "no usable
  * GPU: <reason>" and exits 77, which ctest reports as Skipped; with a GPU
- * present, a backend that does not start fails (tests/gpu_probe.h).
+ * present, a backend that does not start fails (tests/support/gpu_probe.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>

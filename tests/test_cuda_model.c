@@ -4,7 +4,7 @@
  * hold the very same weights), and greedy tokens that are the same whether a
  * sequence decodes alone or in a batch.
  *
- * Tolerance of the logits, an error bound (tests/fp_bound.h): the CUDA
+ * Tolerance of the logits, an error bound (tests/support/fp_bound.h): the CUDA
  * matmuls feed activations rounded to BF16 (round to nearest: 2^-8
  * relative each) to F32-accumulating GEMMs, the CPU keeps them in F32. A
  * logit passes through 4 such roundings per layer (the inputs of q/k/v, of
@@ -18,7 +18,7 @@
  *
  * Without a GPU (or without CUDA in the build) the program prints "no usable
  * GPU: <reason>" and exits 77 (ctest: Skipped); with a GPU present, a
- * backend that does not start fails (tests/gpu_probe.h).
+ * backend that does not start fails (tests/support/gpu_probe.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +31,7 @@
 #include "gpu_probe.h"
 
 #include "engine_fixture.h"
+#include "files.h"
 #include "model_fixture.h"
 
 #include "infergate/engine.h"
@@ -85,7 +86,7 @@ static void write_model(const char *preset, char *dir, size_t len)
 {
     char err[256] = "";
     ig_mkmodel_opts_t o;
-    assert_int_equal(ig_fixture_tmpdir(dir, len), 0);
+    assert_int_equal(ig_tf_mkdtemp(dir, len), 0);
     ig_mkmodel_opts_default(&o);
     o.preset = preset;
     o.seed = 7;
@@ -213,7 +214,7 @@ static void check_preset_logits(const char *preset)
     free(lg);
     close_side(&cpu);
     close_side(&gpu);
-    ig_fixture_rmdir(dir);
+    ig_tf_rmtree(dir);
 }
 
 static void test_logits_tiny(void **state)
@@ -287,7 +288,7 @@ static void check_greedy_batched(const char *preset)
                          alone[s][t], together[s][t]);
     free(logits);
     close_side(&g);
-    ig_fixture_rmdir(dir);
+    ig_tf_rmtree(dir);
 }
 
 static void test_greedy_batched_tiny(void **state)

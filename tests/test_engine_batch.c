@@ -15,6 +15,7 @@
 
 #include "../kernels/cpu/cpu_internal.h"
 #include "engine_fixture.h"
+#include "files.h"
 #include "model_fixture.h"
 
 #include "infergate/engine.h"
@@ -58,7 +59,7 @@ static void close_ctx(ctx_t *c)
     ig_engine_free(c->e);
     c->be->destroy(c->be);
     ig_model_free(c->model);
-    ig_fixture_rmdir(c->dir);
+    ig_tf_rmtree(c->dir);
     free(c);
 }
 
@@ -82,17 +83,6 @@ static double batch_bound(const ctx_t *c, int max_ctx, const float *logits, size
     for (size_t i = 0; i < n; i++)
         mx = fmax(mx, fabs(logits[i]));
     return 2 * ig_bound_forward(ig_model_config(c->model), max_ctx, 1.0 + mx);
-}
-
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m))
-            m = d;
-    }
-    return m;
 }
 
 #define STEPS 12
@@ -156,7 +146,7 @@ static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads)
     for (int step = 0; step < STEPS; step++) {
         /* Row 0 of the logits is always the target's. */
         got[step] = ig_argmax(lb, V);
-        worst = fmax(worst, max_abs_diff(lb, la + (size_t)step * V, V));
+        worst = fmax(worst, ig_max_abs_diff(lb, la + (size_t)step * V, V));
         for (int o = 0, row = 1; o < OTHERS; o++) {
             if (onext[o] == -2) { /* its prompt is still arriving */
                 continue;
@@ -244,7 +234,7 @@ static void test_chunked_prefill(void **state)
         assert_int_equal(ig_tbatch_add(b, c->e, &other, &tok, 1, 1), 0); /* no logits */
         assert_int_equal(ig_tbatch_add(b, c->e, &s, p + done, k, 0), 0);
         assert_int_equal(ig_tbatch_run(b, c->e, chunks), 0);
-        worst = fmax(worst, max_abs_diff(chunks, one + (size_t)done * V, (size_t)k * V));
+        worst = fmax(worst, ig_max_abs_diff(chunks, one + (size_t)done * V, (size_t)k * V));
         done += k;
     }
     double tol = batch_bound(c, n, one, (size_t)n * V);
@@ -364,7 +354,7 @@ static void test_bad_options(void **state)
     ig_engine_free(e);
     be->destroy(be);
     ig_model_free(model);
-    ig_fixture_rmdir(dir);
+    ig_tf_rmtree(dir);
 }
 
 int main(void)

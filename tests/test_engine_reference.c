@@ -15,6 +15,7 @@
 #include "fp_bound.h"
 
 #include "engine_fixture.h"
+#include "files.h"
 #include "model_fixture.h"
 
 #include "infergate/engine.h"
@@ -79,17 +80,6 @@ static float *run_reference(const char *dir, int prompts[NPROMPT][32], int vocab
     return ref;
 }
 
-static double max_abs_diff(const float *a, const float *b, size_t n)
-{
-    double m = 0;
-    for (size_t i = 0; i < n; i++) {
-        double d = fabs((double)a[i] - b[i]);
-        if (!(d <= m))
-            m = d;
-    }
-    return m;
-}
-
 static void check_model(const char *preset, ig_dtype_t dtype)
 {
     char dir[4096], err[256] = "";
@@ -131,7 +121,7 @@ static void check_model(const char *preset, ig_dtype_t dtype)
     for (int p = 0; p < NPROMPT; p++)
         assert_int_equal(ig_tbatch_add(b, e, &seqs[p], prompts[p], prompt_len[p], 0), 0);
     assert_int_equal(ig_tbatch_run(b, e, got), 0);
-    double err1 = max_abs_diff(got, ref, (size_t)total * vocab);
+    double err1 = ig_max_abs_diff(got, ref, (size_t)total * vocab);
     for (int p = 0; p < NPROMPT; p++)
         ig_tseq_release(&seqs[p], e);
     assert_int_equal(ig_engine_blocks_free(e), opts.kv_blocks);
@@ -150,7 +140,7 @@ static void check_model(const char *preset, ig_dtype_t dtype)
     for (int p = 0; p < NPROMPT; p++) {
         off += prompt_len[p];
         int row = off - DECODE_STEPS - 1; /* the last prefilled position */
-        double d = max_abs_diff(got + (size_t)p * vocab, ref + (size_t)row * vocab, vocab);
+        double d = ig_max_abs_diff(got + (size_t)p * vocab, ref + (size_t)row * vocab, vocab);
         err2 = d > err2 ? d : err2;
     }
     for (int step = 0; step < DECODE_STEPS; step++) {
@@ -161,7 +151,7 @@ static void check_model(const char *preset, ig_dtype_t dtype)
         off = 0;
         for (int p = 0; p < NPROMPT; p++) {
             int row = off + prompt_len[p] - DECODE_STEPS + step;
-            double d = max_abs_diff(got + (size_t)p * vocab, ref + (size_t)row * vocab, vocab);
+            double d = ig_max_abs_diff(got + (size_t)p * vocab, ref + (size_t)row * vocab, vocab);
             err2 = d > err2 ? d : err2;
             off += prompt_len[p];
         }
@@ -192,7 +182,7 @@ static void check_model(const char *preset, ig_dtype_t dtype)
     ig_engine_free(e);
     be->destroy(be);
     ig_model_free(model);
-    ig_fixture_rmdir(dir);
+    ig_tf_rmtree(dir);
 }
 
 static int setup(void **state)

@@ -2,7 +2,7 @@
  * faultproxy's faults switched at run time: through the control socket
  * (delay, refuse, drop, reset-after, status) and with SIGUSR1/SIGUSR2.
  */
-#include "test_igbench_util.h"
+#include "benchtools.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -3,7 +3,7 @@
  * through the proxy minus the direct round trip equals the setting within
  * 2 ms. Medians of several samples keep one hiccup of the shared machine out.
  */
-#include "test_igbench_util.h"
+#include "benchtools.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

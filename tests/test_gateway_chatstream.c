@@ -22,67 +22,6 @@
 
 #include "gwfixture.h"
 
-static void upstream_start(ig_proc_t *u, ...)
-{
-    const char *args[32];
-    int n = 0;
-    args[n++] = "--quiet";
-    va_list ap;
-    va_start(ap, u);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 31)
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
-    assert_int_equal(ig_gwf_tool(u, "testupstream", ig_proc_free_port(), args, 10000), 0);
-}
-
-/* `infergate serve` with the upstreams as sites s0, s1, ... of model "m";
- * waits until every one is probed up. */
-static void gateway_start(ig_proc_t *g, ig_proc_t *ups, int n, const char *routing_extra)
-{
-    char cfg[4096];
-    int port = ig_proc_free_port();
-    int off = snprintf(cfg, sizeof(cfg),
-                       "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
-                       "\"models\":[{\"name\":\"m\"}],\"sites\":[",
-                       port);
-    for (int i = 0; i < n; i++)
-        off += snprintf(cfg + off, sizeof(cfg) - off,
-                        "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}",
-                        i ? "," : "", i, ups[i].port);
-    snprintf(cfg + off, sizeof(cfg) - off, "],\"routing\":{\"policy\":\"latency\"%s}}",
-             routing_extra ? routing_extra : "");
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000), 0);
-    long long end = ig_tc_now_ms() + 10000;
-    int up = 0;
-    while (up < n && ig_tc_now_ms() < end) {
-        up = 0;
-        json_t *doc = ig_gwf_get_json(g->port, "/status");
-        size_t i;
-        json_t *site;
-        json_array_foreach(json_object_get(doc, "sites"), i, site) up +=
-            json_is_true(json_object_get(site, "up"));
-        json_decref(doc);
-    }
-    assert_int_equal(up, n);
-}
-
-/* The number in the metric line that starts with `series`, or -1. */
-static double metric(int port, const char *series)
-{
-    char *text = ig_gwf_get_text(port, "/metrics");
-    assert_non_null(text);
-    double v = -1;
-    const char *p = strstr(text, series);
-    if (p != NULL)
-        v = strtod(p + strlen(series), NULL);
-    free(text);
-    return v;
-}
-
 static const char *chat_stream =
     "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"hello there\"}],"
     "\"max_tokens\":4,\"stream\":true}";
@@ -115,12 +54,14 @@ static void test_chat_ttft_is_the_content_token(void **state)
 {
     (void)state;
     ig_proc_t ups[1];
-    upstream_start(&ups[0], "--instant-raw", "--chat-role-first", "--delay-ms", "300", NULL);
+    assert_int_equal(
+        ig_gwf_upstream(&ups[0], "--instant-raw", "--chat-role-first", "--delay-ms", "300", NULL),
+        0);
     ig_proc_t g;
-    gateway_start(&g, ups, 1, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 1, 1, NULL, NULL), 0);
     const char *count = "infergate_time_to_first_token_seconds_count{model=\"m\"} ";
     const char *sum = "infergate_time_to_first_token_seconds_sum{model=\"m\"} ";
-    double c0 = metric(g.port, count), s0 = metric(g.port, sum);
+    double c0 = ig_gwf_metric(g.port, count), s0 = ig_gwf_metric(g.port, sum);
     if (c0 < 0)
         c0 = s0 = 0;
     ig_tc_response_t r;
@@ -129,7 +70,7 @@ static void test_chat_ttft_is_the_content_token(void **state)
     long long took = ig_tc_now_ms() - t0;
     check_chat_stream(&r);
     ig_tc_response_free(&r);
-    double c1 = metric(g.port, count), s1 = metric(g.port, sum);
+    double c1 = ig_gwf_metric(g.port, count), s1 = ig_gwf_metric(g.port, sum);
     print_message("ttft of one chat stream: %.3f s (the answer took %lld ms)\n", s1 - s0, took);
     assert_true(c1 - c0 == 1);
     assert_true(s1 - s0 >= 0.25);
@@ -145,13 +86,18 @@ static void test_chat_hedge_beats_a_stall_after_the_role_delta(void **state)
 {
     (void)state;
     ig_proc_t ups[2];
-    upstream_start(&ups[0], "--instant-raw", "--chat-role-first", "--delay-ms", "2", "--itl-ms",
-                   "1", NULL);
-    upstream_start(&ups[1], "--instant-raw", "--chat-role-first", "--delay-ms", "10", "--itl-ms",
-                   "1", NULL);
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--instant-raw", "--chat-role-first", "--delay-ms",
+                                     "2", "--itl-ms", "1", NULL),
+                     0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--instant-raw", "--chat-role-first", "--delay-ms",
+                                     "10", "--itl-ms", "1", NULL),
+                     0);
     ig_proc_t g;
-    gateway_start(&g, ups, 2,
-                  ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}");
+    assert_int_equal(
+        ig_gwf_sites_serve(&g, ups, 2, 2,
+                           ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}",
+                           NULL),
+        0);
     ig_tc_response_t r;
     /* Earn hedge budget (0.1 per request) and teach the router s0's TTFT. */
     for (int i = 0; i < 20; i++) {
@@ -160,11 +106,7 @@ static void test_chat_hedge_beats_a_stall_after_the_role_delta(void **state)
         ig_tc_response_free(&r);
     }
     /* s0 freezes: headers and role delta still leave at once. */
-    assert_int_equal(ig_tc_request(ups[0].port,
-                                   "GET /_control/stall?ms=3000 HTTP/1.1\r\nHost: t\r\n\r\n", &r,
-                                   5000),
-                     0);
-    ig_tc_response_free(&r);
+    assert_int_equal(ig_gwf_control(ups[0].port, "stall?ms=3000"), 200);
     long long t0 = ig_tc_now_ms();
     assert_int_equal(ig_gwf_post(g.port, "/v1/chat/completions", chat_stream, &r, 20000), 0);
     long long took = ig_tc_now_ms() - t0;
@@ -175,7 +117,8 @@ static void test_chat_hedge_beats_a_stall_after_the_role_delta(void **state)
     ig_tc_response_free(&r);
     print_message("hedged chat answer in %lld ms (the stall lasts 3000 ms)\n", took);
     assert_true(took < 1500);
-    assert_true(metric(g.port, "infergate_hedges_total{model=\"m\",result=\"hedge_won\"} ") == 1);
+    assert_true(
+        ig_gwf_metric(g.port, "infergate_hedges_total{model=\"m\",result=\"hedge_won\"} ") == 1);
     assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
     for (int i = 0; i < 2; i++)
         ig_proc_stop(&ups[i], SIGKILL, 5000);
@@ -188,11 +131,12 @@ static void test_chat_break_before_content_is_retried(void **state)
 {
     (void)state;
     ig_proc_t ups[2];
-    upstream_start(&ups[0], "--instant-raw", "--chat-role-first", "--delay-ms", "20",
-                   "--fail-after-tokens", "0", NULL);
-    upstream_start(&ups[1], "--chat-role-first", "--delay-ms", "60", NULL);
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--instant-raw", "--chat-role-first", "--delay-ms",
+                                     "20", "--fail-after-tokens", "0", NULL),
+                     0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--chat-role-first", "--delay-ms", "60", NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 2, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 2, 2, NULL, NULL), 0);
     for (int i = 0; i < 3; i++) {
         ig_tc_response_t r;
         assert_int_equal(ig_gwf_post(g.port, "/v1/chat/completions", chat_stream, &r, 20000), 0);
@@ -203,7 +147,8 @@ static void test_chat_break_before_content_is_retried(void **state)
         assert_string_equal(up, "s1");
         ig_tc_response_free(&r);
     }
-    assert_true(metric(g.port, "infergate_retries_total{model=\"m\",reason=\"transport\"} ") >= 1);
+    assert_true(
+        ig_gwf_metric(g.port, "infergate_retries_total{model=\"m\",reason=\"transport\"} ") >= 1);
     assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
     for (int i = 0; i < 2; i++)
         ig_proc_stop(&ups[i], SIGKILL, 5000);
@@ -215,9 +160,10 @@ static void test_completion_stream_commits_on_first_text(void **state)
 {
     (void)state;
     ig_proc_t ups[1];
-    upstream_start(&ups[0], "--instant-raw", "--delay-ms", "5", "--itl-ms", "200", NULL);
+    assert_int_equal(
+        ig_gwf_upstream(&ups[0], "--instant-raw", "--delay-ms", "5", "--itl-ms", "200", NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 1, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 1, 1, NULL, NULL), 0);
     ig_tc_t *tc = ig_tc_connect(g.port);
     assert_non_null(tc);
     const char *body = "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":5,\"stream\":true}";

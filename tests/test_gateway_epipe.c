@@ -26,56 +26,6 @@
 
 #include "gwfixture.h"
 
-static void upstream_start(ig_proc_t *u, ...)
-{
-    const char *args[32];
-    int n = 0;
-    args[n++] = "--quiet";
-    va_list ap;
-    va_start(ap, u);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 31)
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
-    assert_int_equal(ig_gwf_tool(u, "testupstream", ig_proc_free_port(), args, 10000), 0);
-}
-
-/* `infergate serve` with the upstreams as sites s0, s1, ... of model "m";
- * routing_extra goes into routing, top_extra (",...") into the top object.
- * Waits until every site is probed up. */
-static void gateway_start(ig_proc_t *g, ig_proc_t *ups, int n, const char *routing_extra,
-                          const char *top_extra)
-{
-    char cfg[4096];
-    int port = ig_proc_free_port();
-    int off = snprintf(cfg, sizeof(cfg),
-                       "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
-                       "\"models\":[{\"name\":\"m\"}],\"sites\":[",
-                       port);
-    for (int i = 0; i < n; i++)
-        off += snprintf(cfg + off, sizeof(cfg) - off,
-                        "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}",
-                        i ? "," : "", i, ups[i].port);
-    snprintf(cfg + off, sizeof(cfg) - off, "],\"routing\":{\"policy\":\"latency\"%s}%s}",
-             routing_extra ? routing_extra : "", top_extra ? top_extra : "");
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000), 0);
-    long long end = ig_tc_now_ms() + 10000;
-    int up = 0;
-    while (up < n && ig_tc_now_ms() < end) {
-        up = 0;
-        json_t *doc = ig_gwf_get_json(g->port, "/status");
-        size_t i;
-        json_t *site;
-        json_array_foreach(json_object_get(doc, "sites"), i, site) up +=
-            json_is_true(json_object_get(site, "up"));
-        json_decref(doc);
-    }
-    assert_int_equal(up, n);
-}
-
 /* Sends two pipelined POSTs of body to path, waits until the gateway has
  * parsed them (and stopped reading), then resets the connection. */
 static void pipeline_then_reset(int port, const char *path, const char *body)
@@ -117,9 +67,11 @@ static void check_alive(ig_proc_t *g)
 static void run_case(const char *path, const char *body, const char *flags_a, const char *flags_b)
 {
     ig_proc_t ups[1];
-    upstream_start(&ups[0], "--instant-raw", "--delay-ms", "300", flags_a, flags_b, NULL);
+    assert_int_equal(
+        ig_gwf_upstream(&ups[0], "--instant-raw", "--delay-ms", "300", flags_a, flags_b, NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 1, NULL, ",\"limits\":{\"max_pipeline\":1}");
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 1, 1, NULL, ",\"limits\":{\"max_pipeline\":1}"),
+                     0);
     for (int i = 0; i < 3; i++)
         pipeline_then_reset(g.port, path, body);
     /* The answers come 300 ms after the requests, into reset sockets. */

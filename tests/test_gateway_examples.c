@@ -37,14 +37,6 @@ static void start(ig_proc_t *p, const char *config, int port)
     assert_int_equal(ig_gwf_serve(p, path, port, "warn", 0, 60000, 0), 0);
 }
 
-static int site_up(int port)
-{
-    json_t *doc = ig_gwf_get_json(port, "/status");
-    int up = json_is_true(json_object_get(json_array_get(json_object_get(doc, "sites"), 0), "up"));
-    json_decref(doc);
-    return up;
-}
-
 static void test_example_regions(void **state)
 {
     if (port_taken(8081) || port_taken(8082))
@@ -59,10 +51,11 @@ static void test_example_regions(void **state)
     assert_int_equal(ig_proc_wait_status(8081, "/ready", 200, 60000), 0);
     assert_int_equal(ig_proc_wait_status(8082, "/ready", 200, 60000), 0);
     long long end = ig_tc_now_ms() + 10000;
-    while (!(site_up(8081) && site_up(8082)) && ig_tc_now_ms() < end)
+    while (!(ig_gwf_sites_up(8081, NULL, 0) == 1 && ig_gwf_sites_up(8082, NULL, 0) == 1) &&
+           ig_tc_now_ms() < end)
         usleep(100 * 1000);
-    assert_true(site_up(8081));
-    assert_true(site_up(8082));
+    assert_int_equal(ig_gwf_sites_up(8081, NULL, 0), 1);
+    assert_int_equal(ig_gwf_sites_up(8082, NULL, 0), 1);
 
     const int ports[2] = {8081, 8082};
     const char *pools[2] = {"us-east-cpu/", "eu-west-cpu/"};

@@ -19,67 +19,6 @@
 
 #include "gwfixture.h"
 
-static void upstream_start(ig_proc_t *u, ...)
-{
-    const char *args[32];
-    int n = 0;
-    args[n++] = "--quiet";
-    va_list ap;
-    va_start(ap, u);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 31)
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
-    assert_int_equal(ig_gwf_tool(u, "testupstream", ig_proc_free_port(), args, 10000), 0);
-}
-
-/* `infergate serve` with the upstreams as sites s0, s1, ... of model "m";
- * waits until every one is probed up. */
-static void gateway_start(ig_proc_t *g, ig_proc_t *ups, int n, const char *routing_extra)
-{
-    char cfg[4096];
-    int port = ig_proc_free_port();
-    int off = snprintf(cfg, sizeof(cfg),
-                       "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
-                       "\"models\":[{\"name\":\"m\"}],\"sites\":[",
-                       port);
-    for (int i = 0; i < n; i++)
-        off += snprintf(cfg + off, sizeof(cfg) - off,
-                        "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}",
-                        i ? "," : "", i, ups[i].port);
-    snprintf(cfg + off, sizeof(cfg) - off, "],\"routing\":{\"policy\":\"latency\"%s}}",
-             routing_extra ? routing_extra : "");
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000), 0);
-    long long end = ig_tc_now_ms() + 10000;
-    int up = 0;
-    while (up < n && ig_tc_now_ms() < end) {
-        up = 0;
-        json_t *doc = ig_gwf_get_json(g->port, "/status");
-        size_t i;
-        json_t *site;
-        json_array_foreach(json_object_get(doc, "sites"), i, site) up +=
-            json_is_true(json_object_get(site, "up"));
-        json_decref(doc);
-    }
-    assert_int_equal(up, n);
-}
-
-/* The number in the metric line that starts with `series`, or -1. */
-static double metric(int port, const char *series)
-{
-    char *text = ig_gwf_get_text(port, "/metrics");
-    assert_non_null(text);
-    double v = -1;
-    const char *p = strstr(text, series);
-    if (p != NULL)
-        v = strtod(p + strlen(series), NULL);
-    free(text);
-    return v;
-}
-
 static void check_whole_answer(const ig_tc_response_t *r, const char *object)
 {
     json_error_t err;
@@ -99,10 +38,11 @@ static void test_partial_body_then_reset_is_retried_clean(void **state)
     ig_proc_t ups[2];
     /* s0 is the fast one the router prefers; every answer it starts breaks
      * after half the body. s1 is slower and healthy. */
-    upstream_start(&ups[0], "--instant-raw", "--fail-partial", "--delay-ms", "1", NULL);
-    upstream_start(&ups[1], "--delay-ms", "40", NULL);
+    assert_int_equal(
+        ig_gwf_upstream(&ups[0], "--instant-raw", "--fail-partial", "--delay-ms", "1", NULL), 0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "40", NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 2, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 2, 2, NULL, NULL), 0);
 
     static const char *bodies[][2] = {
         {"/v1/completions", "{\"model\":\"m\",\"prompt\":\"hello there\",\"max_tokens\":8}"},
@@ -123,7 +63,8 @@ static void test_partial_body_then_reset_is_retried_clean(void **state)
         ig_tc_response_free(&r);
     }
     /* The partial answers did happen (s0 was tried, and retried away from). */
-    double retried = metric(g.port, "infergate_retries_total{model=\"m\",reason=\"transport\"} ");
+    double retried =
+        ig_gwf_metric(g.port, "infergate_retries_total{model=\"m\",reason=\"transport\"} ");
     print_message("retries after a partial body: %g\n", retried);
     assert_true(retried >= 1);
     json_t *st = ig_gwf_get_json(ups[0].port, "/_control/stats");

@@ -22,20 +22,6 @@
 
 #include "gwfixture.h"
 
-static char run_dir[256];
-static char model_dir[256];
-
-static int setup(void **state)
-{
-    return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
-}
-
-static int teardown(void **state)
-{
-    ig_gwf_model_remove(run_dir);
-    return 0;
-}
-
 static int worker_pid(int port)
 {
     json_t *st = ig_gwf_get_json(port, "/status");
@@ -69,7 +55,7 @@ static void test_first_token_timeout_applies_to_pools(void **state)
 {
     int port = ig_proc_free_port();
     const char *path =
-        ig_gwf_pool_config("solo", port, model_dir, 1, 1, 1, 4, NULL,
+        ig_gwf_pool_config("solo", port, ig_gwf_model_dir, 1, 1, 1, 4, NULL,
                            ",\"routing\":{\"first_token_timeout_ms\":800,\"max_retries\":0}");
     assert_non_null(path);
     ig_proc_t g;
@@ -112,5 +98,5 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_first_token_timeout_applies_to_pools),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);
 }

@@ -21,21 +21,6 @@
 
 #include "gwfixture.h"
 
-static char run_dir[256];
-static char model_dir[256];
-
-static int setup(void **state)
-{
-    return ig_gwf_model_make(run_dir, model_dir, sizeof(model_dir));
-}
-
-/* The generated model goes with the run: tests leave nothing in /tmp. */
-static int teardown(void **state)
-{
-    ig_gwf_model_remove(run_dir);
-    return 0;
-}
-
 /* A region with one CPU pool of `instances` workers for model "tiny", and
  * optionally a site. */
 static void region_start_with(ig_proc_t *g, int port, const char *region, int instances,
@@ -47,8 +32,8 @@ static void region_start_with(ig_proc_t *g, int port, const char *region, int in
                  ",\"sites\":[{\"name\":\"peer\",\"url\":\"%s\",\"models\":[\"tiny\"]}]", site_url);
     char top[1024];
     snprintf(top, sizeof(top), "%s%s", sites, extra ? extra : "");
-    const char *path = ig_gwf_pool_config(region, port, model_dir, instances, instances, instances,
-                                          max_num_seqs, NULL, top);
+    const char *path = ig_gwf_pool_config(region, port, ig_gwf_model_dir, instances, instances,
+                                          instances, max_num_seqs, NULL, top);
     assert_non_null(path);
     assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 20000, 60000), 0);
 }
@@ -350,5 +335,5 @@ int main(void)
         cmocka_unit_test(test_two_regions_spill_over),
         cmocka_unit_test(test_saturated_queue_full_gets_429),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);
 }

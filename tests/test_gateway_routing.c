@@ -17,59 +17,6 @@
 
 #include "gwfixture.h"
 
-/* Starts a test upstream with extra flags (NULL-terminated). */
-static void upstream_start(ig_proc_t *u, ...)
-{
-    const char *args[32];
-    int n = 0;
-    args[n++] = "--quiet";
-    va_list ap;
-    va_start(ap, u);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 31)
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
-    assert_int_equal(ig_gwf_tool(u, "testupstream", ig_proc_free_port(), args, 10000), 0);
-}
-
-/* Starts `infergate serve` on a config naming the given upstreams as sites
- * serving model "m". extra is spliced into the routing object. */
-static void gateway_start(ig_proc_t *g, ig_proc_t *ups, int n, int expect_up,
-                          const char *routing_extra)
-{
-    char cfg[4096];
-    int off;
-    int port = ig_proc_free_port();
-    off = snprintf(cfg, sizeof(cfg),
-                   "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
-                   "\"models\":[{\"name\":\"m\"}],\"sites\":[",
-                   port);
-    for (int i = 0; i < n; i++)
-        off += snprintf(cfg + off, sizeof(cfg) - off,
-                        "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}",
-                        i ? "," : "", i, ups[i].port);
-    snprintf(cfg + off, sizeof(cfg) - off,
-             "],\"limits\":{\"drain_grace_ms\":0},\"routing\":{\"policy\":\"latency\"%s}}",
-             routing_extra ? routing_extra : "");
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000), 0);
-    /* Ready means one site is up; the tests want every healthy one probed. */
-    long long end = ig_tc_now_ms() + 10000;
-    int up = 0;
-    while (up < expect_up && ig_tc_now_ms() < end) {
-        up = 0;
-        json_t *doc = ig_gwf_get_json(g->port, "/status");
-        size_t i;
-        json_t *site;
-        json_array_foreach(json_object_get(doc, "sites"), i, site) up +=
-            json_is_true(json_object_get(site, "up"));
-        json_decref(doc);
-    }
-    assert_int_equal(up, expect_up);
-}
-
 static int upstream_index(const ig_tc_response_t *r)
 {
     const char *u = ig_tc_header(r, "x-infergate-upstream");
@@ -87,11 +34,11 @@ static const char *plain_body = "{\"model\":\"m\",\"prompt\":\"hello there\",\"m
 static void test_prefers_fastest(void **state)
 {
     ig_proc_t ups[3];
-    upstream_start(&ups[0], "--delay-ms", "10", "--itl-ms", "1", NULL);
-    upstream_start(&ups[1], "--delay-ms", "10", "--itl-ms", "1", NULL);
-    upstream_start(&ups[2], "--delay-ms", "30", "--itl-ms", "1", NULL);
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--delay-ms", "10", "--itl-ms", "1", NULL), 0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "10", "--itl-ms", "1", NULL), 0);
+    assert_int_equal(ig_gwf_upstream(&ups[2], "--delay-ms", "30", "--itl-ms", "1", NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 3, 3, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 3, 3, NULL, NULL), 0);
 
     int count[3] = {0};
     for (int i = 0; i < 40; i++) {
@@ -128,10 +75,10 @@ static void test_prefers_fastest(void **state)
 static void test_dead_site_fails_over(void **state)
 {
     ig_proc_t ups[2];
-    upstream_start(&ups[0], "--delay-ms", "2", NULL);
-    upstream_start(&ups[1], "--delay-ms", "20", NULL);
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--delay-ms", "2", NULL), 0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "20", NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 2, 2, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 2, 2, NULL, NULL), 0);
     /* Warm up: the fast one takes the traffic. */
     for (int i = 0; i < 5; i++) {
         ig_tc_response_t r;
@@ -163,9 +110,11 @@ static void test_dead_site_fails_over(void **state)
 static void test_mid_stream_failure_not_retried(void **state)
 {
     ig_proc_t ups[1];
-    upstream_start(&ups[0], "--fail-after-tokens", "2", "--itl-ms", "5", "--tokens", "20", NULL);
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--fail-after-tokens", "2", "--itl-ms", "5",
+                                     "--tokens", "20", NULL),
+                     0);
     ig_proc_t g;
-    gateway_start(&g, ups, 1, 1, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 1, 1, NULL, NULL), 0);
     ig_tc_response_t r;
     const char *body = "{\"model\":\"m\",\"prompt\":\"hello\",\"max_tokens\":20,\"stream\":true}";
     assert_int_equal(ig_gwf_post(g.port, "/v1/completions", body, &r, 20000), 0);
@@ -187,18 +136,14 @@ static void test_mid_stream_failure_not_retried(void **state)
 static void test_errors_retried_then_reported(void **state)
 {
     ig_proc_t ups[2];
-    upstream_start(&ups[0], "--delay-ms", "1", NULL);
-    upstream_start(&ups[1], "--delay-ms", "50", NULL); /* far slower, even under load */
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--delay-ms", "1", NULL), 0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "50", NULL),
+                     0); /* far slower, even under load */
     ig_proc_t g;
-    gateway_start(&g, ups, 2, 2, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 2, 2, NULL, NULL), 0);
     /* The preferred site starts answering 500 to everything. */
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_request(ups[0].port,
-                                   "GET /_control/error-rate?p=1 HTTP/1.1\r\nHost: t\r\n\r\n", &r,
-                                   5000),
-                     0);
-    assert_int_equal(r.status, 200);
-    ig_tc_response_free(&r);
+    assert_int_equal(ig_gwf_control(ups[0].port, "error-rate?p=1"), 200);
     for (int i = 0; i < 10; i++) {
         assert_int_equal(ig_gwf_post(g.port, "/v1/completions", plain_body, &r, 20000), 0);
         assert_int_equal(r.status, 200);
@@ -237,9 +182,9 @@ static void test_errors_retried_then_reported(void **state)
 static void test_client_disconnect_cancels(void **state)
 {
     ig_proc_t ups[1];
-    upstream_start(&ups[0], "--itl-ms", "20", "--tokens", "500", NULL);
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--itl-ms", "20", "--tokens", "500", NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 1, 1, NULL);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 1, 1, NULL, NULL), 0);
     ig_tc_t *tc = ig_tc_connect(g.port);
     assert_non_null(tc);
     const char *body = "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":500,\"stream\":true}";
@@ -276,11 +221,14 @@ static void test_client_disconnect_cancels(void **state)
 static void test_hedge_beats_a_stall(void **state)
 {
     ig_proc_t ups[2];
-    upstream_start(&ups[0], "--delay-ms", "2", "--itl-ms", "1", NULL);
-    upstream_start(&ups[1], "--delay-ms", "10", "--itl-ms", "1", NULL);
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--delay-ms", "2", "--itl-ms", "1", NULL), 0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "10", "--itl-ms", "1", NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 2, 2,
-                  ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}");
+    assert_int_equal(
+        ig_gwf_sites_serve(&g, ups, 2, 2,
+                           ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}",
+                           NULL),
+        0);
     ig_tc_response_t r;
     /* Earn hedge budget (0.1 per request) and teach the router s0's TTFT. */
     for (int i = 0; i < 20; i++) {
@@ -288,11 +236,7 @@ static void test_hedge_beats_a_stall(void **state)
         assert_int_equal(r.status, 200);
         ig_tc_response_free(&r);
     }
-    assert_int_equal(ig_tc_request(ups[0].port,
-                                   "GET /_control/stall?ms=3000 HTTP/1.1\r\nHost: t\r\n\r\n", &r,
-                                   5000),
-                     0);
-    ig_tc_response_free(&r);
+    assert_int_equal(ig_gwf_control(ups[0].port, "stall?ms=3000"), 200);
     long long t0 = ig_tc_now_ms();
     assert_int_equal(ig_gwf_post(g.port, "/v1/completions", stream_body, &r, 20000), 0);
     long long took = ig_tc_now_ms() - t0;

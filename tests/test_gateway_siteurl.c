@@ -200,16 +200,6 @@ static void test_client_names(void **state)
 
 /* ---- infergate serve ------------------------------------------------------ */
 
-/* /status "up" of each site, in config order, into up[]. */
-static void sites_up(int port, int *up, int n)
-{
-    json_t *st = ig_gwf_get_json(port, "/status");
-    for (int i = 0; i < n; i++)
-        up[i] = json_is_true(
-            json_object_get(json_array_get(json_object_get(st, "sites"), (size_t)i), "up"));
-    json_decref(st);
-}
-
 static void complete_via(int port, const char *site)
 {
     ig_tc_response_t r;
@@ -250,7 +240,7 @@ static void test_serve_sites_by_name(void **state)
     int up[3] = {0};
     long long end = ig_tc_now_ms() + 8000;
     while (ig_tc_now_ms() < end) {
-        sites_up(port, up, 3);
+        ig_gwf_sites_up(port, up, 3);
         if (up[0] && up[2] == have80)
             break;
         usleep(100 * 1000);
@@ -276,7 +266,7 @@ static void test_serve_sites_by_name(void **state)
         ig_tc_response_free(&r);
     }
     usleep(1500 * 1000);
-    sites_up(port, up, 3);
+    ig_gwf_sites_up(port, up, 3);
     assert_false(up[1]); /* still down after more probes, serve still up */
     assert_true(up[0]);
     assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
@@ -312,7 +302,7 @@ static void test_serve_site_flaps(void **state)
     long long end = ig_tc_now_ms() + 15000;
     while (!back_up && ig_tc_now_ms() < end) {
         int up;
-        sites_up(port, &up, 1);
+        ig_gwf_sites_up(port, &up, 1);
         if (!up)
             seen_down = 1;
         else if (seen_down)

@@ -22,77 +22,6 @@
 
 #include "gwfixture.h"
 
-static void upstream_start(ig_proc_t *u, ...)
-{
-    const char *args[32];
-    int n = 0;
-    args[n++] = "--quiet";
-    va_list ap;
-    va_start(ap, u);
-    const char *a;
-    while ((a = va_arg(ap, const char *)) != NULL && n < 31)
-        args[n++] = a;
-    va_end(ap);
-    args[n] = NULL;
-    assert_int_equal(ig_gwf_tool(u, "testupstream", ig_proc_free_port(), args, 10000), 0);
-}
-
-/* `infergate serve` with the upstreams as sites s0, s1, ... of model "m";
- * waits until every one is probed up. */
-static void gateway_start(ig_proc_t *g, ig_proc_t *ups, int n, const char *routing_extra)
-{
-    char cfg[4096];
-    int port = ig_proc_free_port();
-    int off = snprintf(cfg, sizeof(cfg),
-                       "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
-                       "\"models\":[{\"name\":\"m\"}],\"sites\":[",
-                       port);
-    for (int i = 0; i < n; i++)
-        off += snprintf(cfg + off, sizeof(cfg) - off,
-                        "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}",
-                        i ? "," : "", i, ups[i].port);
-    snprintf(cfg + off, sizeof(cfg) - off, "],\"routing\":{\"policy\":\"latency\"%s}}",
-             routing_extra ? routing_extra : "");
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000), 0);
-    long long end = ig_tc_now_ms() + 10000;
-    int up = 0;
-    while (up < n && ig_tc_now_ms() < end) {
-        up = 0;
-        json_t *doc = ig_gwf_get_json(g->port, "/status");
-        size_t i;
-        json_t *site;
-        json_array_foreach(json_object_get(doc, "sites"), i, site) up +=
-            json_is_true(json_object_get(site, "up"));
-        json_decref(doc);
-    }
-    assert_int_equal(up, n);
-}
-
-/* The number in the metric line that starts with `series`, or -1. */
-static double metric(int port, const char *series)
-{
-    char *text = ig_gwf_get_text(port, "/metrics");
-    assert_non_null(text);
-    double v = -1;
-    const char *p = strstr(text, series);
-    if (p != NULL)
-        v = strtod(p + strlen(series), NULL);
-    free(text);
-    return v;
-}
-
-static void control(int port, const char *what)
-{
-    char raw[256];
-    snprintf(raw, sizeof(raw), "GET /_control/%s HTTP/1.1\r\nHost: t\r\n\r\n", what);
-    ig_tc_response_t r;
-    assert_int_equal(ig_tc_request(port, raw, &r, 5000), 0);
-    assert_int_equal(r.status, 200);
-    ig_tc_response_free(&r);
-}
-
 static long long completions_of(int port)
 {
     json_t *st = ig_gwf_get_json(port, "/_control/stats");
@@ -120,23 +49,26 @@ static void test_client_abort_keeps_the_trial_pending(void **state)
     (void)state;
     ig_proc_t ups[2];
     /* s0 is preferred (instant probes, fast answers); s1 is far slower. */
-    upstream_start(&ups[0], "--instant-raw", "--delay-ms", "1", NULL);
-    upstream_start(&ups[1], "--delay-ms", "100", NULL);
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--instant-raw", "--delay-ms", "1", NULL), 0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "100", NULL), 0);
     ig_proc_t g;
-    gateway_start(&g, ups, 2, ",\"eject\":{\"consecutive_failures\":3,\"base_ejection_s\":0.5}");
+    assert_int_equal(
+        ig_gwf_sites_serve(&g, ups, 2, 2,
+                           ",\"eject\":{\"consecutive_failures\":3,\"base_ejection_s\":0.5}", NULL),
+        0);
     const char *ejections = "infergate_upstream_ejections_total{upstream=\"s0\"} ";
 
     /* Three failures in a row eject s0; each request is retried on s1. */
-    control(ups[0].port, "error-rate?p=1");
+    assert_int_equal(ig_gwf_control(ups[0].port, "error-rate?p=1"), 200);
     for (int i = 0; i < 3; i++)
         post_ok(g.port);
-    assert_true(metric(g.port, ejections) == 1);
+    assert_true(ig_gwf_metric(g.port, ejections) == 1);
 
     /* The ejection is over: the next request on s0 is its trial. s0 now
      * answers slowly, and the trial's client gives up first. */
     usleep(700 * 1000);
-    control(ups[0].port, "error-rate?p=0");
-    control(ups[0].port, "delay?ms=2000");
+    assert_int_equal(ig_gwf_control(ups[0].port, "error-rate?p=0"), 200);
+    assert_int_equal(ig_gwf_control(ups[0].port, "delay?ms=2000"), 200);
     long long before = completions_of(ups[0].port);
     ig_tc_t *tc = ig_tc_connect(g.port);
     assert_non_null(tc);
@@ -154,11 +86,11 @@ static void test_client_abort_keeps_the_trial_pending(void **state)
      * ejected, its trial slot is free, and this request is the next trial,
      * whose failure ejects it again at once (a cleared ejection would need
      * three failures). */
-    control(ups[0].port, "delay?ms=1");
-    control(ups[0].port, "error-rate?p=1");
+    assert_int_equal(ig_gwf_control(ups[0].port, "delay?ms=1"), 200);
+    assert_int_equal(ig_gwf_control(ups[0].port, "error-rate?p=1"), 200);
     post_ok(g.port);
     assert_int_equal(completions_of(ups[0].port), before + 2);
-    double n = metric(g.port, ejections);
+    double n = ig_gwf_metric(g.port, ejections);
     print_message("ejections of s0: %g\n", n);
     assert_true(n == 2);
 

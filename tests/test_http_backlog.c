@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "../gateway/http/http_internal.h"
+#include "gwfixture.h"
 #include "proc.h"
 #include "testclient.h"
 #include "testserver.h"
@@ -163,18 +164,9 @@ static long rss_kib(pid_t pid)
 static void test_serve_metrics_flood_rss(void **state)
 {
     /* Log level warn: no access line per request, which would otherwise
-     * pace the server through the stderr pipe. So the port is chosen here. */
-    int port = ig_proc_free_port();
-    char text[256];
-    snprintf(text, sizeof(text), "{\"listen\": \"127.0.0.1:%d\", \"log\": {\"level\": \"warn\"}}",
-             port);
-    const char *cfg = ig_proc_temp_file(text, ".json");
-    assert_non_null(cfg);
+     * pace the server through the stderr pipe. */
     ig_proc_t p;
-    const char *args[] = {"serve", "--config", cfg, NULL};
-    assert_int_equal(ig_proc_start_bin(&p, "infergate", args, IG_PROC_PIPE_ERR), 0);
-    if (ig_proc_wait_listening(&p, port, 10000) != 0)
-        fail_msg("serve did not start:\n%s", p.err);
+    assert_int_equal(ig_gwf_serve_empty(&p, "warn"), 0);
     /* warm-up: the metrics text and the allocator's first arenas */
     for (int i = 0; i < 20; i++) {
         ig_tc_response_t r;

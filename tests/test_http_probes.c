@@ -19,6 +19,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "gwfixture.h"
 #include "proc.h"
 #include "testclient.h"
 
@@ -105,17 +106,9 @@ static size_t unescape(const char *in, char *out)
 
 static void test_probes(void **state)
 {
-    int port = ig_proc_free_port();
-    char text[256];
-    snprintf(text, sizeof(text), "{\"listen\": \"127.0.0.1:%d\", \"log\": {\"level\": \"error\"}}",
-             port);
-    const char *cfg = ig_proc_temp_file(text, ".json");
-    assert_non_null(cfg);
     ig_proc_t p;
-    const char *args[] = {"serve", "--config", cfg, NULL};
-    assert_int_equal(ig_proc_start_bin(&p, "infergate", args, IG_PROC_PIPE_ERR), 0);
-    if (ig_proc_wait_listening(&p, port, 10000) != 0)
-        fail_msg("serve did not start:\n%s", p.err);
+    assert_int_equal(ig_gwf_serve_empty(&p, "error"), 0);
+    int port = p.port;
 
     FILE *fp = fopen(TABLE, "r");
     assert_non_null(fp);

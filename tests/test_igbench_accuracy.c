@@ -4,7 +4,7 @@
  * median over several short runs, so one scheduling hiccup of the shared
  * test machine does not decide the result.
  */
-#include "test_igbench_util.h"
+#include "benchtools.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -2,7 +2,7 @@
  * igbench counts failures by kind and computes goodput under SLOs; it
  * refuses non-loopback targets unless told otherwise.
  */
-#include "test_igbench_util.h"
+#include "benchtools.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -4,7 +4,7 @@
  * while a closed-loop run of the same stall hides it (its one user waits
  * once, and sends nothing meanwhile).
  */
-#include "test_igbench_util.h"
+#include "benchtools.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -6,7 +6,7 @@
  * attention (GQA, decode and prefill rows mixed).
  *
  * Every comparison is against an error bound derived from the computation
- * (tests/fp_bound.h), not a tolerance tuned on one machine: a k-term dot
+ * (tests/support/fp_bound.h), not a tolerance tuned on one machine: a k-term dot
  * product may be off by 2 k u sum|x w|, whatever order a BLAS or SIMD path
  * sums in; test_bound_catches_wrong_results shows that a result with one
  * term dropped or one element shifted fails the same check.

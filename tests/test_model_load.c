@@ -7,8 +7,6 @@
 
 #include "infergate/safetensors.h"
 
-static char *dir;
-
 typedef struct {
     const char *arch;
     int dim, hidden, layers, heads, kv, head_dim, vocab;
@@ -75,7 +73,7 @@ static void fx_write(const fx_t *f)
     if (!f->tied)
         add_spec(specs, "lm_head.weight", f->dtype, 2, f->vocab, f->dim);
 
-    char *path = tu_path(dir, "model.safetensors");
+    char *path = tu_path(tu_dir, "model.safetensors");
     char err[256];
     ig_safetensors_writer_t *w = NULL;
     assert_int_equal(ig_safetensors_writer_open(&w, path, specs, (size_t)nnames, err, sizeof(err)),
@@ -103,7 +101,7 @@ static void fx_write(const fx_t *f)
                   128, "tie_word_embeddings", f->tied, "rms_norm_eps", 1e-5, "rope_theta", 10000.0);
     if (f->head_dim)
         json_object_set_new(c, "head_dim", json_integer(f->head_dim));
-    char *cpath = tu_path(dir, "config.json");
+    char *cpath = tu_path(tu_dir, "config.json");
     assert_int_equal(json_dump_file(c, cpath, JSON_INDENT(2)), 0);
     json_decref(c);
     free(cpath);
@@ -136,7 +134,7 @@ static ig_model_t *load_ok(void)
 {
     ig_model_t *m = NULL;
     char err[512] = "";
-    int rc = ig_model_load(&m, dir, err, sizeof(err));
+    int rc = ig_model_load(&m, tu_dir, err, sizeof(err));
     if (rc != 0)
         fail_msg("load: %s: %s", ig_err_name(rc), err);
     return m;
@@ -184,21 +182,6 @@ static void check_all(const ig_model_t *m, const fx_t *f)
     assert_null(ig_model_layer(m, -1));
 }
 
-static int setup(void **state)
-{
-    (void)state;
-    dir = tu_mkdtemp();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rmtree(dir);
-    dir = NULL;
-    return 0;
-}
-
 static void test_llama_untied_gqa(void **state)
 {
     (void)state;
@@ -223,7 +206,7 @@ static void test_llama_untied_gqa(void **state)
     assert_int_equal(c->bos_token_id, -1);
     assert_int_equal(c->n_eos, 0);
     assert_int_equal(c->dtype, IG_DTYPE_F32);
-    assert_string_equal(ig_model_dir(m), dir);
+    assert_string_equal(ig_model_dir(m), tu_dir);
     check_all(m, &f);
     /* every bound tensor once; the ignored inv_freq not counted */
     size_t params = 2 * 64 * 32 + 32 + 2 * (2 * 32 + 2 * 32 * 32 + 2 * 16 * 32 + 3 * 48 * 32);
@@ -269,15 +252,15 @@ static void test_config_variants(void **state)
     fx_t f = {"LlamaForCausalLM", 16, 24, 1, 2, 1, 0, 300, 1, 0, IG_DTYPE_F32, 0};
     fx_write(&f);
     /* llama3 rope scaling under "rope_type", eos as a list */
-    tu_json_set(dir, "config.json", "rope_scaling",
+    tu_json_set(tu_dir, "config.json", "rope_scaling",
                 json_pack("{s:s, s:f, s:f, s:f, s:i}", "rope_type", "llama3", "factor", 32.0,
                           "low_freq_factor", 1.0, "high_freq_factor", 4.0,
                           "original_max_position_embeddings", 8192));
-    tu_json_set(dir, "config.json", "eos_token_id", json_pack("[i,i,i]", 257, 264, 265));
-    tu_json_set(dir, "config.json", "bos_token_id", json_integer(256));
-    tu_json_set(dir, "config.json", "torch_dtype", json_string("bfloat16"));
-    tu_json_set(dir, "config.json", "rms_norm_eps", NULL);
-    tu_json_set(dir, "config.json", "rope_theta", json_integer(500000));
+    tu_json_set(tu_dir, "config.json", "eos_token_id", json_pack("[i,i,i]", 257, 264, 265));
+    tu_json_set(tu_dir, "config.json", "bos_token_id", json_integer(256));
+    tu_json_set(tu_dir, "config.json", "torch_dtype", json_string("bfloat16"));
+    tu_json_set(tu_dir, "config.json", "rms_norm_eps", NULL);
+    tu_json_set(tu_dir, "config.json", "rope_theta", json_integer(500000));
     ig_model_t *m = load_ok();
     const ig_model_config_t *c = ig_model_config(m);
     assert_int_equal(c->rope_scaling, IG_ROPE_LLAMA3);
@@ -295,10 +278,10 @@ static void test_config_variants(void **state)
     ig_model_free(m);
 
     /* linear scaling under the older "type" key; generation_config wins for ids */
-    tu_json_set(dir, "config.json", "rope_scaling",
+    tu_json_set(tu_dir, "config.json", "rope_scaling",
                 json_pack("{s:s, s:f}", "type", "linear", "factor", 4.0));
-    tu_json_set(dir, "config.json", "eos_token_id", json_integer(2));
-    char *g = tu_path(dir, "generation_config.json");
+    tu_json_set(tu_dir, "config.json", "eos_token_id", json_integer(2));
+    char *g = tu_path(tu_dir, "generation_config.json");
     const char *gen = "{\"bos_token_id\": 1, \"eos_token_id\": [7, 2], \"temperature\": 0.6}";
     tu_write(g, gen, strlen(gen));
     m = load_ok();
@@ -314,8 +297,8 @@ static void test_config_variants(void **state)
     /* rope_type "default" and null bos */
     gen = "{\"eos_token_id\": 3}";
     tu_write(g, gen, strlen(gen));
-    tu_json_set(dir, "config.json", "rope_scaling", json_pack("{s:s}", "rope_type", "default"));
-    tu_json_set(dir, "config.json", "bos_token_id", json_null());
+    tu_json_set(tu_dir, "config.json", "rope_scaling", json_pack("{s:s}", "rope_type", "default"));
+    tu_json_set(tu_dir, "config.json", "bos_token_id", json_null());
     m = load_ok();
     c = ig_model_config(m);
     assert_int_equal(c->rope_scaling, IG_ROPE_NONE);
@@ -326,19 +309,21 @@ static void test_config_variants(void **state)
     free(g);
 
     /* model_type alone names the architecture when architectures is absent */
-    tu_json_set(dir, "config.json", "architectures", NULL);
-    tu_json_set(dir, "config.json", "model_type", json_string("qwen2"));
-    tu_expect_load_error(dir, IG_EMODEL, "model.safetensors: model.layers.0.self_attn.q_proj.bias",
+    tu_json_set(tu_dir, "config.json", "architectures", NULL);
+    tu_json_set(tu_dir, "config.json", "model_type", json_string("qwen2"));
+    tu_expect_load_error(tu_dir, IG_EMODEL,
+                         "model.safetensors: model.layers.0.self_attn.q_proj.bias",
                          "missing tensor", NULL);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_llama_untied_gqa, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_qwen2_bias_tied_head_dim, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_half_dtypes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_config_variants, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_llama_untied_gqa, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_qwen2_bias_tied_head_dim, tu_dir_setup,
+                                        tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_half_dtypes, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_config_variants, tu_dir_setup, tu_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -5,29 +5,17 @@
 
 #include <stdint.h>
 
-static char *dir;
-
 static int setup(void **state)
 {
-    (void)state;
-    dir = tu_mkdtemp();
-    tu_mkmodel(dir, "tiny", 1, 1, 0, IG_DTYPE_F32);
+    tu_dir_setup(state);
+    tu_mkmodel(tu_dir, "tiny", 1, 1, 0, IG_DTYPE_F32);
     return 0;
 }
 
 static int setup_sharded(void **state)
 {
-    (void)state;
-    dir = tu_mkdtemp();
-    tu_mkmodel(dir, "tiny", 1, 2, 0, IG_DTYPE_F32);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rmtree(dir);
-    dir = NULL;
+    tu_dir_setup(state);
+    tu_mkmodel(tu_dir, "tiny", 1, 2, 0, IG_DTYPE_F32);
     return 0;
 }
 
@@ -36,7 +24,7 @@ static int teardown(void **state)
 
 static void expect(const char *a, const char *b)
 {
-    tu_expect_load_error(dir, IG_EMODEL, a, b, NULL);
+    tu_expect_load_error(tu_dir, IG_EMODEL, a, b, NULL);
 }
 
 /* ---- header surgery -------------------------------------------------- */
@@ -66,7 +54,7 @@ static void st_edit(const char *file, const char *tensor, const char *field, jso
                     const char *rename)
 {
     edit_t e = {tensor, field, value, rename};
-    char *path = tu_path(dir, file);
+    char *path = tu_path(tu_dir, file);
     tu_st_edit(path, apply_edit, &e);
     free(path);
 }
@@ -74,7 +62,7 @@ static void st_edit(const char *file, const char *tensor, const char *field, jso
 static json_t *offsets_of(const char *tensor, int64_t delta_begin, int64_t delta_end)
 {
     /* read the current offsets back from the file */
-    char *path = tu_path(dir, ST);
+    char *path = tu_path(tu_dir, ST);
     size_t len;
     unsigned char *buf = tu_read(path, &len);
     uint64_t hlen = 0;
@@ -109,7 +97,7 @@ static void test_missing_final_norm(void **state)
 static void test_untied_without_lm_head(void **state)
 {
     (void)state;
-    tu_json_set(dir, "config.json", "tie_word_embeddings", json_false());
+    tu_json_set(tu_dir, "config.json", "tie_word_embeddings", json_false());
     expect("model.safetensors: lm_head.weight: missing tensor", "");
 }
 
@@ -148,7 +136,7 @@ static void test_unsupported_dtype(void **state)
 static void test_truncated(void **state)
 {
     (void)state;
-    char *path = tu_path(dir, ST);
+    char *path = tu_path(tu_dir, ST);
     size_t len;
     unsigned char *buf = tu_read(path, &len);
     tu_write(path, buf, len - 100);
@@ -168,15 +156,15 @@ static void test_offsets_that_lie(void **state)
     st_edit(ST, "model.norm.weight", "data_offsets", offsets_of("model.norm.weight", 0, 4096),
             NULL);
     expect("model.safetensors: model.norm.weight: data_offsets", "end beyond the");
-    teardown(state);
+    tu_dir_teardown(state);
     setup(state);
     /* overlapping its neighbour: shift one tensor back by 4 bytes */
     st_edit(ST, "model.norm.weight", "data_offsets", offsets_of("model.norm.weight", -4, -4), NULL);
     expect("model.safetensors: model.norm.weight: data_offsets", "overlap tensor");
-    teardown(state);
+    tu_dir_teardown(state);
     setup(state);
     /* not covering: bytes after the last tensor */
-    char *path = tu_path(dir, ST);
+    char *path = tu_path(tu_dir, ST);
     size_t len;
     unsigned char *buf = tu_read(path, &len);
     unsigned char *longer = calloc(1, len + 4);
@@ -195,7 +183,7 @@ static void test_offsets_that_lie(void **state)
 static void test_header_length_absurd(void **state)
 {
     (void)state;
-    char *path = tu_path(dir, ST);
+    char *path = tu_path(tu_dir, ST);
     tu_st_set_hlen(path, (uint64_t)1 << 40);
     expect("model.safetensors: header: length 1099511627776 is absurd", "");
     free(path);
@@ -204,7 +192,7 @@ static void test_header_length_absurd(void **state)
 static void test_bad_header_json(void **state)
 {
     (void)state;
-    char *path = tu_path(dir, ST);
+    char *path = tu_path(tu_dir, ST);
     size_t len;
     unsigned char *buf = tu_read(path, &len);
     buf[8] = '['; /* the header's opening brace */
@@ -219,12 +207,12 @@ static void test_bad_header_json(void **state)
 static void test_missing_files(void **state)
 {
     (void)state;
-    char *st = tu_path(dir, ST);
+    char *st = tu_path(tu_dir, ST);
     unlink(st);
     expect("model.safetensors: no such file (and no model.safetensors.index.json)", "");
-    char *cfg = tu_path(dir, "config.json");
+    char *cfg = tu_path(tu_dir, "config.json");
     unlink(cfg);
-    tu_expect_load_error(dir, IG_ENOENT, "config.json: no such file", NULL);
+    tu_expect_load_error(tu_dir, IG_ENOENT, "config.json: no such file", NULL);
     tu_expect_load_error("/nonexistent/dir", IG_ENOENT, "config.json: no such file", NULL);
     free(st);
     free(cfg);
@@ -233,7 +221,7 @@ static void test_missing_files(void **state)
 static void test_missing_shard(void **state)
 {
     (void)state;
-    char *p = tu_path(dir, "model-00002-of-00002.safetensors");
+    char *p = tu_path(tu_dir, "model-00002-of-00002.safetensors");
     unlink(p);
     expect("model-00002-of-00002.safetensors: no such file, named by "
            "model.safetensors.index.json",
@@ -245,7 +233,7 @@ static void test_index_names_absent_tensor(void **state)
 {
     (void)state;
     /* model.norm.weight lives in the second shard */
-    tu_json_set(dir, "model.safetensors.index.json", "weight_map.model.norm.weight",
+    tu_json_set(tu_dir, "model.safetensors.index.json", "weight_map.model.norm.weight",
                 json_string("model-00001-of-00002.safetensors"));
     expect("model.safetensors.index.json: model.norm.weight: not in "
            "model-00001-of-00002.safetensors",
@@ -255,12 +243,12 @@ static void test_index_names_absent_tensor(void **state)
 static void test_index_malformed(void **state)
 {
     (void)state;
-    tu_json_set(dir, "model.safetensors.index.json", "weight_map.model.norm.weight",
+    tu_json_set(tu_dir, "model.safetensors.index.json", "weight_map.model.norm.weight",
                 json_string("../model-00002-of-00002.safetensors"));
     expect("model.safetensors.index.json: weight_map.model.norm.weight: not a file name", "");
-    tu_json_set(dir, "model.safetensors.index.json", "weight_map", json_array());
+    tu_json_set(tu_dir, "model.safetensors.index.json", "weight_map", json_array());
     expect("model.safetensors.index.json: weight_map: missing or not an object", "");
-    char *p = tu_path(dir, "model.safetensors.index.json");
+    char *p = tu_path(tu_dir, "model.safetensors.index.json");
     tu_write(p, "{\"weight_map\": ", 15);
     expect("model.safetensors.index.json: bad JSON", "");
     free(p);
@@ -271,7 +259,7 @@ static void test_shard_missing_tensor(void **state)
     (void)state;
     /* a tensor the index does not list and no shard holds */
     st_edit("model-00002-of-00002.safetensors", "model.norm.weight", NULL, NULL, "other");
-    tu_json_set(dir, "model.safetensors.index.json", "weight_map.model.norm.weight", NULL);
+    tu_json_set(tu_dir, "model.safetensors.index.json", "weight_map.model.norm.weight", NULL);
     expect("model.safetensors.index.json: model.norm.weight: missing tensor", "");
 }
 
@@ -280,12 +268,12 @@ static void test_shard_missing_tensor(void **state)
 static void test_unsupported_architecture(void **state)
 {
     (void)state;
-    tu_json_set(dir, "config.json", "architectures", json_pack("[s]", "GPT2LMHeadModel"));
+    tu_json_set(tu_dir, "config.json", "architectures", json_pack("[s]", "GPT2LMHeadModel"));
     expect("config.json: architectures: \"GPT2LMHeadModel\" is not supported", "");
-    tu_json_set(dir, "config.json", "architectures", json_array());
+    tu_json_set(tu_dir, "config.json", "architectures", json_array());
     expect("config.json: architectures: expected a list of strings", "");
-    tu_json_set(dir, "config.json", "architectures", NULL);
-    tu_json_set(dir, "config.json", "model_type", NULL);
+    tu_json_set(tu_dir, "config.json", "architectures", NULL);
+    tu_json_set(tu_dir, "config.json", "model_type", NULL);
     expect("config.json: architectures: missing", "");
 }
 
@@ -296,9 +284,9 @@ static void test_missing_field(void **state)
     char want[128];
     (void)state;
     for (size_t i = 0; i < sizeof(required) / sizeof(required[0]); i++) {
-        teardown(state);
+        tu_dir_teardown(state);
         setup(state);
-        tu_json_set(dir, "config.json", required[i], NULL);
+        tu_json_set(tu_dir, "config.json", required[i], NULL);
         snprintf(want, sizeof(want), "config.json: %s: missing", required[i]);
         expect(want, "");
     }
@@ -347,9 +335,9 @@ static void test_ill_typed_field(void **state)
          "config.json: max_position_embeddings: expected an integer"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        teardown(state);
+        tu_dir_teardown(state);
         setup(state);
-        tu_json_set(dir, "config.json", cases[i].key, cases[i].value);
+        tu_json_set(tu_dir, "config.json", cases[i].key, cases[i].value);
         expect(cases[i].want, "");
     }
 }
@@ -357,13 +345,13 @@ static void test_ill_typed_field(void **state)
 static void test_heads_not_divisible(void **state)
 {
     (void)state;
-    tu_json_set(dir, "config.json", "num_key_value_heads", json_integer(3));
+    tu_json_set(tu_dir, "config.json", "num_key_value_heads", json_integer(3));
     expect("config.json: num_key_value_heads: num_attention_heads 4 is not divisible by "
            "num_key_value_heads 3",
            "");
-    tu_json_set(dir, "config.json", "num_key_value_heads", json_integer(2));
-    tu_json_set(dir, "config.json", "head_dim", NULL);
-    tu_json_set(dir, "config.json", "num_attention_heads", json_integer(6));
+    tu_json_set(tu_dir, "config.json", "num_key_value_heads", json_integer(2));
+    tu_json_set(tu_dir, "config.json", "head_dim", NULL);
+    tu_json_set(tu_dir, "config.json", "num_attention_heads", json_integer(6));
     expect("config.json: num_attention_heads: hidden_size 128 is not divisible by "
            "num_attention_heads 6",
            "");
@@ -372,7 +360,7 @@ static void test_heads_not_divisible(void **state)
 static void test_bad_config_json(void **state)
 {
     (void)state;
-    char *p = tu_path(dir, "config.json");
+    char *p = tu_path(tu_dir, "config.json");
     tu_write(p, "{\"hidden_size\": 12,", 19);
     expect("config.json: bad JSON at line 1", "");
     tu_write(p, "[]", 2);
@@ -385,12 +373,12 @@ static void test_bad_config_json(void **state)
 static void test_bad_generation_config(void **state)
 {
     (void)state;
-    tu_json_set(dir, "generation_config.json", "eos_token_id", json_string("x"));
+    tu_json_set(tu_dir, "generation_config.json", "eos_token_id", json_string("x"));
     expect("generation_config.json: eos_token_id: expected an integer or a list", "");
-    tu_json_set(dir, "generation_config.json", "eos_token_id",
+    tu_json_set(tu_dir, "generation_config.json", "eos_token_id",
                 json_pack("[i,i,i,i,i,i,i,i,i]", 1, 2, 3, 4, 5, 6, 7, 8, 9));
     expect("generation_config.json: eos_token_id: 9 ids, at most 8", "");
-    char *p = tu_path(dir, "generation_config.json");
+    char *p = tu_path(tu_dir, "generation_config.json");
     tu_write(p, "nope", 4);
     expect("generation_config.json: bad JSON", "");
     free(p);
@@ -400,7 +388,7 @@ static void test_bad_generation_config(void **state)
  * load either succeeds or fails with IG_EMODEL and a message naming a file. */
 static void corrupt_and_load(const char *name, int iterations)
 {
-    char *path = tu_path(dir, name);
+    char *path = tu_path(tu_dir, name);
     size_t len;
     unsigned char *good = tu_read(path, &len);
     uint64_t s = 7;
@@ -416,7 +404,7 @@ static void corrupt_and_load(const char *name, int iterations)
         free(buf);
         ig_model_t *m = NULL;
         char err[512] = "";
-        int rc = ig_model_load(&m, dir, err, sizeof(err));
+        int rc = ig_model_load(&m, tu_dir, err, sizeof(err));
         if (rc == 0) {
             ig_model_free(m);
             continue;
@@ -440,8 +428,8 @@ static void test_fuzz_json_files(void **state)
 
 int main(void)
 {
-#define T(f) cmocka_unit_test_setup_teardown(f, setup, teardown)
-#define TS(f) cmocka_unit_test_setup_teardown(f, setup_sharded, teardown)
+#define T(f) cmocka_unit_test_setup_teardown(f, setup, tu_dir_teardown)
+#define TS(f) cmocka_unit_test_setup_teardown(f, setup_sharded, tu_dir_teardown)
     const struct CMUnitTest tests[] = {
         T(test_missing_tensor),
         T(test_missing_final_norm),

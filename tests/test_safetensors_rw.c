@@ -5,27 +5,10 @@
 
 #include "infergate/safetensors.h"
 
-static char *dir;
-
-static int setup(void **state)
-{
-    (void)state;
-    dir = tu_mkdtemp();
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    (void)state;
-    tu_rmtree(dir);
-    dir = NULL;
-    return 0;
-}
-
 /* Writes "x.safetensors" with the given header text and data_len data bytes. */
 static char *raw_file(const char *header, size_t data_len)
 {
-    char *path = tu_path(dir, "x.safetensors");
+    char *path = tu_path(tu_dir, "x.safetensors");
     size_t hl = strlen(header);
     unsigned char *buf = calloc(1, 8 + hl + data_len + 1);
     assert_non_null(buf);
@@ -63,7 +46,7 @@ static void expect_raw_error(const char *header, size_t data_len, const char *wa
 static void test_roundtrip(void **state)
 {
     (void)state;
-    char *path = tu_path(dir, "rt.safetensors");
+    char *path = tu_path(tu_dir, "rt.safetensors");
     char err[256];
     ig_safetensors_spec_t specs[] = {
         {"b.f32", IG_DTYPE_F32, 2, {3, 5}},      {"a.f16", IG_DTYPE_F16, 1, {7}},
@@ -136,7 +119,7 @@ static void test_roundtrip(void **state)
 static void test_writer_misuse(void **state)
 {
     (void)state;
-    char *path = tu_path(dir, "w.safetensors");
+    char *path = tu_path(tu_dir, "w.safetensors");
     char err[256];
     ig_safetensors_spec_t specs[] = {{"t", IG_DTYPE_F32, 1, {4}}, {"t", IG_DTYPE_F32, 1, {4}}};
     ig_safetensors_writer_t *w = NULL;
@@ -164,7 +147,7 @@ static void test_writer_misuse(void **state)
 static void test_short_files(void **state)
 {
     (void)state;
-    char *path = tu_path(dir, "x.safetensors");
+    char *path = tu_path(tu_dir, "x.safetensors");
     tu_write(path, "", 0);
     expect_open_error(path, IG_EMODEL, "header: file is 0 bytes");
     tu_write(path, "\x02\0\0\0\0\0\0", 7);
@@ -279,12 +262,12 @@ static void test_offsets_that_lie(void **state)
 static void test_fuzz_bytes(void **state)
 {
     (void)state;
-    tu_mkmodel(dir, "tiny", 3, 1, 0, IG_DTYPE_F32);
-    char *path = tu_path(dir, "model.safetensors");
+    tu_mkmodel(tu_dir, "tiny", 3, 1, 0, IG_DTYPE_F32);
+    char *path = tu_path(tu_dir, "model.safetensors");
     size_t len;
     unsigned char *good = tu_read(path, &len);
     size_t hlen = good[0] | (size_t)good[1] << 8 | (size_t)good[2] << 16;
-    char *x = tu_path(dir, "x.safetensors");
+    char *x = tu_path(tu_dir, "x.safetensors");
     uint64_t s = 99;
     for (int iter = 0; iter < 300; iter++) {
         unsigned char *buf = malloc(8 + hlen);
@@ -319,14 +302,14 @@ static void test_fuzz_bytes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_roundtrip, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_writer_misuse, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_short_files, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_header_length, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_json, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_fields, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_offsets_that_lie, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fuzz_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_roundtrip, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_writer_misuse, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_short_files, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_header_length, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_json, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_fields, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_offsets_that_lie, tu_dir_setup, tu_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_fuzz_bytes, tu_dir_setup, tu_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

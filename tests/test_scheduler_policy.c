@@ -8,7 +8,7 @@
 
 #include <cmocka.h>
 
-#include "test_scheduler_fake.h"
+#include "scheduler_fake.h"
 
 static uint64_t fake_now;
 static uint64_t fake_clock(void *d)

@@ -7,7 +7,7 @@
 
 #include <cmocka.h>
 
-#include "test_scheduler_fake.h"
+#include "scheduler_fake.h"
 
 #include <pthread.h>
 #include <time.h>

@@ -23,16 +23,15 @@
 
 #define LIMIT 8
 
-static char run_dir[96], model_dir[96];
 static ig_proc_t gw;
 
 static int setup(void **state)
 {
-    if (ig_gwf_model_make(run_dir, model_dir, sizeof(run_dir)) != 0)
+    if (ig_gwf_model_setup(state) != 0)
         return -1;
     int port = ig_proc_free_port();
     const char *path =
-        ig_gwf_pool_config("pl", port, model_dir, 1, 1, 1, 8, NULL,
+        ig_gwf_pool_config("pl", port, ig_gwf_model_dir, 1, 1, 1, 8, NULL,
                            ",\"limits\":{\"max_prompt_tokens\":8,\"drain_grace_ms\":0}");
     if (path == NULL || ig_gwf_serve(&gw, path, port, "warn", 0, 20000, 60000) != 0)
         return -1;
@@ -43,7 +42,7 @@ static int teardown(void **state)
 {
     int rc = ig_proc_stop(&gw, SIGTERM, 20000);
     ig_proc_dispose(&gw);
-    ig_gwf_model_remove(run_dir);
+    ig_gwf_model_teardown(state);
     return rc == 0 ? 0 : -1;
 }
 

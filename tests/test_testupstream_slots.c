@@ -4,7 +4,7 @@
  * A real testupstream process on loopback; requests over raw sockets so that
  * the send times are known exactly.
  */
-#include "test_igbench_util.h"
+#include "benchtools.h"
 
 #include <setjmp.h>
 #include <stdarg.h>

@@ -8,81 +8,45 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "cases.h"
+#include "files.h"
 #include "infergate/error.h"
 #include "infergate/tokenizer.h"
 
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define CASES IG_SOURCE_DIR "/tests/cases/tokenizer/malformed"
-
-static char *slurp(const char *path, size_t *len)
+static int check_case(const char *name, const char *dir, void *data)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
+    char err[512];
+    ig_tokenizer_t *tok = (void *)1;
+    (void)data;
+    char *expect = ig_case_expect(dir);
+    if (expect == NULL) {
+        print_error("case %s: no expect file\n", name);
+        return 1;
     }
-    fclose(f);
-    if (buf) {
-        buf[n] = 0;
-        if (len)
-            *len = (size_t)n;
-    }
-    return buf;
-}
-
-static int cmp_str(const void *a, const void *b)
-{
-    return strcmp(*(char *const *)a, *(char *const *)b);
+    int rc = ig_tokenizer_load(dir, &tok, err, sizeof err);
+    int failed = rc != IG_ETOKENIZER || tok != NULL || strstr(err, expect) != err;
+    if (failed)
+        print_error("case %s: rc %d, got \"%s\", want \"%s\"\n", name, rc, err, expect);
+    if (rc == 0 && tok != NULL && tok != (void *)1)
+        ig_tokenizer_free(tok);
+    free(expect);
+    return failed;
 }
 
 static void test_each_case_gives_its_message(void **state)
 {
-    DIR *d = opendir(CASES);
-    struct dirent *e;
-    char *names[128];
-    size_t n = 0;
+    int n;
     (void)state;
-    assert_non_null(d);
-    while ((e = readdir(d)) != NULL && n < 128)
-        if (e->d_name[0] != '.')
-            names[n++] = strdup(e->d_name);
-    closedir(d);
-    qsort(names, n, sizeof *names, cmp_str);
+    int failures = ig_cases_foreach("tokenizer/malformed", check_case, NULL, &n);
     /* The suite must not pass by finding nothing. */
     assert_true(n >= 30);
-    for (size_t i = 0; i < n; i++) {
-        char dir[1024], path[1100], err[512];
-        char *expect;
-        ig_tokenizer_t *tok = (void *)1;
-        int rc;
-        snprintf(dir, sizeof dir, "%s/%s", CASES, names[i]);
-        snprintf(path, sizeof path, "%s/expect", dir);
-        expect = slurp(path, NULL);
-        assert_non_null(expect);
-        expect[strcspn(expect, "\n")] = 0;
-        rc = ig_tokenizer_load(dir, &tok, err, sizeof err);
-        if (rc != IG_ETOKENIZER || strstr(err, expect) != err)
-            print_error("case %s: rc %d, got \"%s\", want \"%s\"\n", names[i], rc, err, expect);
-        assert_int_equal(rc, IG_ETOKENIZER);
-        assert_null(tok);
-        assert_ptr_equal(strstr(err, expect), err);
-        free(expect);
-        free(names[i]);
-    }
+    assert_int_equal(failures, 0);
 }
 
 static void test_missing_file(void **state)
@@ -100,8 +64,8 @@ static void test_missing_file(void **state)
  * accepts the result or rejects it with a message, and never crashes. */
 static void test_corruption_never_crashes(void **state)
 {
-    size_t len;
-    char *orig = slurp(IG_SOURCE_DIR "/tests/cases/tokenizer/bytelevel/tokenizer.json", &len);
+    size_t len = 0;
+    char *orig = ig_tf_read(IG_SOURCE_DIR "/tests/cases/tokenizer/bytelevel/tokenizer.json", &len);
     char dir[] = "/tmp/ig_tok_corrupt_XXXXXX";
     char path[64];
     uint64_t rng = 12345;

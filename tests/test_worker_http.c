@@ -7,13 +7,13 @@
 
 #include <cmocka.h>
 
-#include "test_worker_proc.h"
+#include "worker_proc.h"
 
 static wproc_t W;
 
 static int setup(void **state)
 {
-    if (wt_make_model() < 0)
+    if (ig_gwf_model_setup(state) < 0)
         return -1;
     const char *extra[] = {"--kv-blocks", "256", NULL};
     return wt_start(&W, "w", extra);
@@ -22,7 +22,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     wt_stop(&W);
-    wt_cleanup();
+    ig_gwf_model_teardown(state);
     return 0;
 }
 

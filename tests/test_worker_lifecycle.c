@@ -8,20 +8,9 @@
 
 #include <cmocka.h>
 
-#include "test_worker_proc.h"
+#include "worker_proc.h"
 
 #include <sys/socket.h>
-
-static int setup(void **state)
-{
-    return wt_make_model();
-}
-
-static int teardown(void **state)
-{
-    wt_cleanup();
-    return 0;
-}
 
 /* Polls /load until key reaches want (bounded); the last value. */
 static double wait_load(const wproc_t *w, const char *key, double want, int ms)
@@ -309,12 +298,12 @@ static void test_loading_answers_503(void **state)
 {
     wproc_t w;
     memset(&w, 0, sizeof(w));
-    snprintf(w.sock, sizeof(w.sock), "%s/slow.sock", wt_dir);
+    snprintf(w.sock, sizeof(w.sock), "%s/slow.sock", ig_gwf_run_dir);
     unlink(w.sock);
     char listen[200];
     snprintf(listen, sizeof(listen), "unix:%s", w.sock);
-    const char *args[] = {"worker", "--model",  wt_model, "--device",
-                          "cpu:1",  "--listen", listen,   NULL};
+    const char *args[] = {"worker", "--model",  ig_gwf_model_dir, "--device",
+                          "cpu:1",  "--listen", listen,           NULL};
     /* Only the child sees the delay: the test is single-threaded here. */
     setenv("IG_WORKER_LOAD_DELAY_MS", "1500", 1);
     int rc = ig_proc_start_bin(&w.proc, "infergate", args, IG_PROC_QUIET);
@@ -365,11 +354,11 @@ static void test_loading_answers_503(void **state)
 static void test_load_failure_exits(void **state)
 {
     char dir[160], cmd[1024];
-    snprintf(dir, sizeof(dir), "%s/broken", wt_dir);
+    snprintf(dir, sizeof(dir), "%s/broken", ig_gwf_run_dir);
     snprintf(cmd, sizeof(cmd), "mkdir -p %s && echo '{' > %s/config.json", dir, dir);
     assert_int_equal(system(cmd), 0);
     char sock[200];
-    snprintf(sock, sizeof(sock), "unix:%s/broken.sock", wt_dir);
+    snprintf(sock, sizeof(sock), "unix:%s/broken.sock", ig_gwf_run_dir);
     const char *args[] = {"worker", "--model", dir, "--listen", sock, NULL};
     ig_proc_t p;
     assert_int_equal(ig_proc_start_bin(&p, "infergate", args, IG_PROC_QUIET), 0);
@@ -394,5 +383,5 @@ int main(void)
         cmocka_unit_test(test_loading_answers_503),
         cmocka_unit_test(test_load_failure_exits),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);
 }

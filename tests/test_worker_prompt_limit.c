@@ -12,7 +12,7 @@
 
 #include <cmocka.h>
 
-#include "test_worker_proc.h"
+#include "worker_proc.h"
 
 #define LIMIT 8
 
@@ -21,7 +21,7 @@ static wproc_t PLAIN; /* no flag */
 
 static int setup(void **state)
 {
-    if (wt_make_model() < 0)
+    if (ig_gwf_model_setup(state) < 0)
         return -1;
     const char *limited[] = {"--max-prompt-tokens", "8", NULL};
     if (wt_start(&W, "limited", limited) < 0)
@@ -33,7 +33,7 @@ static int teardown(void **state)
 {
     wt_stop(&W);
     wt_stop(&PLAIN);
-    wt_cleanup();
+    ig_gwf_model_teardown(state);
     return 0;
 }
 
@@ -148,9 +148,14 @@ static void test_default_is_context(void **state)
 static void test_flag_checked(void **state)
 {
     ig_proc_t p;
-    const char *args[] = {
-        "worker", "--model", wt_model, "--listen", "unix:/tmp/x.sock", "--max-prompt-tokens",
-        "-1",     NULL};
+    const char *args[] = {"worker",
+                          "--model",
+                          ig_gwf_model_dir,
+                          "--listen",
+                          "unix:/tmp/x.sock",
+                          "--max-prompt-tokens",
+                          "-1",
+                          NULL};
     assert_int_equal(ig_proc_start_bin(&p, "infergate", args, IG_PROC_PIPES), 0);
     assert_int_equal(ig_proc_wait_exit(&p, 10000), 2);
     assert_non_null(strstr(p.err, "--max-prompt-tokens"));

@@ -1,16 +1,17 @@
 #include "gwfixture.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "infergate/tokgen.h"
 
 int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap)
 {
-    snprintf(run_dir, cap, "/tmp/igtest-XXXXXX");
-    if (mkdtemp(run_dir) == NULL)
+    if (ig_tf_mkdtemp(run_dir, cap) != 0)
         return -1;
     snprintf(model_dir, cap, "%s/tiny", run_dir);
     ig_proc_t p;
@@ -35,14 +36,22 @@ int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap)
     return 0;
 }
 
-void ig_gwf_model_remove(const char *run_dir)
+char ig_gwf_run_dir[96];
+char ig_gwf_model_dir[96];
+
+int ig_gwf_model_setup(void **state)
 {
-    char cmd[512];
-    if (run_dir == NULL || strncmp(run_dir, "/tmp/", 5) != 0)
-        return;
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
-    if (system(cmd) != 0)
-        fprintf(stderr, "cleanup of %s failed\n", run_dir);
+    (void)state;
+    return ig_gwf_model_make(ig_gwf_run_dir, ig_gwf_model_dir, sizeof(ig_gwf_model_dir));
+}
+
+int ig_gwf_model_teardown(void **state)
+{
+    (void)state;
+    if (ig_gwf_run_dir[0] != '\0')
+        ig_tf_rmtree(ig_gwf_run_dir);
+    ig_gwf_run_dir[0] = '\0';
+    return 0;
 }
 
 const char *ig_gwf_pool_config(const char *region, int port, const char *model_dir, int ndevices,
@@ -89,6 +98,25 @@ int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *le
     return 0;
 }
 
+int ig_gwf_serve_empty(ig_proc_t *p, const char *level)
+{
+    int port = ig_proc_free_port();
+    char text[256];
+    snprintf(text, sizeof(text), "{\"listen\": \"127.0.0.1:%d\", \"log\": {\"level\": \"%s\"}}",
+             port, level);
+    const char *cfg = ig_proc_temp_file(text, ".json");
+    if (cfg == NULL)
+        return -1;
+    const char *args[] = {"serve", "--config", cfg, NULL};
+    if (ig_proc_start_bin(p, "infergate", args, IG_PROC_PIPE_ERR) != 0)
+        return -1;
+    if (ig_proc_wait_listening(p, port, 10000) != 0) {
+        fprintf(stderr, "serve did not start:\n%s\n", p->err ? p->err : "");
+        return -1;
+    }
+    return 0;
+}
+
 int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms)
 {
     const char *argv[40];
@@ -103,6 +131,150 @@ int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *arg
     if (ig_proc_start_bin(p, tool, argv, IG_PROC_QUIET) != 0)
         return -1;
     return ig_proc_wait_listening(p, port, timeout_ms);
+}
+
+int ig_gwf_upstream(ig_proc_t *u, ...)
+{
+    const char *args[32];
+    int n = 0;
+    args[n++] = "--quiet";
+    va_list ap;
+    va_start(ap, u);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL && n < 31)
+        args[n++] = a;
+    va_end(ap);
+    args[n] = NULL;
+    return ig_gwf_tool(u, "testupstream", ig_proc_free_port(), args, 10000);
+}
+
+int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
+                       const char *routing_extra, const char *top_extra)
+{
+    char cfg[4096];
+    int port = ig_proc_free_port();
+    size_t off = (size_t)snprintf(cfg, sizeof(cfg),
+                                  "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
+                                  "\"models\":[{\"name\":\"m\"}],\"sites\":[",
+                                  port);
+    for (int i = 0; i < n && off < sizeof(cfg); i++)
+        off += (size_t)snprintf(
+            cfg + off, sizeof(cfg) - off,
+            "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}", i ? "," : "",
+            i, ups[i].port);
+    const char *grace =
+        top_extra && strstr(top_extra, "\"limits\"") ? "" : ",\"limits\":{\"drain_grace_ms\":0}";
+    if (off < sizeof(cfg))
+        off += (size_t)snprintf(
+            cfg + off, sizeof(cfg) - off, "],\"routing\":{\"policy\":\"latency\"%s}%s%s}",
+            routing_extra ? routing_extra : "", top_extra ? top_extra : "", grace);
+    if (off >= sizeof(cfg)) {
+        fprintf(stderr, "ig_gwf_sites_serve: config too long\n");
+        return -1;
+    }
+    const char *path = ig_proc_temp_file(cfg, ".json");
+    if (path == NULL || ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000) != 0)
+        return -1;
+    /* Ready means one site is up; the tests want every healthy one probed. */
+    long long end = ig_tc_now_ms() + 10000;
+    int up = ig_gwf_sites_up(g->port, NULL, 0);
+    while (up < expect_up && ig_tc_now_ms() < end)
+        up = ig_gwf_sites_up(g->port, NULL, 0);
+    if (up != expect_up) {
+        fprintf(stderr, "ig_gwf_sites_serve: %d sites up, expected %d\n", up, expect_up);
+        return -1;
+    }
+    return 0;
+}
+
+int ig_gwf_serve_site(ig_proc_t *p, int site_port, const char *limits_json)
+{
+    char text[1024];
+    int n =
+        snprintf(text, sizeof(text),
+                 "{\"listen\": \"127.0.0.1:0\", \"models\": [{\"name\": \"tiny\"}],"
+                 " \"sites\": [{\"name\": \"up\", \"url\": \"http://127.0.0.1:%d\","
+                 " \"models\": [\"tiny\"]}]%s%s}",
+                 site_port, limits_json ? ", \"limits\": " : "", limits_json ? limits_json : "");
+    const char *config =
+        n > 0 && (size_t)n < sizeof(text) ? ig_proc_temp_file(text, ".json") : NULL;
+    if (config == NULL)
+        return -1;
+    const char *args[] = {"serve", "--config", config, NULL};
+    if (ig_proc_start_bin(p, "infergate", args, IG_PROC_PIPES) != 0)
+        return -1;
+    if (ig_proc_wait_announce(p, 1, 10000) != 0) {
+        fprintf(stderr, "serve did not start:\n%s\n", p->err ? p->err : "");
+        return -1;
+    }
+    if (ig_proc_wait_status(p->port, "/ready", 200, 10000) != 0) {
+        ig_proc_pump(p, 0);
+        fprintf(stderr, "serve never ready:\n%s\n", p->err ? p->err : "");
+        return -1;
+    }
+    return 0;
+}
+
+int ig_gwf_send_completion(ig_tc_t *tc)
+{
+    static const char body[] = "{\"model\": \"tiny\", \"prompt\": \"hi\", \"max_tokens\": 1}";
+    char text[512];
+    snprintf(text, sizeof(text),
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+             "Content-Length: %zu\r\n\r\n%s",
+             sizeof(body) - 1, body);
+    return ig_tc_sends(tc, text);
+}
+
+int ig_gwf_sites_up(int port, int *up, int n)
+{
+    json_t *doc = ig_gwf_get_json(port, "/status");
+    json_t *sites = json_object_get(doc, "sites");
+    if (!json_is_array(sites)) {
+        json_decref(doc);
+        return -1;
+    }
+    int count = 0;
+    for (int i = 0; up != NULL && i < n; i++)
+        up[i] = 0;
+    size_t i;
+    json_t *site;
+    json_array_foreach(sites, i, site)
+    {
+        int is_up = json_is_true(json_object_get(site, "up"));
+        count += is_up;
+        if (up != NULL && i < (size_t)n)
+            up[i] = is_up;
+    }
+    json_decref(doc);
+    return count;
+}
+
+double ig_gwf_metric(int port, const char *series)
+{
+    char *text = ig_gwf_get_text(port, "/metrics");
+    if (text == NULL)
+        return -1;
+    double v = -1;
+    const char *p = strstr(text, series);
+    if (p != NULL)
+        v = strtod(p + strlen(series), NULL);
+    free(text);
+    return v;
+}
+
+int ig_gwf_control(int port, const char *what)
+{
+    char raw[512];
+    snprintf(raw, sizeof(raw), "GET /_control/%s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+             what);
+    ig_tc_response_t r;
+    memset(&r, 0, sizeof(r));
+    if (ig_tc_request(port, raw, &r, 5000) != 0)
+        return -1;
+    int status = r.status;
+    ig_tc_response_free(&r);
+    return status;
 }
 
 int ig_gwf_get(int port, const char *path, ig_tc_response_t *r)

@@ -16,14 +16,21 @@
 #include "testclient.h"
 
 /* Makes the tiny model with `infergate mkmodel --preset tiny` in a fresh
- * directory /tmp/igtest-XXXXXX (into run_dir) at run_dir/tiny (into
+ * directory (ig_tf_mkdtemp, into run_dir) at run_dir/tiny (into
  * model_dir); a generated tokenizer is added if mkmodel wrote none. Waits
  * up to 60 s. 0, or -1 (reason on stderr). The caller removes run_dir with
- * ig_gwf_model_remove when it wants it gone. */
+ * ig_tf_rmtree when it wants it gone. */
 int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap);
 
-/* Removes a run_dir of ig_gwf_model_make and all in it. */
-void ig_gwf_model_remove(const char *run_dir);
+/* The tiny model of one test program: ig_gwf_model_setup makes it
+ * (ig_gwf_model_make into these two) and ig_gwf_model_teardown removes the
+ * run directory, so that the tests leave nothing in /tmp. They have the
+ * signature of a cmocka group setup and teardown. 96 bytes: the run
+ * directory also holds Unix sockets, whose paths must stay short. */
+extern char ig_gwf_run_dir[96];
+extern char ig_gwf_model_dir[96];
+int ig_gwf_model_setup(void **state);
+int ig_gwf_model_teardown(void **state);
 
 /* Writes a serve config to a temporary file: region, listen
  * 127.0.0.1:port, model "tiny" at model_dir, and one pool "cpu" of that
@@ -45,12 +52,64 @@ const char *ig_gwf_pool_config(const char *region, int port, const char *model_d
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
                  int listen_ms, int ready_ms);
 
+/* Starts `infergate serve` with nothing to serve on a free port, its log
+ * at level (and no access lines below warn) on a captured stderr
+ * (IG_PROC_PIPE_ERR), and waits up to 10 s until the port accepts
+ * connections: for tests of the HTTP server behind the real binary. 0 with
+ * p->port set, or -1 (the log on stderr); either way p is the caller's to
+ * stop. */
+int ig_gwf_serve_empty(ig_proc_t *p, const char *level);
+
 /* Starts the bench tool `tool` of the build ("testupstream", "faultproxy")
  * with --listen 127.0.0.1:port and then args (NULL-terminated, may be
  * NULL), its stderr to /dev/null, and waits up to timeout_ms until the port
  * accepts connections. 0 with p->port set, or -1; either way p is the
  * caller's to stop. */
 int ig_gwf_tool(ig_proc_t *p, const char *tool, int port, const char *const *args, int timeout_ms);
+
+/* Starts the test upstream (build/testupstream --quiet) on a free port
+ * with extra flags (NULL-terminated) and waits up to 10 s until it accepts
+ * connections. 0 with u->port set, or -1; either way u is the caller's to
+ * stop. */
+int ig_gwf_upstream(ig_proc_t *u, ...) __attribute__((sentinel));
+
+/* Starts `infergate serve` (log level warn) on a free port with the n
+ * upstreams as sites s0, s1, ... of one model "m" and routing policy
+ * "latency": routing_extra is spliced into the routing object and
+ * top_extra into the top one (each NULL or starting with ','). Unless
+ * top_extra has a "limits" object, limits.drain_grace_ms is 0 (as in
+ * ig_gwf_pool_config). Waits for /ready and then up to 10 s until
+ * expect_up sites are probed up. 0 with g->port set, or -1 (which step
+ * failed on stderr); either way g is the caller's to stop. */
+int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
+                       const char *routing_extra, const char *top_extra);
+
+/* Starts `infergate serve` with stdout and stderr captured (IG_PROC_PIPES)
+ * on 127.0.0.1:0 with one site "up" at 127.0.0.1:site_port serving model
+ * "tiny" (a site of ig_ts_site_start) and limits_json as its "limits"
+ * object (NULL: none); waits up to 10 s for its "listening on" line and up
+ * to 10 s more for /ready 200 (the site's probe came through). 0 with
+ * p->port set, or -1 (the reason on stderr, p->err has the log); either way
+ * p is the caller's to stop and dispose. */
+int ig_gwf_serve_site(ig_proc_t *p, int site_port, const char *limits_json);
+
+/* Sends POST /v1/completions for model "tiny" (prompt "hi", max_tokens 1)
+ * on tc and returns without reading the answer. 0 or -1. */
+int ig_gwf_send_completion(ig_tc_t *tc);
+
+/* GET /status of a gateway: how many of its sites are up, and, when up is
+ * not NULL, whether each of the first n is (in config order). -1 when
+ * /status did not answer 200 with JSON. */
+int ig_gwf_sites_up(int port, int *up, int n);
+
+/* The number on the first line of GET /metrics that starts with series
+ * (the name with its labels, e.g. "x_total{a=\"b\"} "), or -1 when there
+ * is none or /metrics did not answer. */
+double ig_gwf_metric(int port, const char *series);
+
+/* GET /_control/<what> of a test upstream ("stall?ms=3000",
+ * "error-rate?p=1"): the answer's status, or -1 when none came in 5 s. */
+int ig_gwf_control(int port, const char *what);
 
 /* GET path (5 s at most); the caller frees r. 0 or -1 (no answer). */
 int ig_gwf_get(int port, const char *path, ig_tc_response_t *r);

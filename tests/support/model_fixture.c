@@ -1,10 +1,10 @@
 /* Test support: writes random-weight models in Hugging Face layout. */
 #include "model_fixture.h"
+#include "files.h"
 
 #include "infergate/dtype.h"
 #include "infergate/error.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
@@ -243,36 +243,12 @@ fail:
     return rc;
 }
 
-int ig_fixture_tmpdir(char *buf, size_t len)
-{
-    const char *base = getenv("TMPDIR");
-    snprintf(buf, len, "%s/igtest-XXXXXX", base && *base ? base : "/tmp");
-    return mkdtemp(buf) != NULL ? 0 : IG_EIO;
-}
-
-void ig_fixture_rmdir(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (d == NULL)
-        return;
-    struct dirent *de;
-    char path[4096];
-    while ((de = readdir(d)) != NULL) {
-        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0)
-            continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    rmdir(dir);
-}
-
 int ig_fixture_model_dir(const char *name, ig_dtype_t dtype, char *buf, size_t len, int *real)
 {
     ig_fixture_spec_t spec;
     if (real != NULL)
         *real = 0;
-    if (ig_fixture_tmpdir(buf, len) != 0)
+    if (ig_tf_mkdtemp(buf, len) != 0)
         return IG_EIO;
     const char *bin = getenv("IG_BIN_DIR");
 #ifdef IG_BIN_DIR

@@ -38,17 +38,12 @@ int ig_fixture_preset(const char *name, ig_fixture_spec_t *spec);
 /* Writes config.json and model.safetensors of spec into the existing dir. */
 int ig_fixture_write(const ig_fixture_spec_t *spec, const char *dir);
 
-/* Makes a fresh temporary directory (mkdtemp) into buf. */
-int ig_fixture_tmpdir(char *buf, size_t len);
-
-/* Removes a directory made by ig_fixture_tmpdir with its files. */
-void ig_fixture_rmdir(const char *dir);
-
 /*
  * Puts a model of preset `name` in `dtype` into a fresh temporary dir
- * (written to buf): with `infergate mkmodel --preset name --seed 1` when
- * IG_BIN_DIR's binary has that preset, else with ig_fixture_write. *real
- * says which (may be NULL).
+ * (ig_tf_mkdtemp, written to buf; the caller removes it with ig_tf_rmtree):
+ * with `infergate mkmodel --preset name --seed 1` when IG_BIN_DIR's binary
+ * has that preset, else with ig_fixture_write. *real says which (may be
+ * NULL).
  */
 int ig_fixture_model_dir(const char *name, ig_dtype_t dtype, char *buf, size_t len, int *real);
 

@@ -219,6 +219,58 @@ void ig_ts_echo_handler(ig_http_req_t *req, void *data)
     ig_http_respond(req, 200, "text/plain", out, (size_t)n + len);
 }
 
+static void on_site_timer_closed(uv_handle_t *h)
+{
+    free(h);
+}
+
+static void site_answer(uv_timer_t *t)
+{
+    static const char body[] =
+        "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":0,\"model\":\"tiny\","
+        "\"choices\":[{\"index\":0,\"text\":\" ok\",\"finish_reason\":\"length\"}],"
+        "\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1,\"total_tokens\":2}}";
+    ig_http_respond(t->data, 200, "application/json", body, sizeof(body) - 1);
+    uv_close((uv_handle_t *)t, on_site_timer_closed);
+}
+
+static void site_handler(ig_http_req_t *req, void *data)
+{
+    ig_ts_site_t *site = data;
+    const char *path = ig_http_req_path(req);
+    if (strcmp(path, "/load") == 0) {
+        static const char load[] = "{\"models\":[{\"id\":\"tiny\"}],\"ready_instances\":1,"
+                                   "\"waiting\":0,\"est_wait_s\":0}";
+        ig_http_respond(req, 200, "application/json", load, sizeof(load) - 1);
+    } else if (strcmp(path, "/v1/completions") == 0) {
+        uv_timer_t *t = malloc(sizeof(*t));
+        if (t == NULL) {
+            ig_http_respond_error(req, 500, NULL, NULL, NULL, "out of memory");
+            return;
+        }
+        uv_timer_init(atomic_load(&site->loop), t);
+        t->data = req;
+        uv_timer_start(t, site_answer, (uint64_t)site->delay_ms, 0);
+        atomic_fetch_add(&site->completions, 1);
+    } else {
+        ig_http_respond_error(req, 404, NULL, NULL, NULL, "no %s here", path);
+    }
+}
+
+ig_ts_t *ig_ts_site_start(ig_ts_site_t *site, int delay_ms)
+{
+    ig_http_limits_t limits;
+    ig_http_limits_default(&limits);
+    site->delay_ms = delay_ms;
+    atomic_init(&site->completions, 0);
+    atomic_init(&site->loop, NULL);
+    ig_ts_t *ts = ig_ts_start("127.0.0.1:0", &limits, site_handler, site);
+    /* Before anyone knows the port, so before the first request. */
+    if (ts != NULL)
+        atomic_store(&site->loop, ig_ts_loop(ts));
+    return ts;
+}
+
 char *ig_ts_metrics(void)
 {
     return ig_metrics_render(NULL);

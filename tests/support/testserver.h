@@ -7,6 +7,8 @@
  * thread; ig_ts_call runs any function there and waits for it.
  */
 
+#include <stdatomic.h>
+
 #include "infergate/http.h"
 
 typedef struct ig_ts_s ig_ts_t;
@@ -40,6 +42,19 @@ unsigned ig_ts_inflight(ig_ts_t *ts);
 /* A handler that answers 200 text/plain "METHOD PATH?QUERY BODYLEN\n" then
  * the body, with the request's X-Echo header (if any) as X-Echo. */
 void ig_ts_echo_handler(ig_http_req_t *req, void *data);
+/* A slow OpenAI-style site for gateway tests: GET /load answers at once
+ * (model "tiny", one ready instance, nothing waiting), POST /v1/completions
+ * answers a one-token text_completion after delay_ms, any other path 404.
+ * The struct is the caller's and must outlive the server. */
+typedef struct {
+    int delay_ms;
+    atomic_int completions;    /* completion requests received so far */
+    _Atomic(uv_loop_t *) loop; /* private: the server's loop, for the timers */
+} ig_ts_site_t;
+
+/* Starts the site on 127.0.0.1:0 with default limits; NULL on failure. */
+ig_ts_t *ig_ts_site_start(ig_ts_site_t *site, int delay_ms);
+
 /* The metrics exposition text (ig_metrics_render); the caller frees it. */
 char *ig_ts_metrics(void);
 

@@ -2,8 +2,7 @@
  * Helpers shared by the model, safetensors and mkmodel tests: scratch
  * directories, whole-file I/O, and surgery on safetensors headers and JSON
  * files so that each malformed case is made from a good model in the test.
- * Header-only (static) so that it stays out of tests/support, which every
- * test links.
+ * Header-only (static): tu_with_tokenizer is each test program's own.
  */
 #ifndef IG_TESTS_MODEL_TESTUTIL_H
 #define IG_TESTS_MODEL_TESTUTIL_H
@@ -14,7 +13,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <ftw.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,33 +21,42 @@
 #include <math.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "infergate/error.h"
 #include "infergate/mkmodel.h"
 #include "infergate/model.h"
 
 static inline char *tu_mkdtemp(void)
 {
-    char tmpl[] = "/tmp/igtest_model_XXXXXX";
-    char *dir = mkdtemp(tmpl);
-    assert_non_null(dir);
+    char dir[256];
+    assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
     return strdup(dir);
-}
-
-static inline int tu_rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
-{
-    (void)sb;
-    (void)flag;
-    (void)ftw;
-    return remove(path);
 }
 
 /* Removes dir and everything in it, then frees the string. */
 static inline void tu_rmtree(char *dir)
 {
-    if (dir == NULL)
-        return;
-    nftw(dir, tu_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+    ig_tf_rmtree(dir);
     free(dir);
+}
+
+/* The scratch directory of the running test: tu_dir_setup makes it and
+ * tu_dir_teardown removes it, as a cmocka per-test setup and teardown. */
+static char *tu_dir;
+
+__attribute__((unused)) static int tu_dir_setup(void **state)
+{
+    (void)state;
+    tu_dir = tu_mkdtemp();
+    return 0;
+}
+
+__attribute__((unused)) static int tu_dir_teardown(void **state)
+{
+    (void)state;
+    tu_rmtree(tu_dir);
+    tu_dir = NULL;
+    return 0;
 }
 
 static inline char *tu_path(const char *dir, const char *name)
@@ -64,25 +71,16 @@ static inline char *tu_path(const char *dir, const char *name)
 /* Reads a whole file; *len gets its size. The caller frees. */
 static inline unsigned char *tu_read(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
+    unsigned char *buf = (unsigned char *)ig_tf_read(path, len);
+    if (buf == NULL)
+        fail_msg("cannot read %s", path);
     return buf;
 }
 
 static inline void tu_write(const char *path, const void *data, size_t len)
 {
-    FILE *f = fopen(path, "wb");
-    assert_non_null(f);
-    assert_int_equal(fwrite(data, 1, len, f), len);
-    assert_int_equal(fclose(f), 0);
+    if (ig_tf_write(path, data, len) != 0)
+        fail_msg("cannot write %s", path);
 }
 
 /* Writes a tiny (or other preset) model into dir; without the tokenizer

@@ -4,8 +4,8 @@
  * tests/support/gwfixture, and JSON requests over the test client. Every
  * wait is bounded.
  */
-#ifndef TEST_WORKER_PROC_H
-#define TEST_WORKER_PROC_H
+#ifndef IG_TEST_WORKER_PROC_H
+#define IG_TEST_WORKER_PROC_H
 
 #include "gwfixture.h"
 #include "testclient.h"
@@ -26,39 +26,34 @@ typedef struct {
     char sock[108];
 } wproc_t;
 
-/* The run directory (sockets, the model at wt_dir/tiny) and the model. */
-static char wt_dir[96];
-static char wt_model[96];
-
-/* Makes the model once per test binary. 0 or -1. */
-static int wt_make_model(void)
-{
-    return ig_gwf_model_make(wt_dir, wt_model, sizeof(wt_dir));
-}
-
-/* Removes the run directory; workers a failed test left are killed at exit. */
-static void wt_cleanup(void)
-{
-    if (wt_dir[0])
-        ig_gwf_model_remove(wt_dir);
-}
+/* The sockets and the model live in gwfixture's run directory: a test's
+ * group setup makes it with ig_gwf_model_setup (the model at
+ * ig_gwf_model_dir) and its teardown removes it with ig_gwf_model_teardown;
+ * workers a failed test left are killed at exit. */
 
 static int wt_get(const wproc_t *w, const char *path, ig_tc_response_t *resp);
 
-/* Starts a worker with extra flags (NULL-terminated) and waits for /ready. */
-static int wt_start(wproc_t *w, const char *name, const char *const *extra)
+/* Starts a worker on model (NULL: ig_gwf_model_dir) listening on
+ * run_dir/name.sock, with extra flags (NULL-terminated, may be NULL) and
+ * ig_proc_start flags (IG_PROC_PIPE_ERR to read its log), and waits up to
+ * 30 s for /ready. 0 or -1. */
+static int wt_start_on(wproc_t *w, const char *name, const char *model, const char *const *extra,
+                       int flags)
 {
-    snprintf(w->sock, sizeof(w->sock), "%s/%s.sock", wt_dir, name);
+    int len = snprintf(w->sock, sizeof(w->sock), "%s/%s.sock", ig_gwf_run_dir, name);
+    if (len < 0 || (size_t)len >= sizeof(w->sock))
+        return -1; /* too long for a Unix socket address */
     unlink(w->sock);
     char listen[300];
     snprintf(listen, sizeof(listen), "unix:%s", w->sock);
-    const char *argv[32] = {"worker",   "--model", wt_model,      "--device", "cpu:1",
-                            "--listen", listen,    "--log-level", "warn"};
+    const char *argv[32] = {"worker",   "--model",     model ? model : ig_gwf_model_dir,
+                            "--device", "cpu:1",       "--listen",
+                            listen,     "--log-level", "warn"};
     int argc = 9;
     for (int i = 0; extra && extra[i] && argc < 31; i++)
         argv[argc++] = extra[i];
     argv[argc] = NULL;
-    if (ig_proc_start_bin(&w->proc, "infergate", argv, 0) != 0)
+    if (ig_proc_start_bin(&w->proc, "infergate", argv, flags) != 0)
         return -1;
     long long t0 = ig_tc_now_ms();
     while (ig_tc_now_ms() - t0 < 30000) {
@@ -73,6 +68,12 @@ static int wt_start(wproc_t *w, const char *name, const char *const *extra)
             return -1;
     }
     return -1;
+}
+
+/* wt_start_on the fixture's model with the worker's stderr inherited. */
+static int wt_start(wproc_t *w, const char *name, const char *const *extra)
+{
+    return wt_start_on(w, name, NULL, extra, 0);
 }
 
 /* Waits up to ms for the worker to exit; its exit status, or -1. */

@@ -71,6 +71,21 @@ static inline double ig_bound_worst(const float *got, const double *ref, const d
     return worst;
 }
 
+/* The largest |a[i] - b[i]| over n elements; NaN when any difference is
+ * NaN (a NaN in either array), so that no bound check passes on it. */
+static inline double ig_max_abs_diff(const float *a, const float *b, size_t n)
+{
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]);
+        if (isnan(d))
+            return d;
+        if (d > m)
+            m = d;
+    }
+    return m;
+}
+
 /* Fails the test when an element is beyond its bound, naming the worst one.
  * IG_TEST_SHOW_ERR=1 prints each check's worst ratio to its bound. */
 static inline void ig_assert_within_bound(const float *got, const double *ref, const double *mag,

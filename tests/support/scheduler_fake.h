@@ -7,8 +7,8 @@
  * test sees. A "script" mode makes the next token a fixed function of the
  * last one, for tests that need known text.
  */
-#ifndef TEST_SCHEDULER_FAKE_H
-#define TEST_SCHEDULER_FAKE_H
+#ifndef IG_TEST_SCHEDULER_FAKE_H
+#define IG_TEST_SCHEDULER_FAKE_H
 
 #include "infergate/error.h"
 #include "infergate/scheduler.h"

@@ -1,5 +1,5 @@
-#ifndef TEST_IGBENCH_UTIL_H
-#define TEST_IGBENCH_UTIL_H
+#ifndef IG_TEST_BENCHTOOLS_H
+#define IG_TEST_BENCHTOOLS_H
 
 /*
  * Helpers shared by the igbench and faultproxy integration tests: start the
