@@ -7,6 +7,7 @@
 #include "infergate/autoscale.h"
 #include "infergate/cli.h"
 #include "infergate/error.h"
+#include "infergate/load.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
 
@@ -776,12 +777,15 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
  * peer that counted our sites would count itself back. */
 void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
 {
-    double waiting = ig_proxy_queued(gw->proxy), running = 0, prefill = 0, decode = 0;
+    ig_load_t l;
+    ig_load_init(&l);
+    l.has = IG_LOAD_GATEWAY_FIELDS;
+    l.region = gw->region;
+    l.waiting = ig_proxy_queued(gw->proxy);
+    l.inflight = ig_proxy_inflight(gw->proxy);
     double est_wait = -1;
     double ttft = -1; /* our own predicted TTFT of an empty prompt, best instance */
     uint64_t now = uv_hrtime();
-    int ready = 0, slots = 0;
-    json_t *models = json_array();
     for (int p = 0; p < gw->npools; p++) {
         ig_pool_t *pool = gw->pools[p];
         int pool_ready = 0;
@@ -789,48 +793,38 @@ void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
             ig_instance_t *in = ig_pool_instance(pool, i);
             if (ig_instance_state(in) != IG_INSTANCE_READY)
                 continue;
-            ready++;
+            l.ready_instances++;
             pool_ready = 1;
             ig_upstream_state_t *u = ig_instance_route(in);
-            waiting += u->reported_waiting;
-            running += u->inflight;
+            l.waiting += u->reported_waiting;
+            l.running += u->inflight;
             /* One request runs on one instance: the rate it sees is the
              * best instance's, not the sum. */
-            if (u->reported_prefill_tps > prefill)
-                prefill = u->reported_prefill_tps;
+            if (u->reported_prefill_tps > l.prefill_tokens_per_s)
+                l.prefill_tokens_per_s = u->reported_prefill_tps;
             double c = ig_router_cost(ig_proxy_router(gw->proxy), u, 0, now);
             if (ttft < 0 || c < ttft)
                 ttft = c;
-            slots += u->slots;
+            l.max_num_seqs += u->slots;
             if (est_wait < 0 || u->reported_wait_s < est_wait)
                 est_wait = u->reported_wait_s;
-            const char *load = ig_instance_load_json(in);
-            json_t *l = load ? json_loads(load, 0, NULL) : NULL;
-            json_t *v = l ? json_object_get(l, "decode_tokens_per_s") : NULL;
-            if (json_is_number(v))
-                decode += json_number_value(v);
-            json_decref(l);
+            const ig_load_t *il = ig_instance_load(in);
+            if (il->has & IG_LOAD_DECODE_TPS)
+                l.decode_tokens_per_s += il->decode_tokens_per_s;
         }
         if (pool_ready) {
             int dup = 0;
-            size_t j;
-            json_t *m;
-            json_array_foreach(models, j, m) dup |=
-                strcmp(json_string_value(m), ig_pool_model(pool)) == 0;
-            if (!dup)
-                json_array_append_new(models, json_string(ig_pool_model(pool)));
+            for (int j = 0; j < l.nmodels && !dup; j++)
+                dup = strcmp(l.models[j], ig_pool_model(pool)) == 0;
+            if (!dup && l.nmodels < IG_LOAD_MAX_MODELS)
+                l.models[l.nmodels++] = ig_pool_model(pool);
         }
     }
-    json_t *doc = json_pack("{s:s, s:o, s:i, s:f, s:f, s:i, s:f, s:f, s:f, s:i}", "region",
-                            gw->region, "models", models, "ready_instances", ready, "waiting",
-                            waiting, "running", running, "inflight", ig_proxy_inflight(gw->proxy),
-                            "est_wait_s", est_wait < 0 ? 0.0 : est_wait, "prefill_tokens_per_s",
-                            prefill, "decode_tokens_per_s", decode, "max_num_seqs", slots);
+    l.est_wait_s = est_wait < 0 ? 0.0 : est_wait;
     /* What a peer adds to its round trip to us: our best instance's
      * predicted time to first token, inner hop included. */
-    if (doc != NULL)
-        json_object_set_new(doc, "ttft_s", json_real(ttft < 0 ? 0.0 : ttft));
-    respond_json(req, 200, doc);
+    l.ttft_s = ttft < 0 ? 0.0 : ttft;
+    respond_json(req, 200, ig_load_encode(&l));
 }
 
 /* The pool's device slots: which instance holds each. New reference. */

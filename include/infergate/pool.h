@@ -13,6 +13,7 @@
  * (over its Unix socket) and the router state fed by /load polls.
  */
 
+#include "infergate/load.h"
 #include "infergate/router.h"
 #include "infergate/upstream.h"
 
@@ -123,8 +124,9 @@ int ig_instance_holds_device(const ig_instance_t *inst);
 ig_upstream_t *ig_instance_upstream(ig_instance_t *inst);
 ig_upstream_state_t *ig_instance_route(ig_instance_t *inst);
 
-/* The last /load report of the instance (borrowed JSON text, or NULL). */
-const char *ig_instance_load_json(const ig_instance_t *inst);
+/* The last /load report of the instance (borrowed; has = 0 before the
+ * first). */
+const ig_load_t *ig_instance_load(const ig_instance_t *inst);
 
 /* ---- process helpers ----------------------------------------------------- */
 
