@@ -52,7 +52,7 @@ struct ig_instance_s {
     uint64_t poll_sent_ns;
     ig_upstream_state_t route;
     ig_load_t load; /* the last /load report */
-    int in_use; /* this device slot holds an instance */
+    int in_use;     /* this device slot holds an instance */
 };
 
 struct ig_pool_s {
@@ -746,6 +746,12 @@ int ig_pool_stopping(const ig_pool_t *p)
         n +=
             p->inst[i].in_use && (p->inst[i].state == IG_INSTANCE_DRAINING || p->inst[i].releasing);
     return n;
+}
+
+int ig_pool_live(const ig_pool_t *p)
+{
+    return ig_pool_count(p, IG_INSTANCE_STARTING) + ig_pool_count(p, IG_INSTANCE_READY) +
+           ig_pool_count(p, IG_INSTANCE_BACKOFF);
 }
 
 int ig_pool_scale_up(ig_pool_t *p)

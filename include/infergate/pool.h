@@ -91,6 +91,8 @@ int ig_pool_available(const ig_pool_t *pool);
 /* Instances on their way out (draining, or exited and not yet reaped):
  * each frees a device soon, with an event for its slot. */
 int ig_pool_stopping(const ig_pool_t *pool);
+/* Instances that serve or will: starting, ready, or in backoff. */
+int ig_pool_live(const ig_pool_t *pool);
 int ig_pool_min_instances(const ig_pool_t *pool);
 int ig_pool_max_instances(const ig_pool_t *pool); /* clamped to the devices */
 
