@@ -50,7 +50,7 @@ struct ig_instance_s {
     ig_upstream_req_t *poll; /* the /ready or /load request in flight */
     void *poll_data;         /* its poll_t, freed here when it is cancelled */
     uint64_t poll_sent_ns;
-    ig_upstream_state_t route;
+    ig_router_upstream_t route;
     ig_load_t load; /* the last /load report */
     int in_use;     /* this device slot holds an instance */
 };
@@ -147,7 +147,7 @@ static void apply_load(ig_instance_t *in, const char *text, size_t len, uint64_t
     ig_load_dispose(&in->load);
     in->load = next;
     const ig_load_t *l = &in->load;
-    ig_upstream_state_t *u = &in->route;
+    ig_router_upstream_t *u = &in->route;
     if (l->has & IG_LOAD_WAITING)
         u->reported_waiting = l->waiting;
     if (l->has & IG_LOAD_EST_WAIT)
@@ -570,7 +570,7 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
         snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s-%d.sock", spec->run_dir,
                  spec->name, i);
         snprintf(in->listen, sizeof(in->listen), "unix:%s", in->socket_path);
-        ig_upstream_state_init(&in->route, in->name, IG_UPSTREAM_LOCAL);
+        ig_router_upstream_init(&in->route, in->name, IG_ROUTER_LOCAL);
         ig_load_init(&in->load);
         /* The sequences a worker runs at once: what we told it, else its
          * default. The router counts in-flight work against this. */
@@ -580,7 +580,7 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
             uo = *spec->upstream;
         else
             ig_upstream_opts_default(&uo);
-        if ((rc = ig_upstream_init(&in->client, loop, in->name, in->listen, &uo)) != 0)
+        if ((rc = ig_upstream_start(&in->client, loop, in->name, in->listen, &uo)) != 0)
             goto fail;
     }
     /* Handles last: nothing above needs closing through the loop. */
@@ -859,7 +859,7 @@ ig_upstream_t *ig_instance_upstream(ig_instance_t *in)
     return in->client;
 }
 
-ig_upstream_state_t *ig_instance_route(ig_instance_t *in)
+ig_router_upstream_t *ig_instance_route(ig_instance_t *in)
 {
     return &in->route;
 }

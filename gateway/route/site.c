@@ -22,7 +22,7 @@ struct ig_site_s {
     int fixed_models; /* from config: not replaced by discovery */
     ig_site_spec_t spec;
     ig_upstream_t *client;
-    ig_upstream_state_t route;
+    ig_router_upstream_t route;
     uv_timer_t timer;
     ig_upstream_req_t *probe;
     probe_kind_t kind;
@@ -230,13 +230,13 @@ int ig_site_start(ig_site_t **out, uv_loop_t *loop, const ig_site_spec_t *spec)
     int rc = IG_ENOMEM;
     if (s->name == NULL || s->url == NULL)
         goto fail;
-    ig_upstream_state_init(&s->route, s->name, IG_UPSTREAM_SITE);
+    ig_router_upstream_init(&s->route, s->name, IG_ROUTER_SITE);
     ig_upstream_opts_t uo;
     if (spec->upstream != NULL)
         uo = *spec->upstream;
     else
         ig_upstream_opts_default(&uo);
-    if ((rc = ig_upstream_init(&s->client, loop, s->name, s->url, &uo)) != 0)
+    if ((rc = ig_upstream_start(&s->client, loop, s->name, s->url, &uo)) != 0)
         goto fail;
     uv_timer_init(loop, &s->timer);
     s->timer.data = s;
@@ -327,7 +327,7 @@ ig_upstream_t *ig_site_upstream(ig_site_t *s)
     return s->client;
 }
 
-ig_upstream_state_t *ig_site_route(ig_site_t *s)
+ig_router_upstream_t *ig_site_route(ig_site_t *s)
 {
     return &s->route;
 }

@@ -189,7 +189,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     if (cfg->routing.queue_timeout_ms > 0)
         po.queue_timeout_ms = cfg->routing.queue_timeout_ms;
     po.first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
-    if ((rc = ig_proxy_init(&gw->proxy, loop, &po, resolve, gw)) != 0)
+    if ((rc = ig_proxy_start(&gw->proxy, loop, &po, resolve, gw)) != 0)
         goto fail;
 
     if ((rc = ig_scaler_start(&gw->scaler, loop, gw->proxy, (int)cfg->npools)) != 0)

@@ -69,7 +69,7 @@ void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
                 continue;
             l.ready_instances++;
             pool_ready = 1;
-            ig_upstream_state_t *u = ig_instance_route(in);
+            ig_router_upstream_t *u = ig_instance_route(in);
             l.waiting += u->reported_waiting;
             l.running += u->inflight;
             /* One request runs on one instance: the rate it sees is the
@@ -155,7 +155,7 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
         json_t *insts = json_array();
         for (int i = 0; i < ig_pool_size(pool); i++) {
             ig_instance_t *in = ig_pool_instance(pool, i);
-            ig_upstream_state_t *u = ig_instance_route(in);
+            ig_router_upstream_t *u = ig_instance_route(in);
             json_array_append_new(
                 insts,
                 json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:b}", "name",
@@ -187,7 +187,7 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
     json_t *sites = json_array();
     for (int s = 0; s < gw->nsites; s++) {
         ig_site_t *site = gw->sites[s];
-        ig_upstream_state_t *u = ig_site_route(site);
+        ig_router_upstream_t *u = ig_site_route(site);
         json_t *models = json_array();
         for (int i = 0; i < ig_site_nmodels(site); i++)
             json_array_append_new(models, json_string(ig_site_model(site, i)));

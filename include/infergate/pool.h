@@ -124,7 +124,7 @@ int ig_instance_threads(const ig_instance_t *inst);
 /* 1 while this slot's device is held by a process (any state but stopped). */
 int ig_instance_holds_device(const ig_instance_t *inst);
 ig_upstream_t *ig_instance_upstream(ig_instance_t *inst);
-ig_upstream_state_t *ig_instance_route(ig_instance_t *inst);
+ig_router_upstream_t *ig_instance_route(ig_instance_t *inst);
 
 /* The last /load report of the instance (borrowed; has = 0 before the
  * first). */
