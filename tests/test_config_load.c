@@ -63,6 +63,21 @@ static void test_default(void **state)
     assert_int_equal(cfg.limits.drain_timeout_ms, 30000);
     assert_int_equal(cfg.limits.drain_grace_ms, 5000);
     assert_int_equal(cfg.routing.policy, IG_ROUTE_LATENCY);
+    /* The routing defaults, as numbers: config.c takes them from the
+     * router, proxy and upstream opts defaults (three are its own). */
+    assert_true(cfg.routing.retry_budget == 0.2);
+    assert_int_equal(cfg.routing.max_retries, 2);
+    assert_int_equal(cfg.routing.hedge.enabled, 0);
+    assert_true(cfg.routing.hedge.budget == 0.05);
+    assert_true(cfg.routing.hedge.delay_quantile == 0.95);
+    assert_int_equal(cfg.routing.eject.consecutive_failures, 5);
+    assert_true(cfg.routing.eject.base_ejection_s == 30);
+    assert_int_equal(cfg.routing.connect_timeout_ms, 2000);
+    assert_int_equal(cfg.routing.first_token_timeout_ms, 60000);
+    assert_int_equal(cfg.routing.idle_timeout_ms, 60000);
+    assert_int_equal(cfg.routing.total_timeout_ms, 600000);
+    assert_int_equal(cfg.routing.queue_size, 1024);
+    assert_int_equal(cfg.routing.queue_timeout_ms, 30000);
     assert_int_equal(cfg.log.level, IG_LOG_INFO);
     assert_int_equal(cfg.log.format, IG_LOG_TEXT);
     ig_config_dispose(&cfg);

@@ -141,7 +141,7 @@ static void client_round(peer_kind_t kind)
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", peer.port);
     ig_upstream_t *u;
-    assert_int_equal(ig_upstream_init(&u, &loop, "cd", url, NULL), 0);
+    assert_int_equal(ig_upstream_start(&u, &loop, "cd", url, NULL), 0);
 
     /* The probes' requests, twice each: the second must not reuse the
      * connection the first one's close ended. */
@@ -217,7 +217,7 @@ static void test_client_end_inside_callbacks(void **state)
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d", peer.port);
     ig_upstream_t *u;
-    assert_int_equal(ig_upstream_init(&u, &loop, "cd", url, NULL), 0);
+    assert_int_equal(ig_upstream_start(&u, &loop, "cd", url, NULL), 0);
 
     /* Cancel in the first body piece: no callback after it, no leak. */
     result_t res = {0};

@@ -28,7 +28,7 @@ typedef struct {
     int upstream_port;
     uint64_t first_token_timeout_ms;
     ig_upstream_t *client;
-    ig_upstream_state_t route;
+    ig_router_upstream_t route;
     ig_proxy_t *px;
     int closed;
 } fixture_t;
@@ -66,14 +66,14 @@ static void setup_on_loop(ig_ts_t *ts, void *arg)
     fixture_t *f = arg;
     char addr[64];
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", f->upstream_port);
-    assert_int_equal(ig_upstream_init(&f->client, ig_ts_loop(ts), "u0", addr, NULL), 0);
-    ig_upstream_state_init(&f->route, "u0", IG_UPSTREAM_LOCAL);
+    assert_int_equal(ig_upstream_start(&f->client, ig_ts_loop(ts), "u0", addr, NULL), 0);
+    ig_router_upstream_init(&f->route, "u0", IG_ROUTER_LOCAL);
     f->route.ready = 1;
     ig_proxy_opts_t o;
     ig_proxy_opts_default(&o);
     o.first_token_timeout_ms = f->first_token_timeout_ms;
     o.router.max_retries = 0;
-    assert_int_equal(ig_proxy_init(&f->px, ig_ts_loop(ts), &o, resolve, f), 0);
+    assert_int_equal(ig_proxy_start(&f->px, ig_ts_loop(ts), &o, resolve, f), 0);
 }
 
 static void on_closed(void *data)

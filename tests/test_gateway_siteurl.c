@@ -53,7 +53,8 @@ static void test_config_url_without_port(void **state)
     uv_loop_init(&loop);
     for (size_t i = 0; i < cfg.nsites; i++) {
         ig_upstream_t *u = NULL;
-        assert_int_equal(ig_upstream_init(&u, &loop, cfg.sites[i].name, cfg.sites[i].url, NULL), 0);
+        assert_int_equal(ig_upstream_start(&u, &loop, cfg.sites[i].name, cfg.sites[i].url, NULL),
+                         0);
         ig_upstream_close(u, NULL, NULL);
     }
     uv_run(&loop, UV_RUN_DEFAULT); /* the dropped lookups finish */
@@ -63,11 +64,11 @@ static void test_config_url_without_port(void **state)
     /* What neither accepts. */
     ig_upstream_t *u = NULL;
     uv_loop_init(&loop);
-    assert_int_equal(ig_upstream_init(&u, &loop, "x", "http://host:0", NULL), IG_EINVAL);
-    assert_int_equal(ig_upstream_init(&u, &loop, "x", "http://host:99999", NULL), IG_EINVAL);
-    assert_int_equal(ig_upstream_init(&u, &loop, "x", "http://host:http", NULL), IG_EINVAL);
-    assert_int_equal(ig_upstream_init(&u, &loop, "x", "http://[::1", NULL), IG_EINVAL);
-    assert_int_equal(ig_upstream_init(&u, &loop, "x", "https://host", NULL), IG_EINVAL);
+    assert_int_equal(ig_upstream_start(&u, &loop, "x", "http://host:0", NULL), IG_EINVAL);
+    assert_int_equal(ig_upstream_start(&u, &loop, "x", "http://host:99999", NULL), IG_EINVAL);
+    assert_int_equal(ig_upstream_start(&u, &loop, "x", "http://host:http", NULL), IG_EINVAL);
+    assert_int_equal(ig_upstream_start(&u, &loop, "x", "http://[::1", NULL), IG_EINVAL);
+    assert_int_equal(ig_upstream_start(&u, &loop, "x", "https://host", NULL), IG_EINVAL);
     assert_int_equal(uv_loop_close(&loop), 0);
 }
 
@@ -139,7 +140,7 @@ static void test_client_port_80(void **state)
     uv_loop_t loop;
     uv_loop_init(&loop);
     ig_upstream_t *u;
-    assert_int_equal(ig_upstream_init(&u, &loop, "p80", "http://127.0.0.2", NULL), 0);
+    assert_int_equal(ig_upstream_start(&u, &loop, "p80", "http://127.0.0.2", NULL), 0);
     result_t r = get(&loop, u, "/health");
     assert_int_equal(r.err, 0);
     assert_int_equal(r.status, 200);
@@ -159,7 +160,7 @@ static void test_client_names(void **state)
     char url[64];
     snprintf(url, sizeof(url), "http://localhost:%d", peer.port);
     ig_upstream_t *u;
-    assert_int_equal(ig_upstream_init(&u, &loop, "local", url, NULL), 0);
+    assert_int_equal(ig_upstream_start(&u, &loop, "local", url, NULL), 0);
     result_t r = get(&loop, u, "/health");
     assert_int_equal(r.err, 0);
     assert_int_equal(r.status, 200);
@@ -169,7 +170,7 @@ static void test_client_names(void **state)
     /* A name that does not resolve: IG_ECONNECT (retry-safe), again and
      * again, never a crash or a block. */
     uv_loop_init(&loop);
-    assert_int_equal(ig_upstream_init(&u, &loop, "bad", "http://nonexistent.invalid:8080", NULL),
+    assert_int_equal(ig_upstream_start(&u, &loop, "bad", "http://nonexistent.invalid:8080", NULL),
                      0);
     for (int i = 0; i < 3; i++) {
         r = get(&loop, u, "/health");
@@ -181,7 +182,7 @@ static void test_client_names(void **state)
     /* Connect failures (the peer gone) are IG_ECONNECT; a peer back on the
      * same port is reached again by name. */
     uv_loop_init(&loop);
-    assert_int_equal(ig_upstream_init(&u, &loop, "local", url, NULL), 0);
+    assert_int_equal(ig_upstream_start(&u, &loop, "local", url, NULL), 0);
     assert_int_equal(get(&loop, u, "/health").err, 0);
     int port = peer.port;
     ig_proc_stop(&peer, SIGTERM, 5000);

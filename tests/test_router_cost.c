@@ -24,17 +24,18 @@ static ig_router_t router_with(ig_route_policy_t policy)
     return r;
 }
 
-static void ready_upstream(ig_upstream_state_t *u, const char *name, ig_upstream_kind_t kind)
+static void ready_upstream(ig_router_upstream_t *u, const char *name,
+                           ig_router_upstream_kind_t kind)
 {
-    ig_upstream_state_init(u, name, kind);
+    ig_router_upstream_init(u, name, kind);
     u->ready = 1;
 }
 
 static void test_peak_ewma_rtt(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
-    ig_upstream_state_t u;
-    ready_upstream(&u, "a", IG_UPSTREAM_LOCAL);
+    ig_router_upstream_t u;
+    ready_upstream(&u, "a", IG_ROUTER_LOCAL);
     ig_router_observe_rtt(&r, &u, 0.010, S(1));
     assert_true(fabs(u.rtt_s - 0.010) < 1e-12);
     /* A slower sample takes over at once. */
@@ -50,8 +51,8 @@ static void test_peak_ewma_rtt(void **state)
 static void test_probe_median_ignores_one_late_probe(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
-    ig_upstream_state_t u;
-    ready_upstream(&u, "a", IG_UPSTREAM_SITE);
+    ig_router_upstream_t u;
+    ready_upstream(&u, "a", IG_ROUTER_SITE);
     ig_router_observe_probe_rtt(&r, &u, 0.001, S(1));
     ig_router_observe_probe_rtt(&r, &u, 0.001, S(2));
     ig_router_observe_probe_rtt(&r, &u, 0.001, S(3));
@@ -66,8 +67,8 @@ static void test_probe_median_ignores_one_late_probe(void **state)
 static void test_reported_queue_not_counted_twice(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
-    ig_upstream_state_t u;
-    ready_upstream(&u, "a", IG_UPSTREAM_LOCAL);
+    ig_router_upstream_t u;
+    ready_upstream(&u, "a", IG_ROUTER_LOCAL);
     u.slots = 2;
     u.occupancy_s = 1.0;
     u.inflight = 4;         /* 2 running, 2 of ours waiting there */
@@ -83,8 +84,8 @@ static void test_reported_queue_not_counted_twice(void **state)
 static void test_service_time_never_collapses(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
-    ig_upstream_state_t u;
-    ready_upstream(&u, "a", IG_UPSTREAM_LOCAL);
+    ig_router_upstream_t u;
+    ready_upstream(&u, "a", IG_ROUTER_LOCAL);
     ig_router_observe_rtt(&r, &u, 0.001, S(1));
     /* The router predicted more wait than the whole TTFT: still a quarter
      * of what was seen counts as service. */
@@ -96,9 +97,9 @@ static void test_service_time_never_collapses(void **state)
 static void test_cost_prefers_faster_service(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
-    ig_upstream_state_t fast, slow;
-    ready_upstream(&fast, "fast", IG_UPSTREAM_LOCAL);
-    ready_upstream(&slow, "slow", IG_UPSTREAM_LOCAL);
+    ig_router_upstream_t fast, slow;
+    ready_upstream(&fast, "fast", IG_ROUTER_LOCAL);
+    ready_upstream(&slow, "slow", IG_ROUTER_LOCAL);
     for (int i = 0; i < 10; i++) {
         ig_router_observe_ttft(&r, &fast, 100, 0.010, 0, S(1));
         ig_router_observe_ttft(&r, &slow, 100, 0.030, 0, S(1));
@@ -109,7 +110,7 @@ static void test_cost_prefers_faster_service(void **state)
     /* The service time scales with the prompt: 4x the tokens costs more. */
     assert_true(ig_router_cost(&r, &fast, 400, S(1)) > cf * 2);
 
-    ig_upstream_state_t *ups[2] = {&slow, &fast};
+    ig_router_upstream_t *ups[2] = {&slow, &fast};
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, ups, 2, 100, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 1);
@@ -120,16 +121,16 @@ static void test_cost_prefers_faster_service(void **state)
 static void test_remote_site_only_when_faster(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
-    ig_upstream_state_t local, site;
-    ready_upstream(&local, "local", IG_UPSTREAM_LOCAL);
-    ready_upstream(&site, "eu-west", IG_UPSTREAM_SITE);
+    ig_router_upstream_t local, site;
+    ready_upstream(&local, "local", IG_ROUTER_LOCAL);
+    ready_upstream(&site, "eu-west", IG_ROUTER_SITE);
     ig_router_observe_rtt(&r, &local, 0.0005, S(1));
     ig_router_observe_rtt(&r, &site, 0.040, S(1));
     for (int i = 0; i < 8; i++) {
         ig_router_observe_ttft(&r, &local, 50, 0.0205, 0, S(1));
         ig_router_observe_ttft(&r, &site, 50, 0.060, 0, S(1));
     }
-    ig_upstream_state_t *ups[2] = {&local, &site};
+    ig_router_upstream_t *ups[2] = {&local, &site};
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, ups, 2, 50, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 0);
@@ -149,10 +150,10 @@ static void test_remote_site_only_when_faster(void **state)
 static void test_hot_guard(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
-    ig_upstream_state_t a, b, c;
-    ready_upstream(&a, "a", IG_UPSTREAM_LOCAL);
-    ready_upstream(&b, "b", IG_UPSTREAM_LOCAL);
-    ready_upstream(&c, "c", IG_UPSTREAM_LOCAL);
+    ig_router_upstream_t a, b, c;
+    ready_upstream(&a, "a", IG_ROUTER_LOCAL);
+    ready_upstream(&b, "b", IG_ROUTER_LOCAL);
+    ready_upstream(&c, "c", IG_ROUTER_LOCAL);
     /* a is the cheapest by far, but carries more in flight than the others:
      * it is hot, and the cheapest cold one wins. */
     a.svc_samples = b.svc_samples = c.svc_samples = 1;
@@ -163,7 +164,7 @@ static void test_hot_guard(void **state)
     a.inflight = 5;
     b.inflight = 1;
     c.inflight = 1;
-    ig_upstream_state_t *ups[3] = {&a, &b, &c};
+    ig_router_upstream_t *ups[3] = {&a, &b, &c};
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, ups, 3, 10, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 2);
@@ -176,11 +177,11 @@ static void test_hot_guard(void **state)
 
 static void test_policies_and_exclusion(void **state)
 {
-    ig_upstream_state_t a, b, c;
-    ready_upstream(&a, "a", IG_UPSTREAM_LOCAL);
-    ready_upstream(&b, "b", IG_UPSTREAM_LOCAL);
-    ready_upstream(&c, "c", IG_UPSTREAM_LOCAL);
-    ig_upstream_state_t *ups[3] = {&a, &b, &c};
+    ig_router_upstream_t a, b, c;
+    ready_upstream(&a, "a", IG_ROUTER_LOCAL);
+    ready_upstream(&b, "b", IG_ROUTER_LOCAL);
+    ready_upstream(&c, "c", IG_ROUTER_LOCAL);
+    ig_router_upstream_t *ups[3] = {&a, &b, &c};
     ig_route_decision_t d;
 
     ig_router_t rr = router_with(IG_ROUTE_ROUND_ROBIN);
@@ -227,8 +228,8 @@ static void test_policies_and_exclusion(void **state)
 static void test_ejection_and_half_open(void **state)
 {
     ig_router_t r = router_with(IG_ROUTE_LATENCY);
-    ig_upstream_state_t u;
-    ready_upstream(&u, "u", IG_UPSTREAM_SITE);
+    ig_router_upstream_t u;
+    ready_upstream(&u, "u", IG_ROUTER_SITE);
     /* 4xx never counts against an upstream, nor does backpressure. */
     for (int i = 0; i < 20; i++) {
         ig_router_attempt_begin(&r, &u, S(1));
@@ -295,12 +296,12 @@ static void test_retry_budget(void **state)
 static double simulate(ig_route_policy_t policy, int counts[3])
 {
     ig_router_t r = router_with(policy);
-    ig_upstream_state_t u[3];
+    ig_router_upstream_t u[3];
     const double svc[3] = {0.010, 0.010, 0.030};
     const int slots = 2;
-    ig_upstream_state_t *ups[3];
+    ig_router_upstream_t *ups[3];
     for (int i = 0; i < 3; i++) {
-        ready_upstream(&u[i], "u", IG_UPSTREAM_LOCAL);
+        ready_upstream(&u[i], "u", IG_ROUTER_LOCAL);
         ups[i] = &u[i];
     }
     /* Each upstream serves `slots` requests at once; busy_until holds when

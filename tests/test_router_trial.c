@@ -12,12 +12,12 @@
 #define S(x) ((uint64_t)((x)*1e9))
 
 /* An upstream ejected once at t = 1 s (2 s base): half-open from 3 s. */
-static void ejected(ig_router_t *r, ig_upstream_state_t *u)
+static void ejected(ig_router_t *r, ig_router_upstream_t *u)
 {
     ig_router_opts_t o;
     ig_router_opts_default(&o);
     ig_router_init(r, &o);
-    ig_upstream_state_init(u, "u", IG_UPSTREAM_SITE);
+    ig_router_upstream_init(u, "u", IG_ROUTER_SITE);
     u->ready = 1;
     for (int i = 0; i < o.eject_consecutive; i++) {
         assert_int_equal(ig_router_attempt_begin(r, u, S(1)), 0);
@@ -33,7 +33,7 @@ static void ejected(ig_router_t *r, ig_upstream_state_t *u)
 static void test_abandoned_trial_stays_ejected(void **state)
 {
     ig_router_t r;
-    ig_upstream_state_t u;
+    ig_router_upstream_t u;
     ejected(&r, &u);
     assert_int_equal(ig_router_attempt_begin(&r, &u, S(3.1)), 1);
     assert_false(ig_router_eligible(&u, S(3.1))); /* one trial at a time */
@@ -56,7 +56,7 @@ static void test_abandoned_trial_stays_ejected(void **state)
 static void test_first_token_clears_trial(void **state)
 {
     ig_router_t r;
-    ig_upstream_state_t u;
+    ig_router_upstream_t u;
     ejected(&r, &u);
     int trial = ig_router_attempt_begin(&r, &u, S(3.1));
     assert_int_equal(trial, 1);
@@ -77,7 +77,7 @@ static void test_first_token_clears_trial(void **state)
 static void test_other_abandoned_attempt_keeps_trial(void **state)
 {
     ig_router_t r;
-    ig_upstream_state_t u;
+    ig_router_upstream_t u;
     ejected(&r, &u);
     assert_int_equal(ig_router_attempt_begin(&r, &u, S(3.1)), 1);
     ig_router_attempt_end(&r, &u, IG_OUTCOME_ABANDONED, 0, S(3.2));
@@ -91,7 +91,7 @@ static void test_other_abandoned_attempt_keeps_trial(void **state)
 static void test_backpressure_trial_stays_ejected(void **state)
 {
     ig_router_t r;
-    ig_upstream_state_t u;
+    ig_router_upstream_t u;
     ejected(&r, &u);
     assert_int_equal(ig_router_attempt_begin(&r, &u, S(3.1)), 1);
     ig_router_attempt_end(&r, &u, IG_OUTCOME_BACKPRESSURE, 1, S(3.2));

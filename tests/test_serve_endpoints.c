@@ -10,6 +10,8 @@
 
 #include <cmocka.h>
 
+#include "infergate/load.h"
+
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +133,13 @@ static void test_gateway_routes(void **state)
     json_t *doc = json_loads(r.body, 0, NULL);
     assert_true(json_is_object(doc));
     json_decref(doc);
+    /* What a peer's site probe reads: every field a gateway sends. */
+    ig_load_t l;
+    ig_load_init(&l);
+    assert_int_equal(ig_load_decode(r.body, r.body_len, &l, NULL, 0), 0);
+    assert_int_equal(l.has, IG_LOAD_GATEWAY_FIELDS);
+    assert_int_equal(l.ready_instances, 0);
+    ig_load_dispose(&l);
     ig_tc_response_free(&r);
 
     request("GET", "/status", NULL, &r);

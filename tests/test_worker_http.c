@@ -7,6 +7,8 @@
 
 #include <cmocka.h>
 
+#include "infergate/load.h"
+
 #include "worker_proc.h"
 
 static wproc_t W;
@@ -64,6 +66,14 @@ static void test_endpoints(void **state)
             fail_msg("/load lacks %s", keys[i]);
     assert_int_equal(json_integer_value(json_object_get(j, "kv_blocks_total")), 256);
     json_decref(j);
+    /* What the pool reads: the one decoder takes every field the worker sends. */
+    ig_load_t l;
+    ig_load_init(&l);
+    assert_int_equal(ig_load_decode(r.body, r.body_len, &l, NULL, 0), 0);
+    assert_int_equal(l.has & IG_LOAD_WORKER_FIELDS, IG_LOAD_WORKER_FIELDS);
+    assert_int_equal(l.kv_blocks_total, 256);
+    assert_string_equal(l.model, "tiny");
+    ig_load_dispose(&l);
     ig_tc_response_free(&r);
 
     assert_int_equal(wt_get(&W, "/nope", &r), 0);

@@ -12,7 +12,7 @@
  */
 #include "infergate/cli.h"
 #include "infergate/config.h"
-#include "infergate/gateway.h"
+#include "infergate/devices.h"
 
 #include <dlfcn.h>
 #include <jansson.h>
@@ -344,13 +344,27 @@ static json_t *find_mig(json_t *gpus, const char *uuid)
     return NULL;
 }
 
+int ig_devices_cpu_share(const ig_config_t *cfg, long cores)
+{
+    int slots = 0;
+    for (size_t i = 0; i < cfg->npools; i++) {
+        const ig_config_pool_t *cp = &cfg->pools[i];
+        int plain = 0;
+        for (size_t d = 0; d < cp->ndevices; d++)
+            plain += strcmp(cp->devices[d].spec, "cpu") == 0;
+        if (cp->threads == 0)
+            slots += plain < (int)cp->max_instances ? plain : (int)cp->max_instances;
+    }
+    return slots > 0 && cores > slots ? (int)(cores / slots) : 1;
+}
+
 /* One JSON object per pool: each device entry, what it maps to on this
  * host and whether it is there. New reference. */
 static json_t *map_pools(const ig_config_t *cfg, json_t *root, long cores)
 {
     json_t *pools = json_array();
     json_t *cuda = json_object_get(root, "cuda_devices");
-    int share = ig_gateway_cpu_share(cfg, cores);
+    int share = ig_devices_cpu_share(cfg, cores);
     for (size_t p = 0; p < cfg->npools; p++) {
         const ig_config_pool_t *cp = &cfg->pools[p];
         json_t *devs = json_array();

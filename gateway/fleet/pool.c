@@ -4,9 +4,9 @@
  */
 #include "infergate/pool.h"
 #include "infergate/error.h"
+#include "infergate/load.h"
 #include "infergate/log.h"
 
-#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +50,9 @@ struct ig_instance_s {
     ig_upstream_req_t *poll; /* the /ready or /load request in flight */
     void *poll_data;         /* its poll_t, freed here when it is cancelled */
     uint64_t poll_sent_ns;
-    ig_upstream_state_t route;
-    char *load_json;
-    int in_use; /* this device slot holds an instance */
+    ig_router_upstream_t route;
+    ig_load_t load; /* the last /load report */
+    int in_use;     /* this device slot holds an instance */
 };
 
 struct ig_pool_s {
@@ -136,29 +136,27 @@ static void poll_on_body(ig_upstream_req_t *r, const char *buf, size_t len, void
     pl->body = n;
 }
 
-/* Reads the worker's /load report into the router's view of it. */
-static void apply_load(ig_instance_t *in, const char *text, uint64_t now)
+/* Reads the worker's /load report into the router's view of it. A report
+ * with a field of the wrong type still gives the others. */
+static void apply_load(ig_instance_t *in, const char *text, size_t len, uint64_t now)
 {
-    json_error_t jerr;
-    json_t *o = json_loads(text, 0, &jerr);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return;
-    }
-    ig_upstream_state_t *u = &in->route;
-    json_t *v;
-    if ((v = json_object_get(o, "waiting")) && json_is_number(v))
-        u->reported_waiting = json_number_value(v);
-    if ((v = json_object_get(o, "est_wait_s")) && json_is_number(v))
-        u->reported_wait_s = json_number_value(v);
-    if ((v = json_object_get(o, "prefill_tokens_per_s")) && json_is_number(v))
-        u->reported_prefill_tps = json_number_value(v);
-    if ((v = json_object_get(o, "max_num_seqs")) && json_is_integer(v))
-        u->slots = (int)json_integer_value(v);
+    ig_load_t next;
+    ig_load_init(&next);
+    if (ig_load_decode(text, len, &next, NULL, 0) == IG_EPARSE)
+        return; /* the last good report stays */
+    ig_load_dispose(&in->load);
+    in->load = next;
+    const ig_load_t *l = &in->load;
+    ig_router_upstream_t *u = &in->route;
+    if (l->has & IG_LOAD_WAITING)
+        u->reported_waiting = l->waiting;
+    if (l->has & IG_LOAD_EST_WAIT)
+        u->reported_wait_s = l->est_wait_s;
+    if (l->has & IG_LOAD_PREFILL_TPS)
+        u->reported_prefill_tps = l->prefill_tokens_per_s;
+    if (l->has & IG_LOAD_MAX_NUM_SEQS)
+        u->slots = l->max_num_seqs;
     u->reported_at_ns = now;
-    json_decref(o);
-    free(in->load_json);
-    in->load_json = strdup(text);
 }
 
 static void poll_on_done(ig_upstream_req_t *r, int err, void *data)
@@ -186,7 +184,7 @@ static void poll_on_done(ig_upstream_req_t *r, int err, void *data)
         if (err == 0 && pl->status == 200 && pl->body != NULL) {
             ig_router_observe_probe_rtt(in->pool->spec.router, &in->route,
                                         (double)(now - in->poll_sent_ns) / 1e9, now);
-            apply_load(in, pl->body, now);
+            apply_load(in, pl->body, pl->len, now);
         }
         schedule_poll(in, in->pool->spec.load_poll_ms);
     }
@@ -517,7 +515,7 @@ static void pool_free(ig_pool_t *p)
 {
     if (p->inst != NULL) {
         for (int i = 0; i < p->spec.ndevices; i++)
-            free(p->inst[i].load_json);
+            ig_load_dispose(&p->inst[i].load);
     }
     free(p->inst);
     spec_free(p);
@@ -572,7 +570,8 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
         snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s-%d.sock", spec->run_dir,
                  spec->name, i);
         snprintf(in->listen, sizeof(in->listen), "unix:%s", in->socket_path);
-        ig_upstream_state_init(&in->route, in->name, IG_UPSTREAM_LOCAL);
+        ig_router_upstream_init(&in->route, in->name, IG_ROUTER_LOCAL);
+        ig_load_init(&in->load);
         /* The sequences a worker runs at once: what we told it, else its
          * default. The router counts in-flight work against this. */
         in->route.slots = spec->max_num_seqs > 0 ? spec->max_num_seqs : 256;
@@ -581,7 +580,7 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
             uo = *spec->upstream;
         else
             ig_upstream_opts_default(&uo);
-        if ((rc = ig_upstream_init(&in->client, loop, in->name, in->listen, &uo)) != 0)
+        if ((rc = ig_upstream_start(&in->client, loop, in->name, in->listen, &uo)) != 0)
             goto fail;
     }
     /* Handles last: nothing above needs closing through the loop. */
@@ -749,6 +748,12 @@ int ig_pool_stopping(const ig_pool_t *p)
     return n;
 }
 
+int ig_pool_live(const ig_pool_t *p)
+{
+    return ig_pool_count(p, IG_INSTANCE_STARTING) + ig_pool_count(p, IG_INSTANCE_READY) +
+           ig_pool_count(p, IG_INSTANCE_BACKOFF);
+}
+
 int ig_pool_scale_up(ig_pool_t *p)
 {
     if (p->closing)
@@ -854,12 +859,12 @@ ig_upstream_t *ig_instance_upstream(ig_instance_t *in)
     return in->client;
 }
 
-ig_upstream_state_t *ig_instance_route(ig_instance_t *in)
+ig_router_upstream_t *ig_instance_route(ig_instance_t *in)
 {
     return &in->route;
 }
 
-const char *ig_instance_load_json(const ig_instance_t *in)
+const ig_load_t *ig_instance_load(const ig_instance_t *in)
 {
-    return in->load_json;
+    return &in->load;
 }

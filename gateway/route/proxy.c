@@ -44,7 +44,7 @@ typedef struct exchange_s exchange_t;
 typedef struct {
     exchange_t *x;
     ig_upstream_req_t *ureq; /* NULL once ended */
-    ig_upstream_state_t *route;
+    ig_router_upstream_t *route;
     ig_upstream_t *client;
     uint64_t start_ns;
     double predicted_wait;
@@ -85,7 +85,7 @@ struct exchange_s {
     int streaming;       /* the response to the client is a stream */
     attempt_t att[MAX_ATTEMPTS];
     attempt_t *committed;
-    ig_upstream_state_t *tried[MAX_TARGETS];
+    ig_router_upstream_t *tried[MAX_TARGETS];
     int ntried;
     int attempts; /* started, all kinds */
     int retries;
@@ -145,8 +145,8 @@ void ig_proxy_opts_default(ig_proxy_opts_t *o)
     o->first_token_timeout_ms = 0;
 }
 
-int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts,
-                  ig_proxy_resolve_cb resolve, void *data)
+int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts,
+                   ig_proxy_resolve_cb resolve, void *data)
 {
     ig_proxy_t *px = calloc(1, sizeof(*px));
     if (px == NULL)
@@ -271,14 +271,14 @@ int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
 
 /* ---- helpers ----------------------------------------------------------- */
 
-static int limit_of(const ig_proxy_t *px, const ig_upstream_state_t *u)
+static int limit_of(const ig_proxy_t *px, const ig_router_upstream_t *u)
 {
     if (px->opts.max_inflight > 0)
         return px->opts.max_inflight;
     return u->slots > 0 ? 2 * u->slots : 64;
 }
 
-static int was_tried(const exchange_t *x, const ig_upstream_state_t *u)
+static int was_tried(const exchange_t *x, const ig_router_upstream_t *u)
 {
     for (int i = 0; i < x->ntried; i++) {
         if (x->tried[i] == u)
@@ -287,7 +287,7 @@ static int was_tried(const exchange_t *x, const ig_upstream_state_t *u)
     return 0;
 }
 
-static void publish_upstream(ig_proxy_t *px, const ig_upstream_state_t *u)
+static void publish_upstream(ig_proxy_t *px, const ig_router_upstream_t *u)
 {
     ig_metric_set(px->m_inflight, u->inflight, u->name);
     ig_metric_set(px->m_rtt, u->rtt_s, u->name);
@@ -885,7 +885,7 @@ static void attempt_start(exchange_t *x, int hedge)
 {
     ig_proxy_t *px = x->px;
     ig_proxy_target_t targets[MAX_TARGETS];
-    ig_upstream_state_t *states[MAX_TARGETS];
+    ig_router_upstream_t *states[MAX_TARGETS];
     unsigned char exclude[MAX_TARGETS];
     int starting = 0;
     int n = px->resolve(px->resolve_data, x->model, targets, MAX_TARGETS, &starting);

@@ -58,7 +58,8 @@ void ig_router_init(ig_router_t *r, const ig_router_opts_t *opts)
     r->retry_tokens = r->opts.retry_min_per_s;
 }
 
-void ig_upstream_state_init(ig_upstream_state_t *u, const char *name, ig_upstream_kind_t kind)
+void ig_router_upstream_init(ig_router_upstream_t *u, const char *name,
+                             ig_router_upstream_kind_t kind)
 {
     memset(u, 0, sizeof(*u));
     u->name = name;
@@ -81,20 +82,20 @@ static double seconds_between(uint64_t from_ns, uint64_t to_ns)
 
 /* ---- cost model --------------------------------------------------------- */
 
-static double rtt_of(const ig_router_t *r, const ig_upstream_state_t *u)
+static double rtt_of(const ig_router_t *r, const ig_router_upstream_t *u)
 {
     if (u->rtt_at_ns == 0)
-        return u->kind == IG_UPSTREAM_SITE ? 0.050 : r->opts.prior_rtt_s;
+        return u->kind == IG_ROUTER_SITE ? 0.050 : r->opts.prior_rtt_s;
     return u->rtt_s;
 }
 
-static int report_fresh(const ig_router_t *r, const ig_upstream_state_t *u, uint64_t now_ns)
+static int report_fresh(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns)
 {
     return u->reported_at_ns != 0 &&
            seconds_between(u->reported_at_ns, now_ns) <= r->opts.report_ttl_s;
 }
 
-double ig_router_wait(const ig_router_t *r, const ig_upstream_state_t *u, uint64_t now_ns)
+double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns)
 {
     double reported_wait = 0.0;
     double queued = 0.0;
@@ -124,7 +125,7 @@ double ig_router_wait(const ig_router_t *r, const ig_upstream_state_t *u, uint64
     return fmax(wait, reported_wait);
 }
 
-static double prefill_of(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          uint64_t now_ns)
 {
     /* A fixed overhead worth this many prompt tokens is assumed when scaling
@@ -139,13 +140,13 @@ static double prefill_of(const ig_router_t *r, const ig_upstream_state_t *u, int
     return p / tps;
 }
 
-double ig_router_cost(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                       uint64_t now_ns)
 {
     return rtt_of(r, u) + ig_router_wait(r, u, now_ns) + prefill_of(r, u, prompt_tokens, now_ns);
 }
 
-double ig_router_hedge_delay(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+double ig_router_hedge_delay(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                              double quantile, uint64_t now_ns)
 {
     if (!(quantile > 0.5 && quantile < 1.0))
@@ -158,7 +159,7 @@ double ig_router_hedge_delay(const ig_router_t *r, const ig_upstream_state_t *u,
 
 /* ---- eligibility and the pick ------------------------------------------- */
 
-int ig_router_eligible(const ig_upstream_state_t *u, uint64_t now_ns)
+int ig_router_eligible(const ig_router_upstream_t *u, uint64_t now_ns)
 {
     if (!u->ready || u->draining)
         return 0;
@@ -197,7 +198,7 @@ static int is_hot(const ig_router_t *r, const int *sorted, int ncand, int own)
     return own > t;
 }
 
-int ig_router_pick(ig_router_t *r, ig_upstream_state_t *const *ups, int n, int prompt_tokens,
+int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int prompt_tokens,
                    const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out)
 {
     int stack[64];
@@ -310,7 +311,7 @@ static double decay(const ig_router_t *r, uint64_t then_ns, uint64_t now_ns)
     return exp(-seconds_between(then_ns, now_ns) / tau);
 }
 
-void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+void ig_router_observe_rtt(const ig_router_t *r, ig_router_upstream_t *u, double rtt_s,
                            uint64_t now_ns)
 {
     if (!(rtt_s >= 0))
@@ -324,7 +325,7 @@ void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double 
     u->rtt_at_ns = now_ns;
 }
 
-void ig_router_observe_probe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+void ig_router_observe_probe_rtt(const ig_router_t *r, ig_router_upstream_t *u, double rtt_s,
                                  uint64_t now_ns)
 {
     /* The median of the last three probes: one probe delayed by a scheduling
@@ -339,7 +340,7 @@ void ig_router_observe_probe_rtt(const ig_router_t *r, ig_upstream_state_t *u, d
     ig_router_observe_rtt(r, u, median, now_ns);
 }
 
-void ig_router_observe_ttft(ig_router_t *r, ig_upstream_state_t *u, int prompt_tokens,
+void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_tokens,
                             double ttft_s, double predicted_wait_s, uint64_t now_ns)
 {
     /* The predicted wait may be overstated; it is never believed to explain
@@ -364,7 +365,7 @@ void ig_router_observe_ttft(ig_router_t *r, ig_upstream_state_t *u, int prompt_t
     (void)now_ns;
 }
 
-void ig_router_observe_occupancy(ig_router_t *r, ig_upstream_state_t *u, double seconds,
+void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double seconds,
                                  uint64_t now_ns)
 {
     (void)r;
@@ -377,7 +378,7 @@ void ig_router_observe_occupancy(ig_router_t *r, ig_upstream_state_t *u, double 
 
 /* ---- attempts, ejection, retry budget ------------------------------------ */
 
-int ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now_ns)
+int ig_router_attempt_begin(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_ns)
 {
     (void)r;
     u->inflight++;
@@ -390,7 +391,7 @@ int ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now
 
 /* The upstream answered well: forget its failures, any ejection and its
  * backoff (a success of an attempt begun before the ejection counts too). */
-static void health_clear(ig_upstream_state_t *u)
+static void health_clear(ig_router_upstream_t *u)
 {
     u->consecutive_failures = 0;
     u->ejected_until_ns = 0;
@@ -398,7 +399,7 @@ static void health_clear(ig_upstream_state_t *u)
     u->half_open = 0;
 }
 
-void ig_router_attempt_proven(ig_router_t *r, ig_upstream_state_t *u, int trial, uint64_t now_ns)
+void ig_router_attempt_proven(ig_router_t *r, ig_router_upstream_t *u, int trial, uint64_t now_ns)
 {
     (void)r;
     (void)trial;
@@ -406,7 +407,7 @@ void ig_router_attempt_proven(ig_router_t *r, ig_upstream_state_t *u, int trial,
     health_clear(u);
 }
 
-void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome, int trial,
+void ig_router_attempt_end(ig_router_t *r, ig_router_upstream_t *u, ig_outcome_t outcome, int trial,
                            uint64_t now_ns)
 {
     if (u->inflight > 0)

@@ -3,6 +3,7 @@
  */
 #include "infergate/site.h"
 #include "infergate/error.h"
+#include "infergate/load.h"
 #include "infergate/log.h"
 
 #include <jansson.h>
@@ -21,7 +22,7 @@ struct ig_site_s {
     int fixed_models; /* from config: not replaced by discovery */
     ig_site_spec_t spec;
     ig_upstream_t *client;
-    ig_upstream_state_t route;
+    ig_router_upstream_t route;
     uv_timer_t timer;
     ig_upstream_req_t *probe;
     probe_kind_t kind;
@@ -39,22 +40,35 @@ struct ig_site_s {
 
 static void probe_send(ig_site_t *s, probe_kind_t kind);
 
-static void set_models_from(ig_site_t *s, json_t *arr, const char *key)
+/* Replaces the discovered models (config-fixed ones stay). */
+static void set_models(ig_site_t *s, const char *const *ids, int n)
 {
-    if (s->fixed_models || !json_is_array(arr))
+    if (s->fixed_models)
         return;
     for (int i = 0; i < s->nmodels; i++)
         free(s->models[i]);
     s->nmodels = 0;
+    for (int i = 0; i < n && s->nmodels < MAX_SITE_MODELS; i++)
+        s->models[s->nmodels++] = strdup(ids[i]);
+}
+
+/* GET /v1/models of an OpenAI-compatible site: {"data": [{"id": ...}]}. */
+static void set_models_from(ig_site_t *s, json_t *arr)
+{
+    const char *ids[MAX_SITE_MODELS];
+    int n = 0;
     size_t i;
     json_t *m;
+    if (!json_is_array(arr))
+        return;
     json_array_foreach(arr, i, m)
     {
         const char *id =
-            json_is_string(m) ? json_string_value(m) : json_string_value(json_object_get(m, key));
-        if (id != NULL && s->nmodels < MAX_SITE_MODELS)
-            s->models[s->nmodels++] = strdup(id);
+            json_is_string(m) ? json_string_value(m) : json_string_value(json_object_get(m, "id"));
+        if (id != NULL && n < MAX_SITE_MODELS)
+            ids[n++] = id;
     }
+    set_models(s, ids, n);
 }
 
 static void mark(ig_site_t *s, int ok)
@@ -105,7 +119,14 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
     uint64_t now = uv_hrtime();
     s->probe = NULL;
     int ok = err == 0 && s->status == 200;
-    json_t *doc = ok && s->body ? json_loads(s->body, 0, NULL) : NULL;
+    json_t *doc = NULL;
+    ig_load_t load;
+    int load_rc = IG_EPARSE;
+    ig_load_init(&load);
+    if (ok && s->body != NULL && s->kind == PROBE_LOAD)
+        load_rc = ig_load_decode(s->body, s->len, &load, NULL, 0);
+    else if (ok && s->body != NULL)
+        doc = json_loads(s->body, 0, NULL);
     probe_kind_t next = -1;
     if (err == 0)
         ig_router_observe_probe_rtt(s->spec.router, &s->route, (double)(now - s->sent_ns) / 1e9,
@@ -113,27 +134,25 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
 
     switch (s->kind) {
     case PROBE_LOAD:
-        if (ok && json_is_object(doc)) {
+        if (ok && load_rc != IG_EPARSE) {
             s->peer = 1;
-            json_t *v;
-            if ((v = json_object_get(doc, "waiting")) && json_is_number(v))
-                s->route.reported_waiting = json_number_value(v);
-            if ((v = json_object_get(doc, "est_wait_s")) && json_is_number(v))
-                s->route.reported_wait_s = json_number_value(v);
+            if (load.has & IG_LOAD_WAITING)
+                s->route.reported_waiting = load.waiting;
+            if (load.has & IG_LOAD_EST_WAIT)
+                s->route.reported_wait_s = load.est_wait_s;
             /* A peer's own predicted TTFT (its inner hop, queue and service)
              * is part of any request's wait there. */
-            if ((v = json_object_get(doc, "ttft_s")) && json_is_number(v) &&
-                json_number_value(v) > s->route.reported_wait_s)
-                s->route.reported_wait_s = json_number_value(v);
-            if ((v = json_object_get(doc, "prefill_tokens_per_s")) && json_is_number(v))
-                s->route.reported_prefill_tps = json_number_value(v);
-            if ((v = json_object_get(doc, "max_num_seqs")) && json_is_integer(v))
-                s->route.slots = (int)json_integer_value(v);
+            if ((load.has & IG_LOAD_TTFT) && load.ttft_s > s->route.reported_wait_s)
+                s->route.reported_wait_s = load.ttft_s;
+            if (load.has & IG_LOAD_PREFILL_TPS)
+                s->route.reported_prefill_tps = load.prefill_tokens_per_s;
+            if (load.has & IG_LOAD_MAX_NUM_SEQS)
+                s->route.slots = load.max_num_seqs;
             s->route.reported_at_ns = now;
-            set_models_from(s, json_object_get(doc, "models"), "id");
+            if (load.has & IG_LOAD_MODELS)
+                set_models(s, load.models, load.nmodels);
             /* A peer with no ready instance cannot serve now. */
-            v = json_object_get(doc, "ready_instances");
-            mark(s, !json_is_integer(v) || json_integer_value(v) > 0);
+            mark(s, !(load.has & IG_LOAD_READY_INSTANCES) || load.ready_instances > 0);
         } else if (err == 0 && s->peer != 1) {
             s->peer = 0; /* not an infergate: fall back to health + models */
             next = PROBE_HEALTH;
@@ -151,11 +170,12 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
         /* Models named in the config need no list from the site; a site
          * whose models we must discover is down until it gives a list. */
         if (ok && json_is_object(doc))
-            set_models_from(s, json_object_get(doc, "data"), "id");
+            set_models_from(s, json_object_get(doc, "data"));
         mark(s, ok && (s->fixed_models || json_is_object(doc)));
         break;
     }
     json_decref(doc);
+    ig_load_dispose(&load);
     free(s->body);
     s->body = NULL;
     s->len = 0;
@@ -210,13 +230,13 @@ int ig_site_start(ig_site_t **out, uv_loop_t *loop, const ig_site_spec_t *spec)
     int rc = IG_ENOMEM;
     if (s->name == NULL || s->url == NULL)
         goto fail;
-    ig_upstream_state_init(&s->route, s->name, IG_UPSTREAM_SITE);
+    ig_router_upstream_init(&s->route, s->name, IG_ROUTER_SITE);
     ig_upstream_opts_t uo;
     if (spec->upstream != NULL)
         uo = *spec->upstream;
     else
         ig_upstream_opts_default(&uo);
-    if ((rc = ig_upstream_init(&s->client, loop, s->name, s->url, &uo)) != 0)
+    if ((rc = ig_upstream_start(&s->client, loop, s->name, s->url, &uo)) != 0)
         goto fail;
     uv_timer_init(loop, &s->timer);
     s->timer.data = s;
@@ -307,7 +327,7 @@ ig_upstream_t *ig_site_upstream(ig_site_t *s)
     return s->client;
 }
 
-ig_upstream_state_t *ig_site_route(ig_site_t *s)
+ig_router_upstream_t *ig_site_route(ig_site_t *s)
 {
     return &s->route;
 }

@@ -244,8 +244,8 @@ static void upstream_free(ig_upstream_t *u)
 
 static void resolve_start(ig_upstream_t *u);
 
-int ig_upstream_init(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
-                     const ig_upstream_opts_t *opts)
+int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
+                      const ig_upstream_opts_t *opts)
 {
     parser_settings_init();
     ig_upstream_t *u = calloc(1, sizeof(*u));

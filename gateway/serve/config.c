@@ -11,6 +11,7 @@
 #include "infergate/config.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
+#include "infergate/proxy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -477,14 +478,22 @@ static int parse_log(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
-    static const char *const keys[] = {"max_request_line",  "max_header_bytes",
-                                       "max_headers",       "max_body_bytes",
-                                       "header_timeout_ms", "body_timeout_ms",
-                                       "idle_timeout_ms",   "max_connections",
-                                       "max_pipeline",      "write_buffer_bytes",
-                                       "max_buffered_bytes", "max_chunk_ext_bytes",
-                                       "max_chunk_ext_total", "drain_timeout_ms",
-                                       "drain_grace_ms",    "max_prompt_tokens",
+    static const char *const keys[] = {"max_request_line",
+                                       "max_header_bytes",
+                                       "max_headers",
+                                       "max_body_bytes",
+                                       "header_timeout_ms",
+                                       "body_timeout_ms",
+                                       "idle_timeout_ms",
+                                       "max_connections",
+                                       "max_pipeline",
+                                       "write_buffer_bytes",
+                                       "max_buffered_bytes",
+                                       "max_chunk_ext_bytes",
+                                       "max_chunk_ext_total",
+                                       "drain_timeout_ms",
+                                       "drain_grace_ms",
+                                       "max_prompt_tokens",
                                        NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
@@ -499,24 +508,33 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
         json_incref(o);
     if (o == NULL)
         return IG_ENOMEM;
-    /* The defaults are those of ig_http_limits_default() (include/infergate/http.h). */
+    /* The HTTP defaults are ig_http_limits_default()'s; nothing else says them. */
+    ig_http_limits_t d;
+    ig_http_limits_default(&d);
     if ((rc = check_keys(c, o, p, keys)) != 0 ||
-        (rc = get_size(c, o, p, "max_request_line", 64, 1u << 20, 8192, &h->max_request_line)) ||
-        (rc = get_size(c, o, p, "max_header_bytes", 256, 16u << 20, 64 * 1024,
+        (rc = get_size(c, o, p, "max_request_line", 64, 1u << 20, d.max_request_line,
+                       &h->max_request_line)) ||
+        (rc = get_size(c, o, p, "max_header_bytes", 256, 16u << 20, d.max_header_bytes,
                        &h->max_header_bytes)) ||
-        (rc = get_unsigned(c, o, p, "max_headers", 1, 10000, 100, &h->max_headers)) ||
-        (rc = get_size(c, o, p, "max_body_bytes", 1, 1u << 30, 4u << 20, &h->max_body_bytes)) ||
-        (rc = get_uint(c, o, p, "header_timeout_ms", 1, DAY_MS, 10000, &h->header_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "body_timeout_ms", 1, DAY_MS, 60000, &h->body_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, 75000, &h->idle_timeout_ms)) ||
-        (rc = get_unsigned(c, o, p, "max_connections", 1, 1000000, 10000, &h->max_connections)) ||
-        (rc = get_unsigned(c, o, p, "max_pipeline", 1, 1024, 16, &h->max_pipeline)) ||
-        (rc = get_size(c, o, p, "write_buffer_bytes", 1024, 1u << 30, 256 * 1024,
+        (rc = get_unsigned(c, o, p, "max_headers", 1, 10000, d.max_headers, &h->max_headers)) ||
+        (rc = get_size(c, o, p, "max_body_bytes", 1, 1u << 30, d.max_body_bytes,
+                       &h->max_body_bytes)) ||
+        (rc = get_uint(c, o, p, "header_timeout_ms", 1, DAY_MS, d.header_timeout_ms,
+                       &h->header_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "body_timeout_ms", 1, DAY_MS, d.body_timeout_ms,
+                       &h->body_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, d.idle_timeout_ms,
+                       &h->idle_timeout_ms)) ||
+        (rc = get_unsigned(c, o, p, "max_connections", 1, 1000000, d.max_connections,
+                           &h->max_connections)) ||
+        (rc = get_unsigned(c, o, p, "max_pipeline", 1, 1024, d.max_pipeline, &h->max_pipeline)) ||
+        (rc = get_size(c, o, p, "write_buffer_bytes", 1024, 1u << 30, d.write_buffer_bytes,
                        &h->write_buffer_bytes)) ||
-        (rc = get_size(c, o, p, "max_buffered_bytes", 1u << 20, 1ull << 40, 256u << 20,
+        (rc = get_size(c, o, p, "max_buffered_bytes", 1u << 20, 1ull << 40, d.max_buffered_bytes,
                        &h->max_buffered_bytes)) ||
-        (rc = get_size(c, o, p, "max_chunk_ext_bytes", 1, 65536, 256, &h->max_chunk_ext_bytes)) ||
-        (rc = get_size(c, o, p, "max_chunk_ext_total", 1, 16u << 20, 4096,
+        (rc = get_size(c, o, p, "max_chunk_ext_bytes", 1, 65536, d.max_chunk_ext_bytes,
+                       &h->max_chunk_ext_bytes)) ||
+        (rc = get_size(c, o, p, "max_chunk_ext_total", 1, 16u << 20, d.max_chunk_ext_total,
                        &h->max_chunk_ext_total)) ||
         (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
         (rc = get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
@@ -526,6 +544,19 @@ done:
     json_decref(o);
     return rc;
 }
+
+/*
+ * The routing defaults are those of the modules that use them:
+ * ig_router_opts_default(), ig_proxy_opts_default() and
+ * ig_upstream_opts_default(). Three are the gateway's own and are said
+ * here only (docs/config.md lists them): routing.eject.base_ejection_s
+ * (30 s; the router's library default is 2 s), routing.idle_timeout_ms
+ * (60 s for pooled upstream connections; the client's is 30 s) and
+ * routing.queue_size (1024 held per model; the proxy's is 64).
+ */
+#define GATEWAY_EJECT_BASE_S 30.0
+#define GATEWAY_KEEPALIVE_IDLE_MS 60000
+#define GATEWAY_QUEUE_SIZE 1024
 
 static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
@@ -546,6 +577,12 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
     static const char *const policies[] = {"latency", "round_robin", "least_inflight", "random",
                                            NULL};
     ig_config_routing_t *r = &cfg->routing;
+    ig_router_opts_t ro;
+    ig_proxy_opts_t po;
+    ig_upstream_opts_t uo;
+    ig_router_opts_default(&ro);
+    ig_proxy_opts_default(&po);
+    ig_upstream_opts_default(&uo);
     const char *p = "routing";
     json_t *o, *hedge = NULL, *eject = NULL;
     int policy, rc = get_object(c, root, "", "routing", &o);
@@ -559,37 +596,45 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
         return IG_ENOMEM;
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_enum(c, o, p, "policy", policies, IG_ROUTE_LATENCY, &policy)) ||
-        (rc = get_number(c, o, p, "retry_budget", 0, 1, NUM_CLOSED, 0.2, &r->retry_budget)) ||
-        (rc = get_unsigned(c, o, p, "max_retries", 0, 10, 2, &r->max_retries)) ||
+        (rc = get_number(c, o, p, "retry_budget", 0, 1, NUM_CLOSED, ro.retry_ratio,
+                         &r->retry_budget)) ||
+        (rc = get_unsigned(c, o, p, "max_retries", 0, 10, (unsigned)ro.max_retries,
+                           &r->max_retries)) ||
         (rc = get_object(c, o, p, "hedge", &hedge)) || (rc = get_object(c, o, p, "eject", &eject)))
         goto done;
     r->policy = (ig_route_policy_t)policy;
-    r->hedge.enabled = 0;
-    r->hedge.budget = 0.05;
-    r->hedge.delay_quantile = 0.95;
+    r->hedge.enabled = po.hedge;
+    r->hedge.budget = po.hedge_budget;
+    r->hedge.delay_quantile = po.hedge_quantile;
     if (hedge != NULL &&
         ((rc = check_keys(c, hedge, "routing.hedge", hedge_keys)) ||
-         (rc = get_bool(c, hedge, "routing.hedge", "enabled", 0, &r->hedge.enabled)) ||
-         (rc = get_number(c, hedge, "routing.hedge", "budget", 0, 1, NUM_CLOSED, 0.05,
+         (rc = get_bool(c, hedge, "routing.hedge", "enabled", po.hedge, &r->hedge.enabled)) ||
+         (rc = get_number(c, hedge, "routing.hedge", "budget", 0, 1, NUM_CLOSED, po.hedge_budget,
                           &r->hedge.budget)) ||
          (rc = get_number(c, hedge, "routing.hedge", "delay_quantile", 0, 1,
-                          NUM_LO_OPEN | NUM_HI_OPEN, 0.95, &r->hedge.delay_quantile))))
+                          NUM_LO_OPEN | NUM_HI_OPEN, po.hedge_quantile, &r->hedge.delay_quantile))))
         goto done;
-    r->eject.consecutive_failures = 5;
-    r->eject.base_ejection_s = 30;
-    if (eject != NULL && ((rc = check_keys(c, eject, "routing.eject", eject_keys)) ||
-                          (rc = get_unsigned(c, eject, "routing.eject", "consecutive_failures", 1,
-                                             1000, 5, &r->eject.consecutive_failures)) ||
-                          (rc = get_number(c, eject, "routing.eject", "base_ejection_s", 0,
-                                           INFINITY, NUM_LO_OPEN, 30, &r->eject.base_ejection_s))))
+    r->eject.consecutive_failures = (unsigned)ro.eject_consecutive;
+    r->eject.base_ejection_s = GATEWAY_EJECT_BASE_S;
+    if (eject != NULL &&
+        ((rc = check_keys(c, eject, "routing.eject", eject_keys)) ||
+         (rc = get_unsigned(c, eject, "routing.eject", "consecutive_failures", 1, 1000,
+                            (unsigned)ro.eject_consecutive, &r->eject.consecutive_failures)) ||
+         (rc = get_number(c, eject, "routing.eject", "base_ejection_s", 0, INFINITY, NUM_LO_OPEN,
+                          GATEWAY_EJECT_BASE_S, &r->eject.base_ejection_s))))
         goto done;
-    if ((rc = get_uint(c, o, p, "connect_timeout_ms", 1, DAY_MS, 2000, &r->connect_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "first_token_timeout_ms", 1, DAY_MS, 60000,
+    if ((rc = get_uint(c, o, p, "connect_timeout_ms", 1, DAY_MS, uo.connect_timeout_ms,
+                       &r->connect_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "first_token_timeout_ms", 1, DAY_MS, uo.first_byte_timeout_ms,
                        &r->first_token_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, 60000, &r->idle_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "total_timeout_ms", 1, DAY_MS, 600000, &r->total_timeout_ms)) ||
-        (rc = get_unsigned(c, o, p, "queue_size", 0, 1000000, 1024, &r->queue_size)) ||
-        (rc = get_uint(c, o, p, "queue_timeout_ms", 1, DAY_MS, 30000, &r->queue_timeout_ms)))
+        (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, GATEWAY_KEEPALIVE_IDLE_MS,
+                       &r->idle_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "total_timeout_ms", 1, DAY_MS, uo.total_timeout_ms,
+                       &r->total_timeout_ms)) ||
+        (rc =
+             get_unsigned(c, o, p, "queue_size", 0, 1000000, GATEWAY_QUEUE_SIZE, &r->queue_size)) ||
+        (rc = get_uint(c, o, p, "queue_timeout_ms", 1, DAY_MS, po.queue_timeout_ms,
+                       &r->queue_timeout_ms)))
         goto done;
     if (r->connect_timeout_ms > r->total_timeout_ms) {
         rc = fail(c, "routing.connect_timeout_ms", "must be <= total_timeout_ms (%llu)",

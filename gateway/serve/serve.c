@@ -266,6 +266,12 @@ static void close_handles(ig_serve_t *s)
 /* Workers have nothing in flight once the HTTP server has drained. */
 #define WORKER_GRACE_MS 5000
 
+/* The gateway's readiness as an ig_serve_ready_cb. */
+static int gateway_ready(void *gw, char *reason, size_t reason_len)
+{
+    return ig_gateway_ready(gw, reason, reason_len);
+}
+
 static void on_gateway_closed(void *data)
 {
     ig_serve_t *s = data;
@@ -505,7 +511,7 @@ int ig_cmd_serve(int argc, char **argv)
         s.gw = NULL;
         goto fail_signals;
     }
-    ig_serve_set_readiness(&s, ig_gateway_ready, s.gw);
+    ig_serve_set_readiness(&s, gateway_ready, s.gw);
 
     rc = ig_http_server_start(&s.server, &loop, s.cfg.listen, &s.cfg.limits.http, on_request, &s);
     if (rc != 0) {

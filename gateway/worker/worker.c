@@ -18,6 +18,7 @@
 #include "infergate/error.h"
 #include "infergate/http.h"
 #include "infergate/kernels.h"
+#include "infergate/load.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
 #include "infergate/model.h"
@@ -984,25 +985,29 @@ fail:
 static void handle_load(worker_t *w, ig_http_req_t *req)
 {
     ig_sched_stats_t st = stats_of(w);
-    json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:s, s:s, s:b, s:i}", "waiting",
-                          st.waiting, "running", st.running, "kv_blocks_used", st.kv_blocks_used,
-                          "kv_blocks_total", st.kv_blocks_total, "decode_tokens_per_s",
-                          st.decode_tokens_per_s, "prefill_tokens_per_s", st.prefill_tokens_per_s,
-                          "est_wait_s", st.est_wait_s, "max_waiting", w->o.max_waiting, "model",
-                          w->model_name, "state",
-                          w->state == W_LOADING    ? "loading"
-                          : w->state == W_READY    ? "ready"
-                          : w->state == W_DRAINING ? "draining"
-                                                   : "failed",
-                          "ready", w->state == W_READY, "inflight", w->nreqs);
-    if (o) {
-        /* the slots a router divides the queue by */
-        json_object_set_new(o, "max_num_seqs", json_integer(w->o.max_num_seqs));
-        json_object_set_new(o, "max_batched_tokens", json_integer(w->o.max_batched_tokens));
-        /* What a supervisor can show without asking /v1/models. */
-        if (w->chat_source != NULL)
-            json_object_set_new(o, "chat_template", json_string(ig_chat_style_name(w->chat_style)));
-    }
+    ig_load_t l;
+    ig_load_init(&l);
+    l.has = IG_LOAD_WORKER_FIELDS | (w->chat_source != NULL ? IG_LOAD_CHAT_TEMPLATE : 0);
+    l.waiting = st.waiting;
+    l.running = st.running;
+    l.kv_blocks_used = st.kv_blocks_used;
+    l.kv_blocks_total = st.kv_blocks_total;
+    l.decode_tokens_per_s = st.decode_tokens_per_s;
+    l.prefill_tokens_per_s = st.prefill_tokens_per_s;
+    l.est_wait_s = st.est_wait_s;
+    l.max_waiting = w->o.max_waiting;
+    l.model = w->model_name;
+    l.state = w->state == W_LOADING    ? "loading"
+              : w->state == W_READY    ? "ready"
+              : w->state == W_DRAINING ? "draining"
+                                       : "failed";
+    l.ready = w->state == W_READY;
+    l.inflight = w->nreqs;
+    l.max_num_seqs = w->o.max_num_seqs;
+    l.max_batched_tokens = w->o.max_batched_tokens;
+    if (w->chat_source != NULL)
+        l.chat_template = ig_chat_style_name(w->chat_style);
+    json_t *o = ig_load_encode(&l);
     respond_json(req, 200, o);
 }
 

@@ -29,21 +29,13 @@ typedef struct ig_gateway_s ig_gateway_t;
 int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
                      const char *run_dir, char *err, size_t errlen);
 
-/*
- * CPU instances split the cores: every plain "cpu" device entry that may run
- * at once (up to max_instances per pool), over all pools whose `threads` is
- * 0, gets cores / that count threads, at least 1. A pool's `threads` and a
- * "cpu:N" entry say their own.
- */
-int ig_gateway_cpu_share(const ig_config_t *cfg, long cores);
-
 /* Stops the proxy (held requests get 503), the sites and the pools (workers
  * get SIGTERM, then SIGKILL after grace_ms), then calls cb and frees gw. */
 void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data);
 
-/* Readiness: 1 when some upstream can serve some configured model now;
- * otherwise 0 and the reason. Fits ig_serve_ready_cb (data = gw). */
-int ig_gateway_ready(void *gw, char *reason, size_t reason_len);
+/* Readiness: 1 when some upstream can serve some configured model now
+ * (or a pool scaled to zero can start one); otherwise 0 and the reason. */
+int ig_gateway_ready(ig_gateway_t *gw, char *reason, size_t reason_len);
 
 /* POST /v1/completions and /v1/chat/completions: validated by the api
  * module, then routed. */
@@ -55,9 +47,5 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req);
 void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req);
 /* GET /status: pools, instances, devices and sites, as JSON. */
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req);
-
-ig_proxy_t *ig_gateway_proxy(ig_gateway_t *gw);
-int ig_gateway_npools(const ig_gateway_t *gw);
-ig_pool_t *ig_gateway_pool(ig_gateway_t *gw, int i);
 
 #endif

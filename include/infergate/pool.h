@@ -13,6 +13,7 @@
  * (over its Unix socket) and the router state fed by /load polls.
  */
 
+#include "infergate/load.h"
 #include "infergate/router.h"
 #include "infergate/upstream.h"
 
@@ -90,6 +91,8 @@ int ig_pool_available(const ig_pool_t *pool);
 /* Instances on their way out (draining, or exited and not yet reaped):
  * each frees a device soon, with an event for its slot. */
 int ig_pool_stopping(const ig_pool_t *pool);
+/* Instances that serve or will: starting, ready, or in backoff. */
+int ig_pool_live(const ig_pool_t *pool);
 int ig_pool_min_instances(const ig_pool_t *pool);
 int ig_pool_max_instances(const ig_pool_t *pool); /* clamped to the devices */
 
@@ -121,10 +124,11 @@ int ig_instance_threads(const ig_instance_t *inst);
 /* 1 while this slot's device is held by a process (any state but stopped). */
 int ig_instance_holds_device(const ig_instance_t *inst);
 ig_upstream_t *ig_instance_upstream(ig_instance_t *inst);
-ig_upstream_state_t *ig_instance_route(ig_instance_t *inst);
+ig_router_upstream_t *ig_instance_route(ig_instance_t *inst);
 
-/* The last /load report of the instance (borrowed JSON text, or NULL). */
-const char *ig_instance_load_json(const ig_instance_t *inst);
+/* The last /load report of the instance (borrowed; has = 0 before the
+ * first). */
+const ig_load_t *ig_instance_load(const ig_instance_t *inst);
 
 /* ---- process helpers ----------------------------------------------------- */
 

@@ -23,7 +23,7 @@ typedef struct ig_proxy_s ig_proxy_t;
 /* One upstream that can serve a model, as the resolver reports it. */
 typedef struct {
     ig_upstream_t *client;
-    ig_upstream_state_t *route;
+    ig_router_upstream_t *route;
     int is_site; /* a remote site: requests to it are marked as forwarded */
 } ig_proxy_target_t;
 
@@ -36,21 +36,23 @@ typedef struct {
 typedef int (*ig_proxy_resolve_cb)(void *data, const char *model, ig_proxy_target_t *out, int max,
                                    int *starting);
 
+/* The defaults are ig_proxy_opts_default()'s (gateway/route/proxy.c); a
+ * gateway's come from its config (docs/config.md). */
 typedef struct {
     ig_router_opts_t router;
-    int queue_size;            /* requests held per model when all are saturated (64) */
-    uint64_t queue_timeout_ms; /* the longest a request is held (30000) */
+    int queue_size;            /* requests held per model when all are saturated */
+    uint64_t queue_timeout_ms; /* the longest a request is held */
     int max_inflight;          /* per upstream before it counts as saturated; 0 =
                                   2 x its reported slots, or 64 */
     int hedge;                 /* send a copy when the first token is late */
-    double hedge_budget;       /* hedges per request at most, on average (0.05) */
+    double hedge_budget;       /* hedges per request at most, on average */
     double hedge_quantile;     /* hedge when the first token is later than this
-                                  quantile of the upstream's TTFT (0.95) */
+                                  quantile of the upstream's TTFT */
     size_t max_response_bytes; /* a non-streamed answer larger than this is an
-                                  error (16 MiB) */
+                                  error */
     size_t max_held_bytes;     /* a stream's events held before its first
                                   content token; past this the stream is
-                                  committed as it is (64 KiB) */
+                                  committed as it is */
     /* A stream attempt with no content token by then times out (and is
      * retried before the commit). 0 = none (the default): the upstream's
      * first-byte deadline then covers the headers only. */
@@ -59,8 +61,10 @@ typedef struct {
 
 void ig_proxy_opts_default(ig_proxy_opts_t *opts);
 
-int ig_proxy_init(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts,
-                  ig_proxy_resolve_cb resolve, void *data);
+/* Creates the proxy on the loop; resolve (with data) names the upstreams
+ * of a model. ig_proxy_close() is its pair. 0 or IG_ENOMEM. */
+int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opts,
+                   ig_proxy_resolve_cb resolve, void *data);
 
 /* Ends every held request with 503 and frees the proxy once the requests in
  * flight are done (they end when their upstreams are closed). */

@@ -39,9 +39,9 @@ int ig_route_policy_parse(const char *s, ig_route_policy_t *out);
 const char *ig_route_policy_name(ig_route_policy_t policy);
 
 typedef enum {
-    IG_UPSTREAM_LOCAL = 0, /* a worker process of one of our pools */
-    IG_UPSTREAM_SITE,      /* a remote OpenAI-compatible endpoint */
-} ig_upstream_kind_t;
+    IG_ROUTER_LOCAL = 0, /* a worker process of one of our pools */
+    IG_ROUTER_SITE,      /* a remote OpenAI-compatible endpoint */
+} ig_router_upstream_kind_t;
 
 /* How one attempt on an upstream ended, as the router counts it. */
 typedef enum {
@@ -55,11 +55,13 @@ typedef enum {
                                 that went away, the gateway shutting down */
 } ig_outcome_t;
 
-/* What the router knows of one upstream. Owned by whoever owns the
- * upstream (pool instance or site); the router reads and updates it. */
+/* What the router knows of one upstream: the router's state, kept beside
+ * the upstream by whoever owns it (pool instance or site) so that no
+ * lookup is needed; only the router's functions update it (the owner sets
+ * ready and draining, and copies in what the upstream reports). */
 typedef struct {
     const char *name;
-    ig_upstream_kind_t kind;
+    ig_router_upstream_kind_t kind;
     int ready;    /* the supervisor or the prober says it serves */
     int draining; /* no new requests */
 
@@ -88,24 +90,27 @@ typedef struct {
     int ejections;             /* consecutive ejections, for the backoff */
     uint64_t ejected_until_ns; /* 0 when not ejected */
     int half_open;             /* one trial attempt is allowed/in flight */
-} ig_upstream_state_t;
+} ig_router_upstream_t;
 
 /* Resets the learned state to priors. name is borrowed. */
-void ig_upstream_state_init(ig_upstream_state_t *u, const char *name, ig_upstream_kind_t kind);
+void ig_router_upstream_init(ig_router_upstream_t *u, const char *name,
+                             ig_router_upstream_kind_t kind);
 
+/* The defaults are ig_router_opts_default()'s (gateway/route/router.c); a
+ * gateway's come from its config (docs/config.md). */
 typedef struct {
     ig_route_policy_t policy;
-    double ewma_tau_s;        /* decay of the peak-EWMAs (10 s) */
-    double hot_quantile;      /* in-flight quantile above which one is hot (0.84) */
-    double report_ttl_s;      /* a /load report older than this is ignored (5 s) */
+    double ewma_tau_s;        /* decay of the peak-EWMAs */
+    double hot_quantile;      /* in-flight quantile above which one is hot */
+    double report_ttl_s;      /* a /load report older than this is ignored */
     double prior_rtt_s;       /* rtt before any sample (1 ms local, 50 ms site) */
-    double prior_prefill_tps; /* prompt tokens/s before any sample (2000) */
-    int eject_consecutive;    /* failures in a row that eject (5) */
-    double eject_base_s;      /* first ejection lasts this, doubling (2 s) */
-    double eject_max_s;       /* cap of the ejection time (60 s) */
-    double retry_ratio;       /* retries allowed per request on average (0.2) */
-    double retry_min_per_s;   /* retries always allowed per second (5) */
-    int max_retries;          /* attempts beyond the first for one request (2) */
+    double prior_prefill_tps; /* prompt tokens/s before any sample */
+    int eject_consecutive;    /* failures in a row that eject */
+    double eject_base_s;      /* first ejection lasts this, doubling */
+    double eject_max_s;       /* cap of the ejection time */
+    double retry_ratio;       /* retries allowed per request on average */
+    double retry_min_per_s;   /* retries always allowed per second */
+    int max_retries;          /* attempts beyond the first for one request */
     uint64_t seed;            /* for the random policy and tie breaks */
 } ig_router_opts_t;
 
@@ -133,10 +138,10 @@ typedef struct {
 
 /* 1 when u may take a new attempt now: ready, not draining, not ejected (an
  * ejected one whose time is up is half-open: eligible for one trial). */
-int ig_router_eligible(const ig_upstream_state_t *u, uint64_t now_ns);
+int ig_router_eligible(const ig_router_upstream_t *u, uint64_t now_ns);
 
 /* The predicted TTFT of a request of prompt_tokens on u, in seconds. */
-double ig_router_cost(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                       uint64_t now_ns);
 
 /*
@@ -145,7 +150,7 @@ double ig_router_cost(const ig_router_t *r, const ig_upstream_state_t *u, int pr
  * = skip: upstreams already tried for this request). Returns 0 and fills
  * out, or IG_ENOUPSTREAM when none is eligible.
  */
-int ig_router_pick(ig_router_t *r, ig_upstream_state_t *const *ups, int n, int prompt_tokens,
+int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int prompt_tokens,
                    const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out);
 
 /*
@@ -164,12 +169,12 @@ int ig_router_pick(ig_router_t *r, ig_upstream_state_t *const *ups, int n, int p
  *   - abandoned: nothing was learned; the trial slot is released and the
  *     upstream stays ejected, eligible for another trial.
  */
-int ig_router_attempt_begin(ig_router_t *r, ig_upstream_state_t *u, uint64_t now_ns);
+int ig_router_attempt_begin(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_ns);
 /* The attempt's first content token came: the upstream works. Counts as a
  * success for health (the failure streak, an ejection and the trial are
  * cleared); the attempt stays in flight. Its later end() passes trial 0. */
-void ig_router_attempt_proven(ig_router_t *r, ig_upstream_state_t *u, int trial, uint64_t now_ns);
-void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t outcome, int trial,
+void ig_router_attempt_proven(ig_router_t *r, ig_router_upstream_t *u, int trial, uint64_t now_ns);
+void ig_router_attempt_end(ig_router_t *r, ig_router_upstream_t *u, ig_outcome_t outcome, int trial,
                            uint64_t now_ns);
 
 /* Observations. rtt: one transport round trip (probe, or connect+headers).
@@ -178,18 +183,18 @@ void ig_router_attempt_end(ig_router_t *r, ig_upstream_state_t *u, ig_outcome_t 
  * held the upstream for seconds (start to end). */
 /* A background probe's round trip: the median of the last three probes
  * feeds the peak-EWMA, so one delayed probe is not taken for the path. */
-void ig_router_observe_probe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+void ig_router_observe_probe_rtt(const ig_router_t *r, ig_router_upstream_t *u, double rtt_s,
                                  uint64_t now_ns);
 /* r may be NULL (the default tau of 10 s applies). */
-void ig_router_observe_rtt(const ig_router_t *r, ig_upstream_state_t *u, double rtt_s,
+void ig_router_observe_rtt(const ig_router_t *r, ig_router_upstream_t *u, double rtt_s,
                            uint64_t now_ns);
-void ig_router_observe_ttft(ig_router_t *r, ig_upstream_state_t *u, int prompt_tokens,
+void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_tokens,
                             double ttft_s, double predicted_wait_s, uint64_t now_ns);
-void ig_router_observe_occupancy(ig_router_t *r, ig_upstream_state_t *u, double seconds,
+void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double seconds,
                                  uint64_t now_ns);
 
 /* The wait part of the cost alone (what observe_ttft wants back). */
-double ig_router_wait(const ig_router_t *r, const ig_upstream_state_t *u, uint64_t now_ns);
+double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns);
 
 /* Retry budget: every request deposits retry_ratio tokens, retry_min_per_s
  * more arrive each second, a retry spends one. */
@@ -200,7 +205,7 @@ int ig_router_budget_take(ig_router_t *r, uint64_t now_ns);
  * (1 - quantile) of its requests exceed, from its predicted TTFT and the mean
  * deviation of its service time (taken as normal: sigma = 1.25 x mean
  * deviation). quantile 0.95 is about the predicted TTFT + 2 deviations. */
-double ig_router_hedge_delay(const ig_router_t *r, const ig_upstream_state_t *u, int prompt_tokens,
+double ig_router_hedge_delay(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                              double quantile, uint64_t now_ns);
 
 #endif

@@ -41,6 +41,6 @@ int ig_site_serves(const ig_site_t *site, const char *model);
 int ig_site_nmodels(const ig_site_t *site);
 const char *ig_site_model(const ig_site_t *site, int i);
 ig_upstream_t *ig_site_upstream(ig_site_t *site);
-ig_upstream_state_t *ig_site_route(ig_site_t *site);
+ig_router_upstream_t *ig_site_route(ig_site_t *site);
 
 #endif

@@ -22,27 +22,30 @@
 typedef struct ig_upstream_s ig_upstream_t;
 typedef struct ig_upstream_req_s ig_upstream_req_t;
 
+/* The defaults are ig_upstream_opts_default()'s (gateway/route/upstream.c);
+ * a gateway's come from its config (docs/config.md). */
 typedef struct {
-    uint64_t connect_timeout_ms;      /* 2000 */
-    uint64_t first_byte_timeout_ms;   /* headers of the response; 60000 */
-    uint64_t idle_timeout_ms;         /* between body pieces; 30000 */
-    uint64_t total_timeout_ms;        /* 600000 */
-    unsigned max_idle_connections;    /* kept open per upstream (64) */
-    uint64_t keepalive_idle_ms;       /* an idle pooled connection closes after (30000) */
-    size_t max_response_header_bytes; /* 64 KiB */
-    uint64_t resolve_ttl_ms;          /* a host name's answer is refreshed after (30000) */
+    uint64_t connect_timeout_ms;
+    uint64_t first_byte_timeout_ms; /* headers of the response */
+    uint64_t idle_timeout_ms;       /* between body pieces */
+    uint64_t total_timeout_ms;
+    unsigned max_idle_connections; /* kept open per upstream */
+    uint64_t keepalive_idle_ms;    /* an idle pooled connection closes after */
+    size_t max_response_header_bytes;
+    uint64_t resolve_ttl_ms; /* a host name's answer is refreshed after */
 } ig_upstream_opts_t;
 
 void ig_upstream_opts_default(ig_upstream_opts_t *opts);
 
 /*
- * Creates the pool for one upstream. address: "unix:PATH", "HOST[:PORT]",
+ * Creates the connection pool for one upstream and attaches it to the
+ * loop; ig_upstream_close() is its pair. address: "unix:PATH", "HOST[:PORT]",
  * "http://HOST[:PORT][/prefix]" (the prefix is prepended to request paths;
  * the port defaults to 80; an IPv6 address goes in brackets). name is
  * copied; HOST[:PORT] as written goes into the Host header for TCP.
  *
  * A literal address is used as is. A host name is resolved with
- * uv_getaddrinfo, never blocking the loop: first at init, again in the
+ * uv_getaddrinfo, never blocking the loop: first at start, again in the
  * background once the answer is older than opts.resolve_ttl_ms, and again
  * before the next connect once every address it gave has failed to
  * connect. A connection that needs an answer waits for it within its
@@ -51,8 +54,8 @@ void ig_upstream_opts_default(ig_upstream_opts_t *opts);
  * second), and a later answer serves again.
  * 0, IG_EINVAL (a malformed address) or IG_ENOMEM.
  */
-int ig_upstream_init(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
-                     const ig_upstream_opts_t *opts);
+int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
+                      const ig_upstream_opts_t *opts);
 
 /* Cancels every request (their done callbacks fire with IG_ECANCELED),
  * closes every connection, then calls cb and frees the upstream. */

@@ -1,0 +1,206 @@
+/*
+ * The gateway's documents: GET /load (this region's aggregate, for peer
+ * gateways; the codec is api/load.c), GET /status (pools, instances,
+ * devices, autoscaler decisions, sites) and GET /v1/models.
+ */
+#include "gateway_internal.h"
+#include "infergate/api.h"
+#include "infergate/load.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void respond_json(ig_http_req_t *req, int status, json_t *doc)
+{
+    size_t len = 0;
+    char *text = doc ? ig_api_dumps(doc, &len) : NULL;
+    json_decref(doc);
+    if (text == NULL) {
+        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        return;
+    }
+    ig_http_respond(req, status, "application/json", text, len);
+    free(text);
+}
+
+void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    const char *ids[256];
+    int n = 0;
+    const ig_config_t *cfg = gw->cfg;
+    for (size_t i = 0; i < cfg->nmodels && n < 256; i++) {
+        if (ig__gateway_model_known(gw, cfg->models[i].name))
+            ids[n++] = cfg->models[i].name;
+    }
+    for (int s = 0; s < gw->nsites; s++) {
+        for (int i = 0; i < ig_site_nmodels(gw->sites[s]) && n < 256; i++) {
+            const char *id = ig_site_model(gw->sites[s], i);
+            int dup = 0;
+            for (int j = 0; j < n && !dup; j++)
+                dup = strcmp(ids[j], id) == 0;
+            if (!dup)
+                ids[n++] = id;
+        }
+    }
+    respond_json(req, 200, ig_api_models_json(ids, n, (long long)time(NULL), "infergate"));
+}
+
+/* Sums what the local instances report. Sites are left out on purpose: a
+ * peer that counted our sites would count itself back. */
+void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    ig_load_t l;
+    ig_load_init(&l);
+    l.has = IG_LOAD_GATEWAY_FIELDS;
+    l.region = gw->region;
+    l.waiting = ig_proxy_queued(gw->proxy);
+    l.inflight = ig_proxy_inflight(gw->proxy);
+    double est_wait = -1;
+    double ttft = -1; /* our own predicted TTFT of an empty prompt, best instance */
+    uint64_t now = uv_hrtime();
+    for (int p = 0; p < gw->npools; p++) {
+        ig_pool_t *pool = gw->pools[p];
+        int pool_ready = 0;
+        for (int i = 0; i < ig_pool_size(pool); i++) {
+            ig_instance_t *in = ig_pool_instance(pool, i);
+            if (ig_instance_state(in) != IG_INSTANCE_READY)
+                continue;
+            l.ready_instances++;
+            pool_ready = 1;
+            ig_router_upstream_t *u = ig_instance_route(in);
+            l.waiting += u->reported_waiting;
+            l.running += u->inflight;
+            /* One request runs on one instance: the rate it sees is the
+             * best instance's, not the sum. */
+            if (u->reported_prefill_tps > l.prefill_tokens_per_s)
+                l.prefill_tokens_per_s = u->reported_prefill_tps;
+            double c = ig_router_cost(ig_proxy_router(gw->proxy), u, 0, now);
+            if (ttft < 0 || c < ttft)
+                ttft = c;
+            l.max_num_seqs += u->slots;
+            if (est_wait < 0 || u->reported_wait_s < est_wait)
+                est_wait = u->reported_wait_s;
+            const ig_load_t *il = ig_instance_load(in);
+            if (il->has & IG_LOAD_DECODE_TPS)
+                l.decode_tokens_per_s += il->decode_tokens_per_s;
+        }
+        if (pool_ready) {
+            int dup = 0;
+            for (int j = 0; j < l.nmodels && !dup; j++)
+                dup = strcmp(l.models[j], ig_pool_model(pool)) == 0;
+            if (!dup && l.nmodels < IG_LOAD_MAX_MODELS)
+                l.models[l.nmodels++] = ig_pool_model(pool);
+        }
+    }
+    l.est_wait_s = est_wait < 0 ? 0.0 : est_wait;
+    /* What a peer adds to its round trip to us: our best instance's
+     * predicted time to first token, inner hop included. */
+    l.ttft_s = ttft < 0 ? 0.0 : ttft;
+    respond_json(req, 200, ig_load_encode(&l));
+}
+
+/* The pool's device slots: which instance holds each. New reference. */
+static json_t *status_devices(ig_pool_t *pool)
+{
+    json_t *devs = json_array();
+    for (int i = 0; i < ig_pool_size(pool); i++) {
+        ig_instance_t *in = ig_pool_instance(pool, i);
+        int used = ig_instance_holds_device(in);
+        json_t *d = json_pack("{s:s, s:s, s:o}", "device", ig_instance_device(in), "state",
+                              used ? "used" : "free", "instance",
+                              used ? json_string(ig_instance_name(in)) : json_null());
+        if (ig_instance_threads(in) > 0)
+            json_object_set_new(d, "threads", json_integer(ig_instance_threads(in)));
+        json_array_append_new(devs, d);
+    }
+    return devs;
+}
+
+static json_t *status_decisions(const ig_scaler_t *sc, const ig_pool_t *pool)
+{
+    json_t *arr = json_array();
+    const ig_scaler_record_t *r;
+    for (int k = 0; (r = ig_scaler_record(sc, pool, k)) != NULL; k++) {
+        json_array_append_new(
+            arr,
+            json_pack("{s:I, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:f, s:f, s:f}", "unix_ms",
+                      (json_int_t)r->unix_ms, "direction", r->direction, "reason", r->reason,
+                      "limit", r->limit, "current", r->current, "ready", r->ready, "desired",
+                      r->desired, "raw", r->raw, "available_devices", r->free_devices, "load",
+                      r->load, "stable_load", r->stable_load, "panic_load", r->panic_load));
+    }
+    return arr;
+}
+
+static json_t *status_autoscale(const ig_autoscale_params_t *a)
+{
+    if (a == NULL)
+        return json_object();
+    return json_pack("{s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:f}", "target_queue_depth",
+                     a->target_queue_depth, "stable_window_s", a->stable_window_s, "panic_window_s",
+                     a->panic_window_s, "panic_threshold", a->panic_threshold, "max_scale_up_rate",
+                     a->max_scale_up_rate, "max_scale_down_rate", a->max_scale_down_rate,
+                     "scale_down_delay_s", a->scale_down_delay_s, "scale_to_zero_after_s",
+                     a->scale_to_zero_after_s);
+}
+
+void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    json_t *pools = json_array();
+    uint64_t now = uv_hrtime();
+    for (int p = 0; p < gw->npools; p++) {
+        ig_pool_t *pool = gw->pools[p];
+        json_t *insts = json_array();
+        for (int i = 0; i < ig_pool_size(pool); i++) {
+            ig_instance_t *in = ig_pool_instance(pool, i);
+            ig_router_upstream_t *u = ig_instance_route(in);
+            json_array_append_new(
+                insts,
+                json_pack("{s:s, s:s, s:s, s:i, s:i, s:i, s:f, s:f, s:b}", "name",
+                          ig_instance_name(in), "device", ig_instance_device(in), "state",
+                          ig_instance_state_name(ig_instance_state(in)), "pid", ig_instance_pid(in),
+                          "restarts", ig_instance_restarts(in), "inflight", u->inflight, "rtt_s",
+                          u->rtt_s, "ttft_s", u->svc_s, "eligible", ig_router_eligible(u, now)));
+        }
+        json_t *counts = json_object();
+        static const ig_instance_state_t states[] = {IG_INSTANCE_STARTING, IG_INSTANCE_READY,
+                                                     IG_INSTANCE_DRAINING, IG_INSTANCE_BACKOFF};
+        for (size_t k = 0; k < sizeof(states) / sizeof(states[0]); k++)
+            json_object_set_new(counts, ig_instance_state_name(states[k]),
+                                json_integer(ig_pool_count(pool, states[k])));
+        json_array_append_new(
+            pools,
+            json_pack("{s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:f, s:o, s:o, s:o, s:o, s:o}",
+                      "name", ig_pool_name(pool), "model", ig_pool_model(pool), "min_instances",
+                      ig_pool_min_instances(pool), "max_instances", ig_pool_max_instances(pool),
+                      "desired_instances", ig_scaler_desired(gw->scaler, pool), "devices_used",
+                      ig_pool_in_use(pool), "devices_free",
+                      ig_pool_size(pool) - ig_pool_in_use(pool), "devices_available",
+                      ig_pool_available(pool), "load",
+                      gw->scaler ? ig_scaler_load(gw->scaler, pool) : 0.0, "instance_counts",
+                      counts, "devices", status_devices(pool), "instances", insts, "autoscale",
+                      status_autoscale(ig_scaler_params(gw->scaler, pool)), "decisions",
+                      status_decisions(gw->scaler, pool)));
+    }
+    json_t *sites = json_array();
+    for (int s = 0; s < gw->nsites; s++) {
+        ig_site_t *site = gw->sites[s];
+        ig_router_upstream_t *u = ig_site_route(site);
+        json_t *models = json_array();
+        for (int i = 0; i < ig_site_nmodels(site); i++)
+            json_array_append_new(models, json_string(ig_site_model(site, i)));
+        json_array_append_new(
+            sites, json_pack("{s:s, s:s, s:b, s:b, s:f, s:i, s:o, s:b}", "name", ig_site_name(site),
+                             "region", ig_site_region(site) ? ig_site_region(site) : "", "up",
+                             ig_site_up(site), "peer", ig_site_is_peer(site), "rtt_s", u->rtt_s,
+                             "inflight", u->inflight, "models", models, "eligible",
+                             ig_router_eligible(u, now)));
+    }
+    json_t *doc =
+        json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",
+                  ig_route_policy_name(gw->cfg->routing.policy), "pools", pools, "sites", sites,
+                  "inflight", ig_proxy_inflight(gw->proxy), "queued", ig_proxy_queued(gw->proxy));
+    respond_json(req, 200, doc);
+}
