@@ -4,6 +4,7 @@
  */
 #include "infergate/api.h"
 #include "infergate/error.h"
+#include "infergate/utf8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -71,45 +72,7 @@ json_t *ig_api_error_json(const ig_api_error_t *err)
     return root;
 }
 
-/* ---- UTF-8 and ids -------------------------------------------------------- */
-
-int ig_api_utf8_valid(const char *str, size_t len)
-{
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned c = s[i];
-        size_t n;
-        unsigned cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xe0) == 0xc0) {
-            n = 1;
-            cp = c & 0x1f;
-        } else if ((c & 0xf0) == 0xe0) {
-            n = 2;
-            cp = c & 0x0f;
-        } else if ((c & 0xf8) == 0xf0) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
-            return 0;
-        }
-        if (i + n >= len)
-            return 0;
-        for (size_t k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xc0) != 0x80)
-                return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3f);
-        }
-        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        i += n + 1;
-    }
-    return 1;
-}
+/* ---- ids ------------------------------------------------------------------ */
 
 void ig_api_make_id(char *buf, size_t cap, const char *prefix)
 {
@@ -373,7 +336,7 @@ static int add_text_prompt(ig_api_request_t *r, json_t *s, const char *param, ig
     size_t len = json_string_length(s);
     /* jansson already refuses invalid UTF-8 in a body; this keeps the rule
      * explicit for callers that build requests some other way. */
-    if (!ig_api_utf8_valid(json_string_value(s), len))
+    if (!ig_utf8_valid(json_string_value(s), len))
         return ig_api_error(err, 400, param, "'%s' is not valid UTF-8", param);
     if (!(p->text = dup_utf8(s, &p->text_len)))
         return IG_ENOMEM;

@@ -10,6 +10,7 @@
  */
 #include "infergate/scheduler.h"
 #include "infergate/error.h"
+#include "infergate/utf8.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -611,19 +612,6 @@ static int blocks_needed(const ig_sched_t *s, const seq_t *q, int n)
 
 /* ---- text and stop strings ------------------------------------------------ */
 
-/* Bytes at the end of t(len) that start an incomplete UTF-8 sequence. */
-static size_t utf8_partial_tail(const char *t, size_t len)
-{
-    for (size_t k = 1; k <= 3 && k <= len; k++) {
-        unsigned char c = (unsigned char)t[len - k];
-        if ((c & 0xc0) == 0x80)
-            continue; /* continuation byte: look further back */
-        size_t want = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-        return want > k ? k : 0;
-    }
-    return 0;
-}
-
 static int append_text(seq_t *q, const char *p, size_t n)
 {
     if (q->text_len + n + 1 > q->text_cap) {
@@ -666,7 +654,7 @@ static int update_text(ig_sched_t *s, seq_t *q, event_t *e, size_t old_len)
             return 1;
         }
     }
-    size_t hold = utf8_partial_tail(q->text, q->text_len);
+    size_t hold = ig_utf8_incomplete_tail(q->text, q->text_len);
     size_t avail = q->text_len - q->emitted;
     if (q->nstop) {
         size_t maxl = q->max_stop_len - 1 < avail ? q->max_stop_len - 1 : avail;
