@@ -44,8 +44,8 @@ static void test_boundaries(void **state)
     expect_char(S("\xdf\xbf"), 0x7ff);
     expect_char(S("\xe0\xa0\x80"), 0x800);
     expect_char(S("\xef\xbf\xbf"), 0xffff);
-    expect_char(S("\xed\x9f\xbf"), 0xd7ff);  /* just below the surrogates */
-    expect_char(S("\xee\x80\x80"), 0xe000);  /* just above them */
+    expect_char(S("\xed\x9f\xbf"), 0xd7ff); /* just below the surrogates */
+    expect_char(S("\xee\x80\x80"), 0xe000); /* just above them */
     expect_char(S("\xef\xbf\xbd"), 0xfffd);
     expect_char(S("\xf0\x90\x80\x80"), 0x10000);
     expect_char(S("\xf4\x8f\xbf\xbf"), 0x10ffff); /* the largest code point */
@@ -57,9 +57,9 @@ static void test_boundaries(void **state)
 
 static void test_beyond_max(void **state)
 {
-    expect_bad(S("\xf4\x90\x80\x80"), 0); /* U+110000 */
-    expect_bad(S("\xf7\xbf\xbf\xbf"), 0); /* U+1FFFFF */
-    expect_bad(S("\xf8\x88\x80\x80\x80"), 0); /* old 5-byte form */
+    expect_bad(S("\xf4\x90\x80\x80"), 0);         /* U+110000 */
+    expect_bad(S("\xf7\xbf\xbf\xbf"), 0);         /* U+1FFFFF */
+    expect_bad(S("\xf8\x88\x80\x80\x80"), 0);     /* old 5-byte form */
     expect_bad(S("\xfc\x84\x80\x80\x80\x80"), 0); /* old 6-byte form */
     expect_bad(S("\xfe"), 0);
     expect_bad(S("\xff"), 0);
@@ -67,21 +67,21 @@ static void test_beyond_max(void **state)
 
 static void test_overlongs(void **state)
 {
-    expect_bad(S("\xc0\xaf"), 0);             /* '/' in 2 bytes */
-    expect_bad(S("\xe0\x80\xaf"), 0);         /* in 3 */
-    expect_bad(S("\xf0\x80\x80\xaf"), 0);     /* in 4 */
-    expect_bad(S("\xc1\xbf"), 0);             /* largest 2-byte overlong */
-    expect_bad(S("\xe0\x9f\xbf"), 0);         /* largest 3-byte overlong */
-    expect_bad(S("\xf0\x8f\xbf\xbf"), 0);     /* largest 4-byte overlong */
-    expect_bad(S("\xc0\x80"), 0);             /* overlong NUL */
+    expect_bad(S("\xc0\xaf"), 0);         /* '/' in 2 bytes */
+    expect_bad(S("\xe0\x80\xaf"), 0);     /* in 3 */
+    expect_bad(S("\xf0\x80\x80\xaf"), 0); /* in 4 */
+    expect_bad(S("\xc1\xbf"), 0);         /* largest 2-byte overlong */
+    expect_bad(S("\xe0\x9f\xbf"), 0);     /* largest 3-byte overlong */
+    expect_bad(S("\xf0\x8f\xbf\xbf"), 0); /* largest 4-byte overlong */
+    expect_bad(S("\xc0\x80"), 0);         /* overlong NUL */
     expect_bad(S("ab\xe0\x80\x80"), 2);
 }
 
 static void test_surrogates(void **state)
 {
-    expect_bad(S("\xed\xa0\x80"), 0); /* U+D800 */
-    expect_bad(S("\xed\xad\xbf"), 0); /* U+DB7F */
-    expect_bad(S("\xed\xbf\xbf"), 0); /* U+DFFF */
+    expect_bad(S("\xed\xa0\x80"), 0);             /* U+D800 */
+    expect_bad(S("\xed\xad\xbf"), 0);             /* U+DB7F */
+    expect_bad(S("\xed\xbf\xbf"), 0);             /* U+DFFF */
     expect_bad(S("\xed\xa0\x80\xed\xb0\x80"), 0); /* a CESU-8 pair */
     expect_bad(S("x\xed\xb0\x80"), 1);
 }
@@ -95,7 +95,7 @@ static void test_continuations_and_truncation(void **state)
     expect_bad(S("\xe2\x82"), 0);
     expect_bad(S("\xf0\x9f\x98"), 0);
     expect_bad(S("ok\xf0\x9f"), 2);
-    expect_bad(S("\xc2 "), 0);  /* lead then a space */
+    expect_bad(S("\xc2 "), 0); /* lead then a space */
     expect_bad(S("\xe2\x82 "), 0);
     expect_bad(S("\xc3\xa9\xc3"), 2);
 
@@ -134,8 +134,8 @@ static void test_incomplete_tail(void **state)
 
 static void test_encode(void **state)
 {
-    static const uint32_t cps[] = {0, 0x41, 0x7f, 0x80, 0x7ff, 0x800, 0xd7ff, 0xe000,
-                                   0xfffd, 0xffff, 0x10000, 0x10ffff};
+    static const uint32_t cps[] = {0,      0x41,   0x7f,   0x80,   0x7ff,   0x800,
+                                   0xd7ff, 0xe000, 0xfffd, 0xffff, 0x10000, 0x10ffff};
     for (size_t i = 0; i < sizeof cps / sizeof cps[0]; i++) {
         char buf[4];
         uint32_t back = 0xdeadbeef;
@@ -219,16 +219,15 @@ static void hex(FILE *f, const char *s, size_t n)
         fprintf(f, "%02x", (unsigned char)s[i]);
 }
 
-static const char PY_CHECK[] =
-    "import sys\n"
-    "for line in open(sys.argv[1]):\n"
-    "    b = bytes.fromhex(line.strip())\n"
-    "    try:\n"
-    "        b.decode('utf-8'); p = len(b)\n"
-    "    except UnicodeDecodeError as e:\n"
-    "        p = e.start\n"
-    "    r = b.decode('utf-8', 'replace').encode('utf-8')\n"
-    "    print(p, r.hex())\n";
+static const char PY_CHECK[] = "import sys\n"
+                               "for line in open(sys.argv[1]):\n"
+                               "    b = bytes.fromhex(line.strip())\n"
+                               "    try:\n"
+                               "        b.decode('utf-8'); p = len(b)\n"
+                               "    except UnicodeDecodeError as e:\n"
+                               "        p = e.start\n"
+                               "    r = b.decode('utf-8', 'replace').encode('utf-8')\n"
+                               "    print(p, r.hex())\n";
 
 static void test_python_random(void **state)
 {
