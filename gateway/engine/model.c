@@ -7,6 +7,7 @@
  */
 #include "infergate/model.h"
 #include "infergate/error.h"
+#include "infergate/jsonv.h"
 #include "model_internal.h"
 #include "infergate/safetensors.h"
 
@@ -50,28 +51,6 @@ static int file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
-}
-
 /* Loads a JSON object file; IG_ENOENT when absent (no message), IG_EMODEL when malformed. */
 static int load_json(json_t **out, const char *dir, const char *name, char *err, size_t errlen)
 {
@@ -84,7 +63,7 @@ static int load_json(json_t **out, const char *dir, const char *name, char *err,
     }
     if (!file_exists(path))
         return IG_ENOENT;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = ig_jsonv_load_file(path, &jerr);
     if (root == NULL) {
         ig_errf(err, errlen, "%s: bad JSON at line %d column %d: %s", name, jerr.line, jerr.column,
                 jerr.text);
@@ -101,29 +80,59 @@ static int load_json(json_t **out, const char *dir, const char *name, char *err,
 
 /* ---- config fields --------------------------------------------------- */
 
+/* Config fields read through base/jsonv: absent or null gives the default;
+ * the faults become "FILE: KEY: ..." (file may name an object inside it,
+ * "config.json: rope_scaling"). */
+typedef struct {
+    const char *file;
+    char *err;
+    size_t errlen;
+} reader_t;
+
+static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
+{
+    const reader_t *r = v->data;
+    static const char *const want[] = {
+        [IG_JSONV_OBJECT] = "an object", [IG_JSONV_ARRAY] = "an array",
+        [IG_JSONV_STRING] = "a string",  [IG_JSONV_INTEGER] = "an integer",
+        [IG_JSONV_NUMBER] = "a number",  [IG_JSONV_BOOLEAN] = "a boolean",
+    };
+    switch (f->kind) {
+    case IG_JSONV_MISSING:
+        ig_errf(r->err, r->errlen, "%s: %s: missing", r->file, f->key);
+        break;
+    case IG_JSONV_TYPE:
+        ig_errf(r->err, r->errlen, "%s: %s: expected %s, got %s", r->file, f->key, want[f->want],
+                ig_jsonv_type_name(f->value));
+        break;
+    case IG_JSONV_RANGE:
+        if (f->want == IG_JSONV_INTEGER)
+            ig_errf(r->err, r->errlen, "%s: %s: %lld is out of range [%lld, %lld]", r->file, f->key,
+                    f->x, f->lo, f->hi);
+        else
+            ig_errf(r->err, r->errlen, "%s: %s: %g is not a positive finite number", r->file,
+                    f->key, f->dx);
+        break;
+    default:
+        ig_errf(r->err, r->errlen, "%s: %s: invalid value", r->file, f->key);
+    }
+    return IG_EMODEL;
+}
+
+#define READER(name, file, err, errlen)                                                            \
+    reader_t name##_r = {file, err, errlen};                                                       \
+    ig_jsonv_t name = {IG_JSONV_NULL_ABSENT, on_fault, &name##_r}
+
 /* An integer field in [min, max]; absent or null gives def, or an error when
  * required. */
 static int get_int(const json_t *obj, const char *file, const char *key, int required, int def,
                    long long min, long long max, int *out, char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL || json_is_null(v)) {
-        if (required) {
-            ig_errf(err, errlen, "%s: %s: missing", file, key);
-            return IG_EMODEL;
-        }
-        *out = def;
-        return 0;
-    }
-    if (!json_is_integer(v)) {
-        ig_errf(err, errlen, "%s: %s: expected an integer, got %s", file, key, json_type_name(v));
-        return IG_EMODEL;
-    }
-    long long x = json_integer_value(v);
-    if (x < min || x > max) {
-        ig_errf(err, errlen, "%s: %s: %lld is out of range [%lld, %lld]", file, key, x, min, max);
-        return IG_EMODEL;
-    }
+    READER(v, file, err, errlen);
+    long long x;
+    int rc = ig_jsonv_int(&v, obj, "", key, required ? IG_JSONV_REQUIRED : 0, min, max, def, &x);
+    if (rc < 0)
+        return rc;
     *out = (int)x;
     return 0;
 }
@@ -132,24 +141,12 @@ static int get_int(const json_t *obj, const char *file, const char *key, int req
 static int get_pos_float(const json_t *obj, const char *file, const char *key, double def,
                          float *out, char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL || json_is_null(v)) {
-        if (def < 0) {
-            ig_errf(err, errlen, "%s: %s: missing", file, key);
-            return IG_EMODEL;
-        }
-        *out = (float)def;
-        return 0;
-    }
-    if (!json_is_number(v)) {
-        ig_errf(err, errlen, "%s: %s: expected a number, got %s", file, key, json_type_name(v));
-        return IG_EMODEL;
-    }
-    double x = json_number_value(v);
-    if (!(x > 0) || !isfinite(x) || x > 3.0e38) {
-        ig_errf(err, errlen, "%s: %s: %g is not a positive finite number", file, key, x);
-        return IG_EMODEL;
-    }
+    READER(v, file, err, errlen);
+    double x;
+    int rc = ig_jsonv_number(&v, obj, "", key, (def < 0 ? IG_JSONV_REQUIRED : 0) | IG_JSONV_LO_OPEN,
+                             0, 3.0e38, def, &x);
+    if (rc < 0)
+        return rc;
     *out = (float)x;
     return 0;
 }
@@ -157,17 +154,9 @@ static int get_pos_float(const json_t *obj, const char *file, const char *key, d
 static int get_bool(const json_t *obj, const char *file, const char *key, int def, int *out,
                     char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL || json_is_null(v)) {
-        *out = def;
-        return 0;
-    }
-    if (!json_is_boolean(v)) {
-        ig_errf(err, errlen, "%s: %s: expected a boolean, got %s", file, key, json_type_name(v));
-        return IG_EMODEL;
-    }
-    *out = json_is_true(v);
-    return 0;
+    READER(v, file, err, errlen);
+    int rc = ig_jsonv_bool(&v, obj, "", key, 0, def, out);
+    return rc < 0 ? rc : 0;
 }
 
 /* bos_token_id: an id or null. */
@@ -207,7 +196,7 @@ static int get_eos(const json_t *obj, const char *file, ig_model_config_t *cfg, 
     }
     if (!json_is_array(v)) {
         ig_errf(err, errlen, "%s: eos_token_id: expected an integer or a list of integers, got %s",
-                file, json_type_name(v));
+                file, ig_jsonv_type_name(v));
         return IG_EMODEL;
     }
     if (json_array_size(v) > IG_MAX_EOS) {
@@ -239,7 +228,7 @@ static int parse_rope_scaling(const json_t *root, ig_model_config_t *cfg, char *
         return 0;
     if (!json_is_object(rs)) {
         ig_errf(err, errlen, "%s: rope_scaling: expected an object or null, got %s", file,
-                json_type_name(rs));
+                ig_jsonv_type_name(rs));
         return IG_EMODEL;
     }
     const json_t *type = json_object_get(rs, "rope_type");
@@ -412,7 +401,7 @@ static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, s
         td = json_object_get(root, "dtype");
     if (td != NULL && !json_is_null(td) && !json_is_string(td)) {
         ig_errf(err, errlen, "%s: torch_dtype: expected a string, got %s", file,
-                json_type_name(td));
+                ig_jsonv_type_name(td));
         return IG_EMODEL;
     }
     if ((rc = parse_rope_scaling(root, cfg, err, errlen)) != 0)
