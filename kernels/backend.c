@@ -7,23 +7,9 @@
 #include "infergate/error.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* A whole non-negative decimal number below 1e6, nothing else. */
 static int parse_count(const char *s, int *out)
@@ -42,7 +28,7 @@ static int parse_count(const char *s, int *out)
 #ifndef IG_HAVE_CUDA
 int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err, size_t errlen)
 {
-    set_err(err, errlen, "this build of infergate has no CUDA backend (built without nvcc)");
+    ig_errf(err, errlen, "this build of infergate has no CUDA backend (built without nvcc)");
     return IG_ENOTSUP;
 }
 #endif
@@ -51,30 +37,30 @@ int ig_backend_open(ig_backend_t **out, const char *device, int threads, char *e
 {
     int n, rc;
     if (device == NULL || out == NULL) {
-        set_err(err, errlen, "no device given");
+        ig_errf(err, errlen, "no device given");
         return IG_EINVAL;
     }
     if (strcmp(device, "cpu") == 0 || strncmp(device, "cpu:", 4) == 0) {
         if (device[3] == ':') {
             if (parse_count(device + 4, &n) != 0 || n == 0 || n > 256) {
-                set_err(err, errlen, "device '%s': expected cpu:THREADS with 1..256 threads",
+                ig_errf(err, errlen, "device '%s': expected cpu:THREADS with 1..256 threads",
                         device);
                 return IG_EINVAL;
             }
             threads = n; /* the device string names the count: it wins */
         }
         if (threads < 0 || threads > 256) {
-            set_err(err, errlen, "device '%s': %d threads is out of range 0..256", device, threads);
+            ig_errf(err, errlen, "device '%s': %d threads is out of range 0..256", device, threads);
             return IG_EINVAL;
         }
         rc = ig_backend_cpu_create(out, threads);
         if (rc != 0)
-            set_err(err, errlen, "device '%s': %s", device, ig_strerror(rc));
+            ig_errf(err, errlen, "device '%s': %s", device, ig_strerror(rc));
         return rc;
     }
     if (strncmp(device, "cuda:", 5) == 0) {
         if (parse_count(device + 5, &n) != 0) {
-            set_err(err, errlen, "device '%s': expected cuda:N with N a device ordinal", device);
+            ig_errf(err, errlen, "device '%s': expected cuda:N with N a device ordinal", device);
             return IG_EINVAL;
         }
         return ig_backend_cuda_create(out, n, err, errlen);
@@ -84,7 +70,7 @@ int ig_backend_open(ig_backend_t **out, const char *device, int threads, char *e
          * is the only device CUDA enumerates. */
         size_t len = strlen(device + 4);
         if (len == 0 || len > 64 || strspn(device + 4, "0123456789abcdefABCDEF-/") != len) {
-            set_err(err, errlen, "device '%s': expected MIG-<uuid> as nvidia-smi -L prints it",
+            ig_errf(err, errlen, "device '%s': expected MIG-<uuid> as nvidia-smi -L prints it",
                     device);
             return IG_EINVAL;
         }
@@ -95,7 +81,7 @@ int ig_backend_open(ig_backend_t **out, const char *device, int threads, char *e
         if (vis == NULL && setenv("CUDA_VISIBLE_DEVICES", device, 1) == 0)
             vis = device;
         if (vis == NULL || strcmp(vis, device) != 0) {
-            set_err(err, errlen,
+            ig_errf(err, errlen,
                     "device '%s': the process must run with CUDA_VISIBLE_DEVICES=%s (one MIG "
                     "slice per process)",
                     device, device);
@@ -103,7 +89,7 @@ int ig_backend_open(ig_backend_t **out, const char *device, int threads, char *e
         }
         return ig_backend_cuda_create(out, 0, err, errlen);
     }
-    set_err(err, errlen, "unknown device '%s': expected cpu, cpu:THREADS, cuda:N or MIG-<uuid>",
+    ig_errf(err, errlen, "unknown device '%s': expected cpu, cpu:THREADS, cuda:N or MIG-<uuid>",
             device);
     return IG_EINVAL;
 }

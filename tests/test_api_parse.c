@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "infergate/api.h"
+#include "infergate/utf8.h"
 #include "infergate/error.h"
 
 #include <string.h>
@@ -200,11 +201,11 @@ static void test_invalid_utf8_raw(void **state)
     const char body[] = "{\"prompt\":\"a\xff\xfe\"}";
     assert_int_equal(ig_api_parse_completion(body, sizeof(body) - 1, &r, &e), IG_EINVAL);
     assert_int_equal(e.status, 400);
-    assert_true(ig_api_utf8_valid("h\xc3\xa9llo", 6));
-    assert_false(ig_api_utf8_valid("\xc3", 1));
-    assert_false(ig_api_utf8_valid("\xed\xa0\x80", 3)); /* surrogate */
-    assert_false(ig_api_utf8_valid("\xc0\xaf", 2));     /* overlong */
-    assert_true(ig_api_utf8_valid("\xf0\x9f\x98\x80", 4));
+    assert_true(ig_utf8_valid("h\xc3\xa9llo", 6));
+    assert_false(ig_utf8_valid("\xc3", 1));
+    assert_false(ig_utf8_valid("\xed\xa0\x80", 3)); /* surrogate */
+    assert_false(ig_utf8_valid("\xc0\xaf", 2));     /* overlong */
+    assert_true(ig_utf8_valid("\xf0\x9f\x98\x80", 4));
 }
 
 static void test_context_check(void **state)

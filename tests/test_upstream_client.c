@@ -242,7 +242,7 @@ static ig_upstream_t *open_upstream(uv_loop_t *loop, int port, const ig_upstream
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
     ig_upstream_t *u = NULL;
     assert_int_equal(uv_loop_init(loop), 0);
-    assert_int_equal(ig_upstream_init(&u, loop, "t", addr, opts), 0);
+    assert_int_equal(ig_upstream_start(&u, loop, "t", addr, opts), 0);
     return u;
 }
 

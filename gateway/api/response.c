@@ -3,6 +3,7 @@
  * chat.completion.chunk), and the models list.
  */
 #include "infergate/api.h"
+#include "infergate/utf8.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -11,23 +12,10 @@
 
 /* ---- strings -------------------------------------------------------------- */
 
-/* Length of the valid UTF-8 sequence at s (1..4), or 0 when invalid. */
-static size_t utf8_seq(const unsigned char *s, size_t left)
-{
-    if (s[0] < 0x80)
-        return 1;
-    size_t n = (s[0] & 0xe0) == 0xc0   ? 2
-               : (s[0] & 0xf0) == 0xe0 ? 3
-               : (s[0] & 0xf8) == 0xf0 ? 4
-                                       : 0;
-    if (n == 0 || n > left || !ig_api_utf8_valid((const char *)s, n))
-        return 0;
-    return n;
-}
-
 /* A JSON string from bytes; invalid UTF-8 bytes (and NUL) become U+FFFD
  * because a JSON string cannot carry them (the token's raw bytes go in
- * "bytes" instead). */
+ * "bytes" instead). Each bad byte is one U+FFFD, not each maximal subpart:
+ * a token's text shows how many bytes it holds. */
 static json_t *str_bytes(const char *s, size_t len)
 {
     if (!s)
@@ -35,15 +23,14 @@ static json_t *str_bytes(const char *s, size_t len)
     /* NUL is valid UTF-8 but many JSON parsers (jansson by default, and so
      * this module's own request parser) refuse "\u0000": show it as U+FFFD
      * too, so that output can always be sent back as input. */
-    if (ig_api_utf8_valid(s, len) && !memchr(s, 0, len))
+    if (ig_utf8_valid(s, len) && !memchr(s, 0, len))
         return json_stringn(s, len);
     char *buf = malloc(len * 3 + 1);
     if (!buf)
         return NULL;
     size_t o = 0;
-    const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < len;) {
-        size_t n = u[i] ? utf8_seq(u + i, len - i) : 0;
+        size_t n = s[i] ? ig_utf8_decode(s + i, len - i, NULL) : 0;
         if (n) {
             memcpy(buf + o, s + i, n);
             o += n;

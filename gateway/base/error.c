@@ -1,5 +1,7 @@
 #include "infergate/error.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <uv.h>
 
 const char *ig_strerror(int err)
@@ -30,4 +32,14 @@ const char *ig_err_name(int err)
     default:
         return uv_err_name(err);
     }
+}
+
+void ig_errf(char *err, size_t errlen, const char *fmt, ...)
+{
+    if (err == NULL || errlen == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
 }

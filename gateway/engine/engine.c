@@ -12,7 +12,6 @@
 
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,19 +58,6 @@ struct ig_engine_s {
     /* Host staging of the same index arrays. */
     int *h_pos, *h_slots, *h_rows, *h_q_start, *h_ctx_len, *h_tables;
 };
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 void ig_engine_opts_default(ig_engine_opts_t *opts)
 {
@@ -132,7 +118,7 @@ static int up_w(ig_engine_t *e, const ig_tensor_t *t, ig_weight_t *w, const char
 {
     int rc = e->be->upload_weight(e->be, t, w);
     if (rc != 0)
-        set_err(err, errlen, "uploading %s of layer %d to %s: %s", what, layer, e->be->name,
+        ig_errf(err, errlen, "uploading %s of layer %d to %s: %s", what, layer, e->be->name,
                 ig_strerror(rc));
     return rc;
 }
@@ -164,7 +150,7 @@ static int choose_kv_blocks(ig_engine_t *e, char *err, size_t errlen)
     if (want > INT_MAX / 2)
         want = INT_MAX / 2;
     if (want < 1) {
-        set_err(err, errlen, "no memory left for the KV cache on %s (%zu bytes per block)",
+        ig_errf(err, errlen, "no memory left for the KV cache on %s (%zu bytes per block)",
                 e->be->name, per);
         return IG_ENOMEM;
     }
@@ -226,12 +212,12 @@ static int check_config(const ig_model_config_t *c, const ig_engine_opts_t *o, c
         c->num_key_value_heads <= 0 || c->head_dim <= 0 || c->head_dim % 2 != 0 ||
         c->vocab_size <= 0 || c->intermediate_size <= 0 ||
         c->num_attention_heads % c->num_key_value_heads != 0) {
-        set_err(err, errlen, "model config has a shape the engine cannot run");
+        ig_errf(err, errlen, "model config has a shape the engine cannot run");
         return IG_EMODEL;
     }
     if (o->block_size <= 0 || o->max_batched_tokens <= 0 || o->max_num_seqs <= 0 ||
         o->kv_blocks < 0) {
-        set_err(err, errlen, "engine options must be positive");
+        ig_errf(err, errlen, "engine options must be positive");
         return IG_EINVAL;
     }
     return 0;
@@ -299,7 +285,7 @@ int ig_engine_create(ig_engine_t **out, const ig_model_t *model, ig_backend_t *b
 
     /* ---- buffers, RoPE table and KV cache ---- */
     if ((rc = alloc_buffers(e)) != 0) {
-        set_err(err, errlen, "out of memory for the work buffers on %s", be->name);
+        ig_errf(err, errlen, "out of memory for the work buffers on %s", be->name);
         goto fail;
     }
     {
@@ -326,7 +312,7 @@ int ig_engine_create(ig_engine_t **out, const ig_model_t *model, ig_backend_t *b
     e->free_blocks = malloc((size_t)e->kv.num_blocks * sizeof(int));
     e->in_use = calloc((size_t)e->kv.num_blocks, 1);
     if (e->kv.k == NULL || e->kv.v == NULL || e->free_blocks == NULL || e->in_use == NULL) {
-        set_err(err, errlen, "out of memory for a KV cache of %d blocks (%zu bytes) on %s",
+        ig_errf(err, errlen, "out of memory for a KV cache of %d blocks (%zu bytes) on %s",
                 e->kv.num_blocks, 2 * half, be->name);
         rc = IG_ENOMEM;
         goto fail;

@@ -7,6 +7,7 @@
  */
 #include "infergate/model.h"
 #include "infergate/error.h"
+#include "infergate/jsonv.h"
 #include "model_internal.h"
 #include "infergate/safetensors.h"
 
@@ -50,28 +51,6 @@ static int file_exists(const char *path)
     return stat(path, &sb) == 0;
 }
 
-static const char *json_type_name(const json_t *v)
-{
-    switch (json_typeof(v)) {
-    case JSON_OBJECT:
-        return "an object";
-    case JSON_ARRAY:
-        return "an array";
-    case JSON_STRING:
-        return "a string";
-    case JSON_INTEGER:
-        return "an integer";
-    case JSON_REAL:
-        return "a number";
-    case JSON_TRUE:
-    case JSON_FALSE:
-        return "a boolean";
-    case JSON_NULL:
-        return "null";
-    }
-    return "?";
-}
-
 /* Loads a JSON object file; IG_ENOENT when absent (no message), IG_EMODEL when malformed. */
 static int load_json(json_t **out, const char *dir, const char *name, char *err, size_t errlen)
 {
@@ -79,19 +58,19 @@ static int load_json(json_t **out, const char *dir, const char *name, char *err,
     json_error_t jerr;
     *out = NULL;
     if (join_path(path, sizeof(path), dir, name) != 0) {
-        ig__model_errf(err, errlen, "%s: path too long", name);
+        ig_errf(err, errlen, "%s: path too long", name);
         return IG_EINVAL;
     }
     if (!file_exists(path))
         return IG_ENOENT;
-    json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *root = ig_jsonv_load_file(path, &jerr);
     if (root == NULL) {
-        ig__model_errf(err, errlen, "%s: bad JSON at line %d column %d: %s", name, jerr.line,
-                       jerr.column, jerr.text);
+        ig_errf(err, errlen, "%s: bad JSON at line %d column %d: %s", name, jerr.line, jerr.column,
+                jerr.text);
         return IG_EMODEL;
     }
     if (!json_is_object(root)) {
-        ig__model_errf(err, errlen, "%s: not a JSON object", name);
+        ig_errf(err, errlen, "%s: not a JSON object", name);
         json_decref(root);
         return IG_EMODEL;
     }
@@ -101,31 +80,59 @@ static int load_json(json_t **out, const char *dir, const char *name, char *err,
 
 /* ---- config fields --------------------------------------------------- */
 
+/* Config fields read through base/jsonv: absent or null gives the default;
+ * the faults become "FILE: KEY: ..." (file may name an object inside it,
+ * "config.json: rope_scaling"). */
+typedef struct {
+    const char *file;
+    char *err;
+    size_t errlen;
+} reader_t;
+
+static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
+{
+    const reader_t *r = v->data;
+    static const char *const want[] = {
+        [IG_JSONV_OBJECT] = "an object", [IG_JSONV_ARRAY] = "an array",
+        [IG_JSONV_STRING] = "a string",  [IG_JSONV_INTEGER] = "an integer",
+        [IG_JSONV_NUMBER] = "a number",  [IG_JSONV_BOOLEAN] = "a boolean",
+    };
+    switch (f->kind) {
+    case IG_JSONV_MISSING:
+        ig_errf(r->err, r->errlen, "%s: %s: missing", r->file, f->key);
+        break;
+    case IG_JSONV_TYPE:
+        ig_errf(r->err, r->errlen, "%s: %s: expected %s, got %s", r->file, f->key, want[f->want],
+                ig_jsonv_type_name(f->value));
+        break;
+    case IG_JSONV_RANGE:
+        if (f->want == IG_JSONV_INTEGER)
+            ig_errf(r->err, r->errlen, "%s: %s: %lld is out of range [%lld, %lld]", r->file, f->key,
+                    f->x, f->lo, f->hi);
+        else
+            ig_errf(r->err, r->errlen, "%s: %s: %g is not a positive finite number", r->file,
+                    f->key, f->dx);
+        break;
+    default:
+        ig_errf(r->err, r->errlen, "%s: %s: invalid value", r->file, f->key);
+    }
+    return IG_EMODEL;
+}
+
+#define READER(name, file, err, errlen)                                                            \
+    reader_t name##_r = {file, err, errlen};                                                       \
+    ig_jsonv_t name = {IG_JSONV_NULL_ABSENT, on_fault, &name##_r}
+
 /* An integer field in [min, max]; absent or null gives def, or an error when
  * required. */
 static int get_int(const json_t *obj, const char *file, const char *key, int required, int def,
                    long long min, long long max, int *out, char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL || json_is_null(v)) {
-        if (required) {
-            ig__model_errf(err, errlen, "%s: %s: missing", file, key);
-            return IG_EMODEL;
-        }
-        *out = def;
-        return 0;
-    }
-    if (!json_is_integer(v)) {
-        ig__model_errf(err, errlen, "%s: %s: expected an integer, got %s", file, key,
-                       json_type_name(v));
-        return IG_EMODEL;
-    }
-    long long x = json_integer_value(v);
-    if (x < min || x > max) {
-        ig__model_errf(err, errlen, "%s: %s: %lld is out of range [%lld, %lld]", file, key, x, min,
-                       max);
-        return IG_EMODEL;
-    }
+    READER(v, file, err, errlen);
+    long long x;
+    int rc = ig_jsonv_int(&v, obj, "", key, required ? IG_JSONV_REQUIRED : 0, min, max, def, &x);
+    if (rc < 0)
+        return rc;
     *out = (int)x;
     return 0;
 }
@@ -134,25 +141,12 @@ static int get_int(const json_t *obj, const char *file, const char *key, int req
 static int get_pos_float(const json_t *obj, const char *file, const char *key, double def,
                          float *out, char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL || json_is_null(v)) {
-        if (def < 0) {
-            ig__model_errf(err, errlen, "%s: %s: missing", file, key);
-            return IG_EMODEL;
-        }
-        *out = (float)def;
-        return 0;
-    }
-    if (!json_is_number(v)) {
-        ig__model_errf(err, errlen, "%s: %s: expected a number, got %s", file, key,
-                       json_type_name(v));
-        return IG_EMODEL;
-    }
-    double x = json_number_value(v);
-    if (!(x > 0) || !isfinite(x) || x > 3.0e38) {
-        ig__model_errf(err, errlen, "%s: %s: %g is not a positive finite number", file, key, x);
-        return IG_EMODEL;
-    }
+    READER(v, file, err, errlen);
+    double x;
+    int rc = ig_jsonv_number(&v, obj, "", key, (def < 0 ? IG_JSONV_REQUIRED : 0) | IG_JSONV_LO_OPEN,
+                             0, 3.0e38, def, &x);
+    if (rc < 0)
+        return rc;
     *out = (float)x;
     return 0;
 }
@@ -160,18 +154,9 @@ static int get_pos_float(const json_t *obj, const char *file, const char *key, d
 static int get_bool(const json_t *obj, const char *file, const char *key, int def, int *out,
                     char *err, size_t errlen)
 {
-    const json_t *v = json_object_get(obj, key);
-    if (v == NULL || json_is_null(v)) {
-        *out = def;
-        return 0;
-    }
-    if (!json_is_boolean(v)) {
-        ig__model_errf(err, errlen, "%s: %s: expected a boolean, got %s", file, key,
-                       json_type_name(v));
-        return IG_EMODEL;
-    }
-    *out = json_is_true(v);
-    return 0;
+    READER(v, file, err, errlen);
+    int rc = ig_jsonv_bool(&v, obj, "", key, 0, def, out);
+    return rc < 0 ? rc : 0;
 }
 
 /* bos_token_id: an id or null. */
@@ -210,22 +195,21 @@ static int get_eos(const json_t *obj, const char *file, ig_model_config_t *cfg, 
         return 0;
     }
     if (!json_is_array(v)) {
-        ig__model_errf(err, errlen,
-                       "%s: eos_token_id: expected an integer or a list of integers, got %s", file,
-                       json_type_name(v));
+        ig_errf(err, errlen, "%s: eos_token_id: expected an integer or a list of integers, got %s",
+                file, ig_jsonv_type_name(v));
         return IG_EMODEL;
     }
     if (json_array_size(v) > IG_MAX_EOS) {
-        ig__model_errf(err, errlen, "%s: eos_token_id: %zu ids, at most %d are supported", file,
-                       json_array_size(v), IG_MAX_EOS);
+        ig_errf(err, errlen, "%s: eos_token_id: %zu ids, at most %d are supported", file,
+                json_array_size(v), IG_MAX_EOS);
         return IG_EMODEL;
     }
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *e = json_array_get(v, i);
         if (!json_is_integer(e) || json_integer_value(e) < 0 ||
             json_integer_value(e) >= cfg->vocab_size) {
-            ig__model_errf(err, errlen, "%s: eos_token_id[%zu]: not a token id below vocab_size %d",
-                           file, i, cfg->vocab_size);
+            ig_errf(err, errlen, "%s: eos_token_id[%zu]: not a token id below vocab_size %d", file,
+                    i, cfg->vocab_size);
             return IG_EMODEL;
         }
         cfg->eos_token_ids[i] = (int)json_integer_value(e);
@@ -243,15 +227,15 @@ static int parse_rope_scaling(const json_t *root, ig_model_config_t *cfg, char *
     if (rs == NULL || json_is_null(rs))
         return 0;
     if (!json_is_object(rs)) {
-        ig__model_errf(err, errlen, "%s: rope_scaling: expected an object or null, got %s", file,
-                       json_type_name(rs));
+        ig_errf(err, errlen, "%s: rope_scaling: expected an object or null, got %s", file,
+                ig_jsonv_type_name(rs));
         return IG_EMODEL;
     }
     const json_t *type = json_object_get(rs, "rope_type");
     if (type == NULL)
         type = json_object_get(rs, "type");
     if (!json_is_string(type)) {
-        ig__model_errf(err, errlen, "%s: rope_scaling.rope_type: missing or not a string", file);
+        ig_errf(err, errlen, "%s: rope_scaling.rope_type: missing or not a string", file);
         return IG_EMODEL;
     }
     const char *t = json_string_value(type);
@@ -276,17 +260,16 @@ static int parse_rope_scaling(const json_t *root, ig_model_config_t *cfg, char *
             return rc;
         /* The llama3 ramp divides by (high - low). */
         if (!(cfg->rope_high_freq_factor > cfg->rope_low_freq_factor)) {
-            ig__model_errf(err, errlen,
-                           "%s: rope_scaling: high_freq_factor %g must exceed low_freq_factor %g",
-                           file, cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
+            ig_errf(err, errlen,
+                    "%s: rope_scaling: high_freq_factor %g must exceed low_freq_factor %g", file,
+                    cfg->rope_high_freq_factor, cfg->rope_low_freq_factor);
             return IG_EMODEL;
         }
         return 0;
     }
-    ig__model_errf(
-        err, errlen,
-        "%s: rope_scaling.rope_type: \"%.32s\" is not supported (default, linear, llama3)", file,
-        t);
+    ig_errf(err, errlen,
+            "%s: rope_scaling.rope_type: \"%.32s\" is not supported (default, linear, llama3)",
+            file, t);
     return IG_EMODEL;
 }
 
@@ -312,7 +295,7 @@ static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, s
     if (list != NULL && !json_is_null(list)) {
         if (!json_is_array(list) || json_array_size(list) < 1 ||
             !json_is_string(json_array_get(list, 0))) {
-            ig__model_errf(err, errlen, "%s: architectures: expected a list of strings", file);
+            ig_errf(err, errlen, "%s: architectures: expected a list of strings", file);
             return IG_EMODEL;
         }
         name = json_string_value(json_array_get(list, 0));
@@ -325,14 +308,14 @@ static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, s
             if (strcmp(name, archs[i].model_type) == 0)
                 arch = (int)i;
     } else {
-        ig__model_errf(err, errlen, "%s: architectures: missing (and no model_type)", file);
+        ig_errf(err, errlen, "%s: architectures: missing (and no model_type)", file);
         return IG_EMODEL;
     }
     if (arch < 0) {
-        ig__model_errf(err, errlen,
-                       "%s: architectures: \"%.64s\" is not supported (LlamaForCausalLM, "
-                       "MistralForCausalLM, Qwen2ForCausalLM)",
-                       file, name);
+        ig_errf(err, errlen,
+                "%s: architectures: \"%.64s\" is not supported (LlamaForCausalLM, "
+                "MistralForCausalLM, Qwen2ForCausalLM)",
+                file, name);
         return IG_EMODEL;
     }
     snprintf(cfg->architecture, sizeof(cfg->architecture), "%s", archs[arch].architecture);
@@ -340,7 +323,7 @@ static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, s
 
     const json_t *act = json_object_get(root, "hidden_act");
     if (act != NULL && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
-        ig__model_errf(err, errlen, "%s: hidden_act: only \"silu\" is supported", file);
+        ig_errf(err, errlen, "%s: hidden_act: only \"silu\" is supported", file);
         return IG_EMODEL;
     }
     if ((rc = get_int(root, file, "hidden_size", 1, 0, 1, 65536, &cfg->hidden_size, err, errlen)) !=
@@ -367,25 +350,25 @@ static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, s
         (rc = get_bool(root, file, "attention_bias", 0, &cfg->attention_bias, err, errlen)) != 0)
         return rc;
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
-        ig__model_errf(err, errlen,
-                       "%s: num_key_value_heads: num_attention_heads %d is not divisible by "
-                       "num_key_value_heads %d",
-                       file, cfg->num_attention_heads, cfg->num_key_value_heads);
+        ig_errf(err, errlen,
+                "%s: num_key_value_heads: num_attention_heads %d is not divisible by "
+                "num_key_value_heads %d",
+                file, cfg->num_attention_heads, cfg->num_key_value_heads);
         return IG_EMODEL;
     }
     if (cfg->head_dim == 0) {
         if (cfg->hidden_size % cfg->num_attention_heads != 0) {
-            ig__model_errf(err, errlen,
-                           "%s: num_attention_heads: hidden_size %d is not divisible by "
-                           "num_attention_heads %d (and head_dim is absent)",
-                           file, cfg->hidden_size, cfg->num_attention_heads);
+            ig_errf(err, errlen,
+                    "%s: num_attention_heads: hidden_size %d is not divisible by "
+                    "num_attention_heads %d (and head_dim is absent)",
+                    file, cfg->hidden_size, cfg->num_attention_heads);
             return IG_EMODEL;
         }
         cfg->head_dim = cfg->hidden_size / cfg->num_attention_heads;
     }
     if (cfg->head_dim % 2 != 0) {
-        ig__model_errf(err, errlen, "%s: head_dim: %d is odd; rotary embeddings need pairs", file,
-                       cfg->head_dim);
+        ig_errf(err, errlen, "%s: head_dim: %d is odd; rotary embeddings need pairs", file,
+                cfg->head_dim);
         return IG_EMODEL;
     }
     if (is_qwen2) {
@@ -394,31 +377,31 @@ static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, s
     } else if (cfg->attention_bias) {
         /* transformers' Llama then also gives o_proj a bias, which
          * ig_layer_weights_t has no room for. */
-        ig__model_errf(err, errlen,
-                       "%s: attention_bias: true is not supported for %s (its o_proj bias has no "
-                       "place in the weights; use Qwen2ForCausalLM for q/k/v biases)",
-                       file, cfg->architecture);
+        ig_errf(err, errlen,
+                "%s: attention_bias: true is not supported for %s (its o_proj bias has no "
+                "place in the weights; use Qwen2ForCausalLM for q/k/v biases)",
+                file, cfg->architecture);
         return IG_EMODEL;
     }
     int flag = 0;
     if ((rc = get_bool(root, file, "mlp_bias", 0, &flag, err, errlen)) != 0)
         return rc;
     if (flag) {
-        ig__model_errf(err, errlen, "%s: mlp_bias: true is not supported", file);
+        ig_errf(err, errlen, "%s: mlp_bias: true is not supported", file);
         return IG_EMODEL;
     }
     if ((rc = get_bool(root, file, "use_sliding_window", 0, &flag, err, errlen)) != 0)
         return rc;
     if (flag) {
-        ig__model_errf(err, errlen, "%s: use_sliding_window: true is not supported", file);
+        ig_errf(err, errlen, "%s: use_sliding_window: true is not supported", file);
         return IG_EMODEL;
     }
     const json_t *td = json_object_get(root, "torch_dtype");
     if (td == NULL)
         td = json_object_get(root, "dtype");
     if (td != NULL && !json_is_null(td) && !json_is_string(td)) {
-        ig__model_errf(err, errlen, "%s: torch_dtype: expected a string, got %s", file,
-                       json_type_name(td));
+        ig_errf(err, errlen, "%s: torch_dtype: expected a string, got %s", file,
+                ig_jsonv_type_name(td));
         return IG_EMODEL;
     }
     if ((rc = parse_rope_scaling(root, cfg, err, errlen)) != 0)
@@ -446,21 +429,21 @@ static int open_shard(ig_model_t *m, const char *name, const char *named_by, cha
         if (strcmp(ig_safetensors_file_name(m->files[i]), name) == 0)
             return 0;
     if (join_path(path, sizeof(path), m->dir, name) != 0) {
-        ig__model_errf(err, errlen, "%s: path too long", name);
+        ig_errf(err, errlen, "%s: path too long", name);
         return IG_EMODEL;
     }
     ig_safetensors_t **files = realloc(m->files, (m->nfiles + 1) * sizeof(*files));
     if (files == NULL) {
-        ig__model_errf(err, errlen, "%s: out of memory", name);
+        ig_errf(err, errlen, "%s: out of memory", name);
         return IG_ENOMEM;
     }
     m->files = files;
     int rc = ig_safetensors_open(&m->files[m->nfiles], path, err, errlen);
     if (rc == IG_ENOENT) {
         if (named_by)
-            ig__model_errf(err, errlen, "%s: no such file, named by %s", name, named_by);
+            ig_errf(err, errlen, "%s: no such file, named by %s", name, named_by);
         else
-            ig__model_errf(err, errlen, "%s: no such file (and no %s)", name, INDEX_FILE);
+            ig_errf(err, errlen, "%s: no such file (and no %s)", name, INDEX_FILE);
         return IG_EMODEL;
     }
     if (rc != 0)
@@ -478,14 +461,14 @@ static int open_index(ig_model_t *m, const json_t *index, char *err, size_t errl
     const json_t *val;
     int rc;
     if (!json_is_object(map)) {
-        ig__model_errf(err, errlen, "%s: weight_map: missing or not an object", INDEX_FILE);
+        ig_errf(err, errlen, "%s: weight_map: missing or not an object", INDEX_FILE);
         return IG_EMODEL;
     }
     json_object_foreach((json_t *)map, key, val)
     {
         if (!json_is_string(val) || !is_plain_file_name(json_string_value(val))) {
-            ig__model_errf(err, errlen, "%s: weight_map.%s: not a file name in the model directory",
-                           INDEX_FILE, key);
+            ig_errf(err, errlen, "%s: weight_map.%s: not a file name in the model directory",
+                    INDEX_FILE, key);
             return IG_EMODEL;
         }
         if ((rc = open_shard(m, json_string_value(val), INDEX_FILE, err, errlen)) != 0)
@@ -498,14 +481,14 @@ static int open_index(ig_model_t *m, const json_t *index, char *err, size_t errl
             if (strcmp(ig_safetensors_file_name(m->files[i]), shard) != 0)
                 continue;
             if (ig_safetensors_find(m->files[i], key) == NULL) {
-                ig__model_errf(err, errlen, "%s: %s: not in %s, where weight_map places it",
-                               INDEX_FILE, key, shard);
+                ig_errf(err, errlen, "%s: %s: not in %s, where weight_map places it", INDEX_FILE,
+                        key, shard);
                 return IG_EMODEL;
             }
         }
     }
     if (m->nfiles == 0) {
-        ig__model_errf(err, errlen, "%s: weight_map: empty", INDEX_FILE);
+        ig_errf(err, errlen, "%s: weight_map: empty", INDEX_FILE);
         return IG_EMODEL;
     }
     return 0;
@@ -541,8 +524,8 @@ static int bind(ig_model_t *m, ig_tensor_t *t, const char *name, int optional, i
         if (f == NULL)
             continue;
         if (e != NULL) {
-            ig__model_errf(err, errlen, "%s: %s: also in %s", ig_safetensors_file_name(m->files[i]),
-                           name, ig_safetensors_file_name(in));
+            ig_errf(err, errlen, "%s: %s: also in %s", ig_safetensors_file_name(m->files[i]), name,
+                    ig_safetensors_file_name(in));
             return IG_EMODEL;
         }
         e = f;
@@ -551,14 +534,14 @@ static int bind(ig_model_t *m, ig_tensor_t *t, const char *name, int optional, i
     if (e == NULL) {
         if (optional)
             return 0;
-        ig__model_errf(err, errlen, "%s: %s: missing tensor", m->weights_label, name);
+        ig_errf(err, errlen, "%s: %s: missing tensor", m->weights_label, name);
         return IG_EMODEL;
     }
     /* One dtype for all weights: backends convert or upload them in one pass. */
     if (m->embed.data != NULL && e->dtype != m->cfg.dtype) {
-        ig__model_errf(err, errlen, "%s: %s: dtype %s, expected %s like model.embed_tokens.weight",
-                       ig_safetensors_file_name(in), name, ig_dtype_name(e->dtype),
-                       ig_dtype_name(m->cfg.dtype));
+        ig_errf(err, errlen, "%s: %s: dtype %s, expected %s like model.embed_tokens.weight",
+                ig_safetensors_file_name(in), name, ig_dtype_name(e->dtype),
+                ig_dtype_name(m->cfg.dtype));
         return IG_EMODEL;
     }
     int64_t want_shape[2] = {d0, d1};
@@ -568,8 +551,8 @@ static int bind(ig_model_t *m, ig_tensor_t *t, const char *name, int optional, i
     if (!same) {
         ig__shape_str(got, sizeof(got), e->ndim, e->shape);
         ig__shape_str(want, sizeof(want), ndim, want_shape);
-        ig__model_errf(err, errlen, "%s: %s: shape %s, expected %s", ig_safetensors_file_name(in),
-                       name, got, want);
+        ig_errf(err, errlen, "%s: %s: shape %s, expected %s", ig_safetensors_file_name(in), name,
+                got, want);
         return IG_EMODEL;
     }
     t->dtype = e->dtype;
@@ -602,7 +585,7 @@ static int bind_all(ig_model_t *m, char *err, size_t errlen)
 
     m->layers = calloc((size_t)c->num_hidden_layers, sizeof(*m->layers));
     if (m->layers == NULL) {
-        ig__model_errf(err, errlen, "model: out of memory");
+        ig_errf(err, errlen, "model: out of memory");
         return IG_ENOMEM;
     }
     for (int l = 0; l < c->num_hidden_layers; l++) {
@@ -656,12 +639,12 @@ int ig_model_load(ig_model_t **out, const char *dir, char *err, size_t errlen)
     m = calloc(1, sizeof(*m));
     if (m == NULL || (m->dir = strdup(dir)) == NULL) {
         rc = IG_ENOMEM;
-        ig__model_errf(err, errlen, "model: out of memory");
+        ig_errf(err, errlen, "model: out of memory");
         goto fail;
     }
     rc = load_json(&config, dir, CONFIG_FILE, err, errlen);
     if (rc == IG_ENOENT) {
-        ig__model_errf(err, errlen, "%s: no such file in %s", CONFIG_FILE, dir);
+        ig_errf(err, errlen, "%s: no such file in %s", CONFIG_FILE, dir);
         goto fail;
     }
     if (rc != 0)

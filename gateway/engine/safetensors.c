@@ -9,7 +9,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,16 +24,6 @@ struct ig_safetensors_s {
     ig_safetensors_entry_t *entries; /* sorted by name */
     size_t n;
 };
-
-void ig__model_errf(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (err == NULL || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static const char *base_name(const char *path)
 {
@@ -87,28 +76,28 @@ static int parse_entry(ig_safetensors_entry_t *e, const json_t *v, const char *f
 {
     char sbuf[128];
     if (!json_is_object(v)) {
-        ig__model_errf(err, errlen, "%s: %s: header entry is not a JSON object", file, e->name);
+        ig_errf(err, errlen, "%s: %s: header entry is not a JSON object", file, e->name);
         return IG_EMODEL;
     }
     const json_t *dt = json_object_get(v, "dtype");
     const json_t *shape = json_object_get(v, "shape");
     const json_t *offs = json_object_get(v, "data_offsets");
     if (!json_is_string(dt)) {
-        ig__model_errf(err, errlen, "%s: %s: dtype: missing or not a string", file, e->name);
+        ig_errf(err, errlen, "%s: %s: dtype: missing or not a string", file, e->name);
         return IG_EMODEL;
     }
     if (ig_dtype_parse(json_string_value(dt), &e->dtype) != 0) {
-        ig__model_errf(err, errlen, "%s: %s: unsupported dtype %.16s (supported: F32, F16, BF16)",
-                       file, e->name, json_string_value(dt));
+        ig_errf(err, errlen, "%s: %s: unsupported dtype %.16s (supported: F32, F16, BF16)", file,
+                e->name, json_string_value(dt));
         return IG_EMODEL;
     }
     if (!json_is_array(shape)) {
-        ig__model_errf(err, errlen, "%s: %s: shape: missing or not an array", file, e->name);
+        ig_errf(err, errlen, "%s: %s: shape: missing or not an array", file, e->name);
         return IG_EMODEL;
     }
     if (json_array_size(shape) > IG_SAFETENSORS_MAX_DIMS) {
-        ig__model_errf(err, errlen, "%s: %s: shape has %zu dimensions, at most %d are supported",
-                       file, e->name, json_array_size(shape), IG_SAFETENSORS_MAX_DIMS);
+        ig_errf(err, errlen, "%s: %s: shape has %zu dimensions, at most %d are supported", file,
+                e->name, json_array_size(shape), IG_SAFETENSORS_MAX_DIMS);
         return IG_EMODEL;
     }
     e->ndim = (int)json_array_size(shape);
@@ -120,8 +109,8 @@ static int parse_entry(ig_safetensors_entry_t *e, const json_t *v, const char *f
     for (int i = 0; i < e->ndim; i++) {
         uint64_t d;
         if (get_uint(json_array_get(shape, (size_t)i), &d) != 0 || d > (uint64_t)INT64_MAX) {
-            ig__model_errf(err, errlen, "%s: %s: shape[%d] is not a non-negative integer", file,
-                           e->name, i);
+            ig_errf(err, errlen, "%s: %s: shape[%d] is not a non-negative integer", file, e->name,
+                    i);
             return IG_EMODEL;
         }
         e->shape[i] = (int64_t)d;
@@ -134,32 +123,31 @@ static int parse_entry(ig_safetensors_entry_t *e, const json_t *v, const char *f
         too_big = 1;
     uint64_t nbytes = too_big ? 0 : nelem * esize;
     if (!json_is_array(offs) || json_array_size(offs) != 2) {
-        ig__model_errf(err, errlen, "%s: %s: data_offsets: missing or not a [begin, end] pair",
-                       file, e->name);
+        ig_errf(err, errlen, "%s: %s: data_offsets: missing or not a [begin, end] pair", file,
+                e->name);
         return IG_EMODEL;
     }
     uint64_t begin, end;
     if (get_uint(json_array_get(offs, 0), &begin) != 0 ||
         get_uint(json_array_get(offs, 1), &end) != 0 || end < begin) {
-        ig__model_errf(err, errlen, "%s: %s: data_offsets: not two integers 0 <= begin <= end",
-                       file, e->name);
+        ig_errf(err, errlen, "%s: %s: data_offsets: not two integers 0 <= begin <= end", file,
+                e->name);
         return IG_EMODEL;
     }
     if (end > data_size) {
-        ig__model_errf(err, errlen,
-                       "%s: %s: data_offsets [%llu, %llu] end beyond the %llu bytes of data (file "
-                       "truncated?)",
-                       file, e->name, (unsigned long long)begin, (unsigned long long)end,
-                       (unsigned long long)data_size);
+        ig_errf(err, errlen,
+                "%s: %s: data_offsets [%llu, %llu] end beyond the %llu bytes of data (file "
+                "truncated?)",
+                file, e->name, (unsigned long long)begin, (unsigned long long)end,
+                (unsigned long long)data_size);
         return IG_EMODEL;
     }
     if (too_big || end - begin != nbytes) {
-        ig__model_errf(err, errlen,
-                       "%s: %s: data_offsets [%llu, %llu] hold %llu bytes, %s %s needs %s", file,
-                       e->name, (unsigned long long)begin, (unsigned long long)end,
-                       (unsigned long long)(end - begin), ig_dtype_name(e->dtype),
-                       ig__shape_str(sbuf, sizeof(sbuf), e->ndim, e->shape),
-                       too_big ? "more than 2^64" : "a different size");
+        ig_errf(err, errlen, "%s: %s: data_offsets [%llu, %llu] hold %llu bytes, %s %s needs %s",
+                file, e->name, (unsigned long long)begin, (unsigned long long)end,
+                (unsigned long long)(end - begin), ig_dtype_name(e->dtype),
+                ig__shape_str(sbuf, sizeof(sbuf), e->ndim, e->shape),
+                too_big ? "more than 2^64" : "a different size");
         return IG_EMODEL;
     }
     e->offset = begin;
@@ -174,7 +162,7 @@ static int check_tiling(ig_safetensors_entry_t *entries, size_t n, const char *f
     int rc = 0;
     ig_safetensors_entry_t **order = NULL;
     if (n > 0 && (order = malloc(n * sizeof(*order))) == NULL) {
-        ig__model_errf(err, errlen, "%s: out of memory", file);
+        ig_errf(err, errlen, "%s: out of memory", file);
         return IG_ENOMEM;
     }
     for (size_t i = 0; i < n; i++)
@@ -186,18 +174,18 @@ static int check_tiling(ig_safetensors_entry_t *entries, size_t n, const char *f
     for (size_t i = 0; i < n; i++) {
         const ig_safetensors_entry_t *e = order[i];
         if (e->offset < expect) {
-            ig__model_errf(err, errlen, "%s: %s: data_offsets [%llu, %llu] overlap tensor %s", file,
-                           e->name, (unsigned long long)e->offset,
-                           (unsigned long long)(e->offset + e->nbytes), prev);
+            ig_errf(err, errlen, "%s: %s: data_offsets [%llu, %llu] overlap tensor %s", file,
+                    e->name, (unsigned long long)e->offset,
+                    (unsigned long long)(e->offset + e->nbytes), prev);
             rc = IG_EMODEL;
             goto fail;
         }
         if (e->offset > expect) {
-            ig__model_errf(err, errlen,
-                           "%s: %s: data_offsets begin at %llu, leaving %llu unused bytes %s%s",
-                           file, e->name, (unsigned long long)e->offset,
-                           (unsigned long long)(e->offset - expect),
-                           prev ? "after tensor " : "at the start", prev ? prev : "");
+            ig_errf(err, errlen,
+                    "%s: %s: data_offsets begin at %llu, leaving %llu unused bytes %s%s", file,
+                    e->name, (unsigned long long)e->offset,
+                    (unsigned long long)(e->offset - expect),
+                    prev ? "after tensor " : "at the start", prev ? prev : "");
             rc = IG_EMODEL;
             goto fail;
         }
@@ -206,11 +194,11 @@ static int check_tiling(ig_safetensors_entry_t *entries, size_t n, const char *f
     }
     if (expect != data_size) {
         if (prev)
-            ig__model_errf(err, errlen, "%s: %s: %llu unused bytes after this last tensor", file,
-                           prev, (unsigned long long)(data_size - expect));
+            ig_errf(err, errlen, "%s: %s: %llu unused bytes after this last tensor", file, prev,
+                    (unsigned long long)(data_size - expect));
         else
-            ig__model_errf(err, errlen, "%s: header: %llu bytes of data but no tensors", file,
-                           (unsigned long long)data_size);
+            ig_errf(err, errlen, "%s: header: %llu bytes of data but no tensors", file,
+                    (unsigned long long)data_size);
         rc = IG_EMODEL;
         goto fail;
     }
@@ -230,36 +218,36 @@ int ig_safetensors_open(ig_safetensors_t **out, const char *path, char *err, siz
     st = calloc(1, sizeof(*st));
     if (st == NULL || (st->path = strdup(path)) == NULL) {
         rc = IG_ENOMEM;
-        ig__model_errf(err, errlen, "%s: out of memory", file);
+        ig_errf(err, errlen, "%s: out of memory", file);
         goto fail;
     }
     st->file_name = base_name(st->path);
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = errno == ENOENT ? IG_ENOENT : IG_EIO;
-        ig__model_errf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
+        ig_errf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
         goto fail;
     }
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
         rc = IG_EMODEL;
-        ig__model_errf(err, errlen, "%s: not a regular file", file);
+        ig_errf(err, errlen, "%s: not a regular file", file);
         goto fail;
     }
     st->size = (size_t)sb.st_size;
     if (st->size < 8) {
         rc = IG_EMODEL;
-        ig__model_errf(err, errlen,
-                       "%s: header: file is %zu bytes, too short for the header length (file "
-                       "truncated?)",
-                       file, st->size);
+        ig_errf(err, errlen,
+                "%s: header: file is %zu bytes, too short for the header length (file "
+                "truncated?)",
+                file, st->size);
         goto fail;
     }
     st->map = mmap(NULL, st->size, PROT_READ, MAP_PRIVATE, fd, 0);
     if (st->map == MAP_FAILED) {
         st->map = NULL;
         rc = IG_EIO;
-        ig__model_errf(err, errlen, "%s: mmap: %s", file, strerror(errno));
+        ig_errf(err, errlen, "%s: mmap: %s", file, strerror(errno));
         goto fail;
     }
     uint64_t hlen = 0;
@@ -267,15 +255,15 @@ int ig_safetensors_open(ig_safetensors_t **out, const char *path, char *err, siz
         hlen = (hlen << 8) | st->map[i];
     if (hlen > IG_SAFETENSORS_MAX_HEADER) {
         rc = IG_EMODEL;
-        ig__model_errf(err, errlen, "%s: header: length %llu is absurd (the limit is %u bytes)",
-                       file, (unsigned long long)hlen, IG_SAFETENSORS_MAX_HEADER);
+        ig_errf(err, errlen, "%s: header: length %llu is absurd (the limit is %u bytes)", file,
+                (unsigned long long)hlen, IG_SAFETENSORS_MAX_HEADER);
         goto fail;
     }
     if (hlen > st->size - 8) {
         rc = IG_EMODEL;
-        ig__model_errf(err, errlen,
-                       "%s: header: length %llu exceeds the %zu bytes after it (file truncated?)",
-                       file, (unsigned long long)hlen, st->size - 8);
+        ig_errf(err, errlen,
+                "%s: header: length %llu exceeds the %zu bytes after it (file truncated?)", file,
+                (unsigned long long)hlen, st->size - 8);
         goto fail;
     }
     uint64_t data_size = st->size - 8 - hlen;
@@ -283,20 +271,19 @@ int ig_safetensors_open(ig_safetensors_t **out, const char *path, char *err, siz
     root = json_loadb((const char *)st->map + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
     if (root == NULL) {
         rc = IG_EMODEL;
-        ig__model_errf(err, errlen, "%s: header: bad JSON at byte %d: %s", file, jerr.position,
-                       jerr.text);
+        ig_errf(err, errlen, "%s: header: bad JSON at byte %d: %s", file, jerr.position, jerr.text);
         goto fail;
     }
     if (!json_is_object(root)) {
         rc = IG_EMODEL;
-        ig__model_errf(err, errlen, "%s: header: not a JSON object", file);
+        ig_errf(err, errlen, "%s: header: not a JSON object", file);
         goto fail;
     }
     size_t cap = json_object_size(root);
     st->entries = calloc(cap ? cap : 1, sizeof(*st->entries));
     if (st->entries == NULL) {
         rc = IG_ENOMEM;
-        ig__model_errf(err, errlen, "%s: out of memory", file);
+        ig_errf(err, errlen, "%s: out of memory", file);
         goto fail;
     }
     const char *key;
@@ -306,7 +293,7 @@ int ig_safetensors_open(ig_safetensors_t **out, const char *path, char *err, siz
         if (strcmp(key, "__metadata__") == 0) {
             if (!json_is_object(val)) {
                 rc = IG_EMODEL;
-                ig__model_errf(err, errlen, "%s: __metadata__: not a JSON object", file);
+                ig_errf(err, errlen, "%s: __metadata__: not a JSON object", file);
                 goto fail;
             }
             continue;
@@ -314,12 +301,12 @@ int ig_safetensors_open(ig_safetensors_t **out, const char *path, char *err, siz
         ig_safetensors_entry_t *e = &st->entries[st->n];
         if (key[0] == '\0') {
             rc = IG_EMODEL;
-            ig__model_errf(err, errlen, "%s: header: a tensor has an empty name", file);
+            ig_errf(err, errlen, "%s: header: a tensor has an empty name", file);
             goto fail;
         }
         if ((e->name = strdup(key)) == NULL) {
             rc = IG_ENOMEM;
-            ig__model_errf(err, errlen, "%s: out of memory", file);
+            ig_errf(err, errlen, "%s: out of memory", file);
             goto fail;
         }
         st->n++;
@@ -428,13 +415,12 @@ int ig_safetensors_writer_open(ig_safetensors_writer_t **out, const char *path,
         if (s->name == NULL || s->name[0] == '\0' || strcmp(s->name, "__metadata__") == 0 ||
             json_object_get(root, s->name) != NULL) {
             rc = IG_EINVAL;
-            ig__model_errf(err, errlen, "%s: tensor %zu: empty, reserved or duplicate name", file,
-                           i);
+            ig_errf(err, errlen, "%s: tensor %zu: empty, reserved or duplicate name", file, i);
             goto fail;
         }
         if (s->ndim < 0 || s->ndim > IG_SAFETENSORS_MAX_DIMS || ig_dtype_size(s->dtype) == 0) {
             rc = IG_EINVAL;
-            ig__model_errf(err, errlen, "%s: %s: bad rank or dtype", file, s->name);
+            ig_errf(err, errlen, "%s: %s: bad rank or dtype", file, s->name);
             goto fail;
         }
         uint64_t nbytes = ig_dtype_size(s->dtype);
@@ -455,7 +441,7 @@ int ig_safetensors_writer_open(ig_safetensors_writer_t **out, const char *path,
             json_decref(shape);
             json_decref(entry);
             rc = IG_EINVAL;
-            ig__model_errf(err, errlen, "%s: %s: bad shape", file, s->name);
+            ig_errf(err, errlen, "%s: %s: bad shape", file, s->name);
             goto fail;
         }
         json_t *offs = json_pack("[I,I]", (json_int_t)offset, (json_int_t)(offset + nbytes));
@@ -485,7 +471,7 @@ int ig_safetensors_writer_open(ig_safetensors_writer_t **out, const char *path,
     w->fp = fopen(path, "wb");
     if (w->fp == NULL) {
         rc = IG_EIO;
-        ig__model_errf(err, errlen, "%s: cannot create: %s", file, strerror(errno));
+        ig_errf(err, errlen, "%s: cannot create: %s", file, strerror(errno));
         goto fail;
     }
     w->created = 1;
@@ -495,13 +481,13 @@ int ig_safetensors_writer_open(ig_safetensors_writer_t **out, const char *path,
         len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
     if (fwrite(len8, 1, 8, w->fp) != 8 || fwrite(text, 1, tlen, w->fp) != tlen) {
         rc = IG_EIO;
-        ig__model_errf(err, errlen, "%s: write: %s", file, strerror(errno));
+        ig_errf(err, errlen, "%s: write: %s", file, strerror(errno));
         goto fail;
     }
     for (size_t i = tlen; i < padded; i++) {
         if (fputc(' ', w->fp) == EOF) {
             rc = IG_EIO;
-            ig__model_errf(err, errlen, "%s: write: %s", file, strerror(errno));
+            ig_errf(err, errlen, "%s: write: %s", file, strerror(errno));
             goto fail;
         }
     }
@@ -511,7 +497,7 @@ int ig_safetensors_writer_open(ig_safetensors_writer_t **out, const char *path,
     return 0;
 
 nomem:
-    ig__model_errf(err, errlen, "%s: out of memory", file);
+    ig_errf(err, errlen, "%s: out of memory", file);
 fail:
     free(text);
     json_decref(root);
@@ -526,13 +512,13 @@ int ig_safetensors_writer_write(ig_safetensors_writer_t *w, const void *data, si
         return IG_EIO;
     if (nbytes > w->total - w->written) {
         w->failed = 1;
-        ig__model_errf(err, errlen, "%s: %zu bytes written past the declared %llu",
-                       base_name(w->path), nbytes, (unsigned long long)w->total);
+        ig_errf(err, errlen, "%s: %zu bytes written past the declared %llu", base_name(w->path),
+                nbytes, (unsigned long long)w->total);
         return IG_EINVAL;
     }
     if (fwrite(data, 1, nbytes, w->fp) != nbytes) {
         w->failed = 1;
-        ig__model_errf(err, errlen, "%s: write: %s", base_name(w->path), strerror(errno));
+        ig_errf(err, errlen, "%s: write: %s", base_name(w->path), strerror(errno));
         return IG_EIO;
     }
     w->written += nbytes;
@@ -545,20 +531,20 @@ int ig_safetensors_writer_close(ig_safetensors_writer_t *w, char *err, size_t er
     const char *file = base_name(w->path);
     if (w->failed) {
         rc = IG_EIO;
-        ig__model_errf(err, errlen, "%s: an earlier write failed", file);
+        ig_errf(err, errlen, "%s: an earlier write failed", file);
         goto fail;
     }
     if (w->written != w->total) {
         rc = IG_EINVAL;
-        ig__model_errf(err, errlen, "%s: %llu of %llu data bytes written", file,
-                       (unsigned long long)w->written, (unsigned long long)w->total);
+        ig_errf(err, errlen, "%s: %llu of %llu data bytes written", file,
+                (unsigned long long)w->written, (unsigned long long)w->total);
         goto fail;
     }
     int closed = fclose(w->fp);
     w->fp = NULL;
     if (closed != 0) {
         rc = IG_EIO;
-        ig__model_errf(err, errlen, "%s: close: %s", file, strerror(errno));
+        ig_errf(err, errlen, "%s: close: %s", file, strerror(errno));
         goto fail;
     }
     free(w->buf);

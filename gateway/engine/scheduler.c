@@ -10,6 +10,9 @@
  */
 #include "infergate/scheduler.h"
 #include "infergate/error.h"
+#include "infergate/utf8.h"
+
+#include "base/list.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -62,11 +65,12 @@ typedef struct seq_s {
     int sched_n;
     int sched_logits_from;
 
-    struct seq_s *prev, *next;
+    ig_list_t node; /* in one of the scheduler's seq_list_t */
 } seq_t;
 
+/* A list of sequences and its length. */
 typedef struct {
-    seq_t *head, *tail;
+    ig_list_t head; /* of seq_t, by node */
     int n;
 } seq_list_t;
 
@@ -77,41 +81,46 @@ typedef struct {
     seq_op_kind_t op;
 } seq_op_t;
 
+#define SEQ_OF(n) IG_LIST_DATA(n, seq_t, node)
+
+static seq_t *seq_first(const seq_list_t *l)
+{
+    ig_list_t *n = ig_list_first(&l->head);
+    return n ? SEQ_OF(n) : NULL;
+}
+
+static seq_t *seq_last(const seq_list_t *l)
+{
+    ig_list_t *n = ig_list_last(&l->head);
+    return n ? SEQ_OF(n) : NULL;
+}
+
+/* The sequence after (before) q in l, or NULL at the end. */
+static seq_t *seq_next(const seq_list_t *l, const seq_t *q)
+{
+    return q->node.next == &l->head ? NULL : SEQ_OF(q->node.next);
+}
+
+static seq_t *seq_prev(const seq_list_t *l, const seq_t *q)
+{
+    return q->node.prev == &l->head ? NULL : SEQ_OF(q->node.prev);
+}
+
 static void list_remove(seq_list_t *l, seq_t *q)
 {
-    if (q->prev)
-        q->prev->next = q->next;
-    else
-        l->head = q->next;
-    if (q->next)
-        q->next->prev = q->prev;
-    else
-        l->tail = q->prev;
-    q->prev = q->next = NULL;
+    ig_list_remove(&q->node);
     l->n--;
 }
 
 static void list_push_back(seq_list_t *l, seq_t *q)
 {
-    q->next = NULL;
-    q->prev = l->tail;
-    if (l->tail)
-        l->tail->next = q;
-    else
-        l->head = q;
-    l->tail = q;
+    ig_list_push_back(&l->head, &q->node);
     l->n++;
 }
 
 static void list_push_front(seq_list_t *l, seq_t *q)
 {
-    q->prev = NULL;
-    q->next = l->head;
-    if (l->head)
-        l->head->prev = q;
-    else
-        l->tail = q;
-    l->head = q;
+    ig_list_push_front(&l->head, &q->node);
     l->n++;
 }
 
@@ -119,20 +128,10 @@ static void list_push_front(seq_list_t *l, seq_t *q)
  * in their arrival place. */
 static void list_insert_sorted(seq_list_t *l, seq_t *q)
 {
-    seq_t *at = l->tail;
+    seq_t *at = seq_last(l);
     while (at && at->id > q->id)
-        at = at->prev;
-    if (!at) {
-        list_push_front(l, q);
-        return;
-    }
-    q->prev = at;
-    q->next = at->next;
-    if (at->next)
-        at->next->prev = q;
-    else
-        l->tail = q;
-    at->next = q;
+        at = seq_prev(l, at);
+    ig_list_insert_after(at ? &at->node : &l->head, &q->node);
     l->n++;
 }
 
@@ -240,6 +239,9 @@ int ig_sched_create(ig_sched_t **out, const ig_sched_engine_t *eng, const ig_sch
     ig_sched_t *s = calloc(1, sizeof(*s));
     if (!s)
         return IG_ENOMEM;
+    ig_list_init(&s->incoming.head);
+    ig_list_init(&s->waiting.head);
+    ig_list_init(&s->running.head);
     s->eng = *eng;
     if (detok)
         s->detok = *detok;
@@ -306,13 +308,13 @@ static void free_events(event_t *e)
 
 static void free_list(seq_list_t *l)
 {
-    seq_t *q = l->head;
-    while (q) {
-        seq_t *n = q->next;
-        seq_free(q);
-        q = n;
+    ig_list_t *it, *tmp;
+    IG_LIST_FOREACH_SAFE(it, tmp, &l->head)
+    {
+        seq_free(SEQ_OF(it));
     }
-    memset(l, 0, sizeof(*l));
+    ig_list_init(&l->head);
+    l->n = 0;
 }
 
 void ig_sched_free(ig_sched_t *s)
@@ -611,19 +613,6 @@ static int blocks_needed(const ig_sched_t *s, const seq_t *q, int n)
 
 /* ---- text and stop strings ------------------------------------------------ */
 
-/* Bytes at the end of t(len) that start an incomplete UTF-8 sequence. */
-static size_t utf8_partial_tail(const char *t, size_t len)
-{
-    for (size_t k = 1; k <= 3 && k <= len; k++) {
-        unsigned char c = (unsigned char)t[len - k];
-        if ((c & 0xc0) == 0x80)
-            continue; /* continuation byte: look further back */
-        size_t want = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-        return want > k ? k : 0;
-    }
-    return 0;
-}
-
 static int append_text(seq_t *q, const char *p, size_t n)
 {
     if (q->text_len + n + 1 > q->text_cap) {
@@ -666,7 +655,7 @@ static int update_text(ig_sched_t *s, seq_t *q, event_t *e, size_t old_len)
             return 1;
         }
     }
-    size_t hold = utf8_partial_tail(q->text, q->text_len);
+    size_t hold = ig_utf8_incomplete_tail(q->text, q->text_len);
     size_t avail = q->text_len - q->emitted;
     if (q->nstop) {
         size_t maxl = q->max_stop_len - 1 < avail ? q->max_stop_len - 1 : avail;
@@ -792,7 +781,7 @@ static void after_forward(ig_sched_t *s, seq_t *q, const float *rows, int nrows,
 
 static seq_t *find_seq(seq_list_t *l, uint64_t id)
 {
-    for (seq_t *q = l->head; q; q = q->next)
+    for (seq_t *q = seq_first(l); q; q = seq_next(l, q))
         if (q->id == id)
             return q;
     return NULL;
@@ -802,8 +791,9 @@ static seq_t *find_seq(seq_list_t *l, uint64_t id)
 static void intake(ig_sched_t *s)
 {
     pthread_mutex_lock(&s->mu);
-    seq_t *in = s->incoming.head;
-    memset(&s->incoming, 0, sizeof(s->incoming));
+    seq_list_t in;
+    ig_list_move(&in.head, &s->incoming.head);
+    s->incoming.n = 0;
     int nops = s->nops;
     seq_op_t *ops = NULL;
     if (nops) {
@@ -812,12 +802,12 @@ static void intake(ig_sched_t *s)
         s->nops = s->cap_ops = 0;
     }
     pthread_mutex_unlock(&s->mu);
-    while (in) {
-        seq_t *n = in->next;
-        in->state = SEQ_WAITING;
-        list_push_back(&s->waiting, in);
-        s->waiting_prefill_tokens += in->ntokens;
-        in = n;
+    ig_list_t *it;
+    while ((it = ig_list_pop_front(&in.head)) != NULL) {
+        seq_t *q = SEQ_OF(it);
+        q->state = SEQ_WAITING;
+        list_push_back(&s->waiting, q);
+        s->waiting_prefill_tokens += q->ntokens;
     }
     for (int i = 0; i < nops; i++) {
         seq_t *q = find_seq(&s->running, ops[i].id);
@@ -834,8 +824,8 @@ static void intake(ig_sched_t *s)
     uint64_t t = now(s);
     seq_list_t *lists[2] = {&s->running, &s->waiting};
     for (int l = 0; l < 2; l++) {
-        for (seq_t *q = lists[l]->head, *n; q; q = n) {
-            n = q->next;
+        for (seq_t *q = seq_first(lists[l]), *n; q; q = n) {
+            n = seq_next(lists[l], q);
             if (q->deadline_ns && t >= q->deadline_ns)
                 finish(s, q, IG_FINISH_TIMEOUT, IG_ETIMEDOUT, 1);
         }
@@ -896,7 +886,7 @@ static void update_stats(ig_sched_t *s)
                              ? s->stats.decode_tokens_per_s / s->running.n
                              : 0;
         long long left = 0;
-        for (seq_t *q = s->running.head; q; q = q->next)
+        for (seq_t *q = seq_first(&s->running); q; q = seq_next(&s->running, q))
             left += q->max_tokens - q->ngen;
         if (per_seq > 0 && s->running.n)
             est += (double)left / s->running.n / per_seq;
@@ -914,17 +904,17 @@ again:;
     int echo_left = s->opts.echo_rows;
     int nseq = 0, ntok = 0, decode_tok = 0, prefill_tok = 0, prompt_new = 0, preempted = 0;
 
-    for (seq_t *q = s->running.head; q; q = q->next)
+    for (seq_t *q = seq_first(&s->running); q; q = seq_next(&s->running, q))
         q->sched_n = 0;
     /* 1. Decodes of running sequences, oldest first. When blocks run out,
      * the newest running sequence gives its blocks back (maybe q itself). */
-    for (seq_t *q = s->running.head, *next; q && budget > 0; q = next) {
-        next = q->next;
+    for (seq_t *q = seq_first(&s->running), *next; q && budget > 0; q = next) {
+        next = seq_next(&s->running, q);
         if (q->ntokens - q->ncomputed != 1 || q->paused)
             continue;
         int ok = 1;
         while (blocks_needed(s, q, 1) > s->eng.blocks_free(s->eng.ctx)) {
-            seq_t *victim = s->running.tail;
+            seq_t *victim = seq_last(&s->running);
             if (victim == q && s->running.n == 1) {
                 /* Alone and still no room: cannot happen for a sequence
                  * submit accepted, but never spin on it. */
@@ -955,7 +945,8 @@ again:;
     }
     /* 2. Prefill chunks of running sequences still in their prompt (or in a
      * recompute), as far as free blocks allow; no preemption for these. */
-    for (seq_t *q = s->running.head; q && budget > 0 && nseq < s->opts.max_num_seqs; q = q->next) {
+    for (seq_t *q = seq_first(&s->running); q && budget > 0 && nseq < s->opts.max_num_seqs;
+         q = seq_next(&s->running, q)) {
         int left = q->ntokens - q->ncomputed;
         if (left <= 1 || q->sched_n || q->paused)
             continue;
@@ -986,11 +977,11 @@ again:;
      * in chunks, and never in a step that had to preempt: admitting what
      * was just evicted would only thrash. */
     seq_t *next_w;
-    for (seq_t *q = s->waiting.head;
+    for (seq_t *q = seq_first(&s->waiting);
          !preempted && q && budget > 0 && s->running.n < s->opts.max_num_seqs &&
          nseq < s->opts.max_num_seqs;
          q = next_w) {
-        next_w = q->next;
+        next_w = seq_next(&s->waiting, q);
         if (q->paused)
             continue; /* its client is not reading: not worth blocks now */
         int left = q->ntokens - q->ncomputed;
@@ -999,9 +990,9 @@ again:;
             /* Paused sequences hold blocks without making progress: the
              * newest of them gives its blocks back before anything waits on
              * it (it is recomputed once its client reads again). */
-            seq_t *victim = s->running.tail;
+            seq_t *victim = seq_last(&s->running);
             while (victim && !victim->paused)
-                victim = victim->prev;
+                victim = seq_prev(&s->running, victim);
             if (!victim)
                 break;
             preempt(s, victim);
@@ -1038,16 +1029,16 @@ again:;
     }
 
     int active = 0;
-    for (seq_t *q = s->running.head; q; q = q->next)
+    for (seq_t *q = seq_first(&s->running); q; q = seq_next(&s->running, q))
         active += !q->paused;
     if (nseq == 0 && active > 0 && s->running.n > 1) {
         /* Every running sequence is mid-prefill and the blocks are gone:
          * the newest gives its blocks back so that the older ones move. */
-        preempt(s, s->running.tail);
+        preempt(s, seq_last(&s->running));
         goto again;
     }
     if (nseq == 0 && active == 1 && s->running.n == 1 && s->waiting.n == 0) {
-        finish(s, s->running.head, IG_FINISH_LENGTH, IG_ENOKV, 1);
+        finish(s, seq_first(&s->running), IG_FINISH_LENGTH, IG_ENOKV, 1);
     }
     if (nseq == 0) {
         update_stats(s);
@@ -1110,8 +1101,8 @@ static void *engine_main(void *arg)
     ig_sched_t *s = arg;
     for (;;) {
         pthread_mutex_lock(&s->mu);
-        while (!s->stopping && !s->incoming.head && !s->nops && !s->running.head &&
-               !s->waiting.head)
+        while (!s->stopping && ig_list_empty(&s->incoming.head) && !s->nops &&
+               ig_list_empty(&s->running.head) && ig_list_empty(&s->waiting.head))
             pthread_cond_wait(&s->cv, &s->mu);
         int stop = s->stopping;
         uint64_t gen = s->input_gen;
@@ -1138,10 +1129,10 @@ static void *engine_main(void *arg)
     }
     /* Whatever is left is cancelled, so that every sequence gets its end. */
     intake(s);
-    while (s->running.head)
-        finish(s, s->running.head, IG_FINISH_CANCELLED, IG_ECANCELED, 1);
-    while (s->waiting.head)
-        finish(s, s->waiting.head, IG_FINISH_CANCELLED, IG_ECANCELED, 1);
+    while (!ig_list_empty(&s->running.head))
+        finish(s, seq_first(&s->running), IG_FINISH_CANCELLED, IG_ECANCELED, 1);
+    while (!ig_list_empty(&s->waiting.head))
+        finish(s, seq_first(&s->waiting), IG_FINISH_CANCELLED, IG_ECANCELED, 1);
     update_stats(s);
     publish(s);
     return NULL;

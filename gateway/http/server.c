@@ -16,6 +16,8 @@
  */
 #include "http_internal.h"
 
+#include "base/list.h"
+
 #include "infergate/error.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
@@ -43,7 +45,7 @@ struct ig__http_conn_s {
     uv_timer_t timer;
     uv_shutdown_t shutdown;
     ig_http_server_t *server;
-    ig__http_conn_t *prev, *next;
+    ig_list_t node; /* in server->conns */
     ig__http_parser_t parser;
     char *rbuf;
     size_t rcap, rpos, rlen;
@@ -88,7 +90,7 @@ struct ig_http_server_s {
     ig_http_limits_t limits;
     ig_http_handler_cb handler;
     void *data;
-    ig__http_conn_t *conns;
+    ig_list_t conns; /* of ig__http_conn_t, newest first */
     unsigned nconns;
     unsigned inflight;
     unsigned handles; /* listener + rejecting sockets */
@@ -662,12 +664,7 @@ static void on_conn_handle_closed(uv_handle_t *h)
     if (--c->open_handles > 0)
         return;
     ig_http_server_t *s = c->server;
-    if (c->prev != NULL)
-        c->prev->next = c->next;
-    else
-        s->conns = c->next;
-    if (c->next != NULL)
-        c->next->prev = c->prev;
+    ig_list_remove(&c->node);
     ig__http_parser_dispose(&c->parser);
     ig__http_budget_release(c->rcap);
     free(c->rbuf);
@@ -882,10 +879,7 @@ static void on_connection(uv_stream_t *listener, int status)
     c->h.handle.data = c;
     c->timer.data = c;
     c->open_handles = 2;
-    c->next = s->conns;
-    if (s->conns != NULL)
-        s->conns->prev = c;
-    s->conns = c;
+    ig_list_push_front(&s->conns, &c->node);
     s->nconns++;
     if (m_open != NULL)
         ig_metric_add(m_open, 1.0);
@@ -951,6 +945,7 @@ int ig_http_server_start(ig_http_server_t **out, uv_loop_t *loop, const char *li
     if (s == NULL)
         return IG_ENOMEM;
     s->loop = loop;
+    ig_list_init(&s->conns);
     s->handler = handler;
     s->data = data;
     if (limits != NULL)
@@ -1050,13 +1045,12 @@ static void on_listener_closed(uv_handle_t *h)
 static void on_drain_timeout(uv_timer_t *t)
 {
     ig_http_server_t *s = t->data;
-    ig__http_conn_t *c = s->conns;
-    if (c != NULL)
+    ig_list_t *it, *tmp;
+    if (!ig_list_empty(&s->conns))
         ig_log(IG_LOG_WARN, "http: drain timeout, force-closing %u connections", s->nconns);
-    while (c != NULL) {
-        ig__http_conn_t *next = c->next;
-        conn_close_now(c);
-        c = next;
+    IG_LIST_FOREACH_SAFE(it, tmp, &s->conns)
+    {
+        conn_close_now(IG_LIST_DATA(it, ig__http_conn_t, node));
     }
 }
 
@@ -1071,8 +1065,10 @@ void ig_http_server_close(ig_http_server_t *s, uint64_t drain_timeout_ms, ig_htt
     uv_timer_init(s->loop, &s->drain_timer);
     s->drain_timer.data = s;
     uv_close(&s->listener.handle, on_listener_closed);
-    for (ig__http_conn_t *c = s->conns; c != NULL;) {
-        ig__http_conn_t *next = c->next;
+    ig_list_t *it, *tmp;
+    IG_LIST_FOREACH_SAFE(it, tmp, &s->conns)
+    {
+        ig__http_conn_t *c = IG_LIST_DATA(it, ig__http_conn_t, node);
         if (!c->closing && !c->lingering && !c->errored) {
             if (c->active == NULL) {
                 conn_close(c);
@@ -1085,7 +1081,6 @@ void ig_http_server_close(ig_http_server_t *s, uint64_t drain_timeout_ms, ig_htt
                 conn_update(c);
             }
         }
-        c = next;
     }
     uv_timer_start(&s->drain_timer, on_drain_timeout, drain_timeout_ms, 0);
     s->drain_started = 1;
@@ -1097,23 +1092,35 @@ void ig_http_server_close(ig_http_server_t *s, uint64_t drain_timeout_ms, ig_htt
 unsigned ig__http_server_queued(const ig_http_server_t *s)
 {
     unsigned n = 0;
-    for (const ig__http_conn_t *c = s->conns; c != NULL; c = c->next)
+    const ig_list_t *it;
+    IG_LIST_FOREACH(it, &s->conns)
+    {
+        const ig__http_conn_t *c = IG_LIST_DATA(it, const ig__http_conn_t, node);
         n += c->qlen;
+    }
     return n;
 }
 
 size_t ig__http_server_buffered(const ig_http_server_t *s)
 {
     size_t n = 0;
-    for (const ig__http_conn_t *c = s->conns; c != NULL; c = c->next)
+    const ig_list_t *it;
+    IG_LIST_FOREACH(it, &s->conns)
+    {
+        const ig__http_conn_t *c = IG_LIST_DATA(it, const ig__http_conn_t, node);
         n += c->rlen - c->rpos;
+    }
     return n;
 }
 
 unsigned ig__http_server_reading(const ig_http_server_t *s)
 {
     unsigned n = 0;
-    for (const ig__http_conn_t *c = s->conns; c != NULL; c = c->next)
+    const ig_list_t *it;
+    IG_LIST_FOREACH(it, &s->conns)
+    {
+        const ig__http_conn_t *c = IG_LIST_DATA(it, const ig__http_conn_t, node);
         n += c->reading ? 1 : 0;
+    }
     return n;
 }

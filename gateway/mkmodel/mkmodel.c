@@ -321,7 +321,7 @@ static int mkdirs(const char *dir, char *err, size_t errlen)
 {
     char path[PATH_MAX];
     if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
-        ig__model_errf(err, errlen, "%s: path too long", dir);
+        ig_errf(err, errlen, "%s: path too long", dir);
         return IG_EINVAL;
     }
     for (char *p = path + 1;; p++) {
@@ -330,7 +330,7 @@ static int mkdirs(const char *dir, char *err, size_t errlen)
         char c = *p;
         *p = '\0';
         if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-            ig__model_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+            ig_errf(err, errlen, "%s: cannot create: %s", path, strerror(errno));
             return IG_EIO;
         }
         *p = c;
@@ -353,7 +353,7 @@ static int write_shard(const char *path, const tensor_t *t, size_t n, int shard,
     ig_safetensors_writer_t *w = NULL;
     if (specs == NULL || vals == NULL || bytes == NULL) {
         rc = IG_ENOMEM;
-        ig__model_errf(err, errlen, "mkmodel: out of memory");
+        ig_errf(err, errlen, "mkmodel: out of memory");
         goto fail;
     }
     for (size_t i = 0; i < n; i++) {
@@ -399,14 +399,14 @@ static int dump_json(json_t *root, const char *dir, const char *name, char *err,
 {
     char path[PATH_MAX];
     if (root == NULL) {
-        ig__model_errf(err, errlen, "%s: out of memory", name);
+        ig_errf(err, errlen, "%s: out of memory", name);
         return IG_ENOMEM;
     }
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_REAL_PRECISION(9));
     json_decref(root);
     if (rc != 0) {
-        ig__model_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        ig_errf(err, errlen, "%s: cannot write: %s", path, strerror(errno));
         return IG_EIO;
     }
     return 0;
@@ -444,7 +444,7 @@ static int write_config(const char *dir, const preset_t *p, ig_dtype_t dtype, ch
         bos_json(p), "eos_token_id", eos[0], "torch_dtype", torch_names[dtype], "initializer_range",
         0.02, "use_cache", 1);
     if (c == NULL) {
-        ig__model_errf(err, errlen, "config.json: out of memory");
+        ig_errf(err, errlen, "config.json: out of memory");
         return IG_ENOMEM;
     }
     if (strcmp(p->model_type, "qwen2") != 0) {
@@ -524,32 +524,32 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
         if (opts->preset && strcmp(opts->preset, presets[i].name) == 0)
             p = &presets[i];
     if (p == NULL) {
-        ig__model_errf(err, errlen, "unknown preset \"%s\" (tiny, small, gqa, 1b)",
-                       opts->preset ? opts->preset : "");
+        ig_errf(err, errlen, "unknown preset \"%s\" (tiny, small, gqa, 1b)",
+                opts->preset ? opts->preset : "");
         return IG_EINVAL;
     }
     ig_dtype_t dtype = opts->has_dtype ? opts->dtype : p->dtype;
     int nshards = opts->shards > 0 ? opts->shards : p->shards;
     size_t cap = 3 + 12 * (size_t)p->layers;
     if (nshards > 99 || (size_t)nshards > cap || ig_dtype_size(dtype) == 0) {
-        ig__model_errf(err, errlen, "shards must be 1..99 and at most the tensor count");
+        ig_errf(err, errlen, "shards must be 1..99 and at most the tensor count");
         return IG_EINVAL;
     }
     if ((rc = mkdirs(dir, err, errlen)) != 0)
         return rc;
     if (strlen(dir) + 64 >= sizeof(path)) {
-        ig__model_errf(err, errlen, "%s: path too long", dir);
+        ig_errf(err, errlen, "%s: path too long", dir);
         return IG_EINVAL;
     }
     t = calloc(cap, sizeof(*t));
     if (t == NULL) {
-        ig__model_errf(err, errlen, "mkmodel: out of memory");
+        ig_errf(err, errlen, "mkmodel: out of memory");
         return IG_ENOMEM;
     }
     size_t n = list_tensors(t, p, dtype);
     if ((size_t)nshards > n) {
         rc = IG_EINVAL;
-        ig__model_errf(err, errlen, "shards: %d is more than the %zu tensors", nshards, n);
+        ig_errf(err, errlen, "shards: %d is more than the %zu tensors", nshards, n);
         goto fail;
     }
     assign_shards(t, n, nshards);
@@ -567,7 +567,7 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
         } else {
             write_tokenizer(&job); /* no thread: do it here */
             if ((rc = job.rc) != 0) {
-                ig__model_errf(err, errlen, "%s", job.err);
+                ig_errf(err, errlen, "%s", job.err);
                 goto fail;
             }
         }
@@ -590,7 +590,7 @@ fail:
     if (tok_started) {
         pthread_join(tok_thread, NULL);
         if (rc == 0 && (rc = job.rc) != 0)
-            ig__model_errf(err, errlen, "%s", job.err);
+            ig_errf(err, errlen, "%s", job.err);
     }
     free(t);
     return rc;

@@ -10,6 +10,7 @@
 #include "infergate/autoscale.h"
 #include "infergate/config.h"
 #include "infergate/error.h"
+#include "infergate/jsonv.h"
 #include "infergate/log.h"
 #include "infergate/proxy.h"
 
@@ -23,7 +24,7 @@
 #include <string.h>
 #include <sys/un.h>
 
-#define PATH_MAX_LEN 256
+#define PATH_MAX_LEN IG_JSONV_PATH_MAX
 #define NAME_MAX_LEN 128
 #define DAY_MS 86400000ull
 
@@ -32,6 +33,7 @@ typedef struct {
     const char *basedir; /* relative model paths start here; NULL: the cwd */
     char *err;
     size_t errlen;
+    ig_jsonv_t jv; /* reads with on_fault() */
 } ctx_t;
 
 /* ---- errors and paths --------------------------------------------------- */
@@ -53,85 +55,73 @@ static int fail(ctx_t *c, const char *path, const char *fmt, ...)
     return IG_ECONFIG;
 }
 
-/* Appends to a path buffer, truncating (paths are short; a cut one is still readable). */
-static void append(char *out, size_t at, const char *s)
-{
-    size_t n = strlen(s);
-    if (at >= PATH_MAX_LEN - 1)
-        return;
-    if (n > PATH_MAX_LEN - 1 - at)
-        n = PATH_MAX_LEN - 1 - at;
-    memcpy(out + at, s, n);
-    out[at + n] = '\0';
-}
+#define join ig_jsonv_join
+#define join_index ig_jsonv_join_index
 
-/* "a.b" from "a" and "b"; "b" at the top level. */
-static void join(char *out, const char *prefix, const char *key)
+/* The config's sentences for the faults the getters find. */
+static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
 {
-    out[0] = '\0';
-    append(out, 0, prefix);
-    if (prefix[0] != '\0')
-        append(out, strlen(out), ".");
-    append(out, strlen(out), key);
-}
-
-static void join_index(char *out, const char *prefix, size_t i)
-{
-    char idx[32];
-    snprintf(idx, sizeof(idx), "[%zu]", i);
-    out[0] = '\0';
-    append(out, 0, prefix);
-    append(out, strlen(out), idx);
-}
-
-static int check_keys(ctx_t *c, json_t *obj, const char *path, const char *const *allowed)
-{
-    const char *key;
-    json_t *v;
-    json_object_foreach(obj, key, v)
-    {
-        size_t i = 0;
-        while (allowed[i] != NULL && strcmp(allowed[i], key) != 0)
-            i++;
-        if (allowed[i] == NULL) {
-            char p[PATH_MAX_LEN];
-            join(p, path, key);
-            return fail(c, p, "unknown key");
-        }
+    ctx_t *c = v->data;
+    static const char *const type_msg[] = {
+        [IG_JSONV_OBJECT] = "must be an object",   [IG_JSONV_ARRAY] = "must be an array",
+        [IG_JSONV_STRING] = "must be a string",    [IG_JSONV_INTEGER] = "must be an integer",
+        [IG_JSONV_NUMBER] = "must be a number",    [IG_JSONV_BOOLEAN] = "must be a boolean",
+    };
+    switch (f->kind) {
+    case IG_JSONV_MISSING:
+        return fail(c, f->path, "is required");
+    case IG_JSONV_TYPE:
+        return fail(c, f->path, "%s", type_msg[f->want]);
+    case IG_JSONV_NUL:
+        return fail(c, f->path, "must not contain NUL characters");
+    case IG_JSONV_EMPTY:
+        return fail(c, f->path, "must not be empty");
+    case IG_JSONV_UNKNOWN:
+        return fail(c, f->path, "unknown key");
+    case IG_JSONV_CHOICE: {
+        char list[256] = "";
+        size_t n = 0;
+        for (int i = 0; f->choices[i] != NULL && n < sizeof(list); i++)
+            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "",
+                                  f->choices[i]);
+        return fail(c, f->path, "must be one of %s", list);
     }
-    return 0;
+    case IG_JSONV_RANGE:
+        break;
+    }
+    if (f->is_unsigned) {
+        if (f->x < 0 || (uint64_t)f->x < f->ulo)
+            return fail(c, f->path, "must be >= %llu", (unsigned long long)f->ulo);
+        return fail(c, f->path, "must be <= %llu", (unsigned long long)f->uhi);
+    }
+    const char *lo_op = (f->flags & IG_JSONV_LO_OPEN) ? ">" : ">=";
+    const char *hi_op = (f->flags & IG_JSONV_HI_OPEN) ? "<" : "<=";
+    if (isinf(f->dhi))
+        return fail(c, f->path, "must be %s %g", lo_op, f->dlo);
+    if (!(f->flags & (IG_JSONV_LO_OPEN | IG_JSONV_HI_OPEN)))
+        return fail(c, f->path, "must be between %g and %g", f->dlo, f->dhi);
+    return fail(c, f->path, "must be %s %g and %s %g", lo_op, f->dlo, hi_op, f->dhi);
 }
 
 /* ---- typed getters: absent keys take the default ------------------------ */
 
+/* The config reads through base/jsonv: a null is a value of the wrong type,
+ * and the getters here only narrow the result to 0 or a negative code. */
+#define JV(rc) ((rc) < 0 ? (rc) : 0)
+
+static int check_keys(ctx_t *c, json_t *obj, const char *path, const char *const *allowed)
+{
+    return ig_jsonv_keys(&c->jv, obj, path, allowed);
+}
+
 static int get_object(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
 {
-    json_t *v = json_object_get(obj, key);
-    *out = NULL;
-    if (v == NULL)
-        return 0;
-    if (!json_is_object(v)) {
-        char p[PATH_MAX_LEN];
-        join(p, path, key);
-        return fail(c, p, "must be an object");
-    }
-    *out = v;
-    return 0;
+    return JV(ig_jsonv_object(&c->jv, obj, path, key, 0, out));
 }
 
 static int get_array(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
 {
-    json_t *v = json_object_get(obj, key);
-    *out = NULL;
-    if (v == NULL)
-        return 0;
-    if (!json_is_array(v)) {
-        char p[PATH_MAX_LEN];
-        join(p, path, key);
-        return fail(c, p, "must be an array");
-    }
-    *out = v;
-    return 0;
+    return JV(ig_jsonv_array(&c->jv, obj, path, key, 0, out));
 }
 
 /* A name: what API requests, metric labels and logs carry. */
@@ -157,27 +147,18 @@ enum { STR_OPTIONAL = 0, STR_REQUIRED = 1, STR_NAME = 2, STR_NONEMPTY = 4 };
 static int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, int flags,
                       const char *def, char **out)
 {
-    char p[PATH_MAX_LEN];
-    json_t *v = json_object_get(obj, key);
-    const char *s = def;
-    join(p, path, key);
+    const char *s;
+    unsigned jf = ((flags & STR_REQUIRED) ? IG_JSONV_REQUIRED : 0) |
+                  ((flags & STR_NONEMPTY) && !(flags & STR_NAME) ? IG_JSONV_NONEMPTY : 0);
     *out = NULL;
-    if (v == NULL) {
-        if (flags & STR_REQUIRED)
-            return fail(c, p, "is required");
-    } else {
-        if (!json_is_string(v))
-            return fail(c, p, "must be a string");
-        s = json_string_value(v);
-        if (strlen(s) != json_string_length(v))
-            return fail(c, p, "must not contain NUL characters");
-        if (flags & STR_NAME) {
-            int rc = check_name(c, p, s);
-            if (rc != 0)
-                return rc;
-        } else if ((flags & STR_NONEMPTY) && s[0] == '\0') {
-            return fail(c, p, "must not be empty");
-        }
+    int rc = ig_jsonv_string(&c->jv, obj, path, key, jf, def, &s, NULL);
+    if (rc < 0)
+        return rc;
+    if (rc == 1 && (flags & STR_NAME)) {
+        char p[IG_JSONV_PATH_MAX];
+        join(p, path, key);
+        if ((rc = check_name(c, p, s)) != 0)
+            return rc;
     }
     if (s == NULL)
         return 0;
@@ -188,21 +169,7 @@ static int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, 
 static int get_uint(ctx_t *c, json_t *obj, const char *path, const char *key, uint64_t lo,
                     uint64_t hi, uint64_t def, uint64_t *out)
 {
-    char p[PATH_MAX_LEN];
-    json_t *v = json_object_get(obj, key);
-    *out = def;
-    if (v == NULL)
-        return 0;
-    join(p, path, key);
-    if (!json_is_integer(v))
-        return fail(c, p, "must be an integer");
-    json_int_t x = json_integer_value(v);
-    if (x < 0 || (uint64_t)x < lo)
-        return fail(c, p, "must be >= %llu", (unsigned long long)lo);
-    if ((uint64_t)x > hi)
-        return fail(c, p, "must be <= %llu", (unsigned long long)hi);
-    *out = (uint64_t)x;
-    return 0;
+    return JV(ig_jsonv_uint(&c->jv, obj, path, key, 0, lo, hi, def, out));
 }
 
 static int get_unsigned(ctx_t *c, json_t *obj, const char *path, const char *key, unsigned lo,
@@ -223,73 +190,25 @@ static int get_size(ctx_t *c, json_t *obj, const char *path, const char *key, si
     return rc;
 }
 
-enum { NUM_CLOSED = 0, NUM_LO_OPEN = 1, NUM_HI_OPEN = 2 };
+enum { NUM_CLOSED = 0, NUM_LO_OPEN = IG_JSONV_LO_OPEN, NUM_HI_OPEN = IG_JSONV_HI_OPEN };
 
 /* A number in [lo, hi] (or with open ends); hi = INFINITY for none. */
 static int get_number(ctx_t *c, json_t *obj, const char *path, const char *key, double lo,
                       double hi, int open, double def, double *out)
 {
-    char p[PATH_MAX_LEN];
-    json_t *v = json_object_get(obj, key);
-    *out = def;
-    if (v == NULL)
-        return 0;
-    join(p, path, key);
-    if (!json_is_number(v))
-        return fail(c, p, "must be a number");
-    double x = json_number_value(v);
-    int bad_lo = (open & NUM_LO_OPEN) ? !(x > lo) : !(x >= lo);
-    int bad_hi = (open & NUM_HI_OPEN) ? !(x < hi) : !(x <= hi);
-    if (bad_lo || bad_hi) {
-        if (isinf(hi))
-            return fail(c, p, "must be %s %g", (open & NUM_LO_OPEN) ? ">" : ">=", lo);
-        if (open == NUM_CLOSED)
-            return fail(c, p, "must be between %g and %g", lo, hi);
-        return fail(c, p, "must be %s %g and %s %g", (open & NUM_LO_OPEN) ? ">" : ">=", lo,
-                    (open & NUM_HI_OPEN) ? "<" : "<=", hi);
-    }
-    *out = x;
-    return 0;
+    return JV(ig_jsonv_number(&c->jv, obj, path, key, (unsigned)open, lo, hi, def, out));
 }
 
 static int get_bool(ctx_t *c, json_t *obj, const char *path, const char *key, int def, int *out)
 {
-    json_t *v = json_object_get(obj, key);
-    *out = def;
-    if (v == NULL)
-        return 0;
-    if (!json_is_boolean(v)) {
-        char p[PATH_MAX_LEN];
-        join(p, path, key);
-        return fail(c, p, "must be a boolean");
-    }
-    *out = json_is_true(v);
-    return 0;
+    return JV(ig_jsonv_bool(&c->jv, obj, path, key, 0, def, out));
 }
 
 /* An enum spelled as a string: *out is the index in names. */
 static int get_enum(ctx_t *c, json_t *obj, const char *path, const char *key,
                     const char *const *names, int def, int *out)
 {
-    char p[PATH_MAX_LEN];
-    json_t *v = json_object_get(obj, key);
-    *out = def;
-    if (v == NULL)
-        return 0;
-    join(p, path, key);
-    if (json_is_string(v)) {
-        for (int i = 0; names[i] != NULL; i++) {
-            if (strcmp(names[i], json_string_value(v)) == 0) {
-                *out = i;
-                return 0;
-            }
-        }
-    }
-    char list[256] = "";
-    size_t n = 0;
-    for (int i = 0; names[i] != NULL && n < sizeof(list); i++)
-        n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", names[i]);
-    return fail(c, p, "must be one of %s", list);
+    return JV(ig_jsonv_enum(&c->jv, obj, path, key, 0, names, def, out));
 }
 
 /* ---- addresses ---------------------------------------------------------- */
@@ -1117,6 +1036,7 @@ static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
 static int load(ig_config_t *cfg, json_t *root, ctx_t *c)
 {
     int rc;
+    c->jv.data = c;
     memset(cfg, 0, sizeof(*cfg));
     cfg->source = strdup(c->file);
     if (cfg->source == NULL) {
@@ -1149,7 +1069,7 @@ static int syntax_error(ctx_t *c, const json_error_t *e)
 
 int ig_config_load_file(ig_config_t *cfg, const char *path, char *err, size_t errlen)
 {
-    ctx_t c = {.file = path, .err = err, .errlen = errlen};
+    ctx_t c = {.file = path, .err = err, .errlen = errlen, .jv = {.fail = on_fault}};
     json_error_t e;
     char dir[4096];
     memset(cfg, 0, sizeof(*cfg));
@@ -1159,7 +1079,7 @@ int ig_config_load_file(ig_config_t *cfg, const char *path, char *err, size_t er
         snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return rc;
     }
-    json_t *root = json_loadf(fp, JSON_REJECT_DUPLICATES, &e);
+    json_t *root = ig_jsonv_loadf(fp, &e);
     fclose(fp);
     if (root == NULL)
         return syntax_error(&c, &e);
@@ -1178,10 +1098,13 @@ int ig_config_load_file(ig_config_t *cfg, const char *path, char *err, size_t er
 int ig_config_load_string(ig_config_t *cfg, const char *json, const char *name, char *err,
                           size_t errlen)
 {
-    ctx_t c = {.file = name ? name : "(string)", .err = err, .errlen = errlen};
+    ctx_t c = {.file = name ? name : "(string)",
+               .err = err,
+               .errlen = errlen,
+               .jv = {.fail = on_fault}};
     json_error_t e;
     memset(cfg, 0, sizeof(*cfg));
-    json_t *root = json_loads(json, JSON_REJECT_DUPLICATES, &e);
+    json_t *root = ig_jsonv_loadb(json, strlen(json), &e);
     if (root == NULL)
         return syntax_error(&c, &e);
     int rc = load(cfg, root, &c);

@@ -126,9 +126,6 @@ int ig_api_check_context(const ig_api_request_t *req, int ntok, int ctx, ig_api_
 int ig_api_check_prompt_limit(const ig_api_request_t *req, int ntok, int limit,
                               ig_api_error_t *err);
 
-/* 1 when s(len) is valid UTF-8 (no overlongs, no surrogates). */
-int ig_api_utf8_valid(const char *s, size_t len);
-
 /* Writes "<prefix><24 random hex digits>" into buf (at least 48 bytes). */
 void ig_api_make_id(char *buf, size_t cap, const char *prefix);
 

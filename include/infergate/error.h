@@ -1,6 +1,8 @@
 #ifndef INFERGATE_ERROR_H
 #define INFERGATE_ERROR_H
 
+#include <stddef.h>
+
 /*
  * Error codes. Every function that can fail returns 0 or one of these negative
  * codes; ig_strerror() gives the sentence. Add new codes at the end of the
@@ -48,5 +50,10 @@ const char *ig_strerror(int err);
 
 /* Returns the symbolic name ("IG_EINVAL", or libuv's name) of a code. */
 const char *ig_err_name(int err);
+
+/* Formats a message into a caller's error buffer err(errlen), the way every
+ * "char *err, size_t errlen" parameter is filled: truncated to fit, always
+ * terminated; nothing happens when err is NULL or errlen is 0. */
+void ig_errf(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

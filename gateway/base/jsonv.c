@@ -1,0 +1,310 @@
+/*
+ * Typed JSON getters that carry the JSON path. Each getter finds the value,
+ * decides absent / good / fault, and leaves the sentence to the reader's
+ * fail callback (include/infergate/jsonv.h).
+ */
+#include "infergate/jsonv.h"
+
+#include "infergate/error.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ---- paths ---------------------------------------------------------------- */
+
+/* Appends s at out[at], truncating (a cut path is still readable). */
+static void append(char *out, size_t at, const char *s)
+{
+    size_t n = strlen(s);
+    if (at >= IG_JSONV_PATH_MAX - 1)
+        return;
+    if (n > IG_JSONV_PATH_MAX - 1 - at)
+        n = IG_JSONV_PATH_MAX - 1 - at;
+    memcpy(out + at, s, n);
+    out[at + n] = '\0';
+}
+
+void ig_jsonv_join(char *out, const char *prefix, const char *key)
+{
+    out[0] = '\0';
+    append(out, 0, prefix);
+    if (prefix[0] != '\0')
+        append(out, strlen(out), ".");
+    append(out, strlen(out), key);
+}
+
+void ig_jsonv_join_index(char *out, const char *prefix, size_t i)
+{
+    char idx[32];
+    snprintf(idx, sizeof(idx), "[%zu]", i);
+    out[0] = '\0';
+    append(out, 0, prefix);
+    append(out, strlen(out), idx);
+}
+
+const char *ig_jsonv_type_name(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_OBJECT:
+        return "an object";
+    case JSON_ARRAY:
+        return "an array";
+    case JSON_STRING:
+        return "a string";
+    case JSON_INTEGER:
+        return "an integer";
+    case JSON_REAL:
+        return "a number";
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return "a boolean";
+    case JSON_NULL:
+        return "null";
+    }
+    return "?";
+}
+
+/* ---- the common part ------------------------------------------------------ */
+
+/* A getter's look-up: the value, its path, and the fault to fill. */
+typedef struct {
+    char path[IG_JSONV_PATH_MAX];
+    ig_jsonv_fault_t f;
+    const json_t *value;
+} look_t;
+
+/* 0: absent (or a required key missing: *rc is the fault's code); 1: present. */
+static int look(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path, const char *key,
+                unsigned flags, ig_jsonv_type_t want, int *rc)
+{
+    ig_jsonv_join(l->path, path, key);
+    memset(&l->f, 0, sizeof(l->f));
+    l->f.path = l->path;
+    l->f.key = key;
+    l->f.want = want;
+    l->f.flags = flags;
+    l->value = json_object_get(obj, key);
+    if (l->value != NULL && json_is_null(l->value) && (v->flags & IG_JSONV_NULL_ABSENT))
+        l->value = NULL;
+    l->f.value = l->value;
+    *rc = 0;
+    if (l->value != NULL)
+        return 1;
+    if (flags & IG_JSONV_REQUIRED) {
+        l->f.kind = IG_JSONV_MISSING;
+        *rc = v->fail(v, &l->f);
+    }
+    return 0;
+}
+
+static int fault(ig_jsonv_t *v, look_t *l, ig_jsonv_kind_t kind)
+{
+    l->f.kind = kind;
+    return v->fail(v, &l->f);
+}
+
+/* ---- getters -------------------------------------------------------------- */
+
+int ig_jsonv_keys(ig_jsonv_t *v, const json_t *obj, const char *path, const char *const *allowed)
+{
+    const char *key;
+    json_t *val;
+    json_object_foreach((json_t *)obj, key, val)
+    {
+        size_t i = 0;
+        while (allowed[i] != NULL && strcmp(allowed[i], key) != 0)
+            i++;
+        if (allowed[i] == NULL) {
+            look_t l;
+            int rc;
+            look(v, &l, obj, path, key, 0, IG_JSONV_OBJECT, &rc);
+            return fault(v, &l, IG_JSONV_UNKNOWN);
+        }
+    }
+    return 0;
+}
+
+static int get_container(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                         unsigned flags, ig_jsonv_type_t want, json_t **out)
+{
+    look_t l;
+    int rc;
+    *out = NULL;
+    if (!look(v, &l, obj, path, key, flags, want, &rc))
+        return rc;
+    if (want == IG_JSONV_OBJECT ? !json_is_object(l.value) : !json_is_array(l.value))
+        return fault(v, &l, IG_JSONV_TYPE);
+    *out = (json_t *)l.value;
+    return 1;
+}
+
+int ig_jsonv_object(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                    unsigned flags, json_t **out)
+{
+    return get_container(v, obj, path, key, flags, IG_JSONV_OBJECT, out);
+}
+
+int ig_jsonv_array(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                   unsigned flags, json_t **out)
+{
+    return get_container(v, obj, path, key, flags, IG_JSONV_ARRAY, out);
+}
+
+int ig_jsonv_string(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                    unsigned flags, const char *def, const char **out, size_t *len)
+{
+    look_t l;
+    int rc;
+    *out = def;
+    if (len)
+        *len = def ? strlen(def) : 0;
+    if (!look(v, &l, obj, path, key, flags, IG_JSONV_STRING, &rc))
+        return rc;
+    if (!json_is_string(l.value))
+        return fault(v, &l, IG_JSONV_TYPE);
+    const char *s = json_string_value(l.value);
+    size_t n = json_string_length(l.value);
+    if (strlen(s) != n)
+        return fault(v, &l, IG_JSONV_NUL);
+    if ((flags & IG_JSONV_NONEMPTY) && n == 0)
+        return fault(v, &l, IG_JSONV_EMPTY);
+    *out = s;
+    if (len)
+        *len = n;
+    return 1;
+}
+
+/* The integer in l.value, or a TYPE fault. */
+static int integer_of(ig_jsonv_t *v, look_t *l, long long *x)
+{
+    if (json_is_integer(l->value)) {
+        *x = json_integer_value(l->value);
+        return 0;
+    }
+    if ((v->flags & IG_JSONV_INTEGRAL_REAL) && json_is_real(l->value)) {
+        double d = json_real_value(l->value);
+        if (d == floor(d) && fabs(d) < 9e15) {
+            *x = (long long)d; /* 16.0 from a float-minded client */
+            return 0;
+        }
+    }
+    return fault(v, l, IG_JSONV_TYPE);
+}
+
+int ig_jsonv_int(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                 unsigned flags, long long lo, long long hi, long long def, long long *out)
+{
+    look_t l;
+    int rc;
+    long long x;
+    *out = def;
+    if (!look(v, &l, obj, path, key, flags, IG_JSONV_INTEGER, &rc))
+        return rc;
+    if ((rc = integer_of(v, &l, &x)) < 0)
+        return rc;
+    if (x < lo || x > hi) {
+        l.f.lo = lo;
+        l.f.hi = hi;
+        l.f.x = x;
+        return fault(v, &l, IG_JSONV_RANGE);
+    }
+    *out = x;
+    return 1;
+}
+
+int ig_jsonv_uint(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                  unsigned flags, uint64_t lo, uint64_t hi, uint64_t def, uint64_t *out)
+{
+    look_t l;
+    int rc;
+    long long x;
+    *out = def;
+    if (!look(v, &l, obj, path, key, flags, IG_JSONV_INTEGER, &rc))
+        return rc;
+    if ((rc = integer_of(v, &l, &x)) < 0)
+        return rc;
+    if (x < 0 || (uint64_t)x < lo || (uint64_t)x > hi) {
+        l.f.is_unsigned = 1;
+        l.f.ulo = lo;
+        l.f.uhi = hi;
+        l.f.x = x;
+        return fault(v, &l, IG_JSONV_RANGE);
+    }
+    *out = (uint64_t)x;
+    return 1;
+}
+
+int ig_jsonv_number(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                    unsigned flags, double lo, double hi, double def, double *out)
+{
+    look_t l;
+    int rc;
+    *out = def;
+    if (!look(v, &l, obj, path, key, flags, IG_JSONV_NUMBER, &rc))
+        return rc;
+    if (!json_is_number(l.value))
+        return fault(v, &l, IG_JSONV_TYPE);
+    double x = json_number_value(l.value);
+    int bad_lo = (flags & IG_JSONV_LO_OPEN) ? !(x > lo) : !(x >= lo);
+    int bad_hi = (flags & IG_JSONV_HI_OPEN) ? !(x < hi) : !(x <= hi);
+    if (!isfinite(x) || bad_lo || bad_hi) {
+        l.f.dlo = lo;
+        l.f.dhi = hi;
+        l.f.dx = x;
+        return fault(v, &l, IG_JSONV_RANGE);
+    }
+    *out = x;
+    return 1;
+}
+
+int ig_jsonv_bool(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                  unsigned flags, int def, int *out)
+{
+    look_t l;
+    int rc;
+    *out = def;
+    if (!look(v, &l, obj, path, key, flags, IG_JSONV_BOOLEAN, &rc))
+        return rc;
+    if (!json_is_boolean(l.value))
+        return fault(v, &l, IG_JSONV_TYPE);
+    *out = json_is_true(l.value);
+    return 1;
+}
+
+int ig_jsonv_enum(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                  unsigned flags, const char *const *choices, int def, int *out)
+{
+    look_t l;
+    int rc;
+    *out = def;
+    if (!look(v, &l, obj, path, key, flags, IG_JSONV_STRING, &rc))
+        return rc;
+    if (json_is_string(l.value)) {
+        for (int i = 0; choices[i] != NULL; i++) {
+            if (strcmp(choices[i], json_string_value(l.value)) == 0) {
+                *out = i;
+                return 1;
+            }
+        }
+    }
+    l.f.choices = choices;
+    return fault(v, &l, IG_JSONV_CHOICE);
+}
+
+/* ---- documents ------------------------------------------------------------ */
+
+json_t *ig_jsonv_loadb(const char *buf, size_t len, json_error_t *err)
+{
+    return json_loadb(buf, len, JSON_REJECT_DUPLICATES, err);
+}
+
+json_t *ig_jsonv_loadf(FILE *fp, json_error_t *err)
+{
+    return json_loadf(fp, JSON_REJECT_DUPLICATES, err);
+}
+
+json_t *ig_jsonv_load_file(const char *path, json_error_t *err)
+{
+    return json_load_file(path, JSON_REJECT_DUPLICATES, err);
+}
