@@ -11,7 +11,7 @@
 #include "infergate/tokgen.h"
 
 #include "infergate/error.h"
-#include "tokenizer_internal.h"
+#include "engine/tokenizer/internal.h"
 
 #include <jansson.h>
 

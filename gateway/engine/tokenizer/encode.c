@@ -4,7 +4,7 @@
  * regexes), BPE with a priority queue over a linked list of symbols, and
  * decoding with a streaming variant that never splits a UTF-8 character.
  */
-#include "tokenizer_internal.h"
+#include "internal.h"
 
 #include "infergate/error.h"
 

@@ -6,7 +6,7 @@
  * text, so the full algorithm only runs where a combining mark, a
  * decomposable-only character or a composing jamo appears.
  */
-#include "tokenizer_internal.h"
+#include "internal.h"
 
 #include "infergate/error.h"
 

@@ -2,9 +2,9 @@
  * Tokenizer loading: tokenizer.json (BPE model, added tokens, normalizer,
  * pre-tokenizer, decoder, post-processor), tokenizer_config.json and
  * generation_config.json. Every rejected input names the file and the field.
- * Encoding and decoding live in tokenizer_encode.c.
+ * Encoding and decoding live in encode.c.
  */
-#include "tokenizer_internal.h"
+#include "internal.h"
 
 #include "infergate/error.h"
 
