@@ -102,8 +102,9 @@ static size_t compare(const char *dir, const char *tokenizer_json, size_t max_te
             o += (size_t)sprintf(buf + o, i ? " %d" : "%d", (int)v.ids[i]);
         if (strcmp(buf, il) != 0) {
             if (diff < 3)
-                fprintf(stderr, "parity: %s: text %zu differs\n  text: %.200s\n  ours: %.200s\n"
-                                "  peer: %.200s\n",
+                fprintf(stderr,
+                        "parity: %s: text %zu differs\n  text: %.200s\n  ours: %.200s\n"
+                        "  peer: %.200s\n",
                         tokenizer_json, k + 1, cl, buf, il);
             diff++;
         }
@@ -198,8 +199,7 @@ static void test_behaviours(void **state)
 {
     (void)state;
     check_pretok("Removed \\s+", split_then_bytes("Regex", "\\s+", "Removed", 0, 0));
-    check_pretok("Removed \\p{L}+ inverted",
-                 split_then_bytes("Regex", "\\p{L}+", "Removed", 1, 0));
+    check_pretok("Removed \\p{L}+ inverted", split_then_bytes("Regex", "\\p{L}+", "Removed", 1, 0));
     check_pretok("MergedWithPrevious [.,!?;:]+",
                  split_then_bytes("Regex", "[.,!?;:]+", "MergedWithPrevious", 0, 0));
     check_pretok("MergedWithNext \\s", split_then_bytes("Regex", "\\s", "MergedWithNext", 0, 0));

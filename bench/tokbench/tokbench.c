@@ -99,6 +99,10 @@ int main(int argc, char **argv)
     FILE *ids = NULL;
 
     for (; ai < argc && argv[ai][0] == '-'; ai++) {
+        if (strcmp(argv[ai], "--help") == 0) {
+            printf("usage: tokbench [--repeat N] [--ids OUT] TOKENIZER_DIR CORPUS.jsonl\n");
+            return 0;
+        }
         if (strcmp(argv[ai], "--repeat") == 0 && ai + 1 < argc)
             repeat = atoi(argv[++ai]);
         else if (strcmp(argv[ai], "--ids") == 0 && ai + 1 < argc)

@@ -1062,16 +1062,14 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
     json_object_set_new(root, "added_tokens", ja);
     if (style == IG_TOKGEN_BYTE_LEVEL) {
         json_object_set_new(root, "normalizer", json_null());
-        json_object_set_new(root, "pre_tokenizer",
-                            split_pretok(PAT_LLAMA3));
+        json_object_set_new(root, "pre_tokenizer", split_pretok(PAT_LLAMA3));
         json_object_set_new(root, "post_processor", bos_template(specials[0], (int32_t)vocab.n));
         json_object_set_new(root, "decoder",
                             json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel",
                                       "add_prefix_space", 1, "trim_offsets", 1, "use_regex", 1));
     } else if (style == IG_TOKGEN_CHATML) {
         json_object_set_new(root, "normalizer", json_pack("{s:s}", "type", "NFC"));
-        json_object_set_new(root, "pre_tokenizer",
-                            split_pretok(PAT_QWEN2));
+        json_object_set_new(root, "pre_tokenizer", split_pretok(PAT_QWEN2));
         json_object_set_new(root, "post_processor",
                             json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel",
                                       "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0));

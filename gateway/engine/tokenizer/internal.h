@@ -63,8 +63,8 @@ typedef int (*ig__piece_cb)(void *ctx, const unsigned char *p, size_t n);
  * md: match data with at least one pair (pcre2_match_data_create(1, NULL));
  * cb may use it for a split of its own. Returns 0, cb's code, or
  * IG_ETOKENIZER when PCRE2 gives up (a JIT stack or match limit). */
-int ig__split_run(const ig__split_step_t *s, pcre2_match_data *md, const unsigned char *t,
-                  size_t n, ig__piece_cb cb, void *ctx);
+int ig__split_run(const ig__split_step_t *s, pcre2_match_data *md, const unsigned char *t, size_t n,
+                  ig__piece_cb cb, void *ctx);
 
 typedef enum { IG__NORM_PREPEND, IG__NORM_REPLACE, IG__NORM_NFC } ig__norm_kind_t;
 
@@ -113,7 +113,7 @@ struct ig_tokenizer_s {
     size_t n_norms;
     ig__split_step_t *splits; /* (n_splits) Split steps, in pre-tokenizer order */
     size_t n_splits;
-    ig__cut_t cut; /* after the splits (they are never both used) */
+    ig__cut_t cut;           /* after the splits (they are never both used) */
     int add_prefix_space;    /* byte-level: prepend " " to a segment not starting with one */
     int meta_prepend;        /* metaspace: 0 never, 1 always, 2 first segment only */
     int metaspace;           /* a Metaspace pre-tokenizer: " " -> "▁" and maybe a prefix */

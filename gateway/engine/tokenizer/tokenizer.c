@@ -667,8 +667,8 @@ static int parse_split(ig_tokenizer_t *tok, json_t *p, const char *path, load_ct
                     path);
     snprintf(sub, sizeof sub, "%s.pattern.%s", path, re ? "Regex" : "String");
     if (re)
-        return add_split(tok, json_string_value(re), json_string_length(re), 0, BEH[k].beh,
-                         invert, sub, c);
+        return add_split(tok, json_string_value(re), json_string_length(re), 0, BEH[k].beh, invert,
+                         sub, c);
     return add_split(tok, json_string_value(str), json_string_length(str), 1, BEH[k].beh, invert,
                      sub, c);
 }
