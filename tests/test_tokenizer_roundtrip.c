@@ -12,7 +12,7 @@
 #include "infergate/tokenizer.h"
 #include "infergate/tokgen.h"
 
-#include "../gateway/engine/tokenizer_internal.h" /* ig__nfc_needed */
+#include "../gateway/engine/tokenizer/internal.h" /* ig__nfc_needed */
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
 #include "infergate/tokenizer.h"
 #include "infergate/tokgen.h"
 
-#include "../gateway/engine/tokenizer_internal.h" /* ig__tokgen_write_corpus */
+#include "../gateway/engine/tokenizer/internal.h" /* ig__tokgen_write_corpus */
 
 #include <jansson.h>
 

@@ -11,7 +11,7 @@
 #include "infergate/tokgen.h"
 
 #include "infergate/error.h"
-#include "../engine/tokenizer_internal.h"
+#include "../engine/tokenizer/internal.h"
 
 #include <jansson.h>
 
@@ -742,6 +742,21 @@ static json_t *added_token(int32_t id, const char *content)
                      "special", 1);
 }
 
+/* The Split patterns written into tokenizer.json, and used here to
+ * pre-tokenize the corpus (through the loader's PCRE2 split). */
+static const char PAT_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                 "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                                 "\\s+(?!\\S)|\\s+";
+static const char PAT_QWEN2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
+                                "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+                                "\\s+(?!\\S)|\\s+";
+
+/* Counts one pre-token of the corpus (an ig__piece_cb). */
+static int count_type(void *ctx, const unsigned char *p, size_t n)
+{
+    return st_add(ctx, (const char *)p, n, 1, NULL);
+}
+
 static json_t *split_pretok(const char *pattern)
 {
     return json_pack("{s:s, s:[{s:s, s:{s:s}, s:s, s:b}, {s:s, s:b, s:b, s:b}]}", "type",
@@ -813,7 +828,9 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
     const char *const *specials;
     size_t n_special, target_strings, first_learned, n_short = 0;
     int bytelevel = style != IG_TOKGEN_SENTENCEPIECE;
-    ig__split_t split = style == IG_TOKGEN_CHATML ? IG__SPLIT_QWEN2 : IG__SPLIT_LLAMA3;
+    const char *split_pat = style == IG_TOKGEN_CHATML ? PAT_QWEN2 : PAT_LLAMA3;
+    ig__split_step_t split = {0};
+    pcre2_match_data *md = NULL;
     uint64_t rng = seed ^ 0x5DEECE66Dull;
     lexicon_t lx;
     sbuf_t text = {0};
@@ -855,12 +872,13 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
 
     /* Pre-tokenize and count word types, as the loader will split text. */
     if (bytelevel) {
-        for (size_t i = 0; i < text.len;) {
-            size_t l = ig__split_next(split, (const unsigned char *)text.p, text.len, i);
-            if ((rc = st_add(&types, text.p + i, l, 1, NULL)) != 0)
-                goto fail;
-            i += l;
-        }
+        char msg[300];
+        if ((rc = ig__split_init(&split, split_pat, strlen(split_pat), 0, IG__SPLIT_ISOLATED, 0,
+                                 msg, sizeof msg)) != 0 ||
+            (rc = (md = pcre2_match_data_create(1, NULL)) ? 0 : IG_ENOMEM) != 0 ||
+            (rc = ig__split_run(&split, md, (const unsigned char *)text.p, text.len, count_type,
+                                &types)) != 0)
+            goto fail;
     } else {
         /* Sentencepiece style: "▁" replaces spaces and starts the text; words
          * start at each "▁". */
@@ -1044,24 +1062,14 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
     json_object_set_new(root, "added_tokens", ja);
     if (style == IG_TOKGEN_BYTE_LEVEL) {
         json_object_set_new(root, "normalizer", json_null());
-        json_object_set_new(root, "pre_tokenizer",
-                            split_pretok("(?i:'s|'t|'re|'ve|'m|'ll|'d)|"
-                                         "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                                         "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+"
-                                         "[\\r\\n]*|\\s*[\\r\\n]+|"
-                                         "\\s+(?!\\S)|\\s+"));
+        json_object_set_new(root, "pre_tokenizer", split_pretok(PAT_LLAMA3));
         json_object_set_new(root, "post_processor", bos_template(specials[0], (int32_t)vocab.n));
         json_object_set_new(root, "decoder",
                             json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel",
                                       "add_prefix_space", 1, "trim_offsets", 1, "use_regex", 1));
     } else if (style == IG_TOKGEN_CHATML) {
         json_object_set_new(root, "normalizer", json_pack("{s:s}", "type", "NFC"));
-        json_object_set_new(root, "pre_tokenizer",
-                            split_pretok("(?i:'s|'t|'re|'ve|'m|'ll|'d)|"
-                                         "[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                                         "\\p{N}| ?[^\\s\\p{L}\\p{N}]+"
-                                         "[\\r\\n]*|\\s*[\\r\\n]+|"
-                                         "\\s+(?!\\S)|\\s+"));
+        json_object_set_new(root, "pre_tokenizer", split_pretok(PAT_QWEN2));
         json_object_set_new(root, "post_processor",
                             json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel",
                                       "add_prefix_space", 0, "trim_offsets", 0, "use_regex", 0));
@@ -1136,5 +1144,7 @@ done:
     st_dispose(&vocab);
     lex_dispose(&lx);
     free(text.p);
+    ig__split_dispose(&split);
+    pcre2_match_data_free(md);
     return rc;
 }

@@ -1,12 +1,14 @@
 /*
- * Encoding and decoding: added-token matching, normalization, the
- * pre-tokenizer split rules (written by hand from the GPT-2 / Llama-3 / Qwen2
- * regexes), BPE with a priority queue over a linked list of symbols, and
- * decoding with a streaming variant that never splits a UTF-8 character.
+ * Encoding and decoding: added-token matching, normalization (NFC through
+ * libutf8proc), the pre-tokenizer (Split patterns through PCRE2, split.c),
+ * BPE with a priority queue over a linked list of symbols, and decoding with
+ * a streaming variant that never splits a UTF-8 character.
  */
-#include "tokenizer_internal.h"
+#include "internal.h"
 
 #include "infergate/error.h"
+
+#include <utf8proc.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -159,10 +161,10 @@ int ig__cp_to_byte(uint32_t cp)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Pre-tokenizer split rules                                                */
+/* Unicode (libutf8proc)                                                    */
 /* ------------------------------------------------------------------------ */
 
-#define CP_BAD 0xFFFFFFFFu /* an invalid byte: neither letter, number nor space */
+#define CP_BAD 0xFFFFFFFFu /* an invalid byte: neither letter nor number */
 
 static size_t cp_at(const unsigned char *s, size_t n, size_t i, uint32_t *cp)
 {
@@ -183,145 +185,133 @@ static size_t cp_at(const unsigned char *s, size_t n, size_t i, uint32_t *cp)
     return l;
 }
 
-static int is_l(uint32_t c)
+/* \p{L}, \p{N} or '_': the word characters of `single_word`. */
+static int is_word_char(uint32_t c)
 {
-    return c != CP_BAD && ig__uni_is_letter(c);
+    utf8proc_category_t k;
+    if (c < 0x80)
+        return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') || c == '_';
+    if (c == CP_BAD)
+        return 0;
+    k = utf8proc_category((utf8proc_int32_t)c);
+    return (k >= UTF8PROC_CATEGORY_LU && k <= UTF8PROC_CATEGORY_LO) ||
+           (k >= UTF8PROC_CATEGORY_ND && k <= UTF8PROC_CATEGORY_NO);
 }
-static int is_n(uint32_t c)
-{
-    return c != CP_BAD && ig__uni_is_number(c);
-}
+
+/* Unicode White_Space, as Rust's char::is_whitespace (lstrip / rstrip):
+ * the Zs, Zl and Zp characters, \t..\r and U+0085. */
 static int is_s(uint32_t c)
 {
-    return c != CP_BAD && ig__uni_is_space(c);
-}
-static int is_other(uint32_t c)
-{
-    return !is_l(c) && !is_n(c) && !is_s(c);
-}
-
-/* Consumes characters of a class from j; returns the end offset. */
-static size_t run_of(const unsigned char *s, size_t n, size_t j, int (*cls)(uint32_t), size_t max)
-{
-    size_t count = 0;
-    while (j < n && count < max) {
-        uint32_t c;
-        size_t l = cp_at(s, n, j, &c);
-        if (!cls(c))
-            break;
-        j += l;
-        count++;
-    }
-    return j;
-}
-
-static int lower_ascii(int c)
-{
-    return c >= 'A' && c <= 'Z' ? c + 32 : c;
-}
-
-/* 's 't 're 've 'm 'll 'd; returns the match length or 0. */
-static size_t contraction(const unsigned char *s, size_t n, size_t i, int icase)
-{
-    int a, b;
-    if (s[i] != '\'' || i + 1 >= n)
+    utf8proc_category_t k;
+    if (c < 0x80)
+        return c == ' ' || (c >= '\t' && c <= '\r');
+    if (c == 0x85)
+        return 1;
+    if (c == CP_BAD)
         return 0;
-    a = s[i + 1];
-    b = i + 2 < n ? s[i + 2] : 0;
-    if (icase) {
-        a = lower_ascii(a);
-        b = lower_ascii(b);
+    k = utf8proc_category((utf8proc_int32_t)c);
+    return k >= UTF8PROC_CATEGORY_ZS && k <= UTF8PROC_CATEGORY_ZP;
+}
+
+/* Whether NFC leaves cp alone wherever it stands: a starter (combining
+ * class 0) without a canonical decomposition that takes part in no
+ * composition. Conjoining jamo compose by arithmetic, not through the
+ * tables, so they never count as inert. utf8proc 2.9 changed how
+ * comb_index is stored; with another version every character at U+0300 and
+ * above counts as not inert, which is slower but still right. */
+static int nfc_inert(uint32_t cp)
+{
+#if UTF8PROC_VERSION_MAJOR == 2 && UTF8PROC_VERSION_MINOR <= 8
+    const utf8proc_property_t *p;
+    if (cp >= 0x1100 && cp <= 0x11FF)
+        return 0;
+    p = utf8proc_get_property((utf8proc_int32_t)cp);
+    return p->combining_class == 0 && p->decomp_seqindex == UINT16_MAX &&
+           p->comb_index == UINT16_MAX;
+#else
+    (void)cp;
+    return 0;
+#endif
+}
+
+int ig__nfc_needed(const unsigned char *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        uint32_t cp;
+        size_t l;
+        if (s[i] < 0xCC) { /* below U+0300 (or a byte of an invalid sequence) */
+            i++;
+            continue;
+        }
+        l = ig__utf8_decode(s + i, n - i, &cp);
+        if (!l) {
+            i++;
+            continue;
+        }
+        if (!nfc_inert(cp))
+            return 1;
+        i += l;
     }
-    if (a == 's' || a == 't' || a == 'm' || a == 'd')
-        return 2;
-    if ((a == 'r' && b == 'e') || (a == 'v' && b == 'e') || (a == 'l' && b == 'l'))
-        return 3;
     return 0;
 }
 
-/* The whitespace alternatives `\s+(?!\S)|\s+`, from a space at i. */
-static size_t space_tail(const unsigned char *s, size_t n, size_t i)
+/* Writes the NFC form of s[0..n) into *buf (capacity *cap) and its length
+ * into *outlen. Each valid stretch goes through utf8proc; invalid bytes pass
+ * through unchanged. Returns 0 or IG_ENOMEM. */
+static int nfc(const unsigned char *s, size_t n, char **buf, size_t *cap, size_t *outlen)
 {
-    size_t j = i, last = i, count = 0;
-    while (j < n) {
-        uint32_t c;
-        size_t l = cp_at(s, n, j, &c);
-        if (!is_s(c))
-            break;
-        last = j;
-        j += l;
-        count++;
-    }
-    /* Followed by a non-space: leave the last space to prefix the next word. */
-    if (j < n && count >= 2)
-        return last - i;
-    return j - i;
-}
-
-static size_t split_gpt2(const unsigned char *s, size_t n, size_t i)
-{
-    uint32_t c0, c1;
-    size_t l0 = cp_at(s, n, i, &c0), j, k;
-    if ((k = contraction(s, n, i, 0)) != 0)
-        return k;
-    cp_at(s, n, i + l0, &c1);
-    j = (c0 == ' ') ? i + 1 : i;
-    if (is_l(c0) || (c0 == ' ' && is_l(c1)))
-        return run_of(s, n, j, is_l, SIZE_MAX) - i;
-    if (is_n(c0) || (c0 == ' ' && is_n(c1)))
-        return run_of(s, n, j, is_n, SIZE_MAX) - i;
-    if (is_other(c0) || (c0 == ' ' && is_other(c1) && i + l0 < n))
-        return run_of(s, n, j, is_other, SIZE_MAX) - i;
-    return space_tail(s, n, i);
-}
-
-static int is_crlf(uint32_t c)
-{
-    return c == '\r' || c == '\n';
-}
-
-static size_t split_llama3(const unsigned char *s, size_t n, size_t i, size_t max_digits)
-{
-    uint32_t c0, c1;
-    size_t l0 = cp_at(s, n, i, &c0), j, k;
-    if ((k = contraction(s, n, i, 1)) != 0)
-        return k;
-    cp_at(s, n, i + l0, &c1);
-    /* [^\r\n\p{L}\p{N}]?\p{L}+ */
-    if (!is_crlf(c0) && !is_l(c0) && !is_n(c0) && i + l0 < n && is_l(c1))
-        return run_of(s, n, i + l0, is_l, SIZE_MAX) - i;
-    if (is_l(c0))
-        return run_of(s, n, i, is_l, SIZE_MAX) - i;
-    /* \p{N}{1,3} */
-    if (is_n(c0))
-        return run_of(s, n, i, is_n, max_digits) - i;
-    /* ` ?[^\s\p{L}\p{N}]+[\r\n]*` */
-    j = (c0 == ' ' && i + l0 < n && is_other(c1)) ? i + 1 : i;
-    if (j > i || is_other(c0)) {
-        j = run_of(s, n, j, is_other, SIZE_MAX);
-        while (j < n && (s[j] == '\r' || s[j] == '\n'))
-            j++;
-        return j - i;
-    }
-    /* \s*[\r\n]+ : up to the last newline of the whitespace run */
-    {
-        size_t e = i, end_nl = 0;
-        while (e < n) {
-            uint32_t c;
-            size_t l = cp_at(s, n, e, &c);
-            if (!is_s(c))
+    size_t i = 0, o = 0;
+    while (i < n) {
+        size_t j = i, need;
+        const unsigned char *part;
+        utf8proc_uint8_t *mapped = NULL;
+        utf8proc_ssize_t ml = 0;
+        while (j < n) {
+            uint32_t cp;
+            size_t l = s[j] < 0x80 ? 1 : ig__utf8_decode(s + j, n - j, &cp);
+            if (!l)
                 break;
-            e += l;
-            if (is_crlf(c))
-                end_nl = e;
+            j += l;
         }
-        if (end_nl)
-            return end_nl - i;
+        if (j > i) {
+            ml = utf8proc_map(s + i, (utf8proc_ssize_t)(j - i), &mapped,
+                              UTF8PROC_COMPOSE | UTF8PROC_STABLE);
+            if (ml < 0)
+                return IG_ENOMEM; /* valid input: only its allocation can fail */
+            part = mapped;
+        } else { /* one invalid byte */
+            j = i + 1;
+            part = s + i;
+            ml = 1;
+        }
+        need = o + (size_t)ml + 1;
+        if (need > *cap) {
+            size_t c = *cap ? *cap : 64;
+            char *nb;
+            while (c < need)
+                c *= 2;
+            if (!(nb = realloc(*buf, c))) {
+                free(mapped);
+                return IG_ENOMEM;
+            }
+            *buf = nb;
+            *cap = c;
+        }
+        memcpy(*buf + o, part, (size_t)ml);
+        o += (size_t)ml;
+        free(mapped);
+        i = j;
     }
-    return space_tail(s, n, i);
+    *outlen = o;
+    return 0;
 }
 
-static size_t split_meta(const unsigned char *s, size_t n, size_t i)
+/* ------------------------------------------------------------------------ */
+/* Cuts that are not regexes                                                */
+/* ------------------------------------------------------------------------ */
+
+static size_t cut_meta(const unsigned char *s, size_t n, size_t i)
 {
     size_t j = i;
     if (n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0)
@@ -331,7 +321,7 @@ static size_t split_meta(const unsigned char *s, size_t n, size_t i)
     return j - i;
 }
 
-static size_t split_spm_runs(const unsigned char *s, size_t n, size_t i)
+static size_t cut_spm_runs(const unsigned char *s, size_t n, size_t i)
 {
     size_t j = i;
     while (n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0)
@@ -339,31 +329,6 @@ static size_t split_spm_runs(const unsigned char *s, size_t n, size_t i)
     while (j < n && !(n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0))
         j++;
     return j - i;
-}
-
-size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t i)
-{
-    size_t l;
-    switch (rule) {
-    case IG__SPLIT_GPT2:
-        l = split_gpt2(s, n, i);
-        break;
-    case IG__SPLIT_LLAMA3:
-        l = split_llama3(s, n, i, 3);
-        break;
-    case IG__SPLIT_QWEN2:
-        l = split_llama3(s, n, i, 1);
-        break;
-    case IG__SPLIT_METASPACE:
-        l = split_meta(s, n, i);
-        break;
-    case IG__SPLIT_SPM_RUNS:
-        l = split_spm_runs(s, n, i);
-        break;
-    default:
-        l = n - i;
-    }
-    return l ? l : 1; /* never stall, whatever the input */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -395,6 +360,7 @@ typedef struct {
     size_t nbytes, capbytes;
     int32_t *cids;
     size_t nids, capids;
+    pcre2_match_data *md; /* for the Split steps, made on first use */
 } enc_t;
 
 static int grow(void **p, size_t *cap, size_t need, size_t elem)
@@ -696,6 +662,52 @@ static const unsigned char *rewrite(enc_t *e, int *cur, const unsigned char *s, 
 
 static const char META[] = "\xE2\x96\x81";
 
+/* A piece of Split step `step`, handed on to the next step or to BPE. */
+typedef struct {
+    enc_t *e;
+    size_t step;
+} piece_ctx_t;
+
+static int piece(void *ctx, const unsigned char *p, size_t n)
+{
+    piece_ctx_t *pc = ctx;
+    piece_ctx_t next = {pc->e, pc->step + 1};
+    const ig_tokenizer_t *tok = pc->e->tok;
+    if (next.step == tok->n_splits)
+        return encode_word(pc->e, p, n);
+    return ig__split_run(&tok->splits[next.step], pc->e->md, p, n, piece, &next);
+}
+
+/* Runs the Split steps over t[0..n). PCRE2 matches valid UTF-8 only (the
+ * tokenizers library never sees anything else): each maximal run of invalid
+ * bytes is a piece of its own, given to BPE as it is, and the valid text
+ * between such runs is split on its own. */
+static int split_text(enc_t *e, const unsigned char *t, size_t n)
+{
+    piece_ctx_t first = {e, 0};
+    size_t i = 0;
+    int rc;
+    if (!e->md && !(e->md = pcre2_match_data_create(1, NULL)))
+        return IG_ENOMEM;
+    while (i < n) {
+        size_t bad = n - i, j;
+        if (ig_tokenizer_utf8_check((const char *)t + i, n - i, &bad) == 0)
+            bad = n - i;
+        if (bad && (rc = ig__split_run(&e->tok->splits[0], e->md, t + i, bad, piece, &first)) != 0)
+            return rc;
+        i += bad;
+        for (j = i; j < n; j++) {
+            uint32_t cp;
+            if (t[j] < 0x80 || ig__utf8_decode(t + j, n - j, &cp))
+                break;
+        }
+        if (j > i && (rc = encode_word(e, t + i, j - i)) != 0)
+            return rc;
+        i = j;
+    }
+    return 0;
+}
+
 /* Encodes one stretch of text between added tokens: normalizers, then the
  * pre-tokenizer (prefix space or metaspace, split), then BPE per word. */
 static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
@@ -713,7 +725,7 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
                 t = rewrite(e, &cur, t, &n, nm->a, nm->alen, NULL, 0, NULL, 0);
         } else if (nm->kind == IG__NORM_NFC) {
             if (ig__nfc_needed(t, n)) {
-                if (ig__nfc(t, n, &e->nb[cur], &e->ncap[cur], &n) != 0)
+                if (nfc(t, n, &e->nb[cur], &e->ncap[cur], &n) != 0)
                     return IG_ENOMEM;
                 t = (const unsigned char *)e->nb[cur];
                 cur ^= 1;
@@ -731,8 +743,12 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
     }
     if (!t)
         return IG_ENOMEM;
+    if (tok->n_splits)
+        return split_text(e, t, n);
+    if (tok->cut == IG__CUT_NONE)
+        return encode_word(e, t, n);
     while (i < n) {
-        size_t l = ig__split_next(tok->split, t, n, i);
+        size_t l = tok->cut == IG__CUT_METASPACE ? cut_meta(t, n, i) : cut_spm_runs(t, n, i);
         if ((rc = encode_word(e, t + i, l)) != 0)
             return rc;
         i += l;
@@ -755,11 +771,6 @@ static uint32_t cp_before(const unsigned char *s, size_t i, size_t *start)
     }
     *start = j;
     return cp;
-}
-
-static int is_word_char(uint32_t c)
-{
-    return is_l(c) || is_n(c) || c == '_';
 }
 
 /* The longest added token at s[i..n) that may match there, or NULL. A
@@ -863,6 +874,7 @@ fail:
     free(e.cent);
     free(e.cbytes);
     free(e.cids);
+    pcre2_match_data_free(e.md);
     return rc;
 }
 

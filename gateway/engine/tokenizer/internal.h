@@ -1,54 +1,20 @@
 #ifndef INFERGATE_TOKENIZER_INTERNAL_H
 #define INFERGATE_TOKENIZER_INTERNAL_H
 
-/* Private layout of ig_tokenizer_t, shared by tokenizer*.c and tokgen.c. */
+/* Private layout of ig_tokenizer_t, shared by the files of tokenizer/ and tokgen.c. */
 
 #include "infergate/tokenizer.h"
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct {
-    uint32_t lo, hi;
-} ig__urange_t;
-
-typedef struct {
-    uint32_t lo, hi;
-    uint32_t ccc;
-} ig__ccc_t;
-
-typedef struct {
-    uint32_t cp;
-    uint32_t off, len; /* into ig__decomp_cps */
-} ig__decomp_t;
-
-typedef struct {
-    uint32_t first, second, composite;
-} ig__comp_t;
-
-/* Generated tables (tokenizer_unicode.c), each sorted. */
-extern const ig__ccc_t ig__ccc_runs[];
-extern const size_t ig__n_ccc_runs;
-extern const uint32_t ig__decomp_cps[];
-extern const ig__decomp_t ig__decomps[];
-extern const size_t ig__n_decomps;
-extern const ig__comp_t ig__comps[];
-extern const size_t ig__n_comps;
-extern const ig__urange_t ig__nfc_unsafe[];
-extern const size_t ig__n_nfc_unsafe;
-
-int ig__uni_in_ranges(const ig__urange_t *r, size_t n, uint32_t cp);
-int ig__uni_is_letter(uint32_t cp);
-int ig__uni_is_number(uint32_t cp);
-int ig__uni_is_space(uint32_t cp);
-
-/* Whether Unicode NFC could change s[0..n) (a fast scan; most text is not). */
+/* Whether Unicode NFC could change s[0..n): false when every character is
+ * below U+0300 or, by libutf8proc's data, a starter that neither decomposes
+ * nor composes (most of CJK). A quick scan; most text needs no NFC. */
 int ig__nfc_needed(const unsigned char *s, size_t n);
-
-/* Writes the NFC form of s[0..n) into *buf (grown as needed, capacity *cap)
- * and its length into *outlen. Invalid UTF-8 bytes pass through unchanged.
- * Returns 0 or IG_ENOMEM. */
-int ig__nfc(const unsigned char *s, size_t n, char **buf, size_t *cap, size_t *outlen);
 
 /* Decodes one UTF-8 character at s[0..n); returns its length (1..4) and the
  * code point, or 0 when the bytes there are not a valid character. */
@@ -61,21 +27,44 @@ uint32_t ig__byte_to_cp(unsigned char b);
 /* The inverse; -1 when cp is not one of the 256 mapped code points. */
 int ig__cp_to_byte(uint32_t cp);
 
-/* The split rules of the pre-tokenizer, written by hand from the regexes. */
-typedef enum {
-    IG__SPLIT_NONE = 0,
-    IG__SPLIT_GPT2,   /* 's|'t|...| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+ */
-    IG__SPLIT_LLAMA3, /* case-insensitive contractions, \p{N}{1,3}, newline runs */
-    IG__SPLIT_QWEN2,  /* as Llama-3 with single digits */
-    IG__SPLIT_METASPACE,
-    /* Sentencepiece text with no pre-tokenizer, cut before each run of "▁":
-     * chosen at load only when no token holds "▁" after another character,
-     * so that no merge could cross the cut and the result is unchanged. */
-    IG__SPLIT_SPM_RUNS
-} ig__split_t;
+/* Splits that are not regexes: cut before each "▁" (Metaspace with split),
+ * or before each run of "▁" (sentencepiece text with no pre-tokenizer:
+ * chosen at load only when no token holds "▁" after another character, so
+ * that no merge could cross the cut and the result is unchanged). */
+typedef enum { IG__CUT_NONE = 0, IG__CUT_METASPACE, IG__CUT_SPM_RUNS } ig__cut_t;
 
-/* Returns the length of the next pre-token of s[i..n) under rule (n > i). */
-size_t ig__split_next(ig__split_t rule, const unsigned char *s, size_t n, size_t i);
+/* The behaviours of a tokenizer.json Split, named as there. */
+typedef enum {
+    IG__SPLIT_ISOLATED,
+    IG__SPLIT_REMOVED,
+    IG__SPLIT_MERGED_WITH_PREVIOUS,
+    IG__SPLIT_MERGED_WITH_NEXT,
+    IG__SPLIT_CONTIGUOUS
+} ig__split_behavior_t;
+
+/* One Split step of the pre-tokenizer (split.c). */
+typedef struct {
+    pcre2_code *re; /* PCRE2_UTF | PCRE2_UCP (a String pattern: PCRE2_LITERAL) */
+    int jit;        /* pcre2_jit_compile() succeeded */
+    ig__split_behavior_t behavior;
+    int invert;
+} ig__split_step_t;
+
+/* Compiles pattern[0..len) (a regex, or a literal string when `literal`).
+ * Returns 0, or IG_ETOKENIZER with PCRE2's message and the offset in msg. */
+int ig__split_init(ig__split_step_t *s, const char *pattern, size_t len, int literal,
+                   ig__split_behavior_t behavior, int invert, char *msg, size_t msglen);
+void ig__split_dispose(ig__split_step_t *s);
+
+/* Receives each non-empty piece in order; a non-zero return stops the split. */
+typedef int (*ig__piece_cb)(void *ctx, const unsigned char *p, size_t n);
+
+/* Splits t[0..n), which must be valid UTF-8, and calls cb for each piece.
+ * md: match data with at least one pair (pcre2_match_data_create(1, NULL));
+ * cb may use it for a split of its own. Returns 0, cb's code, or
+ * IG_ETOKENIZER when PCRE2 gives up (a JIT stack or match limit). */
+int ig__split_run(const ig__split_step_t *s, pcre2_match_data *md, const unsigned char *t, size_t n,
+                  ig__piece_cb cb, void *ctx);
 
 typedef enum { IG__NORM_PREPEND, IG__NORM_REPLACE, IG__NORM_NFC } ig__norm_kind_t;
 
@@ -122,7 +111,9 @@ struct ig_tokenizer_s {
 
     ig__norm_t *norms;
     size_t n_norms;
-    ig__split_t split;
+    ig__split_step_t *splits; /* (n_splits) Split steps, in pre-tokenizer order */
+    size_t n_splits;
+    ig__cut_t cut;           /* after the splits (they are never both used) */
     int add_prefix_space;    /* byte-level: prepend " " to a segment not starting with one */
     int meta_prepend;        /* metaspace: 0 never, 1 always, 2 first segment only */
     int metaspace;           /* a Metaspace pre-tokenizer: " " -> "▁" and maybe a prefix */

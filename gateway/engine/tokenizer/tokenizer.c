@@ -2,9 +2,9 @@
  * Tokenizer loading: tokenizer.json (BPE model, added tokens, normalizer,
  * pre-tokenizer, decoder, post-processor), tokenizer_config.json and
  * generation_config.json. Every rejected input names the file and the field.
- * Encoding and decoding live in tokenizer_encode.c.
+ * Encoding and decoding live in encode.c.
  */
-#include "tokenizer_internal.h"
+#include "internal.h"
 
 #include "infergate/error.h"
 
@@ -253,6 +253,9 @@ void ig_tokenizer_free(ig_tokenizer_t *tok)
         free(tok->norms[i].b);
     }
     free(tok->norms);
+    for (size_t i = 0; i < tok->n_splits; i++)
+        ig__split_dispose(&tok->splits[i]);
+    free(tok->splits);
     free(tok->eos_ids);
     free(tok->chat_template);
     free(tok);
@@ -605,22 +608,69 @@ static int parse_normalizer(ig_tokenizer_t *tok, json_t *n, const char *path, lo
     return fail(c->err, c->errlen, c->file, "%s.type: unsupported normalizer \"%s\"", path, t);
 }
 
+/* ByteLevel's own split (`use_regex: true`), GPT-2's pattern. */
 static const char PAT_GPT2[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
-static const char PAT_LLAMA3[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                                 "\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-                                 "\\s+(?!\\S)|\\s+";
-static const char PAT_QWEN2[] = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|"
-                                "\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
-                                "\\s+(?!\\S)|\\s+";
 
-static int set_split(ig_tokenizer_t *tok, ig__split_t s, const char *path, load_ctx_t *c)
+/* Appends a Split step; path names the pattern in errors. */
+static int add_split(ig_tokenizer_t *tok, const char *pat, size_t len, int literal,
+                     ig__split_behavior_t beh, int invert, const char *path, load_ctx_t *c)
 {
-    if (tok->split != IG__SPLIT_NONE && tok->split != s)
+    ig__split_step_t *ns;
+    char msg[300];
+    int rc;
+    if (tok->cut == IG__CUT_METASPACE)
         return fail(c->err, c->errlen, c->file,
-                    "%s: a second splitting pre-tokenizer is not supported", path);
-    tok->split = s;
+                    "%s: a Split after a splitting Metaspace is not supported", path);
+    if (!(ns = realloc(tok->splits, (tok->n_splits + 1) * sizeof *ns)))
+        return oom(c->err, c->errlen, c->file);
+    tok->splits = ns;
+    if ((rc = ig__split_init(&ns[tok->n_splits], pat, len, literal, beh, invert, msg,
+                             sizeof msg)) != 0) {
+        if (rc == IG_ENOMEM)
+            return oom(c->err, c->errlen, c->file);
+        return fail(c->err, c->errlen, c->file, "%s: %s", path, msg);
+    }
+    tok->n_splits++;
     return 0;
+}
+
+static int parse_split(ig_tokenizer_t *tok, json_t *p, const char *path, load_ctx_t *c)
+{
+    static const struct {
+        const char *name;
+        ig__split_behavior_t beh;
+    } BEH[] = {{"Isolated", IG__SPLIT_ISOLATED},
+               {"Removed", IG__SPLIT_REMOVED},
+               {"MergedWithPrevious", IG__SPLIT_MERGED_WITH_PREVIOUS},
+               {"MergedWithNext", IG__SPLIT_MERGED_WITH_NEXT},
+               {"Contiguous", IG__SPLIT_CONTIGUOUS}};
+    json_t *pat = json_object_get(p, "pattern");
+    json_t *re = json_object_get(pat, "Regex"), *str = json_object_get(pat, "String");
+    const char *beh = json_string_value(json_object_get(p, "behavior"));
+    char sub[300];
+    int invert, rc;
+    size_t k;
+    if ((rc = get_bool(p, "invert", 0, &invert, c, path)) != 0)
+        return rc;
+    if (!json_is_object(pat) || json_object_size(pat) != 1 ||
+        !(json_is_string(re) || json_is_string(str)))
+        return fail(c->err, c->errlen, c->file,
+                    "%s.pattern: expected {\"Regex\": \"...\"} or {\"String\": \"...\"}", path);
+    for (k = 0; beh && k < sizeof BEH / sizeof BEH[0]; k++)
+        if (strcmp(beh, BEH[k].name) == 0)
+            break;
+    if (!beh || k == sizeof BEH / sizeof BEH[0])
+        return fail(c->err, c->errlen, c->file,
+                    "%s.behavior: expected \"Isolated\", \"Removed\", \"MergedWithPrevious\", "
+                    "\"MergedWithNext\" or \"Contiguous\"",
+                    path);
+    snprintf(sub, sizeof sub, "%s.pattern.%s", path, re ? "Regex" : "String");
+    if (re)
+        return add_split(tok, json_string_value(re), json_string_length(re), 0, BEH[k].beh, invert,
+                         sub, c);
+    return add_split(tok, json_string_value(str), json_string_length(str), 1, BEH[k].beh, invert,
+                     sub, c);
 }
 
 static int parse_meta_fields(json_t *o, const char *path, load_ctx_t *c, int *prepend)
@@ -683,35 +733,18 @@ static int parse_pretok(ig_tokenizer_t *tok, json_t *p, const char *path, load_c
             return rc;
         if ((rc = get_bool(p, "use_regex", 1, &use_regex, c, path)) != 0)
             return rc;
+        /* The prefix space is added to the text before any split; after a
+         * Split the library adds it to every piece, which is not done. */
+        if (tok->add_prefix_space && tok->n_splits)
+            return fail(c->err, c->errlen, c->file,
+                        "%s.add_prefix_space: true after a Split is not supported", path);
         c->saw_bytelevel = 1;
         if (use_regex)
-            return set_split(tok, IG__SPLIT_GPT2, path, c);
+            return add_split(tok, PAT_GPT2, strlen(PAT_GPT2), 0, IG__SPLIT_ISOLATED, 0, path, c);
         return 0;
     }
-    if (strcmp(t, "Split") == 0) {
-        json_t *pat = json_object_get(p, "pattern");
-        const char *re = json_string_value(json_object_get(pat, "Regex"));
-        const char *beh = json_string_value(json_object_get(p, "behavior"));
-        int invert;
-        if ((rc = get_bool(p, "invert", 0, &invert, c, path)) != 0)
-            return rc;
-        if (!re)
-            return fail(c->err, c->errlen, c->file,
-                        "%s.pattern: expected {\"Regex\": ...} with a known split pattern", path);
-        if (!beh || strcmp(beh, "Isolated") != 0 || invert)
-            return fail(c->err, c->errlen, c->file,
-                        "%s.behavior: only \"Isolated\" without invert is supported", path);
-        if (strcmp(re, PAT_GPT2) == 0)
-            return set_split(tok, IG__SPLIT_GPT2, path, c);
-        if (strcmp(re, PAT_LLAMA3) == 0)
-            return set_split(tok, IG__SPLIT_LLAMA3, path, c);
-        if (strcmp(re, PAT_QWEN2) == 0)
-            return set_split(tok, IG__SPLIT_QWEN2, path, c);
-        return fail(c->err, c->errlen, c->file,
-                    "%s.pattern.Regex: unsupported split pattern (GPT-2, Llama-3 and Qwen2 "
-                    "patterns are known)",
-                    path);
-    }
+    if (strcmp(t, "Split") == 0)
+        return parse_split(tok, p, path, c);
     if (strcmp(t, "Metaspace") == 0) {
         int split;
         if ((rc = parse_meta_fields(p, path, c, &tok->meta_prepend)) != 0)
@@ -720,8 +753,11 @@ static int parse_pretok(ig_tokenizer_t *tok, json_t *p, const char *path, load_c
             return rc;
         c->saw_meta = 1;
         tok->metaspace = 1;
+        if (split && (tok->n_splits || tok->cut != IG__CUT_NONE))
+            return fail(c->err, c->errlen, c->file,
+                        "%s: a second splitting pre-tokenizer is not supported", path);
         if (split)
-            return set_split(tok, IG__SPLIT_METASPACE, path, c);
+            tok->cut = IG__CUT_METASPACE;
         return 0;
     }
     return fail(c->err, c->errlen, c->file, "%s.type: unsupported pre-tokenizer \"%s\"", path, t);
@@ -905,7 +941,7 @@ static int build_token_bytes(ig_tokenizer_t *tok, load_ctx_t *c)
 }
 
 /* Whether some token has "▁" right after another character (see
- * IG__SPLIT_SPM_RUNS). */
+ * IG__CUT_SPM_RUNS). */
 static int meta_inside_token(const ig_tokenizer_t *tok)
 {
     for (size_t id = 0; id < tok->n_ids; id++) {
@@ -970,8 +1006,8 @@ static int build_tables(ig_tokenizer_t *tok, json_t *model, load_ctx_t *c)
             char s = (char)b;
             tok->ascii_id[b] = b ? ig_tokenizer_token_id(tok, &s, 1) : -1;
         }
-        if (tok->split == IG__SPLIT_NONE && !meta_inside_token(tok))
-            tok->split = IG__SPLIT_SPM_RUNS;
+        if (tok->cut == IG__CUT_NONE && !tok->n_splits && !meta_inside_token(tok))
+            tok->cut = IG__CUT_SPM_RUNS;
         if (tok->byte_fallback) {
             for (int b = 0; b < 256; b++) {
                 snprintf(name, sizeof name, "<0x%02X>", b);
@@ -1207,7 +1243,7 @@ int ig_tokenizer_load_files(const char *tokenizer_json, const char *config, cons
         (rc = parse_post(tok, json_object_get(root, "post_processor"), "post_processor", &c)) != 0)
         goto fail;
     qsort(tok->added, tok->n_added, sizeof *tok->added, cmp_added);
-    if (c.saw_bytelevel && (c.saw_meta || tok->split == IG__SPLIT_METASPACE)) {
+    if (c.saw_bytelevel && (c.saw_meta || tok->cut == IG__CUT_METASPACE)) {
         rc = fail(err, errlen, c.file, "pre_tokenizer: mixes ByteLevel and Metaspace");
         goto fail;
     }
