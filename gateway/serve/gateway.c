@@ -649,14 +649,6 @@ int ig_gateway_ready(void *data, char *reason, size_t len)
 
 /* ---- the OpenAI endpoints ----------------------------------------------- */
 
-static void respond_api_error(ig_http_req_t *req, const ig_api_error_t *e)
-{
-    if (e->status == 429)
-        ig_http_add_header(req, "Retry-After", "1");
-    ig_http_respond_error(req, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s",
-                          e->message);
-}
-
 /* A cheap prompt-length estimate for the cost model: about four bytes a
  * token for text; exact for token ids. The worker counts for real. */
 static int estimate_tokens(const ig_api_request_t *r)
@@ -676,19 +668,19 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     ig_api_request_t r;
     ig_api_error_t e;
     if (ig_api_parse(kind, body, len, &r, &e) != 0) {
-        respond_api_error(req, &e);
+        ig_api_respond_error(req, &e);
         return;
     }
     if (r.model == NULL) {
         ig_api_error(&e, 400, "model", "you must provide a model parameter");
-        respond_api_error(req, &e);
+        ig_api_respond_error(req, &e);
         ig_api_request_dispose(&r);
         return;
     }
     if (!model_known(gw, r.model)) {
         ig_api_error(&e, 404, "model", "the model '%s' does not exist", r.model);
         e.code = "model_not_found";
-        respond_api_error(req, &e);
+        ig_api_respond_error(req, &e);
         ig_api_request_dispose(&r);
         return;
     }
@@ -698,7 +690,7 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         if (r.prompts[i].text == NULL &&
             ig_api_check_prompt_limit(&r, r.prompts[i].nids, (int)gw->cfg->limits.max_prompt_tokens,
                                       &e) != 0) {
-            respond_api_error(req, &e);
+            ig_api_respond_error(req, &e);
             ig_api_request_dispose(&r);
             return;
         }
@@ -708,7 +700,8 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     char *ctext = canon ? ig_api_dumps(canon, &clen) : NULL;
     json_decref(canon);
     if (ctext == NULL) {
-        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        ig_api_error_oom(&e);
+        ig_api_respond_error(req, &e);
         ig_api_request_dispose(&r);
         return;
     }
@@ -737,19 +730,6 @@ void ig_gateway_chat(ig_gateway_t *gw, ig_http_req_t *req)
     handle_openai(gw, req, IG_API_CHAT);
 }
 
-static void respond_json(ig_http_req_t *req, int status, json_t *doc)
-{
-    size_t len = 0;
-    char *text = doc ? ig_api_dumps(doc, &len) : NULL;
-    json_decref(doc);
-    if (text == NULL) {
-        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
-        return;
-    }
-    ig_http_respond(req, status, "application/json", text, len);
-    free(text);
-}
-
 void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
 {
     const char *ids[256];
@@ -769,7 +749,7 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
                 ids[n++] = id;
         }
     }
-    respond_json(req, 200, ig_api_models_json(ids, n, (long long)time(NULL), "infergate"));
+    ig_api_respond_json(req, 200, ig_api_models_json(ids, n, (long long)time(NULL), "infergate"));
 }
 
 /* Sums what the local instances report. Sites are left out on purpose: a
@@ -830,7 +810,7 @@ void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
      * predicted time to first token, inner hop included. */
     if (doc != NULL)
         json_object_set_new(doc, "ttft_s", json_real(ttft < 0 ? 0.0 : ttft));
-    respond_json(req, 200, doc);
+    ig_api_respond_json(req, 200, doc);
 }
 
 /* The pool's device slots: which instance holds each. New reference. */
@@ -931,5 +911,5 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
         json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",
                   ig_route_policy_name(gw->cfg->routing.policy), "pools", pools, "sites", sites,
                   "inflight", ig_proxy_inflight(gw->proxy), "queued", ig_proxy_queued(gw->proxy));
-    respond_json(req, 200, doc);
+    ig_api_respond_json(req, 200, doc);
 }

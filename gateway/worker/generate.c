@@ -23,7 +23,7 @@
 
 /* ---- tokenizer layer (thin: the worker's only contact with it) ----------- */
 
-int tok_piece(void *ctx, int token, char *buf, size_t cap)
+int ig__worker_tok_piece(void *ctx, int token, char *buf, size_t cap)
 {
     const ig_tokenizer_t *tok = ctx;
     if (ig_tokenizer_is_special(tok, token))
@@ -105,7 +105,7 @@ static int chat_encode(worker_t *w, const ig_api_request_t *a, int **ids, int *n
 
 /* The chat family, said once at load (a fallback as a warning: the model
  * may have been trained on another format), and its end-of-turn ids. */
-void chat_setup(worker_t *w)
+void ig__worker_chat_setup(worker_t *w)
 {
     const char *tpl = ig_tokenizer_chat_template(w->tok);
     int32_t ids[32];
@@ -122,34 +122,14 @@ void chat_setup(worker_t *w)
         w->chat_stop[w->nchat_stop++] = ids[i];
 }
 
-/* ---- small HTTP helpers --------------------------------------------------- */
+/* ---- answers ------------------------------------------------------------ */
 
-void respond_json(ig_http_req_t *req, int status, json_t *doc)
+/* 503 while the model loads (what a supervisor's /health probe waits out). */
+void ig__worker_respond_loading(ig_http_req_t *req)
 {
-    size_t len = 0;
-    char *s = doc ? ig_api_dumps(doc, &len) : NULL;
-    json_decref(doc);
-    if (!s) {
-        ig_http_respond_error(req, 500, NULL, NULL, NULL, "out of memory");
-        return;
-    }
-    ig_http_respond(req, status, "application/json", s, len);
-    free(s);
-}
-
-void respond_api_error(ig_http_req_t *req, const ig_api_error_t *e)
-{
-    if (e->status == 429 || e->status == 503)
-        ig_http_add_header(req, "Retry-After", "1");
-    respond_json(req, e->status, ig_api_error_json(e));
-}
-
-void respond_loading(ig_http_req_t *req)
-{
-    static const char body[] =
-        "{\"error\":{\"code\":503,\"message\":\"Loading model\",\"type\":\"unavailable_error\"}}";
-    ig_http_add_header(req, "Retry-After", "1");
-    ig_http_respond(req, 503, "application/json", body, sizeof(body) - 1);
+    ig_api_error_t e;
+    ig_api_error(&e, 503, NULL, "Loading model");
+    ig_api_respond_error(req, &e);
 }
 
 /* ---- generation requests: memory ----------------------------------------- */
@@ -285,7 +265,7 @@ static void on_drain(ig_http_req_t *req, void *data)
         pause_choices(r, 0);
 }
 
-void cancel_all(wreq_t *r)
+void ig__worker_cancel(wreq_t *r)
 {
     if (r->cancelled)
         return;
@@ -338,7 +318,7 @@ static void finish_whole(wreq_t *r)
         return;
     }
     if (request_error(r, &e)) {
-        respond_api_error(r->http, &e);
+        ig_api_respond_error(r->http, &e);
         return;
     }
     ig_api_choice_t *ch = calloc((size_t)r->nchoices, sizeof(*ch));
@@ -346,7 +326,8 @@ static void finish_whole(wreq_t *r)
     if (!ch || !texts) {
         free(ch);
         free(texts);
-        ig_http_respond_error(r->http, 500, NULL, NULL, NULL, "out of memory");
+        ig_api_error_oom(&e);
+        ig_api_respond_error(r->http, &e);
         return;
     }
     for (int i = 0; i < r->nchoices; i++) {
@@ -374,7 +355,7 @@ static void finish_whole(wreq_t *r)
     }
     ig_api_usage_t u;
     usage_of(r, &u);
-    respond_json(r->http, 200,
+    ig_api_respond_json(r->http, 200,
                  ig_api_response_json(r->api.kind, r->id, r->created, r->w->model_name, ch,
                                       r->nchoices, &u));
     for (int i = 0; i < r->nchoices; i++)
@@ -498,14 +479,14 @@ static void on_event(const ig_sched_event_t *ev, void *data)
     }
 }
 
-void on_async(uv_async_t *h)
+void ig__worker_on_async(uv_async_t *h)
 {
     worker_t *w = h->data;
     if (w->sched)
         ig_sched_drain(w->sched, on_event, w);
 }
 
-void on_sched_notify(void *data)
+void ig__worker_on_sched_notify(void *data)
 {
     uv_async_send(data);
 }
@@ -514,7 +495,7 @@ static void on_abort(ig_http_req_t *req, void *data)
 {
     wreq_t *r = data;
     r->aborted = 1;
-    cancel_all(r);
+    ig__worker_cancel(r);
 }
 
 /* ---- generation requests: intake ------------------------------------------ */
@@ -525,7 +506,7 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
     int n = a->kind == IG_API_CHAT ? 1 : a->nprompts;
     r->choices = calloc((size_t)n, sizeof(choice_t));
     if (!r->choices)
-        return ig_api_error(e, 500, NULL, "out of memory");
+        return ig_api_error_oom(e);
     r->nchoices = n;
     for (int i = 0; i < n; i++) {
         choice_t *c = &r->choices[i];
@@ -578,7 +559,7 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
             }
         }
         if (rc == IG_ENOMEM)
-            return ig_api_error(e, 500, NULL, "out of memory");
+            return ig_api_error_oom(e);
         if (rc < 0)
             return ig_api_error(e, 400, a->kind == IG_API_CHAT ? "messages" : "prompt",
                                 "the prompt cannot be tokenized: %s", ig_strerror(rc));
@@ -589,11 +570,11 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
     return 0;
 }
 
-void handle_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
+void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
 {
     ig_api_error_t e;
     if (w->state == W_LOADING) {
-        respond_loading(req);
+        ig__worker_respond_loading(req);
         return;
     }
     if (w->state != W_READY) {
@@ -601,12 +582,13 @@ void handle_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
                      w->state == W_DRAINING ? "the worker is shutting down"
                                             : "the model failed "
                                               "to load");
-        respond_api_error(req, &e);
+        ig_api_respond_error(req, &e);
         return;
     }
     wreq_t *r = calloc(1, sizeof(*r));
     if (!r) {
-        ig_http_respond_error(req, 500, NULL, NULL, NULL, "out of memory");
+        ig_api_error_oom(&e);
+        ig_api_respond_error(req, &e);
         return;
     }
     r->w = w;
@@ -636,10 +618,8 @@ void handle_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
     if (st.waiting + r->nchoices > st.max_waiting) {
         ig_api_error(&e, 429, NULL, "the worker's queue is full (%d waiting); retry later",
                      st.waiting);
-        char ra[32];
-        snprintf(ra, sizeof(ra), "%d", (int)ceil(st.est_wait_s > 1 ? st.est_wait_s : 1));
-        ig_http_add_header(req, "Retry-After", ra);
-        respond_json(req, 429, ig_api_error_json(&e));
+        e.retry_after_s = (int)ceil(st.est_wait_s > 1 ? st.est_wait_s : 1);
+        ig_api_respond_error(req, &e);
         wreq_free(r);
         return;
     }
@@ -698,6 +678,8 @@ void handle_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
                                  "the prompt (%d tokens) and max_tokens (%d) do not fit in this "
                                  "worker's KV cache",
                                  c->nprompt, sr.max_tokens);
+                else if (rc == IG_ENOMEM)
+                    ig_api_error_oom(&e);
                 else
                     ig_api_error(&e, 500, NULL, "cannot queue the request: %s", ig_strerror(rc));
                 goto fail;
@@ -741,7 +723,7 @@ void handle_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
     }
     return;
 fail:
-    respond_api_error(req, &e);
+    ig_api_respond_error(req, &e);
     /* Submitted choices (none when i == 0 failed) cannot exist here. */
     wreq_free(r);
 }

@@ -12,7 +12,7 @@
 static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
 
 /* The scheduler's counters now; zeros while the model loads. */
-ig_sched_stats_t stats_of(void *d)
+ig_sched_stats_t ig__worker_stats(void *d)
 {
     worker_t *w = d;
     ig_sched_stats_t st;
@@ -24,23 +24,23 @@ ig_sched_stats_t stats_of(void *d)
 
 static double g_running(void *d)
 {
-    return stats_of(d).running;
+    return ig__worker_stats(d).running;
 }
 
 static double g_waiting(void *d)
 {
-    return stats_of(d).waiting;
+    return ig__worker_stats(d).waiting;
 }
 
 static double g_kv_usage(void *d)
 {
-    ig_sched_stats_t st = stats_of(d);
+    ig_sched_stats_t st = ig__worker_stats(d);
     return st.kv_blocks_total ? (double)st.kv_blocks_used / st.kv_blocks_total : 0;
 }
 
 static double g_decode_rate(void *d)
 {
-    return stats_of(d).decode_tokens_per_s;
+    return ig__worker_stats(d).decode_tokens_per_s;
 }
 
 static double g_ready(void *d)
@@ -48,7 +48,7 @@ static double g_ready(void *d)
     return ((worker_t *)d)->state == W_READY;
 }
 
-void metrics_register(worker_t *w)
+void ig__worker_metrics_register(worker_t *w)
 {
     ig_metrics_gauge_fn("infergate_worker_requests_running", "Sequences in the running batch",
                         g_running, w);
@@ -83,7 +83,7 @@ void metrics_register(worker_t *w)
 }
 
 /* Engine thread: histogram observations. */
-void metrics_observe(void *data, ig_sched_obs_t what, double v)
+void ig__worker_metrics_observe(void *data, ig_sched_obs_t what, double v)
 {
     worker_t *w = data;
     ig_metric_t *m = what == IG_SCHED_OBS_TTFT         ? w->m_ttft
@@ -96,7 +96,7 @@ void metrics_observe(void *data, ig_sched_obs_t what, double v)
 }
 
 /* Loop thread: counters follow the scheduler's totals. */
-void metrics_sync(worker_t *w)
+void ig__worker_metrics_sync(worker_t *w)
 {
     if (!w->sched || !w->m_prompt)
         return;

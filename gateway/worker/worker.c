@@ -9,6 +9,7 @@
 
 #include "infergate/cli.h"
 #include "infergate/error.h"
+#include "infergate/http_route.h"
 #include "infergate/log.h"
 
 #include <getopt.h>
@@ -21,9 +22,10 @@
 
 /* ---- other endpoints ---------------------------------------------------- */
 
-static void handle_load(worker_t *w, ig_http_req_t *req)
+static void handle_load(ig_http_req_t *req, void *data)
 {
-    ig_sched_stats_t st = stats_of(w);
+    worker_t *w = data;
+    ig_sched_stats_t st = ig__worker_stats(w);
     json_t *o = json_pack("{s:i, s:i, s:i, s:i, s:f, s:f, s:f, s:i, s:s, s:s, s:b, s:i}", "waiting",
                           st.waiting, "running", st.running, "kv_blocks_used", st.kv_blocks_used,
                           "kv_blocks_total", st.kv_blocks_total, "decode_tokens_per_s",
@@ -43,16 +45,18 @@ static void handle_load(worker_t *w, ig_http_req_t *req)
         if (w->chat_source != NULL)
             json_object_set_new(o, "chat_template", json_string(ig_chat_style_name(w->chat_style)));
     }
-    respond_json(req, 200, o);
+    ig_api_respond_json(req, 200, o);
 }
 
-static void handle_metrics(worker_t *w, ig_http_req_t *req)
+static void handle_metrics(ig_http_req_t *req, void *data)
 {
-    metrics_sync(w);
+    ig__worker_metrics_sync(data);
     size_t len = 0;
     char *s = ig_metrics_render(&len);
     if (!s) {
-        ig_http_respond_error(req, 500, NULL, NULL, NULL, "out of memory");
+        ig_api_error_t e;
+        ig_api_error_oom(&e);
+        ig_api_respond_error(req, &e);
         return;
     }
     ig_http_respond(req, 200, "text/plain; version=0.0.4", s, len);
@@ -61,8 +65,9 @@ static void handle_metrics(worker_t *w, ig_http_req_t *req)
 
 /* The one model, with what a client cannot see elsewhere: the context, the
  * prompt limit and the chat template in use (and why it was chosen). */
-static void handle_models(worker_t *w, ig_http_req_t *req)
+static void handle_models(ig_http_req_t *req, void *data)
 {
+    worker_t *w = data;
     const char *ids[1] = {w->model_name};
     json_t *doc = ig_api_models_json(ids, 1, w->created, "infergate");
     json_t *m = json_array_get(json_object_get(doc, "data"), 0);
@@ -75,68 +80,60 @@ static void handle_models(worker_t *w, ig_http_req_t *req)
         json_object_set_new(m, "chat_template_source", json_string(w->chat_source));
         json_object_set_new(m, "chat_template_reason", json_string(w->chat_why));
     }
-    respond_json(req, 200, doc);
+    ig_api_respond_json(req, 200, doc);
 }
+
+/* Live: the process works; loading says so with 503. */
+static void handle_health(ig_http_req_t *req, void *data)
+{
+    worker_t *w = data;
+    if (w->state == W_LOADING)
+        ig__worker_respond_loading(req);
+    else if (w->state == W_FAILED)
+        ig_http_respond_error(req, 503, "unavailable_error", NULL, NULL, "model failed to load: %s",
+                              w->load_err);
+    else
+        ig_http_respond(req, 200, "application/json", "{\"status\":\"ok\"}", 15);
+}
+
+/* Ready: loaded and not draining. */
+static void handle_ready(ig_http_req_t *req, void *data)
+{
+    worker_t *w = data;
+    if (w->state == W_READY)
+        ig_http_respond(req, 200, "application/json", "{\"status\":\"ready\"}", 18);
+    else if (w->state == W_LOADING)
+        ig__worker_respond_loading(req);
+    else
+        ig_http_respond_error(req, 503, "unavailable_error", NULL, NULL, "%s",
+                              w->state == W_DRAINING ? "draining" : "not ready");
+}
+
+static void handle_completions(ig_http_req_t *req, void *data)
+{
+    ig__worker_generate(data, req, IG_API_COMPLETION);
+}
+
+static void handle_chat(ig_http_req_t *req, void *data)
+{
+    ig__worker_generate(data, req, IG_API_CHAT);
+}
+
+/* The worker's routes (include/infergate/http_route.h); no API keys here:
+ * a worker listens where only its gateway reaches it. */
+static const ig_http_route_t routes[] = {
+    {"POST", "/v1/completions", handle_completions, 0},
+    {"POST", "/v1/chat/completions", handle_chat, 0},
+    {"GET", "/v1/models", handle_models, 0},
+    {"GET", "/health", handle_health, 0},
+    {"GET", "/ready", handle_ready, 0},
+    {"GET", "/load", handle_load, 0},
+    {"GET", "/metrics", handle_metrics, 0},
+};
 
 static void on_request(ig_http_req_t *req, void *data)
 {
-    worker_t *w = data;
-    const char *m = ig_http_req_method(req), *p = ig_http_req_path(req);
-    int get = strcmp(m, "GET") == 0 || strcmp(m, "HEAD") == 0, post = strcmp(m, "POST") == 0;
-    if (strcmp(p, "/v1/completions") == 0 || strcmp(p, "/v1/chat/completions") == 0) {
-        int chat = p[4] == 'c' && p[5] == 'h';
-        ig_http_req_set_route(req, chat ? "/v1/chat/completions" : "/v1/completions");
-        if (!post) {
-            ig_http_add_header(req, "Allow", "POST");
-            ig_http_respond_error(req, 405, NULL, NULL, NULL, "use POST");
-            return;
-        }
-        handle_generate(w, req, chat ? IG_API_CHAT : IG_API_COMPLETION);
-        return;
-    }
-    static const char *gets[] = {"/health", "/ready", "/load", "/metrics", "/v1/models"};
-    int route = -1;
-    for (int i = 0; i < 5; i++)
-        if (strcmp(p, gets[i]) == 0)
-            route = i;
-    if (route < 0) {
-        ig_http_respond_error(req, 404, NULL, NULL, NULL, "no route for %s", p);
-        return;
-    }
-    ig_http_req_set_route(req, gets[route]);
-    if (!get) {
-        ig_http_add_header(req, "Allow", "GET");
-        ig_http_respond_error(req, 405, NULL, NULL, NULL, "use GET");
-        return;
-    }
-    switch (route) {
-    case 0: /* live: the process works; loading says so with 503 */
-        if (w->state == W_LOADING)
-            respond_loading(req);
-        else if (w->state == W_FAILED)
-            ig_http_respond_error(req, 503, "unavailable_error", NULL, NULL,
-                                  "model failed to load: %s", w->load_err);
-        else
-            ig_http_respond(req, 200, "application/json", "{\"status\":\"ok\"}", 15);
-        break;
-    case 1: /* ready: loaded and not draining */
-        if (w->state == W_READY)
-            ig_http_respond(req, 200, "application/json", "{\"status\":\"ready\"}", 18);
-        else if (w->state == W_LOADING)
-            respond_loading(req);
-        else
-            ig_http_respond_error(req, 503, "unavailable_error", NULL, NULL, "%s",
-                                  w->state == W_DRAINING ? "draining" : "not ready");
-        break;
-    case 2:
-        handle_load(w, req);
-        break;
-    case 3:
-        handle_metrics(w, req);
-        break;
-    default:
-        handle_models(w, req);
-    }
+    ig_http_route_dispatch(routes, sizeof(routes) / sizeof(routes[0]), req, data);
 }
 
 static void begin_close(worker_t *w);
@@ -224,7 +221,7 @@ static void after_load(uv_work_t *req, int status)
         if (!dup)
             w->eos[w->neos++] = te[i];
     }
-    chat_setup(w);
+    ig__worker_chat_setup(w);
     w->kv_tokens = ig_engine_num_blocks(w->engine) * ig_engine_block_size(w->engine);
 
     ig_sched_engine_t se = {.ctx = w->engine,
@@ -236,7 +233,7 @@ static void after_load(uv_work_t *req, int status)
                             .block_size = ig_engine_block_size(w->engine),
                             .vocab_size = cfg->vocab_size,
                             .max_context = cfg->max_position_embeddings};
-    ig_sched_detok_t dt = {w->tok, tok_piece};
+    ig_sched_detok_t dt = {w->tok, ig__worker_tok_piece};
     ig_sched_opts_t so;
     ig_sched_opts_default(&so);
     so.max_batched_tokens = w->o.max_batched_tokens;
@@ -244,9 +241,9 @@ static void after_load(uv_work_t *req, int status)
     so.max_waiting = w->o.max_waiting;
     so.eos = w->eos;
     so.neos = w->neos;
-    so.notify = on_sched_notify;
+    so.notify = ig__worker_on_sched_notify;
     so.notify_data = &w->async;
-    so.observe = metrics_observe;
+    so.observe = ig__worker_metrics_observe;
     so.observe_data = w;
     int rc = ig_sched_create(&w->sched, &se, &dt, &so);
     if (rc == 0)
@@ -300,7 +297,7 @@ static void on_signal(uv_signal_t *h, int signum)
         else
             return;
         for (wreq_t *r = w->reqs; r; r = r->next)
-            cancel_all(r);
+            ig__worker_cancel(r);
         return;
     }
     if (w->state != W_FAILED)
@@ -322,15 +319,15 @@ static void on_tick(uv_timer_t *t)
         int stalled = r->paused && (double)(now - r->paused_since) / 1e9 > w->o.stall_timeout_s;
         if (stalled || r->pending_len > w->o.stream_buffer) {
             IG_WARN("%s: client does not read (%zu bytes held); cancelling", r->id, r->pending_len);
-            cancel_all(r);
+            ig__worker_cancel(r);
         }
     }
-    metrics_sync(w);
+    ig__worker_metrics_sync(w);
     if (w->state == W_DRAINING || w->state == W_FAILED) {
         if (w->nreqs && (double)(now - w->drain_started) / 1e9 > w->o.drain_timeout_s) {
             IG_WARN("drain timeout: cancelling %d requests", w->nreqs);
             for (wreq_t *r = w->reqs; r; r = r->next)
-                cancel_all(r);
+                ig__worker_cancel(r);
         }
         /* Loading still in the pool: its after_work decides. */
         if (w->nreqs == 0 && (w->sched || w->state == W_FAILED))
@@ -545,8 +542,8 @@ int ig_cmd_worker(int argc, char **argv)
         IG_INFO("listening on %s (port %d)", w->o.listen, ig_http_server_port(w->server));
     else
         IG_INFO("listening on %s", w->o.listen);
-    metrics_register(w);
-    uv_async_init(&loop, &w->async, on_async);
+    ig__worker_metrics_register(w);
+    uv_async_init(&loop, &w->async, ig__worker_on_async);
     w->async.data = w;
     uv_timer_init(&loop, &w->tick);
     w->tick.data = w;

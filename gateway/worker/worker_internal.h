@@ -136,20 +136,18 @@ static inline uint64_t now_ns(void)
 }
 
 /* metrics.c */
-ig_sched_stats_t stats_of(void *d);
-void metrics_register(worker_t *w);
-void metrics_observe(void *data, ig_sched_obs_t what, double v);
-void metrics_sync(worker_t *w);
+ig_sched_stats_t ig__worker_stats(void *d);
+void ig__worker_metrics_register(worker_t *w);
+void ig__worker_metrics_observe(void *data, ig_sched_obs_t what, double v);
+void ig__worker_metrics_sync(worker_t *w);
 
 /* generate.c */
-int tok_piece(void *ctx, int token, char *buf, size_t cap);
-void chat_setup(worker_t *w);
-void respond_json(ig_http_req_t *req, int status, json_t *doc);
-void respond_api_error(ig_http_req_t *req, const ig_api_error_t *e);
-void respond_loading(ig_http_req_t *req);
-void cancel_all(wreq_t *r);
-void on_async(uv_async_t *h);
-void on_sched_notify(void *data);
-void handle_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
+int ig__worker_tok_piece(void *ctx, int token, char *buf, size_t cap);
+void ig__worker_chat_setup(worker_t *w);
+void ig__worker_respond_loading(ig_http_req_t *req);
+void ig__worker_cancel(wreq_t *r);
+void ig__worker_on_async(uv_async_t *h);
+void ig__worker_on_sched_notify(void *data);
+void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
 
 #endif
