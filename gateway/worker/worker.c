@@ -1,9 +1,13 @@
 /*
- * infergate worker: one execution-core instance. It loads the model in the
- * background (/health says 503 "Loading model" meanwhile), then serves the
- * OpenAI endpoints through the api module, with the scheduler running the
- * engine on its own thread. Events come back to the loop through one
- * uv_async_t; the engine thread touches nothing else of the loop's.
+ * infergate worker, the process: the CLI, the route table and the endpoints
+ * other than generation (/health, /ready, /load, /metrics, /v1/models), the
+ * model load on the libuv thread pool (the socket listens at once and
+ * /health says 503 "Loading model" meanwhile), and the drain and shutdown.
+ * Generation requests are generate.c's, the metric families metrics.c's.
+ *
+ * The scheduler runs the engine on its own thread; its events come back to
+ * the loop through one uv_async_t, and the engine thread touches nothing
+ * else of the loop's.
  */
 #include "worker_internal.h"
 

@@ -135,19 +135,35 @@ static inline uint64_t now_ns(void)
     return uv_hrtime();
 }
 
-/* metrics.c */
+/* ---- metrics.c ----------------------------------------------------------- */
+
+/* The scheduler's stats now; zeros while the model loads (d is a worker_t). */
 ig_sched_stats_t ig__worker_stats(void *d);
+/* Registers the infergate_worker_* families (once, before the load). */
 void ig__worker_metrics_register(worker_t *w);
+/* The scheduler's observe hook (engine thread): histogram observations. */
 void ig__worker_metrics_observe(void *data, ig_sched_obs_t what, double v);
+/* Loop thread: brings the counters up to the scheduler's totals. */
 void ig__worker_metrics_sync(worker_t *w);
 
-/* generate.c */
+/* ---- generate.c ---------------------------------------------------------- */
+
+/* The scheduler's detokenizer hook: a token's bytes (none for specials). */
 int ig__worker_tok_piece(void *ctx, int token, char *buf, size_t cap);
+/* After the load: the chat family (logged with its reason) and its
+ * end-of-turn ids. */
 void ig__worker_chat_setup(worker_t *w);
+/* 503 "Loading model" with Retry-After, finishing req. */
 void ig__worker_respond_loading(ig_http_req_t *req);
+/* Cancels every running sequence of r once; the final events still come and
+ * finish the request. */
 void ig__worker_cancel(wreq_t *r);
+/* w->async's callback: drains the scheduler's events into the requests. */
 void ig__worker_on_async(uv_async_t *h);
+/* The scheduler's notify hook (engine thread): wakes w->async (data). */
 void ig__worker_on_sched_notify(void *data);
+/* POST /v1/completions and /v1/chat/completions: parse, tokenize, submit;
+ * answers errors itself and finishes req, now or when the last choice ends. */
 void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
 
 #endif
