@@ -30,6 +30,8 @@ static void on_request(ig_http_req_t *req, void *data)
     } else if (strcmp(p, "/oom") == 0) {
         ig_api_error_oom(&e);
         ig_api_respond_error(req, &e);
+    } else if (strcmp(p, "/respond-oom") == 0) {
+        ig_api_respond_oom(req);
     } else if (strcmp(p, "/400") == 0) {
         ig_api_error(&e, 400, "temperature", "'temperature' must be a number");
         ig_api_respond_error(req, &e);
@@ -110,8 +112,8 @@ static void test_json(void **state)
  * whether a builder failed (NULL doc) or a caller said so. */
 static void test_out_of_memory(void **state)
 {
-    static const char *const paths[] = {"/null", "/oom"};
-    for (size_t i = 0; i < 2; i++) {
+    static const char *const paths[] = {"/null", "/oom", "/respond-oom"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
         ig_tc_response_t r;
         json_t *j = get(paths[i], &r);
         assert_int_equal(r.status, 503);

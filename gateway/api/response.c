@@ -340,11 +340,16 @@ void ig_api_respond_json(ig_http_req_t *req, int status, json_t *doc)
     char *s = doc ? ig_api_dumps(doc, &len) : NULL;
     json_decref(doc);
     if (s == NULL) {
-        ig_api_error_t e;
-        ig_api_error_oom(&e);
-        ig_api_respond_error(req, &e);
+        ig_api_respond_oom(req);
         return;
     }
     ig_http_respond(req, status, "application/json", s, len);
     free(s);
+}
+
+void ig_api_respond_oom(ig_http_req_t *req)
+{
+    ig_api_error_t e;
+    ig_api_error_oom(&e);
+    ig_api_respond_error(req, &e);
 }

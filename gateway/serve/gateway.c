@@ -700,8 +700,7 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     char *ctext = canon ? ig_api_dumps(canon, &clen) : NULL;
     json_decref(canon);
     if (ctext == NULL) {
-        ig_api_error_oom(&e);
-        ig_api_respond_error(req, &e);
+        ig_api_respond_oom(req);
         ig_api_request_dispose(&r);
         return;
     }

@@ -119,9 +119,7 @@ static void handle_metrics(ig_http_req_t *req, void *data)
     size_t len;
     char *text = ig_metrics_render(&len);
     if (text == NULL) {
-        ig_api_error_t e;
-        ig_api_error_oom(&e);
-        ig_api_respond_error(req, &e);
+        ig_api_respond_oom(req);
         return;
     }
     ig_http_respond(req, 200, "text/plain; version=0.0.4", text, len);

@@ -326,8 +326,7 @@ static void finish_whole(wreq_t *r)
     if (!ch || !texts) {
         free(ch);
         free(texts);
-        ig_api_error_oom(&e);
-        ig_api_respond_error(r->http, &e);
+        ig_api_respond_oom(r->http);
         return;
     }
     for (int i = 0; i < r->nchoices; i++) {
@@ -418,6 +417,17 @@ static void stream_end(wreq_t *r)
     ig_http_stream_end(r->http);
 }
 
+/* Every choice has its final event: answer (or end the stream) and free r. */
+static void finish_request(wreq_t *r)
+{
+    if (r->api.stream)
+        stream_end(r);
+    else
+        finish_whole(r);
+    r->http_done = 1;
+    wreq_free(r);
+}
+
 static void on_event(const ig_sched_event_t *ev, void *data)
 {
     choice_t *c = ev->user;
@@ -469,14 +479,8 @@ static void on_event(const ig_sched_event_t *ev, void *data)
         append(&c->text, &c->text_len, &c->text_cap, ev->text, ev->text_len);
     }
 
-    if (r->nfinished == r->nchoices && !r->http_done) {
-        if (r->api.stream)
-            stream_end(r);
-        else
-            finish_whole(r);
-        r->http_done = 1;
-        wreq_free(r);
-    }
+    if (r->nfinished == r->nchoices && !r->http_done)
+        finish_request(r);
 }
 
 void ig__worker_on_async(uv_async_t *h)
@@ -587,8 +591,7 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
     }
     wreq_t *r = calloc(1, sizeof(*r));
     if (!r) {
-        ig_api_error_oom(&e);
-        ig_api_respond_error(req, &e);
+        ig_api_respond_oom(req);
         return;
     }
     r->w = w;
@@ -713,14 +716,8 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
             }
         }
     }
-    if (r->nfinished == r->nchoices) { /* every submit failed after the first */
-        if (r->api.stream)
-            stream_end(r);
-        else
-            finish_whole(r);
-        r->http_done = 1;
-        wreq_free(r);
-    }
+    if (r->nfinished == r->nchoices) /* every submit failed after the first */
+        finish_request(r);
     return;
 fail:
     ig_api_respond_error(req, &e);

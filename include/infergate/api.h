@@ -221,4 +221,7 @@ void ig_api_respond_json(ig_http_req_t *req, int status, json_t *doc);
  * 429 and 503 carry Retry-After (err->retry_after_s, at least 1 s). */
 void ig_api_respond_error(ig_http_req_t *req, const ig_api_error_t *err);
 
+/* Sends ig_api_error_oom()'s 503 + Retry-After. */
+void ig_api_respond_oom(ig_http_req_t *req);
+
 #endif
