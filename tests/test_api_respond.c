@@ -141,8 +141,8 @@ static void test_client_errors_have_no_retry_after(void **state)
     assert_int_equal(r.status, 404);
     assert_null(ig_tc_header(&r, "Retry-After"));
     expect_error(j, "not_found_error", "model", "no such model");
-    assert_string_equal(
-        json_string_value(json_object_get(json_object_get(j, "error"), "code")), "model_not_found");
+    assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "code")),
+                        "model_not_found");
     json_decref(j);
     ig_tc_response_free(&r);
 
@@ -171,9 +171,8 @@ static void test_retry_after(void **state)
         assert_int_equal(r.status, cases[i].status);
         assert_non_null(ig_tc_header(&r, "Retry-After"));
         assert_string_equal(ig_tc_header(&r, "Retry-After"), cases[i].retry_after);
-        assert_string_equal(
-            json_string_value(json_object_get(json_object_get(j, "error"), "type")),
-            cases[i].type);
+        assert_string_equal(json_string_value(json_object_get(json_object_get(j, "error"), "type")),
+                            cases[i].type);
         json_decref(j);
         ig_tc_response_free(&r);
     }

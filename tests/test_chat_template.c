@@ -219,8 +219,8 @@ static void test_messages_and_stop_ids(void **state)
         int32_t bos = ig_tokenizer_bos_id(tok), eos = ig_tokenizer_eos_id(tok);
         assert_int_equal(ig_chat_render(cs, msgs, nmsgs,
                                         bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
-                                        eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL, 1,
-                                        &out, &len, err, sizeof err),
+                                        eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL, 1, &out,
+                                        &len, err, sizeof err),
                          0);
         n = ig_chat_stop_ids(cs, tok, ids, 8);
         ig_tokvec_init(&v);
@@ -309,11 +309,11 @@ static void test_messages_errors(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_detect),    cmocka_unit_test(test_chatml),
-        cmocka_unit_test(test_llama3),    cmocka_unit_test(test_llama2),
-        cmocka_unit_test(test_errors),    cmocka_unit_test(test_messages_and_stop_ids),
-        cmocka_unit_test(test_messages_errors),
-        cmocka_unit_test(test_tool_role), cmocka_unit_test(test_detect_why),
+        cmocka_unit_test(test_detect),          cmocka_unit_test(test_chatml),
+        cmocka_unit_test(test_llama3),          cmocka_unit_test(test_llama2),
+        cmocka_unit_test(test_errors),          cmocka_unit_test(test_messages_and_stop_ids),
+        cmocka_unit_test(test_messages_errors), cmocka_unit_test(test_tool_role),
+        cmocka_unit_test(test_detect_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

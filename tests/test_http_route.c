@@ -49,13 +49,10 @@ static void h_data(ig_http_req_t *req, void *data)
 }
 
 static const ig_http_route_t routes[] = {
-    {"GET", "/item", h_get_item, 0},
-    {"POST", "/item", h_post_item, 0},
+    {"GET", "/item", h_get_item, 0},   {"POST", "/item", h_post_item, 0},
     {"GET", "/item", h_put_item, 0}, /* shadowed: the first GET row wins */
-    {"PUT", "/item", h_put_item, 0},
-    {"DELETE", "/files/special", h_special, 0},
-    {"POST", "/files/*", h_prefix, 0},
-    {"GET", "/data", h_data, 0},
+    {"PUT", "/item", h_put_item, 0},   {"DELETE", "/files/special", h_special, 0},
+    {"POST", "/files/*", h_prefix, 0}, {"GET", "/data", h_data, 0},
 };
 
 static void on_request(ig_http_req_t *req, void *data)
@@ -238,10 +235,8 @@ static void test_route_labels(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_rows),
-        cmocka_unit_test(test_head_on_get_rows),
-        cmocka_unit_test(test_not_found),
-        cmocka_unit_test(test_method_not_allowed),
+        cmocka_unit_test(test_rows),         cmocka_unit_test(test_head_on_get_rows),
+        cmocka_unit_test(test_not_found),    cmocka_unit_test(test_method_not_allowed),
         cmocka_unit_test(test_route_labels),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -411,7 +411,8 @@ static void test_routes(void **state)
     assert_int_equal(wt_get(&W, "/metrics", &r), 0);
     assert_non_null(
         strstr(r.body, "infergate_http_requests_total{route=\"/v1/completions\",status=\"405\"}"));
-    assert_non_null(strstr(r.body, "infergate_http_requests_total{route=\"/health\",status=\"200\"}"));
+    assert_non_null(
+        strstr(r.body, "infergate_http_requests_total{route=\"/health\",status=\"200\"}"));
     assert_non_null(strstr(r.body, "route=\"unmatched\",status=\"404\"}"));
     assert_null(strstr(r.body, "/v1/nothing"));
     ig_tc_response_free(&r);

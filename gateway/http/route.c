@@ -64,8 +64,7 @@ const ig_http_route_t *ig_http_route_match(const ig_http_route_t *table, size_t 
     return NULL;
 }
 
-void ig_http_route_dispatch(const ig_http_route_t *table, size_t n, ig_http_req_t *req,
-                            void *data)
+void ig_http_route_dispatch(const ig_http_route_t *table, size_t n, ig_http_req_t *req, void *data)
 {
     const ig_http_route_t *row = ig_http_route_match(table, n, req);
     if (row != NULL)

@@ -204,7 +204,8 @@ static int authorized(const ig_serve_t *s, ig_http_req_t *req)
 static void on_request(ig_http_req_t *req, void *data)
 {
     ig_serve_t *s = data;
-    const ig_http_route_t *row = ig_http_route_match(routes, sizeof(routes) / sizeof(routes[0]), req);
+    const ig_http_route_t *row =
+        ig_http_route_match(routes, sizeof(routes) / sizeof(routes[0]), req);
     if (row == NULL)
         return; /* answered: 404 or 405 */
     if ((row->flags & NEEDS_KEY) && !authorized(s, req)) {

@@ -355,8 +355,8 @@ static void finish_whole(wreq_t *r)
     ig_api_usage_t u;
     usage_of(r, &u);
     ig_api_respond_json(r->http, 200,
-                 ig_api_response_json(r->api.kind, r->id, r->created, r->w->model_name, ch,
-                                      r->nchoices, &u));
+                        ig_api_response_json(r->api.kind, r->id, r->created, r->w->model_name, ch,
+                                             r->nchoices, &u));
     for (int i = 0; i < r->nchoices; i++)
         free(texts[i]);
     free(texts);

@@ -38,7 +38,6 @@ const ig_http_route_t *ig_http_route_match(const ig_http_route_t *table, size_t 
                                            ig_http_req_t *req);
 
 /* ig_http_route_match, then the row's handler(req, data). */
-void ig_http_route_dispatch(const ig_http_route_t *table, size_t n, ig_http_req_t *req,
-                            void *data);
+void ig_http_route_dispatch(const ig_http_route_t *table, size_t n, ig_http_req_t *req, void *data);
 
 #endif
