@@ -1,11 +1,13 @@
 /* Chat templates: family detection, exact renderings of ChatML, Llama-2 and
- * Llama-3, conversation errors, the JSON entry point and stop tokens. */
+ * Llama-3, conversation errors, OpenAI messages (parsed by the api module,
+ * as the worker does) through the renderer and the encoder, and stop tokens. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <cmocka.h>
 
+#include "infergate/api.h"
 #include "infergate/chat.h"
 #include "infergate/error.h"
 #include "infergate/tokenizer.h"
@@ -168,17 +170,40 @@ static void test_errors(void **state)
     free(out);
 }
 
-/* JSON messages against generated tokenizers of each family. */
-static void test_json_and_stop_ids(void **state)
+/* A chat body parsed by the api module; fails the test on a parse error. */
+static void parse_chat(const char *body, ig_api_request_t *r)
+{
+    ig_api_error_t e;
+    if (ig_api_parse_chat(body, strlen(body), r, &e) != 0)
+        fail_msg("parse: %s", e.message);
+}
+
+/* The parsed messages as the renderer takes them (borrowed from r). */
+static ig_chat_msg_t *chat_msgs(const ig_api_request_t *r)
+{
+    ig_chat_msg_t *m = calloc((size_t)r->nmessages, sizeof(*m));
+    assert_non_null(m);
+    for (int i = 0; i < r->nmessages; i++) {
+        m[i].role = r->messages[i].role;
+        m[i].content = r->messages[i].content;
+        m[i].content_len = strlen(r->messages[i].content);
+    }
+    return m;
+}
+
+/* OpenAI messages (content parts joined by the api parser) against generated
+ * tokenizers of each family: the rendered text, the encoded ids, stop ids. */
+static void test_messages_and_stop_ids(void **state)
 {
     char dir[] = "/tmp/ig_chat_XXXXXX", sub[64], err[256], cmd[96];
-    const char *body = "[{\"role\":\"system\",\"content\":\"Be brief.\"},"
+    const char *body = "{\"messages\":[{\"role\":\"system\",\"content\":\"Be brief.\"},"
                        "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Hello \"},"
-                       "{\"type\":\"text\",\"text\":\"you\"}]}]";
-    json_error_t jerr;
-    json_t *msgs = json_loads(body, 0, &jerr);
+                       "{\"type\":\"text\",\"text\":\"you\"}]}]}";
+    ig_api_request_t req;
     (void)state;
-    assert_non_null(msgs);
+    parse_chat(body, &req);
+    ig_chat_msg_t *msgs = chat_msgs(&req);
+    size_t nmsgs = (size_t)req.nmessages;
     assert_non_null(mkdtemp(dir));
     for (int style = 1; style <= 3; style++) {
         ig_tokenizer_t *tok;
@@ -190,12 +215,19 @@ static void test_json_and_stop_ids(void **state)
         assert_int_equal(mkdir(sub, 0755), 0);
         assert_int_equal(ig_tokgen_write(sub, 1024, style, 5, err, sizeof err), 0);
         assert_int_equal(ig_tokenizer_load(sub, &tok, err, sizeof err), 0);
-        assert_int_equal(ig_chat_render_json(tok, msgs, &out, &len, err, sizeof err), 0);
-        n = ig_chat_stop_ids(ig_chat_detect(ig_tokenizer_chat_template(tok)), tok, ids, 8);
+        ig_chat_style_t cs = ig_chat_detect(ig_tokenizer_chat_template(tok));
+        int32_t bos = ig_tokenizer_bos_id(tok), eos = ig_tokenizer_eos_id(tok);
+        assert_int_equal(ig_chat_render(cs, msgs, nmsgs,
+                                        bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
+                                        eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL, 1, &out,
+                                        &len, err, sizeof err),
+                         0);
+        n = ig_chat_stop_ids(cs, tok, ids, 8);
         ig_tokvec_init(&v);
-        /* The prompt carries its own BOS: encode without ADD_BOS. */
-        assert_int_equal(ig_tokenizer_encode(tok, out, len, 0, &v), 0);
+        /* What the worker runs: markers as special tokens, BOS from the template. */
+        assert_int_equal(ig_chat_encode(cs, tok, msgs, nmsgs, 1, &v, err, sizeof err), 0);
         if (style == IG_TOKGEN_BYTE_LEVEL) {
+            assert_int_equal(cs, IG_CHAT_LLAMA3);
             assert_string_equal(out, "<|begin_of_text|><|start_header_id|>system<|end_header_id|>"
                                      "\n\nBe brief.<|eot_id|><|start_header_id|>user"
                                      "<|end_header_id|>\n\nHello you<|eot_id|>"
@@ -206,11 +238,13 @@ static void test_json_and_stop_ids(void **state)
             assert_int_equal(v.ids[0], ig_tokenizer_bos_id(tok));
             assert_int_equal(v.ids[1], ig_tokenizer_token_id(tok, "<|start_header_id|>", 19));
         } else if (style == IG_TOKGEN_SENTENCEPIECE) {
+            assert_int_equal(cs, IG_CHAT_LLAMA2);
             assert_string_equal(out, "<s>[INST] <<SYS>>\nBe brief.\n<</SYS>>\n\nHello you [/INST]");
             assert_int_equal(n, 1);
             assert_int_equal(ids[0], 2);
             assert_int_equal(v.ids[0], 1);
         } else {
+            assert_int_equal(cs, IG_CHAT_CHATML);
             assert_string_equal(out, "<|im_start|>system\nBe brief.<|im_end|>\n"
                                      "<|im_start|>user\nHello you<|im_end|>\n"
                                      "<|im_start|>assistant\n");
@@ -223,48 +257,63 @@ static void test_json_and_stop_ids(void **state)
         free(out);
         ig_tokenizer_free(tok);
     }
-    {
-        /* JSON shape errors name the field. */
-        static const struct {
-            const char *json, *msg;
-        } bad[] = {
-            {"[]", "messages: expected a non-empty array"},
-            {"[5]", "messages[0]: expected an object"},
-            {"[{\"content\":\"x\"}]", "messages[0].role: expected a string"},
-            {"[{\"role\":\"user\",\"content\":3}]",
-             "messages[0].content: expected a string or a list of parts"},
-            {"[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]",
-             "messages[0].content[0]: only {\"type\": \"text\", \"text\": ...} parts are "
-             "supported"},
-            {"[{\"role\":\"robot\",\"content\":\"x\"}]",
-             "messages[0].role: must be \"system\", \"user\", \"assistant\" or \"tool\""},
-        };
-        ig_tokenizer_t *tok;
-        snprintf(sub, sizeof sub, "%s/3", dir);
-        assert_int_equal(ig_tokenizer_load(sub, &tok, err, sizeof err), 0);
-        for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-            json_t *m = json_loads(bad[i].json, 0, &jerr);
-            char *out;
-            size_t len;
-            assert_non_null(m);
-            assert_int_equal(ig_chat_render_json(tok, m, &out, &len, err, sizeof err), IG_EINVAL);
-            assert_string_equal(err, bad[i].msg);
-            json_decref(m);
-        }
-        ig_tokenizer_free(tok);
-    }
-    json_decref(msgs);
+    free(msgs);
+    ig_api_request_dispose(&req);
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     assert_int_equal(system(cmd), 0);
+}
+
+/* The shape of messages is the api parser's to refuse (400, param messages,
+ * the field named); what the family cannot express is the renderer's. */
+static void test_messages_errors(void **state)
+{
+    static const struct {
+        const char *json, *msg;
+    } bad[] = {
+        {"{\"messages\":[]}", "'messages' must be a non-empty list"},
+        {"{\"messages\":[5]}", "messages[0] must be an object"},
+        {"{\"messages\":[{\"content\":\"x\"}]}", "messages[0].role must be a string"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":3}]}",
+         "messages[0].content must be a string or a list of parts"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}",
+         "messages[0].content[0]: content type 'image_url' is not supported"},
+        {"{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}",
+         "messages[0].role 'robot' is not one of"},
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ig_api_request_t r;
+        ig_api_error_t e;
+        assert_int_equal(ig_api_parse_chat(bad[i].json, strlen(bad[i].json), &r, &e), IG_EINVAL);
+        assert_int_equal(e.status, 400);
+        assert_string_equal(e.param, "messages");
+        if (strstr(e.message, bad[i].msg) != e.message)
+            fail_msg("case %zu: got \"%s\", want \"%s...\"", i, e.message, bad[i].msg);
+    }
+    /* Parsed fine, but Llama-2 has no tool turn: the renderer refuses. */
+    ig_api_request_t r;
+    char err[256], *out;
+    size_t len;
+    parse_chat("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"},"
+               "{\"role\":\"tool\",\"content\":\"42\"}]}",
+               &r);
+    ig_chat_msg_t *m = chat_msgs(&r);
+    assert_int_equal(ig_chat_render(IG_CHAT_LLAMA2, m, (size_t)r.nmessages, "<s>", "</s>", 1, &out,
+                                    &len, err, sizeof err),
+                     IG_EINVAL);
+    assert_non_null(strstr(err, "messages[1].role"));
+    free(m);
+    ig_api_request_dispose(&r);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_detect),    cmocka_unit_test(test_chatml),
-        cmocka_unit_test(test_llama3),    cmocka_unit_test(test_llama2),
-        cmocka_unit_test(test_errors),    cmocka_unit_test(test_json_and_stop_ids),
-        cmocka_unit_test(test_tool_role), cmocka_unit_test(test_detect_why),
+        cmocka_unit_test(test_detect),          cmocka_unit_test(test_chatml),
+        cmocka_unit_test(test_llama3),          cmocka_unit_test(test_llama2),
+        cmocka_unit_test(test_errors),          cmocka_unit_test(test_messages_and_stop_ids),
+        cmocka_unit_test(test_messages_errors), cmocka_unit_test(test_tool_role),
+        cmocka_unit_test(test_detect_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
-/* The worker binary on a Unix socket with a tiny model: endpoints,
- * completions (plain, stream, token ids, echo + logprobs), chat, errors. */
+/* The worker binary on a Unix socket with a tiny model: endpoints and its
+ * route table (HEAD, 404, 405 + Allow, route labels), completions (plain,
+ * stream, token ids, echo + logprobs), chat, errors. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -379,6 +380,54 @@ static void test_deadline(void **state)
     }
 }
 
+/* The worker's route table: GET rows answer HEAD, unknown paths 404 in the
+ * OpenAI shape, a wrong method 405 with Allow from the table, and requests
+ * are counted under the table's route, never the client's path. */
+static void test_routes(void **state)
+{
+    ig_tc_response_t r;
+    memset(&r, 0, sizeof(r));
+    ig_tc_t *tc = ig_tc_connect_unix(W.sock);
+    assert_non_null(tc);
+    assert_int_equal(wt_send(tc, "HEAD", "/health", NULL), 0);
+    assert_int_equal(ig_tc_read_response_ex(tc, &r, 5000, 1, 0), 0);
+    ig_tc_close(tc);
+    assert_int_equal(r.status, 200);
+    assert_int_equal(r.body_len, 0);
+    ig_tc_response_free(&r);
+
+    assert_int_equal(wt_get(&W, "/v1/nothing", &r), 0);
+    assert_int_equal(r.status, 404);
+    json_t *j = json_loadb(r.body, r.body_len, 0, NULL);
+    json_t *e = json_object_get(j, "error");
+    assert_string_equal(json_string_value(json_object_get(e, "type")), "not_found_error");
+    assert_non_null(strstr(json_string_value(json_object_get(e, "message")), "/v1/nothing"));
+    json_decref(j);
+    ig_tc_response_free(&r);
+
+    static const char *const cases[][3] = {{"GET", "/v1/completions", "POST"},
+                                           {"PUT", "/v1/chat/completions", "POST"},
+                                           {"POST", "/health", "GET, HEAD"},
+                                           {"DELETE", "/load", "GET, HEAD"},
+                                           {"POST", "/v1/models", "GET, HEAD"}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(wt_request(&W, cases[i][0], cases[i][1], NULL, &r), 0);
+        assert_int_equal(r.status, 405);
+        assert_non_null(ig_tc_header(&r, "Allow"));
+        assert_string_equal(ig_tc_header(&r, "Allow"), cases[i][2]);
+        ig_tc_response_free(&r);
+    }
+
+    assert_int_equal(wt_get(&W, "/metrics", &r), 0);
+    assert_non_null(
+        strstr(r.body, "infergate_http_requests_total{route=\"/v1/completions\",status=\"405\"}"));
+    assert_non_null(
+        strstr(r.body, "infergate_http_requests_total{route=\"/health\",status=\"200\"}"));
+    assert_non_null(strstr(r.body, "route=\"unmatched\",status=\"404\"}"));
+    assert_null(strstr(r.body, "/v1/nothing"));
+    ig_tc_response_free(&r);
+}
+
 static void test_metrics(void **state)
 {
     ig_tc_response_t r;
@@ -401,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_stop_strings),
         cmocka_unit_test(test_deadline),
+        cmocka_unit_test(test_routes),
         cmocka_unit_test(test_metrics),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -46,12 +46,20 @@ int ig_api_error(ig_api_error_t *err, int status, const char *param, const char 
     err->status = status;
     err->type = ig_api_error_type(status);
     err->code = NULL;
+    err->retry_after_s = 0;
     snprintf(err->param, sizeof(err->param), "%s", param ? param : "");
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err->message, sizeof(err->message), fmt, ap);
     va_end(ap);
     return IG_EINVAL;
+}
+
+int ig_api_error_oom(ig_api_error_t *err)
+{
+    ig_api_error(err, 503, NULL, "out of memory");
+    err->retry_after_s = 1;
+    return IG_ENOMEM;
 }
 
 json_t *ig_api_error_json(const ig_api_error_t *err)
@@ -446,7 +454,7 @@ int ig_api_parse_completion(const char *body, size_t len, ig_api_request_t *req,
     return 0;
 fail:
     if (rc == IG_ENOMEM)
-        ig_api_error(err, 500, NULL, "out of memory");
+        ig_api_error_oom(err);
     json_decref(root);
     ig_api_request_dispose(req);
     return rc;
@@ -565,7 +573,7 @@ int ig_api_parse_chat(const char *body, size_t len, ig_api_request_t *req, ig_ap
     return 0;
 fail:
     if (rc == IG_ENOMEM)
-        ig_api_error(err, 500, NULL, "out of memory");
+        ig_api_error_oom(err);
     json_decref(root);
     ig_api_request_dispose(req);
     return rc;

@@ -1,8 +1,10 @@
 /*
  * OpenAI response bodies and SSE chunks (text_completion, chat.completion,
- * chat.completion.chunk), and the models list.
+ * chat.completion.chunk), the models list, and the two calls that answer a
+ * request with JSON or an error (the gateway's and the worker's).
  */
 #include "infergate/api.h"
+#include "infergate/http.h"
 #include "infergate/utf8.h"
 
 #include <math.h>
@@ -292,4 +294,49 @@ json_t *ig_api_models_json(const char *const *ids, int n, long long created, con
     if (!data)
         return NULL;
     return json_pack("{s:s, s:o}", "object", "list", "data", data);
+}
+
+/* ---- answering a request -------------------------------------------------- */
+
+void ig_api_respond_error(ig_http_req_t *req, const ig_api_error_t *err)
+{
+    if (err->status == 429 || err->status == 503) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d", err->retry_after_s > 1 ? err->retry_after_s : 1);
+        ig_http_add_header(req, "Retry-After", ra);
+    }
+    size_t len = 0;
+    json_t *doc = ig_api_error_json(err);
+    char *s = doc ? ig_api_dumps(doc, &len) : NULL;
+    json_decref(doc);
+    if (s == NULL) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":"
+                                  "\"unavailable_error\",\"param\":null,\"code\":503}}";
+        if (err->status != 429 && err->status != 503)
+            ig_http_add_header(req, "Retry-After", "1");
+        ig_http_respond(req, 503, "application/json", oom, sizeof(oom) - 1);
+        return;
+    }
+    ig_http_respond(req, err->status, "application/json", s, len);
+    free(s);
+}
+
+void ig_api_respond_json(ig_http_req_t *req, int status, json_t *doc)
+{
+    size_t len = 0;
+    char *s = doc ? ig_api_dumps(doc, &len) : NULL;
+    json_decref(doc);
+    if (s == NULL) {
+        ig_api_respond_oom(req);
+        return;
+    }
+    ig_http_respond(req, status, "application/json", s, len);
+    free(s);
+}
+
+void ig_api_respond_oom(ig_http_req_t *req)
+{
+    ig_api_error_t e;
+    ig_api_error_oom(&e);
+    ig_api_respond_error(req, &e);
 }

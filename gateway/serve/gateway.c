@@ -355,14 +355,6 @@ int ig_gateway_ready(ig_gateway_t *gw, char *reason, size_t len)
 
 /* ---- the OpenAI endpoints ----------------------------------------------- */
 
-static void respond_api_error(ig_http_req_t *req, const ig_api_error_t *e)
-{
-    if (e->status == 429)
-        ig_http_add_header(req, "Retry-After", "1");
-    ig_http_respond_error(req, e->status, e->type, e->param[0] ? e->param : NULL, e->code, "%s",
-                          e->message);
-}
-
 /* A cheap prompt-length estimate for the cost model: about four bytes a
  * token for text; exact for token ids. The worker counts for real. */
 static int estimate_tokens(const ig_api_request_t *r)
@@ -382,19 +374,19 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     ig_api_request_t r;
     ig_api_error_t e;
     if (ig_api_parse(kind, body, len, &r, &e) != 0) {
-        respond_api_error(req, &e);
+        ig_api_respond_error(req, &e);
         return;
     }
     if (r.model == NULL) {
         ig_api_error(&e, 400, "model", "you must provide a model parameter");
-        respond_api_error(req, &e);
+        ig_api_respond_error(req, &e);
         ig_api_request_dispose(&r);
         return;
     }
     if (!model_known(gw, r.model)) {
         ig_api_error(&e, 404, "model", "the model '%s' does not exist", r.model);
         e.code = "model_not_found";
-        respond_api_error(req, &e);
+        ig_api_respond_error(req, &e);
         ig_api_request_dispose(&r);
         return;
     }
@@ -404,7 +396,7 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         if (r.prompts[i].text == NULL &&
             ig_api_check_prompt_limit(&r, r.prompts[i].nids, (int)gw->cfg->limits.max_prompt_tokens,
                                       &e) != 0) {
-            respond_api_error(req, &e);
+            ig_api_respond_error(req, &e);
             ig_api_request_dispose(&r);
             return;
         }
@@ -414,7 +406,7 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     char *ctext = canon ? ig_api_dumps(canon, &clen) : NULL;
     json_decref(canon);
     if (ctext == NULL) {
-        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        ig_api_respond_oom(req);
         ig_api_request_dispose(&r);
         return;
     }

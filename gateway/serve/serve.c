@@ -14,11 +14,13 @@
  * the loop at once and exits 1.
  */
 #include "infergate/serve.h"
+#include "infergate/api.h"
 #include "infergate/cli.h"
 #include "infergate/config.h"
 #include "infergate/error.h"
 #include "infergate/gateway.h"
 #include "infergate/http.h"
+#include "infergate/http_route.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
 
@@ -93,14 +95,15 @@ static double ready_gauge(void *data)
 
 /* ---- endpoints ---------------------------------------------------------- */
 
-static void handle_health(ig_serve_t *s, ig_http_req_t *req)
+static void handle_health(ig_http_req_t *req, void *data)
 {
     static const char body[] = "{\"status\":\"ok\"}";
     ig_http_respond(req, 200, "application/json", body, sizeof(body) - 1);
 }
 
-static void handle_ready(ig_serve_t *s, ig_http_req_t *req)
+static void handle_ready(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
     static const char body[] = "{\"status\":\"ready\"}";
     char reason[256];
     if (ig_serve_ready(s, reason, sizeof(reason))) {
@@ -111,55 +114,62 @@ static void handle_ready(ig_serve_t *s, ig_http_req_t *req)
                           reason);
 }
 
-static void handle_metrics(ig_serve_t *s, ig_http_req_t *req)
+static void handle_metrics(ig_http_req_t *req, void *data)
 {
     size_t len;
     char *text = ig_metrics_render(&len);
     if (text == NULL) {
-        ig_http_respond_error(req, 500, NULL, NULL, NULL, "out of memory rendering metrics");
+        ig_api_respond_oom(req);
         return;
     }
     ig_http_respond(req, 200, "text/plain; version=0.0.4", text, len);
     free(text);
 }
 
-static void handle_completions(ig_serve_t *s, ig_http_req_t *req)
+static void handle_completions(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
     ig_gateway_completions(s->gw, req);
 }
 
-static void handle_chat(ig_serve_t *s, ig_http_req_t *req)
+static void handle_chat(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
     ig_gateway_chat(s->gw, req);
 }
 
-static void handle_models(ig_serve_t *s, ig_http_req_t *req)
+static void handle_models(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
     ig_gateway_models(s->gw, req);
 }
 
-static void handle_load(ig_serve_t *s, ig_http_req_t *req)
+static void handle_load(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
     ig_gateway_load(s->gw, req);
 }
 
-static void handle_status(ig_serve_t *s, ig_http_req_t *req)
+static void handle_status(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
     ig_gateway_status(s->gw, req);
 }
 
 /*
- * The gateway's routes; new endpoints add a row. Rows with auth set need an
+ * The gateway's routes; new endpoints add a row. Rows with NEEDS_KEY need an
  * API key when the config lists any; the probes (/health, /ready,
  * /metrics) and what peer gateways poll (/load) stay open.
  */
-static const ig_serve_route_t routes[] = {
+enum { NEEDS_KEY = 1 }; /* a row's flags */
+
+static const ig_http_route_t routes[] = {
     {"GET", "/health", handle_health, 0},
     {"GET", "/ready", handle_ready, 0},
     {"GET", "/metrics", handle_metrics, 0},
-    {"POST", "/v1/completions", handle_completions, 1},
-    {"POST", "/v1/chat/completions", handle_chat, 1},
-    {"GET", "/v1/models", handle_models, 1},
+    {"POST", "/v1/completions", handle_completions, NEEDS_KEY},
+    {"POST", "/v1/chat/completions", handle_chat, NEEDS_KEY},
+    {"GET", "/v1/models", handle_models, NEEDS_KEY},
     {"GET", "/load", handle_load, 0},
     {"GET", "/status", handle_status, 0},
 };
@@ -191,58 +201,20 @@ static int authorized(const ig_serve_t *s, ig_http_req_t *req)
     return ok;
 }
 
-static int path_matches(const char *pattern, const char *path)
-{
-    size_t n = strlen(pattern);
-    if (n > 0 && pattern[n - 1] == '*')
-        return strncmp(pattern, path, n - 1) == 0;
-    return strcmp(pattern, path) == 0;
-}
-
-void ig_serve_dispatch(ig_serve_t *s, const ig_serve_route_t *table, size_t n, ig_http_req_t *req)
-{
-    const char *method = ig_http_req_method(req);
-    const char *path = ig_http_req_path(req);
-    const char *route = NULL;
-    char allow[128] = "";
-    size_t alen = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!path_matches(table[i].path, path))
-            continue;
-        if (strcmp(table[i].method, method) == 0) {
-            ig_http_req_set_route(req, table[i].path);
-            if (table[i].auth && !authorized(s, req)) {
-                ig_http_add_header(req, "WWW-Authenticate", "Bearer");
-                ig_http_respond_error(req, 401, "invalid_request_error", NULL, "invalid_api_key",
-                                      "missing or invalid API key (Authorization: Bearer KEY)");
-                return;
-            }
-            table[i].handler(s, req);
-            return;
-        }
-        route = table[i].path;
-        /* Methods this path takes, once each, in table order. */
-        if (strstr(allow, table[i].method) == NULL)
-            alen += (size_t)snprintf(allow + alen, sizeof(allow) - alen, "%s%s", alen ? ", " : "",
-                                     table[i].method);
-        if (alen >= sizeof(allow))
-            alen = sizeof(allow) - 1;
-    }
-    if (route == NULL) {
-        /* No route label: the server counts these under "unmatched". */
-        ig_http_respond_error(req, 404, "not_found_error", NULL, NULL, "no route for %s %s", method,
-                              path);
-        return;
-    }
-    ig_http_req_set_route(req, route);
-    ig_http_add_header(req, "Allow", allow);
-    ig_http_respond_error(req, 405, "invalid_request_error", NULL, NULL,
-                          "method %s is not allowed on %s (allowed: %s)", method, path, allow);
-}
-
 static void on_request(ig_http_req_t *req, void *data)
 {
-    ig_serve_dispatch(data, routes, sizeof(routes) / sizeof(routes[0]), req);
+    ig_serve_t *s = data;
+    const ig_http_route_t *row =
+        ig_http_route_match(routes, sizeof(routes) / sizeof(routes[0]), req);
+    if (row == NULL)
+        return; /* answered: 404 or 405 */
+    if ((row->flags & NEEDS_KEY) && !authorized(s, req)) {
+        ig_http_add_header(req, "WWW-Authenticate", "Bearer");
+        ig_http_respond_error(req, 401, "invalid_request_error", NULL, "invalid_api_key",
+                              "missing or invalid API key (Authorization: Bearer KEY)");
+        return;
+    }
+    row->handler(req, s);
 }
 
 /* ---- shutdown ----------------------------------------------------------- */

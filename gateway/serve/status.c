@@ -12,19 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-static void respond_json(ig_http_req_t *req, int status, json_t *doc)
-{
-    size_t len = 0;
-    char *text = doc ? ig_api_dumps(doc, &len) : NULL;
-    json_decref(doc);
-    if (text == NULL) {
-        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
-        return;
-    }
-    ig_http_respond(req, status, "application/json", text, len);
-    free(text);
-}
-
 void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
 {
     const char *ids[256];
@@ -44,7 +31,7 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
                 ids[n++] = id;
         }
     }
-    respond_json(req, 200, ig_api_models_json(ids, n, (long long)time(NULL), "infergate"));
+    ig_api_respond_json(req, 200, ig_api_models_json(ids, n, (long long)time(NULL), "infergate"));
 }
 
 /* Sums what the local instances report. Sites are left out on purpose: a
@@ -98,7 +85,7 @@ void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
     /* What a peer adds to its round trip to us: our best instance's
      * predicted time to first token, inner hop included. */
     l.ttft_s = ttft < 0 ? 0.0 : ttft;
-    respond_json(req, 200, ig_load_encode(&l));
+    ig_api_respond_json(req, 200, ig_load_encode(&l));
 }
 
 /* The pool's device slots: which instance holds each. New reference. */
@@ -202,5 +189,5 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
         json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",
                   ig_route_policy_name(gw->cfg->routing.policy), "pools", pools, "sites", sites,
                   "inflight", ig_proxy_inflight(gw->proxy), "queued", ig_proxy_queued(gw->proxy));
-    respond_json(req, 200, doc);
+    ig_api_respond_json(req, 200, doc);
 }

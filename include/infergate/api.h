@@ -17,6 +17,7 @@
  * malloc'ed strings the caller frees; they copy what they are given.
  */
 
+#include "infergate/http.h"
 #include "infergate/sampler.h"
 
 #include <jansson.h>
@@ -80,12 +81,18 @@ typedef struct {
     const char *code; /* NULL or a static code ("context_length_exceeded") */
     char param[64];   /* "" when no single field is at fault */
     char message[512];
+    int retry_after_s; /* 429 and 503: the Retry-After to send (0: 1 s) */
 } ig_api_error_t;
 
 /* Fills err; returns IG_EINVAL so that callers can `return ig_api_error(...)`.
  * type NULL picks the type from the status. param may be NULL. */
 int ig_api_error(ig_api_error_t *err, int status, const char *param, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
+
+/* Fills err with the one answer to running out of memory: 503 "out of memory"
+ * (a transient server condition: the client, or a gateway, may retry, after
+ * Retry-After: 1). Returns IG_ENOMEM. */
+int ig_api_error_oom(ig_api_error_t *err);
 
 /* The type string for a status: 400 invalid_request_error, 401
  * authentication_error, 404 not_found_error, 429 rate_limit_error, 503
@@ -97,8 +104,8 @@ json_t *ig_api_error_json(const ig_api_error_t *err);
 
 /*
  * Parses and validates a body. On success returns 0 and fills req (dispose
- * it). On failure returns IG_EINVAL (or IG_ENOMEM), fills err with a 400 and
- * leaves nothing to dispose.
+ * it). On failure returns IG_EINVAL with a 400 in err (or IG_ENOMEM with
+ * ig_api_error_oom's 503) and leaves nothing to dispose.
  */
 int ig_api_parse_completion(const char *body, size_t len, ig_api_request_t *req,
                             ig_api_error_t *err);
@@ -198,5 +205,20 @@ json_t *ig_api_models_json(const char *const *ids, int n, long long created, con
 
 /* Serialises compactly into a malloc'ed string. */
 char *ig_api_dumps(const json_t *v, size_t *len);
+
+/* ---- answering a request --------------------------------------------------
+ * The one place the gateway and the worker turn JSON and errors into HTTP
+ * responses, so that both answer the same way. Each finishes req. */
+
+/* Sends doc (stolen; NULL means a builder ran out of memory) as
+ * application/json with status. Out of memory: as ig_api_error_oom(). */
+void ig_api_respond_json(ig_http_req_t *req, int status, json_t *doc);
+
+/* Sends err as {"error":{"message","type","param","code"}} with its status;
+ * 429 and 503 carry Retry-After (err->retry_after_s, at least 1 s). */
+void ig_api_respond_error(ig_http_req_t *req, const ig_api_error_t *err);
+
+/* Sends ig_api_error_oom()'s 503 + Retry-After. */
+void ig_api_respond_oom(ig_http_req_t *req);
 
 #endif

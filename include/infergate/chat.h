@@ -11,7 +11,6 @@
 
 #include "infergate/tokenizer.h"
 
-#include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -71,13 +70,6 @@ int ig_chat_render_marked(ig_chat_style_t style, const ig_chat_msg_t *msgs, size
  * Returns as ig_chat_render(), or the encoder's error with err set. */
 int ig_chat_encode(ig_chat_style_t style, const ig_tokenizer_t *tok, const ig_chat_msg_t *msgs,
                    size_t n, int add_generation_prompt, ig_tokvec_t *ids, char *err, size_t errlen);
-
-/* As ig_chat_render() from an OpenAI `messages` array (borrowed): each item
- * {"role", "content"} where content is a string or a list of {"type":"text",
- * "text"} parts. Errors name the field: `messages[2].role: ...`. The family
- * and BOS/EOS texts come from tok. */
-int ig_chat_render_json(const ig_tokenizer_t *tok, const json_t *messages, char **out,
-                        size_t *outlen, char *err, size_t errlen);
 
 /* Fills ids (room for cap) with the tokens that end an assistant turn for
  * this family and tokenizer (<|im_end|>, <|eot_id|>, </s>, ..., plus the

@@ -6,7 +6,7 @@
  * server, the route table and graceful shutdown. Later modules plug in
  * here: the gateway (include/infergate/gateway.h) fills the readiness hook
  * and answers the /v1 routes; new endpoints add rows to the route table in
- * gateway/serve/serve.c.
+ * gateway/serve/serve.c (include/infergate/http_route.h).
  *
  * Everything runs on the loop thread; none of these functions may be called
  * from another thread.
@@ -42,29 +42,5 @@ int ig_serve_ready(ig_serve_t *s, char *reason, size_t reason_len);
 /* The loaded config (owned by s) and the loop. */
 const ig_config_t *ig_serve_config(const ig_serve_t *s);
 uv_loop_t *ig_serve_loop(const ig_serve_t *s);
-
-/*
- * A row of the route table: method and path select the handler, which must
- * finish the request (include/infergate/http.h). A path ending in '*'
- * matches by prefix ("/v1/models/ *" without the space). The route label of
- * metrics is the row's path, so client paths never become labels.
- */
-typedef void (*ig_serve_handler_cb)(ig_serve_t *s, ig_http_req_t *req);
-
-typedef struct {
-    const char *method;
-    const char *path;
-    ig_serve_handler_cb handler;
-    int auth; /* needs one of the config's api_keys (when it has any): else 401 */
-} ig_serve_route_t;
-
-/*
- * Routes one request through a table: the matching row's handler (401
- * first when the row needs a key the request lacks), 404 for an unknown
- * path, 405 with an Allow header (the methods the path takes) for a known
- * path with another method.
- */
-void ig_serve_dispatch(ig_serve_t *s, const ig_serve_route_t *routes, size_t nroutes,
-                       ig_http_req_t *req);
 
 #endif

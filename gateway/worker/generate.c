@@ -1,0 +1,726 @@
+/*
+ * Generation requests of the worker: intake (an OpenAI request, parsed by
+ * the api module, tokenized and submitted as one scheduler sequence per
+ * prompt) and output (the scheduler's events into a JSON response or an SSE
+ * stream, with logprobs and backpressure), plus the tokenizer adapter.
+ *
+ * Lifecycle of one generation request (wreq_t): parsed and tokenized on the
+ * loop, one scheduler sequence per prompt (a choice), events fill the choices,
+ * the HTTP request is finished once every choice has its final event (also
+ * after a client abort: the sequences are cancelled and their final events
+ * still come). Only then is the wreq freed, so no event can outlive it.
+ */
+#include "worker_internal.h"
+
+#include "infergate/error.h"
+#include "infergate/log.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* ---- tokenizer layer (thin: the worker's only contact with it) ----------- */
+
+int ig__worker_tok_piece(void *ctx, int token, char *buf, size_t cap)
+{
+    const ig_tokenizer_t *tok = ctx;
+    if (ig_tokenizer_is_special(tok, token))
+        return 0;
+    const char *b;
+    size_t len;
+    if (ig_tokenizer_token_bytes(tok, token, &b, &len) < 0)
+        return 0;
+    if (len > cap)
+        len = cap;
+    memcpy(buf, b, len);
+    return (int)len;
+}
+
+/* The bytes of a token as logprobs show it (special tokens by their name). */
+static void tok_bytes(worker_t *w, int token, const char **b, size_t *len)
+{
+    if (ig_tokenizer_is_special(w->tok, token)) {
+        const char *s = ig_tokenizer_token_str(w->tok, token);
+        *b = s ? s : "";
+        *len = strlen(*b);
+        return;
+    }
+    if (ig_tokenizer_token_bytes(w->tok, token, b, len) < 0) {
+        *b = "";
+        *len = 0;
+    }
+}
+
+static int tok_encode(worker_t *w, const char *text, size_t len, int add_bos, int **ids, int *n)
+{
+    ig_tokvec_t v;
+    ig_tokvec_init(&v);
+    int rc = ig_tokenizer_encode(w->tok, text, len, add_bos ? IG_TOKENIZER_ADD_BOS : 0, &v);
+    if (rc < 0) {
+        ig_tokvec_dispose(&v);
+        return rc;
+    }
+    *ids = malloc(sizeof(int) * (v.len ? v.len : 1));
+    if (!*ids) {
+        ig_tokvec_dispose(&v);
+        return IG_ENOMEM;
+    }
+    for (size_t i = 0; i < v.len; i++)
+        (*ids)[i] = v.ids[i];
+    *n = (int)v.len;
+    ig_tokvec_dispose(&v);
+    return 0;
+}
+
+/* Chat messages into prompt ids with the model's template: markers as
+ * their special tokens, message content as plain text. */
+static int chat_encode(worker_t *w, const ig_api_request_t *a, int **ids, int *n, char *err,
+                       size_t errlen)
+{
+    ig_chat_msg_t *m = calloc((size_t)a->nmessages, sizeof(*m));
+    if (!m)
+        return IG_ENOMEM;
+    for (int i = 0; i < a->nmessages; i++) {
+        /* OpenAI's newer "developer" role is the system prompt. */
+        m[i].role = strcmp(a->messages[i].role, "developer") == 0 ? "system" : a->messages[i].role;
+        m[i].content = a->messages[i].content;
+        m[i].content_len = strlen(a->messages[i].content);
+    }
+    ig_tokvec_t v;
+    ig_tokvec_init(&v);
+    int rc = ig_chat_encode(w->chat_style, w->tok, m, (size_t)a->nmessages, 1, &v, err, errlen);
+    free(m);
+    if (rc == 0) {
+        *ids = malloc(sizeof(int) * (v.len ? v.len : 1));
+        rc = *ids ? 0 : IG_ENOMEM;
+        for (size_t i = 0; rc == 0 && i < v.len; i++)
+            (*ids)[i] = v.ids[i];
+        *n = (int)v.len;
+    }
+    ig_tokvec_dispose(&v);
+    return rc;
+}
+
+/* The chat family, said once at load (a fallback as a warning: the model
+ * may have been trained on another format), and its end-of-turn ids. */
+void ig__worker_chat_setup(worker_t *w)
+{
+    const char *tpl = ig_tokenizer_chat_template(w->tok);
+    int32_t ids[32];
+    w->chat_style = ig_chat_detect_why(tpl, &w->chat_why);
+    w->chat_source = tpl == NULL                    ? "default"
+                     : ig_chat_detect_fallback(tpl) ? "fallback"
+                                                    : "detected";
+    if (strcmp(w->chat_source, "fallback") == 0)
+        IG_WARN("chat template: %s (%s)", ig_chat_style_name(w->chat_style), w->chat_why);
+    else
+        IG_INFO("chat template: %s (%s)", ig_chat_style_name(w->chat_style), w->chat_why);
+    size_t n = ig_chat_stop_ids(w->chat_style, w->tok, ids, 32);
+    for (size_t i = 0; i < n && i < 32; i++)
+        w->chat_stop[w->nchat_stop++] = ids[i];
+}
+
+/* ---- answers ------------------------------------------------------------ */
+
+/* 503 while the model loads (what a supervisor's /health probe waits out). */
+void ig__worker_respond_loading(ig_http_req_t *req)
+{
+    ig_api_error_t e;
+    ig_api_error(&e, 503, NULL, "Loading model");
+    ig_api_respond_error(req, &e);
+}
+
+/* ---- generation requests: memory ----------------------------------------- */
+
+static void choice_dispose(choice_t *c)
+{
+    free(c->prompt);
+    free(c->prompt_text);
+    free(c->text);
+    for (int i = 0; i < c->nlp; i++)
+        free((void *)c->lp[i].top);
+    free(c->lp);
+}
+
+static void wreq_free(wreq_t *r)
+{
+    worker_t *w = r->w;
+    if (r->prev)
+        r->prev->next = r->next;
+    else if (w->reqs == r)
+        w->reqs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    w->nreqs--;
+    for (int i = 0; i < r->nchoices; i++)
+        choice_dispose(&r->choices[i]);
+    free(r->choices);
+    free(r->pending);
+    ig_api_request_dispose(&r->api);
+    free(r);
+}
+
+static int append(char **buf, size_t *len, size_t *cap, const char *p, size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = *cap ? *cap * 2 : 256;
+        while (c < *len + n + 1)
+            c *= 2;
+        char *b = realloc(*buf, c);
+        if (!b)
+            return IG_ENOMEM;
+        *buf = b;
+        *cap = c;
+    }
+    memcpy(*buf + *len, p, n);
+    *len += n;
+    (*buf)[*len] = 0;
+    return 0;
+}
+
+/* One logprob entry: token's bytes, its logprob and the top list. */
+static int add_lp(worker_t *w, choice_t *c, const ig_sample_t *s, int has, int token, int ntop)
+{
+    if (c->nlp == c->cap_lp) {
+        int cap = c->cap_lp ? c->cap_lp * 2 : 32;
+        ig_api_token_logprob_t *lp = realloc(c->lp, sizeof(*lp) * (size_t)cap);
+        if (!lp)
+            return IG_ENOMEM;
+        c->lp = lp;
+        c->cap_lp = cap;
+    }
+    ig_api_token_logprob_t *e = &c->lp[c->nlp];
+    memset(e, 0, sizeof(*e));
+    tok_bytes(w, token, &e->token, &e->len);
+    e->has_logprob = has;
+    e->text_offset = c->lp_offset;
+    /* Special tokens are listed by name but are not part of the text. */
+    if (!ig_tokenizer_is_special(w->tok, token))
+        c->lp_offset += e->len;
+    if (has && s) {
+        e->logprob = s->logprob;
+        int n = s->ntop < ntop ? s->ntop : ntop;
+        if (n > 0) {
+            ig_api_top_logprob_t *top = calloc((size_t)n, sizeof(*top));
+            if (!top)
+                return IG_ENOMEM;
+            for (int k = 0; k < n; k++) {
+                tok_bytes(w, s->top_tokens[k], &top[k].token, &top[k].len);
+                top[k].logprob = s->top_logprobs[k];
+            }
+            e->top = top;
+            e->ntop = n;
+        }
+    }
+    c->nlp++;
+    return 0;
+}
+
+/* ---- generation requests: output ------------------------------------------ */
+
+static void on_drain(ig_http_req_t *req, void *data);
+
+/* Stops (or restarts) generation for a stream whose client reads slowly, so
+ * that what is held back stays a token or so per choice. */
+static void pause_choices(wreq_t *r, int paused)
+{
+    for (int i = 0; i < r->nchoices; i++)
+        if (r->choices[i].submitted && !r->choices[i].finished)
+            ig_sched_pause(r->w->sched, r->choices[i].seq_id, paused);
+}
+
+static void stream_write(wreq_t *r, const char *p, size_t n)
+{
+    if (r->aborted || r->http_done || n == 0)
+        return;
+    if (r->paused) {
+        append(&r->pending, &r->pending_len, &r->pending_cap, p, n);
+        return;
+    }
+    int rc = ig_http_stream_write(r->http, p, n);
+    if (rc == IG_EBUSY) {
+        /* Queued, but the client reads slower than we write: pause the
+         * sequences and hold what is already on its way (bounded, see tick)
+         * until the drain callback. */
+        r->paused = 1;
+        r->paused_since = now_ns();
+        pause_choices(r, 1);
+    }
+}
+
+static void on_drain(ig_http_req_t *req, void *data)
+{
+    wreq_t *r = data;
+    if (!r->paused)
+        return;
+    r->paused = 0;
+    if (r->pending_len) {
+        size_t n = r->pending_len;
+        r->pending_len = 0;
+        stream_write(r, r->pending, n);
+    }
+    if (!r->paused)
+        pause_choices(r, 0);
+}
+
+void ig__worker_cancel(wreq_t *r)
+{
+    if (r->cancelled)
+        return;
+    r->cancelled = 1;
+    for (int i = 0; i < r->nchoices; i++)
+        if (r->choices[i].submitted && !r->choices[i].finished)
+            ig_sched_cancel(r->w->sched, r->choices[i].seq_id);
+}
+
+static const char *finish_reason(ig_finish_t f)
+{
+    return f == IG_FINISH_LENGTH ? "length" : "stop";
+}
+
+/* The first non-normal finish of any choice decides the error, if any. */
+static int request_error(wreq_t *r, ig_api_error_t *e)
+{
+    for (int i = 0; i < r->nchoices; i++) {
+        choice_t *c = &r->choices[i];
+        if (c->finish == IG_FINISH_TIMEOUT) {
+            ig_api_error(e, 504, NULL, "the request's deadline passed after %d tokens",
+                         c->completion_tokens);
+            return 1;
+        }
+        if (c->finish == IG_FINISH_ERROR || c->finish == IG_FINISH_CANCELLED) {
+            ig_api_error(e, c->finish == IG_FINISH_CANCELLED ? 503 : 500, NULL, "%s: %s",
+                         c->finish == IG_FINISH_CANCELLED ? "generation cancelled"
+                                                          : "generation failed",
+                         ig_strerror(c->error));
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void usage_of(wreq_t *r, ig_api_usage_t *u)
+{
+    u->prompt_tokens = u->completion_tokens = 0;
+    for (int i = 0; i < r->nchoices; i++) {
+        u->prompt_tokens += r->choices[i].nprompt;
+        u->completion_tokens += r->choices[i].completion_tokens;
+    }
+}
+
+static void finish_whole(wreq_t *r)
+{
+    ig_api_error_t e;
+    if (r->aborted) {
+        ig_http_respond(r->http, 499, "text/plain", "", 0);
+        return;
+    }
+    if (request_error(r, &e)) {
+        ig_api_respond_error(r->http, &e);
+        return;
+    }
+    ig_api_choice_t *ch = calloc((size_t)r->nchoices, sizeof(*ch));
+    char **texts = calloc((size_t)r->nchoices, sizeof(char *));
+    if (!ch || !texts) {
+        free(ch);
+        free(texts);
+        ig_api_respond_oom(r->http);
+        return;
+    }
+    for (int i = 0; i < r->nchoices; i++) {
+        choice_t *c = &r->choices[i];
+        ch[i].index = i;
+        if (r->api.echo) {
+            size_t n = c->prompt_text_len + c->text_len;
+            texts[i] = malloc(n + 1);
+            if (texts[i]) {
+                memcpy(texts[i], c->prompt_text, c->prompt_text_len);
+                if (c->text_len)
+                    memcpy(texts[i] + c->prompt_text_len, c->text, c->text_len);
+                texts[i][n] = 0;
+                ch[i].text = texts[i];
+                ch[i].len = n;
+            }
+        } else {
+            ch[i].text = c->text ? c->text : "";
+            ch[i].len = c->text_len;
+        }
+        ch[i].finish_reason = finish_reason(c->finish);
+        ch[i].has_logprobs = r->api.logprobs >= 0;
+        ch[i].lp = c->lp;
+        ch[i].nlp = c->nlp;
+    }
+    ig_api_usage_t u;
+    usage_of(r, &u);
+    ig_api_respond_json(r->http, 200,
+                        ig_api_response_json(r->api.kind, r->id, r->created, r->w->model_name, ch,
+                                             r->nchoices, &u));
+    for (int i = 0; i < r->nchoices; i++)
+        free(texts[i]);
+    free(texts);
+    free(ch);
+}
+
+/* Sends one chunk for choice c: text and the logprob entries not yet sent. */
+static void send_chunk(wreq_t *r, choice_t *c, const char *text, size_t len, const char *finish,
+                       int lp_upto)
+{
+    ig_api_choice_t ch = {.index = c->index,
+                          .text = text,
+                          .len = len,
+                          .finish_reason = finish,
+                          .has_logprobs = r->api.logprobs >= 0,
+                          .lp = c->lp + c->lp_sent,
+                          .nlp = lp_upto - c->lp_sent};
+    if (!finish && len == 0 && ch.nlp == 0)
+        return; /* nothing to say yet (text held back) */
+    size_t n;
+    char *s = ig_api_chunk_sse(r->api.kind, r->id, r->created, r->w->model_name, &ch, 0,
+                               r->api.include_usage, &n);
+    c->lp_sent = lp_upto;
+    if (s)
+        stream_write(r, s, n);
+    free(s);
+}
+
+static void stream_end(wreq_t *r)
+{
+    ig_api_error_t e;
+    if (!r->aborted) {
+        if (request_error(r, &e) && !r->cancelled) {
+            size_t n;
+            char *s = ig_api_error_sse(&e, &n);
+            if (s)
+                stream_write(r, s, n);
+            free(s);
+        } else if (r->api.include_usage) {
+            ig_api_usage_t u;
+            usage_of(r, &u);
+            size_t n;
+            char *s = ig_api_usage_sse(r->api.kind, r->id, r->created, r->w->model_name, &u, &n);
+            if (s)
+                stream_write(r, s, n);
+            free(s);
+        }
+        stream_write(r, IG_API_SSE_DONE, strlen(IG_API_SSE_DONE));
+        if (r->paused && r->pending_len) {
+            /* Hand the rest to the server's queue: ending the stream is the
+             * last write, and the connection owns its bytes from here. */
+            r->paused = 0;
+            size_t n = r->pending_len;
+            r->pending_len = 0;
+            ig_http_stream_write(r->http, r->pending, n);
+        }
+    }
+    ig_http_stream_end(r->http);
+}
+
+/* Every choice has its final event: answer (or end the stream) and free r. */
+static void finish_request(wreq_t *r)
+{
+    if (r->api.stream)
+        stream_end(r);
+    else
+        finish_whole(r);
+    r->http_done = 1;
+    wreq_free(r);
+}
+
+static void on_event(const ig_sched_event_t *ev, void *data)
+{
+    choice_t *c = ev->user;
+    wreq_t *r = c->r;
+    worker_t *w = data;
+    int want_lp = r->api.logprobs >= 0;
+    int ntop = want_lp ? r->api.logprobs : 0;
+
+    /* Echo: prompt entries, the first with a null logprob. */
+    if (r->api.echo && want_lp) {
+        if (!c->prompt_lp_done) {
+            add_lp(w, c, NULL, 0, c->prompt[0], 0);
+            c->prompt_lp_done = 1;
+        }
+        for (int i = 0; i < ev->nprompt_lp; i++) {
+            int pos = ev->prompt_lp_from + i;
+            if (pos == c->prompt_lp_done && pos < c->nprompt) {
+                add_lp(w, c, &ev->prompt_lp[i], 1, c->prompt[pos], ntop);
+                c->prompt_lp_done++;
+            }
+        }
+    }
+    if (r->api.echo && c->lp_offset < c->prompt_text_len && (ev->ntokens || ev->finish))
+        c->lp_offset = c->prompt_text_len; /* generated offsets follow the echoed text */
+    int lp_prompt_end = c->nlp;
+    for (int i = 0; i < ev->ntokens; i++)
+        if (want_lp)
+            add_lp(w, c, &ev->tokens[i], 1, ev->tokens[i].token, ntop);
+    if (ev->finish != IG_FINISH_NONE) {
+        c->finished = 1;
+        c->finish = ev->finish;
+        c->error = ev->error;
+        c->completion_tokens = ev->completion_tokens;
+        r->nfinished++;
+    }
+
+    if (r->api.stream) {
+        if (!r->http_done) {
+            if (r->api.echo && !c->echo_sent && (ev->ntokens || ev->finish)) {
+                send_chunk(r, c, c->prompt_text ? c->prompt_text : "", c->prompt_text_len, NULL,
+                           lp_prompt_end);
+                c->echo_sent = 1;
+            }
+            int normal = ev->finish == IG_FINISH_STOP || ev->finish == IG_FINISH_LENGTH;
+            send_chunk(r, c, ev->text, ev->text_len, normal ? finish_reason(ev->finish) : NULL,
+                       c->nlp);
+        }
+    } else if (ev->text_len) {
+        append(&c->text, &c->text_len, &c->text_cap, ev->text, ev->text_len);
+    }
+
+    if (r->nfinished == r->nchoices && !r->http_done)
+        finish_request(r);
+}
+
+void ig__worker_on_async(uv_async_t *h)
+{
+    worker_t *w = h->data;
+    if (w->sched)
+        ig_sched_drain(w->sched, on_event, w);
+}
+
+void ig__worker_on_sched_notify(void *data)
+{
+    uv_async_send(data);
+}
+
+static void on_abort(ig_http_req_t *req, void *data)
+{
+    wreq_t *r = data;
+    r->aborted = 1;
+    ig__worker_cancel(r);
+}
+
+/* ---- generation requests: intake ------------------------------------------ */
+
+static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
+{
+    ig_api_request_t *a = &r->api;
+    int n = a->kind == IG_API_CHAT ? 1 : a->nprompts;
+    r->choices = calloc((size_t)n, sizeof(choice_t));
+    if (!r->choices)
+        return ig_api_error_oom(e);
+    r->nchoices = n;
+    for (int i = 0; i < n; i++) {
+        choice_t *c = &r->choices[i];
+        c->r = r;
+        c->index = i;
+        int rc;
+        if (a->kind == IG_API_CHAT) {
+            char err[256] = "";
+            rc = chat_encode(w, a, &c->prompt, &c->nprompt, err, sizeof(err));
+            if (rc == IG_EINVAL)
+                return ig_api_error(e, 400, "messages", "%s",
+                                    err[0] ? err : "the messages cannot be rendered");
+        } else if (a->prompts[i].text) {
+            const ig_api_prompt_t *p = &a->prompts[i];
+            size_t bad = 0;
+            if (ig_tokenizer_utf8_check(p->text, p->text_len, &bad) < 0)
+                return ig_api_error(e, 400, "prompt", "'prompt' is not valid UTF-8 (byte %zu)",
+                                    bad);
+            rc = tok_encode(w, p->text, p->text_len, 1, &c->prompt, &c->nprompt);
+            if (rc == 0 && a->echo) {
+                c->prompt_text = strdup(p->text);
+                c->prompt_text_len = p->text_len;
+            }
+        } else {
+            const ig_api_prompt_t *p = &a->prompts[i];
+            for (int k = 0; k < p->nids; k++)
+                if (p->ids[k] >= w->vocab)
+                    return ig_api_error(e, 400, "prompt",
+                                        "token id %d at position %d is outside the vocabulary "
+                                        "(size %d)",
+                                        p->ids[k], k, w->vocab);
+            c->prompt = malloc(sizeof(int) * (size_t)p->nids);
+            rc = c->prompt ? 0 : IG_ENOMEM;
+            if (rc == 0) {
+                memcpy(c->prompt, p->ids, sizeof(int) * (size_t)p->nids);
+                c->nprompt = p->nids;
+            }
+            if (rc == 0 && a->echo) {
+                int32_t *ids32 = malloc(sizeof(int32_t) * (size_t)p->nids);
+                char *txt = NULL;
+                size_t tl = 0;
+                for (int k = 0; ids32 && k < p->nids; k++)
+                    ids32[k] = p->ids[k];
+                if (ids32 && ig_tokenizer_decode(w->tok, ids32, (size_t)p->nids,
+                                                 IG_TOKENIZER_SKIP_SPECIAL, &txt, &tl) == 0) {
+                    c->prompt_text = txt;
+                    c->prompt_text_len = tl;
+                }
+                free(ids32);
+            }
+        }
+        if (rc == IG_ENOMEM)
+            return ig_api_error_oom(e);
+        if (rc < 0)
+            return ig_api_error(e, 400, a->kind == IG_API_CHAT ? "messages" : "prompt",
+                                "the prompt cannot be tokenized: %s", ig_strerror(rc));
+        if (ig_api_check_prompt_limit(a, c->nprompt, w->o.max_prompt_tokens, e) < 0 ||
+            ig_api_check_context(a, c->nprompt, w->context, e) < 0)
+            return IG_EINVAL;
+    }
+    return 0;
+}
+
+void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
+{
+    ig_api_error_t e;
+    if (w->state == W_LOADING) {
+        ig__worker_respond_loading(req);
+        return;
+    }
+    if (w->state != W_READY) {
+        ig_api_error(&e, 503, NULL,
+                     w->state == W_DRAINING ? "the worker is shutting down"
+                                            : "the model failed "
+                                              "to load");
+        ig_api_respond_error(req, &e);
+        return;
+    }
+    wreq_t *r = calloc(1, sizeof(*r));
+    if (!r) {
+        ig_api_respond_oom(req);
+        return;
+    }
+    r->w = w;
+    r->http = req;
+    r->next = w->reqs;
+    if (w->reqs)
+        w->reqs->prev = r;
+    w->reqs = r;
+    w->nreqs++;
+
+    size_t len;
+    const char *body = ig_http_req_body(req, &len);
+    if (ig_api_parse(kind, body, len, &r->api, &e) < 0)
+        goto fail;
+    if (r->api.model && strcmp(r->api.model, w->model_name) != 0) {
+        ig_api_error(&e, 404, "model", "The model `%s` does not exist.", r->api.model);
+        e.code = "model_not_found";
+        goto fail;
+    }
+    if (prepare_prompts(w, r, &e) < 0)
+        goto fail;
+
+    /* Queue room for every prompt first: no half-submitted batch. Only this
+     * thread submits, so the check cannot go stale before the submits. */
+    ig_sched_stats_t st;
+    ig_sched_stats(w->sched, &st);
+    if (st.waiting + r->nchoices > st.max_waiting) {
+        ig_api_error(&e, 429, NULL, "the worker's queue is full (%d waiting); retry later",
+                     st.waiting);
+        e.retry_after_s = (int)ceil(st.est_wait_s > 1 ? st.est_wait_s : 1);
+        ig_api_respond_error(req, &e);
+        wreq_free(r);
+        return;
+    }
+
+    ig_api_make_id(r->id, sizeof(r->id), kind == IG_API_CHAT ? "chatcmpl-" : "cmpl-");
+    r->created = (long long)time(NULL);
+    uint64_t deadline = 0;
+    double tmo = w->o.request_timeout_s;
+    const char *h = ig_http_req_header(req, "x-infergate-timeout-ms");
+    if (h && atof(h) > 0 && (tmo <= 0 || atof(h) / 1000.0 < tmo))
+        tmo = atof(h) / 1000.0;
+    if (tmo > 0)
+        deadline = ig_http_req_start_ns(req) + (uint64_t)(tmo * 1e9);
+
+    for (int i = 0; i < r->nchoices; i++) {
+        choice_t *c = &r->choices[i];
+        ig_sched_req_t sr;
+        memset(&sr, 0, sizeof(sr));
+        sr.prompt = c->prompt;
+        sr.nprompt = c->nprompt;
+        sr.sampling = r->api.sampling;
+        sr.has_seed = r->api.has_seed;
+        sr.seed = r->api.seed + (uint64_t)i; /* each prompt of a batch its own stream */
+        if (r->api.max_tokens > 0) {
+            sr.max_tokens = r->api.max_tokens;
+        } else { /* chat without a limit: up to the context, and what the KV cache holds */
+            int room = w->context < w->kv_tokens ? w->context : w->kv_tokens;
+            sr.max_tokens = room - c->nprompt > 1 ? room - c->nprompt : 1;
+        }
+        sr.ignore_eos = r->api.ignore_eos;
+        int ids[IG_API_MAX_STOP_IDS + 32];
+        int nids = 0;
+        for (int k = 0; k < r->api.nstop_ids; k++)
+            ids[nids++] = r->api.stop_ids[k];
+        /* The template's end-of-turn tokens are EOS-like: ignore_eos (what
+         * benchmarks send to get the asked length) runs through them too, as
+         * vLLM does with generation_config's EOS ids. */
+        if (kind == IG_API_CHAT && !r->api.ignore_eos)
+            for (int k = 0; k < w->nchat_stop; k++)
+                ids[nids++] = w->chat_stop[k];
+        sr.stop_ids = ids;
+        sr.nstop_ids = nids;
+        sr.stop = (const char *const *)r->api.stop;
+        sr.nstop = r->api.nstop;
+        sr.logprobs = r->api.logprobs;
+        sr.prompt_logprobs = r->api.echo && r->api.logprobs >= 0;
+        sr.deadline_ns = deadline;
+        sr.user = c;
+        int rc = ig_sched_submit(w->sched, &sr, &c->seq_id);
+        if (rc < 0) {
+            if (i == 0) {
+                if (rc == IG_EFULL)
+                    ig_api_error(&e, 429, NULL, "the worker's queue is full; retry later");
+                else if (rc == IG_ETOOLONG)
+                    ig_api_error(&e, 400, kind == IG_API_CHAT ? "messages" : "prompt",
+                                 "the prompt (%d tokens) and max_tokens (%d) do not fit in this "
+                                 "worker's KV cache",
+                                 c->nprompt, sr.max_tokens);
+                else if (rc == IG_ENOMEM)
+                    ig_api_error_oom(&e);
+                else
+                    ig_api_error(&e, 500, NULL, "cannot queue the request: %s", ig_strerror(rc));
+                goto fail;
+            }
+            /* Later prompts of a batch: the earlier ones are running, so
+             * finish this choice as failed; the response reports it. */
+            c->finished = 1;
+            c->finish = IG_FINISH_ERROR;
+            c->error = rc;
+            r->nfinished++;
+            continue;
+        }
+        c->submitted = 1;
+    }
+    ig_http_req_set_data(req, r);
+    ig_http_req_on_abort(req, on_abort, r);
+    if (r->api.stream) {
+        ig_http_req_on_drain(req, on_drain, r);
+        ig_http_add_header(req, "Cache-Control", "no-cache");
+        ig_http_stream_start(req, 200, "text/event-stream");
+        r->stream_started = 1;
+        if (kind == IG_API_CHAT) {
+            for (int i = 0; i < r->nchoices; i++) {
+                ig_api_choice_t ch = {.index = i, .text = "", .len = 0};
+                size_t n;
+                char *s = ig_api_chunk_sse(kind, r->id, r->created, w->model_name, &ch, 1,
+                                           r->api.include_usage, &n);
+                if (s)
+                    stream_write(r, s, n);
+                free(s);
+            }
+        }
+    }
+    if (r->nfinished == r->nchoices) /* every submit failed after the first */
+        finish_request(r);
+    return;
+fail:
+    ig_api_respond_error(req, &e);
+    /* Submitted choices (none when i == 0 failed) cannot exist here. */
+    wreq_free(r);
+}

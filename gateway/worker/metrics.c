@@ -1,0 +1,114 @@
+/*
+ * The worker's metric families (infergate_worker_*) and their glue to the
+ * scheduler: gauges read its stats, histograms are observed from the engine
+ * thread, counters follow its totals on the loop thread.
+ */
+#include "worker_internal.h"
+
+#include <string.h>
+
+/* ---- metrics (thin: one place that knows the metric names) --------------- */
+
+static const double batch_buckets[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+
+/* The scheduler's counters now; zeros while the model loads. */
+ig_sched_stats_t ig__worker_stats(void *d)
+{
+    worker_t *w = d;
+    ig_sched_stats_t st;
+    memset(&st, 0, sizeof(st));
+    if (w->sched)
+        ig_sched_stats(w->sched, &st);
+    return st;
+}
+
+static double g_running(void *d)
+{
+    return ig__worker_stats(d).running;
+}
+
+static double g_waiting(void *d)
+{
+    return ig__worker_stats(d).waiting;
+}
+
+static double g_kv_usage(void *d)
+{
+    ig_sched_stats_t st = ig__worker_stats(d);
+    return st.kv_blocks_total ? (double)st.kv_blocks_used / st.kv_blocks_total : 0;
+}
+
+static double g_decode_rate(void *d)
+{
+    return ig__worker_stats(d).decode_tokens_per_s;
+}
+
+static double g_ready(void *d)
+{
+    return ((worker_t *)d)->state == W_READY;
+}
+
+void ig__worker_metrics_register(worker_t *w)
+{
+    ig_metrics_gauge_fn("infergate_worker_requests_running", "Sequences in the running batch",
+                        g_running, w);
+    ig_metrics_gauge_fn("infergate_worker_requests_waiting", "Sequences waiting for admission",
+                        g_waiting, w);
+    ig_metrics_gauge_fn("infergate_worker_kv_cache_usage_ratio", "Share of KV blocks in use",
+                        g_kv_usage, w);
+    ig_metrics_gauge_fn("infergate_worker_decode_tokens_per_second",
+                        "Decode throughput (EWMA over steps)", g_decode_rate, w);
+    ig_metrics_gauge_fn("infergate_worker_ready", "1 when the worker takes traffic", g_ready, w);
+    w->m_ttft = ig_metrics_histogram("infergate_worker_time_to_first_token_seconds",
+                                     "Submit to first token", NULL, NULL, 0);
+    w->m_itl = ig_metrics_histogram("infergate_worker_inter_token_latency_seconds",
+                                    "Time between two tokens of a sequence", NULL, NULL, 0);
+    w->m_e2e = ig_metrics_histogram("infergate_worker_e2e_request_latency_seconds",
+                                    "Submit to finish of a sequence", NULL, NULL, 0);
+    w->m_queue = ig_metrics_histogram("infergate_worker_request_queue_time_seconds",
+                                      "Submit to first admission", NULL, NULL, 0);
+    w->m_batch =
+        ig_metrics_histogram("infergate_worker_batch_size", "Sequences in one forward pass", NULL,
+                             batch_buckets, sizeof(batch_buckets) / sizeof(batch_buckets[0]));
+    w->m_prompt =
+        ig_metrics_counter("infergate_worker_prompt_tokens_total", "Prompt tokens prefilled", NULL);
+    w->m_gen =
+        ig_metrics_counter("infergate_worker_generation_tokens_total", "Tokens generated", NULL);
+    w->m_preempt = ig_metrics_counter("infergate_worker_preemptions_total",
+                                      "Sequences preempted for KV blocks", NULL);
+    w->m_finished = ig_metrics_counter("infergate_worker_request_success_total",
+                                       "Sequences finished, by reason", "finished_reason");
+    w->m_rejected = ig_metrics_counter("infergate_worker_requests_rejected_total",
+                                       "Requests refused because the queue was full", NULL);
+}
+
+/* Engine thread: histogram observations. */
+void ig__worker_metrics_observe(void *data, ig_sched_obs_t what, double v)
+{
+    worker_t *w = data;
+    ig_metric_t *m = what == IG_SCHED_OBS_TTFT         ? w->m_ttft
+                     : what == IG_SCHED_OBS_ITL        ? w->m_itl
+                     : what == IG_SCHED_OBS_BATCH      ? w->m_batch
+                     : what == IG_SCHED_OBS_QUEUE_TIME ? w->m_queue
+                                                       : w->m_e2e;
+    if (m)
+        ig_metric_observe(m, v);
+}
+
+/* Loop thread: counters follow the scheduler's totals. */
+void ig__worker_metrics_sync(worker_t *w)
+{
+    if (!w->sched || !w->m_prompt)
+        return;
+    ig_sched_stats_t st, *l = &w->last_stats;
+    ig_sched_stats(w->sched, &st);
+    ig_metric_add(w->m_prompt, (double)(st.prompt_tokens_total - l->prompt_tokens_total));
+    ig_metric_add(w->m_gen, (double)(st.generation_tokens_total - l->generation_tokens_total));
+    ig_metric_add(w->m_preempt, (double)(st.preemptions_total - l->preemptions_total));
+    ig_metric_add(w->m_rejected, (double)(st.rejected_total - l->rejected_total));
+    for (int f = IG_FINISH_STOP; f <= IG_FINISH_ERROR; f++)
+        if (st.finished_total[f] != l->finished_total[f])
+            ig_metric_add(w->m_finished, (double)(st.finished_total[f] - l->finished_total[f]),
+                          ig_finish_reason((ig_finish_t)f));
+    *l = st;
+}

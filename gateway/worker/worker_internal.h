@@ -1,0 +1,169 @@
+/*
+ * Private to gateway/worker/: the worker process state (worker_t), one
+ * generation request (wreq_t) and its choices, and the functions the
+ * worker's files call across each other. worker.c owns the process,
+ * generate.c the generation requests, metrics.c the metric families.
+ */
+#ifndef IG_WORKER_INTERNAL_H
+#define IG_WORKER_INTERNAL_H
+
+#include "infergate/api.h"
+#include "infergate/chat.h"
+#include "infergate/engine.h"
+#include "infergate/http.h"
+#include "infergate/kernels.h"
+#include "infergate/metrics.h"
+#include "infergate/model.h"
+#include "infergate/scheduler.h"
+#include "infergate/tokenizer.h"
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+/* ---- options ------------------------------------------------------------ */
+
+typedef struct {
+    const char *model_dir;
+    const char *device;
+    const char *listen;
+    const char *name;
+    int threads;
+    int kv_blocks;
+    int block_size;
+    int max_batched_tokens;
+    int max_num_seqs;
+    int max_waiting;
+    double request_timeout_s; /* deadline of one generation request */
+    double stall_timeout_s;   /* a stream whose client reads nothing this long is cancelled */
+    size_t stream_buffer;     /* bytes buffered per paused stream before it is cancelled */
+    double drain_timeout_s;   /* SIGTERM: how long in-flight work may take */
+    int max_prompt_tokens;    /* longest prompt accepted; 0 = the context length */
+} worker_opts_t;
+
+typedef enum { W_LOADING = 0, W_READY, W_FAILED, W_DRAINING } wstate_t;
+
+typedef struct wreq_s wreq_t;
+
+typedef struct {
+    wreq_t *r;
+    int index;
+    uint64_t seq_id;
+    int submitted;
+    int finished;
+    ig_finish_t finish;
+    int error;
+    int prompt_tokens, completion_tokens;
+    int *prompt; /* token ids */
+    int nprompt;
+    char *prompt_text; /* echo: the prompt as text */
+    size_t prompt_text_len;
+    char *text; /* generated text (non-stream) */
+    size_t text_len, text_cap;
+    ig_api_token_logprob_t *lp; /* logprob entries (prompt first when echo) */
+    int nlp, cap_lp;
+    size_t lp_offset;   /* text_offset of the next entry */
+    int prompt_lp_done; /* echo entries built */
+    int echo_sent;      /* stream: echo chunk sent */
+    int lp_sent;        /* stream: entries already sent */
+} choice_t;
+
+struct wreq_s {
+    struct worker_s *w;
+    ig_http_req_t *http;
+    ig_api_request_t api;
+    char id[64];
+    long long created;
+    choice_t *choices;
+    int nchoices;
+    int nfinished;
+    int http_done;
+    int aborted;
+    int cancelled;
+    int stream_started;
+    int paused;            /* the last write said IG_EBUSY */
+    uint64_t paused_since; /* ns */
+    char *pending;         /* SSE bytes waiting for the drain */
+    size_t pending_len, pending_cap;
+    struct wreq_s *prev, *next;
+};
+
+typedef struct worker_s {
+    worker_opts_t o;
+    uv_loop_t *loop;
+    ig_http_server_t *server;
+    uv_signal_t sigterm, sigint;
+    uv_async_t async;
+    uv_timer_t tick;
+    uv_work_t load_work;
+    wstate_t state;
+    int exit_code;
+    char load_err[512];
+    uint64_t drain_started;
+    int closing;
+
+    ig_model_t *model;
+    ig_backend_t *be;
+    ig_engine_t *engine;
+    ig_tokenizer_t *tok;
+    ig_sched_t *sched;
+    char model_name[256];
+    long long created;
+    int vocab;
+    int context;
+    int kv_tokens; /* tokens the whole KV cache holds */
+    int eos[IG_MAX_EOS + 16];
+    int neos;
+    int chat_stop[32];
+    int nchat_stop;
+    ig_chat_style_t chat_style;
+    const char *chat_source; /* "detected", "default" (no template) or "fallback" */
+    const char *chat_why;    /* the sentence ig_chat_detect_why() gave */
+
+    wreq_t *reqs; /* generation requests in flight */
+    int nreqs;
+
+    /* metrics */
+    ig_metric_t *m_ttft, *m_itl, *m_batch, *m_queue, *m_e2e, *m_prompt, *m_gen, *m_preempt,
+        *m_finished, *m_rejected;
+    ig_sched_stats_t last_stats;
+} worker_t;
+
+static inline uint64_t now_ns(void)
+{
+    return uv_hrtime();
+}
+
+/* ---- metrics.c ----------------------------------------------------------- */
+
+/* The scheduler's stats now; zeros while the model loads (d is a worker_t). */
+ig_sched_stats_t ig__worker_stats(void *d);
+/* Registers the infergate_worker_* families (once, before the load). */
+void ig__worker_metrics_register(worker_t *w);
+/* The scheduler's observe hook (engine thread): histogram observations. */
+void ig__worker_metrics_observe(void *data, ig_sched_obs_t what, double v);
+/* Loop thread: brings the counters up to the scheduler's totals. */
+void ig__worker_metrics_sync(worker_t *w);
+
+/* ---- generate.c ---------------------------------------------------------- */
+
+/* The scheduler's detokenizer hook: a token's bytes (none for specials). */
+int ig__worker_tok_piece(void *ctx, int token, char *buf, size_t cap);
+/* After the load: the chat family (logged with its reason) and its
+ * end-of-turn ids. */
+void ig__worker_chat_setup(worker_t *w);
+/* 503 "Loading model" with Retry-After, finishing req. */
+void ig__worker_respond_loading(ig_http_req_t *req);
+/* Cancels every running sequence of r once; the final events still come and
+ * finish the request. */
+void ig__worker_cancel(wreq_t *r);
+/* w->async's callback: drains the scheduler's events into the requests. */
+void ig__worker_on_async(uv_async_t *h);
+/* The scheduler's notify hook (engine thread): wakes w->async (data). */
+void ig__worker_on_sched_notify(void *data);
+/* POST /v1/completions and /v1/chat/completions: parse, tokenize, submit;
+ * answers errors itself and finishes req, now or when the last choice ends. */
+void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
+
+#endif
