@@ -222,7 +222,8 @@ static void test_hedge_beats_a_stall(void **state)
 {
     ig_proc_t ups[2];
     assert_int_equal(ig_gwf_upstream(&ups[0], "--delay-ms", "2", "--itl-ms", "1", NULL), 0);
-    assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "10", "--itl-ms", "1", NULL), 0);
+    /* s1 far enough behind that the router picks s0 even on a loaded machine. */
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "40", "--itl-ms", "1", NULL), 0);
     ig_proc_t g;
     assert_int_equal(
         ig_gwf_sites_serve(&g, ups, 2, 2,
@@ -236,6 +237,10 @@ static void test_hedge_beats_a_stall(void **state)
         assert_int_equal(r.status, 200);
         ig_tc_response_free(&r);
     }
+    /* A training request whose first token was late on a loaded machine may
+     * have been hedged already: count the stalled request's hedge alone. */
+    const char *won = "infergate_hedges_total{model=\"m\",result=\"hedge_won\"} ";
+    double won_before = ig_gwf_metric(g.port, won);
     assert_int_equal(ig_gwf_control(ups[0].port, "stall?ms=3000"), 200);
     long long t0 = ig_tc_now_ms();
     assert_int_equal(ig_gwf_post(g.port, "/v1/completions", stream_body, &r, 20000), 0);
@@ -246,10 +251,7 @@ static void test_hedge_beats_a_stall(void **state)
     ig_tc_response_free(&r);
     print_message("hedged answer in %lld ms (the stall lasts 3000 ms)\n", took);
     assert_true(took < 1500);
-    assert_int_equal(ig_tc_request(g.port, "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n", &r, 5000),
-                     0);
-    assert_non_null(strstr(r.body, "infergate_hedges_total{model=\"m\",result=\"hedge_won\"} 1"));
-    ig_tc_response_free(&r);
+    assert_true(ig_gwf_metric(g.port, won) >= (won_before > 0 ? won_before : 0) + 1);
     assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
     for (int i = 0; i < 2; i++)
         ig_proc_stop(&ups[i], SIGKILL, 5000);
