@@ -555,12 +555,7 @@ static void control_exec(char *line, char *out, size_t cap)
 }
 
 typedef struct {
-    union {
-        uv_handle_t h;
-        uv_stream_t s;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } u;
+    igb_stream_t u;
     char line[1024];
     size_t len;
 } ctl_conn_t;
@@ -787,15 +782,10 @@ int main(int argc, char **argv)
             NEED_NUM();
             spin_us = x;
         } else if (!strcmp(a, "--refuse")) {
-            IGB_NEED(&o, v);
-            if (!strcmp(v, "close"))
-                g.refuse = REFUSE_CLOSE;
-            else if (!strcmp(v, "unlisten"))
-                g.refuse = REFUSE_UNLISTEN;
-            else {
-                fprintf(stderr, "faultproxy: --refuse close|unlisten\n");
+            int k = igb_opt_choice(&o, "close|unlisten");
+            if (k < 0)
                 return 2;
-            }
+            g.refuse = k == 0 ? REFUSE_CLOSE : REFUSE_UNLISTEN;
         } else if (!strcmp(a, "--drop")) {
             g.drop = 1;
         } else if (!strcmp(a, "--quiet")) {

@@ -97,12 +97,7 @@ typedef struct breq_s {
 } breq_t;
 
 struct conn_s {
-    union {
-        uv_handle_t h;
-        uv_stream_t s;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } u;
+    igb_stream_t u;
     uv_connect_t creq;
     llhttp_t parser;
     breq_t *req;
@@ -1157,12 +1152,10 @@ int main(int argc, char **argv)
             IGB_NEED(&o, v);
             cfg.rate = atof(v);
         } else if (!strcmp(a, "--arrival")) {
-            IGB_NEED(&o, v);
-            if (strcmp(v, "poisson") && strcmp(v, "constant")) {
-                fprintf(stderr, "igbench: --arrival poisson|constant\n");
+            int k = igb_opt_choice(&o, "poisson|constant");
+            if (k < 0)
                 return 2;
-            }
-            cfg.poisson = !strcmp(v, "poisson");
+            cfg.poisson = k == 0;
         } else if (!strcmp(a, "--concurrency")) {
             IGB_NEED(&o, v);
             cfg.concurrency = atoi(v);
@@ -1185,15 +1178,10 @@ int main(int argc, char **argv)
             IGB_NEED(&o, v);
             cfg.max_connections = atoi(v);
         } else if (!strcmp(a, "--endpoint")) {
-            IGB_NEED(&o, v);
-            if (!strcmp(v, "completions"))
-                cfg.endpoint = EP_COMPLETIONS;
-            else if (!strcmp(v, "chat"))
-                cfg.endpoint = EP_CHAT;
-            else {
-                fprintf(stderr, "igbench: --endpoint completions|chat\n");
+            int k = igb_opt_choice(&o, "completions|chat");
+            if (k < 0)
                 return 2;
-            }
+            cfg.endpoint = k == 0 ? EP_COMPLETIONS : EP_CHAT;
         } else if (!strcmp(a, "--input-tokens")) {
             IGB_NEED(&o, v);
             cfg.input_tokens = atoi(v);
@@ -1236,12 +1224,8 @@ int main(int argc, char **argv)
             IGB_NEED(&o, v);
             cfg.label = v;
         } else if (!strcmp(a, "--spin-us")) {
-            IGB_NEED(&o, v);
-            spin_us = atof(v);
-            if (spin_us < 0 || spin_us > 10000) {
-                fprintf(stderr, "igbench: --spin-us must be 0..10000\n");
+            if (igb_opt_range(&o, 0, 10000, &spin_us) != 0)
                 return 2;
-            }
         } else if (!strcmp(a, "--quiet")) {
             cfg.quiet = 1;
         } else {

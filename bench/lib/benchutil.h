@@ -428,6 +428,14 @@ static inline void igb_tcp_name(uv_tcp_t *t, char *out, size_t len)
     snprintf(out, len, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
 }
 
+/* A TCP or unix-socket stream, seen as any of its libuv types. */
+typedef union {
+    uv_handle_t h;
+    uv_stream_t s;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+} igb_stream_t;
+
 /* ------------------------------------------------------------------------- */
 /* Intrusive doubly linked list. The head is a sentinel (igb_list_init); a   */
 /* link that is all zero (calloc) is not on a list, and removing it again is */
@@ -559,6 +567,41 @@ static inline const char *igb_opt_value(igb_opts_t *o)
         if (!((v) = igb_opt_value(o)))                                                             \
             return 2;                                                                              \
     } while (0)
+
+/* Takes the value as a number (atof) in [lo, hi]: 0, or -1 after "PROG: OPT
+ * must be LO..HI" (or the missing-value message). */
+static inline int igb_opt_range(igb_opts_t *o, double lo, double hi, double *out)
+{
+    const char *v = igb_opt_value(o);
+    if (!v)
+        return -1;
+    *out = atof(v);
+    if (*out < lo || *out > hi) {
+        fprintf(stderr, "%s: %s must be %g..%g\n", o->prog, o->opt, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes the value as one of the names in choices ("a|b|c"): its index, or
+ * -1 after "PROG: OPT a|b|c" (or the missing-value message). */
+static inline int igb_opt_choice(igb_opts_t *o, const char *choices)
+{
+    const char *v = igb_opt_value(o);
+    if (!v)
+        return -1;
+    size_t n = strlen(v);
+    int k = 0;
+    for (const char *c = choices; *c; k++) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && strncmp(c, v, n) == 0)
+            return k;
+        c += bar ? len + 1 : len;
+    }
+    fprintf(stderr, "%s: %s %s\n", o->prog, o->opt, choices);
+    return -1;
+}
 
 /* Reports the current option as unknown; returns 2. */
 static inline int igb_opt_unknown(const igb_opts_t *o)

@@ -1021,12 +1021,8 @@ int main(int argc, char **argv)
             }
             g.slots = (int)n;
         } else if (!strcmp(a, "--spin-us")) {
-            IGB_NEED(&o, v);
-            spin_us = atof(v);
-            if (spin_us < 0 || spin_us > 10000) {
-                fprintf(stderr, "testupstream: --spin-us must be 0..10000\n");
+            if (igb_opt_range(&o, 0, 10000, &spin_us) != 0)
                 return 2;
-            }
         } else if (!strcmp(a, "--quiet")) {
             g.quiet = 1;
         } else {
