@@ -26,9 +26,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+bench_init autoscale-step "$@"
 LOW_S=${LOW_S:-10}
 HIGH_S=${HIGH_S:-30}
 LOW=${LOW:-0.1}
@@ -37,28 +35,14 @@ MAX_TOKENS=${MAX_TOKENS:-64}
 SEQS=${SEQS:-4}
 AUTOSCALE=${AUTOSCALE:-'{}'}
 RESULTS=${RESULTS:-$root/bench/results/autoscale-step.json}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
 if [ "${LOW_S%.*}" -gt 300 ] || [ "${HIGH_S%.*}" -gt 600 ]; then
     echo "autoscale-step: LOW_S <= 300 and HIGH_S <= 600, please" >&2
     exit 2
 fi
-for tool in igbench infergate; do
-    if [ ! -x "$build/$tool" ]; then
-        echo "autoscale-step: $build/$tool not built" >&2
-        exit 2
-    fi
-done
-
-tmp=$(mktemp -d /tmp/ig-autoscale-step.XXXXXX)
+need_built igbench infergate
 gw_pid=""
 poll_pid=""
-cleanup() {
-    [ -n "$poll_pid" ] && kill "$poll_pid" 2>/dev/null && wait "$poll_pid" 2>/dev/null || true
-    [ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+kill_on_exit poll_pid gw_pid
 
 "$build/infergate" mkmodel --preset tiny --out "$tmp/tiny" >/dev/null
 

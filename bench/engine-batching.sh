@@ -15,9 +15,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+. "$here/lib/common.sh"
+bench_init engine-batching "$@"
 THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-32}
@@ -26,15 +25,7 @@ if [ "$ROUNDS" -gt 20 ] || [ "$STEPS" -gt 1000 ]; then
     echo "engine-batching: ROUNDS <= 20 and STEPS <= 1000, please" >&2
     exit 2
 fi
-for tool in infergate engine-bench; do
-    if [ ! -x "$build/$tool" ]; then
-        echo "engine-batching: $build/$tool not built" >&2
-        exit 2
-    fi
-done
-
-tmp=$(mktemp -d /tmp/ig-engine-batching.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+need_built infergate engine-bench
 "$build/infergate" mkmodel --preset small --out "$tmp/small" --seed 1 >/dev/null
 mkdir -p "$(dirname "$RESULTS")"
 "$build/engine-bench" --model "$tmp/small" --threads "$THREADS" --rounds "$ROUNDS" \

@@ -22,9 +22,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+bench_init http-vs-nginx "$@"
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-2}
 CONNECTIONS=${CONNECTIONS:-64}
@@ -46,25 +44,16 @@ for tool in wrk nginx taskset python3; do
     fi
 done
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
-if [ ! -x "$build/infergate" ]; then
-    echo "http-vs-nginx: $build/infergate not built" >&2
-    exit 2
-fi
+need_built infergate
 ncpu=$(nproc)
 if [ "$SERVER_CPU" -ge "$ncpu" ] || [ "$CLIENT_CPU" -ge "$ncpu" ]; then
     echo "http-vs-nginx: SERVER_CPU/CLIENT_CPU must be below $ncpu" >&2
     exit 2
 fi
 
-tmp=$(mktemp -d /tmp/ig-http-vs-nginx.XXXXXX)
 ig_pid=""
 ngx_pid=""
-cleanup() {
-    [ -n "$ig_pid" ] && kill "$ig_pid" 2>/dev/null && wait "$ig_pid" 2>/dev/null || true
-    [ -n "$ngx_pid" ] && kill "$ngx_pid" 2>/dev/null && wait "$ngx_pid" 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+kill_on_exit ig_pid ngx_pid
 
 # Waits until GET /health answers 200, up to 10 s.
 wait_up() {
@@ -147,26 +136,7 @@ wait_up "$ig_port"
 
 # ---- nginx: same body and content type, unprivileged-style temp prefix ---------
 ngx_port=$(free_port)
-mkdir -p "$tmp/nginx/logs"
-user_line=""
-[ "$(id -u)" -eq 0 ] && user_line="user nobody nogroup;"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-$user_line
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    server_tokens off;
-    keepalive_requests 100000000;
-    keepalive_timeout 75s;
-    client_body_temp_path $tmp/nginx/body;
-    proxy_temp_path $tmp/nginx/proxy;
-    fastcgi_temp_path $tmp/nginx/fastcgi;
-    uwsgi_temp_path $tmp/nginx/uwsgi;
-    scgi_temp_path $tmp/nginx/scgi;
+nginx_conf "$tmp/nginx" <<EOF
     server {
         listen 127.0.0.1:$ngx_port;
         location = /health {
@@ -174,7 +144,6 @@ http {
             return 200 '{"status":"ok"}';
         }
     }
-}
 EOF
 taskset -c "$SERVER_CPU" "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" \
     -e "$tmp/nginx/logs/error.log" &

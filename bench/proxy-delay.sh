@@ -17,35 +17,19 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+bench_init proxy-delay "$@"
 DELAYS=${DELAYS:-"1 5 10 20 40"}
 REQUESTS=${REQUESTS:-60}
 REPEATS=${REPEATS:-3}
 RESULTS=${RESULTS:-$root/bench/results/proxy-delay.json}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
 if [ "$REQUESTS" -gt 10000 ] || [ "$REPEATS" -gt 20 ]; then
     echo "proxy-delay: REQUESTS <= 10000 and REPEATS <= 20, please" >&2
     exit 2
 fi
-for tool in igbench faultproxy testupstream; do
-    if [ ! -x "$build/$tool" ]; then
-        echo "proxy-delay: $build/$tool not built" >&2
-        exit 2
-    fi
-done
-
-tmp=$(mktemp -d /tmp/ig-proxy-delay.XXXXXX)
+need_built igbench faultproxy testupstream
 up_pid=""
 fp_pid=""
-cleanup() {
-    [ -n "$fp_pid" ] && kill "$fp_pid" 2>/dev/null && wait "$fp_pid" 2>/dev/null || true
-    [ -n "$up_pid" ] && kill "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+kill_on_exit fp_pid up_pid
 
 control() {
     "$PY" - "$tmp/fp.sock" "$1" <<'PYEOF'

@@ -31,9 +31,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+bench_init proxy-overhead "$@"
 RATE=${RATE:-500}
 DURATION=${DURATION:-4}
 CONCURRENCY=${CONCURRENCY:-64}
@@ -45,33 +43,13 @@ PROXY_CPU=${PROXY_CPU:-0}
 CLIENT_CPU=${CLIENT_CPU:-1}
 TARGETS=${TARGETS:-"direct infergate nginx haproxy"}
 RESULTS=${RESULTS:-$root/bench/results/proxy-overhead.json}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-# Bounded runs only: a typo must not start an hour-long benchmark.
-if ! "$PY" -c "
-import sys
-ok = (0 < $RATE <= 20000 and 0 < $DURATION <= 60 and 0 < $TPUT_DURATION <= 60
+check_bounds "0 < $RATE <= 20000 and 0 < $DURATION <= 60 and 0 < $TPUT_DURATION <= 60
       and 0 <= $WARMUP <= 10 and 1 <= $REPEAT <= 10 and 1 <= $CONCURRENCY <= 1024
-      and 1 <= $TOKENS <= 4096)
-sys.exit(0 if ok else 1)" 2>/dev/null; then
-    echo "proxy-overhead: RATE <= 20000, DURATION and TPUT_DURATION <= 60, WARMUP <= 10," \
-        "1 <= REPEAT <= 10, CONCURRENCY <= 1024, TOKENS <= 4096, please" >&2
-    exit 2
-fi
-for t in $TARGETS; do
-    case "$t" in direct | infergate | nginx | haproxy) ;;
-    *)
-        echo "proxy-overhead: unknown target '$t'" >&2
-        exit 2
-        ;;
-    esac
-done
-for tool in igbench testupstream infergate; do
-    if [ ! -x "$build/$tool" ]; then
-        echo "proxy-overhead: $build/$tool not built" >&2
-        exit 2
-    fi
-done
+      and 1 <= $TOKENS <= 4096" \
+    "RATE <= 20000, DURATION and TPUT_DURATION <= 60, WARMUP <= 10," \
+    "1 <= REPEAT <= 10, CONCURRENCY <= 1024, TOKENS <= 4096"
+need_one_of target "direct infergate nginx haproxy" $TARGETS
+need_built igbench testupstream infergate
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
 for bin in "$NGINX" "$HAPROXY" "$(command -v taskset || true)"; do
@@ -87,15 +65,8 @@ if [ "$PROXY_CPU" -ge "$ncpu" ] || [ "$CLIENT_CPU" -ge "$ncpu" ]; then
     exit 2
 fi
 
-tmp=$(mktemp -d /tmp/ig-proxy-overhead.XXXXXX)
 pids=()
-cleanup() {
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+kill_on_exit pids
 
 # Waits (up to 10 s) until a completion through PORT answers 200; prints the
 # response's size in bytes (head + body) and its head lines to stderr.
@@ -156,26 +127,7 @@ ppid[infergate]=$!
 
 # ---- nginx: one worker, an upstream block with keep-alive connections ------------
 port[nginx]=$(free_port)
-mkdir -p "$tmp/nginx/logs"
-user_line=""
-[ "$(id -u)" -eq 0 ] && user_line="user nobody nogroup;"
-cat >"$tmp/nginx/nginx.conf" <<EOF
-$user_line
-worker_processes 1;
-daemon off;
-pid $tmp/nginx/nginx.pid;
-error_log $tmp/nginx/logs/error.log warn;
-events { worker_connections 4096; }
-http {
-    access_log off;
-    server_tokens off;
-    keepalive_requests 100000000;
-    keepalive_timeout 75s;
-    client_body_temp_path $tmp/nginx/body;
-    proxy_temp_path $tmp/nginx/proxy;
-    fastcgi_temp_path $tmp/nginx/fastcgi;
-    uwsgi_temp_path $tmp/nginx/uwsgi;
-    scgi_temp_path $tmp/nginx/scgi;
+nginx_conf "$tmp/nginx" <<EOF
     upstream echo {
         server 127.0.0.1:$up_port;
         keepalive 128;
@@ -189,7 +141,6 @@ http {
             proxy_set_header Connection "";
         }
     }
-}
 EOF
 taskset -c "$PROXY_CPU" "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" \
     -e "$tmp/nginx/logs/error.log" &

@@ -40,9 +40,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+bench_init routing "$@"
 POLICIES=${POLICIES:-"latency round_robin least_inflight random"}
 DURATION=${DURATION:-20}
 WARMUP=${WARMUP:-4}
@@ -57,44 +55,15 @@ SEED=${SEED:-1}
 TIMEOUT=${TIMEOUT:-15}
 REPORT_LOAD=${REPORT_LOAD:-0}
 RESULTS=${RESULTS:-$root/bench/results/routing.json}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
-# Bounded runs only: a typo must not start an hour-long benchmark.
-if ! "$PY" -c "
-import sys
-d, w, load, slots, tok, to = $DURATION, $WARMUP, $LOAD, $SLOTS, $TOKENS, $TIMEOUT
-sys.exit(0 if 0 < d <= 120 and 0 <= w <= 30 and 0 < load <= 1.5 and 1 <= slots <= 256
-         and 1 <= tok <= 1000 and 0 < to <= 60 else 1)" 2>/dev/null; then
-    echo "routing: DURATION <= 120, WARMUP <= 30, 0 < LOAD <= 1.5, SLOTS <= 256," \
-        "TOKENS <= 1000, TIMEOUT <= 60, please" >&2
-    exit 2
-fi
-for p in $POLICIES; do
-    case "$p" in latency | round_robin | least_inflight | random) ;;
-    *)
-        echo "routing: unknown policy '$p'" >&2
-        exit 2
-        ;;
-    esac
-done
-for tool in igbench faultproxy testupstream infergate; do
-    if [ ! -x "$build/$tool" ]; then
-        echo "routing: $build/$tool not built" >&2
-        exit 2
-    fi
-done
-
-tmp=$(mktemp -d /tmp/ig-routing.XXXXXX)
+check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $LOAD <= 1.5
+      and 1 <= $SLOTS <= 256 and 1 <= $TOKENS <= 1000 and 0 < $TIMEOUT <= 60" \
+    "DURATION <= 120, WARMUP <= 30, 0 < LOAD <= 1.5, SLOTS <= 256," \
+    "TOKENS <= 1000, TIMEOUT <= 60"
+need_one_of policy "latency round_robin least_inflight random" $POLICIES
+need_built igbench faultproxy testupstream infergate
 pids=()
 gw_pid=""
-cleanup() {
-    [ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
-    for p in "${pids[@]}"; do
-        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
-    done
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+kill_on_exit gw_pid pids
 
 # GET http://127.0.0.1:PORT/PATH; prints the body (empty on failure).
 http_get() {

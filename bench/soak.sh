@@ -28,9 +28,7 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+bench_init soak "$@"
 SOAK_S=${SOAK_S:-600}
 WARMUP_S=${WARMUP_S:-60}
 RATE=${RATE:-20}
@@ -48,25 +46,14 @@ if [ "$ASAN" = 1 ]; then
 else
     RESULTS=${RESULTS:-$root/bench/results/soak.json}
 fi
-PY=${PY:-python3}
 if [ "${SOAK_S%.*}" -gt 3600 ] || [ "${WARMUP_S%.*}" -ge "${SOAK_S%.*}" ]; then
     echo "soak: SOAK_S <= 3600 and WARMUP_S < SOAK_S, please" >&2
     exit 2
 fi
-if [ ! -x "$build/infergate" ]; then
-    echo "soak: $build/infergate not built" >&2
-    exit 2
-fi
-
-tmp=$(mktemp -d /tmp/ig-soak.XXXXXX)
+need_built infergate
 gw_pid=""
 site_pid=""
-cleanup() {
-    [ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
-    [ -n "$site_pid" ] && kill "$site_pid" 2>/dev/null && wait "$site_pid" 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+kill_on_exit gw_pid site_pid
 
 export ASAN_OPTIONS="log_path=$tmp/asan:detect_leaks=1:abort_on_error=0"
 export UBSAN_OPTIONS="log_path=$tmp/ubsan:print_stacktrace=1"

@@ -16,34 +16,20 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+. "$here/lib/common.sh"
+bench_init stall-omission "$@"
 RATE=${RATE:-40}
 DURATION=${DURATION:-4}
 STALL=${STALL:-1}
 SERVICE_MS=${SERVICE_MS:-10}
 RESULTS=${RESULTS:-$root/bench/results/stall-omission.json}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
 if [ "${DURATION%.*}" -gt 120 ] || [ "${STALL%.*}" -gt 30 ]; then
     echo "stall-omission: DURATION <= 120 and STALL <= 30, please" >&2
     exit 2
 fi
-for tool in igbench testupstream; do
-    if [ ! -x "$build/$tool" ]; then
-        echo "stall-omission: $build/$tool not built" >&2
-        exit 2
-    fi
-done
-
-tmp=$(mktemp -d /tmp/ig-stall-omission.XXXXXX)
+need_built igbench testupstream
 up_pid=""
-cleanup() {
-    [ -n "$up_pid" ] && kill "$up_pid" 2>/dev/null && wait "$up_pid" 2>/dev/null || true
-    rm -rf "$tmp"
-}
-trap cleanup EXIT INT TERM
+kill_on_exit up_pid
 
 # One run against a fresh upstream (its stall clock starts at its first request).
 run() {
@@ -52,13 +38,8 @@ run() {
     "$build/testupstream" --quiet --delay-ms "$SERVICE_MS" --stall-at 1 --stall-for "$STALL" \
         >"$tmp/up.out" &
     up_pid=$!
-    local port=""
-    for _ in $(seq 1 100); do
-        port=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$tmp/up.out")
-        [ -n "$port" ] && break
-        sleep 0.1
-    done
-    [ -n "$port" ] || { echo "stall-omission: upstream did not start" >&2; exit 1; }
+    local port
+    port=$(port_of "$tmp/up.out")
     "$build/igbench" --quiet --target "127.0.0.1:$port" --duration "$DURATION" \
         --timeout $((${STALL%.*} + 10)) --json "$tmp/$tag.json" "$@"
     kill "$up_pid"

@@ -19,9 +19,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-root=$(cd "$here/.." && pwd)
-build=${1:-build}
-case "$build" in /*) ;; *) build="$root/$build" ;; esac
+. "$here/lib/common.sh"
+bench_init worker-batching "$@"
 PRESET=${PRESET:-small}
 DEVICE=${DEVICE:-cpu}
 CONCURRENCY=${CONCURRENCY:-16}
@@ -30,31 +29,15 @@ INPUT_TOKENS=${INPUT_TOKENS:-32}
 MAX_TOKENS=${MAX_TOKENS:-64}
 REPEAT=${REPEAT:-2}
 RESULTS=${RESULTS:-$root/bench/results/worker-batching.json}
-PY=/usr/bin/python3
-[ -x "$PY" ] || PY=python3
 # Bounded runs only.
 if [ "$REQUESTS" -gt 5000 ] || [ "$REPEAT" -gt 10 ] || [ "$REPEAT" -lt 1 ] ||
     [ "$CONCURRENCY" -gt 512 ]; then
     echo "worker-batching: REQUESTS <= 5000, CONCURRENCY <= 512, 1 <= REPEAT <= 10, please" >&2
     exit 2
 fi
-for exe in infergate igbench; do
-    if [ ! -x "$build/$exe" ]; then
-        echo "worker-batching: $build/$exe not built" >&2
-        exit 2
-    fi
-done
-
-tmp=$(mktemp -d /tmp/ig-worker-batching.XXXXXX)
+need_built infergate igbench
 wpid=""
-cleanup() {
-    if [ -n "$wpid" ] && kill -0 "$wpid" 2>/dev/null; then
-        kill "$wpid" 2>/dev/null || true
-        wait "$wpid" 2>/dev/null || true
-    fi
-    rm -rf "$tmp"
-}
-trap cleanup EXIT
+kill_on_exit wpid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null
 

@@ -57,7 +57,6 @@ struct pconn_s {
     int nclosed;
     int reset_pending;
     int blackhole;
-    pconn_t *prev, *next;
 };
 
 typedef struct {
@@ -80,7 +79,6 @@ static struct {
     int drop;
     uint64_t reset_after;  /* 0 = off */
     double saved_delay[2]; /* SIGUSR1 toggles between these and 0 */
-    pconn_t *conns;
     uint64_t accepted, open, refused, dropped, resets, upstream_fail;
     uint64_t bytes[2];
     int quiet;
@@ -113,12 +111,6 @@ static void pc_close(pconn_t *pc, int reset_client)
         return;
     pc->closing = 1;
     g.open--;
-    if (pc->prev)
-        pc->prev->next = pc->next;
-    else
-        g.conns = pc->next;
-    if (pc->next)
-        pc->next->prev = pc->prev;
     for (int i = 0; i < 2; i++) {
         igb_tq_remove(&g.tq, &pc->d[i].tq);
         free_chunks(&pc->d[i]);
@@ -367,10 +359,6 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_init(g.loop, &pc->server);
     pc->client.data = pc->server.data = pc->creq.data = pc;
     g.open++;
-    pc->next = g.conns;
-    if (g.conns)
-        g.conns->prev = pc;
-    g.conns = pc;
     if (uv_accept(server, (uv_stream_t *)&pc->client) != 0) {
         pc_close(pc, 0);
         return;
@@ -567,12 +555,7 @@ static void control_exec(char *line, char *out, size_t cap)
 }
 
 typedef struct {
-    union {
-        uv_handle_t h;
-        uv_stream_t s;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } u;
+    igb_stream_t u;
     char line[1024];
     size_t len;
 } ctl_conn_t;
@@ -745,37 +728,28 @@ int main(int argc, char **argv)
     const char *listen = "127.0.0.1:0", *target = NULL, *control = NULL;
     unsigned long long seed = 1;
     double spin_us = 200;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+    igb_opts_t o;
+    igb_opts_init(&o, "faultproxy", argc, argv, usage);
+    int more;
+    while ((more = igb_opts_next(&o)) > 0) {
+        const char *a = o.opt, *v = NULL;
         double x = 0;
 #define NEED_NUM()                                                                                 \
     do {                                                                                           \
-        if (parse_num(v, &x) != 0) {                                                               \
+        if (parse_num(o.i + 1 < argc ? argv[o.i + 1] : NULL, &x) != 0) {                           \
             fprintf(stderr, "faultproxy: %s needs a number >= 0\n", a);                            \
             return 2;                                                                              \
         }                                                                                          \
-        i++;                                                                                       \
+        o.i++;                                                                                     \
     } while (0)
-#define NEED()                                                                                     \
-    do {                                                                                           \
-        if (!v) {                                                                                  \
-            fprintf(stderr, "faultproxy: %s needs a value\n", a);                                  \
-            return 2;                                                                              \
-        }                                                                                          \
-        i++;                                                                                       \
-    } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--listen")) {
-            NEED();
+        if (!strcmp(a, "--listen")) {
+            IGB_NEED(&o, v);
             listen = v;
         } else if (!strcmp(a, "--target")) {
-            NEED();
+            IGB_NEED(&o, v);
             target = v;
         } else if (!strcmp(a, "--control")) {
-            NEED();
+            IGB_NEED(&o, v);
             control = v;
         } else if (!strcmp(a, "--delay-ms")) {
             NEED_NUM();
@@ -808,26 +782,21 @@ int main(int argc, char **argv)
             NEED_NUM();
             spin_us = x;
         } else if (!strcmp(a, "--refuse")) {
-            NEED();
-            if (!strcmp(v, "close"))
-                g.refuse = REFUSE_CLOSE;
-            else if (!strcmp(v, "unlisten"))
-                g.refuse = REFUSE_UNLISTEN;
-            else {
-                fprintf(stderr, "faultproxy: --refuse close|unlisten\n");
+            int k = igb_opt_choice(&o, "close|unlisten");
+            if (k < 0)
                 return 2;
-            }
+            g.refuse = k == 0 ? REFUSE_CLOSE : REFUSE_UNLISTEN;
         } else if (!strcmp(a, "--drop")) {
             g.drop = 1;
         } else if (!strcmp(a, "--quiet")) {
             g.quiet = 1;
         } else {
-            fprintf(stderr, "faultproxy: unknown option '%s' (see --help)\n", a);
-            return 2;
+            return igb_opt_unknown(&o);
         }
-#undef NEED
 #undef NEED_NUM
     }
+    if (more < 0)
+        return 0;
     if (!target || igb_addr_parse(target, &g.target) != 0 || g.target.is_unix) {
         fprintf(stderr, "faultproxy: --target HOST:PORT is required (see --help)\n");
         return 2;

@@ -70,8 +70,7 @@ static struct {
 typedef struct conn_s conn_t;
 
 typedef struct breq_s {
-    struct breq_s *prev, *next; /* wait queue */
-    int queued;
+    igb_link_t qlink; /* in S.queue while it waits for a connection */
     conn_t *c;
     uint64_t id;
     uint64_t sched;  /* scheduled send time (ns) */
@@ -98,16 +97,12 @@ typedef struct breq_s {
 } breq_t;
 
 struct conn_s {
-    union {
-        uv_handle_t h;
-        uv_stream_t s;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } u;
+    igb_stream_t u;
     uv_connect_t creq;
     llhttp_t parser;
     breq_t *req;
-    conn_t *next_idle, *prev_all, *next_all;
+    conn_t *next_idle;
+    igb_link_t all_link; /* in S.all */
     int connected;
     int closing;
     int completed; /* requests completed on this connection */
@@ -126,10 +121,10 @@ static struct {
     int generating;
     long long issued;
     long long inflight;
-    breq_t *qhead, *qtail;
+    igb_link_t queue; /* breq_t.qlink: requests waiting for a connection */
     long long qlen, qmax;
     conn_t *idle;
-    conn_t *all;
+    igb_link_t all; /* conn_t.all_link: every open connection */
     int nconns, peak_conns;
     long long conns_opened;
     long long retries;
@@ -279,19 +274,24 @@ static void req_free(breq_t *r)
 
 static void queue_remove(breq_t *r)
 {
-    if (!r->queued)
+    if (!igb_link_linked(&r->qlink))
         return;
-    if (r->prev)
-        r->prev->next = r->next;
-    else
-        S.qhead = r->next;
-    if (r->next)
-        r->next->prev = r->prev;
-    else
-        S.qtail = r->prev;
-    r->prev = r->next = NULL;
-    r->queued = 0;
+    igb_list_remove(&r->qlink);
     S.qlen--;
+}
+
+/* The request waiting longest for a connection, NULL when none. */
+static breq_t *queue_head(void)
+{
+    igb_link_t *l = igb_list_first(&S.queue);
+    return l ? IGB_CONTAINER_OF(l, breq_t, qlink) : NULL;
+}
+
+/* The oldest open connection, NULL when none. */
+static conn_t *all_first(void)
+{
+    igb_link_t *l = igb_list_first(&S.all);
+    return l ? IGB_CONTAINER_OF(l, conn_t, all_link) : NULL;
 }
 
 /* Ends a request: records it (when measured) and frees it. kind is NULL for
@@ -365,12 +365,7 @@ static void conn_close(conn_t *c)
         return;
     c->closing = 1;
     idle_remove(c);
-    if (c->prev_all)
-        c->prev_all->next_all = c->next_all;
-    else
-        S.all = c->next_all;
-    if (c->next_all)
-        c->next_all->prev_all = c->prev_all;
+    igb_list_remove(&c->all_link);
     S.nconns--;
     uv_close(&c->u.h, on_conn_closed);
 }
@@ -386,11 +381,11 @@ static void conn_fail(conn_t *c, const char *kind)
         r->c = NULL;
         req_end(r, kind);
     }
-    while (S.qhead && S.nconns < cfg.max_connections && !S.stopping) {
-        breq_t *q = S.qhead;
+    breq_t *q;
+    while ((q = queue_head()) && S.nconns < cfg.max_connections && !S.stopping) {
         queue_remove(q);
         dispatch(q);
-        if (q->queued)
+        if (igb_link_linked(&q->qlink))
             break;
     }
 }
@@ -432,8 +427,8 @@ static void conn_send(conn_t *c, breq_t *r)
 /* The request on c is done and the connection may serve another one. */
 static void conn_release(conn_t *c)
 {
-    if (S.qhead && !S.stopping) {
-        breq_t *q = S.qhead;
+    breq_t *q = queue_head();
+    if (q && !S.stopping) {
         queue_remove(q);
         conn_send(c, q);
         return;
@@ -489,20 +484,7 @@ static int on_sse_data(breq_t *r, const char *data, size_t len)
 
 static int buf_append(breq_t *r, const char *at, size_t len)
 {
-    if (r->buf_len + len + 1 > r->buf_cap) {
-        size_t cap = (r->buf_len + len + 1) * 2;
-        if (cap > (64u << 20))
-            return -1;
-        char *b = realloc(r->buf, cap);
-        if (!b)
-            return -1;
-        r->buf = b;
-        r->buf_cap = cap;
-    }
-    memcpy(r->buf + r->buf_len, at, len);
-    r->buf_len += len;
-    r->buf[r->buf_len] = 0;
-    return 0;
+    return igb_buf_append(&r->buf, &r->buf_len, &r->buf_cap, at, len, 64u << 20);
 }
 
 /* Feeds SSE bytes: complete lines are handled, a partial one stays in buf.
@@ -728,10 +710,7 @@ static int conn_open(breq_t *r)
     c->parser.data = c;
     c->req = r;
     r->c = c;
-    c->next_all = S.all;
-    if (S.all)
-        S.all->prev_all = c;
-    S.all = c;
+    igb_list_push(&S.all, &c->all_link);
     S.nconns++;
     S.conns_opened++;
     if (S.nconns > S.peak_conns)
@@ -772,18 +751,11 @@ static void dispatch(breq_t *r)
     }
     if (S.nconns < cfg.max_connections && conn_open(r) == 0)
         return;
-    if (S.nconns == 0 && !S.qhead) {
+    if (S.nconns == 0 && igb_list_empty(&S.queue)) {
         req_end(r, "connect");
         return;
     }
-    r->queued = 1;
-    r->prev = S.qtail;
-    r->next = NULL;
-    if (S.qtail)
-        S.qtail->next = r;
-    else
-        S.qhead = r;
-    S.qtail = r;
+    igb_list_push(&S.queue, &r->qlink);
     S.qlen++;
     if (S.qlen > S.qmax)
         S.qmax = S.qlen;
@@ -864,13 +836,13 @@ static void stop_all(void)
     S.stopping = 1;
     igb_tq_remove(&S.tq, &S.arrival);
     S.generating = 0;
-    while (S.qhead) {
-        breq_t *r = S.qhead;
+    breq_t *r;
+    while ((r = queue_head())) {
         queue_remove(r);
         req_end(r, "canceled");
     }
-    while (S.all) {
-        conn_t *c = S.all;
+    conn_t *c;
+    while ((c = all_first())) {
         if (c->req)
             conn_fail(c, "canceled");
         else
@@ -885,8 +857,9 @@ static void maybe_finish(void)
     if (!S.finished) {
         S.finished = 1;
         S.stopping = 1;
-        while (S.all)
-            conn_close(S.all);
+        conn_t *c;
+        while ((c = all_first()))
+            conn_close(c);
         igb_tq_close(&S.tq);
     }
 }
@@ -1163,122 +1136,104 @@ int main(int argc, char **argv)
     cfg.max_tokens_spec = "16";
     cfg.model = "test";
     cfg.poisson = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED()                                                                                     \
-    do {                                                                                           \
-        if (!v) {                                                                                  \
-            fprintf(stderr, "igbench: %s needs a value\n", a);                                     \
-            return 2;                                                                              \
-        }                                                                                          \
-        i++;                                                                                       \
-    } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--target") || !strcmp(a, "--url")) {
-            NEED();
+    igb_list_init(&S.queue);
+    igb_list_init(&S.all);
+    igb_opts_t o;
+    igb_opts_init(&o, "igbench", argc, argv, usage);
+    int more;
+    while ((more = igb_opts_next(&o)) > 0) {
+        const char *a = o.opt, *v = NULL;
+        if (!strcmp(a, "--target") || !strcmp(a, "--url")) {
+            IGB_NEED(&o, v);
             cfg.target_str = v;
         } else if (!strcmp(a, "--allow-remote")) {
             cfg.allow_remote = 1;
         } else if (!strcmp(a, "--rate")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.rate = atof(v);
         } else if (!strcmp(a, "--arrival")) {
-            NEED();
-            if (strcmp(v, "poisson") && strcmp(v, "constant")) {
-                fprintf(stderr, "igbench: --arrival poisson|constant\n");
+            int k = igb_opt_choice(&o, "poisson|constant");
+            if (k < 0)
                 return 2;
-            }
-            cfg.poisson = !strcmp(v, "poisson");
+            cfg.poisson = k == 0;
         } else if (!strcmp(a, "--concurrency")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.concurrency = atoi(v);
         } else if (!strcmp(a, "--duration")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.duration_s = atof(v);
         } else if (!strcmp(a, "--requests")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.max_requests = atoll(v);
         } else if (!strcmp(a, "--warmup")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.warmup_s = atof(v);
         } else if (!strcmp(a, "--seed")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.seed = strtoull(v, NULL, 10);
         } else if (!strcmp(a, "--timeout")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.timeout_s = atof(v);
         } else if (!strcmp(a, "--max-connections")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.max_connections = atoi(v);
         } else if (!strcmp(a, "--endpoint")) {
-            NEED();
-            if (!strcmp(v, "completions"))
-                cfg.endpoint = EP_COMPLETIONS;
-            else if (!strcmp(v, "chat"))
-                cfg.endpoint = EP_CHAT;
-            else {
-                fprintf(stderr, "igbench: --endpoint completions|chat\n");
+            int k = igb_opt_choice(&o, "completions|chat");
+            if (k < 0)
                 return 2;
-            }
+            cfg.endpoint = k == 0 ? EP_COMPLETIONS : EP_CHAT;
         } else if (!strcmp(a, "--input-tokens")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.input_tokens = atoi(v);
         } else if (!strcmp(a, "--max-tokens")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.max_tokens_spec = v;
         } else if (!strcmp(a, "--stream")) {
             cfg.stream = 1;
         } else if (!strcmp(a, "--model")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.model = v;
         } else if (!strcmp(a, "--raw")) {
-            if (i + 2 >= argc) {
+            if (o.i + 2 >= argc) {
                 fprintf(stderr, "igbench: --raw METHOD PATH\n");
                 return 2;
             }
             cfg.endpoint = EP_RAW;
-            cfg.raw_method = argv[++i];
-            cfg.raw_path = argv[++i];
+            cfg.raw_method = argv[++o.i];
+            cfg.raw_path = argv[++o.i];
         } else if (!strcmp(a, "--body")) {
-            NEED();
+            IGB_NEED(&o, v);
             if (read_file(v, &cfg.raw_body, &cfg.raw_body_len) != 0) {
                 fprintf(stderr, "igbench: cannot read %s\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--body-string")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.raw_body = strdup(v);
             cfg.raw_body_len = strlen(v);
         } else if (!strcmp(a, "--slo")) {
-            NEED();
+            IGB_NEED(&o, v);
             if (parse_slo(v) != 0) {
                 fprintf(stderr, "igbench: bad --slo '%s' (ttft=MS,tpot=MS,e2e=MS)\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--json")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.json_path = v;
         } else if (!strcmp(a, "--label")) {
-            NEED();
+            IGB_NEED(&o, v);
             cfg.label = v;
         } else if (!strcmp(a, "--spin-us")) {
-            NEED();
-            spin_us = atof(v);
-            if (spin_us < 0 || spin_us > 10000) {
-                fprintf(stderr, "igbench: --spin-us must be 0..10000\n");
+            if (igb_opt_range(&o, 0, 10000, &spin_us) != 0)
                 return 2;
-            }
         } else if (!strcmp(a, "--quiet")) {
             cfg.quiet = 1;
         } else {
-            fprintf(stderr, "igbench: unknown option '%s' (see --help)\n", a);
-            return 2;
+            return igb_opt_unknown(&o);
         }
-#undef NEED
     }
+    if (more < 0)
+        return 0;
     if (!cfg.target_str) {
         fprintf(stderr, "igbench: --target is required (see --help)\n");
         return 2;

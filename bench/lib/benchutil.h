@@ -3,13 +3,15 @@
 
 /*
  * Helpers the bench tools (igbench, faultproxy, testupstream) share: a seeded
- * random generator, a precise timer queue on libuv, and address parsing.
+ * random generator, a precise timer queue on libuv, address parsing, an
+ * intrusive list, a growable buffer and the command-line option walk.
  * Header-only (static inline) because every bench/<tool>/ folder builds into
  * its own executable and the build glob has no shared bench library.
  */
 #include <uv.h>
 
 #include <errno.h>
+#include <stddef.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -424,6 +426,188 @@ static inline void igb_tcp_name(uv_tcp_t *t, char *out, size_t len)
         }
     }
     snprintf(out, len, ss.ss_family == AF_INET6 ? "[%s]:%d" : "%s:%d", ip, port);
+}
+
+/* A TCP or unix-socket stream, seen as any of its libuv types. */
+typedef union {
+    uv_handle_t h;
+    uv_stream_t s;
+    uv_tcp_t tcp;
+    uv_pipe_t pipe;
+} igb_stream_t;
+
+/* ------------------------------------------------------------------------- */
+/* Intrusive doubly linked list. The head is a sentinel (igb_list_init); a   */
+/* link that is all zero (calloc) is not on a list, and removing it again is */
+/* a no-op, so "is it queued" is igb_link_linked().                          */
+/* ------------------------------------------------------------------------- */
+
+typedef struct igb_link_s {
+    struct igb_link_s *prev, *next;
+} igb_link_t;
+
+#define IGB_CONTAINER_OF(ptr, type, field) ((type *)(void *)((char *)(ptr)-offsetof(type, field)))
+
+static inline void igb_list_init(igb_link_t *head)
+{
+    head->prev = head->next = head;
+}
+
+static inline int igb_list_empty(const igb_link_t *head)
+{
+    return head->next == head;
+}
+
+static inline int igb_link_linked(const igb_link_t *l)
+{
+    return l->next != NULL;
+}
+
+/* Appends l (not on a list) at the tail. */
+static inline void igb_list_push(igb_link_t *head, igb_link_t *l)
+{
+    l->prev = head->prev;
+    l->next = head;
+    head->prev->next = l;
+    head->prev = l;
+}
+
+static inline void igb_list_remove(igb_link_t *l)
+{
+    if (!l->next)
+        return;
+    l->prev->next = l->next;
+    l->next->prev = l->prev;
+    l->prev = l->next = NULL;
+}
+
+/* The first link, NULL on an empty list. */
+static inline igb_link_t *igb_list_first(const igb_link_t *head)
+{
+    return head->next == head ? NULL : head->next;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Growable buffer: bytes kept NUL-terminated for the string functions.      */
+/* ------------------------------------------------------------------------- */
+
+/* Appends n bytes at *len, growing *p to twice what it needs when it is too
+ * small; -1 when out of memory or when that would pass max_cap bytes. */
+static inline int igb_buf_append(char **p, size_t *len, size_t *cap, const char *at, size_t n,
+                                 size_t max_cap)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        if (c > max_cap)
+            return -1;
+        char *b = realloc(*p, c);
+        if (!b)
+            return -1;
+        *p = b;
+        *cap = c;
+    }
+    memcpy(*p + *len, at, n);
+    *len += n;
+    (*p)[*len] = 0;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Command-line options, walked in order: --help/-h, "--name VALUE", flags.  */
+/* ------------------------------------------------------------------------- */
+
+typedef struct {
+    const char *prog; /* the prefix of every message: "igbench" */
+    int argc;
+    char **argv;
+    int i;           /* argv index of the current option */
+    const char *opt; /* the current option */
+    void (*usage)(FILE *out);
+} igb_opts_t;
+
+static inline void igb_opts_init(igb_opts_t *o, const char *prog, int argc, char **argv,
+                                 void (*usage)(FILE *out))
+{
+    memset(o, 0, sizeof(*o));
+    o->prog = prog;
+    o->argc = argc;
+    o->argv = argv;
+    o->usage = usage;
+}
+
+/* Moves to the next option (o->opt): 1, or 0 at the end of argv, or -1
+ * after --help or -h printed the usage to stdout (the tool then exits 0). */
+static inline int igb_opts_next(igb_opts_t *o)
+{
+    if (++o->i >= o->argc)
+        return 0;
+    o->opt = o->argv[o->i];
+    if (!strcmp(o->opt, "--help") || !strcmp(o->opt, "-h")) {
+        o->usage(stdout);
+        return -1;
+    }
+    return 1;
+}
+
+/* Takes the current option's value; NULL, after "PROG: OPT needs a value",
+ * when argv has none. */
+static inline const char *igb_opt_value(igb_opts_t *o)
+{
+    if (o->i + 1 >= o->argc) {
+        fprintf(stderr, "%s: %s needs a value\n", o->prog, o->opt);
+        return NULL;
+    }
+    return o->argv[++o->i];
+}
+
+/* In a tool's main: sets v to the current option's value, or returns 2 (the
+ * exit status of bad usage) when there is none. */
+#define IGB_NEED(o, v)                                                                             \
+    do {                                                                                           \
+        if (!((v) = igb_opt_value(o)))                                                             \
+            return 2;                                                                              \
+    } while (0)
+
+/* Takes the value as a number (atof) in [lo, hi]: 0, or -1 after "PROG: OPT
+ * must be LO..HI" (or the missing-value message). */
+static inline int igb_opt_range(igb_opts_t *o, double lo, double hi, double *out)
+{
+    const char *v = igb_opt_value(o);
+    if (!v)
+        return -1;
+    *out = atof(v);
+    if (*out < lo || *out > hi) {
+        fprintf(stderr, "%s: %s must be %g..%g\n", o->prog, o->opt, lo, hi);
+        return -1;
+    }
+    return 0;
+}
+
+/* Takes the value as one of the names in choices ("a|b|c"): its index, or
+ * -1 after "PROG: OPT a|b|c" (or the missing-value message). */
+static inline int igb_opt_choice(igb_opts_t *o, const char *choices)
+{
+    const char *v = igb_opt_value(o);
+    if (!v)
+        return -1;
+    size_t n = strlen(v);
+    int k = 0;
+    for (const char *c = choices; *c; k++) {
+        const char *bar = strchr(c, '|');
+        size_t len = bar ? (size_t)(bar - c) : strlen(c);
+        if (len == n && strncmp(c, v, n) == 0)
+            return k;
+        c += bar ? len + 1 : len;
+    }
+    fprintf(stderr, "%s: %s %s\n", o->prog, o->opt, choices);
+    return -1;
+}
+
+/* Reports the current option as unknown; returns 2. */
+static inline int igb_opt_unknown(const igb_opts_t *o)
+{
+    fprintf(stderr, "%s: unknown option '%s' (see --help)\n", o->prog, o->opt);
+    return 2;
 }
 
 static inline double igb_now_s(void)

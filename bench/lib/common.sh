@@ -1,4 +1,84 @@
 # Shell helpers shared by the benchmark scenarios (sourced, not run).
+#
+# A scenario starts with
+#     here=$(cd "$(dirname "$0")" && pwd)
+#     . "$here/lib/common.sh"
+#     bench_init NAME "$@"
+# and then names the tools it needs (need_built) and the background processes
+# the exit trap must stop (kill_on_exit).
+
+# Sets bench_name, root (the checkout), build (BUILD_DIR, $1, default build,
+# made absolute), PY (an interpreter for the inline Python: $PY if set, else
+# /usr/bin/python3, which starts faster than a pyenv shim, else python3) and
+# tmp (a fresh directory under /tmp), and installs the exit trap that stops
+# the processes named with kill_on_exit and removes tmp.
+bench_init() {
+    bench_name=$1
+    shift
+    root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    build=${1:-build}
+    case "$build" in /*) ;; *) build="$root/$build" ;; esac
+    if [ -z "${PY:-}" ]; then
+        PY=/usr/bin/python3
+        [ -x "$PY" ] || PY=python3
+    fi
+    tmp=$(mktemp -d "/tmp/ig-$bench_name.XXXXXX")
+    bench_kill_vars=()
+    trap bench_cleanup EXIT INT TERM
+}
+
+# kill_on_exit VAR...: at exit, the pids held in these variables (a pid, an
+# empty string, or an array of pids) are killed and reaped, in this order.
+# The variables are read at exit, so a scenario may restart a process and
+# clear the variable once it stopped it itself.
+kill_on_exit() {
+    bench_kill_vars+=("$@")
+}
+
+bench_cleanup() {
+    local v p
+    for v in "${bench_kill_vars[@]}"; do
+        local -n pids_ref=$v
+        for p in ${pids_ref[@]+"${pids_ref[@]}"}; do
+            [ -n "$p" ] && kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
+        done
+        unset -n pids_ref
+    done
+    rm -rf "$tmp"
+}
+
+# bench_fail MESSAGE: prints "NAME: MESSAGE" to stderr and exits 2 (a usage or
+# setup error, not a failed measurement).
+bench_fail() {
+    echo "$bench_name: $*" >&2
+    exit 2
+}
+
+# need_built TOOL...: each must be an executable in the build directory.
+need_built() {
+    local t
+    for t in "$@"; do
+        [ -x "$build/$t" ] || bench_fail "$build/$t not built"
+    done
+}
+
+# check_bounds PYTHON_EXPR MESSAGE...: a run must be bounded (a typo must not
+# start an hour-long benchmark); fails with "MESSAGE, please" unless the
+# Python expression (over the scenario's numbers) is true.
+check_bounds() {
+    local expr=$1
+    shift
+    "$PY" -c "import sys; sys.exit(0 if ($expr) else 1)" 2>/dev/null || bench_fail "$*, please"
+}
+
+# need_one_of KIND "ALLOWED..." VALUE...: each VALUE must be one of ALLOWED.
+need_one_of() {
+    local kind=$1 allowed=" $2 " v
+    shift 2
+    for v in "$@"; do
+        [[ "$allowed" == *" $v "* ]] || bench_fail "unknown $kind '$v'"
+    done
+}
 
 # Prints a free loopback TCP port (bound and released; a small race is fine
 # for a benchmark).
@@ -18,4 +98,36 @@ port_of() {
     done
     echo "$(basename "$0" .sh): $1: no listening line" >&2
     return 1
+}
+
+# nginx_conf DIR: writes DIR/nginx.conf for one unprivileged nginx worker in
+# the foreground, all its files under DIR, access log off and keep-alive
+# connections that last the run; the http {} block's own content (upstream
+# and server blocks) comes on stdin. Start it with
+#     "$NGINX" -p DIR -c DIR/nginx.conf -e DIR/logs/error.log
+nginx_conf() {
+    local dir=$1
+    mkdir -p "$dir/logs"
+    {
+        [ "$(id -u)" -eq 0 ] && echo "user nobody nogroup;"
+        cat <<NGINX
+worker_processes 1;
+daemon off;
+pid $dir/nginx.pid;
+error_log $dir/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    server_tokens off;
+    keepalive_requests 100000000;
+    keepalive_timeout 75s;
+    client_body_temp_path $dir/body;
+    proxy_temp_path $dir/proxy;
+    fastcgi_temp_path $dir/fastcgi;
+    uwsgi_temp_path $dir/uwsgi;
+    scgi_temp_path $dir/scgi;
+NGINX
+        cat
+        echo "}"
+    } >"$dir/nginx.conf"
 }

@@ -57,8 +57,7 @@ typedef struct req_s {
     uint64_t id;
     uint64_t t_arrive;
     int has_slot;                /* holds one of the --slots */
-    struct req_s *wprev, *wnext; /* in g.waiting while it waits for a slot */
-    int waiting;
+    igb_link_t wlink;            /* in g.waitq while it waits for a slot */
     uint64_t next_due;
     igb_tq_entry_t tq;
 } req_t;
@@ -98,11 +97,11 @@ static struct {
     uint64_t nreq, nconn, nactive_conn, nstalled, nfailed, nerrors;
     int quiet;
     /* --slots: at most `slots` requests are served at once (0 = no limit);
-     * the others wait in arrival order in the `waiting` list. */
+     * the others wait in arrival order in `waitq`. */
     int slots, busy;
     int instant_raw; /* --instant-raw */
     int report_load; /* --report-load: GET /load answers like an infergate instance */
-    req_t *wait_head, *wait_tail;
+    igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
 } g;
@@ -486,18 +485,9 @@ static void answer_control(conn_t *c, req_t *r);
 
 static void wait_unlink(req_t *r)
 {
-    if (!r->waiting)
+    if (!igb_link_linked(&r->wlink))
         return;
-    if (r->wprev)
-        r->wprev->wnext = r->wnext;
-    else
-        g.wait_head = r->wnext;
-    if (r->wnext)
-        r->wnext->wprev = r->wprev;
-    else
-        g.wait_tail = r->wprev;
-    r->wprev = r->wnext = NULL;
-    r->waiting = 0;
+    igb_list_remove(&r->wlink);
     g.nwaiting--;
 }
 
@@ -509,8 +499,9 @@ static void slot_release(req_t *r)
         return;
     r->has_slot = 0;
     g.busy--;
-    while (g.wait_head && g.busy < g.slots) {
-        req_t *w = g.wait_head;
+    igb_link_t *l;
+    while ((l = igb_list_first(&g.waitq)) && g.busy < g.slots) {
+        req_t *w = IGB_CONTAINER_OF(l, req_t, wlink);
         wait_unlink(w);
         w->has_slot = 1;
         g.busy++;
@@ -545,13 +536,7 @@ static void start_head(conn_t *c, int at_arrival)
      * other raw requests do not queue behind the model's work. */
     if (g.slots > 0 && (r->kind == K_COMPLETIONS || r->kind == K_CHAT)) {
         if (g.busy >= g.slots) {
-            r->waiting = 1;
-            r->wprev = g.wait_tail;
-            if (g.wait_tail)
-                g.wait_tail->wnext = r;
-            else
-                g.wait_head = r;
-            g.wait_tail = r;
+            igb_list_push(&g.waitq, &r->wlink);
             g.nwaiting++;
             g.nqueued_total++;
             return;
@@ -755,18 +740,7 @@ static int on_body(llhttp_t *p, const char *at, size_t len)
     conn_t *c = p->data;
     if (c->body_len + len > MAX_BODY)
         return -1;
-    if (c->body_len + len + 1 > c->body_cap) {
-        size_t cap = (c->body_len + len + 1) * 2;
-        char *b = realloc(c->body, cap);
-        if (!b)
-            return -1;
-        c->body = b;
-        c->body_cap = cap;
-    }
-    memcpy(c->body + c->body_len, at, len);
-    c->body_len += len;
-    c->body[c->body_len] = 0;
-    return 0;
+    return igb_buf_append(&c->body, &c->body_len, &c->body_cap, at, len, SIZE_MAX);
 }
 
 static int on_message_begin(llhttp_t *p)
@@ -981,72 +955,64 @@ int main(int argc, char **argv)
     g.fail_after = -1;
     g.fail_rate = 1.0;
     igb_dist_parse("0", &g.delay);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-#define NEED()                                                                                     \
-    do {                                                                                           \
-        if (!v) {                                                                                  \
-            fprintf(stderr, "testupstream: %s needs a value\n", a);                                \
-            return 2;                                                                              \
-        }                                                                                          \
-        i++;                                                                                       \
-    } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage(stdout);
-            return 0;
-        } else if (!strcmp(a, "--listen")) {
-            NEED();
+    igb_list_init(&g.waitq);
+    igb_opts_t o;
+    igb_opts_init(&o, "testupstream", argc, argv, usage);
+    int more;
+    while ((more = igb_opts_next(&o)) > 0) {
+        const char *a = o.opt, *v = NULL;
+        if (!strcmp(a, "--listen")) {
+            IGB_NEED(&o, v);
             listen = v;
         } else if (!strcmp(a, "--port-file")) {
-            NEED();
+            IGB_NEED(&o, v);
             port_file = v;
         } else if (!strcmp(a, "--seed")) {
-            NEED();
+            IGB_NEED(&o, v);
             seed = strtoull(v, NULL, 10);
         } else if (!strcmp(a, "--delay-ms") || !strcmp(a, "--delay-dist")) {
-            NEED();
+            IGB_NEED(&o, v);
             if (igb_dist_parse(v, &g.delay) != 0) {
                 fprintf(stderr, "testupstream: bad delay '%s'\n", v);
                 return 2;
             }
         } else if (!strcmp(a, "--itl-ms")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.itl_ms = atof(v);
         } else if (!strcmp(a, "--tokens")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.force_tokens = atoi(v);
         } else if (!strcmp(a, "--error-rate")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.error_rate = atof(v);
         } else if (!strcmp(a, "--error-status")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.error_status = atoi(v);
         } else if (!strcmp(a, "--stall-at")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.stall_at_s = atof(v);
         } else if (!strcmp(a, "--stall-for")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.stall_for_s = atof(v);
         } else if (!strcmp(a, "--fail-after-tokens")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.fail_after = atoi(v);
         } else if (!strcmp(a, "--fail-rate")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.fail_rate = atof(v);
         } else if (!strcmp(a, "--fail-partial")) {
             g.fail_partial = 1;
         } else if (!strcmp(a, "--chat-role-first")) {
             g.role_first = 1;
         } else if (!strcmp(a, "--idle-timeout-ms")) {
-            NEED();
+            IGB_NEED(&o, v);
             g.idle_timeout_ms = atof(v);
         } else if (!strcmp(a, "--instant-raw")) {
             g.instant_raw = 1;
         } else if (!strcmp(a, "--report-load")) {
             g.report_load = 1;
         } else if (!strcmp(a, "--slots")) {
-            NEED();
+            IGB_NEED(&o, v);
             char *end = NULL;
             long n = strtol(v, &end, 10);
             if (!end || *end || n < 0 || n > 1000000) {
@@ -1055,20 +1021,16 @@ int main(int argc, char **argv)
             }
             g.slots = (int)n;
         } else if (!strcmp(a, "--spin-us")) {
-            NEED();
-            spin_us = atof(v);
-            if (spin_us < 0 || spin_us > 10000) {
-                fprintf(stderr, "testupstream: --spin-us must be 0..10000\n");
+            if (igb_opt_range(&o, 0, 10000, &spin_us) != 0)
                 return 2;
-            }
         } else if (!strcmp(a, "--quiet")) {
             g.quiet = 1;
         } else {
-            fprintf(stderr, "testupstream: unknown option '%s' (see --help)\n", a);
-            return 2;
+            return igb_opt_unknown(&o);
         }
-#undef NEED
     }
+    if (more < 0)
+        return 0;
     if (g.error_status < 100 || g.error_status > 599) {
         fprintf(stderr, "testupstream: --error-status must be 100..599\n");
         return 2;
