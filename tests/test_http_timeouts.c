@@ -22,27 +22,18 @@
 #define T_IDLE 300
 
 static ig_ts_t *server;
-static _Atomic(uv_loop_t *) loop;
-
-static void on_timer_closed(uv_handle_t *h)
-{
-    free(h);
-}
 
 static void on_delay(uv_timer_t *t)
 {
     ig_ts_echo_handler(t->data, NULL);
-    uv_close((uv_handle_t *)t, on_timer_closed);
+    ig_ts_timer_close(t);
 }
 
 /* /slow answers after 2 * T_HEADER; everything else at once. */
 static void handler(ig_http_req_t *req, void *data)
 {
     if (strcmp(ig_http_req_path(req), "/slow") == 0) {
-        uv_timer_t *t = malloc(sizeof(*t));
-        uv_timer_init(atomic_load(&loop), t);
-        t->data = req;
-        uv_timer_start(t, on_delay, 2 * T_HEADER, 0);
+        ig_ts_timer_start(on_delay, req, 2 * T_HEADER, 0);
         return;
     }
     ig_ts_echo_handler(req, NULL);
@@ -56,10 +47,7 @@ static int group_setup(void **state)
     l.body_timeout_ms = T_BODY;
     l.idle_timeout_ms = T_IDLE;
     server = ig_ts_start("127.0.0.1:0", &l, handler, NULL);
-    if (server == NULL)
-        return -1;
-    atomic_store(&loop, ig_ts_loop(server));
-    return 0;
+    return server == NULL ? -1 : 0;
 }
 
 static int group_teardown(void **state)
