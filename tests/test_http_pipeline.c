@@ -20,7 +20,7 @@
 static atomic_int in_handler;     /* requests dispatched, not finished */
 static atomic_int max_in_handler; /* the most ever at once */
 static atomic_int dispatched;
-static atomic_int hold; /* 1: keep requests instead of answering */
+static atomic_int hold;           /* 1: keep requests instead of answering */
 static ig_http_req_t *held[1024]; /* loop thread only */
 static int nheld;
 

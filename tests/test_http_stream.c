@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "infergate/error.h"
+#include "tc_expect.h"
 #include "testclient.h"
 #include "testserver.h"
 
@@ -144,9 +145,8 @@ static int group_teardown(void **state)
 static void test_sse(void **state)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
-    assert_int_equal(ig_tc_sends(tc, "GET /sse HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
+    ig_tc_exchange(tc, "GET /sse HTTP/1.1\r\nHost: t\r\n\r\n", &r, TMO);
     assert_int_equal(r.status, 200);
     assert_true(r.chunked);
     assert_int_equal(r.nchunks, 5);
@@ -159,10 +159,7 @@ static void test_sse(void **state)
                                 "data: {\"i\":3}\n\ndata: {\"i\":4}\n\n");
     ig_tc_response_free(&r);
     /* the connection is still usable */
-    assert_int_equal(ig_tc_sends(tc, "GET /after HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_string_equal(r.body, "GET /after 0\n");
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "GET /after HTTP/1.1\r\nHost: t\r\n\r\n", 0, "GET /after 0\n", TMO);
     ig_tc_close(tc);
     assert_int_equal(atomic_load(&loop_failed_line), 0);
 }
@@ -170,9 +167,8 @@ static void test_sse(void **state)
 static void test_sse_http10(void **state)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
-    assert_int_equal(ig_tc_sends(tc, "GET /sse HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), 0);
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
+    ig_tc_exchange(tc, "GET /sse HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r, TMO);
     assert_int_equal(r.status, 200);
     assert_false(r.chunked);
     assert_string_equal(ig_tc_header(&r, "connection"), "close");

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "tc_expect.h"
 #include "testclient.h"
 #include "testserver.h"
 
@@ -141,11 +142,7 @@ static void test_body_progress(void **state)
 static void test_idle_close(void **state)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
-    assert_int_equal(ig_tc_sends(tc, "GET / HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
-    ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_int_equal(r.status, 200);
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL, TMO);
     long long t0 = ig_tc_now_ms();
     /* silently closed: no 408 bytes on an idle keep-alive connection */
     assert_int_equal(ig_tc_wait_closed(tc, TMO), 1);
@@ -158,12 +155,7 @@ static void test_idle_close(void **state)
 static void test_no_deadline_while_handling(void **state)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
-    assert_int_equal(ig_tc_sends(tc, "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
-    ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_int_equal(r.status, 200);
-    assert_string_equal(r.body, "GET /slow 0\n");
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n", 200, "GET /slow 0\n", TMO);
     ig_tc_close(tc);
 }
 

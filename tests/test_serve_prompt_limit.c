@@ -87,8 +87,8 @@ static void test_worker_gets_the_flag(void **state)
 /* One request and what its answer must be. */
 typedef struct {
     const char *path, *body;
-    const char *param; /* NULL: served (200); else refused as too long naming it */
-    int upstream;      /* 1: x-infergate-upstream names one, 0: none, -1: not checked */
+    const char *param;    /* NULL: served (200); else refused as too long naming it */
+    int upstream;         /* 1: x-infergate-upstream names one, 0: none, -1: not checked */
     const char *body_has; /* NULL or a part of the answer's body */
 } pl_case_t;
 
@@ -119,13 +119,13 @@ static void run_cases(const pl_case_t *cases, size_t n)
 
 static void test_text_refused_by_worker(void **state)
 {
-    RUN_CASES({COMPLETIONS,
-               "{\"model\":\"tiny\",\"max_tokens\":1,\"prompt\":\"once upon a "
-               "time there was a model that read a long prompt\"}",
-               "prompt", 1, NULL},
-              /* A short one is served. */
-              {COMPLETIONS, "{\"model\":\"tiny\",\"max_tokens\":1,\"prompt\":\"hi\"}", NULL, -1,
-               NULL});
+    RUN_CASES(
+        {COMPLETIONS,
+         "{\"model\":\"tiny\",\"max_tokens\":1,\"prompt\":\"once upon a "
+         "time there was a model that read a long prompt\"}",
+         "prompt", 1, NULL},
+        /* A short one is served. */
+        {COMPLETIONS, "{\"model\":\"tiny\",\"max_tokens\":1,\"prompt\":\"hi\"}", NULL, -1, NULL});
 }
 
 static void test_chat_refused_by_worker(void **state)
