@@ -163,6 +163,23 @@ void ig_ts_stop(ig_ts_t *ts)
     free(ts);
 }
 
+ig_ts_t *ig_ts_echo_server;
+
+int ig_ts_echo_group_setup(void **state)
+{
+    (void)state;
+    ig_ts_echo_server = ig_ts_start("127.0.0.1:0", NULL, ig_ts_echo_handler, NULL);
+    return ig_ts_echo_server == NULL ? -1 : 0;
+}
+
+int ig_ts_echo_group_teardown(void **state)
+{
+    (void)state;
+    ig_ts_stop(ig_ts_echo_server);
+    ig_ts_echo_server = NULL;
+    return 0;
+}
+
 int ig_ts_wait(int (*cond)(void *arg), void *arg, int timeout_ms)
 {
     long long deadline = ig_tc_now_ms() + timeout_ms;

@@ -31,6 +31,13 @@ int ig_ts_closed(ig_ts_t *ts);
 /* Closes the server (if not begun), waits for the loop to end, frees. */
 void ig_ts_stop(ig_ts_t *ts);
 
+/* cmocka group setup and teardown of one echo server (ig_ts_echo_handler,
+ * default limits, 127.0.0.1:0) for a whole test program: the server is in
+ * ig_ts_echo_server while the group runs. */
+extern ig_ts_t *ig_ts_echo_server;
+int ig_ts_echo_group_setup(void **state);
+int ig_ts_echo_group_teardown(void **state);
+
 /* On a test server's loop thread (in a handler or a callback there): a
  * malloc'ed timer on that loop with t->data = data, started with
  * timeout_ms and repeat_ms. NULL when out of memory or called on another
