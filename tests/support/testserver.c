@@ -301,6 +301,23 @@ ig_ts_t *ig_ts_site_start(ig_ts_site_t *site, int delay_ms)
     return ig_ts_start("127.0.0.1:0", &limits, site_handler, site);
 }
 
+typedef struct {
+    ig_ts_site_t *site;
+    int n;
+} site_wait_t;
+
+static int site_has(void *arg)
+{
+    site_wait_t *w = arg;
+    return atomic_load(&w->site->completions) >= w->n;
+}
+
+int ig_ts_site_wait(ig_ts_site_t *site, int n, int timeout_ms)
+{
+    site_wait_t w = {site, n};
+    return ig_ts_wait(site_has, &w, timeout_ms);
+}
+
 char *ig_ts_metrics(void)
 {
     return ig_metrics_render(NULL);

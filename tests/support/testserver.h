@@ -68,6 +68,10 @@ typedef struct {
 /* Starts the site on 127.0.0.1:0 with default limits; NULL on failure. */
 ig_ts_t *ig_ts_site_start(ig_ts_site_t *site, int delay_ms);
 
+/* Waits up to timeout_ms until the site has received at least n completion
+ * requests; 1 when it has, else 0. */
+int ig_ts_site_wait(ig_ts_site_t *site, int n, int timeout_ms);
+
 /* The metrics exposition text (ig_metrics_render); the caller frees it. */
 char *ig_ts_metrics(void);
 
