@@ -25,6 +25,20 @@ static json_t *sse_json(char *s, size_t *lenp)
     return j;
 }
 
+/* Choice 0 of text (a string) with nlp logprobs. */
+static ig_api_choice_t choice_with_logprobs(const char *text, const char *finish_reason,
+                                            const ig_api_token_logprob_t *lp, int nlp)
+{
+    ig_api_choice_t c = {.index = 0,
+                         .text = text,
+                         .len = strlen(text),
+                         .finish_reason = finish_reason,
+                         .has_logprobs = 1,
+                         .lp = lp,
+                         .nlp = nlp};
+    return c;
+}
+
 static void test_completion_echo_logprobs(void **state)
 {
     ig_api_top_logprob_t top1[] = {{"b", 1, -0.5f}, {"c", 1, -1.5f}};
@@ -33,13 +47,7 @@ static void test_completion_echo_logprobs(void **state)
         {"b", 1, 1, -0.5f, top1, 2, 1},
         {"\xe2\x82", 2, 1, -2.0f, NULL, 0, 2}, /* half a UTF-8 char */
     };
-    ig_api_choice_t c = {.index = 0,
-                         .text = "abX",
-                         .len = 3,
-                         .finish_reason = "length",
-                         .has_logprobs = 1,
-                         .lp = lp,
-                         .nlp = 3};
+    ig_api_choice_t c = choice_with_logprobs("abX", "length", lp, 3);
     ig_api_usage_t u = {2, 1};
     json_t *o = ig_api_response_json(IG_API_COMPLETION, "cmpl-1", 1700000000, "tiny", &c, 1, &u);
     assert_non_null(o);
@@ -82,13 +90,7 @@ static void test_chat_response(void **state)
 {
     ig_api_top_logprob_t top[] = {{"Hi", 2, -0.1f}};
     ig_api_token_logprob_t lp[] = {{"Hi", 2, 1, -0.1f, top, 1, 0}};
-    ig_api_choice_t c = {.index = 0,
-                         .text = "Hi",
-                         .len = 2,
-                         .finish_reason = "stop",
-                         .has_logprobs = 1,
-                         .lp = lp,
-                         .nlp = 1};
+    ig_api_choice_t c = choice_with_logprobs("Hi", "stop", lp, 1);
     ig_api_usage_t u = {5, 1};
     json_t *o = ig_api_response_json(IG_API_CHAT, "chatcmpl-1", 1, "m", &c, 1, &u);
     assert_string_equal(json_string_value(json_object_get(o, "object")), "chat.completion");

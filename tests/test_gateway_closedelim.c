@@ -132,26 +132,46 @@ static void close_upstream(uv_loop_t *loop, ig_upstream_t *u)
     assert_true(res.closed);
 }
 
+/* An upstream client on loop (initialised here) for the peer at port. */
+static ig_upstream_t *client_start(uv_loop_t *loop, int port)
+{
+    uv_loop_init(loop);
+    char url[64];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", port);
+    ig_upstream_t *u;
+    assert_int_equal(ig_upstream_start(&u, loop, "cd", url, NULL), 0);
+    return u;
+}
+
+/* Sends one request with res as its callbacks' data, runs the loop until
+ * *until is set (10 s at most) and then settle_ms more. */
+static void send_and_run(uv_loop_t *loop, ig_upstream_t *u, const char *method, const char *path,
+                         const char *headers, const char *body, result_t *res, const int *until,
+                         int settle_ms)
+{
+    assert_int_equal(ig_upstream_request(u, method, path, headers, body, body ? strlen(body) : 0,
+                                         &cbs, res, NULL),
+                     0);
+    run_until(loop, until, 10000);
+    run_for(loop, settle_ms);
+}
+
+static const char stream_body[] =
+    "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":4,\"stream\":true}";
+
 static void client_round(peer_kind_t kind)
 {
     ig_proc_t peer;
     peer_start(&peer, kind);
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", peer.port);
-    ig_upstream_t *u;
-    assert_int_equal(ig_upstream_start(&u, &loop, "cd", url, NULL), 0);
+    ig_upstream_t *u = client_start(&loop, peer.port);
 
     /* The probes' requests, twice each: the second must not reuse the
      * connection the first one's close ended. */
     const char *paths[] = {"/health", "/v1/models", "/health", "/v1/models"};
     for (int i = 0; i < 4; i++) {
         result_t res = {0};
-        assert_int_equal(ig_upstream_request(u, "GET", paths[i], NULL, NULL, 0, &cbs, &res, NULL),
-                         0);
-        run_until(&loop, &res.ndone, 10000);
-        run_for(&loop, 50);
+        send_and_run(&loop, u, "GET", paths[i], NULL, NULL, &res, &res.ndone, 50);
         assert_int_equal(res.ndone, 1);
         assert_int_equal(res.err, 0);
         assert_int_equal(res.status, 200);
@@ -169,13 +189,8 @@ static void client_round(peer_kind_t kind)
 
     /* A close-delimited SSE stream: every event, then the end once. */
     result_t res = {0};
-    const char *body = "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":4,\"stream\":true}";
-    assert_int_equal(ig_upstream_request(u, "POST", "/v1/completions",
-                                         "Content-Type: application/json\r\n", body, strlen(body),
-                                         &cbs, &res, NULL),
-                     0);
-    run_until(&loop, &res.ndone, 10000);
-    run_for(&loop, 50);
+    send_and_run(&loop, u, "POST", "/v1/completions", "Content-Type: application/json\r\n",
+                 stream_body, &res, &res.ndone, 50);
     assert_int_equal(res.ndone, 1);
     assert_int_equal(res.err, 0);
     assert_int_equal(res.status, 200);
@@ -213,21 +228,12 @@ static void test_client_end_inside_callbacks(void **state)
     ig_proc_t peer;
     peer_start(&peer, PEER_11);
     uv_loop_t loop;
-    uv_loop_init(&loop);
-    char url[64];
-    snprintf(url, sizeof(url), "http://127.0.0.1:%d", peer.port);
-    ig_upstream_t *u;
-    assert_int_equal(ig_upstream_start(&u, &loop, "cd", url, NULL), 0);
+    ig_upstream_t *u = client_start(&loop, peer.port);
 
     /* Cancel in the first body piece: no callback after it, no leak. */
     result_t res = {0};
     res.cancel_in_body = 1;
-    const char *body = "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":4,\"stream\":true}";
-    assert_int_equal(ig_upstream_request(u, "POST", "/v1/completions", NULL, body, strlen(body),
-                                         &cbs, &res, NULL),
-                     0);
-    run_until(&loop, &res.nbody, 10000);
-    run_for(&loop, 300);
+    send_and_run(&loop, u, "POST", "/v1/completions", NULL, stream_body, &res, &res.nbody, 300);
     assert_int_equal(res.nbody, 1);
     assert_int_equal(res.ndone, 0);
     assert_int_equal(ig_upstream_open_connections(u), 0);
@@ -237,9 +243,7 @@ static void test_client_end_inside_callbacks(void **state)
     result_t res2 = {0};
     res2.close_in_headers = 1;
     res2.up = u;
-    assert_int_equal(ig_upstream_request(u, "GET", "/health", NULL, NULL, 0, &cbs, &res2, NULL), 0);
-    run_until(&loop, &res2.ndone, 10000);
-    run_for(&loop, 100);
+    send_and_run(&loop, u, "GET", "/health", NULL, NULL, &res2, &res2.ndone, 100);
     assert_int_equal(res2.ndone, 1);
     assert_int_equal(res2.err, IG_ECANCELED);
     assert_int_equal(res2.nbody, 0);
@@ -286,25 +290,20 @@ static void serve_round(peer_kind_t kind)
     assert_string_equal(ig_tc_header(&r, "x-infergate-upstream"), "cd");
     ig_tc_response_free(&r);
 
-    assert_int_equal(ig_gwf_post(g.port, "/v1/completions",
-                                 "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":3,"
-                                 "\"stream\":true}",
-                                 &r, 10000),
-                     0);
-    assert_int_equal(r.status, 200);
-    assert_non_null(strstr(r.body, "tok2 "));
-    assert_non_null(strstr(r.body, "data: [DONE]"));
-    ig_tc_response_free(&r);
-
-    assert_int_equal(ig_gwf_post(g.port, "/v1/chat/completions",
-                                 "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\","
-                                 "\"content\":\"hi\"}],\"max_tokens\":3,\"stream\":true}",
-                                 &r, 10000),
-                     0);
-    assert_int_equal(r.status, 200);
-    assert_non_null(strstr(r.body, "tok2 "));
-    assert_non_null(strstr(r.body, "data: [DONE]"));
-    ig_tc_response_free(&r);
+    /* Streamed, plain and chat: every token, then the end. */
+    static const char *const streamed[][2] = {
+        {"/v1/completions",
+         "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":3,\"stream\":true}"},
+        {"/v1/chat/completions", "{\"model\":\"tiny\",\"messages\":[{\"role\":\"user\","
+                                 "\"content\":\"hi\"}],\"max_tokens\":3,\"stream\":true}"},
+    };
+    for (size_t i = 0; i < sizeof(streamed) / sizeof(streamed[0]); i++) {
+        assert_int_equal(ig_gwf_post(g.port, streamed[i][0], streamed[i][1], &r, 10000), 0);
+        assert_int_equal(r.status, 200);
+        assert_non_null(strstr(r.body, "tok2 "));
+        assert_non_null(strstr(r.body, "data: [DONE]"));
+        ig_tc_response_free(&r);
+    }
 
     /* Probes go on every second; the site stays up and the gateway alive. */
     usleep(2500 * 1000);

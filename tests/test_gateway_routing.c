@@ -187,12 +187,10 @@ static void test_client_disconnect_cancels(void **state)
     assert_int_equal(ig_gwf_sites_serve(&g, ups, 1, 1, NULL, NULL), 0);
     ig_tc_t *tc = ig_tc_connect(g.port);
     assert_non_null(tc);
-    const char *body = "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":500,\"stream\":true}";
-    char raw[1024];
-    snprintf(raw, sizeof(raw),
-             "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n%s",
-             strlen(body), body);
-    assert_int_equal(ig_tc_sends(tc, raw), 0);
+    assert_int_equal(ig_tc_send_post(tc, "/v1/completions",
+                                     "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":500,"
+                                     "\"stream\":true}"),
+                     0);
     char buf[512];
     assert_true(ig_tc_read_raw(tc, buf, sizeof(buf), 5000) > 0);
     long long t0 = ig_tc_now_ms();
@@ -225,11 +223,7 @@ static void test_hedge_beats_a_stall(void **state)
     /* s1 far enough behind that the router picks s0 even on a loaded machine. */
     assert_int_equal(ig_gwf_upstream(&ups[1], "--delay-ms", "40", "--itl-ms", "1", NULL), 0);
     ig_proc_t g;
-    assert_int_equal(
-        ig_gwf_sites_serve(&g, ups, 2, 2,
-                           ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}",
-                           NULL),
-        0);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 2, 2, IG_GWF_HEDGE, NULL), 0);
     ig_tc_response_t r;
     /* Earn hedge budget (0.1 per request) and teach the router s0's TTFT. */
     for (int i = 0; i < 20; i++) {

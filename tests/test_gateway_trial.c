@@ -72,11 +72,7 @@ static void test_client_abort_keeps_the_trial_pending(void **state)
     long long before = completions_of(ups[0].port);
     ig_tc_t *tc = ig_tc_connect(g.port);
     assert_non_null(tc);
-    char raw[512];
-    snprintf(raw, sizeof(raw),
-             "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n%s",
-             strlen(plain), plain);
-    assert_int_equal(ig_tc_sends(tc, raw), 0);
+    assert_int_equal(ig_tc_send_post(tc, "/v1/completions", plain), 0);
     usleep(300 * 1000);
     assert_int_equal(completions_of(ups[0].port), before + 1); /* the trial reached s0 */
     ig_tc_close(tc);

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include "tc_expect.h"
 #include "testclient.h"
 #include "testserver.h"
 
@@ -58,9 +59,8 @@ static void test_connection_close_honoured(void **state)
 {
     ig_ts_t *ts = *state;
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(ts));
-    assert_int_equal(ig_tc_sends(tc, "GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n"), 0);
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
+    ig_tc_exchange(tc, "GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", &r, TMO);
     assert_int_equal(r.status, 200);
     assert_string_equal(ig_tc_header(&r, "connection"), "close");
     ig_tc_response_free(&r);
@@ -73,9 +73,8 @@ static void test_http10(void **state)
     ig_ts_t *ts = *state;
     /* 1.0 without keep-alive: answered, then closed; no Host needed. */
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(ts));
-    assert_int_equal(ig_tc_sends(tc, "GET /old HTTP/1.0\r\n\r\n"), 0);
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
+    ig_tc_exchange(tc, "GET /old HTTP/1.0\r\n\r\n", &r, TMO);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "GET /old 0\n");
     assert_string_equal(ig_tc_header(&r, "connection"), "close");
@@ -86,8 +85,7 @@ static void test_http10(void **state)
     /* 1.0 with keep-alive: stays open. */
     tc = ig_tc_connect(ig_ts_port(ts));
     for (int i = 0; i < 3; i++) {
-        assert_int_equal(ig_tc_sends(tc, "GET /ka HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), 0);
-        assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
+        ig_tc_exchange(tc, "GET /ka HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r, TMO);
         assert_int_equal(r.status, 200);
         assert_string_equal(ig_tc_header(&r, "connection"), "keep-alive");
         ig_tc_response_free(&r);
@@ -107,10 +105,7 @@ static void test_head_has_no_body(void **state)
     assert_string_equal(ig_tc_header(&r, "content-length"), "10");
     ig_tc_response_free(&r);
     /* The next response must start right away: no body bytes in between. */
-    assert_int_equal(ig_tc_sends(tc, "GET /g HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_string_equal(r.body, "GET /g 0\n");
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "GET /g HTTP/1.1\r\nHost: t\r\n\r\n", 0, "GET /g 0\n", TMO);
     ig_tc_close(tc);
 }
 
@@ -130,10 +125,7 @@ static void test_bodies(void **state)
                                      "\r\n\r\n3;ext=1\r\nabc\r\n"),
                      0);
     usleep(20000);
-    assert_int_equal(ig_tc_sends(tc, "A\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n"), 0);
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_string_equal(r.body, "POST /c 13\nabc0123456789");
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "A\r\n0123456789\r\n0\r\nX-T: 1\r\n\r\n", 0, "POST /c 13\nabc0123456789", TMO);
 
     /* a body one byte per write */
     const char *req = "POST /b HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nwxyz";
@@ -169,11 +161,7 @@ static void test_expect_continue(void **state)
     assert_int_equal(ig_tc_read_response_ex(tc, &r, TMO, 0, 1), 0);
     assert_int_equal(r.status, 100);
     ig_tc_response_free(&r);
-    assert_int_equal(ig_tc_sends(tc, "ok"), 0);
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_int_equal(r.status, 200);
-    assert_string_equal(r.body, "POST /e 2\nok");
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "ok", 200, "POST /e 2\nok", TMO);
     ig_tc_close(tc);
 }
 
@@ -188,11 +176,7 @@ static void test_unix_socket(void **state)
     assert_int_equal(ig_ts_port(ts), 0);
     ig_tc_t *tc = ig_tc_connect_unix(path);
     assert_non_null(tc);
-    assert_int_equal(ig_tc_sends(tc, "GET /u HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
-    ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_string_equal(r.body, "GET /u 0\n");
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "GET /u HTTP/1.1\r\nHost: t\r\n\r\n", 0, "GET /u 0\n", TMO);
     ig_tc_close(tc);
     ig_ts_stop(ts);
     assert_int_equal(access(path, F_OK), -1); /* removed at close */

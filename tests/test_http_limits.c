@@ -15,20 +15,6 @@
 
 #define TMO 5000
 
-static ig_ts_t *server; /* default limits */
-
-static int group_setup(void **state)
-{
-    server = ig_ts_start("127.0.0.1:0", NULL, ig_ts_echo_handler, NULL);
-    return server == NULL ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    ig_ts_stop(server);
-    return 0;
-}
-
 /* Sends raw and expects status; closed: the server must close after it. */
 static void expect_status(ig_ts_t *ts, const char *raw, size_t len, int status, int closed)
 {
@@ -76,16 +62,16 @@ static char *request_with_line(size_t line_len)
 static void test_request_line(void **state)
 {
     char *ok = request_with_line(8192);
-    expect_status(server, ok, strlen(ok), 200, 0);
+    expect_status(ig_ts_echo_server, ok, strlen(ok), 200, 0);
     free(ok);
     char *bad = request_with_line(8193);
-    expect_status(server, bad, strlen(bad), 414, 1);
+    expect_status(ig_ts_echo_server, bad, strlen(bad), 414, 1);
     free(bad);
     /* decided without waiting for the end of the line */
     char *huge = malloc(20000);
     memcpy(huge, "GET /", 5);
     memset(huge + 5, 'b', 20000 - 5);
-    expect_status(server, huge, 20000, 414, 1);
+    expect_status(ig_ts_echo_server, huge, 20000, 414, 1);
     free(huge);
 }
 
@@ -107,10 +93,10 @@ static char *request_with_headers(unsigned n, size_t value_len)
 static void test_header_count(void **state)
 {
     char *ok = request_with_headers(100, 4);
-    expect_status(server, ok, strlen(ok), 200, 0);
+    expect_status(ig_ts_echo_server, ok, strlen(ok), 200, 0);
     free(ok);
     char *bad = request_with_headers(101, 4);
-    expect_status(server, bad, strlen(bad), 431, 1);
+    expect_status(ig_ts_echo_server, bad, strlen(bad), 431, 1);
     free(bad);
 }
 
@@ -119,17 +105,17 @@ static void test_header_bytes(void **state)
     /* about 60 KiB in 60 headers: fine */
     char *ok = request_with_headers(60, 1000);
     assert_true(strlen(ok) < 65536);
-    expect_status(server, ok, strlen(ok), 200, 0);
+    expect_status(ig_ts_echo_server, ok, strlen(ok), 200, 0);
     free(ok);
     /* about 70 KiB: too large */
     char *bad = request_with_headers(70, 1000);
-    expect_status(server, bad, strlen(bad), 431, 1);
+    expect_status(ig_ts_echo_server, bad, strlen(bad), 431, 1);
     free(bad);
     /* one huge header, never finished */
     char *one = malloc(80000);
     size_t o = (size_t)sprintf(one, "GET / HTTP/1.1\r\nHost: t\r\nX-Big: ");
     memset(one + o, 'z', 80000 - o);
-    expect_status(server, one, 80000, 431, 1);
+    expect_status(ig_ts_echo_server, one, 80000, 431, 1);
     free(one);
 }
 
@@ -139,13 +125,13 @@ static void test_body_content_length(void **state)
     char head[160];
     snprintf(head, sizeof(head), "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n\r\n",
              (4 << 20) + 1);
-    expect_status(server, head, strlen(head), 413, 1);
+    expect_status(ig_ts_echo_server, head, strlen(head), 413, 1);
     /* At the limit: accepted whole. */
     size_t n = 4 << 20;
     char *req = malloc(n + 200);
     int h = snprintf(req, 200, "POST / HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n", n);
     memset(req + h, 'x', n);
-    ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
+    ig_tc_t *tc = ig_tc_connect(ig_ts_port(ig_ts_echo_server));
     assert_int_equal(ig_tc_send(tc, req, (size_t)h + n), 0);
     ig_tc_response_t r;
     assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
@@ -279,5 +265,5 @@ int main(void)
         cmocka_unit_test(test_connection_cap),
         cmocka_unit_test(test_connection_cap_unix),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, ig_ts_echo_group_setup, ig_ts_echo_group_teardown);
 }

@@ -20,8 +20,7 @@
 static atomic_int in_handler;     /* requests dispatched, not finished */
 static atomic_int max_in_handler; /* the most ever at once */
 static atomic_int dispatched;
-static atomic_int hold; /* 1: keep requests instead of answering */
-static _Atomic(uv_loop_t *) loop;
+static atomic_int hold;           /* 1: keep requests instead of answering */
 static ig_http_req_t *held[1024]; /* loop thread only */
 static int nheld;
 
@@ -31,15 +30,10 @@ static void answer(ig_http_req_t *req)
     ig_ts_echo_handler(req, NULL);
 }
 
-static void on_timer_closed(uv_handle_t *h)
-{
-    free(h);
-}
-
 static void on_delay(uv_timer_t *t)
 {
     answer(t->data);
-    uv_close((uv_handle_t *)t, on_timer_closed);
+    ig_ts_timer_close(t);
 }
 
 /* Answers at once, after a delay taken from the path (/d/<ms>/...), or
@@ -56,10 +50,7 @@ static void handler(ig_http_req_t *req, void *data)
     }
     int ms = 0;
     if (sscanf(ig_http_req_path(req), "/d/%d", &ms) == 1 && ms > 0) {
-        uv_timer_t *t = malloc(sizeof(*t));
-        uv_timer_init(atomic_load(&loop), t);
-        t->data = req;
-        uv_timer_start(t, on_delay, (uint64_t)ms, 0);
+        ig_ts_timer_start(on_delay, req, (uint64_t)ms, 0);
         return;
     }
     answer(req);
@@ -77,7 +68,6 @@ static ig_ts_t *start(unsigned max_pipeline)
     nheld = 0;
     ig_ts_t *ts = ig_ts_start("127.0.0.1:0", &l, handler, NULL);
     assert_non_null(ts);
-    atomic_store(&loop, ig_ts_loop(ts));
     return ts;
 }
 

@@ -14,6 +14,7 @@
 #include <cmocka.h>
 
 #include "infergate/error.h"
+#include "tc_expect.h"
 #include "testclient.h"
 #include "testserver.h"
 
@@ -23,7 +24,6 @@
 #define TOTAL (48u << 20)
 
 static ig_ts_t *server;
-static _Atomic(uv_loop_t *) loop;
 
 /* flood state (loop thread writes, test thread reads) */
 static atomic_size_t written;
@@ -81,11 +81,6 @@ static void on_abort(ig_http_req_t *req, void *data)
     atomic_store(&aborted, 1);
 }
 
-static void on_tick_closed(uv_handle_t *h)
-{
-    free(h);
-}
-
 static void on_tick(uv_timer_t *t)
 {
     ig_http_req_t *req = t->data;
@@ -94,7 +89,7 @@ static void on_tick(uv_timer_t *t)
             atomic_store(&write_after_abort, 1);
         ig_http_stream_end(req);
         atomic_store(&forever_finished, 1);
-        uv_close((uv_handle_t *)t, on_tick_closed);
+        ig_ts_timer_close(t);
         return;
     }
     ig_http_stream_write(req, "data: tick\n\n", 12);
@@ -121,10 +116,7 @@ static void handler(ig_http_req_t *req, void *data)
     } else if (strcmp(path, "/forever") == 0) {
         ig_http_req_on_abort(req, on_abort, NULL);
         ig_http_stream_start(req, 200, "text/event-stream");
-        uv_timer_t *t = malloc(sizeof(*t));
-        uv_timer_init(atomic_load(&loop), t);
-        t->data = req;
-        uv_timer_start(t, on_tick, 5, 5);
+        ig_ts_timer_start(on_tick, req, 5, 5);
     } else {
         ig_ts_echo_handler(req, NULL);
     }
@@ -136,10 +128,7 @@ static int group_setup(void **state)
     ig_http_limits_default(&l);
     l.write_buffer_bytes = WBUF;
     server = ig_ts_start("127.0.0.1:0", &l, handler, NULL);
-    if (server == NULL)
-        return -1;
-    atomic_store(&loop, ig_ts_loop(server));
-    return 0;
+    return server == NULL ? -1 : 0;
 }
 
 static int group_teardown(void **state)
@@ -156,9 +145,8 @@ static int group_teardown(void **state)
 static void test_sse(void **state)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
-    assert_int_equal(ig_tc_sends(tc, "GET /sse HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
+    ig_tc_exchange(tc, "GET /sse HTTP/1.1\r\nHost: t\r\n\r\n", &r, TMO);
     assert_int_equal(r.status, 200);
     assert_true(r.chunked);
     assert_int_equal(r.nchunks, 5);
@@ -171,10 +159,7 @@ static void test_sse(void **state)
                                 "data: {\"i\":3}\n\ndata: {\"i\":4}\n\n");
     ig_tc_response_free(&r);
     /* the connection is still usable */
-    assert_int_equal(ig_tc_sends(tc, "GET /after HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_string_equal(r.body, "GET /after 0\n");
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "GET /after HTTP/1.1\r\nHost: t\r\n\r\n", 0, "GET /after 0\n", TMO);
     ig_tc_close(tc);
     assert_int_equal(atomic_load(&loop_failed_line), 0);
 }
@@ -182,9 +167,8 @@ static void test_sse(void **state)
 static void test_sse_http10(void **state)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
-    assert_int_equal(ig_tc_sends(tc, "GET /sse HTTP/1.0\r\nConnection: keep-alive\r\n\r\n"), 0);
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
+    ig_tc_exchange(tc, "GET /sse HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r, TMO);
     assert_int_equal(r.status, 200);
     assert_false(r.chunked);
     assert_string_equal(ig_tc_header(&r, "connection"), "close");

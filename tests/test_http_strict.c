@@ -125,20 +125,6 @@ static const strict_case_t bad_cases[] = {
      417},
 };
 
-static ig_ts_t *server;
-
-static int group_setup(void **state)
-{
-    server = ig_ts_start("127.0.0.1:0", NULL, ig_ts_echo_handler, NULL);
-    return server == NULL ? -1 : 0;
-}
-
-static int group_teardown(void **state)
-{
-    ig_ts_stop(server);
-    return 0;
-}
-
 /* Asserts the OpenAI error shape: {"error":{"message","type","param","code"}}. */
 static void assert_error_shape(const ig_tc_response_t *r)
 {
@@ -158,7 +144,7 @@ static void assert_error_shape(const ig_tc_response_t *r)
 
 static void run_case(const strict_case_t *c)
 {
-    ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
+    ig_tc_t *tc = ig_tc_connect(ig_ts_port(ig_ts_echo_server));
     assert_non_null(tc);
     size_t len = c->len ? c->len : strlen(c->raw);
     assert_int_equal(ig_tc_send(tc, c->raw, len), 0);
@@ -201,13 +187,13 @@ static void test_valid_edge_cases(void **state)
     };
     for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
         ig_tc_response_t r;
-        assert_int_equal(ig_tc_request(ig_ts_port(server), ok[i], &r, TMO), 0);
+        assert_int_equal(ig_tc_request(ig_ts_port(ig_ts_echo_server), ok[i], &r, TMO), 0);
         if (r.status != 200)
             fail_msg("valid case %zu got %d: %s", i, r.status, r.body);
         ig_tc_response_free(&r);
     }
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_request(ig_ts_port(server),
+    assert_int_equal(ig_tc_request(ig_ts_port(ig_ts_echo_server),
                                    "GET http://example/a/b?q=1 HTTP/1.1\r\nHost: example\r\n\r\n",
                                    &r, TMO),
                      0);
@@ -222,7 +208,7 @@ static void test_split_delivery(void **state)
     const char *raw = "POST / HTTP/1.1\r\nHost: t\r\n Content-Length: 5\r\n\r\nhello";
     size_t len = strlen(raw);
     for (size_t cut = 1; cut < len; cut += 3) {
-        ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
+        ig_tc_t *tc = ig_tc_connect(ig_ts_port(ig_ts_echo_server));
         assert_int_equal(ig_tc_send(tc, raw, cut), 0);
         usleep(2000);
         assert_int_equal(ig_tc_send(tc, raw + cut, len - cut), 0);
@@ -242,5 +228,5 @@ int main(void)
         cmocka_unit_test(test_valid_edge_cases),
         cmocka_unit_test(test_split_delivery),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    return cmocka_run_group_tests(tests, ig_ts_echo_group_setup, ig_ts_echo_group_teardown);
 }

@@ -13,6 +13,7 @@
 
 #include <cmocka.h>
 
+#include "tc_expect.h"
 #include "testclient.h"
 #include "testserver.h"
 
@@ -22,27 +23,18 @@
 #define T_IDLE 300
 
 static ig_ts_t *server;
-static _Atomic(uv_loop_t *) loop;
-
-static void on_timer_closed(uv_handle_t *h)
-{
-    free(h);
-}
 
 static void on_delay(uv_timer_t *t)
 {
     ig_ts_echo_handler(t->data, NULL);
-    uv_close((uv_handle_t *)t, on_timer_closed);
+    ig_ts_timer_close(t);
 }
 
 /* /slow answers after 2 * T_HEADER; everything else at once. */
 static void handler(ig_http_req_t *req, void *data)
 {
     if (strcmp(ig_http_req_path(req), "/slow") == 0) {
-        uv_timer_t *t = malloc(sizeof(*t));
-        uv_timer_init(atomic_load(&loop), t);
-        t->data = req;
-        uv_timer_start(t, on_delay, 2 * T_HEADER, 0);
+        ig_ts_timer_start(on_delay, req, 2 * T_HEADER, 0);
         return;
     }
     ig_ts_echo_handler(req, NULL);
@@ -56,10 +48,7 @@ static int group_setup(void **state)
     l.body_timeout_ms = T_BODY;
     l.idle_timeout_ms = T_IDLE;
     server = ig_ts_start("127.0.0.1:0", &l, handler, NULL);
-    if (server == NULL)
-        return -1;
-    atomic_store(&loop, ig_ts_loop(server));
-    return 0;
+    return server == NULL ? -1 : 0;
 }
 
 static int group_teardown(void **state)
@@ -153,11 +142,7 @@ static void test_body_progress(void **state)
 static void test_idle_close(void **state)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
-    assert_int_equal(ig_tc_sends(tc, "GET / HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
-    ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_int_equal(r.status, 200);
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "GET / HTTP/1.1\r\nHost: t\r\n\r\n", 200, NULL, TMO);
     long long t0 = ig_tc_now_ms();
     /* silently closed: no 408 bytes on an idle keep-alive connection */
     assert_int_equal(ig_tc_wait_closed(tc, TMO), 1);
@@ -170,12 +155,7 @@ static void test_idle_close(void **state)
 static void test_no_deadline_while_handling(void **state)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
-    assert_int_equal(ig_tc_sends(tc, "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n"), 0);
-    ig_tc_response_t r;
-    assert_int_equal(ig_tc_read_response(tc, &r, TMO), 0);
-    assert_int_equal(r.status, 200);
-    assert_string_equal(r.body, "GET /slow 0\n");
-    ig_tc_response_free(&r);
+    ig_tc_expect(tc, "GET /slow HTTP/1.1\r\nHost: t\r\n\r\n", 200, "GET /slow 0\n", TMO);
     ig_tc_close(tc);
 }
 

@@ -50,13 +50,20 @@ static double logprob_bound(const float *l, double logprob)
     return ig_bound_of(1.0, V + 2 + 2 * spread + fabs(logprob), 0);
 }
 
-static void test_greedy_and_logprobs(void **state)
+/* A sampler of vocab tokens, and p set to the defaults. */
+static ig_sampler_t *new_sampler(int vocab, ig_sampling_params_t *p)
 {
     ig_sampler_t *s;
-    assert_int_equal(ig_sampler_create(&s, V), 0);
-    float *l = make_logits(1);
+    assert_int_equal(ig_sampler_create(&s, vocab), 0);
+    ig_sampling_params_default(p);
+    return s;
+}
+
+static void test_greedy_and_logprobs(void **state)
+{
     ig_sampling_params_t p;
-    ig_sampling_params_default(&p);
+    ig_sampler_t *s = new_sampler(V, &p);
+    float *l = make_logits(1);
     p.temperature = 0;
     ig_rng_t rng;
     ig_rng_seed(&rng, 7);
@@ -187,11 +194,9 @@ static void test_filters(void **state)
 static void test_distribution(void **state)
 {
     /* Four tokens with known probabilities; frequencies within 5 sigma. */
-    ig_sampler_t *s;
-    assert_int_equal(ig_sampler_create(&s, 4), 0);
-    float l[4] = {logf(0.1f), logf(0.2f), logf(0.3f), logf(0.4f)};
     ig_sampling_params_t p;
-    ig_sampling_params_default(&p);
+    ig_sampler_t *s = new_sampler(4, &p);
+    float l[4] = {logf(0.1f), logf(0.2f), logf(0.3f), logf(0.4f)};
     ig_rng_t rng;
     ig_rng_seed(&rng, 11);
     int counts[4] = {0};
@@ -220,11 +225,9 @@ static void test_distribution(void **state)
 
 static void test_seed_determinism(void **state)
 {
-    ig_sampler_t *s;
-    assert_int_equal(ig_sampler_create(&s, V), 0);
-    float *l = make_logits(5);
     ig_sampling_params_t p;
-    ig_sampling_params_default(&p);
+    ig_sampler_t *s = new_sampler(V, &p);
+    float *l = make_logits(5);
     p.temperature = 1.5f;
     p.top_p = 0.9f;
     int a[64], b[64], c[64];
@@ -255,11 +258,9 @@ static void test_seed_determinism(void **state)
 
 static void test_repetition_penalty(void **state)
 {
-    ig_sampler_t *s;
-    assert_int_equal(ig_sampler_create(&s, 4), 0);
-    float l[4] = {1.0f, 2.0f, 1.9f, -1.0f};
     ig_sampling_params_t p;
-    ig_sampling_params_default(&p);
+    ig_sampler_t *s = new_sampler(4, &p);
+    float l[4] = {1.0f, 2.0f, 1.9f, -1.0f};
     p.temperature = 0;
     p.repetition_penalty = 1.2f;
     ig_rng_t rng;
@@ -283,11 +284,9 @@ static void test_repetition_penalty(void **state)
 
 static void test_presence_frequency(void **state)
 {
-    ig_sampler_t *s;
-    assert_int_equal(ig_sampler_create(&s, 4), 0);
-    float l[4] = {2.0f, 1.9f, 1.0f, 0.0f};
     ig_sampling_params_t p;
-    ig_sampling_params_default(&p);
+    ig_sampler_t *s = new_sampler(4, &p);
+    float l[4] = {2.0f, 1.9f, 1.0f, 0.0f};
     p.temperature = 0;
     ig_rng_t rng;
     ig_rng_seed(&rng, 1);

@@ -48,6 +48,13 @@ static void ctx_free(ctx_t *c)
     free(c);
 }
 
+/* Every block is back in the engine's free list; frees c. */
+static void ctx_free_all_back(ctx_t *c)
+{
+    assert_int_equal(c->fe.nfree, c->fe.num_blocks);
+    ctx_free(c);
+}
+
 static void make_prompt(int *p, int n, int salt)
 {
     for (int i = 0; i < n; i++)
@@ -84,18 +91,66 @@ static int run_until_done(ctx_t *c, int expect_done, int max_steps)
     return -1;
 }
 
-/* The tokens one sequence generates when it runs alone. */
-static void solo_tokens(const int *prompt, int n, int max_tokens, uint64_t seed, int *out)
+/* Submits r, which must be accepted, and returns its id. */
+static uint64_t submit_ok(ctx_t *c, const ig_sched_req_t *r)
+{
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, r, &id), 0);
+    return id;
+}
+
+/* Submits a greedy-by-seed request for prompt[0..n). */
+static uint64_t submit_prompt(ctx_t *c, const int *prompt, int n, int max_tokens, uint64_t seed)
+{
+    ig_sched_req_t r = req_of(prompt, n, max_tokens, seed);
+    return submit_ok(c, &r);
+}
+
+/* Runs nsteps steps, draining the events after each. */
+static void step_drain(ctx_t *c, int nsteps)
+{
+    for (int k = 0; k < nsteps; k++) {
+        ig_sched_step(c->s);
+        ig_sched_drain(c->s, collect_cb, &c->col);
+    }
+}
+
+/* The streamed text of col is exactly the pieces of its first n tokens. */
+static void expect_text_is_pieces(const collected_t *col, int n)
+{
+    char want[64];
+    size_t w = 0;
+    for (int i = 0; i < n; i++)
+        w += (size_t)fake_piece(NULL, col->tokens[i], want + w, sizeof(want) - w);
+    assert_int_equal(col->text_len, w);
+    assert_memory_equal(col->text, want, w);
+}
+
+/* The tokens the request r generates when it runs alone. */
+static void solo_of(const ig_sched_req_t *r, int *out)
 {
     ctx_t *c = ctx_new(64, 4, 64, 8, 8);
-    ig_sched_req_t r = req_of(prompt, n, max_tokens, seed);
-    uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    uint64_t id = submit_ok(c, r);
     assert_true(run_until_done(c, 1, 1000) > 0);
     collected_t *col = collector_get(&c->col, id);
-    assert_int_equal(col->ntokens, max_tokens);
-    memcpy(out, col->tokens, sizeof(int) * (size_t)max_tokens);
+    assert_int_equal(col->ntokens, r->max_tokens);
+    memcpy(out, col->tokens, sizeof(int) * (size_t)r->max_tokens);
     ctx_free(c);
+}
+
+/* col holds exactly the tokens r generates when it runs alone. */
+static void expect_solo(const collected_t *col, const ig_sched_req_t *r)
+{
+    int solo[1024];
+    solo_of(r, solo);
+    assert_memory_equal(col->tokens, solo, sizeof(int) * (size_t)r->max_tokens);
+}
+
+static void expect_solo_prompt(const collected_t *col, const int *prompt, int n, int max_tokens,
+                               uint64_t seed)
+{
+    ig_sched_req_t r = req_of(prompt, n, max_tokens, seed);
+    expect_solo(col, &r);
 }
 
 static void test_basic_and_text(void **state)
@@ -103,9 +158,7 @@ static void test_basic_and_text(void **state)
     ctx_t *c = ctx_new(32, 4, 64, 8, 8);
     int p[6];
     make_prompt(p, 6, 1);
-    ig_sched_req_t r = req_of(p, 6, 10, 1);
-    uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    uint64_t id = submit_prompt(c, p, 6, 10, 1);
     /* first step: one prefill of 6 tokens that also samples the first token */
     assert_int_equal(ig_sched_step(c->s), 1);
     assert_int_equal(c->fe.last_ntok, 6);
@@ -118,13 +171,7 @@ static void test_basic_and_text(void **state)
     assert_int_equal(col->completion_tokens, 10);
     assert_int_equal(col->prompt_tokens, 6);
     /* the streamed text is exactly the pieces of the tokens */
-    char want[64];
-    size_t w = 0;
-    for (int i = 0; i < 10; i++)
-        w += (size_t)fake_piece(NULL, col->tokens[i], want + w, sizeof(want) - w);
-    assert_int_equal(col->text_len, w);
-    assert_memory_equal(col->text, want, w);
-    assert_int_equal(c->fe.nfree, 32); /* every block back */
+    expect_text_is_pieces(col, 10);
     ig_sched_stats_t st;
     ig_sched_stats(c->s, &st);
     assert_int_equal(st.running, 0);
@@ -132,7 +179,7 @@ static void test_basic_and_text(void **state)
     assert_int_equal(st.generation_tokens_total, 10);
     assert_int_equal(st.prompt_tokens_total, 6);
     assert_int_equal(st.finished_total[IG_FINISH_LENGTH], 1);
-    ctx_free(c);
+    ctx_free_all_back(c);
 }
 
 static void test_batching_is_continuous_and_seed_independent(void **state)
@@ -141,29 +188,21 @@ static void test_batching_is_continuous_and_seed_independent(void **state)
     make_prompt(pa, 5, 1);
     make_prompt(pb, 9, 2);
     make_prompt(pc, 3, 3);
-    int solo_a[12];
-    solo_tokens(pa, 5, 12, 77, solo_a);
 
     ctx_t *c = ctx_new(64, 4, 64, 8, 8);
-    uint64_t ia, ib, ic;
-    ig_sched_req_t r = req_of(pb, 9, 20, 5);
-    assert_int_equal(ig_sched_submit(c->s, &r, &ib), 0);
+    uint64_t ib = submit_prompt(c, pb, 9, 20, 5);
     ig_sched_step(c->s);
     ig_sched_step(c->s); /* b is decoding now */
-    r = req_of(pa, 5, 12, 77);
-    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
-    r = req_of(pc, 3, 4, 9);
-    assert_int_equal(ig_sched_submit(c->s, &r, &ic), 0);
+    uint64_t ia = submit_prompt(c, pa, 5, 12, 77);
+    uint64_t ic = submit_prompt(c, pc, 3, 4, 9);
     /* one pass: b's decode token plus both prefills */
     assert_int_equal(ig_sched_step(c->s), 3);
     assert_int_equal(c->fe.last_ntok, 1 + 5 + 3);
     assert_true(run_until_done(c, 3, 200) > 0);
-    collected_t *ca = collector_get(&c->col, ia);
-    assert_memory_equal(ca->tokens, solo_a, sizeof(solo_a));
+    expect_solo_prompt(collector_get(&c->col, ia), pa, 5, 12, 77);
     assert_int_equal(collector_get(&c->col, ic)->ntokens, 4);
     assert_int_equal(collector_get(&c->col, ib)->ntokens, 20);
-    assert_int_equal(c->fe.nfree, 64);
-    ctx_free(c);
+    ctx_free_all_back(c);
 }
 
 static void test_chunked_prefill(void **state)
@@ -174,12 +213,9 @@ static void test_chunked_prefill(void **state)
     int p1[3], p2[20];
     make_prompt(p1, 3, 4);
     make_prompt(p2, 20, 5);
-    uint64_t i1, i2;
-    ig_sched_req_t r = req_of(p1, 3, 30, 1);
-    assert_int_equal(ig_sched_submit(c->s, &r, &i1), 0);
+    uint64_t i1 = submit_prompt(c, p1, 3, 30, 1);
     ig_sched_step(c->s);
-    r = req_of(p2, 20, 2, 2);
-    assert_int_equal(ig_sched_submit(c->s, &r, &i2), 0);
+    uint64_t i2 = submit_prompt(c, p2, 20, 2, 2);
     for (int k = 0; k < 3; k++) {
         assert_int_equal(ig_sched_step(c->s), 2);
         assert_true(c->fe.last_ntok <= 8);
@@ -188,10 +224,8 @@ static void test_chunked_prefill(void **state)
     /* 1 decode + 7, 1 + 7, 1 + 6: the prompt is in, its first token out */
     assert_int_equal(collector_get(&c->col, i2)->ntokens, 1);
     assert_int_equal(collector_get(&c->col, i1)->ntokens, 4);
-    int solo2[2];
-    solo_tokens(p2, 20, 2, 2, solo2);
     assert_true(run_until_done(c, 2, 200) > 0);
-    assert_memory_equal(collector_get(&c->col, i2)->tokens, solo2, sizeof(solo2));
+    expect_solo_prompt(collector_get(&c->col, i2), p2, 20, 2, 2);
     ctx_free(c);
 }
 
@@ -204,8 +238,7 @@ static void test_admission_under_block_pressure(void **state)
     uint64_t id[4];
     for (int i = 0; i < 4; i++) {
         make_prompt(p[i], 8, i + 10);
-        ig_sched_req_t r = req_of(p[i], 8, 8, (uint64_t)i);
-        assert_int_equal(ig_sched_submit(c->s, &r, &id[i]), 0);
+        id[i] = submit_prompt(c, p[i], 8, 8, (uint64_t)i);
     }
     ig_sched_step(c->s);
     ig_sched_stats_t st;
@@ -220,12 +253,9 @@ static void test_admission_under_block_pressure(void **state)
     for (int i = 0; i < 4; i++) {
         collected_t *col = collector_get(&c->col, id[i]);
         assert_int_equal(col->finish, IG_FINISH_LENGTH);
-        int solo[8];
-        solo_tokens(p[i], 8, 8, (uint64_t)i, solo);
-        assert_memory_equal(col->tokens, solo, sizeof(solo));
+        expect_solo_prompt(col, p[i], 8, 8, (uint64_t)i);
     }
-    assert_int_equal(c->fe.nfree, 10);
-    ctx_free(c);
+    ctx_free_all_back(c);
 }
 
 static void test_preempts_newest_and_recomputes(void **state)
@@ -237,13 +267,9 @@ static void test_preempts_newest_and_recomputes(void **state)
     int pa[4], pb[4];
     make_prompt(pa, 4, 20);
     make_prompt(pb, 4, 21);
-    uint64_t ia, ib;
-    ig_sched_req_t r = req_of(pa, 4, 16, 100);
-    r.sampling.temperature = 0.8f;
-    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
-    r = req_of(pb, 4, 16, 200);
-    r.sampling.temperature = 0.8f;
-    assert_int_equal(ig_sched_submit(c->s, &r, &ib), 0);
+    ig_sched_req_t ra = req_of(pa, 4, 16, 100), rb = req_of(pb, 4, 16, 200);
+    ra.sampling.temperature = rb.sampling.temperature = 0.8f;
+    uint64_t ia = submit_ok(c, &ra), ib = submit_ok(c, &rb);
     ig_sched_step(c->s);
     ig_sched_stats_t st;
     ig_sched_stats(c->s, &st);
@@ -251,8 +277,7 @@ static void test_preempts_newest_and_recomputes(void **state)
 
     int preempted_at = -1;
     for (int k = 0; k < 100 && preempted_at < 0; k++) {
-        ig_sched_step(c->s);
-        ig_sched_drain(c->s, collect_cb, &c->col);
+        step_drain(c, 1);
         ig_sched_stats(c->s, &st);
         if (st.preemptions_total > 0)
             preempted_at = k;
@@ -274,30 +299,11 @@ static void test_preempts_newest_and_recomputes(void **state)
     assert_int_equal(ca->ntokens, 16);
     assert_int_equal(cb->ntokens, 16);
     /* Recompute gives the same tokens: compare with solo runs at T=0.8. */
-    int solo[2][16];
-    const int *pp[2] = {pa, pb};
-    uint64_t seeds[2] = {100, 200};
-    for (int k = 0; k < 2; k++) {
-        ctx_t *s2 = ctx_new(64, 4, 64, 8, 8);
-        uint64_t i2;
-        ig_sched_req_t rs = req_of(pp[k], 4, 16, seeds[k]);
-        rs.sampling.temperature = 0.8f;
-        assert_int_equal(ig_sched_submit(s2->s, &rs, &i2), 0);
-        assert_true(run_until_done(s2, 1, 100) > 0);
-        memcpy(solo[k], collector_get(&s2->col, i2)->tokens, sizeof(solo[k]));
-        ctx_free(s2);
-    }
-    assert_memory_equal(ca->tokens, solo[0], sizeof(solo[0]));
-    assert_memory_equal(cb->tokens, solo[1], sizeof(solo[1]));
+    expect_solo(ca, &ra);
+    expect_solo(cb, &rb);
     /* and the text streamed across the preemption has no repeats or gaps */
-    char want[64];
-    size_t w = 0;
-    for (int i = 0; i < 16; i++)
-        w += (size_t)fake_piece(NULL, cb->tokens[i], want + w, sizeof(want) - w);
-    assert_int_equal(cb->text_len, w);
-    assert_memory_equal(cb->text, want, w);
-    assert_int_equal(c->fe.nfree, 6);
-    ctx_free(c);
+    expect_text_is_pieces(cb, 16);
+    ctx_free_all_back(c);
 }
 
 static void test_queue_full(void **state)
@@ -306,8 +312,8 @@ static void test_queue_full(void **state)
     int p[4] = {1, 2, 3, 4};
     ig_sched_req_t r = req_of(p, 4, 2, 1);
     uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    submit_ok(c, &r);
+    submit_ok(c, &r);
     assert_int_equal(ig_sched_submit(c->s, &r, &id), IG_EFULL);
     ig_sched_stats_t st;
     ig_sched_stats(c->s, &st);
@@ -315,7 +321,7 @@ static void test_queue_full(void **state)
     assert_int_equal(st.rejected_total, 1);
     /* once they run, the queue has room again */
     ig_sched_step(c->s);
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    submit_ok(c, &r);
     /* never fits: prompt + max_tokens over the whole cache -> ETOOLONG */
     r.max_tokens = 100;
     assert_int_equal(ig_sched_submit(c->s, &r, &id), IG_ETOOLONG);
@@ -331,14 +337,12 @@ static void test_cancel_frees_blocks_within_one_step(void **state)
     ctx_t *c = ctx_new(16, 4, 64, 8, 8);
     int p[10];
     make_prompt(p, 10, 3);
-    ig_sched_req_t r = req_of(p, 10, 50, 1);
-    uint64_t id, id2;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    uint64_t id = submit_prompt(c, p, 10, 50, 1);
     ig_sched_step(c->s);
     ig_sched_step(c->s);
     assert_true(c->fe.nfree < 16);
     /* one waiting, never run */
-    assert_int_equal(ig_sched_submit(c->s, &r, &id2), 0);
+    uint64_t id2 = submit_prompt(c, p, 10, 50, 1);
     ig_sched_cancel(c->s, id);
     ig_sched_cancel(c->s, id2);
     ig_sched_cancel(c->s, 12345); /* unknown: nothing happens */
@@ -363,24 +367,20 @@ static void test_deadline(void **state)
     int p[4] = {1, 2, 3, 4};
     ig_sched_req_t r = req_of(p, 4, 100 - 4 - 40, 1);
     r.deadline_ns = fake_now + 500000000ULL;
-    uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    uint64_t id = submit_ok(c, &r);
     ig_sched_step(c->s);
     ig_sched_step(c->s);
     fake_now += 400000000ULL;
-    ig_sched_step(c->s);
-    ig_sched_drain(c->s, collect_cb, &c->col);
+    step_drain(c, 1);
     assert_int_equal(collector_get(&c->col, id)->finish, IG_FINISH_NONE);
     fake_now += 200000000ULL;
-    ig_sched_step(c->s);
-    ig_sched_drain(c->s, collect_cb, &c->col);
+    step_drain(c, 1);
     collected_t *col = collector_get(&c->col, id);
     assert_int_equal(col->finish, IG_FINISH_TIMEOUT);
     assert_int_equal(col->error, IG_ETIMEDOUT);
     assert_int_equal(col->ntokens, 3);
-    assert_int_equal(c->fe.nfree, 16);
     fake_now = 0;
-    ctx_free(c);
+    ctx_free_all_back(c);
 }
 
 static void test_stop_strings_across_tokens(void **state)
@@ -400,15 +400,13 @@ static void test_stop_strings_across_tokens(void **state)
     ig_sched_req_t r = req_of(p, 1, 10, 1);
     r.stop = stops;
     r.nstop = 2;
-    uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    uint64_t id = submit_ok(c, &r);
     ig_sched_step(c->s); /* "he" */
     ig_sched_step(c->s); /* "llo": "lo" could start "lo w", held back */
     ig_sched_drain(c->s, collect_cb, &c->col);
     collected_t *col = collector_get(&c->col, id);
     assert_string_equal(col->text, "hel");
-    ig_sched_step(c->s); /* " wo": "hello wo" holds "lo w" -> stop */
-    ig_sched_drain(c->s, collect_cb, &c->col);
+    step_drain(c, 1); /* " wo": "hello wo" holds "lo w" -> stop */
     assert_int_equal(col->finish, IG_FINISH_STOP);
     assert_string_equal(col->text, "hel");
     assert_int_equal(col->completion_tokens, 3);
@@ -418,7 +416,7 @@ static void test_stop_strings_across_tokens(void **state)
     r.stop = stops2;
     r.nstop = 1;
     r.max_tokens = 5;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    id = submit_ok(c, &r);
     assert_true(run_until_done(c, 2, 20) > 0);
     col = collector_get(&c->col, id);
     assert_int_equal(col->finish, IG_FINISH_LENGTH);
@@ -428,7 +426,7 @@ static void test_stop_strings_across_tokens(void **state)
     c->fe.script_next[3] = FAKE_EOS;
     r.nstop = 0;
     r.max_tokens = 10;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    id = submit_ok(c, &r);
     assert_true(run_until_done(c, 3, 20) > 0);
     col = collector_get(&c->col, id);
     assert_int_equal(col->finish, IG_FINISH_STOP);
@@ -438,7 +436,7 @@ static void test_stop_strings_across_tokens(void **state)
     /* ignore_eos runs through it */
     r.ignore_eos = 1;
     r.max_tokens = 6;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    id = submit_ok(c, &r);
     assert_true(run_until_done(c, 4, 20) > 0);
     assert_int_equal(collector_get(&c->col, id)->finish, IG_FINISH_LENGTH);
     assert_int_equal(collector_get(&c->col, id)->ntokens, 6);
@@ -447,7 +445,7 @@ static void test_stop_strings_across_tokens(void **state)
     r.ignore_eos = 0;
     r.stop_ids = &sid;
     r.nstop_ids = 1;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    id = submit_ok(c, &r);
     assert_true(run_until_done(c, 5, 20) > 0);
     assert_string_equal(collector_get(&c->col, id)->text, "he");
     for (int i = 0; i < FAKE_VOCAB; i++)
@@ -466,8 +464,7 @@ static void test_prompt_logprobs_chunked(void **state)
     ig_sched_req_t r = req_of(p, 20, 2, 1);
     r.logprobs = 2;
     r.prompt_logprobs = 1;
-    uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    uint64_t id = submit_ok(c, &r);
     assert_true(run_until_done(c, 1, 50) > 0);
     collected_t *col = collector_get(&c->col, id);
     assert_int_equal(col->nprompt_lp, 19);
@@ -494,11 +491,8 @@ static void test_pause_resume(void **state)
     int pa[5], pb[5];
     make_prompt(pa, 5, 30);
     make_prompt(pb, 5, 31);
-    uint64_t ia, ib;
-    ig_sched_req_t r = req_of(pa, 5, 10, 7);
-    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
-    r = req_of(pb, 5, 10, 8);
-    assert_int_equal(ig_sched_submit(c->s, &r, &ib), 0);
+    uint64_t ia = submit_prompt(c, pa, 5, 10, 7);
+    uint64_t ib = submit_prompt(c, pb, 5, 10, 8);
     ig_sched_step(c->s);
     ig_sched_step(c->s);
     ig_sched_pause(c->s, ia, 1);
@@ -513,12 +507,9 @@ static void test_pause_resume(void **state)
     assert_int_equal(st.running, 2); /* paused, not preempted: blocks kept */
     ig_sched_pause(c->s, ia, 0);
     assert_true(run_until_done(c, 2, 100) > 0);
-    int solo[10];
-    solo_tokens(pa, 5, 10, 7, solo);
-    assert_memory_equal(collector_get(&c->col, ia)->tokens, solo, sizeof(solo));
+    expect_solo_prompt(collector_get(&c->col, ia), pa, 5, 10, 7);
     /* everything paused: a step does nothing */
-    r = req_of(pa, 5, 10, 7);
-    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
+    ia = submit_prompt(c, pa, 5, 10, 7);
     ig_sched_step(c->s);
     ig_sched_pause(c->s, ia, 1);
     int f = c->fe.forwards;
@@ -526,8 +517,7 @@ static void test_pause_resume(void **state)
     assert_int_equal(c->fe.forwards, f);
     ig_sched_cancel(c->s, ia); /* a paused one can still be cancelled */
     ig_sched_step(c->s);
-    assert_int_equal(c->fe.nfree, 32);
-    ctx_free(c);
+    ctx_free_all_back(c);
 }
 
 static void test_paused_gives_blocks_to_waiting(void **state)
@@ -539,19 +529,13 @@ static void test_paused_gives_blocks_to_waiting(void **state)
     int pa[8], pb[28];
     make_prompt(pa, 8, 40);
     make_prompt(pb, 28, 41);
-    uint64_t ia, ib;
-    ig_sched_req_t r = req_of(pa, 8, 12, 5);
-    assert_int_equal(ig_sched_submit(c->s, &r, &ia), 0);
+    uint64_t ia = submit_prompt(c, pa, 8, 12, 5);
     for (int k = 0; k < 5; k++)
         ig_sched_step(c->s);
     ig_sched_pause(c->s, ia, 1);
     ig_sched_step(c->s);
-    r = req_of(pb, 28, 4, 6);
-    assert_int_equal(ig_sched_submit(c->s, &r, &ib), 0);
-    for (int k = 0; k < 10; k++) {
-        ig_sched_step(c->s);
-        ig_sched_drain(c->s, collect_cb, &c->col);
-    }
+    uint64_t ib = submit_prompt(c, pb, 28, 4, 6);
+    step_drain(c, 10);
     assert_int_equal(collector_get(&c->col, ib)->finish, IG_FINISH_LENGTH);
     assert_int_equal(collector_get(&c->col, ia)->finish, IG_FINISH_NONE);
     ig_sched_stats_t st;
@@ -559,27 +543,21 @@ static void test_paused_gives_blocks_to_waiting(void **state)
     assert_int_equal(st.preemptions_total, 1);
     ig_sched_pause(c->s, ia, 0);
     assert_true(run_until_done(c, 2, 100) > 0);
-    int solo[12];
-    solo_tokens(pa, 8, 12, 5, solo);
-    assert_memory_equal(collector_get(&c->col, ia)->tokens, solo, sizeof(solo));
-    assert_int_equal(c->fe.nfree, 10);
-    ctx_free(c);
+    expect_solo_prompt(collector_get(&c->col, ia), pa, 8, 12, 5);
+    ctx_free_all_back(c);
 }
 
 static void test_engine_error_finishes_batch(void **state)
 {
     ctx_t *c = ctx_new(16, 4, 64, 8, 8);
     int p[4] = {1, 2, 3, 4};
-    ig_sched_req_t r = req_of(p, 4, 5, 1);
-    uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);
+    uint64_t id = submit_prompt(c, p, 4, 5, 1);
     c->fe.fail_next = IG_EDEVICE;
     assert_int_equal(ig_sched_step(c->s), IG_EDEVICE);
     ig_sched_drain(c->s, collect_cb, &c->col);
     assert_int_equal(collector_get(&c->col, id)->finish, IG_FINISH_ERROR);
     assert_int_equal(collector_get(&c->col, id)->error, IG_EDEVICE);
-    assert_int_equal(c->fe.nfree, 16);
-    ctx_free(c);
+    ctx_free_all_back(c);
 }
 
 int main(void)

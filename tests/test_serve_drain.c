@@ -27,11 +27,6 @@
 
 static ig_ts_site_t site;
 
-static int received(void *arg)
-{
-    return atomic_load(&site.completions) > 0;
-}
-
 static void test_inflight_request_finishes(void **state)
 {
     ig_proc_t gw;
@@ -46,7 +41,7 @@ static void test_inflight_request_finishes(void **state)
     assert_non_null(tc);
     assert_int_equal(ig_gwf_send_completion(tc), 0);
     /* In flight: the upstream holds it for UPSTREAM_DELAY_MS. */
-    assert_true(ig_ts_wait(received, NULL, 5000));
+    assert_true(ig_ts_site_wait(&site, 1, 5000));
 
     long long t0 = ig_tc_now_ms();
     kill(gw.pid, SIGTERM);

@@ -33,11 +33,6 @@
 
 static ig_ts_site_t site;
 
-static int received(void *arg)
-{
-    return atomic_load(&site.completions) > 0;
-}
-
 static int get_status(int port, const char *path)
 {
     ig_tc_response_t r;
@@ -60,7 +55,7 @@ static void test_grace_then_close(void **state)
     ig_tc_t *tc = ig_tc_connect(gw.port);
     assert_non_null(tc);
     assert_int_equal(ig_gwf_send_completion(tc), 0);
-    assert_true(ig_ts_wait(received, NULL, 5000));
+    assert_true(ig_ts_site_wait(&site, 1, 5000));
 
     long long t0 = ig_tc_now_ms();
     kill(gw.pid, SIGTERM);

@@ -84,69 +84,75 @@ static void test_worker_gets_the_flag(void **state)
         fail_msg("worker argv: %s", buf);
 }
 
+/* One request and what its answer must be. */
+typedef struct {
+    const char *path, *body;
+    const char *param;    /* NULL: served (200); else refused as too long naming it */
+    int upstream;         /* 1: x-infergate-upstream names one, 0: none, -1: not checked */
+    const char *body_has; /* NULL or a part of the answer's body */
+} pl_case_t;
+
+static void run_cases(const pl_case_t *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const pl_case_t *c = &cases[i];
+        ig_tc_response_t r;
+        assert_int_equal(ig_gwf_post(gw.port, c->path, c->body, &r, 30000), 0);
+        if (c->param)
+            assert_too_long(&r, c->param);
+        else
+            assert_int_equal(r.status, 200);
+        if (c->upstream >= 0)
+            assert_int_equal(ig_tc_header(&r, "x-infergate-upstream") != NULL, c->upstream);
+        if (c->body_has)
+            assert_non_null(strstr(r.body, c->body_has));
+        ig_tc_response_free(&r);
+    }
+}
+
+#define COMPLETIONS "/v1/completions"
+#define RUN_CASES(...)                                                                             \
+    do {                                                                                           \
+        static const pl_case_t cases_[] = {__VA_ARGS__};                                           \
+        run_cases(cases_, sizeof(cases_) / sizeof(cases_[0]));                                     \
+    } while (0)
+
 static void test_text_refused_by_worker(void **state)
 {
-    ig_tc_response_t r;
-    assert_int_equal(ig_gwf_post(gw.port, "/v1/completions",
-                                 "{\"model\":\"tiny\",\"max_tokens\":1,\"prompt\":\"once upon a "
-                                 "time there was a model that read a long prompt\"}",
-                                 &r, 30000),
-                     0);
-    assert_too_long(&r, "prompt");
-    assert_non_null(ig_tc_header(&r, "x-infergate-upstream"));
-    ig_tc_response_free(&r);
-    /* A short one is served. */
-    assert_int_equal(ig_gwf_post(gw.port, "/v1/completions",
-                                 "{\"model\":\"tiny\",\"max_tokens\":1,\"prompt\":\"hi\"}", &r,
-                                 30000),
-                     0);
-    assert_int_equal(r.status, 200);
-    ig_tc_response_free(&r);
+    RUN_CASES(
+        {COMPLETIONS,
+         "{\"model\":\"tiny\",\"max_tokens\":1,\"prompt\":\"once upon a "
+         "time there was a model that read a long prompt\"}",
+         "prompt", 1, NULL},
+        /* A short one is served. */
+        {COMPLETIONS, "{\"model\":\"tiny\",\"max_tokens\":1,\"prompt\":\"hi\"}", NULL, -1, NULL});
 }
 
 static void test_chat_refused_by_worker(void **state)
 {
-    ig_tc_response_t r;
-    assert_int_equal(ig_gwf_post(gw.port, "/v1/chat/completions",
-                                 "{\"model\":\"tiny\",\"max_tokens\":1,\"messages\":[{\"role\":"
-                                 "\"user\",\"content\":\"tell me a long story about a model\"}]}",
-                                 &r, 30000),
-                     0);
-    assert_too_long(&r, "messages");
-    ig_tc_response_free(&r);
+    RUN_CASES({"/v1/chat/completions",
+               "{\"model\":\"tiny\",\"max_tokens\":1,\"messages\":[{\"role\":"
+               "\"user\",\"content\":\"tell me a long story about a model\"}]}",
+               "messages", -1, NULL});
 }
 
 static void test_ids_refused_by_gateway(void **state)
 {
-    ig_tc_response_t r;
-    assert_int_equal(ig_gwf_post(gw.port, "/v1/completions",
-                                 "{\"model\":\"tiny\",\"max_tokens\":1,"
-                                 "\"prompt\":[100,101,102,103,104,105,106,107,108]}",
-                                 &r, 30000),
-                     0);
-    assert_too_long(&r, "prompt");
-    assert_non_null(strstr(r.body, "resulted in 9 tokens"));
     /* Refused before routing: no upstream answered. */
-    assert_null(ig_tc_header(&r, "x-infergate-upstream"));
-    ig_tc_response_free(&r);
-    /* In a batch too. */
-    assert_int_equal(ig_gwf_post(gw.port, "/v1/completions",
-                                 "{\"model\":\"tiny\",\"max_tokens\":1,"
-                                 "\"prompt\":[[1,2],[1,2,3,4,5,6,7,8,9,10,11]]}",
-                                 &r, 30000),
-                     0);
-    assert_too_long(&r, "prompt");
-    assert_null(ig_tc_header(&r, "x-infergate-upstream"));
-    ig_tc_response_free(&r);
-    /* At the limit: routed and served. */
-    assert_int_equal(ig_gwf_post(gw.port, "/v1/completions",
-                                 "{\"model\":\"tiny\",\"max_tokens\":1,"
-                                 "\"prompt\":[100,101,102,103,104,105,106,107]}",
-                                 &r, 30000),
-                     0);
-    assert_int_equal(r.status, 200);
-    assert_non_null(ig_tc_header(&r, "x-infergate-upstream"));
-    ig_tc_response_free(&r);
+    RUN_CASES({COMPLETIONS,
+               "{\"model\":\"tiny\",\"max_tokens\":1,"
+               "\"prompt\":[100,101,102,103,104,105,106,107,108]}",
+               "prompt", 0, "resulted in 9 tokens"},
+              /* In a batch too. */
+              {COMPLETIONS,
+               "{\"model\":\"tiny\",\"max_tokens\":1,"
+               "\"prompt\":[[1,2],[1,2,3,4,5,6,7,8,9,10,11]]}",
+               "prompt", 0, NULL},
+              /* At the limit: routed and served. */
+              {COMPLETIONS,
+               "{\"model\":\"tiny\",\"max_tokens\":1,"
+               "\"prompt\":[100,101,102,103,104,105,106,107]}",
+               NULL, 1, NULL});
 }
 
 int main(void)

@@ -84,6 +84,10 @@ int ig_gwf_upstream(ig_proc_t *u, ...) __attribute__((sentinel));
 int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
                        const char *routing_extra, const char *top_extra);
 
+/* The routing_extra of the hedging tests: hedge on, a budget of 0.1 per
+ * request, a copy sent after the 0.95 quantile of the first-token delay. */
+#define IG_GWF_HEDGE ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}"
+
 /* Starts `infergate serve` with stdout and stderr captured (IG_PROC_PIPES)
  * on 127.0.0.1:0 with one site "up" at 127.0.0.1:site_port serving model
  * "tiny" (a site of ig_ts_site_start) and limits_json as its "limits"

@@ -40,45 +40,43 @@ static ig_tc_t *wrap(int fd)
     return tc;
 }
 
-ig_tc_t *ig_tc_connect(int port)
+/* A stream socket connected to a (of its own family), or NULL. */
+static ig_tc_t *connect_to(const struct sockaddr *a, socklen_t alen)
 {
     signal(SIGPIPE, SIG_IGN);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(a->sa_family, SOCK_STREAM, 0);
     if (fd < 0)
         return NULL;
+    if (connect(fd, a, alen) < 0) {
+        close(fd);
+        return NULL;
+    }
+    if (a->sa_family == AF_INET) {
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
+    return wrap(fd);
+}
+
+ig_tc_t *ig_tc_connect(int port)
+{
     struct sockaddr_in a;
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
     a.sin_port = htons((unsigned short)port);
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        close(fd);
-        return NULL;
-    }
-    int one = 1;
-    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    return wrap(fd);
+    return connect_to((struct sockaddr *)&a, sizeof(a));
 }
 
 ig_tc_t *ig_tc_connect_unix(const char *path)
 {
-    signal(SIGPIPE, SIG_IGN);
-    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-    if (fd < 0)
-        return NULL;
     struct sockaddr_un a;
     memset(&a, 0, sizeof(a));
     a.sun_family = AF_UNIX;
-    if (strlen(path) >= sizeof(a.sun_path)) {
-        close(fd);
+    if (strlen(path) >= sizeof(a.sun_path))
         return NULL;
-    }
     strcpy(a.sun_path, path);
-    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-        close(fd);
-        return NULL;
-    }
-    return wrap(fd);
+    return connect_to((struct sockaddr *)&a, sizeof(a));
 }
 
 void ig_tc_close(ig_tc_t *tc)
@@ -114,6 +112,20 @@ int ig_tc_send(ig_tc_t *tc, const void *data, size_t len)
 int ig_tc_sends(ig_tc_t *tc, const char *s)
 {
     return ig_tc_send(tc, s, strlen(s));
+}
+
+int ig_tc_send_post(ig_tc_t *tc, const char *path, const char *body)
+{
+    /* One send, as a client writes a small request. */
+    size_t blen = strlen(body), cap = strlen(path) + blen + 128;
+    char *raw = malloc(cap);
+    if (raw == NULL)
+        return -1;
+    int n = snprintf(raw, cap, "POST %s HTTP/1.1\r\nHost: t\r\nContent-Length: %zu\r\n\r\n%s", path,
+                     blen, body);
+    int rc = n > 0 && (size_t)n < cap ? ig_tc_send(tc, raw, (size_t)n) : -1;
+    free(raw);
+    return rc;
 }
 
 /* Reads more bytes into the buffer before the deadline. 1 read, 0 EOF,

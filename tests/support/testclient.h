@@ -41,6 +41,10 @@ int ig_tc_fd(const ig_tc_t *tc);
 int ig_tc_send(ig_tc_t *tc, const void *data, size_t len);
 int ig_tc_sends(ig_tc_t *tc, const char *s);
 
+/* Sends "POST path" with Host and Content-Length and then body (a string),
+ * without reading the answer; 0 or -1. */
+int ig_tc_send_post(ig_tc_t *tc, const char *path, const char *body);
+
 /*
  * Reads one response (skipping 1xx interim responses unless keep_1xx).
  * head: the request was HEAD (no body follows). 0 on success, -1 on

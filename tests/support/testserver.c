@@ -40,9 +40,13 @@ static void on_async(uv_async_t *a)
     }
 }
 
+/* The loop of the server whose thread this is (NULL on other threads). */
+static _Thread_local uv_loop_t *thread_loop;
+
 static void *loop_main(void *arg)
 {
     ig_ts_t *ts = arg;
+    thread_loop = &ts->loop;
     uv_run(&ts->loop, UV_RUN_DEFAULT);
     return NULL;
 }
@@ -159,6 +163,23 @@ void ig_ts_stop(ig_ts_t *ts)
     free(ts);
 }
 
+ig_ts_t *ig_ts_echo_server;
+
+int ig_ts_echo_group_setup(void **state)
+{
+    (void)state;
+    ig_ts_echo_server = ig_ts_start("127.0.0.1:0", NULL, ig_ts_echo_handler, NULL);
+    return ig_ts_echo_server == NULL ? -1 : 0;
+}
+
+int ig_ts_echo_group_teardown(void **state)
+{
+    (void)state;
+    ig_ts_stop(ig_ts_echo_server);
+    ig_ts_echo_server = NULL;
+    return 0;
+}
+
 int ig_ts_wait(int (*cond)(void *arg), void *arg, int timeout_ms)
 {
     long long deadline = ig_tc_now_ms() + timeout_ms;
@@ -219,9 +240,27 @@ void ig_ts_echo_handler(ig_http_req_t *req, void *data)
     ig_http_respond(req, 200, "text/plain", out, (size_t)n + len);
 }
 
-static void on_site_timer_closed(uv_handle_t *h)
+static void on_timer_closed(uv_handle_t *h)
 {
     free(h);
+}
+
+uv_timer_t *ig_ts_timer_start(uv_timer_cb cb, void *data, uint64_t timeout_ms, uint64_t repeat_ms)
+{
+    if (thread_loop == NULL)
+        return NULL;
+    uv_timer_t *t = malloc(sizeof(*t));
+    if (t == NULL)
+        return NULL;
+    uv_timer_init(thread_loop, t);
+    t->data = data;
+    uv_timer_start(t, cb, timeout_ms, repeat_ms);
+    return t;
+}
+
+void ig_ts_timer_close(uv_timer_t *t)
+{
+    uv_close((uv_handle_t *)t, on_timer_closed);
 }
 
 static void site_answer(uv_timer_t *t)
@@ -231,7 +270,7 @@ static void site_answer(uv_timer_t *t)
         "\"choices\":[{\"index\":0,\"text\":\" ok\",\"finish_reason\":\"length\"}],"
         "\"usage\":{\"prompt_tokens\":1,\"completion_tokens\":1,\"total_tokens\":2}}";
     ig_http_respond(t->data, 200, "application/json", body, sizeof(body) - 1);
-    uv_close((uv_handle_t *)t, on_site_timer_closed);
+    ig_ts_timer_close(t);
 }
 
 static void site_handler(ig_http_req_t *req, void *data)
@@ -243,14 +282,10 @@ static void site_handler(ig_http_req_t *req, void *data)
                                    "\"waiting\":0,\"est_wait_s\":0}";
         ig_http_respond(req, 200, "application/json", load, sizeof(load) - 1);
     } else if (strcmp(path, "/v1/completions") == 0) {
-        uv_timer_t *t = malloc(sizeof(*t));
-        if (t == NULL) {
+        if (ig_ts_timer_start(site_answer, req, (uint64_t)site->delay_ms, 0) == NULL) {
             ig_http_respond_error(req, 500, NULL, NULL, NULL, "out of memory");
             return;
         }
-        uv_timer_init(atomic_load(&site->loop), t);
-        t->data = req;
-        uv_timer_start(t, site_answer, (uint64_t)site->delay_ms, 0);
         atomic_fetch_add(&site->completions, 1);
     } else {
         ig_http_respond_error(req, 404, NULL, NULL, NULL, "no %s here", path);
@@ -263,12 +298,24 @@ ig_ts_t *ig_ts_site_start(ig_ts_site_t *site, int delay_ms)
     ig_http_limits_default(&limits);
     site->delay_ms = delay_ms;
     atomic_init(&site->completions, 0);
-    atomic_init(&site->loop, NULL);
-    ig_ts_t *ts = ig_ts_start("127.0.0.1:0", &limits, site_handler, site);
-    /* Before anyone knows the port, so before the first request. */
-    if (ts != NULL)
-        atomic_store(&site->loop, ig_ts_loop(ts));
-    return ts;
+    return ig_ts_start("127.0.0.1:0", &limits, site_handler, site);
+}
+
+typedef struct {
+    ig_ts_site_t *site;
+    int n;
+} site_wait_t;
+
+static int site_has(void *arg)
+{
+    site_wait_t *w = arg;
+    return atomic_load(&w->site->completions) >= w->n;
+}
+
+int ig_ts_site_wait(ig_ts_site_t *site, int n, int timeout_ms)
+{
+    site_wait_t w = {site, n};
+    return ig_ts_wait(site_has, &w, timeout_ms);
 }
 
 char *ig_ts_metrics(void)

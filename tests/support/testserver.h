@@ -31,6 +31,20 @@ int ig_ts_closed(ig_ts_t *ts);
 /* Closes the server (if not begun), waits for the loop to end, frees. */
 void ig_ts_stop(ig_ts_t *ts);
 
+/* cmocka group setup and teardown of one echo server (ig_ts_echo_handler,
+ * default limits, 127.0.0.1:0) for a whole test program: the server is in
+ * ig_ts_echo_server while the group runs. */
+extern ig_ts_t *ig_ts_echo_server;
+int ig_ts_echo_group_setup(void **state);
+int ig_ts_echo_group_teardown(void **state);
+
+/* On a test server's loop thread (in a handler or a callback there): a
+ * malloc'ed timer on that loop with t->data = data, started with
+ * timeout_ms and repeat_ms. NULL when out of memory or called on another
+ * thread. ig_ts_timer_close closes and frees it. */
+uv_timer_t *ig_ts_timer_start(uv_timer_cb cb, void *data, uint64_t timeout_ms, uint64_t repeat_ms);
+void ig_ts_timer_close(uv_timer_t *t);
+
 /* Polls cond(arg) every millisecond until it is true or timeout_ms pass;
  * returns its last value. For waiting on server state from the test thread. */
 int ig_ts_wait(int (*cond)(void *arg), void *arg, int timeout_ms);
@@ -48,12 +62,15 @@ void ig_ts_echo_handler(ig_http_req_t *req, void *data);
  * The struct is the caller's and must outlive the server. */
 typedef struct {
     int delay_ms;
-    atomic_int completions;    /* completion requests received so far */
-    _Atomic(uv_loop_t *) loop; /* private: the server's loop, for the timers */
+    atomic_int completions; /* completion requests received so far */
 } ig_ts_site_t;
 
 /* Starts the site on 127.0.0.1:0 with default limits; NULL on failure. */
 ig_ts_t *ig_ts_site_start(ig_ts_site_t *site, int delay_ms);
+
+/* Waits up to timeout_ms until the site has received at least n completion
+ * requests; 1 when it has, else 0. */
+int ig_ts_site_wait(ig_ts_site_t *site, int n, int timeout_ms);
 
 /* The metrics exposition text (ig_metrics_render); the caller frees it. */
 char *ig_ts_metrics(void);
