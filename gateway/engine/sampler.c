@@ -218,6 +218,30 @@ static inline int better(const float *v, int a, int b)
     return v[a] > v[b] || (v[a] == v[b] && a < b);
 }
 
+/* Heaps of ids keyed by v: a max-heap holds the best id at its root, a
+ * min-heap (min set) the worst. Whether id a belongs above id b: */
+static inline int above(const float *v, int a, int b, int min)
+{
+    return min ? better(v, b, a) : better(v, a, b);
+}
+
+static void heap_down(const float *v, int *heap, int n, int p, int min)
+{
+    for (;;) {
+        int l = 2 * p + 1, r = l + 1, w = p;
+        if (l < n && above(v, heap[l], heap[w], min))
+            w = l;
+        if (r < n && above(v, heap[r], heap[w], min))
+            w = r;
+        if (w == p)
+            return;
+        int t = heap[p];
+        heap[p] = heap[w];
+        heap[w] = t;
+        p = w;
+    }
+}
+
 /* Top `n` ids of v(len) into top(n), best first, with a min-heap of n. */
 static int top_n(const float *v, int len, int n, int *top)
 {
@@ -240,20 +264,7 @@ static int top_n(const float *v, int len, int n, int *top)
             }
         } else if (better(v, i, top[0])) {
             top[0] = i;
-            int p = 0;
-            for (;;) {
-                int l = 2 * p + 1, r = l + 1, w = p;
-                if (l < h && better(v, top[w], top[l]))
-                    w = l;
-                if (r < h && better(v, top[w], top[r]))
-                    w = r;
-                if (w == p)
-                    break;
-                int t = top[p];
-                top[p] = top[w];
-                top[w] = t;
-                p = w;
-            }
+            heap_down(v, top, h, 0, 1);
         }
     }
     /* Heap order to best-first: a small insertion sort (n <= 20). */
@@ -268,29 +279,11 @@ static int top_n(const float *v, int len, int n, int *top)
     return h;
 }
 
-/* Max-heap over ids keyed by v. */
-static void heap_down(const float *v, int *heap, int n, int p)
-{
-    for (;;) {
-        int l = 2 * p + 1, r = l + 1, w = p;
-        if (l < n && better(v, heap[l], heap[w]))
-            w = l;
-        if (r < n && better(v, heap[r], heap[w]))
-            w = r;
-        if (w == p)
-            return;
-        int t = heap[p];
-        heap[p] = heap[w];
-        heap[w] = t;
-        p = w;
-    }
-}
-
 static int heap_pop(const float *v, int *heap, int *n)
 {
     int top = heap[0];
     heap[0] = heap[--*n];
-    heap_down(v, heap, *n, 0);
+    heap_down(v, heap, *n, 0, 0);
     return top;
 }
 
@@ -494,7 +487,7 @@ int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_pa
         if (e[i] >= tau)
             idx[n++] = i;
     for (int i = n / 2 - 1; i >= 0; i--)
-        heap_down(w, idx, n, i);
+        heap_down(w, idx, n, i, 0);
     int nkeep = 0;
     double cum = 0.0;
     float *kw = s->kept_w;
