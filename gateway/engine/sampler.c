@@ -400,6 +400,24 @@ static int draw(const int *idx, const float *p, int n, double z, ig_rng_t *rng)
     return last;
 }
 
+/* The same over every id, e(V) the weights: ids under min_w (and zero
+ * weights) are left out, total is the weight of the others; dflt when
+ * none is left. */
+static int draw_all(const float *e, int V, float min_w, double total, ig_rng_t *rng, int dflt)
+{
+    double u = ig_rng_uniform(rng) * total, acc = 0.0;
+    int last = dflt;
+    for (int i = 0; i < V; i++) {
+        if (e[i] < min_w || e[i] <= 0.0f)
+            continue;
+        acc += e[i];
+        last = i;
+        if (acc > u)
+            break;
+    }
+    return last;
+}
+
 int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_params_t *p,
                       ig_rng_t *rng, const int *history, int nhistory, int nprompt, int ntop,
                       ig_sample_t *out)
@@ -443,15 +461,7 @@ int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_pa
     if (top_p >= 1.0f && min_p <= 0.0f) {
         /* Plain temperature: one pass of expf into scratch, one draw. */
         double z = sum_exp(w, V, m, invt, e);
-        double u = ig_rng_uniform(rng) * z, acc = 0.0;
-        for (int i = 0; i < V; i++) {
-            if (e[i] <= 0.0f)
-                continue;
-            acc += e[i];
-            token = i;
-            if (acc > u)
-                break;
-        }
+        token = draw_all(e, V, 0.0f, z, rng, token);
         goto done;
     }
 
@@ -462,15 +472,7 @@ int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_pa
         double kept = 0.0;
         for (int i = 0; i < V; i++)
             kept += e[i] >= min_p ? e[i] : 0.0f;
-        double u = ig_rng_uniform(rng) * kept, acc = 0.0;
-        for (int i = 0; i < V; i++) {
-            if (e[i] < min_p || e[i] <= 0.0f)
-                continue;
-            acc += e[i];
-            token = i;
-            if (acc > u)
-                break;
-        }
+        token = draw_all(e, V, min_p, kept, rng, token);
         goto done;
     }
 
