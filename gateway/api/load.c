@@ -4,6 +4,7 @@
  */
 #include "infergate/load.h"
 #include "infergate/error.h"
+#include "infergate/jsonv.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -185,7 +186,8 @@ int ig_load_decode(const char *text, size_t len, ig_load_t *out, char *err, size
     if (err != NULL && errlen > 0)
         err[0] = '\0';
     json_error_t jerr;
-    json_t *doc = text ? json_loadb(text, len, 0, &jerr) : NULL;
+    /* Duplicate keys are rejected, as in every document the project reads. */
+    json_t *doc = text ? ig_jsonv_loadb(text, len, &jerr) : NULL;
     if (!json_is_object(doc)) {
         if (err != NULL)
             snprintf(err, errlen, "$: %s", doc ? "expected an object" : "not JSON");

@@ -431,33 +431,17 @@ static json_t *load_body(const char *body, size_t len, ig_api_error_t *err)
     return root;
 }
 
-int ig_api_parse_completion(const char *body, size_t len, ig_api_request_t *req,
-                            ig_api_error_t *err)
+static int parse_completion(json_t *root, ig_api_request_t *req, ig_api_error_t *err)
 {
     int rc;
     long long i = 0;
-    request_init(req, IG_API_COMPLETION);
-    json_t *root = load_body(body, len, err);
-    if (!root)
-        return IG_EINVAL;
-    if ((rc = parse_prompt(root, req, err)) < 0)
-        goto fail;
-    if ((rc = parse_common(root, req, err)) < 0)
-        goto fail;
-    if ((rc = get_int(root, "logprobs", 0, IG_API_MAX_LOGPROBS, &i, err)) < 0)
-        goto fail;
+    if ((rc = parse_prompt(root, req, err)) < 0 || (rc = parse_common(root, req, err)) < 0 ||
+        (rc = get_int(root, "logprobs", 0, IG_API_MAX_LOGPROBS, &i, err)) < 0)
+        return rc;
     if (rc)
         req->logprobs = (int)i;
-    if ((rc = get_bool(root, "echo", &req->echo, err)) < 0)
-        goto fail;
-    json_decref(root);
-    return 0;
-fail:
-    if (rc == IG_ENOMEM)
-        ig_api_error_oom(err);
-    json_decref(root);
-    ig_api_request_dispose(req);
-    return rc;
+    rc = get_bool(root, "echo", &req->echo, err);
+    return rc < 0 ? rc : 0;
 }
 
 /* ---- chat ----------------------------------------------------------------- */
@@ -546,46 +530,50 @@ static int parse_messages(json_t *root, ig_api_request_t *r, ig_api_error_t *err
     return 0;
 }
 
-int ig_api_parse_chat(const char *body, size_t len, ig_api_request_t *req, ig_api_error_t *err)
+static int parse_chat(json_t *root, ig_api_request_t *req, ig_api_error_t *err)
 {
     int rc, lp = 0;
     long long i = 0;
-    request_init(req, IG_API_CHAT);
-    json_t *root = load_body(body, len, err);
-    if (!root)
-        return IG_EINVAL;
-    if ((rc = parse_messages(root, req, err)) < 0)
-        goto fail;
-    if ((rc = parse_common(root, req, err)) < 0)
-        goto fail;
-    if ((rc = get_bool(root, "logprobs", &lp, err)) < 0)
-        goto fail;
-    if ((rc = get_int(root, "top_logprobs", 0, IG_API_MAX_LOGPROBS, &i, err)) < 0)
-        goto fail;
-    if (rc && !lp) {
-        rc =
-            ig_api_error(err, 400, "top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
-        goto fail;
-    }
+    if ((rc = parse_messages(root, req, err)) < 0 || (rc = parse_common(root, req, err)) < 0 ||
+        (rc = get_bool(root, "logprobs", &lp, err)) < 0 ||
+        (rc = get_int(root, "top_logprobs", 0, IG_API_MAX_LOGPROBS, &i, err)) < 0)
+        return rc;
+    if (rc && !lp)
+        return ig_api_error(err, 400, "top_logprobs",
+                            "'top_logprobs' requires 'logprobs' to be true");
     if (lp)
         req->logprobs = rc ? (int)i : 0;
-    json_decref(root);
     return 0;
-fail:
-    if (rc == IG_ENOMEM)
-        ig_api_error_oom(err);
-    json_decref(root);
-    ig_api_request_dispose(req);
-    return rc;
 }
 
 int ig_api_parse(ig_api_kind_t kind, const char *body, size_t len, ig_api_request_t *req,
                  ig_api_error_t *err)
 {
-    return kind == IG_API_CHAT ? ig_api_parse_chat(body, len, req, err)
-                               : ig_api_parse_completion(body, len, req, err);
+    request_init(req, kind);
+    json_t *root = load_body(body, len, err);
+    if (!root)
+        return IG_EINVAL;
+    int rc = kind == IG_API_CHAT ? parse_chat(root, req, err) : parse_completion(root, req, err);
+    json_decref(root);
+    if (rc < 0) {
+        if (rc == IG_ENOMEM)
+            ig_api_error_oom(err);
+        ig_api_request_dispose(req);
+        return rc;
+    }
+    return 0;
 }
 
+int ig_api_parse_completion(const char *body, size_t len, ig_api_request_t *req,
+                            ig_api_error_t *err)
+{
+    return ig_api_parse(IG_API_COMPLETION, body, len, req, err);
+}
+
+int ig_api_parse_chat(const char *body, size_t len, ig_api_request_t *req, ig_api_error_t *err)
+{
+    return ig_api_parse(IG_API_CHAT, body, len, req, err);
+}
 void ig_api_request_dispose(ig_api_request_t *r)
 {
     free(r->model);

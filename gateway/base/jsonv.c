@@ -125,18 +125,50 @@ int ig_jsonv_keys(ig_jsonv_t *v, const json_t *obj, const char *path, const char
     return 0;
 }
 
+/* Whether value has the type want names; an integral real counts as an
+ * integer where the reader allows it. */
+static int has_type(const ig_jsonv_t *v, const json_t *value, ig_jsonv_type_t want)
+{
+    switch (want) {
+    case IG_JSONV_OBJECT:
+        return json_is_object(value);
+    case IG_JSONV_ARRAY:
+        return json_is_array(value);
+    case IG_JSONV_STRING:
+        return json_is_string(value);
+    case IG_JSONV_INTEGER:
+        if (json_is_integer(value))
+            return 1;
+        /* 16.0 from a float-minded client */
+        return (v->flags & IG_JSONV_INTEGRAL_REAL) && json_is_real(value) &&
+               json_real_value(value) == floor(json_real_value(value)) &&
+               fabs(json_real_value(value)) < 9e15;
+    case IG_JSONV_NUMBER:
+        return json_is_number(value);
+    case IG_JSONV_BOOLEAN:
+        return json_is_boolean(value);
+    }
+    return 0;
+}
+
+/* look() and the type check: 1 when l->value is there and of type want;
+ * otherwise 0 (absent) or the fault's negative code. */
+static int look_typed(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path,
+                      const char *key, unsigned flags, ig_jsonv_type_t want)
+{
+    int rc;
+    if (!look(v, l, obj, path, key, flags, want, &rc))
+        return rc;
+    return has_type(v, l->value, want) ? 1 : fault(v, l, IG_JSONV_TYPE);
+}
+
 static int get_container(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
                          unsigned flags, ig_jsonv_type_t want, json_t **out)
 {
     look_t l;
-    int rc;
-    *out = NULL;
-    if (!look(v, &l, obj, path, key, flags, want, &rc))
-        return rc;
-    if (want == IG_JSONV_OBJECT ? !json_is_object(l.value) : !json_is_array(l.value))
-        return fault(v, &l, IG_JSONV_TYPE);
-    *out = (json_t *)l.value;
-    return 1;
+    int rc = look_typed(v, &l, obj, path, key, flags, want);
+    *out = rc == 1 ? (json_t *)l.value : NULL;
+    return rc;
 }
 
 int ig_jsonv_object(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
@@ -155,14 +187,12 @@ int ig_jsonv_string(ig_jsonv_t *v, const json_t *obj, const char *path, const ch
                     unsigned flags, const char *def, const char **out, size_t *len)
 {
     look_t l;
-    int rc;
+    int rc = look_typed(v, &l, obj, path, key, flags, IG_JSONV_STRING);
     *out = def;
     if (len)
         *len = def ? strlen(def) : 0;
-    if (!look(v, &l, obj, path, key, flags, IG_JSONV_STRING, &rc))
+    if (rc != 1)
         return rc;
-    if (!json_is_string(l.value))
-        return fault(v, &l, IG_JSONV_TYPE);
     const char *s = json_string_value(l.value);
     size_t n = json_string_length(l.value);
     if (strlen(s) != n)
@@ -175,76 +205,59 @@ int ig_jsonv_string(ig_jsonv_t *v, const json_t *obj, const char *path, const ch
     return 1;
 }
 
-/* The integer in l.value, or a TYPE fault. */
-static int integer_of(ig_jsonv_t *v, look_t *l, long long *x)
+/* An integer within range's bounds (lo/hi, or ulo/uhi where is_unsigned):
+ * 1 with *x, 0 when absent, or a fault's code. */
+static int get_integer(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+                       unsigned flags, const ig_jsonv_fault_t *range, long long *x)
 {
-    if (json_is_integer(l->value)) {
-        *x = json_integer_value(l->value);
-        return 0;
-    }
-    if ((v->flags & IG_JSONV_INTEGRAL_REAL) && json_is_real(l->value)) {
-        double d = json_real_value(l->value);
-        if (d == floor(d) && fabs(d) < 9e15) {
-            *x = (long long)d; /* 16.0 from a float-minded client */
-            return 0;
-        }
-    }
-    return fault(v, l, IG_JSONV_TYPE);
+    look_t l;
+    int rc = look_typed(v, &l, obj, path, key, flags, IG_JSONV_INTEGER);
+    if (rc != 1)
+        return rc;
+    *x = json_is_integer(l.value) ? json_integer_value(l.value)
+                                  : (long long)json_real_value(l.value);
+    int in = range->is_unsigned
+                 ? *x >= 0 && (uint64_t)*x >= range->ulo && (uint64_t)*x <= range->uhi
+                 : *x >= range->lo && *x <= range->hi;
+    if (in)
+        return 1;
+    l.f.is_unsigned = range->is_unsigned;
+    l.f.lo = range->lo;
+    l.f.hi = range->hi;
+    l.f.ulo = range->ulo;
+    l.f.uhi = range->uhi;
+    l.f.x = *x;
+    return fault(v, &l, IG_JSONV_RANGE);
 }
 
 int ig_jsonv_int(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
                  unsigned flags, long long lo, long long hi, long long def, long long *out)
 {
-    look_t l;
-    int rc;
+    ig_jsonv_fault_t range = {.lo = lo, .hi = hi};
     long long x;
-    *out = def;
-    if (!look(v, &l, obj, path, key, flags, IG_JSONV_INTEGER, &rc))
-        return rc;
-    if ((rc = integer_of(v, &l, &x)) < 0)
-        return rc;
-    if (x < lo || x > hi) {
-        l.f.lo = lo;
-        l.f.hi = hi;
-        l.f.x = x;
-        return fault(v, &l, IG_JSONV_RANGE);
-    }
-    *out = x;
-    return 1;
+    int rc = get_integer(v, obj, path, key, flags, &range, &x);
+    *out = rc == 1 ? x : def;
+    return rc;
 }
 
 int ig_jsonv_uint(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
                   unsigned flags, uint64_t lo, uint64_t hi, uint64_t def, uint64_t *out)
 {
-    look_t l;
-    int rc;
+    ig_jsonv_fault_t range = {.is_unsigned = 1, .ulo = lo, .uhi = hi};
     long long x;
-    *out = def;
-    if (!look(v, &l, obj, path, key, flags, IG_JSONV_INTEGER, &rc))
-        return rc;
-    if ((rc = integer_of(v, &l, &x)) < 0)
-        return rc;
-    if (x < 0 || (uint64_t)x < lo || (uint64_t)x > hi) {
-        l.f.is_unsigned = 1;
-        l.f.ulo = lo;
-        l.f.uhi = hi;
-        l.f.x = x;
-        return fault(v, &l, IG_JSONV_RANGE);
-    }
-    *out = (uint64_t)x;
-    return 1;
+    int rc = get_integer(v, obj, path, key, flags, &range, &x);
+    *out = rc == 1 ? (uint64_t)x : def;
+    return rc;
 }
 
 int ig_jsonv_number(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
                     unsigned flags, double lo, double hi, double def, double *out)
 {
     look_t l;
-    int rc;
+    int rc = look_typed(v, &l, obj, path, key, flags, IG_JSONV_NUMBER);
     *out = def;
-    if (!look(v, &l, obj, path, key, flags, IG_JSONV_NUMBER, &rc))
+    if (rc != 1)
         return rc;
-    if (!json_is_number(l.value))
-        return fault(v, &l, IG_JSONV_TYPE);
     double x = json_number_value(l.value);
     int bad_lo = (flags & IG_JSONV_LO_OPEN) ? !(x > lo) : !(x >= lo);
     int bad_hi = (flags & IG_JSONV_HI_OPEN) ? !(x < hi) : !(x <= hi);
@@ -262,14 +275,9 @@ int ig_jsonv_bool(ig_jsonv_t *v, const json_t *obj, const char *path, const char
                   unsigned flags, int def, int *out)
 {
     look_t l;
-    int rc;
-    *out = def;
-    if (!look(v, &l, obj, path, key, flags, IG_JSONV_BOOLEAN, &rc))
-        return rc;
-    if (!json_is_boolean(l.value))
-        return fault(v, &l, IG_JSONV_TYPE);
-    *out = json_is_true(l.value);
-    return 1;
+    int rc = look_typed(v, &l, obj, path, key, flags, IG_JSONV_BOOLEAN);
+    *out = rc == 1 ? json_is_true(l.value) : def;
+    return rc;
 }
 
 int ig_jsonv_enum(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
@@ -280,12 +288,10 @@ int ig_jsonv_enum(ig_jsonv_t *v, const json_t *obj, const char *path, const char
     *out = def;
     if (!look(v, &l, obj, path, key, flags, IG_JSONV_STRING, &rc))
         return rc;
-    if (json_is_string(l.value)) {
-        for (int i = 0; choices[i] != NULL; i++) {
-            if (strcmp(choices[i], json_string_value(l.value)) == 0) {
-                *out = i;
-                return 1;
-            }
+    for (int i = 0; json_is_string(l.value) && choices[i] != NULL; i++) {
+        if (strcmp(choices[i], json_string_value(l.value)) == 0) {
+            *out = i;
+            return 1;
         }
     }
     l.f.choices = choices;

@@ -143,48 +143,42 @@ uint16_t ig_f32_to_bf16(float f)
 
 /* ---- bulk conversions ---------------------------------------------------- */
 
+/* The 16-bit conversions, one loop for both formats; bf16 is a constant
+ * at each call, so the compiler keeps a loop for each. */
+static inline void halves_to_f32(float *dst, const unsigned char *s, size_t n, int bf16)
+{
+    uint16_t h;
+    for (size_t i = 0; i < n; i++) {
+        memcpy(&h, s + 2 * i, 2);
+        dst[i] = bf16 ? ig_bf16_to_f32(h) : ig_f16_to_f32(h);
+    }
+}
+
+static inline void f32_to_halves(unsigned char *d, const float *src, size_t n, int bf16)
+{
+    uint16_t h;
+    for (size_t i = 0; i < n; i++) {
+        h = bf16 ? ig_f32_to_bf16(src[i]) : ig_f32_to_f16(src[i]);
+        memcpy(d + 2 * i, &h, 2);
+    }
+}
+
 void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
 {
-    const unsigned char *s = src;
-    uint16_t h;
-    switch (dtype) {
-    case IG_DTYPE_F32:
+    if (dtype == IG_DTYPE_F32)
         memmove(dst, src, n * sizeof(float));
-        return;
-    case IG_DTYPE_F16:
-        for (size_t i = 0; i < n; i++) {
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = ig_f16_to_f32(h);
-        }
-        return;
-    case IG_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) {
-            memcpy(&h, s + 2 * i, 2);
-            dst[i] = ig_bf16_to_f32(h);
-        }
-        return;
-    }
+    else if (dtype == IG_DTYPE_F16)
+        halves_to_f32(dst, src, n, 0);
+    else if (dtype == IG_DTYPE_BF16)
+        halves_to_f32(dst, src, n, 1);
 }
 
 void ig_dtype_from_f32(void *dst, ig_dtype_t dtype, const float *src, size_t n)
 {
-    unsigned char *d = dst;
-    uint16_t h;
-    switch (dtype) {
-    case IG_DTYPE_F32:
+    if (dtype == IG_DTYPE_F32)
         memmove(dst, src, n * sizeof(float));
-        return;
-    case IG_DTYPE_F16:
-        for (size_t i = 0; i < n; i++) {
-            h = ig_f32_to_f16(src[i]);
-            memcpy(d + 2 * i, &h, 2);
-        }
-        return;
-    case IG_DTYPE_BF16:
-        for (size_t i = 0; i < n; i++) {
-            h = ig_f32_to_bf16(src[i]);
-            memcpy(d + 2 * i, &h, 2);
-        }
-        return;
-    }
+    else if (dtype == IG_DTYPE_F16)
+        f32_to_halves(dst, src, n, 0);
+    else if (dtype == IG_DTYPE_BF16)
+        f32_to_halves(dst, src, n, 1);
 }

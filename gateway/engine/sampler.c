@@ -218,6 +218,30 @@ static inline int better(const float *v, int a, int b)
     return v[a] > v[b] || (v[a] == v[b] && a < b);
 }
 
+/* Heaps of ids keyed by v: a max-heap holds the best id at its root, a
+ * min-heap (min set) the worst. Whether id a belongs above id b: */
+static inline int above(const float *v, int a, int b, int min)
+{
+    return min ? better(v, b, a) : better(v, a, b);
+}
+
+static void heap_down(const float *v, int *heap, int n, int p, int min)
+{
+    for (;;) {
+        int l = 2 * p + 1, r = l + 1, w = p;
+        if (l < n && above(v, heap[l], heap[w], min))
+            w = l;
+        if (r < n && above(v, heap[r], heap[w], min))
+            w = r;
+        if (w == p)
+            return;
+        int t = heap[p];
+        heap[p] = heap[w];
+        heap[w] = t;
+        p = w;
+    }
+}
+
 /* Top `n` ids of v(len) into top(n), best first, with a min-heap of n. */
 static int top_n(const float *v, int len, int n, int *top)
 {
@@ -240,20 +264,7 @@ static int top_n(const float *v, int len, int n, int *top)
             }
         } else if (better(v, i, top[0])) {
             top[0] = i;
-            int p = 0;
-            for (;;) {
-                int l = 2 * p + 1, r = l + 1, w = p;
-                if (l < h && better(v, top[w], top[l]))
-                    w = l;
-                if (r < h && better(v, top[w], top[r]))
-                    w = r;
-                if (w == p)
-                    break;
-                int t = top[p];
-                top[p] = top[w];
-                top[w] = t;
-                p = w;
-            }
+            heap_down(v, top, h, 0, 1);
         }
     }
     /* Heap order to best-first: a small insertion sort (n <= 20). */
@@ -268,29 +279,11 @@ static int top_n(const float *v, int len, int n, int *top)
     return h;
 }
 
-/* Max-heap over ids keyed by v. */
-static void heap_down(const float *v, int *heap, int n, int p)
-{
-    for (;;) {
-        int l = 2 * p + 1, r = l + 1, w = p;
-        if (l < n && better(v, heap[l], heap[w]))
-            w = l;
-        if (r < n && better(v, heap[r], heap[w]))
-            w = r;
-        if (w == p)
-            return;
-        int t = heap[p];
-        heap[p] = heap[w];
-        heap[w] = t;
-        p = w;
-    }
-}
-
 static int heap_pop(const float *v, int *heap, int *n)
 {
     int top = heap[0];
     heap[0] = heap[--*n];
-    heap_down(v, heap, *n, 0);
+    heap_down(v, heap, *n, 0, 0);
     return top;
 }
 
@@ -407,6 +400,24 @@ static int draw(const int *idx, const float *p, int n, double z, ig_rng_t *rng)
     return last;
 }
 
+/* The same over every id, e(V) the weights: ids under min_w (and zero
+ * weights) are left out, total is the weight of the others; dflt when
+ * none is left. */
+static int draw_all(const float *e, int V, float min_w, double total, ig_rng_t *rng, int dflt)
+{
+    double u = ig_rng_uniform(rng) * total, acc = 0.0;
+    int last = dflt;
+    for (int i = 0; i < V; i++) {
+        if (e[i] < min_w || e[i] <= 0.0f)
+            continue;
+        acc += e[i];
+        last = i;
+        if (acc > u)
+            break;
+    }
+    return last;
+}
+
 int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_params_t *p,
                       ig_rng_t *rng, const int *history, int nhistory, int nprompt, int ntop,
                       ig_sample_t *out)
@@ -450,15 +461,7 @@ int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_pa
     if (top_p >= 1.0f && min_p <= 0.0f) {
         /* Plain temperature: one pass of expf into scratch, one draw. */
         double z = sum_exp(w, V, m, invt, e);
-        double u = ig_rng_uniform(rng) * z, acc = 0.0;
-        for (int i = 0; i < V; i++) {
-            if (e[i] <= 0.0f)
-                continue;
-            acc += e[i];
-            token = i;
-            if (acc > u)
-                break;
-        }
+        token = draw_all(e, V, 0.0f, z, rng, token);
         goto done;
     }
 
@@ -469,15 +472,7 @@ int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_pa
         double kept = 0.0;
         for (int i = 0; i < V; i++)
             kept += e[i] >= min_p ? e[i] : 0.0f;
-        double u = ig_rng_uniform(rng) * kept, acc = 0.0;
-        for (int i = 0; i < V; i++) {
-            if (e[i] < min_p || e[i] <= 0.0f)
-                continue;
-            acc += e[i];
-            token = i;
-            if (acc > u)
-                break;
-        }
+        token = draw_all(e, V, min_p, kept, rng, token);
         goto done;
     }
 
@@ -494,7 +489,7 @@ int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_pa
         if (e[i] >= tau)
             idx[n++] = i;
     for (int i = n / 2 - 1; i >= 0; i--)
-        heap_down(w, idx, n, i);
+        heap_down(w, idx, n, i, 0);
     int nkeep = 0;
     double cum = 0.0;
     float *kw = s->kept_w;

@@ -228,6 +228,20 @@ void ig_sched_opts_default(ig_sched_opts_t *o)
     o->echo_rows = 64;
 }
 
+/* The buffers ig_sched_create() allocates, and s itself. */
+static void free_buffers(ig_sched_t *s)
+{
+    free(s->eos);
+    free(s->logits);
+    free(s->b_tokens);
+    free(s->b_seq_start);
+    free(s->b_pos_start);
+    free(s->b_logits_from);
+    free(s->b_tables);
+    free(s->b_seqs);
+    free(s);
+}
+
 int ig_sched_create(ig_sched_t **out, const ig_sched_engine_t *eng, const ig_sched_detok_t *detok,
                     const ig_sched_opts_t *opts)
 {
@@ -283,15 +297,7 @@ int ig_sched_create(ig_sched_t **out, const ig_sched_engine_t *eng, const ig_sch
     *out = s;
     return 0;
 fail:
-    free(s->eos);
-    free(s->logits);
-    free(s->b_tokens);
-    free(s->b_seq_start);
-    free(s->b_pos_start);
-    free(s->b_logits_from);
-    free(s->b_tables);
-    free(s->b_seqs);
-    free(s);
+    free_buffers(s);
     return IG_ENOMEM;
 }
 
@@ -332,15 +338,7 @@ void ig_sched_free(ig_sched_t *s)
     pthread_cond_destroy(&s->cv);
     ig_sampler_free(s->sampler);
     free(s->ops);
-    free(s->eos);
-    free(s->logits);
-    free(s->b_tokens);
-    free(s->b_seq_start);
-    free(s->b_pos_start);
-    free(s->b_logits_from);
-    free(s->b_tables);
-    free(s->b_seqs);
-    free(s);
+    free_buffers(s);
 }
 
 /* ---- submit / cancel ------------------------------------------------------ */

@@ -104,17 +104,22 @@ void ig__http_budget_release(size_t n)
 
 #define REQ_POOL_MAX 64
 
-ig_http_req_t *ig__http_req_new(ig__http_reqpool_t *pool)
+/* A request from pool's free list, or NULL when it has none. */
+static ig_http_req_t *pool_take(ig__http_reqpool_t *pool)
 {
     ig_http_req_t *r = pool != NULL ? pool->free : NULL;
     if (r != NULL) {
         pool->free = r->next;
         pool->count--;
-    } else {
-        r = malloc(sizeof(*r));
-        if (r == NULL)
-            return NULL;
     }
+    return r;
+}
+
+ig_http_req_t *ig__http_req_new(ig__http_reqpool_t *pool)
+{
+    ig_http_req_t *r = pool_take(pool);
+    if (r == NULL && (r = malloc(sizeof(*r))) == NULL)
+        return NULL;
     memset(r, 0, offsetof(ig_http_req_t, arena));
     ig__arena_init(&r->arena);
     r->pool = pool;
@@ -147,14 +152,9 @@ void ig__http_req_free(ig_http_req_t *r)
 
 void ig__http_reqpool_dispose(ig__http_reqpool_t *pool)
 {
-    ig_http_req_t *r = pool->free;
-    while (r != NULL) {
-        ig_http_req_t *n = r->next;
+    ig_http_req_t *r;
+    while ((r = pool_take(pool)) != NULL)
         free(r);
-        r = n;
-    }
-    pool->free = NULL;
-    pool->count = 0;
 }
 
 /* ---- accessors -------------------------------------------------------- */

@@ -44,99 +44,45 @@ typedef struct {
     int tok_style; /* IG_TOKGEN_* */
 } preset_t;
 
+/* One row a preset: what it is, then its shape, its RoPE, and how it is
+ * written (fields not named are 0: no biases, no RoPE scaling). A table,
+ * kept out of clang-format, which would give every field its own line. */
+/* clang-format off */
 static const preset_t presets[] = {
-    {
-        .name = "tiny",
-        .summary = "about 1.0M parameters: dim 128, 2 layers, 4 heads / 2 kv, vocab 4096, "
-                   "tied, Llama-2 sentencepiece tokenizer, F32",
-        .architecture = "LlamaForCausalLM",
-        .model_type = "llama",
-        .dim = 128,
-        .hidden = 512,
-        .layers = 2,
-        .heads = 4,
-        .kv_heads = 2,
-        .head_dim = 32,
-        .vocab = 4096,
-        .max_pos = 512,
-        .rms_eps = 1e-5,
-        .rope_theta = 10000.0,
-        .tied = 1,
-        .dtype = IG_DTYPE_F32,
-        .shards = 1,
-        .tok_style = IG_TOKGEN_SENTENCEPIECE,
-    },
-    {
-        .name = "small",
-        .summary = "the shape of stories15M: dim 288, 6 layers, 6 heads, hidden 768, vocab "
-                   "32000, tied, Llama-2 sentencepiece tokenizer, F32",
-        .architecture = "LlamaForCausalLM",
-        .model_type = "llama",
-        .dim = 288,
-        .hidden = 768,
-        .layers = 6,
-        .heads = 6,
-        .kv_heads = 6,
-        .head_dim = 48,
-        .vocab = 32000,
-        .max_pos = 256,
-        .rms_eps = 1e-5,
-        .rope_theta = 10000.0,
-        .tied = 1,
-        .dtype = IG_DTYPE_F32,
-        .shards = 1,
-        .tok_style = IG_TOKGEN_SENTENCEPIECE,
-    },
-    {
-        .name = "gqa",
-        .summary = "Qwen2 with q/k/v biases: dim 256, 4 layers, 8 heads / 2 kv, vocab 8192, "
-                   "untied, rope_theta 500000, ChatML byte-level tokenizer, F32",
-        .architecture = "Qwen2ForCausalLM",
-        .model_type = "qwen2",
-        .dim = 256,
-        .hidden = 768,
-        .layers = 4,
-        .heads = 8,
-        .kv_heads = 2,
-        .head_dim = 32,
-        .vocab = 8192,
-        .max_pos = 2048,
-        .rms_eps = 1e-6,
-        .rope_theta = 500000.0,
-        .tied = 0,
-        .attention_bias = 1,
-        .dtype = IG_DTYPE_F32,
-        .shards = 1,
-        .tok_style = IG_TOKGEN_CHATML,
-    },
-    {
-        .name = "1b",
-        .summary = "the shape of Llama-3.2-1B: dim 2048, 16 layers, 32 heads / 8 kv, vocab "
-                   "128256, llama3 rope scaling, tied, Llama-3 byte-level tokenizer, BF16, "
-                   "2 shards",
-        .architecture = "LlamaForCausalLM",
-        .model_type = "llama",
-        .dim = 2048,
-        .hidden = 8192,
-        .layers = 16,
-        .heads = 32,
-        .kv_heads = 8,
-        .head_dim = 64,
-        .vocab = 128256,
-        .max_pos = 131072,
-        .rms_eps = 1e-5,
-        .rope_theta = 500000.0,
-        .rope_scaling = IG_ROPE_LLAMA3,
-        .rope_factor = 32.0,
-        .rope_low = 1.0,
-        .rope_high = 4.0,
-        .rope_original_max_pos = 8192,
-        .tied = 1,
-        .dtype = IG_DTYPE_BF16,
-        .shards = 2,
-        .tok_style = IG_TOKGEN_BYTE_LEVEL,
-    },
+    {.name = "tiny",
+     .summary = "about 1.0M parameters: dim 128, 2 layers, 4 heads / 2 kv, vocab 4096, "
+                "tied, Llama-2 sentencepiece tokenizer, F32",
+     .architecture = "LlamaForCausalLM", .model_type = "llama",
+     .dim = 128, .hidden = 512, .layers = 2, .heads = 4, .kv_heads = 2, .head_dim = 32,
+     .vocab = 4096, .max_pos = 512, .rms_eps = 1e-5, .rope_theta = 10000.0,
+     .tied = 1, .dtype = IG_DTYPE_F32, .shards = 1, .tok_style = IG_TOKGEN_SENTENCEPIECE},
+    {.name = "small",
+     .summary = "the shape of stories15M: dim 288, 6 layers, 6 heads, hidden 768, vocab "
+                "32000, tied, Llama-2 sentencepiece tokenizer, F32",
+     .architecture = "LlamaForCausalLM", .model_type = "llama",
+     .dim = 288, .hidden = 768, .layers = 6, .heads = 6, .kv_heads = 6, .head_dim = 48,
+     .vocab = 32000, .max_pos = 256, .rms_eps = 1e-5, .rope_theta = 10000.0,
+     .tied = 1, .dtype = IG_DTYPE_F32, .shards = 1, .tok_style = IG_TOKGEN_SENTENCEPIECE},
+    {.name = "gqa",
+     .summary = "Qwen2 with q/k/v biases: dim 256, 4 layers, 8 heads / 2 kv, vocab 8192, "
+                "untied, rope_theta 500000, ChatML byte-level tokenizer, F32",
+     .architecture = "Qwen2ForCausalLM", .model_type = "qwen2",
+     .dim = 256, .hidden = 768, .layers = 4, .heads = 8, .kv_heads = 2, .head_dim = 32,
+     .vocab = 8192, .max_pos = 2048, .rms_eps = 1e-6, .rope_theta = 500000.0,
+     .tied = 0, .attention_bias = 1, .dtype = IG_DTYPE_F32, .shards = 1,
+     .tok_style = IG_TOKGEN_CHATML},
+    {.name = "1b",
+     .summary = "the shape of Llama-3.2-1B: dim 2048, 16 layers, 32 heads / 8 kv, vocab "
+                "128256, llama3 rope scaling, tied, Llama-3 byte-level tokenizer, BF16, "
+                "2 shards",
+     .architecture = "LlamaForCausalLM", .model_type = "llama",
+     .dim = 2048, .hidden = 8192, .layers = 16, .heads = 32, .kv_heads = 8, .head_dim = 64,
+     .vocab = 128256, .max_pos = 131072, .rms_eps = 1e-5, .rope_theta = 500000.0,
+     .rope_scaling = IG_ROPE_LLAMA3, .rope_factor = 32.0, .rope_low = 1.0, .rope_high = 4.0,
+     .rope_original_max_pos = 8192,
+     .tied = 1, .dtype = IG_DTYPE_BF16, .shards = 2, .tok_style = IG_TOKGEN_BYTE_LEVEL},
 };
+/* clang-format on */
 
 #define NPRESETS (sizeof(presets) / sizeof(presets[0]))
 
@@ -148,6 +94,15 @@ const char *ig_mkmodel_preset_name(size_t i)
 const char *ig_mkmodel_preset_summary(size_t i)
 {
     return i < NPRESETS ? presets[i].summary : NULL;
+}
+
+/* The preset called name, or NULL. */
+static const preset_t *find_preset(const char *name)
+{
+    for (size_t i = 0; name != NULL && i < NPRESETS; i++)
+        if (strcmp(name, presets[i].name) == 0)
+            return &presets[i];
+    return NULL;
 }
 
 void ig_mkmodel_opts_default(ig_mkmodel_opts_t *opts)
@@ -520,10 +475,7 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
     pthread_t tok_thread;
     int tok_started = 0;
 
-    for (size_t i = 0; i < NPRESETS; i++)
-        if (opts->preset && strcmp(opts->preset, presets[i].name) == 0)
-            p = &presets[i];
-    if (p == NULL) {
+    if ((p = find_preset(opts->preset)) == NULL) {
         ig_errf(err, errlen, "unknown preset \"%s\" (tiny, small, gqa, 1b)",
                 opts->preset ? opts->preset : "");
         return IG_EINVAL;
@@ -699,10 +651,7 @@ int ig_cmd_mkmodel(int argc, char **argv)
         usage(stderr);
         return IG_EXIT_USAGE;
     }
-    int known = 0;
-    for (size_t i = 0; i < NPRESETS; i++)
-        known |= strcmp(preset, presets[i].name) == 0;
-    if (!known) {
+    if (find_preset(preset) == NULL) {
         fprintf(stderr, "infergate mkmodel: unknown preset \"%s\" (tiny, small, gqa, 1b)\n",
                 preset);
         return IG_EXIT_USAGE;

@@ -28,6 +28,8 @@
 #include "infergate/log.h"
 #include "infergate/metrics.h"
 
+#include "base/list.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -67,7 +69,7 @@ typedef enum { X_QUEUED, X_TRYING, X_COMMITTED, X_DONE } xstate_t;
 struct exchange_s {
     ig_proxy_t *px;
     ig_http_req_t *req;
-    exchange_t *next, *prev; /* in the model queue, or in px->active */
+    ig_list_t queue_node; /* in its model's queue while X_QUEUED */
     xstate_t state;
     char *model, *path, *body;
     size_t len;
@@ -98,12 +100,14 @@ struct exchange_s {
     int client_paused;
 };
 
-typedef struct model_queue_s {
+typedef struct {
     char *model;
-    exchange_t *head, *tail;
+    ig_list_t waiting; /* exchange_t.queue_node, oldest first */
     int n;
-    struct model_queue_s *next;
+    ig_list_t node; /* in px->queues */
 } model_queue_t;
+
+#define QUEUE_OF(it) IG_LIST_DATA(it, model_queue_t, node)
 
 struct ig_proxy_s {
     uv_loop_t *loop;
@@ -111,7 +115,7 @@ struct ig_proxy_s {
     ig_router_t router;
     ig_proxy_resolve_cb resolve;
     void *resolve_data;
-    model_queue_t *queues;
+    ig_list_t queues; /* model_queue_t.node */
     int inflight; /* exchanges past admission, not done */
     int live;     /* exchanges allocated, not yet freed */
     int queued;
@@ -151,6 +155,7 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     ig_proxy_t *px = calloc(1, sizeof(*px));
     if (px == NULL)
         return IG_ENOMEM;
+    ig_list_init(&px->queues);
     px->loop = loop;
     if (opts != NULL)
         px->opts = *opts;
@@ -212,11 +217,16 @@ int ig_proxy_queued(const ig_proxy_t *px)
 
 /* ---- queues ------------------------------------------------------------ */
 
+/* The oldest exchange a non-empty queue holds. */
+#define QUEUE_HEAD(q) IG_LIST_DATA(ig_list_first(&(q)->waiting), exchange_t, queue_node)
+
 static model_queue_t *queue_of(ig_proxy_t *px, const char *model, int create)
 {
-    for (model_queue_t *q = px->queues; q != NULL; q = q->next) {
-        if (strcmp(q->model, model) == 0)
-            return q;
+    ig_list_t *it;
+    IG_LIST_FOREACH(it, &px->queues)
+    {
+        if (strcmp(QUEUE_OF(it)->model, model) == 0)
+            return QUEUE_OF(it);
     }
     if (!create)
         return NULL;
@@ -225,8 +235,8 @@ static model_queue_t *queue_of(ig_proxy_t *px, const char *model, int create)
         free(q);
         return NULL;
     }
-    q->next = px->queues;
-    px->queues = q;
+    ig_list_init(&q->waiting);
+    ig_list_push_front(&px->queues, &q->node);
     return q;
 }
 
@@ -235,15 +245,7 @@ static void queue_remove(ig_proxy_t *px, exchange_t *x)
     model_queue_t *q = queue_of(px, x->model, 0);
     if (q == NULL)
         return;
-    if (x->prev != NULL)
-        x->prev->next = x->next;
-    else
-        q->head = x->next;
-    if (x->next != NULL)
-        x->next->prev = x->prev;
-    else
-        q->tail = x->prev;
-    x->next = x->prev = NULL;
+    ig_list_remove(&x->queue_node);
     q->n--;
     px->queued--;
     ig_metric_set(px->m_queue, q->n, x->model);
@@ -251,13 +253,7 @@ static void queue_remove(ig_proxy_t *px, exchange_t *x)
 
 static void queue_push(ig_proxy_t *px, model_queue_t *q, exchange_t *x)
 {
-    x->prev = q->tail;
-    x->next = NULL;
-    if (q->tail != NULL)
-        q->tail->next = x;
-    else
-        q->head = x;
-    q->tail = x;
+    ig_list_push_back(&q->waiting, &x->queue_node);
     q->n++;
     px->queued++;
     ig_metric_set(px->m_queue, q->n, x->model);
@@ -1082,8 +1078,8 @@ static void pump(ig_proxy_t *px, const char *model)
 {
     model_queue_t *q = queue_of(px, model, 0);
     int guard = q ? q->n : 0;
-    while (q != NULL && q->head != NULL && guard-- > 0) {
-        exchange_t *x = q->head;
+    while (q != NULL && !ig_list_empty(&q->waiting) && guard-- > 0) {
+        exchange_t *x = QUEUE_HEAD(q);
         queue_remove(px, x);
         x->state = X_TRYING;
         attempt_start(x, 0);
@@ -1105,12 +1101,11 @@ static void proxy_maybe_free(ig_proxy_t *px)
         return;
     void (*cb)(void *) = px->close_cb;
     void *data = px->close_data;
-    model_queue_t *q = px->queues;
-    while (q != NULL) {
-        model_queue_t *next = q->next;
-        free(q->model);
-        free(q);
-        q = next;
+    ig_list_t *it, *tmp;
+    IG_LIST_FOREACH_SAFE(it, tmp, &px->queues)
+    {
+        free(QUEUE_OF(it)->model);
+        free(QUEUE_OF(it));
     }
     free(px);
     if (cb != NULL)
@@ -1223,9 +1218,12 @@ void ig_proxy_close(ig_proxy_t *px, void (*cb)(void *data), void *data)
     px->closing = 1;
     px->close_cb = cb;
     px->close_data = data;
-    for (model_queue_t *q = px->queues; q != NULL; q = q->next) {
-        while (q->head != NULL) {
-            exchange_t *x = q->head;
+    ig_list_t *it;
+    IG_LIST_FOREACH(it, &px->queues)
+    {
+        model_queue_t *q = QUEUE_OF(it);
+        while (!ig_list_empty(&q->waiting)) {
+            exchange_t *x = QUEUE_HEAD(q);
             queue_remove(px, x);
             exchange_fail(x, 503, "shutting_down", "1", "the gateway is shutting down");
         }

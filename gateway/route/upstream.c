@@ -24,6 +24,8 @@
 #include "infergate/error.h"
 #include "infergate/log.h"
 
+#include "base/list.h"
+
 #include <llhttp.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -54,10 +56,10 @@ struct ig_upstream_s {
     int is_unix;
     char *unix_path;
     ig_upstream_opts_t opts;
-    conn_t *idle; /* pooled connections, most recent first */
+    ig_list_t idle; /* pooled connections (conn_t.idle_node), most recent first */
     unsigned nidle;
     unsigned nconns;         /* open or opening */
-    ig_upstream_req_t *reqs; /* every request not yet done */
+    ig_list_t reqs;          /* every request not yet done (ig_upstream_req_t.node) */
     unsigned nheld;          /* requests unlinked but still inside a callback */
     int closing;
     void (*close_cb)(void *data);
@@ -73,7 +75,7 @@ struct ig_upstream_s {
     uint64_t resolved_ns;     /* last good answer */
     uint64_t resolve_fail_ns; /* last failed lookup, 0 after a good one */
     resolve_t *resolving;     /* lookup in flight, or NULL */
-    conn_t *addr_wait;        /* connections waiting for an address */
+    ig_list_t addr_wait;      /* connections waiting for an address (conn_t.wait_node) */
 };
 
 struct conn_s {
@@ -86,8 +88,8 @@ struct conn_s {
     uv_timer_t timer;
     uv_connect_t connect;
     ig_upstream_t *up;
-    conn_t *next_idle;
-    conn_t *next_wait; /* in up->addr_wait */
+    ig_list_t idle_node; /* in up->idle */
+    ig_list_t wait_node; /* in up->addr_wait */
     llhttp_t parser;
     ig_upstream_req_t *req; /* in flight, or NULL when idle */
     int handles_open;       /* the stream and the timer */
@@ -104,7 +106,7 @@ struct conn_s {
 struct ig_upstream_req_s {
     ig_upstream_t *up;
     conn_t *conn;
-    ig_upstream_req_t *prev, *next; /* in up->reqs */
+    ig_list_t node; /* in up->reqs */
     ig_upstream_cbs_t cbs;
     void *data;
     char *wbuf; /* the whole request, bytes ready to send */
@@ -251,6 +253,9 @@ int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, co
     ig_upstream_t *u = calloc(1, sizeof(*u));
     if (u == NULL)
         return IG_ENOMEM;
+    ig_list_init(&u->idle);
+    ig_list_init(&u->reqs);
+    ig_list_init(&u->addr_wait);
     u->loop = loop;
     u->name = strdup(name);
     if (opts != NULL)
@@ -287,7 +292,7 @@ int ig_upstream_resolved(const ig_upstream_t *u)
 
 static void maybe_finish_close(ig_upstream_t *u)
 {
-    if (!u->closing || u->nconns > 0 || u->reqs != NULL || u->nheld > 0)
+    if (!u->closing || u->nconns > 0 || !ig_list_empty(&u->reqs) || u->nheld > 0)
         return;
     void (*cb)(void *) = u->close_cb;
     void *data = u->close_data;
@@ -309,14 +314,12 @@ void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data)
     }
     /* A request inside one of its callbacks is unlinked at once and ended
      * when the callback returns, so this loop always shortens the list. */
-    while (u->reqs != NULL)
-        req_finish(u->reqs, IG_ECANCELED);
-    while (u->idle != NULL) {
-        conn_t *c = u->idle;
-        u->idle = c->next_idle;
+    ig_list_t *n;
+    while ((n = ig_list_first(&u->reqs)) != NULL)
+        req_finish(IG_LIST_DATA(n, ig_upstream_req_t, node), IG_ECANCELED);
+    while ((n = ig_list_pop_front(&u->idle)) != NULL) {
         u->nidle--;
-        c->next_idle = NULL;
-        conn_close(c);
+        conn_close(IG_LIST_DATA(n, conn_t, idle_node));
     }
     maybe_finish_close(u);
 }
@@ -363,12 +366,10 @@ static void on_resolved(uv_getaddrinfo_t *req, int status, struct addrinfo *res)
     u->stale = 0;
     /* Every waiting connection connects now, or fails: an address is there
      * or the lookup failed, so conn_connect decides without waiting again. */
-    conn_t *list = u->addr_wait;
-    u->addr_wait = NULL;
-    while (list != NULL) {
-        conn_t *c = list;
-        list = c->next_wait;
-        c->next_wait = NULL;
+    ig_list_t list, *w;
+    ig_list_move(&list, &u->addr_wait);
+    while ((w = ig_list_pop_front(&list)) != NULL) {
+        conn_t *c = IG_LIST_DATA(w, conn_t, wait_node);
         c->waiting_addr = 0;
         conn_connect(c);
     }
@@ -423,16 +424,12 @@ static void conn_on_handle_closed(uv_handle_t *h)
     maybe_finish_close(u);
 }
 
-static void wait_remove(ig_upstream_t *u, conn_t *c)
+static void wait_remove(conn_t *c)
 {
-    for (conn_t **p = &u->addr_wait; *p != NULL; p = &(*p)->next_wait) {
-        if (*p == c) {
-            *p = c->next_wait;
-            c->next_wait = NULL;
-            c->waiting_addr = 0;
-            return;
-        }
-    }
+    if (!ig_list_linked(&c->wait_node))
+        return;
+    ig_list_remove(&c->wait_node);
+    c->waiting_addr = 0;
 }
 
 /* Closes a connection that is not in the idle list. */
@@ -442,7 +439,7 @@ static void conn_close(conn_t *c)
         return;
     c->closing = 1;
     if (c->waiting_addr)
-        wait_remove(c->up, c);
+        wait_remove(c);
     if (c->req != NULL && c->req->conn == c)
         c->req->conn = NULL;
     c->req = NULL;
@@ -452,14 +449,10 @@ static void conn_close(conn_t *c)
 
 static void idle_remove(ig_upstream_t *u, conn_t *c)
 {
-    for (conn_t **p = &u->idle; *p != NULL; p = &(*p)->next_idle) {
-        if (*p == c) {
-            *p = c->next_idle;
-            c->next_idle = NULL;
-            u->nidle--;
-            return;
-        }
-    }
+    if (!ig_list_linked(&c->idle_node))
+        return;
+    ig_list_remove(&c->idle_node);
+    u->nidle--;
 }
 
 static void on_keepalive_timeout(uv_timer_t *t)
@@ -490,8 +483,7 @@ static void conn_release(conn_t *c, int keep_alive)
     /* A pooled connection keeps reading so that a server-side close is
      * noticed; any byte arriving while idle is a protocol error. */
     c->reused = 1;
-    c->next_idle = u->idle;
-    u->idle = c;
+    ig_list_push_front(&u->idle, &c->idle_node);
     u->nidle++;
     uv_timer_start(&c->timer, on_keepalive_timeout, u->opts.keepalive_idle_ms, 0);
 }
@@ -873,11 +865,10 @@ static void conn_connect(conn_t *c)
         u->resolve_fail_ns != 0 && now - u->resolve_fail_ns < RESOLVE_RETRY_NS;
     if (u->resolve_name != NULL && (u->naddrs == 0 || u->stale) && !lookup_failed_lately) {
         c->waiting_addr = 1;
-        c->next_wait = u->addr_wait;
-        u->addr_wait = c;
+        ig_list_push_front(&u->addr_wait, &c->wait_node);
         resolve_start(u);
         if (u->resolving == NULL) { /* could not even ask */
-            wait_remove(u, c);
+            wait_remove(c);
             conn_fail_soon(c, IG_ECONNECT);
         }
         return;
@@ -904,11 +895,10 @@ static void conn_connect(conn_t *c)
 static int conn_start(ig_upstream_req_t *r)
 {
     ig_upstream_t *u = r->up;
-    conn_t *c = r->retried_fresh ? NULL : u->idle;
+    ig_list_t *pooled = r->retried_fresh ? NULL : ig_list_pop_front(&u->idle);
+    conn_t *c = pooled ? IG_LIST_DATA(pooled, conn_t, idle_node) : NULL;
     if (c != NULL) {
-        u->idle = c->next_idle;
         u->nidle--;
-        c->next_idle = NULL;
         uv_timer_stop(&c->timer);
         c->req = r;
         r->conn = c;
@@ -969,17 +959,10 @@ static int build_request(ig_upstream_req_t *r, const char *method, const char *p
 
 static void req_unlink(ig_upstream_req_t *r)
 {
-    ig_upstream_t *u = r->up;
     if (r->unlinked)
         return;
     r->unlinked = 1;
-    if (r->prev != NULL)
-        r->prev->next = r->next;
-    else
-        u->reqs = r->next;
-    if (r->next != NULL)
-        r->next->prev = r->prev;
-    r->prev = r->next = NULL;
+    ig_list_remove(&r->node);
 }
 
 int ig_upstream_request(ig_upstream_t *u, const char *method, const char *path,
@@ -999,10 +982,7 @@ int ig_upstream_request(ig_upstream_t *u, const char *method, const char *path,
     int rc = build_request(r, method, path, extra_headers, body, len);
     if (rc != 0)
         goto fail;
-    r->next = u->reqs;
-    if (u->reqs != NULL)
-        u->reqs->prev = r;
-    u->reqs = r;
+    ig_list_push_front(&u->reqs, &r->node);
     if ((rc = conn_start(r)) != 0) {
         req_unlink(r);
         goto fail;

@@ -124,6 +124,19 @@ static int get_array(ctx_t *c, json_t *obj, const char *path, const char *key, j
     return JV(ig_jsonv_array(&c->jv, obj, path, key, 0, out));
 }
 
+/* A section: *out is a new reference to the object at key, or to an empty
+ * object where the key is absent, so that every default applies. */
+static int get_section(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
+{
+    json_t *o;
+    int rc = get_object(c, obj, path, key, &o);
+    *out = NULL;
+    if (rc != 0)
+        return rc;
+    *out = o == NULL ? json_object() : json_incref(o);
+    return *out == NULL ? IG_ENOMEM : 0;
+}
+
 /* A name: what API requests, metric labels and logs carry. */
 static int check_name(ctx_t *c, const char *path, const char *s)
 {
@@ -418,15 +431,9 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
     ig_http_limits_t *h = &l->http;
     const char *p = "limits";
     json_t *o;
-    int rc = get_object(c, root, "", "limits", &o);
+    int rc = get_section(c, root, "", "limits", &o);
     if (rc != 0)
         return rc;
-    if (o == NULL)
-        o = json_object(); /* every default below */
-    else
-        json_incref(o);
-    if (o == NULL)
-        return IG_ENOMEM;
     /* The HTTP defaults are ig_http_limits_default()'s; nothing else says them. */
     ig_http_limits_t d;
     ig_http_limits_default(&d);
@@ -504,15 +511,9 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
     ig_upstream_opts_default(&uo);
     const char *p = "routing";
     json_t *o, *hedge = NULL, *eject = NULL;
-    int policy, rc = get_object(c, root, "", "routing", &o);
+    int policy, rc = get_section(c, root, "", "routing", &o);
     if (rc != 0)
         return rc;
-    if (o == NULL)
-        o = json_object();
-    else
-        json_incref(o);
-    if (o == NULL)
-        return IG_ENOMEM;
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_enum(c, o, p, "policy", policies, IG_ROUTE_LATENCY, &policy)) ||
         (rc = get_number(c, o, p, "retry_budget", 0, 1, NUM_CLOSED, ro.retry_ratio,
@@ -555,15 +556,19 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
         (rc = get_uint(c, o, p, "queue_timeout_ms", 1, DAY_MS, po.queue_timeout_ms,
                        &r->queue_timeout_ms)))
         goto done;
-    if (r->connect_timeout_ms > r->total_timeout_ms) {
-        rc = fail(c, "routing.connect_timeout_ms", "must be <= total_timeout_ms (%llu)",
-                  (unsigned long long)r->total_timeout_ms);
-        goto done;
-    }
-    if (r->first_token_timeout_ms > r->total_timeout_ms) {
-        rc = fail(c, "routing.first_token_timeout_ms", "must be <= total_timeout_ms (%llu)",
-                  (unsigned long long)r->total_timeout_ms);
-        goto done;
+    const struct {
+        const char *path;
+        uint64_t ms;
+    } within_total[] = {
+        {"routing.connect_timeout_ms", r->connect_timeout_ms},
+        {"routing.first_token_timeout_ms", r->first_token_timeout_ms},
+    };
+    for (size_t i = 0; i < sizeof(within_total) / sizeof(within_total[0]); i++) {
+        if (within_total[i].ms > r->total_timeout_ms) {
+            rc = fail(c, within_total[i].path, "must be <= total_timeout_ms (%llu)",
+                      (unsigned long long)r->total_timeout_ms);
+            goto done;
+        }
     }
 done:
     json_decref(o);
@@ -581,52 +586,66 @@ static int find_name(char *const *names, size_t stride, size_t n, const char *na
     return -1;
 }
 
-static int parse_models(ctx_t *c, json_t *root, ig_config_t *cfg)
+/* Parses one entry of models[], pools[] or sites[] into cfg's array at idx. */
+typedef int (*parse_item_fn)(ctx_t *c, json_t *o, const char *path, ig_config_t *cfg, size_t idx);
+
+/* The top-level array at key: *items gets room for every entry and one more
+ * (zeroed), and *n counts the entries begun, so that ig_config_dispose()
+ * frees what a failure leaves half built. Each entry must be an object. */
+static int parse_list(ctx_t *c, json_t *root, const char *key, size_t size, void **items,
+                      size_t *n, parse_item_fn parse_item, ig_config_t *cfg)
 {
-    static const char *const keys[] = {"name", "path", "preset", NULL};
-    json_t *arr, *m;
+    json_t *arr, *o;
     size_t i;
-    int rc = get_array(c, root, "", "models", &arr);
+    int rc = get_array(c, root, "", key, &arr);
     if (rc != 0 || arr == NULL)
         return rc;
-    cfg->models = calloc(json_array_size(arr) + 1, sizeof(*cfg->models));
-    if (cfg->models == NULL)
+    *items = calloc(json_array_size(arr) + 1, size);
+    if (*items == NULL)
         return IG_ENOMEM;
-    json_array_foreach(arr, i, m)
+    json_array_foreach(arr, i, o)
     {
-        char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
-        ig_config_model_t *mod = &cfg->models[i];
-        char *raw = NULL;
-        join_index(p, "models", i);
-        cfg->nmodels = i + 1;
-        if (!json_is_object(m))
+        char p[PATH_MAX_LEN];
+        join_index(p, key, i);
+        *n = i + 1;
+        if (!json_is_object(o))
             return fail(c, p, "must be an object");
-        if ((rc = check_keys(c, m, p, keys)) ||
-            (rc = get_string(c, m, p, "name", STR_REQUIRED | STR_NAME, NULL, &mod->name)) ||
-            (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
-            (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)))
-            goto model_fail;
-        int prev = find_name(&cfg->models[0].name, sizeof(*cfg->models), i, mod->name);
-        if (prev >= 0) {
-            join(q, p, "name");
-            rc = fail(c, q, "duplicate name '%s' (also models[%d].name)", mod->name, prev);
-            goto model_fail;
-        }
-        if (mod->preset != NULL && raw == NULL) {
-            join(q, p, "preset");
-            rc = fail(c, q, "needs a path to generate the model into");
-            goto model_fail;
-        }
-        if (raw != NULL) {
-            join(q, p, "path");
-            rc = expand_path(c, q, raw, &mod->path);
-        }
-    model_fail:
-        free(raw);
-        if (rc != 0)
+        if ((rc = parse_item(c, o, p, cfg, i)) != 0)
             return rc;
     }
     return 0;
+}
+
+static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx)
+{
+    static const char *const keys[] = {"name", "path", "preset", NULL};
+    ig_config_model_t *mod = &cfg->models[idx];
+    char q[PATH_MAX_LEN];
+    char *raw = NULL;
+    int rc;
+    if ((rc = check_keys(c, m, p, keys)) ||
+        (rc = get_string(c, m, p, "name", STR_REQUIRED | STR_NAME, NULL, &mod->name)) ||
+        (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
+        (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)))
+        goto fail;
+    int prev = find_name(&cfg->models[0].name, sizeof(*cfg->models), idx, mod->name);
+    if (prev >= 0) {
+        join(q, p, "name");
+        rc = fail(c, q, "duplicate name '%s' (also models[%d].name)", mod->name, prev);
+        goto fail;
+    }
+    if (mod->preset != NULL && raw == NULL) {
+        join(q, p, "preset");
+        rc = fail(c, q, "needs a path to generate the model into");
+        goto fail;
+    }
+    if (raw != NULL) {
+        join(q, p, "path");
+        rc = expand_path(c, q, raw, &mod->path);
+    }
+fail:
+    free(raw);
+    return rc;
 }
 
 /* "cpu", "cpu:THREADS", "cuda:N" or "MIG-<uuid>". */
@@ -681,16 +700,10 @@ static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batc
                                        "block_size",         "max_waiting",  NULL};
     char p[PATH_MAX_LEN];
     json_t *o;
-    int rc = get_object(c, pool, pp, "batching", &o);
+    int rc = get_section(c, pool, pp, "batching", &o);
     if (rc != 0)
         return rc;
     join(p, pp, "batching");
-    if (o == NULL)
-        o = json_object();
-    else
-        json_incref(o);
-    if (o == NULL)
-        return IG_ENOMEM;
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_unsigned(c, o, p, "max_batched_tokens", 1, 1u << 20, 2048,
                            &b->max_batched_tokens)) ||
@@ -724,16 +737,10 @@ static int parse_autoscale(ctx_t *c, json_t *pool, const char *pp, ig_config_aut
         "max_scale_up_rate",  "scale_down_delay_s", "scale_to_zero_after_s", NULL};
     char p[PATH_MAX_LEN];
     json_t *o;
-    int rc = get_object(c, pool, pp, "autoscale", &o);
+    int rc = get_section(c, pool, pp, "autoscale", &o);
     if (rc != 0)
         return rc;
     join(p, pp, "autoscale");
-    if (o == NULL)
-        o = json_object();
-    else
-        json_incref(o);
-    if (o == NULL)
-        return IG_ENOMEM;
     /* The defaults and why: docs/autoscale.md. The windows and the delay
      * are kept as one sample a second in rings of IG_AUTOSCALE_SAMPLES. */
     double most = IG_AUTOSCALE_SAMPLES - 24;
@@ -773,8 +780,6 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     char q[PATH_MAX_LEN];
     json_t *devs;
     int rc;
-    if (!json_is_object(o))
-        return fail(c, p, "must be an object");
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &pool->name)) ||
         (rc = get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL, &pool->model)))
@@ -841,13 +846,15 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         return fail(c, q, "must be >= min_instances (%u)", pool->min_instances);
     if (pool->max_instances == 0)
         return fail(c, q, "must be >= 1");
-    if (pool->min_instances > pool->ndevices) {
-        join(q, p, "min_instances");
-        return fail(c, q, "must be <= the number of devices (%zu)", pool->ndevices);
-    }
-    if (pool->max_instances > pool->ndevices) {
-        join(q, p, "max_instances");
-        return fail(c, q, "must be <= the number of devices (%zu)", pool->ndevices);
+    const struct {
+        const char *key;
+        unsigned n;
+    } per_device[] = {{"min_instances", pool->min_instances}, {"max_instances", pool->max_instances}};
+    for (size_t i = 0; i < sizeof(per_device) / sizeof(per_device[0]); i++) {
+        if (per_device[i].n > pool->ndevices) {
+            join(q, p, per_device[i].key);
+            return fail(c, q, "must be <= the number of devices (%zu)", pool->ndevices);
+        }
     }
     if ((rc = parse_batching(c, o, p, &pool->batching)) ||
         (rc = parse_autoscale(c, o, p, &pool->autoscale)))
@@ -855,23 +862,44 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     return 0;
 }
 
-static int parse_pools(ctx_t *c, json_t *root, ig_config_t *cfg)
+/* Checks one entry of a string array against the entries before it. */
+typedef int (*check_string_fn)(ctx_t *c, const char *path, const char *s, char *const *prev,
+                               size_t nprev, const ig_config_t *cfg);
+
+/* An array of strings at path: *out gets a copy of each (and a NULL after
+ * them), *n counts the copies made, for ig_config_dispose(). */
+static int parse_strings(ctx_t *c, json_t *arr, const char *path, check_string_fn check,
+                         const ig_config_t *cfg, char ***out, size_t *n)
 {
-    json_t *arr, *o;
-    size_t i;
-    int rc = get_array(c, root, "", "pools", &arr);
-    if (rc != 0 || arr == NULL)
-        return rc;
-    cfg->pools = calloc(json_array_size(arr) + 1, sizeof(*cfg->pools));
-    if (cfg->pools == NULL)
+    *out = calloc(json_array_size(arr) + 1, sizeof(char *));
+    if (*out == NULL)
         return IG_ENOMEM;
-    json_array_foreach(arr, i, o)
-    {
+    for (size_t i = 0; i < json_array_size(arr); i++) {
         char p[PATH_MAX_LEN];
-        join_index(p, "pools", i);
-        cfg->npools = i + 1;
-        if ((rc = parse_pool(c, o, p, cfg, i)) != 0)
+        json_t *v = json_array_get(arr, i);
+        join_index(p, path, i);
+        if (!json_is_string(v))
+            return fail(c, p, "must be a string");
+        const char *s = json_string_value(v);
+        int rc = check(c, p, s, *out, i, cfg);
+        if (rc != 0)
             return rc;
+        (*out)[i] = strdup(s);
+        *n = i + 1;
+        if ((*out)[i] == NULL)
+            return IG_ENOMEM;
+    }
+    return 0;
+}
+
+static int check_site_model(ctx_t *c, const char *path, const char *name, char *const *prev,
+                            size_t nprev, const ig_config_t *cfg)
+{
+    if (ig_config_find_model(cfg, name) < 0)
+        return fail(c, path, "unknown model '%s' (not in models[])", name);
+    for (size_t j = 0; j < nprev; j++) {
+        if (strcmp(prev[j], name) == 0)
+            return fail(c, path, "duplicate model '%s'", name);
     }
     return 0;
 }
@@ -884,8 +912,6 @@ static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     char *url = NULL;
     json_t *arr;
     int rc;
-    if (!json_is_object(o))
-        return fail(c, p, "must be an object");
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &site->name)))
         return rc;
@@ -913,49 +939,20 @@ static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         return fail(c, q, "is required");
     if (json_array_size(arr) == 0)
         return fail(c, q, "must not be empty");
-    site->models = calloc(json_array_size(arr), sizeof(char *));
-    if (site->models == NULL)
-        return IG_ENOMEM;
-    for (size_t i = 0; i < json_array_size(arr); i++) {
-        char d[PATH_MAX_LEN];
-        json_t *v = json_array_get(arr, i);
-        join_index(d, q, i);
-        if (!json_is_string(v))
-            return fail(c, d, "must be a string");
-        const char *name = json_string_value(v);
-        if (ig_config_find_model(cfg, name) < 0)
-            return fail(c, d, "unknown model '%s' (not in models[])", name);
-        for (size_t j = 0; j < i; j++) {
-            if (strcmp(site->models[j], name) == 0)
-                return fail(c, d, "duplicate model '%s'", name);
-        }
-        site->models[i] = strdup(name);
-        site->nmodels = i + 1;
-        if (site->models[i] == NULL)
-            return IG_ENOMEM;
-    }
-    return 0;
+    return parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels);
 }
 
-static int parse_sites(ctx_t *c, json_t *root, ig_config_t *cfg)
+static int check_api_key(ctx_t *c, const char *path, const char *key, char *const *prev,
+                         size_t nprev, const ig_config_t *cfg)
 {
-    json_t *arr, *o;
-    size_t i;
-    int rc = get_array(c, root, "", "sites", &arr);
-    if (rc != 0 || arr == NULL)
-        return rc;
-    cfg->sites = calloc(json_array_size(arr) + 1, sizeof(*cfg->sites));
-    if (cfg->sites == NULL)
-        return IG_ENOMEM;
-    json_array_foreach(arr, i, o)
-    {
-        char p[PATH_MAX_LEN];
-        join_index(p, "sites", i);
-        cfg->nsites = i + 1;
-        if ((rc = parse_site(c, o, p, cfg, i)) != 0)
-            return rc;
+    (void)cfg;
+    int rc = check_name(c, path, key);
+    for (size_t j = 0; rc == 0 && j < nprev; j++) {
+        /* The key itself never goes into a message: messages end up in logs. */
+        if (strcmp(prev[j], key) == 0)
+            return fail(c, path, "duplicate key (also api_keys[%zu])", j);
     }
-    return 0;
+    return rc;
 }
 
 static int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
@@ -964,29 +961,7 @@ static int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
     int rc = get_array(c, root, "", "api_keys", &arr);
     if (rc != 0 || arr == NULL)
         return rc;
-    cfg->api_keys = calloc(json_array_size(arr) + 1, sizeof(char *));
-    if (cfg->api_keys == NULL)
-        return IG_ENOMEM;
-    for (size_t i = 0; i < json_array_size(arr); i++) {
-        char p[PATH_MAX_LEN];
-        json_t *v = json_array_get(arr, i);
-        join_index(p, "api_keys", i);
-        if (!json_is_string(v))
-            return fail(c, p, "must be a string");
-        const char *key = json_string_value(v);
-        if ((rc = check_name(c, p, key)) != 0)
-            return rc;
-        for (size_t j = 0; j < i; j++) {
-            /* The key itself never goes into a message: messages end up in logs. */
-            if (strcmp(cfg->api_keys[j], key) == 0)
-                return fail(c, p, "duplicate key (also api_keys[%zu])", j);
-        }
-        cfg->api_keys[i] = strdup(key);
-        cfg->napi_keys = i + 1;
-        if (cfg->api_keys[i] == NULL)
-            return IG_ENOMEM;
-    }
-    return 0;
+    return parse_strings(c, arr, "api_keys", check_api_key, cfg, &cfg->api_keys, &cfg->napi_keys);
 }
 
 /* Relations that span sections. */
@@ -1024,8 +999,13 @@ static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
     if (ig_config_check_listen(cfg->listen, msg, sizeof(msg)) != 0)
         return fail(c, "listen", "%s", msg);
     if ((rc = parse_log(c, root, cfg)) || (rc = parse_limits(c, root, cfg)) ||
-        (rc = parse_routing(c, root, cfg)) || (rc = parse_models(c, root, cfg)) ||
-        (rc = parse_pools(c, root, cfg)) || (rc = parse_sites(c, root, cfg)) ||
+        (rc = parse_routing(c, root, cfg)) ||
+        (rc = parse_list(c, root, "models", sizeof(*cfg->models), (void **)&cfg->models,
+                         &cfg->nmodels, parse_model, cfg)) ||
+        (rc = parse_list(c, root, "pools", sizeof(*cfg->pools), (void **)&cfg->pools,
+                         &cfg->npools, parse_pool, cfg)) ||
+        (rc = parse_list(c, root, "sites", sizeof(*cfg->sites), (void **)&cfg->sites,
+                         &cfg->nsites, parse_site, cfg)) ||
         (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)))
         return rc;
     return 0;

@@ -128,7 +128,9 @@ json_t *ig_load_encode(const ig_load_t *l);
  *               integer >= 1: that field is left out of `has` (the others
  *               are still read), and err names the first such one by its
  *               JSON path ("$.waiting: expected a number");
- *   IG_EPARSE   not JSON, or not an object: nothing is read (has = 0).
+ *   IG_EPARSE   not JSON (a key twice in one object counts as not JSON,
+ *               as in every document the project reads), or not an
+ *               object: nothing is read (has = 0).
  * err may be NULL.
  */
 int ig_load_decode(const char *text, size_t len, ig_load_t *out, char *err, size_t errlen);

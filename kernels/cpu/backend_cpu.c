@@ -174,10 +174,7 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
         if ((rc = packed_add(cpu_of(be), data)) != 0)
             goto fail;
     }
-    dst->dtype = IG_DTYPE_F32;
-    dst->data = data;
-    dst->rows = rows;
-    dst->cols = cols;
+    *dst = (ig_weight_t){.dtype = IG_DTYPE_F32, .data = data, .rows = rows, .cols = cols};
     return 0;
 
 fail:

@@ -116,31 +116,30 @@ static void cuda_free(ig_backend_t *be, void *ptr)
     (void)IG_CUDA_CHECK(cudaFree(ptr));
 }
 
+/* Copies bytes between host and device, ordered with the queued kernels.
+ * From pageable memory an upload is staged before this returns, so the
+ * caller may reuse src at once; a download waits until dst holds the bytes. */
+static int cuda_copy(ig_backend_t *be, void *dst, const void *src, size_t bytes,
+                     cudaMemcpyKind kind)
+{
+    ig__cuda_t *c;
+    int rc = ig__cuda_begin(be, bytes, &c);
+    if (rc <= 0)
+        return rc;
+    rc = IG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, c->stream));
+    if (rc != 0 || kind == cudaMemcpyHostToDevice)
+        return rc;
+    return IG_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+}
+
 static int cuda_upload(ig_backend_t *be, void *dst, const void *src, size_t bytes)
 {
-    ig__cuda_t *c = ig__cuda(be);
-    int rc;
-    if (bytes == 0)
-        return 0;
-    if ((rc = ig__cuda_enter(c)) != 0)
-        return rc;
-    /* From pageable memory the copy is staged before this returns, so the
-     * caller may reuse src at once; it is ordered with the queued kernels. */
-    return IG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream));
+    return cuda_copy(be, dst, src, bytes, cudaMemcpyHostToDevice);
 }
 
 static int cuda_download(ig_backend_t *be, void *dst, const void *src, size_t bytes)
 {
-    ig__cuda_t *c = ig__cuda(be);
-    int rc;
-    if (bytes == 0)
-        return 0;
-    if ((rc = ig__cuda_enter(c)) != 0)
-        return rc;
-    if ((rc = IG_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream))) !=
-        0)
-        return rc;
-    return IG_CUDA_CHECK(cudaStreamSynchronize(c->stream));
+    return cuda_copy(be, dst, src, bytes, cudaMemcpyDeviceToHost);
 }
 
 static int cuda_sync(ig_backend_t *be)
@@ -286,10 +285,7 @@ static int cuda_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weigh
         rc = upload_converted(c, dev, dtype, src->data, src->dtype, n);
     if (rc != 0)
         goto fail;
-    dst->dtype = dtype;
-    dst->data = dev;
-    dst->rows = rows;
-    dst->cols = cols;
+    *dst = (ig_weight_t){.dtype = dtype, .data = dev, .rows = rows, .cols = cols};
     return 0;
 
 fail:

@@ -61,6 +61,17 @@ static inline ig__cuda_t *ig__cuda(ig_backend_t *be)
     return (ig__cuda_t *)be->impl;
 }
 
+/* The start of an operation on n elements (or bytes): 1 with *c entered
+ * when there is work, 0 when n is 0 (nothing to queue), or a negative code. */
+static inline int ig__cuda_begin(ig_backend_t *be, size_t n, ig__cuda_t **c)
+{
+    *c = ig__cuda(be);
+    if (n == 0)
+        return 0;
+    int rc = ig__cuda_enter(*c);
+    return rc != 0 ? rc : 1;
+}
+
 /* Grows a scratch buffer to at least `bytes`, synchronizing the stream
  * before freeing the old one. */
 int ig__cuda_scratch(ig__cuda_t *c, void **buf, size_t *cap, size_t bytes);

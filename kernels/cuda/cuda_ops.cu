@@ -207,11 +207,9 @@ __global__ void swiglu_kernel(float *out, const float *gate, const float *up, si
 
 int ig__cuda_swiglu(ig_backend_t *be, float *out, const float *gate, const float *up, size_t n)
 {
-    ig__cuda_t *c = ig__cuda(be);
-    int rc;
-    if (n == 0)
-        return 0;
-    if ((rc = ig__cuda_enter(c)) != 0)
+    ig__cuda_t *c;
+    int rc = ig__cuda_begin(be, n, &c);
+    if (rc <= 0)
         return rc;
     swiglu_kernel<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
     return IG_CUDA_CHECK(cudaGetLastError());
@@ -226,11 +224,9 @@ __global__ void add_kernel(float *y, const float *x, size_t n)
 
 int ig__cuda_add(ig_backend_t *be, float *y, const float *x, size_t n)
 {
-    ig__cuda_t *c = ig__cuda(be);
-    int rc;
-    if (n == 0)
-        return 0;
-    if ((rc = ig__cuda_enter(c)) != 0)
+    ig__cuda_t *c;
+    int rc = ig__cuda_begin(be, n, &c);
+    if (rc <= 0)
         return rc;
     add_kernel<<<blocks_for(n, 256), 256, 0, c->stream>>>(y, x, n);
     return IG_CUDA_CHECK(cudaGetLastError());
