@@ -589,20 +589,29 @@ static int find_name(char *const *names, size_t stride, size_t n, const char *na
 /* Parses one entry of models[], pools[] or sites[] into cfg's array at idx. */
 typedef int (*parse_item_fn)(ctx_t *c, json_t *o, const char *path, ig_config_t *cfg, size_t idx);
 
-/* The top-level array at key: *items gets room for every entry and one more
- * (zeroed), and *n counts the entries begun, so that ig_config_dispose()
- * frees what a failure leaves half built. Each entry must be an object. */
-static int parse_list(ctx_t *c, json_t *root, const char *key, size_t size, void **items,
-                      size_t *n, parse_item_fn parse_item, ig_config_t *cfg)
+/* The top-level array at key: *arr (NULL when the key is absent) and *items,
+ * room for every entry and one more (zeroed), which the caller stores in cfg
+ * before parse_items() fills it. */
+static int list_begin(ctx_t *c, json_t *root, const char *key, size_t size, json_t **arr,
+                      void **items)
 {
-    json_t *arr, *o;
-    size_t i;
-    int rc = get_array(c, root, "", key, &arr);
-    if (rc != 0 || arr == NULL)
+    *items = NULL;
+    int rc = get_array(c, root, "", key, arr);
+    if (rc != 0 || *arr == NULL)
         return rc;
-    *items = calloc(json_array_size(arr) + 1, size);
-    if (*items == NULL)
-        return IG_ENOMEM;
+    *items = calloc(json_array_size(*arr) + 1, size);
+    return *items == NULL ? IG_ENOMEM : 0;
+}
+
+/* Parses every entry of arr (at key) with parse_item; *n counts the entries
+ * begun, so that ig_config_dispose() frees what a failure leaves half built.
+ * Each entry must be an object. */
+static int parse_items(ctx_t *c, json_t *arr, const char *key, size_t *n, parse_item_fn parse_item,
+                       ig_config_t *cfg)
+{
+    json_t *o;
+    size_t i;
+    int rc;
     json_array_foreach(arr, i, o)
     {
         char p[PATH_MAX_LEN];
@@ -613,6 +622,34 @@ static int parse_list(ctx_t *c, json_t *root, const char *key, size_t size, void
         if ((rc = parse_item(c, o, p, cfg, i)) != 0)
             return rc;
     }
+    return 0;
+}
+
+static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx);
+static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx);
+static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx);
+
+/* models[], pools[] and sites[], in that order (the first error wins). */
+static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    json_t *arr;
+    void *items;
+    int rc;
+    if ((rc = list_begin(c, root, "models", sizeof(*cfg->models), &arr, &items)) != 0)
+        return rc;
+    cfg->models = items;
+    if (arr && (rc = parse_items(c, arr, "models", &cfg->nmodels, parse_model, cfg)) != 0)
+        return rc;
+    if ((rc = list_begin(c, root, "pools", sizeof(*cfg->pools), &arr, &items)) != 0)
+        return rc;
+    cfg->pools = items;
+    if (arr && (rc = parse_items(c, arr, "pools", &cfg->npools, parse_pool, cfg)) != 0)
+        return rc;
+    if ((rc = list_begin(c, root, "sites", sizeof(*cfg->sites), &arr, &items)) != 0)
+        return rc;
+    cfg->sites = items;
+    if (arr && (rc = parse_items(c, arr, "sites", &cfg->nsites, parse_site, cfg)) != 0)
+        return rc;
     return 0;
 }
 
@@ -1000,12 +1037,7 @@ static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
         return fail(c, "listen", "%s", msg);
     if ((rc = parse_log(c, root, cfg)) || (rc = parse_limits(c, root, cfg)) ||
         (rc = parse_routing(c, root, cfg)) ||
-        (rc = parse_list(c, root, "models", sizeof(*cfg->models), (void **)&cfg->models,
-                         &cfg->nmodels, parse_model, cfg)) ||
-        (rc = parse_list(c, root, "pools", sizeof(*cfg->pools), (void **)&cfg->pools,
-                         &cfg->npools, parse_pool, cfg)) ||
-        (rc = parse_list(c, root, "sites", sizeof(*cfg->sites), (void **)&cfg->sites,
-                         &cfg->nsites, parse_site, cfg)) ||
+        (rc = parse_lists(c, root, cfg)) ||
         (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)))
         return rc;
     return 0;
