@@ -11,6 +11,7 @@
 #include "infergate/tokgen.h"
 
 #include "infergate/error.h"
+#include "infergate/utf8.h"
 #include "../engine/tokenizer/internal.h"
 
 #include <jansson.h>
@@ -916,7 +917,7 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
             }
         for (int i = 0; i < 256; i++) {
             char s[4];
-            size_t l = ig__utf8_encode(cps[i], s);
+            size_t l = ig_utf8_encode(cps[i], s);
             if ((rc = st_add(&vocab, s, l, 0, NULL)) != 0)
                 goto fail;
         }
@@ -986,7 +987,7 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
                 size_t l;
                 int32_t id;
                 if (bytelevel) {
-                    l = ig__utf8_encode(ig__byte_to_cp(s[i]), buf);
+                    l = ig_utf8_encode(ig__byte_to_cp(s[i]), buf);
                     id = st_find(&vocab, buf, l);
                     i++;
                 } else {

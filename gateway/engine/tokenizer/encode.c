@@ -7,6 +7,7 @@
 #include "internal.h"
 
 #include "infergate/error.h"
+#include "infergate/utf8.h"
 
 #include <utf8proc.h>
 
@@ -17,117 +18,14 @@
 /* UTF-8                                                                    */
 /* ------------------------------------------------------------------------ */
 
-/* Looks at s[0..n): returns the length of a complete valid character with
- * *complete = 1, else the length of the longest prefix of s that could still
- * start a valid character (0 when s[0] cannot) with *complete = 0. */
-static size_t utf8_scan(const unsigned char *s, size_t n, int *complete)
-{
-    unsigned char b = s[0], lo = 0x80, hi = 0xBF;
-    size_t need, k;
-    *complete = 0;
-    if (b < 0x80) {
-        *complete = 1;
-        return 1;
-    }
-    if (b >= 0xC2 && b <= 0xDF) {
-        need = 2;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        need = 3;
-        if (b == 0xE0)
-            lo = 0xA0;
-        else if (b == 0xED)
-            hi = 0x9F;
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        need = 4;
-        if (b == 0xF0)
-            lo = 0x90;
-        else if (b == 0xF4)
-            hi = 0x8F;
-    } else {
-        return 0;
-    }
-    for (k = 1; k < need; k++) {
-        if (k >= n)
-            return k;
-        if (s[k] < lo || s[k] > hi)
-            return k;
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    *complete = 1;
-    return need;
-}
-
-size_t ig__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)
-{
-    int complete;
-    size_t l;
-    if (n == 0)
-        return 0;
-    l = utf8_scan(s, n, &complete);
-    if (!complete)
-        return 0;
-    switch (l) {
-    case 1:
-        *cp = s[0];
-        break;
-    case 2:
-        *cp = (uint32_t)(s[0] & 0x1F) << 6 | (s[1] & 0x3F);
-        break;
-    case 3:
-        *cp = (uint32_t)(s[0] & 0x0F) << 12 | (uint32_t)(s[1] & 0x3F) << 6 | (s[2] & 0x3F);
-        break;
-    default:
-        *cp = (uint32_t)(s[0] & 0x07) << 18 | (uint32_t)(s[1] & 0x3F) << 12 |
-              (uint32_t)(s[2] & 0x3F) << 6 | (s[3] & 0x3F);
-    }
-    return l;
-}
-
-size_t ig__utf8_encode(uint32_t cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | cp >> 6);
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | cp >> 12);
-        out[1] = (char)(0x80 | (cp >> 6 & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | cp >> 18);
-    out[1] = (char)(0x80 | (cp >> 12 & 0x3F));
-    out[2] = (char)(0x80 | (cp >> 6 & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 int ig_tokenizer_utf8_check(const char *s, size_t len, size_t *bad_offset)
 {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < len) {
-        int complete;
-        size_t l;
-        if (u[i] < 0x80) {
-            i++;
-            continue;
-        }
-        l = utf8_scan(u + i, len - i, &complete);
-        if (!complete) {
-            if (bad_offset)
-                *bad_offset = i;
-            return IG_EPARSE;
-        }
-        i += l;
-    }
-    return 0;
+    size_t ok = ig_utf8_valid_prefix(s, len);
+    if (ok == len)
+        return 0;
+    if (bad_offset)
+        *bad_offset = ok;
+    return IG_EPARSE;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -177,7 +75,7 @@ static size_t cp_at(const unsigned char *s, size_t n, size_t i, uint32_t *cp)
         *cp = s[i];
         return 1;
     }
-    l = ig__utf8_decode(s + i, n - i, cp);
+    l = ig_utf8_decode((const char *)s + i, n - i, cp);
     if (!l) {
         *cp = CP_BAD;
         l = 1;
@@ -244,7 +142,7 @@ int ig__nfc_needed(const unsigned char *s, size_t n)
             i++;
             continue;
         }
-        l = ig__utf8_decode(s + i, n - i, &cp);
+        l = ig_utf8_decode((const char *)s + i, n - i, &cp);
         if (!l) {
             i++;
             continue;
@@ -268,8 +166,7 @@ static int nfc(const unsigned char *s, size_t n, char **buf, size_t *cap, size_t
         utf8proc_uint8_t *mapped = NULL;
         utf8proc_ssize_t ml = 0;
         while (j < n) {
-            uint32_t cp;
-            size_t l = s[j] < 0x80 ? 1 : ig__utf8_decode(s + j, n - j, &cp);
+            size_t l = s[j] < 0x80 ? 1 : ig_utf8_decode((const char *)s + j, n - j, NULL);
             if (!l)
                 break;
             j += l;
@@ -514,7 +411,7 @@ static int word_bytelevel(enc_t *e, const unsigned char *w, size_t n)
         if (grow((void **)&e->wb, &e->wcap, n * 2, 1))
             return IG_ENOMEM;
         for (size_t i = 0; i < n; i++)
-            o += ig__utf8_encode(ig__byte_to_cp(w[i]), e->wb + o);
+            o += ig_utf8_encode(ig__byte_to_cp(w[i]), e->wb + o);
         if ((id = ig_tokenizer_token_id(tok, e->wb, o)) >= 0)
             return emit(e, id);
     }
@@ -544,7 +441,7 @@ static int word_sentencepiece(enc_t *e, const unsigned char *w, size_t n)
         return rc;
     while (i < n) {
         uint32_t cp;
-        size_t l = ig__utf8_decode(w + i, n - i, &cp);
+        size_t l = ig_utf8_decode((const char *)w + i, n - i, &cp);
         int32_t id = -1;
         if (l == 1 && w[i] < 0x80)
             id = tok->ascii_id[w[i]];
@@ -690,15 +587,12 @@ static int split_text(enc_t *e, const unsigned char *t, size_t n)
     if (!e->md && !(e->md = pcre2_match_data_create(1, NULL)))
         return IG_ENOMEM;
     while (i < n) {
-        size_t bad = n - i, j;
-        if (ig_tokenizer_utf8_check((const char *)t + i, n - i, &bad) == 0)
-            bad = n - i;
-        if (bad && (rc = ig__split_run(&e->tok->splits[0], e->md, t + i, bad, piece, &first)) != 0)
+        size_t ok = ig_utf8_valid_prefix((const char *)t + i, n - i), j;
+        if (ok && (rc = ig__split_run(&e->tok->splits[0], e->md, t + i, ok, piece, &first)) != 0)
             return rc;
-        i += bad;
+        i += ok;
         for (j = i; j < n; j++) {
-            uint32_t cp;
-            if (t[j] < 0x80 || ig__utf8_decode(t + j, n - j, &cp))
+            if (t[j] < 0x80 || ig_utf8_decode((const char *)t + j, n - j, NULL))
                 break;
         }
         if (j > i && (rc = encode_word(e, t + i, j - i)) != 0)
@@ -765,7 +659,7 @@ static uint32_t cp_before(const unsigned char *s, size_t i, size_t *start)
         j--;
         k++;
     }
-    if (ig__utf8_decode(s + j, i - j, &cp) != i - j) {
+    if (ig_utf8_decode((const char *)s + j, i - j, &cp) != i - j) {
         j = i - 1;
         cp = CP_BAD;
     }
@@ -905,33 +799,30 @@ static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 
 /* Copies valid UTF-8 from s[0..n) to out, replacing each maximal invalid
  * subpart with U+FFFD. Unless final, stops before an incomplete character at
- * the end. Returns the bytes consumed; *olen gets the bytes written (out has
- * room for 3 * n). */
+ * the end (it may still be completed by the next token). Returns the bytes
+ * consumed; *olen gets the bytes written (out has room for 3 * n). */
 static size_t lossy_utf8(const unsigned char *s, size_t n, int final, char *out, size_t *olen)
 {
-    size_t i = 0, o = 0;
-    while (i < n) {
-        int complete;
+    const char *c = (const char *)s;
+    size_t i = 0, o = 0, end = final ? n : n - ig_utf8_incomplete_tail(c, n);
+    while (i < end) {
         size_t l;
         if (s[i] < 0x80) {
-            out[o++] = (char)s[i++];
+            out[o++] = c[i++];
             continue;
         }
-        l = utf8_scan(s + i, n - i, &complete);
-        if (complete) {
+        if ((l = ig_utf8_decode(c + i, end - i, NULL)) != 0) {
             memcpy(out + o, s + i, l);
             o += l;
             i += l;
             continue;
         }
-        if (l > 0 && i + l == n && !final)
-            break; /* may still be completed by the next token */
         memcpy(out + o, REPLACEMENT, 3);
         o += 3;
-        i += l ? l : 1;
+        i += ig_utf8_invalid_len(c + i, end - i, NULL);
     }
     *olen = o;
-    return i;
+    return end;
 }
 
 int ig_tokenizer_decode(const ig_tokenizer_t *tok, const int32_t *ids, size_t n, unsigned flags,

@@ -16,12 +16,6 @@
  * nor composes (most of CJK). A quick scan; most text needs no NFC. */
 int ig__nfc_needed(const unsigned char *s, size_t n);
 
-/* Decodes one UTF-8 character at s[0..n); returns its length (1..4) and the
- * code point, or 0 when the bytes there are not a valid character. */
-size_t ig__utf8_decode(const unsigned char *s, size_t n, uint32_t *cp);
-/* Writes cp as UTF-8 into out (4 bytes room); returns the length. */
-size_t ig__utf8_encode(uint32_t cp, char *out);
-
 /* GPT-2's reversible byte -> code point mapping of the byte-level BPE. */
 uint32_t ig__byte_to_cp(unsigned char b);
 /* The inverse; -1 when cp is not one of the 256 mapped code points. */

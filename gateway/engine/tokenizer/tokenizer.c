@@ -7,10 +7,13 @@
 #include "internal.h"
 
 #include "infergate/error.h"
+#include "infergate/jsonv.h"
+#include "infergate/utf8.h"
 
 #include <jansson.h>
 
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,9 +56,11 @@ static const char *base_name(const char *path)
     return s ? s + 1 : path;
 }
 
-/* Loads a JSON file; IG_ENOENT when it does not exist. The config files get
- * every number as a real: transformers writes model_max_length as 1e30, an
- * integer too big for jansson, and int_value() below reads ids back. */
+/* Loads a JSON file; IG_ENOENT when it does not exist. Duplicate keys are an
+ * error, as for every reader (base/jsonv). The config files also get every
+ * number as a real: transformers writes model_max_length as 1e30, an integer
+ * too big for jansson, and int_value() below reads ids back; jsonv's loader
+ * takes no decoding flags, so they are read with its rule plus that one. */
 static int load_json(const char *path, json_t **out, int reals, char *err, size_t errlen)
 {
     json_error_t jerr;
@@ -67,7 +72,8 @@ static int load_json(const char *path, json_t **out, int reals, char *err, size_
             snprintf(err, errlen, "%s: cannot open: %s", file, strerror(errno));
         return errno == ENOENT ? IG_ENOENT : IG_EIO;
     }
-    *out = json_load_file(path, reals ? JSON_DECODE_INT_AS_REAL : 0, &jerr);
+    *out = reals ? json_load_file(path, JSON_REJECT_DUPLICATES | JSON_DECODE_INT_AS_REAL, &jerr)
+                 : ig_jsonv_load_file(path, &jerr);
     if (!*out)
         return fail(err, errlen, file, "line %d column %d: %s", jerr.line, jerr.column, jerr.text);
     if (!json_is_object(*out)) {
@@ -301,8 +307,31 @@ static int alloc_ids(ig_tokenizer_t *tok, size_t n)
     return 0;
 }
 
+/* Typed fields read through base/jsonv: absent or null gives the default; a
+ * fault becomes "FILE: PATH: WANT" with the reader's own words for WANT. */
+typedef struct {
+    load_ctx_t *c;
+    const char *want; /* "expected a boolean" */
+} reader_t;
+
+static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
+{
+    const reader_t *r = v->data;
+    return fail(r->c->err, r->c->errlen, r->c->file, "%s: %s", f->path, r->want);
+}
+
+#define READER(name, ctx, want, flags)                                                             \
+    reader_t name##_r = {ctx, want};                                                               \
+    ig_jsonv_t name = {IG_JSONV_NULL_ABSENT | (flags), on_fault, &name##_r}
+
+/* obj[key] as a boolean; path is obj's own ("model", "added_tokens[3]"). */
 static int get_bool(json_t *o, const char *key, int dflt, int *out, load_ctx_t *c,
-                    const char *path);
+                    const char *path)
+{
+    READER(v, c, "expected a boolean", 0);
+    int rc = ig_jsonv_bool(&v, o, path, key, 0, dflt, out);
+    return rc < 0 ? rc : 0;
+}
 
 static int parse_vocab_and_added(ig_tokenizer_t *tok, json_t *root, json_t *model, load_ctx_t *c)
 {
@@ -525,19 +554,6 @@ static const char *type_of(json_t *o)
 {
     const char *t = json_string_value(json_object_get(o, "type"));
     return t ? t : "";
-}
-
-static int get_bool(json_t *o, const char *key, int dflt, int *out, load_ctx_t *c, const char *path)
-{
-    json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) {
-        *out = dflt;
-        return 0;
-    }
-    if (!json_is_boolean(v))
-        return fail(c->err, c->errlen, c->file, "%s.%s: expected a boolean", path, key);
-    *out = json_is_true(v);
-    return 0;
 }
 
 static int add_norm(ig_tokenizer_t *tok, ig__norm_kind_t kind, const char *a, size_t alen,
@@ -907,7 +923,7 @@ static int build_token_bytes(ig_tokenizer_t *tok, load_ctx_t *c)
         } else if (tok->style == IG_TOKENIZER_BYTE_LEVEL) {
             while (i < n) {
                 uint32_t cp;
-                size_t l = ig__utf8_decode((const unsigned char *)s + i, n - i, &cp);
+                size_t l = ig_utf8_decode(s + i, n - i, &cp);
                 int b = l ? ig__cp_to_byte(cp) : -1;
                 if (!l)
                     l = 1;
@@ -993,7 +1009,7 @@ static int build_tables(ig_tokenizer_t *tok, json_t *model, load_ctx_t *c)
     if (tok->style == IG_TOKENIZER_BYTE_LEVEL) {
         for (int b = 0; b < 256; b++) {
             char s[4];
-            size_t l = ig__utf8_encode(ig__byte_to_cp((unsigned char)b), s);
+            size_t l = ig_utf8_encode(ig__byte_to_cp((unsigned char)b), s);
             tok->byte_id[b] = ig_tokenizer_token_id(tok, s, l);
             if (tok->byte_id[b] < 0 && tok->unk_id < 0)
                 return fail(c->err, c->errlen, c->file,
@@ -1130,13 +1146,24 @@ static int gen_id(ig_tokenizer_t *tok, json_t *v, const char *path, int32_t *id,
 
 static int gen_num(json_t *g, const char *key, int *has, double *out, load_ctx_t *c)
 {
-    json_t *v = json_object_get(g, key);
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_number(v))
-        return fail(c->err, c->errlen, c->file, "%s: expected a number", key);
-    *has = 1;
-    *out = json_number_value(v);
+    READER(v, c, "expected a number", 0);
+    int rc = ig_jsonv_number(&v, g, "", key, 0, -INFINITY, INFINITY, *out, out);
+    if (rc < 0)
+        return rc;
+    *has |= rc;
+    return 0;
+}
+
+/* A non-negative int (an integral number: the file is read INT_AS_REAL). */
+static int gen_count(json_t *g, const char *key, int *has, int *out, load_ctx_t *c)
+{
+    READER(v, c, "expected a non-negative integer", IG_JSONV_INTEGRAL_REAL);
+    long long x;
+    int rc = ig_jsonv_int(&v, g, "", key, 0, 0, INT32_MAX, *out, &x);
+    if (rc < 0)
+        return rc;
+    *has |= rc;
+    *out = (int)x;
     return 0;
 }
 
@@ -1172,29 +1199,15 @@ static int parse_gen(ig_tokenizer_t *tok, json_t *g, load_ctx_t *c, int32_t *bos
         (rc = gen_num(g, "repetition_penalty", &gd->has_repetition_penalty, &gd->repetition_penalty,
                       c)) != 0)
         return rc;
-    v = json_object_get(g, "top_k");
-    if (v && !json_is_null(v)) {
-        int64_t x;
-        if (!int_value(v, INT32_MAX, &x))
-            return fail(c->err, c->errlen, c->file, "top_k: expected a non-negative integer");
-        gd->has_top_k = 1;
-        gd->top_k = (int)x;
-    }
-    v = json_object_get(g, "max_new_tokens");
-    if (v && !json_is_null(v)) {
-        int64_t x;
-        if (!int_value(v, INT32_MAX, &x))
-            return fail(c->err, c->errlen, c->file,
-                        "max_new_tokens: expected a non-negative integer");
-        gd->has_max_new_tokens = 1;
-        gd->max_new_tokens = (int)x;
-    }
-    v = json_object_get(g, "do_sample");
-    if (v && !json_is_null(v)) {
-        if (!json_is_boolean(v))
-            return fail(c->err, c->errlen, c->file, "do_sample: expected a boolean");
-        gd->has_do_sample = 1;
-        gd->do_sample = json_is_true(v);
+    if ((rc = gen_count(g, "top_k", &gd->has_top_k, &gd->top_k, c)) != 0 ||
+        (rc = gen_count(g, "max_new_tokens", &gd->has_max_new_tokens, &gd->max_new_tokens, c)) !=
+            0)
+        return rc;
+    {
+        READER(r, c, "expected a boolean", 0);
+        if ((rc = ig_jsonv_bool(&r, g, "", "do_sample", 0, gd->do_sample, &gd->do_sample)) < 0)
+            return rc;
+        gd->has_do_sample = rc;
     }
     return 0;
 }
