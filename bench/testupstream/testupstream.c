@@ -56,8 +56,8 @@ typedef struct req_s {
     char url[MAX_URL];
     uint64_t id;
     uint64_t t_arrive;
-    int has_slot;                /* holds one of the --slots */
-    igb_link_t wlink;            /* in g.waitq while it waits for a slot */
+    int has_slot;     /* holds one of the --slots */
+    igb_link_t wlink; /* in g.waitq while it waits for a slot */
     uint64_t next_due;
     igb_tq_entry_t tq;
 } req_t;
@@ -99,8 +99,8 @@ static struct {
     /* --slots: at most `slots` requests are served at once (0 = no limit);
      * the others wait in arrival order in `waitq`. */
     int slots, busy;
-    int instant_raw; /* --instant-raw */
-    int report_load; /* --report-load: GET /load answers like an infergate instance */
+    int instant_raw;  /* --instant-raw */
+    int report_load;  /* --report-load: GET /load answers like an infergate instance */
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */

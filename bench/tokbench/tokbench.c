@@ -90,8 +90,7 @@ fail:
 /* Encodes each text in turn; with ids, writes each one's ids as a line of
  * space-separated numbers. 0 and the total count in *tokens, or -1 after
  * the message. */
-static int encode_all(ig_tokenizer_t *tok, const text_t *texts, size_t n, FILE *ids,
-                      size_t *tokens)
+static int encode_all(ig_tokenizer_t *tok, const text_t *texts, size_t n, FILE *ids, size_t *tokens)
 {
     ig_tokvec_t v = {0};
     size_t count = 0;
