@@ -22,20 +22,7 @@
 /* The value of the first exposition line that starts with `series`, or -1. */
 static double metric(const char *series)
 {
-    char *text = ig_ts_metrics();
-    assert_non_null(text);
-    double v = -1;
-    size_t n = strlen(series);
-    for (char *line = text; line != NULL && *line;) {
-        char *nl = strchr(line, '\n');
-        if (strncmp(line, series, n) == 0 && line[n] == ' ') {
-            v = strtod(line + n + 1, NULL);
-            break;
-        }
-        line = nl != NULL ? nl + 1 : NULL;
-    }
-    free(text);
-    return v;
+    return ig_ts_metric(series, -1);
 }
 
 static double metric0(const char *series)

@@ -174,20 +174,7 @@ static void test_method_not_allowed(void **state)
 /* The value of the exposition line `series`, or 0 when absent. */
 static double metric(const char *series)
 {
-    char *text = ig_ts_metrics();
-    assert_non_null(text);
-    double v = 0;
-    size_t n = strlen(series);
-    for (char *line = text; line != NULL && *line;) {
-        char *nl = strchr(line, '\n');
-        if (strncmp(line, series, n) == 0 && line[n] == ' ') {
-            v = strtod(line + n + 1, NULL);
-            break;
-        }
-        line = nl != NULL ? nl + 1 : NULL;
-    }
-    free(text);
-    return v;
+    return ig_ts_metric(series, 0);
 }
 
 typedef struct {

@@ -4,10 +4,15 @@
 #include "infergate/metrics.h"
 
 #include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cmocka.h>
 
 typedef struct {
     void (*fn)(ig_ts_t *ts, void *arg);
@@ -321,4 +326,22 @@ int ig_ts_site_wait(ig_ts_site_t *site, int n, int timeout_ms)
 char *ig_ts_metrics(void)
 {
     return ig_metrics_render(NULL);
+}
+
+double ig_ts_metric(const char *series, double absent)
+{
+    char *text = ig_ts_metrics();
+    assert_non_null(text);
+    double v = absent;
+    size_t n = strlen(series);
+    for (char *line = text; line != NULL && *line;) {
+        char *nl = strchr(line, '\n');
+        if (strncmp(line, series, n) == 0 && line[n] == ' ') {
+            v = strtod(line + n + 1, NULL);
+            break;
+        }
+        line = nl != NULL ? nl + 1 : NULL;
+    }
+    free(text);
+    return v;
 }

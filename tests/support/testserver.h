@@ -75,4 +75,8 @@ int ig_ts_site_wait(ig_ts_site_t *site, int n, int timeout_ms);
 /* The metrics exposition text (ig_metrics_render); the caller frees it. */
 char *ig_ts_metrics(void);
 
+/* The value on the exposition line "SERIES VALUE" (series with its labels),
+ * or absent when there is none; fails the cmocka test when the render does. */
+double ig_ts_metric(const char *series, double absent);
+
 #endif
