@@ -177,23 +177,9 @@ static double metric(const char *series)
     return ig_ts_metric(series, 0);
 }
 
-typedef struct {
-    const char *series;
-    double want;
-} expect_t;
-
-static int reached(void *arg)
-{
-    expect_t *e = arg;
-    return metric(e->series) >= e->want;
-}
-
-/* The server accounts a request after writing its response: wait (bounded). */
 static void expect_at_least(const char *series, double want)
 {
-    expect_t e = {series, want};
-    if (!ig_ts_wait(reached, &e, TMO))
-        fail_msg("%s is %g, want >= %g", series, metric(series), want);
+    ig_ts_expect_metric(series, want, 1, TMO);
 }
 
 static void test_route_labels(void **state)

@@ -345,3 +345,24 @@ double ig_ts_metric(const char *series, double absent)
     free(text);
     return v;
 }
+
+typedef struct {
+    const char *series;
+    double want;
+    int at_least;
+} metric_expect_t;
+
+static int metric_reached(void *arg)
+{
+    const metric_expect_t *e = arg;
+    double v = ig_ts_metric(e->series, 0);
+    return e->at_least ? v >= e->want : v == e->want;
+}
+
+void ig_ts_expect_metric(const char *series, double want, int at_least, int timeout_ms)
+{
+    metric_expect_t e = {series, want, at_least};
+    if (!ig_ts_wait(metric_reached, &e, timeout_ms))
+        fail_msg("%s is %g, want %s%g", series, ig_ts_metric(series, 0), at_least ? ">= " : "",
+                 want);
+}

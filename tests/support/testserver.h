@@ -79,4 +79,10 @@ char *ig_ts_metrics(void);
  * or absent when there is none; fails the cmocka test when the render does. */
 double ig_ts_metric(const char *series, double absent);
 
+/* Waits up to timeout_ms until series reads want (at_least: want or more;
+ * an absent series reads 0), else fails the cmocka test with what it read.
+ * The server accounts a request right after writing its response, on its
+ * own thread: a test that has its answer waits for the registry. */
+void ig_ts_expect_metric(const char *series, double want, int at_least, int timeout_ms);
+
 #endif
