@@ -74,14 +74,6 @@ static int group_setup(void **state)
         }                                                                                          \
     } while (0)
 
-typedef struct {
-    char dir[4096];
-    ig_model_t *model;
-    ig_backend_t *be;
-    ig_engine_t *e;
-    int vocab;
-} side_t;
-
 static void write_model(const char *preset, char *dir, size_t len)
 {
     char err[256] = "";
@@ -96,7 +88,7 @@ static void write_model(const char *preset, char *dir, size_t len)
         fail_msg("mkmodel %s: %s", preset, err);
 }
 
-static void open_side(side_t *s, const char *dir, const char *device)
+static void open_side(ig_tengine_t *s, const char *dir, const char *device)
 {
     char err[256] = "";
     memset(s, 0, sizeof(*s));
@@ -114,22 +106,6 @@ static void open_side(side_t *s, const char *dir, const char *device)
     o.max_num_seqs = 16;
     if (ig_engine_create(&s->e, s->model, s->be, &o, err, sizeof(err)) != 0)
         fail_msg("engine on %s: %s", device, err);
-}
-
-static void close_side(side_t *s)
-{
-    ig_engine_free(s->e);
-    s->be->destroy(s->be);
-    ig_model_free(s->model);
-}
-
-static void prompt(int seed, int len, int vocab, int *out)
-{
-    unsigned x = (unsigned)seed * 2654435761u + 1;
-    for (int i = 0; i < len; i++) {
-        x = x * 1103515245u + 12345u;
-        out[i] = (int)((x >> 8) % (unsigned)vocab);
-    }
 }
 
 /* Row-wise and RMS comparison of rows x vocab logits. */
@@ -163,7 +139,7 @@ static void compare_logits(const char *what, const float *gpu, const float *cpu,
 static void check_preset_logits(const char *preset)
 {
     char dir[4096];
-    side_t cpu, gpu;
+    ig_tengine_t cpu, gpu;
     enum { NS = 3, STEPS = 3 };
     const int len[NS] = {13, 5, 30};
     write_model(preset, dir, sizeof(dir));
@@ -179,7 +155,7 @@ static void check_preset_logits(const char *preset)
     ig_tbatch_init(&bg);
     for (int s = 0; s < NS; s++) {
         int toks[64];
-        prompt(s + 1, len[s], vocab, toks);
+        ig_tprompt(s + 1, len[s], vocab, toks);
         assert_int_equal(ig_tbatch_add(&bc, cpu.e, &sc[s], toks, len[s], 0), 0);
         assert_int_equal(ig_tbatch_add(&bg, gpu.e, &sg[s], toks, len[s], 0), 0);
     }
@@ -212,8 +188,8 @@ static void check_preset_logits(const char *preset)
     }
     free(lc);
     free(lg);
-    close_side(&cpu);
-    close_side(&gpu);
+    ig_tengine_close(&cpu);
+    ig_tengine_close(&gpu);
     ig_tf_rmtree(dir);
 }
 
@@ -239,7 +215,7 @@ static void check_greedy_batched(const char *preset)
     enum { NS = 6, STEPS = 6 };
     const int len[NS] = {7, 11, 3, 16, 9, 1};
     char dir[4096];
-    side_t g;
+    ig_tengine_t g;
     int alone[NS][STEPS + 1], together[NS][STEPS + 1];
     write_model(preset, dir, sizeof(dir));
     open_side(&g, dir, "cuda:0");
@@ -253,7 +229,7 @@ static void check_greedy_batched(const char *preset)
         int(*out)[STEPS + 1] = pass == 0 ? alone : together;
         for (int s = 0; s < NS; s++) {
             int toks[32];
-            prompt(100 + s, len[s], g.vocab, toks);
+            ig_tprompt(100 + s, len[s], g.vocab, toks);
             ig_tbatch_init(&b);
             assert_int_equal(ig_tbatch_add(&b, g.e, &seq[s], toks, len[s], len[s] - 1), 0);
             assert_int_equal(ig_tbatch_run(&b, g.e, logits), 0);
@@ -287,7 +263,7 @@ static void check_greedy_batched(const char *preset)
                 fail_msg("%s: sequence %d token %d: %d alone, %d batched", preset, s, t,
                          alone[s][t], together[s][t]);
     free(logits);
-    close_side(&g);
+    ig_tengine_close(&g);
     ig_tf_rmtree(dir);
 }
 

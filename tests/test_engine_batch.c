@@ -26,17 +26,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    char dir[4096];
-    ig_model_t *model;
-    ig_backend_t *be;
-    ig_engine_t *e;
-    int vocab;
-} ctx_t;
-
-static ctx_t *open_ctx(const char *preset, int threads, int kv_blocks, int block_size)
+static ig_tengine_t *open_ctx(const char *preset, int threads, int kv_blocks, int block_size)
 {
-    ctx_t *c = calloc(1, sizeof(*c));
+    ig_tengine_t *c = calloc(1, sizeof(*c));
     char err[256] = "";
     assert_int_equal(ig_fixture_model_dir(preset, IG_DTYPE_F32, c->dir, sizeof(c->dir), NULL), 0);
     if (ig_model_load(&c->model, c->dir, err, sizeof(err)) != 0)
@@ -54,22 +46,11 @@ static ctx_t *open_ctx(const char *preset, int threads, int kv_blocks, int block
     return c;
 }
 
-static void close_ctx(ctx_t *c)
+static void close_ctx(ig_tengine_t *c)
 {
-    ig_engine_free(c->e);
-    c->be->destroy(c->be);
-    ig_model_free(c->model);
+    ig_tengine_close(c);
     ig_tf_rmtree(c->dir);
     free(c);
-}
-
-static void prompt(int seed, int len, int vocab, int *out)
-{
-    unsigned x = (unsigned)seed * 2654435761u + 1;
-    for (int i = 0; i < len; i++) {
-        x = x * 1103515245u + 12345u;
-        out[i] = (int)((x >> 8) % (unsigned)vocab);
-    }
 }
 
 /* Two f32 forward passes of the same tokens that differ only in summation
@@ -77,7 +58,7 @@ static void prompt(int seed, int len, int vocab, int *out)
  * ig_bound_forward() of the exact logits, so within twice that of each other.
  * The own GEMM is batch-invariant and measures 0; OpenBLAS does not promise
  * it. */
-static double batch_bound(const ctx_t *c, int max_ctx, const float *logits, size_t n)
+static double batch_bound(const ig_tengine_t *c, int max_ctx, const float *logits, size_t n)
 {
     double mx = 0;
     for (size_t i = 0; i < n; i++)
@@ -90,7 +71,7 @@ static double batch_bound(const ctx_t *c, int max_ctx, const float *logits, size
 #define PLEN 9
 
 /* Greedy decode of the target sequence alone: tokens and per-step logits. */
-static void decode_alone(ctx_t *c, const int *p, int *toks, float *logits)
+static void decode_alone(ig_tengine_t *c, const int *p, int *toks, float *logits)
 {
     ig_tseq_t s = {0};
     ig_tbatch_t *b = malloc(sizeof(*b));
@@ -111,14 +92,14 @@ static void decode_alone(ctx_t *c, const int *p, int *toks, float *logits)
 
 static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads)
 {
-    ctx_t *c = open_ctx("tiny", threads, 256, 8);
+    ig_tengine_t *c = open_ctx("tiny", threads, 256, 8);
     if (ig__cpu_set_gemm(c->be, mode) == IG_ENOTSUP) {
         close_ctx(c);
         return;
     }
     int V = c->vocab;
     int p[PLEN];
-    prompt(7, PLEN, V, p);
+    ig_tprompt(7, PLEN, V, p);
     int alone[STEPS];
     float *la = malloc((size_t)STEPS * V * sizeof(float));
     decode_alone(c, p, alone, la);
@@ -136,7 +117,7 @@ static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads)
     assert_int_equal(ig_tbatch_add(b, c->e, &target, p, PLEN, PLEN - 1), 0);
     for (int o = 0; o < OTHERS; o++) {
         olen[o] = 3 + (o * 7) % 30;
-        prompt(100 + o, olen[o], V, oprompt[o]);
+        ig_tprompt(100 + o, olen[o], V, oprompt[o]);
         assert_int_equal(ig_tbatch_add(b, c->e, &others[o], oprompt[o], olen[o], olen[o] - 1), 0);
         onext[o] = -1;
     }
@@ -162,7 +143,7 @@ static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads)
             if (step % 4 == 3 && o == step % OTHERS) { /* replace: new prompt */
                 ig_tseq_release(&others[o], c->e);
                 olen[o] = 12;
-                prompt(500 + step, olen[o], V, oprompt[o]);
+                ig_tprompt(500 + step, olen[o], V, oprompt[o]);
                 onext[o] = -2;
             }
             if (onext[o] == -2) {
@@ -209,10 +190,10 @@ static void test_alone_vs_batch_blas(void **state)
  * the same batches): the same logits at every position. */
 static void test_chunked_prefill(void **state)
 {
-    ctx_t *c = open_ctx("gqa", 2, 64, 16);
+    ig_tengine_t *c = open_ctx("gqa", 2, 64, 16);
     int V = c->vocab, n = 40;
     int p[40];
-    prompt(3, n, V, p);
+    ig_tprompt(3, n, V, p);
     float *one = malloc((size_t)n * V * sizeof(float));
     float *chunks = malloc((size_t)(n + 16) * V * sizeof(float));
     ig_tseq_t s = {0}, other = {0};
@@ -246,7 +227,7 @@ static void test_chunked_prefill(void **state)
 
 static void test_block_free_list(void **state)
 {
-    ctx_t *c = open_ctx("tiny", 1, 5, 16);
+    ig_tengine_t *c = open_ctx("tiny", 1, 5, 16);
     assert_int_equal(ig_engine_num_blocks(c->e), 5);
     assert_int_equal(ig_engine_block_size(c->e), 16);
     const ig_model_config_t *cfg = ig_engine_config(c->e);
@@ -279,7 +260,7 @@ static void test_block_free_list(void **state)
  * tiny model is far below the 2 GiB cap). */
 static void test_default_kv_size(void **state)
 {
-    ctx_t *c = open_ctx("tiny", 1, 0, 16);
+    ig_tengine_t *c = open_ctx("tiny", 1, 0, 16);
     const ig_model_config_t *cfg = ig_engine_config(c->e);
     int per_seq = (cfg->max_position_embeddings + 15) / 16;
     assert_int_equal(ig_engine_num_blocks(c->e), 32 * per_seq);
@@ -288,7 +269,7 @@ static void test_default_kv_size(void **state)
 
 static void test_bad_batches(void **state)
 {
-    ctx_t *c = open_ctx("tiny", 1, 8, 4);
+    ig_tengine_t *c = open_ctx("tiny", 1, 8, 4);
     int V = c->vocab;
     float *logits = malloc((size_t)8 * V * sizeof(float));
     int blocks[2] = {0, 1}, tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8};

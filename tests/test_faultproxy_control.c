@@ -107,22 +107,21 @@ static void test_delay_switch(void **state)
 static void test_refuse_and_drop(void **state)
 {
     fixture_t *f = *state;
-    ctl_ok(f, "refuse on");
-    json_t *r = run(f, "");
-    assert_int_equal((int)TU_NUM(r, "errors", "connect"), 5);
-    json_decref(r);
-    ctl_ok(f, "refuse unlisten");
-    r = run(f, "");
-    assert_int_equal((int)TU_NUM(r, "errors", "connect"), 5);
-    json_decref(r);
-    ctl_ok(f, "refuse off");
-    r = run(f, "");
-    assert_int_equal((int)TU_NUM(r, "requests", "ok"), 5);
-    json_decref(r);
-    ctl_ok(f, "drop on");
-    r = run(f, "--timeout 0.2");
-    assert_int_equal((int)TU_NUM(r, "errors", "timeout"), 5);
-    json_decref(r);
+    /* Each switch, then a run whose 5 requests all end as it says. */
+    static const struct {
+        const char *ctl, *args, *section, *key;
+    } steps[] = {
+        {"refuse on", "", "errors", "connect"},
+        {"refuse unlisten", "", "errors", "connect"},
+        {"refuse off", "", "requests", "ok"},
+        {"drop on", "--timeout 0.2", "errors", "timeout"},
+    };
+    for (size_t i = 0; i < sizeof(steps) / sizeof(steps[0]); i++) {
+        ctl_ok(f, steps[i].ctl);
+        json_t *r = run(f, steps[i].args);
+        assert_int_equal((int)TU_NUM(r, steps[i].section, steps[i].key), 5);
+        json_decref(r);
+    }
     ctl_ok(f, "drop off");
     json_t *s = status(f);
     assert_true(TU_NUM(s, "connections", "refused") >= 5);

@@ -142,33 +142,47 @@ static void test_body_content_length(void **state)
     free(req);
 }
 
-static void test_body_chunked(void **state)
+/* An echo server on listen with the default limits but for the body and
+ * connection caps given (0: the default's). */
+static ig_ts_t *start_echo(const char *listen, size_t max_body_bytes, unsigned max_connections)
 {
     ig_http_limits_t l;
     ig_http_limits_default(&l);
-    l.max_body_bytes = 1000;
-    ig_ts_t *ts = ig_ts_start("127.0.0.1:0", &l, ig_ts_echo_handler, NULL);
+    if (max_body_bytes != 0)
+        l.max_body_bytes = max_body_bytes;
+    if (max_connections != 0)
+        l.max_connections = max_connections;
+    ig_ts_t *ts = ig_ts_start(listen, &l, ig_ts_echo_handler, NULL);
     assert_non_null(ts);
+    return ts;
+}
+
+/* A chunked POST / of two chunks, of a and b bytes ('c', a and b < 700),
+ * into req; its length. */
+static int two_chunks(char *req, int a, int b)
+{
     char chunk[700];
     memset(chunk, 'c', sizeof(chunk));
+    int o =
+        sprintf(req, "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n", a);
+    memcpy(req + o, chunk, (size_t)a);
+    o += a;
+    o += sprintf(req + o, "\r\n%x\r\n", b);
+    memcpy(req + o, chunk, (size_t)b);
+    o += b;
+    o += sprintf(req + o, "\r\n0\r\n\r\n");
+    return o;
+}
+
+static void test_body_chunked(void **state)
+{
+    ig_ts_t *ts = start_echo("127.0.0.1:0", 1000, 0);
     /* 600 + 400 = exactly 1000: accepted */
     char req[2000];
-    int o = sprintf(req, "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n");
-    memcpy(req + o, chunk, 600);
-    o += 600;
-    o += sprintf(req + o, "\r\n190\r\n");
-    memcpy(req + o, chunk, 400);
-    o += 400;
-    o += sprintf(req + o, "\r\n0\r\n\r\n");
+    int o = two_chunks(req, 600, 400);
     expect_status(ts, req, (size_t)o, 200, 0);
     /* 600 + 401: over by one byte */
-    o = sprintf(req, "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n258\r\n");
-    memcpy(req + o, chunk, 600);
-    o += 600;
-    o += sprintf(req + o, "\r\n191\r\n");
-    memcpy(req + o, chunk, 401);
-    o += 401;
-    o += sprintf(req + o, "\r\n0\r\n\r\n");
+    o = two_chunks(req, 600, 401);
     expect_status(ts, req, (size_t)o, 413, 1);
     /* a chunk size alone that announces too much */
     const char *big = "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -184,11 +198,7 @@ static int conns_are_one(void *arg)
 
 static void test_connection_cap(void **state)
 {
-    ig_http_limits_t l;
-    ig_http_limits_default(&l);
-    l.max_connections = 2;
-    ig_ts_t *ts = ig_ts_start("127.0.0.1:0", &l, ig_ts_echo_handler, NULL);
-    assert_non_null(ts);
+    ig_ts_t *ts = start_echo("127.0.0.1:0", 0, 2);
     ig_tc_t *a = ig_tc_connect(ig_ts_port(ts));
     ig_tc_t *b = ig_tc_connect(ig_ts_port(ts));
     ig_tc_response_t r;
@@ -230,11 +240,7 @@ static void test_connection_cap_unix(void **state)
     char path[128], listen[160];
     snprintf(path, sizeof(path), "/tmp/ig-http-cap-%d.sock", (int)getpid());
     snprintf(listen, sizeof(listen), "unix:%s", path);
-    ig_http_limits_t l;
-    ig_http_limits_default(&l);
-    l.max_connections = 1;
-    ig_ts_t *ts = ig_ts_start(listen, &l, ig_ts_echo_handler, NULL);
-    assert_non_null(ts);
+    ig_ts_t *ts = start_echo(listen, 0, 1);
     ig_tc_t *a = ig_tc_connect_unix(path);
     ig_tc_response_t r;
     assert_int_equal(ig_tc_sends(a, "GET /a HTTP/1.1\r\nHost: t\r\n\r\n"), 0);

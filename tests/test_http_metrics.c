@@ -22,20 +22,7 @@
 /* The value of the first exposition line that starts with `series`, or -1. */
 static double metric(const char *series)
 {
-    char *text = ig_ts_metrics();
-    assert_non_null(text);
-    double v = -1;
-    size_t n = strlen(series);
-    for (char *line = text; line != NULL && *line;) {
-        char *nl = strchr(line, '\n');
-        if (strncmp(line, series, n) == 0 && line[n] == ' ') {
-            v = strtod(line + n + 1, NULL);
-            break;
-        }
-        line = nl != NULL ? nl + 1 : NULL;
-    }
-    free(text);
-    return v;
+    return ig_ts_metric(series, -1);
 }
 
 static double metric0(const char *series)
@@ -44,24 +31,9 @@ static double metric0(const char *series)
     return v < 0 ? 0 : v;
 }
 
-typedef struct {
-    const char *series;
-    double want;
-} expect_t;
-
-static int reached(void *arg)
-{
-    expect_t *e = arg;
-    return metric0(e->series) == e->want;
-}
-
-/* The server accounts a request right after writing its response, on its
- * own thread: wait for the registry to catch up (bounded). */
 static void expect_metric(const char *series, double want)
 {
-    expect_t e = {series, want};
-    if (!ig_ts_wait(reached, &e, 5000))
-        fail_msg("%s is %g, want %g", series, metric0(series), want);
+    ig_ts_expect_metric(series, want, 0, 5000);
 }
 
 static void test_metrics(void **state)

@@ -174,39 +174,12 @@ static void test_method_not_allowed(void **state)
 /* The value of the exposition line `series`, or 0 when absent. */
 static double metric(const char *series)
 {
-    char *text = ig_ts_metrics();
-    assert_non_null(text);
-    double v = 0;
-    size_t n = strlen(series);
-    for (char *line = text; line != NULL && *line;) {
-        char *nl = strchr(line, '\n');
-        if (strncmp(line, series, n) == 0 && line[n] == ' ') {
-            v = strtod(line + n + 1, NULL);
-            break;
-        }
-        line = nl != NULL ? nl + 1 : NULL;
-    }
-    free(text);
-    return v;
+    return ig_ts_metric(series, 0);
 }
 
-typedef struct {
-    const char *series;
-    double want;
-} expect_t;
-
-static int reached(void *arg)
-{
-    expect_t *e = arg;
-    return metric(e->series) >= e->want;
-}
-
-/* The server accounts a request after writing its response: wait (bounded). */
 static void expect_at_least(const char *series, double want)
 {
-    expect_t e = {series, want};
-    if (!ig_ts_wait(reached, &e, TMO))
-        fail_msg("%s is %g, want >= %g", series, metric(series), want);
+    ig_ts_expect_metric(series, want, 1, TMO);
 }
 
 static void test_route_labels(void **state)

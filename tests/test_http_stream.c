@@ -142,12 +142,20 @@ static int group_teardown(void **state)
     return 0;
 }
 
-static void test_sse(void **state)
+/* Sends req on a new connection to the server and reads a 200 into r; the
+ * connection. */
+static ig_tc_t *get_ok(const char *req, ig_tc_response_t *r)
 {
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
+    ig_tc_exchange(tc, req, r, TMO);
+    assert_int_equal(r->status, 200);
+    return tc;
+}
+
+static void test_sse(void **state)
+{
     ig_tc_response_t r;
-    ig_tc_exchange(tc, "GET /sse HTTP/1.1\r\nHost: t\r\n\r\n", &r, TMO);
-    assert_int_equal(r.status, 200);
+    ig_tc_t *tc = get_ok("GET /sse HTTP/1.1\r\nHost: t\r\n\r\n", &r);
     assert_true(r.chunked);
     assert_int_equal(r.nchunks, 5);
     assert_string_equal(ig_tc_header(&r, "content-type"), "text/event-stream");
@@ -166,10 +174,8 @@ static void test_sse(void **state)
 
 static void test_sse_http10(void **state)
 {
-    ig_tc_t *tc = ig_tc_connect(ig_ts_port(server));
     ig_tc_response_t r;
-    ig_tc_exchange(tc, "GET /sse HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r, TMO);
-    assert_int_equal(r.status, 200);
+    ig_tc_t *tc = get_ok("GET /sse HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", &r);
     assert_false(r.chunked);
     assert_string_equal(ig_tc_header(&r, "connection"), "close");
     assert_true(strncmp(r.body, "data: {\"i\":0}\n\n", 15) == 0);

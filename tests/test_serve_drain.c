@@ -37,11 +37,9 @@ static void test_inflight_request_finishes(void **state)
                                        "{\"drain_timeout_ms\": 20000, \"drain_grace_ms\": 0}"),
                      0);
 
-    ig_tc_t *tc = ig_tc_connect(gw.port);
-    assert_non_null(tc);
-    assert_int_equal(ig_gwf_send_completion(tc), 0);
     /* In flight: the upstream holds it for UPSTREAM_DELAY_MS. */
-    assert_true(ig_ts_site_wait(&site, 1, 5000));
+    ig_tc_t *tc = ig_gwf_inflight(gw.port, &site, 1);
+    assert_non_null(tc);
 
     long long t0 = ig_tc_now_ms();
     kill(gw.pid, SIGTERM);

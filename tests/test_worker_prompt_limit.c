@@ -49,7 +49,8 @@ static char *ids_body(int n)
     return s;
 }
 
-/* Asserts a context_length_exceeded 400 whose message has both numbers. */
+/* Asserts a context_length_exceeded 400 whose message has both numbers
+ * (ntok 0: only the limit). */
 static void assert_too_long(json_t *j, int status, const char *param, int limit, int ntok)
 {
     char a[32], b[32];
@@ -67,6 +68,16 @@ static void assert_too_long(json_t *j, int status, const char *param, int limit,
         snprintf(b, sizeof(b), "%d tokens", ntok);
         assert_non_null(strstr(msg, b));
     }
+}
+
+/* Posts body to path of w and asserts the answer with assert_too_long. */
+static void expect_too_long(const wproc_t *w, const char *path, const char *body, const char *param,
+                            int limit, int ntok)
+{
+    int status;
+    json_t *j = wt_post_json(w, path, body, &status);
+    assert_too_long(j, status, param, limit, ntok);
+    json_decref(j);
 }
 
 static void test_token_ids(void **state)
@@ -93,32 +104,27 @@ static void test_text_and_batch(void **state)
 {
     int status;
     /* Many words: far more than 8 tokens. */
-    json_t *j = wt_post_json(&W, "/v1/completions",
-                             "{\"prompt\": \"once upon a time there was a little model that "
-                             "read a very long prompt\", \"max_tokens\": 1}",
-                             &status);
-    assert_too_long(j, status, "prompt", LIMIT, 0);
-    json_decref(j);
-    j = wt_post_json(&W, "/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 1}", &status);
+    expect_too_long(&W, "/v1/completions",
+                    "{\"prompt\": \"once upon a time there was a little model that "
+                    "read a very long prompt\", \"max_tokens\": 1}",
+                    "prompt", LIMIT, 0);
+    json_t *j =
+        wt_post_json(&W, "/v1/completions", "{\"prompt\": \"hi\", \"max_tokens\": 1}", &status);
     assert_int_equal(status, 200);
     json_decref(j);
     /* One long prompt in a batch refuses the whole request. */
-    j = wt_post_json(&W, "/v1/completions",
-                     "{\"prompt\": [\"hi\", [1,2,3,4,5,6,7,8,9,10]], \"max_tokens\": 1}", &status);
-    assert_too_long(j, status, "prompt", LIMIT, 10);
-    json_decref(j);
+    expect_too_long(&W, "/v1/completions",
+                    "{\"prompt\": [\"hi\", [1,2,3,4,5,6,7,8,9,10]], \"max_tokens\": 1}", "prompt",
+                    LIMIT, 10);
 }
 
 static void test_chat(void **state)
 {
-    int status;
     /* The template alone is several tokens; with the content, over 8. */
-    json_t *j = wt_post_json(&W, "/v1/chat/completions",
-                             "{\"messages\": [{\"role\": \"user\", \"content\": \"tell me a long "
-                             "story about a model\"}], \"max_tokens\": 1}",
-                             &status);
-    assert_too_long(j, status, "messages", LIMIT, 0);
-    json_decref(j);
+    expect_too_long(&W, "/v1/chat/completions",
+                    "{\"messages\": [{\"role\": \"user\", \"content\": \"tell me a long "
+                    "story about a model\"}], \"max_tokens\": 1}",
+                    "messages", LIMIT, 0);
 }
 
 /* Without the flag: the context length. */
@@ -126,12 +132,10 @@ static void test_default_is_context(void **state)
 {
     int status;
     char *body = ids_body(600);
-    json_t *j = wt_post_json(&PLAIN, "/v1/completions", body, &status);
-    assert_too_long(j, status, "prompt", 512, 0);
-    json_decref(j);
+    expect_too_long(&PLAIN, "/v1/completions", body, "prompt", 512, 0);
     free(body);
     body = ids_body(LIMIT + 1);
-    j = wt_post_json(&PLAIN, "/v1/completions", body, &status);
+    json_t *j = wt_post_json(&PLAIN, "/v1/completions", body, &status);
     assert_int_equal(status, 200);
     json_decref(j);
     free(body);

@@ -123,13 +123,6 @@ static void pc_close(pconn_t *pc, int reset_client)
         uv_close((uv_handle_t *)&pc->server, on_pc_closed);
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    static char slab[65536];
-    buf->base = slab;
-    buf->len = sizeof(slab);
-}
-
 static void dir_release(igb_tq_entry_t *e);
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf);
 
@@ -143,7 +136,7 @@ static void maybe_resume(dir_t *d)
 {
     if (d->read_paused && d->queued < RESUME_BYTES && !d->pc->closing) {
         d->read_paused = 0;
-        uv_read_start(d->src, on_alloc, on_read);
+        uv_read_start(d->src, igb_on_alloc, on_read);
     }
 }
 
@@ -329,8 +322,8 @@ static void on_upstream(uv_connect_t *creq, int status)
         return;
     }
     uv_tcp_nodelay(&pc->server, 1);
-    uv_read_start((uv_stream_t *)&pc->client, on_alloc, on_read);
-    uv_read_start((uv_stream_t *)&pc->server, on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&pc->client, igb_on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&pc->server, igb_on_alloc, on_read);
 }
 
 static void on_refused_closed(uv_handle_t *h)
@@ -376,7 +369,7 @@ static void on_connection(uv_stream_t *server, int status)
         /* A black hole: the connection is accepted, then nothing ever answers. */
         g.dropped++;
         pc->blackhole = 1;
-        uv_read_start((uv_stream_t *)&pc->client, on_alloc, on_read);
+        uv_read_start((uv_stream_t *)&pc->client, igb_on_alloc, on_read);
         return;
     }
     if (uv_tcp_connect(&pc->creq, &pc->server, (struct sockaddr *)&g.target.ss, on_upstream) != 0) {
@@ -632,7 +625,7 @@ static void on_ctl_connection(uv_stream_t *server, int status)
         uv_close(&cc->u.h, on_ctl_closed);
         return;
     }
-    uv_read_start(&cc->u.s, on_alloc, on_ctl_read);
+    uv_read_start(&cc->u.s, igb_on_alloc, on_ctl_read);
 }
 
 static int control_start(const char *spec, char *name, size_t cap)

@@ -617,13 +617,6 @@ static int on_message_complete(llhttp_t *p)
     return keep ? 0 : HPE_PAUSED;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    static char slab[65536];
-    buf->base = slab;
-    buf->len = sizeof(slab);
-}
-
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     conn_t *c = s->data;
@@ -680,7 +673,7 @@ static void on_connect(uv_connect_t *creq, int status)
     c->connected = 1;
     if (c->u.h.type == UV_TCP)
         uv_tcp_nodelay(&c->u.tcp, 1);
-    uv_read_start(&c->u.s, on_alloc, on_read);
+    uv_read_start(&c->u.s, igb_on_alloc, on_read);
     breq_t *r = c->req;
     c->req = NULL;
     if (r)
@@ -1223,13 +1216,8 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--label")) {
             IGB_NEED(&o, v);
             cfg.label = v;
-        } else if (!strcmp(a, "--spin-us")) {
-            if (igb_opt_range(&o, 0, 10000, &spin_us) != 0)
-                return 2;
-        } else if (!strcmp(a, "--quiet")) {
-            cfg.quiet = 1;
-        } else {
-            return igb_opt_unknown(&o);
+        } else if (igb_opt_shared(&o, &spin_us, &cfg.quiet) != 0) {
+            return 2;
         }
     }
     if (more < 0)

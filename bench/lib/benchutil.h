@@ -610,6 +610,30 @@ static inline int igb_opt_unknown(const igb_opts_t *o)
     return 2;
 }
 
+/* The options igbench and testupstream share, tried after their own:
+ * --spin-us US (0..10000, how long the timer queue spins before a deadline)
+ * and --quiet. 0 when the current option was one of them; else 2 (the exit
+ * status of bad usage) after the message for a bad value or an unknown option. */
+static inline int igb_opt_shared(igb_opts_t *o, double *spin_us, int *quiet)
+{
+    if (!strcmp(o->opt, "--spin-us"))
+        return igb_opt_range(o, 0, 10000, spin_us) == 0 ? 0 : 2;
+    if (!strcmp(o->opt, "--quiet")) {
+        *quiet = 1;
+        return 0;
+    }
+    return igb_opt_unknown(o);
+}
+
+/* The libuv alloc callback of every tool: one static slab per tool, since a
+ * single-threaded loop is done with each read before the next one. */
+static inline void igb_on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    static char slab[65536];
+    buf->base = slab;
+    buf->len = sizeof(slab);
+}
+
 static inline double igb_now_s(void)
 {
     return (double)uv_hrtime() / 1e9;

@@ -92,24 +92,16 @@ def rand_word(r):
     return "".join(chr(r.randint(0x21, 0x7E)) for _ in range(r.randint(1, 5)))
 
 
+# rand_piece's mix: below each bound of one draw, a word or a choice of a list.
+PIECES = [(0.45, None), (0.62, SPACES), (0.68, CONTRACTIONS), (0.74, EMOJI), (0.79, MARKS),
+          (0.84, DECOMPOSED), (0.90, PUNCT), (0.94, SPECIAL)]
+
+
 def rand_piece(r):
     k = r.random()
-    if k < 0.45:
-        return rand_word(r)
-    if k < 0.62:
-        return r.choice(SPACES)
-    if k < 0.68:
-        return r.choice(CONTRACTIONS)
-    if k < 0.74:
-        return r.choice(EMOJI)
-    if k < 0.79:
-        return r.choice(MARKS)
-    if k < 0.84:
-        return r.choice(DECOMPOSED)
-    if k < 0.90:
-        return r.choice(PUNCT)
-    if k < 0.94:
-        return r.choice(SPECIAL)
+    for bound, pool in PIECES:
+        if k < bound:
+            return rand_word(r) if pool is None else r.choice(pool)
     # Any code point of a few planes that Unicode 3.2 had already assigned:
     # the peer's regex engine knows Unicode 16, PCRE2 10.42 Unicode 14, and a
     # code point assigned in between is a letter for one and not the other.

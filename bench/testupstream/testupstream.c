@@ -56,8 +56,8 @@ typedef struct req_s {
     char url[MAX_URL];
     uint64_t id;
     uint64_t t_arrive;
-    int has_slot;                /* holds one of the --slots */
-    igb_link_t wlink;            /* in g.waitq while it waits for a slot */
+    int has_slot;     /* holds one of the --slots */
+    igb_link_t wlink; /* in g.waitq while it waits for a slot */
     uint64_t next_due;
     igb_tq_entry_t tq;
 } req_t;
@@ -99,8 +99,8 @@ static struct {
     /* --slots: at most `slots` requests are served at once (0 = no limit);
      * the others wait in arrival order in `waitq`. */
     int slots, busy;
-    int instant_raw; /* --instant-raw */
-    int report_load; /* --report-load: GET /load answers like an infergate instance */
+    int instant_raw;  /* --instant-raw */
+    int report_load;  /* --report-load: GET /load answers like an infergate instance */
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
@@ -818,13 +818,6 @@ static int on_message_complete(llhttp_t *p)
     return 0;
 }
 
-static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
-{
-    static char slab[65536];
-    buf->base = slab;
-    buf->len = sizeof(slab);
-}
-
 static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
 {
     conn_t *c = s->data;
@@ -867,7 +860,7 @@ static void on_connection(uv_stream_t *server, int status)
     g.nactive_conn++;
     llhttp_init(&c->parser, HTTP_REQUEST, &g.settings);
     c->parser.data = c;
-    uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+    uv_read_start((uv_stream_t *)&c->tcp, igb_on_alloc, on_read);
     arm_idle(c);
 }
 
@@ -1020,13 +1013,8 @@ int main(int argc, char **argv)
                 return 2;
             }
             g.slots = (int)n;
-        } else if (!strcmp(a, "--spin-us")) {
-            if (igb_opt_range(&o, 0, 10000, &spin_us) != 0)
-                return 2;
-        } else if (!strcmp(a, "--quiet")) {
-            g.quiet = 1;
-        } else {
-            return igb_opt_unknown(&o);
+        } else if (igb_opt_shared(&o, &spin_us, &g.quiet) != 0) {
+            return 2;
         }
     }
     if (more < 0)

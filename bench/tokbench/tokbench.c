@@ -87,6 +87,31 @@ fail:
     return -1;
 }
 
+/* Encodes each text in turn; with ids, writes each one's ids as a line of
+ * space-separated numbers. 0 and the total count in *tokens, or -1 after
+ * the message. */
+static int encode_all(ig_tokenizer_t *tok, const text_t *texts, size_t n, FILE *ids, size_t *tokens)
+{
+    ig_tokvec_t v = {0};
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++) {
+        v.len = 0;
+        if (ig_tokenizer_encode(tok, texts[i].p, texts[i].len, 0, &v) != 0) {
+            fprintf(stderr, "tokbench: text %zu: encode failed\n", i + 1);
+            ig_tokvec_dispose(&v);
+            return -1;
+        }
+        count += v.len;
+        for (size_t k = 0; ids && k < v.len; k++)
+            fprintf(ids, k ? " %d" : "%d", (int)v.ids[k]);
+        if (ids)
+            fputc('\n', ids);
+    }
+    ig_tokvec_dispose(&v);
+    *tokens = count;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *ids_path = NULL, *dir, *corpus;
@@ -130,40 +155,16 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         bytes += texts[i].len;
 
-    if (ids) { /* an untimed pass writes the ids */
-        ig_tokvec_t v = {0};
-        for (size_t i = 0; i < n; i++) {
-            v.len = 0;
-            if (ig_tokenizer_encode(tok, texts[i].p, texts[i].len, 0, &v) != 0) {
-                fprintf(stderr, "tokbench: text %zu: encode failed\n", i + 1);
-                ig_tokvec_dispose(&v);
-                goto out;
-            }
-            for (size_t k = 0; k < v.len; k++)
-                fprintf(ids, k ? " %d" : "%d", (int)v.ids[k]);
-            fputc('\n', ids);
-        }
-        ig_tokvec_dispose(&v);
-    }
+    if (ids && encode_all(tok, texts, n, ids, &tokens) != 0) /* an untimed pass */
+        goto out;
     for (int r = 0; r < repeat; r++) {
-        ig_tokvec_t v = {0};
-        size_t count = 0;
         double dt;
         t0 = now_s();
-        for (size_t i = 0; i < n; i++) {
-            v.len = 0;
-            if (ig_tokenizer_encode(tok, texts[i].p, texts[i].len, 0, &v) != 0) {
-                fprintf(stderr, "tokbench: text %zu: encode failed\n", i + 1);
-                ig_tokvec_dispose(&v);
-                goto out;
-            }
-            count += v.len;
-        }
+        if (encode_all(tok, texts, n, NULL, &tokens) != 0)
+            goto out;
         dt = now_s() - t0;
         if (dt < best)
             best = dt;
-        tokens = count;
-        ig_tokvec_dispose(&v);
     }
     printf("{\"texts\":%zu,\"bytes\":%zu,\"tokens\":%zu,\"seconds\":%.6f,\"load_seconds\":%.3f}\n",
            n, bytes, tokens, best, load_s);

@@ -893,20 +893,40 @@ static void update_stats(ig_sched_t *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* What one step has put in its batch so far, and what room is left. */
+typedef struct {
+    int nseq;        /* sequences in b_seqs */
+    int budget;      /* tokens still allowed (max_batched_tokens) */
+    int echo_left;   /* prompt-logprob rows still allowed (echo_rows) */
+    int prefill_tok; /* prompt tokens planned */
+} plan_t;
+
+/* Plans q's prefill chunk: n tokens, logits from row `from` on; a chunk
+ * whose logits start at 0 spends its rows of the echo allowance. */
+static void plan_prefill(ig_sched_t *s, plan_t *p, seq_t *q, int n, int from, int rows)
+{
+    if (from == 0)
+        p->echo_left -= rows;
+    q->sched_n = n;
+    q->sched_logits_from = from;
+    s->b_seqs[p->nseq++] = q;
+    p->budget -= n;
+    p->prefill_tok += n;
+}
+
 int ig_sched_step(ig_sched_t *s)
 {
     intake(s);
     uint64_t t0 = now(s);
 again:;
-    int budget = s->opts.max_batched_tokens;
-    int echo_left = s->opts.echo_rows;
-    int nseq = 0, ntok = 0, decode_tok = 0, prefill_tok = 0, prompt_new = 0, preempted = 0;
+    plan_t p = {.budget = s->opts.max_batched_tokens, .echo_left = s->opts.echo_rows};
+    int ntok = 0, decode_tok = 0, prompt_new = 0, preempted = 0;
 
     for (seq_t *q = seq_first(&s->running); q; q = seq_next(&s->running, q))
         q->sched_n = 0;
     /* 1. Decodes of running sequences, oldest first. When blocks run out,
      * the newest running sequence gives its blocks back (maybe q itself). */
-    for (seq_t *q = seq_first(&s->running), *next; q && budget > 0; q = next) {
+    for (seq_t *q = seq_first(&s->running), *next; q && p.budget > 0; q = next) {
         next = seq_next(&s->running, q);
         if (q->ntokens - q->ncomputed != 1 || q->paused)
             continue;
@@ -937,37 +957,31 @@ again:;
         }
         q->sched_n = 1;
         q->sched_logits_from = 0;
-        s->b_seqs[nseq++] = q;
-        budget--;
+        s->b_seqs[p.nseq++] = q;
+        p.budget--;
         decode_tok++;
     }
     /* 2. Prefill chunks of running sequences still in their prompt (or in a
      * recompute), as far as free blocks allow; no preemption for these. */
-    for (seq_t *q = seq_first(&s->running); q && budget > 0 && nseq < s->opts.max_num_seqs;
+    for (seq_t *q = seq_first(&s->running); q && p.budget > 0 && p.nseq < s->opts.max_num_seqs;
          q = seq_next(&s->running, q)) {
         int left = q->ntokens - q->ncomputed;
         if (left <= 1 || q->sched_n || q->paused)
             continue;
-        int n = left < budget ? left : budget;
+        int n = left < p.budget ? left : p.budget;
         int fit = (q->nblocks + s->eng.blocks_free(s->eng.ctx)) * s->eng.block_size - q->ncomputed;
         if (n > fit)
             n = fit;
         int from, rows = plan_rows(q, n, &from);
-        if (from == 0 && rows > echo_left) {
-            n = echo_left;
+        if (from == 0 && rows > p.echo_left) {
+            n = p.echo_left;
             rows = plan_rows(q, n, &from);
         }
         if (n <= 0)
             continue;
         if (grow_blocks(s, q, q->ncomputed + n) < 0)
             continue;
-        if (from == 0)
-            echo_left -= rows;
-        q->sched_n = n;
-        q->sched_logits_from = from;
-        s->b_seqs[nseq++] = q;
-        budget -= n;
-        prefill_tok += n;
+        plan_prefill(s, &p, q, n, from, rows);
     }
     /* 3. Admission, FIFO: stop at the first sequence that does not fit. A
      * sequence is admitted only when blocks for its whole prompt (and the
@@ -976,14 +990,14 @@ again:;
      * was just evicted would only thrash. */
     seq_t *next_w;
     for (seq_t *q = seq_first(&s->waiting);
-         !preempted && q && budget > 0 && s->running.n < s->opts.max_num_seqs &&
-         nseq < s->opts.max_num_seqs;
+         !preempted && q && p.budget > 0 && s->running.n < s->opts.max_num_seqs &&
+         p.nseq < s->opts.max_num_seqs;
          q = next_w) {
         next_w = seq_next(&s->waiting, q);
         if (q->paused)
             continue; /* its client is not reading: not worth blocks now */
         int left = q->ntokens - q->ncomputed;
-        int n = left < budget ? left : budget;
+        int n = left < p.budget ? left : p.budget;
         if (blocks_for(s, q->ntokens + 1) > s->eng.blocks_free(s->eng.ctx) - s->watermark) {
             /* Paused sequences hold blocks without making progress: the
              * newest of them gives its blocks back before anything waits on
@@ -998,8 +1012,8 @@ again:;
             continue;
         }
         int from, rows = plan_rows(q, n, &from);
-        if (from == 0 && rows > echo_left) {
-            n = echo_left;
+        if (from == 0 && rows > p.echo_left) {
+            n = p.echo_left;
             if (n <= 0)
                 break;
             rows = plan_rows(q, n, &from);
@@ -1017,28 +1031,22 @@ again:;
             observe(s, IG_SCHED_OBS_QUEUE_TIME, (double)(t0 - q->submit_ns) / 1e9);
             prompt_new += q->nprompt;
         }
-        if (from == 0)
-            echo_left -= rows;
-        q->sched_n = n;
-        q->sched_logits_from = from;
-        s->b_seqs[nseq++] = q;
-        budget -= n;
-        prefill_tok += n;
+        plan_prefill(s, &p, q, n, from, rows);
     }
 
     int active = 0;
     for (seq_t *q = seq_first(&s->running); q; q = seq_next(&s->running, q))
         active += !q->paused;
-    if (nseq == 0 && active > 0 && s->running.n > 1) {
+    if (p.nseq == 0 && active > 0 && s->running.n > 1) {
         /* Every running sequence is mid-prefill and the blocks are gone:
          * the newest gives its blocks back so that the older ones move. */
         preempt(s, seq_last(&s->running));
         goto again;
     }
-    if (nseq == 0 && active == 1 && s->running.n == 1 && s->waiting.n == 0) {
+    if (p.nseq == 0 && active == 1 && s->running.n == 1 && s->waiting.n == 0) {
         finish(s, seq_first(&s->running), IG_FINISH_LENGTH, IG_ENOKV, 1);
     }
-    if (nseq == 0) {
+    if (p.nseq == 0) {
         update_stats(s);
         publish(s);
         return 0;
@@ -1047,7 +1055,7 @@ again:;
     /* Build the batch in b_seqs order. */
     int rows_total = 0;
     s->b_seq_start[0] = 0;
-    for (int i = 0; i < nseq; i++) {
+    for (int i = 0; i < p.nseq; i++) {
         seq_t *q = s->b_seqs[i];
         int n = q->sched_n;
         memcpy(s->b_tokens + ntok, q->tokens + q->ncomputed, sizeof(int) * (size_t)n);
@@ -1058,7 +1066,7 @@ again:;
         s->b_logits_from[i] = q->sched_logits_from;
         rows_total += n - q->sched_logits_from;
     }
-    ig_batch_t batch = {.nseq = nseq,
+    ig_batch_t batch = {.nseq = p.nseq,
                         .tokens = s->b_tokens,
                         .seq_start = s->b_seq_start,
                         .pos_start = s->b_pos_start,
@@ -1067,16 +1075,16 @@ again:;
                         .logits = s->logits};
     int rc = rows_total <= s->logit_rows ? s->eng.forward(s->eng.ctx, &batch) : IG_ESTATE;
     uint64_t t1 = now(s);
-    observe(s, IG_SCHED_OBS_BATCH, nseq);
+    observe(s, IG_SCHED_OBS_BATCH, p.nseq);
     if (rc < 0) {
-        for (int i = 0; i < nseq; i++)
+        for (int i = 0; i < p.nseq; i++)
             finish(s, s->b_seqs[i], IG_FINISH_ERROR, rc, 1);
         update_stats(s);
         publish(s);
         return rc;
     }
     const float *row = s->logits;
-    for (int i = 0; i < nseq; i++) {
+    for (int i = 0; i < p.nseq; i++) {
         seq_t *q = s->b_seqs[i];
         int nrows = q->sched_n - q->sched_logits_from;
         after_forward(s, q, row, nrows, t1);
@@ -1086,10 +1094,10 @@ again:;
     s->stats.steps++;
     s->stats.prompt_tokens_total += (uint64_t)prompt_new;
     pthread_mutex_unlock(&s->mu);
-    update_rates(s, decode_tok, prefill_tok, t0, t1);
+    update_rates(s, decode_tok, p.prefill_tok, t0, t1);
     update_stats(s);
     publish(s);
-    return nseq;
+    return p.nseq;
 }
 
 /* ---- the engine thread ---------------------------------------------------- */

@@ -459,14 +459,20 @@ static size_t head_size(const ig_http_req_t *req, const char *content_type)
     return n;
 }
 
+/* The status a response or stream starts with, recorded on req: a code
+ * outside 100..999 becomes 500. */
+static int answer_status(ig_http_req_t *req, int status)
+{
+    req->status = status < 100 || status > 999 ? 500 : status;
+    return req->status;
+}
+
 int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, const char *body,
                     size_t len)
 {
     if (req->state != IG__REQ_DISPATCHED)
         return IG_ESTATE;
-    if (status < 100 || status > 999)
-        status = 500;
-    req->status = status;
+    status = answer_status(req, status);
     content_type = safe_type(content_type);
     int rc = 0;
     if (req->conn != NULL) {
@@ -548,9 +554,7 @@ int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_typ
 {
     if (req->state != IG__REQ_DISPATCHED)
         return IG_ESTATE;
-    if (status < 100 || status > 999)
-        status = 500;
-    req->status = status;
+    status = answer_status(req, status);
     content_type = safe_type(content_type);
     if (content_type != NULL && strncasecmp(content_type, "text/event-stream", 17) == 0) {
         /* Proxies must not buffer or transform an event stream. */

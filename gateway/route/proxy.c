@@ -116,8 +116,8 @@ struct ig_proxy_s {
     ig_proxy_resolve_cb resolve;
     void *resolve_data;
     ig_list_t queues; /* model_queue_t.node */
-    int inflight; /* exchanges past admission, not done */
-    int live;     /* exchanges allocated, not yet freed */
+    int inflight;     /* exchanges past admission, not done */
+    int live;         /* exchanges allocated, not yet freed */
     int queued;
     double hedge_tokens;
     int closing;
@@ -340,6 +340,18 @@ static void cancel_others(exchange_t *x, attempt_t *keep)
         if (&x->att[i] != keep)
             attempt_cancel(&x->att[i]);
     }
+}
+
+/* Makes a the attempt whose answer the client gets: the others are
+ * cancelled, a hedge that won is counted, the exchange's timer stops. */
+static void commit_attempt(exchange_t *x, attempt_t *a)
+{
+    x->state = X_COMMITTED;
+    x->committed = a;
+    cancel_others(x, a);
+    if (a->hedge)
+        ig_metric_add(x->px->m_hedges, 1, x->model, "hedge_won");
+    uv_timer_stop(&x->timer);
 }
 
 static int attempts_live(const exchange_t *x)
@@ -697,12 +709,7 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     ig_router_attempt_proven(&px->router, a->route, a->trial, now);
     a->trial = 0;
     publish_upstream(px, a->route);
-    x->state = X_COMMITTED;
-    x->committed = a;
-    cancel_others(x, a);
-    if (a->hedge)
-        ig_metric_add(px->m_hedges, 1, x->model, "hedge_won");
-    uv_timer_stop(&x->timer);
+    commit_attempt(x, a);
     ft_arm(x);
     add_route_headers(x, a);
     int rc = client_stream_start(x, a->status, a->content_type);
@@ -844,12 +851,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         ig_router_observe_occupancy(&px->router, a->route, held, now);
         ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
     }
-    x->state = X_COMMITTED;
-    x->committed = a;
-    cancel_others(x, a);
-    if (a->hedge)
-        ig_metric_add(px->m_hedges, 1, x->model, "hedge_won");
-    uv_timer_stop(&x->timer);
+    commit_attempt(x, a);
     add_route_headers(x, a);
     client_respond(x, a->status, a->content_type[0] ? a->content_type : "application/json",
                    a->buf ? a->buf : "", a->blen);

@@ -70,3 +70,19 @@ int ig_argmax(const float *v, int n)
             best = i;
     return best;
 }
+
+void ig_tengine_close(ig_tengine_t *t)
+{
+    ig_engine_free(t->e);
+    t->be->destroy(t->be);
+    ig_model_free(t->model);
+}
+
+void ig_tprompt(int seed, int len, int vocab, int *out)
+{
+    unsigned x = (unsigned)seed * 2654435761u + 1;
+    for (int i = 0; i < len; i++) {
+        x = x * 1103515245u + 12345u;
+        out[i] = (int)((x >> 8) % (unsigned)vocab);
+    }
+}

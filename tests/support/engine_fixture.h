@@ -43,6 +43,21 @@ int ig_tbatch_run(ig_tbatch_t *b, ig_engine_t *e, float *logits);
 /* Gives a sequence's blocks back to the engine. */
 void ig_tseq_release(ig_tseq_t *seq, ig_engine_t *e);
 
+/* A model, a backend and an engine over them: what an engine test drives. */
+typedef struct {
+    char dir[4096]; /* the model's directory */
+    ig_model_t *model;
+    ig_backend_t *be;
+    ig_engine_t *e;
+    int vocab;
+} ig_tengine_t;
+
+/* Frees the engine, the backend and the model (the directory stays). */
+void ig_tengine_close(ig_tengine_t *t);
+
+/* len pseudo-random token ids below vocab, the same for the same seed. */
+void ig_tprompt(int seed, int len, int vocab, int *out);
+
 /* Index of the largest of n values (the first on ties). */
 int ig_argmax(const float *v, int n);
 

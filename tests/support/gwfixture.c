@@ -226,6 +226,16 @@ int ig_gwf_send_completion(ig_tc_t *tc)
     return ig_tc_sends(tc, text);
 }
 
+ig_tc_t *ig_gwf_inflight(int port, ig_ts_site_t *site, int n)
+{
+    ig_tc_t *tc = ig_tc_connect(port);
+    if (tc != NULL && (ig_gwf_send_completion(tc) != 0 || !ig_ts_site_wait(site, n, 5000))) {
+        ig_tc_close(tc);
+        tc = NULL;
+    }
+    return tc;
+}
+
 int ig_gwf_sites_up(int port, int *up, int n)
 {
     json_t *doc = ig_gwf_get_json(port, "/status");

@@ -14,6 +14,7 @@
 
 #include "proc.h"
 #include "testclient.h"
+#include "testserver.h"
 
 /* Makes the tiny model with `infergate mkmodel --preset tiny` in a fresh
  * directory (ig_tf_mkdtemp, into run_dir) at run_dir/tiny (into
@@ -100,6 +101,12 @@ int ig_gwf_serve_site(ig_proc_t *p, int site_port, const char *limits_json);
 /* Sends POST /v1/completions for model "tiny" (prompt "hi", max_tokens 1)
  * on tc and returns without reading the answer. 0 or -1. */
 int ig_gwf_send_completion(ig_tc_t *tc);
+
+/* A completion in flight through a gateway on port to site: connects,
+ * sends it (ig_gwf_send_completion) and waits up to 5 s until site has
+ * received n completions (ig_ts_site_wait). The connection, its answer
+ * unread; NULL on failure. */
+ig_tc_t *ig_gwf_inflight(int port, ig_ts_site_t *site, int n);
 
 /* GET /status of a gateway: how many of its sites are up, and, when up is
  * not NULL, whether each of the first n is (in config order). -1 when

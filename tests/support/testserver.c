@@ -4,10 +4,15 @@
 #include "infergate/metrics.h"
 
 #include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include <cmocka.h>
 
 typedef struct {
     void (*fn)(ig_ts_t *ts, void *arg);
@@ -321,4 +326,43 @@ int ig_ts_site_wait(ig_ts_site_t *site, int n, int timeout_ms)
 char *ig_ts_metrics(void)
 {
     return ig_metrics_render(NULL);
+}
+
+double ig_ts_metric(const char *series, double absent)
+{
+    char *text = ig_ts_metrics();
+    assert_non_null(text);
+    double v = absent;
+    size_t n = strlen(series);
+    for (char *line = text; line != NULL && *line;) {
+        char *nl = strchr(line, '\n');
+        if (strncmp(line, series, n) == 0 && line[n] == ' ') {
+            v = strtod(line + n + 1, NULL);
+            break;
+        }
+        line = nl != NULL ? nl + 1 : NULL;
+    }
+    free(text);
+    return v;
+}
+
+typedef struct {
+    const char *series;
+    double want;
+    int at_least;
+} metric_expect_t;
+
+static int metric_reached(void *arg)
+{
+    const metric_expect_t *e = arg;
+    double v = ig_ts_metric(e->series, 0);
+    return e->at_least ? v >= e->want : v == e->want;
+}
+
+void ig_ts_expect_metric(const char *series, double want, int at_least, int timeout_ms)
+{
+    metric_expect_t e = {series, want, at_least};
+    if (!ig_ts_wait(metric_reached, &e, timeout_ms))
+        fail_msg("%s is %g, want %s%g", series, ig_ts_metric(series, 0), at_least ? ">= " : "",
+                 want);
 }

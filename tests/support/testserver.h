@@ -75,4 +75,14 @@ int ig_ts_site_wait(ig_ts_site_t *site, int n, int timeout_ms);
 /* The metrics exposition text (ig_metrics_render); the caller frees it. */
 char *ig_ts_metrics(void);
 
+/* The value on the exposition line "SERIES VALUE" (series with its labels),
+ * or absent when there is none; fails the cmocka test when the render does. */
+double ig_ts_metric(const char *series, double absent);
+
+/* Waits up to timeout_ms until series reads want (at_least: want or more;
+ * an absent series reads 0), else fails the cmocka test with what it read.
+ * The server accounts a request right after writing its response, on its
+ * own thread: a test that has its answer waits for the registry. */
+void ig_ts_expect_metric(const char *series, double want, int at_least, int timeout_ms);
+
 #endif
