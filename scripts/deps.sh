@@ -39,8 +39,8 @@ fi
 if [ "$want" != build ]; then
   if command -v npm >/dev/null 2>&1; then
     "$(dirname "$0")/../bench/lib/tokpeers.sh" >/dev/null ||
-      echo "deps: npm peers not installed; test_tokenizer_parity will skip" >&2
+      echo "deps: npm peers not installed; test_tokenizer_parity and test_gateway_openai_sdk will skip" >&2
   else
-    echo "deps: npm not found; test_tokenizer_parity will skip" >&2
+    echo "deps: npm not found; test_tokenizer_parity and test_gateway_openai_sdk will skip" >&2
   fi
 fi
