@@ -27,23 +27,15 @@ static ig_proc_t gw;
 
 static int setup(void **state)
 {
-    if (ig_gwf_model_setup(state) != 0)
-        return -1;
-    int port = ig_proc_free_port();
-    const char *path =
-        ig_gwf_pool_config("pl", port, ig_gwf_model_dir, 1, 1, 1, 8, NULL,
-                           ",\"limits\":{\"max_prompt_tokens\":8,\"drain_grace_ms\":0}");
-    if (path == NULL || ig_gwf_serve(&gw, path, port, "warn", 0, 20000, 60000) != 0)
-        return -1;
-    return 0;
+    (void)state;
+    return ig_gwf_solo_start(&gw, "pl",
+                             ",\"limits\":{\"max_prompt_tokens\":8,\"drain_grace_ms\":0}");
 }
 
 static int teardown(void **state)
 {
-    int rc = ig_proc_stop(&gw, SIGTERM, 20000);
-    ig_proc_dispose(&gw);
-    ig_gwf_model_teardown(state);
-    return rc == 0 ? 0 : -1;
+    (void)state;
+    return ig_gwf_solo_stop(&gw);
 }
 
 static void assert_too_long(const ig_tc_response_t *r, const char *param)

@@ -1,5 +1,6 @@
 #include "gwfixture.h"
 
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -77,6 +78,25 @@ const char *ig_gwf_pool_config(const char *region, int port, const char *model_d
     if (n < 0 || (size_t)n >= sizeof(cfg))
         return NULL;
     return ig_proc_temp_file(cfg, ".json");
+}
+
+int ig_gwf_solo_start(ig_proc_t *gw, const char *region, const char *extra)
+{
+    if (ig_gwf_model_setup(NULL) != 0)
+        return -1;
+    int port = ig_proc_free_port();
+    const char *path = ig_gwf_pool_config(region, port, ig_gwf_model_dir, 1, 1, 1, 8, NULL, extra);
+    if (path == NULL || ig_gwf_serve(gw, path, port, "warn", 0, 20000, 60000) != 0)
+        return -1;
+    return 0;
+}
+
+int ig_gwf_solo_stop(ig_proc_t *gw)
+{
+    int rc = ig_proc_stop(gw, SIGTERM, 20000);
+    ig_proc_dispose(gw);
+    ig_gwf_model_teardown(NULL);
+    return rc == 0 ? 0 : -1;
 }
 
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,

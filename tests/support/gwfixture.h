@@ -45,6 +45,14 @@ const char *ig_gwf_pool_config(const char *region, int port, const char *model_d
                                int min, int max, int max_num_seqs, const char *pool_extra,
                                const char *extra);
 
+/* A cmocka group's gateway in one call: the tiny model (ig_gwf_model_setup),
+ * a config of one pool with one instance (ig_gwf_pool_config, region,
+ * batching.max_num_seqs 8, extra spliced into the top object), and serve
+ * started and ready (up to 60 s). ig_gwf_solo_stop stops it with SIGTERM,
+ * disposes of it and removes the model. 0, or -1. */
+int ig_gwf_solo_start(ig_proc_t *gw, const char *region, const char *extra);
+int ig_gwf_solo_stop(ig_proc_t *gw);
+
 /* Starts `infergate serve --config config_path --log-level level` (flags as
  * for ig_proc_start), waits up to listen_ms until port accepts connections
  * and then, if ready_ms > 0, up to ready_ms until GET /ready answers 200.
