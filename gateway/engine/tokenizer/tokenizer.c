@@ -3,6 +3,12 @@
  * pre-tokenizer, decoder, post-processor), tokenizer_config.json and
  * generation_config.json. Every rejected input names the file and the field.
  * Encoding and decoding live in encode.c.
+ *
+ * The file is long (about 1,300 lines) but linear, in banner sections:
+ * errors and hash tables, accessors, tokenizer.json's model, then its
+ * normalizer, pre-tokenizer, decoder and post-processor, the tables derived
+ * from them, and last the loading of the files in order. Each part validates
+ * what the next relies on, which reads best as one pass.
  */
 #include "internal.h"
 
