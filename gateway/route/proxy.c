@@ -24,6 +24,7 @@
  * callbacks, never on a stack that still uses it.
  */
 #include "infergate/proxy.h"
+#include "infergate/api.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
@@ -1168,7 +1169,7 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
 {
     exchange_t *x = calloc(1, sizeof(*x));
     if (x == NULL) {
-        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        ig_api_respond_oom(req);
         return;
     }
     x->px = px;
@@ -1181,7 +1182,7 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
         free(x->path);
         free(x->body);
         free(x);
-        ig_http_respond_error(req, 503, NULL, NULL, NULL, "out of memory");
+        ig_api_respond_oom(req);
         return;
     }
     memcpy(x->body, call->body, call->len);
