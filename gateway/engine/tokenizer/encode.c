@@ -208,22 +208,32 @@ static int nfc(const unsigned char *s, size_t n, char **buf, size_t *cap, size_t
 /* Cuts that are not regexes                                                */
 /* ------------------------------------------------------------------------ */
 
+/* The metaspace U+2581 (sentencepiece's space), UTF-8. */
+static const char META[] = "\xE2\x96\x81";
+
+static int at_meta(const unsigned char *s, size_t n, size_t j)
+{
+    return n - j >= 3 && memcmp(s + j, META, 3) == 0;
+}
+
+/* Metaspace's split: one leading metaspace, then up to the next one. */
 static size_t cut_meta(const unsigned char *s, size_t n, size_t i)
 {
     size_t j = i;
-    if (n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0)
+    if (at_meta(s, n, j))
         j += 3;
-    while (j < n && !(n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0))
+    while (j < n && !at_meta(s, n, j))
         j++;
     return j - i;
 }
 
+/* Sentencepiece's runs: every leading metaspace, then up to the next one. */
 static size_t cut_spm_runs(const unsigned char *s, size_t n, size_t i)
 {
     size_t j = i;
-    while (n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0)
+    while (at_meta(s, n, j))
         j += 3;
-    while (j < n && !(n - j >= 3 && memcmp(s + j, "\xE2\x96\x81", 3) == 0))
+    while (j < n && !at_meta(s, n, j))
         j++;
     return j - i;
 }
@@ -557,8 +567,6 @@ static const unsigned char *rewrite(enc_t *e, int *cur, const unsigned char *s, 
     return (const unsigned char *)dst;
 }
 
-static const char META[] = "\xE2\x96\x81";
-
 /* A piece of Split step `step`, handed on to the next step or to BPE. */
 typedef struct {
     enc_t *e;
@@ -632,7 +640,7 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
         t = rewrite(e, &cur, t, &n, " ", 1, NULL, 0, NULL, 0);
     if (t && tok->metaspace) {
         int pre = n && (tok->meta_prepend == 1 || (tok->meta_prepend == 2 && first)) &&
-                  t[0] != ' ' && !(n >= 3 && memcmp(t, META, 3) == 0);
+                  t[0] != ' ' && !at_meta(t, n, 0);
         t = rewrite(e, &cur, t, &n, META, pre ? 3 : 0, " ", 1, META, 3);
     }
     if (!t)
