@@ -15,6 +15,7 @@
 #include "infergate/error.h"
 #include "infergate/http_route.h"
 #include "infergate/load.h"
+#include "infergate/prefix.h"
 #include "infergate/log.h"
 
 #include <getopt.h>
@@ -252,6 +253,8 @@ static void after_load(uv_work_t *req, int status)
     so.notify_data = &w->async;
     so.observe = ig__worker_metrics_observe;
     so.observe_data = w;
+    so.prefix_cache = w->o.prefix_cache;
+    so.prefix_seed = ig_prefix_seed(w->model_name);
     int rc = ig_sched_create(&w->sched, &se, &dt, &so);
     if (rc == 0)
         rc = ig_sched_start(w->sched);
@@ -363,6 +366,7 @@ static void usage(FILE *out)
             "  --max-prompt-tokens N    longest prompt accepted; longer ones get 400\n"
             "                           (0 = the model's context length)\n"
             "  --name NAME              the model id clients use (directory name)\n"
+            "  --prefix-cache on|off    automatic prefix caching of KV blocks (on)\n"
             "  --log-level debug|info|warn|error\n"
             "  --log-format text|json\n"
             "  --help\n");
@@ -396,6 +400,7 @@ int ig_cmd_worker(int argc, char **argv)
         {"name", required_argument, NULL, 'n'},
         {"stream-stall-timeout", required_argument, NULL, 'S'},
         {"max-prompt-tokens", required_argument, NULL, 'P'},
+        {"prefix-cache", required_argument, NULL, 'C'},
         {"log-level", required_argument, NULL, 'L'},
         {"log-format", required_argument, NULL, 'F'},
         {"help", no_argument, NULL, 'h'},
@@ -412,6 +417,7 @@ int ig_cmd_worker(int argc, char **argv)
     w->o.stall_timeout_s = 30;
     w->o.stream_buffer = 1 << 20;
     w->o.drain_timeout_s = 60;
+    w->o.prefix_cache = 1;
     ig_log_level_t level = IG_LOG_INFO;
     ig_log_format_t format = IG_LOG_TEXT;
     int rc = IG_EXIT_USAGE, c;
@@ -464,6 +470,14 @@ int ig_cmd_worker(int argc, char **argv)
         }
         case 'n':
             w->o.name = optarg;
+            break;
+        case 'C':
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "infergate worker: --prefix-cache: '%s' is not on or off\n",
+                        optarg);
+                goto out;
+            }
+            w->o.prefix_cache = strcmp(optarg, "on") == 0;
             break;
         case 'P':
             if (parse_int(optarg, "--max-prompt-tokens", 0, &w->o.max_prompt_tokens) < 0)
