@@ -8,6 +8,9 @@
 
 #include "infergate/error.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 static uint64_t mix64(uint64_t z)
 {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -73,4 +76,60 @@ int ig_prefix_hash_parse(const char *s, size_t len, uint64_t *h)
     }
     *h = v;
     return 0;
+}
+
+/* ---- a request's prompt tokens ------------------------------------------- */
+
+/* Copies v into a new int array. */
+static int ids_of(const ig_tokvec_t *v, int **ids, int *n)
+{
+    *ids = malloc(sizeof(int) * (v->len ? v->len : 1));
+    if (!*ids)
+        return IG_ENOMEM;
+    for (size_t i = 0; i < v->len; i++)
+        (*ids)[i] = v->ids[i];
+    *n = (int)v->len;
+    return 0;
+}
+
+int ig_prefix_prompt_tokens(const ig_tokenizer_t *tok, ig_chat_style_t style,
+                            const ig_api_request_t *r, int index, int **ids, int *n, char *err,
+                            size_t errlen)
+{
+    *ids = NULL;
+    *n = 0;
+    if (r->kind != IG_API_CHAT && (index < 0 || index >= r->nprompts))
+        return IG_EINVAL;
+    if (r->kind != IG_API_CHAT && r->prompts[index].text == NULL) {
+        const ig_api_prompt_t *p = &r->prompts[index];
+        *ids = malloc(sizeof(int) * (size_t)(p->nids ? p->nids : 1));
+        if (!*ids)
+            return IG_ENOMEM;
+        memcpy(*ids, p->ids, sizeof(int) * (size_t)p->nids);
+        *n = p->nids;
+        return 0;
+    }
+    ig_tokvec_t v;
+    ig_tokvec_init(&v);
+    int rc;
+    if (r->kind == IG_API_CHAT) {
+        ig_chat_msg_t *m = calloc((size_t)(r->nmessages ? r->nmessages : 1), sizeof(*m));
+        if (!m)
+            return IG_ENOMEM;
+        for (int i = 0; i < r->nmessages; i++) {
+            m[i].role =
+                strcmp(r->messages[i].role, "developer") == 0 ? "system" : r->messages[i].role;
+            m[i].content = r->messages[i].content;
+            m[i].content_len = strlen(r->messages[i].content);
+        }
+        rc = ig_chat_encode(style, tok, m, (size_t)r->nmessages, 1, &v, err, errlen);
+        free(m);
+    } else {
+        const ig_api_prompt_t *p = &r->prompts[index];
+        rc = ig_tokenizer_encode(tok, p->text, p->text_len, IG_TOKENIZER_ADD_BOS, &v);
+    }
+    if (rc == 0)
+        rc = ids_of(&v, ids, n);
+    ig_tokvec_dispose(&v);
+    return rc;
 }

@@ -157,6 +157,16 @@ int ig__pcache_lookup(const ig__pcache_t *c, uint64_t parent, const int32_t *tok
     return -1;
 }
 
+int ig__pcache_find_hash(const ig__pcache_t *c, uint64_t parent, uint64_t h)
+{
+    if (!c->enabled)
+        return -1;
+    for (int b = c->buckets[h & c->mask]; b >= 0; b = c->hnext[b])
+        if (c->hash[b] == h && c->parent[b] == parent)
+            return b;
+    return -1;
+}
+
 void ig__pcache_acquire(ig__pcache_t *c, int b)
 {
     if (c->ref[b] == 0)

@@ -68,6 +68,11 @@ int ig__pcache_available(const ig__pcache_t *c);
 int ig__pcache_lookup(const ig__pcache_t *c, uint64_t parent, const int32_t *tokens,
                       uint64_t *h);
 
+/* The committed block whose hash is h and whose parent hash is parent, or
+ * -1: a lookup by hash alone, for prompts that arrive as hashes (a
+ * router's cache query). Takes no reference. */
+int ig__pcache_find_hash(const ig__pcache_t *c, uint64_t parent, uint64_t h);
+
 /* Takes one more reference to block (taking it out of the LRU if it was
  * held by nobody). */
 void ig__pcache_acquire(ig__pcache_t *c, int block);

@@ -721,6 +721,17 @@ int ig_sched_prefix_match(ig_sched_t *s, const int *tokens, int ntok)
     return n;
 }
 
+int ig_sched_prefix_match_hashes(ig_sched_t *s, const uint64_t *hashes, int n)
+{
+    int k = 0;
+    pthread_mutex_lock(&s->pc_mu);
+    for (; hashes && k < n; k++)
+        if (ig__pcache_find_hash(&s->pc, k ? hashes[k - 1] : s->pc.seed, hashes[k]) < 0)
+            break;
+    pthread_mutex_unlock(&s->pc_mu);
+    return k;
+}
+
 static int blocks_needed(const ig_sched_t *s, const seq_t *q, int n)
 {
     int need = blocks_for(s, q->ncomputed + n) - q->nblocks;

@@ -28,9 +28,9 @@
 
 /* ---- other endpoints ---------------------------------------------------- */
 
-static void handle_load(ig_http_req_t *req, void *data)
+/* The /load report of w now. */
+static void load_of(worker_t *w, ig_load_t *out)
 {
-    worker_t *w = data;
     ig_sched_stats_t st = ig__worker_stats(w);
     ig_load_t l;
     ig_load_init(&l);
@@ -54,7 +54,98 @@ static void handle_load(ig_http_req_t *req, void *data)
     l.max_batched_tokens = w->o.max_batched_tokens;
     if (w->chat_source != NULL)
         l.chat_template = ig_chat_style_name(w->chat_style);
+    *out = l;
+}
+
+static void handle_load(ig_http_req_t *req, void *data)
+{
+    ig_load_t l;
+    load_of(data, &l);
     json_t *o = ig_load_encode(&l);
+    ig_api_respond_json(req, 200, o);
+}
+
+#define PREFIX_MAX_BLOCKS 65536 /* hashes of one query (a 1M-token prompt) */
+
+/*
+ * The cache query a router asks before it sends a prompt (docs/routing.md,
+ * "Prefix-aware routing"): POST /prefix {"hashes": ["<16 hex>", ...]} (the
+ * prompt's block hashes, ig_prefix_hashes with ig_prefix_seed(model) and
+ * this worker's block_size) or {"tokens": [ids]}; the answer is the /load
+ * report plus "block_size", "prefix_cache" (on/off), "matched_blocks" and
+ * "matched_tokens" (the leading blocks it holds now) and
+ * "prefix_cached_blocks": its cache and its wait in one answer.
+ */
+static void handle_prefix(ig_http_req_t *req, void *data)
+{
+    worker_t *w = data;
+    ig_api_error_t e;
+    size_t len;
+    const char *body = ig_http_req_body(req, &len);
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *hashes = json_object_get(doc, "hashes"), *tokens = json_object_get(doc, "tokens");
+    if (!json_is_object(doc) || (hashes && !json_is_array(hashes)) ||
+        (tokens && !json_is_array(tokens)) || (!hashes && !tokens)) {
+        json_decref(doc);
+        ig_api_error(&e, 400, "hashes", "expected {\"hashes\": [\"<16 hex digits>\", ...]}");
+        ig_api_respond_error(req, &e);
+        return;
+    }
+    json_t *arr = hashes ? hashes : tokens;
+    size_t n = json_array_size(arr);
+    if (n > PREFIX_MAX_BLOCKS * (size_t)(tokens && !hashes ? 16 : 1)) {
+        json_decref(doc);
+        ig_api_error(&e, 400, hashes ? "hashes" : "tokens", "at most %d blocks, please",
+                     PREFIX_MAX_BLOCKS);
+        ig_api_respond_error(req, &e);
+        return;
+    }
+    uint64_t *h = malloc(sizeof(uint64_t) * (n ? n : 1));
+    int *ids = malloc(sizeof(int) * (n ? n : 1));
+    if (!h || !ids) {
+        free(h);
+        free(ids);
+        json_decref(doc);
+        ig_api_respond_oom(req);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        int bad = hashes ? !json_is_string(v) || ig_prefix_hash_parse(json_string_value(v),
+                                                                      json_string_length(v),
+                                                                      &h[i]) != 0
+                         : !json_is_integer(v);
+        if (bad) {
+            free(h);
+            free(ids);
+            json_decref(doc);
+            ig_api_error(&e, 400, hashes ? "hashes" : "tokens",
+                         hashes ? "hashes[%zu] is not 16 hex digits" : "tokens[%zu] is not an id",
+                         i);
+            ig_api_respond_error(req, &e);
+            return;
+        }
+        if (!hashes)
+            ids[i] = (int)json_integer_value(v);
+    }
+    json_decref(doc);
+    int matched = 0, bs = w->engine ? ig_engine_block_size(w->engine) : 0;
+    if (w->sched)
+        matched = hashes ? ig_sched_prefix_match_hashes(w->sched, h, (int)n)
+                         : ig_sched_prefix_match(w->sched, ids, (int)n);
+    free(h);
+    free(ids);
+    ig_load_t l;
+    load_of(w, &l);
+    json_t *o = ig_load_encode(&l);
+    ig_sched_stats_t st = ig__worker_stats(w);
+    if (o) {
+        json_object_set_new(o, "block_size", json_integer(bs));
+        json_object_set_new(o, "prefix_cache", json_boolean(w->o.prefix_cache));
+        json_object_set_new(o, "matched_blocks", json_integer(matched));
+        json_object_set_new(o, "matched_tokens", json_integer((json_int_t)matched * bs));
+        json_object_set_new(o, "prefix_cached_blocks", json_integer(st.prefix_cached_blocks));
+    }
     ig_api_respond_json(req, 200, o);
 }
 
@@ -136,6 +227,7 @@ static const ig_http_route_t routes[] = {
     {"GET", "/health", handle_health, 0},
     {"GET", "/ready", handle_ready, 0},
     {"GET", "/load", handle_load, 0},
+    {"POST", "/prefix", handle_prefix, 0},
     {"GET", "/metrics", handle_metrics, 0},
 };
 

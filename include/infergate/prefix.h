@@ -11,8 +11,14 @@
  * (up to 64-bit collisions; the engine also compares the tokens). A partial
  * last block has no hash.
  *
- * Pure functions: no allocation, no state, safe from any thread.
+ * The hash functions are pure: no allocation, no state, safe from any
+ * thread. ig_prefix_prompt_tokens() is the one place a request becomes the
+ * token ids a worker prefills, so that the gateway hashes what the engine
+ * caches.
  */
+
+#include "infergate/api.h"
+#include "infergate/chat.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -37,5 +43,20 @@ void ig_prefix_hash_hex(uint64_t h, char out[17]);
 
 /* Parses 16 hex digits (either case) into *h: 0, or IG_EINVAL. */
 int ig_prefix_hash_parse(const char *s, size_t len, uint64_t *h);
+
+/*
+ * The token ids a worker prefills for prompt `index` of request r (a chat
+ * request has one, index 0): a text prompt encoded with tok (BOS where the
+ * tokenizer config asks for it), chat messages rendered with the family
+ * `style` (ig_chat_encode: markers as special tokens, content as plain
+ * text; OpenAI's "developer" role is the system prompt), token ids as
+ * given. *ids is a new array (free() it), *n its length.
+ *   0; IG_EINVAL: the messages cannot be rendered (err says why, when
+ *   given); IG_ENOMEM; or the encoder's error. Text is not UTF-8-checked
+ *   here (the API parser already refused bad UTF-8).
+ */
+int ig_prefix_prompt_tokens(const ig_tokenizer_t *tok, ig_chat_style_t style,
+                            const ig_api_request_t *r, int index, int **ids, int *n, char *err,
+                            size_t errlen);
 
 #endif

@@ -183,6 +183,11 @@ int ig_sched_step(ig_sched_t *s);
  */
 int ig_sched_prefix_match(ig_sched_t *s, const int *tokens, int ntok);
 
+/* The same for a prompt given as its block hashes (ig_prefix_hashes with
+ * this scheduler's prefix_seed and block size): how many of hashes[0 .. n)
+ * are cached, as a leading run. Any thread. */
+int ig_sched_prefix_match_hashes(ig_sched_t *s, const uint64_t *hashes, int n);
+
 /* Calls cb for each queued event in order, then frees them. Returns the
  * number of events. */
 int ig_sched_drain(ig_sched_t *s, ig_sched_event_cb cb, void *data);
