@@ -23,6 +23,7 @@
 #include "infergate/http_route.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
+#include "infergate/tls.h"
 
 #include <signal.h>
 #include <stddef.h>
@@ -39,12 +40,14 @@ struct ig_serve_s {
     ig_gateway_t *gw; /* pools, sites and the proxy behind the /v1 routes */
     uv_signal_t sigterm;
     uv_signal_t sigint;
+    uv_signal_t sighup; /* reloads the listener's certificate */
     uv_timer_t grace; /* the drain grace: from the first signal to closing the listener */
     ig_serve_ready_cb ready_cb;
     void *ready_data;
     int draining;     /* first signal seen */
     int forced;       /* second signal seen: exit without waiting */
     int handles_open; /* the signal handles and the grace timer */
+    int tls;          /* the listener speaks TLS */
 };
 
 /* ---- readiness ---------------------------------------------------------- */
@@ -229,7 +232,7 @@ static void on_handle_closed(uv_handle_t *h)
 static void close_handles(ig_serve_t *s)
 {
     uv_handle_t *hs[] = {(uv_handle_t *)&s->sigterm, (uv_handle_t *)&s->sigint,
-                         (uv_handle_t *)&s->grace};
+                         (uv_handle_t *)&s->grace, (uv_handle_t *)&s->sighup};
     for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], on_handle_closed);
@@ -300,6 +303,34 @@ static void on_signal(uv_signal_t *h, int signum)
         close_listener(s);
     else
         uv_timer_start(&s->grace, on_grace_end, s->cfg.limits.drain_grace_ms, 0);
+}
+
+/* ---- TLS ---------------------------------------------------------------- */
+
+/* Loads tls.cert_file and tls.key_file into the listener. At start a
+ * failure is fatal; on SIGHUP the old certificate stays in use and open
+ * connections are not touched either way. */
+static int tls_load(ig_serve_t *s, char *err, size_t errlen)
+{
+    ig_tls_ctx_t *ctx;
+    int rc = ig_tls_server_ctx_new(&ctx, s->cfg.tls.cert_file, s->cfg.tls.key_file, err, errlen);
+    if (rc != 0)
+        return rc;
+    ig_http_server_set_tls(s->server, ctx, s->cfg.tls.handshake_timeout_ms);
+    ig_tls_ctx_unref(ctx); /* the server holds it */
+    return 0;
+}
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    ig_serve_t *s = h->data;
+    char err[512];
+    if (!s->tls || s->server == NULL)
+        return;
+    if (tls_load(s, err, sizeof(err)) != 0)
+        IG_ERROR("SIGHUP: certificate not reloaded, the old one stays in use: %s", err);
+    else
+        IG_INFO("SIGHUP: reloaded %s; new connections use it", s->cfg.tls.cert_file);
 }
 
 /* ---- the command -------------------------------------------------------- */
@@ -400,6 +431,7 @@ int ig_cmd_serve(int argc, char **argv)
     int rc, status = IG_EXIT_FAILURE;
     ig_log_level_t level;
     ig_log_format_t format;
+    ig_tls_ctx_t *tls_ctx = NULL;
 
     memset(&s, 0, sizeof(s));
     if (parse_args(argc, argv, &a) != 0)
@@ -437,6 +469,15 @@ int ig_cmd_serve(int argc, char **argv)
         free(s.cfg.listen);
         s.cfg.listen = copy;
     }
+    /* A certificate that does not load is a config error, found before
+     * anything listens. */
+    if (s.cfg.tls.cert_file != NULL &&
+        ig_tls_server_ctx_new(&tls_ctx, s.cfg.tls.cert_file, s.cfg.tls.key_file, err,
+                              sizeof(err)) != 0) {
+        fprintf(stderr, "%s: %s\n", s.cfg.source, err);
+        ig_config_dispose(&s.cfg);
+        return IG_EXIT_USAGE;
+    }
     ig_log_setup(a.log_level ? level : (ig_log_level_t)s.cfg.log.level,
                  a.log_format ? format : (ig_log_format_t)s.cfg.log.format);
     ig_log_set_component("serve");
@@ -452,12 +493,15 @@ int ig_cmd_serve(int argc, char **argv)
     s.sigterm.data = &s;
     s.sigint.data = &s;
     s.grace.data = &s;
+    s.sighup.data = &s;
     uv_signal_init(&loop, &s.sigterm);
     uv_signal_init(&loop, &s.sigint);
+    uv_signal_init(&loop, &s.sighup);
     uv_timer_init(&loop, &s.grace);
-    s.handles_open = 3;
+    s.handles_open = 4;
     uv_signal_start(&s.sigterm, on_signal, SIGTERM);
     uv_signal_start(&s.sigint, on_signal, SIGINT);
+    uv_signal_start(&s.sighup, on_sighup, SIGHUP);
 
     ig_metric_t *info =
         ig_metrics_gauge("infergate_build_info",
@@ -494,6 +538,12 @@ int ig_cmd_serve(int argc, char **argv)
         uv_run(&loop, UV_RUN_DEFAULT);
         goto done;
     }
+    if (tls_ctx != NULL) {
+        ig_http_server_set_tls(s.server, tls_ctx, s.cfg.tls.handshake_timeout_ms);
+        ig_tls_ctx_unref(tls_ctx);
+        tls_ctx = NULL;
+        s.tls = 1;
+    }
     if (strncmp(s.cfg.listen, "unix:", 5) == 0) {
         IG_INFO("listening on %s (region %s, config %s)", s.cfg.listen, s.cfg.region, s.cfg.source);
     } else {
@@ -501,7 +551,7 @@ int ig_cmd_serve(int argc, char **argv)
         char host[64];
         size_t hlen = (size_t)(strrchr(s.cfg.listen, ':') - s.cfg.listen);
         snprintf(host, sizeof(host), "%.*s", (int)hlen, s.cfg.listen);
-        IG_INFO("listening on http://%s:%d (region %s, config %s)", host,
+        IG_INFO("listening on %s://%s:%d (region %s, config %s)", s.tls ? "https" : "http", host,
                 ig_http_server_port(s.server), s.cfg.region, s.cfg.source);
     }
 
@@ -520,6 +570,7 @@ done:
     if (uv_loop_close(&loop) != 0)
         IG_WARN("event loop closed with handles still open");
 fail_config:
+    ig_tls_ctx_unref(tls_ctx);
     ig_config_dispose(&s.cfg);
     return status;
 }

@@ -75,6 +75,17 @@ typedef void (*ig_http_close_cb)(ig_http_server_t *server, void *data);
 int ig_http_server_start(ig_http_server_t **out, uv_loop_t *loop, const char *listen,
                          const ig_http_limits_t *limits, ig_http_handler_cb handler, void *data);
 
+/*
+ * Connections accepted from now on speak TLS on ctx (the server takes a
+ * reference; NULL: plain again). Open connections keep the context they
+ * started with, so a certificate reload drops none. A client that has not
+ * finished its handshake within handshake_timeout_ms (0: 10 s) is closed.
+ * Loop thread only.
+ */
+typedef struct ig_tls_ctx_s ig_tls_ctx_t;
+void ig_http_server_set_tls(ig_http_server_t *server, ig_tls_ctx_t *ctx,
+                            uint64_t handshake_timeout_ms);
+
 /* The bound TCP port (0 for a Unix socket). */
 int ig_http_server_port(const ig_http_server_t *server);
 
