@@ -414,6 +414,8 @@ void ig__http_req_finished(ig_http_req_t *req)
     if (req->state == IG__REQ_FINISHED)
         return;
     req->state = IG__REQ_FINISHED;
+    if (req->tap_cb != NULL)
+        req->tap_cb(req, req->tap_data, NULL, 0);
     account(req);
     ig__http_conn_t *c = req->conn;
     if (c == NULL) {

@@ -184,6 +184,18 @@ int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_typ
 int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len);
 int ig_http_stream_end(ig_http_req_t *req);
 
+/*
+ * A tap on the response body: cb sees every body byte the handler sends
+ * (unframed, also after the client went away), then once bytes NULL when
+ * the request finishes, just before it is freed (ig_http_req_status() says
+ * how it was answered). For accounting (the gateway's per-key tokens); it
+ * must not call ig_http_* functions on req but the getters.
+ */
+typedef void (*ig_http_tap_cb)(ig_http_req_t *req, void *data, const char *bytes, size_t len);
+void ig_http_req_on_body(ig_http_req_t *req, ig_http_tap_cb cb, void *data);
+/* The status the request was answered with (0 before the answer started). */
+int ig_http_req_status(const ig_http_req_t *req);
+
 typedef void (*ig_http_drain_cb)(ig_http_req_t *req, void *data);
 void ig_http_req_on_drain(ig_http_req_t *req, ig_http_drain_cb cb, void *data);
 /* Unsent response bytes queued on the request's connection now. */
