@@ -992,13 +992,112 @@ static int check_api_key(ctx_t *c, const char *path, const char *key, char *cons
     return rc;
 }
 
+static int parse_key_object(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t i)
+{
+    static const char *const keys[] = {"key",   "name",   "peer",     "requests_per_s",
+                                       "burst", "models", "priority", "tokens_per_min",
+                                       "admin", NULL};
+    static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
+    ig_config_key_t *k = &cfg->keys[i];
+    char q[PATH_MAX_LEN];
+    json_t *arr;
+    int rc;
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_string(c, o, p, "key", STR_REQUIRED | STR_NONEMPTY, NULL, &cfg->api_keys[i])))
+        return rc;
+    join(q, p, "key");
+    if ((rc = check_api_key(c, q, cfg->api_keys[i], cfg->api_keys, i, cfg)) ||
+        (rc = get_string(c, o, p, "name", STR_NAME, NULL, &k->name)) ||
+        (rc = get_bool(c, o, p, "peer", 0, &k->peer)) ||
+        (rc = get_number(c, o, p, "requests_per_s", 0, INFINITY, NUM_CLOSED, 0,
+                         &k->requests_per_s)) ||
+        (rc = get_number(c, o, p, "burst", 0, INFINITY, NUM_CLOSED, 0, &k->burst)) ||
+        (rc = get_number(c, o, p, "tokens_per_min", 0, INFINITY, NUM_CLOSED, 0,
+                         &k->tokens_per_min)) ||
+        (rc = get_enum(c, o, p, "priority", prios, IG_PRIORITY_STANDARD, &k->priority)) ||
+        (rc = get_bool(c, o, p, "admin", 0, &k->admin)) ||
+        (rc = get_array(c, o, p, "models", &arr)))
+        return rc;
+    if (arr == NULL)
+        return 0;
+    join(q, p, "models");
+    return parse_strings(c, arr, q, check_site_model, cfg, &k->models, &k->nmodels);
+}
+
+/* Entries are the key as a string (no limits, standard priority) or an
+ * object with its policy. */
 static int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     json_t *arr;
+    cfg->admin_open = 1;
     int rc = get_array(c, root, "", "api_keys", &arr);
     if (rc != 0 || arr == NULL)
         return rc;
-    return parse_strings(c, arr, "api_keys", check_api_key, cfg, &cfg->api_keys, &cfg->napi_keys);
+    size_t n = json_array_size(arr);
+    cfg->api_keys = calloc(n + 1, sizeof(char *));
+    cfg->keys = calloc(n + 1, sizeof(*cfg->keys));
+    if (cfg->api_keys == NULL || cfg->keys == NULL)
+        return IG_ENOMEM;
+    int any_admin = 0;
+    for (size_t i = 0; i < n; i++) {
+        char p[PATH_MAX_LEN];
+        json_t *v = json_array_get(arr, i);
+        ig_config_key_t *k = &cfg->keys[i];
+        join_index(p, "api_keys", i);
+        cfg->napi_keys = i + 1;
+        k->priority = IG_PRIORITY_STANDARD;
+        if (json_is_string(v)) {
+            const char *s = json_string_value(v);
+            if ((rc = check_api_key(c, p, s, cfg->api_keys, i, cfg)) != 0)
+                return rc;
+            if ((cfg->api_keys[i] = strdup(s)) == NULL)
+                return IG_ENOMEM;
+        } else if (json_is_object(v)) {
+            if ((rc = parse_key_object(c, v, p, cfg, i)) != 0)
+                return rc;
+        } else {
+            return fail(c, p, "must be a string or an object");
+        }
+        if (k->name == NULL) {
+            char name[32];
+            snprintf(name, sizeof(name), "key-%zu", i);
+            if ((k->name = strdup(name)) == NULL)
+                return IG_ENOMEM;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(cfg->keys[j].name, k->name) == 0)
+                return fail(c, p, "duplicate name '%s' (also api_keys[%zu])", k->name, j);
+        }
+        any_admin |= k->admin;
+    }
+    cfg->admin_open = !any_admin;
+    return 0;
+}
+
+static int parse_tls(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    static const char *const keys[] = {"cert_file", "key_file", "handshake_timeout_ms", NULL};
+    char *raw = NULL;
+    json_t *o;
+    int rc = get_object(c, root, "", "tls", &o);
+    if (rc != 0 || o == NULL)
+        return rc;
+    if ((rc = check_keys(c, o, "tls", keys)) ||
+        (rc = get_uint(c, o, "tls", "handshake_timeout_ms", 1, DAY_MS, 10000,
+                       &cfg->tls.handshake_timeout_ms)) ||
+        (rc = get_string(c, o, "tls", "cert_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
+        (rc = expand_path(c, "tls.cert_file", raw, &cfg->tls.cert_file)))
+        goto done;
+    free(raw);
+    raw = NULL;
+    if ((rc = get_string(c, o, "tls", "key_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
+        (rc = expand_path(c, "tls.key_file", raw, &cfg->tls.key_file)))
+        goto done;
+    if (strncmp(cfg->listen, "unix:", 5) == 0)
+        rc = fail(c, "tls", "needs a TCP listen address, not '%s'", cfg->listen);
+done:
+    free(raw);
+    return rc;
 }
 
 /* Relations that span sections. */
@@ -1024,7 +1123,8 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
 static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"region",  "listen", "models",   "pools", "sites",
-                                       "routing", "limits", "api_keys", "log",   NULL};
+                                       "routing", "limits", "api_keys", "log",   "tls",
+                                       NULL};
     char msg[256];
     int rc;
     if (!json_is_object(root))
@@ -1038,7 +1138,8 @@ static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
     if ((rc = parse_log(c, root, cfg)) || (rc = parse_limits(c, root, cfg)) ||
         (rc = parse_routing(c, root, cfg)) ||
         (rc = parse_lists(c, root, cfg)) ||
-        (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)))
+        (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)) ||
+        (rc = parse_tls(c, root, cfg)))
         return rc;
     return 0;
 }
@@ -1163,7 +1264,14 @@ void ig_config_dispose(ig_config_t *cfg)
         free_strings(s->models, s->nmodels);
     }
     free(cfg->sites);
+    for (size_t i = 0; cfg->keys != NULL && i < cfg->napi_keys; i++) {
+        free(cfg->keys[i].name);
+        free_strings(cfg->keys[i].models, cfg->keys[i].nmodels);
+    }
+    free(cfg->keys);
     free_strings(cfg->api_keys, cfg->napi_keys);
+    free(cfg->tls.cert_file);
+    free(cfg->tls.key_file);
     free(cfg->source);
     free(cfg->region);
     free(cfg->listen);

@@ -9,10 +9,12 @@
 #include "infergate/cli.h"
 #include "infergate/devices.h"
 #include "infergate/error.h"
+#include "infergate/keys.h"
 #include "infergate/log.h"
 
 #include <ctype.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -390,6 +392,43 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         ig_api_request_dispose(&r);
         return;
     }
+    /* The key's policy: its models, its tokens (serve.c authenticated it and
+     * took its request token). */
+    ig_key_use_t *use = ig_http_req_get_data(req);
+    ig_key_t *key = use != NULL ? ig_key_use_key(use) : NULL;
+    if (key != NULL && !ig_key_allows_model(key, r.model)) {
+        ig_api_error(&e, 403, "model", "this API key may not use the model '%s'", r.model);
+        e.type = "permission_error";
+        e.code = "model_not_allowed";
+        ig_api_respond_error(req, &e);
+        ig_api_request_dispose(&r);
+        return;
+    }
+    int prompt_tokens = estimate_tokens(&r);
+    if (key != NULL) {
+        /* Reserve the prompt and what may be generated; a request that asks
+         * more than the bucket holds gets fewer max_tokens, so its stream
+         * ends cleanly (finish_reason "length") at the limit. */
+        int np = r.kind == IG_API_CHAT || r.nprompts < 1 ? 1 : r.nprompts;
+        int per = r.max_tokens > 0 ? r.max_tokens : 1 << 20;
+        int asked = per > (1 << 24) / np ? 1 << 24 : per * np;
+        ig_key_limit_t tok, why;
+        int allowed = ig_key_use_reserve(use, uv_hrtime(), prompt_tokens * np, asked, &tok, &why);
+        if (allowed < np) {
+            int ra = (int)ceil(why.retry_after > 0 ? why.retry_after : 1);
+            ig_key_limit_headers(req, &why);
+            ig_api_error(&e, 429, NULL, "token limit of this API key reached; retry after %d s",
+                         ra);
+            e.code = "rate_limit_exceeded";
+            e.retry_after_s = ra; /* the Retry-After header */
+            ig_api_respond_error(req, &e);
+            ig_api_request_dispose(&r);
+            return;
+        }
+        ig_key_limit_headers(req, &tok);
+        if (allowed < asked)
+            r.max_tokens = allowed / np;
+    }
     /* Token ids count exactly here, so an over-long one never takes an
      * upstream's time; text is counted by the worker that tokenizes it. */
     for (int i = 0; i < r.nprompts; i++) {
@@ -415,10 +454,16 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     call.model = r.model;
     call.path = kind == IG_API_CHAT ? "/v1/chat/completions" : "/v1/completions";
     call.stream = r.stream;
-    call.prompt_tokens = estimate_tokens(&r);
+    call.prompt_tokens = prompt_tokens;
     call.body = ctext;
     call.len = clen;
-    call.local_only = ig_http_req_header(req, "x-infergate-forwarded") != NULL;
+    /* Once there are keys, only a peer gateway's key may say "forwarded,
+     * serve it here": from anyone else the mark is ignored (and never passed
+     * on: the proxy writes its own), or a client could pin itself to this
+     * region's pools. Without keys anyone is trusted, the mark included
+     * (it is what stops two regions from forwarding in a loop). */
+    int trusted = gw->cfg->napi_keys == 0 || (key != NULL && ig_key_policy(key)->peer);
+    call.local_only = trusted && ig_http_req_header(req, "x-infergate-forwarded") != NULL;
     call.region = gw->region[0] ? gw->region : NULL;
     ig_proxy_handle(gw->proxy, req, &call);
     free(ctext);
