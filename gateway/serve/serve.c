@@ -116,6 +116,11 @@ static void handle_ready(ig_http_req_t *req, void *data)
 
 static void handle_metrics(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
+    if (s->gw != NULL) {
+        ig_gateway_metrics(s->gw, req);
+        return;
+    }
     size_t len;
     char *text = ig_metrics_render(&len);
     if (text == NULL) {
