@@ -161,6 +161,12 @@ static void handle_status(ig_http_req_t *req, void *data)
     ig_gateway_status(s->gw, req);
 }
 
+static void handle_page(ig_http_req_t *req, void *data)
+{
+    ig_serve_t *s = data;
+    ig_gateway_page(s->gw, req);
+}
+
 /*
  * The gateway's routes; new endpoints add a row. Rows with NEEDS_KEY need an
  * API key when the config lists any; the probes (/health, /ready,
@@ -177,6 +183,7 @@ static const ig_http_route_t routes[] = {
     {"GET", "/v1/models", handle_models, NEEDS_KEY},
     {"GET", "/load", handle_load, 0},
     {"GET", "/status", handle_status, 0},
+    {"GET", "/", handle_page, 0},
 };
 
 /* Compares in time independent of where the strings differ. */

@@ -51,5 +51,7 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req);
  * of every ready or draining instance, pulled now (500 ms at most) and
  * labelled pool and instance (serve/federate.c). */
 void ig_gateway_metrics(ig_gateway_t *gw, ig_http_req_t *req);
+/* GET /: the status page, HTML with a script that polls /status. */
+void ig_gateway_page(ig_gateway_t *gw, ig_http_req_t *req);
 
 #endif
