@@ -130,6 +130,8 @@ struct ig_proxy_s {
     ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections;
     ig_metric_t *m_inflight, *m_rtt, *m_svc, *m_ttft, *m_e2e, *m_rejected, *m_queue;
     ig_usage_families_t m_usage;
+    double ttft_sum; /* every TTFT observed, for the status page's chart */
+    long long ttft_count;
 };
 
 static void attempt_start(exchange_t *x, int hedge);
@@ -215,6 +217,12 @@ int ig_proxy_inflight(const ig_proxy_t *px)
     return px->inflight;
 }
 
+void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count)
+{
+    *sum = px->ttft_sum;
+    *count = px->ttft_count;
+}
+
 int ig_proxy_queued(const ig_proxy_t *px)
 {
     return px->queued;
@@ -298,6 +306,14 @@ static void publish_upstream(ig_proxy_t *px, const ig_router_upstream_t *u)
 static double seconds_since(uint64_t t0)
 {
     return (double)(uv_hrtime() - t0) / 1e9;
+}
+
+static void observe_ttft(ig_proxy_t *px, const exchange_t *x)
+{
+    double t = seconds_since(x->start_ns);
+    ig_metric_observe(px->m_ttft, t, x->model);
+    px->ttft_sum += t;
+    px->ttft_count++;
 }
 
 /* Ends an attempt's bookkeeping with the router (once). */
@@ -710,7 +726,7 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     a->first_token = 1;
     ig_router_observe_ttft(&px->router, a->route, x->prompt_tokens,
                            (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
-    ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+    observe_ttft(px, x);
     /* A token is proof that the upstream works: a half-open trial is won. */
     ig_router_attempt_proven(&px->router, a->route, a->trial, now);
     a->trial = 0;
@@ -855,7 +871,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
     attempt_account(a, a->status < 400 ? IG_OUTCOME_SUCCESS : IG_OUTCOME_CLIENT_ERROR, "");
     if (a->status < 400) {
         ig_router_observe_occupancy(&px->router, a->route, held, now);
-        ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+        observe_ttft(px, x);
         if (a->buf != NULL)
             ig_usage_body(&x->usage, a->buf, a->blen);
     }

@@ -18,7 +18,7 @@ typedef struct {
     long long unix_ms;
     int queued;    /* held by the proxy */
     int waiting;   /* waiting in the instances, as they last reported */
-    double ttft_s; /* mean TTFT EWMA of the ready instances; -1 when none */
+    double ttft_s; /* mean TTFT of the requests answered since the last point; -1: none */
 } ig__status_sample_t;
 
 struct ig_gateway_s {
@@ -41,6 +41,8 @@ struct ig_gateway_s {
     int history_started;
     ig__status_sample_t history[IG_STATUS_HISTORY]; /* a ring, oldest at history_head */
     int history_n, history_head;
+    double history_ttft_sum; /* the proxy's TTFT totals at the last point */
+    long long history_ttft_count;
     void (*history_close_cb)(void *data);
     void *history_close_data;
 };

@@ -208,20 +208,22 @@ static void on_history_timer(uv_timer_t *t)
         sm.unix_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     sm.queued = ig_proxy_queued(gw->proxy);
     sm.waiting = 0;
-    double ttft = 0;
-    int ready = 0;
     for (int p = 0; p < gw->npools; p++) {
         for (int i = 0; i < ig_pool_size(gw->pools[p]); i++) {
             ig_instance_t *in = ig_pool_instance(gw->pools[p], i);
-            if (ig_instance_state(in) != IG_INSTANCE_READY)
-                continue;
-            ig_router_upstream_t *u = ig_instance_route(in);
-            sm.waiting += u->reported_waiting;
-            ttft += u->svc_s;
-            ready++;
+            if (ig_instance_state(in) == IG_INSTANCE_READY)
+                sm.waiting += ig_instance_route(in)->reported_waiting;
         }
     }
-    sm.ttft_s = ready > 0 ? ttft / ready : -1;
+    /* The mean TTFT of the requests answered since the last point. */
+    double sum;
+    long long count;
+    ig_proxy_ttft_totals(gw->proxy, &sum, &count);
+    sm.ttft_s = count > gw->history_ttft_count ? (sum - gw->history_ttft_sum) /
+                                                     (double)(count - gw->history_ttft_count)
+                                               : -1;
+    gw->history_ttft_sum = sum;
+    gw->history_ttft_count = count;
     int slot = (gw->history_head + gw->history_n) % IG_STATUS_HISTORY;
     gw->history[slot] = sm;
     if (gw->history_n < IG_STATUS_HISTORY)
