@@ -28,6 +28,7 @@
 #include "infergate/error.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
+#include "infergate/usage.h"
 
 #include "base/list.h"
 
@@ -99,6 +100,7 @@ struct exchange_s {
     int last_err;
     char last_retry_after[32];
     int client_paused;
+    ig_usage_meter_t usage; /* the answer's tokens, for the region counters */
 };
 
 typedef struct {
@@ -127,6 +129,9 @@ struct ig_proxy_s {
     /* metrics */
     ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections;
     ig_metric_t *m_inflight, *m_rtt, *m_svc, *m_ttft, *m_e2e, *m_rejected, *m_queue;
+    ig_usage_families_t m_usage;
+    double ttft_sum; /* every TTFT observed, for the status page's chart */
+    long long ttft_count;
 };
 
 static void attempt_start(exchange_t *x, int hedge);
@@ -197,6 +202,7 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
         "infergate_rejected_total", "Requests refused at admission, by reason.", "model,reason");
     px->m_queue = ig_metrics_gauge("infergate_queue_depth",
                                    "Requests held because every upstream was saturated.", "model");
+    ig_usage_families_register(&px->m_usage);
     *out = px;
     return 0;
 }
@@ -209,6 +215,12 @@ ig_router_t *ig_proxy_router(ig_proxy_t *px)
 int ig_proxy_inflight(const ig_proxy_t *px)
 {
     return px->inflight;
+}
+
+void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count)
+{
+    *sum = px->ttft_sum;
+    *count = px->ttft_count;
 }
 
 int ig_proxy_queued(const ig_proxy_t *px)
@@ -294,6 +306,14 @@ static void publish_upstream(ig_proxy_t *px, const ig_router_upstream_t *u)
 static double seconds_since(uint64_t t0)
 {
     return (double)(uv_hrtime() - t0) / 1e9;
+}
+
+static void observe_ttft(ig_proxy_t *px, const exchange_t *x)
+{
+    double t = seconds_since(x->start_ns);
+    ig_metric_observe(px->m_ttft, t, x->model);
+    px->ttft_sum += t;
+    px->ttft_count++;
 }
 
 /* Ends an attempt's bookkeeping with the router (once). */
@@ -499,6 +519,7 @@ static void add_route_headers(exchange_t *x, attempt_t *a)
  * is slow, ends the exchange when the client is gone. */
 static void stream_out(exchange_t *x, attempt_t *a, const char *buf, size_t len)
 {
+    ig_usage_stream(&x->usage, &x->px->m_usage, x->model, buf, len, uv_hrtime());
     int rc = client_stream_write(x, buf, len);
     if (rc == IG_EBUSY) {
         if (!x->client_paused && a->ureq != NULL) {
@@ -705,7 +726,7 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     a->first_token = 1;
     ig_router_observe_ttft(&px->router, a->route, x->prompt_tokens,
                            (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
-    ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+    observe_ttft(px, x);
     /* A token is proof that the upstream works: a half-open trial is won. */
     ig_router_attempt_proven(&px->router, a->route, a->trial, now);
     a->trial = 0;
@@ -850,7 +871,9 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
     attempt_account(a, a->status < 400 ? IG_OUTCOME_SUCCESS : IG_OUTCOME_CLIENT_ERROR, "");
     if (a->status < 400) {
         ig_router_observe_occupancy(&px->router, a->route, held, now);
-        ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+        observe_ttft(px, x);
+        if (a->buf != NULL)
+            ig_usage_body(&x->usage, a->buf, a->blen);
     }
     commit_attempt(x, a);
     add_route_headers(x, a);
@@ -1140,6 +1163,7 @@ static void exchange_done(exchange_t *x)
         return;
     x->state = X_DONE;
     ig_metric_observe(px->m_e2e, seconds_since(x->start_ns), x->model);
+    ig_usage_end(&x->usage, &px->m_usage, x->model, x->prompt_tokens);
     px->inflight--;
     uv_close((uv_handle_t *)&x->timer, on_exchange_closed);
     uv_close((uv_handle_t *)&x->ft_timer, on_exchange_closed);
@@ -1174,6 +1198,7 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     }
     x->px = px;
     x->req = req;
+    ig_usage_init(&x->usage);
     x->model = strdup(call->model);
     x->path = strdup(call->path);
     x->body = malloc(call->len + 1);

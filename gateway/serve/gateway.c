@@ -275,6 +275,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         }
         gw->nsites++;
     }
+    ig__status_history_start(gw);
     *out = gw;
     return 0;
 fail_started:
@@ -306,7 +307,8 @@ void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data
 {
     gw->close_cb = cb;
     gw->close_data = data;
-    gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL);
+    gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL) + 1;
+    ig__status_history_close(gw, on_part_closed, gw);
     if (gw->scaler != NULL) {
         ig_scaler_t *sc = gw->scaler;
         gw->scaler = NULL; /* pool events from here on start nothing */

@@ -10,6 +10,17 @@
 #include "infergate/metrics.h"
 #include "infergate/scaler.h"
 
+/* One point of the status page's chart (status.c), every
+ * IG_STATUS_HISTORY_MS over the last IG_STATUS_HISTORY points. */
+#define IG_STATUS_HISTORY 150
+#define IG_STATUS_HISTORY_MS 2000
+typedef struct {
+    long long unix_ms;
+    int queued;    /* held by the proxy */
+    int waiting;   /* waiting in the instances, as they last reported */
+    double ttft_s; /* mean TTFT of the requests answered since the last point; -1: none */
+} ig__status_sample_t;
+
 struct ig_gateway_s {
     uv_loop_t *loop;
     const ig_config_t *cfg;
@@ -26,7 +37,25 @@ struct ig_gateway_s {
     void (*close_cb)(void *data);
     void *close_data;
     ig_metric_t *m_instances;
+    uv_timer_t history_timer; /* samples for the status page's chart */
+    int history_started;
+    ig__status_sample_t history[IG_STATUS_HISTORY]; /* a ring, oldest at history_head */
+    int history_n, history_head;
+    double history_ttft_sum; /* the proxy's TTFT totals at the last point */
+    long long history_ttft_count;
+    void (*history_close_cb)(void *data);
+    void *history_close_data;
 };
+
+/* The status page (page.c): one HTML document with its script, served at
+ * GET /. */
+extern const char ig__status_page[];
+extern const size_t ig__status_page_len;
+
+/* The chart's sampler: started last in ig_gateway_start, closed by
+ * ig_gateway_close (cb at once when it never started). */
+void ig__status_history_start(ig_gateway_t *gw);
+void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data);
 
 /* 1 when the model is served by a pool or named by a site. */
 int ig__gateway_model_known(ig_gateway_t *gw, const char *model);

@@ -123,6 +123,11 @@ static void handle_ready(ig_http_req_t *req, void *data)
 
 static void handle_metrics(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
+    if (s->gw != NULL) {
+        ig_gateway_metrics(s->gw, req);
+        return;
+    }
     size_t len;
     char *text = ig_metrics_render(&len);
     if (text == NULL) {
@@ -163,6 +168,12 @@ static void handle_status(ig_http_req_t *req, void *data)
     ig_gateway_status(s->gw, req);
 }
 
+static void handle_page(ig_http_req_t *req, void *data)
+{
+    ig_serve_t *s = data;
+    ig_gateway_page(s->gw, req);
+}
+
 /*
  * The gateway's routes; new endpoints add a row. When the config lists API
  * keys, rows with NEEDS_KEY need one of them; ADMIN rows need a key with
@@ -182,6 +193,7 @@ static const ig_http_route_t routes[] = {
     {"GET", "/v1/models", handle_models, NEEDS_KEY},
     {"GET", "/load", handle_load, PEER},
     {"GET", "/status", handle_status, ADMIN},
+    {"GET", "/", handle_page, 0},
 };
 
 static void answer_unauthorized(ig_http_req_t *req)

@@ -90,6 +90,9 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
 int ig_proxy_inflight(const ig_proxy_t *px);
 int ig_proxy_queued(const ig_proxy_t *px);
 int ig_proxy_queued_model(const ig_proxy_t *px, const char *model);
+/* The sum and count of every time to first token observed (seconds), as
+ * infergate_time_to_first_token_seconds has them, all models together. */
+void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count);
 ig_router_t *ig_proxy_router(ig_proxy_t *px);
 
 /* Calls the held requests of `model` again, e.g. after an instance became
