@@ -999,6 +999,12 @@ fail:
     return rc;
 }
 
+void ig_http_server_set_limits(ig_http_server_t *s, const ig_http_limits_t *limits)
+{
+    s->limits = *limits;
+    limits_fill(&s->limits);
+}
+
 int ig_http_server_port(const ig_http_server_t *s)
 {
     return s->port;

@@ -24,6 +24,7 @@
 #include "infergate/log.h"
 #include "infergate/metrics.h"
 
+#include <jansson.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -39,12 +40,18 @@ struct ig_serve_s {
     ig_gateway_t *gw; /* pools, sites and the proxy behind the /v1 routes */
     uv_signal_t sigterm;
     uv_signal_t sigint;
-    uv_timer_t grace; /* the drain grace: from the first signal to closing the listener */
+    uv_signal_t sighup; /* reloads the config */
+    uv_timer_t grace;   /* the drain grace: from the first signal to closing the listener */
     ig_serve_ready_cb ready_cb;
     void *ready_data;
     int draining;     /* first signal seen */
     int forced;       /* second signal seen: exit without waiting */
     int handles_open; /* the signal handles and the grace timer */
+    /* what a reload reads again: the file (NULL: the embedded default) and
+     * the command line's overrides */
+    const char *config_path;
+    const char *listen_override;
+    int log_overridden;
 };
 
 /* ---- readiness ---------------------------------------------------------- */
@@ -156,6 +163,97 @@ static void handle_status(ig_http_req_t *req, void *data)
     ig_gateway_status(s->gw, req);
 }
 
+/* ---- reload ------------------------------------------------------------- */
+
+/*
+ * Reads the config again and hands it to the gateway (ig_gateway_reload).
+ * An invalid config is refused with its message and the running one stays;
+ * the listen address cannot move without a restart, so a new one is
+ * ignored with a warning. Returns 0 (summary says what changes), IG_EBUSY,
+ * IG_ESTATE (shutting down) or the load's error with the message in err.
+ */
+static int reload(ig_serve_t *s, const char *trigger, char *summary, size_t slen, char *err,
+                  size_t errlen)
+{
+    ig_config_t next;
+    int rc;
+    summary[0] = '\0';
+    if (s->draining || s->gw == NULL) {
+        snprintf(err, errlen, "the gateway is shutting down");
+        return IG_ESTATE;
+    }
+    rc = s->config_path ? ig_config_load_file(&next, s->config_path, err, errlen)
+                        : ig_config_load_default(&next, err, errlen);
+    if (rc != 0) {
+        IG_WARN("reload (%s) refused: %s; the running config stays", trigger, err);
+        ig_gateway_reload_count("invalid");
+        return rc;
+    }
+    if (strcmp(next.listen, s->cfg.listen) != 0) {
+        if (s->listen_override == NULL)
+            IG_WARN("reload (%s): listen %s -> %s needs a restart; still listening on %s", trigger,
+                    s->cfg.listen, next.listen, s->cfg.listen);
+        char *copy = strdup(s->cfg.listen);
+        if (copy == NULL) {
+            ig_config_dispose(&next);
+            snprintf(err, errlen, "out of memory");
+            return IG_ENOMEM;
+        }
+        free(next.listen);
+        next.listen = copy;
+    }
+    ig_config_t prev = s->cfg; /* the gateway reads s->cfg: swap the contents */
+    s->cfg = next;
+    rc = ig_gateway_reload(s->gw, &prev, &s->cfg, summary, slen, err, errlen);
+    if (rc != 0) {
+        next = s->cfg;
+        s->cfg = prev;
+        ig_config_dispose(&next);
+        IG_WARN("reload (%s) refused: %s; the running config stays", trigger, err);
+        ig_gateway_reload_count(rc == IG_EBUSY ? "busy" : "invalid");
+        return rc;
+    }
+    ig_config_dispose(&prev);
+    if (s->server != NULL)
+        ig_http_server_set_limits(s->server, &s->cfg.limits.http);
+    if (!s->log_overridden)
+        ig_log_setup((ig_log_level_t)s->cfg.log.level, (ig_log_format_t)s->cfg.log.format);
+    IG_INFO("reload (%s) of %s: %s", trigger, s->cfg.source, summary);
+    return 0;
+}
+
+static void handle_reload(ig_http_req_t *req, void *data)
+{
+    ig_serve_t *s = data;
+    char summary[1024], err[1024];
+    int rc = reload(s, "POST /admin/reload", summary, sizeof(summary), err, sizeof(err));
+    if (rc == IG_EBUSY) {
+        ig_http_respond_error(req, 409, "invalid_request_error", NULL, "reload_in_progress", "%s",
+                              err);
+        return;
+    }
+    if (rc == IG_ESTATE) {
+        ig_http_respond_error(req, 503, "unavailable_error", NULL, "shutting_down", "%s", err);
+        return;
+    }
+    if (rc != 0) {
+        ig_http_respond_error(req, rc == IG_ENOMEM ? 503 : 400, "invalid_request_error", NULL,
+                              "invalid_config", "%s", err);
+        return;
+    }
+    json_t *body = json_pack("{s:s, s:s, s:s}", "status", "reloading", "config",
+                             s->cfg.source ? s->cfg.source : "", "changes", summary);
+    ig_api_respond_json(req, 200, body);
+}
+
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    ig_serve_t *s = h->data;
+    char summary[1024], err[1024];
+    (void)signum;
+    reload(s, "SIGHUP", summary, sizeof(summary), err, sizeof(err));
+}
+
 /*
  * The gateway's routes; new endpoints add a row. Rows with NEEDS_KEY need an
  * API key when the config lists any; the probes (/health, /ready,
@@ -172,6 +270,7 @@ static const ig_http_route_t routes[] = {
     {"GET", "/v1/models", handle_models, NEEDS_KEY},
     {"GET", "/load", handle_load, 0},
     {"GET", "/status", handle_status, 0},
+    {"POST", "/admin/reload", handle_reload, NEEDS_KEY},
 };
 
 /* Compares in time independent of where the strings differ. */
@@ -229,7 +328,7 @@ static void on_handle_closed(uv_handle_t *h)
 static void close_handles(ig_serve_t *s)
 {
     uv_handle_t *hs[] = {(uv_handle_t *)&s->sigterm, (uv_handle_t *)&s->sigint,
-                         (uv_handle_t *)&s->grace};
+                         (uv_handle_t *)&s->sighup, (uv_handle_t *)&s->grace};
     for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], on_handle_closed);
@@ -333,7 +432,9 @@ static void usage(FILE *out)
             "listen) or a forced shutdown, 2 on a usage or config error (before listening).\n"
             "SIGTERM or SIGINT makes /ready answer 503 while the gateway still serves for\n"
             "limits.drain_grace_ms (5 s), then stops accepting and lets requests in flight\n"
-            "finish for up to limits.drain_timeout_ms; a second signal exits at once.\n");
+            "finish for up to limits.drain_timeout_ms; a second signal exits at once.\n"
+            "SIGHUP or POST /admin/reload reads the config again without dropping a request\n"
+            "(docs/operations.md); an invalid config is refused and the running one stays.\n");
 }
 
 typedef struct {
@@ -451,13 +552,19 @@ int ig_cmd_serve(int argc, char **argv)
     s.loop = &loop;
     s.sigterm.data = &s;
     s.sigint.data = &s;
+    s.sighup.data = &s;
     s.grace.data = &s;
     uv_signal_init(&loop, &s.sigterm);
     uv_signal_init(&loop, &s.sigint);
+    uv_signal_init(&loop, &s.sighup);
     uv_timer_init(&loop, &s.grace);
-    s.handles_open = 3;
+    s.handles_open = 4;
     uv_signal_start(&s.sigterm, on_signal, SIGTERM);
     uv_signal_start(&s.sigint, on_signal, SIGINT);
+    uv_signal_start(&s.sighup, on_sighup, SIGHUP);
+    s.config_path = a.config;
+    s.listen_override = a.listen;
+    s.log_overridden = a.log_level != NULL || a.log_format != NULL;
 
     ig_metric_t *info =
         ig_metrics_gauge("infergate_build_info",
