@@ -355,7 +355,7 @@ static void test_serve_sighup_reload(void **state)
     copy("b.pem", "live.pem");
     copy("b.key", "live.key");
     kill(gw.pid, SIGHUP);
-    assert_int_equal(ig_proc_wait_log(&gw, "SIGHUP: reloaded", 5000), 0);
+    assert_int_equal(ig_proc_wait_log(&gw, "reload (SIGHUP): reloaded", 5000), 0);
     assert_int_equal(curl_health(port, "b-ca.pem"), 0);
     assert_int_equal(curl_health(port, "a-ca.pem"), 60);
     assert_true(client_health(&c));

@@ -1147,6 +1147,12 @@ void ig_http_server_set_tls(ig_http_server_t *s, ig_tls_ctx_t *ctx, uint64_t han
     s->tls_handshake_ms = handshake_timeout_ms > 0 ? handshake_timeout_ms : TLS_HANDSHAKE_MS;
 }
 
+void ig_http_server_set_limits(ig_http_server_t *s, const ig_http_limits_t *limits)
+{
+    s->limits = *limits;
+    limits_fill(&s->limits);
+}
+
 int ig_http_server_port(const ig_http_server_t *s)
 {
     return s->port;

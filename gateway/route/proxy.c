@@ -207,6 +207,12 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     return 0;
 }
 
+void ig_proxy_set_opts(ig_proxy_t *px, const ig_proxy_opts_t *opts)
+{
+    px->opts = *opts;
+    px->router.opts = opts->router; /* the learned state of upstreams stays */
+}
+
 ig_router_t *ig_proxy_router(ig_proxy_t *px)
 {
     return &px->router;

@@ -63,9 +63,9 @@ static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
 {
     ctx_t *c = v->data;
     static const char *const type_msg[] = {
-        [IG_JSONV_OBJECT] = "must be an object",   [IG_JSONV_ARRAY] = "must be an array",
-        [IG_JSONV_STRING] = "must be a string",    [IG_JSONV_INTEGER] = "must be an integer",
-        [IG_JSONV_NUMBER] = "must be a number",    [IG_JSONV_BOOLEAN] = "must be a boolean",
+        [IG_JSONV_OBJECT] = "must be an object", [IG_JSONV_ARRAY] = "must be an array",
+        [IG_JSONV_STRING] = "must be a string",  [IG_JSONV_INTEGER] = "must be an integer",
+        [IG_JSONV_NUMBER] = "must be a number",  [IG_JSONV_BOOLEAN] = "must be a boolean",
     };
     switch (f->kind) {
     case IG_JSONV_MISSING:
@@ -82,8 +82,7 @@ static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
         char list[256] = "";
         size_t n = 0;
         for (int i = 0; f->choices[i] != NULL && n < sizeof(list); i++)
-            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "",
-                                  f->choices[i]);
+            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", f->choices[i]);
         return fail(c, f->path, "must be one of %s", list);
     }
     case IG_JSONV_RANGE:
@@ -886,7 +885,8 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     const struct {
         const char *key;
         unsigned n;
-    } per_device[] = {{"min_instances", pool->min_instances}, {"max_instances", pool->max_instances}};
+    } per_device[] = {{"min_instances", pool->min_instances},
+                      {"max_instances", pool->max_instances}};
     for (size_t i = 0; i < sizeof(per_device) / sizeof(per_device[0]); i++) {
         if (per_device[i].n > pool->ndevices) {
             join(q, p, per_device[i].key);
@@ -1211,10 +1211,8 @@ int ig_config_load_file(ig_config_t *cfg, const char *path, char *err, size_t er
 int ig_config_load_string(ig_config_t *cfg, const char *json, const char *name, char *err,
                           size_t errlen)
 {
-    ctx_t c = {.file = name ? name : "(string)",
-               .err = err,
-               .errlen = errlen,
-               .jv = {.fail = on_fault}};
+    ctx_t c = {
+        .file = name ? name : "(string)", .err = err, .errlen = errlen, .jv = {.fail = on_fault}};
     json_error_t e;
     memset(cfg, 0, sizeof(*cfg));
     json_t *root = ig_jsonv_loadb(json, strlen(json), &e);
@@ -1285,4 +1283,44 @@ int ig_config_find_model(const ig_config_t *cfg, const char *name)
             return (int)i;
     }
     return -1;
+}
+
+/* ---- reload: what changed ----------------------------------------------- */
+
+static int same_str(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+int ig_config_pool_diff(const ig_config_t *a, const ig_config_pool_t *pa, const ig_config_t *b,
+                        const ig_config_pool_t *pb)
+{
+    const ig_config_model_t *ma = &a->models[pa->model_index];
+    const ig_config_model_t *mb = &b->models[pb->model_index];
+    if (!same_str(pa->name, pb->name) || !same_str(pa->model, pb->model) ||
+        !same_str(ma->path, mb->path) || pa->ndevices != pb->ndevices ||
+        pa->threads != pb->threads || pa->min_instances != pb->min_instances ||
+        pa->max_instances != pb->max_instances ||
+        memcmp(&pa->batching, &pb->batching, sizeof(pa->batching)) != 0 ||
+        a->limits.max_prompt_tokens != b->limits.max_prompt_tokens)
+        return IG_CONFIG_POOL_RESTART;
+    for (size_t d = 0; d < pa->ndevices; d++) {
+        if (!same_str(pa->devices[d].spec, pb->devices[d].spec))
+            return IG_CONFIG_POOL_RESTART;
+    }
+    if (memcmp(&pa->autoscale, &pb->autoscale, sizeof(pa->autoscale)) != 0)
+        return IG_CONFIG_POOL_AUTOSCALE;
+    return IG_CONFIG_POOL_SAME;
+}
+
+int ig_config_site_same(const ig_config_site_t *a, const ig_config_site_t *b)
+{
+    if (!same_str(a->name, b->name) || !same_str(a->url, b->url) ||
+        !same_str(a->region, b->region) || a->nmodels != b->nmodels)
+        return 0;
+    for (size_t i = 0; i < a->nmodels; i++) {
+        if (!same_str(a->models[i], b->models[i]))
+            return 0;
+    }
+    return 1;
 }

@@ -58,9 +58,18 @@ static void publish_instances(ig_gateway_t *gw, ig_pool_t *pool)
                       ig_instance_state_name(states[i]));
 }
 
+int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errlen)
+{
+    return ensure_model(m, err, errlen);
+}
+
 static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
 {
     ig_gateway_t *gw = data;
+    /* A pool a reload is starting or retiring shares its name with the one
+     * that routes: only the routed one publishes its instances. */
+    if (!ig__gateway_routes_pool(gw, pool))
+        return;
     publish_instances(gw, pool);
     if (gw->scaler != NULL)
         ig_scaler_pool_event(gw->scaler, pool, inst);
@@ -123,6 +132,108 @@ int ig__gateway_model_known(ig_gateway_t *gw, const char *model)
     return model_known(gw, model);
 }
 
+/* ---- what the config asks of the proxy, the pools and the sites -------- */
+
+void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
+{
+    ig_proxy_opts_default(po);
+    po->router.policy = cfg->routing.policy;
+    po->router.retry_ratio = cfg->routing.retry_budget;
+    po->router.max_retries = (int)cfg->routing.max_retries;
+    if (cfg->routing.eject.consecutive_failures > 0)
+        po->router.eject_consecutive = (int)cfg->routing.eject.consecutive_failures;
+    if (cfg->routing.eject.base_ejection_s > 0)
+        po->router.eject_base_s = cfg->routing.eject.base_ejection_s;
+    po->hedge = cfg->routing.hedge.enabled;
+    po->hedge_budget = cfg->routing.hedge.budget;
+    po->hedge_quantile = cfg->routing.hedge.delay_quantile;
+    if (cfg->routing.queue_size > 0)
+        po->queue_size = (int)cfg->routing.queue_size;
+    if (cfg->routing.queue_timeout_ms > 0)
+        po->queue_timeout_ms = cfg->routing.queue_timeout_ms;
+    po->first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
+}
+
+void ig__gateway_upstream_opts(const ig_config_t *cfg, ig_upstream_opts_t *uo)
+{
+    ig_upstream_opts_default(uo);
+    if (cfg->routing.connect_timeout_ms)
+        uo->connect_timeout_ms = cfg->routing.connect_timeout_ms;
+    if (cfg->routing.first_token_timeout_ms)
+        uo->first_byte_timeout_ms = cfg->routing.first_token_timeout_ms;
+    if (cfg->routing.idle_timeout_ms)
+        uo->keepalive_idle_ms = cfg->routing.idle_timeout_ms;
+    if (cfg->routing.total_timeout_ms)
+        uo->total_timeout_ms = cfg->routing.total_timeout_ms;
+}
+
+void ig__gateway_autoscale_params(const ig_config_pool_t *cp, ig_autoscale_params_t *ap)
+{
+    ig_autoscale_params_default(ap);
+    ap->target_queue_depth = cp->autoscale.target_queue_depth;
+    ap->stable_window_s = cp->autoscale.stable_window_s;
+    ap->panic_window_s = cp->autoscale.panic_window_s;
+    ap->panic_threshold = cp->autoscale.panic_threshold;
+    ap->max_scale_up_rate = cp->autoscale.max_scale_up_rate;
+    ap->scale_down_delay_s = cp->autoscale.scale_down_delay_s;
+    ap->scale_to_zero_after_s = cp->autoscale.scale_to_zero_after_s;
+    ap->min_instances = (int)cp->min_instances;
+    ap->max_instances = (int)cp->max_instances;
+}
+
+int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, ig_pool_t **out,
+                           char *err, size_t errlen)
+{
+    const ig_config_pool_t *cp = &cfg->pools[i];
+    const ig_config_model_t *m = &cfg->models[cp->model_index];
+    int cpu_share = ig_devices_cpu_share(cfg, sysconf(_SC_NPROCESSORS_ONLN));
+    ig_upstream_opts_t uo;
+    ig__gateway_upstream_opts(cfg, &uo);
+    const char *devices[64];
+    int nd = 0;
+    for (size_t d = 0; d < cp->ndevices && nd < 64; d++)
+        devices[nd++] = cp->devices[d].spec;
+    ig_pool_spec_t ps;
+    memset(&ps, 0, sizeof(ps));
+    ps.name = cp->name;
+    ps.model = cp->model;
+    ps.model_dir = m->path;
+    ps.exe = gw->exe;
+    ps.run_dir = gw->run_dir;
+    ps.devices = devices;
+    ps.ndevices = nd;
+    ps.threads = cp->threads > 0 ? (int)cp->threads : cpu_share;
+    ps.min_instances = (int)cp->min_instances;
+    ps.max_instances = (int)cp->max_instances;
+    ps.kv_blocks = (int)cp->batching.kv_blocks;
+    ps.block_size = (int)cp->batching.block_size;
+    ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
+    ps.max_num_seqs = (int)cp->batching.max_num_seqs;
+    ps.max_waiting = (int)cp->batching.max_waiting;
+    ps.max_prompt_tokens = (int)cfg->limits.max_prompt_tokens;
+    /* Workers log warnings and errors; their access lines would repeat
+     * the gateway's and the readiness and load polls would drown them. */
+    ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : "warn";
+    ps.router = ig_proxy_router(gw->proxy);
+    ps.upstream = &uo; /* the same deadlines as sites */
+    int rc = ig_pool_start(out, gw->loop, &ps, on_pool_event, gw);
+    if (rc != 0) {
+        snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
+        return rc;
+    }
+    publish_instances(gw, *out);
+    return 0;
+}
+
+int ig__gateway_routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool)
+{
+    for (int p = 0; p < gw->npools; p++) {
+        if (gw->pools[p] == pool)
+            return 1;
+    }
+    return 0;
+}
+
 /* ---- start and close ---------------------------------------------------- */
 
 static void gateway_free(ig_gateway_t *gw)
@@ -131,6 +242,7 @@ static void gateway_free(ig_gateway_t *gw)
         rmdir(gw->run_dir); /* empty once the workers removed their sockets */
     free(gw->pools);
     free(gw->sites);
+    free(gw->exe);
     free(gw);
 }
 
@@ -143,6 +255,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         return IG_ENOMEM;
     gw->loop = loop;
     gw->cfg = cfg;
+    gw->exe = strdup(exe);
     size_t k = 0;
     for (const char *r = cfg->region; r && *r && k + 1 < sizeof(gw->region); r++) {
         if (isalnum((unsigned char)*r) || *r == '-' || *r == '_' || *r == '.')
@@ -153,7 +266,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
                                        "Instances of each pool by state.", "pool,state");
     gw->pools = calloc(cfg->npools ? cfg->npools : 1, sizeof(ig_pool_t *));
     gw->sites = calloc(cfg->nsites ? cfg->nsites : 1, sizeof(ig_site_t *));
-    if (gw->pools == NULL || gw->sites == NULL)
+    if (gw->pools == NULL || gw->sites == NULL || gw->exe == NULL)
         goto fail;
 
     if (run_dir != NULL) {
@@ -175,22 +288,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     }
 
     ig_proxy_opts_t po;
-    ig_proxy_opts_default(&po);
-    po.router.policy = cfg->routing.policy;
-    po.router.retry_ratio = cfg->routing.retry_budget;
-    po.router.max_retries = (int)cfg->routing.max_retries;
-    if (cfg->routing.eject.consecutive_failures > 0)
-        po.router.eject_consecutive = (int)cfg->routing.eject.consecutive_failures;
-    if (cfg->routing.eject.base_ejection_s > 0)
-        po.router.eject_base_s = cfg->routing.eject.base_ejection_s;
-    po.hedge = cfg->routing.hedge.enabled;
-    po.hedge_budget = cfg->routing.hedge.budget;
-    po.hedge_quantile = cfg->routing.hedge.delay_quantile;
-    if (cfg->routing.queue_size > 0)
-        po.queue_size = (int)cfg->routing.queue_size;
-    if (cfg->routing.queue_timeout_ms > 0)
-        po.queue_timeout_ms = cfg->routing.queue_timeout_ms;
-    po.first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
+    ig__gateway_proxy_opts(cfg, &po);
     if ((rc = ig_proxy_start(&gw->proxy, loop, &po, resolve, gw)) != 0)
         goto fail;
 
@@ -198,63 +296,13 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         goto fail;
 
     ig_upstream_opts_t uo;
-    ig_upstream_opts_default(&uo);
-    if (cfg->routing.connect_timeout_ms)
-        uo.connect_timeout_ms = cfg->routing.connect_timeout_ms;
-    if (cfg->routing.first_token_timeout_ms)
-        uo.first_byte_timeout_ms = cfg->routing.first_token_timeout_ms;
-    if (cfg->routing.idle_timeout_ms)
-        uo.keepalive_idle_ms = cfg->routing.idle_timeout_ms;
-    if (cfg->routing.total_timeout_ms)
-        uo.total_timeout_ms = cfg->routing.total_timeout_ms;
+    ig__gateway_upstream_opts(cfg, &uo);
 
-    int cpu_share = ig_devices_cpu_share(cfg, sysconf(_SC_NPROCESSORS_ONLN));
     for (size_t i = 0; i < cfg->npools; i++) {
-        const ig_config_pool_t *cp = &cfg->pools[i];
-        const ig_config_model_t *m = &cfg->models[cp->model_index];
-        const char *devices[64];
-        int nd = 0;
-        for (size_t d = 0; d < cp->ndevices && nd < 64; d++)
-            devices[nd++] = cp->devices[d].spec;
-        ig_pool_spec_t ps;
-        memset(&ps, 0, sizeof(ps));
-        ps.name = cp->name;
-        ps.model = cp->model;
-        ps.model_dir = m->path;
-        ps.exe = exe;
-        ps.run_dir = gw->run_dir;
-        ps.devices = devices;
-        ps.ndevices = nd;
-        ps.threads = cp->threads > 0 ? (int)cp->threads : cpu_share;
-        ps.min_instances = (int)cp->min_instances;
-        ps.max_instances = (int)cp->max_instances;
-        ps.kv_blocks = (int)cp->batching.kv_blocks;
-        ps.block_size = (int)cp->batching.block_size;
-        ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
-        ps.max_num_seqs = (int)cp->batching.max_num_seqs;
-        ps.max_waiting = (int)cp->batching.max_waiting;
-        ps.max_prompt_tokens = (int)cfg->limits.max_prompt_tokens;
-        /* Workers log warnings and errors; their access lines would repeat
-         * the gateway's and the readiness and load polls would drown them. */
-        ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : "warn";
-        ps.router = ig_proxy_router(gw->proxy);
-        ps.upstream = &uo; /* the same deadlines as sites */
-        if ((rc = ig_pool_start(&gw->pools[gw->npools], loop, &ps, on_pool_event, gw)) != 0) {
-            snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
+        if ((rc = ig__gateway_pool_start(gw, cfg, i, &gw->pools[gw->npools], err, errlen)) != 0)
             goto fail_started;
-        }
-        publish_instances(gw, gw->pools[gw->npools]);
         ig_autoscale_params_t ap;
-        ig_autoscale_params_default(&ap);
-        ap.target_queue_depth = cp->autoscale.target_queue_depth;
-        ap.stable_window_s = cp->autoscale.stable_window_s;
-        ap.panic_window_s = cp->autoscale.panic_window_s;
-        ap.panic_threshold = cp->autoscale.panic_threshold;
-        ap.max_scale_up_rate = cp->autoscale.max_scale_up_rate;
-        ap.scale_down_delay_s = cp->autoscale.scale_down_delay_s;
-        ap.scale_to_zero_after_s = cp->autoscale.scale_to_zero_after_s;
-        ap.min_instances = (int)cp->min_instances;
-        ap.max_instances = (int)cp->max_instances;
+        ig__gateway_autoscale_params(&cfg->pools[i], &ap);
         ig_scaler_add(gw->scaler, gw->pools[gw->npools], &ap);
         gw->npools++;
     }
@@ -308,7 +356,9 @@ void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data
     gw->close_cb = cb;
     gw->close_data = data;
     gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL) + 1;
+    gw->pending_closes += ig__reload_pending(gw);
     ig__status_history_close(gw, on_part_closed, gw);
+    ig__reload_close(gw, grace_ms, on_part_closed, gw);
     if (gw->scaler != NULL) {
         ig_scaler_t *sc = gw->scaler;
         gw->scaler = NULL; /* pool events from here on start nothing */

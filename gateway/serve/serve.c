@@ -26,6 +26,7 @@
 #include "infergate/metrics.h"
 #include "infergate/tls.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <signal.h>
 #include <stddef.h>
@@ -44,14 +45,27 @@ struct ig_serve_s {
     int load_open;    /* GET /load needs no key (no admin and no peer key) */
     uv_signal_t sigterm;
     uv_signal_t sigint;
-    uv_signal_t sighup; /* reloads the listener's certificate */
-    uv_timer_t grace; /* the drain grace: from the first signal to closing the listener */
+    uv_signal_t sighup; /* reloads the config and the listener's certificate */
+    uv_timer_t grace;   /* the drain grace: from the first signal to closing the listener */
     ig_serve_ready_cb ready_cb;
     void *ready_data;
     int draining;     /* first signal seen */
     int forced;       /* second signal seen: exit without waiting */
     int handles_open; /* the signal handles and the grace timer */
     int tls;          /* the listener speaks TLS */
+    /* what a reload reads again: the file (NULL: the embedded default) and
+     * the command line's overrides */
+    const char *config_path;
+    const char *listen_override;
+    int log_overridden;
+    /* configs and key sets replaced by reloads: requests in flight may still
+     * point into them (a key's policy, its buckets), so they are freed at
+     * exit; each is a few KB and only an operator makes one */
+    struct retired_s {
+        ig_config_t cfg;
+        ig_keys_t *keys;
+    } *retired;
+    size_t nretired;
 };
 
 /* ---- readiness ---------------------------------------------------------- */
@@ -174,15 +188,127 @@ static void handle_page(ig_http_req_t *req, void *data)
     ig_gateway_page(s->gw, req);
 }
 
+static int tls_load(ig_serve_t *s, char *err, size_t errlen);
+
+/* ---- reload ------------------------------------------------------------- */
+
+/*
+ * Reads the config again and hands it to the gateway (ig_gateway_reload).
+ * An invalid config is refused with its message and the running one stays;
+ * the listen address cannot move without a restart, so a new one is
+ * ignored with a warning. Returns 0 (summary says what changes), IG_EBUSY,
+ * IG_ESTATE (shutting down) or the load's error with the message in err.
+ */
+static int reload(ig_serve_t *s, const char *trigger, char *summary, size_t slen, char *err,
+                  size_t errlen)
+{
+    ig_config_t next;
+    int rc;
+    summary[0] = '\0';
+    if (s->draining || s->gw == NULL) {
+        snprintf(err, errlen, "the gateway is shutting down");
+        return IG_ESTATE;
+    }
+    rc = s->config_path ? ig_config_load_file(&next, s->config_path, err, errlen)
+                        : ig_config_load_default(&next, err, errlen);
+    if (rc != 0) {
+        IG_WARN("reload (%s) refused: %s; the running config stays", trigger, err);
+        ig_gateway_reload_count("invalid");
+        return rc;
+    }
+    if (strcmp(next.listen, s->cfg.listen) != 0) {
+        if (s->listen_override == NULL)
+            IG_WARN("reload (%s): listen %s -> %s needs a restart; still listening on %s", trigger,
+                    s->cfg.listen, next.listen, s->cfg.listen);
+        char *copy = strdup(s->cfg.listen);
+        if (copy == NULL) {
+            ig_config_dispose(&next);
+            snprintf(err, errlen, "out of memory");
+            return IG_ENOMEM;
+        }
+        free(next.listen);
+        next.listen = copy;
+    }
+    ig_keys_t *keys;
+    struct retired_s *r = realloc(s->retired, (s->nretired + 1) * sizeof(*r));
+    if (r == NULL || ig_keys_new(&keys, &next) != 0) {
+        if (r != NULL)
+            s->retired = r;
+        ig_config_dispose(&next);
+        snprintf(err, errlen, "out of memory");
+        return IG_ENOMEM;
+    }
+    s->retired = r;
+    ig_config_t prev = s->cfg; /* the gateway reads s->cfg: swap the contents */
+    s->cfg = next;
+    rc = ig_gateway_reload(s->gw, &prev, &s->cfg, summary, slen, err, errlen);
+    if (rc != 0) {
+        next = s->cfg;
+        s->cfg = prev;
+        ig_config_dispose(&next);
+        ig_keys_free(keys);
+        IG_WARN("reload (%s) refused: %s; the running config stays", trigger, err);
+        ig_gateway_reload_count(rc == IG_EBUSY ? "busy" : "invalid");
+        return rc;
+    }
+    s->retired[s->nretired].cfg = prev;
+    s->retired[s->nretired++].keys = s->keys;
+    s->keys = keys;
+    s->load_open = s->cfg.admin_open;
+    for (size_t i = 0; i < s->cfg.napi_keys; i++)
+        s->load_open &= !s->cfg.keys[i].peer;
+    if (s->server != NULL)
+        ig_http_server_set_limits(s->server, &s->cfg.limits.http);
+    if (!s->log_overridden)
+        ig_log_setup((ig_log_level_t)s->cfg.log.level, (ig_log_format_t)s->cfg.log.format);
+    IG_INFO("reload (%s) of %s: %s", trigger, s->cfg.source, summary);
+    if (s->tls && s->server != NULL) {
+        char terr[512];
+        if (tls_load(s, terr, sizeof(terr)) != 0)
+            IG_ERROR("reload (%s): certificate not reloaded, the old one stays in use: %s",
+                     trigger, terr);
+        else
+            IG_INFO("reload (%s): reloaded %s; new connections use it", trigger,
+                    s->cfg.tls.cert_file);
+    }
+    return 0;
+}
+
+static void handle_reload(ig_http_req_t *req, void *data)
+{
+    ig_serve_t *s = data;
+    char summary[1024], err[1024];
+    int rc = reload(s, "POST /admin/reload", summary, sizeof(summary), err, sizeof(err));
+    if (rc == IG_EBUSY) {
+        ig_http_respond_error(req, 409, "invalid_request_error", NULL, "reload_in_progress", "%s",
+                              err);
+        return;
+    }
+    if (rc == IG_ESTATE) {
+        ig_http_respond_error(req, 503, "unavailable_error", NULL, "shutting_down", "%s", err);
+        return;
+    }
+    if (rc != 0) {
+        ig_http_respond_error(req, rc == IG_ENOMEM ? 503 : 400, "invalid_request_error", NULL,
+                              "invalid_config", "%s", err);
+        return;
+    }
+    json_t *body = json_pack("{s:s, s:s, s:s}", "status", "reloading", "config",
+                             s->cfg.source ? s->cfg.source : "", "changes", summary);
+    ig_api_respond_json(req, 200, body);
+}
+
 /*
  * The gateway's routes; new endpoints add a row. When the config lists API
  * keys, rows with NEEDS_KEY need one of them; ADMIN rows need a key with
  * admin once some key has it (else they stay open, for probes and
  * dashboards); /load (PEER) needs a peer or admin key once some key is
- * either, since what it answers feeds other gateways' routing. /health and
- * /ready stay open (docs/security.md).
+ * either, since what it answers feeds other gateways' routing. CONTROL rows
+ * change the gateway: they need an admin key once some key has admin, and
+ * any key while none has; they are open only with no keys at all. /health
+ * and /ready stay open (docs/security.md).
  */
-enum { NEEDS_KEY = 1, ADMIN = 2, PEER = 4 }; /* a row's flags */
+enum { NEEDS_KEY = 1, ADMIN = 2, PEER = 4, CONTROL = 8 }; /* a row's flags */
 
 static const ig_http_route_t routes[] = {
     {"GET", "/health", handle_health, 0},
@@ -194,6 +320,7 @@ static const ig_http_route_t routes[] = {
     {"GET", "/load", handle_load, PEER},
     {"GET", "/status", handle_status, ADMIN},
     {"GET", "/", handle_page, 0},
+    {"POST", "/admin/reload", handle_reload, CONTROL},
 };
 
 static void answer_unauthorized(ig_http_req_t *req)
@@ -233,6 +360,9 @@ static void on_request(ig_http_req_t *req, void *data)
         ok = s->cfg.admin_open || (p != NULL && p->admin);
     else if (row->flags & PEER)
         ok = s->load_open || (p != NULL && (p->admin || p->peer));
+    else if (row->flags & CONTROL)
+        ok = ig_keys_count(s->keys) == 0 ||
+             (s->cfg.admin_open ? key != NULL : (p != NULL && p->admin));
     if (!ok && key == NULL) {
         answer_unauthorized(req);
         return;
@@ -271,7 +401,7 @@ static void on_handle_closed(uv_handle_t *h)
 static void close_handles(ig_serve_t *s)
 {
     uv_handle_t *hs[] = {(uv_handle_t *)&s->sigterm, (uv_handle_t *)&s->sigint,
-                         (uv_handle_t *)&s->grace, (uv_handle_t *)&s->sighup};
+                         (uv_handle_t *)&s->sighup, (uv_handle_t *)&s->grace};
     for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], on_handle_closed);
@@ -360,16 +490,13 @@ static int tls_load(ig_serve_t *s, char *err, size_t errlen)
     return 0;
 }
 
+/* SIGHUP reloads the config (reload above), the certificate with it. */
 static void on_sighup(uv_signal_t *h, int signum)
 {
     ig_serve_t *s = h->data;
-    char err[512];
-    if (!s->tls || s->server == NULL)
-        return;
-    if (tls_load(s, err, sizeof(err)) != 0)
-        IG_ERROR("SIGHUP: certificate not reloaded, the old one stays in use: %s", err);
-    else
-        IG_INFO("SIGHUP: reloaded %s; new connections use it", s->cfg.tls.cert_file);
+    char summary[1024], err[1024];
+    (void)signum;
+    reload(s, "SIGHUP", summary, sizeof(summary), err, sizeof(err));
 }
 
 /* ---- the command -------------------------------------------------------- */
@@ -403,7 +530,9 @@ static void usage(FILE *out)
             "listen) or a forced shutdown, 2 on a usage or config error (before listening).\n"
             "SIGTERM or SIGINT makes /ready answer 503 while the gateway still serves for\n"
             "limits.drain_grace_ms (5 s), then stops accepting and lets requests in flight\n"
-            "finish for up to limits.drain_timeout_ms; a second signal exits at once.\n");
+            "finish for up to limits.drain_timeout_ms; a second signal exits at once.\n"
+            "SIGHUP or POST /admin/reload reads the config again without dropping a request\n"
+            "(docs/operations.md); an invalid config is refused and the running one stays.\n");
 }
 
 typedef struct {
@@ -536,8 +665,8 @@ int ig_cmd_serve(int argc, char **argv)
     s.loop = &loop;
     s.sigterm.data = &s;
     s.sigint.data = &s;
-    s.grace.data = &s;
     s.sighup.data = &s;
+    s.grace.data = &s;
     uv_signal_init(&loop, &s.sigterm);
     uv_signal_init(&loop, &s.sigint);
     uv_signal_init(&loop, &s.sighup);
@@ -546,6 +675,9 @@ int ig_cmd_serve(int argc, char **argv)
     uv_signal_start(&s.sigterm, on_signal, SIGTERM);
     uv_signal_start(&s.sigint, on_signal, SIGINT);
     uv_signal_start(&s.sighup, on_sighup, SIGHUP);
+    s.config_path = a.config;
+    s.listen_override = a.listen;
+    s.log_overridden = a.log_level != NULL || a.log_format != NULL;
 
     ig_metric_t *info =
         ig_metrics_gauge("infergate_build_info",
@@ -615,6 +747,11 @@ done:
         IG_WARN("event loop closed with handles still open");
 fail_config:
     ig_keys_free(s.keys);
+    for (size_t i = 0; i < s.nretired; i++) {
+        ig_keys_free(s.retired[i].keys);
+        ig_config_dispose(&s.retired[i].cfg);
+    }
+    free(s.retired);
     ig_tls_ctx_unref(tls_ctx);
     ig_config_dispose(&s.cfg);
     return status;

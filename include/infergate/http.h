@@ -89,6 +89,10 @@ void ig_http_server_set_tls(ig_http_server_t *server, ig_tls_ctx_t *ctx,
 /* The bound TCP port (0 for a Unix socket). */
 int ig_http_server_port(const ig_http_server_t *server);
 
+/* Replaces the limits in place (a config reload): new connections and the
+ * next deadline of each open one use them; zero fields take defaults. */
+void ig_http_server_set_limits(ig_http_server_t *server, const ig_http_limits_t *limits);
+
 /* Connections open now, and requests handed to the handler but not finished. */
 unsigned ig_http_server_connections(const ig_http_server_t *server);
 unsigned ig_http_server_inflight(const ig_http_server_t *server);

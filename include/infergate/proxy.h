@@ -95,6 +95,10 @@ int ig_proxy_queued_model(const ig_proxy_t *px, const char *model);
 void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count);
 ig_router_t *ig_proxy_router(ig_proxy_t *px);
 
+/* Replaces the options in place (a config reload): requests in flight and
+ * held keep going; what they decide next uses the new values. */
+void ig_proxy_set_opts(ig_proxy_t *px, const ig_proxy_opts_t *opts);
+
 /* Calls the held requests of `model` again, e.g. after an instance became
  * ready. */
 void ig_proxy_kick(ig_proxy_t *px, const char *model);
