@@ -28,6 +28,8 @@ struct ig_gateway_s {
     ig_metric_t *m_instances;
     char *exe;                  /* the infergate binary the workers run */
     struct ig_reload_s *reload; /* reload.c's state; NULL until the first reload */
+    uint64_t rng;               /* draws the version of a request (a rollout's split) */
+    unsigned generation;        /* reloads so far: new pools' sockets get new names */
 };
 
 /* 1 when the model is served by a pool or named by a site. */
