@@ -567,8 +567,12 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
         in->index = i;
         snprintf(in->name, sizeof(in->name), "%s/%d", spec->name, i);
         snprintf(in->device, sizeof(in->device), "%s", spec->devices[i]);
-        snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s-%d.sock", spec->run_dir,
-                 spec->name, i);
+        if (spec->generation > 0) /* a reload's pool beside its namesake */
+            snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s.%u-%d.sock", spec->run_dir,
+                     spec->name, spec->generation, i);
+        else
+            snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s-%d.sock", spec->run_dir,
+                     spec->name, i);
         snprintf(in->listen, sizeof(in->listen), "unix:%s", in->socket_path);
         ig_router_upstream_init(&in->route, in->name, IG_ROUTER_LOCAL);
         ig_load_init(&in->load);

@@ -654,7 +654,7 @@ static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "path", "preset", NULL};
+    static const char *const keys[] = {"name", "path", "preset", "version", "weight", NULL};
     ig_config_model_t *mod = &cfg->models[idx];
     char q[PATH_MAX_LEN];
     char *raw = NULL;
@@ -662,12 +662,54 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
     if ((rc = check_keys(c, m, p, keys)) ||
         (rc = get_string(c, m, p, "name", STR_REQUIRED | STR_NAME, NULL, &mod->name)) ||
         (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
-        (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)))
+        (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)) ||
+        (rc = get_string(c, m, p, "version", STR_NAME, NULL, &mod->version)) ||
+        (rc = get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)))
         goto fail;
-    int prev = find_name(&cfg->models[0].name, sizeof(*cfg->models), idx, mod->name);
-    if (prev >= 0) {
+    if (mod->version != NULL && strchr(mod->version, '@') != NULL) {
+        join(q, p, "version");
+        rc = fail(c, q, "must not contain '@'");
+        goto fail;
+    }
+    if (mod->version != NULL && strchr(mod->name, '@') != NULL) {
         join(q, p, "name");
-        rc = fail(c, q, "duplicate name '%s' (also models[%d].name)", mod->name, prev);
+        rc = fail(c, q, "a model with versions must not have '@' in its name");
+        goto fail;
+    }
+    /* One name, several entries: the versions of a rollout, each named. */
+    for (size_t i = 0; i < idx; i++) {
+        const ig_config_model_t *o = &cfg->models[i];
+        if (strcmp(o->name, mod->name) != 0)
+            continue;
+        if (o->version == NULL && mod->version == NULL) {
+            join(q, p, "name");
+            rc = fail(c, q, "duplicate name '%s' (also models[%zu].name)", mod->name, i);
+            goto fail;
+        }
+        if (o->version == NULL) {
+            join(q, p, "name");
+            rc = fail(c, q, "duplicate name '%s' (also models[%zu].name, which has no version)",
+                      mod->name, i);
+            goto fail;
+        }
+        if (mod->version == NULL) {
+            join(q, p, "version");
+            rc = fail(c, q,
+                      "is required: models[%zu] has the name '%s' too (two entries of one model "
+                      "are versions)",
+                      i, mod->name);
+            goto fail;
+        }
+        if (strcmp(o->version, mod->version) == 0) {
+            join(q, p, "version");
+            rc = fail(c, q, "duplicate version '%s' of model '%s' (also models[%zu])", mod->version,
+                      mod->name, i);
+            goto fail;
+        }
+    }
+    if (mod->version != NULL && raw == NULL) {
+        join(q, p, "path");
+        rc = fail(c, q, "is required for a version (sites serve models, not versions)");
         goto fail;
     }
     if (mod->preset != NULL && raw == NULL) {
@@ -682,6 +724,40 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
 fail:
     free(raw);
     return rc;
+}
+
+/* The models[] entry a pool serves: by name, and by version when the name
+ * has several. -1 with the message written when there is none. */
+static int find_pool_model(ctx_t *c, const char *p, const ig_config_t *cfg,
+                           const ig_config_pool_t *pool)
+{
+    char q[PATH_MAX_LEN];
+    int found = -1, versions = 0;
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        const ig_config_model_t *m = &cfg->models[i];
+        if (strcmp(m->name, pool->model) != 0)
+            continue;
+        versions += m->version != NULL;
+        if (pool->version == NULL ? m->version == NULL
+                                  : m->version != NULL && strcmp(m->version, pool->version) == 0)
+            found = (int)i;
+    }
+    if (found >= 0)
+        return found;
+    if (pool->version != NULL && versions == 0) {
+        join(q, p, "version");
+        fail(c, q, "model '%s' has no versions", pool->model);
+    } else if (pool->version != NULL) {
+        join(q, p, "version");
+        fail(c, q, "model '%s' has no version '%s'", pool->model, pool->version);
+    } else if (versions > 0) {
+        join(q, p, "version");
+        fail(c, q, "is required: model '%s' has %d versions", pool->model, versions);
+    } else {
+        join(q, p, "model");
+        fail(c, q, "unknown model '%s' (not in models[])", pool->model);
+    }
+    return -1;
 }
 
 /* "cpu", "cpu:THREADS", "cuda:N" or "MIG-<uuid>". */
@@ -807,28 +883,80 @@ done:
     return rc;
 }
 
+/* pools[].discover: instances from a DNS name's A/AAAA records. */
+static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_discover_t *d)
+{
+    static const char *const keys[] = {"dns", "port", "interval_s", "resolver", NULL};
+    json_t *o;
+    char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
+    unsigned port;
+    int rc = get_object(c, pool, pp, "discover", &o);
+    if (rc != 0 || o == NULL)
+        return rc;
+    join(p, pp, "discover");
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_string(c, o, p, "dns", STR_REQUIRED | STR_NAME, NULL, &d->dns)) ||
+        (rc = get_unsigned(c, o, p, "port", 1, 65535, 0, &port)) ||
+        (rc = get_number(c, o, p, "interval_s", 0.05, 3600, 0, 10, &d->interval_s)) ||
+        (rc = get_string(c, o, p, "resolver", STR_NAME, NULL, &d->resolver)))
+        return rc;
+    if (port == 0) {
+        join(q, p, "port");
+        return fail(c, q, "is required");
+    }
+    d->port = (int)port;
+    char err[256];
+    if (d->resolver != NULL && (strncmp(d->resolver, "unix:", 5) == 0 ||
+                                ig_config_check_listen(d->resolver, err, sizeof(err)) != 0)) {
+        join(q, p, "resolver");
+        return fail(c, q, "'%s': must be IP:PORT of a DNS server (IPv4 or [IPv6])", d->resolver);
+    }
+    return 0;
+}
+
 static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name",     "model",         "devices",
-                                       "threads",  "min_instances", "max_instances",
-                                       "batching", "autoscale",     NULL};
+    static const char *const keys[] = {
+        "name",          "model",    "devices",   "threads", "min_instances",
+        "max_instances", "batching", "autoscale", "version", NULL};
     ig_config_pool_t *pool = &cfg->pools[idx];
     char q[PATH_MAX_LEN];
     json_t *devs;
     int rc;
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &pool->name)) ||
-        (rc = get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL, &pool->model)))
+        (rc = get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL, &pool->model)) ||
+        (rc = get_string(c, o, p, "version", STR_NAME, NULL, &pool->version)))
         return rc;
     int prev = find_name(&cfg->pools[0].name, sizeof(*cfg->pools), idx, pool->name);
     if (prev >= 0) {
         join(q, p, "name");
         return fail(c, q, "duplicate name '%s' (also pools[%d].name)", pool->name, prev);
     }
-    int m = ig_config_find_model(cfg, pool->model);
-    join(q, p, "model");
+    int m = find_pool_model(c, p, cfg, pool);
     if (m < 0)
-        return fail(c, q, "unknown model '%s' (not in models[])", pool->model);
+        return IG_ECONFIG;
+    if ((rc = parse_discover(c, o, p, &pool->discover)) != 0)
+        return rc;
+    if (pool->discover.dns != NULL) {
+        /* Its instances run elsewhere (a headless Service's pods): what
+         * starts a local worker has no meaning here. */
+        static const char *const local_only[] = {"devices", "threads", "min_instances", "autoscale",
+                                                 NULL};
+        for (int k = 0; local_only[k] != NULL; k++) {
+            if (json_object_get(o, local_only[k]) != NULL) {
+                join(q, p, local_only[k]);
+                return fail(c, q, "not with discover (its instances are not started here)");
+            }
+        }
+        pool->model_index = (size_t)m;
+        pool->min_instances = 0;
+        if ((rc = get_unsigned(c, o, p, "max_instances", 1, 1024, 64, &pool->max_instances)) ||
+            (rc = parse_batching(c, o, p, &pool->batching)))
+            return rc;
+        return 0;
+    }
+    join(q, p, "model");
     if (cfg->models[m].path == NULL)
         return fail(c, q, "model '%s' has no path (only sites serve it)", pool->model);
     pool->model_index = (size_t)m;
@@ -1107,6 +1235,8 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
         if (cfg->models[i].path != NULL)
             continue;
         int served = 0;
+        for (size_t k = 0; k < cfg->npools && !served; k++)
+            served = cfg->pools[k].discover.dns != NULL && cfg->pools[k].model_index == i;
         for (size_t s = 0; s < cfg->nsites && !served; s++) {
             for (size_t k = 0; k < cfg->sites[s].nmodels && !served; k++)
                 served = strcmp(cfg->sites[s].models[k], cfg->models[i].name) == 0;
@@ -1114,7 +1244,8 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
         if (!served) {
             char p[PATH_MAX_LEN];
             join_index(p, "models", i);
-            return fail(c, p, "model '%s' has no path and no site serves it", cfg->models[i].name);
+            return fail(c, p, "model '%s' has no path and no site or discovered pool serves it",
+                        cfg->models[i].name);
         }
     }
     return 0;
@@ -1241,12 +1372,16 @@ void ig_config_dispose(ig_config_t *cfg)
         free(cfg->models[i].name);
         free(cfg->models[i].path);
         free(cfg->models[i].preset);
+        free(cfg->models[i].version);
     }
     free(cfg->models);
     for (size_t i = 0; cfg->pools != NULL && i < cfg->npools; i++) {
         ig_config_pool_t *p = &cfg->pools[i];
         free(p->name);
         free(p->model);
+        free(p->version);
+        free(p->discover.dns);
+        free(p->discover.resolver);
         for (size_t d = 0; p->devices != NULL && d < p->ndevices; d++)
             free(p->devices[d].spec);
         free(p->devices);
@@ -1298,9 +1433,9 @@ int ig_config_pool_diff(const ig_config_t *a, const ig_config_pool_t *pa, const 
     const ig_config_model_t *ma = &a->models[pa->model_index];
     const ig_config_model_t *mb = &b->models[pb->model_index];
     if (!same_str(pa->name, pb->name) || !same_str(pa->model, pb->model) ||
-        !same_str(ma->path, mb->path) || pa->ndevices != pb->ndevices ||
-        pa->threads != pb->threads || pa->min_instances != pb->min_instances ||
-        pa->max_instances != pb->max_instances ||
+        !same_str(pa->version, pb->version) || !same_str(ma->path, mb->path) ||
+        pa->ndevices != pb->ndevices || pa->threads != pb->threads ||
+        pa->min_instances != pb->min_instances || pa->max_instances != pb->max_instances ||
         memcmp(&pa->batching, &pb->batching, sizeof(pa->batching)) != 0 ||
         a->limits.max_prompt_tokens != b->limits.max_prompt_tokens)
         return IG_CONFIG_POOL_RESTART;
@@ -1308,6 +1443,10 @@ int ig_config_pool_diff(const ig_config_t *a, const ig_config_pool_t *pa, const 
         if (!same_str(pa->devices[d].spec, pb->devices[d].spec))
             return IG_CONFIG_POOL_RESTART;
     }
+    if (!same_str(pa->discover.dns, pb->discover.dns) || pa->discover.port != pb->discover.port ||
+        pa->discover.interval_s != pb->discover.interval_s ||
+        !same_str(pa->discover.resolver, pb->discover.resolver))
+        return IG_CONFIG_POOL_RESTART;
     if (memcmp(&pa->autoscale, &pb->autoscale, sizeof(pa->autoscale)) != 0)
         return IG_CONFIG_POOL_AUTOSCALE;
     return IG_CONFIG_POOL_SAME;

@@ -15,6 +15,7 @@
 #include <ctype.h>
 #include <jansson.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,6 +64,8 @@ int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errle
     return ensure_model(m, err, errlen);
 }
 
+static void kick_versions(ig_gateway_t *gw, ig_pool_t *pool);
+
 static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
 {
     ig_gateway_t *gw = data;
@@ -73,18 +76,150 @@ static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
     publish_instances(gw, pool);
     if (gw->scaler != NULL)
         ig_scaler_pool_event(gw->scaler, pool, inst);
+    if (inst != NULL && ig_instance_state(inst) == IG_INSTANCE_READY)
+        kick_versions(gw, pool);
 }
 
-static int resolve(void *data, const char *model, ig_proxy_target_t *out, int max, int *starting)
+/* ---- model versions (a rollout) ----------------------------------------- */
+
+/* The version of the model a routed pool serves (NULL: the model has none). */
+static const char *pool_version(const ig_gateway_t *gw, const ig_pool_t *pool)
+{
+    const ig_config_t *cfg = gw->cfg;
+    for (size_t i = 0; i < cfg->npools; i++) {
+        if (strcmp(cfg->pools[i].name, ig_pool_name(pool)) == 0)
+            return cfg->pools[i].version;
+    }
+    return NULL;
+}
+
+/* 1 when the config gives the model versions. */
+static int has_versions(const ig_gateway_t *gw, const char *model)
+{
+    for (size_t i = 0; i < gw->cfg->nmodels; i++) {
+        const ig_config_model_t *m = &gw->cfg->models[i];
+        if (m->version != NULL && strcmp(m->name, model) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A routing key is the model's name, or "name@version" for a model with
+ * versions (names of such models have no '@'). Writes the name into buf
+ * and returns the version, or NULL. */
+static const char *split_key(const ig_gateway_t *gw, const char *key, char *buf, size_t cap)
+{
+    const char *at = strrchr(key, '@');
+    snprintf(buf, cap, "%.*s", at ? (int)(at - key) : (int)strlen(key), key);
+    if (at == NULL || !has_versions(gw, buf)) {
+        snprintf(buf, cap, "%s", key);
+        return NULL;
+    }
+    return at + 1;
+}
+
+/* 1 when a routed pool serves this version of the model. */
+static int version_routed(const ig_gateway_t *gw, const char *model, const char *version)
+{
+    for (int p = 0; p < gw->npools; p++) {
+        const char *v = pool_version(gw, gw->pools[p]);
+        if (v != NULL && strcmp(v, version) == 0 && strcmp(ig_pool_model(gw->pools[p]), model) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static double draw_unit(ig_gateway_t *gw)
+{
+    /* xorshift64*: a split by weight needs no more than this */
+    uint64_t x = gw->rng ? gw->rng : (uv_hrtime() | 1);
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    gw->rng = x;
+    return (double)((x * 2685821657736338717ULL) >> 11) / 9007199254740992.0;
+}
+
+/*
+ * The routing key of a request for model: the name, or for a model with
+ * versions "name@version" of the version the request pins with the
+ * x-infergate-model-version header, else of one drawn by weight among
+ * the versions a routed pool serves (all weights 0: evenly). *version
+ * is that version (borrowed from the config) or NULL. 0, or -1 with a 404
+ * in e when the pinned version is not served.
+ */
+static int route_key(ig_gateway_t *gw, ig_http_req_t *req, const char *model, char *key, size_t cap,
+                     const char **version, ig_api_error_t *e)
+{
+    const ig_config_t *cfg = gw->cfg;
+    const char *pin = ig_http_req_header(req, IG_GATEWAY_VERSION_HEADER);
+    const ig_config_model_t *cand[64];
+    int n = 0;
+    double total = 0;
+    *version = NULL;
+    snprintf(key, cap, "%s", model);
+    for (size_t i = 0; i < cfg->nmodels && n < 64; i++) {
+        const ig_config_model_t *m = &cfg->models[i];
+        if (m->version == NULL || strcmp(m->name, model) != 0 ||
+            !version_routed(gw, model, m->version))
+            continue;
+        if (pin != NULL && strcmp(pin, m->version) == 0) {
+            *version = m->version;
+            snprintf(key, cap, "%s@%s", model, m->version);
+            return 0;
+        }
+        cand[n++] = m;
+        total += m->weight;
+    }
+    if (pin != NULL) {
+        ig_api_error(e, 404, "model", "the model '%s' has no version '%s' that is served", model,
+                     pin);
+        e->code = "model_version_not_found";
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    double x = draw_unit(gw) * (total > 0 ? total : n);
+    int k = 0;
+    for (; k < n - 1; k++) {
+        x -= total > 0 ? cand[k]->weight : 1;
+        if (x < 0)
+            break;
+    }
+    *version = cand[k]->version;
+    snprintf(key, cap, "%s@%s", model, cand[k]->version);
+    return 0;
+}
+
+/* Held requests of a versioned model wait under their version's key: an
+ * instance that became ready retries those too. */
+static void kick_versions(ig_gateway_t *gw, ig_pool_t *pool)
+{
+    const char *v = pool_version(gw, pool);
+    if (v == NULL)
+        return;
+    char key[512];
+    snprintf(key, sizeof(key), "%s@%s", ig_pool_model(pool), v);
+    ig_proxy_kick(gw->proxy, key);
+}
+
+static int resolve(void *data, const char *key, ig_proxy_target_t *out, int max, int *starting)
 {
     ig_gateway_t *gw = data;
     int n = 0;
     uint64_t now = uv_hrtime();
+    char model[512];
+    const char *version = split_key(gw, key, model, sizeof(model));
     *starting = 0;
     for (int p = 0; p < gw->npools; p++) {
         ig_pool_t *pool = gw->pools[p];
         if (strcmp(ig_pool_model(pool), model) != 0)
             continue;
+        if (version != NULL) {
+            const char *v = pool_version(gw, pool);
+            if (v == NULL || strcmp(v, version) != 0)
+                continue;
+        }
         /* Scaled to zero (or its last instance is on its way out): a
          * request is what wakes the pool up; it is held meanwhile. */
         if (ig_scaler_request(gw->scaler, pool, now))
@@ -102,7 +237,8 @@ static int resolve(void *data, const char *model, ig_proxy_target_t *out, int ma
             n++;
         }
     }
-    for (int s = 0; s < gw->nsites && n < max; s++) {
+    /* Sites serve a model, not one of its versions. */
+    for (int s = 0; s < gw->nsites && n < max && version == NULL; s++) {
         if (!ig_site_serves(gw->sites[s], model))
             continue;
         out[n].client = ig_site_upstream(gw->sites[s]);
@@ -216,6 +352,7 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : "warn";
     ps.router = ig_proxy_router(gw->proxy);
     ps.upstream = &uo; /* the same deadlines as sites */
+    ps.generation = gw->generation;
     int rc = ig_pool_start(out, gw->loop, &ps, on_pool_event, gw);
     if (rc != 0) {
         snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
@@ -501,9 +638,19 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         ig_api_request_dispose(&r);
         return;
     }
+    char route_name[512];
+    const char *version;
+    if (route_key(gw, req, r.model, route_name, sizeof(route_name), &version, &e) != 0) {
+        free(ctext);
+        ig_api_respond_error(req, &e);
+        ig_api_request_dispose(&r);
+        return;
+    }
+    if (version != NULL)
+        ig_http_add_header(req, IG_GATEWAY_VERSION_HEADER, version);
     ig_proxy_call_t call;
     memset(&call, 0, sizeof(call));
-    call.model = r.model;
+    call.model = route_name; /* the body names the model; the key picks the version */
     call.path = kind == IG_API_CHAT ? "/v1/chat/completions" : "/v1/completions";
     call.stream = r.stream;
     call.prompt_tokens = prompt_tokens;

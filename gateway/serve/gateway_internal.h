@@ -47,6 +47,8 @@ struct ig_gateway_s {
     void *history_close_data;
     char *exe;                  /* the infergate binary the workers run */
     struct ig_reload_s *reload; /* reload.c's state; NULL until the first reload */
+    uint64_t rng;               /* draws the version of a request (a rollout's split) */
+    unsigned generation;        /* reloads so far: new pools' sockets get new names */
 };
 
 /* The status page (page.c): one HTML document with its script, served at

@@ -301,7 +301,9 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
     }
 
     /* Start every pool that needs new instances first: if one cannot
-     * start, nothing has changed yet. */
+     * start, nothing has changed yet. Its sockets are named apart from the
+     * old pool's, which has the same name and runs on. */
+    gw->generation++;
     swap_t *swaps = calloc(next->npools ? next->npools : 1, sizeof(*swaps));
     ig_pool_t **pools = calloc(next->npools + (size_t)gw->npools + 1, sizeof(*pools));
     ig_site_t **sites = calloc(next->nsites + (size_t)gw->nsites + 1, sizeof(*sites));

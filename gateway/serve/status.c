@@ -13,13 +13,46 @@
 #include <string.h>
 #include <time.h>
 
+/* A model with versions lists them: {"version", "weight", "share"}, the
+ * share being its part of the requests that pin none. */
+static void add_versions(const ig_config_t *cfg, json_t *data)
+{
+    size_t k;
+    json_t *entry;
+    json_array_foreach(data, k, entry)
+    {
+        const char *id = json_string_value(json_object_get(entry, "id"));
+        double total = 0;
+        for (size_t i = 0; id != NULL && i < cfg->nmodels; i++) {
+            if (cfg->models[i].version != NULL && strcmp(cfg->models[i].name, id) == 0)
+                total += cfg->models[i].weight;
+        }
+        json_t *versions = json_array();
+        for (size_t i = 0; id != NULL && versions != NULL && i < cfg->nmodels; i++) {
+            const ig_config_model_t *m = &cfg->models[i];
+            if (m->version == NULL || strcmp(m->name, id) != 0)
+                continue;
+            json_array_append_new(versions, json_pack("{s:s, s:f, s:f}", "version", m->version,
+                                                      "weight", m->weight, "share",
+                                                      total > 0 ? m->weight / total : 0.0));
+        }
+        if (versions != NULL && json_array_size(versions) > 0)
+            json_object_set_new(entry, "versions", versions);
+        else
+            json_decref(versions);
+    }
+}
+
 void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
 {
     const char *ids[256];
     int n = 0;
     const ig_config_t *cfg = gw->cfg;
     for (size_t i = 0; i < cfg->nmodels && n < 256; i++) {
-        if (ig__gateway_model_known(gw, cfg->models[i].name))
+        int dup = 0; /* the versions of a rollout share a name */
+        for (int j = 0; j < n && !dup; j++)
+            dup = strcmp(ids[j], cfg->models[i].name) == 0;
+        if (!dup && ig__gateway_model_known(gw, cfg->models[i].name))
             ids[n++] = cfg->models[i].name;
     }
     for (int s = 0; s < gw->nsites; s++) {
@@ -32,7 +65,9 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
                 ids[n++] = id;
         }
     }
-    ig_api_respond_json(req, 200, ig_api_models_json(ids, n, (long long)time(NULL), "infergate"));
+    json_t *doc = ig_api_models_json(ids, n, (long long)time(NULL), "infergate");
+    add_versions(cfg, json_object_get(doc, "data"));
+    ig_api_respond_json(req, 200, doc);
 }
 
 /* Sums what the local instances report. Sites are left out on purpose: a

@@ -41,6 +41,10 @@ typedef struct {
     char *name;   /* the "model" of API requests */
     char *path;   /* model directory (HF layout), expanded; NULL: only sites serve it */
     char *preset; /* mkmodel preset generated into path when path is missing; or NULL */
+    /* A rollout: entries of one name are versions, each with its own path;
+     * requests split by weight unless x-infergate-model-version pins one. */
+    char *version; /* NULL: the model has one entry */
+    double weight; /* share of the requests among its versions (default 1) */
 } ig_config_model_t;
 
 /* Per-instance continuous-batching settings (the worker's scheduler). */
@@ -63,6 +67,16 @@ typedef struct {
     double scale_to_zero_after_s; /* idle time before the last instance goes (min 0) */
 } ig_config_autoscale_t;
 
+/* A pool whose instances are found in DNS (a Kubernetes headless Service):
+ * every A/AAAA record of dns is an instance at that address and port. */
+typedef struct {
+    char *dns;         /* NULL: the pool starts local workers */
+    int port;          /* the instances' HTTP port */
+    double interval_s; /* re-resolved this often */
+    char *resolver;    /* "IP:PORT" of a DNS server to ask directly; NULL: the
+                          system's resolver (getaddrinfo through libuv) */
+} ig_config_discover_t;
+
 typedef struct {
     char *name;
     char *model;        /* a models[].name */
@@ -74,6 +88,8 @@ typedef struct {
     unsigned max_instances;
     ig_config_batching_t batching;
     ig_config_autoscale_t autoscale;
+    char *version; /* the models[].version it serves; NULL when the model has none */
+    ig_config_discover_t discover;
 } ig_config_pool_t;
 
 /* A remote site: another region's gateway or any OpenAI-compatible server. */

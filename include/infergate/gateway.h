@@ -20,6 +20,11 @@
 
 typedef struct ig_gateway_s ig_gateway_t;
 
+/* A request header that pins a version of a model with versions (a
+ * rollout, docs/config.md); the answer names the version that served in
+ * the same header. */
+#define IG_GATEWAY_VERSION_HEADER "x-infergate-model-version"
+
 /*
  * Generates missing preset models, starts the pools and the site probes.
  * exe is the infergate binary the workers run; run_dir holds their sockets

@@ -62,6 +62,9 @@ typedef struct {
      * /ready and /load polls), as for sites: routing.*_timeout_ms. Copied at
      * start; NULL = ig_upstream_opts_default. */
     const ig_upstream_opts_t *upstream;
+    /* > 0 for a pool a config reload starts while the pool it replaces,
+     * of the same name, still runs: it keeps their sockets apart. */
+    unsigned generation;
 } ig_pool_spec_t;
 
 /* Called whenever an instance changes state (for readiness and metrics),
