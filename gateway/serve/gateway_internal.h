@@ -9,6 +9,17 @@
 #include "infergate/gateway.h"
 #include "infergate/metrics.h"
 #include "infergate/scaler.h"
+#include "infergate/chat.h"
+#include "infergate/tokenizer.h"
+
+/* A local model's tokenizer, so that the gateway hashes a prompt's blocks as
+ * its workers will cache them (docs/routing.md, "Prefix-aware routing"). */
+typedef struct {
+    const char *model; /* borrowed from the config */
+    ig_tokenizer_t *tok;
+    ig_chat_style_t style;
+    int block_size; /* its pool's */
+} gw_prefix_model_t;
 
 struct ig_gateway_s {
     uv_loop_t *loop;
@@ -26,6 +37,8 @@ struct ig_gateway_s {
     void (*close_cb)(void *data);
     void *close_data;
     ig_metric_t *m_instances;
+    gw_prefix_model_t *pmodels;
+    int npmodels;
 };
 
 /* 1 when the model is served by a pool or named by a site. */
