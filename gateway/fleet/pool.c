@@ -154,6 +154,8 @@ static void apply_load(ig_instance_t *in, const char *text, size_t len, uint64_t
         u->reported_wait_s = l->est_wait_s;
     if (l->has & IG_LOAD_PREFILL_TPS)
         u->reported_prefill_tps = l->prefill_tokens_per_s;
+    if (l->has & IG_LOAD_KV_BLOCKS_TOTAL)
+        u->kv_blocks = l->kv_blocks_total;
     if (l->has & IG_LOAD_MAX_NUM_SEQS)
         u->slots = l->max_num_seqs;
     u->reported_at_ns = now;

@@ -29,6 +29,8 @@
 #include "infergate/log.h"
 #include "infergate/metrics.h"
 #include "infergate/usage.h"
+#include "infergate/prefix.h"
+#include "infergate/prefix_route.h"
 
 #include "base/list.h"
 
@@ -64,6 +66,7 @@ typedef struct {
     char *buf;
     size_t blen, bcap;
     size_t scan; /* stream: buf[0..scan) holds complete events without a token */
+    int uncached_tokens; /* prompt tokens it prefills: what its TTFT is for */
 } attempt_t;
 
 typedef enum { X_QUEUED, X_TRYING, X_COMMITTED, X_DONE } xstate_t;
@@ -94,7 +97,9 @@ struct exchange_s {
     int attempts; /* started, all kinds */
     int retries;
     int hedged;
-    char route_header[256];
+    char route_header[320];
+    ig_prefix_query_t prefix; /* its hashes are owned (prefix_hashes) */
+    uint64_t *prefix_hashes;
     /* the last retryable failure, for the client if nothing else works */
     int last_status;
     int last_err;
@@ -132,6 +137,7 @@ struct ig_proxy_s {
     ig_usage_families_t m_usage;
     double ttft_sum; /* every TTFT observed, for the status page's chart */
     long long ttft_count;
+    ig_prefix_index_t *prefix_index; /* where prompts went (NULL: out of memory) */
 };
 
 static void attempt_start(exchange_t *x, int hedge);
@@ -162,6 +168,10 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     if (px == NULL)
         return IG_ENOMEM;
     ig_list_init(&px->queues);
+    /* 128 Ki blocks (2 Mi tokens of prompts) over all upstreams, 4 Ki
+     * sessions; without it routing ignores caches. */
+    if (ig_prefix_index_create(&px->prefix_index, 1 << 17, 4096) != 0)
+        px->prefix_index = NULL;
     px->loop = loop;
     if (opts != NULL)
         px->opts = *opts;
@@ -730,7 +740,7 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     ig_proxy_t *px = x->px;
     uint64_t now = uv_hrtime();
     a->first_token = 1;
-    ig_router_observe_ttft(&px->router, a->route, x->prompt_tokens,
+    ig_router_observe_ttft(&px->router, a->route, a->uncached_tokens,
                            (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
     observe_ttft(px, x);
     /* A token is proof that the upstream works: a half-open trial is won. */
@@ -936,8 +946,13 @@ static void attempt_start(exchange_t *x, int hedge)
         saturated += e && !was_tried(x, states[i]) && sat;
     }
     ig_route_decision_t d;
+    ig_prefix_route_score(px->prefix_index, states, n, &x->prefix);
     int rc = n > 0 ? ig_router_pick(&px->router, states, n, x->prompt_tokens, exclude, now, &d)
                    : IG_ENOUPSTREAM;
+    int cached = rc == 0 ? states[d.chosen]->cached_tokens : 0;
+    int cached_runner = rc == 0 && d.runner_up >= 0 ? states[d.runner_up]->cached_tokens : 0;
+    for (int i = 0; i < n; i++)
+        states[i]->cached_tokens = 0; /* this request's view only */
     if (rc != 0) {
         if (hedge)
             return; /* no second upstream to hedge on */
@@ -992,6 +1007,8 @@ static void attempt_start(exchange_t *x, int hedge)
     int to_site = targets[d.chosen].is_site;
     a->start_ns = now;
     a->predicted_wait = ig_router_wait(&px->router, a->route, now);
+    a->uncached_tokens = x->prompt_tokens > cached ? x->prompt_tokens - cached : 1;
+    ig_prefix_route_record(px->prefix_index, a->route, &x->prefix);
     if (x->ntried < MAX_TARGETS)
         x->tried[x->ntried++] = a->route;
     x->attempts++;
@@ -999,12 +1016,14 @@ static void attempt_start(exchange_t *x, int hedge)
     if (!hedge) {
         if (d.runner_up >= 0)
             snprintf(x->route_header, sizeof(x->route_header),
-                     "policy=%s; cost=%.4f; runner_up=%s; runner_up_cost=%.4f",
+                     "policy=%s; cost=%.4f; runner_up=%s; runner_up_cost=%.4f; "
+                     "prefix_tokens=%d; runner_up_prefix_tokens=%d",
                      ig_route_policy_name(px->router.opts.policy), d.cost_s,
-                     states[d.runner_up]->name, d.runner_up_cost_s);
+                     states[d.runner_up]->name, d.runner_up_cost_s, cached, cached_runner);
         else
-            snprintf(x->route_header, sizeof(x->route_header), "policy=%s; cost=%.4f",
-                     ig_route_policy_name(px->router.opts.policy), d.cost_s);
+            snprintf(x->route_header, sizeof(x->route_header),
+                     "policy=%s; cost=%.4f; prefix_tokens=%d",
+                     ig_route_policy_name(px->router.opts.policy), d.cost_s, cached);
     }
     IG_DEBUG("route %s model=%s prompt_tokens=%d -> %s (cost %.4fs%s%s) %s%s", x->path, x->model,
              x->prompt_tokens, a->route->name, d.cost_s, d.runner_up >= 0 ? ", runner-up " : "",
@@ -1139,6 +1158,7 @@ static void proxy_maybe_free(ig_proxy_t *px)
         free(QUEUE_OF(it)->model);
         free(QUEUE_OF(it));
     }
+    ig_prefix_index_free(px->prefix_index);
     free(px);
     if (cb != NULL)
         cb(data);
@@ -1155,6 +1175,7 @@ static void on_exchange_closed(uv_handle_t *h)
     free(x->model);
     free(x->path);
     free(x->body);
+    free(x->prefix_hashes);
     free(x);
     px->live--;
     proxy_maybe_free(px);
@@ -1222,6 +1243,18 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     x->stream = call->stream;
     x->prompt_tokens = call->prompt_tokens;
     x->local_only = call->local_only;
+    x->prefix.prompt_tokens = call->prompt_tokens;
+    x->prefix.block_size = call->block_size;
+    if (call->prefix_hashes && call->nprefix > 0 &&
+        (x->prefix_hashes = malloc(sizeof(uint64_t) * (size_t)call->nprefix)) != NULL) {
+        memcpy(x->prefix_hashes, call->prefix_hashes, sizeof(uint64_t) * (size_t)call->nprefix);
+        x->prefix.hashes = x->prefix_hashes;
+        x->prefix.nhashes = call->nprefix;
+    }
+    if (call->session_id && call->session_id[0]) {
+        x->prefix.has_session = 1;
+        x->prefix.session = ig_prefix_seed(call->session_id);
+    }
     snprintf(x->forwarded_header, sizeof(x->forwarded_header),
              "Content-Type: application/json\r\nx-infergate-forwarded: %s\r\n",
              call->region ? call->region : "1");

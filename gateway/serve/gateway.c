@@ -11,6 +11,7 @@
 #include "infergate/error.h"
 #include "infergate/keys.h"
 #include "infergate/log.h"
+#include "infergate/prefix.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -380,7 +381,47 @@ static void gateway_free(ig_gateway_t *gw)
     free(gw->pools);
     free(gw->sites);
     free(gw->exe);
+    for (int i = 0; i < gw->npmodels; i++)
+        ig_tokenizer_free(gw->pmodels[i].tok);
+    free(gw->pmodels);
     free(gw);
+}
+
+/* Loads the tokenizer of every model a pool serves (the first pool's block
+ * size); a model whose tokenizer does not load is routed without its
+ * prefixes, with a warning. */
+static void load_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
+{
+    gw->pmodels = calloc(cfg->nmodels ? cfg->nmodels : 1, sizeof(*gw->pmodels));
+    if (gw->pmodels == NULL)
+        return;
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        const ig_config_model_t *m = &cfg->models[i];
+        const ig_config_pool_t *cp = NULL;
+        for (size_t p = 0; p < cfg->npools && cp == NULL; p++)
+            if (cfg->pools[p].model_index == i)
+                cp = &cfg->pools[p];
+        if (m->path == NULL || cp == NULL)
+            continue;
+        char err[256] = "";
+        gw_prefix_model_t *pm = &gw->pmodels[gw->npmodels];
+        if (ig_tokenizer_load(m->path, &pm->tok, err, sizeof(err)) != 0) {
+            IG_WARN("model %s: no tokenizer for prefix-aware routing: %s", m->name, err);
+            continue;
+        }
+        pm->model = m->name;
+        pm->style = ig_chat_detect(ig_tokenizer_chat_template(pm->tok));
+        pm->block_size = cp->batching.block_size > 0 ? (int)cp->batching.block_size : 16;
+        gw->npmodels++;
+    }
+}
+
+static const gw_prefix_model_t *prefix_model(const ig_gateway_t *gw, const char *model)
+{
+    for (int i = 0; i < gw->npmodels; i++)
+        if (strcmp(gw->pmodels[i].model, model) == 0)
+            return &gw->pmodels[i];
+    return NULL;
 }
 
 int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
@@ -423,6 +464,8 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         if ((rc = ensure_model(&cfg->models[i], err, errlen)) != 0)
             goto fail;
     }
+
+    load_prefix_models(gw, cfg);
 
     ig_proxy_opts_t po;
     ig__gateway_proxy_opts(cfg, &po);
@@ -664,7 +707,26 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     int trusted = gw->cfg->napi_keys == 0 || (key != NULL && ig_key_policy(key)->peer);
     call.local_only = trusted && ig_http_req_header(req, "x-infergate-forwarded") != NULL;
     call.region = gw->region[0] ? gw->region : NULL;
+    /* The first prompt's tokens as its worker will prefill them: an exact
+     * count for the cost, and its block hashes for the prefix index. */
+    const gw_prefix_model_t *pm = prefix_model(gw, r.model);
+    int *ids = NULL, nids = 0;
+    uint64_t *hashes = NULL;
+    if (pm && ig_prefix_prompt_tokens(pm->tok, pm->style, &r, 0, &ids, &nids, NULL, 0) == 0) {
+        int cap = nids / pm->block_size + 1;
+        if ((hashes = malloc(sizeof(uint64_t) * (size_t)cap)) != NULL) {
+            call.nprefix = ig_prefix_hashes(ig_prefix_seed(r.model), ids, nids, pm->block_size,
+                                            hashes, cap);
+            call.prefix_hashes = hashes;
+            call.block_size = pm->block_size;
+        }
+        if (kind == IG_API_CHAT || r.nprompts == 1)
+            call.prompt_tokens = nids;
+    }
+    free(ids);
+    call.session_id = ig_http_req_header(req, "x-session-id");
     ig_proxy_handle(gw->proxy, req, &call);
+    free(hashes);
     free(ctext);
     ig_api_request_dispose(&r);
 }

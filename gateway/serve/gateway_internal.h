@@ -9,6 +9,17 @@
 #include "infergate/gateway.h"
 #include "infergate/metrics.h"
 #include "infergate/scaler.h"
+#include "infergate/chat.h"
+#include "infergate/tokenizer.h"
+
+/* A local model's tokenizer, so that the gateway hashes a prompt's blocks as
+ * its workers will cache them (docs/routing.md, "Prefix-aware routing"). */
+typedef struct {
+    const char *model; /* borrowed from the config */
+    ig_tokenizer_t *tok;
+    ig_chat_style_t style;
+    int block_size; /* its pool's */
+} gw_prefix_model_t;
 
 /* One point of the status page's chart (status.c), every
  * IG_STATUS_HISTORY_MS over the last IG_STATUS_HISTORY points. */
@@ -49,6 +60,8 @@ struct ig_gateway_s {
     struct ig_reload_s *reload; /* reload.c's state; NULL until the first reload */
     uint64_t rng;               /* draws the version of a request (a rollout's split) */
     unsigned generation;        /* reloads so far: new pools' sockets get new names */
+    gw_prefix_model_t *pmodels;
+    int npmodels;
 };
 
 /* The status page (page.c): one HTML document with its script, served at

@@ -81,6 +81,13 @@ typedef struct {
     int local_only;     /* forwarded by a peer gateway: never forward again, so
                            that two regions naming each other cannot loop */
     const char *region; /* ours, named in the forwarded mark; may be NULL */
+    /* Prefix-aware routing (docs/routing.md): the prompt's block hashes
+     * (copied; NULL when the gateway has no tokenizer for the model), the
+     * block size they were cut with, and the x-session-id header (NULL). */
+    const uint64_t *prefix_hashes;
+    int nprefix;
+    int block_size;
+    const char *session_id;
 } ig_proxy_call_t;
 
 /* Takes over the request: the proxy finishes it. call's strings are copied. */
