@@ -40,6 +40,7 @@ typedef struct {
     size_t stream_buffer;     /* bytes buffered per paused stream before it is cancelled */
     double drain_timeout_s;   /* SIGTERM: how long in-flight work may take */
     int max_prompt_tokens;    /* longest prompt accepted; 0 = the context length */
+    const char *quantize;     /* "q8_0": weights quantized at load; NULL = as stored */
 } worker_opts_t;
 
 typedef enum { W_LOADING = 0, W_READY, W_FAILED, W_DRAINING } wstate_t;
