@@ -655,7 +655,7 @@ static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "path", "preset", NULL};
+    static const char *const keys[] = {"name", "path", "preset", "quantize", NULL};
     ig_config_model_t *mod = &cfg->models[idx];
     char q[PATH_MAX_LEN];
     char *raw = NULL;
@@ -663,8 +663,14 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
     if ((rc = check_keys(c, m, p, keys)) ||
         (rc = get_string(c, m, p, "name", STR_REQUIRED | STR_NAME, NULL, &mod->name)) ||
         (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
-        (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)))
+        (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)) ||
+        (rc = get_string(c, m, p, "quantize", STR_NONEMPTY, NULL, &mod->quantize)))
         goto fail;
+    if (mod->quantize != NULL && strcmp(mod->quantize, "q8_0") != 0) {
+        join(q, p, "quantize");
+        rc = fail(c, q, "'%s' is not supported (q8_0)", mod->quantize);
+        goto fail;
+    }
     int prev = find_name(&cfg->models[0].name, sizeof(*cfg->models), idx, mod->name);
     if (prev >= 0) {
         join(q, p, "name");
@@ -1142,6 +1148,7 @@ void ig_config_dispose(ig_config_t *cfg)
         free(cfg->models[i].name);
         free(cfg->models[i].path);
         free(cfg->models[i].preset);
+        free(cfg->models[i].quantize);
     }
     free(cfg->models);
     for (size_t i = 0; cfg->pools != NULL && i < cfg->npools; i++) {

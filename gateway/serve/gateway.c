@@ -219,6 +219,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         ps.name = cp->name;
         ps.model = cp->model;
         ps.model_dir = m->path;
+        ps.quantize = m->quantize;
         ps.exe = exe;
         ps.run_dir = gw->run_dir;
         ps.devices = devices;

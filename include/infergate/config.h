@@ -41,6 +41,7 @@ typedef struct {
     char *name;   /* the "model" of API requests */
     char *path;   /* model directory (HF layout), expanded; NULL: only sites serve it */
     char *preset; /* mkmodel preset generated into path when path is missing; or NULL */
+    char *quantize; /* "q8_0": workers quantize the weights at load; NULL = as stored */
 } ig_config_model_t;
 
 /* Per-instance continuous-batching settings (the worker's scheduler). */
