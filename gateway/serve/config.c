@@ -654,7 +654,8 @@ static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "path", "preset", "version", "weight", NULL};
+    static const char *const keys[] = {"name",   "path",     "preset",
+                                       "version", "weight", "quantize", NULL};
     ig_config_model_t *mod = &cfg->models[idx];
     char q[PATH_MAX_LEN];
     char *raw = NULL;
@@ -664,8 +665,14 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
         (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
         (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)) ||
         (rc = get_string(c, m, p, "version", STR_NAME, NULL, &mod->version)) ||
-        (rc = get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)))
+        (rc = get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)) ||
+        (rc = get_string(c, m, p, "quantize", STR_NONEMPTY, NULL, &mod->quantize)))
         goto fail;
+    if (mod->quantize != NULL && strcmp(mod->quantize, "q8_0") != 0) {
+        join(q, p, "quantize");
+        rc = fail(c, q, "'%s' is not supported (q8_0)", mod->quantize);
+        goto fail;
+    }
     if (mod->version != NULL && strchr(mod->version, '@') != NULL) {
         join(q, p, "version");
         rc = fail(c, q, "must not contain '@'");
@@ -1373,6 +1380,7 @@ void ig_config_dispose(ig_config_t *cfg)
         free(cfg->models[i].path);
         free(cfg->models[i].preset);
         free(cfg->models[i].version);
+        free(cfg->models[i].quantize);
     }
     free(cfg->models);
     for (size_t i = 0; cfg->pools != NULL && i < cfg->npools; i++) {

@@ -335,6 +335,7 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     ps.name = cp->name;
     ps.model = cp->model;
     ps.model_dir = m->path;
+    ps.quantize = m->quantize;
     ps.exe = gw->exe;
     ps.run_dir = gw->run_dir;
     ps.devices = devices;

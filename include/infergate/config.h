@@ -45,6 +45,7 @@ typedef struct {
      * requests split by weight unless x-infergate-model-version pins one. */
     char *version; /* NULL: the model has one entry */
     double weight; /* share of the requests among its versions (default 1) */
+    char *quantize; /* "q8_0": workers quantize the weights at load; NULL = as stored */
 } ig_config_model_t;
 
 /* Per-instance continuous-batching settings (the worker's scheduler). */

@@ -41,6 +41,9 @@ typedef struct {
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
     int *items; /* attention work items, items_cap of them */
+    int8_t *xq; /* matmul input quantized for Q8_0 weights, xq_cap bytes */
+    float *xd;  /* its block scales, xq_cap / 32 */
+    size_t xq_cap;
     int items_cap;
     /* The data pointers of the weights upload_weight() packed for the own
      * GEMM (gemm.c), sorted; a weight made by hand is row-major. */
@@ -183,6 +186,15 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
     if (rows <= 0 || cols <= 0)
         return IG_EINVAL;
+    if (src->dtype == IG_DTYPE_Q8_0) {
+        /* Computed on its own layout where it lies (the model's memory or
+         * the mapped GGUF file): a view, never copied, never freed here. */
+        if (src->ndim != 2 || cols % IG_Q8_0_BLOCK != 0 || rows > INT_MAX || cols > INT_MAX)
+            return IG_EINVAL;
+        *dst = (ig_weight_t){
+            .dtype = IG_DTYPE_Q8_0, .data = (void *)src->data, .rows = rows, .cols = cols};
+        return 0;
+    }
     if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
         return IG_ENOTSUP;
     size_t n = (size_t)rows * (size_t)cols;
@@ -248,6 +260,10 @@ static void cpu_free_weight(ig_backend_t *be, ig_weight_t *w)
 {
     if (w == NULL)
         return;
+    if (w->dtype == IG_DTYPE_Q8_0) { /* a view (upload_weight) */
+        w->data = NULL;
+        return;
+    }
     packed_remove(cpu_of(be), w->data);
     free(w->data);
     w->data = NULL;
@@ -267,7 +283,12 @@ static int cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, con
             return IG_ERANGE;
     for (int i = 0; i < ntok; i++) {
         float *o = out + (size_t)i * table->cols;
-        if (packed && table->dtype != IG_DTYPE_F32)
+        if (table->dtype == IG_DTYPE_Q8_0)
+            ig_dtype_to_f32(o,
+                            (const char *)table->data +
+                                (size_t)tokens[i] * table->cols / IG_Q8_0_BLOCK * IG_Q8_0_BYTES,
+                            IG_DTYPE_Q8_0, (size_t)table->cols);
+        else if (packed && table->dtype != IG_DTYPE_F32)
             ig__gemm16_unpack_row(o, table->data, table->dtype == IG_DTYPE_BF16, (int)table->cols,
                                   tokens[i]);
         else if (packed)
@@ -395,7 +416,9 @@ typedef struct {
     const float *x;
     const void *w; /* float, or uint16_t for 16-bit weights */
     const float *bias;
-    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 always packed */
+    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 always packed, Q8_0 as stored */
+    const int8_t *xq; /* Q8_0: x quantized (m, k), and its scales (m, k / 32) */
+    const float *xd;
     int m, n, k;
     int packed; /* w in the own GEMM's panel layout */
     ig_cpu_gemm_t mode;
@@ -407,7 +430,9 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
 {
     if (n1 <= n0)
         return;
-    if (j->dtype != IG_DTYPE_F32)
+    if (j->dtype == IG_DTYPE_Q8_0)
+        ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->w, j->m, j->k, n0, n1);
+    else if (j->dtype != IG_DTYPE_F32)
         ig__gemm16(j->y, j->n, j->x, j->w, j->dtype == IG_DTYPE_BF16, j->m, j->k, j->n, n0, n1);
     else if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
         ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, j->n, n0, n1);
@@ -456,8 +481,25 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
     double flops = (double)m * j.n * j.k;
     if (j.mode == IG_CPU_GEMM_AUTO)
         j.mode = IG_CPU_GEMM_OWN; /* faster than OpenBLAS at every m here (docs/engine.md) */
-    if (j.dtype != IG_DTYPE_F32 && !j.packed)
+    if (j.dtype == IG_DTYPE_Q8_0) {
+        /* x quantized once here, for every thread's columns. */
+        size_t need = (size_t)m * j.k;
+        if (need > c->xq_cap) {
+            int8_t *q = realloc(c->xq, need);
+            float *d = q ? realloc(c->xd, need / IG_Q8_0_BLOCK * sizeof(float)) : NULL;
+            if (q != NULL)
+                c->xq = q;
+            if (d == NULL)
+                return IG_ENOMEM;
+            c->xd = d;
+            c->xq_cap = need;
+        }
+        ig__q8_quantize_rows(c->xq, c->xd, x, m, j.k);
+        j.xq = c->xq;
+        j.xd = c->xd;
+    } else if (j.dtype != IG_DTYPE_F32 && !j.packed) {
         return IG_EINVAL; /* 16-bit weights come only from upload_weight */
+    }
     if (j.dtype == IG_DTYPE_F32 && j.mode == IG_CPU_GEMM_OWN && !j.packed) {
         /* A weight made by hand (tests): packed here, for this call. */
         tmp = malloc(ig__gemm_packed_floats(j.n, j.k) * sizeof(float));
@@ -468,7 +510,9 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
         j.packed = 1;
     }
     int nr = ig__gemm_panel_width();
-    if (j.dtype != IG_DTYPE_F32)
+    if (j.dtype == IG_DTYPE_Q8_0)
+        nr = 16; /* rows of W: any split gives the same bits */
+    else if (j.dtype != IG_DTYPE_F32)
         nr = IG_GEMM16_NR;
     if (j.mode == IG_CPU_GEMM_BLAS_OWN && j.dtype == IG_DTYPE_F32) {
         /* OpenBLAS splits the work over its own threads. */
@@ -909,6 +953,8 @@ static void cpu_destroy(ig_backend_t *be)
                 free(c->scratch[t]);
         free(c->scratch);
         free(c->items);
+        free(c->xq);
+        free(c->xd);
         free(c->packed);
         pthread_mutex_destroy(&c->packed_lock);
         free(c);
