@@ -81,6 +81,8 @@ struct exchange_s {
     int stream;
     int prompt_tokens;
     int local_only;
+    int priority;          /* ig_proxy_call_t.priority */
+    uint64_t max_queue_ms; /* 0: the proxy's queue_timeout_ms */
     char forwarded_header[128]; /* extra header lines for sites */
     uint64_t start_ns;
     uint64_t queued_ns;
@@ -280,12 +282,39 @@ static void queue_remove(ig_proxy_t *px, exchange_t *x)
     ig_metric_set(px->m_queue, q->n, x->model);
 }
 
+/* In priority order, and by the time first queued within one priority: one
+ * that pump() took out and found still saturated goes back to its place,
+ * not behind those that came after it. */
 static void queue_push(ig_proxy_t *px, model_queue_t *q, exchange_t *x)
 {
-    ig_list_push_back(&q->waiting, &x->queue_node);
+    ig_list_t *at = q->waiting.prev;
+    while (at != &q->waiting) {
+        const exchange_t *o = IG_LIST_DATA(at, exchange_t, queue_node);
+        if (o->priority < x->priority ||
+            (o->priority == x->priority && o->queued_ns <= x->queued_ns))
+            break;
+        at = at->prev;
+    }
+    ig_list_insert_after(at, &x->queue_node);
     q->n++;
     px->queued++;
     ig_metric_set(px->m_queue, q->n, x->model);
+}
+
+int ig_proxy_queued_ahead(const ig_proxy_t *px, const char *model, int priority)
+{
+    model_queue_t *q = queue_of((ig_proxy_t *)px, model, 0);
+    int n = 0;
+    const ig_list_t *it;
+    if (q == NULL)
+        return 0;
+    IG_LIST_FOREACH(it, &q->waiting)
+    {
+        if (IG_LIST_DATA(it, exchange_t, queue_node)->priority > priority)
+            break;
+        n++;
+    }
+    return n;
 }
 
 int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
@@ -964,6 +993,18 @@ static void attempt_start(exchange_t *x, int hedge)
         }
         if ((saturated > 0 && saturated == eligible) || (eligible == 0 && starting)) {
             model_queue_t *q = queue_of(px, x->model, 1);
+            if (q != NULL && q->n >= px->opts.queue_size && !ig_list_empty(&q->waiting)) {
+                /* Full: the newest of the least urgent makes room for a
+                 * more urgent one (shed first). */
+                exchange_t *last = IG_LIST_DATA(q->waiting.prev, exchange_t, queue_node);
+                if (last->priority > x->priority) {
+                    queue_remove(px, last);
+                    ig_metric_add(px->m_rejected, 1, last->model, "shed");
+                    exchange_fail(last, 429, "shed", "1",
+                                  "shed for more urgent requests of model '%s'; retry later",
+                                  last->model);
+                }
+            }
             if (q == NULL || q->n >= px->opts.queue_size) {
                 ig_metric_add(px->m_rejected, 1, x->model, "queue_full");
                 exchange_fail(x, 429, "queue_full", "1",
@@ -980,8 +1021,10 @@ static void attempt_start(exchange_t *x, int hedge)
              * everything saturated, or put back by pump): the hold counts
              * from the first time it was queued. */
             uint64_t held_ms = (now - x->queued_ns) / 1000000ULL;
-            uint64_t left =
-                held_ms < px->opts.queue_timeout_ms ? px->opts.queue_timeout_ms - held_ms : 1;
+            uint64_t hold = x->max_queue_ms > 0 && x->max_queue_ms < px->opts.queue_timeout_ms
+                                ? x->max_queue_ms
+                                : px->opts.queue_timeout_ms;
+            uint64_t left = held_ms < hold ? hold - held_ms : 1;
             uv_timer_start(&x->timer, on_queue_timer, left, 0);
             return;
         }
@@ -1121,7 +1164,10 @@ static void on_queue_timer(uv_timer_t *t)
     ig_metric_add(x->px->m_rejected, 1, x->model, "queue_timeout");
     exchange_fail(x, 503, "queue_timeout", "1",
                   "no upstream for model '%s' could take the request within %llu ms", x->model,
-                  (unsigned long long)x->px->opts.queue_timeout_ms);
+                  (unsigned long long)(x->max_queue_ms > 0 && x->max_queue_ms <
+                                                               x->px->opts.queue_timeout_ms
+                                           ? x->max_queue_ms
+                                           : x->px->opts.queue_timeout_ms));
 }
 
 /* Takes held requests of a model off its queue while upstreams have room. */
@@ -1255,6 +1301,8 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
         x->prefix.has_session = 1;
         x->prefix.session = ig_prefix_seed(call->session_id);
     }
+    x->priority = call->priority;
+    x->max_queue_ms = call->max_queue_ms;
     snprintf(x->forwarded_header, sizeof(x->forwarded_header),
              "Content-Type: application/json\r\nx-infergate-forwarded: %s\r\n",
              call->region ? call->region : "1");

@@ -407,6 +407,30 @@ static int parse_log(ctx_t *c, json_t *root, ig_config_t *cfg)
     return 0;
 }
 
+/* limits.max_queue_wait_ms: one number for every priority, or an object
+ * {critical, standard, sheddable}. */
+static int parse_queue_wait(ctx_t *c, json_t *limits, ig_config_limits_t *l)
+{
+    static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
+    const char *p = "limits.max_queue_wait_ms";
+    json_t *v = json_object_get(limits, "max_queue_wait_ms");
+    int rc;
+    if (v == NULL || !json_is_object(v)) {
+        uint64_t all;
+        rc = get_uint(c, limits, "limits", "max_queue_wait_ms", 0, DAY_MS, 0, &all);
+        for (int i = 0; i < 3; i++)
+            l->max_queue_wait_ms[i] = all;
+        return rc;
+    }
+    if ((rc = check_keys(c, v, p, prios)) != 0)
+        return rc;
+    for (int i = 0; i < 3; i++) {
+        if ((rc = get_uint(c, v, p, prios[i], 0, DAY_MS, 0, &l->max_queue_wait_ms[i])) != 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"max_request_line",
@@ -425,6 +449,7 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "drain_timeout_ms",
                                        "drain_grace_ms",
                                        "max_prompt_tokens",
+                                       "max_queue_wait_ms",
                                        NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
@@ -463,7 +488,8 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                        &h->max_chunk_ext_total)) ||
         (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
         (rc = get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
-        (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)))
+        (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)) ||
+        (rc = parse_queue_wait(c, o, l)))
         goto done;
 done:
     json_decref(o);

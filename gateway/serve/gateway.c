@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -602,6 +603,76 @@ static int estimate_tokens(const ig_api_request_t *r)
     return n > 1 << 20 ? 1 << 20 : (int)n;
 }
 
+/* ---- priority and admission by predicted wait --------------------------- */
+
+/* The request's priority: its key's (standard without keys), or a less
+ * urgent one named by x-infergate-priority; a header never raises it. */
+static int request_priority(ig_http_req_t *req, const ig_key_t *key)
+{
+    static const char *const names[] = {"critical", "standard", "sheddable"};
+    int prio = key != NULL ? ig_key_policy(key)->priority : IG_PRIORITY_STANDARD;
+    const char *h = ig_http_req_header(req, "x-infergate-priority");
+    for (int i = 0; h != NULL && i < 3; i++) {
+        if (strcasecmp(h, names[i]) == 0 && i > prio)
+            prio = i;
+    }
+    return prio;
+}
+
+/*
+ * The shortest wait, in seconds, a new request of priority for model can
+ * expect: the router's predicted wait of the best eligible upstream, plus
+ * the requests the gateway holds ahead of it over the upstreams' combined
+ * service rate (slots over the time a request holds one). Negative when
+ * nothing is known yet (no eligible upstream, or none measured): then
+ * nothing is refused on a guess.
+ */
+static double predicted_wait(ig_gateway_t *gw, const char *model, int priority, int local_only)
+{
+    ig_proxy_target_t t[64];
+    int starting = 0;
+    int n = resolve(gw, model, t, 64, &starting);
+    ig_router_t *router = ig_proxy_router(gw->proxy);
+    uint64_t now = uv_hrtime();
+    double best = -1, rate = 0;
+    for (int i = 0; i < n; i++) {
+        const ig_router_upstream_t *u = t[i].route;
+        if ((local_only && t[i].is_site) || !ig_router_eligible(u, now))
+            continue;
+        double w = ig_router_wait(router, u, now);
+        if (best < 0 || w < best)
+            best = w;
+        double hold = u->occupancy_s > 0 ? u->occupancy_s : u->svc_s;
+        if (hold > 0)
+            rate += (u->slots > 0 ? u->slots : 1) / hold;
+    }
+    int ahead = ig_proxy_queued_ahead(gw->proxy, model, priority);
+    if (best >= 0 && ahead > 0) {
+        if (rate <= 0)
+            return -1;
+        best += ahead / rate;
+    }
+    return best;
+}
+
+/* The request's queueing budget in ms: limits.max_queue_wait_ms of its
+ * priority, or the x-infergate-deadline-ms it carries when shorter (0:
+ * none). */
+static uint64_t queue_budget_ms(ig_gateway_t *gw, ig_http_req_t *req, int priority)
+{
+    uint64_t budget = gw->cfg->limits.max_queue_wait_ms[priority];
+    const char *h = ig_http_req_header(req, "x-infergate-deadline-ms");
+    if (h != NULL) {
+        char *end;
+        unsigned long long d = strtoull(h, &end, 10);
+        if (end != h && *end == '\0' && d > 0 && (budget == 0 || d < budget))
+            budget = d;
+    }
+    return budget;
+}
+
+static ig_metric_t *m_admission;
+
 static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t kind)
 {
     size_t len;
@@ -673,6 +744,39 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
             return;
         }
     }
+    /* Once there are keys, only a peer gateway's key may say "forwarded,
+     * serve it here": from anyone else the mark is ignored (and never passed
+     * on: the proxy writes its own), or a client could pin itself to this
+     * region's pools. Without keys anyone is trusted, the mark included
+     * (it is what stops two regions from forwarding in a loop). */
+    int trusted = gw->cfg->napi_keys == 0 || (key != NULL && ig_key_policy(key)->peer);
+    int local_only = trusted && ig_http_req_header(req, "x-infergate-forwarded") != NULL;
+    /* Admission by predicted wait: a request that would wait longer than
+     * its budget is told so now, not after the wait. */
+    int priority = request_priority(req, key);
+    uint64_t budget = queue_budget_ms(gw, req, priority);
+    if (budget > 0) {
+        double wait = predicted_wait(gw, r.model, priority, local_only);
+        if (wait * 1000.0 > (double)budget) {
+            static const char *const pn[] = {"critical", "standard", "sheddable"};
+            if (m_admission == NULL)
+                m_admission = ig_metrics_counter(
+                    "infergate_admission_rejections_total",
+                    "Requests refused at once because their predicted wait exceeded their "
+                    "budget, by priority.",
+                    "priority");
+            ig_metric_add(m_admission, 1, pn[priority]);
+            ig_api_error(&e, 429, NULL,
+                         "the predicted wait for model '%s' (%.0f ms) exceeds this request's "
+                         "budget (%llu ms); retry later",
+                         r.model, wait * 1000.0, (unsigned long long)budget);
+            e.code = "predicted_wait_exceeds_budget";
+            e.retry_after_s = (int)ceil(wait - (double)budget / 1000.0);
+            ig_api_respond_error(req, &e);
+            ig_api_request_dispose(&r);
+            return;
+        }
+    }
     json_t *canon = ig_api_request_to_json(&r);
     size_t clen = 0;
     char *ctext = canon ? ig_api_dumps(canon, &clen) : NULL;
@@ -700,13 +804,12 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     call.prompt_tokens = prompt_tokens;
     call.body = ctext;
     call.len = clen;
-    /* Once there are keys, only a peer gateway's key may say "forwarded,
-     * serve it here": from anyone else the mark is ignored (and never passed
-     * on: the proxy writes its own), or a client could pin itself to this
-     * region's pools. Without keys anyone is trusted, the mark included
-     * (it is what stops two regions from forwarding in a loop). */
-    int trusted = gw->cfg->napi_keys == 0 || (key != NULL && ig_key_policy(key)->peer);
-    call.local_only = trusted && ig_http_req_header(req, "x-infergate-forwarded") != NULL;
+    call.local_only = local_only;
+    call.priority = priority;
+    /* Admitted on a prediction: one that turns out a little short is
+     * still served rather than dropped at its budget; twice the budget is
+     * the most it is held. */
+    call.max_queue_ms = budget * 2;
     call.region = gw->region[0] ? gw->region : NULL;
     /* The first prompt's tokens as its worker will prefill them: an exact
      * count for the cost, and its block hashes for the prefix index. */

@@ -131,6 +131,9 @@ typedef struct {
     uint64_t drain_grace_ms;    /* after SIGTERM: still accepting, /ready 503 (for probes) */
     uint64_t drain_timeout_ms;  /* then: the listener is closed, in-flight work has this long */
     unsigned max_prompt_tokens; /* 0 = the model's context length */
+    /* Admission by predicted wait, per IG_PRIORITY_*: a request whose best
+     * predicted wait is longer gets 429 at once (0: no such limit). */
+    uint64_t max_queue_wait_ms[3];
 } ig_config_limits_t;
 
 /* The listener's TLS (docs/security.md). */

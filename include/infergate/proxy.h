@@ -88,6 +88,9 @@ typedef struct {
     int nprefix;
     int block_size;
     const char *session_id;
+    int priority;       /* 0 critical, 1 standard, 2 sheddable: the queue serves the
+                           lower first, and a full queue sheds the highest */
+    uint64_t max_queue_ms; /* held at most this long (0: queue_timeout_ms) */
 } ig_proxy_call_t;
 
 /* Takes over the request: the proxy finishes it. call's strings are copied. */
@@ -100,6 +103,9 @@ int ig_proxy_queued_model(const ig_proxy_t *px, const char *model);
 /* The sum and count of every time to first token observed (seconds), as
  * infergate_time_to_first_token_seconds has them, all models together. */
 void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count);
+/* Requests of model held now that a new one of priority would wait behind
+ * (those of the same or a more urgent priority). */
+int ig_proxy_queued_ahead(const ig_proxy_t *px, const char *model, int priority);
 ig_router_t *ig_proxy_router(ig_proxy_t *px);
 
 /* Replaces the options in place (a config reload): requests in flight and
