@@ -13,6 +13,7 @@
  */
 #include "gateway_internal.h"
 #include "infergate/api.h"
+#include "infergate/devices.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
 
@@ -261,6 +262,11 @@ static void finish(scrape_t *s)
         free(f->samples.buf);
     }
     free(fs.f);
+    size_t gpu_len = 0;
+    char *gpu = ig_devices_gpu_metrics(&gpu_len);
+    if (gpu != NULL)
+        put(&out, gpu, gpu_len);
+    free(gpu);
     if (s->ntargets > 0) {
         puts_(&out, "# HELP infergate_instance_scrape_up 1 when the instance's /metrics answered "
                     "within this scrape.\n# TYPE infergate_instance_scrape_up gauge\n");
