@@ -59,8 +59,8 @@ static void test_default_is_first_listed(void **state)
 static void test_explicit_model_wins(void **state)
 {
     (void)state;
-    json_t *r = tu_igbench("--target 127.0.0.1:%d --concurrency 2 --requests 4 --model beta",
-                           site.port);
+    json_t *r =
+        tu_igbench("--target 127.0.0.1:%d --concurrency 2 --requests 4 --model beta", site.port);
     assert_non_null(r);
     assert_string_equal(model_of(r), "beta");
     assert_true(TU_NUM(r, "requests", "ok") == 4);

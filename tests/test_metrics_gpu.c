@@ -91,8 +91,10 @@ static void test_fake_nvml_series(void **state)
     (void)state;
     char *m = scrape_with(lib);
     assert_non_null(m);
-    const char *g0 = "{gpu=\"0\",gpu_uuid=\"GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee\",device=\"cuda:0\"} ";
-    const char *g1 = "{gpu=\"1\",gpu_uuid=\"GPU-ffffffff-0000-1111-2222-333333333333\",device=\"cuda:1\"} ";
+    const char *g0 =
+        "{gpu=\"0\",gpu_uuid=\"GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee\",device=\"cuda:0\"} ";
+    const char *g1 =
+        "{gpu=\"1\",gpu_uuid=\"GPU-ffffffff-0000-1111-2222-333333333333\",device=\"cuda:1\"} ";
     const char *mig = "{gpu=\"1\",gpu_uuid=\"GPU-ffffffff-0000-1111-2222-333333333333\","
                       "device=\"MIG-66666666-7777-8888-9999-000000000000\"} ";
     char series[256];

@@ -69,7 +69,7 @@ static struct {
     const char *json_path;
     const char *label;
     int quiet;
-    int progress; /* the one-line progress display: a terminal, not --quiet */
+    int progress;        /* the one-line progress display: a terminal, not --quiet */
     char model_buf[256]; /* the model found in the target's /v1/models */
 } cfg;
 
@@ -1268,8 +1268,8 @@ static int discover_model(char *why, size_t wlen)
         snprintf(why, wlen, "status %d", parser.status_code);
     } else {
         json_t *root = json_loadb(m.body ? m.body : "", m.len, 0, NULL);
-        const char *id =
-            json_string_value(json_object_get(json_array_get(json_object_get(root, "data"), 0), "id"));
+        const char *id = json_string_value(
+            json_object_get(json_array_get(json_object_get(root, "data"), 0), "id"));
         if (id == NULL || id[0] == '\0' || strlen(id) >= sizeof(cfg.model_buf)) {
             snprintf(why, wlen, "no model id in data[0].id");
         } else {

@@ -261,9 +261,9 @@ static json_t *nvml_gpus(char *driver, size_t dlen, char *why, size_t len)
 #define MAX_TELEMETRY 128 /* GPUs and MIG slices */
 
 typedef struct {
-    char gpu[16];        /* NVML index of the GPU (of the parent, for a slice) */
-    char gpu_uuid[96];   /* the GPU's UUID (the parent's, for a slice) */
-    char device[112];    /* as a pool names it: cuda:N or MIG-<uuid> */
+    char gpu[16];      /* NVML index of the GPU (of the parent, for a slice) */
+    char gpu_uuid[96]; /* the GPU's UUID (the parent's, for a slice) */
+    char device[112];  /* as a pool names it: cuda:N or MIG-<uuid> */
     int has_util, has_mem, has_temp, has_power;
     double util, mem_used, mem_total, temp, power;
 } gpu_sample_t;

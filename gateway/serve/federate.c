@@ -196,7 +196,8 @@ static void merge(families_t *fs, const target_t *t)
         } else if (n >= 7 && memcmp(p, "# TYPE ", 7) == 0) {
             size_t k = name_len(p + 7, n - 7);
             cur = NULL;
-            if (k > strlen(FAMILY_PREFIX) && memcmp(p + 7, FAMILY_PREFIX, strlen(FAMILY_PREFIX)) == 0)
+            if (k > strlen(FAMILY_PREFIX) &&
+                memcmp(p + 7, FAMILY_PREFIX, strlen(FAMILY_PREFIX)) == 0)
                 cur = family_of(fs, p + 7, k);
             if (cur != NULL && cur->type_line == NULL) {
                 cur->type_line = dup_line(p, n);
@@ -285,8 +286,7 @@ static void finish(scrape_t *s)
     if (out.oom) {
         ig_api_respond_oom(s->req);
     } else {
-        ig_http_respond(s->req, 200, "text/plain; version=0.0.4", out.buf ? out.buf : "",
-                        out.len);
+        ig_http_respond(s->req, 200, "text/plain; version=0.0.4", out.buf ? out.buf : "", out.len);
     }
     free(out.buf);
     s->req = NULL;

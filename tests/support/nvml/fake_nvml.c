@@ -23,16 +23,38 @@ typedef struct dev_s {
 #define GIB (1024ULL * 1024 * 1024)
 
 static dev_t_ slice_a = {"NVIDIA H100 80GB HBM3 MIG 1g.10gb",
-                         "MIG-11111111-2222-3333-4444-555555555555", 0, 0, 0,
-                         {10 * GIB, 8 * GIB, 2 * GIB}, 0, {0}};
+                         "MIG-11111111-2222-3333-4444-555555555555",
+                         0,
+                         0,
+                         0,
+                         {10 * GIB, 8 * GIB, 2 * GIB},
+                         0,
+                         {0}};
 static dev_t_ slice_b = {"NVIDIA H100 80GB HBM3 MIG 3g.40gb",
-                         "MIG-66666666-7777-8888-9999-000000000000", 0, 0, 0,
-                         {40 * GIB, 37 * GIB, 3 * GIB}, 0, {0}};
+                         "MIG-66666666-7777-8888-9999-000000000000",
+                         0,
+                         0,
+                         0,
+                         {40 * GIB, 37 * GIB, 3 * GIB},
+                         0,
+                         {0}};
 static dev_t_ gpus[2] = {
-    {"NVIDIA H100 80GB HBM3", "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee", 37, 61, 123456,
-     {80 * GIB, 79 * GIB, 1 * GIB}, 0, {0}},
-    {"NVIDIA H100 80GB HBM3", "GPU-ffffffff-0000-1111-2222-333333333333", 5, 40, 60000,
-     {80 * GIB, 75 * GIB, 5 * GIB}, 1, {&slice_a, 0, &slice_b, 0, 0, 0, 0}},
+    {"NVIDIA H100 80GB HBM3",
+     "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee",
+     37,
+     61,
+     123456,
+     {80 * GIB, 79 * GIB, 1 * GIB},
+     0,
+     {0}},
+    {"NVIDIA H100 80GB HBM3",
+     "GPU-ffffffff-0000-1111-2222-333333333333",
+     5,
+     40,
+     60000,
+     {80 * GIB, 75 * GIB, 5 * GIB},
+     1,
+     {&slice_a, 0, &slice_b, 0, 0, 0, 0}},
 };
 
 int nvmlInit_v2(void)
