@@ -247,7 +247,8 @@ static void finish(scrape_t *s)
         if (s->t[i].ok)
             merge(&fs, &s->t[i]);
     }
-    qsort(fs.f, (size_t)fs.n, sizeof(*fs.f), cmp_family);
+    if (fs.n > 1)
+        qsort(fs.f, (size_t)fs.n, sizeof(*fs.f), cmp_family);
     for (int i = 0; i < fs.n; i++) {
         family_t *f = &fs.f[i];
         if (f->help_line != NULL)
