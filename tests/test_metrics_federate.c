@@ -31,8 +31,7 @@ static int group_setup(void **state)
     if (ig_gwf_model_setup(state) != 0)
         return -1;
     int port = ig_proc_free_port();
-    const char *path =
-        ig_gwf_pool_config("fed", port, ig_gwf_model_dir, 2, 2, 2, 8, NULL, NULL);
+    const char *path = ig_gwf_pool_config("fed", port, ig_gwf_model_dir, 2, 2, 2, 8, NULL, NULL);
     if (path == NULL || ig_gwf_serve(&gw, path, port, "warn", 0, 20000, 60000) != 0)
         return -1;
     return 0;
@@ -103,7 +102,8 @@ static void *one_call(void *arg)
     json_t *o = r.status == 200 ? json_loads(r.body, 0, NULL) : NULL;
     if (o != NULL && u != NULL) {
         c->upstream = strcmp(u, "cpu/1") == 0;
-        c->gen = json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens"));
+        c->gen =
+            json_integer_value(json_object_get(json_object_get(o, "usage"), "completion_tokens"));
     }
     json_decref(o);
     ig_tc_response_free(&r);
@@ -147,9 +147,9 @@ static void test_instances_labelled(void **state)
         snprintf(series, sizeof(series),
                  "infergate_worker_prompt_tokens_total{pool=\"cpu\",instance=\"cpu/%d\"} ", i);
         assert_true(value_of(m, series) > 0);
-        snprintf(series, sizeof(series),
-                 "infergate_worker_batch_size_bucket{pool=\"cpu\",instance=\"cpu/%d\",le=\"+Inf\"} ",
-                 i);
+        snprintf(
+            series, sizeof(series),
+            "infergate_worker_batch_size_bucket{pool=\"cpu\",instance=\"cpu/%d\",le=\"+Inf\"} ", i);
         assert_true(value_of(m, series) >= 1);
         snprintf(series, sizeof(series),
                  "infergate_worker_requests_running{pool=\"cpu\",instance=\"cpu/%d\"} ", i);
@@ -184,7 +184,7 @@ static void test_itl_of_a_stream(void **state)
                                  "\"max_tokens\":6,\"temperature\":0,\"stream\":true,"
                                  "\"ignore_eos\":true}",
                                  &r, 60000),
-                 0);
+                     0);
     assert_int_equal(r.status, 200);
     int events = 0;
     for (const char *p = r.body; (p = strstr(p, "\"text\":\"")) != NULL; p += 8) {
@@ -243,8 +243,10 @@ static void test_stopped_worker_left_out(void **state)
     assert_true(took >= 0.4 && took < 3.0);
     assert_true(value_of(m, "infergate_instance_scrape_up{pool=\"cpu\",instance=\"cpu/1\"} ") == 0);
     assert_true(value_of(m, "infergate_instance_scrape_up{pool=\"cpu\",instance=\"cpu/0\"} ") == 1);
-    assert_int_equal(count_lines(m, "infergate_worker_prompt_tokens_total{pool=\"cpu\",instance=\"cpu/1\"}"), 0);
-    assert_int_equal(count_lines(m, "infergate_worker_prompt_tokens_total{pool=\"cpu\",instance=\"cpu/0\"}"), 1);
+    assert_int_equal(
+        count_lines(m, "infergate_worker_prompt_tokens_total{pool=\"cpu\",instance=\"cpu/1\"}"), 0);
+    assert_int_equal(
+        count_lines(m, "infergate_worker_prompt_tokens_total{pool=\"cpu\",instance=\"cpu/0\"}"), 1);
     free(m);
     /* Back: the next scrape has it again. */
     m = ig_gwf_get_text(gw.port, "/metrics");

@@ -2,7 +2,8 @@
  * The status page at GET /: plain HTML whose script fetches /status and
  * renders it. Headless Chromium (Debian's chromium) loads it from a real
  * gateway with a real worker and the rendered DOM must name the instance
- * from /status, the region, and draw the chart; on failure the test saves a
+ * from /status, the region, and draw the chart, and it must have polled
+ * /status more than once (live refresh); on failure the test saves a
  * screenshot and prints its path.
  */
 #include <setjmp.h>
@@ -130,7 +131,17 @@ static void test_chromium_renders_instances(void **state)
     assert_true(json_array_size(json_object_get(json_object_get(st, "history"), "samples")) >= 1);
     char url[64];
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/", gw.port);
+    const char *polls = "infergate_http_requests_total{route=\"/status\",status=\"200\"} ";
+    double before = ig_gwf_metric(gw.port, polls);
     char *dom = run_chromium(url, "--dump-dom");
+    /* Live: the page polled /status again and again during its 8 s of
+     * virtual time (one poll every 2 s), not once. */
+    double after = ig_gwf_metric(gw.port, polls);
+    if (after - (before < 0 ? 0 : before) < 2) {
+        fprintf(stderr, "the page polled /status %.0f times\n", after - before);
+        free(dom);
+        dom = NULL;
+    }
     int ok = dom != NULL;
     size_t i;
     json_t *in;

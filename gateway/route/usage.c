@@ -17,9 +17,9 @@ void ig_usage_families_register(ig_usage_families_t *f)
 {
     f->prompt = ig_metrics_counter("infergate_prompt_tokens_total",
                                    "Prompt tokens of the answers this region served", "model");
-    f->generation = ig_metrics_counter("infergate_generation_tokens_total",
-                                       "Tokens generated in the answers this region served",
-                                       "model");
+    f->generation =
+        ig_metrics_counter("infergate_generation_tokens_total",
+                           "Tokens generated in the answers this region served", "model");
     f->itl = ig_metrics_histogram("infergate_inter_token_latency_seconds",
                                   "Gap between two streamed tokens, as the gateway forwards them",
                                   "model", NULL, 0);
@@ -79,8 +79,7 @@ static void event(ig_usage_meter_t *m, const ig_usage_families_t *f, const char 
                 int k = content_choices(o);
                 if (k > 0) {
                     if (m->last_token_ns != 0 && now_ns >= m->last_token_ns)
-                        ig_metric_observe(f->itl, (double)(now_ns - m->last_token_ns) / 1e9,
-                                          model);
+                        ig_metric_observe(f->itl, (double)(now_ns - m->last_token_ns) / 1e9, model);
                     m->last_token_ns = now_ns;
                     m->events += k;
                 }
@@ -101,8 +100,7 @@ void ig_usage_stream(ig_usage_meter_t *m, const ig_usage_families_t *f, const ch
         size_t piece = upto - ls;
         /* A blank line: "\n" or "\r\n" at the start of a line. */
         int at_line_start = m->tlen == 0 || m->tail[m->tlen - 1] == '\n';
-        int blank = nl != NULL && at_line_start &&
-                    (piece == 1 || (piece == 2 && buf[ls] == '\r'));
+        int blank = nl != NULL && at_line_start && (piece == 1 || (piece == 2 && buf[ls] == '\r'));
         if (blank) {
             if (!m->overflow && m->tlen > 0)
                 event(m, f, model, m->tail, m->tlen, now_ns);

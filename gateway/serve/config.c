@@ -1093,8 +1093,12 @@ static int parse_strings(ctx_t *c, json_t *arr, const char *path, check_string_f
 static int check_site_model(ctx_t *c, const char *path, const char *name, char *const *prev,
                             size_t nprev, const ig_config_t *cfg)
 {
-    if (ig_config_find_model(cfg, name) < 0)
-        return fail(c, path, "unknown model '%s' (not in models[])", name);
+    /* A site may serve models that models[] does not list: models[] is
+     * for what local pools serve (and site-only names clients may ask). */
+    (void)cfg;
+    int rc = check_name(c, path, name);
+    if (rc != 0)
+        return rc;
     for (size_t j = 0; j < nprev; j++) {
         if (strcmp(prev[j], name) == 0)
             return fail(c, path, "duplicate model '%s'", name);
@@ -1134,7 +1138,7 @@ static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         return rc;
     join(q, p, "models");
     if (arr == NULL)
-        return fail(c, q, "is required");
+        return 0; /* discovered from the site's /load or /v1/models */
     if (json_array_size(arr) == 0)
         return fail(c, q, "must not be empty");
     return parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels);
@@ -1271,6 +1275,7 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
         for (size_t k = 0; k < cfg->npools && !served; k++)
             served = cfg->pools[k].discover.dns != NULL && cfg->pools[k].model_index == i;
         for (size_t s = 0; s < cfg->nsites && !served; s++) {
+            served = cfg->sites[s].nmodels == 0; /* it may discover the model */
             for (size_t k = 0; k < cfg->sites[s].nmodels && !served; k++)
                 served = strcmp(cfg->sites[s].models[k], cfg->models[i].name) == 0;
         }

@@ -13,6 +13,7 @@
  */
 #include "gateway_internal.h"
 #include "infergate/api.h"
+#include "infergate/devices.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
 
@@ -195,7 +196,8 @@ static void merge(families_t *fs, const target_t *t)
         } else if (n >= 7 && memcmp(p, "# TYPE ", 7) == 0) {
             size_t k = name_len(p + 7, n - 7);
             cur = NULL;
-            if (k > strlen(FAMILY_PREFIX) && memcmp(p + 7, FAMILY_PREFIX, strlen(FAMILY_PREFIX)) == 0)
+            if (k > strlen(FAMILY_PREFIX) &&
+                memcmp(p + 7, FAMILY_PREFIX, strlen(FAMILY_PREFIX)) == 0)
                 cur = family_of(fs, p + 7, k);
             if (cur != NULL && cur->type_line == NULL) {
                 cur->type_line = dup_line(p, n);
@@ -245,7 +247,8 @@ static void finish(scrape_t *s)
         if (s->t[i].ok)
             merge(&fs, &s->t[i]);
     }
-    qsort(fs.f, (size_t)fs.n, sizeof(*fs.f), cmp_family);
+    if (fs.n > 1)
+        qsort(fs.f, (size_t)fs.n, sizeof(*fs.f), cmp_family);
     for (int i = 0; i < fs.n; i++) {
         family_t *f = &fs.f[i];
         if (f->help_line != NULL)
@@ -261,6 +264,11 @@ static void finish(scrape_t *s)
         free(f->samples.buf);
     }
     free(fs.f);
+    size_t gpu_len = 0;
+    char *gpu = ig_devices_gpu_metrics(&gpu_len);
+    if (gpu != NULL)
+        put(&out, gpu, gpu_len);
+    free(gpu);
     if (s->ntargets > 0) {
         puts_(&out, "# HELP infergate_instance_scrape_up 1 when the instance's /metrics answered "
                     "within this scrape.\n# TYPE infergate_instance_scrape_up gauge\n");
@@ -279,8 +287,7 @@ static void finish(scrape_t *s)
     if (out.oom) {
         ig_api_respond_oom(s->req);
     } else {
-        ig_http_respond(s->req, 200, "text/plain; version=0.0.4", out.buf ? out.buf : "",
-                        out.len);
+        ig_http_respond(s->req, 200, "text/plain; version=0.0.4", out.buf ? out.buf : "", out.len);
     }
     free(out.buf);
     s->req = NULL;

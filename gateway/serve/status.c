@@ -254,9 +254,9 @@ static void on_history_timer(uv_timer_t *t)
     double sum;
     long long count;
     ig_proxy_ttft_totals(gw->proxy, &sum, &count);
-    sm.ttft_s = count > gw->history_ttft_count ? (sum - gw->history_ttft_sum) /
-                                                     (double)(count - gw->history_ttft_count)
-                                               : -1;
+    sm.ttft_s = count > gw->history_ttft_count
+                    ? (sum - gw->history_ttft_sum) / (double)(count - gw->history_ttft_count)
+                    : -1;
     gw->history_ttft_sum = sum;
     gw->history_ttft_count = count;
     int slot = (gw->history_head + gw->history_n) % IG_STATUS_HISTORY;
@@ -303,10 +303,10 @@ static json_t *status_history(const ig_gateway_t *gw)
     json_t *arr = json_array();
     for (int k = 0; k < gw->history_n; k++) {
         const ig__status_sample_t *s = &gw->history[(gw->history_head + k) % IG_STATUS_HISTORY];
-        json_array_append_new(arr, json_pack("{s:I, s:i, s:i, s:o}", "unix_ms",
-                                             (json_int_t)s->unix_ms, "queued", s->queued,
-                                             "waiting", s->waiting, "ttft_s",
-                                             s->ttft_s < 0 ? json_null() : json_real(s->ttft_s)));
+        json_array_append_new(arr,
+                              json_pack("{s:I, s:i, s:i, s:o}", "unix_ms", (json_int_t)s->unix_ms,
+                                        "queued", s->queued, "waiting", s->waiting, "ttft_s",
+                                        s->ttft_s < 0 ? json_null() : json_real(s->ttft_s)));
     }
     return json_pack("{s:i, s:o}", "interval_ms", IG_STATUS_HISTORY_MS, "samples", arr);
 }

@@ -34,10 +34,10 @@ void ig_usage_families_register(ig_usage_families_t *f);
 typedef struct {
     char *tail; /* a stream's incomplete event, up to the next blank line */
     size_t tlen, tcap;
-    uint64_t last_token_ns; /* 0 before the first content event */
-    long long events;       /* content events seen */
+    uint64_t last_token_ns;       /* 0 before the first content event */
+    long long events;             /* content events seen */
     long long prompt, completion; /* from usage; -1 while none came */
-    int overflow;           /* an event larger than the meter keeps: skipped */
+    int overflow;                 /* an event larger than the meter keeps: skipped */
 } ig_usage_meter_t;
 
 void ig_usage_init(ig_usage_meter_t *m);
