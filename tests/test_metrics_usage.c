@@ -53,6 +53,22 @@ static void feed(const ig_usage_families_t *f, const char *model, const char *te
     ig_usage_end(&m, f, model, prompt_estimate);
 }
 
+/* The index of the last byte of the first blank line ("\n" or "\r\n")
+ * after position from. */
+static size_t event_end(const char *text, ptrdiff_t from)
+{
+    size_t ls = (size_t)from;
+    for (size_t i = (size_t)from; text[i]; i++) {
+        if (text[i] != '\n')
+            continue;
+        size_t line = i - ls;
+        if (ls > (size_t)from && (line == 0 || (line == 1 && text[ls] == '\r')))
+            return i;
+        ls = i + 1;
+    }
+    return strlen(text);
+}
+
 static char *crlf(const char *s)
 {
     char *out = malloc(strlen(s) * 2 + 1);
@@ -74,14 +90,22 @@ static void check_every_split(const char *text, const char *model)
     snprintf(gen, sizeof(gen), "infergate_generation_tokens_total{model=\"%s\"} ", model);
     snprintf(itl, sizeof(itl), "infergate_inter_token_latency_seconds_count{model=\"%s\"} ", model);
     snprintf(prompt, sizeof(prompt), "infergate_prompt_tokens_total{model=\"%s\"} ", model);
+    char sum[128];
+    snprintf(sum, sizeof(sum), "infergate_inter_token_latency_seconds_sum{model=\"%s\"} ", model);
+    /* An event counts when the last byte of its blank line arrives. */
+    size_t fe = event_end(text, strstr(text, "Once") - text);
+    size_t le = event_end(text, strstr(text, "\" a\"") - text);
     size_t n = strlen(text);
     for (size_t cut = 0; cut <= n; cut++) {
-        double g0 = metric(gen), i0 = metric(itl), p0 = metric(prompt);
+        double g0 = metric(gen), i0 = metric(itl), p0 = metric(prompt), s0 = metric(sum);
         feed(&f, model, text, cut, 7);
-        double g1 = metric(gen), i1 = metric(itl), p1 = metric(prompt);
+        double g1 = metric(gen), i1 = metric(itl), p1 = metric(prompt), s1 = metric(sum);
+        /* Piece one arrives at 1 s, piece two at 2 s. */
+        double want = (le < cut ? 1 : 2) - (fe < cut ? 1 : 2);
         if (g1 - (g0 < 0 ? 0 : g0) != 3 || i1 - (i0 < 0 ? 0 : i0) != 2 ||
-            p1 - (p0 < 0 ? 0 : p0) != 7)
-            fail_msg("split at %zu: %g tokens, %g gaps, %g prompt", cut, g1 - g0, i1 - i0, p1 - p0);
+            p1 - (p0 < 0 ? 0 : p0) != 7 || s1 - (s0 < 0 ? 0 : s0) != want)
+            fail_msg("split at %zu: %g tokens, %g gaps (%g s, want %g), %g prompt", cut, g1 - g0,
+                     i1 - i0, s1 - s0, want, p1 - p0);
     }
 }
 
