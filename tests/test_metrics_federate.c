@@ -34,7 +34,19 @@ static int group_setup(void **state)
     const char *path = ig_gwf_pool_config("fed", port, ig_gwf_model_dir, 2, 2, 2, 8, NULL, NULL);
     if (path == NULL || ig_gwf_serve(&gw, path, port, "warn", 0, 20000, 60000) != 0)
         return -1;
-    return 0;
+    /* /ready is 200 with one instance ready; these tests want both. */
+    for (int i = 0; i < 600; i++) {
+        json_t *st = ig_gwf_get_json(port, "/status");
+        json_t *counts =
+            json_object_get(json_array_get(json_object_get(st, "pools"), 0), "instance_counts");
+        int ready = (int)json_integer_value(json_object_get(counts, "ready"));
+        json_decref(st);
+        if (ready == 2)
+            return 0;
+        usleep(100 * 1000);
+    }
+    fprintf(stderr, "the second instance was not ready within 60 s\n");
+    return -1;
 }
 
 static int group_teardown(void **state)

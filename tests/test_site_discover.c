@@ -2,7 +2,8 @@
  * Discovered site models: a site configured without "models" (and a config
  * without top-level models[]) serves what its /v1/models lists, a python3
  * http.server site; when the site's list changes, the gateway follows
- * within a few probes and logs the change.
+ * within a few probes and logs the change. An infergate peer's models come
+ * from its /load.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -136,11 +137,47 @@ static void test_changed_site_followed_and_logged(void **state)
     assert_int_equal(complete("alpha"), 404);
 }
 
+/* An infergate peer without "models" in the site entry: its models come
+ * from its /load (the models its ready pools serve). */
+static void test_infergate_peer_discovered(void **state)
+{
+    (void)state;
+    ig_proc_t peer, front;
+    assert_int_equal(ig_gwf_solo_start(&peer, "west", NULL), 0);
+    int port = ig_proc_free_port();
+    char cfg[512];
+    snprintf(cfg, sizeof(cfg),
+             "{\"region\":\"east\",\"listen\":\"127.0.0.1:%d\","
+             "\"sites\":[{\"name\":\"west\",\"url\":\"http://127.0.0.1:%d\"}]}",
+             port, peer.port);
+    const char *path = ig_proc_temp_file(cfg, ".json");
+    assert_non_null(path);
+    assert_int_equal(ig_gwf_serve(&front, path, port, "info", IG_PROC_PIPE_ERR, 10000, 15000), 0);
+    assert_int_equal(ig_proc_wait_log(&front, "site west: models now [tiny] (were [])", 5000), 0);
+    json_t *st = ig_gwf_get_json(port, "/status");
+    json_t *site0 = json_array_get(json_object_get(st, "sites"), 0);
+    assert_true(json_is_true(json_object_get(site0, "peer")));
+    assert_string_equal(json_string_value(json_array_get(json_object_get(site0, "models"), 0)),
+                        "tiny");
+    json_decref(st);
+    ig_tc_response_t r;
+    assert_int_equal(ig_gwf_complete(port, 2, &r), 0);
+    assert_int_equal(r.status, 200);
+    const char *u = ig_tc_header(&r, "x-infergate-upstream");
+    assert_non_null(u);
+    assert_string_equal(u, "west");
+    ig_tc_response_free(&r);
+    ig_proc_stop(&front, SIGTERM, 10000);
+    ig_proc_dispose(&front);
+    assert_int_equal(ig_gwf_solo_stop(&peer), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_site_without_models_serves),
         cmocka_unit_test(test_changed_site_followed_and_logged),
+        cmocka_unit_test(test_infergate_peer_discovered),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

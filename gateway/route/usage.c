@@ -90,46 +90,57 @@ static void event(ig_usage_meter_t *m, const ig_usage_families_t *f, const char 
     }
 }
 
+/* Appends to the event being read; past MAX_EVENT_BYTES (or out of
+ * memory) the event is skipped up to its blank line. */
+static void tail_append(ig_usage_meter_t *m, const char *p, size_t n)
+{
+    if (m->overflow)
+        return;
+    if (m->tlen + n > MAX_EVENT_BYTES) {
+        m->overflow = 1;
+        m->tlen = 0;
+        return;
+    }
+    if (m->tlen + n > m->tcap) {
+        size_t cap = m->tcap ? m->tcap * 2 : 1024;
+        while (cap < m->tlen + n)
+            cap *= 2;
+        char *nb = realloc(m->tail, cap);
+        if (nb == NULL) {
+            m->overflow = 1;
+            m->tlen = 0;
+            return;
+        }
+        m->tail = nb;
+        m->tcap = cap;
+    }
+    memcpy(m->tail + m->tlen, p, n);
+    m->tlen += n;
+}
+
 void ig_usage_stream(ig_usage_meter_t *m, const ig_usage_families_t *f, const char *model,
                      const char *buf, size_t len, uint64_t now_ns)
 {
-    size_t ls = 0; /* start of the unread line in buf */
-    while (ls < len) {
-        const char *nl = memchr(buf + ls, '\n', len - ls);
+    size_t off = 0;
+    while (off < len) {
+        const char *nl = memchr(buf + off, '\n', len - off);
         size_t upto = nl != NULL ? (size_t)(nl - buf) + 1 : len;
-        size_t piece = upto - ls;
-        /* A blank line: "\n" or "\r\n" at the start of a line. */
-        int at_line_start = m->tlen == 0 || m->tail[m->tlen - 1] == '\n';
-        int blank = nl != NULL && at_line_start && (piece == 1 || (piece == 2 && buf[ls] == '\r'));
+        if (m->line_len == 0)
+            m->line_first = buf[off];
+        m->line_len += upto - off;
+        tail_append(m, buf + off, upto - off);
+        off = upto;
+        if (nl == NULL)
+            break; /* the line goes on in the next piece */
+        /* A blank line ("\n" or "\r\n", perhaps split over pieces) ends the event. */
+        int blank = m->line_len == 1 || (m->line_len == 2 && m->line_first == '\r');
+        m->line_len = 0;
         if (blank) {
             if (!m->overflow && m->tlen > 0)
                 event(m, f, model, m->tail, m->tlen, now_ns);
             m->tlen = 0;
             m->overflow = 0;
-        } else if (!m->overflow) {
-            if (m->tlen + piece > MAX_EVENT_BYTES) {
-                m->overflow = 1;
-                m->tlen = 0;
-            } else {
-                if (m->tlen + piece > m->tcap) {
-                    size_t cap = m->tcap ? m->tcap * 2 : 1024;
-                    while (cap < m->tlen + piece)
-                        cap *= 2;
-                    char *nb = realloc(m->tail, cap);
-                    if (nb == NULL) {
-                        m->overflow = 1; /* this event goes uncounted */
-                        m->tlen = 0;
-                        ls = upto;
-                        continue;
-                    }
-                    m->tail = nb;
-                    m->tcap = cap;
-                }
-                memcpy(m->tail + m->tlen, buf + ls, piece);
-                m->tlen += piece;
-            }
         }
-        ls = upto;
     }
 }
 

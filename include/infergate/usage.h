@@ -38,6 +38,8 @@ typedef struct {
     long long events;             /* content events seen */
     long long prompt, completion; /* from usage; -1 while none came */
     int overflow;                 /* an event larger than the meter keeps: skipped */
+    size_t line_len;              /* bytes of the line being read, over pieces */
+    char line_first;              /* its first byte */
 } ig_usage_meter_t;
 
 void ig_usage_init(ig_usage_meter_t *m);
