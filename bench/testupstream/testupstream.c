@@ -104,6 +104,7 @@ static struct {
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
+    uint64_t max_inside; /* the most completions in a slot or waiting for one at once */
 } g;
 
 /* ------------------------------------------------------------------------- */
@@ -539,10 +540,14 @@ static void start_head(conn_t *c, int at_arrival)
             igb_list_push(&g.waitq, &r->wlink);
             g.nwaiting++;
             g.nqueued_total++;
+            if ((uint64_t)g.busy + g.nwaiting > g.max_inside)
+                g.max_inside = (uint64_t)g.busy + g.nwaiting;
             return;
         }
         r->has_slot = 1;
         g.busy++;
+        if ((uint64_t)g.busy + g.nwaiting > g.max_inside)
+            g.max_inside = (uint64_t)g.busy + g.nwaiting;
         /* A pipelined request gets its slot only now, when it reaches the
          * head of its connection; its service starts now too. */
         begin_service(r, at_arrival ? r->t_arrive : uv_hrtime());
@@ -698,12 +703,13 @@ static void answer_control(conn_t *c, req_t *r)
                      "{\"requests\":%llu,\"connections\":%llu,\"open_connections\":%llu,"
                      "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu,"
                      "\"slots\":%d,\"busy\":%d,\"waiting\":%llu,\"queued\":%llu,"
-                     "\"completions\":%llu,\"raw\":%llu}",
+                     "\"completions\":%llu,\"raw\":%llu,\"max_inside\":%llu}",
                      (unsigned long long)g.nreq, (unsigned long long)g.nconn,
                      (unsigned long long)g.nactive_conn, (unsigned long long)g.nstalled,
                      (unsigned long long)g.nfailed, (unsigned long long)g.nerrors, g.slots, g.busy,
                      (unsigned long long)g.nwaiting, (unsigned long long)g.nqueued_total,
-                     (unsigned long long)g.ncompletions, (unsigned long long)g.nraw);
+                     (unsigned long long)g.ncompletions, (unsigned long long)g.nraw,
+                     (unsigned long long)g.max_inside);
     } else {
         send_str(c, r, 404, "application/json", "{\"error\":\"unknown control\"}");
         return;
