@@ -50,7 +50,7 @@ void ig_router_opts_default(ig_router_opts_t *o)
     o->limit_max = 256;
     o->limit_tolerance = 1.5;
     o->limit_window_s = 0.1;
-    o->limit_window_done = 8;
+    o->limit_window_done = 12;
     o->limit_window_max_s = 1.0;
 }
 
@@ -122,14 +122,18 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
 }
 
 /*
- * C from the hold times per RIF. With C slots and service time s, an
- * attempt that began with k < C others in flight holds the upstream for s;
- * one with k >= C waits for (k + 1 - C) of them to finish, s / C each, so
- * its excess over s is e = (k + 1 - C) s / C, and C = (k + 1) s / (e + s).
- * The excess is measured against the round trip's share too: s is the
- * base hold less the RTT (the part that queues). Buckets without a clear
- * excess (under 15% of s) only say C >= k + 1. The estimate is the
- * sample-weighted mean of the buckets with one, at least that bound.
+ * C from the hold times per RIF. With C places and service time s, an
+ * attempt that began with k < C others in flight holds the upstream for
+ * its base time b (s plus the round trip); one with k >= C also waits for
+ * (k + 1 - C) of them to finish, s / C each:
+ *
+ *   hold(k) = b + max(0, k + 1 - C) x s / C,   s = b - rtt
+ *
+ * C is the value on a grid of quarters from 1 to the last bucket that fits
+ * the buckets with samples best (least squares, weighted by samples). When
+ * no bucket shows a queue, every C above the highest one fits and the
+ * smallest such is taken: what has been seen, a lower bound. The last
+ * bucket (RIF beyond it) is left out of the fit.
  */
 static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s)
 {
@@ -138,22 +142,22 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s)
     if (k0 < 0)
         return 0;
     double svc = fmax(base - rtt_s, 0.25 * base);
-    double lower = k0 + 1, sum = 0, weight = 0;
-    for (int k = k0 + 1; k < IG_ROUTER_RIF_BUCKETS; k++) {
-        if (u->rif_n[k] < RIF_MIN_SAMPLES)
-            continue;
-        double e = u->rif_hold_s[k] - base;
-        if (e < 0.15 * svc) {
-            if (k + 1 > lower)
-                lower = k + 1;
-            continue;
+    double best_c = 1, best_err = INFINITY;
+    for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
+        double err = 0;
+        for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+            if (u->rif_n[k] < RIF_MIN_SAMPLES)
+                continue;
+            double model = base + fmax(0.0, k + 1 - c) * svc / c;
+            double d = (u->rif_hold_s[k] - model) / svc;
+            err += u->rif_n[k] * d * d;
         }
-        double c = (k + 1) * svc / (e + svc);
-        sum += c * u->rif_n[k];
-        weight += u->rif_n[k];
+        if (err < best_err - 1e-9) {
+            best_err = err;
+            best_c = c;
+        }
     }
-    double c = weight > 0 ? sum / weight : lower;
-    return fmax(c, lower);
+    return best_c;
 }
 
 double ig_router_concurrency(const ig_router_upstream_t *u)
@@ -479,13 +483,27 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     if (u->rif_n[k] < 32)
         u->rif_n[k]++;
     u->rif_hold_s[k] += (seconds - u->rif_hold_s[k]) / u->rif_n[k];
-    u->concurrency = learn_concurrency(u, rtt_of(r, u));
+    /* The fit costs a few thousand operations: every 8th sample is enough. */
+    if ((++u->rif_samples & 7) == 1 || u->concurrency <= 0)
+        u->concurrency = learn_concurrency(u, rtt_of(r, u));
 }
 
 /* ---- the adaptive concurrency limit ---------------------------------------- */
 
+/* 1 while the baseline is not known: the hold time of attempts that began
+ * with nothing else of ours in flight (RIF bucket 0). Like Envoy's minRTT
+ * measurement, the limit is then pinned to one attempt at a time until
+ * that bucket has its samples; an upstream that is sometimes idle fills it
+ * on its own. */
+static int calibrating(const ig_router_upstream_t *u)
+{
+    return u->slots <= 0 && u->rif_n[0] < RIF_MIN_SAMPLES;
+}
+
 static double limit_now(const ig_router_t *r, const ig_router_upstream_t *u)
 {
+    if (calibrating(u))
+        return 1;
     return u->limit > 0 ? u->limit : r->opts.limit_initial;
 }
 
@@ -496,6 +514,8 @@ int ig_router_limit(const ig_router_t *r, const ig_router_upstream_t *u)
     double l = floor(limit_now(r, u));
     if (l < r->opts.limit_min)
         l = r->opts.limit_min;
+    if (u->slots > 0 && l < u->slots)
+        l = u->slots; /* what it says it runs at once is always let through */
     return l < 1 ? 1 : (int)l;
 }
 
@@ -518,11 +538,11 @@ static void limit_set(ig_router_upstream_t *u, double limit, const char *reason)
  *   gradient = clamp(tolerance x baseline / W, 0.5, 2)
  *   limit    = gradient x limit (+ sqrt(limit) when gradient >= 1)
  *
- * The baseline is the hold time of attempts that began with the fewest
- * others in flight (the learned per-RIF hold, base_hold()): what an attempt
- * takes when it waits for nothing, and it follows an upstream that got
- * slower. Until that is learned, the least W seen, drifting up 1% a window
- * (short windows' W is noisy: requests span them). Growth is bounded by
+ * The baseline is the hold time of attempts that began with nothing else
+ * of ours in flight (RIF bucket 0, see calibrating()): what an attempt
+ * takes when it waits for nothing; it follows an upstream that got slower.
+ * For an upstream that reports its slots (no calibration), the least W
+ * seen, drifting up 1% a window. Growth is bounded by
  * twice the most in flight during the window (plus 4): an idle upstream's
  * limit does not climb to the maximum. A window with attempts in flight
  * but none ended stays open until one ends (LLM answers can take longer
@@ -545,7 +565,14 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
     if (u->inflight > u->lw_peak)
         u->lw_peak = u->inflight;
     double dt = seconds_between(u->lw_start_ns, now_ns);
-    int full = dt >= o->limit_window_s && u->lw_done >= o->limit_window_done;
+    if (calibrating(u)) {
+        u->limit_reason = "calibrating";
+        return; /* the window keeps counting; W is not used until the base is */
+    }
+    /* A window spans at least two base holds, so that attempts that
+     * straddle its edges do not dominate W. */
+    double min_dt = fmax(o->limit_window_s, 2.0 * u->limit_base_s);
+    int full = dt >= min_dt && u->lw_done >= o->limit_window_done;
     if (!full && dt < o->limit_window_max_s)
         return;
     double limit = limit_now(r, u);
@@ -559,15 +586,16 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
         u->limit_w_s = w;
         int k0;
         double hold = base_hold(u, &k0);
-        if (k0 >= 0)
+        if (k0 == 0)
             u->limit_base_s = hold;
         else if (u->limit_base_s <= 0 || w < u->limit_base_s)
-            u->limit_base_s = w;
+            u->limit_base_s = w; /* reported slots: no calibration */
         else
             u->limit_base_s *= 1.01;
         double g = o->limit_tolerance * u->limit_base_s / w;
         g = g < 0.5 ? 0.5 : g > 2.0 ? 2.0 : g;
-        double next = g * limit + (g >= 1.0 ? sqrt(limit) : 0.0);
+        /* Half way to the gradient's value: W of one window is noisy. */
+        double next = 0.5 * limit + 0.5 * (g * limit + (g >= 1.0 ? sqrt(limit) : 0.0));
         double bound = 2.0 * u->lw_peak + 4.0;
         if (next > limit && next > bound)
             next = limit > bound ? limit : bound;

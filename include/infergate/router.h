@@ -105,12 +105,14 @@ typedef struct {
     double rif_hold_s[IG_ROUTER_RIF_BUCKETS]; /* by others in flight at start */
     int rif_n[IG_ROUTER_RIF_BUCKETS];         /* samples of each (saturates) */
     double concurrency;                       /* the last estimate; 0 = none yet */
+    uint64_t rif_samples;                     /* hold samples in all */
 
     /* Adaptive concurrency limit (gradient, as Envoy's adaptive-concurrency
      * filter): over windows, Little's law gives the mean time an attempt
      * spends in the upstream (W = in-flight area / attempts ended); the
      * limit is scaled by tolerance x baseline / W, within [0.5, 2], plus
-     * sqrt(limit) of headroom while it grows. See ig_router_limit(). */
+     * sqrt(limit) of headroom while it grows, and moved half way there.
+ * See ig_router_limit(). */
     double limit;             /* attempts allowed in flight; 0 = not set yet */
     double limit_base_s;      /* the baseline W: the least seen, drifting up */
     double limit_w_s;         /* W of the last window */
@@ -149,7 +151,7 @@ typedef struct {
     double limit_max;       /* never above (256) */
     double limit_tolerance; /* W may reach this x the baseline before it shrinks (1.5) */
     double limit_window_s;  /* a window is at least this long (0.1) ... */
-    int limit_window_done;  /* ... and holds this many ended attempts (8), or ... */
+    int limit_window_done;  /* ... and holds this many ended attempts (12), or ... */
     double limit_window_max_s; /* ... lasts this long (1.0) with at least one ended */
 } ig_router_opts_t;
 
@@ -245,8 +247,11 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
  * one learned from hold times per RIF (at least 1; 1 before any sample). */
 double ig_router_concurrency(const ig_router_upstream_t *u);
 
-/* The attempts u may have in flight now (its adaptive limit, rounded
- * down, at least limit_min); INT32_MAX when the limit is off. */
+/* The attempts u may have in flight now: its adaptive limit, rounded
+ * down, at least limit_min and at least its reported slots; 1 while the
+ * baseline is measured (an upstream without reported slots, until 6
+ * attempts began with nothing else in flight); INT32_MAX when the limit is
+ * off (limit_max 0). */
 int ig_router_limit(const ig_router_t *r, const ig_router_upstream_t *u);
 
 /* The wait part of the cost alone (what observe_ttft wants back). */
