@@ -82,6 +82,8 @@ static struct {
     llhttp_settings_t settings;
     igb_rng_t rng;
     igb_dist_t delay; /* ms */
+    igb_dist_t change_delay; /* --change-delay: drawn instead from --change-at on */
+    double change_at_s;      /* seconds after the first request; 0 = never */
     double itl_ms;
     int force_tokens; /* 0: use the request's max_tokens */
     double error_rate;
@@ -561,7 +563,9 @@ static void start_head(conn_t *c, int at_arrival)
 static void begin_service(req_t *r, uint64_t t_start)
 {
     conn_t *c = r->c;
-    double delay_ms = igb_dist_sample(&g.delay, &g.rng);
+    int changed = g.change_at_s > 0 && g.first_request != 0 &&
+                  t_start > g.first_request + (uint64_t)(g.change_at_s * 1e9);
+    double delay_ms = igb_dist_sample(changed ? &g.change_delay : &g.delay, &g.rng);
     if (g.error_rate > 0 && igb_rng_double(&g.rng) < g.error_rate) {
         r->error_status = g.error_status;
         g.nerrors++;
@@ -899,6 +903,8 @@ static void usage(FILE *out)
         "  --delay-ms MS          fixed delay before the answer / first token (default 0)\n"
         "  --delay-dist SPEC      delay distribution in ms: N | uniform:A:B | exp:MEAN |\n"
         "                         choice:A@W,B@W,... (e.g. choice:10@0.6,40@0.4)\n"
+        "  --change-at S          from S seconds after the first request on, draw the\n"
+        "  --change-delay SPEC    delay from SPEC instead (a fleet whose speed changes)\n"
         "  --itl-ms MS            delay between streamed tokens (default 0); a non-streamed\n"
         "                         answer is sent when its last token would have been\n"
         "  --tokens N             output tokens per completion (default: the request's\n"
@@ -954,6 +960,7 @@ int main(int argc, char **argv)
     g.fail_after = -1;
     g.fail_rate = 1.0;
     igb_dist_parse("0", &g.delay);
+    igb_dist_parse("0", &g.change_delay);
     igb_list_init(&g.waitq);
     igb_opts_t o;
     igb_opts_init(&o, "testupstream", argc, argv, usage);
@@ -975,6 +982,15 @@ int main(int argc, char **argv)
                 fprintf(stderr, "testupstream: bad delay '%s'\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--change-delay")) {
+            IGB_NEED(&o, v);
+            if (igb_dist_parse(v, &g.change_delay) != 0) {
+                fprintf(stderr, "testupstream: bad delay '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--change-at")) {
+            IGB_NEED(&o, v);
+            g.change_at_s = atof(v);
         } else if (!strcmp(a, "--itl-ms")) {
             IGB_NEED(&o, v);
             g.itl_ms = atof(v);
