@@ -54,6 +54,7 @@ typedef struct {
     ig_upstream_t *client;
     uint64_t start_ns;
     double predicted_wait;
+    int rif; /* the upstream's attempts in flight when this one began */
     int status;
     char content_type[128];
     char retry_after[32];
@@ -99,7 +100,7 @@ struct exchange_s {
     int attempts; /* started, all kinds */
     int retries;
     int hedged;
-    char route_header[320];
+    char route_header[512];
     ig_prefix_query_t prefix; /* its hashes are owned (prefix_hashes) */
     uint64_t *prefix_hashes;
     /* the last retryable failure, for the client if nothing else works */
@@ -140,6 +141,7 @@ struct ig_proxy_s {
     double ttft_sum; /* every TTFT observed, for the status page's chart */
     long long ttft_count;
     ig_prefix_index_t *prefix_index; /* where prompts went (NULL: out of memory) */
+    ig_metric_t *m_limit, *m_limit_changes, *m_concurrency;
 };
 
 static void attempt_start(exchange_t *x, int hedge);
@@ -215,6 +217,16 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     px->m_queue = ig_metrics_gauge("infergate_queue_depth",
                                    "Requests held because every upstream was saturated.", "model");
     ig_usage_families_register(&px->m_usage);
+    px->m_limit = ig_metrics_gauge("infergate_upstream_concurrency_limit",
+                                   "Adaptive limit of attempts in flight on each upstream.",
+                                   "upstream");
+    px->m_limit_changes = ig_metrics_counter(
+        "infergate_upstream_concurrency_limit_changes_total",
+        "Moves of each upstream's adaptive concurrency limit, by why it moved.", "upstream,reason");
+    px->m_concurrency = ig_metrics_gauge(
+        "infergate_upstream_concurrency",
+        "Concurrency the router believes each upstream has (reported slots, else learned).",
+        "upstream");
     *out = px;
     return 0;
 }
@@ -325,11 +337,15 @@ int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
 
 /* ---- helpers ----------------------------------------------------------- */
 
+/* Attempts an upstream may have in flight: the configured cap (or twice
+ * its reported slots, or 64), and under it the adaptive limit. */
 static int limit_of(const ig_proxy_t *px, const ig_router_upstream_t *u)
 {
-    if (px->opts.max_inflight > 0)
-        return px->opts.max_inflight;
-    return u->slots > 0 ? 2 * u->slots : 64;
+    int cap = px->opts.max_inflight > 0 ? px->opts.max_inflight
+              : u->slots > 0            ? 2 * u->slots
+                                        : 64;
+    int adaptive = ig_router_limit(&px->router, u);
+    return adaptive < cap ? adaptive : cap;
 }
 
 static int was_tried(const exchange_t *x, const ig_router_upstream_t *u)
@@ -346,6 +362,26 @@ static void publish_upstream(ig_proxy_t *px, const ig_router_upstream_t *u)
     ig_metric_set(px->m_inflight, u->inflight, u->name);
     ig_metric_set(px->m_rtt, u->rtt_s, u->name);
     ig_metric_set(px->m_svc, u->svc_s, u->name);
+    ig_metric_set(px->m_limit, limit_of(px, u), u->name);
+    ig_metric_set(px->m_concurrency, ig_router_concurrency(u), u->name);
+}
+
+/*
+ * After the router's bookkeeping of an attempt: the upstream's connections
+ * follow its limit, one more kept for the prober (a site's or a pool's
+ * probe is one request at a time), so that no more connections are open
+ * than requests may be in flight; a move of the limit is counted by why.
+ */
+static void apply_limit(ig_proxy_t *px, attempt_t *a, uint64_t changes_before)
+{
+    ig_router_upstream_t *u = a->route;
+    ig_upstream_set_max_connections(a->client, (unsigned)limit_of(px, u) + 1);
+    if (u->limit_changes != changes_before && u->limit_reason != NULL) {
+        ig_metric_add(px->m_limit_changes, (double)(u->limit_changes - changes_before), u->name,
+                      u->limit_reason);
+        IG_DEBUG("upstream %s: limit %d (%s; W %.4fs, baseline %.4fs)", u->name,
+                 limit_of(px, u), u->limit_reason, u->limit_w_s, u->limit_base_s);
+    }
 }
 
 static double seconds_since(uint64_t t0)
@@ -367,7 +403,9 @@ static void attempt_account(attempt_t *a, ig_outcome_t outcome, const char *kind
     ig_proxy_t *px = a->x->px;
     uint64_t now = uv_hrtime();
     uint64_t until_before = a->route->ejected_until_ns;
+    uint64_t changes_before = a->route->limit_changes;
     ig_router_attempt_end(&px->router, a->route, outcome, a->trial, now);
+    apply_limit(px, a, changes_before);
     a->trial = 0;
     /* Every ejection counts, a failed trial's again-ejection too. */
     if (a->route->ejected_until_ns != until_before && a->route->ejected_until_ns > now) {
@@ -881,7 +919,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         /* A stream that was going to the client. */
         if (err == 0) {
             attempt_account(a, IG_OUTCOME_SUCCESS, "");
-            ig_router_observe_occupancy(&px->router, a->route, held, now);
+            ig_router_observe_done(&px->router, a->route, a->rif, held, now);
             client_stream_end(x);
         } else {
             attempt_account(a, IG_OUTCOME_FAILURE, "broken_stream");
@@ -915,7 +953,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
      * ended before any token: commit it as it is. */
     attempt_account(a, a->status < 400 ? IG_OUTCOME_SUCCESS : IG_OUTCOME_CLIENT_ERROR, "");
     if (a->status < 400) {
-        ig_router_observe_occupancy(&px->router, a->route, held, now);
+        ig_router_observe_done(&px->router, a->route, a->rif, held, now);
         observe_ttft(px, x);
         if (a->buf != NULL)
             ig_usage_body(&x->usage, a->buf, a->blen);
@@ -1057,16 +1095,16 @@ static void attempt_start(exchange_t *x, int hedge)
     x->attempts++;
     x->state = X_TRYING;
     if (!hedge) {
-        if (d.runner_up >= 0)
-            snprintf(x->route_header, sizeof(x->route_header),
-                     "policy=%s; cost=%.4f; runner_up=%s; runner_up_cost=%.4f; "
-                     "prefix_tokens=%d; runner_up_prefix_tokens=%d",
-                     ig_route_policy_name(px->router.opts.policy), d.cost_s,
-                     states[d.runner_up]->name, d.runner_up_cost_s, cached, cached_runner);
-        else
-            snprintf(x->route_header, sizeof(x->route_header),
-                     "policy=%s; cost=%.4f; prefix_tokens=%d",
-                     ig_route_policy_name(px->router.opts.policy), d.cost_s, cached);
+        int off = snprintf(x->route_header, sizeof(x->route_header),
+                           "policy=%s; cost=%.4f; wait=%.4f; concurrency=%.1f; prefix_tokens=%d",
+                           ig_route_policy_name(px->router.opts.policy), d.cost_s, d.wait_s,
+                           d.concurrency, cached);
+        if (d.runner_up >= 0 && off > 0 && (size_t)off < sizeof(x->route_header))
+            snprintf(x->route_header + off, sizeof(x->route_header) - (size_t)off,
+                     "; runner_up=%s; runner_up_cost=%.4f; runner_up_wait=%.4f; "
+                     "runner_up_concurrency=%.1f; runner_up_prefix_tokens=%d",
+                     states[d.runner_up]->name, d.runner_up_cost_s, d.runner_up_wait_s,
+                     d.runner_up_concurrency, cached_runner);
     }
     IG_DEBUG("route %s model=%s prompt_tokens=%d -> %s (cost %.4fs%s%s) %s%s", x->path, x->model,
              x->prompt_tokens, a->route->name, d.cost_s, d.runner_up >= 0 ? ", runner-up " : "",
@@ -1074,7 +1112,10 @@ static void attempt_start(exchange_t *x, int hedge)
              d.hot ? " all hot" : "");
     ig_metric_add(px->m_decisions, 1, x->model, a->route->name,
                   ig_route_policy_name(px->router.opts.policy));
+    a->rif = a->route->inflight;
+    uint64_t changes_before = a->route->limit_changes;
     a->trial = ig_router_attempt_begin(&px->router, a->route, now);
+    apply_limit(px, a, changes_before);
     publish_upstream(px, a->route);
 
     static const ig_upstream_cbs_t cbs = {on_up_headers, on_up_body, on_up_done};

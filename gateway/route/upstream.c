@@ -76,6 +76,17 @@ struct ig_upstream_s {
     uint64_t resolve_fail_ns; /* last failed lookup, 0 after a good one */
     resolve_t *resolving;     /* lookup in flight, or NULL */
     ig_list_t addr_wait;      /* connections waiting for an address (conn_t.wait_node) */
+    /* The connection cap and the idle trim (see "the cap and the trim"). */
+    unsigned nclosing;     /* counted in nconns until their handles are closed */
+    unsigned max_conns;    /* open connections at most; 0 = no cap */
+    ig_list_t pending;     /* requests waiting under the cap (ig_upstream_req_t.pend_node) */
+    uv_timer_t trim_timer; /* the trim and the pending requests' deadlines */
+    int trim_open;         /* trim_timer not yet closed */
+    unsigned peak_busy, peak_prev; /* busy connections at most, this and the last window */
+    uint64_t window_ns;            /* when this window began */
+    int kicking;                   /* inside pending_kick */
+    double ttfb_ewma_s;            /* time to a response's first byte, on average */
+    int backlog_seen; /* requests looked unread while connections idled (see on_trim) */
 };
 
 struct conn_s {
@@ -107,6 +118,7 @@ struct ig_upstream_req_s {
     ig_upstream_t *up;
     conn_t *conn;
     ig_list_t node; /* in up->reqs */
+    ig_list_t pend_node; /* in up->pending while it waits under the cap */
     ig_upstream_cbs_t cbs;
     void *data;
     char *wbuf; /* the whole request, bytes ready to send */
@@ -145,10 +157,15 @@ void ig_upstream_opts_default(ig_upstream_opts_t *o)
     o->keepalive_idle_ms = 30000;
     o->max_response_header_bytes = 64 * 1024;
     o->resolve_ttl_ms = 30000;
+    o->max_connections = 0;
+    o->idle_trim_ms = 1000;
 }
 
 static void conn_close(conn_t *c);
 static void req_finish(ig_upstream_req_t *r, int err);
+static void pending_kick(ig_upstream_t *u);
+static void req_send(ig_upstream_req_t *r);
+static void on_trim(uv_timer_t *t);
 static int conn_start(ig_upstream_req_t *r);
 static void conn_connect(conn_t *c);
 static void parser_settings_init(void);
@@ -256,6 +273,7 @@ int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, co
     ig_list_init(&u->idle);
     ig_list_init(&u->reqs);
     ig_list_init(&u->addr_wait);
+    ig_list_init(&u->pending);
     u->loop = loop;
     u->name = strdup(name);
     if (opts != NULL)
@@ -265,6 +283,14 @@ int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, co
     int rc = u->name ? parse_address(u, address) : IG_ENOMEM;
     if (rc != 0)
         goto fail;
+    u->max_conns = u->opts.max_connections;
+    /* The trim timer does not keep the loop alive: it only tidies. */
+    uv_timer_init(loop, &u->trim_timer);
+    u->trim_timer.data = u;
+    u->trim_open = 1;
+    u->window_ns = uv_hrtime();
+    uv_timer_start(&u->trim_timer, on_trim, 100, 100);
+    uv_unref((uv_handle_t *)&u->trim_timer);
     /* Look the name up now, so that the first request finds it known. */
     if (u->resolve_name != NULL)
         resolve_start(u);
@@ -292,13 +318,20 @@ int ig_upstream_resolved(const ig_upstream_t *u)
 
 static void maybe_finish_close(ig_upstream_t *u)
 {
-    if (!u->closing || u->nconns > 0 || !ig_list_empty(&u->reqs) || u->nheld > 0)
+    if (!u->closing || u->nconns > 0 || !ig_list_empty(&u->reqs) || u->nheld > 0 || u->trim_open)
         return;
     void (*cb)(void *) = u->close_cb;
     void *data = u->close_data;
     upstream_free(u);
     if (cb != NULL)
         cb(data);
+}
+
+static void on_trim_closed(uv_handle_t *h)
+{
+    ig_upstream_t *u = h->data;
+    u->trim_open = 0;
+    maybe_finish_close(u);
 }
 
 void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data)
@@ -321,6 +354,7 @@ void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data)
         u->nidle--;
         conn_close(IG_LIST_DATA(n, conn_t, idle_node));
     }
+    uv_close((uv_handle_t *)&u->trim_timer, on_trim_closed);
     maybe_finish_close(u);
 }
 
@@ -420,6 +454,7 @@ static void conn_on_handle_closed(uv_handle_t *h)
         return;
     ig_upstream_t *u = c->up;
     u->nconns--;
+    u->nclosing--;
     free(c);
     maybe_finish_close(u);
 }
@@ -438,6 +473,7 @@ static void conn_close(conn_t *c)
     if (c->closing)
         return;
     c->closing = 1;
+    c->up->nclosing++;
     if (c->waiting_addr)
         wait_remove(c);
     if (c->req != NULL && c->req->conn == c)
@@ -445,6 +481,8 @@ static void conn_close(conn_t *c)
     c->req = NULL;
     uv_close((uv_handle_t *)&c->timer, conn_on_handle_closed);
     uv_close(&c->h.handle, conn_on_handle_closed);
+    /* Room under the cap: the oldest waiting request connects. */
+    pending_kick(c->up);
 }
 
 static void idle_remove(ig_upstream_t *u, conn_t *c)
@@ -471,18 +509,180 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = sizeof(slab);
 }
 
-/* Puts a connection whose response completed back into the pool. */
+/* ---- the cap and the trim ------------------------------------------------ */
+
+static unsigned live_conns(const ig_upstream_t *u)
+{
+    return u->nconns - u->nclosing;
+}
+
+static int at_cap(const ig_upstream_t *u)
+{
+    return u->max_conns > 0 && live_conns(u) >= u->max_conns;
+}
+
+static void note_busy(ig_upstream_t *u)
+{
+    unsigned busy = live_conns(u) - u->nidle;
+    if (busy > u->peak_busy)
+        u->peak_busy = busy;
+}
+
+/*
+ * How many requests on fresh connections (other than c) look unread: no
+ * byte back yet, and sent before the one that just ended on c (sent at
+ * sent_ns; 0 when none did), or waiting longer than twice the upstream's
+ * usual time to first byte. A server that serves a fixed number of
+ * connections at a time (a thread each, as llama.cpp's llama-server and
+ * many Python servers do) has not even read them: they sit in its accept
+ * backlog behind our idle keep-alive connections, which pin its threads.
+ * Closing a connection that has nothing to carry gives a thread to the
+ * oldest one waiting. A server with its own queue may just be slow to
+ * answer; then the close costs one reconnect. Once such a wait was seen
+ * (backlog_seen), every request waiting on a fresh connection counts.
+ */
+static int unread_requests(const ig_upstream_t *u, const conn_t *c, uint64_t sent_ns,
+                           uint64_t now_ns)
+{
+    uint64_t patience = (uint64_t)(2e9 * u->ttfb_ewma_s) + 10000000ULL;
+    int n = 0;
+    ig_list_t *it;
+    IG_LIST_FOREACH(it, &u->reqs)
+    {
+        const ig_upstream_req_t *o = IG_LIST_DATA(it, ig_upstream_req_t, node);
+        if (o->conn != NULL && o->conn != c && !o->conn->reused && !o->got_bytes &&
+            o->t_sent_ns != 0 &&
+            (o->t_sent_ns < sent_ns || (u->ttfb_ewma_s > 0 && now_ns - o->t_sent_ns > patience)))
+            n++;
+    }
+    return n;
+}
+
+/* Gives a pooled connection to the oldest request waiting under the cap
+ * and connects new ones while the cap allows. No callback fires inside. */
+static void pending_kick(ig_upstream_t *u)
+{
+    if (u->kicking || u->closing)
+        return;
+    u->kicking = 1;
+    ig_list_t *n;
+    while ((n = ig_list_first(&u->pending)) != NULL && (u->nidle > 0 || !at_cap(u))) {
+        ig_upstream_req_t *r = IG_LIST_DATA(n, ig_upstream_req_t, pend_node);
+        ig_list_remove(n);
+        r->t_start_ns = uv_hrtime(); /* its connect time starts now */
+        if (conn_start(r) != 0) {
+            ig_list_push_front(&u->pending, &r->pend_node); /* no memory: later */
+            break;
+        }
+    }
+    u->kicking = 0;
+}
+
+/* Every 100 ms: waiting requests past their deadline fail, an idle
+ * connection is closed for each request that looks unread, and idle
+ * connections beyond the most that were busy in the last window or two are
+ * closed, the least recently used first (the idle list is most recent
+ * first, so the tail). */
+static void on_trim(uv_timer_t *t)
+{
+    ig_upstream_t *u = t->data;
+    uint64_t now = uv_hrtime();
+    ig_list_t *it, *tmp;
+    IG_LIST_FOREACH_SAFE(it, tmp, &u->pending)
+    {
+        ig_upstream_req_t *r = IG_LIST_DATA(it, ig_upstream_req_t, pend_node);
+        if (now - r->t_start_ns > u->opts.first_byte_timeout_ms * 1000000ULL) {
+            ig_list_remove(&r->pend_node);
+            req_finish(r, IG_ECONNECT); /* nothing was sent: safe to retry */
+        }
+    }
+    /* Idle connections while requests sit unread: let them in. */
+    int unread = u->nidle > 0 ? unread_requests(u, NULL, 0, now) : 0;
+    if (unread > 0 && !u->backlog_seen) {
+        /* From now on a connection that comes free with nothing to carry
+         * is closed while any fresh one waits for its first byte. */
+        IG_INFO("upstream %s: requests wait unread while connections idle; "
+                "closing idle connections for them",
+                u->name);
+        u->backlog_seen = 1;
+    }
+    while (unread-- > 0 && u->nidle > 0) {
+        conn_t *c = IG_LIST_DATA(ig_list_last(&u->idle), conn_t, idle_node);
+        idle_remove(u, c);
+        conn_close(c);
+    }
+    if (u->opts.idle_trim_ms == 0)
+        return;
+    if (now - u->window_ns >= u->opts.idle_trim_ms * 1000000ULL) {
+        u->peak_prev = u->peak_busy;
+        u->peak_busy = live_conns(u) - u->nidle;
+        u->window_ns = now;
+    }
+    unsigned need = u->peak_busy > u->peak_prev ? u->peak_busy : u->peak_prev;
+    while (u->nidle > 0 && live_conns(u) > need) {
+        conn_t *c = IG_LIST_DATA(ig_list_last(&u->idle), conn_t, idle_node);
+        idle_remove(u, c);
+        conn_close(c);
+    }
+}
+
+void ig_upstream_set_max_connections(ig_upstream_t *u, unsigned max)
+{
+    u->max_conns = max;
+    while (max > 0 && u->nidle > 0 && live_conns(u) > max) {
+        conn_t *c = IG_LIST_DATA(ig_list_last(&u->idle), conn_t, idle_node);
+        idle_remove(u, c);
+        conn_close(c);
+    }
+    pending_kick(u);
+}
+
+unsigned ig_upstream_idle_connections(const ig_upstream_t *u)
+{
+    return u->nidle;
+}
+
+unsigned ig_upstream_waiting(const ig_upstream_t *u)
+{
+    return (unsigned)ig_list_count(&u->pending);
+}
+
+/*
+ * Puts a connection whose response completed back into the pool, most
+ * recently used first (LIFO: the warm connections carry the traffic and
+ * the cold ones age out by the trim), or hands it straight to the oldest
+ * request waiting under the cap. Closed instead when the server asked, the
+ * pool is full, the cap was lowered below the open connections, or nothing
+ * waits for it while a request looks unread (see unread_requests()).
+ */
 static void conn_release(conn_t *c, int keep_alive)
 {
     ig_upstream_t *u = c->up;
+    uint64_t sent_ns = c->req != NULL ? c->req->t_sent_ns : 0;
     c->req = NULL;
-    if (!keep_alive || u->closing || u->nidle >= u->opts.max_idle_connections) {
+    if (!keep_alive || u->closing || u->nidle >= u->opts.max_idle_connections ||
+        (u->max_conns > 0 && live_conns(u) > u->max_conns) ||
+        (ig_list_empty(&u->pending) &&
+         unread_requests(u, c, u->backlog_seen ? UINT64_MAX : sent_ns, uv_hrtime()) > 0)) {
         conn_close(c);
         return;
     }
     /* A pooled connection keeps reading so that a server-side close is
      * noticed; any byte arriving while idle is a protocol error. */
     c->reused = 1;
+    ig_list_t *n = ig_list_first(&u->pending);
+    if (n != NULL) {
+        ig_upstream_req_t *r = IG_LIST_DATA(n, ig_upstream_req_t, pend_node);
+        ig_list_remove(n);
+        uv_timer_stop(&c->timer);
+        c->req = r;
+        r->conn = c;
+        r->t_connected_ns = uv_hrtime();
+        r->t_start_ns = r->t_connected_ns;
+        note_busy(u);
+        req_send(r);
+        return;
+    }
     ig_list_push_front(&u->idle, &c->idle_node);
     u->nidle++;
     uv_timer_start(&c->timer, on_keepalive_timeout, u->opts.keepalive_idle_ms, 0);
@@ -769,6 +969,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (!r->got_bytes) {
         r->got_bytes = 1;
         r->t_first_byte_ns = uv_hrtime();
+        double ttfb = (double)(r->t_first_byte_ns - r->t_sent_ns) / 1e9;
+        ig_upstream_t *u = c->up;
+        u->ttfb_ewma_s = u->ttfb_ewma_s > 0 ? u->ttfb_ewma_s + 0.1 * (ttfb - u->ttfb_ewma_s) : ttfb;
     }
     llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
     after_parse(c, r, e, buf->base + nread, 0);
@@ -904,7 +1107,14 @@ static int conn_start(ig_upstream_req_t *r)
         r->conn = c;
         r->t_connected_ns = uv_hrtime(); /* connected already: no connect time */
         r->t_start_ns = r->t_connected_ns;
+        note_busy(u);
         req_send(r);
+        return 0;
+    }
+    if (at_cap(u)) {
+        /* The cap is reached: wait, in order, for a connection to come
+         * free (conn_release, pending_kick); on_trim ends a long wait. */
+        ig_list_push_back(&u->pending, &r->pend_node);
         return 0;
     }
     c = calloc(1, sizeof(*c));
@@ -926,6 +1136,7 @@ static int conn_start(ig_upstream_req_t *r)
     c->parser.data = c;
     c->req = r;
     r->conn = c;
+    note_busy(u);
     req_arm_timer(r);
     if (!u->is_unix)
         uv_tcp_nodelay(&c->h.tcp, 1);
@@ -1033,6 +1244,7 @@ static void req_finish(ig_upstream_req_t *r, int err)
     if (r->end_pending)
         u->nheld--;
     req_unlink(r);
+    ig_list_remove(&r->pend_node); /* it waited under the cap */
     r->finishing = 1;
     if (!r->canceled && r->cbs.on_done != NULL)
         r->cbs.on_done(r, err, r->data);

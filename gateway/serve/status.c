@@ -170,6 +170,20 @@ static json_t *status_autoscale(const ig_autoscale_params_t *a)
 }
 
 static json_t *status_history(const ig_gateway_t *gw);
+/* The adaptive concurrency limit of an upstream and why it last moved, the
+ * concurrency the router believes it has, added to its /status object. */
+static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t *u)
+{
+    const ig_router_t *r = ig_proxy_router(gw->proxy);
+    if (!json_is_object(o))
+        return;
+    json_object_set_new(o, "concurrency_limit", json_integer(ig_router_limit(r, u)));
+    json_object_set_new(o, "limit_reason", json_string(u->limit_reason ? u->limit_reason : "initial"));
+    json_object_set_new(o, "limit_changes", json_integer((json_int_t)u->limit_changes));
+    json_object_set_new(o, "limit_w_s", json_real(u->limit_w_s));
+    json_object_set_new(o, "limit_baseline_s", json_real(u->limit_base_s));
+    json_object_set_new(o, "concurrency", json_real(ig_router_concurrency(u)));
+}
 
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
 {
@@ -188,6 +202,7 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                           ig_instance_state_name(ig_instance_state(in)), "pid", ig_instance_pid(in),
                           "restarts", ig_instance_restarts(in), "inflight", u->inflight, "rtt_s",
                           u->rtt_s, "ttft_s", u->svc_s, "eligible", ig_router_eligible(u, now)));
+            status_limit(json_array_get(insts, json_array_size(insts) - 1), gw, u);
         }
         json_t *counts = json_object();
         static const ig_instance_state_t states[] = {IG_INSTANCE_STARTING, IG_INSTANCE_READY,
@@ -222,6 +237,7 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                              ig_site_up(site), "peer", ig_site_is_peer(site), "rtt_s", u->rtt_s,
                              "inflight", u->inflight, "models", models, "eligible",
                              ig_router_eligible(u, now)));
+        status_limit(json_array_get(sites, json_array_size(sites) - 1), gw, u);
     }
     json_t *doc =
         json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",
