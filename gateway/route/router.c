@@ -185,7 +185,7 @@ static int cmp_int(const void *a, const void *b)
  * holds every candidate's count in ascending order; removing one copy of
  * i's own count from it gives the others.
  */
-static int is_hot(const ig_router_t *r, const int *sorted, int ncand, int own)
+static int is_hot(const ig_router_t *r, const int *sorted, int ncand, int own, int slack)
 {
     int nothers = ncand - 1;
     if (nothers < 1)
@@ -197,8 +197,14 @@ static int is_hot(const ig_router_t *r, const int *sorted, int ncand, int own)
     while (p < ncand && sorted[p] < own)
         p++;
     int t = k < p ? sorted[k] : sorted[k + 1];
-    return own > t;
+    return own > t + slack;
 }
+
+/* A candidate that holds part of the prompt (cached_tokens > 0) is hot only
+ * this many in-flight requests above the others' quantile: spilling throws
+ * its cached prefix away (SGLang's router likewise balances only past a load
+ * gap), and its cost already counts its queue. */
+#define WARM_HOT_SLACK 2
 
 int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int prompt_tokens,
                    const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out)
@@ -256,7 +262,8 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
             double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns);
             if (least < 0 || ups[i]->inflight < ups[least]->inflight)
                 least = i;
-            if (is_hot(r, sorted, ncand, ups[i]->inflight))
+            if (is_hot(r, sorted, ncand, ups[i]->inflight,
+                       ups[i]->cached_tokens > 0 ? WARM_HOT_SLACK : 0))
                 continue;
             if (c < best_cost) {
                 second = best;
