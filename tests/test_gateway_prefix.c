@@ -35,7 +35,8 @@ static int setup(void **state)
     /* both instances eligible (ready and probed), up to 30 s */
     for (long long t0 = ig_tc_now_ms(); ig_tc_now_ms() - t0 < 30000; usleep(50000)) {
         json_t *st = ig_gwf_get_json(port, "/status");
-        json_t *insts = json_object_get(json_array_get(json_object_get(st, "pools"), 0), "instances");
+        json_t *insts =
+            json_object_get(json_array_get(json_object_get(st, "pools"), 0), "instances");
         int ok = 0;
         for (size_t i = 0; i < json_array_size(insts); i++)
             ok += json_is_true(json_object_get(json_array_get(insts, i), "eligible"));
@@ -61,9 +62,9 @@ static char *body_of(int max_tokens, int stream)
     for (int i = 0; i < 10; i++)
         strcat(text, i % 2 ? "the system prompt of tenant one says hello. "
                            : "answer politely and briefly, always. ");
-    json_t *b = json_pack("{s:s, s:s, s:i, s:f, s:b, s:b}", "model", "tiny", "prompt", text,
-                          "max_tokens", max_tokens, "temperature", 0.0, "ignore_eos", 1, "stream",
-                          stream);
+    json_t *b =
+        json_pack("{s:s, s:s, s:i, s:f, s:b, s:b}", "model", "tiny", "prompt", text, "max_tokens",
+                  max_tokens, "temperature", 0.0, "ignore_eos", 1, "stream", stream);
     char *s = json_dumps(b, JSON_COMPACT);
     json_decref(b);
     return s;
