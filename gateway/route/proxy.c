@@ -66,7 +66,7 @@ typedef struct {
     /* A whole answer, or a stream's events before its first content token. */
     char *buf;
     size_t blen, bcap;
-    size_t scan; /* stream: buf[0..scan) holds complete events without a token */
+    size_t scan;         /* stream: buf[0..scan) holds complete events without a token */
     int uncached_tokens; /* prompt tokens it prefills: what its TTFT is for */
 } attempt_t;
 

@@ -276,7 +276,8 @@ static double utilisation(const ig_router_upstream_t *u)
  * holds every candidate's in ascending order; removing one copy of i's own
  * from it gives the others.
  */
-static int is_hot(const ig_router_t *r, const double *sorted, int ncand, double own)
+static int is_hot(const ig_router_t *r, const double *sorted, int ncand, double own,
+                  double slack)
 {
     int nothers = ncand - 1;
     if (nothers < 1)
@@ -288,8 +289,15 @@ static int is_hot(const ig_router_t *r, const double *sorted, int ncand, double 
     while (p < ncand && sorted[p] < own)
         p++;
     double t = k < p ? sorted[k] : sorted[k + 1];
-    return own > t + 1e-9;
+    return own > t + slack + 1e-9;
 }
+
+/* A candidate that holds part of the prompt (cached_tokens > 0) is hot only
+ * this many in-flight requests (over its concurrency, in utilisation) above
+ * the others' quantile: spilling throws
+ * its cached prefix away (SGLang's router likewise balances only past a load
+ * gap), and its cost already counts its queue. */
+#define WARM_HOT_SLACK 2
 
 int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int prompt_tokens,
                    const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out)
@@ -347,7 +355,10 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
             double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns);
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
                 least = i;
-            if (is_hot(r, sorted, ncand, utilisation(ups[i])))
+            if (is_hot(r, sorted, ncand, utilisation(ups[i]),
+                       ups[i]->cached_tokens > 0
+                           ? WARM_HOT_SLACK / ig_router_concurrency(ups[i])
+                           : 0))
                 continue;
             if (c < best_cost) {
                 second = best;

@@ -819,8 +819,8 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     if (pm && ig_prefix_prompt_tokens(pm->tok, pm->style, &r, 0, &ids, &nids, NULL, 0) == 0) {
         int cap = nids / pm->block_size + 1;
         if ((hashes = malloc(sizeof(uint64_t) * (size_t)cap)) != NULL) {
-            call.nprefix = ig_prefix_hashes(ig_prefix_seed(r.model), ids, nids, pm->block_size,
-                                            hashes, cap);
+            call.nprefix =
+                ig_prefix_hashes(ig_prefix_seed(r.model), ids, nids, pm->block_size, hashes, cap);
             call.prefix_hashes = hashes;
             call.block_size = pm->block_size;
         }

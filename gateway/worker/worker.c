@@ -111,10 +111,10 @@ static void handle_prefix(ig_http_req_t *req, void *data)
     }
     for (size_t i = 0; i < n; i++) {
         json_t *v = json_array_get(arr, i);
-        int bad = hashes ? !json_is_string(v) || ig_prefix_hash_parse(json_string_value(v),
-                                                                      json_string_length(v),
-                                                                      &h[i]) != 0
-                         : !json_is_integer(v);
+        int bad =
+            hashes ? !json_is_string(v) || ig_prefix_hash_parse(json_string_value(v),
+                                                                json_string_length(v), &h[i]) != 0
+                   : !json_is_integer(v);
         if (bad) {
             free(h);
             free(ids);
