@@ -10,6 +10,7 @@
 #include "infergate/error.h"
 #include "infergate/gguf.h"
 #include "infergate/jsonv.h"
+#include "infergate/mkmodel.h"
 #include "infergate/model.h"
 
 #include "../engine/model_internal.h"
@@ -19,8 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, size_t errlen);
 
 /* ---- the tokenizer -------------------------------------------------------- */
 

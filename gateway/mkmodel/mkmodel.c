@@ -586,8 +586,6 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
-int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, size_t errlen);
-
 /* --format gguf: the model in Hugging Face layout in a scratch directory
  * beside out (one shard, with its tokenizer), converted (gguf_out.c), the
  * scratch directory removed. */
