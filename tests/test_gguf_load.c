@@ -212,8 +212,9 @@ static void same_tokenizer(const char *dir, const char *gguf)
                 fail_msg("\"%s\" (flags %u): %zu ids from tokenizer.json, %zu from the GGUF",
                          corpus[i], flags, x.len, y.len);
             char *da = NULL, *db = NULL;
-            assert_int_equal(ig_tokenizer_decode(a, x.ids, x.len, 0, &da), 0);
-            assert_int_equal(ig_tokenizer_decode(b, y.ids, y.len, 0, &db), 0);
+            size_t la, lb;
+            assert_int_equal(ig_tokenizer_decode(a, x.ids, x.len, 0, &da, &la), 0);
+            assert_int_equal(ig_tokenizer_decode(b, y.ids, y.len, 0, &db, &lb), 0);
             assert_string_equal(da, db);
             free(da), free(db);
             ig_tokvec_dispose(&x);
