@@ -180,7 +180,7 @@ static int build(const ig_gguf_t *g, json_t **tok_out, json_t **cfg_out, char *e
     rc = ig_gguf_get_int(g, "tokenizer.ggml.eos_token_id", 0, hi, &eos, err, errlen);
     if (rc != 0 && rc != IG_ENOENT)
         return IG_ETOKENIZER;
-    int add_bos = spm, add_eos = 0, add_space = 1;
+    int add_bos = spm && bos >= 0, add_eos = 0, add_space = 1; /* llama.cpp's defaults */
     if (((rc = ig_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, err, errlen)) &&
          rc != IG_ENOENT) ||
         ((rc = ig_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos, err, errlen)) &&
