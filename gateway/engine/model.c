@@ -9,6 +9,7 @@
 #include "infergate/error.h"
 #include "infergate/jsonv.h"
 #include "model_internal.h"
+#include "infergate/gguf.h"
 #include "infergate/safetensors.h"
 
 #include <errno.h>
@@ -41,7 +42,11 @@ struct ig_model_s {
     size_t weight_bytes;
     void **owned; /* tensors made at load (ig_model_quantize), freed with the model */
     size_t nowned;
+    ig_gguf_t *gguf; /* a model loaded from one GGUF file (gguf_model.c) */
 };
+
+/* gguf_model.c: the GGUF side of the loader. */
+int ig__model_load_gguf(ig_model_t *m, ig_gguf_t *g, char *err, size_t errlen);
 
 static int join_path(char *buf, size_t len, const char *dir, const char *name)
 {
@@ -646,6 +651,13 @@ int ig_model_load(ig_model_t **out, const char *dir, char *err, size_t errlen)
         ig_errf(err, errlen, "model: out of memory");
         goto fail;
     }
+    if (ig_gguf_is_gguf(dir)) {
+        if ((rc = ig_gguf_open(&m->gguf, dir, err, errlen)) != 0 ||
+            (rc = ig__model_load_gguf(m, m->gguf, err, errlen)) != 0)
+            goto fail;
+        *out = m;
+        return 0;
+    }
     rc = load_json(&config, dir, CONFIG_FILE, err, errlen);
     if (rc == IG_ENOENT) {
         ig_errf(err, errlen, "%s: no such file in %s", CONFIG_FILE, dir);
@@ -689,6 +701,7 @@ void ig_model_free(ig_model_t *model)
         return;
     for (size_t i = 0; i < model->nfiles; i++)
         ig_safetensors_close(model->files[i]);
+    ig_gguf_close(model->gguf);
     free(model->files);
     for (size_t i = 0; i < model->nowned; i++)
         free(model->owned[i]);
@@ -735,12 +748,50 @@ size_t ig_model_weight_bytes(const ig_model_t *model)
     return model->weight_bytes;
 }
 
+/* ---- for gguf_model.c -------------------------------------------------- */
+
+ig_model_config_t *ig__model_cfg(ig_model_t *m)
+{
+    return &m->cfg;
+}
+
+ig_tensor_t *ig__model_tensor(ig_model_t *m, int which)
+{
+    return which == 0 ? &m->embed : which == 1 ? &m->final_norm : &m->lm_head;
+}
+
+int ig__model_alloc_layers(ig_model_t *m, int n)
+{
+    m->layers = calloc((size_t)n, sizeof(*m->layers));
+    return m->layers ? 0 : IG_ENOMEM;
+}
+
+ig_layer_weights_t *ig__model_layer_mut(ig_model_t *m, int l)
+{
+    return &m->layers[l];
+}
+
+void ig__model_add_bytes(ig_model_t *m, size_t n)
+{
+    m->weight_bytes += n;
+}
+
+int ig__model_own(ig_model_t *m, void *p)
+{
+    void **owned = realloc(m->owned, (m->nowned + 1) * sizeof(*owned));
+    if (owned == NULL)
+        return IG_ENOMEM;
+    m->owned = owned;
+    m->owned[m->nowned++] = p;
+    return 0;
+}
+
 /* ---- load-time quantization ------------------------------------------- */
 
 /* Hands the pages of a mapped tensor back once its quantized copy exists,
  * so that the process holds one of the two (MADV_PAGEOUT keeps the
  * contents of any memory; the file's pages are simply dropped). */
-static void release_pages(const void *p, size_t bytes)
+void ig__release_pages(const void *p, size_t bytes)
 {
 #ifdef MADV_PAGEOUT
     long ps = sysconf(_SC_PAGESIZE);
@@ -786,7 +837,7 @@ static int quantize_tensor(ig_model_t *m, ig_tensor_t *t, const char *name, char
         const char *from = (const char *)t->data + (size_t)r * cols * esz;
         ig_dtype_to_f32(tmp, from, t->dtype, n);
         ig_dtype_from_f32(q + (size_t)r * rowq, IG_DTYPE_Q8_0, tmp, n);
-        release_pages(from, n * esz);
+        ig__release_pages(from, n * esz);
     }
     free(tmp);
     m->owned[m->nowned++] = q;

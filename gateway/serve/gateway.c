@@ -5,6 +5,7 @@
  * documents are in status.c; the autoscaler driver is fleet/scaler.c.
  */
 #include "gateway_internal.h"
+#include "infergate/gguf.h"
 #include "infergate/api.h"
 #include "infergate/cli.h"
 #include "infergate/devices.h"
@@ -30,7 +31,7 @@
 static int ensure_model(const ig_config_model_t *m, char *err, size_t errlen)
 {
     char probe[1024];
-    if (m->path == NULL)
+    if (m->path == NULL || ig_gguf_is_gguf(m->path)) /* a GGUF file is the whole model */
         return 0;
     snprintf(probe, sizeof(probe), "%s/config.json", m->path);
     if (access(probe, R_OK) == 0)
