@@ -33,6 +33,14 @@ typedef struct {
     uint64_t keepalive_idle_ms;    /* an idle pooled connection closes after */
     size_t max_response_header_bytes;
     uint64_t resolve_ttl_ms; /* a host name's answer is refreshed after */
+    /* https:// addresses (gateway/http/tls.c): the peer is verified with
+     * tls (NULL: the system's CAs) against tls_server_name (NULL: the
+     * URL's host); the handshake is part of the connect deadline. A
+     * handshake that fails is a failed connect; there is no plain HTTP
+     * fallback. */
+    struct ig_tls_ctx_s *tls;
+    const char *tls_server_name;
+    const char *headers; /* "Name: value\r\n" lines sent on every request, or NULL */
 } ig_upstream_opts_t;
 
 void ig_upstream_opts_default(ig_upstream_opts_t *opts);
