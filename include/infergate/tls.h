@@ -109,8 +109,7 @@ typedef void (*ig_tls_ready_cb)(ig_tls_stream_t *ts, int status, void *data);
  * deadline covers it.
  */
 int ig_tls_stream_start(ig_tls_stream_t **out, uv_stream_t *s, ig_tls_ctx_t *ctx,
-                        const char *server_name, const char *name, ig_tls_ready_cb cb,
-                        void *data);
+                        const char *server_name, const char *name, ig_tls_ready_cb cb, void *data);
 
 /* uv_read_start / uv_read_stop / uv_try_write for the stream. A TLS write
  * takes all of it (the ciphertext is queued on the stream as needed) and
