@@ -182,8 +182,9 @@ static void test_token_limit_across_streams(void **state)
     }
     double elapsed_s = (double)(ig_tc_now_ms() - t0) / 1000.0;
     double refill = elapsed_s * TOKENS_PER_MIN / 60.0;
-    fprintf(stderr, "token limit %d/min: %d streams admitted, %d tokens generated, %d refused, "
-                    "%.1f s\n",
+    fprintf(stderr,
+            "token limit %d/min: %d streams admitted, %d tokens generated, %d refused, "
+            "%.1f s\n",
             TOKENS_PER_MIN, admitted, generated, refused, elapsed_s);
     /* the prompt counts too (at least 4 tokens per request) */
     assert_true(generated + 4 * admitted <= TOKENS_PER_MIN + refill + 2);

@@ -7,6 +7,7 @@
  */
 #include "infergate/tls.h"
 #include "infergate/error.h"
+#include "infergate/log.h"
 
 #include <openssl/err.h>
 #include <openssl/ssl.h>
@@ -325,4 +326,271 @@ int ig_tls_established(const ig_tls_t *t)
 const char *ig_tls_error(const ig_tls_t *t)
 {
     return t->error;
+}
+
+/* ---- a TLS client over a connected libuv stream ------------------------- */
+
+struct ig_tls_stream_s {
+    ig_tls_t *tls;
+    uv_stream_t *s;
+    ig_tls_stream_t *next; /* in this thread's registry */
+    uv_timer_t kick;       /* delivers what waits in the session after read_start */
+    uv_alloc_cb alloc_cb;
+    uv_read_cb read_cb;
+    ig_tls_ready_cb ready_cb;
+    void *ready_data;
+    int user_reading; /* the caller wants plaintext */
+    int raw_reading;  /* ciphertext is being read from s */
+    int ready_fired;
+    int eof;      /* the peer closed (EOF or close_notify) */
+    int eof_told; /* the caller has seen it */
+    int failed;   /* a record or a write failed */
+    int closed;
+    char name[64];
+};
+
+/* libuv hands read callbacks the stream, whose data pointer is the
+ * caller's: the session is found here. One loop per thread, and a
+ * handful of TLS connections per upstream, so a list does. */
+static _Thread_local ig_tls_stream_t *streams;
+
+static ig_tls_stream_t *stream_find(const uv_stream_t *s)
+{
+    for (ig_tls_stream_t *t = streams; t != NULL; t = t->next) {
+        if (t->s == s)
+            return t;
+    }
+    return NULL;
+}
+
+static void stream_unregister(ig_tls_stream_t *ts)
+{
+    for (ig_tls_stream_t **p = &streams; *p != NULL; p = &(*p)->next) {
+        if (*p == ts) {
+            *p = ts->next;
+            return;
+        }
+    }
+}
+
+typedef struct {
+    uv_write_t w;
+    char data[];
+} raw_write_t;
+
+static void on_raw_written(uv_write_t *w, int status)
+{
+    free(w); /* a failure shows on the read side */
+}
+
+/* Sends the ciphertext the session has: uv_try_write, then a copy of the
+ * rest by uv_write. */
+static void stream_flush(ig_tls_stream_t *ts)
+{
+    char buf[16384 + 512];
+    size_t n;
+    while ((n = ig_tls_take(ts->tls, buf, sizeof(buf))) > 0) {
+        if (ts->failed)
+            continue;
+        uv_buf_t b = uv_buf_init(buf, (unsigned)n);
+        int w = uv_stream_get_write_queue_size(ts->s) == 0 ? uv_try_write(ts->s, &b, 1) : 0;
+        if (w == UV_EAGAIN || w == UV_ENOSYS)
+            w = 0;
+        if (w < 0) {
+            ts->failed = 1;
+            continue;
+        }
+        if ((size_t)w == n)
+            continue;
+        raw_write_t *rw = malloc(sizeof(*rw) + n - (size_t)w);
+        if (rw == NULL) {
+            ts->failed = 1;
+            continue;
+        }
+        memcpy(rw->data, buf + w, n - (size_t)w);
+        b = uv_buf_init(rw->data, (unsigned)(n - (size_t)w));
+        if (uv_write(&rw->w, ts->s, &b, 1, on_raw_written) != 0) {
+            free(rw);
+            ts->failed = 1;
+        }
+    }
+}
+
+static void stream_ready(ig_tls_stream_t *ts, int status)
+{
+    if (ts->ready_fired)
+        return;
+    ts->ready_fired = 1;
+    if (status != 0)
+        IG_WARN("upstream %s: TLS handshake failed: %s", ts->name,
+                ts->tls->error[0] ? ts->tls->error : "connection closed during the handshake");
+    ts->ready_cb(ts, status, ts->ready_data);
+}
+
+/* Hands the caller what plaintext the session has, while it reads. */
+static void stream_deliver(ig_tls_stream_t *ts)
+{
+    while (ts->user_reading && !ts->closed && !ts->eof_told) {
+        uv_buf_t b = uv_buf_init(NULL, 0);
+        ts->alloc_cb((uv_handle_t *)ts->s, 65536, &b);
+        if (b.base == NULL || b.len == 0) {
+            ts->read_cb(ts->s, UV_ENOBUFS, &b);
+            return;
+        }
+        int n = ig_tls_read(ts->tls, b.base, b.len);
+        stream_flush(ts);
+        if (n > 0) {
+            ts->read_cb(ts->s, n, &b);
+            continue;
+        }
+        if (n == 0 && !ts->eof)
+            return;
+        ts->eof_told = 1;
+        if (n == IG_EIO) {
+            IG_DEBUG("upstream %s: TLS: %s", ts->name, ts->tls->error);
+            ts->read_cb(ts->s, UV_EPROTO, &b);
+        } else {
+            ts->read_cb(ts->s, UV_EOF, &b);
+        }
+        return;
+    }
+}
+
+static void on_stream_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    static _Thread_local char slab[65536]; /* fed to the session at once */
+    buf->base = slab;
+    buf->len = sizeof(slab);
+}
+
+static void on_stream_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
+{
+    ig_tls_stream_t *ts = stream_find(s);
+    if (ts == NULL || ts->closed || nread == 0)
+        return;
+    if (nread < 0) {
+        ts->eof = 1;
+        uv_read_stop(s);
+        ts->raw_reading = 0;
+    } else if (ig_tls_feed(ts->tls, buf->base, (size_t)nread) != 0) {
+        ts->failed = 1;
+    }
+    if (!ts->ready_fired) {
+        int hs = ts->failed ? IG_EIO : ig_tls_handshake(ts->tls);
+        stream_flush(ts);
+        if (hs == 0 && !ts->eof && !ts->failed)
+            return;
+        stream_ready(ts, hs == 1 && !ts->failed ? 0 : IG_EIO);
+        if (hs != 1 || ts->closed)
+            return;
+    }
+    stream_deliver(ts);
+}
+
+static void on_kick(uv_timer_t *t)
+{
+    ig_tls_stream_t *ts = t->data;
+    if (ts->closed)
+        return;
+    if (!ts->ready_fired) {
+        stream_ready(ts, IG_EIO);
+        return;
+    }
+    stream_deliver(ts);
+}
+
+int ig_tls_stream_start(ig_tls_stream_t **out, uv_stream_t *s, ig_tls_ctx_t *ctx,
+                        const char *server_name, const char *name, ig_tls_ready_cb cb, void *data)
+{
+    *out = NULL;
+    ig_tls_stream_t *ts = calloc(1, sizeof(*ts));
+    if (ts == NULL)
+        return IG_ENOMEM;
+    if (ig_tls_new(&ts->tls, ctx, 0, server_name) != 0) {
+        free(ts);
+        return IG_ENOMEM;
+    }
+    ts->s = s;
+    ts->ready_cb = cb;
+    ts->ready_data = data;
+    snprintf(ts->name, sizeof(ts->name), "%s", name != NULL ? name : "?");
+    uv_timer_init(s->loop, &ts->kick);
+    ts->kick.data = ts;
+    ts->next = streams;
+    streams = ts;
+    if (uv_read_start(s, on_stream_alloc, on_stream_read) == 0)
+        ts->raw_reading = 1;
+    else
+        ts->failed = 1;
+    if (!ts->failed && ig_tls_handshake(ts->tls) < 0)
+        ts->failed = 1;
+    stream_flush(ts);
+    if (ts->failed)
+        uv_timer_start(&ts->kick, on_kick, 0, 0); /* the failure, from the loop */
+    *out = ts;
+    return 0;
+}
+
+int ig_tls_stream_read_start(ig_tls_stream_t *ts, uv_stream_t *s, uv_alloc_cb alloc_cb,
+                             uv_read_cb read_cb)
+{
+    if (ts == NULL)
+        return uv_read_start(s, alloc_cb, read_cb);
+    ts->alloc_cb = alloc_cb;
+    ts->read_cb = read_cb;
+    ts->user_reading = 1;
+    if (!ts->raw_reading && !ts->eof) {
+        int rc = uv_read_start(s, on_stream_alloc, on_stream_read);
+        if (rc != 0 && rc != UV_EALREADY)
+            return rc;
+        ts->raw_reading = 1;
+    }
+    /* Plaintext (or the end) may already wait in the session. */
+    if (SSL_pending(ts->tls->ssl) > 0 || BIO_ctrl_pending(ts->tls->rbio) > 0 || ts->eof)
+        uv_timer_start(&ts->kick, on_kick, 0, 0);
+    return 0;
+}
+
+int ig_tls_stream_read_stop(ig_tls_stream_t *ts, uv_stream_t *s)
+{
+    if (ts == NULL)
+        return uv_read_stop(s);
+    ts->user_reading = 0;
+    if (ts->raw_reading && ts->ready_fired) {
+        uv_read_stop(s);
+        ts->raw_reading = 0;
+    }
+    return 0;
+}
+
+int ig_tls_stream_try_write(ig_tls_stream_t *ts, uv_stream_t *s, const uv_buf_t *buf)
+{
+    if (ts == NULL)
+        return uv_try_write(s, buf, 1);
+    if (ts->closed || ts->failed || !ig_tls_established(ts->tls))
+        return UV_EPIPE;
+    if (ig_tls_write(ts->tls, buf->base, buf->len) != 0)
+        return UV_EPROTO;
+    stream_flush(ts);
+    return ts->failed ? UV_EPIPE : (int)buf->len;
+}
+
+static void on_kick_closed(uv_handle_t *h)
+{
+    ig_tls_stream_t *ts = h->data;
+    ig_tls_free(ts->tls);
+    free(ts);
+}
+
+void ig_tls_stream_close(ig_tls_stream_t *ts)
+{
+    if (ts == NULL || ts->closed)
+        return;
+    ts->closed = 1;
+    if (ig_tls_established(ts->tls) && !ts->failed && !ts->eof) {
+        ig_tls_shutdown(ts->tls);
+        stream_flush(ts);
+    }
+    stream_unregister(ts);
+    uv_close((uv_handle_t *)&ts->kick, on_kick_closed);
 }

@@ -23,6 +23,7 @@
 #include "infergate/upstream.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
+#include "infergate/tls.h"
 
 #include "base/list.h"
 
@@ -56,6 +57,10 @@ struct ig_upstream_s {
     int is_unix;
     char *unix_path;
     ig_upstream_opts_t opts;
+    int https;            /* every connection speaks TLS on tls_ctx */
+    ig_tls_ctx_t *tls_ctx; /* a reference of our own */
+    char *tls_name;       /* the name the certificate must carry */
+    char *headers;        /* opts.headers, copied */
     ig_list_t idle; /* pooled connections (conn_t.idle_node), most recent first */
     unsigned nidle;
     unsigned nconns;         /* open or opening */
@@ -109,6 +114,7 @@ struct conn_s {
     int waiting_addr; /* in up->addr_wait */
     int addr_index;   /* which of up->addrs it connects to */
     int fail_err;     /* a failure on_conn_fail reports */
+    ig_tls_stream_t *tls; /* https: the session, NULL until connected */
     /* Set by on_message_complete, acted on by on_read. */
     int msg_done;
     int msg_keep_alive;
@@ -159,6 +165,9 @@ void ig_upstream_opts_default(ig_upstream_opts_t *o)
     o->resolve_ttl_ms = 30000;
     o->max_connections = 0;
     o->idle_trim_ms = 1000;
+    o->tls = NULL;
+    o->tls_server_name = NULL;
+    o->headers = NULL;
 }
 
 static void conn_close(conn_t *c);
@@ -172,7 +181,8 @@ static void parser_settings_init(void);
 
 /* ---- the upstream ------------------------------------------------------- */
 
-/* "HOST[:PORT]" or "[V6][:PORT]": the port defaults to 80, as http:// says. */
+/* "HOST[:PORT]" or "[V6][:PORT]": the port defaults to 80, as http:// says
+ * (443 for https://). */
 static int parse_host_port(ig_upstream_t *u, char *hostport)
 {
     char *host = hostport;
@@ -193,7 +203,7 @@ static int parse_host_port(ig_upstream_t *u, char *hostport)
             *port++ = '\0';
         }
     }
-    long pv = 80;
+    long pv = u->https ? 443 : 80;
     if (port != NULL) {
         char *end;
         pv = *port >= '0' && *port <= '9' ? strtol(port, &end, 10) : 0;
@@ -202,6 +212,8 @@ static int parse_host_port(ig_upstream_t *u, char *hostport)
     }
     if (*host == '\0')
         return IG_EINVAL;
+    if (u->https && (u->tls_name = strdup(host)) == NULL)
+        return IG_ENOMEM;
     snprintf(u->port, sizeof(u->port), "%ld", pv);
     struct sockaddr_in a4;
     struct sockaddr_in6 a6;
@@ -231,8 +243,10 @@ static int parse_address(ig_upstream_t *u, const char *address)
     const char *hp = address;
     if (strncmp(hp, "http://", 7) == 0)
         hp += 7;
+    else if (strncmp(hp, "https://", 8) == 0 && (u->https = 1))
+        hp += 8;
     else if (strstr(hp, "://") != NULL)
-        return IG_EINVAL; /* https and others: not spoken here */
+        return IG_EINVAL; /* other schemes: not spoken here */
     const char *slash = strchr(hp, '/');
     size_t hplen = slash ? (size_t)(slash - hp) : strlen(hp);
     char hostport[300];
@@ -258,10 +272,36 @@ static void upstream_free(ig_upstream_t *u)
     free(u->prefix);
     free(u->unix_path);
     free(u->resolve_name);
+    free(u->tls_name);
+    free(u->headers);
+    ig_tls_ctx_unref(u->tls_ctx);
     free(u);
 }
 
 static void resolve_start(ig_upstream_t *u);
+
+/* https: the context to verify with and the name to check; opts.headers. */
+static int tls_setup(ig_upstream_t *u)
+{
+    char err[256];
+    if (u->opts.headers != NULL && (u->headers = strdup(u->opts.headers)) == NULL)
+        return IG_ENOMEM;
+    if (!u->https)
+        return 0;
+    if (u->opts.tls_server_name != NULL) {
+        free(u->tls_name);
+        if ((u->tls_name = strdup(u->opts.tls_server_name)) == NULL)
+            return IG_ENOMEM;
+    }
+    if (u->opts.tls != NULL) {
+        ig_tls_ctx_ref(u->opts.tls);
+        u->tls_ctx = u->opts.tls;
+    } else if (ig_tls_client_ctx_new(&u->tls_ctx, NULL, 0, err, sizeof(err)) != 0) {
+        IG_ERROR("upstream %s: %s", u->name, err);
+        return IG_EINVAL;
+    }
+    return 0;
+}
 
 int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
                       const ig_upstream_opts_t *opts)
@@ -282,6 +322,8 @@ int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, co
         ig_upstream_opts_default(&u->opts);
     int rc = u->name ? parse_address(u, address) : IG_ENOMEM;
     if (rc != 0)
+        goto fail;
+    if ((rc = tls_setup(u)) != 0)
         goto fail;
     u->max_conns = u->opts.max_connections;
     /* The trim timer does not keep the loop alive: it only tidies. */
@@ -479,6 +521,8 @@ static void conn_close(conn_t *c)
     if (c->req != NULL && c->req->conn == c)
         c->req->conn = NULL;
     c->req = NULL;
+    ig_tls_stream_close(c->tls);
+    c->tls = NULL;
     uv_close((uv_handle_t *)&c->timer, conn_on_handle_closed);
     uv_close(&c->h.handle, conn_on_handle_closed);
     /* Room under the cap: the oldest waiting request connects. */
@@ -997,7 +1041,7 @@ static void req_send(ig_upstream_req_t *r)
         r->t_connected_ns = uv_hrtime();
     r->t_sent_ns = uv_hrtime();
     req_arm_timer(r);
-    int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
+    int rc = ig_tls_stream_read_start(c->tls, &c->h.stream, on_alloc, on_read);
     if (rc != 0 && rc != UV_EALREADY) {
         conn_fail_soon(c, IG_ECONNECT);
         return;
@@ -1006,7 +1050,7 @@ static void req_send(ig_upstream_req_t *r)
     /* Most requests fit the socket buffer at once. A uv_write would also
      * do, but its completion makes libuv re-arm the watcher, one epoll_ctl
      * per request; a pending remainder still goes by uv_write. */
-    int n = uv_try_write(&c->h.stream, &b, 1);
+    int n = ig_tls_stream_try_write(c->tls, &c->h.stream, &b);
     if (n == (int)b.len)
         return;
     if (n < 0 && n != UV_EAGAIN) {
@@ -1031,6 +1075,20 @@ static void req_send(ig_upstream_req_t *r)
     }
 }
 
+/* https: the handshake ended; a failure is a failed connect. */
+static void on_tls_ready(ig_tls_stream_t *ts, int status, void *data)
+{
+    conn_t *c = data;
+    ig_upstream_req_t *r = c->req;
+    if (c->closing || r == NULL)
+        return;
+    if (status != 0) {
+        req_finish(r, IG_ECONNECT);
+        return;
+    }
+    req_send(r);
+}
+
 static void on_connected(uv_connect_t *cr, int status)
 {
     conn_t *c = cr->data;
@@ -1044,6 +1102,12 @@ static void on_connected(uv_connect_t *cr, int status)
         return;
     }
     c->up->addr_failures = 0;
+    if (c->up->https) {
+        if (ig_tls_stream_start(&c->tls, &c->h.stream, c->up->tls_ctx, c->up->tls_name,
+                                c->up->name, on_tls_ready, c) != 0)
+            req_finish(r, IG_ECONNECT);
+        return;
+    }
     req_send(r);
 }
 
@@ -1150,7 +1214,7 @@ static int build_request(ig_upstream_req_t *r, const char *method, const char *p
                          const char *extra, const char *body, size_t len)
 {
     ig_upstream_t *u = r->up;
-    size_t extra_len = extra ? strlen(extra) : 0;
+    size_t extra_len = (extra ? strlen(extra) : 0) + (u->headers ? strlen(u->headers) : 0);
     size_t cap =
         strlen(method) + strlen(u->prefix) + strlen(path) + strlen(u->host) + extra_len + len + 128;
     r->wbuf = malloc(cap);
@@ -1158,8 +1222,9 @@ static int build_request(ig_upstream_req_t *r, const char *method, const char *p
         return IG_ENOMEM;
     int n = snprintf(r->wbuf, cap,
                      "%s %s%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: keep-alive\r\n%s\r\n",
-                     method, u->prefix, path, u->host, len, extra ? extra : "");
+                     "Connection: keep-alive\r\n%s%s\r\n",
+                     method, u->prefix, path, u->host, len, u->headers ? u->headers : "",
+                     extra ? extra : "");
     if (n < 0 || (size_t)n + len > cap)
         return IG_ENOMEM;
     if (len > 0)
@@ -1269,7 +1334,7 @@ void ig_upstream_pause(ig_upstream_req_t *r)
     if (r->paused || r->conn == NULL)
         return;
     r->paused = 1;
-    uv_read_stop(&r->conn->h.stream);
+    ig_tls_stream_read_stop(r->conn->tls, &r->conn->h.stream);
     req_arm_timer(r);
 }
 
@@ -1278,7 +1343,7 @@ void ig_upstream_resume(ig_upstream_req_t *r)
     if (!r->paused || r->conn == NULL)
         return;
     r->paused = 0;
-    uv_read_start(&r->conn->h.stream, on_alloc, on_read);
+    ig_tls_stream_read_start(r->conn->tls, &r->conn->h.stream, on_alloc, on_read);
     req_arm_timer(r);
 }
 

@@ -283,9 +283,10 @@ int ig_config_check_listen(const char *listen, char *err, size_t errlen)
 static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site_t *site)
 {
     const char *p = url;
-    if (strncmp(p, "http://", 7) != 0)
-        return fail(c, path, "'%s': must start with http://", url);
-    p += 7;
+    site->https = strncmp(p, "https://", 8) == 0;
+    if (strncmp(p, "http://", 7) != 0 && !site->https)
+        return fail(c, path, "'%s': must start with http:// or https://", url);
+    p += site->https ? 8 : 7;
     if (strpbrk(p, "?#@ ") != NULL)
         return fail(c, path, "'%s': must not contain a query, fragment, user info or spaces", url);
     const char *slash = strchr(p, '/');
@@ -314,7 +315,7 @@ static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site
               *h == '.' || *h == '-' || (host != p && *h == ':')))
             return fail(c, path, "'%s': invalid character in the host", url);
     }
-    site->port = 80;
+    site->port = site->https ? 443 : 80;
     if (port != NULL) {
         long v = 0;
         const char *q = port;
@@ -332,7 +333,7 @@ static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site
         blen--;
     site->base = strndup(base, blen);
     size_t ulen = strlen(url);
-    while (ulen > 7 && url[ulen - 1] == '/')
+    while (ulen > (site->https ? 8u : 7u) && url[ulen - 1] == '/')
         ulen--;
     site->url = strndup(url, ulen);
     if (site->host == NULL || site->base == NULL || site->url == NULL)
@@ -1106,9 +1107,35 @@ static int check_site_model(ctx_t *c, const char *path, const char *name, char *
     return 0;
 }
 
+/* sites[].tls {ca_file, server_name, insecure}: only for https:// urls. */
+static int parse_site_tls(ctx_t *c, json_t *site_obj, const char *p, ig_config_site_t *site)
+{
+    static const char *const keys[] = {"ca_file", "server_name", "insecure", NULL};
+    char q[PATH_MAX_LEN], r[PATH_MAX_LEN];
+    char *raw = NULL;
+    json_t *o;
+    int rc = get_object(c, site_obj, p, "tls", &o);
+    if (rc != 0 || o == NULL)
+        return rc;
+    join(q, p, "tls");
+    if (!site->https)
+        return fail(c, q, "needs an https:// url");
+    if ((rc = check_keys(c, o, q, keys)) ||
+        (rc = get_string(c, o, q, "server_name", STR_NONEMPTY, NULL, &site->tls.server_name)) ||
+        (rc = get_bool(c, o, q, "insecure", 0, &site->tls.insecure)) ||
+        (rc = get_string(c, o, q, "ca_file", STR_NONEMPTY, NULL, &raw)))
+        return rc;
+    if (raw != NULL) {
+        join(r, q, "ca_file");
+        rc = expand_path(c, r, raw, &site->tls.ca_file);
+        free(raw);
+    }
+    return rc;
+}
+
 static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "url", "region", "models", NULL};
+    static const char *const keys[] = {"name", "url", "region", "models", "api_key", "tls", NULL};
     ig_config_site_t *site = &cfg->sites[idx];
     char q[PATH_MAX_LEN];
     char *url = NULL;
@@ -1141,7 +1168,14 @@ static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         return 0; /* discovered from the site's /load or /v1/models */
     if (json_array_size(arr) == 0)
         return fail(c, q, "must not be empty");
-    return parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels);
+    if ((rc = parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels)) ||
+        (rc = get_string(c, o, p, "api_key", STR_NONEMPTY, NULL, &site->api_key)))
+        return rc;
+    if (site->api_key != NULL && strpbrk(site->api_key, "\r\n") != NULL) {
+        join(q, p, "api_key");
+        return fail(c, q, "must not contain CR or LF");
+    }
+    return parse_site_tls(c, o, p, site);
 }
 
 static int check_api_key(ctx_t *c, const char *path, const char *key, char *const *prev,
@@ -1434,6 +1468,9 @@ void ig_config_dispose(ig_config_t *cfg)
         free(s->base);
         free(s->region);
         free_strings(s->models, s->nmodels);
+        free(s->api_key);
+        free(s->tls.ca_file);
+        free(s->tls.server_name);
     }
     free(cfg->sites);
     for (size_t i = 0; cfg->keys != NULL && i < cfg->napi_keys; i++) {

@@ -13,6 +13,7 @@
 #include "infergate/keys.h"
 #include "infergate/log.h"
 #include "infergate/prefix.h"
+#include "infergate/tls.h"
 
 #include <ctype.h>
 #include <jansson.h>
@@ -499,8 +500,29 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         ss.models = (const char *const *)cs->models;
         ss.nmodels = (int)cs->nmodels;
         ss.router = ig_proxy_router(gw->proxy);
-        ss.upstream = &uo;
-        if ((rc = ig_site_start(&gw->sites[gw->nsites], loop, &ss)) != 0) {
+        /* Its own TLS context and credentials (docs/security.md). */
+        ig_upstream_opts_t so = uo;
+        ig_tls_ctx_t *tls = NULL;
+        char auth[1024];
+        if (cs->https &&
+            (rc = ig_tls_client_ctx_new(&tls, cs->tls.ca_file, cs->tls.insecure, err, errlen))) {
+            char why[512];
+            snprintf(why, sizeof(why), "%s", err);
+            snprintf(err, errlen, "site '%s': %s", cs->name, why);
+            goto fail_started;
+        }
+        if (cs->tls.insecure)
+            IG_WARN("site %s: tls.insecure: its certificate is not verified", cs->name);
+        so.tls = tls;
+        so.tls_server_name = cs->tls.server_name;
+        if (cs->api_key != NULL) {
+            snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", cs->api_key);
+            so.headers = auth;
+        }
+        ss.upstream = &so;
+        rc = ig_site_start(&gw->sites[gw->nsites], loop, &ss);
+        ig_tls_ctx_unref(tls); /* the upstream holds its own reference */
+        if (rc != 0) {
             snprintf(err, errlen, "site '%s': cannot start: %s", cs->name, ig_strerror(rc));
             goto fail_started;
         }

@@ -103,6 +103,13 @@ typedef struct {
     char *region;  /* "" when not given */
     char **models; /* models[].name entries this site serves */
     size_t nmodels;
+    int https;     /* the url is https:// (port 443 when absent) */
+    char *api_key; /* sent as Authorization: Bearer; NULL: none */
+    struct {
+        char *ca_file;     /* verify against it; NULL: the system's CAs */
+        char *server_name; /* the name the certificate must carry; NULL: the url's host */
+        int insecure;      /* no verification (tests only) */
+    } tls;
 } ig_config_site_t;
 
 typedef struct {

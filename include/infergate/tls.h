@@ -20,6 +20,7 @@
  */
 
 #include <stddef.h>
+#include <uv.h>
 
 typedef struct ig_tls_ctx_s ig_tls_ctx_t;
 typedef struct ig_tls_s ig_tls_t;
@@ -84,5 +85,42 @@ int ig_tls_established(const ig_tls_t *tls);
 
 /* The last failure as a sentence ("certificate verify failed: ..."), or "". */
 const char *ig_tls_error(const ig_tls_t *tls);
+
+/* ---- a TLS client over a connected libuv stream ------------------------- */
+
+/*
+ * For the upstream client (gateway/route/upstream.c): TLS under a stream
+ * the caller owns, with calls shaped like libuv's so that its code keeps
+ * its form. Reads deliver plaintext to the caller's uv_read_cb, with the
+ * caller's stream as the argument (its data pointer stays the caller's);
+ * nread UV_EOF at the peer's close (or close_notify), UV_EPROTO when a
+ * record fails. Every function takes ts NULL for a plain connection and
+ * then does exactly what libuv would.
+ */
+typedef struct ig_tls_stream_s ig_tls_stream_t;
+typedef void (*ig_tls_ready_cb)(ig_tls_stream_t *ts, int status, void *data);
+
+/*
+ * Starts the handshake on the connected stream s: cb fires once, from the
+ * loop, with 0 when the peer's certificate verified (and names
+ * server_name), or IG_EIO (the reason is logged at warn level, prefixed
+ * by name). 0 with *out set, or IG_ENOMEM (nothing started, cb never
+ * fires). The handshake has no deadline of its own: the caller's connect
+ * deadline covers it.
+ */
+int ig_tls_stream_start(ig_tls_stream_t **out, uv_stream_t *s, ig_tls_ctx_t *ctx,
+                        const char *server_name, const char *name, ig_tls_ready_cb cb, void *data);
+
+/* uv_read_start / uv_read_stop / uv_try_write for the stream. A TLS write
+ * takes all of it (the ciphertext is queued on the stream as needed) and
+ * returns its length, or a negative libuv error. */
+int ig_tls_stream_read_start(ig_tls_stream_t *ts, uv_stream_t *s, uv_alloc_cb alloc_cb,
+                             uv_read_cb read_cb);
+int ig_tls_stream_read_stop(ig_tls_stream_t *ts, uv_stream_t *s);
+int ig_tls_stream_try_write(ig_tls_stream_t *ts, uv_stream_t *s, const uv_buf_t *buf);
+
+/* Before the caller closes the stream: sends close_notify when it can and
+ * frees ts (later, from the loop). NULL is accepted. */
+void ig_tls_stream_close(ig_tls_stream_t *ts);
 
 #endif

@@ -42,6 +42,14 @@ typedef struct {
      * one to two of these windows are closed, least recently used first
      * (0 = only keepalive_idle_ms closes them). */
     uint64_t idle_trim_ms;
+    /* https:// addresses (gateway/http/tls.c): the peer is verified with
+     * tls (NULL: the system's CAs) against tls_server_name (NULL: the
+     * URL's host); the handshake is part of the connect deadline. A
+     * handshake that fails is a failed connect; there is no plain HTTP
+     * fallback. */
+    struct ig_tls_ctx_s *tls;
+    const char *tls_server_name;
+    const char *headers; /* "Name: value\r\n" lines sent on every request, or NULL */
 } ig_upstream_opts_t;
 
 void ig_upstream_opts_default(ig_upstream_opts_t *opts);
