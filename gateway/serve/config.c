@@ -916,9 +916,9 @@ static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_disc
 
 static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {
-        "name",          "model",    "devices",   "threads", "min_instances",
-        "max_instances", "batching", "autoscale", "version", NULL};
+    static const char *const keys[] = {"name",          "model",         "devices",  "threads",
+                                       "min_instances", "max_instances", "batching", "autoscale",
+                                       "version",       "discover",      NULL};
     ig_config_pool_t *pool = &cfg->pools[idx];
     char q[PATH_MAX_LEN];
     json_t *devs;

@@ -351,6 +351,12 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     ps.router = ig_proxy_router(gw->proxy);
     ps.upstream = &uo; /* the same deadlines as sites */
     ps.generation = gw->generation;
+    if (cp->discover.dns != NULL) {
+        ps.discover_dns = cp->discover.dns;
+        ps.discover_port = cp->discover.port;
+        ps.discover_interval_ms = (uint64_t)(cp->discover.interval_s * 1000.0 + 0.5);
+        ps.discover_resolver = cp->discover.resolver;
+    }
     int rc = ig_pool_start(out, gw->loop, &ps, on_pool_event, gw);
     if (rc != 0) {
         snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
@@ -438,7 +444,9 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
             goto fail_started;
         ig_autoscale_params_t ap;
         ig__gateway_autoscale_params(&cfg->pools[i], &ap);
-        ig_scaler_add(gw->scaler, gw->pools[gw->npools], &ap);
+        /* A discovered pool is scaled by whatever runs its instances. */
+        if (cfg->pools[i].discover.dns == NULL)
+            ig_scaler_add(gw->scaler, gw->pools[gw->npools], &ap);
         gw->npools++;
     }
     for (size_t i = 0; i < cfg->nsites; i++) {

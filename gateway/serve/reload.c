@@ -114,6 +114,7 @@ static int retire_pool(reload_t *r, ig_pool_t *pool)
 {
     if (r->gw->scaler != NULL)
         ig_scaler_remove(r->gw->scaler, pool);
+    ig_pool_discover_stop(pool); /* nothing new joins a pool that goes */
     IG_INFO("reload: pool %s (old instances) drains: %d ready", ig_pool_name(pool),
             ig_pool_count(pool, IG_INSTANCE_READY));
     drain_pool(pool);
@@ -160,7 +161,7 @@ static void switch_pool(reload_t *r, swap_t *sw)
         ig_pool_close(sw->next, 0, on_retired_closed, NULL);
         return;
     }
-    if (gw->scaler != NULL)
+    if (gw->scaler != NULL && !ig_pool_discovered(sw->next))
         ig_scaler_add(gw->scaler, sw->next, &sw->params);
     IG_INFO("reload: pool %s: %d new instances ready; traffic moves to them",
             ig_pool_name(sw->next), ig_pool_count(sw->next, IG_INSTANCE_READY));
@@ -339,6 +340,10 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
             want = (int)np->min_instances;
         while (ig_pool_live(sw->next) < want && ig_pool_scale_up(sw->next) == 0)
             ;
+        /* A discovered pool cannot be told how many to have: one ready
+         * instance found in DNS is enough to take over. */
+        if (ig_pool_discovered(sw->next))
+            want = want > 0 ? 1 : 0;
         sw->target = want;
         if (old != NULL)
             pools[npools++] = old; /* serves until the switch */
@@ -366,7 +371,7 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
         ig_pool_t *old = routed_pool(gw, np->name);
         if (old == NULL || op == NULL ||
             ig_config_pool_diff(prev, op, next, np) != IG_CONFIG_POOL_AUTOSCALE ||
-            gw->scaler == NULL)
+            gw->scaler == NULL || ig_pool_discovered(old))
             continue;
         ig_autoscale_params_t ap;
         ig__gateway_autoscale_params(np, &ap);
