@@ -9,7 +9,7 @@ want="build"
 pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev libopenblas-dev"
 pkgs="$pkgs libutf8proc-dev libpcre2-dev" # the tokenizer: Unicode data and NFC, Split regexes
 case "$want" in
-  test)  pkgs="$pkgs libcmocka-dev python3-numpy clang libclang-rt-14-dev dnsmasq" ;;
+  test)  pkgs="$pkgs libcmocka-dev python3-numpy clang libclang-rt-14-dev dnsmasq python3-yaml" ;;
   bench) pkgs="$pkgs libcmocka-dev python3-numpy wrk nginx-light haproxy gnuplot-nox" ;;
 esac
 
