@@ -7,12 +7,19 @@
  *
  * Ownership of sequences: the incoming queue belongs to the mutex; once a
  * step has moved a sequence out of it, only the stepping thread touches it.
+ *
+ * KV blocks come from the prefix cache (prefix_cache.c), which hands out
+ * the engine's free blocks and keeps full ones under their hash; a
+ * sequence's blocks[0 .. nhashed) are full and committed, bhash[] their
+ * hashes.
  */
 #include "infergate/scheduler.h"
 #include "infergate/error.h"
+#include "infergate/prefix.h"
 #include "infergate/utf8.h"
 
 #include "base/list.h"
+#include "prefix_cache_internal.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -36,7 +43,9 @@ typedef struct seq_s {
     int ngen;      /* generated, stop token included */
 
     int *blocks;
+    uint64_t *bhash; /* (cap_blocks) hashes of blocks[0 .. nhashed) */
     int nblocks, cap_blocks;
+    int nhashed; /* leading blocks that are full and committed */
 
     ig_sampling_params_t sp;
     ig_rng_t rng;
@@ -141,6 +150,7 @@ static void seq_free(seq_t *q)
         return;
     free(q->tokens);
     free(q->blocks);
+    free(q->bhash);
     free(q->stop_ids);
     for (int i = 0; i < q->nstop; i++)
         free(q->stop[i]);
@@ -177,7 +187,10 @@ struct ig_sched_s {
     const int **b_tables;
     seq_t **b_seqs;
 
-    /* Stepping thread only. */
+    /* Stepping thread only, except that pc_mu guards the cache's hash table
+     * (commits and evictions) against ig_sched_prefix_match(). */
+    ig__pcache_t pc;
+    pthread_mutex_t pc_mu;
     seq_list_t waiting, running;
     int watermark;
     int waiting_prefill_tokens;
@@ -226,6 +239,8 @@ void ig_sched_opts_default(ig_sched_opts_t *o)
     o->max_num_seqs = 256;
     o->max_waiting = 1024;
     o->echo_rows = 64;
+    o->prefix_cache = 1;
+    o->prefix_seed = ig_prefix_seed(NULL);
 }
 
 /* The buffers ig_sched_create() allocates, and s itself. */
@@ -286,6 +301,11 @@ int ig_sched_create(ig_sched_t **out, const ig_sched_engine_t *eng, const ig_sch
         goto fail;
     if (ig_sampler_create(&s->sampler, eng->vocab_size) < 0)
         goto fail;
+    if (ig__pcache_init(&s->pc, eng, opts->prefix_cache, opts->prefix_seed) < 0) {
+        ig_sampler_free(s->sampler);
+        goto fail;
+    }
+    pthread_mutex_init(&s->pc_mu, NULL);
     /* Admission keeps ~1% of the blocks free so that running sequences can
      * grow a little before anything has to be preempted. */
     s->watermark = eng->num_blocks / 100;
@@ -293,6 +313,7 @@ int ig_sched_create(ig_sched_t **out, const ig_sched_engine_t *eng, const ig_sch
     pthread_cond_init(&s->cv, NULL);
     s->next_id = 1;
     s->stats.kv_blocks_total = eng->num_blocks;
+    s->stats.block_size = eng->block_size;
     s->stats.max_waiting = opts->max_waiting;
     *out = s;
     return 0;
@@ -334,6 +355,8 @@ void ig_sched_free(ig_sched_t *s)
     free_list(&s->running);
     free_events(s->ev_head);
     free_events(s->pend_head);
+    ig__pcache_dispose(&s->pc);
+    pthread_mutex_destroy(&s->pc_mu);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     ig_sampler_free(s->sampler);
@@ -533,11 +556,43 @@ int ig_sched_drain(ig_sched_t *s, ig_sched_event_cb cb, void *data)
 
 /* ---- finishing, preemption ------------------------------------------------ */
 
+/* Last block first: the LRU then evicts a sequence's tail before its
+ * head, which more prompts share. */
 static void release_blocks(ig_sched_t *s, seq_t *q)
 {
-    for (int i = 0; i < q->nblocks; i++)
-        s->eng.block_release(s->eng.ctx, q->blocks[i]);
+    for (int i = q->nblocks - 1; i >= 0; i--)
+        ig__pcache_release(&s->pc, q->blocks[i]);
     q->nblocks = 0;
+    q->nhashed = 0;
+}
+
+/* Free blocks for a sequence: the engine's free list and the cached blocks
+ * nobody holds. */
+static int blocks_avail(const ig_sched_t *s)
+{
+    return ig__pcache_available(&s->pc);
+}
+
+static int block_alloc(ig_sched_t *s)
+{
+    pthread_mutex_lock(&s->pc_mu); /* an eviction edits the hash table */
+    int b = ig__pcache_alloc(&s->pc);
+    pthread_mutex_unlock(&s->pc_mu);
+    return b;
+}
+
+/* Commits q's blocks that the last forward pass filled. */
+static void commit_full_blocks(ig_sched_t *s, seq_t *q)
+{
+    int bs = s->eng.block_size;
+    while ((q->nhashed + 1) * bs <= q->ncomputed && q->nhashed < q->nblocks) {
+        uint64_t parent = q->nhashed ? q->bhash[q->nhashed - 1] : s->pc.seed;
+        pthread_mutex_lock(&s->pc_mu);
+        q->bhash[q->nhashed] = ig__pcache_commit(&s->pc, q->blocks[q->nhashed], parent,
+                                                 q->tokens + (size_t)q->nhashed * bs);
+        pthread_mutex_unlock(&s->pc_mu);
+        q->nhashed++;
+    }
 }
 
 /* Flushes any text still held back (a stop-string prefix, a partial UTF-8
@@ -581,9 +636,8 @@ static void preempt(ig_sched_t *s, seq_t *q)
 
 /* Grows q's block table to cover ntok positions. 0, or IG_ENOKV (the
  * blocks it took stay with it). */
-static int grow_blocks(ig_sched_t *s, seq_t *q, int ntok)
+static int reserve_blocks(seq_t *q, int need)
 {
-    int need = blocks_for(s, ntok);
     if (need > q->cap_blocks) {
         int cap = q->cap_blocks ? q->cap_blocks : 4;
         while (cap < need)
@@ -592,15 +646,90 @@ static int grow_blocks(ig_sched_t *s, seq_t *q, int ntok)
         if (!b)
             return IG_ENOMEM;
         q->blocks = b;
+        uint64_t *h = realloc(q->bhash, sizeof(uint64_t) * (size_t)cap);
+        if (!h)
+            return IG_ENOMEM;
+        q->bhash = h;
         q->cap_blocks = cap;
     }
+    return 0;
+}
+
+static int grow_blocks(ig_sched_t *s, seq_t *q, int ntok)
+{
+    int need = blocks_for(s, ntok);
+    if (reserve_blocks(q, need) < 0)
+        return IG_ENOMEM;
     while (q->nblocks < need) {
-        int b = s->eng.block_alloc(s->eng.ctx);
+        int b = block_alloc(s);
         if (b < 0)
             return IG_ENOKV;
         q->blocks[q->nblocks++] = b;
     }
     return 0;
+}
+
+/*
+ * Finds the leading blocks of waiting sequence q that the cache holds, at
+ * most (ntokens - 1) / block_size of them (the last token is always
+ * computed: its logits sample the next one), none for a sequence that
+ * still owes prompt logprobs. Writes them to q->blocks and q->bhash
+ * without taking references (q->nblocks stays 0) and returns their count;
+ * *idle gets how many of them nobody holds, which admission cannot count
+ * as free once q takes them.
+ */
+static int prefix_find(ig_sched_t *s, seq_t *q, int *idle)
+{
+    int bs = s->eng.block_size, max = (q->ntokens - 1) / bs, n = 0;
+    *idle = 0;
+    if (!s->pc.enabled || max <= 0 || (q->prompt_lp && q->prompt_lp_next < q->nprompt) ||
+        reserve_blocks(q, max) < 0)
+        return 0;
+    uint64_t parent = s->pc.seed, h;
+    for (; n < max; n++) {
+        int b = ig__pcache_lookup(&s->pc, parent, q->tokens + (size_t)n * bs, &h);
+        if (b < 0)
+            break;
+        q->blocks[n] = b;
+        q->bhash[n] = h;
+        *idle += ig__pcache_idle(&s->pc, b);
+        parent = h;
+    }
+    return n;
+}
+
+/* q holds the nhit blocks prefix_find() wrote: their KV is computed. */
+static void prefix_take(ig_sched_t *s, seq_t *q, int nhit)
+{
+    for (int i = 0; i < nhit; i++)
+        ig__pcache_acquire(&s->pc, q->blocks[i]);
+    q->nblocks = q->nhashed = nhit;
+    q->ncomputed = nhit * s->eng.block_size;
+}
+
+int ig_sched_prefix_match(ig_sched_t *s, const int *tokens, int ntok)
+{
+    int bs = s->eng.block_size, n = 0;
+    uint64_t parent = s->pc.seed, h;
+    pthread_mutex_lock(&s->pc_mu);
+    for (; tokens && (n + 1) * bs <= ntok; n++) {
+        if (ig__pcache_lookup(&s->pc, parent, tokens + (size_t)n * bs, &h) < 0)
+            break;
+        parent = h;
+    }
+    pthread_mutex_unlock(&s->pc_mu);
+    return n;
+}
+
+int ig_sched_prefix_match_hashes(ig_sched_t *s, const uint64_t *hashes, int n)
+{
+    int k = 0;
+    pthread_mutex_lock(&s->pc_mu);
+    for (; hashes && k < n; k++)
+        if (ig__pcache_find_hash(&s->pc, k ? hashes[k - 1] : s->pc.seed, hashes[k]) < 0)
+            break;
+    pthread_mutex_unlock(&s->pc_mu);
+    return k;
 }
 
 static int blocks_needed(const ig_sched_t *s, const seq_t *q, int n)
@@ -728,6 +857,7 @@ static void after_forward(ig_sched_t *s, seq_t *q, const float *rows, int nrows,
         q->prompt_lp_next = target + 1;
     }
     q->ncomputed += n;
+    commit_full_blocks(s, q);
     if (q->ncomputed < q->ntokens || nrows == 0)
         return;
 
@@ -868,11 +998,13 @@ static void update_rates(ig_sched_t *s, int decode_tok, int prefill_tok, uint64_
 
 static void update_stats(ig_sched_t *s)
 {
-    int used = s->eng.num_blocks - s->eng.blocks_free(s->eng.ctx);
+    int used = s->eng.num_blocks - blocks_avail(s);
     pthread_mutex_lock(&s->mu);
     s->stats.waiting = s->waiting.n + s->incoming.n;
     s->stats.running = s->running.n;
     s->stats.kv_blocks_used = used;
+    s->stats.prefix_cached_blocks = s->pc.ncommitted;
+    s->stats.prefix_evictions_total = s->pc.evictions;
     /* A new request waits for the queued prompts to be prefilled and, when
      * the running set is full, for a running sequence to finish. */
     double est = 0;
@@ -931,7 +1063,7 @@ again:;
         if (q->ntokens - q->ncomputed != 1 || q->paused)
             continue;
         int ok = 1;
-        while (blocks_needed(s, q, 1) > s->eng.blocks_free(s->eng.ctx)) {
+        while (blocks_needed(s, q, 1) > blocks_avail(s)) {
             seq_t *victim = seq_last(&s->running);
             if (victim == q && s->running.n == 1) {
                 /* Alone and still no room: cannot happen for a sequence
@@ -969,7 +1101,7 @@ again:;
         if (left <= 1 || q->sched_n || q->paused)
             continue;
         int n = left < p.budget ? left : p.budget;
-        int fit = (q->nblocks + s->eng.blocks_free(s->eng.ctx)) * s->eng.block_size - q->ncomputed;
+        int fit = (q->nblocks + blocks_avail(s)) * s->eng.block_size - q->ncomputed;
         if (n > fit)
             n = fit;
         int from, rows = plan_rows(q, n, &from);
@@ -997,8 +1129,8 @@ again:;
         if (q->paused)
             continue; /* its client is not reading: not worth blocks now */
         int left = q->ntokens - q->ncomputed;
-        int n = left < p.budget ? left : p.budget;
-        if (blocks_for(s, q->ntokens + 1) > s->eng.blocks_free(s->eng.ctx) - s->watermark) {
+        int idle, nhit = prefix_find(s, q, &idle);
+        if (blocks_for(s, q->ntokens + 1) - nhit > blocks_avail(s) - idle - s->watermark) {
             /* Paused sequences hold blocks without making progress: the
              * newest of them gives its blocks back before anything waits on
              * it (it is recomputed once its client reads again). */
@@ -1011,17 +1143,23 @@ again:;
             next_w = q; /* try q again */
             continue;
         }
+        q->ncomputed = nhit * s->eng.block_size; /* planned from there on */
+        int rest = q->ntokens - q->ncomputed;
+        int n = rest < p.budget ? rest : p.budget;
         int from, rows = plan_rows(q, n, &from);
         if (from == 0 && rows > p.echo_left) {
             n = p.echo_left;
-            if (n <= 0)
+            if (n <= 0) {
+                q->ncomputed = 0;
                 break;
+            }
             rows = plan_rows(q, n, &from);
         }
         list_remove(&s->waiting, q);
         s->waiting_prefill_tokens -= left;
         q->state = SEQ_RUNNING;
         list_insert_sorted(&s->running, q);
+        prefix_take(s, q, nhit);
         if (grow_blocks(s, q, q->ncomputed + n) < 0) {
             finish(s, q, IG_FINISH_ERROR, IG_ENOKV, 1);
             continue;
@@ -1030,6 +1168,11 @@ again:;
             q->admitted_once = 1;
             observe(s, IG_SCHED_OBS_QUEUE_TIME, (double)(t0 - q->submit_ns) / 1e9);
             prompt_new += q->nprompt;
+            int hit = q->ncomputed < q->nprompt ? q->ncomputed : q->nprompt;
+            pthread_mutex_lock(&s->mu);
+            s->stats.prefix_queried_tokens_total += (uint64_t)q->nprompt;
+            s->stats.prefix_hit_tokens_total += (uint64_t)hit;
+            pthread_mutex_unlock(&s->mu);
         }
         plan_prefill(s, &p, q, n, from, rows);
     }

@@ -163,6 +163,8 @@ static void apply_load(ig_instance_t *in, const char *text, size_t len, uint64_t
         u->reported_wait_s = l->est_wait_s;
     if (l->has & IG_LOAD_PREFILL_TPS)
         u->reported_prefill_tps = l->prefill_tokens_per_s;
+    if (l->has & IG_LOAD_KV_BLOCKS_TOTAL)
+        u->kv_blocks = l->kv_blocks_total;
     if (l->has & IG_LOAD_MAX_NUM_SEQS)
         u->slots = l->max_num_seqs;
     u->reported_at_ns = now;
@@ -433,6 +435,10 @@ static void instance_spawn(ig_instance_t *in)
         args[na++] = "--log-level";
         args[na++] = (char *)s->log_level;
     }
+    if (s->quantize != NULL) {
+        args[na++] = "--quantize";
+        args[na++] = (char *)s->quantize;
+    }
     args[na] = NULL;
 
     /* The environment: ours, plus the parent pid the child checks with
@@ -522,6 +528,7 @@ static void spec_free(ig_pool_t *p)
     free((char *)p->spec.log_level);
     free((char *)p->spec.discover_dns);
     free((char *)p->spec.discover_resolver);
+    free((char *)p->spec.quantize);
     for (int i = 0; i < p->spec.ndevices; i++)
         free(p->devices[i]);
     free(p->devices);
@@ -556,6 +563,8 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
     copy_str(&p->spec.exe, spec->exe);
     copy_str(&p->spec.run_dir, spec->run_dir);
     copy_str(&p->spec.log_level, spec->log_level);
+    copy_str(&p->spec.quantize, spec->quantize);
+    p->spec.discover_resolver = NULL; /* a local pool: only for discovered ones */
     p->devices = calloc(spec->ndevices, sizeof(char *));
     p->inst = calloc(spec->ndevices, sizeof(ig_instance_t));
     int rc = IG_ENOMEM;
@@ -1058,6 +1067,7 @@ int ig__pool_start_discovered(ig_pool_t **out, uv_loop_t *loop, const ig_pool_sp
     copy_str(&p->spec.exe, spec->exe);
     copy_str(&p->spec.run_dir, spec->run_dir);
     copy_str(&p->spec.log_level, spec->log_level);
+    copy_str(&p->spec.quantize, spec->quantize);
     copy_str(&p->spec.discover_dns, spec->discover_dns);
     copy_str(&p->spec.discover_resolver, spec->discover_resolver);
     if (spec->upstream != NULL)

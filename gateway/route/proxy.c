@@ -28,6 +28,9 @@
 #include "infergate/error.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
+#include "infergate/usage.h"
+#include "infergate/prefix.h"
+#include "infergate/prefix_route.h"
 
 #include "base/list.h"
 
@@ -63,6 +66,7 @@ typedef struct {
     char *buf;
     size_t blen, bcap;
     size_t scan; /* stream: buf[0..scan) holds complete events without a token */
+    int uncached_tokens; /* prompt tokens it prefills: what its TTFT is for */
 } attempt_t;
 
 typedef enum { X_QUEUED, X_TRYING, X_COMMITTED, X_DONE } xstate_t;
@@ -77,6 +81,8 @@ struct exchange_s {
     int stream;
     int prompt_tokens;
     int local_only;
+    int priority;          /* ig_proxy_call_t.priority */
+    uint64_t max_queue_ms; /* 0: the proxy's queue_timeout_ms */
     char forwarded_header[128]; /* extra header lines for sites */
     uint64_t start_ns;
     uint64_t queued_ns;
@@ -93,12 +99,15 @@ struct exchange_s {
     int attempts; /* started, all kinds */
     int retries;
     int hedged;
-    char route_header[256];
+    char route_header[320];
+    ig_prefix_query_t prefix; /* its hashes are owned (prefix_hashes) */
+    uint64_t *prefix_hashes;
     /* the last retryable failure, for the client if nothing else works */
     int last_status;
     int last_err;
     char last_retry_after[32];
     int client_paused;
+    ig_usage_meter_t usage; /* the answer's tokens, for the region counters */
 };
 
 typedef struct {
@@ -127,6 +136,10 @@ struct ig_proxy_s {
     /* metrics */
     ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections;
     ig_metric_t *m_inflight, *m_rtt, *m_svc, *m_ttft, *m_e2e, *m_rejected, *m_queue;
+    ig_usage_families_t m_usage;
+    double ttft_sum; /* every TTFT observed, for the status page's chart */
+    long long ttft_count;
+    ig_prefix_index_t *prefix_index; /* where prompts went (NULL: out of memory) */
 };
 
 static void attempt_start(exchange_t *x, int hedge);
@@ -157,6 +170,10 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     if (px == NULL)
         return IG_ENOMEM;
     ig_list_init(&px->queues);
+    /* 128 Ki blocks (2 Mi tokens of prompts) over all upstreams, 4 Ki
+     * sessions; without it routing ignores caches. */
+    if (ig_prefix_index_create(&px->prefix_index, 1 << 17, 4096) != 0)
+        px->prefix_index = NULL;
     px->loop = loop;
     if (opts != NULL)
         px->opts = *opts;
@@ -197,6 +214,7 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
         "infergate_rejected_total", "Requests refused at admission, by reason.", "model,reason");
     px->m_queue = ig_metrics_gauge("infergate_queue_depth",
                                    "Requests held because every upstream was saturated.", "model");
+    ig_usage_families_register(&px->m_usage);
     *out = px;
     return 0;
 }
@@ -215,6 +233,12 @@ ig_router_t *ig_proxy_router(ig_proxy_t *px)
 int ig_proxy_inflight(const ig_proxy_t *px)
 {
     return px->inflight;
+}
+
+void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count)
+{
+    *sum = px->ttft_sum;
+    *count = px->ttft_count;
 }
 
 int ig_proxy_queued(const ig_proxy_t *px)
@@ -258,12 +282,39 @@ static void queue_remove(ig_proxy_t *px, exchange_t *x)
     ig_metric_set(px->m_queue, q->n, x->model);
 }
 
+/* In priority order, and by the time first queued within one priority: one
+ * that pump() took out and found still saturated goes back to its place,
+ * not behind those that came after it. */
 static void queue_push(ig_proxy_t *px, model_queue_t *q, exchange_t *x)
 {
-    ig_list_push_back(&q->waiting, &x->queue_node);
+    ig_list_t *at = q->waiting.prev;
+    while (at != &q->waiting) {
+        const exchange_t *o = IG_LIST_DATA(at, exchange_t, queue_node);
+        if (o->priority < x->priority ||
+            (o->priority == x->priority && o->queued_ns <= x->queued_ns))
+            break;
+        at = at->prev;
+    }
+    ig_list_insert_after(at, &x->queue_node);
     q->n++;
     px->queued++;
     ig_metric_set(px->m_queue, q->n, x->model);
+}
+
+int ig_proxy_queued_ahead(const ig_proxy_t *px, const char *model, int priority)
+{
+    model_queue_t *q = queue_of((ig_proxy_t *)px, model, 0);
+    int n = 0;
+    const ig_list_t *it;
+    if (q == NULL)
+        return 0;
+    IG_LIST_FOREACH(it, &q->waiting)
+    {
+        if (IG_LIST_DATA(it, exchange_t, queue_node)->priority > priority)
+            break;
+        n++;
+    }
+    return n;
 }
 
 int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
@@ -300,6 +351,14 @@ static void publish_upstream(ig_proxy_t *px, const ig_router_upstream_t *u)
 static double seconds_since(uint64_t t0)
 {
     return (double)(uv_hrtime() - t0) / 1e9;
+}
+
+static void observe_ttft(ig_proxy_t *px, const exchange_t *x)
+{
+    double t = seconds_since(x->start_ns);
+    ig_metric_observe(px->m_ttft, t, x->model);
+    px->ttft_sum += t;
+    px->ttft_count++;
 }
 
 /* Ends an attempt's bookkeeping with the router (once). */
@@ -505,6 +564,7 @@ static void add_route_headers(exchange_t *x, attempt_t *a)
  * is slow, ends the exchange when the client is gone. */
 static void stream_out(exchange_t *x, attempt_t *a, const char *buf, size_t len)
 {
+    ig_usage_stream(&x->usage, &x->px->m_usage, x->model, buf, len, uv_hrtime());
     int rc = client_stream_write(x, buf, len);
     if (rc == IG_EBUSY) {
         if (!x->client_paused && a->ureq != NULL) {
@@ -709,9 +769,9 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     ig_proxy_t *px = x->px;
     uint64_t now = uv_hrtime();
     a->first_token = 1;
-    ig_router_observe_ttft(&px->router, a->route, x->prompt_tokens,
+    ig_router_observe_ttft(&px->router, a->route, a->uncached_tokens,
                            (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
-    ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+    observe_ttft(px, x);
     /* A token is proof that the upstream works: a half-open trial is won. */
     ig_router_attempt_proven(&px->router, a->route, a->trial, now);
     a->trial = 0;
@@ -856,7 +916,9 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
     attempt_account(a, a->status < 400 ? IG_OUTCOME_SUCCESS : IG_OUTCOME_CLIENT_ERROR, "");
     if (a->status < 400) {
         ig_router_observe_occupancy(&px->router, a->route, held, now);
-        ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+        observe_ttft(px, x);
+        if (a->buf != NULL)
+            ig_usage_body(&x->usage, a->buf, a->blen);
     }
     commit_attempt(x, a);
     add_route_headers(x, a);
@@ -913,8 +975,13 @@ static void attempt_start(exchange_t *x, int hedge)
         saturated += e && !was_tried(x, states[i]) && sat;
     }
     ig_route_decision_t d;
+    ig_prefix_route_score(px->prefix_index, states, n, &x->prefix);
     int rc = n > 0 ? ig_router_pick(&px->router, states, n, x->prompt_tokens, exclude, now, &d)
                    : IG_ENOUPSTREAM;
+    int cached = rc == 0 ? states[d.chosen]->cached_tokens : 0;
+    int cached_runner = rc == 0 && d.runner_up >= 0 ? states[d.runner_up]->cached_tokens : 0;
+    for (int i = 0; i < n; i++)
+        states[i]->cached_tokens = 0; /* this request's view only */
     if (rc != 0) {
         if (hedge)
             return; /* no second upstream to hedge on */
@@ -926,6 +993,18 @@ static void attempt_start(exchange_t *x, int hedge)
         }
         if ((saturated > 0 && saturated == eligible) || (eligible == 0 && starting)) {
             model_queue_t *q = queue_of(px, x->model, 1);
+            if (q != NULL && q->n >= px->opts.queue_size && !ig_list_empty(&q->waiting)) {
+                /* Full: the newest of the least urgent makes room for a
+                 * more urgent one (shed first). */
+                exchange_t *last = IG_LIST_DATA(q->waiting.prev, exchange_t, queue_node);
+                if (last->priority > x->priority) {
+                    queue_remove(px, last);
+                    ig_metric_add(px->m_rejected, 1, last->model, "shed");
+                    exchange_fail(last, 429, "shed", "1",
+                                  "shed for more urgent requests of model '%s'; retry later",
+                                  last->model);
+                }
+            }
             if (q == NULL || q->n >= px->opts.queue_size) {
                 ig_metric_add(px->m_rejected, 1, x->model, "queue_full");
                 exchange_fail(x, 429, "queue_full", "1",
@@ -942,8 +1021,10 @@ static void attempt_start(exchange_t *x, int hedge)
              * everything saturated, or put back by pump): the hold counts
              * from the first time it was queued. */
             uint64_t held_ms = (now - x->queued_ns) / 1000000ULL;
-            uint64_t left =
-                held_ms < px->opts.queue_timeout_ms ? px->opts.queue_timeout_ms - held_ms : 1;
+            uint64_t hold = x->max_queue_ms > 0 && x->max_queue_ms < px->opts.queue_timeout_ms
+                                ? x->max_queue_ms
+                                : px->opts.queue_timeout_ms;
+            uint64_t left = held_ms < hold ? hold - held_ms : 1;
             uv_timer_start(&x->timer, on_queue_timer, left, 0);
             return;
         }
@@ -969,6 +1050,8 @@ static void attempt_start(exchange_t *x, int hedge)
     int to_site = targets[d.chosen].is_site;
     a->start_ns = now;
     a->predicted_wait = ig_router_wait(&px->router, a->route, now);
+    a->uncached_tokens = x->prompt_tokens > cached ? x->prompt_tokens - cached : 1;
+    ig_prefix_route_record(px->prefix_index, a->route, &x->prefix);
     if (x->ntried < MAX_TARGETS)
         x->tried[x->ntried++] = a->route;
     x->attempts++;
@@ -976,12 +1059,14 @@ static void attempt_start(exchange_t *x, int hedge)
     if (!hedge) {
         if (d.runner_up >= 0)
             snprintf(x->route_header, sizeof(x->route_header),
-                     "policy=%s; cost=%.4f; runner_up=%s; runner_up_cost=%.4f",
+                     "policy=%s; cost=%.4f; runner_up=%s; runner_up_cost=%.4f; "
+                     "prefix_tokens=%d; runner_up_prefix_tokens=%d",
                      ig_route_policy_name(px->router.opts.policy), d.cost_s,
-                     states[d.runner_up]->name, d.runner_up_cost_s);
+                     states[d.runner_up]->name, d.runner_up_cost_s, cached, cached_runner);
         else
-            snprintf(x->route_header, sizeof(x->route_header), "policy=%s; cost=%.4f",
-                     ig_route_policy_name(px->router.opts.policy), d.cost_s);
+            snprintf(x->route_header, sizeof(x->route_header),
+                     "policy=%s; cost=%.4f; prefix_tokens=%d",
+                     ig_route_policy_name(px->router.opts.policy), d.cost_s, cached);
     }
     IG_DEBUG("route %s model=%s prompt_tokens=%d -> %s (cost %.4fs%s%s) %s%s", x->path, x->model,
              x->prompt_tokens, a->route->name, d.cost_s, d.runner_up >= 0 ? ", runner-up " : "",
@@ -1079,7 +1164,10 @@ static void on_queue_timer(uv_timer_t *t)
     ig_metric_add(x->px->m_rejected, 1, x->model, "queue_timeout");
     exchange_fail(x, 503, "queue_timeout", "1",
                   "no upstream for model '%s' could take the request within %llu ms", x->model,
-                  (unsigned long long)x->px->opts.queue_timeout_ms);
+                  (unsigned long long)(x->max_queue_ms > 0 && x->max_queue_ms <
+                                                               x->px->opts.queue_timeout_ms
+                                           ? x->max_queue_ms
+                                           : x->px->opts.queue_timeout_ms));
 }
 
 /* Takes held requests of a model off its queue while upstreams have room. */
@@ -1116,6 +1204,7 @@ static void proxy_maybe_free(ig_proxy_t *px)
         free(QUEUE_OF(it)->model);
         free(QUEUE_OF(it));
     }
+    ig_prefix_index_free(px->prefix_index);
     free(px);
     if (cb != NULL)
         cb(data);
@@ -1132,6 +1221,7 @@ static void on_exchange_closed(uv_handle_t *h)
     free(x->model);
     free(x->path);
     free(x->body);
+    free(x->prefix_hashes);
     free(x);
     px->live--;
     proxy_maybe_free(px);
@@ -1146,6 +1236,7 @@ static void exchange_done(exchange_t *x)
         return;
     x->state = X_DONE;
     ig_metric_observe(px->m_e2e, seconds_since(x->start_ns), x->model);
+    ig_usage_end(&x->usage, &px->m_usage, x->model, x->prompt_tokens);
     px->inflight--;
     uv_close((uv_handle_t *)&x->timer, on_exchange_closed);
     uv_close((uv_handle_t *)&x->ft_timer, on_exchange_closed);
@@ -1180,6 +1271,7 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     }
     x->px = px;
     x->req = req;
+    ig_usage_init(&x->usage);
     x->model = strdup(call->model);
     x->path = strdup(call->path);
     x->body = malloc(call->len + 1);
@@ -1197,6 +1289,20 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     x->stream = call->stream;
     x->prompt_tokens = call->prompt_tokens;
     x->local_only = call->local_only;
+    x->prefix.prompt_tokens = call->prompt_tokens;
+    x->prefix.block_size = call->block_size;
+    if (call->prefix_hashes && call->nprefix > 0 &&
+        (x->prefix_hashes = malloc(sizeof(uint64_t) * (size_t)call->nprefix)) != NULL) {
+        memcpy(x->prefix_hashes, call->prefix_hashes, sizeof(uint64_t) * (size_t)call->nprefix);
+        x->prefix.hashes = x->prefix_hashes;
+        x->prefix.nhashes = call->nprefix;
+    }
+    if (call->session_id && call->session_id[0]) {
+        x->prefix.has_session = 1;
+        x->prefix.session = ig_prefix_seed(call->session_id);
+    }
+    x->priority = call->priority;
+    x->max_queue_ms = call->max_queue_ms;
     snprintf(x->forwarded_header, sizeof(x->forwarded_header),
              "Content-Type: application/json\r\nx-infergate-forwarded: %s\r\n",
              call->region ? call->region : "1");

@@ -132,6 +132,8 @@ static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, in
      * an observed service time to another prompt length. */
     const double overhead_tokens = 32.0;
     double p = prompt_tokens > 0 ? prompt_tokens : 0;
+    if (u->cached_tokens > 0) /* only what is not cached is prefilled */
+        p = p > u->cached_tokens ? p - u->cached_tokens : 1;
     if (u->svc_samples > 0)
         return u->svc_s * (p + overhead_tokens) / (u->svc_tokens + overhead_tokens);
     double tps = r->opts.prior_prefill_tps;

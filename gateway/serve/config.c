@@ -407,6 +407,30 @@ static int parse_log(ctx_t *c, json_t *root, ig_config_t *cfg)
     return 0;
 }
 
+/* limits.max_queue_wait_ms: one number for every priority, or an object
+ * {critical, standard, sheddable}. */
+static int parse_queue_wait(ctx_t *c, json_t *limits, ig_config_limits_t *l)
+{
+    static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
+    const char *p = "limits.max_queue_wait_ms";
+    json_t *v = json_object_get(limits, "max_queue_wait_ms");
+    int rc;
+    if (v == NULL || !json_is_object(v)) {
+        uint64_t all;
+        rc = get_uint(c, limits, "limits", "max_queue_wait_ms", 0, DAY_MS, 0, &all);
+        for (int i = 0; i < 3; i++)
+            l->max_queue_wait_ms[i] = all;
+        return rc;
+    }
+    if ((rc = check_keys(c, v, p, prios)) != 0)
+        return rc;
+    for (int i = 0; i < 3; i++) {
+        if ((rc = get_uint(c, v, p, prios[i], 0, DAY_MS, 0, &l->max_queue_wait_ms[i])) != 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"max_request_line",
@@ -425,6 +449,7 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "drain_timeout_ms",
                                        "drain_grace_ms",
                                        "max_prompt_tokens",
+                                       "max_queue_wait_ms",
                                        NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
@@ -463,7 +488,8 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                        &h->max_chunk_ext_total)) ||
         (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
         (rc = get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
-        (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)))
+        (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)) ||
+        (rc = parse_queue_wait(c, o, l)))
         goto done;
 done:
     json_decref(o);
@@ -654,7 +680,8 @@ static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "path", "preset", "version", "weight", NULL};
+    static const char *const keys[] = {"name",   "path",     "preset",
+                                       "version", "weight", "quantize", NULL};
     ig_config_model_t *mod = &cfg->models[idx];
     char q[PATH_MAX_LEN];
     char *raw = NULL;
@@ -664,8 +691,14 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
         (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
         (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)) ||
         (rc = get_string(c, m, p, "version", STR_NAME, NULL, &mod->version)) ||
-        (rc = get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)))
+        (rc = get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)) ||
+        (rc = get_string(c, m, p, "quantize", STR_NONEMPTY, NULL, &mod->quantize)))
         goto fail;
+    if (mod->quantize != NULL && strcmp(mod->quantize, "q8_0") != 0) {
+        join(q, p, "quantize");
+        rc = fail(c, q, "'%s' is not supported (q8_0)", mod->quantize);
+        goto fail;
+    }
     if (mod->version != NULL && strchr(mod->version, '@') != NULL) {
         join(q, p, "version");
         rc = fail(c, q, "must not contain '@'");
@@ -1060,8 +1093,12 @@ static int parse_strings(ctx_t *c, json_t *arr, const char *path, check_string_f
 static int check_site_model(ctx_t *c, const char *path, const char *name, char *const *prev,
                             size_t nprev, const ig_config_t *cfg)
 {
-    if (ig_config_find_model(cfg, name) < 0)
-        return fail(c, path, "unknown model '%s' (not in models[])", name);
+    /* A site may serve models that models[] does not list: models[] is
+     * for what local pools serve (and site-only names clients may ask). */
+    (void)cfg;
+    int rc = check_name(c, path, name);
+    if (rc != 0)
+        return rc;
     for (size_t j = 0; j < nprev; j++) {
         if (strcmp(prev[j], name) == 0)
             return fail(c, path, "duplicate model '%s'", name);
@@ -1101,7 +1138,7 @@ static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         return rc;
     join(q, p, "models");
     if (arr == NULL)
-        return fail(c, q, "is required");
+        return 0; /* discovered from the site's /load or /v1/models */
     if (json_array_size(arr) == 0)
         return fail(c, q, "must not be empty");
     return parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels);
@@ -1120,13 +1157,112 @@ static int check_api_key(ctx_t *c, const char *path, const char *key, char *cons
     return rc;
 }
 
+static int parse_key_object(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t i)
+{
+    static const char *const keys[] = {"key",   "name",   "peer",     "requests_per_s",
+                                       "burst", "models", "priority", "tokens_per_min",
+                                       "admin", NULL};
+    static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
+    ig_config_key_t *k = &cfg->keys[i];
+    char q[PATH_MAX_LEN];
+    json_t *arr;
+    int rc;
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_string(c, o, p, "key", STR_REQUIRED | STR_NONEMPTY, NULL, &cfg->api_keys[i])))
+        return rc;
+    join(q, p, "key");
+    if ((rc = check_api_key(c, q, cfg->api_keys[i], cfg->api_keys, i, cfg)) ||
+        (rc = get_string(c, o, p, "name", STR_NAME, NULL, &k->name)) ||
+        (rc = get_bool(c, o, p, "peer", 0, &k->peer)) ||
+        (rc = get_number(c, o, p, "requests_per_s", 0, INFINITY, NUM_CLOSED, 0,
+                         &k->requests_per_s)) ||
+        (rc = get_number(c, o, p, "burst", 0, INFINITY, NUM_CLOSED, 0, &k->burst)) ||
+        (rc = get_number(c, o, p, "tokens_per_min", 0, INFINITY, NUM_CLOSED, 0,
+                         &k->tokens_per_min)) ||
+        (rc = get_enum(c, o, p, "priority", prios, IG_PRIORITY_STANDARD, &k->priority)) ||
+        (rc = get_bool(c, o, p, "admin", 0, &k->admin)) ||
+        (rc = get_array(c, o, p, "models", &arr)))
+        return rc;
+    if (arr == NULL)
+        return 0;
+    join(q, p, "models");
+    return parse_strings(c, arr, q, check_site_model, cfg, &k->models, &k->nmodels);
+}
+
+/* Entries are the key as a string (no limits, standard priority) or an
+ * object with its policy. */
 static int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     json_t *arr;
+    cfg->admin_open = 1;
     int rc = get_array(c, root, "", "api_keys", &arr);
     if (rc != 0 || arr == NULL)
         return rc;
-    return parse_strings(c, arr, "api_keys", check_api_key, cfg, &cfg->api_keys, &cfg->napi_keys);
+    size_t n = json_array_size(arr);
+    cfg->api_keys = calloc(n + 1, sizeof(char *));
+    cfg->keys = calloc(n + 1, sizeof(*cfg->keys));
+    if (cfg->api_keys == NULL || cfg->keys == NULL)
+        return IG_ENOMEM;
+    int any_admin = 0;
+    for (size_t i = 0; i < n; i++) {
+        char p[PATH_MAX_LEN];
+        json_t *v = json_array_get(arr, i);
+        ig_config_key_t *k = &cfg->keys[i];
+        join_index(p, "api_keys", i);
+        cfg->napi_keys = i + 1;
+        k->priority = IG_PRIORITY_STANDARD;
+        if (json_is_string(v)) {
+            const char *s = json_string_value(v);
+            if ((rc = check_api_key(c, p, s, cfg->api_keys, i, cfg)) != 0)
+                return rc;
+            if ((cfg->api_keys[i] = strdup(s)) == NULL)
+                return IG_ENOMEM;
+        } else if (json_is_object(v)) {
+            if ((rc = parse_key_object(c, v, p, cfg, i)) != 0)
+                return rc;
+        } else {
+            return fail(c, p, "must be a string or an object");
+        }
+        if (k->name == NULL) {
+            char name[32];
+            snprintf(name, sizeof(name), "key-%zu", i);
+            if ((k->name = strdup(name)) == NULL)
+                return IG_ENOMEM;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(cfg->keys[j].name, k->name) == 0)
+                return fail(c, p, "duplicate name '%s' (also api_keys[%zu])", k->name, j);
+        }
+        any_admin |= k->admin;
+    }
+    cfg->admin_open = !any_admin;
+    return 0;
+}
+
+static int parse_tls(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    static const char *const keys[] = {"cert_file", "key_file", "handshake_timeout_ms", NULL};
+    char *raw = NULL;
+    json_t *o;
+    int rc = get_object(c, root, "", "tls", &o);
+    if (rc != 0 || o == NULL)
+        return rc;
+    if ((rc = check_keys(c, o, "tls", keys)) ||
+        (rc = get_uint(c, o, "tls", "handshake_timeout_ms", 1, DAY_MS, 10000,
+                       &cfg->tls.handshake_timeout_ms)) ||
+        (rc = get_string(c, o, "tls", "cert_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
+        (rc = expand_path(c, "tls.cert_file", raw, &cfg->tls.cert_file)))
+        goto done;
+    free(raw);
+    raw = NULL;
+    if ((rc = get_string(c, o, "tls", "key_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
+        (rc = expand_path(c, "tls.key_file", raw, &cfg->tls.key_file)))
+        goto done;
+    if (strncmp(cfg->listen, "unix:", 5) == 0)
+        rc = fail(c, "tls", "needs a TCP listen address, not '%s'", cfg->listen);
+done:
+    free(raw);
+    return rc;
 }
 
 /* Relations that span sections. */
@@ -1139,6 +1275,7 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
         for (size_t k = 0; k < cfg->npools && !served; k++)
             served = cfg->pools[k].discover.dns != NULL && cfg->pools[k].model_index == i;
         for (size_t s = 0; s < cfg->nsites && !served; s++) {
+            served = cfg->sites[s].nmodels == 0; /* it may discover the model */
             for (size_t k = 0; k < cfg->sites[s].nmodels && !served; k++)
                 served = strcmp(cfg->sites[s].models[k], cfg->models[i].name) == 0;
         }
@@ -1155,7 +1292,8 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
 static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"region",  "listen", "models",   "pools", "sites",
-                                       "routing", "limits", "api_keys", "log",   NULL};
+                                       "routing", "limits", "api_keys", "log",   "tls",
+                                       NULL};
     char msg[256];
     int rc;
     if (!json_is_object(root))
@@ -1167,8 +1305,10 @@ static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
     if (ig_config_check_listen(cfg->listen, msg, sizeof(msg)) != 0)
         return fail(c, "listen", "%s", msg);
     if ((rc = parse_log(c, root, cfg)) || (rc = parse_limits(c, root, cfg)) ||
-        (rc = parse_routing(c, root, cfg)) || (rc = parse_lists(c, root, cfg)) ||
-        (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)))
+        (rc = parse_routing(c, root, cfg)) ||
+        (rc = parse_lists(c, root, cfg)) ||
+        (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)) ||
+        (rc = parse_tls(c, root, cfg)))
         return rc;
     return 0;
 }
@@ -1271,6 +1411,7 @@ void ig_config_dispose(ig_config_t *cfg)
         free(cfg->models[i].path);
         free(cfg->models[i].preset);
         free(cfg->models[i].version);
+        free(cfg->models[i].quantize);
     }
     free(cfg->models);
     for (size_t i = 0; cfg->pools != NULL && i < cfg->npools; i++) {
@@ -1295,7 +1436,14 @@ void ig_config_dispose(ig_config_t *cfg)
         free_strings(s->models, s->nmodels);
     }
     free(cfg->sites);
+    for (size_t i = 0; cfg->keys != NULL && i < cfg->napi_keys; i++) {
+        free(cfg->keys[i].name);
+        free_strings(cfg->keys[i].models, cfg->keys[i].nmodels);
+    }
+    free(cfg->keys);
     free_strings(cfg->api_keys, cfg->napi_keys);
+    free(cfg->tls.cert_file);
+    free(cfg->tls.key_file);
     free(cfg->source);
     free(cfg->region);
     free(cfg->listen);

@@ -9,14 +9,18 @@
 #include "infergate/cli.h"
 #include "infergate/devices.h"
 #include "infergate/error.h"
+#include "infergate/keys.h"
 #include "infergate/log.h"
+#include "infergate/prefix.h"
 
 #include <ctype.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -332,6 +336,7 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     ps.name = cp->name;
     ps.model = cp->model;
     ps.model_dir = m->path;
+    ps.quantize = m->quantize;
     ps.exe = gw->exe;
     ps.run_dir = gw->run_dir;
     ps.devices = devices;
@@ -384,7 +389,47 @@ static void gateway_free(ig_gateway_t *gw)
     free(gw->pools);
     free(gw->sites);
     free(gw->exe);
+    for (int i = 0; i < gw->npmodels; i++)
+        ig_tokenizer_free(gw->pmodels[i].tok);
+    free(gw->pmodels);
     free(gw);
+}
+
+/* Loads the tokenizer of every model a pool serves (the first pool's block
+ * size); a model whose tokenizer does not load is routed without its
+ * prefixes, with a warning. */
+static void load_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
+{
+    gw->pmodels = calloc(cfg->nmodels ? cfg->nmodels : 1, sizeof(*gw->pmodels));
+    if (gw->pmodels == NULL)
+        return;
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        const ig_config_model_t *m = &cfg->models[i];
+        const ig_config_pool_t *cp = NULL;
+        for (size_t p = 0; p < cfg->npools && cp == NULL; p++)
+            if (cfg->pools[p].model_index == i)
+                cp = &cfg->pools[p];
+        if (m->path == NULL || cp == NULL)
+            continue;
+        char err[256] = "";
+        gw_prefix_model_t *pm = &gw->pmodels[gw->npmodels];
+        if (ig_tokenizer_load(m->path, &pm->tok, err, sizeof(err)) != 0) {
+            IG_WARN("model %s: no tokenizer for prefix-aware routing: %s", m->name, err);
+            continue;
+        }
+        pm->model = m->name;
+        pm->style = ig_chat_detect(ig_tokenizer_chat_template(pm->tok));
+        pm->block_size = cp->batching.block_size > 0 ? (int)cp->batching.block_size : 16;
+        gw->npmodels++;
+    }
+}
+
+static const gw_prefix_model_t *prefix_model(const ig_gateway_t *gw, const char *model)
+{
+    for (int i = 0; i < gw->npmodels; i++)
+        if (strcmp(gw->pmodels[i].model, model) == 0)
+            return &gw->pmodels[i];
+    return NULL;
 }
 
 int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
@@ -428,6 +473,8 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
             goto fail;
     }
 
+    load_prefix_models(gw, cfg);
+
     ig_proxy_opts_t po;
     ig__gateway_proxy_opts(cfg, &po);
     if ((rc = ig_proxy_start(&gw->proxy, loop, &po, resolve, gw)) != 0)
@@ -466,6 +513,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         }
         gw->nsites++;
     }
+    ig__status_history_start(gw);
     *out = gw;
     return 0;
 fail_started:
@@ -497,8 +545,9 @@ void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data
 {
     gw->close_cb = cb;
     gw->close_data = data;
-    gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL);
+    gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL) + 1;
     gw->pending_closes += ig__reload_pending(gw);
+    ig__status_history_close(gw, on_part_closed, gw);
     ig__reload_close(gw, grace_ms, on_part_closed, gw);
     if (gw->scaler != NULL) {
         ig_scaler_t *sc = gw->scaler;
@@ -562,6 +611,76 @@ static int estimate_tokens(const ig_api_request_t *r)
     return n > 1 << 20 ? 1 << 20 : (int)n;
 }
 
+/* ---- priority and admission by predicted wait --------------------------- */
+
+/* The request's priority: its key's (standard without keys), or a less
+ * urgent one named by x-infergate-priority; a header never raises it. */
+static int request_priority(ig_http_req_t *req, const ig_key_t *key)
+{
+    static const char *const names[] = {"critical", "standard", "sheddable"};
+    int prio = key != NULL ? ig_key_policy(key)->priority : IG_PRIORITY_STANDARD;
+    const char *h = ig_http_req_header(req, "x-infergate-priority");
+    for (int i = 0; h != NULL && i < 3; i++) {
+        if (strcasecmp(h, names[i]) == 0 && i > prio)
+            prio = i;
+    }
+    return prio;
+}
+
+/*
+ * The shortest wait, in seconds, a new request of priority for model can
+ * expect: the router's predicted wait of the best eligible upstream, plus
+ * the requests the gateway holds ahead of it over the upstreams' combined
+ * service rate (slots over the time a request holds one). Negative when
+ * nothing is known yet (no eligible upstream, or none measured): then
+ * nothing is refused on a guess.
+ */
+static double predicted_wait(ig_gateway_t *gw, const char *model, int priority, int local_only)
+{
+    ig_proxy_target_t t[64];
+    int starting = 0;
+    int n = resolve(gw, model, t, 64, &starting);
+    ig_router_t *router = ig_proxy_router(gw->proxy);
+    uint64_t now = uv_hrtime();
+    double best = -1, rate = 0;
+    for (int i = 0; i < n; i++) {
+        const ig_router_upstream_t *u = t[i].route;
+        if ((local_only && t[i].is_site) || !ig_router_eligible(u, now))
+            continue;
+        double w = ig_router_wait(router, u, now);
+        if (best < 0 || w < best)
+            best = w;
+        double hold = u->occupancy_s > 0 ? u->occupancy_s : u->svc_s;
+        if (hold > 0)
+            rate += (u->slots > 0 ? u->slots : 1) / hold;
+    }
+    int ahead = ig_proxy_queued_ahead(gw->proxy, model, priority);
+    if (best >= 0 && ahead > 0) {
+        if (rate <= 0)
+            return -1;
+        best += ahead / rate;
+    }
+    return best;
+}
+
+/* The request's queueing budget in ms: limits.max_queue_wait_ms of its
+ * priority, or the x-infergate-deadline-ms it carries when shorter (0:
+ * none). */
+static uint64_t queue_budget_ms(ig_gateway_t *gw, ig_http_req_t *req, int priority)
+{
+    uint64_t budget = gw->cfg->limits.max_queue_wait_ms[priority];
+    const char *h = ig_http_req_header(req, "x-infergate-deadline-ms");
+    if (h != NULL) {
+        char *end;
+        unsigned long long d = strtoull(h, &end, 10);
+        if (end != h && *end == '\0' && d > 0 && (budget == 0 || d < budget))
+            budget = d;
+    }
+    return budget;
+}
+
+static ig_metric_t *m_admission;
+
 static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t kind)
 {
     size_t len;
@@ -585,12 +704,82 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         ig_api_request_dispose(&r);
         return;
     }
+    /* The key's policy: its models, its tokens (serve.c authenticated it and
+     * took its request token). */
+    ig_key_use_t *use = ig_http_req_get_data(req);
+    ig_key_t *key = use != NULL ? ig_key_use_key(use) : NULL;
+    if (key != NULL && !ig_key_allows_model(key, r.model)) {
+        ig_api_error(&e, 403, "model", "this API key may not use the model '%s'", r.model);
+        e.type = "permission_error";
+        e.code = "model_not_allowed";
+        ig_api_respond_error(req, &e);
+        ig_api_request_dispose(&r);
+        return;
+    }
+    int prompt_tokens = estimate_tokens(&r);
+    if (key != NULL) {
+        /* Reserve the prompt and what may be generated; a request that asks
+         * more than the bucket holds gets fewer max_tokens, so its stream
+         * ends cleanly (finish_reason "length") at the limit. */
+        int np = r.kind == IG_API_CHAT || r.nprompts < 1 ? 1 : r.nprompts;
+        int per = r.max_tokens > 0 ? r.max_tokens : 1 << 20;
+        int asked = per > (1 << 24) / np ? 1 << 24 : per * np;
+        ig_key_limit_t tok, why;
+        int allowed = ig_key_use_reserve(use, uv_hrtime(), prompt_tokens * np, asked, &tok, &why);
+        if (allowed < np) {
+            int ra = (int)ceil(why.retry_after > 0 ? why.retry_after : 1);
+            ig_key_limit_headers(req, &why);
+            ig_api_error(&e, 429, NULL, "token limit of this API key reached; retry after %d s",
+                         ra);
+            e.code = "rate_limit_exceeded";
+            e.retry_after_s = ra; /* the Retry-After header */
+            ig_api_respond_error(req, &e);
+            ig_api_request_dispose(&r);
+            return;
+        }
+        ig_key_limit_headers(req, &tok);
+        if (allowed < asked)
+            r.max_tokens = allowed / np;
+    }
     /* Token ids count exactly here, so an over-long one never takes an
      * upstream's time; text is counted by the worker that tokenizes it. */
     for (int i = 0; i < r.nprompts; i++) {
         if (r.prompts[i].text == NULL &&
             ig_api_check_prompt_limit(&r, r.prompts[i].nids, (int)gw->cfg->limits.max_prompt_tokens,
                                       &e) != 0) {
+            ig_api_respond_error(req, &e);
+            ig_api_request_dispose(&r);
+            return;
+        }
+    }
+    /* Once there are keys, only a peer gateway's key may say "forwarded,
+     * serve it here": from anyone else the mark is ignored (and never passed
+     * on: the proxy writes its own), or a client could pin itself to this
+     * region's pools. Without keys anyone is trusted, the mark included
+     * (it is what stops two regions from forwarding in a loop). */
+    int trusted = gw->cfg->napi_keys == 0 || (key != NULL && ig_key_policy(key)->peer);
+    int local_only = trusted && ig_http_req_header(req, "x-infergate-forwarded") != NULL;
+    /* Admission by predicted wait: a request that would wait longer than
+     * its budget is told so now, not after the wait. */
+    int priority = request_priority(req, key);
+    uint64_t budget = queue_budget_ms(gw, req, priority);
+    if (budget > 0) {
+        double wait = predicted_wait(gw, r.model, priority, local_only);
+        if (wait * 1000.0 > (double)budget) {
+            static const char *const pn[] = {"critical", "standard", "sheddable"};
+            if (m_admission == NULL)
+                m_admission = ig_metrics_counter(
+                    "infergate_admission_rejections_total",
+                    "Requests refused at once because their predicted wait exceeded their "
+                    "budget, by priority.",
+                    "priority");
+            ig_metric_add(m_admission, 1, pn[priority]);
+            ig_api_error(&e, 429, NULL,
+                         "the predicted wait for model '%s' (%.0f ms) exceeds this request's "
+                         "budget (%llu ms); retry later",
+                         r.model, wait * 1000.0, (unsigned long long)budget);
+            e.code = "predicted_wait_exceeds_budget";
+            e.retry_after_s = (int)ceil(wait - (double)budget / 1000.0);
             ig_api_respond_error(req, &e);
             ig_api_request_dispose(&r);
             return;
@@ -605,9 +794,9 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         ig_api_request_dispose(&r);
         return;
     }
-    char key[512];
+    char route_name[512];
     const char *version;
-    if (route_key(gw, req, r.model, key, sizeof(key), &version, &e) != 0) {
+    if (route_key(gw, req, r.model, route_name, sizeof(route_name), &version, &e) != 0) {
         free(ctext);
         ig_api_respond_error(req, &e);
         ig_api_request_dispose(&r);
@@ -617,15 +806,39 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         ig_http_add_header(req, IG_GATEWAY_VERSION_HEADER, version);
     ig_proxy_call_t call;
     memset(&call, 0, sizeof(call));
-    call.model = key; /* the body names the model; the key picks the version */
+    call.model = route_name; /* the body names the model; the key picks the version */
     call.path = kind == IG_API_CHAT ? "/v1/chat/completions" : "/v1/completions";
     call.stream = r.stream;
-    call.prompt_tokens = estimate_tokens(&r);
+    call.prompt_tokens = prompt_tokens;
     call.body = ctext;
     call.len = clen;
-    call.local_only = ig_http_req_header(req, "x-infergate-forwarded") != NULL;
+    call.local_only = local_only;
+    call.priority = priority;
+    /* Admitted on a prediction: one that turns out a little short is
+     * still served rather than dropped at its budget; twice the budget is
+     * the most it is held. */
+    call.max_queue_ms = budget * 2;
     call.region = gw->region[0] ? gw->region : NULL;
+    /* The first prompt's tokens as its worker will prefill them: an exact
+     * count for the cost, and its block hashes for the prefix index. */
+    const gw_prefix_model_t *pm = prefix_model(gw, r.model);
+    int *ids = NULL, nids = 0;
+    uint64_t *hashes = NULL;
+    if (pm && ig_prefix_prompt_tokens(pm->tok, pm->style, &r, 0, &ids, &nids, NULL, 0) == 0) {
+        int cap = nids / pm->block_size + 1;
+        if ((hashes = malloc(sizeof(uint64_t) * (size_t)cap)) != NULL) {
+            call.nprefix = ig_prefix_hashes(ig_prefix_seed(r.model), ids, nids, pm->block_size,
+                                            hashes, cap);
+            call.prefix_hashes = hashes;
+            call.block_size = pm->block_size;
+        }
+        if (kind == IG_API_CHAT || r.nprompts == 1)
+            call.prompt_tokens = nids;
+    }
+    free(ids);
+    call.session_id = ig_http_req_header(req, "x-session-id");
     ig_proxy_handle(gw->proxy, req, &call);
+    free(hashes);
     free(ctext);
     ig_api_request_dispose(&r);
 }

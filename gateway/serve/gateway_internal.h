@@ -9,6 +9,28 @@
 #include "infergate/gateway.h"
 #include "infergate/metrics.h"
 #include "infergate/scaler.h"
+#include "infergate/chat.h"
+#include "infergate/tokenizer.h"
+
+/* A local model's tokenizer, so that the gateway hashes a prompt's blocks as
+ * its workers will cache them (docs/routing.md, "Prefix-aware routing"). */
+typedef struct {
+    const char *model; /* borrowed from the config */
+    ig_tokenizer_t *tok;
+    ig_chat_style_t style;
+    int block_size; /* its pool's */
+} gw_prefix_model_t;
+
+/* One point of the status page's chart (status.c), every
+ * IG_STATUS_HISTORY_MS over the last IG_STATUS_HISTORY points. */
+#define IG_STATUS_HISTORY 150
+#define IG_STATUS_HISTORY_MS 2000
+typedef struct {
+    long long unix_ms;
+    int queued;    /* held by the proxy */
+    int waiting;   /* waiting in the instances, as they last reported */
+    double ttft_s; /* mean TTFT of the requests answered since the last point; -1: none */
+} ig__status_sample_t;
 
 struct ig_gateway_s {
     uv_loop_t *loop;
@@ -26,11 +48,31 @@ struct ig_gateway_s {
     void (*close_cb)(void *data);
     void *close_data;
     ig_metric_t *m_instances;
+    uv_timer_t history_timer; /* samples for the status page's chart */
+    int history_started;
+    ig__status_sample_t history[IG_STATUS_HISTORY]; /* a ring, oldest at history_head */
+    int history_n, history_head;
+    double history_ttft_sum; /* the proxy's TTFT totals at the last point */
+    long long history_ttft_count;
+    void (*history_close_cb)(void *data);
+    void *history_close_data;
     char *exe;                  /* the infergate binary the workers run */
     struct ig_reload_s *reload; /* reload.c's state; NULL until the first reload */
     uint64_t rng;               /* draws the version of a request (a rollout's split) */
     unsigned generation;        /* reloads so far: new pools' sockets get new names */
+    gw_prefix_model_t *pmodels;
+    int npmodels;
 };
+
+/* The status page (page.c): one HTML document with its script, served at
+ * GET /. */
+extern const char ig__status_page[];
+extern const size_t ig__status_page_len;
+
+/* The chart's sampler: started last in ig_gateway_start, closed by
+ * ig_gateway_close (cb at once when it never started). */
+void ig__status_history_start(ig_gateway_t *gw);
+void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data);
 
 /* 1 when the model is served by a pool or named by a site. */
 int ig__gateway_model_known(ig_gateway_t *gw, const char *model);

@@ -1,7 +1,8 @@
 /*
  * The gateway's documents: GET /load (this region's aggregate, for peer
  * gateways; the codec is api/load.c), GET /status (pools, instances,
- * devices, autoscaler decisions, sites) and GET /v1/models.
+ * devices, autoscaler decisions, sites, the chart's history), GET /v1/models
+ * and GET / (the status page of page.c).
  */
 #include "gateway_internal.h"
 #include "infergate/api.h"
@@ -168,6 +169,8 @@ static json_t *status_autoscale(const ig_autoscale_params_t *a)
                      a->scale_to_zero_after_s);
 }
 
+static json_t *status_history(const ig_gateway_t *gw);
+
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
 {
     json_t *pools = json_array();
@@ -224,5 +227,93 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
         json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",
                   ig_route_policy_name(gw->cfg->routing.policy), "pools", pools, "sites", sites,
                   "inflight", ig_proxy_inflight(gw->proxy), "queued", ig_proxy_queued(gw->proxy));
+    json_object_set_new(doc, "history", status_history(gw));
     ig_api_respond_json(req, 200, doc);
+}
+
+/* ---- the chart's history and the page ------------------------------------ */
+
+static void on_history_timer(uv_timer_t *t)
+{
+    ig_gateway_t *gw = t->data;
+    ig__status_sample_t sm;
+    sm.unix_ms = (long long)time(NULL) * 1000;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+        sm.unix_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    sm.queued = ig_proxy_queued(gw->proxy);
+    sm.waiting = 0;
+    for (int p = 0; p < gw->npools; p++) {
+        for (int i = 0; i < ig_pool_size(gw->pools[p]); i++) {
+            ig_instance_t *in = ig_pool_instance(gw->pools[p], i);
+            if (ig_instance_state(in) == IG_INSTANCE_READY)
+                sm.waiting += ig_instance_route(in)->reported_waiting;
+        }
+    }
+    /* The mean TTFT of the requests answered since the last point. */
+    double sum;
+    long long count;
+    ig_proxy_ttft_totals(gw->proxy, &sum, &count);
+    sm.ttft_s = count > gw->history_ttft_count
+                    ? (sum - gw->history_ttft_sum) / (double)(count - gw->history_ttft_count)
+                    : -1;
+    gw->history_ttft_sum = sum;
+    gw->history_ttft_count = count;
+    int slot = (gw->history_head + gw->history_n) % IG_STATUS_HISTORY;
+    gw->history[slot] = sm;
+    if (gw->history_n < IG_STATUS_HISTORY)
+        gw->history_n++;
+    else
+        gw->history_head = (gw->history_head + 1) % IG_STATUS_HISTORY;
+}
+
+void ig__status_history_start(ig_gateway_t *gw)
+{
+    uv_timer_init(gw->loop, &gw->history_timer);
+    gw->history_timer.data = gw;
+    uv_timer_start(&gw->history_timer, on_history_timer, 0, IG_STATUS_HISTORY_MS);
+    gw->history_started = 1;
+}
+
+static void on_history_closed(uv_handle_t *h)
+{
+    ig_gateway_t *gw = h->data;
+    void (*cb)(void *) = gw->history_close_cb;
+    gw->history_close_cb = NULL;
+    if (cb != NULL)
+        cb(gw->history_close_data);
+}
+
+void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data)
+{
+    if (!gw->history_started) {
+        if (cb != NULL)
+            cb(data);
+        return;
+    }
+    gw->history_started = 0;
+    gw->history_close_cb = cb;
+    gw->history_close_data = data;
+    uv_close((uv_handle_t *)&gw->history_timer, on_history_closed);
+}
+
+/* The chart's points, oldest first. New reference. */
+static json_t *status_history(const ig_gateway_t *gw)
+{
+    json_t *arr = json_array();
+    for (int k = 0; k < gw->history_n; k++) {
+        const ig__status_sample_t *s = &gw->history[(gw->history_head + k) % IG_STATUS_HISTORY];
+        json_array_append_new(arr,
+                              json_pack("{s:I, s:i, s:i, s:o}", "unix_ms", (json_int_t)s->unix_ms,
+                                        "queued", s->queued, "waiting", s->waiting, "ttft_s",
+                                        s->ttft_s < 0 ? json_null() : json_real(s->ttft_s)));
+    }
+    return json_pack("{s:i, s:o}", "interval_ms", IG_STATUS_HISTORY_MS, "samples", arr);
+}
+
+void ig_gateway_page(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    (void)gw;
+    ig_http_add_header(req, "Cache-Control", "no-cache");
+    ig_http_respond(req, 200, "text/html; charset=utf-8", ig__status_page, ig__status_page_len);
 }

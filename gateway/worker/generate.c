@@ -14,6 +14,7 @@
 
 #include "infergate/error.h"
 #include "infergate/log.h"
+#include "infergate/prefix.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -51,56 +52,6 @@ static void tok_bytes(worker_t *w, int token, const char **b, size_t *len)
         *b = "";
         *len = 0;
     }
-}
-
-static int tok_encode(worker_t *w, const char *text, size_t len, int add_bos, int **ids, int *n)
-{
-    ig_tokvec_t v;
-    ig_tokvec_init(&v);
-    int rc = ig_tokenizer_encode(w->tok, text, len, add_bos ? IG_TOKENIZER_ADD_BOS : 0, &v);
-    if (rc < 0) {
-        ig_tokvec_dispose(&v);
-        return rc;
-    }
-    *ids = malloc(sizeof(int) * (v.len ? v.len : 1));
-    if (!*ids) {
-        ig_tokvec_dispose(&v);
-        return IG_ENOMEM;
-    }
-    for (size_t i = 0; i < v.len; i++)
-        (*ids)[i] = v.ids[i];
-    *n = (int)v.len;
-    ig_tokvec_dispose(&v);
-    return 0;
-}
-
-/* Chat messages into prompt ids with the model's template: markers as
- * their special tokens, message content as plain text. */
-static int chat_encode(worker_t *w, const ig_api_request_t *a, int **ids, int *n, char *err,
-                       size_t errlen)
-{
-    ig_chat_msg_t *m = calloc((size_t)a->nmessages, sizeof(*m));
-    if (!m)
-        return IG_ENOMEM;
-    for (int i = 0; i < a->nmessages; i++) {
-        /* OpenAI's newer "developer" role is the system prompt. */
-        m[i].role = strcmp(a->messages[i].role, "developer") == 0 ? "system" : a->messages[i].role;
-        m[i].content = a->messages[i].content;
-        m[i].content_len = strlen(a->messages[i].content);
-    }
-    ig_tokvec_t v;
-    ig_tokvec_init(&v);
-    int rc = ig_chat_encode(w->chat_style, w->tok, m, (size_t)a->nmessages, 1, &v, err, errlen);
-    free(m);
-    if (rc == 0) {
-        *ids = malloc(sizeof(int) * (v.len ? v.len : 1));
-        rc = *ids ? 0 : IG_ENOMEM;
-        for (size_t i = 0; rc == 0 && i < v.len; i++)
-            (*ids)[i] = v.ids[i];
-        *n = (int)v.len;
-    }
-    ig_tokvec_dispose(&v);
-    return rc;
 }
 
 /* The chat family, said once at load (a fallback as a warning: the model
@@ -519,7 +470,8 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
         int rc;
         if (a->kind == IG_API_CHAT) {
             char err[256] = "";
-            rc = chat_encode(w, a, &c->prompt, &c->nprompt, err, sizeof(err));
+            rc = ig_prefix_prompt_tokens(w->tok, w->chat_style, a, 0, &c->prompt, &c->nprompt,
+                                         err, sizeof(err));
             if (rc == IG_EINVAL)
                 return ig_api_error(e, 400, "messages", "%s",
                                     err[0] ? err : "the messages cannot be rendered");
@@ -529,7 +481,8 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
             if (ig_tokenizer_utf8_check(p->text, p->text_len, &bad) < 0)
                 return ig_api_error(e, 400, "prompt", "'prompt' is not valid UTF-8 (byte %zu)",
                                     bad);
-            rc = tok_encode(w, p->text, p->text_len, 1, &c->prompt, &c->nprompt);
+            rc = ig_prefix_prompt_tokens(w->tok, w->chat_style, a, i, &c->prompt, &c->nprompt,
+                                         NULL, 0);
             if (rc == 0 && a->echo) {
                 c->prompt_text = strdup(p->text);
                 c->prompt_text_len = p->text_len;

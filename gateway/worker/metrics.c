@@ -43,6 +43,11 @@ static double g_decode_rate(void *d)
     return ig__worker_stats(d).decode_tokens_per_s;
 }
 
+static double g_prefix_blocks(void *d)
+{
+    return ig__worker_stats(d).prefix_cached_blocks;
+}
+
 static double g_ready(void *d)
 {
     return ((worker_t *)d)->state == W_READY;
@@ -59,6 +64,8 @@ void ig__worker_metrics_register(worker_t *w)
     ig_metrics_gauge_fn("infergate_worker_decode_tokens_per_second",
                         "Decode throughput (EWMA over steps)", g_decode_rate, w);
     ig_metrics_gauge_fn("infergate_worker_ready", "1 when the worker takes traffic", g_ready, w);
+    ig_metrics_gauge_fn("infergate_worker_prefix_cache_blocks",
+                        "KV blocks kept under a prefix hash (held or cached)", g_prefix_blocks, w);
     w->m_ttft = ig_metrics_histogram("infergate_worker_time_to_first_token_seconds",
                                      "Submit to first token", NULL, NULL, 0);
     w->m_itl = ig_metrics_histogram("infergate_worker_inter_token_latency_seconds",
@@ -80,6 +87,12 @@ void ig__worker_metrics_register(worker_t *w)
                                        "Sequences finished, by reason", "finished_reason");
     w->m_rejected = ig_metrics_counter("infergate_worker_requests_rejected_total",
                                        "Requests refused because the queue was full", NULL);
+    w->m_pc_queries = ig_metrics_counter("infergate_worker_prefix_cache_queries_total",
+                                         "Prompt tokens looked up in the prefix cache", NULL);
+    w->m_pc_hits = ig_metrics_counter("infergate_worker_prefix_cache_hits_total",
+                                      "Prompt tokens found in the prefix cache", NULL);
+    w->m_pc_evictions = ig_metrics_counter("infergate_worker_prefix_cache_evictions_total",
+                                           "Cached KV blocks evicted for reuse", NULL);
 }
 
 /* Engine thread: histogram observations. */
@@ -106,6 +119,11 @@ void ig__worker_metrics_sync(worker_t *w)
     ig_metric_add(w->m_gen, (double)(st.generation_tokens_total - l->generation_tokens_total));
     ig_metric_add(w->m_preempt, (double)(st.preemptions_total - l->preemptions_total));
     ig_metric_add(w->m_rejected, (double)(st.rejected_total - l->rejected_total));
+    ig_metric_add(w->m_pc_queries,
+                  (double)(st.prefix_queried_tokens_total - l->prefix_queried_tokens_total));
+    ig_metric_add(w->m_pc_hits, (double)(st.prefix_hit_tokens_total - l->prefix_hit_tokens_total));
+    ig_metric_add(w->m_pc_evictions,
+                  (double)(st.prefix_evictions_total - l->prefix_evictions_total));
     for (int f = IG_FINISH_STOP; f <= IG_FINISH_ERROR; f++)
         if (st.finished_total[f] != l->finished_total[f])
             ig_metric_add(w->m_finished, (double)(st.finished_total[f] - l->finished_total[f]),

@@ -15,6 +15,7 @@
 #include "infergate/error.h"
 #include "infergate/http_route.h"
 #include "infergate/load.h"
+#include "infergate/prefix.h"
 #include "infergate/log.h"
 
 #include <getopt.h>
@@ -27,9 +28,9 @@
 
 /* ---- other endpoints ---------------------------------------------------- */
 
-static void handle_load(ig_http_req_t *req, void *data)
+/* The /load report of w now. */
+static void load_of(worker_t *w, ig_load_t *out)
 {
-    worker_t *w = data;
     ig_sched_stats_t st = ig__worker_stats(w);
     ig_load_t l;
     ig_load_init(&l);
@@ -53,7 +54,98 @@ static void handle_load(ig_http_req_t *req, void *data)
     l.max_batched_tokens = w->o.max_batched_tokens;
     if (w->chat_source != NULL)
         l.chat_template = ig_chat_style_name(w->chat_style);
+    *out = l;
+}
+
+static void handle_load(ig_http_req_t *req, void *data)
+{
+    ig_load_t l;
+    load_of(data, &l);
     json_t *o = ig_load_encode(&l);
+    ig_api_respond_json(req, 200, o);
+}
+
+#define PREFIX_MAX_BLOCKS 65536 /* hashes of one query (a 1M-token prompt) */
+
+/*
+ * The cache query a router asks before it sends a prompt (docs/routing.md,
+ * "Prefix-aware routing"): POST /prefix {"hashes": ["<16 hex>", ...]} (the
+ * prompt's block hashes, ig_prefix_hashes with ig_prefix_seed(model) and
+ * this worker's block_size) or {"tokens": [ids]}; the answer is the /load
+ * report plus "block_size", "prefix_cache" (on/off), "matched_blocks" and
+ * "matched_tokens" (the leading blocks it holds now) and
+ * "prefix_cached_blocks": its cache and its wait in one answer.
+ */
+static void handle_prefix(ig_http_req_t *req, void *data)
+{
+    worker_t *w = data;
+    ig_api_error_t e;
+    size_t len;
+    const char *body = ig_http_req_body(req, &len);
+    json_t *doc = json_loadb(body, len, JSON_REJECT_DUPLICATES, NULL);
+    json_t *hashes = json_object_get(doc, "hashes"), *tokens = json_object_get(doc, "tokens");
+    if (!json_is_object(doc) || (hashes && !json_is_array(hashes)) ||
+        (tokens && !json_is_array(tokens)) || (!hashes && !tokens)) {
+        json_decref(doc);
+        ig_api_error(&e, 400, "hashes", "expected {\"hashes\": [\"<16 hex digits>\", ...]}");
+        ig_api_respond_error(req, &e);
+        return;
+    }
+    json_t *arr = hashes ? hashes : tokens;
+    size_t n = json_array_size(arr);
+    if (n > PREFIX_MAX_BLOCKS * (size_t)(tokens && !hashes ? 16 : 1)) {
+        json_decref(doc);
+        ig_api_error(&e, 400, hashes ? "hashes" : "tokens", "at most %d blocks, please",
+                     PREFIX_MAX_BLOCKS);
+        ig_api_respond_error(req, &e);
+        return;
+    }
+    uint64_t *h = malloc(sizeof(uint64_t) * (n ? n : 1));
+    int *ids = malloc(sizeof(int) * (n ? n : 1));
+    if (!h || !ids) {
+        free(h);
+        free(ids);
+        json_decref(doc);
+        ig_api_respond_oom(req);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *v = json_array_get(arr, i);
+        int bad = hashes ? !json_is_string(v) || ig_prefix_hash_parse(json_string_value(v),
+                                                                      json_string_length(v),
+                                                                      &h[i]) != 0
+                         : !json_is_integer(v);
+        if (bad) {
+            free(h);
+            free(ids);
+            json_decref(doc);
+            ig_api_error(&e, 400, hashes ? "hashes" : "tokens",
+                         hashes ? "hashes[%zu] is not 16 hex digits" : "tokens[%zu] is not an id",
+                         i);
+            ig_api_respond_error(req, &e);
+            return;
+        }
+        if (!hashes)
+            ids[i] = (int)json_integer_value(v);
+    }
+    json_decref(doc);
+    int matched = 0, bs = w->engine ? ig_engine_block_size(w->engine) : 0;
+    if (w->sched)
+        matched = hashes ? ig_sched_prefix_match_hashes(w->sched, h, (int)n)
+                         : ig_sched_prefix_match(w->sched, ids, (int)n);
+    free(h);
+    free(ids);
+    ig_load_t l;
+    load_of(w, &l);
+    json_t *o = ig_load_encode(&l);
+    ig_sched_stats_t st = ig__worker_stats(w);
+    if (o) {
+        json_object_set_new(o, "block_size", json_integer(bs));
+        json_object_set_new(o, "prefix_cache", json_boolean(w->o.prefix_cache));
+        json_object_set_new(o, "matched_blocks", json_integer(matched));
+        json_object_set_new(o, "matched_tokens", json_integer((json_int_t)matched * bs));
+        json_object_set_new(o, "prefix_cached_blocks", json_integer(st.prefix_cached_blocks));
+    }
     ig_api_respond_json(req, 200, o);
 }
 
@@ -135,6 +227,7 @@ static const ig_http_route_t routes[] = {
     {"GET", "/health", handle_health, 0},
     {"GET", "/ready", handle_ready, 0},
     {"GET", "/load", handle_load, 0},
+    {"POST", "/prefix", handle_prefix, 0},
     {"GET", "/metrics", handle_metrics, 0},
 };
 
@@ -175,6 +268,11 @@ static void load_work(uv_work_t *req)
         uv_sleep((unsigned)atoi(delay));
     int rc = ig_model_load(&w->model, w->o.model_dir, err, sizeof(err));
     if (rc < 0) {
+        snprintf(w->load_err, sizeof(w->load_err), "model: %s", err[0] ? err : ig_strerror(rc));
+        return;
+    }
+    if (w->o.quantize != NULL &&
+        (rc = ig_model_quantize(w->model, IG_DTYPE_Q8_0, err, sizeof(err))) < 0) {
         snprintf(w->load_err, sizeof(w->load_err), "model: %s", err[0] ? err : ig_strerror(rc));
         return;
     }
@@ -252,6 +350,8 @@ static void after_load(uv_work_t *req, int status)
     so.notify_data = &w->async;
     so.observe = ig__worker_metrics_observe;
     so.observe_data = w;
+    so.prefix_cache = w->o.prefix_cache;
+    so.prefix_seed = ig_prefix_seed(w->model_name);
     int rc = ig_sched_create(&w->sched, &se, &dt, &so);
     if (rc == 0)
         rc = ig_sched_start(w->sched);
@@ -363,6 +463,8 @@ static void usage(FILE *out)
             "  --max-prompt-tokens N    longest prompt accepted; longer ones get 400\n"
             "                           (0 = the model's context length)\n"
             "  --name NAME              the model id clients use (directory name)\n"
+            "  --prefix-cache on|off    automatic prefix caching of KV blocks (on)\n"
+            "  --quantize q8_0          quantize the weights at load (BF16/F16/F32 models)\n"
             "  --log-level debug|info|warn|error\n"
             "  --log-format text|json\n"
             "  --help\n");
@@ -396,8 +498,10 @@ int ig_cmd_worker(int argc, char **argv)
         {"name", required_argument, NULL, 'n'},
         {"stream-stall-timeout", required_argument, NULL, 'S'},
         {"max-prompt-tokens", required_argument, NULL, 'P'},
+        {"prefix-cache", required_argument, NULL, 'C'},
         {"log-level", required_argument, NULL, 'L'},
         {"log-format", required_argument, NULL, 'F'},
+        {"quantize", required_argument, NULL, 'Q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -412,6 +516,7 @@ int ig_cmd_worker(int argc, char **argv)
     w->o.stall_timeout_s = 30;
     w->o.stream_buffer = 1 << 20;
     w->o.drain_timeout_s = 60;
+    w->o.prefix_cache = 1;
     ig_log_level_t level = IG_LOG_INFO;
     ig_log_format_t format = IG_LOG_TEXT;
     int rc = IG_EXIT_USAGE, c;
@@ -421,6 +526,13 @@ int ig_cmd_worker(int argc, char **argv)
         switch (c) {
         case 'm':
             w->o.model_dir = optarg;
+            break;
+        case 'Q':
+            if (strcmp(optarg, "q8_0") != 0) {
+                fprintf(stderr, "infergate worker: --quantize: '%s' is not q8_0\n", optarg);
+                goto out;
+            }
+            w->o.quantize = optarg;
             break;
         case 'd':
             w->o.device = optarg;
@@ -464,6 +576,14 @@ int ig_cmd_worker(int argc, char **argv)
         }
         case 'n':
             w->o.name = optarg;
+            break;
+        case 'C':
+            if (strcmp(optarg, "on") != 0 && strcmp(optarg, "off") != 0) {
+                fprintf(stderr, "infergate worker: --prefix-cache: '%s' is not on or off\n",
+                        optarg);
+                goto out;
+            }
+            w->o.prefix_cache = strcmp(optarg, "on") == 0;
             break;
         case 'P':
             if (parse_int(optarg, "--max-prompt-tokens", 0, &w->o.max_prompt_tokens) < 0)

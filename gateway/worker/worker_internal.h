@@ -40,6 +40,8 @@ typedef struct {
     size_t stream_buffer;     /* bytes buffered per paused stream before it is cancelled */
     double drain_timeout_s;   /* SIGTERM: how long in-flight work may take */
     int max_prompt_tokens;    /* longest prompt accepted; 0 = the context length */
+    int prefix_cache;         /* automatic prefix caching (1) */
+    const char *quantize;     /* "q8_0": weights quantized at load; NULL = as stored */
 } worker_opts_t;
 
 typedef enum { W_LOADING = 0, W_READY, W_FAILED, W_DRAINING } wstate_t;
@@ -126,7 +128,7 @@ typedef struct worker_s {
 
     /* metrics */
     ig_metric_t *m_ttft, *m_itl, *m_batch, *m_queue, *m_e2e, *m_prompt, *m_gen, *m_preempt,
-        *m_finished, *m_rejected;
+        *m_finished, *m_rejected, *m_pc_queries, *m_pc_hits, *m_pc_evictions;
     ig_sched_stats_t last_stats;
 } worker_t;
 

@@ -45,6 +45,7 @@ typedef struct {
      * requests split by weight unless x-infergate-model-version pins one. */
     char *version; /* NULL: the model has one entry */
     double weight; /* share of the requests among its versions (default 1) */
+    char *quantize; /* "q8_0": workers quantize the weights at load; NULL = as stored */
 } ig_config_model_t;
 
 /* Per-instance continuous-batching settings (the worker's scheduler). */
@@ -130,7 +131,32 @@ typedef struct {
     uint64_t drain_grace_ms;    /* after SIGTERM: still accepting, /ready 503 (for probes) */
     uint64_t drain_timeout_ms;  /* then: the listener is closed, in-flight work has this long */
     unsigned max_prompt_tokens; /* 0 = the model's context length */
+    /* Admission by predicted wait, per IG_PRIORITY_*: a request whose best
+     * predicted wait is longer gets 429 at once (0: no such limit). */
+    uint64_t max_queue_wait_ms[3];
 } ig_config_limits_t;
+
+/* The listener's TLS (docs/security.md). */
+typedef struct {
+    char *cert_file; /* PEM: the certificate, then its chain */
+    char *key_file;  /* PEM private key */
+    uint64_t handshake_timeout_ms;
+} ig_config_tls_t;
+
+enum { IG_PRIORITY_CRITICAL = 0, IG_PRIORITY_STANDARD, IG_PRIORITY_SHEDDABLE };
+
+/* The policy of one API key (docs/security.md). Limits of 0 are none. */
+typedef struct {
+    char *name;            /* metrics and logs say this, never the key ("key-N" by default) */
+    int peer;              /* a peer gateway: its x-infergate-forwarded counts */
+    double requests_per_s; /* token bucket refill */
+    double burst;          /* bucket size in requests (0: max(1, requests_per_s)) */
+    double tokens_per_min; /* prompt plus generated tokens */
+    char **models;         /* allow-list; empty: every model */
+    size_t nmodels;
+    int priority;          /* IG_PRIORITY_* */
+    int admin;             /* may read /status, /load and /metrics */
+} ig_config_key_t;
 
 typedef struct {
     char *source; /* file name (or the name given to ig_config_load_string) */
@@ -150,6 +176,9 @@ typedef struct {
         int level;  /* ig_log_level_t */
         int format; /* ig_log_format_t */
     } log;
+    ig_config_tls_t tls;   /* cert_file NULL: the listener speaks plain HTTP */
+    ig_config_key_t *keys; /* the policy of api_keys[i] is keys[i] (napi_keys of them) */
+    int admin_open;        /* no key has admin: /status, /load, /metrics stay open */
 } ig_config_t;
 
 /*

@@ -52,6 +52,12 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req);
 void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req);
 /* GET /status: pools, instances, devices and sites, as JSON. */
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req);
+/* GET /metrics: the process registry, then the infergate_worker_* metrics
+ * of every ready or draining instance, pulled now (500 ms at most) and
+ * labelled pool and instance (serve/federate.c). */
+void ig_gateway_metrics(ig_gateway_t *gw, ig_http_req_t *req);
+/* GET /: the status page, HTML with a script that polls /status. */
+void ig_gateway_page(ig_gateway_t *gw, ig_http_req_t *req);
 
 /*
  * Applies a new config to the running gateway without dropping a request

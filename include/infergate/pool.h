@@ -52,6 +52,7 @@ typedef struct {
     int max_waiting;
     int max_prompt_tokens;     /* worker --max-prompt-tokens; 0 = the model's context */
     const char *log_level;     /* passed to workers; NULL = info */
+    const char *quantize;      /* worker --quantize (models[].quantize); NULL = none */
     uint64_t ready_timeout_ms; /* a starting instance that is not ready by then is killed
                                   and restarted (default 120000) */
     uint64_t load_poll_ms;     /* GET /load period while ready (default 500) */

@@ -85,6 +85,13 @@ typedef struct {
 
     int inflight; /* attempts this gateway has in flight on it */
 
+    /* prefix cache (docs/routing.md, "Prefix-aware routing"): the prompt
+     * tokens of the request being routed that this upstream is believed to
+     * hold, set by the caller before ig_router_pick (prefill counts only
+     * the rest); its KV blocks, as its /load reports them (0 = unknown) */
+    int cached_tokens;
+    int kv_blocks;
+
     /* health: outlier ejection with half-open recovery */
     int consecutive_failures;
     int ejections;             /* consecutive ejections, for the backoff */

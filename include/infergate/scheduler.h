@@ -80,6 +80,15 @@ typedef struct {
      * the clock uv_hrtime() reads. */
     uint64_t (*now_ns)(void *data);
     void *now_data;
+    /* Automatic prefix caching (1, the default): full KV blocks are kept
+     * under their chained hash (infergate/prefix.h, seeded with
+     * prefix_seed, a worker's ig_prefix_seed(model name)); a sequence whose
+     * leading blocks are cached skips their prefill, and admission counts
+     * only the blocks it does not find. Blocks nobody holds stay cached in
+     * an LRU until a block is needed. A request with prompt logprobs (echo)
+     * computes its whole prompt, but its blocks are cached too. */
+    int prefix_cache;
+    uint64_t prefix_seed;
 } ig_sched_opts_t;
 
 void ig_sched_opts_default(ig_sched_opts_t *opts);
@@ -166,6 +175,19 @@ void ig_sched_pause(ig_sched_t *s, uint64_t id, int paused);
  * of the engine (the sequences of that batch then finish with ERROR). */
 int ig_sched_step(ig_sched_t *s);
 
+/*
+ * How many leading full blocks of tokens[0 .. ntok) are cached now, in
+ * blocks (multiply by block_size for tokens): what a router asks before it
+ * sends a prompt. Safe from any thread; it takes the scheduler's lock
+ * while it reads the table (prompts of thousands of tokens: microseconds).
+ */
+int ig_sched_prefix_match(ig_sched_t *s, const int *tokens, int ntok);
+
+/* The same for a prompt given as its block hashes (ig_prefix_hashes with
+ * this scheduler's prefix_seed and block size): how many of hashes[0 .. n)
+ * are cached, as a leading run. Any thread. */
+int ig_sched_prefix_match_hashes(ig_sched_t *s, const uint64_t *hashes, int n);
+
 /* Calls cb for each queued event in order, then frees them. Returns the
  * number of events. */
 int ig_sched_drain(ig_sched_t *s, ig_sched_event_cb cb, void *data);
@@ -185,6 +207,14 @@ typedef struct {
     uint64_t preemptions_total;
     uint64_t finished_total[IG_FINISH_ERROR + 1]; /* by ig_finish_t */
     uint64_t rejected_total;                      /* submit -> IG_EFULL */
+    /* Prefix cache: prompt tokens looked up at a sequence's first admission,
+     * and those found cached (recomputes after preemption excluded); blocks
+     * committed now (held or cached); cached blocks evicted for reuse. */
+    uint64_t prefix_queried_tokens_total;
+    uint64_t prefix_hit_tokens_total;
+    int prefix_cached_blocks;
+    uint64_t prefix_evictions_total;
+    int block_size;
 } ig_sched_stats_t;
 
 void ig_sched_stats(ig_sched_t *s, ig_sched_stats_t *out);

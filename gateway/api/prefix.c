@@ -1,0 +1,135 @@
+/*
+ * Block hashes of the prefix cache (include/infergate/prefix.h). The mixer
+ * is splitmix64's finaliser, applied once per token and once per block
+ * (over the block's length), so a token's place in the block matters and a
+ * block never hashes like its parent.
+ */
+#include "infergate/prefix.h"
+
+#include "infergate/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+uint64_t ig_prefix_seed(const char *model_id)
+{
+    /* FNV-1a over the id, then mixed: a short name still spreads. */
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)(model_id ? model_id : ""); *p; p++)
+        h = (h ^ *p) * 0x100000001b3ULL;
+    return mix64(h ^ 0x7072656669780001ULL); /* "prefix", format 1 */
+}
+
+uint64_t ig_prefix_block_hash(uint64_t parent, const int32_t *tokens, int n)
+{
+    uint64_t h = parent;
+    for (int i = 0; i < n; i++)
+        h = mix64(h + 0x9e3779b97f4a7c15ULL + (uint64_t)(uint32_t)tokens[i]);
+    return mix64(h ^ ((uint64_t)(uint32_t)n << 32));
+}
+
+int ig_prefix_hashes(uint64_t seed, const int32_t *tokens, int ntok, int block_size,
+                     uint64_t *out, int cap)
+{
+    if (block_size <= 0 || ntok <= 0 || cap <= 0)
+        return 0;
+    int n = ntok / block_size;
+    if (n > cap)
+        n = cap;
+    uint64_t h = seed;
+    for (int i = 0; i < n; i++) {
+        h = ig_prefix_block_hash(h, tokens + (size_t)i * block_size, block_size);
+        out[i] = h;
+    }
+    return n;
+}
+
+void ig_prefix_hash_hex(uint64_t h, char out[17])
+{
+    static const char hex[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; i--, h >>= 4)
+        out[i] = hex[h & 15];
+    out[16] = 0;
+}
+
+int ig_prefix_hash_parse(const char *s, size_t len, uint64_t *h)
+{
+    if (!s || len != 16)
+        return IG_EINVAL;
+    uint64_t v = 0;
+    for (size_t i = 0; i < 16; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9'   ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                       : -1;
+        if (d < 0)
+            return IG_EINVAL;
+        v = v << 4 | (uint64_t)d;
+    }
+    *h = v;
+    return 0;
+}
+
+/* ---- a request's prompt tokens ------------------------------------------- */
+
+/* Copies v into a new int array. */
+static int ids_of(const ig_tokvec_t *v, int **ids, int *n)
+{
+    *ids = malloc(sizeof(int) * (v->len ? v->len : 1));
+    if (!*ids)
+        return IG_ENOMEM;
+    for (size_t i = 0; i < v->len; i++)
+        (*ids)[i] = v->ids[i];
+    *n = (int)v->len;
+    return 0;
+}
+
+int ig_prefix_prompt_tokens(const ig_tokenizer_t *tok, ig_chat_style_t style,
+                            const ig_api_request_t *r, int index, int **ids, int *n, char *err,
+                            size_t errlen)
+{
+    *ids = NULL;
+    *n = 0;
+    if (r->kind != IG_API_CHAT && (index < 0 || index >= r->nprompts))
+        return IG_EINVAL;
+    if (r->kind != IG_API_CHAT && r->prompts[index].text == NULL) {
+        const ig_api_prompt_t *p = &r->prompts[index];
+        *ids = malloc(sizeof(int) * (size_t)(p->nids ? p->nids : 1));
+        if (!*ids)
+            return IG_ENOMEM;
+        memcpy(*ids, p->ids, sizeof(int) * (size_t)p->nids);
+        *n = p->nids;
+        return 0;
+    }
+    ig_tokvec_t v;
+    ig_tokvec_init(&v);
+    int rc;
+    if (r->kind == IG_API_CHAT) {
+        ig_chat_msg_t *m = calloc((size_t)(r->nmessages ? r->nmessages : 1), sizeof(*m));
+        if (!m)
+            return IG_ENOMEM;
+        for (int i = 0; i < r->nmessages; i++) {
+            m[i].role =
+                strcmp(r->messages[i].role, "developer") == 0 ? "system" : r->messages[i].role;
+            m[i].content = r->messages[i].content;
+            m[i].content_len = strlen(r->messages[i].content);
+        }
+        rc = ig_chat_encode(style, tok, m, (size_t)r->nmessages, 1, &v, err, errlen);
+        free(m);
+    } else {
+        const ig_api_prompt_t *p = &r->prompts[index];
+        rc = ig_tokenizer_encode(tok, p->text, p->text_len, IG_TOKENIZER_ADD_BOS, &v);
+    }
+    if (rc == 0)
+        rc = ids_of(&v, ids, n);
+    ig_tokvec_dispose(&v);
+    return rc;
+}
