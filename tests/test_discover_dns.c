@@ -113,6 +113,37 @@ static int wait_view(int port, int ready, const char *ip, const char *want, char
     return -1;
 }
 
+/* dnsmasq: only the hosts file, no cache, answers on a loopback port. */
+static void start_dns(ig_proc_t *dns, int dport)
+{
+    char portf[32], hostsf[200];
+    snprintf(portf, sizeof(portf), "--port=%d", dport);
+    snprintf(hostsf, sizeof(hostsf), "--addn-hosts=%s", hosts_path);
+    char *dargv[] = {DNSMASQ,
+                     "--keep-in-foreground",
+                     "--conf-file=/dev/null",
+                     portf,
+                     "--listen-address=127.0.0.1",
+                     "--bind-interfaces",
+                     "--no-resolv",
+                     "--no-hosts",
+                     hostsf,
+                     "--cache-size=0",
+                     "--local-ttl=0",
+                     "--pid-file=",
+                     "--user=root",
+                     NULL};
+    assert_int_equal(ig_proc_start(dns, dargv, IG_PROC_QUIET), 0);
+}
+
+static void need_dnsmasq(void)
+{
+    if (access(DNSMASQ, X_OK) != 0) {
+        fprintf(stderr, "dnsmasq not installed (scripts/deps.sh test)\n");
+        exit(77);
+    }
+}
+
 /* ---- the load --------------------------------------------------------------- */
 
 #define MAX_NAMES 8
@@ -176,10 +207,7 @@ static int nseen(load_t *l, int phase)
 static void test_pool_follows_dns(void **state)
 {
     (void)state;
-    if (access(DNSMASQ, X_OK) != 0) {
-        fprintf(stderr, "dnsmasq not installed (scripts/deps.sh test)\n");
-        exit(77);
-    }
+    need_dnsmasq();
     int wport = ig_proc_free_port(), dport = ig_proc_free_port(), gport = ig_proc_free_port();
     snprintf(hosts_path, sizeof(hosts_path), "%s/hosts", ig_gwf_run_dir);
 
@@ -199,28 +227,10 @@ static void test_pool_follows_dns(void **state)
         assert_true(accepts(ips[i], wport));
     }
 
-    /* dnsmasq: only the hosts file, no cache, answers on a loopback port. */
     int listed[NWORKERS + 1] = {1, 1, 0, 0};
     write_hosts(listed);
-    char portf[32], hostsf[200];
-    snprintf(portf, sizeof(portf), "--port=%d", dport);
-    snprintf(hostsf, sizeof(hostsf), "--addn-hosts=%s", hosts_path);
-    char *dargv[] = {DNSMASQ,
-                     "--keep-in-foreground",
-                     "--conf-file=/dev/null",
-                     portf,
-                     "--listen-address=127.0.0.1",
-                     "--bind-interfaces",
-                     "--no-resolv",
-                     "--no-hosts",
-                     hostsf,
-                     "--cache-size=0",
-                     "--local-ttl=0",
-                     "--pid-file=",
-                     "--user=root",
-                     NULL};
     ig_proc_t dns;
-    assert_int_equal(ig_proc_start(&dns, dargv, IG_PROC_QUIET), 0);
+    start_dns(&dns, dport);
 
     char cfg[1024];
     snprintf(cfg, sizeof(cfg),
@@ -304,6 +314,66 @@ static void test_pool_follows_dns(void **state)
     unlink(cfg_path);
 }
 
+/* A request that arrives while the only listed instance is still starting
+ * is held, and served as soon as that instance is ready (not at the hold's
+ * timeout): a discovered pool's ready instance retries the held requests. */
+static void test_held_until_discovered_ready(void **state)
+{
+    (void)state;
+    need_dnsmasq();
+    int wport = ig_proc_free_port(), dport = ig_proc_free_port(), gport = ig_proc_free_port();
+    snprintf(hosts_path, sizeof(hosts_path), "%s/hosts", ig_gwf_run_dir);
+    int listed[NWORKERS + 1] = {1, 0, 0, 0};
+    write_hosts(listed);
+    ig_proc_t dns;
+    start_dns(&dns, dport);
+    char cfg[1024];
+    snprintf(cfg, sizeof(cfg),
+             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+             "\"models\":[{\"name\":\"tiny\"}],"
+             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
+             "\"discover\":{\"dns\":\"workers.test\",\"port\":%d,\"interval_s\":0.2,"
+             "\"resolver\":\"127.0.0.1:%d\"}}]}",
+             gport, wport, dport);
+    const char *cfg_path = ig_proc_temp_file(cfg, ".json");
+    ig_proc_t gw;
+    assert_int_equal(ig_gwf_serve(&gw, cfg_path, gport, "warn", 0, 20000, 0), 0);
+    char st[32], nm[96];
+    long long end = ig_tc_now_ms() + 10000;
+    while (ig_tc_now_ms() < end && (pool_view(gport, ips[0], st, sizeof(st), nm, sizeof(nm)) < 0 ||
+                                    strcmp(st, "starting") != 0))
+        usleep(50 * 1000);
+    assert_string_equal(st, "starting");
+
+    ig_tc_t *tc = ig_tc_connect(gport);
+    assert_non_null(tc);
+    assert_int_equal(ig_gwf_send_completion(tc), 0);
+    usleep(500 * 1000); /* held: nothing serves yet */
+    char listen[64];
+    snprintf(listen, sizeof(listen), "%s:%d", ips[0], wport);
+    const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
+                          listen,   "--name",  "tiny",           "--threads", "1",   NULL};
+    ig_proc_t w;
+    long long t0 = ig_tc_now_ms();
+    assert_int_equal(ig_proc_start_bin(&w, "infergate", args, IG_PROC_QUIET), 0);
+    ig_tc_response_t r;
+    assert_int_equal(ig_tc_read_response(tc, &r, 20000), 0);
+    long long waited = ig_tc_now_ms() - t0;
+    fprintf(stderr, "held request answered %lld ms after the worker started\n", waited);
+    assert_int_equal(r.status, 200);
+    assert_true(waited < 15000); /* the hold lasts 30 s: not its timeout */
+    ig_tc_response_free(&r);
+    ig_tc_close(tc);
+
+    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
+    ig_proc_dispose(&gw);
+    ig_proc_stop(&w, SIGTERM, 10000);
+    ig_proc_dispose(&w);
+    ig_proc_stop(&dns, SIGTERM, 10000);
+    ig_proc_dispose(&dns);
+    unlink(cfg_path);
+}
+
 /* Without a resolver the system's resolves (uv_getaddrinfo): "localhost"
  * from /etc/hosts, with a worker on 127.0.0.1. */
 static void test_system_resolver(void **state)
@@ -343,6 +413,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_follows_dns),
+        cmocka_unit_test(test_held_until_discovered_ready),
         cmocka_unit_test(test_system_resolver),
     };
     return cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);

@@ -78,8 +78,13 @@ static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
     publish_instances(gw, pool);
     if (gw->scaler != NULL)
         ig_scaler_pool_event(gw->scaler, pool, inst);
-    if (inst != NULL && ig_instance_state(inst) == IG_INSTANCE_READY)
+    if (inst != NULL && ig_instance_state(inst) == IG_INSTANCE_READY) {
         kick_versions(gw, pool);
+        /* The scaler retries held requests for the pools it drives; a
+         * discovered pool's new instance must do it here. */
+        if (ig_pool_discovered(pool))
+            ig_proxy_kick(gw->proxy, ig_pool_model(pool));
+    }
 }
 
 /* ---- model versions (a rollout) ----------------------------------------- */
@@ -203,6 +208,11 @@ static void kick_versions(ig_gateway_t *gw, ig_pool_t *pool)
     char key[512];
     snprintf(key, sizeof(key), "%s@%s", ig_pool_model(pool), v);
     ig_proxy_kick(gw->proxy, key);
+}
+
+void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool)
+{
+    kick_versions(gw, pool);
 }
 
 static int resolve(void *data, const char *key, ig_proxy_target_t *out, int max, int *starting)
@@ -827,8 +837,8 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     if (pm && ig_prefix_prompt_tokens(pm->tok, pm->style, &r, 0, &ids, &nids, NULL, 0) == 0) {
         int cap = nids / pm->block_size + 1;
         if ((hashes = malloc(sizeof(uint64_t) * (size_t)cap)) != NULL) {
-            call.nprefix = ig_prefix_hashes(ig_prefix_seed(r.model), ids, nids, pm->block_size,
-                                            hashes, cap);
+            call.nprefix =
+                ig_prefix_hashes(ig_prefix_seed(r.model), ids, nids, pm->block_size, hashes, cap);
             call.prefix_hashes = hashes;
             call.block_size = pm->block_size;
         }

@@ -83,9 +83,9 @@ int ig_keys_new(ig_keys_t **out, const ig_config_t *cfg)
                                         "Requests authenticated with each API key (by its "
                                         "name), by status.",
                                         "key,status");
-        m_tokens = ig_metrics_counter("infergate_key_tokens_total",
-                                      "Prompt and generated tokens charged to each API key.",
-                                      "key");
+        m_tokens =
+            ig_metrics_counter("infergate_key_tokens_total",
+                               "Prompt and generated tokens charged to each API key.", "key");
         m_limited = ig_metrics_counter("infergate_key_limited_total",
                                        "Requests refused by a key's limit (requests, tokens, "
                                        "model).",

@@ -168,6 +168,7 @@ static void switch_pool(reload_t *r, swap_t *sw)
     if (sw->prev != NULL && retire_pool(r, sw->prev) != 0)
         ig_pool_close(sw->prev, 5000, on_retired_closed, NULL); /* no memory to wait */
     ig_proxy_kick(gw->proxy, ig_pool_model(sw->next));
+    ig__gateway_kick_versions(gw, sw->next);
 }
 
 static int pool_stopped(ig_pool_t *pool)

@@ -64,7 +64,7 @@ struct ig_serve_s {
     struct retired_s {
         ig_config_t cfg;
         ig_keys_t *keys;
-    } *retired;
+    } * retired;
     size_t nretired;
 };
 
@@ -265,8 +265,8 @@ static int reload(ig_serve_t *s, const char *trigger, char *summary, size_t slen
     if (s->tls && s->server != NULL) {
         char terr[512];
         if (tls_load(s, terr, sizeof(terr)) != 0)
-            IG_ERROR("reload (%s): certificate not reloaded, the old one stays in use: %s",
-                     trigger, terr);
+            IG_ERROR("reload (%s): certificate not reloaded, the old one stays in use: %s", trigger,
+                     terr);
         else
             IG_INFO("reload (%s): reloaded %s; new connections use it", trigger,
                     s->cfg.tls.cert_file);
@@ -641,8 +641,8 @@ int ig_cmd_serve(int argc, char **argv)
     if (a.check_config) {
         /* What a deployment pipeline (or a ConfigMap's test) runs: the
          * same checks as a start, and nothing started. */
-        printf("%s: ok (region %s, %zu models, %zu pools, %zu sites)\n", s.cfg.source,
-               s.cfg.region, s.cfg.nmodels, s.cfg.npools, s.cfg.nsites);
+        printf("%s: ok (region %s, %zu models, %zu pools, %zu sites)\n", s.cfg.source, s.cfg.region,
+               s.cfg.nmodels, s.cfg.npools, s.cfg.nsites);
         ig_config_dispose(&s.cfg);
         return IG_EXIT_OK;
     }
