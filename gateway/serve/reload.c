@@ -89,13 +89,24 @@ static void finish(reload_t *r)
 
 /* ---- draining what goes ------------------------------------------------- */
 
-static int push(void ***arr, int *n, void *item)
+static int push_pool(reload_t *r, ig_pool_t *pool)
 {
-    void **grown = realloc(*arr, (size_t)(*n + 1) * sizeof(void *));
+    ig_pool_t **grown = realloc(r->retiring, (size_t)(r->nretiring + 1) * sizeof(*grown));
     if (grown == NULL)
         return IG_ENOMEM;
-    grown[(*n)++] = item;
-    *arr = grown;
+    grown[r->nretiring++] = pool;
+    r->retiring = grown;
+    return 0;
+}
+
+static int push_site(reload_t *r, ig_site_t *site)
+{
+    ig_site_t **grown =
+        realloc(r->retiring_sites, (size_t)(r->nretiring_sites + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return IG_ENOMEM;
+    grown[r->nretiring_sites++] = site;
+    r->retiring_sites = grown;
     return 0;
 }
 
@@ -118,14 +129,14 @@ static int retire_pool(reload_t *r, ig_pool_t *pool)
     IG_INFO("reload: pool %s (old instances) drains: %d ready", ig_pool_name(pool),
             ig_pool_count(pool, IG_INSTANCE_READY));
     drain_pool(pool);
-    return push((void ***)&r->retiring, &r->nretiring, pool);
+    return push_pool(r, pool);
 }
 
 static int retire_site(reload_t *r, ig_site_t *site)
 {
     ig_site_route(site)->draining = 1; /* the router sends it nothing new */
     IG_INFO("reload: site %s drains", ig_site_name(site));
-    return push((void ***)&r->retiring_sites, &r->nretiring_sites, site);
+    return push_site(r, site);
 }
 
 static void on_retired_closed(void *data)
@@ -360,7 +371,8 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
             kept = pools[k] == old;
         if (!kept) {
             append(summary, summary_len, "removed pool", ig_pool_name(old));
-            retire_pool(r, old);
+            if (retire_pool(r, old) != 0)
+                ig_pool_close(old, 5000, on_retired_closed, NULL); /* no memory to wait */
         }
     }
     for (int s = 0; s < nswaps; s++)
@@ -392,7 +404,8 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
             continue;
         }
         append(summary, summary_len, ns ? "replacing site" : "removed site", ig_site_name(site));
-        retire_site(r, site);
+        if (retire_site(r, site) != 0)
+            ig_site_close(site, on_retired_closed, NULL);
     }
     for (size_t i = 0; i < next->nsites; i++) {
         const ig_config_site_t *cs = &next->sites[i];
