@@ -258,10 +258,18 @@ static void test_invalid_config_refused(void **state)
     assert_non_null(strstr(r.body, "pools[0].model: unknown model 'nope'"));
     ig_tc_response_free(&r);
 
+    /* Valid, but its model directory holds no model: refused by the
+     * gateway before anything starts, the running config restored. */
+    write_config(config_path, sizeof(config_path), port, "/nonexistent/model");
+    assert_int_equal(ig_gwf_post(port, "/admin/reload", "{}", &r, 10000), 0);
+    assert_int_equal(r.status, 400);
+    assert_non_null(strstr(r.body, "has no config.json"));
+    ig_tc_response_free(&r);
+
     static const char syntax[] = "{\"region\": ";
     assert_int_equal(ig_tf_write(config_path, syntax, sizeof(syntax) - 1), 0);
     assert_int_equal(kill(gw_proc.pid, SIGHUP), 0);
-    assert_int_equal(wait_reloads(port, "invalid", 2, 10000), 0);
+    assert_int_equal(wait_reloads(port, "invalid", 3, 10000), 0);
 
     assert_int_equal(complete_text(port, after, sizeof(after)), 200);
     assert_string_equal(before, after);

@@ -3,6 +3,7 @@
  * backoff, drain and stop (see include/infergate/pool.h).
  */
 #include "infergate/pool.h"
+#include "infergate/discover.h"
 #include "infergate/error.h"
 #include "infergate/load.h"
 #include "infergate/log.h"
@@ -51,8 +52,10 @@ struct ig_instance_s {
     void *poll_data;         /* its poll_t, freed here when it is cancelled */
     uint64_t poll_sent_ns;
     ig_router_upstream_t route;
-    ig_load_t load; /* the last /load report */
-    int in_use;     /* this device slot holds an instance */
+    ig_load_t load;     /* the last /load report */
+    int in_use;         /* this device slot holds an instance */
+    int remote;         /* a discovered instance: an address, no process */
+    int remote_closing; /* its client is closing; the slot frees after */
 };
 
 struct ig_pool_s {
@@ -68,6 +71,10 @@ struct ig_pool_s {
     uv_timer_t kill_timer;
     void (*close_cb)(void *data);
     void *close_data;
+    /* pools[].discover: the slots hold remote instances found in DNS */
+    int remote;
+    ig_discover_t *discover;
+    ig_upstream_opts_t uo; /* for the clients of instances found later */
 };
 
 static const char *state_names[] = {"stopped", "starting", "ready", "draining", "backoff"};
@@ -106,6 +113,8 @@ static void set_state(ig_instance_t *in, ig_instance_state_t s)
 static void instance_spawn(ig_instance_t *in);
 static void schedule_poll(ig_instance_t *in, uint64_t ms);
 static void poll_cancel(ig_instance_t *in);
+static void remote_drain_tick(ig_instance_t *in);
+static int remote_pool_start(ig_pool_t *p);
 
 /* ---- polling /ready and /load -------------------------------------------- */
 
@@ -174,7 +183,8 @@ static void poll_on_done(ig_upstream_req_t *r, int err, void *data)
             ig_router_observe_probe_rtt(in->pool->spec.router, &in->route,
                                         (double)(now - in->poll_sent_ns) / 1e9, now);
             schedule_poll(in, 0);
-        } else if ((now - in->started_ns) / 1000000ULL > in->pool->spec.ready_timeout_ms) {
+        } else if (!in->remote &&
+                   (now - in->started_ns) / 1000000ULL > in->pool->spec.ready_timeout_ms) {
             IG_WARN("instance %s: not ready after %llu ms; restarting", in->name,
                     (unsigned long long)in->pool->spec.ready_timeout_ms);
             uv_process_kill(&in->proc, SIGKILL);
@@ -237,6 +247,10 @@ static void on_instance_timer(uv_timer_t *t)
         break;
     case IG_INSTANCE_DRAINING: {
         uint64_t now = uv_hrtime();
+        if (in->remote) {
+            remote_drain_tick(in);
+            break;
+        }
         if (!in->proc_alive || in->releasing)
             break; /* exited: the close callback frees the slot */
         if (in->term_sent) {
@@ -512,6 +526,8 @@ static void spec_free(ig_pool_t *p)
     free((char *)p->spec.exe);
     free((char *)p->spec.run_dir);
     free((char *)p->spec.log_level);
+    free((char *)p->spec.discover_dns);
+    free((char *)p->spec.discover_resolver);
     free((char *)p->spec.quantize);
     for (int i = 0; i < p->spec.ndevices; i++)
         free(p->devices[i]);
@@ -532,6 +548,8 @@ static void pool_free(ig_pool_t *p)
 int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, ig_pool_event_cb cb,
                   void *data)
 {
+    if (spec->discover_dns != NULL)
+        return ig__pool_start_discovered(out, loop, spec, cb, data);
     if (spec->ndevices <= 0 || spec->min_instances < 0 || spec->min_instances > spec->ndevices)
         return IG_EINVAL;
     ig_pool_t *p = calloc(1, sizeof(*p));
@@ -546,6 +564,7 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
     copy_str(&p->spec.run_dir, spec->run_dir);
     copy_str(&p->spec.log_level, spec->log_level);
     copy_str(&p->spec.quantize, spec->quantize);
+    p->spec.discover_resolver = NULL; /* a local pool: only for discovered ones */
     p->devices = calloc(spec->ndevices, sizeof(char *));
     p->inst = calloc(spec->ndevices, sizeof(ig_instance_t));
     int rc = IG_ENOMEM;
@@ -677,9 +696,14 @@ void ig_pool_close(ig_pool_t *p, uint64_t grace_ms, void (*cb)(void *data), void
             uv_process_kill(&in->proc, SIGTERM);
             alive = 1;
         }
-        p->open_handles++;
-        ig_upstream_close(in->client, on_client_closed, p);
+        if (in->client != NULL) { /* a remote slot without an address has none */
+            p->open_handles++;
+            ig_upstream_close(in->client, on_client_closed, p);
+            in->client = NULL;
+        }
     }
+    ig_discover_close(p->discover);
+    p->discover = NULL;
     if (alive) {
         uv_timer_init(p->loop, &p->kill_timer);
         p->kill_timer.data = p;
@@ -727,6 +751,8 @@ int ig_pool_in_use(const ig_pool_t *p)
 
 int ig_pool_free_devices(const ig_pool_t *p)
 {
+    if (p->remote)
+        return 0; /* its instances are found, not started */
     int used = ig_pool_in_use(p);
     int cap = p->spec.max_instances < p->spec.ndevices ? p->spec.max_instances : p->spec.ndevices;
     return cap > used ? cap - used : 0;
@@ -768,7 +794,7 @@ int ig_pool_live(const ig_pool_t *p)
 
 int ig_pool_scale_up(ig_pool_t *p)
 {
-    if (p->closing)
+    if (p->closing || p->remote)
         return IG_EBUSY;
     ig_instance_t *back = undrainable(p);
     if (back != NULL) {
@@ -879,4 +905,238 @@ ig_router_upstream_t *ig_instance_route(ig_instance_t *in)
 const ig_load_t *ig_instance_load(const ig_instance_t *in)
 {
     return &in->load;
+}
+
+/* ---- remote instances: pools[].discover ------------------------------------
+ *
+ * A discovered pool's slots hold no processes: each is an address from the
+ * pool's DNS name (gateway/fleet/discover.c), an upstream over TCP probed
+ * and routed like a local worker. An address that appears takes a free
+ * slot in state starting, and gets traffic once its /ready answers 200
+ * (probed every 100 ms for as long as it is listed); one that disappears
+ * drains: no new requests, and its client is closed once the gateway's
+ * requests on it have ended (or after the drain timeout), which frees the
+ * slot. An address listed again while it drains serves again at once.
+ */
+
+static void on_remote_client_closed(void *data)
+{
+    ig_instance_t *in = data;
+    ig_pool_t *p = in->pool;
+    in->remote_closing = 0;
+    in->in_use = 0;
+    p->open_handles--;
+    if (!p->closing && p->cb != NULL)
+        p->cb(p, in, p->cb_data); /* the slot is free */
+    pool_maybe_closed(p);
+}
+
+static void remote_release(ig_instance_t *in)
+{
+    ig_pool_t *p = in->pool;
+    poll_cancel(in);
+    uv_timer_stop(&in->timer);
+    set_state(in, IG_INSTANCE_STOPPED);
+    ig_upstream_t *c = in->client;
+    in->client = NULL;
+    if (c == NULL) {
+        in->in_use = 0;
+        return;
+    }
+    in->remote_closing = 1;
+    p->open_handles++;
+    ig_upstream_close(c, on_remote_client_closed, in);
+}
+
+static void remote_drain_tick(ig_instance_t *in)
+{
+    uint64_t now = uv_hrtime();
+    if (in->route.inflight == 0 || now - in->drain_ns > DRAIN_TIMEOUT_NS) {
+        if (in->route.inflight == 0)
+            IG_INFO("instance %s (%s): drained; released", in->name, in->device);
+        else
+            IG_WARN("instance %s (%s): %d requests still in flight after the drain timeout; "
+                    "released",
+                    in->name, in->device, in->route.inflight);
+        remote_release(in);
+        return;
+    }
+    uv_timer_start(&in->timer, on_instance_timer, 100, 0);
+}
+
+static int remote_attach(ig_pool_t *p, const char *addr)
+{
+    ig_instance_t *in = NULL;
+    for (int i = 0; i < p->spec.ndevices && in == NULL; i++) {
+        if (!p->inst[i].in_use && !p->inst[i].remote_closing)
+            in = &p->inst[i];
+    }
+    if (in == NULL)
+        return IG_EFULL;
+    snprintf(in->device, sizeof(in->device), "%s", addr);
+    if (strchr(addr, ':') != NULL)
+        snprintf(in->listen, sizeof(in->listen), "[%s]:%d", addr, p->spec.discover_port);
+    else
+        snprintf(in->listen, sizeof(in->listen), "%s:%d", addr, p->spec.discover_port);
+    int rc = ig_upstream_start(&in->client, p->loop, in->name, in->listen, &p->uo);
+    if (rc != 0)
+        return rc;
+    ig_router_upstream_init(&in->route, in->name, IG_ROUTER_LOCAL);
+    in->route.slots = p->spec.max_num_seqs > 0 ? p->spec.max_num_seqs : 256;
+    ig_load_dispose(&in->load);
+    ig_load_init(&in->load);
+    in->in_use = 1;
+    in->started_ns = uv_hrtime();
+    in->ready_ns = 0;
+    in->stop_requested = 0;
+    in->term_sent = 0;
+    IG_INFO("instance %s: discovered at %s; probing /ready", in->name, in->listen);
+    set_state(in, IG_INSTANCE_STARTING);
+    schedule_poll(in, 0);
+    return 0;
+}
+
+static ig_instance_t *remote_find(ig_pool_t *p, const char *addr)
+{
+    for (int i = 0; i < p->spec.ndevices; i++) {
+        ig_instance_t *in = &p->inst[i];
+        if (in->in_use && !in->remote_closing && in->state != IG_INSTANCE_STOPPED &&
+            strcmp(in->device, addr) == 0)
+            return in;
+    }
+    return NULL;
+}
+
+/* One authoritative answer for the pool's name: the whole set. */
+static void on_discovered(void *data, const char *const *addrs, int n)
+{
+    ig_pool_t *p = data;
+    if (p->closing)
+        return;
+    for (int i = 0; i < p->spec.ndevices; i++) {
+        ig_instance_t *in = &p->inst[i];
+        if (!in->in_use || in->remote_closing || in->state == IG_INSTANCE_STOPPED ||
+            in->state == IG_INSTANCE_DRAINING)
+            continue;
+        int listed = 0;
+        for (int k = 0; k < n && !listed; k++)
+            listed = strcmp(addrs[k], in->device) == 0;
+        if (!listed) {
+            IG_INFO("instance %s: %s is no longer in %s; draining", in->name, in->device,
+                    p->spec.discover_dns);
+            ig_pool_drain(p, i);
+        }
+    }
+    for (int k = 0; k < n; k++) {
+        ig_instance_t *in = remote_find(p, addrs[k]);
+        if (in != NULL && in->state == IG_INSTANCE_DRAINING && in->ready_ns != 0) {
+            IG_INFO("instance %s: %s is listed again; serving again", in->name, in->device);
+            set_state(in, IG_INSTANCE_READY);
+            schedule_poll(in, 0);
+            continue;
+        }
+        if (in != NULL)
+            continue;
+        int rc = remote_attach(p, addrs[k]);
+        if (rc == IG_EFULL)
+            IG_WARN("pool %s: %s has more addresses than max_instances (%d); %s left out",
+                    p->spec.name, p->spec.discover_dns, p->spec.ndevices, addrs[k]);
+        else if (rc != 0)
+            IG_WARN("pool %s: %s: %s", p->spec.name, addrs[k], ig_strerror(rc));
+    }
+}
+
+int ig__pool_start_discovered(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec,
+                              ig_pool_event_cb cb, void *data)
+{
+    int slots = spec->max_instances > 0 ? spec->max_instances : 64;
+    if (spec->discover_port <= 0 || spec->discover_port > 65535)
+        return IG_EINVAL;
+    ig_pool_t *p = calloc(1, sizeof(*p));
+    if (p == NULL)
+        return IG_ENOMEM;
+    p->loop = loop;
+    p->remote = 1;
+    p->spec = *spec;
+    p->spec.ndevices = slots;
+    p->spec.min_instances = 0;
+    p->spec.max_instances = slots;
+    copy_str(&p->spec.name, spec->name);
+    copy_str(&p->spec.model, spec->model);
+    copy_str(&p->spec.model_dir, spec->model_dir);
+    copy_str(&p->spec.exe, spec->exe);
+    copy_str(&p->spec.run_dir, spec->run_dir);
+    copy_str(&p->spec.log_level, spec->log_level);
+    copy_str(&p->spec.quantize, spec->quantize);
+    copy_str(&p->spec.discover_dns, spec->discover_dns);
+    copy_str(&p->spec.discover_resolver, spec->discover_resolver);
+    if (spec->upstream != NULL)
+        p->uo = *spec->upstream;
+    else
+        ig_upstream_opts_default(&p->uo);
+    p->spec.upstream = NULL;
+    if (p->spec.load_poll_ms == 0)
+        p->spec.load_poll_ms = 500;
+    p->devices = calloc((size_t)slots, sizeof(char *));
+    p->inst = calloc((size_t)slots, sizeof(ig_instance_t));
+    int rc = IG_ENOMEM;
+    if (p->devices == NULL || p->inst == NULL || p->spec.discover_dns == NULL)
+        goto fail;
+    for (int i = 0; i < slots; i++) {
+        if ((p->devices[i] = strdup("dns")) == NULL)
+            goto fail;
+    }
+    p->spec.devices = (const char *const *)p->devices;
+    p->cb = cb;
+    p->cb_data = data;
+    for (int i = 0; i < slots; i++) {
+        ig_instance_t *in = &p->inst[i];
+        in->pool = p;
+        in->index = i;
+        in->remote = 1;
+        snprintf(in->name, sizeof(in->name), "%s/%d", spec->name, i);
+        snprintf(in->device, sizeof(in->device), "dns:%s", spec->discover_dns);
+        ig_router_upstream_init(&in->route, in->name, IG_ROUTER_LOCAL);
+        ig_load_init(&in->load);
+    }
+    for (int i = 0; i < slots; i++) {
+        uv_timer_init(loop, &p->inst[i].timer);
+        p->inst[i].timer.data = &p->inst[i];
+        p->open_handles++;
+    }
+    if ((rc = remote_pool_start(p)) != 0) {
+        ig_pool_close(p, 0, NULL, NULL);
+        return rc;
+    }
+    *out = p;
+    return 0;
+fail:
+    pool_free(p);
+    return rc;
+}
+
+static int remote_pool_start(ig_pool_t *p)
+{
+    ig_discover_spec_t ds;
+    memset(&ds, 0, sizeof(ds));
+    ds.name = p->spec.discover_dns;
+    ds.interval_ms = p->spec.discover_interval_ms;
+    ds.resolver = p->spec.discover_resolver;
+    int rc = ig_discover_start(&p->discover, p->loop, &ds, on_discovered, p);
+    if (rc == 0)
+        IG_INFO("pool %s: instances from DNS %s%s%s, port %d, every %llu ms", p->spec.name, ds.name,
+                ds.resolver ? " at " : "", ds.resolver ? ds.resolver : "", p->spec.discover_port,
+                (unsigned long long)ds.interval_ms);
+    return rc;
+}
+
+void ig_pool_discover_stop(ig_pool_t *p)
+{
+    ig_discover_close(p->discover);
+    p->discover = NULL;
+}
+
+int ig_pool_discovered(const ig_pool_t *p)
+{
+    return p->remote;
 }

@@ -434,24 +434,13 @@ static int parse_queue_wait(ctx_t *c, json_t *limits, ig_config_limits_t *l)
 
 static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
-    static const char *const keys[] = {"max_request_line",
-                                       "max_header_bytes",
-                                       "max_headers",
-                                       "max_body_bytes",
-                                       "header_timeout_ms",
-                                       "body_timeout_ms",
-                                       "idle_timeout_ms",
-                                       "max_connections",
-                                       "max_pipeline",
-                                       "write_buffer_bytes",
-                                       "max_buffered_bytes",
-                                       "max_chunk_ext_bytes",
-                                       "max_chunk_ext_total",
-                                       "drain_timeout_ms",
-                                       "drain_grace_ms",
-                                       "max_prompt_tokens",
-                                       "max_queue_wait_ms",
-                                       NULL};
+    static const char *const keys[] = {
+        "max_request_line",    "max_header_bytes",   "max_headers",
+        "max_body_bytes",      "header_timeout_ms",  "body_timeout_ms",
+        "idle_timeout_ms",     "max_connections",    "max_pipeline",
+        "write_buffer_bytes",  "max_buffered_bytes", "max_chunk_ext_bytes",
+        "max_chunk_ext_total", "drain_timeout_ms",   "drain_grace_ms",
+        "max_prompt_tokens",   "max_queue_wait_ms",  NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
     const char *p = "limits";
@@ -681,8 +670,8 @@ static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name",   "path",     "preset",
-                                       "version", "weight", "quantize", NULL};
+    static const char *const keys[] = {"name",   "path",     "preset", "version",
+                                       "weight", "quantize", NULL};
     ig_config_model_t *mod = &cfg->models[idx];
     char q[PATH_MAX_LEN];
     char *raw = NULL;
@@ -950,9 +939,9 @@ static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_disc
 
 static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {
-        "name",          "model",    "devices",   "threads", "min_instances",
-        "max_instances", "batching", "autoscale", "version", NULL};
+    static const char *const keys[] = {"name",          "model",         "devices",  "threads",
+                                       "min_instances", "max_instances", "batching", "autoscale",
+                                       "version",       "discover",      NULL};
     ig_config_pool_t *pool = &cfg->pools[idx];
     char q[PATH_MAX_LEN];
     json_t *devs;
@@ -1325,9 +1314,8 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
 
 static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
-    static const char *const keys[] = {"region",  "listen", "models",   "pools", "sites",
-                                       "routing", "limits", "api_keys", "log",   "tls",
-                                       NULL};
+    static const char *const keys[] = {"region", "listen",   "models", "pools", "sites", "routing",
+                                       "limits", "api_keys", "log",    "tls",   NULL};
     char msg[256];
     int rc;
     if (!json_is_object(root))
@@ -1339,8 +1327,7 @@ static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
     if (ig_config_check_listen(cfg->listen, msg, sizeof(msg)) != 0)
         return fail(c, "listen", "%s", msg);
     if ((rc = parse_log(c, root, cfg)) || (rc = parse_limits(c, root, cfg)) ||
-        (rc = parse_routing(c, root, cfg)) ||
-        (rc = parse_lists(c, root, cfg)) ||
+        (rc = parse_routing(c, root, cfg)) || (rc = parse_lists(c, root, cfg)) ||
         (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)) ||
         (rc = parse_tls(c, root, cfg)))
         return rc;
@@ -1510,8 +1497,9 @@ int ig_config_pool_diff(const ig_config_t *a, const ig_config_pool_t *pa, const 
     const ig_config_model_t *mb = &b->models[pb->model_index];
     if (!same_str(pa->name, pb->name) || !same_str(pa->model, pb->model) ||
         !same_str(pa->version, pb->version) || !same_str(ma->path, mb->path) ||
-        pa->ndevices != pb->ndevices || pa->threads != pb->threads ||
-        pa->min_instances != pb->min_instances || pa->max_instances != pb->max_instances ||
+        !same_str(ma->quantize, mb->quantize) || pa->ndevices != pb->ndevices ||
+        pa->threads != pb->threads || pa->min_instances != pb->min_instances ||
+        pa->max_instances != pb->max_instances ||
         memcmp(&pa->batching, &pb->batching, sizeof(pa->batching)) != 0 ||
         a->limits.max_prompt_tokens != b->limits.max_prompt_tokens)
         return IG_CONFIG_POOL_RESTART;

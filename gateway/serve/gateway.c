@@ -80,8 +80,13 @@ static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
     publish_instances(gw, pool);
     if (gw->scaler != NULL)
         ig_scaler_pool_event(gw->scaler, pool, inst);
-    if (inst != NULL && ig_instance_state(inst) == IG_INSTANCE_READY)
+    if (inst != NULL && ig_instance_state(inst) == IG_INSTANCE_READY) {
         kick_versions(gw, pool);
+        /* The scaler retries held requests for the pools it drives; a
+         * discovered pool's new instance must do it here. */
+        if (ig_pool_discovered(pool))
+            ig_proxy_kick(gw->proxy, ig_pool_model(pool));
+    }
 }
 
 /* ---- model versions (a rollout) ----------------------------------------- */
@@ -205,6 +210,11 @@ static void kick_versions(ig_gateway_t *gw, ig_pool_t *pool)
     char key[512];
     snprintf(key, sizeof(key), "%s@%s", ig_pool_model(pool), v);
     ig_proxy_kick(gw->proxy, key);
+}
+
+void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool)
+{
+    kick_versions(gw, pool);
 }
 
 static int resolve(void *data, const char *key, ig_proxy_target_t *out, int max, int *starting)
@@ -358,6 +368,12 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     ps.router = ig_proxy_router(gw->proxy);
     ps.upstream = &uo; /* the same deadlines as sites */
     ps.generation = gw->generation;
+    if (cp->discover.dns != NULL) {
+        ps.discover_dns = cp->discover.dns;
+        ps.discover_port = cp->discover.port;
+        ps.discover_interval_ms = (uint64_t)(cp->discover.interval_s * 1000.0 + 0.5);
+        ps.discover_resolver = cp->discover.resolver;
+    }
     int rc = ig_pool_start(out, gw->loop, &ps, on_pool_event, gw);
     if (rc != 0) {
         snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
@@ -487,7 +503,9 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
             goto fail_started;
         ig_autoscale_params_t ap;
         ig__gateway_autoscale_params(&cfg->pools[i], &ap);
-        ig_scaler_add(gw->scaler, gw->pools[gw->npools], &ap);
+        /* A discovered pool is scaled by whatever runs its instances. */
+        if (cfg->pools[i].discover.dns == NULL)
+            ig_scaler_add(gw->scaler, gw->pools[gw->npools], &ap);
         gw->npools++;
     }
     for (size_t i = 0; i < cfg->nsites; i++) {

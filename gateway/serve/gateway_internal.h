@@ -92,6 +92,10 @@ int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errle
 int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, ig_pool_t **out,
                            char *err, size_t errlen);
 
+/* Retries the held requests of the pool's model version (a model with
+ * versions holds them under "name@version"). */
+void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool);
+
 /* 1 when the pool is one of gw->pools (routed). */
 int ig__gateway_routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool);
 

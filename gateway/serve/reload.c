@@ -89,13 +89,24 @@ static void finish(reload_t *r)
 
 /* ---- draining what goes ------------------------------------------------- */
 
-static int push(void ***arr, int *n, void *item)
+static int push_pool(reload_t *r, ig_pool_t *pool)
 {
-    void **grown = realloc(*arr, (size_t)(*n + 1) * sizeof(void *));
+    ig_pool_t **grown = realloc(r->retiring, (size_t)(r->nretiring + 1) * sizeof(*grown));
     if (grown == NULL)
         return IG_ENOMEM;
-    grown[(*n)++] = item;
-    *arr = grown;
+    grown[r->nretiring++] = pool;
+    r->retiring = grown;
+    return 0;
+}
+
+static int push_site(reload_t *r, ig_site_t *site)
+{
+    ig_site_t **grown =
+        realloc(r->retiring_sites, (size_t)(r->nretiring_sites + 1) * sizeof(*grown));
+    if (grown == NULL)
+        return IG_ENOMEM;
+    grown[r->nretiring_sites++] = site;
+    r->retiring_sites = grown;
     return 0;
 }
 
@@ -114,17 +125,18 @@ static int retire_pool(reload_t *r, ig_pool_t *pool)
 {
     if (r->gw->scaler != NULL)
         ig_scaler_remove(r->gw->scaler, pool);
+    ig_pool_discover_stop(pool); /* nothing new joins a pool that goes */
     IG_INFO("reload: pool %s (old instances) drains: %d ready", ig_pool_name(pool),
             ig_pool_count(pool, IG_INSTANCE_READY));
     drain_pool(pool);
-    return push((void ***)&r->retiring, &r->nretiring, pool);
+    return push_pool(r, pool);
 }
 
 static int retire_site(reload_t *r, ig_site_t *site)
 {
     ig_site_route(site)->draining = 1; /* the router sends it nothing new */
     IG_INFO("reload: site %s drains", ig_site_name(site));
-    return push((void ***)&r->retiring_sites, &r->nretiring_sites, site);
+    return push_site(r, site);
 }
 
 static void on_retired_closed(void *data)
@@ -160,13 +172,14 @@ static void switch_pool(reload_t *r, swap_t *sw)
         ig_pool_close(sw->next, 0, on_retired_closed, NULL);
         return;
     }
-    if (gw->scaler != NULL)
+    if (gw->scaler != NULL && !ig_pool_discovered(sw->next))
         ig_scaler_add(gw->scaler, sw->next, &sw->params);
     IG_INFO("reload: pool %s: %d new instances ready; traffic moves to them",
             ig_pool_name(sw->next), ig_pool_count(sw->next, IG_INSTANCE_READY));
     if (sw->prev != NULL && retire_pool(r, sw->prev) != 0)
         ig_pool_close(sw->prev, 5000, on_retired_closed, NULL); /* no memory to wait */
     ig_proxy_kick(gw->proxy, ig_pool_model(sw->next));
+    ig__gateway_kick_versions(gw, sw->next);
 }
 
 static int pool_stopped(ig_pool_t *pool)
@@ -339,6 +352,10 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
             want = (int)np->min_instances;
         while (ig_pool_live(sw->next) < want && ig_pool_scale_up(sw->next) == 0)
             ;
+        /* A discovered pool cannot be told how many to have: one ready
+         * instance found in DNS is enough to take over. */
+        if (ig_pool_discovered(sw->next))
+            want = want > 0 ? 1 : 0;
         sw->target = want;
         if (old != NULL)
             pools[npools++] = old; /* serves until the switch */
@@ -354,7 +371,8 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
             kept = pools[k] == old;
         if (!kept) {
             append(summary, summary_len, "removed pool", ig_pool_name(old));
-            retire_pool(r, old);
+            if (retire_pool(r, old) != 0)
+                ig_pool_close(old, 5000, on_retired_closed, NULL); /* no memory to wait */
         }
     }
     for (int s = 0; s < nswaps; s++)
@@ -366,7 +384,7 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
         ig_pool_t *old = routed_pool(gw, np->name);
         if (old == NULL || op == NULL ||
             ig_config_pool_diff(prev, op, next, np) != IG_CONFIG_POOL_AUTOSCALE ||
-            gw->scaler == NULL)
+            gw->scaler == NULL || ig_pool_discovered(old))
             continue;
         ig_autoscale_params_t ap;
         ig__gateway_autoscale_params(np, &ap);
@@ -386,7 +404,8 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
             continue;
         }
         append(summary, summary_len, ns ? "replacing site" : "removed site", ig_site_name(site));
-        retire_site(r, site);
+        if (retire_site(r, site) != 0)
+            ig_site_close(site, on_retired_closed, NULL);
     }
     for (size_t i = 0; i < next->nsites; i++) {
         const ig_config_site_t *cs = &next->sites[i];

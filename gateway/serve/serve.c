@@ -64,7 +64,7 @@ struct ig_serve_s {
     struct retired_s {
         ig_config_t cfg;
         ig_keys_t *keys;
-    } *retired;
+    } * retired;
     size_t nretired;
 };
 
@@ -265,8 +265,8 @@ static int reload(ig_serve_t *s, const char *trigger, char *summary, size_t slen
     if (s->tls && s->server != NULL) {
         char terr[512];
         if (tls_load(s, terr, sizeof(terr)) != 0)
-            IG_ERROR("reload (%s): certificate not reloaded, the old one stays in use: %s",
-                     trigger, terr);
+            IG_ERROR("reload (%s): certificate not reloaded, the old one stays in use: %s", trigger,
+                     terr);
         else
             IG_INFO("reload (%s): reloaded %s; new connections use it", trigger,
                     s->cfg.tls.cert_file);
@@ -505,7 +505,8 @@ static void usage(FILE *out)
 {
     fprintf(out,
             "usage: infergate serve [--config FILE] [--listen HOST:PORT|unix:PATH]\n"
-            "                       [--log-level LEVEL] [--log-format FORMAT] [--help]\n"
+            "                       [--log-level LEVEL] [--log-format FORMAT] [--check-config]\n"
+            "                       [--help]\n"
             "\n"
             "Runs the gateway of one region: OpenAI-style HTTP in front of the local\n"
             "instance pools and remote sites of the config.\n"
@@ -521,6 +522,8 @@ static void usage(FILE *out)
             "  --log-level LEVEL    debug, info, warn or error (overrides log.level)\n"
             "  --log-format FORMAT  text or json, one line per event on stderr\n"
             "                       (overrides log.format)\n"
+            "  --check-config       check the config (as a start would) and exit: 0 when it\n"
+            "                       is valid, 2 with the error otherwise; starts nothing\n"
             "  --help               this text\n"
             "\n"
             "Endpoints: GET /health (live), GET /ready (ready for traffic; 503 with the\n"
@@ -541,6 +544,7 @@ typedef struct {
     const char *log_level;
     const char *log_format;
     int help;
+    int check_config; /* --check-config: load, report, exit */
 } args_t;
 
 /* --flag VALUE or --flag=VALUE. 0, or IG_EINVAL with the message printed. */
@@ -560,6 +564,10 @@ static int parse_args(int argc, char **argv, args_t *a)
         const char *arg = argv[i];
         if (strcmp(arg, "--help") == 0 || strcmp(arg, "-h") == 0) {
             a->help = 1;
+            continue;
+        }
+        if (strcmp(arg, "--check-config") == 0) {
+            a->check_config = 1;
             continue;
         }
         size_t k = 0, nflags = sizeof(flags) / sizeof(flags[0]);
@@ -629,6 +637,14 @@ int ig_cmd_serve(int argc, char **argv)
     if (rc != 0) {
         fprintf(stderr, "%s\n", err);
         return rc == IG_ENOMEM ? IG_EXIT_FAILURE : IG_EXIT_USAGE;
+    }
+    if (a.check_config) {
+        /* What a deployment pipeline (or a ConfigMap's test) runs: the
+         * same checks as a start, and nothing started. */
+        printf("%s: ok (region %s, %zu models, %zu pools, %zu sites)\n", s.cfg.source, s.cfg.region,
+               s.cfg.nmodels, s.cfg.npools, s.cfg.nsites);
+        ig_config_dispose(&s.cfg);
+        return IG_EXIT_OK;
     }
     if (a.listen != NULL) {
         char *copy = strdup(a.listen);

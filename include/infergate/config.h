@@ -221,8 +221,8 @@ int ig_config_cache_dir(char *buf, size_t size);
 
 /* What a reload must do about a pool of config a that pools[] of config b
  * names alike: nothing, only hand the autoscaler new parameters, or start
- * new instances (model path, devices, threads, instance bounds, batching,
- * limits.max_prompt_tokens differ). */
+ * new instances (model path or quantize, devices, threads, instance bounds,
+ * batching, discover, limits.max_prompt_tokens differ). */
 enum { IG_CONFIG_POOL_SAME = 0, IG_CONFIG_POOL_AUTOSCALE = 1, IG_CONFIG_POOL_RESTART = 2 };
 int ig_config_pool_diff(const ig_config_t *a, const ig_config_pool_t *pa, const ig_config_t *b,
                         const ig_config_pool_t *pb);

@@ -66,6 +66,14 @@ typedef struct {
     /* > 0 for a pool a config reload starts while the pool it replaces,
      * of the same name, still runs: it keeps their sockets apart. */
     unsigned generation;
+    /* pools[].discover: no workers are started; the instances are the
+     * A/AAAA records of discover_dns (include/infergate/discover.h), at
+     * discover_port, up to max_instances (64 when 0); devices, min_instances
+     * and threads are unused. NULL: a pool of local workers. */
+    const char *discover_dns;
+    int discover_port;
+    uint64_t discover_interval_ms;
+    const char *discover_resolver; /* "IP:PORT"; NULL = the system's */
 } ig_pool_spec_t;
 
 /* Called whenever an instance changes state (for readiness and metrics),
@@ -115,6 +123,18 @@ int ig_pool_max_instances(const ig_pool_t *pool); /* clamped to the devices */
  */
 int ig_pool_scale_up(ig_pool_t *pool);
 int ig_pool_drain(ig_pool_t *pool, int i);
+
+/* A discovered pool (pools[].discover): 1, and its instances' device is
+ * their address. Such a pool has no free devices and never scales up: the
+ * orchestrator behind its DNS name does. */
+int ig_pool_discovered(const ig_pool_t *pool);
+/* Stops following the DNS name (a reload retires the pool): the instances
+ * it has stay until drained. */
+void ig_pool_discover_stop(ig_pool_t *pool);
+
+/* ig_pool_start for a spec with discover_dns (gateway/fleet/pool.c). */
+int ig__pool_start_discovered(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec,
+                              ig_pool_event_cb cb, void *data);
 
 /* ---- one instance -------------------------------------------------------- */
 

@@ -1,0 +1,420 @@
+/*
+ * pools[].discover against a DNS server the test controls: dnsmasq (from
+ * Debian) on a loopback port answers workers.test from a hosts file, and
+ * real `infergate worker` processes listen on 127.0.0.2, .3 and .4 at one
+ * port, as a headless Service's pods would. The gateway asks dnsmasq
+ * directly (discover.resolver) every 200 ms. Under a load that never
+ * stops, the pool follows the set: two workers, then three (the new one
+ * serves once ready), then the first is removed (it drains, then its
+ * process is stopped), then dnsmasq itself goes away (a failed resolution
+ * keeps the last set). Not one request fails. Routing is round robin so
+ * that every ready instance is seen serving within a phase.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "files.h"
+#include "gwfixture.h"
+
+#define DNSMASQ "/usr/sbin/dnsmasq"
+#define NWORKERS 3
+
+/* The last address has no worker: it is listed, probed, and never served. */
+static const char *const ips[NWORKERS + 1] = {"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"};
+static char hosts_path[160];
+
+static void write_hosts(const int *listed)
+{
+    char text[256] = "";
+    size_t n = 0;
+    for (int i = 0; i <= NWORKERS; i++) {
+        if (listed[i])
+            n += (size_t)snprintf(text + n, sizeof(text) - n, "%s workers.test\n", ips[i]);
+    }
+    char next[200];
+    snprintf(next, sizeof(next), "%s.next", hosts_path);
+    assert_int_equal(ig_tf_write(next, text, n), 0);
+    assert_int_equal(rename(next, hosts_path), 0);
+}
+
+/* 1 when ip:port accepts a TCP connection. */
+static int accepts(const char *ip, int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    int ok = fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* The pool's instances by address, from /status: how many are ready, and
+ * the state and name of the one at ip (state "" when none holds it). */
+static int pool_view(int port, const char *ip, char *state, size_t scap, char *name, size_t ncap)
+{
+    json_t *st = ig_gwf_get_json(port, "/status");
+    if (st == NULL)
+        return -1;
+    json_t *insts = json_object_get(json_array_get(json_object_get(st, "pools"), 0), "instances");
+    int ready = 0;
+    size_t i;
+    json_t *in;
+    if (state != NULL)
+        state[0] = '\0';
+    json_array_foreach(insts, i, in)
+    {
+        const char *s = json_string_value(json_object_get(in, "state"));
+        const char *dev = json_string_value(json_object_get(in, "device"));
+        ready += s != NULL && strcmp(s, "ready") == 0;
+        if (ip != NULL && dev != NULL && strcmp(dev, ip) == 0 && s && strcmp(s, "stopped") != 0) {
+            snprintf(state, scap, "%s", s);
+            snprintf(name, ncap, "%s", json_string_value(json_object_get(in, "name")));
+        }
+    }
+    json_decref(st);
+    return ready;
+}
+
+/* Waits until `ready` instances are ready and the one at ip (if given)
+ * is in state want ("" = none holds it). */
+static int wait_view(int port, int ready, const char *ip, const char *want, char *name, size_t ncap)
+{
+    long long end = ig_tc_now_ms() + 30000;
+    char st[32], nm[96] = "";
+    while (ig_tc_now_ms() < end) {
+        int r = pool_view(port, ip, st, sizeof(st), nm, sizeof(nm));
+        if (r == ready && (ip == NULL || strcmp(st, want) == 0)) {
+            if (name != NULL)
+                snprintf(name, ncap, "%s", nm);
+            return 0;
+        }
+        usleep(50 * 1000);
+    }
+    fprintf(stderr, "pool view: %d ready (want %d), %s is '%s' (want '%s')\n",
+            pool_view(port, ip, st, sizeof(st), nm, sizeof(nm)), ready, ip ? ip : "-", st, want);
+    return -1;
+}
+
+/* dnsmasq: only the hosts file, no cache, answers on a loopback port. */
+static void start_dns(ig_proc_t *dns, int dport)
+{
+    char portf[32], hostsf[200];
+    snprintf(portf, sizeof(portf), "--port=%d", dport);
+    snprintf(hostsf, sizeof(hostsf), "--addn-hosts=%s", hosts_path);
+    char *dargv[] = {DNSMASQ,
+                     "--keep-in-foreground",
+                     "--conf-file=/dev/null",
+                     portf,
+                     "--listen-address=127.0.0.1",
+                     "--bind-interfaces",
+                     "--no-resolv",
+                     "--no-hosts",
+                     hostsf,
+                     "--cache-size=0",
+                     "--local-ttl=0",
+                     "--pid-file=",
+                     "--user=root",
+                     NULL};
+    assert_int_equal(ig_proc_start(dns, dargv, IG_PROC_QUIET), 0);
+}
+
+static void need_dnsmasq(void)
+{
+    if (access(DNSMASQ, X_OK) != 0) {
+        fprintf(stderr, "dnsmasq not installed (scripts/deps.sh test)\n");
+        exit(77);
+    }
+}
+
+/* ---- the load --------------------------------------------------------------- */
+
+#define MAX_NAMES 8
+typedef struct {
+    int port;
+    volatile int stop;
+    volatile int phase; /* the load's answers are counted per phase */
+    int total, failed;
+    char names[8][MAX_NAMES][32]; /* upstream names seen, per phase */
+    int nnames[8];
+    pthread_mutex_t mu;
+} load_t;
+
+static void *load_main(void *arg)
+{
+    load_t *l = arg;
+    long long end = ig_tc_now_ms() + 120000;
+    while (!l->stop && ig_tc_now_ms() < end) {
+        ig_tc_response_t r;
+        int ph = l->phase;
+        int rc = ig_gwf_complete(l->port, 2, &r);
+        pthread_mutex_lock(&l->mu);
+        l->total++;
+        if (rc != 0 || r.status != 200) {
+            l->failed++;
+            fprintf(stderr, "request failed: %d %s\n", rc == 0 ? r.status : -1,
+                    rc == 0 && r.body ? r.body : "");
+        } else if (ph == l->phase) { /* answered within one phase */
+            const char *up = ig_tc_header(&r, "x-infergate-upstream");
+            int seen = 0;
+            for (int k = 0; up && k < l->nnames[ph] && !seen; k++)
+                seen = strcmp(l->names[ph][k], up) == 0;
+            if (up && !seen && l->nnames[ph] < MAX_NAMES)
+                snprintf(l->names[ph][l->nnames[ph]++], 32, "%s", up);
+        }
+        pthread_mutex_unlock(&l->mu);
+        if (rc == 0)
+            ig_tc_response_free(&r);
+    }
+    return NULL;
+}
+
+static int seen_in(load_t *l, int phase, const char *name)
+{
+    pthread_mutex_lock(&l->mu);
+    int seen = 0;
+    for (int k = 0; k < l->nnames[phase] && !seen; k++)
+        seen = strcmp(l->names[phase][k], name) == 0;
+    pthread_mutex_unlock(&l->mu);
+    return seen;
+}
+
+static int nseen(load_t *l, int phase)
+{
+    pthread_mutex_lock(&l->mu);
+    int n = l->nnames[phase];
+    pthread_mutex_unlock(&l->mu);
+    return n;
+}
+
+static void test_pool_follows_dns(void **state)
+{
+    (void)state;
+    need_dnsmasq();
+    int wport = ig_proc_free_port(), dport = ig_proc_free_port(), gport = ig_proc_free_port();
+    snprintf(hosts_path, sizeof(hosts_path), "%s/hosts", ig_gwf_run_dir);
+
+    /* The workers, each on its own loopback address, one port. */
+    ig_proc_t workers[NWORKERS];
+    for (int i = 0; i < NWORKERS; i++) {
+        char listen[64];
+        snprintf(listen, sizeof(listen), "%s:%d", ips[i], wport);
+        const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
+                              listen,   "--name",  "tiny",           "--threads", "1",   NULL};
+        assert_int_equal(ig_proc_start_bin(&workers[i], "infergate", args, IG_PROC_QUIET), 0);
+    }
+    for (int i = 0; i < NWORKERS; i++) {
+        long long end = ig_tc_now_ms() + 30000;
+        while (!accepts(ips[i], wport) && ig_tc_now_ms() < end)
+            usleep(50 * 1000);
+        assert_true(accepts(ips[i], wport));
+    }
+
+    int listed[NWORKERS + 1] = {1, 1, 0, 0};
+    write_hosts(listed);
+    ig_proc_t dns;
+    start_dns(&dns, dport);
+
+    char cfg[1024];
+    snprintf(cfg, sizeof(cfg),
+             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+             "\"routing\":{\"policy\":\"round_robin\"},\"models\":[{\"name\":\"tiny\"}],"
+             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\",\"max_instances\":8,"
+             "\"discover\":{\"dns\":\"workers.test\",\"port\":%d,\"interval_s\":0.2,"
+             "\"resolver\":\"127.0.0.1:%d\"}}]}",
+             gport, wport, dport);
+    const char *cfg_path = ig_proc_temp_file(cfg, ".json");
+    assert_non_null(cfg_path);
+    ig_proc_t gw;
+    assert_int_equal(ig_gwf_serve(&gw, cfg_path, gport, "info", 0, 20000, 30000), 0);
+
+    char name2[96], name3[96], name4[96];
+    assert_int_equal(wait_view(gport, 2, ips[0], "ready", name2, sizeof(name2)), 0);
+    assert_int_equal(wait_view(gport, 2, ips[1], "ready", name3, sizeof(name3)), 0);
+
+    load_t l;
+    memset(&l, 0, sizeof(l));
+    pthread_mutex_init(&l.mu, NULL);
+    l.port = gport;
+    l.phase = 1;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, load_main, &l), 0);
+
+    /* Phase 1: two workers, both serve. */
+    usleep(1500 * 1000);
+    assert_true(seen_in(&l, 1, name2));
+    assert_true(seen_in(&l, 1, name3));
+    assert_int_equal(nseen(&l, 1), 2);
+
+    /* Phase 2: a third appears; it serves once probed ready. A fourth
+     * address answers nothing: it stays "starting" and gets no request. */
+    listed[2] = listed[3] = 1;
+    write_hosts(listed);
+    assert_int_equal(kill(dns.pid, SIGHUP), 0); /* dnsmasq reads its hosts files again */
+    assert_int_equal(wait_view(gport, 3, ips[2], "ready", name4, sizeof(name4)), 0);
+    char name5[96];
+    assert_int_equal(wait_view(gport, 3, ips[3], "starting", name5, sizeof(name5)), 0);
+    l.phase = 2;
+    usleep(1500 * 1000);
+    assert_true(seen_in(&l, 2, name2) && seen_in(&l, 2, name3) && seen_in(&l, 2, name4));
+    assert_false(seen_in(&l, 2, name5));
+
+    /* Phase 3: the first goes from DNS: it drains and leaves the pool; then
+     * its process stops, and nothing notices. */
+    listed[0] = listed[3] = 0;
+    write_hosts(listed);
+    assert_int_equal(kill(dns.pid, SIGHUP), 0);
+    assert_int_equal(wait_view(gport, 2, ips[0], "", NULL, 0), 0);
+    assert_int_equal(wait_view(gport, 2, ips[3], "", NULL, 0), 0);
+    l.phase = 3;
+    assert_int_equal(ig_proc_stop(&workers[0], SIGTERM, 10000), 0);
+    usleep(1500 * 1000);
+    assert_false(seen_in(&l, 3, name2));
+    assert_true(seen_in(&l, 3, name3) && seen_in(&l, 3, name4));
+
+    /* Phase 4: the DNS server goes away: resolutions fail, the set stays. */
+    assert_int_equal(ig_proc_stop(&dns, SIGTERM, 10000), 0);
+    l.phase = 4;
+    usleep(3000 * 1000); /* past a 2 s query timeout, several tries */
+    assert_int_equal(pool_view(gport, NULL, NULL, 0, NULL, 0), 2);
+    assert_true(seen_in(&l, 4, name3) && seen_in(&l, 4, name4));
+
+    l.stop = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    fprintf(stderr, "dns discovery under load: %d requests, %d failed\n", l.total, l.failed);
+    assert_int_equal(l.failed, 0);
+    assert_true(l.total > 50);
+
+    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
+    ig_proc_dispose(&gw);
+    ig_proc_dispose(&dns);
+    for (int i = 0; i < NWORKERS; i++) {
+        ig_proc_stop(&workers[i], SIGTERM, 10000);
+        ig_proc_dispose(&workers[i]);
+    }
+    unlink(cfg_path);
+}
+
+/* A request that arrives while the only listed instance is still starting
+ * is held, and served as soon as that instance is ready (not at the hold's
+ * timeout): a discovered pool's ready instance retries the held requests. */
+static void test_held_until_discovered_ready(void **state)
+{
+    (void)state;
+    need_dnsmasq();
+    int wport = ig_proc_free_port(), dport = ig_proc_free_port(), gport = ig_proc_free_port();
+    snprintf(hosts_path, sizeof(hosts_path), "%s/hosts", ig_gwf_run_dir);
+    int listed[NWORKERS + 1] = {1, 0, 0, 0};
+    write_hosts(listed);
+    ig_proc_t dns;
+    start_dns(&dns, dport);
+    char cfg[1024];
+    snprintf(cfg, sizeof(cfg),
+             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+             "\"models\":[{\"name\":\"tiny\"}],"
+             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
+             "\"discover\":{\"dns\":\"workers.test\",\"port\":%d,\"interval_s\":0.2,"
+             "\"resolver\":\"127.0.0.1:%d\"}}]}",
+             gport, wport, dport);
+    const char *cfg_path = ig_proc_temp_file(cfg, ".json");
+    ig_proc_t gw;
+    assert_int_equal(ig_gwf_serve(&gw, cfg_path, gport, "warn", 0, 20000, 0), 0);
+    char st[32], nm[96];
+    long long end = ig_tc_now_ms() + 10000;
+    while (ig_tc_now_ms() < end && (pool_view(gport, ips[0], st, sizeof(st), nm, sizeof(nm)) < 0 ||
+                                    strcmp(st, "starting") != 0))
+        usleep(50 * 1000);
+    assert_string_equal(st, "starting");
+
+    ig_tc_t *tc = ig_tc_connect(gport);
+    assert_non_null(tc);
+    assert_int_equal(ig_gwf_send_completion(tc), 0);
+    usleep(500 * 1000); /* held: nothing serves yet */
+    char listen[64];
+    snprintf(listen, sizeof(listen), "%s:%d", ips[0], wport);
+    const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
+                          listen,   "--name",  "tiny",           "--threads", "1",   NULL};
+    ig_proc_t w;
+    long long t0 = ig_tc_now_ms();
+    assert_int_equal(ig_proc_start_bin(&w, "infergate", args, IG_PROC_QUIET), 0);
+    ig_tc_response_t r;
+    assert_int_equal(ig_tc_read_response(tc, &r, 20000), 0);
+    long long waited = ig_tc_now_ms() - t0;
+    fprintf(stderr, "held request answered %lld ms after the worker started\n", waited);
+    assert_int_equal(r.status, 200);
+    assert_true(waited < 15000); /* the hold lasts 30 s: not its timeout */
+    ig_tc_response_free(&r);
+    ig_tc_close(tc);
+
+    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
+    ig_proc_dispose(&gw);
+    ig_proc_stop(&w, SIGTERM, 10000);
+    ig_proc_dispose(&w);
+    ig_proc_stop(&dns, SIGTERM, 10000);
+    ig_proc_dispose(&dns);
+    unlink(cfg_path);
+}
+
+/* Without a resolver the system's resolves (uv_getaddrinfo): "localhost"
+ * from /etc/hosts, with a worker on 127.0.0.1. */
+static void test_system_resolver(void **state)
+{
+    (void)state;
+    int wport = ig_proc_free_port(), gport = ig_proc_free_port();
+    char listen[64];
+    snprintf(listen, sizeof(listen), "127.0.0.1:%d", wport);
+    const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
+                          listen,   "--name",  "tiny",           "--threads", "1",   NULL};
+    ig_proc_t w;
+    assert_int_equal(ig_proc_start_bin(&w, "infergate", args, IG_PROC_QUIET), 0);
+    char cfg[1024];
+    snprintf(cfg, sizeof(cfg),
+             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+             "\"models\":[{\"name\":\"tiny\"}],"
+             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
+             "\"discover\":{\"dns\":\"localhost\",\"port\":%d,\"interval_s\":0.5}}]}",
+             gport, wport);
+    const char *cfg_path = ig_proc_temp_file(cfg, ".json");
+    ig_proc_t gw;
+    assert_int_equal(ig_gwf_serve(&gw, cfg_path, gport, "warn", 0, 20000, 30000), 0);
+    char st[32], nm[96];
+    assert_true(pool_view(gport, "127.0.0.1", st, sizeof(st), nm, sizeof(nm)) >= 1);
+    ig_tc_response_t r;
+    assert_int_equal(ig_gwf_complete(gport, 2, &r), 0);
+    assert_int_equal(r.status, 200);
+    ig_tc_response_free(&r);
+    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
+    ig_proc_dispose(&gw);
+    ig_proc_stop(&w, SIGTERM, 10000);
+    ig_proc_dispose(&w);
+    unlink(cfg_path);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_pool_follows_dns),
+        cmocka_unit_test(test_held_until_discovered_ready),
+        cmocka_unit_test(test_system_resolver),
+    };
+    return cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);
+}
