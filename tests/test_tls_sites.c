@@ -168,6 +168,23 @@ static void test_gateway_behind_tls(void **state)
     assert_int_equal(site_up("b_ok"), 1);
 }
 
+/* A stream through the TLS site arrives event by event, whole. */
+static void test_stream_behind_tls(void **state)
+{
+    const char body[] = "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":8,"
+                        "\"stream\":true}";
+    ig_tc_response_t r;
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(ig_gwf_post(gw_a.port, "/v1/completions", body, &r, 30000), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(ig_tc_header(&r, "x-infergate-upstream"), "b_ok");
+    assert_true(r.chunked);
+    assert_true(r.nchunks >= 2);
+    assert_non_null(strstr(r.body, "data: {"));
+    assert_non_null(strstr(r.body, "data: [DONE]"));
+    ig_tc_response_free(&r);
+}
+
 /* A refused site: never marked up, never chosen, and the log says why. */
 static void expect_refused(const char *name, const char *why)
 {
@@ -205,9 +222,14 @@ static void test_no_plaintext_fallback(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gateway_behind_tls),    cmocka_unit_test(test_wrong_ca),
-        cmocka_unit_test(test_hostname_mismatch),     cmocka_unit_test(test_expired),
+        /* clang-format off */
+        cmocka_unit_test(test_gateway_behind_tls),
+        cmocka_unit_test(test_stream_behind_tls),
+        cmocka_unit_test(test_wrong_ca),
+        cmocka_unit_test(test_hostname_mismatch),
+        cmocka_unit_test(test_expired),
         cmocka_unit_test(test_no_plaintext_fallback),
+        /* clang-format on */
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -68,9 +68,10 @@ static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
         ig_scaler_pool_event(gw->scaler, pool, inst);
 }
 
-static int resolve(void *data, const char *model, ig_proxy_target_t *out, int max, int *starting)
+/* The upstreams of model; a request (note) is counted by the scaler. */
+static int targets_of(ig_gateway_t *gw, const char *model, ig_proxy_target_t *out, int max,
+                      int *starting, int note)
 {
-    ig_gateway_t *gw = data;
     int n = 0;
     uint64_t now = uv_hrtime();
     *starting = 0;
@@ -80,7 +81,7 @@ static int resolve(void *data, const char *model, ig_proxy_target_t *out, int ma
             continue;
         /* Scaled to zero (or its last instance is on its way out): a
          * request is what wakes the pool up; it is held meanwhile. */
-        if (ig_scaler_request(gw->scaler, pool, now))
+        if (note && ig_scaler_request(gw->scaler, pool, now))
             *starting |= ig_pool_count(pool, IG_INSTANCE_READY) == 0;
         for (int i = 0; i < ig_pool_size(pool) && n < max; i++) {
             ig_instance_t *in = ig_pool_instance(pool, i);
@@ -104,6 +105,11 @@ static int resolve(void *data, const char *model, ig_proxy_target_t *out, int ma
         n++;
     }
     return n;
+}
+
+static int resolve(void *data, const char *model, ig_proxy_target_t *out, int max, int *starting)
+{
+    return targets_of(data, model, out, max, starting, 1);
 }
 
 /* 1 when the model is served by a pool or named by a site. */
@@ -420,7 +426,7 @@ static double predicted_wait(ig_gateway_t *gw, const char *model, int priority, 
 {
     ig_proxy_target_t t[64];
     int starting = 0;
-    int n = resolve(gw, model, t, 64, &starting);
+    int n = targets_of(gw, model, t, 64, &starting, 0); /* a look, not a request */
     ig_router_t *router = ig_proxy_router(gw->proxy);
     uint64_t now = uv_hrtime();
     double best = -1, rate = 0;
