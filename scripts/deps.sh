@@ -10,8 +10,10 @@ pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev lib
 pkgs="$pkgs libutf8proc-dev libpcre2-dev" # the tokenizer: Unicode data and NFC, Split regexes
 pkgs="$pkgs libssl-dev" # TLS on the listener and to sites
 case "$want" in
-  test)  pkgs="$pkgs libcmocka-dev python3-numpy clang libclang-rt-14-dev chromium prometheus dnsmasq python3-yaml" ;;
-  bench) pkgs="$pkgs libcmocka-dev python3-numpy wrk nginx-light haproxy gnuplot-nox" ;;
+  test)  pkgs="$pkgs libcmocka-dev python3-numpy clang libclang-rt-14-dev chromium prometheus dnsmasq python3-yaml"
+         pkgs="$pkgs openssl curl" ;; # the TLS tests' certificates and clients
+  bench) pkgs="$pkgs libcmocka-dev python3-numpy wrk nginx-light haproxy gnuplot-nox"
+         pkgs="$pkgs openssl curl" ;; # bench/tls.sh
 esac
 
 missing=""

@@ -366,6 +366,46 @@ static void test_serve_sighup_reload(void **state)
     ig_ts_stop(up);
 }
 
+/* 40 pipelined requests in one TLS write (more than max_pipeline, 16): the
+ * server stops reading, then answers every one, in order, on the one
+ * connection. */
+static void test_pipelined_over_tls(void **state)
+{
+    client_t c;
+    char ca[512];
+    snprintf(ca, sizeof(ca), "%s/a-ca.pem", dir);
+    assert_int_equal(client_open(&c, ig_ts_port(server), ca), 0);
+    char reqs[40 * 64];
+    size_t len = 0;
+    for (int i = 0; i < 40; i++)
+        len += (size_t)snprintf(reqs + len, sizeof(reqs) - len,
+                                "GET /p%02d HTTP/1.1\r\nHost: x\r\n\r\n", i);
+    assert_int_equal(SSL_write(c.ssl, reqs, (int)len), (int)len);
+    char *buf = malloc(1 << 16);
+    size_t got = 0;
+    int seen = 0;
+    while (seen < 40 && got + 1 < (1 << 16)) {
+        int r = SSL_read(c.ssl, buf + got, (int)((1 << 16) - 1 - got));
+        assert_true(r > 0);
+        got += (size_t)r;
+        buf[got] = '\0';
+        seen = 0;
+        for (const char *p = buf; (p = strstr(p, "HTTP/1.1 200")) != NULL; p++)
+            seen++;
+    }
+    assert_int_equal(seen, 40);
+    const char *prev = buf;
+    for (int i = 0; i < 40; i++) {
+        char want[32];
+        snprintf(want, sizeof(want), "GET /p%02d 0", i);
+        const char *at = strstr(prev, want);
+        assert_non_null(at); /* in order */
+        prev = at;
+    }
+    free(buf);
+    client_close(&c);
+}
+
 /* A certificate that does not load is a config error: exit 2, no port. */
 static void test_serve_bad_cert(void **state)
 {
@@ -395,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_big_body),
         cmocka_unit_test(test_handshake_timeout),
         cmocka_unit_test(test_plaintext_refused),
+        cmocka_unit_test(test_pipelined_over_tls),
         cmocka_unit_test(test_serve_sighup_reload),
         cmocka_unit_test(test_serve_bad_cert),
     };

@@ -13,7 +13,10 @@
 
 #include <cmocka.h>
 #include <jansson.h>
+#include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <stdatomic.h>
 
 #include "files.h"
@@ -31,6 +34,8 @@ static ig_ts_t *backend;  /* the OpenAI-style server behind gateway B */
 static ig_proc_t gw_b;    /* serves TLS, needs a key */
 static ig_proc_t expired; /* openssl s_server with an expired certificate */
 static ig_proc_t gw_a;    /* plain, with B and the broken ones as https sites */
+static int stall_fd = -1; /* listens, never accepts: a handshake that never ends */
+static int stall_port;
 
 /* Polls GET /ready of a TLS gateway with curl until it answers 200. */
 static int wait_ready_tls(int port, int timeout_ms)
@@ -85,6 +90,16 @@ static int group_setup(void **state)
         ig_proc_wait_listening(&expired, port_exp, 10000) != 0)
         return -1;
 
+    /* The kernel completes TCP connects to it; nobody ever answers TLS. */
+    stall_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof(sa);
+    if (stall_fd < 0 || bind(stall_fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+        listen(stall_fd, 64) != 0 || getsockname(stall_fd, (struct sockaddr *)&sa, &sl) != 0)
+        return -1;
+    stall_port = ntohs(sa.sin_port);
+
     /* A: every site serves "tiny"; only the ones that verify are ever used */
     int port_a = ig_proc_free_port();
     char sites[4096], conf[8192];
@@ -98,8 +113,9 @@ static int group_setup(void **state)
              "\"server_name\":\"wrong.example\"}},"
              "{\"name\":\"expired\",\"url\":\"https://localhost:%d\",\"models\":[\"tiny\"],"
              "\"tls\":{\"ca_file\":\"%s/exp-ca.pem\"}},"
-             "{\"name\":\"plain\",\"url\":\"https://127.0.0.1:%d\",\"models\":[\"tiny\"]}",
-             port_b, dir, port_b, dir, port_b, dir, port_exp, dir, ig_ts_port(backend));
+             "{\"name\":\"plain\",\"url\":\"https://127.0.0.1:%d\",\"models\":[\"tiny\"]},"
+             "{\"name\":\"stalled\",\"url\":\"https://127.0.0.1:%d\",\"models\":[\"tiny\"]}",
+             port_b, dir, port_b, dir, port_b, dir, port_exp, dir, ig_ts_port(backend), stall_port);
     snprintf(conf, sizeof(conf),
              "{\"region\":\"a\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"tiny\"}],"
              "\"routing\":{\"connect_timeout_ms\":1000},"
@@ -127,6 +143,8 @@ static int group_teardown(void **state)
         ig_ts_stop(backend);
     ig_gwf_model_teardown(NULL);
     ig_tf_rmtree(dir);
+    if (stall_fd >= 0)
+        close(stall_fd);
     return st == 0 && st_b == 0 ? 0 : -1;
 }
 
@@ -168,6 +186,23 @@ static void test_gateway_behind_tls(void **state)
     assert_int_equal(site_up("b_ok"), 1);
 }
 
+/* A stream through the TLS site arrives event by event, whole. */
+static void test_stream_behind_tls(void **state)
+{
+    const char body[] = "{\"model\":\"tiny\",\"prompt\":\"hi\",\"max_tokens\":8,"
+                        "\"stream\":true}";
+    ig_tc_response_t r;
+    memset(&r, 0, sizeof(r));
+    assert_int_equal(ig_gwf_post(gw_a.port, "/v1/completions", body, &r, 30000), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(ig_tc_header(&r, "x-infergate-upstream"), "b_ok");
+    assert_true(r.chunked);
+    assert_true(r.nchunks >= 2);
+    assert_non_null(strstr(r.body, "data: {"));
+    assert_non_null(strstr(r.body, "data: [DONE]"));
+    ig_tc_response_free(&r);
+}
+
 /* A refused site: never marked up, never chosen, and the log says why. */
 static void expect_refused(const char *name, const char *why)
 {
@@ -202,12 +237,48 @@ static void test_no_plaintext_fallback(void **state)
     assert_int_equal(atomic_load(&site.completions), 0);
 }
 
+/* A peer that never answers the handshake: the connect deadline (1 s here)
+ * covers it; the site stays down and every answer still comes from b_ok,
+ * well within the deadline plus the answer. */
+static void test_handshake_never_answered(void **state)
+{
+    assert_int_equal(site_up("stalled"), 0);
+    for (int i = 0; i < 4; i++) {
+        ig_tc_response_t r;
+        long long t0 = ig_tc_now_ms();
+        assert_int_equal(complete(&r), 0);
+        assert_int_equal(r.status, 200);
+        assert_string_equal(ig_tc_header(&r, "x-infergate-upstream"), "b_ok");
+        assert_true(ig_tc_now_ms() - t0 < 5000);
+        ig_tc_response_free(&r);
+    }
+    assert_int_equal(site_up("stalled"), 0);
+    /* Each probe gave up at the deadline and tried again on a new
+     * connection: several wait in the backlog (one, if a handshake could
+     * hang forever). */
+    usleep(3000000);
+    fcntl(stall_fd, F_SETFL, O_NONBLOCK);
+    int conns = 0, fd;
+    while ((fd = accept(stall_fd, NULL, NULL)) >= 0) {
+        conns++;
+        close(fd);
+    }
+    fprintf(stderr, "stalled site: %d connections tried\n", conns);
+    assert_true(conns >= 2);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_gateway_behind_tls),    cmocka_unit_test(test_wrong_ca),
-        cmocka_unit_test(test_hostname_mismatch),     cmocka_unit_test(test_expired),
+        /* clang-format off */
+        cmocka_unit_test(test_gateway_behind_tls),
+        cmocka_unit_test(test_stream_behind_tls),
+        cmocka_unit_test(test_wrong_ca),
+        cmocka_unit_test(test_hostname_mismatch),
+        cmocka_unit_test(test_expired),
         cmocka_unit_test(test_no_plaintext_fallback),
+        cmocka_unit_test(test_handshake_never_answered),
+        /* clang-format on */
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

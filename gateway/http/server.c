@@ -643,6 +643,17 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     if (nread < 0) {
+        /* Plaintext still in the session (rbuf was full) is the client's
+         * last words: into rbuf first, as far as it fits. */
+        if (nread == UV_EOF && c->tls != NULL) {
+            if (tls_pull(c) != 0) {
+                conn_abort(c);
+                return;
+            }
+            conn_pump(c);
+            if (c->closing || c->lingering || c->errored || c->eof)
+                return;
+        }
         if (nread == UV_EOF)
             conn_eof(c);
         else

@@ -217,9 +217,11 @@ void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool)
     kick_versions(gw, pool);
 }
 
-static int resolve(void *data, const char *key, ig_proxy_target_t *out, int max, int *starting)
+/* The upstreams of a routing key (a model, or model@version); a request
+ * (note) is counted by the scaler. */
+static int targets_of(ig_gateway_t *gw, const char *key, ig_proxy_target_t *out, int max,
+                      int *starting, int note)
 {
-    ig_gateway_t *gw = data;
     int n = 0;
     uint64_t now = uv_hrtime();
     char model[512];
@@ -236,7 +238,7 @@ static int resolve(void *data, const char *key, ig_proxy_target_t *out, int max,
         }
         /* Scaled to zero (or its last instance is on its way out): a
          * request is what wakes the pool up; it is held meanwhile. */
-        if (ig_scaler_request(gw->scaler, pool, now))
+        if (note && ig_scaler_request(gw->scaler, pool, now))
             *starting |= ig_pool_count(pool, IG_INSTANCE_READY) == 0;
         for (int i = 0; i < ig_pool_size(pool) && n < max; i++) {
             ig_instance_t *in = ig_pool_instance(pool, i);
@@ -261,6 +263,11 @@ static int resolve(void *data, const char *key, ig_proxy_target_t *out, int max,
         n++;
     }
     return n;
+}
+
+static int resolve(void *data, const char *model, ig_proxy_target_t *out, int max, int *starting)
+{
+    return targets_of(data, model, out, max, starting, 1);
 }
 
 /* 1 when the model is served by a pool or named by a site. */
@@ -672,7 +679,7 @@ static double predicted_wait(ig_gateway_t *gw, const char *model, int priority, 
 {
     ig_proxy_target_t t[64];
     int starting = 0;
-    int n = resolve(gw, model, t, 64, &starting);
+    int n = targets_of(gw, model, t, 64, &starting, 0); /* a look, not a request */
     ig_router_t *router = ig_proxy_router(gw->proxy);
     uint64_t now = uv_hrtime();
     double best = -1, rate = 0;
