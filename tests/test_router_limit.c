@@ -86,8 +86,8 @@ static void test_limit_holds_in_gateway(void **state)
     json_decref(doc);
     double shrinks = ig_gwf_metric(
         g.port,
-        "infergate_upstream_concurrency_limit_changes_total{upstream=\"s0\",reason=\"latency_high\"} ");
-    print_message("latency_high moves: %.0f\n", shrinks);
+        "infergate_upstream_concurrency_limit_changes_total{upstream=\"s0\",reason=\"throughput_down\"} ");
+    print_message("throughput_down moves: %.0f\n", shrinks);
     assert_true(shrinks >= 1);
     double gauge = ig_gwf_metric(g.port, "infergate_upstream_concurrency_limit{upstream=\"s0\"} ");
     assert_true(gauge >= 1 && gauge <= 10);

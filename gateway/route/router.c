@@ -48,9 +48,8 @@ void ig_router_opts_default(ig_router_opts_t *o)
     o->limit_initial = 8;
     o->limit_min = 1;
     o->limit_max = 256;
-    o->limit_tolerance = 1.5;
     o->limit_window_s = 0.1;
-    o->limit_window_done = 12;
+    o->limit_window_done = 8;
     o->limit_window_max_s = 1.0;
 }
 
@@ -527,8 +526,11 @@ int ig_router_limit(const ig_router_t *r, const ig_router_upstream_t *u)
     double l = floor(limit_now(r, u));
     if (l < r->opts.limit_min)
         l = r->opts.limit_min;
-    if (u->slots > 0 && l < u->slots)
-        l = u->slots; /* what it says it runs at once is always let through */
+    /* An upstream that reports its slots keeps what the proxy always gave
+     * it, twice those (its own queue holds the rest); the learned limit is
+     * for those that report nothing. */
+    if (u->slots > 0 && l < 2.0 * u->slots)
+        l = 2.0 * u->slots;
     return l < 1 ? 1 : (int)l;
 }
 
@@ -542,24 +544,32 @@ static void limit_set(ig_router_upstream_t *u, double limit, const char *reason)
 }
 
 /*
- * Closes the measuring window when it is long enough, and moves the limit.
- * Little's law over the window: W = (in flight x seconds) / attempts
- * ended, the mean time an attempt spends in the upstream, the attempts
- * that have not ended counted for the time they have spent. A request
- * stuck in a server's accept backlog thus shows in W while it is stuck.
+ * Closes the measuring window when it is long enough, and moves the limit
+ * to what Little's law says the upstream can hold (BBR's bandwidth-delay
+ * product, in requests):
  *
- *   gradient = clamp(tolerance x baseline / W, 0.5, 2)
- *   limit    = gradient x limit (+ sqrt(limit) when gradient >= 1)
+ *   X      = attempts ended / window seconds, an EWMA over windows (1/4)
+ *   X_max  = the most X of recent windows (each older one decays 3%)
+ *   target = max(2 x X_max x baseline, 1.25 x C + 1)
+ *   limit  = half way from the limit to the target
+ *
+ * X_max x baseline is how many attempts the upstream completes in the time
+ * one takes alone: its concurrency as far as throughput shows it. Twice
+ * that (BBR's gain) lets the throughput double each window while the
+ * upstream has room, and stops when it has none: past its capacity X does
+ * not grow, the extra attempts only queue, and they wait in the gateway
+ * instead. A gradient on latency (Envoy's) was tried first and rejected: a
+ * batching engine takes longer per request at 4 in flight than at 1 while
+ * its throughput still grows, and the gradient capped it below its slots.
+ * C, the learned (or reported) concurrency, is a floor. Attempts stuck
+ * unread end late, so their upstream's X and its limit drop.
  *
  * The baseline is the hold time of attempts that began with nothing else
- * of ours in flight (RIF bucket 0, see calibrating()): what an attempt
- * takes when it waits for nothing; it follows an upstream that got slower.
- * For an upstream that reports its slots (no calibration), the least W
- * seen, drifting up 1% a window. Growth is bounded by
- * twice the most in flight during the window (plus 4): an idle upstream's
- * limit does not climb to the maximum. A window with attempts in flight
- * but none ended stays open until one ends (LLM answers can take longer
- * than a window), so that the stuck time is all counted.
+ * of ours in flight (RIF bucket 0, see calibrating()); for an upstream
+ * that reports its slots (no calibration) the least W seen, drifting up 1%
+ * a window. W = (in flight x seconds) / attempts ended is kept for
+ * /status. A window with attempts in flight but none ended stays open
+ * until one ends (LLM answers can take longer than a window).
  */
 static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_ns)
 {
@@ -580,10 +590,10 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
     double dt = seconds_between(u->lw_start_ns, now_ns);
     if (calibrating(u)) {
         u->limit_reason = "calibrating";
-        return; /* the window keeps counting; W is not used until the base is */
+        return; /* the window keeps counting; the base is not known yet */
     }
     /* A window spans at least two base holds, so that attempts that
-     * straddle its edges do not dominate W. */
+     * straddle its edges do not dominate it. */
     double min_dt = fmax(o->limit_window_s, 2.0 * u->limit_base_s);
     int full = dt >= min_dt && u->lw_done >= o->limit_window_done;
     if (!full && dt < o->limit_window_max_s)
@@ -605,14 +615,15 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
             u->limit_base_s = w; /* reported slots: no calibration */
         else
             u->limit_base_s *= 1.01;
-        double g = o->limit_tolerance * u->limit_base_s / w;
-        g = g < 0.5 ? 0.5 : g > 2.0 ? 2.0 : g;
-        /* Half way to the gradient's value: W of one window is noisy. */
-        double next = 0.5 * limit + 0.5 * (g * limit + (g >= 1.0 ? sqrt(limit) : 0.0));
-        double bound = 2.0 * u->lw_peak + 4.0;
-        if (next > limit && next > bound)
-            next = limit > bound ? limit : bound;
-        reason = next > limit ? "latency_low" : next < limit ? "latency_high" : "steady";
+        /* One window's X is noisy (service times vary): its EWMA feeds the
+         * decaying maximum. */
+        double x = u->lw_done / dt;
+        u->limit_x_ewma = u->limit_x_ewma > 0 ? u->limit_x_ewma + 0.25 * (x - u->limit_x_ewma) : x;
+        u->limit_x_per_s = fmax(u->limit_x_ewma, 0.97 * u->limit_x_per_s);
+        double target = fmax(2.0 * u->limit_x_per_s * u->limit_base_s,
+                             1.25 * ig_router_concurrency(u) + 1.0);
+        double next = 0.5 * limit + 0.5 * target;
+        reason = next > limit ? "throughput_up" : next < limit ? "throughput_down" : "steady";
         limit = next;
     }
     if (limit < o->limit_min)

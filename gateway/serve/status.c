@@ -182,6 +182,7 @@ static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t
     json_object_set_new(o, "limit_changes", json_integer((json_int_t)u->limit_changes));
     json_object_set_new(o, "limit_w_s", json_real(u->limit_w_s));
     json_object_set_new(o, "limit_baseline_s", json_real(u->limit_base_s));
+    json_object_set_new(o, "limit_throughput_per_s", json_real(u->limit_x_per_s));
     json_object_set_new(o, "concurrency", json_real(ig_router_concurrency(u)));
 }
 

@@ -114,15 +114,15 @@ typedef struct {
     double concurrency;                       /* the last estimate; 0 = none yet */
     uint64_t rif_samples;                     /* hold samples in all */
 
-    /* Adaptive concurrency limit (gradient, as Envoy's adaptive-concurrency
-     * filter): over windows, Little's law gives the mean time an attempt
-     * spends in the upstream (W = in-flight area / attempts ended); the
-     * limit is scaled by tolerance x baseline / W, within [0.5, 2], plus
-     * sqrt(limit) of headroom while it grows, and moved half way there.
- * See ig_router_limit(). */
+    /* Adaptive concurrency limit (Little's law, BBR's bandwidth-delay
+     * product in requests): over windows, the most throughput X seen times
+     * the hold time of an attempt alone, twice that, at least 1.25 C + 1.
+     * See limit_window() in gateway/route/router.c and ig_router_limit(). */
     double limit;             /* attempts allowed in flight; 0 = not set yet */
     double limit_base_s;      /* the baseline W: the least seen, drifting up */
     double limit_w_s;         /* W of the last window */
+    double limit_x_per_s;     /* X_max: the most attempts ended per second lately */
+    double limit_x_ewma;      /* X, attempts ended per second, averaged over windows */
     const char *limit_reason; /* why it last moved (static string) */
     uint64_t limit_changes;   /* how often it moved */
     uint64_t lw_start_ns;     /* the window began */
@@ -156,9 +156,8 @@ typedef struct {
     double limit_initial;   /* before the first window (8) */
     double limit_min;       /* never below (1) */
     double limit_max;       /* never above (256) */
-    double limit_tolerance; /* W may reach this x the baseline before it shrinks (1.5) */
     double limit_window_s;  /* a window is at least this long (0.1) ... */
-    int limit_window_done;  /* ... and holds this many ended attempts (12), or ... */
+    int limit_window_done;  /* ... and holds this many ended attempts (8), or ... */
     double limit_window_max_s; /* ... lasts this long (1.0) with at least one ended */
 } ig_router_opts_t;
 
@@ -255,7 +254,7 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
 double ig_router_concurrency(const ig_router_upstream_t *u);
 
 /* The attempts u may have in flight now: its adaptive limit, rounded
- * down, at least limit_min and at least its reported slots; 1 while the
+ * down, at least limit_min and at least twice its reported slots; 1 while the
  * baseline is measured (an upstream without reported slots, until 6
  * attempts began with nothing else in flight); INT32_MAX when the limit is
  * off (limit_max 0). */
