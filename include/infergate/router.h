@@ -91,6 +91,8 @@ typedef struct {
      * the rest); its KV blocks, as its /load reports them (0 = unknown) */
     int cached_tokens;
     int kv_blocks;
+    unsigned kv_epoch; /* bumped by the owner when its KV cache starts empty (a
+                          worker process started): what was cached is gone */
 
     /* health: outlier ejection with half-open recovery */
     int consecutive_failures;
