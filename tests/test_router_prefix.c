@@ -131,6 +131,12 @@ static void test_affinity_spills_when_hot(void **state)
     /* the one spilled to is warm now */
     ig_prefix_route_score(x, ups, 2, &q);
     assert_int_equal(u[other].cached_tokens, 512);
+    /* a restarted instance (its pool bumped kv_epoch) holds nothing */
+    u[other].kv_epoch++;
+    ig_prefix_route_score(x, ups, 2, &q);
+    assert_int_equal(u[other].cached_tokens, 0);
+    assert_int_equal(u[warm].cached_tokens, 512);
+    assert_int_equal(ig_prefix_index_blocks(x, &u[other]), 0);
     ig_prefix_index_free(x);
 }
 

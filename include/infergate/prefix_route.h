@@ -65,8 +65,9 @@ typedef struct {
  * least that turn's prompt (soft affinity); never the whole prompt (its
  * last token is always computed), and 0 for sites (a plain site holds
  * nothing as far as we know). ig_router_pick then counts only the rest as
- * prefill. */
-void ig_prefix_route_score(const ig_prefix_index_t *idx, ig_router_upstream_t *const *ups, int n,
+ * prefill. An upstream whose kv_epoch changed since the index last saw it
+ * restarted: what the index knew of it is forgotten first. */
+void ig_prefix_route_score(ig_prefix_index_t *idx, ig_router_upstream_t *const *ups, int n,
                            const ig_prefix_query_t *q);
 
 /* q was sent to u: u now holds q's blocks (local upstreams only), and
