@@ -8,8 +8,9 @@ want="build"
 
 pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev libopenblas-dev"
 pkgs="$pkgs libutf8proc-dev libpcre2-dev" # the tokenizer: Unicode data and NFC, Split regexes
+pkgs="$pkgs libssl-dev" # TLS on the listener and to sites
 case "$want" in
-  test)  pkgs="$pkgs libcmocka-dev python3-numpy clang libclang-rt-14-dev" ;;
+  test)  pkgs="$pkgs libcmocka-dev python3-numpy clang libclang-rt-14-dev chromium prometheus dnsmasq" ;;
   bench) pkgs="$pkgs libcmocka-dev python3-numpy wrk nginx-light haproxy gnuplot-nox" ;;
 esac
 

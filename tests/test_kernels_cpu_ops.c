@@ -406,7 +406,7 @@ static void test_upload_convert(void **state)
     ig_weight_t wh, wb;
     assert_int_equal(be->upload_weight(be, &th, &wh), 0);
     assert_int_equal(be->upload_weight(be, &tb, &wb), 0);
-    assert_int_equal(wh.dtype, IG_DTYPE_F32);
+    assert_int_equal(wh.dtype, IG_DTYPE_F16); /* 2-D 16-bit weights stay 16-bit */
     assert_int_equal(wh.rows, 2);
     assert_int_equal(wh.cols, 3);
     assert_int_equal(wb.rows, 6);

@@ -26,12 +26,15 @@
 #include <llhttp.h>
 
 #include <ctype.h>
+#include <poll.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 
 /* ------------------------------------------------------------------------- */
 /* Configuration                                                             */
@@ -66,6 +69,8 @@ static struct {
     const char *json_path;
     const char *label;
     int quiet;
+    int progress;        /* the one-line progress display: a terminal, not --quiet */
+    char model_buf[256]; /* the model found in the target's /v1/models */
 } cfg;
 
 /* ------------------------------------------------------------------------- */
@@ -871,6 +876,52 @@ static void on_signal(uv_signal_t *s, int signum)
 }
 
 /* ------------------------------------------------------------------------- */
+/* Progress: one line on a terminal, redrawn every second                    */
+/* ------------------------------------------------------------------------- */
+
+static uv_timer_t progress_timer;
+
+static void progress_draw(void)
+{
+    double t = (double)(uv_hrtime() - S.t0) / 1e9;
+    char p50[32] = "-", p99[32] = "-";
+    if (S.e2e.total) {
+        snprintf(p50, sizeof(p50), "%.1f ms", igb_hdr_quantile(&S.e2e, 0.5) / 1e3);
+        snprintf(p99, sizeof(p99), "%.1f ms", igb_hdr_quantile(&S.e2e, 0.99) / 1e3);
+    }
+    /* \r and erase-to-end-of-line: the line is redrawn in place. */
+    printf("\r%6.1f s  sent %lld  ok %lld  errors %lld  p50 %s  p99 %s\033[K", t < 0 ? 0 : t,
+           S.issued, S.ok, S.errors, p50, p99);
+    fflush(stdout);
+}
+
+static void on_progress(uv_timer_t *t)
+{
+    (void)t;
+    progress_draw();
+}
+
+static void progress_start(void)
+{
+    if (!cfg.progress)
+        return;
+    uv_timer_init(S.loop, &progress_timer);
+    uv_timer_start(&progress_timer, on_progress, 1000, 1000);
+    uv_unref((uv_handle_t *)&progress_timer); /* the run ends without it */
+}
+
+/* Clears the line before the report takes the terminal. */
+static void progress_stop(void)
+{
+    if (!cfg.progress)
+        return;
+    uv_timer_stop(&progress_timer);
+    uv_close((uv_handle_t *)&progress_timer, NULL);
+    printf("\r\033[K");
+    fflush(stdout);
+}
+
+/* ------------------------------------------------------------------------- */
 /* Report                                                                    */
 /* ------------------------------------------------------------------------- */
 
@@ -1042,7 +1093,8 @@ static void usage(FILE *out)
             "  --input-tokens N       prompt of about N tokens (N seeded words; default 32)\n"
             "  --max-tokens SPEC      N | uniform:A:B | exp:MEAN | choice:A@W,B@W (default 16)\n"
             "  --stream               ask for SSE streaming (stream_options.include_usage)\n"
-            "  --model NAME           model field (default \"test\")\n"
+            "  --model NAME           model field (default: the first id of the target's\n"
+            "                         GET /v1/models, else \"test\")\n"
             "  --raw METHOD PATH      any request instead (e.g. --raw GET /health)\n"
             "  --body FILE | --body-string S   body of a raw request (sent as JSON)\n"
             "report:\n"
@@ -1050,7 +1102,10 @@ static void usage(FILE *out)
             "  --json FILE            write every figure and the parameters as JSON\n"
             "  --label TEXT           a label stored in the JSON parameters\n"
             "  --spin-us US           wake this early and spin, for precise timing (default 200)\n"
-            "  --quiet                no table on stdout\n"
+            "  --quiet                no table and no progress line on stdout\n"
+            "\n"
+            "On a terminal a progress line (sent, ok, errors, e2e p50 and p99) is redrawn\n"
+            "every second; it is off when stdout is not a terminal, or with --quiet.\n"
             "\n"
             "Figures (ms): e2e; ttft = first non-empty token event (streams only);\n"
             "itl = gaps between token events; tpot = (e2e - ttft) / (output tokens - 1),\n"
@@ -1124,6 +1179,109 @@ static int parse_target(const char *t)
     return igb_addr_parse(buf, &cfg.addr);
 }
 
+/* The first model id of GET /v1/models of the target, into cfg.model_buf:
+ * 0, or -1 with the reason in why. One blocking request before the run,
+ * 5 s at most. */
+typedef struct {
+    char *body;
+    size_t len;
+    int done;
+} models_reply_t;
+
+static int models_on_body(llhttp_t *p, const char *at, size_t len)
+{
+    models_reply_t *m = p->data;
+    if (m->len + len > (1u << 20))
+        return -1;
+    char *nb = realloc(m->body, m->len + len + 1);
+    if (nb == NULL)
+        return -1;
+    memcpy(nb + m->len, at, len);
+    m->len += len;
+    nb[m->len] = '\0';
+    m->body = nb;
+    return 0;
+}
+
+static int models_on_complete(llhttp_t *p)
+{
+    ((models_reply_t *)p->data)->done = 1;
+    return 0;
+}
+
+static int discover_model(char *why, size_t wlen)
+{
+    int fd = socket(cfg.addr.is_unix ? AF_UNIX : cfg.addr.ss.ss_family, SOCK_STREAM, 0);
+    if (fd < 0) {
+        snprintf(why, wlen, "socket: %s", strerror(errno));
+        return -1;
+    }
+    struct sockaddr_un un;
+    const struct sockaddr *sa = (const struct sockaddr *)&cfg.addr.ss;
+    socklen_t salen = cfg.addr.ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                        : sizeof(struct sockaddr_in);
+    if (cfg.addr.is_unix) {
+        memset(&un, 0, sizeof(un));
+        un.sun_family = AF_UNIX;
+        snprintf(un.sun_path, sizeof(un.sun_path), "%s", cfg.addr.path);
+        sa = (const struct sockaddr *)&un;
+        salen = sizeof(un);
+    }
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+    if (connect(fd, sa, salen) != 0) {
+        snprintf(why, wlen, "connect: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    char req[700];
+    int n = snprintf(req, sizeof(req),
+                     "GET /v1/models HTTP/1.1\r\nHost: %s\r\nAccept: application/json\r\n"
+                     "Connection: close\r\n\r\n",
+                     cfg.host_header);
+    if (write(fd, req, (size_t)n) != n) {
+        snprintf(why, wlen, "send: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    llhttp_settings_t st;
+    llhttp_settings_init(&st);
+    st.on_body = models_on_body;
+    st.on_message_complete = models_on_complete;
+    llhttp_t parser;
+    llhttp_init(&parser, HTTP_RESPONSE, &st);
+    models_reply_t m = {NULL, 0, 0};
+    parser.data = &m;
+    char buf[16384];
+    ssize_t got;
+    int bad = 0;
+    while (!m.done && !bad && (got = read(fd, buf, sizeof(buf))) > 0)
+        bad = llhttp_execute(&parser, buf, (size_t)got) != HPE_OK;
+    if (!m.done && !bad)
+        bad = llhttp_finish(&parser) != HPE_OK || !m.done;
+    close(fd);
+    int rc = -1;
+    if (bad) {
+        snprintf(why, wlen, "no complete HTTP answer");
+    } else if (parser.status_code != 200) {
+        snprintf(why, wlen, "status %d", parser.status_code);
+    } else {
+        json_t *root = json_loadb(m.body ? m.body : "", m.len, 0, NULL);
+        const char *id = json_string_value(
+            json_object_get(json_array_get(json_object_get(root, "data"), 0), "id"));
+        if (id == NULL || id[0] == '\0' || strlen(id) >= sizeof(cfg.model_buf)) {
+            snprintf(why, wlen, "no model id in data[0].id");
+        } else {
+            snprintf(cfg.model_buf, sizeof(cfg.model_buf), "%s", id);
+            rc = 0;
+        }
+        json_decref(root);
+    }
+    free(m.body);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     double spin_us = 200;
@@ -1132,7 +1290,7 @@ int main(int argc, char **argv)
     cfg.max_connections = 1024;
     cfg.input_tokens = 32;
     cfg.max_tokens_spec = "16";
-    cfg.model = "test";
+    cfg.model = NULL; /* the target's first model, else "test" */
     cfg.poisson = 1;
     igb_list_init(&S.queue);
     igb_list_init(&S.all);
@@ -1264,6 +1422,22 @@ int main(int argc, char **argv)
     }
     if (cfg.concurrency > 0 && cfg.max_connections < cfg.concurrency)
         cfg.max_connections = cfg.concurrency;
+    if (cfg.model == NULL && cfg.endpoint != EP_RAW) {
+        char why[256];
+        if (discover_model(why, sizeof(why)) == 0) {
+            cfg.model = cfg.model_buf;
+            if (!cfg.quiet)
+                fprintf(stderr, "igbench: --model %s (the first of %s/v1/models)\n", cfg.model,
+                        cfg.target_str);
+        } else {
+            cfg.model = "test";
+            fprintf(stderr, "igbench: GET /v1/models of %s: %s; --model defaults to \"test\"\n",
+                    cfg.target_str, why);
+        }
+    } else if (cfg.model == NULL) {
+        cfg.model = "test";
+    }
+    cfg.progress = !cfg.quiet && isatty(STDOUT_FILENO);
 
     signal(SIGPIPE, SIG_IGN);
     S.loop = uv_default_loop();
@@ -1306,7 +1480,9 @@ int main(int argc, char **argv)
         S.next_arrival = S.t0;
         igb_tq_add(&S.tq, &S.arrival, S.next_arrival, on_arrival);
     }
+    progress_start();
     uv_run(S.loop, UV_RUN_DEFAULT);
+    progress_stop();
     if (!uv_is_closing((uv_handle_t *)&sigint))
         uv_close((uv_handle_t *)&sigint, NULL);
     uv_run(S.loop, UV_RUN_DEFAULT);

@@ -82,6 +82,8 @@ static struct {
     llhttp_settings_t settings;
     igb_rng_t rng;
     igb_dist_t delay; /* ms */
+    igb_dist_t change_delay; /* --change-delay: drawn instead from --change-at on */
+    double change_at_s;      /* seconds after the first request; 0 = never */
     double itl_ms;
     int force_tokens; /* 0: use the request's max_tokens */
     double error_rate;
@@ -104,6 +106,7 @@ static struct {
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
+    uint64_t max_inside; /* the most completions in a slot or waiting for one at once */
 } g;
 
 /* ------------------------------------------------------------------------- */
@@ -539,10 +542,14 @@ static void start_head(conn_t *c, int at_arrival)
             igb_list_push(&g.waitq, &r->wlink);
             g.nwaiting++;
             g.nqueued_total++;
+            if ((uint64_t)g.busy + g.nwaiting > g.max_inside)
+                g.max_inside = (uint64_t)g.busy + g.nwaiting;
             return;
         }
         r->has_slot = 1;
         g.busy++;
+        if ((uint64_t)g.busy + g.nwaiting > g.max_inside)
+            g.max_inside = (uint64_t)g.busy + g.nwaiting;
         /* A pipelined request gets its slot only now, when it reaches the
          * head of its connection; its service starts now too. */
         begin_service(r, at_arrival ? r->t_arrive : uv_hrtime());
@@ -556,7 +563,9 @@ static void start_head(conn_t *c, int at_arrival)
 static void begin_service(req_t *r, uint64_t t_start)
 {
     conn_t *c = r->c;
-    double delay_ms = igb_dist_sample(&g.delay, &g.rng);
+    int changed = g.change_at_s > 0 && g.first_request != 0 &&
+                  t_start > g.first_request + (uint64_t)(g.change_at_s * 1e9);
+    double delay_ms = igb_dist_sample(changed ? &g.change_delay : &g.delay, &g.rng);
     if (g.error_rate > 0 && igb_rng_double(&g.rng) < g.error_rate) {
         r->error_status = g.error_status;
         g.nerrors++;
@@ -698,12 +707,13 @@ static void answer_control(conn_t *c, req_t *r)
                      "{\"requests\":%llu,\"connections\":%llu,\"open_connections\":%llu,"
                      "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu,"
                      "\"slots\":%d,\"busy\":%d,\"waiting\":%llu,\"queued\":%llu,"
-                     "\"completions\":%llu,\"raw\":%llu}",
+                     "\"completions\":%llu,\"raw\":%llu,\"max_inside\":%llu}",
                      (unsigned long long)g.nreq, (unsigned long long)g.nconn,
                      (unsigned long long)g.nactive_conn, (unsigned long long)g.nstalled,
                      (unsigned long long)g.nfailed, (unsigned long long)g.nerrors, g.slots, g.busy,
                      (unsigned long long)g.nwaiting, (unsigned long long)g.nqueued_total,
-                     (unsigned long long)g.ncompletions, (unsigned long long)g.nraw);
+                     (unsigned long long)g.ncompletions, (unsigned long long)g.nraw,
+                     (unsigned long long)g.max_inside);
     } else {
         send_str(c, r, 404, "application/json", "{\"error\":\"unknown control\"}");
         return;
@@ -893,6 +903,8 @@ static void usage(FILE *out)
         "  --delay-ms MS          fixed delay before the answer / first token (default 0)\n"
         "  --delay-dist SPEC      delay distribution in ms: N | uniform:A:B | exp:MEAN |\n"
         "                         choice:A@W,B@W,... (e.g. choice:10@0.6,40@0.4)\n"
+        "  --change-at S          from S seconds after the first request on, draw the\n"
+        "  --change-delay SPEC    delay from SPEC instead (a fleet whose speed changes)\n"
         "  --itl-ms MS            delay between streamed tokens (default 0); a non-streamed\n"
         "                         answer is sent when its last token would have been\n"
         "  --tokens N             output tokens per completion (default: the request's\n"
@@ -948,6 +960,7 @@ int main(int argc, char **argv)
     g.fail_after = -1;
     g.fail_rate = 1.0;
     igb_dist_parse("0", &g.delay);
+    igb_dist_parse("0", &g.change_delay);
     igb_list_init(&g.waitq);
     igb_opts_t o;
     igb_opts_init(&o, "testupstream", argc, argv, usage);
@@ -969,6 +982,15 @@ int main(int argc, char **argv)
                 fprintf(stderr, "testupstream: bad delay '%s'\n", v);
                 return 2;
             }
+        } else if (!strcmp(a, "--change-delay")) {
+            IGB_NEED(&o, v);
+            if (igb_dist_parse(v, &g.change_delay) != 0) {
+                fprintf(stderr, "testupstream: bad delay '%s'\n", v);
+                return 2;
+            }
+        } else if (!strcmp(a, "--change-at")) {
+            IGB_NEED(&o, v);
+            g.change_at_s = atof(v);
         } else if (!strcmp(a, "--itl-ms")) {
             IGB_NEED(&o, v);
             g.itl_ms = atof(v);

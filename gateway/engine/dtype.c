@@ -2,6 +2,7 @@
 #include "infergate/dtype.h"
 #include "infergate/error.h"
 
+#include <math.h>
 #include <string.h>
 
 size_t ig_dtype_size(ig_dtype_t dtype)
@@ -12,8 +13,17 @@ size_t ig_dtype_size(ig_dtype_t dtype)
     case IG_DTYPE_F16:
     case IG_DTYPE_BF16:
         return 2;
+    case IG_DTYPE_Q8_0:
+        return 0;
     }
     return 0;
+}
+
+size_t ig_dtype_bytes(ig_dtype_t dtype, size_t n)
+{
+    if (dtype == IG_DTYPE_Q8_0)
+        return n % IG_Q8_0_BLOCK ? 0 : n / IG_Q8_0_BLOCK * IG_Q8_0_BYTES;
+    return n * ig_dtype_size(dtype);
 }
 
 const char *ig_dtype_name(ig_dtype_t dtype)
@@ -25,6 +35,8 @@ const char *ig_dtype_name(ig_dtype_t dtype)
         return "F16";
     case IG_DTYPE_BF16:
         return "BF16";
+    case IG_DTYPE_Q8_0:
+        return "Q8_0";
     }
     return "?";
 }
@@ -163,9 +175,39 @@ static inline void f32_to_halves(unsigned char *d, const float *src, size_t n, i
     }
 }
 
+/* ---- Q8_0 ------------------------------------------------------------------ */
+
+static void q8_0_to_f32(float *dst, const unsigned char *s, size_t n)
+{
+    for (size_t b = 0; b < n / IG_Q8_0_BLOCK; b++, s += IG_Q8_0_BYTES) {
+        uint16_t h;
+        memcpy(&h, s, 2);
+        float d = ig_f16_to_f32(h);
+        for (int i = 0; i < IG_Q8_0_BLOCK; i++)
+            dst[b * IG_Q8_0_BLOCK + i] = d * (float)(int8_t)s[2 + i];
+    }
+}
+
+static void f32_to_q8_0(unsigned char *d, const float *src, size_t n)
+{
+    for (size_t b = 0; b < n / IG_Q8_0_BLOCK; b++, d += IG_Q8_0_BYTES) {
+        const float *x = src + b * IG_Q8_0_BLOCK;
+        float amax = 0.0f;
+        for (int i = 0; i < IG_Q8_0_BLOCK; i++)
+            amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        float sc = amax / 127.0f, inv = sc != 0.0f ? 1.0f / sc : 0.0f;
+        uint16_t h = ig_f32_to_f16(sc);
+        memcpy(d, &h, 2);
+        for (int i = 0; i < IG_Q8_0_BLOCK; i++)
+            d[2 + i] = (unsigned char)(int8_t)roundf(x[i] * inv);
+    }
+}
+
 void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
 {
-    if (dtype == IG_DTYPE_F32)
+    if (dtype == IG_DTYPE_Q8_0)
+        q8_0_to_f32(dst, src, n);
+    else if (dtype == IG_DTYPE_F32)
         memmove(dst, src, n * sizeof(float));
     else if (dtype == IG_DTYPE_F16)
         halves_to_f32(dst, src, n, 0);
@@ -175,7 +217,9 @@ void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
 
 void ig_dtype_from_f32(void *dst, ig_dtype_t dtype, const float *src, size_t n)
 {
-    if (dtype == IG_DTYPE_F32)
+    if (dtype == IG_DTYPE_Q8_0)
+        f32_to_q8_0(dst, src, n);
+    else if (dtype == IG_DTYPE_F32)
         memmove(dst, src, n * sizeof(float));
     else if (dtype == IG_DTYPE_F16)
         f32_to_halves(dst, src, n, 0);

@@ -9,6 +9,7 @@
 #include "infergate/error.h"
 #include "infergate/jsonv.h"
 #include "model_internal.h"
+#include "infergate/gguf.h"
 #include "infergate/safetensors.h"
 
 #include <errno.h>
@@ -19,7 +20,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CONFIG_FILE "config.json"
 #define GENCONFIG_FILE "generation_config.json"
@@ -37,7 +40,13 @@ struct ig_model_s {
     ig_tensor_t lm_head;
     ig_layer_weights_t *layers;
     size_t weight_bytes;
+    void **owned; /* tensors made at load (ig_model_quantize), freed with the model */
+    size_t nowned;
+    ig_gguf_t *gguf; /* a model loaded from one GGUF file (gguf_model.c) */
 };
+
+/* gguf_model.c: the GGUF side of the loader. */
+int ig__model_load_gguf(ig_model_t *m, ig_gguf_t *g, char *err, size_t errlen);
 
 static int join_path(char *buf, size_t len, const char *dir, const char *name)
 {
@@ -642,6 +651,13 @@ int ig_model_load(ig_model_t **out, const char *dir, char *err, size_t errlen)
         ig_errf(err, errlen, "model: out of memory");
         goto fail;
     }
+    if (ig_gguf_is_gguf(dir)) {
+        if ((rc = ig_gguf_open(&m->gguf, dir, err, errlen)) != 0 ||
+            (rc = ig__model_load_gguf(m, m->gguf, err, errlen)) != 0)
+            goto fail;
+        *out = m;
+        return 0;
+    }
     rc = load_json(&config, dir, CONFIG_FILE, err, errlen);
     if (rc == IG_ENOENT) {
         ig_errf(err, errlen, "%s: no such file in %s", CONFIG_FILE, dir);
@@ -685,7 +701,11 @@ void ig_model_free(ig_model_t *model)
         return;
     for (size_t i = 0; i < model->nfiles; i++)
         ig_safetensors_close(model->files[i]);
+    ig_gguf_close(model->gguf);
     free(model->files);
+    for (size_t i = 0; i < model->nowned; i++)
+        free(model->owned[i]);
+    free(model->owned);
     free(model->layers);
     free(model->dir);
     free(model);
@@ -726,4 +746,135 @@ const ig_layer_weights_t *ig_model_layer(const ig_model_t *model, int layer)
 size_t ig_model_weight_bytes(const ig_model_t *model)
 {
     return model->weight_bytes;
+}
+
+/* ---- for gguf_model.c -------------------------------------------------- */
+
+ig_model_config_t *ig__model_cfg(ig_model_t *m)
+{
+    return &m->cfg;
+}
+
+ig_tensor_t *ig__model_tensor(ig_model_t *m, int which)
+{
+    return which == 0 ? &m->embed : which == 1 ? &m->final_norm : &m->lm_head;
+}
+
+int ig__model_alloc_layers(ig_model_t *m, int n)
+{
+    m->layers = calloc((size_t)n, sizeof(*m->layers));
+    return m->layers ? 0 : IG_ENOMEM;
+}
+
+ig_layer_weights_t *ig__model_layer_mut(ig_model_t *m, int l)
+{
+    return &m->layers[l];
+}
+
+void ig__model_add_bytes(ig_model_t *m, size_t n)
+{
+    m->weight_bytes += n;
+}
+
+int ig__model_own(ig_model_t *m, void *p)
+{
+    void **owned = realloc(m->owned, (m->nowned + 1) * sizeof(*owned));
+    if (owned == NULL)
+        return IG_ENOMEM;
+    m->owned = owned;
+    m->owned[m->nowned++] = p;
+    return 0;
+}
+
+/* ---- load-time quantization ------------------------------------------- */
+
+/* Hands the pages of a mapped tensor back once its quantized copy exists,
+ * so that the process holds one of the two (MADV_PAGEOUT keeps the
+ * contents of any memory; the file's pages are simply dropped). */
+void ig__release_pages(const void *p, size_t bytes)
+{
+#ifdef MADV_PAGEOUT
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0)
+        return;
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)ps - 1) & ~((uintptr_t)ps - 1);
+    uintptr_t e = ((uintptr_t)p + bytes) & ~((uintptr_t)ps - 1);
+    if (e > b)
+        (void)madvise((void *)b, e - b, MADV_PAGEOUT);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+#define QUANT_ROWS 256 /* rows widened to F32 at a time */
+
+static int quantize_tensor(ig_model_t *m, ig_tensor_t *t, const char *name, char *err,
+                           size_t errlen)
+{
+    if (t->data == NULL || t->ndim != 2 || t->dtype == IG_DTYPE_Q8_0)
+        return 0;
+    int64_t rows = t->shape[0], cols = t->shape[1];
+    if (cols % IG_Q8_0_BLOCK != 0) {
+        ig_errf(err, errlen, "%s: %lld columns, not a multiple of %d: cannot be Q8_0", name,
+                (long long)cols, IG_Q8_0_BLOCK);
+        return IG_EMODEL;
+    }
+    size_t esz = ig_dtype_size(t->dtype), rowq = ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)cols);
+    void **owned = realloc(m->owned, (m->nowned + 1) * sizeof(*owned));
+    unsigned char *q = malloc((size_t)rows * rowq);
+    float *tmp = malloc((size_t)QUANT_ROWS * cols * sizeof(float));
+    if (owned != NULL)
+        m->owned = owned;
+    if (owned == NULL || q == NULL || tmp == NULL) {
+        free(q);
+        free(tmp);
+        ig_errf(err, errlen, "%s: out of memory quantizing to Q8_0", name);
+        return IG_ENOMEM;
+    }
+    for (int64_t r = 0; r < rows; r += QUANT_ROWS) {
+        size_t n = (size_t)(rows - r < QUANT_ROWS ? rows - r : QUANT_ROWS) * cols;
+        const char *from = (const char *)t->data + (size_t)r * cols * esz;
+        ig_dtype_to_f32(tmp, from, t->dtype, n);
+        ig_dtype_from_f32(q + (size_t)r * rowq, IG_DTYPE_Q8_0, tmp, n);
+        ig__release_pages(from, n * esz);
+    }
+    free(tmp);
+    m->owned[m->nowned++] = q;
+    m->weight_bytes -= (size_t)rows * cols * esz;
+    m->weight_bytes += (size_t)rows * rowq;
+    t->dtype = IG_DTYPE_Q8_0;
+    t->data = q;
+    return 0;
+}
+
+int ig_model_quantize(ig_model_t *m, ig_dtype_t to, char *err, size_t errlen)
+{
+    int rc;
+    char name[96];
+    if (to != IG_DTYPE_Q8_0) {
+        ig_errf(err, errlen, "quantize: %s is not a quantized type (q8_0)", ig_dtype_name(to));
+        return IG_EINVAL;
+    }
+    int tied = m->lm_head.data == m->embed.data;
+    if ((rc = quantize_tensor(m, &m->embed, "model.embed_tokens.weight", err, errlen)) != 0)
+        return rc;
+    if (tied)
+        m->lm_head = m->embed;
+    else if ((rc = quantize_tensor(m, &m->lm_head, "lm_head.weight", err, errlen)) != 0)
+        return rc;
+    for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
+        ig_layer_weights_t *L = &m->layers[l];
+        ig_tensor_t *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+        static const char *const what[] = {
+            "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+            "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
+        for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+            snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, what[i]);
+            if ((rc = quantize_tensor(m, ts[i], name, err, errlen)) != 0)
+                return rc;
+        }
+    }
+    m->cfg.dtype = IG_DTYPE_Q8_0;
+    return 0;
 }

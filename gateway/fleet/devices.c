@@ -15,6 +15,7 @@
 #include "infergate/devices.h"
 
 #include <dlfcn.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,16 +83,28 @@ typedef struct {
     nvml_ret_t (*mig_by_index)(nvml_dev_t, unsigned, nvml_dev_t *);
     nvml_ret_t (*gi_id)(nvml_dev_t, unsigned *);
     nvml_ret_t (*ci_id)(nvml_dev_t, unsigned *);
+    /* telemetry (optional) */
+    nvml_ret_t (*utilization)(nvml_dev_t, unsigned *); /* nvmlUtilization_t {gpu, memory} */
+    nvml_ret_t (*temperature)(nvml_dev_t, int, unsigned *);
+    nvml_ret_t (*power)(nvml_dev_t, unsigned *); /* milliwatts */
 } nvml_t;
+
+/* The library to open: IG_NVML_LIBRARY names another (a test's fake NVML,
+ * or a driver outside the loader's path). */
+static const char *nvml_library(void)
+{
+    const char *env = getenv("IG_NVML_LIBRARY");
+    return env != NULL && env[0] != '\0' ? env : "libnvidia-ml.so.1";
+}
 
 /* Opens NVML; 0, or -1 with a reason in why. Optional symbols may be NULL. */
 static int nvml_open(nvml_t *n, char *why, size_t len)
 {
     memset(n, 0, sizeof(*n));
-    n->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    n->lib = dlopen(nvml_library(), RTLD_NOW | RTLD_LOCAL);
     if (!n->lib) {
         const char *e = dlerror();
-        snprintf(why, len, "NVIDIA driver library not loadable (%s)", e ? e : "libnvidia-ml.so.1");
+        snprintf(why, len, "NVIDIA driver library not loadable (%s)", e ? e : nvml_library());
         return -1;
     }
 #define SYM(field, name) *(void **)(&n->field) = dlsym(n->lib, name)
@@ -110,9 +123,12 @@ static int nvml_open(nvml_t *n, char *why, size_t len)
     SYM(mig_by_index, "nvmlDeviceGetMigDeviceHandleByIndex");
     SYM(gi_id, "nvmlDeviceGetGpuInstanceId");
     SYM(ci_id, "nvmlDeviceGetComputeInstanceId");
+    SYM(utilization, "nvmlDeviceGetUtilizationRates");
+    SYM(temperature, "nvmlDeviceGetTemperature");
+    SYM(power, "nvmlDeviceGetPowerUsage");
 #undef SYM
     if (!n->init || !n->shutdown || !n->count || !n->by_index) {
-        snprintf(why, len, "libnvidia-ml.so.1 lacks the NVML entry points needed");
+        snprintf(why, len, "%s lacks the NVML entry points needed", nvml_library());
         goto fail;
     }
     nvml_ret_t r = n->init();
@@ -236,6 +252,180 @@ static json_t *nvml_gpus(char *driver, size_t dlen, char *why, size_t len)
     }
     nvml_close(&n);
     return gpus;
+}
+
+/* ======================================================================== */
+/* GPU telemetry for /metrics                                               */
+/* ======================================================================== */
+
+#define MAX_TELEMETRY 128 /* GPUs and MIG slices */
+
+typedef struct {
+    char gpu[16];      /* NVML index of the GPU (of the parent, for a slice) */
+    char gpu_uuid[96]; /* the GPU's UUID (the parent's, for a slice) */
+    char device[112];  /* as a pool names it: cuda:N or MIG-<uuid> */
+    int has_util, has_mem, has_temp, has_power;
+    double util, mem_used, mem_total, temp, power;
+} gpu_sample_t;
+
+/* NVML stays open from the first scrape on: nvmlInit can take a while on a
+ * host with GPUs, the reads after it are cheap. A failed open is not tried
+ * again. Only the gateway's loop thread calls this. */
+static nvml_t tele;
+static int tele_state; /* 0 not tried, 1 open, -1 unavailable */
+
+static int telemetry_read(gpu_sample_t *out, int max)
+{
+    if (tele_state == 0) {
+        char why[256];
+        tele_state = nvml_open(&tele, why, sizeof(why)) == 0 ? 1 : -1;
+    }
+    if (tele_state != 1)
+        return 0;
+    unsigned count = 0;
+    if (tele.count(&count) != 0)
+        return 0;
+    int n = 0;
+    for (unsigned i = 0; i < count && n < max; i++) {
+        nvml_dev_t dev;
+        if (tele.by_index(i, &dev) != 0)
+            continue;
+        gpu_sample_t *g = &out[n++];
+        memset(g, 0, sizeof(*g));
+        snprintf(g->gpu, sizeof(g->gpu), "%u", i);
+        if (!tele.uuid || tele.uuid(dev, g->gpu_uuid, sizeof(g->gpu_uuid)) != 0)
+            g->gpu_uuid[0] = '\0';
+        snprintf(g->device, sizeof(g->device), "cuda:%u", i);
+        unsigned u[2] = {0, 0}, v = 0;
+        nvml_mem_t mem = {0, 0, 0};
+        if (tele.utilization && tele.utilization(dev, u) == 0) {
+            g->has_util = 1;
+            g->util = u[0] / 100.0;
+        }
+        if (tele.memory && tele.memory(dev, &mem) == 0) {
+            g->has_mem = 1;
+            g->mem_used = (double)mem.used;
+            g->mem_total = (double)mem.total;
+        }
+        if (tele.temperature && tele.temperature(dev, 0 /* NVML_TEMPERATURE_GPU */, &v) == 0) {
+            g->has_temp = 1;
+            g->temp = v;
+        }
+        if (tele.power && tele.power(dev, &v) == 0) {
+            g->has_power = 1;
+            g->power = v / 1000.0;
+        }
+        unsigned cur = 0, pending = 0, slots = 0;
+        if (!tele.mig_mode || tele.mig_mode(dev, &cur, &pending) != 0 || cur != 1 ||
+            !tele.mig_max || !tele.mig_by_index || tele.mig_max(dev, &slots) != 0)
+            continue;
+        /* A slice has its own memory; utilisation, temperature and power
+         * are the whole GPU's (NVML answers NOT_SUPPORTED for a slice). */
+        for (unsigned k = 0; k < slots && n < max; k++) {
+            nvml_dev_t mig;
+            char uuid[96] = "";
+            if (tele.mig_by_index(dev, k, &mig) != 0 || !tele.uuid ||
+                tele.uuid(mig, uuid, sizeof(uuid)) != 0)
+                continue;
+            gpu_sample_t *m = &out[n++];
+            memset(m, 0, sizeof(*m));
+            memcpy(m->gpu, g->gpu, sizeof(m->gpu));
+            memcpy(m->gpu_uuid, g->gpu_uuid, sizeof(m->gpu_uuid));
+            /* NVML's MIG UUIDs already read "MIG-..."; CUDA wants that form. */
+            snprintf(m->device, sizeof(m->device), "%s%s", strncmp(uuid, "MIG-", 4) ? "MIG-" : "",
+                     uuid);
+            nvml_mem_t mm = {0, 0, 0};
+            if (tele.memory && tele.memory(mig, &mm) == 0) {
+                m->has_mem = 1;
+                m->mem_used = (double)mm.used;
+                m->mem_total = (double)mm.total;
+            }
+        }
+    }
+    return n;
+}
+
+static void tele_put(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void tele_put(char **buf, size_t *len, size_t *cap, const char *fmt, ...)
+{
+    if (*buf == NULL && *cap != 0)
+        return; /* out of memory earlier */
+    va_list ap;
+    va_start(ap, fmt);
+    char line[512];
+    int w = vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    if (w < 0)
+        return;
+    size_t n = (size_t)w < sizeof(line) ? (size_t)w : sizeof(line) - 1;
+    if (*len + n + 1 > *cap) {
+        size_t nc = *cap ? *cap * 2 : 4096;
+        while (nc < *len + n + 1)
+            nc *= 2;
+        char *nb = realloc(*buf, nc);
+        if (nb == NULL) {
+            free(*buf);
+            *buf = NULL;
+            *cap = 1;
+            return;
+        }
+        *buf = nb;
+        *cap = nc;
+    }
+    memcpy(*buf + *len, line, n);
+    *len += n;
+    (*buf)[*len] = '\0';
+}
+
+char *ig_devices_gpu_metrics(size_t *len)
+{
+    static gpu_sample_t s[MAX_TELEMETRY];
+    int n = telemetry_read(s, MAX_TELEMETRY);
+    char *buf = NULL;
+    size_t cap = 0;
+    *len = 0;
+    static const struct {
+        const char *name, *help;
+        int which; /* 0 util, 1 mem used, 2 mem total, 3 temp, 4 power */
+    } fam[] = {
+        {"infergate_gpu_utilization", "GPU busy share over the last sample period (0 to 1)", 0},
+        {"infergate_gpu_memory_used_bytes", "GPU or MIG slice memory in use", 1},
+        {"infergate_gpu_memory_total_bytes", "GPU or MIG slice memory", 2},
+        {"infergate_gpu_temperature_celsius", "GPU core temperature", 3},
+        {"infergate_gpu_power_usage_watts", "GPU board power draw", 4},
+    };
+    for (size_t f = 0; f < sizeof(fam) / sizeof(fam[0]); f++) {
+        int header = 0;
+        for (int i = 0; i < n; i++) {
+            const gpu_sample_t *g = &s[i];
+            int has = fam[f].which == 0   ? g->has_util
+                      : fam[f].which <= 2 ? g->has_mem
+                      : fam[f].which == 3 ? g->has_temp
+                                          : g->has_power;
+            if (!has)
+                continue;
+            double v = fam[f].which == 0   ? g->util
+                       : fam[f].which == 1 ? g->mem_used
+                       : fam[f].which == 2 ? g->mem_total
+                       : fam[f].which == 3 ? g->temp
+                                           : g->power;
+            if (!header) {
+                tele_put(&buf, len, &cap, "# HELP %s %s.\n# TYPE %s gauge\n", fam[f].name,
+                         fam[f].help, fam[f].name);
+                header = 1;
+            }
+            /* UUIDs and indexes are [A-Za-z0-9-]: nothing to escape. */
+            tele_put(&buf, len, &cap, "%s{gpu=\"%s\",gpu_uuid=\"%s\",device=\"%s\"} %.17g\n",
+                     fam[f].name, g->gpu, g->gpu_uuid, g->device, v);
+        }
+    }
+    if (buf == NULL && cap != 0) {
+        *len = 0;
+        return NULL;
+    }
+    return buf;
 }
 
 /* ======================================================================== */

@@ -421,6 +421,10 @@ static void instance_spawn(ig_instance_t *in)
         args[na++] = "--log-level";
         args[na++] = (char *)s->log_level;
     }
+    if (s->quantize != NULL) {
+        args[na++] = "--quantize";
+        args[na++] = (char *)s->quantize;
+    }
     args[na] = NULL;
 
     /* The environment: ours, plus the parent pid the child checks with
@@ -509,6 +513,7 @@ static void spec_free(ig_pool_t *p)
     free((char *)p->spec.exe);
     free((char *)p->spec.run_dir);
     free((char *)p->spec.log_level);
+    free((char *)p->spec.quantize);
     for (int i = 0; i < p->spec.ndevices; i++)
         free(p->devices[i]);
     free(p->devices);
@@ -541,6 +546,7 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
     copy_str(&p->spec.exe, spec->exe);
     copy_str(&p->spec.run_dir, spec->run_dir);
     copy_str(&p->spec.log_level, spec->log_level);
+    copy_str(&p->spec.quantize, spec->quantize);
     p->devices = calloc(spec->ndevices, sizeof(char *));
     p->inst = calloc(spec->ndevices, sizeof(ig_instance_t));
     int rc = IG_ENOMEM;
@@ -570,8 +576,12 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
         in->index = i;
         snprintf(in->name, sizeof(in->name), "%s/%d", spec->name, i);
         snprintf(in->device, sizeof(in->device), "%s", spec->devices[i]);
-        snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s-%d.sock", spec->run_dir,
-                 spec->name, i);
+        if (spec->generation > 0) /* a reload's pool beside its namesake */
+            snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s.%u-%d.sock", spec->run_dir,
+                     spec->name, spec->generation, i);
+        else
+            snprintf(in->socket_path, sizeof(in->socket_path), "%s/%s-%d.sock", spec->run_dir,
+                     spec->name, i);
         snprintf(in->listen, sizeof(in->listen), "unix:%s", in->socket_path);
         ig_router_upstream_init(&in->route, in->name, IG_ROUTER_LOCAL);
         ig_load_init(&in->load);

@@ -287,12 +287,31 @@ int ig_scaler_start(ig_scaler_t **out, uv_loop_t *loop, ig_proxy_t *proxy, int m
 
 int ig_scaler_add(ig_scaler_t *sc, ig_pool_t *pool, const ig_autoscale_params_t *params)
 {
-    if (sc->npools >= sc->max_pools)
-        return IG_EFULL;
+    if (sc->npools >= sc->max_pools) {
+        /* A reload may bring pools the start did not count. */
+        int cap = sc->max_pools > 0 ? 2 * sc->max_pools : 4;
+        pool_scaler_t *grown = realloc(sc->pools, (size_t)cap * sizeof(*grown));
+        if (grown == NULL)
+            return IG_ENOMEM;
+        memset(grown + sc->max_pools, 0, (size_t)(cap - sc->max_pools) * sizeof(*grown));
+        sc->pools = grown;
+        sc->max_pools = cap;
+    }
     pool_scaler_t *ps = &sc->pools[sc->npools++];
     ps->pool = pool;
     ig_autoscaler_init(&ps->as, params);
     ps->desired = params->min_instances;
+    return 0;
+}
+
+int ig_scaler_remove(ig_scaler_t *sc, ig_pool_t *pool)
+{
+    pool_scaler_t *ps = find(sc, pool);
+    if (ps == NULL)
+        return IG_ENOENT;
+    size_t k = (size_t)(ps - sc->pools);
+    memmove(ps, ps + 1, (size_t)(sc->npools - 1 - (int)k) * sizeof(*ps));
+    sc->npools--;
     return 0;
 }
 

@@ -98,6 +98,8 @@ struct ig_http_req_s {
     void *abort_data;
     ig_http_drain_cb drain_cb;
     void *drain_data;
+    ig_http_tap_cb tap_cb;
+    void *tap_data;
     ig__http_out_header_t *out_headers;
     ig__http_out_header_t **out_tail;
     size_t budget; /* bytes charged to the buffer budget (its body) */

@@ -248,6 +248,17 @@ void ig_http_req_on_abort(ig_http_req_t *req, ig_http_abort_cb cb, void *data)
     req->abort_data = data;
 }
 
+void ig_http_req_on_body(ig_http_req_t *req, ig_http_tap_cb cb, void *data)
+{
+    req->tap_cb = cb;
+    req->tap_data = data;
+}
+
+int ig_http_req_status(const ig_http_req_t *req)
+{
+    return req->status;
+}
+
 void ig_http_req_on_drain(ig_http_req_t *req, ig_http_drain_cb cb, void *data)
 {
     req->drain_cb = cb;
@@ -475,6 +486,8 @@ int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, co
     status = answer_status(req, status);
     content_type = safe_type(content_type);
     int rc = 0;
+    if (req->tap_cb != NULL && len > 0)
+        req->tap_cb(req, req->tap_data, body, len);
     if (req->conn != NULL) {
         int no_body = req->head_only || status == 204 || status == 304 || status < 200;
         size_t cap = head_size(req, content_type) + (no_body ? 0 : len);
@@ -579,6 +592,8 @@ int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len)
 {
     if (req->state != IG__REQ_STREAMING)
         return IG_ESTATE;
+    if (req->tap_cb != NULL && len > 0)
+        req->tap_cb(req, req->tap_data, data, len);
     if (req->conn == NULL)
         return IG_ECLOSED;
     if (len == 0 || req->head_only)

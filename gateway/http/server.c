@@ -21,6 +21,7 @@
 #include "infergate/error.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
+#include "infergate/tls.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,10 @@
 #define LINGER_MS 1000
 #define LINGER_MAX_BYTES (1u << 20)
 
-enum { TM_NONE = 0, TM_HEADER, TM_BODY, TM_IDLE };
+enum { TM_NONE = 0, TM_HEADER, TM_BODY, TM_IDLE, TM_HANDSHAKE };
+
+/* The TLS handshake deadline when the server is given none. */
+#define TLS_HANDSHAKE_MS 10000
 
 struct ig__http_conn_s {
     union {
@@ -73,6 +77,9 @@ struct ig__http_conn_s {
     int open_handles;
     unsigned served;
     char peer[64];
+    ig_tls_t *tls; /* NULL: plain TCP */
+    char *tls_raw; /* ciphertext read buffer (READ_CHUNK) */
+    int tls_eof;   /* the client sent close_notify */
 };
 
 struct ig_http_server_s {
@@ -99,6 +106,8 @@ struct ig_http_server_s {
     ig_http_close_cb close_cb;
     void *close_data;
     ig__http_reqpool_t pool;
+    ig_tls_ctx_t *tls_ctx; /* new connections speak TLS on it; NULL: plain */
+    uint64_t tls_handshake_ms;
 };
 
 typedef struct {
@@ -277,7 +286,7 @@ static void on_write(uv_write_t *w, int status)
 
 /* Sends raw bytes: uv_try_write first, then one uv_write with a copy of the
  * rest. Returns 0, IG_EBUSY (queued above the limit) or IG_ECLOSED. */
-static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
+static int raw_write(ig__http_conn_t *c, const char *data, size_t len)
 {
     if (c->closing || c->lingering || c->errored)
         return IG_ECLOSED;
@@ -321,6 +330,37 @@ static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
         return IG_EBUSY;
     }
     return 0;
+}
+
+/* Sends the ciphertext the TLS session has for the client. Same results
+ * as raw_write. */
+static int tls_flush(ig__http_conn_t *c)
+{
+    char buf[READ_CHUNK];
+    size_t n;
+    int rc = 0;
+    while ((n = ig_tls_take(c->tls, buf, sizeof(buf))) > 0) {
+        int r = raw_write(c, buf, n);
+        if (r == IG_ECLOSED || r == IG_ENOMEM)
+            return r;
+        if (r != 0)
+            rc = r;
+    }
+    return rc;
+}
+
+/* Sends response bytes: as they are, or encrypted on a TLS connection. */
+static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
+{
+    if (c->tls == NULL)
+        return raw_write(c, data, len);
+    if (c->closing || c->lingering || c->errored)
+        return IG_ECLOSED;
+    if (ig_tls_write(c->tls, data, len) != 0) {
+        conn_fail(c);
+        return IG_ECLOSED;
+    }
+    return tls_flush(c);
 }
 
 int ig__http_conn_send(ig_http_req_t *req, const char *data, size_t len)
@@ -374,6 +414,8 @@ void ig__http_req_finished(ig_http_req_t *req)
     if (req->state == IG__REQ_FINISHED)
         return;
     req->state = IG__REQ_FINISHED;
+    if (req->tap_cb != NULL)
+        req->tap_cb(req, req->tap_data, NULL, 0);
     account(req);
     ig__http_conn_t *c = req->conn;
     if (c == NULL) {
@@ -480,9 +522,10 @@ static void parse_more(ig__http_conn_t *c)
     }
 }
 
-static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+/* Makes room at the end of the read buffer (moving or growing it up to the
+ * limit of one header block plus two reads). */
+static void rbuf_grow(ig__http_conn_t *c)
 {
-    ig__http_conn_t *c = h->data;
     const ig_http_limits_t *l = &c->server->limits;
     size_t max = l->max_request_line + l->max_header_bytes + 2 * READ_CHUNK;
     if (c->rpos > 0 && c->rcap - c->rlen < READ_CHUNK / 4) {
@@ -501,8 +544,89 @@ static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
             c->rcap = cap;
         }
     }
+}
+
+static void on_alloc(uv_handle_t *h, size_t hint, uv_buf_t *buf)
+{
+    ig__http_conn_t *c = h->data;
+    if (c->tls != NULL) {
+        /* Ciphertext goes to its own buffer; tls_pull() decrypts into rbuf. */
+        if (c->tls_raw == NULL && (c->tls_raw = malloc(READ_CHUNK)) != NULL)
+            ig__http_budget_charge(READ_CHUNK);
+        buf->base = c->tls_raw;
+        buf->len = c->tls_raw != NULL ? READ_CHUNK : 0;
+        return;
+    }
+    rbuf_grow(c);
     buf->base = c->rbuf != NULL ? c->rbuf + c->rlen : NULL;
     buf->len = c->rbuf != NULL ? c->rcap - c->rlen : 0;
+}
+
+/* Moves the plaintext the TLS session has into rbuf, as far as rbuf has
+ * room (the rest waits in the session for the next pump), and sends what
+ * the session produced for the client (handshake messages, tickets,
+ * alerts). 0, or IG_EIO when the handshake or a record failed. */
+static int tls_pull(ig__http_conn_t *c)
+{
+    int rc = 0;
+    while (!c->tls_eof) {
+        rbuf_grow(c);
+        size_t room = c->rbuf != NULL ? c->rcap - c->rlen : 0;
+        if (room == 0)
+            break;
+        int n = ig_tls_read(c->tls, c->rbuf + c->rlen, room);
+        if (n > 0) {
+            c->rlen += (size_t)n;
+            continue;
+        }
+        if (n == IG_ECLOSED) {
+            c->tls_eof = 1;
+        } else if (n < 0) {
+            ig_log(IG_LOG_DEBUG, "http: TLS from %s: %s", c->peer, ig_tls_error(c->tls));
+            rc = IG_EIO;
+        }
+        break;
+    }
+    if (tls_flush(c) == IG_ECLOSED && rc == 0)
+        rc = IG_ECLOSED;
+    return rc;
+}
+
+/* The client closed its side (EOF, or TLS close_notify). */
+static void conn_eof(ig__http_conn_t *c)
+{
+    /* A client that closes while a handler that can cancel (it set an
+     * abort callback) is still computing its answer has gone away, as
+     * inference servers assume: cancel rather than compute for nobody.
+     * Otherwise a half-closed client still gets its answers. */
+    if (c->active != NULL && c->active->abort_cb != NULL) {
+        conn_abort(c);
+        return;
+    }
+    c->eof = 1;
+    c->reading = 0;
+    uv_read_stop(&c->h.stream);
+    /* A half-closed client still gets answers to what it sent. */
+    if (c->active == NULL && c->qhead == NULL)
+        conn_close(c);
+    else
+        c->stop_parse = c->stop_parse || c->rpos == c->rlen;
+    conn_update(c);
+}
+
+/* Ciphertext arrived: decrypt, answer the handshake, parse. */
+static void tls_read(ig__http_conn_t *c, const char *data, size_t n)
+{
+    c->progress_ms = uv_now(c->server->loop);
+    if (m_rx != NULL)
+        ig_metric_add(m_rx, (double)n);
+    if (ig_tls_feed(c->tls, data, n) != 0 || tls_pull(c) != 0) {
+        conn_abort(c);
+        return;
+    }
+    conn_pump(c);
+    if (c->tls_eof && !c->eof && !c->closing && !c->lingering && !c->errored)
+        conn_eof(c);
 }
 
 static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
@@ -519,27 +643,14 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf)
     if (nread == 0)
         return;
     if (nread < 0) {
-        if (nread == UV_EOF) {
-            /* A client that closes while a handler that can cancel (it set an
-             * abort callback) is still computing its answer has gone away, as
-             * inference servers assume: cancel rather than compute for nobody.
-             * Otherwise a half-closed client still gets its answers. */
-            if (c->active != NULL && c->active->abort_cb != NULL) {
-                conn_abort(c);
-                return;
-            }
-            c->eof = 1;
-            c->reading = 0;
-            uv_read_stop(&c->h.stream);
-            /* A half-closed client still gets answers to what it sent. */
-            if (c->active == NULL && c->qhead == NULL)
-                conn_close(c);
-            else
-                c->stop_parse = c->stop_parse || c->rpos == c->rlen;
-            conn_update(c);
-        } else {
+        if (nread == UV_EOF)
+            conn_eof(c);
+        else
             conn_abort(c);
-        }
+        return;
+    }
+    if (c->tls != NULL) {
+        tls_read(c, buf->base, (size_t)nread);
         return;
     }
     c->rlen += (size_t)nread;
@@ -567,7 +678,10 @@ static void conn_update(ig__http_conn_t *c)
     }
     int mode;
     uint64_t due, now = uv_now(s->loop);
-    if (c->active != NULL || c->qhead != NULL || c->eof || c->stop_parse) {
+    if (c->tls != NULL && !ig_tls_established(c->tls) && !c->eof) {
+        mode = TM_HANDSHAKE;
+        due = c->accepted_ms + s->tls_handshake_ms;
+    } else if (c->active != NULL || c->qhead != NULL || c->eof || c->stop_parse) {
         mode = TM_NONE;
         due = 0;
     } else if (ig__http_parser_idle(&c->parser) && c->rpos == c->rlen) {
@@ -609,6 +723,11 @@ static void conn_pump(ig__http_conn_t *c)
         c->repump = 0;
         if (c->closing || c->errored)
             break;
+        /* Plaintext that did not fit in rbuf at the last read. */
+        if (c->tls != NULL && !c->lingering && !c->tls_eof && tls_pull(c) != 0) {
+            conn_fail(c);
+            break;
+        }
         parse_more(c);
         /* A pipelined request waits while the previous answers are unsent
          * past the mark; on_write() pumps again below it. */
@@ -638,6 +757,11 @@ static void on_timer(uv_timer_t *t)
         return;
     }
     c->timer_mode = TM_NONE;
+    if (mode == TM_HANDSHAKE) {
+        ig_log(IG_LOG_DEBUG, "http: TLS handshake from %s timed out", c->peer);
+        conn_abort(c);
+        return;
+    }
     if (mode == TM_IDLE) {
         conn_close(c);
         return;
@@ -668,6 +792,10 @@ static void on_conn_handle_closed(uv_handle_t *h)
     ig__http_parser_dispose(&c->parser);
     ig__http_budget_release(c->rcap);
     free(c->rbuf);
+    if (c->tls_raw != NULL)
+        ig__http_budget_release(READ_CHUNK);
+    free(c->tls_raw);
+    ig_tls_free(c->tls);
     free(c);
     s->nconns--;
     if (m_open != NULL)
@@ -764,6 +892,12 @@ static void conn_close(ig__http_conn_t *c)
 {
     if (c->closing || c->lingering || c->errored)
         return;
+    if (c->tls != NULL && !c->tls_eof) {
+        ig_tls_shutdown(c->tls); /* close_notify, before our FIN */
+        tls_flush(c);
+        if (c->errored)
+            return;
+    }
     c->lingering = 1;
     conn_detach(c);
     uv_timer_stop(&c->timer);
@@ -827,6 +961,11 @@ static void reject(ig_http_server_t *s)
         return;
     }
     ig_log(IG_LOG_WARN, "http: connection limit %u reached, rejecting", s->limits.max_connections);
+    if (s->tls_ctx != NULL) {
+        /* No plaintext answer on a TLS port: the close says it. */
+        uv_close((uv_handle_t *)&rj->h, on_reject_closed);
+        return;
+    }
     rj->w.data = rj;
     uv_buf_t b = uv_buf_init((char *)reject_503, sizeof(reject_503) - 1);
     if (uv_write(&rj->w, (uv_stream_t *)&rj->h, &b, 1, on_reject_written) < 0)
@@ -885,7 +1024,8 @@ static void on_connection(uv_stream_t *listener, int status)
         ig_metric_add(m_open, 1.0);
     ig__http_parser_init(&c->parser, &s->limits, &s->pool);
     c->accepted_ms = uv_now(s->loop);
-    if (uv_accept(listener, &c->h.stream) < 0) {
+    if (uv_accept(listener, &c->h.stream) < 0 ||
+        (s->tls_ctx != NULL && ig_tls_new(&c->tls, s->tls_ctx, 1, NULL) != 0)) {
         conn_close_now(c);
         return;
     }
@@ -999,6 +1139,20 @@ fail:
     return rc;
 }
 
+void ig_http_server_set_tls(ig_http_server_t *s, ig_tls_ctx_t *ctx, uint64_t handshake_timeout_ms)
+{
+    ig_tls_ctx_ref(ctx);
+    ig_tls_ctx_unref(s->tls_ctx);
+    s->tls_ctx = ctx;
+    s->tls_handshake_ms = handshake_timeout_ms > 0 ? handshake_timeout_ms : TLS_HANDSHAKE_MS;
+}
+
+void ig_http_server_set_limits(ig_http_server_t *s, const ig_http_limits_t *limits)
+{
+    s->limits = *limits;
+    limits_fill(&s->limits);
+}
+
 int ig_http_server_port(const ig_http_server_t *s)
 {
     return s->port;
@@ -1020,6 +1174,7 @@ static void on_drain_timer_closed(uv_handle_t *h)
     if (s->close_cb != NULL)
         s->close_cb(s, s->close_data);
     ig__http_reqpool_dispose(&s->pool);
+    ig_tls_ctx_unref(s->tls_ctx);
     free(s->unix_path);
     free(s);
 }

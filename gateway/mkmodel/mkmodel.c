@@ -553,7 +553,9 @@ fail:
 static void usage(FILE *out)
 {
     fprintf(out, "usage: infergate mkmodel --preset NAME --out DIR [--seed N] "
-                 "[--dtype f32|f16|bf16] [--shards N] [--no-tokenizer]\n\n"
+                 "[--dtype f32|f16|bf16] [--shards N] [--no-tokenizer]\n"
+                 "       infergate mkmodel --preset NAME --format gguf --out FILE.gguf "
+                 "[--seed N] [--dtype T] [--quantize q8_0]\n\n"
                  "Writes a random-weight Llama-family model in Hugging Face layout (config.json,\n"
                  "generation_config.json, model.safetensors or shards with an index, tokenizer).\n"
                  "The same preset, seed, dtype and shard count give the same bytes.\n\n"
@@ -563,6 +565,9 @@ static void usage(FILE *out)
                  "  --dtype T       f32, f16 or bf16 (default: the preset's)\n"
                  "  --shards N      split the weights into N files (default: the preset's)\n"
                  "  --no-tokenizer  write no tokenizer files (the weights only, faster)\n"
+                 "  --format F      hf (the default) or gguf: one GGUF file (llama presets),\n"
+                 "                  the same weights as hf with the same seed and dtype\n"
+                 "  --quantize q8_0 with --format gguf: matrices as Q8_0\n"
                  "  --help          this text\n\npresets:\n");
     for (size_t i = 0; i < NPRESETS; i++)
         fprintf(out, "  %-6s %s\n", presets[i].name, presets[i].summary);
@@ -581,14 +586,51 @@ static int parse_u64(const char *s, uint64_t *out)
     return 0;
 }
 
+/* --format gguf: the model in Hugging Face layout in a scratch directory
+ * beside out (one shard, with its tokenizer), converted (gguf_out.c), the
+ * scratch directory removed. */
+static int write_gguf(const char *out, ig_mkmodel_opts_t *opts, int q8)
+{
+    static const char *const files[] = {"config.json", "generation_config.json",
+                                        "model.safetensors", "tokenizer.json",
+                                        "tokenizer_config.json"};
+    char tmp[4200], p[4300], err[512];
+    snprintf(tmp, sizeof(tmp), "%s.hf.tmp", out);
+    opts->shards = 1;
+    opts->no_tokenizer = 0;
+    int rc = ig_mkmodel_write(tmp, opts, err, sizeof(err));
+    if (rc == 0)
+        rc = ig_mkmodel_to_gguf(tmp, out, q8, err, sizeof(err));
+    for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
+        snprintf(p, sizeof(p), "%s/%s", tmp, files[i]);
+        unlink(p);
+    }
+    rmdir(tmp);
+    if (rc != 0) {
+        fprintf(stderr, "infergate mkmodel: %s\n", err);
+        return rc == IG_EINVAL ? IG_EXIT_USAGE : IG_EXIT_FAILURE;
+    }
+    ig_model_t *m = NULL;
+    if ((rc = ig_model_load(&m, out, err, sizeof(err))) != 0) {
+        fprintf(stderr, "infergate mkmodel: written GGUF does not load: %s\n", err);
+        return IG_EXIT_FAILURE;
+    }
+    printf("wrote %s as GGUF (%s, %.1f MB of weights) to %s\n", opts->preset,
+           ig_dtype_name(ig_model_config(m)->dtype), (double)ig_model_weight_bytes(m) / 1e6, out);
+    ig_model_free(m);
+    return IG_EXIT_OK;
+}
+
 int ig_cmd_mkmodel(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"preset", required_argument, NULL, 'p'}, {"out", required_argument, NULL, 'o'},
         {"seed", required_argument, NULL, 's'},   {"dtype", required_argument, NULL, 'd'},
         {"shards", required_argument, NULL, 'n'}, {"no-tokenizer", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},         {NULL, 0, NULL, 0},
+        {"help", no_argument, NULL, 'h'},         {"format", required_argument, NULL, 'f'},
+        {"quantize", required_argument, NULL, 'q'}, {NULL, 0, NULL, 0},
     };
+    int gguf = 0, q8 = 0;
     ig_mkmodel_opts_t opts;
     const char *out = NULL, *preset = NULL;
     char err[512];
@@ -630,6 +672,20 @@ int ig_cmd_mkmodel(int argc, char **argv)
         case 't':
             opts.no_tokenizer = 1;
             break;
+        case 'f':
+            if (strcmp(optarg, "gguf") != 0 && strcmp(optarg, "hf") != 0) {
+                fprintf(stderr, "infergate mkmodel: --format: \"%s\" is not hf or gguf\n", optarg);
+                return IG_EXIT_USAGE;
+            }
+            gguf = strcmp(optarg, "gguf") == 0;
+            break;
+        case 'q':
+            if (strcmp(optarg, "q8_0") != 0) {
+                fprintf(stderr, "infergate mkmodel: --quantize: \"%s\" is not q8_0\n", optarg);
+                return IG_EXIT_USAGE;
+            }
+            q8 = 1;
+            break;
         case 'h':
             usage(stdout);
             return IG_EXIT_OK;
@@ -657,6 +713,13 @@ int ig_cmd_mkmodel(int argc, char **argv)
         return IG_EXIT_USAGE;
     }
     opts.preset = preset;
+    if (q8 && !gguf) {
+        fprintf(stderr, "infergate mkmodel: --quantize needs --format gguf (a worker quantizes "
+                        "a Hugging Face model itself: worker --quantize q8_0)\n");
+        return IG_EXIT_USAGE;
+    }
+    if (gguf)
+        return write_gguf(out, &opts, q8);
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

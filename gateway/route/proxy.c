@@ -28,6 +28,7 @@
 #include "infergate/error.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
+#include "infergate/usage.h"
 #include "infergate/prefix.h"
 #include "infergate/prefix_route.h"
 
@@ -53,6 +54,7 @@ typedef struct {
     ig_upstream_t *client;
     uint64_t start_ns;
     double predicted_wait;
+    int rif; /* the upstream's attempts in flight when this one began */
     int status;
     char content_type[128];
     char retry_after[32];
@@ -80,6 +82,8 @@ struct exchange_s {
     int stream;
     int prompt_tokens;
     int local_only;
+    int priority;          /* ig_proxy_call_t.priority */
+    uint64_t max_queue_ms; /* 0: the proxy's queue_timeout_ms */
     char forwarded_header[128]; /* extra header lines for sites */
     uint64_t start_ns;
     uint64_t queued_ns;
@@ -96,7 +100,7 @@ struct exchange_s {
     int attempts; /* started, all kinds */
     int retries;
     int hedged;
-    char route_header[320];
+    char route_header[512];
     ig_prefix_query_t prefix; /* its hashes are owned (prefix_hashes) */
     uint64_t *prefix_hashes;
     /* the last retryable failure, for the client if nothing else works */
@@ -104,6 +108,7 @@ struct exchange_s {
     int last_err;
     char last_retry_after[32];
     int client_paused;
+    ig_usage_meter_t usage; /* the answer's tokens, for the region counters */
 };
 
 typedef struct {
@@ -132,7 +137,11 @@ struct ig_proxy_s {
     /* metrics */
     ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections;
     ig_metric_t *m_inflight, *m_rtt, *m_svc, *m_ttft, *m_e2e, *m_rejected, *m_queue;
+    ig_usage_families_t m_usage;
+    double ttft_sum; /* every TTFT observed, for the status page's chart */
+    long long ttft_count;
     ig_prefix_index_t *prefix_index; /* where prompts went (NULL: out of memory) */
+    ig_metric_t *m_limit, *m_limit_changes, *m_concurrency;
 };
 
 static void attempt_start(exchange_t *x, int hedge);
@@ -207,8 +216,25 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
         "infergate_rejected_total", "Requests refused at admission, by reason.", "model,reason");
     px->m_queue = ig_metrics_gauge("infergate_queue_depth",
                                    "Requests held because every upstream was saturated.", "model");
+    ig_usage_families_register(&px->m_usage);
+    px->m_limit = ig_metrics_gauge("infergate_upstream_concurrency_limit",
+                                   "Adaptive limit of attempts in flight on each upstream.",
+                                   "upstream");
+    px->m_limit_changes = ig_metrics_counter(
+        "infergate_upstream_concurrency_limit_changes_total",
+        "Moves of each upstream's adaptive concurrency limit, by why it moved.", "upstream,reason");
+    px->m_concurrency = ig_metrics_gauge(
+        "infergate_upstream_concurrency",
+        "Concurrency the router believes each upstream has (reported slots, else learned).",
+        "upstream");
     *out = px;
     return 0;
+}
+
+void ig_proxy_set_opts(ig_proxy_t *px, const ig_proxy_opts_t *opts)
+{
+    px->opts = *opts;
+    px->router.opts = opts->router; /* the learned state of upstreams stays */
 }
 
 ig_router_t *ig_proxy_router(ig_proxy_t *px)
@@ -219,6 +245,12 @@ ig_router_t *ig_proxy_router(ig_proxy_t *px)
 int ig_proxy_inflight(const ig_proxy_t *px)
 {
     return px->inflight;
+}
+
+void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count)
+{
+    *sum = px->ttft_sum;
+    *count = px->ttft_count;
 }
 
 int ig_proxy_queued(const ig_proxy_t *px)
@@ -262,12 +294,39 @@ static void queue_remove(ig_proxy_t *px, exchange_t *x)
     ig_metric_set(px->m_queue, q->n, x->model);
 }
 
+/* In priority order, and by the time first queued within one priority: one
+ * that pump() took out and found still saturated goes back to its place,
+ * not behind those that came after it. */
 static void queue_push(ig_proxy_t *px, model_queue_t *q, exchange_t *x)
 {
-    ig_list_push_back(&q->waiting, &x->queue_node);
+    ig_list_t *at = q->waiting.prev;
+    while (at != &q->waiting) {
+        const exchange_t *o = IG_LIST_DATA(at, exchange_t, queue_node);
+        if (o->priority < x->priority ||
+            (o->priority == x->priority && o->queued_ns <= x->queued_ns))
+            break;
+        at = at->prev;
+    }
+    ig_list_insert_after(at, &x->queue_node);
     q->n++;
     px->queued++;
     ig_metric_set(px->m_queue, q->n, x->model);
+}
+
+int ig_proxy_queued_ahead(const ig_proxy_t *px, const char *model, int priority)
+{
+    model_queue_t *q = queue_of((ig_proxy_t *)px, model, 0);
+    int n = 0;
+    const ig_list_t *it;
+    if (q == NULL)
+        return 0;
+    IG_LIST_FOREACH(it, &q->waiting)
+    {
+        if (IG_LIST_DATA(it, exchange_t, queue_node)->priority > priority)
+            break;
+        n++;
+    }
+    return n;
 }
 
 int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
@@ -278,11 +337,15 @@ int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
 
 /* ---- helpers ----------------------------------------------------------- */
 
+/* Attempts an upstream may have in flight: the configured cap (or twice
+ * its reported slots, or 64), and under it the adaptive limit. */
 static int limit_of(const ig_proxy_t *px, const ig_router_upstream_t *u)
 {
-    if (px->opts.max_inflight > 0)
-        return px->opts.max_inflight;
-    return u->slots > 0 ? 2 * u->slots : 64;
+    int cap = px->opts.max_inflight > 0 ? px->opts.max_inflight
+              : u->slots > 0            ? 2 * u->slots
+                                        : 64;
+    int adaptive = ig_router_limit(&px->router, u);
+    return adaptive < cap ? adaptive : cap;
 }
 
 static int was_tried(const exchange_t *x, const ig_router_upstream_t *u)
@@ -299,11 +362,39 @@ static void publish_upstream(ig_proxy_t *px, const ig_router_upstream_t *u)
     ig_metric_set(px->m_inflight, u->inflight, u->name);
     ig_metric_set(px->m_rtt, u->rtt_s, u->name);
     ig_metric_set(px->m_svc, u->svc_s, u->name);
+    ig_metric_set(px->m_limit, limit_of(px, u), u->name);
+    ig_metric_set(px->m_concurrency, ig_router_concurrency(u), u->name);
+}
+
+/*
+ * After the router's bookkeeping of an attempt: the upstream's connections
+ * follow its limit, one more kept for the prober (a site's or a pool's
+ * probe is one request at a time), so that no more connections are open
+ * than requests may be in flight; a move of the limit is counted by why.
+ */
+static void apply_limit(ig_proxy_t *px, attempt_t *a, uint64_t changes_before)
+{
+    ig_router_upstream_t *u = a->route;
+    ig_upstream_set_max_connections(a->client, (unsigned)limit_of(px, u) + 1);
+    if (u->limit_changes != changes_before && u->limit_reason != NULL) {
+        ig_metric_add(px->m_limit_changes, (double)(u->limit_changes - changes_before), u->name,
+                      u->limit_reason);
+        IG_DEBUG("upstream %s: limit %d (%s; W %.4fs, baseline %.4fs)", u->name,
+                 limit_of(px, u), u->limit_reason, u->limit_w_s, u->limit_base_s);
+    }
 }
 
 static double seconds_since(uint64_t t0)
 {
     return (double)(uv_hrtime() - t0) / 1e9;
+}
+
+static void observe_ttft(ig_proxy_t *px, const exchange_t *x)
+{
+    double t = seconds_since(x->start_ns);
+    ig_metric_observe(px->m_ttft, t, x->model);
+    px->ttft_sum += t;
+    px->ttft_count++;
 }
 
 /* Ends an attempt's bookkeeping with the router (once). */
@@ -312,7 +403,9 @@ static void attempt_account(attempt_t *a, ig_outcome_t outcome, const char *kind
     ig_proxy_t *px = a->x->px;
     uint64_t now = uv_hrtime();
     uint64_t until_before = a->route->ejected_until_ns;
+    uint64_t changes_before = a->route->limit_changes;
     ig_router_attempt_end(&px->router, a->route, outcome, a->trial, now);
+    apply_limit(px, a, changes_before);
     a->trial = 0;
     /* Every ejection counts, a failed trial's again-ejection too. */
     if (a->route->ejected_until_ns != until_before && a->route->ejected_until_ns > now) {
@@ -509,6 +602,7 @@ static void add_route_headers(exchange_t *x, attempt_t *a)
  * is slow, ends the exchange when the client is gone. */
 static void stream_out(exchange_t *x, attempt_t *a, const char *buf, size_t len)
 {
+    ig_usage_stream(&x->usage, &x->px->m_usage, x->model, buf, len, uv_hrtime());
     int rc = client_stream_write(x, buf, len);
     if (rc == IG_EBUSY) {
         if (!x->client_paused && a->ureq != NULL) {
@@ -715,7 +809,7 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     a->first_token = 1;
     ig_router_observe_ttft(&px->router, a->route, a->uncached_tokens,
                            (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
-    ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+    observe_ttft(px, x);
     /* A token is proof that the upstream works: a half-open trial is won. */
     ig_router_attempt_proven(&px->router, a->route, a->trial, now);
     a->trial = 0;
@@ -825,7 +919,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         /* A stream that was going to the client. */
         if (err == 0) {
             attempt_account(a, IG_OUTCOME_SUCCESS, "");
-            ig_router_observe_occupancy(&px->router, a->route, held, now);
+            ig_router_observe_done(&px->router, a->route, a->rif, held, now);
             client_stream_end(x);
         } else {
             attempt_account(a, IG_OUTCOME_FAILURE, "broken_stream");
@@ -859,8 +953,10 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
      * ended before any token: commit it as it is. */
     attempt_account(a, a->status < 400 ? IG_OUTCOME_SUCCESS : IG_OUTCOME_CLIENT_ERROR, "");
     if (a->status < 400) {
-        ig_router_observe_occupancy(&px->router, a->route, held, now);
-        ig_metric_observe(px->m_ttft, seconds_since(x->start_ns), x->model);
+        ig_router_observe_done(&px->router, a->route, a->rif, held, now);
+        observe_ttft(px, x);
+        if (a->buf != NULL)
+            ig_usage_body(&x->usage, a->buf, a->blen);
     }
     commit_attempt(x, a);
     add_route_headers(x, a);
@@ -935,6 +1031,18 @@ static void attempt_start(exchange_t *x, int hedge)
         }
         if ((saturated > 0 && saturated == eligible) || (eligible == 0 && starting)) {
             model_queue_t *q = queue_of(px, x->model, 1);
+            if (q != NULL && q->n >= px->opts.queue_size && !ig_list_empty(&q->waiting)) {
+                /* Full: the newest of the least urgent makes room for a
+                 * more urgent one (shed first). */
+                exchange_t *last = IG_LIST_DATA(q->waiting.prev, exchange_t, queue_node);
+                if (last->priority > x->priority) {
+                    queue_remove(px, last);
+                    ig_metric_add(px->m_rejected, 1, last->model, "shed");
+                    exchange_fail(last, 429, "shed", "1",
+                                  "shed for more urgent requests of model '%s'; retry later",
+                                  last->model);
+                }
+            }
             if (q == NULL || q->n >= px->opts.queue_size) {
                 ig_metric_add(px->m_rejected, 1, x->model, "queue_full");
                 exchange_fail(x, 429, "queue_full", "1",
@@ -951,8 +1059,10 @@ static void attempt_start(exchange_t *x, int hedge)
              * everything saturated, or put back by pump): the hold counts
              * from the first time it was queued. */
             uint64_t held_ms = (now - x->queued_ns) / 1000000ULL;
-            uint64_t left =
-                held_ms < px->opts.queue_timeout_ms ? px->opts.queue_timeout_ms - held_ms : 1;
+            uint64_t hold = x->max_queue_ms > 0 && x->max_queue_ms < px->opts.queue_timeout_ms
+                                ? x->max_queue_ms
+                                : px->opts.queue_timeout_ms;
+            uint64_t left = held_ms < hold ? hold - held_ms : 1;
             uv_timer_start(&x->timer, on_queue_timer, left, 0);
             return;
         }
@@ -985,16 +1095,16 @@ static void attempt_start(exchange_t *x, int hedge)
     x->attempts++;
     x->state = X_TRYING;
     if (!hedge) {
-        if (d.runner_up >= 0)
-            snprintf(x->route_header, sizeof(x->route_header),
-                     "policy=%s; cost=%.4f; runner_up=%s; runner_up_cost=%.4f; "
-                     "prefix_tokens=%d; runner_up_prefix_tokens=%d",
-                     ig_route_policy_name(px->router.opts.policy), d.cost_s,
-                     states[d.runner_up]->name, d.runner_up_cost_s, cached, cached_runner);
-        else
-            snprintf(x->route_header, sizeof(x->route_header),
-                     "policy=%s; cost=%.4f; prefix_tokens=%d",
-                     ig_route_policy_name(px->router.opts.policy), d.cost_s, cached);
+        int off = snprintf(x->route_header, sizeof(x->route_header),
+                           "policy=%s; cost=%.4f; wait=%.4f; concurrency=%.1f; prefix_tokens=%d",
+                           ig_route_policy_name(px->router.opts.policy), d.cost_s, d.wait_s,
+                           d.concurrency, cached);
+        if (d.runner_up >= 0 && off > 0 && (size_t)off < sizeof(x->route_header))
+            snprintf(x->route_header + off, sizeof(x->route_header) - (size_t)off,
+                     "; runner_up=%s; runner_up_cost=%.4f; runner_up_wait=%.4f; "
+                     "runner_up_concurrency=%.1f; runner_up_prefix_tokens=%d",
+                     states[d.runner_up]->name, d.runner_up_cost_s, d.runner_up_wait_s,
+                     d.runner_up_concurrency, cached_runner);
     }
     IG_DEBUG("route %s model=%s prompt_tokens=%d -> %s (cost %.4fs%s%s) %s%s", x->path, x->model,
              x->prompt_tokens, a->route->name, d.cost_s, d.runner_up >= 0 ? ", runner-up " : "",
@@ -1002,7 +1112,10 @@ static void attempt_start(exchange_t *x, int hedge)
              d.hot ? " all hot" : "");
     ig_metric_add(px->m_decisions, 1, x->model, a->route->name,
                   ig_route_policy_name(px->router.opts.policy));
+    a->rif = a->route->inflight;
+    uint64_t changes_before = a->route->limit_changes;
     a->trial = ig_router_attempt_begin(&px->router, a->route, now);
+    apply_limit(px, a, changes_before);
     publish_upstream(px, a->route);
 
     static const ig_upstream_cbs_t cbs = {on_up_headers, on_up_body, on_up_done};
@@ -1092,7 +1205,10 @@ static void on_queue_timer(uv_timer_t *t)
     ig_metric_add(x->px->m_rejected, 1, x->model, "queue_timeout");
     exchange_fail(x, 503, "queue_timeout", "1",
                   "no upstream for model '%s' could take the request within %llu ms", x->model,
-                  (unsigned long long)x->px->opts.queue_timeout_ms);
+                  (unsigned long long)(x->max_queue_ms > 0 && x->max_queue_ms <
+                                                               x->px->opts.queue_timeout_ms
+                                           ? x->max_queue_ms
+                                           : x->px->opts.queue_timeout_ms));
 }
 
 /* Takes held requests of a model off its queue while upstreams have room. */
@@ -1161,6 +1277,7 @@ static void exchange_done(exchange_t *x)
         return;
     x->state = X_DONE;
     ig_metric_observe(px->m_e2e, seconds_since(x->start_ns), x->model);
+    ig_usage_end(&x->usage, &px->m_usage, x->model, x->prompt_tokens);
     px->inflight--;
     uv_close((uv_handle_t *)&x->timer, on_exchange_closed);
     uv_close((uv_handle_t *)&x->ft_timer, on_exchange_closed);
@@ -1195,6 +1312,7 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     }
     x->px = px;
     x->req = req;
+    ig_usage_init(&x->usage);
     x->model = strdup(call->model);
     x->path = strdup(call->path);
     x->body = malloc(call->len + 1);
@@ -1224,6 +1342,8 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
         x->prefix.has_session = 1;
         x->prefix.session = ig_prefix_seed(call->session_id);
     }
+    x->priority = call->priority;
+    x->max_queue_ms = call->max_queue_ms;
     snprintf(x->forwarded_header, sizeof(x->forwarded_header),
              "Content-Type: application/json\r\nx-infergate-forwarded: %s\r\n",
              call->region ? call->region : "1");

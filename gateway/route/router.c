@@ -45,6 +45,13 @@ void ig_router_opts_default(ig_router_opts_t *o)
     o->retry_min_per_s = 5.0;
     o->max_retries = 2;
     o->seed = 0x9e3779b97f4a7c15ULL;
+    o->limit_initial = 8;
+    o->limit_min = 1;
+    o->limit_max = 256;
+    o->limit_tolerance = 1.5;
+    o->limit_window_s = 0.1;
+    o->limit_window_done = 12;
+    o->limit_window_max_s = 1.0;
 }
 
 void ig_router_init(ig_router_t *r, const ig_router_opts_t *opts)
@@ -95,6 +102,85 @@ static int report_fresh(const ig_router_t *r, const ig_router_upstream_t *u, uin
            seconds_between(u->reported_at_ns, now_ns) <= r->opts.report_ttl_s;
 }
 
+/* ---- learned concurrency -------------------------------------------------- */
+
+/* Samples a bucket needs before it says anything. */
+#define RIF_MIN_SAMPLES 6
+
+/* The hold time of an attempt that waited for nothing: the lowest RIF
+ * bucket with enough samples (0 when none has). */
+static double base_hold(const ig_router_upstream_t *u, int *at)
+{
+    for (int k = 0; k < IG_ROUTER_RIF_BUCKETS; k++) {
+        if (u->rif_n[k] >= RIF_MIN_SAMPLES) {
+            *at = k;
+            return u->rif_hold_s[k];
+        }
+    }
+    *at = -1;
+    return 0;
+}
+
+/*
+ * C from the hold times per RIF. With C places and service time s, an
+ * attempt that began with k < C others in flight holds the upstream for
+ * its base time b (s plus the round trip); one with k >= C also waits for
+ * (k + 1 - C) of them to finish, s / C each:
+ *
+ *   hold(k) = b + max(0, k + 1 - C) x s / C,   s = b - rtt
+ *
+ * C is the value on a grid of quarters from 1 to the last bucket that fits
+ * the buckets with samples best (least squares, weighted by samples). When
+ * no bucket shows a queue, every C above the highest one fits and the
+ * smallest such is taken: what has been seen, a lower bound. The last
+ * bucket (RIF beyond it) is left out of the fit.
+ */
+static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s)
+{
+    int k0;
+    double base = base_hold(u, &k0);
+    if (k0 < 0)
+        return 0;
+    double svc = fmax(base - rtt_s, 0.25 * base);
+    double best_c = 1, best_err = INFINITY;
+    for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
+        double err = 0;
+        for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+            if (u->rif_n[k] < RIF_MIN_SAMPLES)
+                continue;
+            double model = base + fmax(0.0, k + 1 - c) * svc / c;
+            double d = (u->rif_hold_s[k] - model) / svc;
+            err += u->rif_n[k] * d * d;
+        }
+        if (err < best_err - 1e-9) {
+            best_err = err;
+            best_c = c;
+        }
+    }
+    return best_c;
+}
+
+double ig_router_concurrency(const ig_router_upstream_t *u)
+{
+    if (u->slots > 0)
+        return u->slots;
+    return u->concurrency >= 1 ? u->concurrency : 1;
+}
+
+/* How long a request holds one of the upstream's C places: the learned
+ * base hold less the round trip, else the mean occupancy, else the
+ * service time to first token. */
+static double hold_of(const ig_router_t *r, const ig_router_upstream_t *u)
+{
+    int k0;
+    double base = base_hold(u, &k0);
+    if (k0 >= 0)
+        return fmax(base - rtt_of(r, u), 0.25 * base);
+    if (u->occupancy_s > 0)
+        return u->occupancy_s;
+    return u->svc_samples > 0 ? u->svc_s : 0.0;
+}
+
 double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns)
 {
     double reported_wait = 0.0;
@@ -109,18 +195,17 @@ double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint6
      * larger is believed (the report may include other clients' requests,
      * ours may be newer than the report).
      */
-    double occupancy = u->occupancy_s > 0 ? u->occupancy_s : 0.0;
     double wait;
     if (u->slots > 0) {
+        double occupancy = u->occupancy_s > 0 ? u->occupancy_s : 0.0;
         double ahead = fmax(queued, (double)u->inflight - u->slots + 1);
         wait = fmax(ahead, 0.0) * occupancy / u->slots;
     } else {
-        /* No slot count: each request in flight is taken to hold the
-         * upstream for its occupancy (or, before one is measured, its
-         * service time), like peak-EWMA's (pending + 1). This overstates
-         * the wait at a many-slot server, which errs toward spreading. */
-        double hold = occupancy > 0 ? occupancy : (u->svc_samples > 0 ? u->svc_s : 0.0);
-        wait = fmax(queued, (double)u->inflight) * hold;
+        /* No slot count: the learned concurrency C (1 until learned, which
+         * errs toward spreading) and the learned hold time. */
+        double c = ig_router_concurrency(u);
+        double ahead = fmax(queued, (double)u->inflight - c + 1);
+        wait = fmax(ahead, 0.0) * hold_of(r, u) / c;
     }
     return fmax(wait, reported_wait);
 }
@@ -173,19 +258,26 @@ int ig_router_eligible(const ig_router_upstream_t *u, uint64_t now_ns)
     return 1;
 }
 
-static int cmp_int(const void *a, const void *b)
+static int cmp_double(const void *a, const void *b)
 {
-    int x = *(const int *)a, y = *(const int *)b;
+    double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
 }
 
+/* In flight over concurrency: what the hot/cold guard compares. */
+static double utilisation(const ig_router_upstream_t *u)
+{
+    return u->inflight / ig_router_concurrency(u);
+}
+
 /*
- * Hot/cold: candidate i is hot when its in-flight count is above the
- * hot_quantile of the OTHER candidates' counts (nearest rank). `sorted`
- * holds every candidate's count in ascending order; removing one copy of
- * i's own count from it gives the others.
+ * Hot/cold: candidate i is hot when its utilisation (in flight / C) is
+ * above the hot_quantile of the OTHER candidates' (nearest rank). `sorted`
+ * holds every candidate's in ascending order; removing one copy of i's own
+ * from it gives the others.
  */
-static int is_hot(const ig_router_t *r, const int *sorted, int ncand, int own, int slack)
+static int is_hot(const ig_router_t *r, const double *sorted, int ncand, double own,
+                  double slack)
 {
     int nothers = ncand - 1;
     if (nothers < 1)
@@ -196,12 +288,13 @@ static int is_hot(const ig_router_t *r, const int *sorted, int ncand, int own, i
     int p = 0; /* position of the first copy of own */
     while (p < ncand && sorted[p] < own)
         p++;
-    int t = k < p ? sorted[k] : sorted[k + 1];
-    return own > t + slack;
+    double t = k < p ? sorted[k] : sorted[k + 1];
+    return own > t + slack + 1e-9;
 }
 
 /* A candidate that holds part of the prompt (cached_tokens > 0) is hot only
- * this many in-flight requests above the others' quantile: spilling throws
+ * this many in-flight requests (over its concurrency, in utilisation) above
+ * the others' quantile: spilling throws
  * its cached prefix away (SGLang's router likewise balances only past a load
  * gap), and its cost already counts its queue. */
 #define WARM_HOT_SLACK 2
@@ -247,23 +340,25 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         break;
     }
     case IG_ROUTE_LATENCY: {
-        int sorted_stack[64];
-        int *sorted = ncand <= 64 ? sorted_stack : malloc(sizeof(int) * ncand);
+        double sorted_stack[64];
+        double *sorted = ncand <= 64 ? sorted_stack : malloc(sizeof(double) * ncand);
         if (sorted == NULL) {
             rc = IG_ENOMEM;
             goto done;
         }
         for (int j = 0; j < ncand; j++)
-            sorted[j] = ups[cand[j]]->inflight;
-        qsort(sorted, ncand, sizeof(int), cmp_int);
+            sorted[j] = utilisation(ups[cand[j]]);
+        qsort(sorted, ncand, sizeof(double), cmp_double);
         int least = -1;
         for (int j = 0; j < ncand; j++) {
             int i = cand[j];
             double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns);
-            if (least < 0 || ups[i]->inflight < ups[least]->inflight)
+            if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
                 least = i;
-            if (is_hot(r, sorted, ncand, ups[i]->inflight,
-                       ups[i]->cached_tokens > 0 ? WARM_HOT_SLACK : 0))
+            if (is_hot(r, sorted, ncand, utilisation(ups[i]),
+                       ups[i]->cached_tokens > 0
+                           ? WARM_HOT_SLACK / ig_router_concurrency(ups[i])
+                           : 0))
                 continue;
             if (c < best_cost) {
                 second = best;
@@ -302,6 +397,10 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
     }
     out->runner_up = second;
     out->runner_up_cost_s = second >= 0 ? second_cost : 0;
+    out->wait_s = ig_router_wait(r, ups[best], now_ns);
+    out->concurrency = ig_router_concurrency(ups[best]);
+    out->runner_up_wait_s = second >= 0 ? ig_router_wait(r, ups[second], now_ns) : 0;
+    out->runner_up_concurrency = second >= 0 ? ig_router_concurrency(ups[second]) : 0;
     rc = 0;
 done:
     if (cand != stack)
@@ -385,12 +484,156 @@ void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double
         u->occupancy_s += 0.125 * (seconds - u->occupancy_s);
 }
 
+void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, double seconds,
+                            uint64_t now_ns)
+{
+    ig_router_observe_occupancy(r, u, seconds, now_ns);
+    if (!(seconds >= 0))
+        return;
+    int k = rif < 0 ? 0 : rif >= IG_ROUTER_RIF_BUCKETS ? IG_ROUTER_RIF_BUCKETS - 1 : rif;
+    /* A running mean over the first 32 samples, then an EWMA of about the
+     * last 32: the service times of LLM requests vary a lot. */
+    if (u->rif_n[k] < 32)
+        u->rif_n[k]++;
+    u->rif_hold_s[k] += (seconds - u->rif_hold_s[k]) / u->rif_n[k];
+    /* The fit costs a few thousand operations: every 8th sample is enough. */
+    if ((++u->rif_samples & 7) == 1 || u->concurrency <= 0)
+        u->concurrency = learn_concurrency(u, rtt_of(r, u));
+}
+
+/* ---- the adaptive concurrency limit ---------------------------------------- */
+
+/* 1 while the baseline is not known: the hold time of attempts that began
+ * with nothing else of ours in flight (RIF bucket 0). Like Envoy's minRTT
+ * measurement, the limit is then pinned to one attempt at a time until
+ * that bucket has its samples; an upstream that is sometimes idle fills it
+ * on its own. */
+static int calibrating(const ig_router_upstream_t *u)
+{
+    return u->slots <= 0 && u->rif_n[0] < RIF_MIN_SAMPLES;
+}
+
+static double limit_now(const ig_router_t *r, const ig_router_upstream_t *u)
+{
+    if (calibrating(u))
+        return 1;
+    return u->limit > 0 ? u->limit : r->opts.limit_initial;
+}
+
+int ig_router_limit(const ig_router_t *r, const ig_router_upstream_t *u)
+{
+    if (r->opts.limit_max <= 0)
+        return INT32_MAX;
+    double l = floor(limit_now(r, u));
+    if (l < r->opts.limit_min)
+        l = r->opts.limit_min;
+    if (u->slots > 0 && l < u->slots)
+        l = u->slots; /* what it says it runs at once is always let through */
+    return l < 1 ? 1 : (int)l;
+}
+
+static void limit_set(ig_router_upstream_t *u, double limit, const char *reason)
+{
+    if (floor(limit) != floor(u->limit))
+        u->limit_changes++;
+    if (floor(limit) != floor(u->limit) || u->limit_reason == NULL)
+        u->limit_reason = reason;
+    u->limit = limit;
+}
+
+/*
+ * Closes the measuring window when it is long enough, and moves the limit.
+ * Little's law over the window: W = (in flight x seconds) / attempts
+ * ended, the mean time an attempt spends in the upstream, the attempts
+ * that have not ended counted for the time they have spent. A request
+ * stuck in a server's accept backlog thus shows in W while it is stuck.
+ *
+ *   gradient = clamp(tolerance x baseline / W, 0.5, 2)
+ *   limit    = gradient x limit (+ sqrt(limit) when gradient >= 1)
+ *
+ * The baseline is the hold time of attempts that began with nothing else
+ * of ours in flight (RIF bucket 0, see calibrating()): what an attempt
+ * takes when it waits for nothing; it follows an upstream that got slower.
+ * For an upstream that reports its slots (no calibration), the least W
+ * seen, drifting up 1% a window. Growth is bounded by
+ * twice the most in flight during the window (plus 4): an idle upstream's
+ * limit does not climb to the maximum. A window with attempts in flight
+ * but none ended stays open until one ends (LLM answers can take longer
+ * than a window), so that the stuck time is all counted.
+ */
+static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_ns)
+{
+    const ig_router_opts_t *o = &r->opts;
+    if (o->limit_max <= 0)
+        return;
+    if (u->lw_start_ns == 0) {
+        u->lw_start_ns = u->lw_last_ns = now_ns;
+        u->lw_peak = u->inflight;
+        if (u->limit <= 0)
+            limit_set(u, o->limit_initial, "initial");
+        return;
+    }
+    u->lw_area += u->inflight * seconds_between(u->lw_last_ns, now_ns);
+    u->lw_last_ns = now_ns;
+    if (u->inflight > u->lw_peak)
+        u->lw_peak = u->inflight;
+    double dt = seconds_between(u->lw_start_ns, now_ns);
+    if (calibrating(u)) {
+        u->limit_reason = "calibrating";
+        return; /* the window keeps counting; W is not used until the base is */
+    }
+    /* A window spans at least two base holds, so that attempts that
+     * straddle its edges do not dominate W. */
+    double min_dt = fmax(o->limit_window_s, 2.0 * u->limit_base_s);
+    int full = dt >= min_dt && u->lw_done >= o->limit_window_done;
+    if (!full && dt < o->limit_window_max_s)
+        return;
+    double limit = limit_now(r, u);
+    const char *reason;
+    if (u->lw_done == 0) {
+        if (u->lw_area > 0)
+            return; /* long attempts: the window stays open until one ends */
+        reason = u->limit_reason; /* idle: nothing to learn */
+    } else {
+        double w = u->lw_area / u->lw_done;
+        u->limit_w_s = w;
+        int k0;
+        double hold = base_hold(u, &k0);
+        if (k0 == 0)
+            u->limit_base_s = hold;
+        else if (u->limit_base_s <= 0 || w < u->limit_base_s)
+            u->limit_base_s = w; /* reported slots: no calibration */
+        else
+            u->limit_base_s *= 1.01;
+        double g = o->limit_tolerance * u->limit_base_s / w;
+        g = g < 0.5 ? 0.5 : g > 2.0 ? 2.0 : g;
+        /* Half way to the gradient's value: W of one window is noisy. */
+        double next = 0.5 * limit + 0.5 * (g * limit + (g >= 1.0 ? sqrt(limit) : 0.0));
+        double bound = 2.0 * u->lw_peak + 4.0;
+        if (next > limit && next > bound)
+            next = limit > bound ? limit : bound;
+        reason = next > limit ? "latency_low" : next < limit ? "latency_high" : "steady";
+        limit = next;
+    }
+    if (limit < o->limit_min)
+        limit = o->limit_min;
+    if (limit > o->limit_max)
+        limit = o->limit_max;
+    limit_set(u, limit, reason);
+    u->lw_start_ns = now_ns;
+    u->lw_area = 0;
+    u->lw_done = 0;
+    u->lw_peak = u->inflight;
+}
+
 /* ---- attempts, ejection, retry budget ------------------------------------ */
 
 int ig_router_attempt_begin(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_ns)
 {
-    (void)r;
+    limit_window(r, u, now_ns);
     u->inflight++;
+    if (u->inflight > u->lw_peak)
+        u->lw_peak = u->inflight;
     if (u->ejected_until_ns != 0 && now_ns >= u->ejected_until_ns && !u->half_open) {
         u->half_open = 1;
         return 1;
@@ -419,8 +662,14 @@ void ig_router_attempt_proven(ig_router_t *r, ig_router_upstream_t *u, int trial
 void ig_router_attempt_end(ig_router_t *r, ig_router_upstream_t *u, ig_outcome_t outcome, int trial,
                            uint64_t now_ns)
 {
+    if (u->lw_start_ns != 0) {
+        u->lw_area += u->inflight * seconds_between(u->lw_last_ns, now_ns);
+        u->lw_last_ns = now_ns;
+        u->lw_done++;
+    }
     if (u->inflight > 0)
         u->inflight--;
+    limit_window(r, u, now_ns);
     switch (outcome) {
     case IG_OUTCOME_SUCCESS:
     case IG_OUTCOME_CLIENT_ERROR: /* the upstream answered sensibly */

@@ -7,6 +7,7 @@
 #include "infergate/log.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -40,16 +41,56 @@ struct ig_site_s {
 
 static void probe_send(ig_site_t *s, probe_kind_t kind);
 
-/* Replaces the discovered models (config-fixed ones stay). */
+/* "a, b, c" of the list, cut to fit. */
+static void join_models(char *out, size_t cap, char *const *ids, int n)
+{
+    size_t len = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && len + 1 < cap; i++) {
+        int w = snprintf(out + len, cap - len, "%s%s", i ? ", " : "", ids[i]);
+        if (w < 0)
+            break;
+        len += (size_t)w < cap - len ? (size_t)w : cap - len - 1;
+    }
+}
+
+static int listed(char *const *ids, int n, const char *id)
+{
+    for (int i = 0; i < n; i++) {
+        if (strcmp(ids[i], id) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* Replaces the discovered models (config-fixed ones stay) and logs a
+ * change: the site is followed, whatever it serves now. */
 static void set_models(ig_site_t *s, const char *const *ids, int n)
 {
     if (s->fixed_models)
         return;
+    char *next[MAX_SITE_MODELS];
+    int nn = 0;
+    for (int i = 0; i < n && nn < MAX_SITE_MODELS; i++) {
+        if (listed(next, nn, ids[i]))
+            continue;
+        if ((next[nn] = strdup(ids[i])) == NULL)
+            break;
+        nn++;
+    }
+    int same = nn == s->nmodels;
+    for (int i = 0; same && i < nn; i++)
+        same = listed(s->models, s->nmodels, next[i]);
+    if (!same) {
+        char now[512], was[512];
+        join_models(now, sizeof(now), next, nn);
+        join_models(was, sizeof(was), s->models, s->nmodels);
+        IG_INFO("site %s: models now [%s] (were [%s])", s->name, now, was);
+    }
     for (int i = 0; i < s->nmodels; i++)
         free(s->models[i]);
-    s->nmodels = 0;
-    for (int i = 0; i < n && s->nmodels < MAX_SITE_MODELS; i++)
-        s->models[s->nmodels++] = strdup(ids[i]);
+    memcpy(s->models, next, (size_t)nn * sizeof(next[0]));
+    s->nmodels = nn;
 }
 
 /* GET /v1/models of an OpenAI-compatible site: {"data": [{"id": ...}]}. */

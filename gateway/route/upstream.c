@@ -23,6 +23,7 @@
 #include "infergate/upstream.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
+#include "infergate/tls.h"
 
 #include "base/list.h"
 
@@ -56,6 +57,10 @@ struct ig_upstream_s {
     int is_unix;
     char *unix_path;
     ig_upstream_opts_t opts;
+    int https;            /* every connection speaks TLS on tls_ctx */
+    ig_tls_ctx_t *tls_ctx; /* a reference of our own */
+    char *tls_name;       /* the name the certificate must carry */
+    char *headers;        /* opts.headers, copied */
     ig_list_t idle; /* pooled connections (conn_t.idle_node), most recent first */
     unsigned nidle;
     unsigned nconns;         /* open or opening */
@@ -76,6 +81,17 @@ struct ig_upstream_s {
     uint64_t resolve_fail_ns; /* last failed lookup, 0 after a good one */
     resolve_t *resolving;     /* lookup in flight, or NULL */
     ig_list_t addr_wait;      /* connections waiting for an address (conn_t.wait_node) */
+    /* The connection cap and the idle trim (see "the cap and the trim"). */
+    unsigned nclosing;     /* counted in nconns until their handles are closed */
+    unsigned max_conns;    /* open connections at most; 0 = no cap */
+    ig_list_t pending;     /* requests waiting under the cap (ig_upstream_req_t.pend_node) */
+    uv_timer_t trim_timer; /* the trim and the pending requests' deadlines */
+    int trim_open;         /* trim_timer not yet closed */
+    unsigned peak_busy, peak_prev; /* busy connections at most, this and the last window */
+    uint64_t window_ns;            /* when this window began */
+    int kicking;                   /* inside pending_kick */
+    double ttfb_ewma_s;            /* time to a response's first byte, on average */
+    int backlog_seen; /* requests looked unread while connections idled (see on_trim) */
 };
 
 struct conn_s {
@@ -98,6 +114,7 @@ struct conn_s {
     int waiting_addr; /* in up->addr_wait */
     int addr_index;   /* which of up->addrs it connects to */
     int fail_err;     /* a failure on_conn_fail reports */
+    ig_tls_stream_t *tls; /* https: the session, NULL until connected */
     /* Set by on_message_complete, acted on by on_read. */
     int msg_done;
     int msg_keep_alive;
@@ -107,6 +124,7 @@ struct ig_upstream_req_s {
     ig_upstream_t *up;
     conn_t *conn;
     ig_list_t node; /* in up->reqs */
+    ig_list_t pend_node; /* in up->pending while it waits under the cap */
     ig_upstream_cbs_t cbs;
     void *data;
     char *wbuf; /* the whole request, bytes ready to send */
@@ -145,17 +163,26 @@ void ig_upstream_opts_default(ig_upstream_opts_t *o)
     o->keepalive_idle_ms = 30000;
     o->max_response_header_bytes = 64 * 1024;
     o->resolve_ttl_ms = 30000;
+    o->max_connections = 0;
+    o->idle_trim_ms = 1000;
+    o->tls = NULL;
+    o->tls_server_name = NULL;
+    o->headers = NULL;
 }
 
 static void conn_close(conn_t *c);
 static void req_finish(ig_upstream_req_t *r, int err);
+static void pending_kick(ig_upstream_t *u);
+static void req_send(ig_upstream_req_t *r);
+static void on_trim(uv_timer_t *t);
 static int conn_start(ig_upstream_req_t *r);
 static void conn_connect(conn_t *c);
 static void parser_settings_init(void);
 
 /* ---- the upstream ------------------------------------------------------- */
 
-/* "HOST[:PORT]" or "[V6][:PORT]": the port defaults to 80, as http:// says. */
+/* "HOST[:PORT]" or "[V6][:PORT]": the port defaults to 80, as http:// says
+ * (443 for https://). */
 static int parse_host_port(ig_upstream_t *u, char *hostport)
 {
     char *host = hostport;
@@ -176,7 +203,7 @@ static int parse_host_port(ig_upstream_t *u, char *hostport)
             *port++ = '\0';
         }
     }
-    long pv = 80;
+    long pv = u->https ? 443 : 80;
     if (port != NULL) {
         char *end;
         pv = *port >= '0' && *port <= '9' ? strtol(port, &end, 10) : 0;
@@ -185,6 +212,8 @@ static int parse_host_port(ig_upstream_t *u, char *hostport)
     }
     if (*host == '\0')
         return IG_EINVAL;
+    if (u->https && (u->tls_name = strdup(host)) == NULL)
+        return IG_ENOMEM;
     snprintf(u->port, sizeof(u->port), "%ld", pv);
     struct sockaddr_in a4;
     struct sockaddr_in6 a6;
@@ -214,8 +243,10 @@ static int parse_address(ig_upstream_t *u, const char *address)
     const char *hp = address;
     if (strncmp(hp, "http://", 7) == 0)
         hp += 7;
+    else if (strncmp(hp, "https://", 8) == 0 && (u->https = 1))
+        hp += 8;
     else if (strstr(hp, "://") != NULL)
-        return IG_EINVAL; /* https and others: not spoken here */
+        return IG_EINVAL; /* other schemes: not spoken here */
     const char *slash = strchr(hp, '/');
     size_t hplen = slash ? (size_t)(slash - hp) : strlen(hp);
     char hostport[300];
@@ -241,10 +272,36 @@ static void upstream_free(ig_upstream_t *u)
     free(u->prefix);
     free(u->unix_path);
     free(u->resolve_name);
+    free(u->tls_name);
+    free(u->headers);
+    ig_tls_ctx_unref(u->tls_ctx);
     free(u);
 }
 
 static void resolve_start(ig_upstream_t *u);
+
+/* https: the context to verify with and the name to check; opts.headers. */
+static int tls_setup(ig_upstream_t *u)
+{
+    char err[256];
+    if (u->opts.headers != NULL && (u->headers = strdup(u->opts.headers)) == NULL)
+        return IG_ENOMEM;
+    if (!u->https)
+        return 0;
+    if (u->opts.tls_server_name != NULL) {
+        free(u->tls_name);
+        if ((u->tls_name = strdup(u->opts.tls_server_name)) == NULL)
+            return IG_ENOMEM;
+    }
+    if (u->opts.tls != NULL) {
+        ig_tls_ctx_ref(u->opts.tls);
+        u->tls_ctx = u->opts.tls;
+    } else if (ig_tls_client_ctx_new(&u->tls_ctx, NULL, 0, err, sizeof(err)) != 0) {
+        IG_ERROR("upstream %s: %s", u->name, err);
+        return IG_EINVAL;
+    }
+    return 0;
+}
 
 int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
                       const ig_upstream_opts_t *opts)
@@ -256,6 +313,7 @@ int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, co
     ig_list_init(&u->idle);
     ig_list_init(&u->reqs);
     ig_list_init(&u->addr_wait);
+    ig_list_init(&u->pending);
     u->loop = loop;
     u->name = strdup(name);
     if (opts != NULL)
@@ -265,6 +323,16 @@ int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, co
     int rc = u->name ? parse_address(u, address) : IG_ENOMEM;
     if (rc != 0)
         goto fail;
+    if ((rc = tls_setup(u)) != 0)
+        goto fail;
+    u->max_conns = u->opts.max_connections;
+    /* The trim timer does not keep the loop alive: it only tidies. */
+    uv_timer_init(loop, &u->trim_timer);
+    u->trim_timer.data = u;
+    u->trim_open = 1;
+    u->window_ns = uv_hrtime();
+    uv_timer_start(&u->trim_timer, on_trim, 100, 100);
+    uv_unref((uv_handle_t *)&u->trim_timer);
     /* Look the name up now, so that the first request finds it known. */
     if (u->resolve_name != NULL)
         resolve_start(u);
@@ -292,13 +360,20 @@ int ig_upstream_resolved(const ig_upstream_t *u)
 
 static void maybe_finish_close(ig_upstream_t *u)
 {
-    if (!u->closing || u->nconns > 0 || !ig_list_empty(&u->reqs) || u->nheld > 0)
+    if (!u->closing || u->nconns > 0 || !ig_list_empty(&u->reqs) || u->nheld > 0 || u->trim_open)
         return;
     void (*cb)(void *) = u->close_cb;
     void *data = u->close_data;
     upstream_free(u);
     if (cb != NULL)
         cb(data);
+}
+
+static void on_trim_closed(uv_handle_t *h)
+{
+    ig_upstream_t *u = h->data;
+    u->trim_open = 0;
+    maybe_finish_close(u);
 }
 
 void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data)
@@ -321,6 +396,7 @@ void ig_upstream_close(ig_upstream_t *u, void (*cb)(void *data), void *data)
         u->nidle--;
         conn_close(IG_LIST_DATA(n, conn_t, idle_node));
     }
+    uv_close((uv_handle_t *)&u->trim_timer, on_trim_closed);
     maybe_finish_close(u);
 }
 
@@ -420,6 +496,7 @@ static void conn_on_handle_closed(uv_handle_t *h)
         return;
     ig_upstream_t *u = c->up;
     u->nconns--;
+    u->nclosing--;
     free(c);
     maybe_finish_close(u);
 }
@@ -438,13 +515,18 @@ static void conn_close(conn_t *c)
     if (c->closing)
         return;
     c->closing = 1;
+    c->up->nclosing++;
     if (c->waiting_addr)
         wait_remove(c);
     if (c->req != NULL && c->req->conn == c)
         c->req->conn = NULL;
     c->req = NULL;
+    ig_tls_stream_close(c->tls);
+    c->tls = NULL;
     uv_close((uv_handle_t *)&c->timer, conn_on_handle_closed);
     uv_close(&c->h.handle, conn_on_handle_closed);
+    /* Room under the cap: the oldest waiting request connects. */
+    pending_kick(c->up);
 }
 
 static void idle_remove(ig_upstream_t *u, conn_t *c)
@@ -471,18 +553,180 @@ static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
     buf->len = sizeof(slab);
 }
 
-/* Puts a connection whose response completed back into the pool. */
+/* ---- the cap and the trim ------------------------------------------------ */
+
+static unsigned live_conns(const ig_upstream_t *u)
+{
+    return u->nconns - u->nclosing;
+}
+
+static int at_cap(const ig_upstream_t *u)
+{
+    return u->max_conns > 0 && live_conns(u) >= u->max_conns;
+}
+
+static void note_busy(ig_upstream_t *u)
+{
+    unsigned busy = live_conns(u) - u->nidle;
+    if (busy > u->peak_busy)
+        u->peak_busy = busy;
+}
+
+/*
+ * How many requests on fresh connections (other than c) look unread: no
+ * byte back yet, and sent before the one that just ended on c (sent at
+ * sent_ns; 0 when none did), or waiting longer than twice the upstream's
+ * usual time to first byte. A server that serves a fixed number of
+ * connections at a time (a thread each, as llama.cpp's llama-server and
+ * many Python servers do) has not even read them: they sit in its accept
+ * backlog behind our idle keep-alive connections, which pin its threads.
+ * Closing a connection that has nothing to carry gives a thread to the
+ * oldest one waiting. A server with its own queue may just be slow to
+ * answer; then the close costs one reconnect. Once such a wait was seen
+ * (backlog_seen), every request waiting on a fresh connection counts.
+ */
+static int unread_requests(const ig_upstream_t *u, const conn_t *c, uint64_t sent_ns,
+                           uint64_t now_ns)
+{
+    uint64_t patience = (uint64_t)(2e9 * u->ttfb_ewma_s) + 10000000ULL;
+    int n = 0;
+    ig_list_t *it;
+    IG_LIST_FOREACH(it, &u->reqs)
+    {
+        const ig_upstream_req_t *o = IG_LIST_DATA(it, ig_upstream_req_t, node);
+        if (o->conn != NULL && o->conn != c && !o->conn->reused && !o->got_bytes &&
+            o->t_sent_ns != 0 &&
+            (o->t_sent_ns < sent_ns || (u->ttfb_ewma_s > 0 && now_ns - o->t_sent_ns > patience)))
+            n++;
+    }
+    return n;
+}
+
+/* Gives a pooled connection to the oldest request waiting under the cap
+ * and connects new ones while the cap allows. No callback fires inside. */
+static void pending_kick(ig_upstream_t *u)
+{
+    if (u->kicking || u->closing)
+        return;
+    u->kicking = 1;
+    ig_list_t *n;
+    while ((n = ig_list_first(&u->pending)) != NULL && (u->nidle > 0 || !at_cap(u))) {
+        ig_upstream_req_t *r = IG_LIST_DATA(n, ig_upstream_req_t, pend_node);
+        ig_list_remove(n);
+        r->t_start_ns = uv_hrtime(); /* its connect time starts now */
+        if (conn_start(r) != 0) {
+            ig_list_push_front(&u->pending, &r->pend_node); /* no memory: later */
+            break;
+        }
+    }
+    u->kicking = 0;
+}
+
+/* Every 100 ms: waiting requests past their deadline fail, an idle
+ * connection is closed for each request that looks unread, and idle
+ * connections beyond the most that were busy in the last window or two are
+ * closed, the least recently used first (the idle list is most recent
+ * first, so the tail). */
+static void on_trim(uv_timer_t *t)
+{
+    ig_upstream_t *u = t->data;
+    uint64_t now = uv_hrtime();
+    ig_list_t *it, *tmp;
+    IG_LIST_FOREACH_SAFE(it, tmp, &u->pending)
+    {
+        ig_upstream_req_t *r = IG_LIST_DATA(it, ig_upstream_req_t, pend_node);
+        if (now - r->t_start_ns > u->opts.first_byte_timeout_ms * 1000000ULL) {
+            ig_list_remove(&r->pend_node);
+            req_finish(r, IG_ECONNECT); /* nothing was sent: safe to retry */
+        }
+    }
+    /* Idle connections while requests sit unread: let them in. */
+    int unread = u->nidle > 0 ? unread_requests(u, NULL, 0, now) : 0;
+    if (unread > 0 && !u->backlog_seen) {
+        /* From now on a connection that comes free with nothing to carry
+         * is closed while any fresh one waits for its first byte. */
+        IG_INFO("upstream %s: requests wait unread while connections idle; "
+                "closing idle connections for them",
+                u->name);
+        u->backlog_seen = 1;
+    }
+    while (unread-- > 0 && u->nidle > 0) {
+        conn_t *c = IG_LIST_DATA(ig_list_last(&u->idle), conn_t, idle_node);
+        idle_remove(u, c);
+        conn_close(c);
+    }
+    if (u->opts.idle_trim_ms == 0)
+        return;
+    if (now - u->window_ns >= u->opts.idle_trim_ms * 1000000ULL) {
+        u->peak_prev = u->peak_busy;
+        u->peak_busy = live_conns(u) - u->nidle;
+        u->window_ns = now;
+    }
+    unsigned need = u->peak_busy > u->peak_prev ? u->peak_busy : u->peak_prev;
+    while (u->nidle > 0 && live_conns(u) > need) {
+        conn_t *c = IG_LIST_DATA(ig_list_last(&u->idle), conn_t, idle_node);
+        idle_remove(u, c);
+        conn_close(c);
+    }
+}
+
+void ig_upstream_set_max_connections(ig_upstream_t *u, unsigned max)
+{
+    u->max_conns = max;
+    while (max > 0 && u->nidle > 0 && live_conns(u) > max) {
+        conn_t *c = IG_LIST_DATA(ig_list_last(&u->idle), conn_t, idle_node);
+        idle_remove(u, c);
+        conn_close(c);
+    }
+    pending_kick(u);
+}
+
+unsigned ig_upstream_idle_connections(const ig_upstream_t *u)
+{
+    return u->nidle;
+}
+
+unsigned ig_upstream_waiting(const ig_upstream_t *u)
+{
+    return (unsigned)ig_list_count(&u->pending);
+}
+
+/*
+ * Puts a connection whose response completed back into the pool, most
+ * recently used first (LIFO: the warm connections carry the traffic and
+ * the cold ones age out by the trim), or hands it straight to the oldest
+ * request waiting under the cap. Closed instead when the server asked, the
+ * pool is full, the cap was lowered below the open connections, or nothing
+ * waits for it while a request looks unread (see unread_requests()).
+ */
 static void conn_release(conn_t *c, int keep_alive)
 {
     ig_upstream_t *u = c->up;
+    uint64_t sent_ns = c->req != NULL ? c->req->t_sent_ns : 0;
     c->req = NULL;
-    if (!keep_alive || u->closing || u->nidle >= u->opts.max_idle_connections) {
+    if (!keep_alive || u->closing || u->nidle >= u->opts.max_idle_connections ||
+        (u->max_conns > 0 && live_conns(u) > u->max_conns) ||
+        (ig_list_empty(&u->pending) &&
+         unread_requests(u, c, u->backlog_seen ? UINT64_MAX : sent_ns, uv_hrtime()) > 0)) {
         conn_close(c);
         return;
     }
     /* A pooled connection keeps reading so that a server-side close is
      * noticed; any byte arriving while idle is a protocol error. */
     c->reused = 1;
+    ig_list_t *n = ig_list_first(&u->pending);
+    if (n != NULL) {
+        ig_upstream_req_t *r = IG_LIST_DATA(n, ig_upstream_req_t, pend_node);
+        ig_list_remove(n);
+        uv_timer_stop(&c->timer);
+        c->req = r;
+        r->conn = c;
+        r->t_connected_ns = uv_hrtime();
+        r->t_start_ns = r->t_connected_ns;
+        note_busy(u);
+        req_send(r);
+        return;
+    }
     ig_list_push_front(&u->idle, &c->idle_node);
     u->nidle++;
     uv_timer_start(&c->timer, on_keepalive_timeout, u->opts.keepalive_idle_ms, 0);
@@ -769,6 +1013,9 @@ static void on_read(uv_stream_t *s, ssize_t nread, const uv_buf_t *buf)
     if (!r->got_bytes) {
         r->got_bytes = 1;
         r->t_first_byte_ns = uv_hrtime();
+        double ttfb = (double)(r->t_first_byte_ns - r->t_sent_ns) / 1e9;
+        ig_upstream_t *u = c->up;
+        u->ttfb_ewma_s = u->ttfb_ewma_s > 0 ? u->ttfb_ewma_s + 0.1 * (ttfb - u->ttfb_ewma_s) : ttfb;
     }
     llhttp_errno_t e = llhttp_execute(&c->parser, buf->base, (size_t)nread);
     after_parse(c, r, e, buf->base + nread, 0);
@@ -794,7 +1041,7 @@ static void req_send(ig_upstream_req_t *r)
         r->t_connected_ns = uv_hrtime();
     r->t_sent_ns = uv_hrtime();
     req_arm_timer(r);
-    int rc = uv_read_start(&c->h.stream, on_alloc, on_read);
+    int rc = ig_tls_stream_read_start(c->tls, &c->h.stream, on_alloc, on_read);
     if (rc != 0 && rc != UV_EALREADY) {
         conn_fail_soon(c, IG_ECONNECT);
         return;
@@ -803,7 +1050,7 @@ static void req_send(ig_upstream_req_t *r)
     /* Most requests fit the socket buffer at once. A uv_write would also
      * do, but its completion makes libuv re-arm the watcher, one epoll_ctl
      * per request; a pending remainder still goes by uv_write. */
-    int n = uv_try_write(&c->h.stream, &b, 1);
+    int n = ig_tls_stream_try_write(c->tls, &c->h.stream, &b);
     if (n == (int)b.len)
         return;
     if (n < 0 && n != UV_EAGAIN) {
@@ -828,6 +1075,20 @@ static void req_send(ig_upstream_req_t *r)
     }
 }
 
+/* https: the handshake ended; a failure is a failed connect. */
+static void on_tls_ready(ig_tls_stream_t *ts, int status, void *data)
+{
+    conn_t *c = data;
+    ig_upstream_req_t *r = c->req;
+    if (c->closing || r == NULL)
+        return;
+    if (status != 0) {
+        req_finish(r, IG_ECONNECT);
+        return;
+    }
+    req_send(r);
+}
+
 static void on_connected(uv_connect_t *cr, int status)
 {
     conn_t *c = cr->data;
@@ -841,6 +1102,12 @@ static void on_connected(uv_connect_t *cr, int status)
         return;
     }
     c->up->addr_failures = 0;
+    if (c->up->https) {
+        if (ig_tls_stream_start(&c->tls, &c->h.stream, c->up->tls_ctx, c->up->tls_name,
+                                c->up->name, on_tls_ready, c) != 0)
+            req_finish(r, IG_ECONNECT);
+        return;
+    }
     req_send(r);
 }
 
@@ -904,7 +1171,14 @@ static int conn_start(ig_upstream_req_t *r)
         r->conn = c;
         r->t_connected_ns = uv_hrtime(); /* connected already: no connect time */
         r->t_start_ns = r->t_connected_ns;
+        note_busy(u);
         req_send(r);
+        return 0;
+    }
+    if (at_cap(u)) {
+        /* The cap is reached: wait, in order, for a connection to come
+         * free (conn_release, pending_kick); on_trim ends a long wait. */
+        ig_list_push_back(&u->pending, &r->pend_node);
         return 0;
     }
     c = calloc(1, sizeof(*c));
@@ -926,6 +1200,7 @@ static int conn_start(ig_upstream_req_t *r)
     c->parser.data = c;
     c->req = r;
     r->conn = c;
+    note_busy(u);
     req_arm_timer(r);
     if (!u->is_unix)
         uv_tcp_nodelay(&c->h.tcp, 1);
@@ -939,7 +1214,7 @@ static int build_request(ig_upstream_req_t *r, const char *method, const char *p
                          const char *extra, const char *body, size_t len)
 {
     ig_upstream_t *u = r->up;
-    size_t extra_len = extra ? strlen(extra) : 0;
+    size_t extra_len = (extra ? strlen(extra) : 0) + (u->headers ? strlen(u->headers) : 0);
     size_t cap =
         strlen(method) + strlen(u->prefix) + strlen(path) + strlen(u->host) + extra_len + len + 128;
     r->wbuf = malloc(cap);
@@ -947,8 +1222,9 @@ static int build_request(ig_upstream_req_t *r, const char *method, const char *p
         return IG_ENOMEM;
     int n = snprintf(r->wbuf, cap,
                      "%s %s%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: keep-alive\r\n%s\r\n",
-                     method, u->prefix, path, u->host, len, extra ? extra : "");
+                     "Connection: keep-alive\r\n%s%s\r\n",
+                     method, u->prefix, path, u->host, len, u->headers ? u->headers : "",
+                     extra ? extra : "");
     if (n < 0 || (size_t)n + len > cap)
         return IG_ENOMEM;
     if (len > 0)
@@ -1033,6 +1309,7 @@ static void req_finish(ig_upstream_req_t *r, int err)
     if (r->end_pending)
         u->nheld--;
     req_unlink(r);
+    ig_list_remove(&r->pend_node); /* it waited under the cap */
     r->finishing = 1;
     if (!r->canceled && r->cbs.on_done != NULL)
         r->cbs.on_done(r, err, r->data);
@@ -1057,7 +1334,7 @@ void ig_upstream_pause(ig_upstream_req_t *r)
     if (r->paused || r->conn == NULL)
         return;
     r->paused = 1;
-    uv_read_stop(&r->conn->h.stream);
+    ig_tls_stream_read_stop(r->conn->tls, &r->conn->h.stream);
     req_arm_timer(r);
 }
 
@@ -1066,7 +1343,7 @@ void ig_upstream_resume(ig_upstream_req_t *r)
     if (!r->paused || r->conn == NULL)
         return;
     r->paused = 0;
-    uv_read_start(&r->conn->h.stream, on_alloc, on_read);
+    ig_tls_stream_read_start(r->conn->tls, &r->conn->h.stream, on_alloc, on_read);
     req_arm_timer(r);
 }
 

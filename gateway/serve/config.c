@@ -63,9 +63,9 @@ static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
 {
     ctx_t *c = v->data;
     static const char *const type_msg[] = {
-        [IG_JSONV_OBJECT] = "must be an object",   [IG_JSONV_ARRAY] = "must be an array",
-        [IG_JSONV_STRING] = "must be a string",    [IG_JSONV_INTEGER] = "must be an integer",
-        [IG_JSONV_NUMBER] = "must be a number",    [IG_JSONV_BOOLEAN] = "must be a boolean",
+        [IG_JSONV_OBJECT] = "must be an object", [IG_JSONV_ARRAY] = "must be an array",
+        [IG_JSONV_STRING] = "must be a string",  [IG_JSONV_INTEGER] = "must be an integer",
+        [IG_JSONV_NUMBER] = "must be a number",  [IG_JSONV_BOOLEAN] = "must be a boolean",
     };
     switch (f->kind) {
     case IG_JSONV_MISSING:
@@ -82,8 +82,7 @@ static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
         char list[256] = "";
         size_t n = 0;
         for (int i = 0; f->choices[i] != NULL && n < sizeof(list); i++)
-            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "",
-                                  f->choices[i]);
+            n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", f->choices[i]);
         return fail(c, f->path, "must be one of %s", list);
     }
     case IG_JSONV_RANGE:
@@ -284,9 +283,10 @@ int ig_config_check_listen(const char *listen, char *err, size_t errlen)
 static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site_t *site)
 {
     const char *p = url;
-    if (strncmp(p, "http://", 7) != 0)
-        return fail(c, path, "'%s': must start with http://", url);
-    p += 7;
+    site->https = strncmp(p, "https://", 8) == 0;
+    if (strncmp(p, "http://", 7) != 0 && !site->https)
+        return fail(c, path, "'%s': must start with http:// or https://", url);
+    p += site->https ? 8 : 7;
     if (strpbrk(p, "?#@ ") != NULL)
         return fail(c, path, "'%s': must not contain a query, fragment, user info or spaces", url);
     const char *slash = strchr(p, '/');
@@ -315,7 +315,7 @@ static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site
               *h == '.' || *h == '-' || (host != p && *h == ':')))
             return fail(c, path, "'%s': invalid character in the host", url);
     }
-    site->port = 80;
+    site->port = site->https ? 443 : 80;
     if (port != NULL) {
         long v = 0;
         const char *q = port;
@@ -333,7 +333,7 @@ static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site
         blen--;
     site->base = strndup(base, blen);
     size_t ulen = strlen(url);
-    while (ulen > 7 && url[ulen - 1] == '/')
+    while (ulen > (site->https ? 8u : 7u) && url[ulen - 1] == '/')
         ulen--;
     site->url = strndup(url, ulen);
     if (site->host == NULL || site->base == NULL || site->url == NULL)
@@ -408,6 +408,30 @@ static int parse_log(ctx_t *c, json_t *root, ig_config_t *cfg)
     return 0;
 }
 
+/* limits.max_queue_wait_ms: one number for every priority, or an object
+ * {critical, standard, sheddable}. */
+static int parse_queue_wait(ctx_t *c, json_t *limits, ig_config_limits_t *l)
+{
+    static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
+    const char *p = "limits.max_queue_wait_ms";
+    json_t *v = json_object_get(limits, "max_queue_wait_ms");
+    int rc;
+    if (v == NULL || !json_is_object(v)) {
+        uint64_t all;
+        rc = get_uint(c, limits, "limits", "max_queue_wait_ms", 0, DAY_MS, 0, &all);
+        for (int i = 0; i < 3; i++)
+            l->max_queue_wait_ms[i] = all;
+        return rc;
+    }
+    if ((rc = check_keys(c, v, p, prios)) != 0)
+        return rc;
+    for (int i = 0; i < 3; i++) {
+        if ((rc = get_uint(c, v, p, prios[i], 0, DAY_MS, 0, &l->max_queue_wait_ms[i])) != 0)
+            return rc;
+    }
+    return 0;
+}
+
 static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"max_request_line",
@@ -426,6 +450,7 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "drain_timeout_ms",
                                        "drain_grace_ms",
                                        "max_prompt_tokens",
+                                       "max_queue_wait_ms",
                                        NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
@@ -464,7 +489,8 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                        &h->max_chunk_ext_total)) ||
         (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
         (rc = get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
-        (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)))
+        (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)) ||
+        (rc = parse_queue_wait(c, o, l)))
         goto done;
 done:
     json_decref(o);
@@ -655,7 +681,8 @@ static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
 
 static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "path", "preset", NULL};
+    static const char *const keys[] = {"name",   "path",     "preset",
+                                       "version", "weight", "quantize", NULL};
     ig_config_model_t *mod = &cfg->models[idx];
     char q[PATH_MAX_LEN];
     char *raw = NULL;
@@ -663,12 +690,60 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
     if ((rc = check_keys(c, m, p, keys)) ||
         (rc = get_string(c, m, p, "name", STR_REQUIRED | STR_NAME, NULL, &mod->name)) ||
         (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
-        (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)))
+        (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)) ||
+        (rc = get_string(c, m, p, "version", STR_NAME, NULL, &mod->version)) ||
+        (rc = get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)) ||
+        (rc = get_string(c, m, p, "quantize", STR_NONEMPTY, NULL, &mod->quantize)))
         goto fail;
-    int prev = find_name(&cfg->models[0].name, sizeof(*cfg->models), idx, mod->name);
-    if (prev >= 0) {
+    if (mod->quantize != NULL && strcmp(mod->quantize, "q8_0") != 0) {
+        join(q, p, "quantize");
+        rc = fail(c, q, "'%s' is not supported (q8_0)", mod->quantize);
+        goto fail;
+    }
+    if (mod->version != NULL && strchr(mod->version, '@') != NULL) {
+        join(q, p, "version");
+        rc = fail(c, q, "must not contain '@'");
+        goto fail;
+    }
+    if (mod->version != NULL && strchr(mod->name, '@') != NULL) {
         join(q, p, "name");
-        rc = fail(c, q, "duplicate name '%s' (also models[%d].name)", mod->name, prev);
+        rc = fail(c, q, "a model with versions must not have '@' in its name");
+        goto fail;
+    }
+    /* One name, several entries: the versions of a rollout, each named. */
+    for (size_t i = 0; i < idx; i++) {
+        const ig_config_model_t *o = &cfg->models[i];
+        if (strcmp(o->name, mod->name) != 0)
+            continue;
+        if (o->version == NULL && mod->version == NULL) {
+            join(q, p, "name");
+            rc = fail(c, q, "duplicate name '%s' (also models[%zu].name)", mod->name, i);
+            goto fail;
+        }
+        if (o->version == NULL) {
+            join(q, p, "name");
+            rc = fail(c, q, "duplicate name '%s' (also models[%zu].name, which has no version)",
+                      mod->name, i);
+            goto fail;
+        }
+        if (mod->version == NULL) {
+            join(q, p, "version");
+            rc = fail(c, q,
+                      "is required: models[%zu] has the name '%s' too (two entries of one model "
+                      "are versions)",
+                      i, mod->name);
+            goto fail;
+        }
+        if (strcmp(o->version, mod->version) == 0) {
+            join(q, p, "version");
+            rc = fail(c, q, "duplicate version '%s' of model '%s' (also models[%zu])", mod->version,
+                      mod->name, i);
+            goto fail;
+        }
+    }
+    if (mod->version != NULL && raw == NULL) {
+        join(q, p, "path");
+        rc = fail(c, q, "is required for a version (sites serve models, not versions)");
         goto fail;
     }
     if (mod->preset != NULL && raw == NULL) {
@@ -683,6 +758,40 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
 fail:
     free(raw);
     return rc;
+}
+
+/* The models[] entry a pool serves: by name, and by version when the name
+ * has several. -1 with the message written when there is none. */
+static int find_pool_model(ctx_t *c, const char *p, const ig_config_t *cfg,
+                           const ig_config_pool_t *pool)
+{
+    char q[PATH_MAX_LEN];
+    int found = -1, versions = 0;
+    for (size_t i = 0; i < cfg->nmodels; i++) {
+        const ig_config_model_t *m = &cfg->models[i];
+        if (strcmp(m->name, pool->model) != 0)
+            continue;
+        versions += m->version != NULL;
+        if (pool->version == NULL ? m->version == NULL
+                                  : m->version != NULL && strcmp(m->version, pool->version) == 0)
+            found = (int)i;
+    }
+    if (found >= 0)
+        return found;
+    if (pool->version != NULL && versions == 0) {
+        join(q, p, "version");
+        fail(c, q, "model '%s' has no versions", pool->model);
+    } else if (pool->version != NULL) {
+        join(q, p, "version");
+        fail(c, q, "model '%s' has no version '%s'", pool->model, pool->version);
+    } else if (versions > 0) {
+        join(q, p, "version");
+        fail(c, q, "is required: model '%s' has %d versions", pool->model, versions);
+    } else {
+        join(q, p, "model");
+        fail(c, q, "unknown model '%s' (not in models[])", pool->model);
+    }
+    return -1;
 }
 
 /* "cpu", "cpu:THREADS", "cuda:N" or "MIG-<uuid>". */
@@ -808,28 +917,80 @@ done:
     return rc;
 }
 
+/* pools[].discover: instances from a DNS name's A/AAAA records. */
+static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_discover_t *d)
+{
+    static const char *const keys[] = {"dns", "port", "interval_s", "resolver", NULL};
+    json_t *o;
+    char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
+    unsigned port;
+    int rc = get_object(c, pool, pp, "discover", &o);
+    if (rc != 0 || o == NULL)
+        return rc;
+    join(p, pp, "discover");
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_string(c, o, p, "dns", STR_REQUIRED | STR_NAME, NULL, &d->dns)) ||
+        (rc = get_unsigned(c, o, p, "port", 1, 65535, 0, &port)) ||
+        (rc = get_number(c, o, p, "interval_s", 0.05, 3600, 0, 10, &d->interval_s)) ||
+        (rc = get_string(c, o, p, "resolver", STR_NAME, NULL, &d->resolver)))
+        return rc;
+    if (port == 0) {
+        join(q, p, "port");
+        return fail(c, q, "is required");
+    }
+    d->port = (int)port;
+    char err[256];
+    if (d->resolver != NULL && (strncmp(d->resolver, "unix:", 5) == 0 ||
+                                ig_config_check_listen(d->resolver, err, sizeof(err)) != 0)) {
+        join(q, p, "resolver");
+        return fail(c, q, "'%s': must be IP:PORT of a DNS server (IPv4 or [IPv6])", d->resolver);
+    }
+    return 0;
+}
+
 static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name",     "model",         "devices",
-                                       "threads",  "min_instances", "max_instances",
-                                       "batching", "autoscale",     NULL};
+    static const char *const keys[] = {
+        "name",          "model",    "devices",   "threads", "min_instances",
+        "max_instances", "batching", "autoscale", "version", NULL};
     ig_config_pool_t *pool = &cfg->pools[idx];
     char q[PATH_MAX_LEN];
     json_t *devs;
     int rc;
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &pool->name)) ||
-        (rc = get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL, &pool->model)))
+        (rc = get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL, &pool->model)) ||
+        (rc = get_string(c, o, p, "version", STR_NAME, NULL, &pool->version)))
         return rc;
     int prev = find_name(&cfg->pools[0].name, sizeof(*cfg->pools), idx, pool->name);
     if (prev >= 0) {
         join(q, p, "name");
         return fail(c, q, "duplicate name '%s' (also pools[%d].name)", pool->name, prev);
     }
-    int m = ig_config_find_model(cfg, pool->model);
-    join(q, p, "model");
+    int m = find_pool_model(c, p, cfg, pool);
     if (m < 0)
-        return fail(c, q, "unknown model '%s' (not in models[])", pool->model);
+        return IG_ECONFIG;
+    if ((rc = parse_discover(c, o, p, &pool->discover)) != 0)
+        return rc;
+    if (pool->discover.dns != NULL) {
+        /* Its instances run elsewhere (a headless Service's pods): what
+         * starts a local worker has no meaning here. */
+        static const char *const local_only[] = {"devices", "threads", "min_instances", "autoscale",
+                                                 NULL};
+        for (int k = 0; local_only[k] != NULL; k++) {
+            if (json_object_get(o, local_only[k]) != NULL) {
+                join(q, p, local_only[k]);
+                return fail(c, q, "not with discover (its instances are not started here)");
+            }
+        }
+        pool->model_index = (size_t)m;
+        pool->min_instances = 0;
+        if ((rc = get_unsigned(c, o, p, "max_instances", 1, 1024, 64, &pool->max_instances)) ||
+            (rc = parse_batching(c, o, p, &pool->batching)))
+            return rc;
+        return 0;
+    }
+    join(q, p, "model");
     if (cfg->models[m].path == NULL)
         return fail(c, q, "model '%s' has no path (only sites serve it)", pool->model);
     pool->model_index = (size_t)m;
@@ -886,7 +1047,8 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     const struct {
         const char *key;
         unsigned n;
-    } per_device[] = {{"min_instances", pool->min_instances}, {"max_instances", pool->max_instances}};
+    } per_device[] = {{"min_instances", pool->min_instances},
+                      {"max_instances", pool->max_instances}};
     for (size_t i = 0; i < sizeof(per_device) / sizeof(per_device[0]); i++) {
         if (per_device[i].n > pool->ndevices) {
             join(q, p, per_device[i].key);
@@ -932,8 +1094,12 @@ static int parse_strings(ctx_t *c, json_t *arr, const char *path, check_string_f
 static int check_site_model(ctx_t *c, const char *path, const char *name, char *const *prev,
                             size_t nprev, const ig_config_t *cfg)
 {
-    if (ig_config_find_model(cfg, name) < 0)
-        return fail(c, path, "unknown model '%s' (not in models[])", name);
+    /* A site may serve models that models[] does not list: models[] is
+     * for what local pools serve (and site-only names clients may ask). */
+    (void)cfg;
+    int rc = check_name(c, path, name);
+    if (rc != 0)
+        return rc;
     for (size_t j = 0; j < nprev; j++) {
         if (strcmp(prev[j], name) == 0)
             return fail(c, path, "duplicate model '%s'", name);
@@ -941,9 +1107,35 @@ static int check_site_model(ctx_t *c, const char *path, const char *name, char *
     return 0;
 }
 
+/* sites[].tls {ca_file, server_name, insecure}: only for https:// urls. */
+static int parse_site_tls(ctx_t *c, json_t *site_obj, const char *p, ig_config_site_t *site)
+{
+    static const char *const keys[] = {"ca_file", "server_name", "insecure", NULL};
+    char q[PATH_MAX_LEN], r[PATH_MAX_LEN];
+    char *raw = NULL;
+    json_t *o;
+    int rc = get_object(c, site_obj, p, "tls", &o);
+    if (rc != 0 || o == NULL)
+        return rc;
+    join(q, p, "tls");
+    if (!site->https)
+        return fail(c, q, "needs an https:// url");
+    if ((rc = check_keys(c, o, q, keys)) ||
+        (rc = get_string(c, o, q, "server_name", STR_NONEMPTY, NULL, &site->tls.server_name)) ||
+        (rc = get_bool(c, o, q, "insecure", 0, &site->tls.insecure)) ||
+        (rc = get_string(c, o, q, "ca_file", STR_NONEMPTY, NULL, &raw)))
+        return rc;
+    if (raw != NULL) {
+        join(r, q, "ca_file");
+        rc = expand_path(c, r, raw, &site->tls.ca_file);
+        free(raw);
+    }
+    return rc;
+}
+
 static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "url", "region", "models", NULL};
+    static const char *const keys[] = {"name", "url", "region", "models", "api_key", "tls", NULL};
     ig_config_site_t *site = &cfg->sites[idx];
     char q[PATH_MAX_LEN];
     char *url = NULL;
@@ -973,10 +1165,17 @@ static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         return rc;
     join(q, p, "models");
     if (arr == NULL)
-        return fail(c, q, "is required");
+        return 0; /* discovered from the site's /load or /v1/models */
     if (json_array_size(arr) == 0)
         return fail(c, q, "must not be empty");
-    return parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels);
+    if ((rc = parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels)) ||
+        (rc = get_string(c, o, p, "api_key", STR_NONEMPTY, NULL, &site->api_key)))
+        return rc;
+    if (site->api_key != NULL && strpbrk(site->api_key, "\r\n") != NULL) {
+        join(q, p, "api_key");
+        return fail(c, q, "must not contain CR or LF");
+    }
+    return parse_site_tls(c, o, p, site);
 }
 
 static int check_api_key(ctx_t *c, const char *path, const char *key, char *const *prev,
@@ -992,13 +1191,112 @@ static int check_api_key(ctx_t *c, const char *path, const char *key, char *cons
     return rc;
 }
 
+static int parse_key_object(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t i)
+{
+    static const char *const keys[] = {"key",   "name",   "peer",     "requests_per_s",
+                                       "burst", "models", "priority", "tokens_per_min",
+                                       "admin", NULL};
+    static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
+    ig_config_key_t *k = &cfg->keys[i];
+    char q[PATH_MAX_LEN];
+    json_t *arr;
+    int rc;
+    if ((rc = check_keys(c, o, p, keys)) ||
+        (rc = get_string(c, o, p, "key", STR_REQUIRED | STR_NONEMPTY, NULL, &cfg->api_keys[i])))
+        return rc;
+    join(q, p, "key");
+    if ((rc = check_api_key(c, q, cfg->api_keys[i], cfg->api_keys, i, cfg)) ||
+        (rc = get_string(c, o, p, "name", STR_NAME, NULL, &k->name)) ||
+        (rc = get_bool(c, o, p, "peer", 0, &k->peer)) ||
+        (rc = get_number(c, o, p, "requests_per_s", 0, INFINITY, NUM_CLOSED, 0,
+                         &k->requests_per_s)) ||
+        (rc = get_number(c, o, p, "burst", 0, INFINITY, NUM_CLOSED, 0, &k->burst)) ||
+        (rc = get_number(c, o, p, "tokens_per_min", 0, INFINITY, NUM_CLOSED, 0,
+                         &k->tokens_per_min)) ||
+        (rc = get_enum(c, o, p, "priority", prios, IG_PRIORITY_STANDARD, &k->priority)) ||
+        (rc = get_bool(c, o, p, "admin", 0, &k->admin)) ||
+        (rc = get_array(c, o, p, "models", &arr)))
+        return rc;
+    if (arr == NULL)
+        return 0;
+    join(q, p, "models");
+    return parse_strings(c, arr, q, check_site_model, cfg, &k->models, &k->nmodels);
+}
+
+/* Entries are the key as a string (no limits, standard priority) or an
+ * object with its policy. */
 static int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     json_t *arr;
+    cfg->admin_open = 1;
     int rc = get_array(c, root, "", "api_keys", &arr);
     if (rc != 0 || arr == NULL)
         return rc;
-    return parse_strings(c, arr, "api_keys", check_api_key, cfg, &cfg->api_keys, &cfg->napi_keys);
+    size_t n = json_array_size(arr);
+    cfg->api_keys = calloc(n + 1, sizeof(char *));
+    cfg->keys = calloc(n + 1, sizeof(*cfg->keys));
+    if (cfg->api_keys == NULL || cfg->keys == NULL)
+        return IG_ENOMEM;
+    int any_admin = 0;
+    for (size_t i = 0; i < n; i++) {
+        char p[PATH_MAX_LEN];
+        json_t *v = json_array_get(arr, i);
+        ig_config_key_t *k = &cfg->keys[i];
+        join_index(p, "api_keys", i);
+        cfg->napi_keys = i + 1;
+        k->priority = IG_PRIORITY_STANDARD;
+        if (json_is_string(v)) {
+            const char *s = json_string_value(v);
+            if ((rc = check_api_key(c, p, s, cfg->api_keys, i, cfg)) != 0)
+                return rc;
+            if ((cfg->api_keys[i] = strdup(s)) == NULL)
+                return IG_ENOMEM;
+        } else if (json_is_object(v)) {
+            if ((rc = parse_key_object(c, v, p, cfg, i)) != 0)
+                return rc;
+        } else {
+            return fail(c, p, "must be a string or an object");
+        }
+        if (k->name == NULL) {
+            char name[32];
+            snprintf(name, sizeof(name), "key-%zu", i);
+            if ((k->name = strdup(name)) == NULL)
+                return IG_ENOMEM;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(cfg->keys[j].name, k->name) == 0)
+                return fail(c, p, "duplicate name '%s' (also api_keys[%zu])", k->name, j);
+        }
+        any_admin |= k->admin;
+    }
+    cfg->admin_open = !any_admin;
+    return 0;
+}
+
+static int parse_tls(ctx_t *c, json_t *root, ig_config_t *cfg)
+{
+    static const char *const keys[] = {"cert_file", "key_file", "handshake_timeout_ms", NULL};
+    char *raw = NULL;
+    json_t *o;
+    int rc = get_object(c, root, "", "tls", &o);
+    if (rc != 0 || o == NULL)
+        return rc;
+    if ((rc = check_keys(c, o, "tls", keys)) ||
+        (rc = get_uint(c, o, "tls", "handshake_timeout_ms", 1, DAY_MS, 10000,
+                       &cfg->tls.handshake_timeout_ms)) ||
+        (rc = get_string(c, o, "tls", "cert_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
+        (rc = expand_path(c, "tls.cert_file", raw, &cfg->tls.cert_file)))
+        goto done;
+    free(raw);
+    raw = NULL;
+    if ((rc = get_string(c, o, "tls", "key_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
+        (rc = expand_path(c, "tls.key_file", raw, &cfg->tls.key_file)))
+        goto done;
+    if (strncmp(cfg->listen, "unix:", 5) == 0)
+        rc = fail(c, "tls", "needs a TCP listen address, not '%s'", cfg->listen);
+done:
+    free(raw);
+    return rc;
 }
 
 /* Relations that span sections. */
@@ -1008,14 +1306,18 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
         if (cfg->models[i].path != NULL)
             continue;
         int served = 0;
+        for (size_t k = 0; k < cfg->npools && !served; k++)
+            served = cfg->pools[k].discover.dns != NULL && cfg->pools[k].model_index == i;
         for (size_t s = 0; s < cfg->nsites && !served; s++) {
+            served = cfg->sites[s].nmodels == 0; /* it may discover the model */
             for (size_t k = 0; k < cfg->sites[s].nmodels && !served; k++)
                 served = strcmp(cfg->sites[s].models[k], cfg->models[i].name) == 0;
         }
         if (!served) {
             char p[PATH_MAX_LEN];
             join_index(p, "models", i);
-            return fail(c, p, "model '%s' has no path and no site serves it", cfg->models[i].name);
+            return fail(c, p, "model '%s' has no path and no site or discovered pool serves it",
+                        cfg->models[i].name);
         }
     }
     return 0;
@@ -1024,7 +1326,8 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
 static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"region",  "listen", "models",   "pools", "sites",
-                                       "routing", "limits", "api_keys", "log",   NULL};
+                                       "routing", "limits", "api_keys", "log",   "tls",
+                                       NULL};
     char msg[256];
     int rc;
     if (!json_is_object(root))
@@ -1038,7 +1341,8 @@ static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
     if ((rc = parse_log(c, root, cfg)) || (rc = parse_limits(c, root, cfg)) ||
         (rc = parse_routing(c, root, cfg)) ||
         (rc = parse_lists(c, root, cfg)) ||
-        (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)))
+        (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)) ||
+        (rc = parse_tls(c, root, cfg)))
         return rc;
     return 0;
 }
@@ -1110,10 +1414,8 @@ int ig_config_load_file(ig_config_t *cfg, const char *path, char *err, size_t er
 int ig_config_load_string(ig_config_t *cfg, const char *json, const char *name, char *err,
                           size_t errlen)
 {
-    ctx_t c = {.file = name ? name : "(string)",
-               .err = err,
-               .errlen = errlen,
-               .jv = {.fail = on_fault}};
+    ctx_t c = {
+        .file = name ? name : "(string)", .err = err, .errlen = errlen, .jv = {.fail = on_fault}};
     json_error_t e;
     memset(cfg, 0, sizeof(*cfg));
     json_t *root = ig_jsonv_loadb(json, strlen(json), &e);
@@ -1142,12 +1444,17 @@ void ig_config_dispose(ig_config_t *cfg)
         free(cfg->models[i].name);
         free(cfg->models[i].path);
         free(cfg->models[i].preset);
+        free(cfg->models[i].version);
+        free(cfg->models[i].quantize);
     }
     free(cfg->models);
     for (size_t i = 0; cfg->pools != NULL && i < cfg->npools; i++) {
         ig_config_pool_t *p = &cfg->pools[i];
         free(p->name);
         free(p->model);
+        free(p->version);
+        free(p->discover.dns);
+        free(p->discover.resolver);
         for (size_t d = 0; p->devices != NULL && d < p->ndevices; d++)
             free(p->devices[d].spec);
         free(p->devices);
@@ -1161,9 +1468,19 @@ void ig_config_dispose(ig_config_t *cfg)
         free(s->base);
         free(s->region);
         free_strings(s->models, s->nmodels);
+        free(s->api_key);
+        free(s->tls.ca_file);
+        free(s->tls.server_name);
     }
     free(cfg->sites);
+    for (size_t i = 0; cfg->keys != NULL && i < cfg->napi_keys; i++) {
+        free(cfg->keys[i].name);
+        free_strings(cfg->keys[i].models, cfg->keys[i].nmodels);
+    }
+    free(cfg->keys);
     free_strings(cfg->api_keys, cfg->napi_keys);
+    free(cfg->tls.cert_file);
+    free(cfg->tls.key_file);
     free(cfg->source);
     free(cfg->region);
     free(cfg->listen);
@@ -1177,4 +1494,48 @@ int ig_config_find_model(const ig_config_t *cfg, const char *name)
             return (int)i;
     }
     return -1;
+}
+
+/* ---- reload: what changed ----------------------------------------------- */
+
+static int same_str(const char *a, const char *b)
+{
+    return (a == NULL && b == NULL) || (a != NULL && b != NULL && strcmp(a, b) == 0);
+}
+
+int ig_config_pool_diff(const ig_config_t *a, const ig_config_pool_t *pa, const ig_config_t *b,
+                        const ig_config_pool_t *pb)
+{
+    const ig_config_model_t *ma = &a->models[pa->model_index];
+    const ig_config_model_t *mb = &b->models[pb->model_index];
+    if (!same_str(pa->name, pb->name) || !same_str(pa->model, pb->model) ||
+        !same_str(pa->version, pb->version) || !same_str(ma->path, mb->path) ||
+        pa->ndevices != pb->ndevices || pa->threads != pb->threads ||
+        pa->min_instances != pb->min_instances || pa->max_instances != pb->max_instances ||
+        memcmp(&pa->batching, &pb->batching, sizeof(pa->batching)) != 0 ||
+        a->limits.max_prompt_tokens != b->limits.max_prompt_tokens)
+        return IG_CONFIG_POOL_RESTART;
+    for (size_t d = 0; d < pa->ndevices; d++) {
+        if (!same_str(pa->devices[d].spec, pb->devices[d].spec))
+            return IG_CONFIG_POOL_RESTART;
+    }
+    if (!same_str(pa->discover.dns, pb->discover.dns) || pa->discover.port != pb->discover.port ||
+        pa->discover.interval_s != pb->discover.interval_s ||
+        !same_str(pa->discover.resolver, pb->discover.resolver))
+        return IG_CONFIG_POOL_RESTART;
+    if (memcmp(&pa->autoscale, &pb->autoscale, sizeof(pa->autoscale)) != 0)
+        return IG_CONFIG_POOL_AUTOSCALE;
+    return IG_CONFIG_POOL_SAME;
+}
+
+int ig_config_site_same(const ig_config_site_t *a, const ig_config_site_t *b)
+{
+    if (!same_str(a->name, b->name) || !same_str(a->url, b->url) ||
+        !same_str(a->region, b->region) || a->nmodels != b->nmodels)
+        return 0;
+    for (size_t i = 0; i < a->nmodels; i++) {
+        if (!same_str(a->models[i], b->models[i]))
+            return 0;
+    }
+    return 1;
 }

@@ -5,18 +5,24 @@
  * documents are in status.c; the autoscaler driver is fleet/scaler.c.
  */
 #include "gateway_internal.h"
+#include "infergate/gguf.h"
 #include "infergate/api.h"
 #include "infergate/cli.h"
 #include "infergate/devices.h"
 #include "infergate/error.h"
+#include "infergate/keys.h"
 #include "infergate/log.h"
 #include "infergate/prefix.h"
+#include "infergate/tls.h"
 
 #include <ctype.h>
 #include <jansson.h>
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -26,7 +32,7 @@
 static int ensure_model(const ig_config_model_t *m, char *err, size_t errlen)
 {
     char probe[1024];
-    if (m->path == NULL)
+    if (m->path == NULL || ig_gguf_is_gguf(m->path)) /* a GGUF file is the whole model */
         return 0;
     snprintf(probe, sizeof(probe), "%s/config.json", m->path);
     if (access(probe, R_OK) == 0)
@@ -57,24 +63,167 @@ static void publish_instances(ig_gateway_t *gw, ig_pool_t *pool)
                       ig_instance_state_name(states[i]));
 }
 
+int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errlen)
+{
+    return ensure_model(m, err, errlen);
+}
+
+static void kick_versions(ig_gateway_t *gw, ig_pool_t *pool);
+
 static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
 {
     ig_gateway_t *gw = data;
+    /* A pool a reload is starting or retiring shares its name with the one
+     * that routes: only the routed one publishes its instances. */
+    if (!ig__gateway_routes_pool(gw, pool))
+        return;
     publish_instances(gw, pool);
     if (gw->scaler != NULL)
         ig_scaler_pool_event(gw->scaler, pool, inst);
+    if (inst != NULL && ig_instance_state(inst) == IG_INSTANCE_READY)
+        kick_versions(gw, pool);
 }
 
-static int resolve(void *data, const char *model, ig_proxy_target_t *out, int max, int *starting)
+/* ---- model versions (a rollout) ----------------------------------------- */
+
+/* The version of the model a routed pool serves (NULL: the model has none). */
+static const char *pool_version(const ig_gateway_t *gw, const ig_pool_t *pool)
+{
+    const ig_config_t *cfg = gw->cfg;
+    for (size_t i = 0; i < cfg->npools; i++) {
+        if (strcmp(cfg->pools[i].name, ig_pool_name(pool)) == 0)
+            return cfg->pools[i].version;
+    }
+    return NULL;
+}
+
+/* 1 when the config gives the model versions. */
+static int has_versions(const ig_gateway_t *gw, const char *model)
+{
+    for (size_t i = 0; i < gw->cfg->nmodels; i++) {
+        const ig_config_model_t *m = &gw->cfg->models[i];
+        if (m->version != NULL && strcmp(m->name, model) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* A routing key is the model's name, or "name@version" for a model with
+ * versions (names of such models have no '@'). Writes the name into buf
+ * and returns the version, or NULL. */
+static const char *split_key(const ig_gateway_t *gw, const char *key, char *buf, size_t cap)
+{
+    const char *at = strrchr(key, '@');
+    snprintf(buf, cap, "%.*s", at ? (int)(at - key) : (int)strlen(key), key);
+    if (at == NULL || !has_versions(gw, buf)) {
+        snprintf(buf, cap, "%s", key);
+        return NULL;
+    }
+    return at + 1;
+}
+
+/* 1 when a routed pool serves this version of the model. */
+static int version_routed(const ig_gateway_t *gw, const char *model, const char *version)
+{
+    for (int p = 0; p < gw->npools; p++) {
+        const char *v = pool_version(gw, gw->pools[p]);
+        if (v != NULL && strcmp(v, version) == 0 && strcmp(ig_pool_model(gw->pools[p]), model) == 0)
+            return 1;
+    }
+    return 0;
+}
+
+static double draw_unit(ig_gateway_t *gw)
+{
+    /* xorshift64*: a split by weight needs no more than this */
+    uint64_t x = gw->rng ? gw->rng : (uv_hrtime() | 1);
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    gw->rng = x;
+    return (double)((x * 2685821657736338717ULL) >> 11) / 9007199254740992.0;
+}
+
+/*
+ * The routing key of a request for model: the name, or for a model with
+ * versions "name@version" of the version the request pins with the
+ * x-infergate-model-version header, else of one drawn by weight among
+ * the versions a routed pool serves (all weights 0: evenly). *version
+ * is that version (borrowed from the config) or NULL. 0, or -1 with a 404
+ * in e when the pinned version is not served.
+ */
+static int route_key(ig_gateway_t *gw, ig_http_req_t *req, const char *model, char *key, size_t cap,
+                     const char **version, ig_api_error_t *e)
+{
+    const ig_config_t *cfg = gw->cfg;
+    const char *pin = ig_http_req_header(req, IG_GATEWAY_VERSION_HEADER);
+    const ig_config_model_t *cand[64];
+    int n = 0;
+    double total = 0;
+    *version = NULL;
+    snprintf(key, cap, "%s", model);
+    for (size_t i = 0; i < cfg->nmodels && n < 64; i++) {
+        const ig_config_model_t *m = &cfg->models[i];
+        if (m->version == NULL || strcmp(m->name, model) != 0 ||
+            !version_routed(gw, model, m->version))
+            continue;
+        if (pin != NULL && strcmp(pin, m->version) == 0) {
+            *version = m->version;
+            snprintf(key, cap, "%s@%s", model, m->version);
+            return 0;
+        }
+        cand[n++] = m;
+        total += m->weight;
+    }
+    if (pin != NULL) {
+        ig_api_error(e, 404, "model", "the model '%s' has no version '%s' that is served", model,
+                     pin);
+        e->code = "model_version_not_found";
+        return -1;
+    }
+    if (n == 0)
+        return 0;
+    double x = draw_unit(gw) * (total > 0 ? total : n);
+    int k = 0;
+    for (; k < n - 1; k++) {
+        x -= total > 0 ? cand[k]->weight : 1;
+        if (x < 0)
+            break;
+    }
+    *version = cand[k]->version;
+    snprintf(key, cap, "%s@%s", model, cand[k]->version);
+    return 0;
+}
+
+/* Held requests of a versioned model wait under their version's key: an
+ * instance that became ready retries those too. */
+static void kick_versions(ig_gateway_t *gw, ig_pool_t *pool)
+{
+    const char *v = pool_version(gw, pool);
+    if (v == NULL)
+        return;
+    char key[512];
+    snprintf(key, sizeof(key), "%s@%s", ig_pool_model(pool), v);
+    ig_proxy_kick(gw->proxy, key);
+}
+
+static int resolve(void *data, const char *key, ig_proxy_target_t *out, int max, int *starting)
 {
     ig_gateway_t *gw = data;
     int n = 0;
     uint64_t now = uv_hrtime();
+    char model[512];
+    const char *version = split_key(gw, key, model, sizeof(model));
     *starting = 0;
     for (int p = 0; p < gw->npools; p++) {
         ig_pool_t *pool = gw->pools[p];
         if (strcmp(ig_pool_model(pool), model) != 0)
             continue;
+        if (version != NULL) {
+            const char *v = pool_version(gw, pool);
+            if (v == NULL || strcmp(v, version) != 0)
+                continue;
+        }
         /* Scaled to zero (or its last instance is on its way out): a
          * request is what wakes the pool up; it is held meanwhile. */
         if (ig_scaler_request(gw->scaler, pool, now))
@@ -92,7 +241,8 @@ static int resolve(void *data, const char *model, ig_proxy_target_t *out, int ma
             n++;
         }
     }
-    for (int s = 0; s < gw->nsites && n < max; s++) {
+    /* Sites serve a model, not one of its versions. */
+    for (int s = 0; s < gw->nsites && n < max && version == NULL; s++) {
         if (!ig_site_serves(gw->sites[s], model))
             continue;
         out[n].client = ig_site_upstream(gw->sites[s]);
@@ -122,6 +272,110 @@ int ig__gateway_model_known(ig_gateway_t *gw, const char *model)
     return model_known(gw, model);
 }
 
+/* ---- what the config asks of the proxy, the pools and the sites -------- */
+
+void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
+{
+    ig_proxy_opts_default(po);
+    po->router.policy = cfg->routing.policy;
+    po->router.retry_ratio = cfg->routing.retry_budget;
+    po->router.max_retries = (int)cfg->routing.max_retries;
+    if (cfg->routing.eject.consecutive_failures > 0)
+        po->router.eject_consecutive = (int)cfg->routing.eject.consecutive_failures;
+    if (cfg->routing.eject.base_ejection_s > 0)
+        po->router.eject_base_s = cfg->routing.eject.base_ejection_s;
+    po->hedge = cfg->routing.hedge.enabled;
+    po->hedge_budget = cfg->routing.hedge.budget;
+    po->hedge_quantile = cfg->routing.hedge.delay_quantile;
+    if (cfg->routing.queue_size > 0)
+        po->queue_size = (int)cfg->routing.queue_size;
+    if (cfg->routing.queue_timeout_ms > 0)
+        po->queue_timeout_ms = cfg->routing.queue_timeout_ms;
+    po->first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
+}
+
+void ig__gateway_upstream_opts(const ig_config_t *cfg, ig_upstream_opts_t *uo)
+{
+    ig_upstream_opts_default(uo);
+    if (cfg->routing.connect_timeout_ms)
+        uo->connect_timeout_ms = cfg->routing.connect_timeout_ms;
+    if (cfg->routing.first_token_timeout_ms)
+        uo->first_byte_timeout_ms = cfg->routing.first_token_timeout_ms;
+    if (cfg->routing.idle_timeout_ms)
+        uo->keepalive_idle_ms = cfg->routing.idle_timeout_ms;
+    if (cfg->routing.total_timeout_ms)
+        uo->total_timeout_ms = cfg->routing.total_timeout_ms;
+}
+
+void ig__gateway_autoscale_params(const ig_config_pool_t *cp, ig_autoscale_params_t *ap)
+{
+    ig_autoscale_params_default(ap);
+    ap->target_queue_depth = cp->autoscale.target_queue_depth;
+    ap->stable_window_s = cp->autoscale.stable_window_s;
+    ap->panic_window_s = cp->autoscale.panic_window_s;
+    ap->panic_threshold = cp->autoscale.panic_threshold;
+    ap->max_scale_up_rate = cp->autoscale.max_scale_up_rate;
+    ap->scale_down_delay_s = cp->autoscale.scale_down_delay_s;
+    ap->scale_to_zero_after_s = cp->autoscale.scale_to_zero_after_s;
+    ap->min_instances = (int)cp->min_instances;
+    ap->max_instances = (int)cp->max_instances;
+}
+
+int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, ig_pool_t **out,
+                           char *err, size_t errlen)
+{
+    const ig_config_pool_t *cp = &cfg->pools[i];
+    const ig_config_model_t *m = &cfg->models[cp->model_index];
+    int cpu_share = ig_devices_cpu_share(cfg, sysconf(_SC_NPROCESSORS_ONLN));
+    ig_upstream_opts_t uo;
+    ig__gateway_upstream_opts(cfg, &uo);
+    const char *devices[64];
+    int nd = 0;
+    for (size_t d = 0; d < cp->ndevices && nd < 64; d++)
+        devices[nd++] = cp->devices[d].spec;
+    ig_pool_spec_t ps;
+    memset(&ps, 0, sizeof(ps));
+    ps.name = cp->name;
+    ps.model = cp->model;
+    ps.model_dir = m->path;
+    ps.quantize = m->quantize;
+    ps.exe = gw->exe;
+    ps.run_dir = gw->run_dir;
+    ps.devices = devices;
+    ps.ndevices = nd;
+    ps.threads = cp->threads > 0 ? (int)cp->threads : cpu_share;
+    ps.min_instances = (int)cp->min_instances;
+    ps.max_instances = (int)cp->max_instances;
+    ps.kv_blocks = (int)cp->batching.kv_blocks;
+    ps.block_size = (int)cp->batching.block_size;
+    ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
+    ps.max_num_seqs = (int)cp->batching.max_num_seqs;
+    ps.max_waiting = (int)cp->batching.max_waiting;
+    ps.max_prompt_tokens = (int)cfg->limits.max_prompt_tokens;
+    /* Workers log warnings and errors; their access lines would repeat
+     * the gateway's and the readiness and load polls would drown them. */
+    ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : "warn";
+    ps.router = ig_proxy_router(gw->proxy);
+    ps.upstream = &uo; /* the same deadlines as sites */
+    ps.generation = gw->generation;
+    int rc = ig_pool_start(out, gw->loop, &ps, on_pool_event, gw);
+    if (rc != 0) {
+        snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
+        return rc;
+    }
+    publish_instances(gw, *out);
+    return 0;
+}
+
+int ig__gateway_routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool)
+{
+    for (int p = 0; p < gw->npools; p++) {
+        if (gw->pools[p] == pool)
+            return 1;
+    }
+    return 0;
+}
+
 /* ---- start and close ---------------------------------------------------- */
 
 static void gateway_free(ig_gateway_t *gw)
@@ -130,6 +384,7 @@ static void gateway_free(ig_gateway_t *gw)
         rmdir(gw->run_dir); /* empty once the workers removed their sockets */
     free(gw->pools);
     free(gw->sites);
+    free(gw->exe);
     for (int i = 0; i < gw->npmodels; i++)
         ig_tokenizer_free(gw->pmodels[i].tok);
     free(gw->pmodels);
@@ -182,6 +437,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         return IG_ENOMEM;
     gw->loop = loop;
     gw->cfg = cfg;
+    gw->exe = strdup(exe);
     size_t k = 0;
     for (const char *r = cfg->region; r && *r && k + 1 < sizeof(gw->region); r++) {
         if (isalnum((unsigned char)*r) || *r == '-' || *r == '_' || *r == '.')
@@ -192,7 +448,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
                                        "Instances of each pool by state.", "pool,state");
     gw->pools = calloc(cfg->npools ? cfg->npools : 1, sizeof(ig_pool_t *));
     gw->sites = calloc(cfg->nsites ? cfg->nsites : 1, sizeof(ig_site_t *));
-    if (gw->pools == NULL || gw->sites == NULL)
+    if (gw->pools == NULL || gw->sites == NULL || gw->exe == NULL)
         goto fail;
 
     if (run_dir != NULL) {
@@ -216,22 +472,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     load_prefix_models(gw, cfg);
 
     ig_proxy_opts_t po;
-    ig_proxy_opts_default(&po);
-    po.router.policy = cfg->routing.policy;
-    po.router.retry_ratio = cfg->routing.retry_budget;
-    po.router.max_retries = (int)cfg->routing.max_retries;
-    if (cfg->routing.eject.consecutive_failures > 0)
-        po.router.eject_consecutive = (int)cfg->routing.eject.consecutive_failures;
-    if (cfg->routing.eject.base_ejection_s > 0)
-        po.router.eject_base_s = cfg->routing.eject.base_ejection_s;
-    po.hedge = cfg->routing.hedge.enabled;
-    po.hedge_budget = cfg->routing.hedge.budget;
-    po.hedge_quantile = cfg->routing.hedge.delay_quantile;
-    if (cfg->routing.queue_size > 0)
-        po.queue_size = (int)cfg->routing.queue_size;
-    if (cfg->routing.queue_timeout_ms > 0)
-        po.queue_timeout_ms = cfg->routing.queue_timeout_ms;
-    po.first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
+    ig__gateway_proxy_opts(cfg, &po);
     if ((rc = ig_proxy_start(&gw->proxy, loop, &po, resolve, gw)) != 0)
         goto fail;
 
@@ -239,63 +480,13 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         goto fail;
 
     ig_upstream_opts_t uo;
-    ig_upstream_opts_default(&uo);
-    if (cfg->routing.connect_timeout_ms)
-        uo.connect_timeout_ms = cfg->routing.connect_timeout_ms;
-    if (cfg->routing.first_token_timeout_ms)
-        uo.first_byte_timeout_ms = cfg->routing.first_token_timeout_ms;
-    if (cfg->routing.idle_timeout_ms)
-        uo.keepalive_idle_ms = cfg->routing.idle_timeout_ms;
-    if (cfg->routing.total_timeout_ms)
-        uo.total_timeout_ms = cfg->routing.total_timeout_ms;
+    ig__gateway_upstream_opts(cfg, &uo);
 
-    int cpu_share = ig_devices_cpu_share(cfg, sysconf(_SC_NPROCESSORS_ONLN));
     for (size_t i = 0; i < cfg->npools; i++) {
-        const ig_config_pool_t *cp = &cfg->pools[i];
-        const ig_config_model_t *m = &cfg->models[cp->model_index];
-        const char *devices[64];
-        int nd = 0;
-        for (size_t d = 0; d < cp->ndevices && nd < 64; d++)
-            devices[nd++] = cp->devices[d].spec;
-        ig_pool_spec_t ps;
-        memset(&ps, 0, sizeof(ps));
-        ps.name = cp->name;
-        ps.model = cp->model;
-        ps.model_dir = m->path;
-        ps.exe = exe;
-        ps.run_dir = gw->run_dir;
-        ps.devices = devices;
-        ps.ndevices = nd;
-        ps.threads = cp->threads > 0 ? (int)cp->threads : cpu_share;
-        ps.min_instances = (int)cp->min_instances;
-        ps.max_instances = (int)cp->max_instances;
-        ps.kv_blocks = (int)cp->batching.kv_blocks;
-        ps.block_size = (int)cp->batching.block_size;
-        ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
-        ps.max_num_seqs = (int)cp->batching.max_num_seqs;
-        ps.max_waiting = (int)cp->batching.max_waiting;
-        ps.max_prompt_tokens = (int)cfg->limits.max_prompt_tokens;
-        /* Workers log warnings and errors; their access lines would repeat
-         * the gateway's and the readiness and load polls would drown them. */
-        ps.log_level = ig_log_level() == IG_LOG_DEBUG ? "debug" : "warn";
-        ps.router = ig_proxy_router(gw->proxy);
-        ps.upstream = &uo; /* the same deadlines as sites */
-        if ((rc = ig_pool_start(&gw->pools[gw->npools], loop, &ps, on_pool_event, gw)) != 0) {
-            snprintf(err, errlen, "pool '%s': cannot start: %s", cp->name, ig_strerror(rc));
+        if ((rc = ig__gateway_pool_start(gw, cfg, i, &gw->pools[gw->npools], err, errlen)) != 0)
             goto fail_started;
-        }
-        publish_instances(gw, gw->pools[gw->npools]);
         ig_autoscale_params_t ap;
-        ig_autoscale_params_default(&ap);
-        ap.target_queue_depth = cp->autoscale.target_queue_depth;
-        ap.stable_window_s = cp->autoscale.stable_window_s;
-        ap.panic_window_s = cp->autoscale.panic_window_s;
-        ap.panic_threshold = cp->autoscale.panic_threshold;
-        ap.max_scale_up_rate = cp->autoscale.max_scale_up_rate;
-        ap.scale_down_delay_s = cp->autoscale.scale_down_delay_s;
-        ap.scale_to_zero_after_s = cp->autoscale.scale_to_zero_after_s;
-        ap.min_instances = (int)cp->min_instances;
-        ap.max_instances = (int)cp->max_instances;
+        ig__gateway_autoscale_params(&cfg->pools[i], &ap);
         ig_scaler_add(gw->scaler, gw->pools[gw->npools], &ap);
         gw->npools++;
     }
@@ -309,13 +500,35 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         ss.models = (const char *const *)cs->models;
         ss.nmodels = (int)cs->nmodels;
         ss.router = ig_proxy_router(gw->proxy);
-        ss.upstream = &uo;
-        if ((rc = ig_site_start(&gw->sites[gw->nsites], loop, &ss)) != 0) {
+        /* Its own TLS context and credentials (docs/security.md). */
+        ig_upstream_opts_t so = uo;
+        ig_tls_ctx_t *tls = NULL;
+        char auth[1024];
+        if (cs->https &&
+            (rc = ig_tls_client_ctx_new(&tls, cs->tls.ca_file, cs->tls.insecure, err, errlen))) {
+            char why[512];
+            snprintf(why, sizeof(why), "%s", err);
+            snprintf(err, errlen, "site '%s': %s", cs->name, why);
+            goto fail_started;
+        }
+        if (cs->tls.insecure)
+            IG_WARN("site %s: tls.insecure: its certificate is not verified", cs->name);
+        so.tls = tls;
+        so.tls_server_name = cs->tls.server_name;
+        if (cs->api_key != NULL) {
+            snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", cs->api_key);
+            so.headers = auth;
+        }
+        ss.upstream = &so;
+        rc = ig_site_start(&gw->sites[gw->nsites], loop, &ss);
+        ig_tls_ctx_unref(tls); /* the upstream holds its own reference */
+        if (rc != 0) {
             snprintf(err, errlen, "site '%s': cannot start: %s", cs->name, ig_strerror(rc));
             goto fail_started;
         }
         gw->nsites++;
     }
+    ig__status_history_start(gw);
     *out = gw;
     return 0;
 fail_started:
@@ -347,7 +560,10 @@ void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data
 {
     gw->close_cb = cb;
     gw->close_data = data;
-    gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL);
+    gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL) + 1;
+    gw->pending_closes += ig__reload_pending(gw);
+    ig__status_history_close(gw, on_part_closed, gw);
+    ig__reload_close(gw, grace_ms, on_part_closed, gw);
     if (gw->scaler != NULL) {
         ig_scaler_t *sc = gw->scaler;
         gw->scaler = NULL; /* pool events from here on start nothing */
@@ -410,6 +626,76 @@ static int estimate_tokens(const ig_api_request_t *r)
     return n > 1 << 20 ? 1 << 20 : (int)n;
 }
 
+/* ---- priority and admission by predicted wait --------------------------- */
+
+/* The request's priority: its key's (standard without keys), or a less
+ * urgent one named by x-infergate-priority; a header never raises it. */
+static int request_priority(ig_http_req_t *req, const ig_key_t *key)
+{
+    static const char *const names[] = {"critical", "standard", "sheddable"};
+    int prio = key != NULL ? ig_key_policy(key)->priority : IG_PRIORITY_STANDARD;
+    const char *h = ig_http_req_header(req, "x-infergate-priority");
+    for (int i = 0; h != NULL && i < 3; i++) {
+        if (strcasecmp(h, names[i]) == 0 && i > prio)
+            prio = i;
+    }
+    return prio;
+}
+
+/*
+ * The shortest wait, in seconds, a new request of priority for model can
+ * expect: the router's predicted wait of the best eligible upstream, plus
+ * the requests the gateway holds ahead of it over the upstreams' combined
+ * service rate (slots over the time a request holds one). Negative when
+ * nothing is known yet (no eligible upstream, or none measured): then
+ * nothing is refused on a guess.
+ */
+static double predicted_wait(ig_gateway_t *gw, const char *model, int priority, int local_only)
+{
+    ig_proxy_target_t t[64];
+    int starting = 0;
+    int n = resolve(gw, model, t, 64, &starting);
+    ig_router_t *router = ig_proxy_router(gw->proxy);
+    uint64_t now = uv_hrtime();
+    double best = -1, rate = 0;
+    for (int i = 0; i < n; i++) {
+        const ig_router_upstream_t *u = t[i].route;
+        if ((local_only && t[i].is_site) || !ig_router_eligible(u, now))
+            continue;
+        double w = ig_router_wait(router, u, now);
+        if (best < 0 || w < best)
+            best = w;
+        double hold = u->occupancy_s > 0 ? u->occupancy_s : u->svc_s;
+        if (hold > 0)
+            rate += (u->slots > 0 ? u->slots : 1) / hold;
+    }
+    int ahead = ig_proxy_queued_ahead(gw->proxy, model, priority);
+    if (best >= 0 && ahead > 0) {
+        if (rate <= 0)
+            return -1;
+        best += ahead / rate;
+    }
+    return best;
+}
+
+/* The request's queueing budget in ms: limits.max_queue_wait_ms of its
+ * priority, or the x-infergate-deadline-ms it carries when shorter (0:
+ * none). */
+static uint64_t queue_budget_ms(ig_gateway_t *gw, ig_http_req_t *req, int priority)
+{
+    uint64_t budget = gw->cfg->limits.max_queue_wait_ms[priority];
+    const char *h = ig_http_req_header(req, "x-infergate-deadline-ms");
+    if (h != NULL) {
+        char *end;
+        unsigned long long d = strtoull(h, &end, 10);
+        if (end != h && *end == '\0' && d > 0 && (budget == 0 || d < budget))
+            budget = d;
+    }
+    return budget;
+}
+
+static ig_metric_t *m_admission;
+
 static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t kind)
 {
     size_t len;
@@ -433,12 +719,82 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         ig_api_request_dispose(&r);
         return;
     }
+    /* The key's policy: its models, its tokens (serve.c authenticated it and
+     * took its request token). */
+    ig_key_use_t *use = ig_http_req_get_data(req);
+    ig_key_t *key = use != NULL ? ig_key_use_key(use) : NULL;
+    if (key != NULL && !ig_key_allows_model(key, r.model)) {
+        ig_api_error(&e, 403, "model", "this API key may not use the model '%s'", r.model);
+        e.type = "permission_error";
+        e.code = "model_not_allowed";
+        ig_api_respond_error(req, &e);
+        ig_api_request_dispose(&r);
+        return;
+    }
+    int prompt_tokens = estimate_tokens(&r);
+    if (key != NULL) {
+        /* Reserve the prompt and what may be generated; a request that asks
+         * more than the bucket holds gets fewer max_tokens, so its stream
+         * ends cleanly (finish_reason "length") at the limit. */
+        int np = r.kind == IG_API_CHAT || r.nprompts < 1 ? 1 : r.nprompts;
+        int per = r.max_tokens > 0 ? r.max_tokens : 1 << 20;
+        int asked = per > (1 << 24) / np ? 1 << 24 : per * np;
+        ig_key_limit_t tok, why;
+        int allowed = ig_key_use_reserve(use, uv_hrtime(), prompt_tokens * np, asked, &tok, &why);
+        if (allowed < np) {
+            int ra = (int)ceil(why.retry_after > 0 ? why.retry_after : 1);
+            ig_key_limit_headers(req, &why);
+            ig_api_error(&e, 429, NULL, "token limit of this API key reached; retry after %d s",
+                         ra);
+            e.code = "rate_limit_exceeded";
+            e.retry_after_s = ra; /* the Retry-After header */
+            ig_api_respond_error(req, &e);
+            ig_api_request_dispose(&r);
+            return;
+        }
+        ig_key_limit_headers(req, &tok);
+        if (allowed < asked)
+            r.max_tokens = allowed / np;
+    }
     /* Token ids count exactly here, so an over-long one never takes an
      * upstream's time; text is counted by the worker that tokenizes it. */
     for (int i = 0; i < r.nprompts; i++) {
         if (r.prompts[i].text == NULL &&
             ig_api_check_prompt_limit(&r, r.prompts[i].nids, (int)gw->cfg->limits.max_prompt_tokens,
                                       &e) != 0) {
+            ig_api_respond_error(req, &e);
+            ig_api_request_dispose(&r);
+            return;
+        }
+    }
+    /* Once there are keys, only a peer gateway's key may say "forwarded,
+     * serve it here": from anyone else the mark is ignored (and never passed
+     * on: the proxy writes its own), or a client could pin itself to this
+     * region's pools. Without keys anyone is trusted, the mark included
+     * (it is what stops two regions from forwarding in a loop). */
+    int trusted = gw->cfg->napi_keys == 0 || (key != NULL && ig_key_policy(key)->peer);
+    int local_only = trusted && ig_http_req_header(req, "x-infergate-forwarded") != NULL;
+    /* Admission by predicted wait: a request that would wait longer than
+     * its budget is told so now, not after the wait. */
+    int priority = request_priority(req, key);
+    uint64_t budget = queue_budget_ms(gw, req, priority);
+    if (budget > 0) {
+        double wait = predicted_wait(gw, r.model, priority, local_only);
+        if (wait * 1000.0 > (double)budget) {
+            static const char *const pn[] = {"critical", "standard", "sheddable"};
+            if (m_admission == NULL)
+                m_admission = ig_metrics_counter(
+                    "infergate_admission_rejections_total",
+                    "Requests refused at once because their predicted wait exceeded their "
+                    "budget, by priority.",
+                    "priority");
+            ig_metric_add(m_admission, 1, pn[priority]);
+            ig_api_error(&e, 429, NULL,
+                         "the predicted wait for model '%s' (%.0f ms) exceeds this request's "
+                         "budget (%llu ms); retry later",
+                         r.model, wait * 1000.0, (unsigned long long)budget);
+            e.code = "predicted_wait_exceeds_budget";
+            e.retry_after_s = (int)ceil(wait - (double)budget / 1000.0);
             ig_api_respond_error(req, &e);
             ig_api_request_dispose(&r);
             return;
@@ -453,15 +809,30 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
         ig_api_request_dispose(&r);
         return;
     }
+    char route_name[512];
+    const char *version;
+    if (route_key(gw, req, r.model, route_name, sizeof(route_name), &version, &e) != 0) {
+        free(ctext);
+        ig_api_respond_error(req, &e);
+        ig_api_request_dispose(&r);
+        return;
+    }
+    if (version != NULL)
+        ig_http_add_header(req, IG_GATEWAY_VERSION_HEADER, version);
     ig_proxy_call_t call;
     memset(&call, 0, sizeof(call));
-    call.model = r.model;
+    call.model = route_name; /* the body names the model; the key picks the version */
     call.path = kind == IG_API_CHAT ? "/v1/chat/completions" : "/v1/completions";
     call.stream = r.stream;
-    call.prompt_tokens = estimate_tokens(&r);
+    call.prompt_tokens = prompt_tokens;
     call.body = ctext;
     call.len = clen;
-    call.local_only = ig_http_req_header(req, "x-infergate-forwarded") != NULL;
+    call.local_only = local_only;
+    call.priority = priority;
+    /* Admitted on a prediction: one that turns out a little short is
+     * still served rather than dropped at its budget; twice the budget is
+     * the most it is held. */
+    call.max_queue_ms = budget * 2;
     call.region = gw->region[0] ? gw->region : NULL;
     /* The first prompt's tokens as its worker will prefill them: an exact
      * count for the cost, and its block hashes for the prefix index. */

@@ -21,6 +21,17 @@ typedef struct {
     int block_size; /* its pool's */
 } gw_prefix_model_t;
 
+/* One point of the status page's chart (status.c), every
+ * IG_STATUS_HISTORY_MS over the last IG_STATUS_HISTORY points. */
+#define IG_STATUS_HISTORY 150
+#define IG_STATUS_HISTORY_MS 2000
+typedef struct {
+    long long unix_ms;
+    int queued;    /* held by the proxy */
+    int waiting;   /* waiting in the instances, as they last reported */
+    double ttft_s; /* mean TTFT of the requests answered since the last point; -1: none */
+} ig__status_sample_t;
+
 struct ig_gateway_s {
     uv_loop_t *loop;
     const ig_config_t *cfg;
@@ -37,11 +48,57 @@ struct ig_gateway_s {
     void (*close_cb)(void *data);
     void *close_data;
     ig_metric_t *m_instances;
+    uv_timer_t history_timer; /* samples for the status page's chart */
+    int history_started;
+    ig__status_sample_t history[IG_STATUS_HISTORY]; /* a ring, oldest at history_head */
+    int history_n, history_head;
+    double history_ttft_sum; /* the proxy's TTFT totals at the last point */
+    long long history_ttft_count;
+    void (*history_close_cb)(void *data);
+    void *history_close_data;
+    char *exe;                  /* the infergate binary the workers run */
+    struct ig_reload_s *reload; /* reload.c's state; NULL until the first reload */
+    uint64_t rng;               /* draws the version of a request (a rollout's split) */
+    unsigned generation;        /* reloads so far: new pools' sockets get new names */
     gw_prefix_model_t *pmodels;
     int npmodels;
 };
 
+/* The status page (page.c): one HTML document with its script, served at
+ * GET /. */
+extern const char ig__status_page[];
+extern const size_t ig__status_page_len;
+
+/* The chart's sampler: started last in ig_gateway_start, closed by
+ * ig_gateway_close (cb at once when it never started). */
+void ig__status_history_start(ig_gateway_t *gw);
+void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data);
+
 /* 1 when the model is served by a pool or named by a site. */
 int ig__gateway_model_known(ig_gateway_t *gw, const char *model);
+
+/* What the config asks of the proxy, the upstream clients and the
+ * autoscaler (shared by the start and a reload). */
+void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po);
+void ig__gateway_upstream_opts(const ig_config_t *cfg, ig_upstream_opts_t *uo);
+void ig__gateway_autoscale_params(const ig_config_pool_t *cp, ig_autoscale_params_t *ap);
+
+/* Generates a preset model into its path when the directory lacks one. */
+int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errlen);
+
+/* Starts cfg->pools[i] (its events go to the gateway) and publishes its
+ * instances; not routed until it is put in gw->pools. On failure a
+ * negative code and the reason in err. */
+int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, ig_pool_t **out,
+                           char *err, size_t errlen);
+
+/* 1 when the pool is one of gw->pools (routed). */
+int ig__gateway_routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool);
+
+/* reload.c: what a reload holds (pools starting or retiring, sites
+ * retiring, its timer), closed with the gateway: ig__reload_pending says
+ * how many times ig__reload_close will call cb. */
+int ig__reload_pending(const ig_gateway_t *gw);
+void ig__reload_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data);
 
 #endif

@@ -21,9 +21,13 @@
 #include "infergate/gateway.h"
 #include "infergate/http.h"
 #include "infergate/http_route.h"
+#include "infergate/keys.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
+#include "infergate/tls.h"
 
+#include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -37,14 +41,31 @@ struct ig_serve_s {
     ig_config_t cfg;
     ig_http_server_t *server;
     ig_gateway_t *gw; /* pools, sites and the proxy behind the /v1 routes */
+    ig_keys_t *keys;  /* api_keys and their policy */
+    int load_open;    /* GET /load needs no key (no admin and no peer key) */
     uv_signal_t sigterm;
     uv_signal_t sigint;
-    uv_timer_t grace; /* the drain grace: from the first signal to closing the listener */
+    uv_signal_t sighup; /* reloads the config and the listener's certificate */
+    uv_timer_t grace;   /* the drain grace: from the first signal to closing the listener */
     ig_serve_ready_cb ready_cb;
     void *ready_data;
     int draining;     /* first signal seen */
     int forced;       /* second signal seen: exit without waiting */
     int handles_open; /* the signal handles and the grace timer */
+    int tls;          /* the listener speaks TLS */
+    /* what a reload reads again: the file (NULL: the embedded default) and
+     * the command line's overrides */
+    const char *config_path;
+    const char *listen_override;
+    int log_overridden;
+    /* configs and key sets replaced by reloads: requests in flight may still
+     * point into them (a key's policy, its buckets), so they are freed at
+     * exit; each is a few KB and only an operator makes one */
+    struct retired_s {
+        ig_config_t cfg;
+        ig_keys_t *keys;
+    } *retired;
+    size_t nretired;
 };
 
 /* ---- readiness ---------------------------------------------------------- */
@@ -116,6 +137,11 @@ static void handle_ready(ig_http_req_t *req, void *data)
 
 static void handle_metrics(ig_http_req_t *req, void *data)
 {
+    ig_serve_t *s = data;
+    if (s->gw != NULL) {
+        ig_gateway_metrics(s->gw, req);
+        return;
+    }
     size_t len;
     char *text = ig_metrics_render(&len);
     if (text == NULL) {
@@ -156,49 +182,164 @@ static void handle_status(ig_http_req_t *req, void *data)
     ig_gateway_status(s->gw, req);
 }
 
+static void handle_page(ig_http_req_t *req, void *data)
+{
+    ig_serve_t *s = data;
+    ig_gateway_page(s->gw, req);
+}
+
+static int tls_load(ig_serve_t *s, char *err, size_t errlen);
+
+/* ---- reload ------------------------------------------------------------- */
+
 /*
- * The gateway's routes; new endpoints add a row. Rows with NEEDS_KEY need an
- * API key when the config lists any; the probes (/health, /ready,
- * /metrics) and what peer gateways poll (/load) stay open.
+ * Reads the config again and hands it to the gateway (ig_gateway_reload).
+ * An invalid config is refused with its message and the running one stays;
+ * the listen address cannot move without a restart, so a new one is
+ * ignored with a warning. Returns 0 (summary says what changes), IG_EBUSY,
+ * IG_ESTATE (shutting down) or the load's error with the message in err.
  */
-enum { NEEDS_KEY = 1 }; /* a row's flags */
+static int reload(ig_serve_t *s, const char *trigger, char *summary, size_t slen, char *err,
+                  size_t errlen)
+{
+    ig_config_t next;
+    int rc;
+    summary[0] = '\0';
+    if (s->draining || s->gw == NULL) {
+        snprintf(err, errlen, "the gateway is shutting down");
+        return IG_ESTATE;
+    }
+    rc = s->config_path ? ig_config_load_file(&next, s->config_path, err, errlen)
+                        : ig_config_load_default(&next, err, errlen);
+    if (rc != 0) {
+        IG_WARN("reload (%s) refused: %s; the running config stays", trigger, err);
+        ig_gateway_reload_count("invalid");
+        return rc;
+    }
+    if (strcmp(next.listen, s->cfg.listen) != 0) {
+        if (s->listen_override == NULL)
+            IG_WARN("reload (%s): listen %s -> %s needs a restart; still listening on %s", trigger,
+                    s->cfg.listen, next.listen, s->cfg.listen);
+        char *copy = strdup(s->cfg.listen);
+        if (copy == NULL) {
+            ig_config_dispose(&next);
+            snprintf(err, errlen, "out of memory");
+            return IG_ENOMEM;
+        }
+        free(next.listen);
+        next.listen = copy;
+    }
+    ig_keys_t *keys;
+    struct retired_s *r = realloc(s->retired, (s->nretired + 1) * sizeof(*r));
+    if (r == NULL || ig_keys_new(&keys, &next) != 0) {
+        if (r != NULL)
+            s->retired = r;
+        ig_config_dispose(&next);
+        snprintf(err, errlen, "out of memory");
+        return IG_ENOMEM;
+    }
+    s->retired = r;
+    ig_config_t prev = s->cfg; /* the gateway reads s->cfg: swap the contents */
+    s->cfg = next;
+    rc = ig_gateway_reload(s->gw, &prev, &s->cfg, summary, slen, err, errlen);
+    if (rc != 0) {
+        next = s->cfg;
+        s->cfg = prev;
+        ig_config_dispose(&next);
+        ig_keys_free(keys);
+        IG_WARN("reload (%s) refused: %s; the running config stays", trigger, err);
+        ig_gateway_reload_count(rc == IG_EBUSY ? "busy" : "invalid");
+        return rc;
+    }
+    s->retired[s->nretired].cfg = prev;
+    s->retired[s->nretired++].keys = s->keys;
+    s->keys = keys;
+    s->load_open = s->cfg.admin_open;
+    for (size_t i = 0; i < s->cfg.napi_keys; i++)
+        s->load_open &= !s->cfg.keys[i].peer;
+    if (s->server != NULL)
+        ig_http_server_set_limits(s->server, &s->cfg.limits.http);
+    if (!s->log_overridden)
+        ig_log_setup((ig_log_level_t)s->cfg.log.level, (ig_log_format_t)s->cfg.log.format);
+    IG_INFO("reload (%s) of %s: %s", trigger, s->cfg.source, summary);
+    if (s->tls && s->server != NULL) {
+        char terr[512];
+        if (tls_load(s, terr, sizeof(terr)) != 0)
+            IG_ERROR("reload (%s): certificate not reloaded, the old one stays in use: %s",
+                     trigger, terr);
+        else
+            IG_INFO("reload (%s): reloaded %s; new connections use it", trigger,
+                    s->cfg.tls.cert_file);
+    }
+    return 0;
+}
+
+static void handle_reload(ig_http_req_t *req, void *data)
+{
+    ig_serve_t *s = data;
+    char summary[1024], err[1024];
+    int rc = reload(s, "POST /admin/reload", summary, sizeof(summary), err, sizeof(err));
+    if (rc == IG_EBUSY) {
+        ig_http_respond_error(req, 409, "invalid_request_error", NULL, "reload_in_progress", "%s",
+                              err);
+        return;
+    }
+    if (rc == IG_ESTATE) {
+        ig_http_respond_error(req, 503, "unavailable_error", NULL, "shutting_down", "%s", err);
+        return;
+    }
+    if (rc != 0) {
+        ig_http_respond_error(req, rc == IG_ENOMEM ? 503 : 400, "invalid_request_error", NULL,
+                              "invalid_config", "%s", err);
+        return;
+    }
+    json_t *body = json_pack("{s:s, s:s, s:s}", "status", "reloading", "config",
+                             s->cfg.source ? s->cfg.source : "", "changes", summary);
+    ig_api_respond_json(req, 200, body);
+}
+
+/*
+ * The gateway's routes; new endpoints add a row. When the config lists API
+ * keys, rows with NEEDS_KEY need one of them; ADMIN rows need a key with
+ * admin once some key has it (else they stay open, for probes and
+ * dashboards); /load (PEER) needs a peer or admin key once some key is
+ * either, since what it answers feeds other gateways' routing. CONTROL rows
+ * change the gateway: they need an admin key once some key has admin, and
+ * any key while none has; they are open only with no keys at all. /health
+ * and /ready stay open (docs/security.md).
+ */
+enum { NEEDS_KEY = 1, ADMIN = 2, PEER = 4, CONTROL = 8 }; /* a row's flags */
 
 static const ig_http_route_t routes[] = {
     {"GET", "/health", handle_health, 0},
     {"GET", "/ready", handle_ready, 0},
-    {"GET", "/metrics", handle_metrics, 0},
+    {"GET", "/metrics", handle_metrics, ADMIN},
     {"POST", "/v1/completions", handle_completions, NEEDS_KEY},
     {"POST", "/v1/chat/completions", handle_chat, NEEDS_KEY},
     {"GET", "/v1/models", handle_models, NEEDS_KEY},
-    {"GET", "/load", handle_load, 0},
-    {"GET", "/status", handle_status, 0},
+    {"GET", "/load", handle_load, PEER},
+    {"GET", "/status", handle_status, ADMIN},
+    {"GET", "/", handle_page, 0},
+    {"POST", "/admin/reload", handle_reload, CONTROL},
 };
 
-/* Compares in time independent of where the strings differ. */
-static int same_secret(const char *a, const char *b)
+static void answer_unauthorized(ig_http_req_t *req)
 {
-    size_t la = strlen(a), lb = strlen(b);
-    unsigned char diff = (unsigned char)(la != lb);
-    for (size_t i = 0; i < la; i++)
-        diff |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
-    return diff == 0;
+    ig_http_add_header(req, "WWW-Authenticate", "Bearer");
+    ig_http_respond_error(req, 401, "invalid_request_error", NULL, "invalid_api_key",
+                          "missing or invalid API key (Authorization: Bearer KEY)");
 }
 
-/* 1 when the request carries one of the configured keys (or none are set). */
-static int authorized(const ig_serve_t *s, ig_http_req_t *req)
+/* 429 for a key's limit, with when to come back. */
+static void answer_limited(ig_http_req_t *req, const ig_key_limit_t *why)
 {
-    if (s->cfg.napi_keys == 0)
-        return 1;
-    const char *h = ig_http_req_header(req, "Authorization");
-    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0)
-        return 0;
-    h += 7;
-    while (*h == ' ')
-        h++;
-    int ok = 0;
-    for (size_t i = 0; i < s->cfg.napi_keys; i++)
-        ok |= same_secret(h, s->cfg.api_keys[i]);
-    return ok;
+    char ra[32];
+    snprintf(ra, sizeof(ra), "%d", (int)ceil(why->retry_after > 0 ? why->retry_after : 1));
+    ig_http_add_header(req, "Retry-After", ra);
+    ig_key_limit_headers(req, why);
+    ig_http_respond_error(req, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
+                          "rate limit of this API key reached (%s); retry after %s s", why->which,
+                          ra);
 }
 
 static void on_request(ig_http_req_t *req, void *data)
@@ -208,11 +349,42 @@ static void on_request(ig_http_req_t *req, void *data)
         ig_http_route_match(routes, sizeof(routes) / sizeof(routes[0]), req);
     if (row == NULL)
         return; /* answered: 404 or 405 */
-    if ((row->flags & NEEDS_KEY) && !authorized(s, req)) {
-        ig_http_add_header(req, "WWW-Authenticate", "Bearer");
-        ig_http_respond_error(req, 401, "invalid_request_error", NULL, "invalid_api_key",
-                              "missing or invalid API key (Authorization: Bearer KEY)");
+    ig_key_t *key = NULL;
+    if (ig_keys_count(s->keys) > 0)
+        key = ig_keys_find(s->keys, ig_http_req_header(req, "Authorization"));
+    const ig_config_key_t *p = key != NULL ? ig_key_policy(key) : NULL;
+    int ok = 1;
+    if (row->flags & NEEDS_KEY)
+        ok = ig_keys_count(s->keys) == 0 || key != NULL;
+    else if (row->flags & ADMIN)
+        ok = s->cfg.admin_open || (p != NULL && p->admin);
+    else if (row->flags & PEER)
+        ok = s->load_open || (p != NULL && (p->admin || p->peer));
+    else if (row->flags & CONTROL)
+        ok = ig_keys_count(s->keys) == 0 ||
+             (s->cfg.admin_open ? key != NULL : (p != NULL && p->admin));
+    if (!ok && key == NULL) {
+        answer_unauthorized(req);
         return;
+    }
+    if (!ok) {
+        ig_key_count(key, 403);
+        ig_http_respond_error(req, 403, "permission_error", NULL, "forbidden",
+                              "this API key may not use %s", ig_http_req_path(req));
+        return;
+    }
+    if (key != NULL && (row->flags & NEEDS_KEY)) {
+        ig_key_limit_t lim, why;
+        if (ig_key_admit(key, uv_hrtime(), &lim, &why) != 0) {
+            ig_key_count(key, 429);
+            answer_limited(req, &why);
+            return;
+        }
+        ig_key_limit_headers(req, &lim);
+        if (ig_key_track(key, req) == NULL) {
+            ig_api_respond_oom(req);
+            return;
+        }
     }
     row->handler(req, s);
 }
@@ -229,7 +401,7 @@ static void on_handle_closed(uv_handle_t *h)
 static void close_handles(ig_serve_t *s)
 {
     uv_handle_t *hs[] = {(uv_handle_t *)&s->sigterm, (uv_handle_t *)&s->sigint,
-                         (uv_handle_t *)&s->grace};
+                         (uv_handle_t *)&s->sighup, (uv_handle_t *)&s->grace};
     for (size_t i = 0; i < sizeof(hs) / sizeof(hs[0]); i++)
         if (!uv_is_closing(hs[i]))
             uv_close(hs[i], on_handle_closed);
@@ -302,6 +474,31 @@ static void on_signal(uv_signal_t *h, int signum)
         uv_timer_start(&s->grace, on_grace_end, s->cfg.limits.drain_grace_ms, 0);
 }
 
+/* ---- TLS ---------------------------------------------------------------- */
+
+/* Loads tls.cert_file and tls.key_file into the listener. At start a
+ * failure is fatal; on SIGHUP the old certificate stays in use and open
+ * connections are not touched either way. */
+static int tls_load(ig_serve_t *s, char *err, size_t errlen)
+{
+    ig_tls_ctx_t *ctx;
+    int rc = ig_tls_server_ctx_new(&ctx, s->cfg.tls.cert_file, s->cfg.tls.key_file, err, errlen);
+    if (rc != 0)
+        return rc;
+    ig_http_server_set_tls(s->server, ctx, s->cfg.tls.handshake_timeout_ms);
+    ig_tls_ctx_unref(ctx); /* the server holds it */
+    return 0;
+}
+
+/* SIGHUP reloads the config (reload above), the certificate with it. */
+static void on_sighup(uv_signal_t *h, int signum)
+{
+    ig_serve_t *s = h->data;
+    char summary[1024], err[1024];
+    (void)signum;
+    reload(s, "SIGHUP", summary, sizeof(summary), err, sizeof(err));
+}
+
 /* ---- the command -------------------------------------------------------- */
 
 static void usage(FILE *out)
@@ -333,7 +530,9 @@ static void usage(FILE *out)
             "listen) or a forced shutdown, 2 on a usage or config error (before listening).\n"
             "SIGTERM or SIGINT makes /ready answer 503 while the gateway still serves for\n"
             "limits.drain_grace_ms (5 s), then stops accepting and lets requests in flight\n"
-            "finish for up to limits.drain_timeout_ms; a second signal exits at once.\n");
+            "finish for up to limits.drain_timeout_ms; a second signal exits at once.\n"
+            "SIGHUP or POST /admin/reload reads the config again without dropping a request\n"
+            "(docs/operations.md); an invalid config is refused and the running one stays.\n");
 }
 
 typedef struct {
@@ -400,6 +599,7 @@ int ig_cmd_serve(int argc, char **argv)
     int rc, status = IG_EXIT_FAILURE;
     ig_log_level_t level;
     ig_log_format_t format;
+    ig_tls_ctx_t *tls_ctx = NULL;
 
     memset(&s, 0, sizeof(s));
     if (parse_args(argc, argv, &a) != 0)
@@ -437,6 +637,20 @@ int ig_cmd_serve(int argc, char **argv)
         free(s.cfg.listen);
         s.cfg.listen = copy;
     }
+    /* A certificate that does not load is a config error, found before
+     * anything listens. */
+    if (s.cfg.tls.cert_file != NULL &&
+        ig_tls_server_ctx_new(&tls_ctx, s.cfg.tls.cert_file, s.cfg.tls.key_file, err,
+                              sizeof(err)) != 0) {
+        fprintf(stderr, "%s: %s\n", s.cfg.source, err);
+        ig_config_dispose(&s.cfg);
+        return IG_EXIT_USAGE;
+    }
+    if (ig_keys_new(&s.keys, &s.cfg) != 0)
+        goto fail_config;
+    s.load_open = s.cfg.admin_open;
+    for (size_t i = 0; i < s.cfg.napi_keys; i++)
+        s.load_open &= !s.cfg.keys[i].peer;
     ig_log_setup(a.log_level ? level : (ig_log_level_t)s.cfg.log.level,
                  a.log_format ? format : (ig_log_format_t)s.cfg.log.format);
     ig_log_set_component("serve");
@@ -451,13 +665,19 @@ int ig_cmd_serve(int argc, char **argv)
     s.loop = &loop;
     s.sigterm.data = &s;
     s.sigint.data = &s;
+    s.sighup.data = &s;
     s.grace.data = &s;
     uv_signal_init(&loop, &s.sigterm);
     uv_signal_init(&loop, &s.sigint);
+    uv_signal_init(&loop, &s.sighup);
     uv_timer_init(&loop, &s.grace);
-    s.handles_open = 3;
+    s.handles_open = 4;
     uv_signal_start(&s.sigterm, on_signal, SIGTERM);
     uv_signal_start(&s.sigint, on_signal, SIGINT);
+    uv_signal_start(&s.sighup, on_sighup, SIGHUP);
+    s.config_path = a.config;
+    s.listen_override = a.listen;
+    s.log_overridden = a.log_level != NULL || a.log_format != NULL;
 
     ig_metric_t *info =
         ig_metrics_gauge("infergate_build_info",
@@ -494,6 +714,12 @@ int ig_cmd_serve(int argc, char **argv)
         uv_run(&loop, UV_RUN_DEFAULT);
         goto done;
     }
+    if (tls_ctx != NULL) {
+        ig_http_server_set_tls(s.server, tls_ctx, s.cfg.tls.handshake_timeout_ms);
+        ig_tls_ctx_unref(tls_ctx);
+        tls_ctx = NULL;
+        s.tls = 1;
+    }
     if (strncmp(s.cfg.listen, "unix:", 5) == 0) {
         IG_INFO("listening on %s (region %s, config %s)", s.cfg.listen, s.cfg.region, s.cfg.source);
     } else {
@@ -501,7 +727,7 @@ int ig_cmd_serve(int argc, char **argv)
         char host[64];
         size_t hlen = (size_t)(strrchr(s.cfg.listen, ':') - s.cfg.listen);
         snprintf(host, sizeof(host), "%.*s", (int)hlen, s.cfg.listen);
-        IG_INFO("listening on http://%s:%d (region %s, config %s)", host,
+        IG_INFO("listening on %s://%s:%d (region %s, config %s)", s.tls ? "https" : "http", host,
                 ig_http_server_port(s.server), s.cfg.region, s.cfg.source);
     }
 
@@ -520,6 +746,13 @@ done:
     if (uv_loop_close(&loop) != 0)
         IG_WARN("event loop closed with handles still open");
 fail_config:
+    ig_keys_free(s.keys);
+    for (size_t i = 0; i < s.nretired; i++) {
+        ig_keys_free(s.retired[i].keys);
+        ig_config_dispose(&s.retired[i].cfg);
+    }
+    free(s.retired);
+    ig_tls_ctx_unref(tls_ctx);
     ig_config_dispose(&s.cfg);
     return status;
 }

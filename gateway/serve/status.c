@@ -1,7 +1,8 @@
 /*
  * The gateway's documents: GET /load (this region's aggregate, for peer
  * gateways; the codec is api/load.c), GET /status (pools, instances,
- * devices, autoscaler decisions, sites) and GET /v1/models.
+ * devices, autoscaler decisions, sites, the chart's history), GET /v1/models
+ * and GET / (the status page of page.c).
  */
 #include "gateway_internal.h"
 #include "infergate/api.h"
@@ -12,13 +13,46 @@
 #include <string.h>
 #include <time.h>
 
+/* A model with versions lists them: {"version", "weight", "share"}, the
+ * share being its part of the requests that pin none. */
+static void add_versions(const ig_config_t *cfg, json_t *data)
+{
+    size_t k;
+    json_t *entry;
+    json_array_foreach(data, k, entry)
+    {
+        const char *id = json_string_value(json_object_get(entry, "id"));
+        double total = 0;
+        for (size_t i = 0; id != NULL && i < cfg->nmodels; i++) {
+            if (cfg->models[i].version != NULL && strcmp(cfg->models[i].name, id) == 0)
+                total += cfg->models[i].weight;
+        }
+        json_t *versions = json_array();
+        for (size_t i = 0; id != NULL && versions != NULL && i < cfg->nmodels; i++) {
+            const ig_config_model_t *m = &cfg->models[i];
+            if (m->version == NULL || strcmp(m->name, id) != 0)
+                continue;
+            json_array_append_new(versions, json_pack("{s:s, s:f, s:f}", "version", m->version,
+                                                      "weight", m->weight, "share",
+                                                      total > 0 ? m->weight / total : 0.0));
+        }
+        if (versions != NULL && json_array_size(versions) > 0)
+            json_object_set_new(entry, "versions", versions);
+        else
+            json_decref(versions);
+    }
+}
+
 void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
 {
     const char *ids[256];
     int n = 0;
     const ig_config_t *cfg = gw->cfg;
     for (size_t i = 0; i < cfg->nmodels && n < 256; i++) {
-        if (ig__gateway_model_known(gw, cfg->models[i].name))
+        int dup = 0; /* the versions of a rollout share a name */
+        for (int j = 0; j < n && !dup; j++)
+            dup = strcmp(ids[j], cfg->models[i].name) == 0;
+        if (!dup && ig__gateway_model_known(gw, cfg->models[i].name))
             ids[n++] = cfg->models[i].name;
     }
     for (int s = 0; s < gw->nsites; s++) {
@@ -31,7 +65,9 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
                 ids[n++] = id;
         }
     }
-    ig_api_respond_json(req, 200, ig_api_models_json(ids, n, (long long)time(NULL), "infergate"));
+    json_t *doc = ig_api_models_json(ids, n, (long long)time(NULL), "infergate");
+    add_versions(cfg, json_object_get(doc, "data"));
+    ig_api_respond_json(req, 200, doc);
 }
 
 /* Sums what the local instances report. Sites are left out on purpose: a
@@ -133,6 +169,22 @@ static json_t *status_autoscale(const ig_autoscale_params_t *a)
                      a->scale_to_zero_after_s);
 }
 
+static json_t *status_history(const ig_gateway_t *gw);
+/* The adaptive concurrency limit of an upstream and why it last moved, the
+ * concurrency the router believes it has, added to its /status object. */
+static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t *u)
+{
+    const ig_router_t *r = ig_proxy_router(gw->proxy);
+    if (!json_is_object(o))
+        return;
+    json_object_set_new(o, "concurrency_limit", json_integer(ig_router_limit(r, u)));
+    json_object_set_new(o, "limit_reason", json_string(u->limit_reason ? u->limit_reason : "initial"));
+    json_object_set_new(o, "limit_changes", json_integer((json_int_t)u->limit_changes));
+    json_object_set_new(o, "limit_w_s", json_real(u->limit_w_s));
+    json_object_set_new(o, "limit_baseline_s", json_real(u->limit_base_s));
+    json_object_set_new(o, "concurrency", json_real(ig_router_concurrency(u)));
+}
+
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
 {
     json_t *pools = json_array();
@@ -150,6 +202,7 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                           ig_instance_state_name(ig_instance_state(in)), "pid", ig_instance_pid(in),
                           "restarts", ig_instance_restarts(in), "inflight", u->inflight, "rtt_s",
                           u->rtt_s, "ttft_s", u->svc_s, "eligible", ig_router_eligible(u, now)));
+            status_limit(json_array_get(insts, json_array_size(insts) - 1), gw, u);
         }
         json_t *counts = json_object();
         static const ig_instance_state_t states[] = {IG_INSTANCE_STARTING, IG_INSTANCE_READY,
@@ -184,10 +237,99 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                              ig_site_up(site), "peer", ig_site_is_peer(site), "rtt_s", u->rtt_s,
                              "inflight", u->inflight, "models", models, "eligible",
                              ig_router_eligible(u, now)));
+        status_limit(json_array_get(sites, json_array_size(sites) - 1), gw, u);
     }
     json_t *doc =
         json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",
                   ig_route_policy_name(gw->cfg->routing.policy), "pools", pools, "sites", sites,
                   "inflight", ig_proxy_inflight(gw->proxy), "queued", ig_proxy_queued(gw->proxy));
+    json_object_set_new(doc, "history", status_history(gw));
     ig_api_respond_json(req, 200, doc);
+}
+
+/* ---- the chart's history and the page ------------------------------------ */
+
+static void on_history_timer(uv_timer_t *t)
+{
+    ig_gateway_t *gw = t->data;
+    ig__status_sample_t sm;
+    sm.unix_ms = (long long)time(NULL) * 1000;
+    struct timespec ts;
+    if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
+        sm.unix_ms = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    sm.queued = ig_proxy_queued(gw->proxy);
+    sm.waiting = 0;
+    for (int p = 0; p < gw->npools; p++) {
+        for (int i = 0; i < ig_pool_size(gw->pools[p]); i++) {
+            ig_instance_t *in = ig_pool_instance(gw->pools[p], i);
+            if (ig_instance_state(in) == IG_INSTANCE_READY)
+                sm.waiting += ig_instance_route(in)->reported_waiting;
+        }
+    }
+    /* The mean TTFT of the requests answered since the last point. */
+    double sum;
+    long long count;
+    ig_proxy_ttft_totals(gw->proxy, &sum, &count);
+    sm.ttft_s = count > gw->history_ttft_count
+                    ? (sum - gw->history_ttft_sum) / (double)(count - gw->history_ttft_count)
+                    : -1;
+    gw->history_ttft_sum = sum;
+    gw->history_ttft_count = count;
+    int slot = (gw->history_head + gw->history_n) % IG_STATUS_HISTORY;
+    gw->history[slot] = sm;
+    if (gw->history_n < IG_STATUS_HISTORY)
+        gw->history_n++;
+    else
+        gw->history_head = (gw->history_head + 1) % IG_STATUS_HISTORY;
+}
+
+void ig__status_history_start(ig_gateway_t *gw)
+{
+    uv_timer_init(gw->loop, &gw->history_timer);
+    gw->history_timer.data = gw;
+    uv_timer_start(&gw->history_timer, on_history_timer, 0, IG_STATUS_HISTORY_MS);
+    gw->history_started = 1;
+}
+
+static void on_history_closed(uv_handle_t *h)
+{
+    ig_gateway_t *gw = h->data;
+    void (*cb)(void *) = gw->history_close_cb;
+    gw->history_close_cb = NULL;
+    if (cb != NULL)
+        cb(gw->history_close_data);
+}
+
+void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data)
+{
+    if (!gw->history_started) {
+        if (cb != NULL)
+            cb(data);
+        return;
+    }
+    gw->history_started = 0;
+    gw->history_close_cb = cb;
+    gw->history_close_data = data;
+    uv_close((uv_handle_t *)&gw->history_timer, on_history_closed);
+}
+
+/* The chart's points, oldest first. New reference. */
+static json_t *status_history(const ig_gateway_t *gw)
+{
+    json_t *arr = json_array();
+    for (int k = 0; k < gw->history_n; k++) {
+        const ig__status_sample_t *s = &gw->history[(gw->history_head + k) % IG_STATUS_HISTORY];
+        json_array_append_new(arr,
+                              json_pack("{s:I, s:i, s:i, s:o}", "unix_ms", (json_int_t)s->unix_ms,
+                                        "queued", s->queued, "waiting", s->waiting, "ttft_s",
+                                        s->ttft_s < 0 ? json_null() : json_real(s->ttft_s)));
+    }
+    return json_pack("{s:i, s:o}", "interval_ms", IG_STATUS_HISTORY_MS, "samples", arr);
+}
+
+void ig_gateway_page(ig_gateway_t *gw, ig_http_req_t *req)
+{
+    (void)gw;
+    ig_http_add_header(req, "Cache-Control", "no-cache");
+    ig_http_respond(req, 200, "text/html; charset=utf-8", ig__status_page, ig__status_page_len);
 }

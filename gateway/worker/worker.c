@@ -271,6 +271,11 @@ static void load_work(uv_work_t *req)
         snprintf(w->load_err, sizeof(w->load_err), "model: %s", err[0] ? err : ig_strerror(rc));
         return;
     }
+    if (w->o.quantize != NULL &&
+        (rc = ig_model_quantize(w->model, IG_DTYPE_Q8_0, err, sizeof(err))) < 0) {
+        snprintf(w->load_err, sizeof(w->load_err), "model: %s", err[0] ? err : ig_strerror(rc));
+        return;
+    }
     rc = ig_tokenizer_load(w->o.model_dir, &w->tok, err, sizeof(err));
     if (rc < 0) {
         snprintf(w->load_err, sizeof(w->load_err), "tokenizer: %s", err[0] ? err : ig_strerror(rc));
@@ -459,6 +464,7 @@ static void usage(FILE *out)
             "                           (0 = the model's context length)\n"
             "  --name NAME              the model id clients use (directory name)\n"
             "  --prefix-cache on|off    automatic prefix caching of KV blocks (on)\n"
+            "  --quantize q8_0          quantize the weights at load (BF16/F16/F32 models)\n"
             "  --log-level debug|info|warn|error\n"
             "  --log-format text|json\n"
             "  --help\n");
@@ -495,6 +501,7 @@ int ig_cmd_worker(int argc, char **argv)
         {"prefix-cache", required_argument, NULL, 'C'},
         {"log-level", required_argument, NULL, 'L'},
         {"log-format", required_argument, NULL, 'F'},
+        {"quantize", required_argument, NULL, 'Q'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -519,6 +526,13 @@ int ig_cmd_worker(int argc, char **argv)
         switch (c) {
         case 'm':
             w->o.model_dir = optarg;
+            break;
+        case 'Q':
+            if (strcmp(optarg, "q8_0") != 0) {
+                fprintf(stderr, "infergate worker: --quantize: '%s' is not q8_0\n", optarg);
+                goto out;
+            }
+            w->o.quantize = optarg;
             break;
         case 'd':
             w->o.device = optarg;

@@ -41,6 +41,7 @@ typedef struct {
     double drain_timeout_s;   /* SIGTERM: how long in-flight work may take */
     int max_prompt_tokens;    /* longest prompt accepted; 0 = the context length */
     int prefix_cache;         /* automatic prefix caching (1) */
+    const char *quantize;     /* "q8_0": weights quantized at load; NULL = as stored */
 } worker_opts_t;
 
 typedef enum { W_LOADING = 0, W_READY, W_FAILED, W_DRAINING } wstate_t;

@@ -41,6 +41,11 @@ typedef struct {
     char *name;   /* the "model" of API requests */
     char *path;   /* model directory (HF layout), expanded; NULL: only sites serve it */
     char *preset; /* mkmodel preset generated into path when path is missing; or NULL */
+    /* A rollout: entries of one name are versions, each with its own path;
+     * requests split by weight unless x-infergate-model-version pins one. */
+    char *version; /* NULL: the model has one entry */
+    double weight; /* share of the requests among its versions (default 1) */
+    char *quantize; /* "q8_0": workers quantize the weights at load; NULL = as stored */
 } ig_config_model_t;
 
 /* Per-instance continuous-batching settings (the worker's scheduler). */
@@ -63,6 +68,16 @@ typedef struct {
     double scale_to_zero_after_s; /* idle time before the last instance goes (min 0) */
 } ig_config_autoscale_t;
 
+/* A pool whose instances are found in DNS (a Kubernetes headless Service):
+ * every A/AAAA record of dns is an instance at that address and port. */
+typedef struct {
+    char *dns;         /* NULL: the pool starts local workers */
+    int port;          /* the instances' HTTP port */
+    double interval_s; /* re-resolved this often */
+    char *resolver;    /* "IP:PORT" of a DNS server to ask directly; NULL: the
+                          system's resolver (getaddrinfo through libuv) */
+} ig_config_discover_t;
+
 typedef struct {
     char *name;
     char *model;        /* a models[].name */
@@ -74,6 +89,8 @@ typedef struct {
     unsigned max_instances;
     ig_config_batching_t batching;
     ig_config_autoscale_t autoscale;
+    char *version; /* the models[].version it serves; NULL when the model has none */
+    ig_config_discover_t discover;
 } ig_config_pool_t;
 
 /* A remote site: another region's gateway or any OpenAI-compatible server. */
@@ -86,6 +103,13 @@ typedef struct {
     char *region;  /* "" when not given */
     char **models; /* models[].name entries this site serves */
     size_t nmodels;
+    int https;     /* the url is https:// (port 443 when absent) */
+    char *api_key; /* sent as Authorization: Bearer; NULL: none */
+    struct {
+        char *ca_file;     /* verify against it; NULL: the system's CAs */
+        char *server_name; /* the name the certificate must carry; NULL: the url's host */
+        int insecure;      /* no verification (tests only) */
+    } tls;
 } ig_config_site_t;
 
 typedef struct {
@@ -114,7 +138,32 @@ typedef struct {
     uint64_t drain_grace_ms;    /* after SIGTERM: still accepting, /ready 503 (for probes) */
     uint64_t drain_timeout_ms;  /* then: the listener is closed, in-flight work has this long */
     unsigned max_prompt_tokens; /* 0 = the model's context length */
+    /* Admission by predicted wait, per IG_PRIORITY_*: a request whose best
+     * predicted wait is longer gets 429 at once (0: no such limit). */
+    uint64_t max_queue_wait_ms[3];
 } ig_config_limits_t;
+
+/* The listener's TLS (docs/security.md). */
+typedef struct {
+    char *cert_file; /* PEM: the certificate, then its chain */
+    char *key_file;  /* PEM private key */
+    uint64_t handshake_timeout_ms;
+} ig_config_tls_t;
+
+enum { IG_PRIORITY_CRITICAL = 0, IG_PRIORITY_STANDARD, IG_PRIORITY_SHEDDABLE };
+
+/* The policy of one API key (docs/security.md). Limits of 0 are none. */
+typedef struct {
+    char *name;            /* metrics and logs say this, never the key ("key-N" by default) */
+    int peer;              /* a peer gateway: its x-infergate-forwarded counts */
+    double requests_per_s; /* token bucket refill */
+    double burst;          /* bucket size in requests (0: max(1, requests_per_s)) */
+    double tokens_per_min; /* prompt plus generated tokens */
+    char **models;         /* allow-list; empty: every model */
+    size_t nmodels;
+    int priority;          /* IG_PRIORITY_* */
+    int admin;             /* may read /status, /load and /metrics */
+} ig_config_key_t;
 
 typedef struct {
     char *source; /* file name (or the name given to ig_config_load_string) */
@@ -134,6 +183,9 @@ typedef struct {
         int level;  /* ig_log_level_t */
         int format; /* ig_log_format_t */
     } log;
+    ig_config_tls_t tls;   /* cert_file NULL: the listener speaks plain HTTP */
+    ig_config_key_t *keys; /* the policy of api_keys[i] is keys[i] (napi_keys of them) */
+    int admin_open;        /* no key has admin: /status, /load, /metrics stay open */
 } ig_config_t;
 
 /*
@@ -166,6 +218,17 @@ int ig_config_find_model(const ig_config_t *cfg, const char *name);
  * $HOME/.cache/infergate. Writes it into buf; IG_ENOENT when none is set,
  * IG_ERANGE when buf is too small. */
 int ig_config_cache_dir(char *buf, size_t size);
+
+/* What a reload must do about a pool of config a that pools[] of config b
+ * names alike: nothing, only hand the autoscaler new parameters, or start
+ * new instances (model path, devices, threads, instance bounds, batching,
+ * limits.max_prompt_tokens differ). */
+enum { IG_CONFIG_POOL_SAME = 0, IG_CONFIG_POOL_AUTOSCALE = 1, IG_CONFIG_POOL_RESTART = 2 };
+int ig_config_pool_diff(const ig_config_t *a, const ig_config_pool_t *pa, const ig_config_t *b,
+                        const ig_config_pool_t *pb);
+
+/* 1 when two sites are the same (name, url, region and models). */
+int ig_config_site_same(const ig_config_site_t *a, const ig_config_site_t *b);
 
 /* The embedded default config (gateway/serve/config_default.c). */
 extern const char ig_config_default_json[];

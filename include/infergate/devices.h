@@ -16,4 +16,17 @@
  */
 int ig_devices_cpu_share(const ig_config_t *cfg, long cores);
 
+/*
+ * The GPUs' telemetry in the Prometheus text format, for the gateway's
+ * /metrics: infergate_gpu_utilization, _memory_used_bytes,
+ * _memory_total_bytes, _temperature_celsius and _power_usage_watts, each
+ * labelled gpu (NVML index), gpu_uuid and device ("cuda:N", or
+ * "MIG-<uuid>" for a MIG slice, which has memory series only). NVML is
+ * dlopen'ed on the first call and kept open (IG_NVML_LIBRARY overrides
+ * libnvidia-ml.so.1). Without NVML or a GPU: NULL with *len 0, nothing
+ * fails. Otherwise malloc'ed text (the caller frees it); NULL when out of
+ * memory. Loop thread only.
+ */
+char *ig_devices_gpu_metrics(size_t *len);
+
 #endif

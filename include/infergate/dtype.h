@@ -15,10 +15,25 @@ typedef enum {
     IG_DTYPE_F32 = 0,
     IG_DTYPE_F16,
     IG_DTYPE_BF16,
+    IG_DTYPE_Q8_0, /* GGUF's Q8_0: blocks of 32 weights, see below */
 } ig_dtype_t;
 
-/* Bytes per element, and the safetensors name ("F32", "F16", "BF16"). */
+/*
+ * Q8_0, exactly as GGUF (ggml) defines it: a row of n weights (n a multiple
+ * of 32) is n / 32 blocks of 34 bytes, an F16 scale d then 32 int8 q, and
+ * weight i of a block is d * q[i]. Quantizing a block takes d = max |x| / 127
+ * and q = round(x / d), ties away from zero (d = 0 gives q = 0); so a weight
+ * is off by at most d / 2 plus the F16 rounding of d (2^-11 d per unit of q).
+ */
+#define IG_Q8_0_BLOCK 32
+#define IG_Q8_0_BYTES 34
+
+/* Bytes per element, and the safetensors name ("F32", "F16", "BF16";
+ * "Q8_0", whose size here is 0: it has no whole bytes per element, use
+ * ig_dtype_bytes). */
 size_t ig_dtype_size(ig_dtype_t dtype);
+/* Bytes of n elements; 0 for Q8_0 when n is not a multiple of 32. */
+size_t ig_dtype_bytes(ig_dtype_t dtype, size_t n);
 const char *ig_dtype_name(ig_dtype_t dtype);
 
 /* Parses a safetensors dtype name ("F32", "F16", "BF16"). Returns 0, or
@@ -36,10 +51,12 @@ uint16_t ig_f32_to_f16(float f);
 float ig_bf16_to_f32(uint16_t h);
 uint16_t ig_f32_to_bf16(float f);
 
-/* Converts n elements of src (in dtype) to f32 in dst. */
+/* Converts n elements of src (in dtype) to f32 in dst; for Q8_0, n is a
+ * multiple of 32 and this dequantizes. */
 void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n);
 
-/* Converts n f32 elements of src to dtype in dst. */
+/* Converts n f32 elements of src to dtype in dst; for Q8_0, n is a multiple
+ * of 32 and this quantizes. */
 void ig_dtype_from_f32(void *dst, ig_dtype_t dtype, const float *src, size_t n);
 
 #endif

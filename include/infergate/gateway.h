@@ -20,6 +20,11 @@
 
 typedef struct ig_gateway_s ig_gateway_t;
 
+/* A request header that pins a version of a model with versions (a
+ * rollout, docs/config.md); the answer names the version that served in
+ * the same header. */
+#define IG_GATEWAY_VERSION_HEADER "x-infergate-model-version"
+
 /*
  * Generates missing preset models, starts the pools and the site probes.
  * exe is the infergate binary the workers run; run_dir holds their sockets
@@ -47,5 +52,35 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req);
 void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req);
 /* GET /status: pools, instances, devices and sites, as JSON. */
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req);
+/* GET /metrics: the process registry, then the infergate_worker_* metrics
+ * of every ready or draining instance, pulled now (500 ms at most) and
+ * labelled pool and instance (serve/federate.c). */
+void ig_gateway_metrics(ig_gateway_t *gw, ig_http_req_t *req);
+/* GET /: the status page, HTML with a script that polls /status. */
+void ig_gateway_page(ig_gateway_t *gw, ig_http_req_t *req);
+
+/*
+ * Applies a new config to the running gateway without dropping a request
+ * (gateway/serve/reload.c): prev is the config it runs (borrowed for the
+ * call), next the new one, which must outlive the gateway or the next
+ * reload. Routing options, autoscale parameters and unchanged sites change
+ * in place; a pool whose instances must change starts new ones beside the
+ * old, moves traffic once they are ready, then drains and stops the old;
+ * removed pools and sites drain. Returns 0 once started (summary says what
+ * changes; the outcome is logged and counted when the last old instance
+ * has stopped), IG_EBUSY while a previous reload is still in progress,
+ * or another negative code with the reason in err, in which case nothing
+ * changed.
+ */
+int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config_t *next,
+                      char *summary, size_t summary_len, char *err, size_t errlen);
+
+/* 1 while a reload has pools starting or draining. */
+int ig_gateway_reload_active(const ig_gateway_t *gw);
+
+/* Counts a reload outcome in infergate_config_reloads_total (the serve
+ * command's "invalid" and "busy"; the gateway counts "applied" and
+ * "failed"). */
+void ig_gateway_reload_count(const char *outcome);
 
 #endif

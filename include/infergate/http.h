@@ -75,8 +75,23 @@ typedef void (*ig_http_close_cb)(ig_http_server_t *server, void *data);
 int ig_http_server_start(ig_http_server_t **out, uv_loop_t *loop, const char *listen,
                          const ig_http_limits_t *limits, ig_http_handler_cb handler, void *data);
 
+/*
+ * Connections accepted from now on speak TLS on ctx (the server takes a
+ * reference; NULL: plain again). Open connections keep the context they
+ * started with, so a certificate reload drops none. A client that has not
+ * finished its handshake within handshake_timeout_ms (0: 10 s) is closed.
+ * Loop thread only.
+ */
+typedef struct ig_tls_ctx_s ig_tls_ctx_t;
+void ig_http_server_set_tls(ig_http_server_t *server, ig_tls_ctx_t *ctx,
+                            uint64_t handshake_timeout_ms);
+
 /* The bound TCP port (0 for a Unix socket). */
 int ig_http_server_port(const ig_http_server_t *server);
+
+/* Replaces the limits in place (a config reload): new connections and the
+ * next deadline of each open one use them; zero fields take defaults. */
+void ig_http_server_set_limits(ig_http_server_t *server, const ig_http_limits_t *limits);
 
 /* Connections open now, and requests handed to the handler but not finished. */
 unsigned ig_http_server_connections(const ig_http_server_t *server);
@@ -172,6 +187,18 @@ int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_typ
  * close. ig_http_stream_end returns 0 also when the client is gone. */
 int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len);
 int ig_http_stream_end(ig_http_req_t *req);
+
+/*
+ * A tap on the response body: cb sees every body byte the handler sends
+ * (unframed, also after the client went away), then once bytes NULL when
+ * the request finishes, just before it is freed (ig_http_req_status() says
+ * how it was answered). For accounting (the gateway's per-key tokens); it
+ * must not call ig_http_* functions on req but the getters.
+ */
+typedef void (*ig_http_tap_cb)(ig_http_req_t *req, void *data, const char *bytes, size_t len);
+void ig_http_req_on_body(ig_http_req_t *req, ig_http_tap_cb cb, void *data);
+/* The status the request was answered with (0 before the answer started). */
+int ig_http_req_status(const ig_http_req_t *req);
 
 typedef void (*ig_http_drain_cb)(ig_http_req_t *req, void *data);
 void ig_http_req_on_drain(ig_http_req_t *req, ig_http_drain_cb cb, void *data);

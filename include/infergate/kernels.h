@@ -10,8 +10,8 @@
  * Pointers named in the operations are backend memory (host memory for the
  * CPU backend, device memory for CUDA) obtained from alloc() or
  * upload_weight(). Activations and the KV cache are float32; weights stay in
- * the dtype upload_weight() chose (the CPU backend converts to F32 once, the
- * CUDA backend keeps BF16/F16 and accumulates in F32).
+ * the dtype upload_weight() chose (both backends keep 2-D BF16/F16 weights
+ * in 16 bits and accumulate in F32; vectors become F32).
  *
  * Every operation returns 0 or a negative IG_E* code (a CUDA failure becomes
  * IG_EDEVICE). Operations may be asynchronous on the backend's one stream;

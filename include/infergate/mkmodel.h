@@ -36,6 +36,14 @@ void ig_mkmodel_opts_default(ig_mkmodel_opts_t *opts);
  */
 int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, size_t errlen);
 
+/*
+ * Writes the Hugging Face model in hf_dir (config.json, safetensors,
+ * tokenizer.json, tokenizer_config.json) as one GGUF file at path, the
+ * matrices as Q8_0 when q8 (llama and Mistral architectures; docs/model.md,
+ * "GGUF"). 0, IG_EINVAL (another architecture), IG_EMODEL, IG_EIO, IG_ENOMEM.
+ */
+int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, size_t errlen);
+
 /* The i-th preset's name and a one-line summary; NULL past the last one. */
 const char *ig_mkmodel_preset_name(size_t i);
 const char *ig_mkmodel_preset_summary(size_t i);

@@ -90,7 +90,19 @@ const ig_tensor_t *ig_model_final_norm(const ig_model_t *model); /* (dim) */
 const ig_tensor_t *ig_model_lm_head(const ig_model_t *model);    /* (vocab, dim); the
                                                                     embedding when tied */
 const ig_layer_weights_t *ig_model_layer(const ig_model_t *model, int layer);
-/* Bytes of all weights as stored. */
+/* Bytes of all weights as stored (after ig_model_quantize: as quantized). */
 size_t ig_model_weight_bytes(const ig_model_t *model);
+
+/*
+ * Quantizes every 2-D weight of a loaded model (embedding, lm_head, the
+ * seven matrices of each layer) to `to`, which must be IG_DTYPE_Q8_0, into
+ * memory the model owns; norms and biases keep their dtype. Each tensor's
+ * mapped pages are handed back once it is done, so the process holds about
+ * the quantized bytes, not those plus the file. Weights already Q8_0 stay.
+ * Call before any engine is created on the model. IG_EINVAL for another
+ * dtype, IG_EMODEL when a matrix's columns are not a multiple of 32,
+ * IG_ENOMEM; err names the tensor.
+ */
+int ig_model_quantize(ig_model_t *model, ig_dtype_t to, char *err, size_t errlen);
 
 #endif

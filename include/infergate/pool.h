@@ -52,6 +52,7 @@ typedef struct {
     int max_waiting;
     int max_prompt_tokens;     /* worker --max-prompt-tokens; 0 = the model's context */
     const char *log_level;     /* passed to workers; NULL = info */
+    const char *quantize;      /* worker --quantize (models[].quantize); NULL = none */
     uint64_t ready_timeout_ms; /* a starting instance that is not ready by then is killed
                                   and restarted (default 120000) */
     uint64_t load_poll_ms;     /* GET /load period while ready (default 500) */
@@ -62,6 +63,9 @@ typedef struct {
      * /ready and /load polls), as for sites: routing.*_timeout_ms. Copied at
      * start; NULL = ig_upstream_opts_default. */
     const ig_upstream_opts_t *upstream;
+    /* > 0 for a pool a config reload starts while the pool it replaces,
+     * of the same name, still runs: it keeps their sockets apart. */
+    unsigned generation;
 } ig_pool_spec_t;
 
 /* Called whenever an instance changes state (for readiness and metrics),

@@ -88,6 +88,9 @@ typedef struct {
     int nprefix;
     int block_size;
     const char *session_id;
+    int priority;       /* 0 critical, 1 standard, 2 sheddable: the queue serves the
+                           lower first, and a full queue sheds the highest */
+    uint64_t max_queue_ms; /* held at most this long (0: queue_timeout_ms) */
 } ig_proxy_call_t;
 
 /* Takes over the request: the proxy finishes it. call's strings are copied. */
@@ -97,7 +100,17 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
 int ig_proxy_inflight(const ig_proxy_t *px);
 int ig_proxy_queued(const ig_proxy_t *px);
 int ig_proxy_queued_model(const ig_proxy_t *px, const char *model);
+/* The sum and count of every time to first token observed (seconds), as
+ * infergate_time_to_first_token_seconds has them, all models together. */
+void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count);
+/* Requests of model held now that a new one of priority would wait behind
+ * (those of the same or a more urgent priority). */
+int ig_proxy_queued_ahead(const ig_proxy_t *px, const char *model, int priority);
 ig_router_t *ig_proxy_router(ig_proxy_t *px);
+
+/* Replaces the options in place (a config reload): requests in flight and
+ * held keep going; what they decide next uses the new values. */
+void ig_proxy_set_opts(ig_proxy_t *px, const ig_proxy_opts_t *opts);
 
 /* Calls the held requests of `model` again, e.g. after an instance became
  * ready. */

@@ -13,19 +13,24 @@
  * rtt     peak-EWMA of measured round trips (a sample above the average
  *         replaces it; below, it decays in with weight e^(-dt/tau)).
  * wait    requests queued ahead of a new one, over the upstream's service
- *         rate: (reported waiting + our in-flight beyond its slots) x mean
- *         occupancy / slots, plus the wait the upstream itself reports.
+ *         rate: (reported waiting + our in-flight beyond its concurrency C)
+ *         x hold time / C, or the wait the upstream itself reports. C is
+ *         the reported slot count, else learned (ig_router_concurrency()).
  * prefill the upstream's service time to first token scaled to this prompt,
  *         learned from observed TTFTs (or its reported prefill rate until
  *         there are observations).
  *
- * A hot/cold guard keeps latency chasing from piling work on one upstream:
- * an upstream whose in-flight count is above the hot quantile of the
- * eligible ones is hot; the cheapest cold one wins, and when all are hot the
- * least loaded one.
+ * A hot/cold guard (Prequal's) keeps latency chasing from piling work on one
+ * upstream: an upstream whose utilisation (in flight / C) is above the hot
+ * quantile of the eligible ones is hot; the cheapest cold one wins, and when
+ * all are hot the least utilised one.
  */
 
 #include <stdint.h>
+
+/* Requests-in-flight counts the learned hold times are kept for; more
+ * count as the last. */
+#define IG_ROUTER_RIF_BUCKETS 32
 
 typedef enum {
     IG_ROUTE_LATENCY = 0,
@@ -99,6 +104,34 @@ typedef struct {
     int ejections;             /* consecutive ejections, for the backoff */
     uint64_t ejected_until_ns; /* 0 when not ejected */
     int half_open;             /* one trial attempt is allowed/in flight */
+
+    /* Learned concurrency (for an upstream that reports no slots): the
+     * mean time an attempt holds the upstream, start to end, by how many
+     * others were in flight when it began (Prequal's latency per
+     * requests-in-flight). Below the upstream's concurrency C that time is
+     * flat; at k >= C others it grows by (k + 1 - C) / C service times,
+     * which gives C back (ig_router_concurrency()). */
+    double rif_hold_s[IG_ROUTER_RIF_BUCKETS]; /* by others in flight at start */
+    int rif_n[IG_ROUTER_RIF_BUCKETS];         /* samples of each (saturates) */
+    double concurrency;                       /* the last estimate; 0 = none yet */
+    uint64_t rif_samples;                     /* hold samples in all */
+
+    /* Adaptive concurrency limit (gradient, as Envoy's adaptive-concurrency
+     * filter): over windows, Little's law gives the mean time an attempt
+     * spends in the upstream (W = in-flight area / attempts ended); the
+     * limit is scaled by tolerance x baseline / W, within [0.5, 2], plus
+     * sqrt(limit) of headroom while it grows, and moved half way there.
+ * See ig_router_limit(). */
+    double limit;             /* attempts allowed in flight; 0 = not set yet */
+    double limit_base_s;      /* the baseline W: the least seen, drifting up */
+    double limit_w_s;         /* W of the last window */
+    const char *limit_reason; /* why it last moved (static string) */
+    uint64_t limit_changes;   /* how often it moved */
+    uint64_t lw_start_ns;     /* the window began */
+    uint64_t lw_last_ns;      /* the in-flight count last changed */
+    double lw_area;           /* in-flight x seconds over the window */
+    int lw_done;              /* attempts ended in the window */
+    int lw_peak;              /* the most in flight during the window */
 } ig_router_upstream_t;
 
 /* Resets the learned state to priors. name is borrowed. */
@@ -121,6 +154,14 @@ typedef struct {
     double retry_min_per_s;   /* retries always allowed per second */
     int max_retries;          /* attempts beyond the first for one request */
     uint64_t seed;            /* for the random policy and tie breaks */
+    /* Adaptive concurrency limit (0 in limit_max: off, no limit). */
+    double limit_initial;   /* before the first window (8) */
+    double limit_min;       /* never below (1) */
+    double limit_max;       /* never above (256) */
+    double limit_tolerance; /* W may reach this x the baseline before it shrinks (1.5) */
+    double limit_window_s;  /* a window is at least this long (0.1) ... */
+    int limit_window_done;  /* ... and holds this many ended attempts (12), or ... */
+    double limit_window_max_s; /* ... lasts this long (1.0) with at least one ended */
 } ig_router_opts_t;
 
 void ig_router_opts_default(ig_router_opts_t *opts);
@@ -143,6 +184,9 @@ typedef struct {
     int runner_up;
     double runner_up_cost_s;
     int hot; /* the chosen one was hot (every eligible one was) */
+    /* the predicted wait and the believed concurrency of each */
+    double wait_s, runner_up_wait_s;
+    double concurrency, runner_up_concurrency;
 } ig_route_decision_t;
 
 /* 1 when u may take a new attempt now: ready, not draining, not ejected (an
@@ -201,6 +245,23 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
                             double ttft_s, double predicted_wait_s, uint64_t now_ns);
 void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double seconds,
                                  uint64_t now_ns);
+
+/* An attempt that began with rif others in flight held the upstream for
+ * seconds (start to end, an answer that completed): its occupancy, and the
+ * per-RIF hold time the learned concurrency comes from. */
+void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, double seconds,
+                            uint64_t now_ns);
+
+/* The concurrency the router believes u has: its reported slots, else the
+ * one learned from hold times per RIF (at least 1; 1 before any sample). */
+double ig_router_concurrency(const ig_router_upstream_t *u);
+
+/* The attempts u may have in flight now: its adaptive limit, rounded
+ * down, at least limit_min and at least its reported slots; 1 while the
+ * baseline is measured (an upstream without reported slots, until 6
+ * attempts began with nothing else in flight); INT32_MAX when the limit is
+ * off (limit_max 0). */
+int ig_router_limit(const ig_router_t *r, const ig_router_upstream_t *u);
 
 /* The wait part of the cost alone (what observe_ttft wants back). */
 double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns);

@@ -36,13 +36,18 @@ typedef struct {
 
 /*
  * Starts the sampling timer. proxy is borrowed and must outlive the
- * scaler; max_pools bounds ig_scaler_add(). 0 or IG_ENOMEM.
+ * scaler; max_pools sizes the first table of ig_scaler_add(). 0 or IG_ENOMEM.
  */
 int ig_scaler_start(ig_scaler_t **out, uv_loop_t *loop, ig_proxy_t *proxy, int max_pools);
 
 /* Puts a started pool under the scaler, with its policy (copied).
- * 0, IG_EFULL (max_pools reached). */
+ * The table grows past max_pools when needed. 0 or IG_ENOMEM. */
 int ig_scaler_add(ig_scaler_t *sc, ig_pool_t *pool, const ig_autoscale_params_t *params);
+
+/* Takes a pool from the scaler (a reload that replaces or removes it):
+ * nothing is started or drained for it from then on; the pool is the
+ * caller's. 0 or IG_ENOENT. */
+int ig_scaler_remove(ig_scaler_t *sc, ig_pool_t *pool);
 
 /* Stops deciding and waking at once, then closes the timers, calls cb and
  * frees sc. The pools are the caller's to close. */

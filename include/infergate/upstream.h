@@ -33,6 +33,23 @@ typedef struct {
     uint64_t keepalive_idle_ms;    /* an idle pooled connection closes after */
     size_t max_response_header_bytes;
     uint64_t resolve_ttl_ms; /* a host name's answer is refreshed after */
+    /* Open connections at most (0 = no cap): a request that finds none
+     * idle and the cap reached waits, in order, for one to come free (at
+     * most first_byte_timeout_ms, then IG_ECONNECT). ig_upstream_set_max_
+     * connections() moves it (the proxy sets the adaptive limit). */
+    unsigned max_connections;
+    /* Idle connections beyond the most that were busy at once in the last
+     * one to two of these windows are closed, least recently used first
+     * (0 = only keepalive_idle_ms closes them). */
+    uint64_t idle_trim_ms;
+    /* https:// addresses (gateway/http/tls.c): the peer is verified with
+     * tls (NULL: the system's CAs) against tls_server_name (NULL: the
+     * URL's host); the handshake is part of the connect deadline. A
+     * handshake that fails is a failed connect; there is no plain HTTP
+     * fallback. */
+    struct ig_tls_ctx_s *tls;
+    const char *tls_server_name;
+    const char *headers; /* "Name: value\r\n" lines sent on every request, or NULL */
 } ig_upstream_opts_t;
 
 void ig_upstream_opts_default(ig_upstream_opts_t *opts);
@@ -65,6 +82,14 @@ const char *ig_upstream_name(const ig_upstream_t *u);
 unsigned ig_upstream_open_connections(const ig_upstream_t *u);
 /* 1 once an address is known (always for unix: and literal addresses). */
 int ig_upstream_resolved(const ig_upstream_t *u);
+
+/* Moves the connection cap (0 = none). Lowering it closes idle connections
+ * beyond it at once and busy ones as their responses end; raising it lets
+ * waiting requests connect. */
+void ig_upstream_set_max_connections(ig_upstream_t *u, unsigned max);
+/* Idle connections now, and requests waiting under the cap. */
+unsigned ig_upstream_idle_connections(const ig_upstream_t *u);
+unsigned ig_upstream_waiting(const ig_upstream_t *u);
 
 typedef struct {
     /* Status and headers. Header names/values are borrowed for the call. */

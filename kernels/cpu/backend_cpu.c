@@ -1,6 +1,7 @@
 /*
- * The CPU backend: host memory, weights converted once to F32 at upload (2-D
- * ones packed for the own GEMM, gemm.c), every operation split over a small
+ * The CPU backend: host memory, 2-D weights packed at upload for the own
+ * GEMM (F32 ones in gemm.c's panels, BF16 and F16 ones kept in 16 bits for
+ * gemm16.c), vectors converted to F32, every operation split over a small
  * persistent thread pool (threadpool.c). GEMM runs the own SIMD loop; with
  * IG_CPU_GEMM=blas-pool|blas (builds with OpenBLAS) it goes to OpenBLAS.
  */
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef IG_HAVE_OPENBLAS
@@ -39,6 +41,9 @@ typedef struct {
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
     int *items; /* attention work items, items_cap of them */
+    int8_t *xq; /* matmul input quantized for Q8_0 weights, xq_cap bytes */
+    float *xd;  /* its block scales, xq_cap / 32 */
+    size_t xq_cap;
     int items_cap;
     /* The data pointers of the weights upload_weight() packed for the own
      * GEMM (gemm.c), sorted; a weight made by hand is row-major. */
@@ -135,8 +140,45 @@ static void packed_remove(cpu_t *c, const void *p)
     pthread_mutex_unlock(&c->packed_lock);
 }
 
-/* A 2-D weight is stored packed for the own GEMM (ig__gemm_pack), converted
- * one panel of rows at a time; a vector as it is. */
+/* Whether 16-bit 2-D weights stay 16-bit (the default) or are widened to
+ * F32 at upload as before (IG_CPU_WEIGHTS=f32: the baseline of
+ * bench/vs-llamacpp.sh, and the BLAS paths, which need F32). */
+static int keep_16bit(const cpu_t *c)
+{
+    const char *env = getenv("IG_CPU_WEIGHTS");
+    if (env != NULL && strcmp(env, "f32") == 0)
+        return 0;
+    return c->gemm == IG_CPU_GEMM_OWN || c->gemm == IG_CPU_GEMM_AUTO;
+}
+
+/* Packing reads each source page once: once a piece is packed, its pages of
+ * the mapped file are handed back to the kernel, so the worker never holds
+ * the file and the packed copy at once (docs/engine.md, "Weights").
+ * MADV_PAGEOUT only drops clean page-cache pages and swaps anonymous ones
+ * (contents kept), so it is safe on any memory a caller passes; small
+ * tensors are left alone. */
+#define RELEASE_MIN_BYTES (1u << 20)
+
+static void release_pages(const void *p, size_t bytes)
+{
+#ifdef MADV_PAGEOUT
+    long ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0 || bytes < RELEASE_MIN_BYTES)
+        return;
+    uintptr_t b = ((uintptr_t)p + (uintptr_t)ps - 1) & ~((uintptr_t)ps - 1);
+    uintptr_t e = ((uintptr_t)p + bytes) & ~((uintptr_t)ps - 1);
+    if (e > b)
+        (void)madvise((void *)b, e - b, MADV_PAGEOUT);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+/* A 2-D weight is stored packed for the own GEMM: BF16 and F16 ones in
+ * their own 16 bits (ig__gemm16_pack), F32 ones, or all with
+ * IG_CPU_WEIGHTS=f32, as F32 panels (ig__gemm_pack) converted one panel of
+ * rows at a time; a vector as F32. */
 static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight_t *dst)
 {
     if (src == NULL || src->data == NULL || src->ndim < 1 || src->ndim > 2)
@@ -144,37 +186,68 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
     if (rows <= 0 || cols <= 0)
         return IG_EINVAL;
+    if (src->dtype == IG_DTYPE_Q8_0) {
+        /* Computed on its own layout where it lies (the model's memory or
+         * the mapped GGUF file): a view, never copied, never freed here. */
+        if (src->ndim != 2 || cols % IG_Q8_0_BLOCK != 0 || rows > INT_MAX || cols > INT_MAX)
+            return IG_EINVAL;
+        *dst = (ig_weight_t){
+            .dtype = IG_DTYPE_Q8_0, .data = (void *)src->data, .rows = rows, .cols = cols};
+        return 0;
+    }
     if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
         return IG_ENOTSUP;
     size_t n = (size_t)rows * (size_t)cols;
     int pack = src->ndim == 2;
     if (pack && (rows > INT_MAX || cols > INT_MAX))
         return IG_ERANGE;
-    float *data = NULL, *tmp = NULL;
+    void *data = NULL;
+    float *tmp = NULL;
+    ig_dtype_t dtype = IG_DTYPE_F32;
     int rc = IG_ENOMEM;
+    size_t esz = ig_dtype_size(src->dtype);
     if (!pack) {
         if ((data = cpu_alloc(be, n * sizeof(float))) == NULL)
             goto fail;
         ig_dtype_to_f32(data, src->data, src->dtype, n);
+    } else if (src->dtype != IG_DTYPE_F32 && keep_16bit(cpu_of(be))) {
+        int k = (int)cols, nr = IG_GEMM16_NR;
+        dtype = src->dtype;
+        if ((data = cpu_alloc(be, ig__gemm16_packed_elems((int)rows, k) * 2)) == NULL)
+            goto fail;
+        /* 64 panels at a time, then their source pages go back. */
+        for (int64_t r = 0; r < rows; r += 64 * nr) {
+            int m = rows - r < 64 * nr ? (int)(rows - r) : 64 * nr;
+            const uint16_t *from = (const uint16_t *)src->data + (size_t)r * k;
+            ig__gemm16_pack((uint16_t *)data + (size_t)r * k, from, m, k);
+            release_pages(from, (size_t)m * k * 2);
+        }
+        if ((rc = packed_add(cpu_of(be), data)) != 0)
+            goto fail;
     } else {
         int nr = ig__gemm_panel_width(), k = (int)cols;
-        size_t esz = ig_dtype_size(src->dtype);
+        int64_t done = 0; /* rows whose source pages went back */
         data = cpu_alloc(be, ig__gemm_packed_floats((int)rows, k) * sizeof(float));
         tmp = malloc((size_t)nr * k * sizeof(float));
         if (data == NULL || tmp == NULL)
             goto fail;
         for (int64_t r = 0; r < rows; r += nr) {
             int m = rows - r < nr ? (int)(rows - r) : nr;
-            ig_dtype_to_f32(tmp, (const char *)src->data + (size_t)r * k * esz, src->dtype,
-                            (size_t)m * k);
-            ig__gemm_pack(data + (size_t)r * k, tmp, m, k);
+            const char *from = (const char *)src->data + (size_t)r * k * esz;
+            ig_dtype_to_f32(tmp, from, src->dtype, (size_t)m * k);
+            ig__gemm_pack((float *)data + (size_t)r * k, tmp, m, k);
+            if ((r + m - done) * k * esz >= RELEASE_MIN_BYTES || r + m == rows) {
+                release_pages((const char *)src->data + (size_t)done * k * esz,
+                              (size_t)(r + m - done) * k * esz);
+                done = r + m;
+            }
         }
         free(tmp);
         tmp = NULL;
         if ((rc = packed_add(cpu_of(be), data)) != 0)
             goto fail;
     }
-    *dst = (ig_weight_t){.dtype = IG_DTYPE_F32, .data = data, .rows = rows, .cols = cols};
+    *dst = (ig_weight_t){.dtype = dtype, .data = data, .rows = rows, .cols = cols};
     return 0;
 
 fail:
@@ -187,6 +260,10 @@ static void cpu_free_weight(ig_backend_t *be, ig_weight_t *w)
 {
     if (w == NULL)
         return;
+    if (w->dtype == IG_DTYPE_Q8_0) { /* a view (upload_weight) */
+        w->data = NULL;
+        return;
+    }
     packed_remove(cpu_of(be), w->data);
     free(w->data);
     w->data = NULL;
@@ -206,7 +283,15 @@ static int cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, con
             return IG_ERANGE;
     for (int i = 0; i < ntok; i++) {
         float *o = out + (size_t)i * table->cols;
-        if (packed)
+        if (table->dtype == IG_DTYPE_Q8_0)
+            ig_dtype_to_f32(o,
+                            (const char *)table->data +
+                                (size_t)tokens[i] * table->cols / IG_Q8_0_BLOCK * IG_Q8_0_BYTES,
+                            IG_DTYPE_Q8_0, (size_t)table->cols);
+        else if (packed && table->dtype != IG_DTYPE_F32)
+            ig__gemm16_unpack_row(o, table->data, table->dtype == IG_DTYPE_BF16, (int)table->cols,
+                                  tokens[i]);
+        else if (packed)
             ig__gemm_unpack_row(o, t, (int)table->cols, tokens[i]);
         else
             memcpy(o, t + (size_t)tokens[i] * table->cols, (size_t)table->cols * sizeof(float));
@@ -329,8 +414,11 @@ static int cpu_gather(ig_backend_t *be, float *out, const float *x, const int *r
 typedef struct {
     float *y;
     const float *x;
-    const float *w;
+    const void *w; /* float, or uint16_t for 16-bit weights */
     const float *bias;
+    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 always packed, Q8_0 as stored */
+    const int8_t *xq; /* Q8_0: x quantized (m, k), and its scales (m, k / 32) */
+    const float *xd;
     int m, n, k;
     int packed; /* w in the own GEMM's panel layout */
     ig_cpu_gemm_t mode;
@@ -342,7 +430,11 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
 {
     if (n1 <= n0)
         return;
-    if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
+    if (j->dtype == IG_DTYPE_Q8_0)
+        ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->w, j->m, j->k, n0, n1);
+    else if (j->dtype != IG_DTYPE_F32)
+        ig__gemm16(j->y, j->n, j->x, j->w, j->dtype == IG_DTYPE_BF16, j->m, j->k, j->n, n0, n1);
+    else if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
         ig__gemm_own(j->y, j->n, j->x, j->w, j->m, j->k, j->n, n0, n1);
     else if (j->packed)
         ig__gemm_blas_packed(j->y, j->n, j->x, j->w, j->m, j->k, j->n, n0, n1);
@@ -380,6 +472,7 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
                       .m = m,
                       .n = (int)w->rows,
                       .k = (int)w->cols,
+                      .dtype = w->dtype,
                       .packed = is_packed(c, w),
                       .mode = c->gemm};
     float *tmp = NULL;
@@ -388,7 +481,26 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
     double flops = (double)m * j.n * j.k;
     if (j.mode == IG_CPU_GEMM_AUTO)
         j.mode = IG_CPU_GEMM_OWN; /* faster than OpenBLAS at every m here (docs/engine.md) */
-    if (j.mode == IG_CPU_GEMM_OWN && !j.packed) {
+    if (j.dtype == IG_DTYPE_Q8_0) {
+        /* x quantized once here, for every thread's columns. */
+        size_t need = (size_t)m * j.k;
+        if (need > c->xq_cap) {
+            int8_t *q = realloc(c->xq, need);
+            float *d = q ? realloc(c->xd, need / IG_Q8_0_BLOCK * sizeof(float)) : NULL;
+            if (q != NULL)
+                c->xq = q;
+            if (d == NULL)
+                return IG_ENOMEM;
+            c->xd = d;
+            c->xq_cap = need;
+        }
+        ig__q8_quantize_rows(c->xq, c->xd, x, m, j.k);
+        j.xq = c->xq;
+        j.xd = c->xd;
+    } else if (j.dtype != IG_DTYPE_F32 && !j.packed) {
+        return IG_EINVAL; /* 16-bit weights come only from upload_weight */
+    }
+    if (j.dtype == IG_DTYPE_F32 && j.mode == IG_CPU_GEMM_OWN && !j.packed) {
         /* A weight made by hand (tests): packed here, for this call. */
         tmp = malloc(ig__gemm_packed_floats(j.n, j.k) * sizeof(float));
         if (tmp == NULL)
@@ -398,7 +510,11 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
         j.packed = 1;
     }
     int nr = ig__gemm_panel_width();
-    if (j.mode == IG_CPU_GEMM_BLAS_OWN) {
+    if (j.dtype == IG_DTYPE_Q8_0)
+        nr = 16; /* rows of W: any split gives the same bits */
+    else if (j.dtype != IG_DTYPE_F32)
+        nr = IG_GEMM16_NR;
+    if (j.mode == IG_CPU_GEMM_BLAS_OWN && j.dtype == IG_DTYPE_F32) {
         /* OpenBLAS splits the work over its own threads. */
         j.mode = IG_CPU_GEMM_BLAS_POOL;
         matmul_cols(&j, 0, j.n);
@@ -837,6 +953,8 @@ static void cpu_destroy(ig_backend_t *be)
                 free(c->scratch[t]);
         free(c->scratch);
         free(c->items);
+        free(c->xq);
+        free(c->xd);
         free(c->packed);
         pthread_mutex_destroy(&c->packed_lock);
         free(c);

@@ -11,6 +11,7 @@
 
 #include <stdatomic.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /* ---- thread pool ---------------------------------------------------------- */
 
@@ -87,5 +88,54 @@ const char *ig__cpu_simd_name(void);
  * e.g. some virtual machines, unless OPENBLAS_CORETYPE names one), and its
  * core name ("none" without OpenBLAS); for the benchmark's report. */
 int ig__cpu_blas_usable(const char **core);
+
+/* ---- instruction set of the dispatched kernels (isa.c) -------------------- */
+
+/* The kernels of gemm16.c and gemmq8.c pick their code at run time, not at
+ * build time, so one binary is right on every x86-64. AVX-512 here means
+ * F, BW, VL and VNNI; AVX2 means AVX2, FMA and F16C. */
+typedef enum {
+    IG_CPU_ISA_SCALAR = 0,
+    IG_CPU_ISA_AVX2,
+    IG_CPU_ISA_AVX512,
+} ig_cpu_isa_t;
+
+/* The set in use: the best the CPU has, lowered by IG_CPU_ISA=avx2|scalar
+ * or by ig__cpu_set_isa(). Process-wide. */
+ig_cpu_isa_t ig__cpu_isa(void);
+ig_cpu_isa_t ig__cpu_isa_max(void);
+/* IG_ENOTSUP when the CPU lacks isa. */
+int ig__cpu_set_isa(ig_cpu_isa_t isa);
+const char *ig__cpu_isa_name(ig_cpu_isa_t isa);
+
+/* ---- 16-bit weights (gemm16.c) -------------------------------------------- */
+
+/* BF16 and F16 weights are packed like the F32 ones (panels of
+ * IG_GEMM16_NR output columns, k-major, zero-padded) but keep their 16 bits;
+ * the kernel widens them in registers, so every product is exact and the
+ * F32 error bounds hold. */
+#define IG_GEMM16_NR 32
+size_t ig__gemm16_packed_elems(int n, int k);
+/* Packs rows [0, n) of w(n, k); a caller packing a big W in pieces passes
+ * pieces of a multiple of IG_GEMM16_NR rows, dst advanced by rows * k. */
+void ig__gemm16_pack(uint16_t *dst, const uint16_t *w, int n, int k);
+/* dst(k) = row `row` of the packed W, widened. */
+void ig__gemm16_unpack_row(float *dst, const uint16_t *packed, int bf16, int k, int row);
+/* y(m, n) (row stride ldy) = x(m, k) . W(n, k)^T for the columns [n0, n1),
+ * n0 a multiple of IG_GEMM16_NR; single-threaded; each output has the same
+ * bits whatever m, n0, n1. */
+void ig__gemm16(float *y, int ldy, const float *x, const uint16_t *packed, int bf16, int m, int k,
+                int n, int n0, int n1);
+
+/* ---- Q8_0 weights (gemmq8.c) ---------------------------------------------- */
+
+/* x(m, k) quantized per block of 32 like a Q8_0 weight, but with the scale
+ * kept in F32: q(m, k) int8 and d(m, k / 32); k a multiple of 32. */
+void ig__q8_quantize_rows(int8_t *q, float *d, const float *x, int m, int k);
+/* y(m, n) (row stride ldy) = x . W^T for the columns [n0, n1), W(n, k) in
+ * Q8_0 row-major (GGUF's layout) and x quantized by ig__q8_quantize_rows;
+ * single-threaded; each output has the same bits whatever m, n0, n1. */
+void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m,
+                 int k, int n0, int n1);
 
 #endif

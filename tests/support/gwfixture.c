@@ -37,6 +37,21 @@ int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap)
     return 0;
 }
 
+int ig_gwf_model_make_seed(const char *dir, int seed)
+{
+    char sd[16];
+    snprintf(sd, sizeof(sd), "%d", seed);
+    ig_proc_t p;
+    const char *args[] = {"mkmodel", "--preset", "tiny", "--seed", sd, "--out", dir, NULL};
+    if (ig_proc_start_bin(&p, "infergate", args, 0) != 0)
+        return -1;
+    int rc = ig_proc_stop(&p, 0, 60000);
+    ig_proc_dispose(&p);
+    if (rc != 0)
+        fprintf(stderr, "infergate mkmodel --seed %d exited %d\n", seed, rc);
+    return rc == 0 ? 0 : -1;
+}
+
 char ig_gwf_run_dir[96];
 char ig_gwf_model_dir[96];
 

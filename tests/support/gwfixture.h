@@ -23,6 +23,10 @@
  * ig_tf_rmtree when it wants it gone. */
 int ig_gwf_model_make(char *run_dir, char *model_dir, size_t cap);
 
+/* Another tiny model at dir: `infergate mkmodel --preset tiny --seed
+ * seed` (its own weights and tokenizer), up to 60 s. 0 or -1. */
+int ig_gwf_model_make_seed(const char *dir, int seed);
+
 /* The tiny model of one test program: ig_gwf_model_setup makes it
  * (ig_gwf_model_make into these two) and ig_gwf_model_teardown removes the
  * run directory, so that the tests leave nothing in /tmp. They have the

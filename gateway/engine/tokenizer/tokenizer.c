@@ -10,6 +10,8 @@
  * from them, and last the loading of the files in order. Each part validates
  * what the next relies on, which reads best as one pass.
  */
+#include "gguf_vocab.h"
+#include "infergate/gguf.h"
 #include "internal.h"
 
 #include "infergate/error.h"
@@ -1314,6 +1316,8 @@ fail:
 
 int ig_tokenizer_load(const char *dir, ig_tokenizer_t **out, char *err, size_t errlen)
 {
+    if (ig_gguf_is_gguf(dir)) /* a GGUF file: its vocabulary (gguf_vocab.c) */
+        return ig__tokenizer_load_gguf(dir, out, err, errlen);
     size_t n = strlen(dir) + 32;
     char *a = malloc(n), *b = malloc(n), *g = malloc(n);
     int rc;

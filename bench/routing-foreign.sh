@@ -1,0 +1,255 @@
+#!/bin/bash
+# Routing on fleets the router was not tuned for: plain OpenAI upstreams
+# (build/testupstream with --slots and no /load, so the gateway is told no
+# slot count) with exponential service times, some behind faultproxy adding
+# round trip. For each fleet shape, each load (a fraction of the fleet's
+# capacity) and each policy, the fleet and the gateway are started fresh and
+# igbench sends the same open-loop Poisson schedule (same seed), streaming,
+# so TTFT is measured. Prints p50/p99 TTFT per policy and the ratios
+# latency/least_inflight and latency/round_robin; writes
+# bench/results/routing-foreign.json.
+#
+# A shape is a list of upstreams NAME:SLOTS:MEAN_MS:RTT_MS[:LATER_MEAN_MS]
+# (LATER_MEAN_MS: its mean service time from half way through the measured
+# run on). Capacity = sum of SLOTS / MEAN (with LATER_MEAN where smaller).
+# The default shapes:
+#   issue   three 4-slot at 20 ms, one 4-slot at 60 ms, one 8-slot at 20 ms
+#           behind +40 ms of RTT (the fleet of issue 12)
+#   narrow  one 1-slot upstream at 5 ms beside two 16-slot ones at 100 ms
+#   shift   four 4-slot at 20 ms; two of them slow to 50 ms half way
+#
+# usage: bench/routing-foreign.sh [BUILD_DIR]     (default: build)
+# environment:
+#   SHAPES="issue narrow shift"  which shapes (names above)
+#   LOADS="0.5 0.7 0.9"          offered load as fractions of capacity
+#   POLICIES="latency least_inflight round_robin"
+#   DURATION=8   seconds of measured load per run (after the warm-up)
+#   WARMUP=3     seconds of load per run not counted (the router learns)
+#   SEED=1       igbench seed (the same schedule for every policy)
+#   TIMEOUT=15   igbench per-request timeout (s)
+#   RESULTS=bench/results/routing-foreign.json
+# Targets (issue 12): latency p99 TTFT <= 0.8 x least_inflight, p50 <= 1.0 x,
+# and no percentile worse than round_robin. Needs python3.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib/common.sh"
+bench_init routing-foreign "$@"
+SHAPES=${SHAPES:-"issue narrow shift"}
+LOADS=${LOADS:-"0.5 0.7 0.9"}
+POLICIES=${POLICIES:-"latency least_inflight round_robin"}
+DURATION=${DURATION:-8}
+WARMUP=${WARMUP:-3}
+SEED=${SEED:-1}
+TIMEOUT=${TIMEOUT:-15}
+RESULTS=${RESULTS:-$root/bench/results/routing-foreign.json}
+check_bounds "0 < $DURATION <= 60 and 0 <= $WARMUP <= 30 and 0 < $TIMEOUT <= 60" \
+    "DURATION <= 60, WARMUP <= 30, TIMEOUT <= 60"
+need_one_of policy "latency round_robin least_inflight random" $POLICIES
+need_one_of shape "issue narrow shift" $SHAPES
+for l in $LOADS; do
+    check_bounds "0 < $l <= 1.2" "each of LOADS in (0, 1.2]"
+done
+need_built igbench faultproxy testupstream infergate
+pids=()
+gw_pid=""
+kill_on_exit gw_pid pids
+
+shape_spec() {
+    case $1 in
+    issue) echo "a1:4:20:0 a2:4:20:0 a3:4:20:0 slow:4:60:0 far:8:20:40" ;;
+    narrow) echo "fast:1:5:0 wide1:16:100:0 wide2:16:100:0" ;;
+    shift) echo "s1:4:20:0:50 s2:4:20:0:50 s3:4:20:0 s4:4:20:0" ;;
+    esac
+}
+
+capacity_of() { # spec...
+    "$PY" - "$@" <<'PYEOF'
+import sys
+cap = 0.0
+for u in sys.argv[1:]:
+    f = u.split(":")
+    mean = float(f[2]) if len(f) < 5 else max(float(f[2]), float(f[4]))
+    cap += int(f[1]) / (mean / 1000.0)
+print(round(cap, 1))
+PYEOF
+}
+
+# Starts the fleet of one run; fills url[] (in spec order) and names[].
+start_fleet() { # change_at_s spec...
+    local change_at=$1
+    shift
+    names=()
+    urls=()
+    local u
+    for u in "$@"; do
+        IFS=: read -r name slots mean rtt later <<<"$u"
+        local extra=()
+        if [ -n "${later:-}" ]; then
+            extra=(--change-at "$change_at" --change-delay "exp:$later")
+        fi
+        "$build/testupstream" --quiet --instant-raw --slots "$slots" --delay-dist "exp:$mean" \
+            --tokens 2 --seed "$((SEED + ${#names[@]}))" ${extra[@]+"${extra[@]}"} \
+            >"$tmp/$name.out" &
+        pids+=($!)
+        local port
+        port=$(port_of "$tmp/$name.out")
+        if [ "$rtt" != 0 ]; then
+            local half
+            half=$("$PY" -c "print($rtt / 2)")
+            "$build/faultproxy" --quiet --target "127.0.0.1:$port" --delay-ms "$half" \
+                >"$tmp/$name-fp.out" &
+            pids+=($!)
+            port=$(port_of "$tmp/$name-fp.out")
+        fi
+        names+=("$name")
+        urls+=("http://127.0.0.1:$port")
+    done
+}
+
+stop_all() {
+    local p
+    [ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
+    gw_pid=""
+    for p in ${pids[@]+"${pids[@]}"}; do
+        kill "$p" 2>/dev/null && wait "$p" 2>/dev/null || true
+    done
+    pids=()
+}
+
+# One run: fleet + gateway + igbench; writes $tmp/ig-$key.json and
+# $tmp/status-$key.json (the gateway's /status at the end).
+run_one() { # key policy rate spec...
+    local key=$1 policy=$2 rate=$3
+    shift 3
+    local change_at
+    change_at=$("$PY" -c "print($WARMUP + $DURATION / 2.0 + 0.5)")
+    start_fleet "$change_at" "$@"
+    local gw_port
+    gw_port=$(free_port)
+    "$PY" - "$tmp/gw-$key.json" "$gw_port" "$policy" "${names[*]}" "${urls[*]}" <<'PYEOF'
+import json, sys
+out, port, policy, names, urls = sys.argv[1:6]
+cfg = {"region": "bench", "listen": "127.0.0.1:" + port, "log": {"level": "warn"},
+       "models": [{"name": "m"}],
+       "sites": [{"name": n, "url": u, "models": ["m"]}
+                 for n, u in zip(names.split(), urls.split())],
+       # No retries or hedges: each policy's first choice is what is measured.
+       "routing": {"policy": policy, "max_retries": 0, "queue_size": 4096}}
+json.dump(cfg, open(out, "w"))
+PYEOF
+    "$build/infergate" serve --config "$tmp/gw-$key.json" 2>"$tmp/gw-$key.log" &
+    gw_pid=$!
+    if ! "$PY" - "$gw_port" "${#names[@]}" <<'PYEOF'; then
+import json, sys, time, urllib.request
+port, n = sys.argv[1], int(sys.argv[2])
+end = time.time() + 10
+while time.time() < end:
+    try:
+        st = json.load(urllib.request.urlopen("http://127.0.0.1:%s/status" % port, timeout=1))
+        if sum(1 for s in st["sites"] if s["up"]) == n:
+            sys.exit(0)
+    except Exception:
+        pass
+    time.sleep(0.1)
+sys.exit(1)
+PYEOF
+        echo "routing-foreign: gateway ($key) did not see its sites; log:" >&2
+        cat "$tmp/gw-$key.log" >&2
+        return 1
+    fi
+    "$build/igbench" --quiet --target "127.0.0.1:$gw_port" --rate "$rate" --arrival poisson \
+        --duration "$((DURATION + WARMUP))" --warmup "$WARMUP" --seed "$SEED" \
+        --timeout "$TIMEOUT" --stream --endpoint completions --model m --max-tokens 2 \
+        --input-tokens 16 --label "routing-foreign-$key" --json "$tmp/ig-$key.json"
+    "$PY" - "$gw_port" "$tmp/status-$key.json" <<'PYEOF' || true
+import sys, urllib.request
+open(sys.argv[2], "w").write(urllib.request.urlopen(
+    "http://127.0.0.1:%s/status" % sys.argv[1], timeout=2).read().decode())
+PYEOF
+    stop_all
+}
+
+echo "routing-foreign: shapes [$SHAPES], loads [$LOADS], policies [$POLICIES]," \
+    "${DURATION}s (+${WARMUP}s warm-up) per run, seed $SEED"
+for shape in $SHAPES; do
+    spec=$(shape_spec "$shape")
+    cap=$(capacity_of $spec)
+    echo "  $shape: $spec (capacity $cap req/s)"
+    for load in $LOADS; do
+        rate=$("$PY" -c "print(round($load * $cap, 1))")
+        for policy in $POLICIES; do
+            run_one "$shape-$load-$policy" "$policy" "$rate" $spec
+        done
+    done
+done
+
+mkdir -p "$(dirname "$RESULTS")"
+"$PY" - "$RESULTS" "$tmp" "$SHAPES" "$LOADS" "$POLICIES" <<PYEOF
+import json, sys, time
+out, tmp, shapes, loads, policies = sys.argv[1:6]
+shapes, loads, policies = shapes.split(), loads.split(), policies.split()
+runs, verdicts = {}, []
+print("  %-7s %-5s %-15s %9s %9s %9s %9s %6s  %s" % ("shape", "load", "policy", "ttft p50",
+      "ttft p90", "ttft p99", "e2e p99", "errors", "learned C / limit per upstream"))
+for s in shapes:
+    for l in loads:
+        rows = {}
+        for p in policies:
+            key = "%s-%s-%s" % (s, l, p)
+            r = json.load(open("%s/ig-%s.json" % (tmp, key)))
+            lat = r["latency_ms"]
+            try:
+                st = json.load(open("%s/status-%s.json" % (tmp, key)))
+                learned = {x["name"]: [round(x.get("concurrency", 0), 2),
+                                       x.get("concurrency_limit")] for x in st["sites"]}
+            except Exception:
+                learned = {}
+            rows[p] = {"ttft_p50_ms": lat["ttft"]["p50"], "ttft_p90_ms": lat["ttft"]["p90"],
+                       "ttft_p99_ms": lat["ttft"]["p99"], "e2e_p50_ms": lat["e2e"]["p50"],
+                       "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"],
+                       "errors": r["errors"], "throughput_rps": r["throughput_rps"],
+                       "learned_concurrency_and_limit": learned}
+            x = rows[p]
+            print("  %-7s %-5s %-15s %9.1f %9.1f %9.1f %9.1f %6d  %s" % (
+                s, l, p, x["ttft_p50_ms"], x["ttft_p90_ms"], x["ttft_p99_ms"], x["e2e_p99_ms"],
+                x["requests"]["errors"],
+                " ".join("%s=%s/%s" % (k, v[0], v[1]) for k, v in learned.items())))
+        ratios = {}
+        if "latency" in rows and "least_inflight" in rows:
+            li = rows["least_inflight"]
+            ratios["p99_over_least_inflight"] = round(rows["latency"]["ttft_p99_ms"] / li["ttft_p99_ms"], 3)
+            ratios["p50_over_least_inflight"] = round(rows["latency"]["ttft_p50_ms"] / li["ttft_p50_ms"], 3)
+        if "latency" in rows and "round_robin" in rows:
+            rr = rows["round_robin"]
+            ratios["p50_over_round_robin"] = round(rows["latency"]["ttft_p50_ms"] / rr["ttft_p50_ms"], 3)
+            ratios["p90_over_round_robin"] = round(rows["latency"]["ttft_p90_ms"] / rr["ttft_p90_ms"], 3)
+            ratios["p99_over_round_robin"] = round(rows["latency"]["ttft_p99_ms"] / rr["ttft_p99_ms"], 3)
+        ok = (ratios.get("p99_over_least_inflight", 0) <= 0.8 and
+              ratios.get("p50_over_least_inflight", 0) <= 1.0 and
+              all(ratios.get(k, 0) <= 1.0 for k in
+                  ("p50_over_round_robin", "p90_over_round_robin", "p99_over_round_robin")))
+        verdicts.append(ok)
+        print("  %-7s %-5s ratios latency/least_inflight p99 %s p50 %s; latency/round_robin "
+              "p50 %s p90 %s p99 %s -> %s" % (s, l, ratios.get("p99_over_least_inflight"),
+              ratios.get("p50_over_least_inflight"), ratios.get("p50_over_round_robin"),
+              ratios.get("p90_over_round_robin"), ratios.get("p99_over_round_robin"),
+              "ok" if ok else "MISSED"))
+        runs["%s@%s" % (s, l)] = {"policies": rows, "ratio": ratios, "targets_met": ok}
+res = {
+    "scenario": "routing-foreign",
+    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    "command": "bench/routing-foreign.sh",
+    "what": "TTFT per routing policy on fleets of plain upstreams (no /load), open-loop Poisson",
+    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "seed": $SEED,
+               "timeout_s": $TIMEOUT, "shapes": shapes, "loads": [float(x) for x in loads],
+               "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
+    "runs": runs,
+    "targets": "latency p99 TTFT <= 0.8x least_inflight, p50 <= 1.0x, <= round_robin at p50/p90/p99",
+    "targets_met": "%d of %d" % (sum(verdicts), len(verdicts)),
+}
+json.dump(res, open(out, "w"), indent=2)
+open(out, "a").write("\n")
+print("  targets met in %d of %d shape/load cases" % (sum(verdicts), len(verdicts)))
+print("  wrote " + out)
+PYEOF

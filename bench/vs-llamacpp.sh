@@ -1,0 +1,191 @@
+#!/bin/bash
+# infergate against llama.cpp on the same GGUF files of the `1b` preset
+# (Llama-3.2-1B's shape, random weights, written by `infergate mkmodel
+# --format gguf`): BF16 and Q8_0. Everything is measured in this one run and
+# printed as ratios (ours / llama.cpp):
+#   - one-stream decode, BF16 and Q8_0: both servers over HTTP (our worker,
+#     llama-server), the same prompt, N_TOKENS greedy tokens streamed, the
+#     rate between the first and the last token; best of ROUNDS;
+#   - batch 64 aggregate, BF16: build/engine-bench --batches 64 against
+#     llama-batched-bench -npl 64 (both engine-level, decode tokens/s);
+#   - prefill, BF16: engine-bench's PREFILL-token prefill against
+#     llama-bench -p PREFILL;
+#   - the fraction of this machine's memory bandwidth that one-stream decode
+#     reaches: bytes of weights read per token / time per token, against a
+#     streaming read of a 1 GiB buffer measured here (numpy, one thread;
+#     llama.cpp and we both run THREADS threads, so the figure is a
+#     fraction of the one-thread bandwidth and may exceed 1);
+#   - the worker's RSS after load, against the file's bytes (+ its KV cache).
+# The 1b runs take minutes: a benchmark, never a test.
+#
+# usage: bench/vs-llamacpp.sh [BUILD_DIR]            (default: build)
+# environment:
+#   LLAMACPP_BIN=/work/peers/llama.cpp/build/bin   llama-server, llama-bench, llama-batched-bench
+#   MODELS=/work/peers/models   where the 1b GGUFs are kept (made there when missing)
+#   THREADS=2  N_TOKENS=48  ROUNDS=2  PREFILL=256  BATCH_STEPS=8
+#   RESULTS=bench/results/vs-llamacpp.json
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib/common.sh"
+bench_init vs-llamacpp "$@"
+LLAMACPP_BIN=${LLAMACPP_BIN:-/work/peers/llama.cpp/build/bin}
+MODELS=${MODELS:-/work/peers/models}
+THREADS=${THREADS:-2}
+N_TOKENS=${N_TOKENS:-48}
+ROUNDS=${ROUNDS:-2}
+PREFILL=${PREFILL:-256}
+BATCH_STEPS=${BATCH_STEPS:-8}
+RESULTS=${RESULTS:-$root/bench/results/vs-llamacpp.json}
+check_bounds "$N_TOKENS <= 512 and $ROUNDS <= 5 and $PREFILL <= 2048 and $BATCH_STEPS <= 64" \
+    "N_TOKENS <= 512, ROUNDS <= 5, PREFILL <= 2048 and BATCH_STEPS <= 64"
+need_built infergate engine-bench
+for t in llama-server llama-bench llama-batched-bench; do
+    [ -x "$LLAMACPP_BIN/$t" ] || bench_fail "$LLAMACPP_BIN/$t not found (set LLAMACPP_BIN)"
+done
+mkdir -p "$MODELS" "$(dirname "$RESULTS")"
+bf16=$MODELS/1b-bf16.gguf
+q8=$MODELS/1b-q8_0.gguf
+[ -f "$bf16" ] || "$build/infergate" mkmodel --preset 1b --format gguf --out "$bf16"
+[ -f "$q8" ] || "$build/infergate" mkmodel --preset 1b --format gguf --quantize q8_0 --out "$q8"
+
+worker_pid=
+llama_pid=
+kill_on_exit worker_pid llama_pid
+
+# ---- memory bandwidth: a streaming read, one thread -------------------------
+bw=$(OPENBLAS_NUM_THREADS=1 "$PY" - <<'EOF'
+import time, numpy as np
+a = np.ones(1 << 28, dtype=np.float32)  # 1 GiB
+best = 0
+for _ in range(5):
+    t = time.perf_counter(); a.max(); dt = time.perf_counter() - t  # SIMD, memory-bound
+    best = max(best, a.nbytes / dt / 1e9)
+print(f"{best:.2f}")
+EOF
+)
+echo "memory bandwidth (streaming read, 1 thread): $bw GB/s"
+
+# ---- one-stream decode over HTTP ----------------------------------------------
+# stream_rate PORT KIND: best tokens/s between the first and the last streamed
+# token over ROUNDS requests (KIND: ours | llama).
+stream_rate() {
+    "$PY" - "$1" "$2" "$N_TOKENS" "$ROUNDS" <<'EOF'
+import http.client, json, sys, time
+port, kind, n, rounds = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+prompt = "The history of the city begins with a small settlement on the river"
+if kind == "ours":
+    path = "/v1/completions"
+    body = {"prompt": prompt, "max_tokens": n, "temperature": 0, "stream": True, "ignore_eos": True}
+else:
+    path = "/completion"
+    body = {"prompt": prompt, "n_predict": n, "temperature": 0, "top_k": 1, "stream": True,
+            "ignore_eos": True, "cache_prompt": False}
+best = 0.0
+for _ in range(rounds):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    times = []
+    for line in r:
+        line = line.strip()
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            continue
+        ev = json.loads(line[6:])
+        text = ev["choices"][0].get("text", "") if kind == "ours" else ev.get("content", "")
+        if text or (kind != "ours" and ev.get("stop") is False):
+            times.append(time.perf_counter())
+    c.close()
+    if len(times) >= 2:
+        best = max(best, (len(times) - 1) / (times[-1] - times[0]))
+print(f"{best:.3f}")
+EOF
+}
+
+wait_http() { # PORT PATH: up to 300 s
+    for _ in $(seq 1 600); do
+        if curl -sf "http://127.0.0.1:$1$2" >/dev/null 2>&1; then return 0; fi
+        sleep 0.5
+    done
+    bench_fail "nothing answered on port $1$2"
+}
+
+rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+
+decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss
+    local port
+    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    "$build/infergate" worker --model "$1" --device "cpu:$THREADS" --listen "127.0.0.1:$port" \
+        --kv-blocks 64 --log-level warn &
+    worker_pid=$!
+    wait_http "$port" /ready
+    ours_rss=$(rss_kb "$worker_pid")
+    ours_tps=$(stream_rate "$port" ours)
+    kill "$worker_pid"; wait "$worker_pid" 2>/dev/null || true; worker_pid=
+    "$LLAMACPP_BIN/llama-server" -m "$1" --port "$port" --host 127.0.0.1 -t "$THREADS" -c 1024 \
+        -np 1 >"$tmp/llama-$2.log" 2>&1 &
+    llama_pid=$!
+    wait_http "$port" /health
+    llama_rss=$(rss_kb "$llama_pid")
+    llama_tps=$(stream_rate "$port" llama)
+    kill "$llama_pid"; wait "$llama_pid" 2>/dev/null || true; llama_pid=
+    echo "decode $2: infergate $ours_tps tok/s (RSS $((ours_rss / 1024)) MiB), llama.cpp $llama_tps tok/s (RSS $((llama_rss / 1024)) MiB)"
+}
+
+decode_pair "$bf16" bf16
+d_bf16_ours=$ours_tps d_bf16_llama=$llama_tps rss_bf16=$ours_rss
+decode_pair "$q8" q8_0
+d_q8_ours=$ours_tps d_q8_llama=$llama_tps rss_q8=$ours_rss
+
+# ---- batch 64 and prefill (engine level) --------------------------------------
+"$build/engine-bench" --model "$bf16" --threads "$THREADS" --batches 64 --steps "$BATCH_STEPS" \
+    --prompt 16 --prefill "$PREFILL" --rounds 1 --out "$tmp/eb.json" >"$tmp/eb.txt" 2>&1
+b64_ours=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print([r for r in j["decode"] if r["batch"]==64][0]["tokens_per_s"])' "$tmp/eb.json")
+pf_ours=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["prefill_tokens_per_s"])' "$tmp/eb.json")
+"$LLAMACPP_BIN/llama-batched-bench" -m "$bf16" -c 4096 -b 2048 -ub 512 -npp 16 \
+    -ntg "$BATCH_STEPS" -npl 64 -t "$THREADS" >"$tmp/bb.txt" 2>&1
+# | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
+b64_llama=$(awk -F'|' '$4+0 == 64 {gsub(/ /,"",$9); print $9}' "$tmp/bb.txt" | tail -1)
+"$LLAMACPP_BIN/llama-bench" -m "$bf16" -p "$PREFILL" -n 0 -t "$THREADS" -r 1 -o csv \
+    >"$tmp/lb.csv" 2>/dev/null
+pf_llama=$("$PY" -c '
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+print(rows[-1]["avg_ts"])' "$tmp/lb.csv")
+echo "batch 64 BF16: infergate $b64_ours tok/s, llama.cpp $b64_llama tok/s"
+echo "prefill $PREFILL BF16: infergate $pf_ours tok/s, llama.cpp $pf_llama tok/s"
+
+# ---- report -------------------------------------------------------------------
+"$PY" - "$RESULTS" <<EOF
+import json, os, sys
+bw = float("$bw")
+bf16_bytes = os.path.getsize("$bf16"); q8_bytes = os.path.getsize("$q8")
+def r(a, b): return float(a) / float(b) if float(b) > 0 else float("nan")
+res = {
+    "bandwidth_gbs_1thread": bw, "threads": int("$THREADS"),
+    "decode_bf16": {"ours": float("$d_bf16_ours"), "llamacpp": float("$d_bf16_llama"),
+                    "ratio": r("$d_bf16_ours", "$d_bf16_llama"),
+                    "bandwidth_fraction": float("$d_bf16_ours") * bf16_bytes / 1e9 / bw},
+    "decode_q8_0": {"ours": float("$d_q8_ours"), "llamacpp": float("$d_q8_llama"),
+                    "ratio": r("$d_q8_ours", "$d_q8_llama"),
+                    "bandwidth_fraction": float("$d_q8_ours") * q8_bytes / 1e9 / bw},
+    "batch64_bf16": {"ours": float("$b64_ours"), "llamacpp": float("$b64_llama"),
+                     "ratio": r("$b64_ours", "$b64_llama")},
+    "prefill_bf16": {"tokens": int("$PREFILL"), "ours": float("$pf_ours"),
+                     "llamacpp": float("$pf_llama"), "ratio": r("$pf_ours", "$pf_llama")},
+    "rss": {"bf16_file_mib": bf16_bytes / 2**20, "bf16_worker_mib": int("$rss_bf16") / 1024,
+            "bf16_ratio": int("$rss_bf16") * 1024 / bf16_bytes,
+            "q8_0_file_mib": q8_bytes / 2**20, "q8_0_worker_mib": int("$rss_q8") / 1024,
+            "q8_0_ratio": int("$rss_q8") * 1024 / q8_bytes},
+}
+json.dump(res, open(sys.argv[1], "w"), indent=2)
+print()
+print("ratios (infergate / llama.cpp), 1b preset, %d threads:" % res["threads"])
+for k in ("decode_bf16", "decode_q8_0", "batch64_bf16", "prefill_bf16"):
+    print("  %-13s %.2fx  (%.2f vs %.2f tok/s)" % (k, res[k]["ratio"], res[k]["ours"], res[k]["llamacpp"]))
+for k in ("decode_bf16", "decode_q8_0"):
+    print("  %-13s reads %.2f of one thread's streaming bandwidth (%.1f GB/s)" % (k, res[k]["bandwidth_fraction"], bw))
+print("  worker RSS after load: %.2fx the BF16 file, %.2fx the Q8_0 file (KV cache of 64 blocks included)"
+      % (res["rss"]["bf16_ratio"], res["rss"]["q8_0_ratio"]))
+print("wrote", sys.argv[1])
+EOF

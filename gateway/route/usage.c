@@ -1,0 +1,168 @@
+/*
+ * The region's token counters and inter-token latency
+ * (include/infergate/usage.h): OpenAI answers read as they pass through
+ * the proxy.
+ */
+#include "infergate/usage.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* An event larger than this is skipped, not buffered: token events are a
+ * few hundred bytes. */
+#define MAX_EVENT_BYTES (1u << 20)
+
+void ig_usage_families_register(ig_usage_families_t *f)
+{
+    f->prompt = ig_metrics_counter("infergate_prompt_tokens_total",
+                                   "Prompt tokens of the answers this region served", "model");
+    f->generation =
+        ig_metrics_counter("infergate_generation_tokens_total",
+                           "Tokens generated in the answers this region served", "model");
+    f->itl = ig_metrics_histogram("infergate_inter_token_latency_seconds",
+                                  "Gap between two streamed tokens, as the gateway forwards them",
+                                  "model", NULL, 0);
+}
+
+void ig_usage_init(ig_usage_meter_t *m)
+{
+    memset(m, 0, sizeof(*m));
+    m->prompt = m->completion = -1;
+}
+
+static void read_usage(ig_usage_meter_t *m, const json_t *o)
+{
+    const json_t *u = json_object_get(o, "usage");
+    if (!json_is_object(u))
+        return;
+    const json_t *p = json_object_get(u, "prompt_tokens");
+    const json_t *c = json_object_get(u, "completion_tokens");
+    if (json_is_integer(p) && json_integer_value(p) >= 0)
+        m->prompt = json_integer_value(p);
+    if (json_is_integer(c) && json_integer_value(c) >= 0)
+        m->completion = json_integer_value(c);
+}
+
+/* Content pieces in one payload: choices with text or delta.content. */
+static int content_choices(const json_t *o)
+{
+    int n = 0;
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(o, "choices"), i, c)
+    {
+        const json_t *t = json_object_get(c, "text");
+        const json_t *d = json_object_get(json_object_get(c, "delta"), "content");
+        if ((json_is_string(t) && json_string_length(t) > 0) ||
+            (json_is_string(d) && json_string_length(d) > 0))
+            n++;
+    }
+    return n;
+}
+
+/* One complete event ev[0..n) (without its blank line). */
+static void event(ig_usage_meter_t *m, const ig_usage_families_t *f, const char *model,
+                  const char *ev, size_t n, uint64_t now_ns)
+{
+    const char *p = ev, *end = ev + n;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *le = nl != NULL ? nl : end;
+        size_t ll = (size_t)(le - p);
+        if (ll > 0 && p[ll - 1] == '\r')
+            ll--;
+        if (ll > 5 && memcmp(p, "data:", 5) == 0) {
+            json_t *o = json_loadb(p + 5, ll - 5, 0, NULL);
+            if (json_is_object(o)) {
+                read_usage(m, o);
+                int k = content_choices(o);
+                if (k > 0) {
+                    if (m->last_token_ns != 0 && now_ns >= m->last_token_ns)
+                        ig_metric_observe(f->itl, (double)(now_ns - m->last_token_ns) / 1e9, model);
+                    m->last_token_ns = now_ns;
+                    m->events += k;
+                }
+            }
+            json_decref(o);
+        }
+        p = le + 1;
+    }
+}
+
+/* Appends to the event being read; past MAX_EVENT_BYTES (or out of
+ * memory) the event is skipped up to its blank line. */
+static void tail_append(ig_usage_meter_t *m, const char *p, size_t n)
+{
+    if (m->overflow)
+        return;
+    if (m->tlen + n > MAX_EVENT_BYTES) {
+        m->overflow = 1;
+        m->tlen = 0;
+        return;
+    }
+    if (m->tlen + n > m->tcap) {
+        size_t cap = m->tcap ? m->tcap * 2 : 1024;
+        while (cap < m->tlen + n)
+            cap *= 2;
+        char *nb = realloc(m->tail, cap);
+        if (nb == NULL) {
+            m->overflow = 1;
+            m->tlen = 0;
+            return;
+        }
+        m->tail = nb;
+        m->tcap = cap;
+    }
+    memcpy(m->tail + m->tlen, p, n);
+    m->tlen += n;
+}
+
+void ig_usage_stream(ig_usage_meter_t *m, const ig_usage_families_t *f, const char *model,
+                     const char *buf, size_t len, uint64_t now_ns)
+{
+    size_t off = 0;
+    while (off < len) {
+        const char *nl = memchr(buf + off, '\n', len - off);
+        size_t upto = nl != NULL ? (size_t)(nl - buf) + 1 : len;
+        if (m->line_len == 0)
+            m->line_first = buf[off];
+        m->line_len += upto - off;
+        tail_append(m, buf + off, upto - off);
+        off = upto;
+        if (nl == NULL)
+            break; /* the line goes on in the next piece */
+        /* A blank line ("\n" or "\r\n", perhaps split over pieces) ends the event. */
+        int blank = m->line_len == 1 || (m->line_len == 2 && m->line_first == '\r');
+        m->line_len = 0;
+        if (blank) {
+            if (!m->overflow && m->tlen > 0)
+                event(m, f, model, m->tail, m->tlen, now_ns);
+            m->tlen = 0;
+            m->overflow = 0;
+        }
+    }
+}
+
+void ig_usage_body(ig_usage_meter_t *m, const char *body, size_t len)
+{
+    json_t *o = json_loadb(body, len, 0, NULL);
+    if (json_is_object(o))
+        read_usage(m, o);
+    json_decref(o);
+}
+
+void ig_usage_end(ig_usage_meter_t *m, const ig_usage_families_t *f, const char *model,
+                  int prompt_estimate)
+{
+    long long gen = m->completion >= 0 ? m->completion : m->events;
+    long long prompt = m->prompt;
+    if (prompt < 0 && m->events > 0)
+        prompt = prompt_estimate > 0 ? prompt_estimate : 0;
+    if (prompt > 0)
+        ig_metric_add(f->prompt, (double)prompt, model);
+    if (gen > 0)
+        ig_metric_add(f->generation, (double)gen, model);
+    free(m->tail);
+    ig_usage_init(m);
+}

@@ -1,0 +1,206 @@
+/*
+ * GEMM on Q8_0 weights (GGUF's layout, include/infergate/dtype.h) computed
+ * on that layout as it lies in memory: no packing, no copy. W(n, k) is n rows
+ * of k / 32 blocks; x is quantized the same way per block of 32 (a scale per
+ * block kept in F32, q = round(x / d)) once per matmul, and each block
+ * contributes d_w * d_x * sum q_w q_x, the integer sum exact.
+ *
+ * The integer dot product of a block: AVX-512 VNNI's vpdpbusd on 256-bit
+ * vectors (unsigned by signed bytes, so |x| times w with x's sign moved onto
+ * w), or AVX2's vpmaddubsw + vpmaddwd (pairs of products fit int16: 2 * 127 *
+ * 127 < 32767), or plain C. Per output the 8 lanes of partial sums go through
+ * the blocks in order, two chains (even and odd blocks), then one fixed
+ * reduction: a row gets the same bits alone or in a batch, on any split of
+ * the columns. Weights of -128 (never written by a quantizer, which stays
+ * within +-127) would overflow the sign trick.
+ */
+#include "cpu_internal.h"
+
+#include "infergate/dtype.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define Q8_X86 1
+#endif
+
+void ig__q8_quantize_rows(int8_t *q, float *d, const float *x, int m, int k)
+{
+    int nb = k / IG_Q8_0_BLOCK;
+    for (int r = 0; r < m; r++)
+        for (int b = 0; b < nb; b++) {
+            const float *xb = x + (size_t)r * k + (size_t)b * IG_Q8_0_BLOCK;
+            int8_t *qb = q + (size_t)r * k + (size_t)b * IG_Q8_0_BLOCK;
+            float amax = 0.0f;
+            for (int i = 0; i < IG_Q8_0_BLOCK; i++)
+                amax = fabsf(xb[i]) > amax ? fabsf(xb[i]) : amax;
+            float sc = amax / 127.0f, inv = sc != 0.0f ? 1.0f / sc : 0.0f;
+            d[(size_t)r * nb + b] = sc;
+            for (int i = 0; i < IG_Q8_0_BLOCK; i++)
+                qb[i] = (int8_t)roundf(xb[i] * inv);
+        }
+}
+
+static inline float w_scale(const uint8_t *blk)
+{
+    uint16_t h;
+    memcpy(&h, blk, 2);
+    return ig_f16_to_f32(h);
+}
+
+/* ---- plain C ---------------------------------------------------------- */
+
+/* Not auto-vectorized: GCC 12 with -march=native on a VNNI CPU turns the
+ * int8 x int8 sum below into vpdpbusd, which multiplies unsigned by signed
+ * bytes, and gets negative activations wrong (test_kernels_q8 caught it). */
+__attribute__((optimize("no-tree-vectorize"))) static void
+gemmq8_scalar(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m, int k,
+              int n0, int n1)
+{
+    int nb = k / IG_Q8_0_BLOCK;
+    size_t row = (size_t)nb * IG_Q8_0_BYTES;
+    for (int c = n0; c < n1; c++) {
+        const uint8_t *wr = w + (size_t)c * row;
+        for (int a = 0; a < m; a++) {
+            const int8_t *xa = xq + (size_t)a * k;
+            float acc = 0.0f;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = wr + (size_t)b * IG_Q8_0_BYTES;
+                int32_t s = 0;
+                for (int i = 0; i < IG_Q8_0_BLOCK; i++)
+                    s += (int32_t)(int8_t)blk[2 + i] * xa[b * IG_Q8_0_BLOCK + i];
+                acc = fmaf(w_scale(blk) * xd[(size_t)a * nb + b], (float)s, acc);
+            }
+            y[(size_t)a * ldy + c] = acc;
+        }
+    }
+}
+
+#ifdef Q8_X86
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+static inline float hsum8_avx2(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline __m256i idot_avx2(__m256i wq, __m256i xq)
+{
+    __m256i ax = _mm256_sign_epi8(xq, xq), sw = _mm256_sign_epi8(wq, xq);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1));
+}
+
+static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w,
+                        int m, int k, int n0, int n1)
+{
+    int nb = k / IG_Q8_0_BLOCK;
+    size_t row = (size_t)nb * IG_Q8_0_BYTES;
+    for (int c = n0; c < n1; c++) {
+        const uint8_t *wr = w + (size_t)c * row;
+        for (int a = 0; a < m; a++) {
+            const int8_t *xa = xq + (size_t)a * k;
+            const float *da = xd + (size_t)a * nb;
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            int b = 0;
+            for (; b + 2 <= nb; b += 2) {
+                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES, *b1 = b0 + IG_Q8_0_BYTES;
+                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
+                __m256i s1 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b1 + 2)),
+                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32 + 32)));
+                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
+                                       acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
+                                       _mm256_set1_ps(w_scale(b1) * da[b + 1]), acc1);
+            }
+            if (b < nb) {
+                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES;
+                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
+                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
+                                       acc0);
+            }
+            y[(size_t)a * ldy + c] = hsum8_avx2(_mm256_add_ps(acc0, acc1));
+        }
+    }
+}
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+static inline __m256i idot_vnni(__m256i wq, __m256i xq)
+{
+    __m256i ax = _mm256_sign_epi8(xq, xq), sw = _mm256_sign_epi8(wq, xq);
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sw);
+}
+
+static inline float hsum8_vnni(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* The W row (2 KiB at k = 2048) stays in L1 while every row of x passes. */
+static void gemmq8_avx512(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w,
+                          int m, int k, int n0, int n1)
+{
+    int nb = k / IG_Q8_0_BLOCK;
+    size_t row = (size_t)nb * IG_Q8_0_BYTES;
+    for (int c = n0; c < n1; c++) {
+        const uint8_t *wr = w + (size_t)c * row;
+        for (int a = 0; a < m; a++) {
+            const int8_t *xa = xq + (size_t)a * k;
+            const float *da = xd + (size_t)a * nb;
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            int b = 0;
+            for (; b + 2 <= nb; b += 2) {
+                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES, *b1 = b0 + IG_Q8_0_BYTES;
+                __m256i s0 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
+                __m256i s1 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b1 + 2)),
+                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32 + 32)));
+                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
+                                       acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
+                                       _mm256_set1_ps(w_scale(b1) * da[b + 1]), acc1);
+            }
+            if (b < nb) {
+                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES;
+                __m256i s0 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
+                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
+                                       acc0);
+            }
+            y[(size_t)a * ldy + c] = hsum8_vnni(_mm256_add_ps(acc0, acc1));
+        }
+    }
+}
+#pragma GCC pop_options
+#endif
+
+void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m,
+                 int k, int n0, int n1)
+{
+    if (n1 <= n0 || m <= 0)
+        return;
+    switch (ig__cpu_isa()) {
+#ifdef Q8_X86
+    case IG_CPU_ISA_AVX512:
+        gemmq8_avx512(y, ldy, xq, xd, w, m, k, n0, n1);
+        return;
+    case IG_CPU_ISA_AVX2:
+        gemmq8_avx2(y, ldy, xq, xd, w, m, k, n0, n1);
+        return;
+#endif
+    default:
+        gemmq8_scalar(y, ldy, xq, xd, w, m, k, n0, n1);
+    }
+}

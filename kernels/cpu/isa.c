@@ -1,0 +1,76 @@
+/*
+ * Run-time choice of the instruction set for the kernels that dispatch
+ * (gemm16.c, gemmq8.c): the best the CPU runs, or a lower one named by
+ * IG_CPU_ISA (avx512, avx2, scalar) or set by a test, so that the AVX2 and
+ * scalar paths are exercised on an AVX-512 machine too.
+ */
+#include "cpu_internal.h"
+
+#include "infergate/error.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+static atomic_int isa_now = -1;
+
+static ig_cpu_isa_t isa_best(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+        __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        return IG_CPU_ISA_AVX512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return IG_CPU_ISA_AVX2;
+#endif
+    return IG_CPU_ISA_SCALAR;
+}
+
+const char *ig__cpu_isa_name(ig_cpu_isa_t isa)
+{
+    switch (isa) {
+    case IG_CPU_ISA_AVX512:
+        return "avx512";
+    case IG_CPU_ISA_AVX2:
+        return "avx2";
+    default:
+        return "scalar";
+    }
+}
+
+ig_cpu_isa_t ig__cpu_isa_max(void)
+{
+    return isa_best();
+}
+
+int ig__cpu_set_isa(ig_cpu_isa_t isa)
+{
+    if (isa < IG_CPU_ISA_SCALAR || isa > IG_CPU_ISA_AVX512)
+        return IG_EINVAL;
+    if (isa > isa_best())
+        return IG_ENOTSUP;
+    atomic_store(&isa_now, (int)isa);
+    return 0;
+}
+
+ig_cpu_isa_t ig__cpu_isa(void)
+{
+    int now = atomic_load_explicit(&isa_now, memory_order_relaxed);
+    if (now >= 0)
+        return (ig_cpu_isa_t)now;
+    ig_cpu_isa_t best = isa_best(), want = best;
+    const char *env = getenv("IG_CPU_ISA");
+    if (env != NULL) {
+        if (strcmp(env, "scalar") == 0)
+            want = IG_CPU_ISA_SCALAR;
+        else if (strcmp(env, "avx2") == 0)
+            want = IG_CPU_ISA_AVX2;
+    }
+    if (want > best)
+        want = best;
+    atomic_store(&isa_now, (int)want);
+    return want;
+}

@@ -1,0 +1,310 @@
+/*
+ * The 16-bit GEMM (kernels/cpu/gemm16.c): BF16 and F16 weights kept in their
+ * own precision and widened in registers, on every instruction set this CPU
+ * runs (AVX-512, AVX2 + F16C, plain C, chosen through ig__cpu_set_isa):
+ *   - results within the k-term error bound of fp_bound.h against a double
+ *     reference on the widened weights (the widening is exact, so the F32
+ *     bound applies unchanged), odd shapes around the panel and k-block;
+ *   - a row gets the same bits alone, inside any batch, any column split and
+ *     any thread count (batch invariance);
+ *   - upload keeps the dtype (IG_CPU_WEIGHTS=f32 widens as before), embed
+ *     reads exact rows back;
+ *   - uploading from a mapped file hands the file's pages back (mincore).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "fp_bound.h"
+
+#include "../kernels/cpu/cpu_internal.h"
+#include "infergate/dtype.h"
+#include "infergate/error.h"
+#include "infergate/kernels.h"
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
+}
+
+static float *rand_buf(size_t n)
+{
+    float *p = malloc(n * sizeof(float) + 64);
+    assert_non_null(p);
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand();
+    return p;
+}
+
+/* w(n, k) as dtype, and its exact widening back into wf. */
+static uint16_t *to16(const float *w, size_t n, ig_dtype_t dt, float *wf)
+{
+    uint16_t *h = malloc(n * 2 + 64);
+    assert_non_null(h);
+    ig_dtype_from_f32(h, dt, w, n);
+    ig_dtype_to_f32(wf, h, dt, n);
+    return h;
+}
+
+static ig_weight_t upload16(ig_backend_t *be, const uint16_t *h, ig_dtype_t dt, int n, int k)
+{
+    ig_tensor_t t = {dt, h, 2, {n, k}};
+    ig_weight_t W;
+    assert_int_equal(be->upload_weight(be, &t, &W), 0);
+    assert_int_equal(W.dtype, dt);
+    return W;
+}
+
+static const int shapes[][3] = {
+    /* m, n, k: n around the panel width (32), k around SUB (32) and the
+     * k-block (256), m around the tiles (8 and 2 rows) */
+    {1, 1, 1},     {1, 7, 5},    {3, 5, 17},    {4, 32, 32},   {5, 33, 31},  {1, 288, 288},
+    {64, 100, 64}, {7, 96, 257}, {17, 65, 300}, {2, 1000, 48}, {9, 31, 513}, {13, 47, 129},
+};
+
+static int isa_list(ig_cpu_isa_t *out)
+{
+    int n = 0;
+    for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++)
+        out[n++] = (ig_cpu_isa_t)i;
+    return n;
+}
+
+static void check_one(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, const char *label)
+{
+    float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
+    float *wf = malloc((size_t)n * k * sizeof(float));
+    float *y = malloc((size_t)m * n * sizeof(float));
+    double *ref = malloc((size_t)m * n * sizeof(double));
+    double *mag = malloc((size_t)m * n * sizeof(double));
+    uint16_t *h = to16(w, (size_t)n * k, dt, wf);
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < n; c++) {
+            double s = 0, a = 0;
+            for (int kk = 0; kk < k; kk++) {
+                double p = (double)x[(size_t)r * k + kk] * wf[(size_t)c * k + kk];
+                s += p;
+                a += fabs(p);
+            }
+            ref[(size_t)r * n + c] = s;
+            mag[(size_t)r * n + c] = a;
+        }
+    ig_weight_t W = upload16(be, h, dt, n, k);
+    memset(y, 0xff, (size_t)m * n * sizeof(float)); /* NaN: every cell written */
+    assert_int_equal(be->matmul(be, y, x, &W, NULL, m), 0);
+    char what[160];
+    snprintf(what, sizeof(what), "%s %s m=%d n=%d k=%d", label, ig_dtype_name(dt), m, n, k);
+    ig_assert_within_bound(y, ref, mag, (size_t)m * n, k, ig_f32_floor(k), what);
+    be->free_weight(be, &W);
+    free(x), free(w), free(wf), free(y), free(ref), free(mag), free(h);
+}
+
+static void test_within_bound(void **state)
+{
+    ig_cpu_isa_t isas[3];
+    int nisa = isa_list(isas);
+    for (int t = 1; t <= 3; t += 2) {
+        ig_backend_t *be;
+        assert_int_equal(ig_backend_cpu_create(&be, t), 0);
+        for (int i = 0; i < nisa; i++) {
+            assert_int_equal(ig__cpu_set_isa(isas[i]), 0);
+            for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+                for (int d = 0; d < 2; d++)
+                    check_one(be, d ? IG_DTYPE_BF16 : IG_DTYPE_F16, shapes[s][0], shapes[s][1],
+                              shapes[s][2], ig__cpu_isa_name(isas[i]));
+        }
+        be->destroy(be);
+    }
+    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+}
+
+/* The bound check fails a kernel that drops one term: it can fail. */
+static void test_bound_catches_a_dropped_term(void **state)
+{
+    int k = 256;
+    float *x = rand_buf(k), *w = rand_buf(k), wf[256];
+    uint16_t *h = to16(w, k, IG_DTYPE_BF16, wf);
+    double ref = 0, mag = 0, drop = 0;
+    for (int i = 0; i < k; i++) {
+        ref += (double)x[i] * wf[i];
+        mag += fabs((double)x[i] * wf[i]);
+        if (i != 100)
+            drop += (double)x[i] * wf[i];
+    }
+    float got = (float)drop;
+    size_t at;
+    assert_true(ig_bound_worst(&got, &ref, &mag, 1, k, ig_f32_floor(k), &at) > 1.0);
+    free(x), free(w), free(h);
+}
+
+static void test_batch_invariant(void **state)
+{
+    int n = 3 * IG_GEMM16_NR + 5, k = 600, m = 21;
+    ig_cpu_isa_t isas[3];
+    int nisa = isa_list(isas);
+    float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
+    float *wf = malloc((size_t)n * k * sizeof(float));
+    float *all = malloc((size_t)m * n * sizeof(float)), *part = malloc((size_t)m * n * 4);
+    for (int d = 0; d < 2; d++) {
+        ig_dtype_t dt = d ? IG_DTYPE_BF16 : IG_DTYPE_F16;
+        uint16_t *h = to16(w, (size_t)n * k, dt, wf);
+        uint16_t *wp = malloc(ig__gemm16_packed_elems(n, k) * 2);
+        ig__gemm16_pack(wp, h, n, k);
+        for (int i = 0; i < nisa; i++) {
+            assert_int_equal(ig__cpu_set_isa(isas[i]), 0);
+            ig__gemm16(all, n, x, wp, d, m, k, n, 0, n);
+            for (int r = 0; r < m; r++) {
+                ig__gemm16(part, n, x + (size_t)r * k, wp, d, 1, k, n, 0, n);
+                assert_memory_equal(part, all + (size_t)r * n, (size_t)n * sizeof(float));
+            }
+            for (int rows = 2; rows <= m; rows++) {
+                ig__gemm16(part, n, x + (size_t)(m - rows) * k, wp, d, rows, k, n, 0, n);
+                assert_memory_equal(part, all + (size_t)(m - rows) * n,
+                                    (size_t)rows * n * sizeof(float));
+            }
+            for (int p = 0; p * IG_GEMM16_NR < n; p++)
+                ig__gemm16(part, n, x, wp, d, m, k, n, p * IG_GEMM16_NR,
+                           (p + 1) * IG_GEMM16_NR < n ? (p + 1) * IG_GEMM16_NR : n);
+            assert_memory_equal(part, all, (size_t)m * n * sizeof(float));
+            /* through the backend with 1 and 2 threads: the same bits */
+            for (int t = 1; t <= 2; t++) {
+                ig_backend_t *be;
+                assert_int_equal(ig_backend_cpu_create(&be, t), 0);
+                ig_weight_t W = upload16(be, h, dt, n, k);
+                assert_int_equal(be->matmul(be, part, x, &W, NULL, m), 0);
+                assert_memory_equal(part, all, (size_t)m * n * sizeof(float));
+                be->free_weight(be, &W);
+                be->destroy(be);
+            }
+        }
+        free(h), free(wp);
+    }
+    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+    free(x), free(w), free(wf), free(all), free(part);
+}
+
+static void test_upload_keeps_dtype_and_embed(void **state)
+{
+    int n = 70, k = 40;
+    float *w = rand_buf((size_t)n * k), *wf = malloc((size_t)n * k * sizeof(float));
+    float row[40];
+    for (int d = 0; d < 2; d++) {
+        ig_dtype_t dt = d ? IG_DTYPE_BF16 : IG_DTYPE_F16;
+        uint16_t *h = to16(w, (size_t)n * k, dt, wf);
+        ig_backend_t *be;
+        assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+        ig_weight_t W = upload16(be, h, dt, n, k);
+        for (int id = 0; id < n; id++) {
+            assert_int_equal(be->embed(be, row, &W, &id, 1), 0);
+            assert_memory_equal(row, wf + (size_t)id * k, sizeof(row));
+        }
+        be->free_weight(be, &W);
+        /* the old behaviour on request: widened to F32 at upload */
+        setenv("IG_CPU_WEIGHTS", "f32", 1);
+        ig_tensor_t t = {dt, h, 2, {n, k}};
+        assert_int_equal(be->upload_weight(be, &t, &W), 0);
+        unsetenv("IG_CPU_WEIGHTS");
+        assert_int_equal(W.dtype, IG_DTYPE_F32);
+        int id = 17;
+        assert_int_equal(be->embed(be, row, &W, &id, 1), 0);
+        assert_memory_equal(row, wf + (size_t)id * k, sizeof(row));
+        be->free_weight(be, &W);
+        be->destroy(be);
+        free(h);
+    }
+    free(w), free(wf);
+}
+
+/* Kilobytes of the mapping at map that this process holds (its Rss line in
+ * /proc/self/smaps): what counts towards the worker's RSS. */
+static long mapping_rss_kb(void *map)
+{
+    char line[256];
+    long kb = -1;
+    int in = 0;
+    FILE *f = fopen("/proc/self/smaps", "r");
+    assert_non_null(f);
+    while (fgets(line, sizeof(line), f) != NULL) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (uintptr_t)map >= lo && (uintptr_t)map < hi;
+            continue;
+        }
+        if (in && sscanf(line, "Rss: %ld kB", &kb) == 1)
+            break;
+    }
+    fclose(f);
+    return kb;
+}
+
+static void test_upload_releases_mapped_pages(void **state)
+{
+#ifndef MADV_PAGEOUT
+    skip();
+#else
+    int n = 1024, k = 2048; /* 4 MiB of BF16 */
+    size_t bytes = (size_t)n * k * 2;
+    char path[] = "/tmp/ig_gemm16_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    unlink(path);
+    uint16_t *h = malloc(bytes);
+    for (size_t i = 0; i < (size_t)n * k; i++)
+        h[i] = ig_f32_to_bf16(frand());
+    assert_int_equal(write(fd, h, bytes), (ssize_t)bytes);
+    assert_int_equal(fsync(fd), 0); /* clean pages: a dirty one cannot be dropped */
+    void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+    assert_true(map != MAP_FAILED);
+    volatile unsigned sum = 0;
+    for (size_t i = 0; i < bytes; i += 4096)
+        sum += ((const unsigned char *)map)[i]; /* all resident first */
+    long before = mapping_rss_kb(map);
+    assert_true(before >= (long)(bytes / 1024) * 9 / 10);
+    ig_backend_t *be;
+    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    ig_weight_t W = upload16(be, map, IG_DTYPE_BF16, n, k);
+    long after = mapping_rss_kb(map);
+    print_message("# the mapping's RSS: %ld kB before upload, %ld kB after\n", before, after);
+    assert_true(after >= 0 && after <= (long)(bytes / 1024) / 10);
+    /* and the weight is right: row 5 */
+    float row[2048];
+    int id = 5;
+    assert_int_equal(be->embed(be, row, &W, &id, 1), 0);
+    for (int i = 0; i < k; i++)
+        assert_true(row[i] == ig_bf16_to_f32(h[(size_t)5 * k + i]));
+    be->free_weight(be, &W);
+    be->destroy(be);
+    munmap(map, bytes);
+    close(fd);
+    free(h);
+#endif
+}
+
+int main(void)
+{
+    printf("# dispatched kernels: best %s\n", ig__cpu_isa_name(ig__cpu_isa_max()));
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_within_bound),
+        cmocka_unit_test(test_bound_catches_a_dropped_term),
+        cmocka_unit_test(test_batch_invariant),
+        cmocka_unit_test(test_upload_keeps_dtype_and_embed),
+        cmocka_unit_test(test_upload_releases_mapped_pages),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,271 @@
+/*
+ * What the router learns of an upstream that reports nothing: its
+ * concurrency from the hold times per requests-in-flight, and its adaptive
+ * concurrency limit. Driven by a simulated upstream on a synthetic clock
+ * (C slots, FIFO queue, exponential service times, Poisson arrivals, or a
+ * closed loop of clients), so the router's estimates are checked against
+ * the C and service time the simulation was given.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "infergate/router.h"
+
+#define MAXQ 4096
+
+typedef struct {
+    double arrive;
+    int rif;
+} job_t;
+
+typedef struct {
+    int slots;
+    double svc_mean;
+    double end[64]; /* in service: end time; < 0 free */
+    job_t serving[64];
+    job_t queue[MAXQ];
+    int qhead, qlen;
+    uint64_t rng;
+} sim_t;
+
+static double urand(sim_t *s)
+{
+    s->rng ^= s->rng >> 12;
+    s->rng ^= s->rng << 25;
+    s->rng ^= s->rng >> 27;
+    return ((s->rng * 0x2545F4914F6CDD1DULL) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+static double expo(sim_t *s, double mean)
+{
+    return -mean * log(1.0 - urand(s));
+}
+
+static uint64_t ns(double t)
+{
+    return (uint64_t)(t * 1e9) + 1000000000ULL;
+}
+
+static void sim_init(sim_t *s, int slots, double svc)
+{
+    memset(s, 0, sizeof(*s));
+    s->slots = slots;
+    s->svc_mean = svc;
+    s->rng = 0x1234567ULL + (uint64_t)slots;
+    for (int i = 0; i < 64; i++)
+        s->end[i] = -1;
+}
+
+/* Starts job j at time t in a free slot, or queues it. */
+static void sim_admit(sim_t *s, job_t j, double t)
+{
+    for (int i = 0; i < s->slots; i++) {
+        if (s->end[i] < 0) {
+            s->end[i] = t + expo(s, s->svc_mean);
+            s->serving[i] = j;
+            return;
+        }
+    }
+    s->queue[(s->qhead + s->qlen++) % MAXQ] = j;
+}
+
+/* The slot that ends first, or -1 when none is busy. */
+static int sim_next_end(const sim_t *s)
+{
+    int best = -1;
+    for (int i = 0; i < s->slots; i++) {
+        if (s->end[i] >= 0 && (best < 0 || s->end[i] < s->end[best]))
+            best = i;
+    }
+    return best;
+}
+
+/* Ends slot i: the router observes the job's hold; the next queued one
+ * takes the slot. Returns the end time. */
+static double sim_finish(sim_t *s, int i, ig_router_t *r, ig_router_upstream_t *u)
+{
+    double t = s->end[i];
+    job_t j = s->serving[i];
+    ig_router_observe_done(r, u, j.rif, t - j.arrive, ns(t));
+    ig_router_attempt_end(r, u, IG_OUTCOME_SUCCESS, 0, ns(t));
+    s->end[i] = -1;
+    if (s->qlen > 0) {
+        job_t n = s->queue[s->qhead];
+        s->qhead = (s->qhead + 1) % MAXQ;
+        s->qlen--;
+        s->end[i] = t + expo(s, s->svc_mean);
+        s->serving[i] = n;
+    }
+    return t;
+}
+
+/* Poisson arrivals at `load` x capacity for n requests, every one sent (no
+ * limit): the router sees each with the RIF it began at. */
+static void run_open(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, double load, int n)
+{
+    double rate = load * s->slots / s->svc_mean;
+    double t = 0, next = expo(s, 1.0 / rate);
+    int sent = 0;
+    while (sent < n) {
+        int e = sim_next_end(s);
+        if (e >= 0 && s->end[e] <= next) {
+            t = sim_finish(s, e, r, u);
+            continue;
+        }
+        t = next;
+        job_t j = {t, u->inflight};
+        ig_router_attempt_begin(r, u, ns(t));
+        sim_admit(s, j, t);
+        sent++;
+        next = t + expo(s, 1.0 / rate);
+    }
+    int e;
+    while ((e = sim_next_end(s)) >= 0)
+        sim_finish(s, e, r, u);
+}
+
+static void test_concurrency_converges(void **state)
+{
+    (void)state;
+    static const int slots[] = {1, 2, 4, 8, 16};
+    for (size_t k = 0; k < sizeof(slots) / sizeof(slots[0]); k++) {
+        ig_router_opts_t o;
+        ig_router_opts_default(&o);
+        ig_router_t r;
+        ig_router_init(&r, &o);
+        ig_router_upstream_t u;
+        ig_router_upstream_init(&u, "sim", IG_ROUTER_SITE);
+        u.ready = 1;
+        ig_router_observe_rtt(&r, &u, 0.0002, ns(0));
+        sim_t s;
+        sim_init(&s, slots[k], 0.020);
+        /* Light load first (the unqueued hold), then heavy (the queue). */
+        run_open(&r, &u, &s, 0.3, 2000);
+        run_open(&r, &u, &s, 0.9, 6000);
+        double c = ig_router_concurrency(&u);
+        print_message("slots %d: learned concurrency %.2f\n", slots[k], c);
+        assert_true(c >= 0.7 * slots[k] && c <= 1.35 * slots[k] + 0.5);
+        /* The wait it predicts for a request behind 2 x slots in flight:
+         * about (slots + 1) / slots service times (M/M/c: (k + 1 - c) / c). */
+        u.inflight = 2 * slots[k];
+        double want = (slots[k] + 1.0) / slots[k] * 0.020;
+        double w = ig_router_wait(&r, &u, ns(1000));
+        print_message("  wait behind %d: %.4f s (M/M/c %.4f s)\n", u.inflight, w, want);
+        assert_true(w > 0.6 * want && w < 1.6 * want);
+        u.inflight = 0;
+    }
+}
+
+/* Before it has learned anything the router assumes one place, as the
+ * old model did (it errs toward spreading); a second upstream learned as
+ * 8-wide is preferred at the same in-flight count. */
+static void test_learned_beats_unknown(void **state)
+{
+    (void)state;
+    ig_router_opts_t o;
+    ig_router_opts_default(&o);
+    ig_router_t r;
+    ig_router_init(&r, &o);
+    ig_router_upstream_t wide, unknown;
+    ig_router_upstream_init(&wide, "wide", IG_ROUTER_SITE);
+    ig_router_upstream_init(&unknown, "unknown", IG_ROUTER_SITE);
+    wide.ready = unknown.ready = 1;
+    ig_router_observe_rtt(&r, &wide, 0.0002, ns(0));
+    ig_router_observe_rtt(&r, &unknown, 0.0002, ns(0));
+    sim_t s;
+    sim_init(&s, 8, 0.020);
+    run_open(&r, &wide, &s, 0.3, 1000);
+    run_open(&r, &wide, &s, 0.9, 4000);
+    assert_true(ig_router_concurrency(&unknown) == 1);
+    assert_true(ig_router_concurrency(&wide) > 5);
+    /* Same service and RTT, both with 4 in flight. */
+    for (int i = 0; i < 10; i++) {
+        ig_router_observe_ttft(&r, &unknown, 10, 0.020, 0, ns(1000));
+        ig_router_observe_ttft(&r, &wide, 10, 0.020, 0, ns(1000));
+    }
+    unknown.occupancy_s = 0.020;
+    wide.inflight = unknown.inflight = 4;
+    ig_router_upstream_t *ups[2] = {&unknown, &wide};
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 10, NULL, ns(1000), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    assert_true(d.wait_s < 1e-9);
+    assert_true(d.runner_up_wait_s > 0.05);
+    assert_true(d.concurrency > 5 && d.runner_up_concurrency == 1);
+}
+
+/* A closed loop of 32 clients on a 2-slot upstream: the limit calibrates
+ * (one at a time until the base is known), then settles near the slots,
+ * well under the clients, and the rest would wait in the gateway. On a
+ * 32-slot upstream the same clients all get through. */
+static void run_closed(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, int clients, double secs,
+                       int *max_inflight_late)
+{
+    double t = 0;
+    int waiting = clients; /* clients with a request not yet sent */
+    *max_inflight_late = 0;
+    while (t < secs) {
+        while (waiting > 0 && u->inflight < ig_router_limit(r, u)) {
+            job_t j = {t, u->inflight};
+            ig_router_attempt_begin(r, u, ns(t));
+            sim_admit(s, j, t);
+            waiting--;
+        }
+        if (t > secs / 2 && u->inflight > *max_inflight_late)
+            *max_inflight_late = u->inflight;
+        int e = sim_next_end(s);
+        if (e < 0)
+            break;
+        t = sim_finish(s, e, r, u);
+        waiting++;
+    }
+}
+
+static void test_limit_settles(void **state)
+{
+    (void)state;
+    ig_router_opts_t o;
+    ig_router_opts_default(&o);
+    ig_router_t r;
+    ig_router_init(&r, &o);
+    ig_router_upstream_t u;
+    ig_router_upstream_init(&u, "narrow", IG_ROUTER_SITE);
+    u.ready = 1;
+    assert_int_equal(ig_router_limit(&r, &u), 1); /* calibrating */
+    sim_t s;
+    sim_init(&s, 2, 0.050);
+    int late = 0;
+    run_closed(&r, &u, &s, 32, 20.0, &late);
+    print_message("2 slots: limit %d (%s, %llu moves), most in flight late %d\n",
+                  ig_router_limit(&r, &u), u.limit_reason, (unsigned long long)u.limit_changes,
+                  late);
+    assert_true(late >= 2 && late <= 6);
+    assert_true(u.limit_changes > 0);
+
+    ig_router_upstream_t w;
+    ig_router_upstream_init(&w, "wide", IG_ROUTER_SITE);
+    w.ready = 1;
+    sim_init(&s, 32, 0.050);
+    run_closed(&r, &w, &s, 32, 20.0, &late);
+    print_message("32 slots: limit %d (%s), most in flight late %d\n", ig_router_limit(&r, &w),
+                  w.limit_reason, late);
+    assert_true(late >= 28);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_concurrency_converges),
+        cmocka_unit_test(test_learned_beats_unknown),
+        cmocka_unit_test(test_limit_settles),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
