@@ -281,6 +281,13 @@ void ig_prefix_index_session_record(ig_prefix_index_t *x, uint64_t session, cons
 
 /* ---- the router's hook ---------------------------------------------------- */
 
+/* Whether the index keeps what is sent to u: local instances, and sites
+ * that are infergate peers (they route by prefix in their region). */
+static int holds(const ig_router_upstream_t *u)
+{
+    return u->kind == IG_ROUTER_LOCAL || u->prefix_peer;
+}
+
 /* Forgets u if it restarted since the index last saw it. */
 static void sync_epoch(ig_prefix_index_t *x, const ig_router_upstream_t *u)
 {
@@ -296,13 +303,13 @@ void ig_prefix_route_score(ig_prefix_index_t *x, ig_router_upstream_t *const *up
 {
     int stok = 0;
     for (int i = 0; x && i < n; i++)
-        if (ups[i]->kind == IG_ROUTER_LOCAL)
+        if (holds(ups[i]))
             sync_epoch(x, ups[i]);
     const void *sup = x && q->has_session ? ig_prefix_index_session(x, q->session, &stok) : NULL;
     for (int i = 0; i < n; i++) {
         ig_router_upstream_t *u = ups[i];
         u->cached_tokens = 0;
-        if (!x || u->kind != IG_ROUTER_LOCAL)
+        if (!x || !holds(u))
             continue;
         int m = q->hashes ? ig_prefix_index_match(x, u, q->hashes, q->nhashes) * q->block_size : 0;
         if (sup == u && stok > m)
@@ -316,7 +323,7 @@ void ig_prefix_route_score(ig_prefix_index_t *x, ig_router_upstream_t *const *up
 void ig_prefix_route_record(ig_prefix_index_t *x, ig_router_upstream_t *u,
                             const ig_prefix_query_t *q)
 {
-    if (!x || u->kind != IG_ROUTER_LOCAL)
+    if (!x || !holds(u))
         return;
     sync_epoch(x, u);
     int i = up_get(x, u);
