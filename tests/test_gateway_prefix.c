@@ -103,8 +103,41 @@ static routed_t complete(const char *step)
     return o;
 }
 
+/* Pairs of short prompts of their own, sent together (the second finds the
+ * first in flight: the other instance is the cold one), until both
+ * instances have served one, so that each has observed TTFTs: an instance
+ * with none is costed at the prior rate, which a slow build can beat. */
+static void warm_up(void)
+{
+    int seen[2] = {0, 0};
+    for (int i = 0; i < 10 && !(seen[0] && seen[1]); i++) {
+        ig_tc_t *tc[2];
+        for (int k = 0; k < 2; k++) {
+            char b[160];
+            snprintf(b, sizeof(b),
+                     "{\"model\":\"tiny\",\"prompt\":\"warm up %d %d\",\"max_tokens\":8,"
+                     "\"ignore_eos\":true}",
+                     i, k);
+            tc[k] = ig_tc_connect(G.port);
+            assert_non_null(tc[k]);
+            assert_int_equal(ig_tc_send_post(tc[k], "/v1/completions", b), 0);
+        }
+        for (int k = 0; k < 2; k++) {
+            ig_tc_response_t r;
+            assert_int_equal(ig_tc_read_response(tc[k], &r, 30000), 0);
+            const char *u = ig_tc_header(&r, "x-infergate-upstream");
+            if (u && strlen(u) == 5)
+                seen[u[4] == '1'] = 1;
+            ig_tc_response_free(&r);
+            ig_tc_close(tc[k]);
+        }
+    }
+    assert_true(seen[0] && seen[1]);
+}
+
 static void test_affinity_then_spill_when_hot(void **state)
 {
+    warm_up();
     routed_t a = complete("first");
     assert_int_equal(a.prefix, 0); /* nobody held it */
     routed_t b = complete("repeat");

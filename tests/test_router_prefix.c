@@ -131,6 +131,12 @@ static void test_affinity_spills_when_hot(void **state)
     /* the one spilled to is warm now */
     ig_prefix_route_score(x, ups, 2, &q);
     assert_int_equal(u[other].cached_tokens, 512);
+    /* a restarted instance (its pool bumped kv_epoch) holds nothing */
+    u[other].kv_epoch++;
+    ig_prefix_route_score(x, ups, 2, &q);
+    assert_int_equal(u[other].cached_tokens, 0);
+    assert_int_equal(u[warm].cached_tokens, 512);
+    assert_int_equal(ig_prefix_index_blocks(x, &u[other]), 0);
     ig_prefix_index_free(x);
 }
 
@@ -153,13 +159,33 @@ static void test_session_affinity_and_sites(void **state)
     ig_router_upstream_t *ups[3] = {&u[0], &u[1], &u[2]};
     ig_prefix_route_score(x, ups, 3, &q);
     assert_int_equal(u[first].cached_tokens, 599); /* all but the last token */
-    /* a site is never believed to hold anything, even after it served */
+    /* a plain site is never believed to hold anything, even after it
+     * served; an infergate peer (it routes by prefix in its region) is */
     uint64_t h[8];
     hashes_of(4, 8, h);
     ig_prefix_query_t qs = {.hashes = h, .nhashes = 8, .block_size = 16, .prompt_tokens = 130};
     ig_prefix_route_record(x, &u[2], &qs);
     ig_prefix_route_score(x, ups, 3, &qs);
     assert_int_equal(u[2].cached_tokens, 0);
+    u[2].prefix_peer = 1;
+    ig_prefix_route_score(x, ups, 3, &qs);
+    assert_int_equal(u[2].cached_tokens, 0); /* nothing recorded while plain */
+    ig_prefix_route_record(x, &u[2], &qs);
+    ig_prefix_route_score(x, ups, 3, &qs);
+    assert_int_equal(u[2].cached_tokens, 128);
+    /* its RTT still counts: a warm peer 50 ms away against a cold local
+     * instance that prefills 130 tokens in 65 ms */
+    u[2].rtt_s = 0.050;
+    u[2].rtt_at_ns = now;
+    ig_router_upstream_t *two[2] = {&u[1], &u[2]};
+    ig_prefix_route_score(x, two, 2, &qs);
+    assert_int_equal(u[1].cached_tokens, 0);
+    assert_true(ig_router_cost(&r, &u[2], 130, now) < ig_router_cost(&r, &u[1], 130, now));
+    /* ... and 100 ms away it is not worth it */
+    u[2].rtt_s = 0.100;
+    assert_true(ig_router_cost(&r, &u[2], 130, now) > ig_router_cost(&r, &u[1], 130, now));
+    u[2].prefix_peer = 0;
+    ig_prefix_route_record(x, &u[0], &qs); /* reset for what follows */
     /* the whole prompt is never taken as cached: its last token is computed */
     ig_prefix_route_record(x, &u[0], &qs);
     qs.prompt_tokens = 128;

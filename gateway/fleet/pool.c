@@ -492,6 +492,7 @@ static void instance_spawn(ig_instance_t *in)
     }
     in->proc_alive = 1;
     in->pid = in->proc.pid;
+    in->route.kv_epoch++; /* a new process: its prefix cache is empty */
     in->started_ns = uv_hrtime();
     in->ready_ns = 0;
     in->stop_requested = 0;

@@ -18,6 +18,7 @@ typedef struct {
     const void *up;
     int head, tail; /* its entries, least recent first */
     int n;
+    unsigned epoch; /* its kv_epoch when last seen (the router's hook) */
 } upstream_t;
 
 typedef struct {
@@ -280,15 +281,35 @@ void ig_prefix_index_session_record(ig_prefix_index_t *x, uint64_t session, cons
 
 /* ---- the router's hook ---------------------------------------------------- */
 
-void ig_prefix_route_score(const ig_prefix_index_t *x, ig_router_upstream_t *const *ups, int n,
+/* Whether the index keeps what is sent to u: local instances, and sites
+ * that are infergate peers (they route by prefix in their region). */
+static int holds(const ig_router_upstream_t *u)
+{
+    return u->kind == IG_ROUTER_LOCAL || u->prefix_peer;
+}
+
+/* Forgets u if it restarted since the index last saw it. */
+static void sync_epoch(ig_prefix_index_t *x, const ig_router_upstream_t *u)
+{
+    int i = up_find(x, u);
+    if (i < 0 || x->ups[i].epoch == u->kv_epoch)
+        return;
+    ig_prefix_index_forget(x, u);
+    x->ups[i].epoch = u->kv_epoch;
+}
+
+void ig_prefix_route_score(ig_prefix_index_t *x, ig_router_upstream_t *const *ups, int n,
                            const ig_prefix_query_t *q)
 {
     int stok = 0;
+    for (int i = 0; x && i < n; i++)
+        if (holds(ups[i]))
+            sync_epoch(x, ups[i]);
     const void *sup = x && q->has_session ? ig_prefix_index_session(x, q->session, &stok) : NULL;
     for (int i = 0; i < n; i++) {
         ig_router_upstream_t *u = ups[i];
         u->cached_tokens = 0;
-        if (!x || u->kind != IG_ROUTER_LOCAL)
+        if (!x || !holds(u))
             continue;
         int m = q->hashes ? ig_prefix_index_match(x, u, q->hashes, q->nhashes) * q->block_size : 0;
         if (sup == u && stok > m)
@@ -302,8 +323,12 @@ void ig_prefix_route_score(const ig_prefix_index_t *x, ig_router_upstream_t *con
 void ig_prefix_route_record(ig_prefix_index_t *x, ig_router_upstream_t *u,
                             const ig_prefix_query_t *q)
 {
-    if (!x || u->kind != IG_ROUTER_LOCAL)
+    if (!x || !holds(u))
         return;
+    sync_epoch(x, u);
+    int i = up_get(x, u);
+    if (i >= 0)
+        x->ups[i].epoch = u->kv_epoch;
     if (q->hashes && q->nhashes > 0)
         ig_prefix_index_record(x, u, q->hashes, q->nhashes, u->kv_blocks);
     if (q->has_session)

@@ -177,6 +177,7 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
     case PROBE_LOAD:
         if (ok && load_rc != IG_EPARSE) {
             s->peer = 1;
+            s->route.prefix_peer = (load.has & IG_LOAD_REGION) != 0;
             if (load.has & IG_LOAD_WAITING)
                 s->route.reported_waiting = load.waiting;
             if (load.has & IG_LOAD_EST_WAIT)

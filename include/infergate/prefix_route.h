@@ -63,14 +63,17 @@ typedef struct {
 /* Sets cached_tokens of each of ups[0 .. n) for q: the blocks the index
  * believes it holds, or, for the upstream that served q's session last, at
  * least that turn's prompt (soft affinity); never the whole prompt (its
- * last token is always computed), and 0 for sites (a plain site holds
- * nothing as far as we know). ig_router_pick then counts only the rest as
- * prefill. */
-void ig_prefix_route_score(const ig_prefix_index_t *idx, ig_router_upstream_t *const *ups, int n,
+ * last token is always computed), and 0 for plain sites (one that is not
+ * an infergate peer holds nothing as far as we know; a peer's region routes
+ * by prefix too, so what was sent there counts, and its RTT and wait
+ * weigh against it in the cost). ig_router_pick then counts only the rest as
+ * prefill. An upstream whose kv_epoch changed since the index last saw it
+ * restarted: what the index knew of it is forgotten first. */
+void ig_prefix_route_score(ig_prefix_index_t *idx, ig_router_upstream_t *const *ups, int n,
                            const ig_prefix_query_t *q);
 
-/* q was sent to u: u now holds q's blocks (local upstreams only), and
- * serves q's session. */
+/* q was sent to u: u now holds q's blocks (local upstreams and infergate
+ * peers only), and serves q's session. */
 void ig_prefix_route_record(ig_prefix_index_t *idx, ig_router_upstream_t *u,
                             const ig_prefix_query_t *q);
 

@@ -96,6 +96,11 @@ typedef struct {
      * the rest); its KV blocks, as its /load reports them (0 = unknown) */
     int cached_tokens;
     int kv_blocks;
+    unsigned kv_epoch; /* bumped by the owner when its KV cache starts empty (a
+                          worker process started): what was cached is gone */
+    int prefix_peer;   /* a site that is an infergate gateway (its /load names a
+                          region): it routes by prefix too, so a prompt sent
+                          there stays warm in its region */
 
     /* health: outlier ejection with half-open recovery */
     int consecutive_failures;
