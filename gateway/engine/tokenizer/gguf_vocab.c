@@ -169,11 +169,9 @@ static int build(const ig_gguf_t *g, json_t **tok_out, json_t **cfg_out, char *e
         }
     }
     int64_t unk = -1, bos = -1, eos = -1, hi = (int64_t)toks->n - 1;
-    if ((rc = ig_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", 0, hi, &unk, err, errlen)) ||
-        0) {
-        if (rc != IG_ENOENT)
-            return IG_ETOKENIZER;
-    }
+    rc = ig_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", 0, hi, &unk, err, errlen);
+    if (rc != 0 && rc != IG_ENOENT)
+        return IG_ETOKENIZER;
     rc = ig_gguf_get_int(g, "tokenizer.ggml.bos_token_id", 0, hi, &bos, err, errlen);
     if (rc != 0 && rc != IG_ENOENT)
         return IG_ETOKENIZER;
