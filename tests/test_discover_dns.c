@@ -374,6 +374,98 @@ static void test_held_until_discovered_ready(void **state)
     unlink(cfg_path);
 }
 
+/* A gateway config of one pool "remote" discovering dns at port wport,
+ * asking the resolver on dport every 200 ms. */
+static void discover_config(char *buf, size_t cap, int gport, const char *dns, int wport, int dport)
+{
+    snprintf(buf, cap,
+             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+             "\"models\":[{\"name\":\"tiny\"}],"
+             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
+             "\"discover\":{\"dns\":\"%s\",\"port\":%d,\"interval_s\":0.2,"
+             "\"resolver\":\"127.0.0.1:%d\"}}]}",
+             gport, dns, wport, dport);
+}
+
+/* A reload that points the pool at another DNS name replaces it under
+ * load: the new pool's instance (found under the new name) takes over once
+ * ready, the old one drains, and no request fails, even when the old
+ * worker is stopped right after. */
+static void test_reload_moves_discovered_pool(void **state)
+{
+    (void)state;
+    need_dnsmasq();
+    int wport = ig_proc_free_port(), dport = ig_proc_free_port(), gport = ig_proc_free_port();
+    snprintf(hosts_path, sizeof(hosts_path), "%s/hosts", ig_gwf_run_dir);
+    char text[128];
+    snprintf(text, sizeof(text), "%s workers.test\n%s workers2.test\n", ips[0], ips[1]);
+    assert_int_equal(ig_tf_write(hosts_path, text, strlen(text)), 0);
+    ig_proc_t dns;
+    start_dns(&dns, dport);
+    ig_proc_t w[2];
+    for (int i = 0; i < 2; i++) {
+        char listen[64];
+        snprintf(listen, sizeof(listen), "%s:%d", ips[i], wport);
+        const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
+                              listen,   "--name",  "tiny",           "--threads", "1",   NULL};
+        assert_int_equal(ig_proc_start_bin(&w[i], "infergate", args, IG_PROC_QUIET), 0);
+    }
+    char cfg_path[256], cfg0[1024], cfg1[1024];
+    snprintf(cfg_path, sizeof(cfg_path), "%s/gw.json", ig_gwf_run_dir);
+    discover_config(cfg0, sizeof(cfg0), gport, "workers.test", wport, dport);
+    discover_config(cfg1, sizeof(cfg1), gport, "workers2.test", wport, dport);
+    assert_int_equal(ig_tf_write(cfg_path, cfg0, strlen(cfg0)), 0);
+
+    ig_proc_t gw;
+    assert_int_equal(ig_gwf_serve(&gw, cfg_path, gport, "info", 0, 20000, 30000), 0);
+    assert_int_equal(wait_view(gport, 1, ips[0], "ready", NULL, 0), 0);
+
+    load_t l;
+    memset(&l, 0, sizeof(l));
+    pthread_mutex_init(&l.mu, NULL);
+    l.port = gport;
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, load_main, &l), 0);
+    usleep(800 * 1000);
+
+    char next[300];
+    snprintf(next, sizeof(next), "%s.next", cfg_path);
+    assert_int_equal(ig_tf_write(next, cfg1, strlen(cfg1)), 0);
+    assert_int_equal(rename(next, cfg_path), 0);
+    ig_tc_response_t r;
+    assert_int_equal(ig_gwf_post(gport, "/admin/reload", "{}", &r, 10000), 0);
+    assert_int_equal(r.status, 200);
+    assert_non_null(strstr(r.body, "replacing pool remote"));
+    ig_tc_response_free(&r);
+    long long end = ig_tc_now_ms() + 30000;
+    while (ig_tc_now_ms() < end &&
+           ig_gwf_metric(gport, "infergate_config_reloads_total{outcome=\"applied\"} ") < 1)
+        usleep(50 * 1000);
+    assert_true(ig_gwf_metric(gport, "infergate_config_reloads_total{outcome=\"applied\"} ") >= 1);
+    /* Only the new name's worker is in the pool now; the old one can go. */
+    assert_int_equal(wait_view(gport, 1, ips[1], "ready", NULL, 0), 0);
+    assert_int_equal(wait_view(gport, 1, ips[0], "", NULL, 0), 0);
+    assert_int_equal(ig_proc_stop(&w[0], SIGTERM, 10000), 0);
+    usleep(800 * 1000);
+    l.stop = 1;
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    fprintf(stderr, "reload of a discovered pool under load: %d requests, %d failed\n", l.total,
+            l.failed);
+    assert_int_equal(l.failed, 0);
+    assert_true(l.total > 20);
+
+    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
+    ig_proc_dispose(&gw);
+    for (int i = 0; i < 2; i++) {
+        ig_proc_stop(&w[i], SIGTERM, 10000);
+        ig_proc_dispose(&w[i]);
+    }
+    ig_proc_stop(&dns, SIGTERM, 10000);
+    ig_proc_dispose(&dns);
+}
+
 /* Without a resolver the system's resolves (uv_getaddrinfo): "localhost"
  * from /etc/hosts, with a worker on 127.0.0.1. */
 static void test_system_resolver(void **state)
@@ -414,6 +506,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_pool_follows_dns),
         cmocka_unit_test(test_held_until_discovered_ready),
+        cmocka_unit_test(test_reload_moves_discovered_pool),
         cmocka_unit_test(test_system_resolver),
     };
     return cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);
