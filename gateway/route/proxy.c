@@ -68,6 +68,7 @@ typedef struct {
     size_t blen, bcap;
     size_t scan;         /* stream: buf[0..scan) holds complete events without a token */
     int uncached_tokens; /* prompt tokens it prefills: what its TTFT is for */
+    int to_site;         /* the upstream is a remote site */
 } attempt_t;
 
 typedef enum { X_QUEUED, X_TRYING, X_COMMITTED, X_DONE } xstate_t;
@@ -733,6 +734,22 @@ static int retryable_status(int status)
     return status >= 500 || status == 429;
 }
 
+/* A site that answers 401 or 403 refused the gateway's credentials
+ * (sites[].api_key), not the client's: the client was admitted at this door.
+ * Passing that on would tell an authenticated client it is not, so it is the
+ * site's failure: retried elsewhere, counted against the site, and a 502
+ * naming the site if nothing else serves. */
+static int site_refused(const attempt_t *a)
+{
+    return a->to_site && (a->status == 401 || a->status == 403);
+}
+
+/* The answer is not the client's to see: retry or fail over. */
+static int attempt_unusable(const attempt_t *a)
+{
+    return retryable_status(a->status) || site_refused(a);
+}
+
 /* An attempt failed before anything reached the client: retry elsewhere
  * if the budget allows, else answer with what went wrong. */
 static void attempt_failed(attempt_t *a, int status, int err)
@@ -754,6 +771,7 @@ static void attempt_failed(attempt_t *a, int status, int err)
                          : err != 0            ? "transport"
                          : status == 429       ? "429"
                          : status == 503       ? "503"
+                         : status < 500        ? "auth"
                                                : "5xx";
     if (x->retries < px->router.opts.max_retries && ig_router_budget_take(&px->router, now)) {
         x->retries++;
@@ -774,6 +792,11 @@ static void attempt_failed(attempt_t *a, int status, int err)
     else if (status == 503)
         exchange_fail(x, 503, "unavailable", "1", "no upstream for model '%s' can serve now",
                       x->model);
+    else if (status < 500)
+        exchange_fail(x, 502, "upstream_auth", NULL,
+                      "site %s refused this gateway's credentials (HTTP %d): check its "
+                      "sites[].api_key",
+                      a->route->name, status);
     else
         exchange_fail(x, 502, "upstream_error", NULL, "upstream %s answered %d", a->route->name,
                       status);
@@ -873,7 +896,7 @@ static void on_up_body(ig_upstream_req_t *r, const char *buf, size_t len, void *
         stream_out(x, a, buf, len);
         return;
     }
-    if (x->state != X_TRYING || retryable_status(a->status) || len == 0)
+    if (x->state != X_TRYING || attempt_unusable(a) || len == 0)
         return; /* decided elsewhere, or an error body we do not pass on */
     if (gather(a, buf, len) != 0)
         return;
@@ -940,11 +963,12 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         attempt_failed(a, 0, err);
         return;
     }
-    if (retryable_status(a->status)) {
+    if (attempt_unusable(a)) {
         attempt_account(
             a, a->status == 429 || a->status == 503 ? IG_OUTCOME_BACKPRESSURE : IG_OUTCOME_FAILURE,
             a->status == 429   ? "429"
             : a->status == 503 ? "503"
+            : a->status < 500  ? "auth"
                                : "5xx");
         attempt_failed(a, a->status, 0);
         return;
@@ -1086,6 +1110,7 @@ static void attempt_start(exchange_t *x, int hedge)
     a->route = targets[d.chosen].route;
     a->client = targets[d.chosen].client;
     int to_site = targets[d.chosen].is_site;
+    a->to_site = to_site;
     a->start_ns = now;
     a->predicted_wait = ig_router_wait(&px->router, a->route, now);
     a->uncached_tokens = x->prompt_tokens > cached ? x->prompt_tokens - cached : 1;

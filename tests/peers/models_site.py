@@ -4,6 +4,7 @@
 Built on python3's http.server, a peer infergate did not write.
 
     models_site.py [--host 127.0.0.1] [--port 0] --models-file PATH [--max-s S]
+                   [--require-key KEY]
 
 Prints "listening on HOST:PORT" on stdout once it accepts connections.
 Routes:
@@ -13,6 +14,10 @@ Routes:
   POST /v1/completions    a completion of the model asked for, if PATH lists
                           it (else 404 model_not_found); its text names it
   anything else           404 (so /load marks it as no infergate peer)
+
+With --require-key, POST /v1/completions without "Authorization: Bearer KEY"
+gets 401 invalid_api_key, as OpenAI's API answers; the answer with the key
+says which key it saw.
 """
 
 import argparse
@@ -59,6 +64,12 @@ def make_handler(args):
             if self.path != "/v1/completions":
                 self.answer(404, {"error": {"message": "not found", "type": "not_found"}})
                 return
+            if args.require_key and \
+                    self.headers.get("Authorization", "") != "Bearer " + args.require_key:
+                self.answer(401, {"error": {"message": "Incorrect API key provided",
+                                            "type": "invalid_request_error",
+                                            "code": "invalid_api_key"}})
+                return
             model = req.get("model", "")
             if model not in models():
                 self.answer(404, {"error": {"message": "no model " + model,
@@ -81,6 +92,7 @@ def main():
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--models-file", required=True)
     ap.add_argument("--max-s", type=float, default=300)
+    ap.add_argument("--require-key", default="")
     args = ap.parse_args()
     srv = http.server.ThreadingHTTPServer((args.host, args.port), make_handler(args))
     srv.daemon_threads = True
