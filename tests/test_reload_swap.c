@@ -247,6 +247,8 @@ static void test_invalid_config_refused(void **state)
     gateway_start(port);
     char before[512], after[512];
     assert_int_equal(complete_text(port, before, sizeof(before)), 200);
+    /* The series exist before any reload, at 0 (increase() sees the first). */
+    assert_true(ig_gwf_metric(port, "infergate_config_reloads_total{outcome=\"invalid\"} ") == 0);
 
     static const char broken[] = "{\"region\":\"r1\",\"listen\":\"127.0.0.1:1\",\"pools\":"
                                  "[{\"name\":\"cpu\",\"model\":\"nope\"}]}";

@@ -467,6 +467,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
             gw->region[k++] = *r;
     }
     gw->region[k] = '\0';
+    ig__reload_metrics_init();
     gw->m_instances = ig_metrics_gauge("infergate_pool_instances",
                                        "Instances of each pool by state.", "pool,state");
     gw->pools = calloc(cfg->npools ? cfg->npools : 1, sizeof(ig_pool_t *));

@@ -103,6 +103,8 @@ int ig__gateway_routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool);
  * retiring, its timer), closed with the gateway: ig__reload_pending says
  * how many times ig__reload_close will call cb. */
 int ig__reload_pending(const ig_gateway_t *gw);
+/* Registers infergate_config_reloads_total's series at 0 (at start). */
+void ig__reload_metrics_init(void);
 void ig__reload_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data);
 
 #endif

@@ -72,6 +72,15 @@ void ig_gateway_reload_count(const char *outcome)
     ig_metric_add(reloads_counter(), 1, outcome);
 }
 
+void ig__reload_metrics_init(void)
+{
+    /* Every outcome's series exists from the start at 0, so that
+     * increase() sees the first invalid reload too. */
+    static const char *const outcomes[] = {"applied", "invalid", "busy", "failed"};
+    for (size_t i = 0; i < sizeof(outcomes) / sizeof(outcomes[0]); i++)
+        ig_metric_add(reloads_counter(), 0, outcomes[i]);
+}
+
 static void finish(reload_t *r)
 {
     r->active = 0;

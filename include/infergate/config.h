@@ -43,8 +43,8 @@ typedef struct {
     char *preset; /* mkmodel preset generated into path when path is missing; or NULL */
     /* A rollout: entries of one name are versions, each with its own path;
      * requests split by weight unless x-infergate-model-version pins one. */
-    char *version; /* NULL: the model has one entry */
-    double weight; /* share of the requests among its versions (default 1) */
+    char *version;  /* NULL: the model has one entry */
+    double weight;  /* share of the requests among its versions (default 1) */
     char *quantize; /* "q8_0": workers quantize the weights at load; NULL = as stored */
 } ig_config_model_t;
 
@@ -161,8 +161,8 @@ typedef struct {
     double tokens_per_min; /* prompt plus generated tokens */
     char **models;         /* allow-list; empty: every model */
     size_t nmodels;
-    int priority;          /* IG_PRIORITY_* */
-    int admin;             /* may read /status, /load and /metrics */
+    int priority; /* IG_PRIORITY_* */
+    int admin;    /* may read /status, /load and /metrics */
 } ig_config_key_t;
 
 typedef struct {
