@@ -15,7 +15,7 @@
 #     streaming read of a 1 GiB buffer measured here (numpy, one thread;
 #     llama.cpp and we both run THREADS threads, so the figure is a
 #     fraction of the one-thread bandwidth and may exceed 1);
-#   - the worker's RSS after load, against the file's bytes (+ its KV cache).
+#   - the worker's RSS after decoding, against the file's bytes (+ its KV cache).
 # The 1b runs take minutes: a benchmark, never a test.
 #
 # usage: bench/vs-llamacpp.sh [BUILD_DIR]            (default: build)
@@ -119,15 +119,15 @@ decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss
         --kv-blocks 64 --log-level warn &
     worker_pid=$!
     wait_http "$port" /ready
-    ours_rss=$(rss_kb "$worker_pid")
     ours_tps=$(stream_rate "$port" ours)
+    ours_rss=$(rss_kb "$worker_pid") # after decoding: a mapped file counts once touched
     kill "$worker_pid"; wait "$worker_pid" 2>/dev/null || true; worker_pid=
     "$LLAMACPP_BIN/llama-server" -m "$1" --port "$port" --host 127.0.0.1 -t "$THREADS" -c 1024 \
         -np 1 >"$tmp/llama-$2.log" 2>&1 &
     llama_pid=$!
     wait_http "$port" /health
-    llama_rss=$(rss_kb "$llama_pid")
     llama_tps=$(stream_rate "$port" llama)
+    llama_rss=$(rss_kb "$llama_pid")
     kill "$llama_pid"; wait "$llama_pid" 2>/dev/null || true; llama_pid=
     echo "decode $2: infergate $ours_tps tok/s (RSS $((ours_rss / 1024)) MiB), llama.cpp $llama_tps tok/s (RSS $((llama_rss / 1024)) MiB)"
 }
@@ -185,7 +185,7 @@ for k in ("decode_bf16", "decode_q8_0", "batch64_bf16", "prefill_bf16"):
     print("  %-13s %.2fx  (%.2f vs %.2f tok/s)" % (k, res[k]["ratio"], res[k]["ours"], res[k]["llamacpp"]))
 for k in ("decode_bf16", "decode_q8_0"):
     print("  %-13s reads %.2f of one thread's streaming bandwidth (%.1f GB/s)" % (k, res[k]["bandwidth_fraction"], bw))
-print("  worker RSS after load: %.2fx the BF16 file, %.2fx the Q8_0 file (KV cache of 64 blocks included)"
+print("  worker RSS after decoding: %.2fx the BF16 file, %.2fx the Q8_0 file (KV cache of 64 blocks included)"
       % (res["rss"]["bf16_ratio"], res["rss"]["q8_0_ratio"]))
 print("wrote", sys.argv[1])
 EOF
