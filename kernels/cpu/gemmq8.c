@@ -9,7 +9,7 @@
  * vectors (unsigned by signed bytes, so |x| times w with x's sign moved onto
  * w), or AVX2's vpmaddubsw + vpmaddwd (pairs of products fit int16: 2 * 127 *
  * 127 < 32767), or plain C. Per output the 8 lanes of partial sums go through
- * the blocks in order, two chains (even and odd blocks), then one fixed
+ * the blocks in order, four chains (block index mod 4), then one fixed
  * reduction: a row gets the same bits alone or in a batch, on any split of
  * the columns. Weights of -128 (never written by a quantizer, which stays
  * within +-127) would overflow the sign trick.
@@ -106,27 +106,32 @@ static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, co
         for (int a = 0; a < m; a++) {
             const int8_t *xa = xq + (size_t)a * k;
             const float *da = xd + (size_t)a * nb;
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                             _mm256_setzero_ps()};
             int b = 0;
-            for (; b + 2 <= nb; b += 2) {
-                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES, *b1 = b0 + IG_Q8_0_BYTES;
-                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                __m256i s1 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b1 + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32 + 32)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
-                                       acc0);
-                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
-                                       _mm256_set1_ps(w_scale(b1) * da[b + 1]), acc1);
+            /* Four blocks per step, one chain each: the scale's F16C
+             * conversion and the integer dot product of one block overlap
+             * the others'. */
+            for (; b + 4 <= nb; b += 4) {
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++) {
+                    const uint8_t *bl = wr + (size_t)(b + u) * IG_Q8_0_BYTES;
+                    __m256i s0 =
+                        idot_avx2(_mm256_loadu_si256((const __m256i *)(bl + 2)),
+                                  _mm256_loadu_si256((const __m256i *)(xa + (b + u) * 32)));
+                    float d = _cvtsh_ss((unsigned short)(bl[0] | bl[1] << 8)) * da[b + u];
+                    acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(d), acc[u]);
+                }
             }
-            if (b < nb) {
-                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES;
-                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+            for (; b < nb; b++) {
+                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
+                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(bl + 2)),
                                        _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
-                                       acc0);
+                float d = _cvtsh_ss((unsigned short)(bl[0] | bl[1] << 8)) * da[b];
+                acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(d), acc[0]);
             }
-            y[(size_t)a * ldy + c] = hsum8_avx2(_mm256_add_ps(acc0, acc1));
+            y[(size_t)a * ldy + c] = hsum8_avx2(
+                _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
         }
     }
 }
@@ -159,27 +164,32 @@ static void gemmq8_avx512(float *y, int ldy, const int8_t *xq, const float *xd, 
         for (int a = 0; a < m; a++) {
             const int8_t *xa = xq + (size_t)a * k;
             const float *da = xd + (size_t)a * nb;
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                             _mm256_setzero_ps()};
             int b = 0;
-            for (; b + 2 <= nb; b += 2) {
-                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES, *b1 = b0 + IG_Q8_0_BYTES;
-                __m256i s0 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                __m256i s1 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b1 + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32 + 32)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
-                                       acc0);
-                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
-                                       _mm256_set1_ps(w_scale(b1) * da[b + 1]), acc1);
+            /* Four blocks per step, one chain each: the scale's F16C
+             * conversion and the integer dot product of one block overlap
+             * the others'. */
+            for (; b + 4 <= nb; b += 4) {
+#pragma GCC unroll 4
+                for (int u = 0; u < 4; u++) {
+                    const uint8_t *bl = wr + (size_t)(b + u) * IG_Q8_0_BYTES;
+                    __m256i s0 =
+                        idot_vnni(_mm256_loadu_si256((const __m256i *)(bl + 2)),
+                                  _mm256_loadu_si256((const __m256i *)(xa + (b + u) * 32)));
+                    float d = _cvtsh_ss((unsigned short)(bl[0] | bl[1] << 8)) * da[b + u];
+                    acc[u] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(d), acc[u]);
+                }
             }
-            if (b < nb) {
-                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES;
-                __m256i s0 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+            for (; b < nb; b++) {
+                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
+                __m256i s0 = idot_vnni(_mm256_loadu_si256((const __m256i *)(bl + 2)),
                                        _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
-                                       acc0);
+                float d = _cvtsh_ss((unsigned short)(bl[0] | bl[1] << 8)) * da[b];
+                acc[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(d), acc[0]);
             }
-            y[(size_t)a * ldy + c] = hsum8_vnni(_mm256_add_ps(acc0, acc1));
+            y[(size_t)a * ldy + c] = hsum8_vnni(
+                _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3])));
         }
     }
 }
