@@ -4,7 +4,8 @@
  * gguf` runs) and loaded back through ig_model_load on the .gguf path:
  *   - the config and every tensor's bytes are the safetensors ones (attn_q
  *     and attn_k permuted for llama.cpp in the file, permuted back at load);
- *   - the engine's logits are bit-identical on the two (F32 and BF16);
+ *   - the engine's logits are bit-identical on the two (F32 and BF16), and a
+ *     prompt alone gets the bits it gets in a batch (BF16, Q8_0 too);
  *   - a Q8_0 GGUF holds exactly ig_model_quantize's blocks;
  *   - the tokenizer rebuilt from tokenizer.ggml.* encodes a corpus to the
  *     same ids and decodes them to the same text as tokenizer.json, for a
@@ -97,8 +98,9 @@ static void same_weights(const ig_model_t *a, const ig_model_t *b)
     }
 }
 
-/* Logits of two prompts' every position, in one batch. */
-static float *logits(ig_model_t *m, int *total)
+/* Logits of two prompts' every position, in one batch (only = -1), or of
+ * prompt `only` alone. */
+static float *logits_of(ig_model_t *m, int *total, int only)
 {
     char err[256];
     static const int len[2] = {7, 19};
@@ -115,11 +117,14 @@ static float *logits(ig_model_t *m, int *total)
     memset(seqs, 0, sizeof(seqs));
     ig_tbatch_t *b = malloc(sizeof(*b));
     ig_tbatch_init(b);
+    *total = 0;
     for (int p = 0; p < 2; p++) {
         ig_tprompt(7 + p, len[p], vocab, prompts[p]);
+        if (only >= 0 && p != only)
+            continue;
         assert_int_equal(ig_tbatch_add(b, e, &seqs[p], prompts[p], len[p], 0), 0);
+        *total += len[p];
     }
-    *total = len[0] + len[1];
     float *out = malloc((size_t)*total * vocab * sizeof(float));
     assert_int_equal(ig_tbatch_run(b, e, out), 0);
     for (int p = 0; p < 2; p++)
@@ -128,6 +133,22 @@ static float *logits(ig_model_t *m, int *total)
     ig_engine_free(e);
     be->destroy(be);
     return out;
+}
+
+static float *logits(ig_model_t *m, int *total)
+{
+    return logits_of(m, total, -1);
+}
+
+/* Batch invariance on the GGUF model: the second prompt alone gets the
+ * bits it got beside the first (its rows follow the first's 7). */
+static void alone_same_as_batched(ig_model_t *m, const float *batched)
+{
+    int n, vocab = ig_model_config(m)->vocab_size;
+    float *alone = logits_of(m, &n, 1);
+    assert_int_equal(n, 19);
+    assert_memory_equal(alone, batched + (size_t)7 * vocab, (size_t)n * vocab * sizeof(float));
+    free(alone);
 }
 
 static void check_dtype(ig_dtype_t dt)
@@ -143,6 +164,7 @@ static void check_dtype(ig_dtype_t dt)
     int n1, n2, vocab = ig_model_config(hf)->vocab_size;
     float *a = logits(hf, &n1), *b = logits(gg, &n2);
     assert_memory_equal(a, b, (size_t)n1 * vocab * sizeof(float));
+    alone_same_as_batched(gg, b);
     free(a), free(b);
     ig_model_free(hf);
     ig_model_free(gg);
@@ -174,6 +196,7 @@ static void test_q8_0_same_as_quantize(void **state)
     int n1, n2, vocab = ig_model_config(hf)->vocab_size;
     float *a = logits(hf, &n1), *b = logits(gg, &n2);
     assert_memory_equal(a, b, (size_t)n1 * vocab * sizeof(float));
+    alone_same_as_batched(gg, b);
     free(a), free(b);
     ig_model_free(hf);
     ig_model_free(gg);

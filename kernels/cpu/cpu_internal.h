@@ -93,7 +93,7 @@ int ig__cpu_blas_usable(const char **core);
 
 /* The kernels of gemm16.c and gemmq8.c pick their code at run time, not at
  * build time, so one binary is right on every x86-64. AVX-512 here means
- * F, BW, VL and VNNI; AVX2 means AVX2, FMA and F16C. */
+ * F, BW, VL, DQ and VNNI; AVX2 means AVX2, FMA and F16C. */
 typedef enum {
     IG_CPU_ISA_SCALAR = 0,
     IG_CPU_ISA_AVX2,

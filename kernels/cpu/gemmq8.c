@@ -8,10 +8,10 @@
  * The integer dot product of a block: AVX-512 VNNI's vpdpbusd on 256-bit
  * vectors (unsigned by signed bytes, so |x| times w with x's sign moved onto
  * w), or AVX2's vpmaddubsw + vpmaddwd (pairs of products fit int16: 2 * 127 *
- * 127 < 32767), or plain C. Per output the 8 lanes of partial sums go through
- * the blocks in order, two chains (even and odd blocks), then one fixed
- * reduction: a row gets the same bits alone or in a batch, on any split of
- * the columns. Weights of -128 (never written by a quantizer, which stays
+ * 127 < 32767), or plain C. Per output, eight blocks at a time are reduced
+ * to their eight exact integer sums and lane j accumulates block j's
+ * d_w * d_x * sum (gemmq8_avx2), then one fixed reduction: a row gets the same bits alone or in a
+ * batch, on any split of the columns. Weights of -128 (never written by a quantizer, which stays
  * within +-127) would overflow the sign trick.
  */
 #include "cpu_internal.h"
@@ -96,44 +96,59 @@ static inline __m256i idot_avx2(__m256i wq, __m256i xq)
     return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1));
 }
 
+/* Eight blocks per step: their eight integer dot products are summed
+ * into one vector of eight block sums (exact: integers), their scales
+ * gathered, and one multiply-add per lane joins block j's sum to lane j's
+ * running total; the ragged end goes block by block into a second vector. */
 static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w,
                         int m, int k, int n0, int n1)
 {
     int nb = k / IG_Q8_0_BLOCK;
     size_t row = (size_t)nb * IG_Q8_0_BYTES;
+    const __m256i idx = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
     for (int c = n0; c < n1; c++) {
         const uint8_t *wr = w + (size_t)c * row;
         for (int a = 0; a < m; a++) {
             const int8_t *xa = xq + (size_t)a * k;
             const float *da = xd + (size_t)a * nb;
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            __m256 acc = _mm256_setzero_ps(), tail = _mm256_setzero_ps();
             int b = 0;
-            for (; b + 2 <= nb; b += 2) {
-                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES, *b1 = b0 + IG_Q8_0_BYTES;
-                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                __m256i s1 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b1 + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32 + 32)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
-                                       acc0);
-                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
-                                       _mm256_set1_ps(w_scale(b1) * da[b + 1]), acc1);
+            for (; b + 8 <= nb; b += 8) {
+                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
+                __m256i v[8];
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; u++)
+                    v[u] =
+                        idot_avx2(_mm256_loadu_si256((const __m256i *)(bl + u * IG_Q8_0_BYTES + 2)),
+                                  _mm256_loadu_si256((const __m256i *)(xa + (b + u) * 32)));
+                __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+                __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+                __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+                __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                                                _mm256_permute2x128_si256(u0, u1, 0x31));
+                __m256i g = _mm256_and_si256(
+                    _mm256_i32gather_epi32((const int *)(const void *)bl, idx, 1), lo16);
+                __m128i h =
+                    _mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
+                __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(da + b));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc);
             }
-            if (b < nb) {
-                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES;
-                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+            for (; b < nb; b++) {
+                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
+                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(bl + 2)),
                                        _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
-                                       acc0);
+                float d = _cvtsh_ss((unsigned short)(bl[0] | bl[1] << 8)) * da[b];
+                tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(d), tail);
             }
-            y[(size_t)a * ldy + c] = hsum8_avx2(_mm256_add_ps(acc0, acc1));
+            y[(size_t)a * ldy + c] = hsum8_avx2(_mm256_add_ps(acc, tail));
         }
     }
 }
 #pragma GCC pop_options
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 static inline __m256i idot_vnni(__m256i wq, __m256i xq)
 {
     __m256i ax = _mm256_sign_epi8(xq, xq), sw = _mm256_sign_epi8(wq, xq);
@@ -148,38 +163,52 @@ static inline float hsum8_vnni(__m256 v)
     return _mm_cvtss_f32(s);
 }
 
-/* The W row (2 KiB at k = 2048) stays in L1 while every row of x passes. */
+/* Eight blocks per step: their eight integer dot products are summed
+ * into one vector of eight block sums (exact: integers), their scales
+ * gathered, and one multiply-add per lane joins block j's sum to lane j's
+ * running total; the ragged end goes block by block into a second vector. */
 static void gemmq8_avx512(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w,
                           int m, int k, int n0, int n1)
 {
     int nb = k / IG_Q8_0_BLOCK;
     size_t row = (size_t)nb * IG_Q8_0_BYTES;
+    const __m256i idx = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
+    const __m256i lo16 = _mm256_set1_epi32(0xffff);
     for (int c = n0; c < n1; c++) {
         const uint8_t *wr = w + (size_t)c * row;
         for (int a = 0; a < m; a++) {
             const int8_t *xa = xq + (size_t)a * k;
             const float *da = xd + (size_t)a * nb;
-            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            __m256 acc = _mm256_setzero_ps(), tail = _mm256_setzero_ps();
             int b = 0;
-            for (; b + 2 <= nb; b += 2) {
-                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES, *b1 = b0 + IG_Q8_0_BYTES;
-                __m256i s0 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                __m256i s1 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b1 + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32 + 32)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
-                                       acc0);
-                acc1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s1),
-                                       _mm256_set1_ps(w_scale(b1) * da[b + 1]), acc1);
+            for (; b + 8 <= nb; b += 8) {
+                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
+                __m256i v[8];
+#pragma GCC unroll 8
+                for (int u = 0; u < 8; u++)
+                    v[u] =
+                        idot_vnni(_mm256_loadu_si256((const __m256i *)(bl + u * IG_Q8_0_BYTES + 2)),
+                                  _mm256_loadu_si256((const __m256i *)(xa + (b + u) * 32)));
+                __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
+                __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
+                __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
+                __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
+                                                _mm256_permute2x128_si256(u0, u1, 0x31));
+                __m256i g = _mm256_and_si256(
+                    _mm256_i32gather_epi32((const int *)(const void *)bl, idx, 1), lo16);
+                __m128i h =
+                    _mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
+                __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(da + b));
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc);
             }
-            if (b < nb) {
-                const uint8_t *b0 = wr + (size_t)b * IG_Q8_0_BYTES;
-                __m256i s0 = idot_vnni(_mm256_loadu_si256((const __m256i *)(b0 + 2)),
+            for (; b < nb; b++) {
+                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
+                __m256i s0 = idot_vnni(_mm256_loadu_si256((const __m256i *)(bl + 2)),
                                        _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                acc0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(w_scale(b0) * da[b]),
-                                       acc0);
+                float d = _cvtsh_ss((unsigned short)(bl[0] | bl[1] << 8)) * da[b];
+                tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(d), tail);
             }
-            y[(size_t)a * ldy + c] = hsum8_vnni(_mm256_add_ps(acc0, acc1));
+            y[(size_t)a * ldy + c] = hsum8_vnni(_mm256_add_ps(acc, tail));
         }
     }
 }
