@@ -239,6 +239,7 @@ static void test_limit_settles(void **state)
     ig_router_upstream_t u;
     ig_router_upstream_init(&u, "narrow", IG_ROUTER_SITE);
     u.ready = 1;
+    ig_router_observe_rtt(&r, &u, 0.0002, ns(0));
     assert_int_equal(ig_router_limit(&r, &u), 1); /* calibrating */
     sim_t s;
     sim_init(&s, 2, 0.050);
@@ -253,6 +254,7 @@ static void test_limit_settles(void **state)
     ig_router_upstream_t w;
     ig_router_upstream_init(&w, "wide", IG_ROUTER_SITE);
     w.ready = 1;
+    ig_router_observe_rtt(&r, &w, 0.0002, ns(0));
     sim_init(&s, 32, 0.050);
     run_closed(&r, &w, &s, 32, 20.0, &late);
     print_message("32 slots: limit %d (%s), most in flight late %d\n", ig_router_limit(&r, &w),

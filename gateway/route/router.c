@@ -46,6 +46,7 @@ void ig_router_opts_default(ig_router_opts_t *o)
     o->max_retries = 2;
     o->seed = 0x9e3779b97f4a7c15ULL;
     o->limit_initial = 8;
+    o->wait_weight = 2.0;
     o->limit_min = 1;
     o->limit_max = 256;
     o->limit_window_s = 0.1;
@@ -126,36 +127,61 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
  * its base time b (s plus the round trip); one with k >= C also waits for
  * (k + 1 - C) of them to finish, s / C each:
  *
- *   hold(k) = b + max(0, k + 1 - C) x s / C,   s = b - rtt
+ *   hold(k) = b + x_k s,   x_k = max(0, k + 1 - C) / C
  *
- * C is the value on a grid of quarters from 1 to the last bucket that fits
- * the buckets with samples best (least squares, weighted by samples). When
- * no bucket shows a queue, every C above the highest one fits and the
- * smallest such is taken: what has been seen, a lower bound. The last
- * bucket (RIF beyond it) is left out of the fit.
+ * For each C on a grid of quarters from 1 to the last bucket, b and s are
+ * the weighted least-squares line of the buckets' holds on x_k, s kept
+ * within 0.5-1.5x of the lowest bucket's hold less the RTT (a service
+ * time, not the slope of noise); C, b and s are those of the best
+ * fit (weights: samples; errors relative to the lowest bucket's hold, one
+ * scale for every C). When no bucket shows a queue, every C above the
+ * highest one fits alike and the smallest is taken: what has been seen, a
+ * lower bound. The last bucket (RIF beyond it) is left out.
  */
-static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s)
+static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, double *base_out,
+                                double *svc_out)
 {
     int k0;
-    double base = base_hold(u, &k0);
-    if (k0 < 0)
+    double scale = base_hold(u, &k0); /* one scale for every C's errors */
+    if (k0 < 0 || scale <= 0)
         return 0;
-    double svc = fmax(base - rtt_s, 0.25 * base);
-    double best_c = 1, best_err = INFINITY;
+    double best_c = 1, best_err = INFINITY, best_b = scale, best_s = 0;
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
+        double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+        for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+            if (u->rif_n[k] < RIF_MIN_SAMPLES)
+                continue;
+            double w = u->rif_n[k], x = fmax(0.0, k + 1 - c) / c, y = u->rif_hold_s[k];
+            sw += w;
+            sx += w * x;
+            sy += w * y;
+            sxx += w * x * x;
+            sxy += w * x * y;
+        }
+        double var = sxx - sx * sx / sw;
+        double slope = var > 1e-12 ? (sxy - sx * sy / sw) / var : 0.0;
+        /* The slope is a service time: within half and one and a half of
+         * what the lowest bucket's hold less the RTT says. */
+        double expect = fmax(scale - rtt_s, 0.25 * scale);
+        slope = fmin(fmax(slope, 0.5 * expect), 1.5 * expect);
+        double base = (sy - slope * sx) / sw;
         double err = 0;
         for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
             if (u->rif_n[k] < RIF_MIN_SAMPLES)
                 continue;
-            double model = base + fmax(0.0, k + 1 - c) * svc / c;
-            double d = (u->rif_hold_s[k] - model) / svc;
+            double model = base + fmax(0.0, k + 1 - c) / c * slope;
+            double d = (u->rif_hold_s[k] - model) / scale;
             err += u->rif_n[k] * d * d;
         }
         if (err < best_err - 1e-9) {
             best_err = err;
             best_c = c;
+            best_b = base;
+            best_s = slope;
         }
     }
+    *base_out = best_b;
+    *svc_out = best_s;
     return best_c;
 }
 
@@ -171,9 +197,10 @@ double ig_router_concurrency(const ig_router_upstream_t *u)
  * service time to first token. */
 static double hold_of(const ig_router_t *r, const ig_router_upstream_t *u)
 {
-    int k0;
-    double base = base_hold(u, &k0);
-    if (k0 >= 0)
+    double base = u->hold_base_s;
+    if (u->hold_svc_s > 0)
+        return u->hold_svc_s; /* fitted where a queue was seen */
+    if (base > 0)
         return fmax(base - rtt_of(r, u), 0.25 * base);
     if (u->occupancy_s > 0)
         return u->occupancy_s;
@@ -351,7 +378,8 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         int least = -1;
         for (int j = 0; j < ncand; j++) {
             int i = cand[j];
-            double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns);
+            double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns) +
+                       (r->opts.wait_weight - 1.0) * ig_router_wait(r, ups[i], now_ns);
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
                 least = i;
             if (is_hot(r, sorted, ncand, utilisation(ups[i]),
@@ -497,7 +525,7 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     u->rif_hold_s[k] += (seconds - u->rif_hold_s[k]) / u->rif_n[k];
     /* The fit costs a few thousand operations: every 8th sample is enough. */
     if ((++u->rif_samples & 7) == 1 || u->concurrency <= 0)
-        u->concurrency = learn_concurrency(u, rtt_of(r, u));
+        u->concurrency = learn_concurrency(u, rtt_of(r, u), &u->hold_base_s, &u->hold_svc_s);
 }
 
 /* ---- the adaptive concurrency limit ---------------------------------------- */
@@ -564,8 +592,8 @@ static void limit_set(ig_router_upstream_t *u, double limit, const char *reason)
  * C, the learned (or reported) concurrency, is a floor. Attempts stuck
  * unread end late, so their upstream's X and its limit drop.
  *
- * The baseline is the hold time of attempts that began with nothing else
- * of ours in flight (RIF bucket 0, see calibrating()); for an upstream
+ * The baseline is the hold time of attempts that did not queue, b of the
+ * learned-concurrency fit (bucket 0 first, see calibrating()); for an upstream
  * that reports its slots (no calibration) the least W seen, drifting up 1%
  * a window. W = (in flight x seconds) / attempts ended is kept for
  * /status. A window with attempts in flight but none ended stays open
@@ -607,10 +635,8 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
     } else {
         double w = u->lw_area / u->lw_done;
         u->limit_w_s = w;
-        int k0;
-        double hold = base_hold(u, &k0);
-        if (k0 == 0)
-            u->limit_base_s = hold;
+        if (u->slots <= 0 && u->hold_base_s > 0)
+            u->limit_base_s = u->hold_base_s; /* the fit's unqueued hold */
         else if (u->limit_base_s <= 0 || w < u->limit_base_s)
             u->limit_base_s = w; /* reported slots: no calibration */
         else
