@@ -1,7 +1,9 @@
 /*
  * The two-region example configs, run as shipped: config/us-east.json
  * (127.0.0.1:8081) and config/eu-west.json (127.0.0.1:8082) each start their
- * CPU pool, serve requests locally, and see the other region as a site.
+ * CPU pool, see the other region as a site, and serve requests (through
+ * either: the peer is as near as the pool here); a request marked forwarded
+ * is served by the local pool.
  * (Spill-over under saturation is shown on configs of the same shape with a
  * distance between the regions in test_gateway_pools.c.) Skipped when the
  * example ports are taken on this machine.
@@ -59,12 +61,29 @@ static void test_example_regions(void **state)
 
     const int ports[2] = {8081, 8082};
     const char *pools[2] = {"us-east-cpu/", "eu-west-cpu/"};
+    const char *peers[2] = {"eu-west", "us-east"};
     for (int k = 0; k < 2; k++) {
         const char *body = "{\"model\":\"tiny\",\"prompt\":\"hello\",\"max_tokens\":4}";
         ig_tc_response_t r;
+        /* Both regions run on this machine, so the peer is as near as the
+         * local pool: the router may pick either, and either answers. */
         assert_int_equal(ig_gwf_post(ports[k], "/v1/completions", body, &r, 30000), 0);
         assert_int_equal(r.status, 200);
         const char *u = ig_tc_header(&r, "x-infergate-upstream");
+        assert_non_null(u);
+        print_message("region %d: served by %s\n", k, u);
+        assert_true(strncmp(u, pools[k], strlen(pools[k])) == 0 || strcmp(u, peers[k]) == 0);
+        ig_tc_response_free(&r);
+        /* Marked as forwarded (trusted: the examples have no keys), it stays
+         * in the region: the local pool serves it. */
+        char raw[512];
+        snprintf(raw, sizeof(raw),
+                 "POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                 "x-infergate-forwarded: 1\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+                 strlen(body), body);
+        assert_int_equal(ig_tc_request(ports[k], raw, &r, 30000), 0);
+        assert_int_equal(r.status, 200);
+        u = ig_tc_header(&r, "x-infergate-upstream");
         assert_non_null(u);
         assert_true(strncmp(u, pools[k], strlen(pools[k])) == 0);
         ig_tc_response_free(&r);
