@@ -121,10 +121,12 @@ decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss
     "$build/infergate" worker --model "$1" --device "cpu:$THREADS" --listen "127.0.0.1:$wport" \
         --kv-blocks 64 --log-level warn &
     worker_pid=$!
+    # llama-server maps the file only once the worker has packed it: pages
+    # another process maps cannot be handed back, and would count in both.
+    wait_http "$wport" /ready
     "$LLAMACPP_BIN/llama-server" -m "$1" --port "$lport" --host 127.0.0.1 -t "$THREADS" -c 1024 \
         -np 1 >"$tmp/llama-$2.log" 2>&1 &
     llama_pid=$!
-    wait_http "$wport" /ready
     wait_http "$lport" /health
     for r in $(seq 1 "$ROUNDS"); do
         o+=("$(stream_rate "$wport" ours)")
