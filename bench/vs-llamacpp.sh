@@ -5,7 +5,8 @@
 # printed as ratios (ours / llama.cpp):
 #   - one-stream decode, BF16 and Q8_0: both servers over HTTP (our worker,
 #     llama-server), the same prompt, N_TOKENS greedy tokens streamed, the
-#     rate between the first and the last token; best of ROUNDS;
+#     rate between the first and the last token; both servers up at once,
+#     rounds alternating between them, best of ROUNDS each;
 #   - batch 64 aggregate, BF16: build/engine-bench --batches 64 against
 #     llama-batched-bench -npl 64 (both engine-level, decode tokens/s);
 #   - prefill, BF16: engine-bench's PREFILL-token prefill against
@@ -22,7 +23,7 @@
 # environment:
 #   LLAMACPP_BIN=/work/peers/llama.cpp/build/bin   llama-server, llama-bench, llama-batched-bench
 #   MODELS=/work/peers/models   where the 1b GGUFs are kept (made there when missing)
-#   THREADS=2  N_TOKENS=48  ROUNDS=2  PREFILL=256  BATCH_STEPS=8
+#   THREADS=2  N_TOKENS=48  ROUNDS=3  PREFILL=256  BATCH_STEPS=8
 #   RESULTS=bench/results/vs-llamacpp.json
 set -euo pipefail
 
@@ -33,7 +34,7 @@ LLAMACPP_BIN=${LLAMACPP_BIN:-/work/peers/llama.cpp/build/bin}
 MODELS=${MODELS:-/work/peers/models}
 THREADS=${THREADS:-2}
 N_TOKENS=${N_TOKENS:-48}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-3}
 PREFILL=${PREFILL:-256}
 BATCH_STEPS=${BATCH_STEPS:-8}
 RESULTS=${RESULTS:-$root/bench/results/vs-llamacpp.json}
@@ -67,12 +68,15 @@ EOF
 echo "memory bandwidth (streaming read, 1 thread): $bw GB/s"
 
 # ---- one-stream decode over HTTP ----------------------------------------------
-# stream_rate PORT KIND: best tokens/s between the first and the last streamed
-# token over ROUNDS requests (KIND: ours | llama).
+# Both servers run at once (idle while the other is measured) and the rounds
+# alternate, ours then llama.cpp: on a machine shared with other work, load
+# that comes and goes then falls on both alike instead of on one phase.
+# stream_rate PORT KIND: tokens/s between the first and the last streamed
+# token of one request (KIND: ours | llama).
 stream_rate() {
-    "$PY" - "$1" "$2" "$N_TOKENS" "$ROUNDS" <<'EOF'
+    "$PY" - "$1" "$2" "$N_TOKENS" <<'EOF2'
 import http.client, json, sys, time
-port, kind, n, rounds = int(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+port, kind, n = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 prompt = "The history of the city begins with a small settlement on the river"
 if kind == "ours":
     path = "/v1/completions"
@@ -81,25 +85,21 @@ else:
     path = "/completion"
     body = {"prompt": prompt, "n_predict": n, "temperature": 0, "top_k": 1, "stream": True,
             "ignore_eos": True, "cache_prompt": False}
-best = 0.0
-for _ in range(rounds):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
-    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
-    r = c.getresponse()
-    times = []
-    for line in r:
-        line = line.strip()
-        if not line.startswith(b"data: ") or line == b"data: [DONE]":
-            continue
-        ev = json.loads(line[6:])
-        text = ev["choices"][0].get("text", "") if kind == "ours" else ev.get("content", "")
-        if text or (kind != "ours" and ev.get("stop") is False):
-            times.append(time.perf_counter())
-    c.close()
-    if len(times) >= 2:
-        best = max(best, (len(times) - 1) / (times[-1] - times[0]))
-print(f"{best:.3f}")
-EOF
+c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+r = c.getresponse()
+times = []
+for line in r:
+    line = line.strip()
+    if not line.startswith(b"data: ") or line == b"data: [DONE]":
+        continue
+    ev = json.loads(line[6:])
+    text = ev["choices"][0].get("text", "") if kind == "ours" else ev.get("content", "")
+    if text or (kind != "ours" and ev.get("stop") is False):
+        times.append(time.perf_counter())
+c.close()
+print(f"{(len(times) - 1) / (times[-1] - times[0]):.3f}" if len(times) >= 2 else "0")
+EOF2
 }
 
 wait_http() { # PORT PATH: up to 300 s
@@ -111,25 +111,35 @@ wait_http() { # PORT PATH: up to 300 s
 }
 
 rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
+free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+best() { "$PY" -c 'import sys; print(max(float(x) for x in sys.argv[1:]))' "$@"; }
 
 decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss
-    local port
-    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-    "$build/infergate" worker --model "$1" --device "cpu:$THREADS" --listen "127.0.0.1:$port" \
+    local wport lport r o=() l=()
+    wport=$(free_port)
+    lport=$(free_port)
+    "$build/infergate" worker --model "$1" --device "cpu:$THREADS" --listen "127.0.0.1:$wport" \
         --kv-blocks 64 --log-level warn &
     worker_pid=$!
-    wait_http "$port" /ready
-    ours_tps=$(stream_rate "$port" ours)
-    ours_rss=$(rss_kb "$worker_pid") # after decoding: a mapped file counts once touched
-    kill "$worker_pid"; wait "$worker_pid" 2>/dev/null || true; worker_pid=
-    "$LLAMACPP_BIN/llama-server" -m "$1" --port "$port" --host 127.0.0.1 -t "$THREADS" -c 1024 \
+    # llama-server maps the file only once the worker has packed it: pages
+    # another process maps cannot be handed back, and would count in both.
+    wait_http "$wport" /ready
+    "$LLAMACPP_BIN/llama-server" -m "$1" --port "$lport" --host 127.0.0.1 -t "$THREADS" -c 1024 \
         -np 1 >"$tmp/llama-$2.log" 2>&1 &
     llama_pid=$!
-    wait_http "$port" /health
-    llama_tps=$(stream_rate "$port" llama)
+    wait_http "$lport" /health
+    for r in $(seq 1 "$ROUNDS"); do
+        o+=("$(stream_rate "$wport" ours)")
+        l+=("$(stream_rate "$lport" llama)")
+    done
+    ours_tps=$(best "${o[@]}")
+    llama_tps=$(best "${l[@]}")
+    ours_rss=$(rss_kb "$worker_pid") # after decoding: a mapped file counts once touched
     llama_rss=$(rss_kb "$llama_pid")
-    kill "$llama_pid"; wait "$llama_pid" 2>/dev/null || true; llama_pid=
-    echo "decode $2: infergate $ours_tps tok/s (RSS $((ours_rss / 1024)) MiB), llama.cpp $llama_tps tok/s (RSS $((llama_rss / 1024)) MiB)"
+    kill "$worker_pid" "$llama_pid"
+    wait "$worker_pid" "$llama_pid" 2>/dev/null || true
+    worker_pid= llama_pid=
+    echo "decode $2: infergate ${o[*]} -> $ours_tps tok/s (RSS $((ours_rss / 1024)) MiB), llama.cpp ${l[*]} -> $llama_tps tok/s (RSS $((llama_rss / 1024)) MiB)"
 }
 
 decode_pair "$bf16" bf16
