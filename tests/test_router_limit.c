@@ -58,7 +58,7 @@ static void test_limit_holds_in_gateway(void **state)
     (void)state;
     ig_proc_t up;
     assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "2", "--delay-ms", "100",
-                                      "--tokens", "2", NULL),
+                                     "--tokens", "2", NULL),
                      0);
     ig_proc_t g;
     assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, NULL, NULL), 0);
@@ -84,9 +84,8 @@ static void test_limit_holds_in_gateway(void **state)
     assert_non_null(why);
     assert_true(json_integer_value(json_object_get(s, "limit_changes")) > 0);
     json_decref(doc);
-    double shrinks = ig_gwf_metric(
-        g.port,
-        "infergate_upstream_concurrency_limit_changes_total{upstream=\"s0\",reason=\"throughput_down\"} ");
+    double shrinks = ig_gwf_metric(g.port, "infergate_upstream_concurrency_limit_changes_total{"
+                                           "upstream=\"s0\",reason=\"throughput_down\"} ");
     print_message("throughput_down moves: %.0f\n", shrinks);
     assert_true(shrinks >= 1);
     double gauge = ig_gwf_metric(g.port, "infergate_upstream_concurrency_limit{upstream=\"s0\"} ");
@@ -100,8 +99,8 @@ static void test_learned_concurrency(void **state)
 {
     (void)state;
     ig_proc_t up;
-    assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "4", "--delay-dist",
-                                      "exp:30", "--tokens", "2", NULL),
+    assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "4", "--delay-dist", "exp:30",
+                                     "--tokens", "2", NULL),
                      0);
     ig_proc_t g;
     assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, NULL, NULL), 0);

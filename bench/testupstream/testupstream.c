@@ -81,7 +81,7 @@ static struct {
     igb_tq_t tq;
     llhttp_settings_t settings;
     igb_rng_t rng;
-    igb_dist_t delay; /* ms */
+    igb_dist_t delay;        /* ms */
     igb_dist_t change_delay; /* --change-delay: drawn instead from --change-at on */
     double change_at_s;      /* seconds after the first request; 0 = never */
     double itl_ms;
@@ -106,7 +106,7 @@ static struct {
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
-    uint64_t max_inside; /* the most completions in a slot or waiting for one at once */
+    uint64_t max_inside;         /* the most completions in a slot or waiting for one at once */
 } g;
 
 /* ------------------------------------------------------------------------- */

@@ -617,7 +617,7 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
     const char *reason;
     if (u->lw_done == 0) {
         if (u->lw_area > 0)
-            return; /* long attempts: the window stays open until one ends */
+            return;               /* long attempts: the window stays open until one ends */
         reason = u->limit_reason; /* idle: nothing to learn */
     } else {
         double w = u->lw_area / u->lw_done;
@@ -633,8 +633,8 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
         double x = u->lw_done / dt;
         u->limit_x_ewma = u->limit_x_ewma > 0 ? u->limit_x_ewma + 0.25 * (x - u->limit_x_ewma) : x;
         u->limit_x_per_s = fmax(u->limit_x_ewma, 0.97 * u->limit_x_per_s);
-        double target = fmax(2.0 * u->limit_x_per_s * u->limit_base_s,
-                             1.25 * ig_router_concurrency(u) + 1.0);
+        double target =
+            fmax(2.0 * u->limit_x_per_s * u->limit_base_s, 1.25 * ig_router_concurrency(u) + 1.0);
         double next = 0.5 * limit + 0.5 * target;
         reason = next > limit ? "throughput_up" : next < limit ? "throughput_down" : "steady";
         limit = next;

@@ -117,7 +117,7 @@ struct conn_s {
 struct ig_upstream_req_s {
     ig_upstream_t *up;
     conn_t *conn;
-    ig_list_t node; /* in up->reqs */
+    ig_list_t node;      /* in up->reqs */
     ig_list_t pend_node; /* in up->pending while it waits under the cap */
     ig_upstream_cbs_t cbs;
     void *data;
