@@ -14,7 +14,9 @@
 # the server as its only site, the rounds interleaved (direct, gateway,
 # direct, ...). Prints each round's wall time and the ratio
 # gateway/direct of the total (target <= 1.15); writes
-# bench/results/llamacpp-site.json.
+# bench/results/llamacpp-site.json. The figure before a change: the same script
+# with BUILD_DIR the build of an older checkout (its infergate is used for
+# mkmodel, the worker and the gateway).
 #
 # usage: bench/llamacpp-site.sh [BUILD_DIR]         (default: build)
 # environment:

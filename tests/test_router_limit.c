@@ -4,7 +4,8 @@
  * and no /load (a plain OpenAI server whose slot count the gateway is not
  * told).
  *   - A burst of 24 on a 2-slot upstream: the gateway holds most of them
- *     in its own queue (the upstream never has more than a few inside),
+ *     in its own queue (the upstream never has more than a few inside, nor
+ *     more connections open than the limit and the prober's one),
  *     /status and /metrics show the limit and why it moved, every request
  *     is answered.
  *   - Bursts on a 4-slot upstream: /status and the route header show a
@@ -58,7 +59,7 @@ static void test_limit_holds_in_gateway(void **state)
     (void)state;
     ig_proc_t up;
     assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "2", "--delay-ms", "100",
-                                      "--tokens", "2", NULL),
+                                     "--tokens", "2", NULL),
                      0);
     ig_proc_t g;
     assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, NULL, NULL), 0);
@@ -70,6 +71,11 @@ static void test_limit_holds_in_gateway(void **state)
     print_message("24 at once on 2 slots: at most %d inside the upstream\n", inside);
     /* Without a limit all 24 would have waited inside the upstream. */
     assert_true(inside >= 2 && inside <= 10);
+    /* Nor more connections than the limit (at most 10 here) and the
+     * prober's one: 24 would have been opened for 24 at once. */
+    int conns = upstream_stat(up.port, "max_open_connections");
+    print_message("at most %d connections open to it\n", conns);
+    assert_true(conns >= 2 && conns <= 11);
 
     json_t *doc;
     json_t *s = site0(g.port, &doc);
@@ -84,9 +90,8 @@ static void test_limit_holds_in_gateway(void **state)
     assert_non_null(why);
     assert_true(json_integer_value(json_object_get(s, "limit_changes")) > 0);
     json_decref(doc);
-    double shrinks = ig_gwf_metric(
-        g.port,
-        "infergate_upstream_concurrency_limit_changes_total{upstream=\"s0\",reason=\"throughput_down\"} ");
+    double shrinks = ig_gwf_metric(g.port, "infergate_upstream_concurrency_limit_changes_total{"
+                                           "upstream=\"s0\",reason=\"throughput_down\"} ");
     print_message("throughput_down moves: %.0f\n", shrinks);
     assert_true(shrinks >= 1);
     double gauge = ig_gwf_metric(g.port, "infergate_upstream_concurrency_limit{upstream=\"s0\"} ");
@@ -100,8 +105,8 @@ static void test_learned_concurrency(void **state)
 {
     (void)state;
     ig_proc_t up;
-    assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "4", "--delay-dist",
-                                      "exp:30", "--tokens", "2", NULL),
+    assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "4", "--delay-dist", "exp:30",
+                                     "--tokens", "2", NULL),
                      0);
     ig_proc_t g;
     assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, NULL, NULL), 0);

@@ -81,7 +81,7 @@ static struct {
     igb_tq_t tq;
     llhttp_settings_t settings;
     igb_rng_t rng;
-    igb_dist_t delay; /* ms */
+    igb_dist_t delay;        /* ms */
     igb_dist_t change_delay; /* --change-delay: drawn instead from --change-at on */
     double change_at_s;      /* seconds after the first request; 0 = never */
     double itl_ms;
@@ -106,7 +106,8 @@ static struct {
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
-    uint64_t max_inside; /* the most completions in a slot or waiting for one at once */
+    uint64_t max_inside;         /* the most completions in a slot or waiting for one at once */
+    uint64_t max_open_conn;      /* the most connections open at once */
 } g;
 
 /* ------------------------------------------------------------------------- */
@@ -703,17 +704,18 @@ static void answer_control(conn_t *c, req_t *r)
         g.error_rate = query_num(r->url, "p", 0);
         n = snprintf(body, sizeof(body), "{\"error_rate\":%g}", g.error_rate);
     } else if (strncmp(path, "stats", 5) == 0) {
-        n = snprintf(body, sizeof(body),
-                     "{\"requests\":%llu,\"connections\":%llu,\"open_connections\":%llu,"
-                     "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu,"
-                     "\"slots\":%d,\"busy\":%d,\"waiting\":%llu,\"queued\":%llu,"
-                     "\"completions\":%llu,\"raw\":%llu,\"max_inside\":%llu}",
-                     (unsigned long long)g.nreq, (unsigned long long)g.nconn,
-                     (unsigned long long)g.nactive_conn, (unsigned long long)g.nstalled,
-                     (unsigned long long)g.nfailed, (unsigned long long)g.nerrors, g.slots, g.busy,
-                     (unsigned long long)g.nwaiting, (unsigned long long)g.nqueued_total,
-                     (unsigned long long)g.ncompletions, (unsigned long long)g.nraw,
-                     (unsigned long long)g.max_inside);
+        n = snprintf(
+            body, sizeof(body),
+            "{\"requests\":%llu,\"connections\":%llu,\"open_connections\":%llu,"
+            "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu,"
+            "\"slots\":%d,\"busy\":%d,\"waiting\":%llu,\"queued\":%llu,"
+            "\"completions\":%llu,\"raw\":%llu,\"max_inside\":%llu,\"max_open_connections\":%llu}",
+            (unsigned long long)g.nreq, (unsigned long long)g.nconn,
+            (unsigned long long)g.nactive_conn, (unsigned long long)g.nstalled,
+            (unsigned long long)g.nfailed, (unsigned long long)g.nerrors, g.slots, g.busy,
+            (unsigned long long)g.nwaiting, (unsigned long long)g.nqueued_total,
+            (unsigned long long)g.ncompletions, (unsigned long long)g.nraw,
+            (unsigned long long)g.max_inside, (unsigned long long)g.max_open_conn);
     } else {
         send_str(c, r, 404, "application/json", "{\"error\":\"unknown control\"}");
         return;
@@ -868,6 +870,8 @@ static void on_connection(uv_stream_t *server, int status)
     uv_tcp_nodelay(&c->tcp, 1);
     g.nconn++;
     g.nactive_conn++;
+    if (g.nactive_conn > g.max_open_conn)
+        g.max_open_conn = g.nactive_conn;
     llhttp_init(&c->parser, HTTP_REQUEST, &g.settings);
     c->parser.data = c;
     uv_read_start((uv_stream_t *)&c->tcp, igb_on_alloc, on_read);

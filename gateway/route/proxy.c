@@ -342,9 +342,7 @@ int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
  * its reported slots, or 64), and under it the adaptive limit. */
 static int limit_of(const ig_proxy_t *px, const ig_router_upstream_t *u)
 {
-    int cap = px->opts.max_inflight > 0 ? px->opts.max_inflight
-              : u->slots > 0            ? 2 * u->slots
-                                        : 64;
+    int cap = px->opts.max_inflight > 0 ? px->opts.max_inflight : u->slots > 0 ? 2 * u->slots : 64;
     int adaptive = ig_router_limit(&px->router, u);
     return adaptive < cap ? adaptive : cap;
 }
@@ -380,8 +378,8 @@ static void apply_limit(ig_proxy_t *px, attempt_t *a, uint64_t changes_before)
     if (u->limit_changes != changes_before && u->limit_reason != NULL) {
         ig_metric_add(px->m_limit_changes, (double)(u->limit_changes - changes_before), u->name,
                       u->limit_reason);
-        IG_DEBUG("upstream %s: limit %d (%s; W %.4fs, baseline %.4fs)", u->name,
-                 limit_of(px, u), u->limit_reason, u->limit_w_s, u->limit_base_s);
+        IG_DEBUG("upstream %s: limit %d (%s; W %.4fs, baseline %.4fs)", u->name, limit_of(px, u),
+                 u->limit_reason, u->limit_w_s, u->limit_base_s);
     }
 }
 

@@ -146,6 +146,14 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
     if (k0 < 0 || scale <= 0)
         return 0;
     double best_c = 1, best_err = INFINITY, best_b = scale, best_s = 0;
+    double flat_err = INFINITY, flat_b = scale;
+    int nb = 0, top = k0;
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        if (u->rif_n[k] >= RIF_MIN_SAMPLES) {
+            nb++;
+            top = k;
+        }
+    }
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
         double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
         for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
@@ -173,12 +181,27 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
             double d = (u->rif_hold_s[k] - model) / scale;
             err += u->rif_n[k] * d * d;
         }
+        if (c >= top + 1 && flat_err == INFINITY) {
+            flat_err = err; /* the first C that sees no queue at all */
+            flat_b = base;
+        }
         if (err < best_err - 1e-9) {
             best_err = err;
             best_c = c;
             best_b = base;
             best_s = slope;
         }
+    }
+    /* A queue must show above the noise: a bucket's mean of n holds is off
+     * by about s / sqrt(n), so a fit's errors add up to about (s / scale)^2
+     * a bucket by chance. When "no queue up to the highest bucket" fits
+     * within half that, it is believed: too small a C makes a lightly used
+     * upstream look busy, and the router then idles it. */
+    double expect = fmax(scale - rtt_s, 0.25 * scale) / scale;
+    if (best_c < top + 1 && flat_err <= best_err + 0.5 * nb * expect * expect) {
+        best_c = top + 1;
+        best_b = flat_b;
+        best_s = 0;
     }
     *base_out = best_b;
     *svc_out = best_s;
@@ -630,7 +653,7 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
     const char *reason;
     if (u->lw_done == 0) {
         if (u->lw_area > 0)
-            return; /* long attempts: the window stays open until one ends */
+            return;               /* long attempts: the window stays open until one ends */
         reason = u->limit_reason; /* idle: nothing to learn */
     } else {
         double w = u->lw_area / u->lw_done;
@@ -646,8 +669,8 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
         double x = u->lw_done / dt;
         u->limit_x_ewma = u->limit_x_ewma > 0 ? u->limit_x_ewma + 0.25 * (x - u->limit_x_ewma) : x;
         u->limit_x_per_s = fmax(u->limit_x_ewma, 0.97 * u->limit_x_per_s);
-        double target = fmax(2.0 * u->limit_x_per_s * u->limit_base_s,
-                             1.25 * ig_router_concurrency(u) + 1.0);
+        double target =
+            fmax(2.0 * u->limit_x_per_s * u->limit_base_s, 1.25 * ig_router_concurrency(u) + 1.0);
         double next = 0.5 * limit + 0.5 * target;
         reason = next > limit ? "throughput_up" : next < limit ? "throughput_down" : "steady";
         limit = next;

@@ -123,7 +123,7 @@ struct conn_s {
 struct ig_upstream_req_s {
     ig_upstream_t *up;
     conn_t *conn;
-    ig_list_t node; /* in up->reqs */
+    ig_list_t node;      /* in up->reqs */
     ig_list_t pend_node; /* in up->pending while it waits under the cap */
     ig_upstream_cbs_t cbs;
     void *data;
@@ -631,15 +631,25 @@ static void on_trim(uv_timer_t *t)
 {
     ig_upstream_t *u = t->data;
     uint64_t now = uv_hrtime();
-    ig_list_t *it, *tmp;
+    /* The expired ones move to a list of their own first: their done
+     * callbacks may send or cancel other requests of this upstream. */
+    ig_list_t expired, *it, *tmp;
+    ig_list_init(&expired);
     IG_LIST_FOREACH_SAFE(it, tmp, &u->pending)
     {
         ig_upstream_req_t *r = IG_LIST_DATA(it, ig_upstream_req_t, pend_node);
         if (now - r->t_start_ns > u->opts.first_byte_timeout_ms * 1000000ULL) {
             ig_list_remove(&r->pend_node);
-            req_finish(r, IG_ECONNECT); /* nothing was sent: safe to retry */
+            ig_list_push_back(&expired, &r->pend_node);
         }
     }
+    while ((it = ig_list_first(&expired)) != NULL) {
+        ig_upstream_req_t *r = IG_LIST_DATA(it, ig_upstream_req_t, pend_node);
+        ig_list_remove(it);
+        req_finish(r, IG_ECONNECT); /* nothing was sent: safe to retry */
+    }
+    if (u->closing)
+        return;
     /* Idle connections while requests sit unread: let them in. */
     int unread = u->nidle > 0 ? unread_requests(u, NULL, 0, now) : 0;
     if (unread > 0 && !u->backlog_seen) {

@@ -178,7 +178,8 @@ static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t
     if (!json_is_object(o))
         return;
     json_object_set_new(o, "concurrency_limit", json_integer(ig_router_limit(r, u)));
-    json_object_set_new(o, "limit_reason", json_string(u->limit_reason ? u->limit_reason : "initial"));
+    json_object_set_new(o, "limit_reason",
+                        json_string(u->limit_reason ? u->limit_reason : "initial"));
     json_object_set_new(o, "limit_changes", json_integer((json_int_t)u->limit_changes));
     json_object_set_new(o, "limit_w_s", json_real(u->limit_w_s));
     json_object_set_new(o, "limit_baseline_s", json_real(u->limit_base_s));

@@ -118,8 +118,8 @@ typedef struct {
     int rif_n[IG_ROUTER_RIF_BUCKETS];         /* samples of each (saturates) */
     double concurrency;                       /* the last estimate; 0 = none yet */
     uint64_t rif_samples;                     /* hold samples in all */
-    double hold_base_s; /* the fit's unqueued hold time (b); 0 = none yet */
-    double hold_svc_s;  /* the fit's service time s (the queue's slope); 0 = none */
+    double hold_base_s;                       /* the fit's unqueued hold time (b); 0 = none yet */
+    double hold_svc_s; /* the fit's service time s (the queue's slope); 0 = none */
 
     /* Adaptive concurrency limit (Little's law, BBR's bandwidth-delay
      * product in requests): over windows, the most throughput X seen times
@@ -160,11 +160,11 @@ typedef struct {
     int max_retries;          /* attempts beyond the first for one request */
     uint64_t seed;            /* for the random policy and tie breaks */
     /* Adaptive concurrency limit (0 in limit_max: off, no limit). */
-    double limit_initial;   /* before the first window (8) */
-    double limit_min;       /* never below (1) */
-    double limit_max;       /* never above (256) */
-    double limit_window_s;  /* a window is at least this long (0.1) ... */
-    int limit_window_done;  /* ... and holds this many ended attempts (8), or ... */
+    double limit_initial;      /* before the first window (8) */
+    double limit_min;          /* never below (1) */
+    double limit_max;          /* never above (256) */
+    double limit_window_s;     /* a window is at least this long (0.1) ... */
+    int limit_window_done;     /* ... and holds this many ended attempts (8), or ... */
     double limit_window_max_s; /* ... lasts this long (1.0) with at least one ended */
     /* The latency policy compares rtt + wait_weight x wait + prefill (2):
      * a weight above 1 also counts the delay a request that queues adds to
