@@ -389,50 +389,18 @@ void ig_metric_observe(ig_metric_t *m, double v, ...)
 
 /* ---- rendering ---------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int oom;
-} sb_t;
-
-static void sb_put(sb_t *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *nb = realloc(b->buf, cap);
-        if (nb == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->buf = nb;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
-}
-
-static void sb_str(sb_t *b, const char *s)
-{
-    sb_put(b, s, strlen(s));
-}
-
 /* HELP text escapes \ and newline; label values also escape ". */
-static void sb_escaped(sb_t *b, const char *s, int quote)
+void ig_metrics_put_escaped(ig_strbuf_t *b, const char *s, int quote)
 {
     for (; *s; s++) {
         if (*s == '\\')
-            sb_put(b, "\\\\", 2);
+            ig_strbuf_put(b, "\\\\", 2);
         else if (*s == '\n')
-            sb_put(b, "\\n", 2);
+            ig_strbuf_put(b, "\\n", 2);
         else if (quote && *s == '"')
-            sb_put(b, "\\\"", 2);
+            ig_strbuf_put(b, "\\\"", 2);
         else
-            sb_put(b, s, 1);
+            ig_strbuf_put(b, s, 1);
     }
 }
 
@@ -452,44 +420,44 @@ static void format_double(char *out, size_t size, double v)
     }
 }
 
-static void sb_double(sb_t *b, double v)
+static void sb_double(ig_strbuf_t *b, double v)
 {
     char num[40];
     format_double(num, sizeof(num), v);
-    sb_str(b, num);
+    ig_strbuf_puts(b, num);
 }
 
 /* name{a="x",b="y",le="0.1"} value */
-static void sample(sb_t *b, const ig_metric_t *m, const char *suffix, const series_t *s,
+static void sample(ig_strbuf_t *b, const ig_metric_t *m, const char *suffix, const series_t *s,
                    const char *le, double v)
 {
-    sb_str(b, m->name);
-    sb_str(b, suffix);
+    ig_strbuf_puts(b, m->name);
+    ig_strbuf_puts(b, suffix);
     if (m->nlabels > 0 || le != NULL) {
-        sb_put(b, "{", 1);
+        ig_strbuf_put(b, "{", 1);
         for (int i = 0; i < m->nlabels; i++) {
             if (i > 0)
-                sb_put(b, ",", 1);
-            sb_str(b, m->labels[i]);
-            sb_put(b, "=\"", 2);
-            sb_escaped(b, s ? s->values[i] : "", 1);
-            sb_put(b, "\"", 1);
+                ig_strbuf_put(b, ",", 1);
+            ig_strbuf_puts(b, m->labels[i]);
+            ig_strbuf_put(b, "=\"", 2);
+            ig_metrics_put_escaped(b, s ? s->values[i] : "", 1);
+            ig_strbuf_put(b, "\"", 1);
         }
         if (le != NULL) {
             if (m->nlabels > 0)
-                sb_put(b, ",", 1);
-            sb_str(b, "le=\"");
-            sb_str(b, le);
-            sb_put(b, "\"", 1);
+                ig_strbuf_put(b, ",", 1);
+            ig_strbuf_puts(b, "le=\"");
+            ig_strbuf_puts(b, le);
+            ig_strbuf_put(b, "\"", 1);
         }
-        sb_put(b, "}", 1);
+        ig_strbuf_put(b, "}", 1);
     }
-    sb_put(b, " ", 1);
+    ig_strbuf_put(b, " ", 1);
     sb_double(b, v);
-    sb_put(b, "\n", 1);
+    ig_strbuf_put(b, "\n", 1);
 }
 
-static void render_series(sb_t *b, const ig_metric_t *m, const series_t *s)
+static void render_series(ig_strbuf_t *b, const ig_metric_t *m, const series_t *s)
 {
     if (m->kind != KIND_HISTOGRAM) {
         sample(b, m, "", s, NULL, s ? s->value : 0);
@@ -525,17 +493,17 @@ static int cmp_family(const void *a, const void *b)
     return strcmp((*(ig_metric_t *const *)a)->name, (*(ig_metric_t *const *)b)->name);
 }
 
-static void render_family(sb_t *b, ig_metric_t *m)
+static void render_family(ig_strbuf_t *b, ig_metric_t *m)
 {
-    sb_str(b, "# HELP ");
-    sb_str(b, m->name);
-    sb_put(b, " ", 1);
-    sb_escaped(b, m->help, 0);
-    sb_str(b, "\n# TYPE ");
-    sb_str(b, m->name);
-    sb_put(b, " ", 1);
-    sb_str(b, kind_names[m->kind]);
-    sb_put(b, "\n", 1);
+    ig_strbuf_puts(b, "# HELP ");
+    ig_strbuf_puts(b, m->name);
+    ig_strbuf_put(b, " ", 1);
+    ig_metrics_put_escaped(b, m->help, 0);
+    ig_strbuf_puts(b, "\n# TYPE ");
+    ig_strbuf_puts(b, m->name);
+    ig_strbuf_put(b, " ", 1);
+    ig_strbuf_puts(b, kind_names[m->kind]);
+    ig_strbuf_put(b, "\n", 1);
     if (m->fn != NULL) {
         sample(b, m, "", NULL, NULL, m->fn(m->fn_data));
         return;
@@ -565,7 +533,7 @@ static void render_family(sb_t *b, ig_metric_t *m)
 
 char *ig_metrics_render(size_t *len)
 {
-    sb_t b = {0};
+    ig_strbuf_t b = {0};
     ig_metric_t **sorted = NULL;
     size_t n = 0;
     pthread_mutex_lock(&lock);
@@ -586,7 +554,7 @@ char *ig_metrics_render(size_t *len)
     }
     pthread_mutex_unlock(&lock);
     free(sorted);
-    sb_put(&b, "", 0); /* an empty registry still renders "" */
+    ig_strbuf_put(&b, "", 0); /* an empty registry still renders "" */
     if (b.oom || b.buf == NULL) {
         free(b.buf);
         return NULL;

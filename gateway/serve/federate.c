@@ -16,6 +16,8 @@
 #include "infergate/devices.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
+#include "infergate/metrics.h"
+#include "infergate/strbuf.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,56 +52,12 @@ struct scrape_s {
 
 /* ---- text ----------------------------------------------------------------- */
 
-typedef struct {
-    char *buf;
-    size_t len, cap;
-    int oom;
-} text_t;
-
-static void put(text_t *b, const char *s, size_t n)
-{
-    if (b->oom)
-        return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 4096;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *nb = realloc(b->buf, cap);
-        if (nb == NULL) {
-            b->oom = 1;
-            return;
-        }
-        b->buf = nb;
-        b->cap = cap;
-    }
-    memcpy(b->buf + b->len, s, n);
-    b->len += n;
-    b->buf[b->len] = '\0';
-}
-
-static void puts_(text_t *b, const char *s)
-{
-    put(b, s, strlen(s));
-}
-
-static void put_label_value(text_t *b, const char *s)
-{
-    for (; *s; s++) {
-        if (*s == '\\' || *s == '"')
-            put(b, "\\", 1);
-        if (*s == '\n')
-            put(b, "\\n", 2);
-        else
-            put(b, s, 1);
-    }
-}
-
 /* One family of the merged worker metrics: its HELP and TYPE lines as the
  * first worker wrote them, then the relabelled samples of all. */
 typedef struct {
     char name[128];
     char *help_line, *type_line; /* whole lines with their "\n"; malloc'ed */
-    text_t samples;
+    ig_strbuf_t samples;
 } family_t;
 
 typedef struct {
@@ -140,24 +98,24 @@ static size_t name_len(const char *s, size_t n)
 }
 
 /* "name{pool="p",instance="i",a="b"} v" from "name{a="b"} v" or "name v". */
-static void relabel(text_t *b, const target_t *t, const char *line, size_t n)
+static void relabel(ig_strbuf_t *b, const target_t *t, const char *line, size_t n)
 {
     size_t nl = name_len(line, n);
-    put(b, line, nl);
-    puts_(b, "{pool=\"");
-    put_label_value(b, t->pool);
-    puts_(b, "\",instance=\"");
-    put_label_value(b, t->instance);
-    put(b, "\"", 1);
+    ig_strbuf_put(b, line, nl);
+    ig_strbuf_puts(b, "{pool=\"");
+    ig_metrics_put_escaped(b, t->pool, 1);
+    ig_strbuf_puts(b, "\",instance=\"");
+    ig_metrics_put_escaped(b, t->instance, 1);
+    ig_strbuf_put(b, "\"", 1);
     if (nl < n && line[nl] == '{') {
         if (nl + 1 < n && line[nl + 1] != '}')
-            put(b, ",", 1);
-        put(b, line + nl + 1, n - nl - 1);
+            ig_strbuf_put(b, ",", 1);
+        ig_strbuf_put(b, line + nl + 1, n - nl - 1);
     } else {
-        put(b, "}", 1);
-        put(b, line + nl, n - nl);
+        ig_strbuf_put(b, "}", 1);
+        ig_strbuf_put(b, line + nl, n - nl);
     }
-    put(b, "\n", 1);
+    ig_strbuf_put(b, "\n", 1);
 }
 
 static char *dup_line(const char *s, size_t n)
@@ -236,10 +194,10 @@ static void finish(scrape_t *s)
     uv_timer_stop(&s->timer);
     size_t own_len = 0;
     char *own = ig_metrics_render(&own_len);
-    text_t out = {0};
+    ig_strbuf_t out = {0};
     families_t fs = {0};
     if (own != NULL)
-        put(&out, own, own_len);
+        ig_strbuf_put(&out, own, own_len);
     else
         out.oom = 1;
     free(own);
@@ -252,13 +210,13 @@ static void finish(scrape_t *s)
     for (int i = 0; i < fs.n; i++) {
         family_t *f = &fs.f[i];
         if (f->help_line != NULL)
-            puts_(&out, f->help_line);
+            ig_strbuf_puts(&out, f->help_line);
         if (f->type_line != NULL)
-            puts_(&out, f->type_line);
+            ig_strbuf_puts(&out, f->type_line);
         if (f->samples.oom)
             out.oom = 1;
         else if (f->samples.buf != NULL)
-            put(&out, f->samples.buf, f->samples.len);
+            ig_strbuf_put(&out, f->samples.buf, f->samples.len);
         free(f->help_line);
         free(f->type_line);
         free(f->samples.buf);
@@ -267,15 +225,16 @@ static void finish(scrape_t *s)
     size_t gpu_len = 0;
     char *gpu = ig_devices_gpu_metrics(&gpu_len);
     if (gpu != NULL)
-        put(&out, gpu, gpu_len);
+        ig_strbuf_put(&out, gpu, gpu_len);
     free(gpu);
     if (s->ntargets > 0) {
-        puts_(&out, "# HELP infergate_instance_scrape_up 1 when the instance's /metrics answered "
-                    "within this scrape.\n# TYPE infergate_instance_scrape_up gauge\n");
+        ig_strbuf_puts(
+            &out, "# HELP infergate_instance_scrape_up 1 when the instance's /metrics answered "
+                  "within this scrape.\n# TYPE infergate_instance_scrape_up gauge\n");
         for (int i = 0; i < s->ntargets; i++) {
-            text_t line = {0};
-            puts_(&line, "infergate_instance_scrape_up ");
-            puts_(&line, s->t[i].ok ? "1" : "0");
+            ig_strbuf_t line = {0};
+            ig_strbuf_puts(&line, "infergate_instance_scrape_up ");
+            ig_strbuf_puts(&line, s->t[i].ok ? "1" : "0");
             if (line.oom) {
                 out.oom = 1;
             } else {

@@ -16,6 +16,8 @@
 
 #include <stddef.h>
 
+#include "infergate/strbuf.h"
+
 #define IG_METRICS_MAX_LABELS 4
 
 typedef struct ig_metric_s ig_metric_t;
@@ -39,6 +41,10 @@ void ig_metrics_gauge_fn(const char *name, const char *help, double (*fn)(void *
 /* Renders every family. Returns a malloc'ed NUL-terminated string (the
  * caller frees it) or NULL when out of memory. */
 char *ig_metrics_render(size_t *len);
+
+/* Appends s escaped for the text format: \ and newline always (HELP text),
+ * and " too when quote (a label value). */
+void ig_metrics_put_escaped(ig_strbuf_t *b, const char *s, int quote);
 
 /* Frees every family (tests and shutdown). Handles become invalid. */
 void ig_metrics_reset(void);
