@@ -7,7 +7,9 @@
  *    site, never the site's 401 (which would tell it its own key is bad);
  *  - with a wrong key, the same; the site is ejected after 5 such failures
  *    in a row (eject.consecutive_failures), like any site that fails;
- *  - with the right sites[].api_key, the answer comes through.
+ *  - with the right sites[].api_key, the answer comes through;
+ *  - a reload that corrects the key takes effect (the site is started
+ *    again with its new credentials).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -52,20 +54,28 @@ static int group_teardown(void **state)
     return 0;
 }
 
-/* A gateway whose one site is the python site; key_json is "" or
- * ",\"api_key\":\"...\"". Its own door wants client-key. */
-static void gateway_start(ig_proc_t *gw, const char *key_json)
+/* The config of a gateway on port whose one site is the python site;
+ * key_json is "" or ",\"api_key\":\"...\"". Its own door wants
+ * client-key. */
+static void config_text(char *cfg, size_t cap, int port, const char *key_json)
 {
-    int port = ig_proc_free_port();
-    char cfg[768];
-    snprintf(cfg, sizeof(cfg),
+    snprintf(cfg, cap,
              "{\"region\":\"auth\",\"listen\":\"127.0.0.1:%d\",\"api_keys\":[\"client-key\"],"
              "\"limits\":{\"drain_grace_ms\":0},"
              "\"sites\":[{\"name\":\"s\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"alpha\"]%s}]}",
              port, site.port, key_json);
+}
+
+/* Starts that gateway; returns its config file's path. */
+static const char *gateway_start(ig_proc_t *gw, const char *key_json)
+{
+    int port = ig_proc_free_port();
+    char cfg[768];
+    config_text(cfg, sizeof(cfg), port, key_json);
     const char *path = ig_proc_temp_file(cfg, ".json");
     assert_non_null(path);
     assert_int_equal(ig_gwf_serve(gw, path, port, "info", IG_PROC_PIPE_ERR, 10000, 15000), 0);
+    return path;
 }
 
 static void gateway_stop(ig_proc_t *gw)
@@ -138,12 +148,37 @@ static void test_site_key_passes(void **state)
     gateway_stop(&gw);
 }
 
+static void test_reload_corrects_key(void **state)
+{
+    (void)state;
+    ig_proc_t gw;
+    const char *path = gateway_start(&gw, ",\"api_key\":\"not-it\"");
+    char *body;
+    assert_int_equal(complete(&gw, &body), 502);
+    free(body);
+    char cfg[768];
+    config_text(cfg, sizeof(cfg), gw.port, ",\"api_key\":\"site-key\"");
+    assert_int_equal(ig_tf_write(path, cfg, strlen(cfg)), 0);
+    kill(gw.pid, SIGHUP);
+    assert_int_equal(ig_proc_wait_log(&gw, "replacing site s", 5000), 0);
+    int status = 0;
+    for (int i = 0; i < 50 && status != 200; i++) {
+        status = complete(&gw, &body);
+        free(body);
+        if (status != 200)
+            usleep(100 * 1000);
+    }
+    assert_int_equal(status, 200);
+    gateway_stop(&gw);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_no_site_key_is_502),
         cmocka_unit_test(test_wrong_site_key_is_502_and_ejects),
         cmocka_unit_test(test_site_key_passes),
+        cmocka_unit_test(test_reload_corrects_key),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -1519,7 +1519,9 @@ int ig_config_pool_diff(const ig_config_t *a, const ig_config_pool_t *pa, const 
 int ig_config_site_same(const ig_config_site_t *a, const ig_config_site_t *b)
 {
     if (!same_str(a->name, b->name) || !same_str(a->url, b->url) ||
-        !same_str(a->region, b->region) || a->nmodels != b->nmodels)
+        !same_str(a->region, b->region) || a->nmodels != b->nmodels ||
+        !same_str(a->api_key, b->api_key) || !same_str(a->tls.ca_file, b->tls.ca_file) ||
+        !same_str(a->tls.server_name, b->tls.server_name) || a->tls.insecure != b->tls.insecure)
         return 0;
     for (size_t i = 0; i < a->nmodels; i++) {
         if (!same_str(a->models[i], b->models[i]))

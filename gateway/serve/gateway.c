@@ -451,6 +451,45 @@ static const gw_prefix_model_t *prefix_model(const ig_gateway_t *gw, const char 
     return NULL;
 }
 
+int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_site_t *cs,
+                           const ig_upstream_opts_t *uo, ig_site_t **out, char *err, size_t errlen)
+{
+    ig_site_spec_t ss;
+    memset(&ss, 0, sizeof(ss));
+    ss.name = cs->name;
+    ss.url = cs->url;
+    ss.region = cs->region;
+    ss.models = (const char *const *)cs->models;
+    ss.nmodels = (int)cs->nmodels;
+    ss.router = ig_proxy_router(gw->proxy);
+    /* Its own TLS context and credentials (docs/security.md). */
+    ig_upstream_opts_t so = *uo;
+    ig_tls_ctx_t *tls = NULL;
+    char auth[1024];
+    int rc;
+    if (cs->https &&
+        (rc = ig_tls_client_ctx_new(&tls, cs->tls.ca_file, cs->tls.insecure, err, errlen))) {
+        char why[512];
+        snprintf(why, sizeof(why), "%s", err);
+        snprintf(err, errlen, "site '%s': %s", cs->name, why);
+        return rc;
+    }
+    if (cs->tls.insecure)
+        IG_WARN("site %s: tls.insecure: its certificate is not verified", cs->name);
+    so.tls = tls;
+    so.tls_server_name = cs->tls.server_name;
+    if (cs->api_key != NULL) {
+        snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", cs->api_key);
+        so.headers = auth;
+    }
+    ss.upstream = &so;
+    rc = ig_site_start(out, gw->loop, &ss);
+    ig_tls_ctx_unref(tls); /* the upstream holds its own reference */
+    if (rc != 0)
+        snprintf(err, errlen, "site '%s': cannot start: %s", cs->name, ig_strerror(rc));
+    return rc;
+}
+
 int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
                      const char *run_dir, char *err, size_t errlen)
 {
@@ -517,41 +556,9 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         gw->npools++;
     }
     for (size_t i = 0; i < cfg->nsites; i++) {
-        const ig_config_site_t *cs = &cfg->sites[i];
-        ig_site_spec_t ss;
-        memset(&ss, 0, sizeof(ss));
-        ss.name = cs->name;
-        ss.url = cs->url;
-        ss.region = cs->region;
-        ss.models = (const char *const *)cs->models;
-        ss.nmodels = (int)cs->nmodels;
-        ss.router = ig_proxy_router(gw->proxy);
-        /* Its own TLS context and credentials (docs/security.md). */
-        ig_upstream_opts_t so = uo;
-        ig_tls_ctx_t *tls = NULL;
-        char auth[1024];
-        if (cs->https &&
-            (rc = ig_tls_client_ctx_new(&tls, cs->tls.ca_file, cs->tls.insecure, err, errlen))) {
-            char why[512];
-            snprintf(why, sizeof(why), "%s", err);
-            snprintf(err, errlen, "site '%s': %s", cs->name, why);
+        if ((rc = ig__gateway_site_start(gw, &cfg->sites[i], &uo, &gw->sites[gw->nsites], err,
+                                         errlen)) != 0)
             goto fail_started;
-        }
-        if (cs->tls.insecure)
-            IG_WARN("site %s: tls.insecure: its certificate is not verified", cs->name);
-        so.tls = tls;
-        so.tls_server_name = cs->tls.server_name;
-        if (cs->api_key != NULL) {
-            snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", cs->api_key);
-            so.headers = auth;
-        }
-        ss.upstream = &so;
-        rc = ig_site_start(&gw->sites[gw->nsites], loop, &ss);
-        ig_tls_ctx_unref(tls); /* the upstream holds its own reference */
-        if (rc != 0) {
-            snprintf(err, errlen, "site '%s': cannot start: %s", cs->name, ig_strerror(rc));
-            goto fail_started;
-        }
         gw->nsites++;
     }
     ig__status_history_start(gw);

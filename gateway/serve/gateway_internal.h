@@ -92,6 +92,12 @@ int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errle
 int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, ig_pool_t **out,
                            char *err, size_t errlen);
 
+/* Starts one configured site with its TLS context and credentials, on the
+ * upstream options uo; not routed until it is put in gw->sites. On failure
+ * a negative code and the reason in err. */
+int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_site_t *cs,
+                           const ig_upstream_opts_t *uo, ig_site_t **out, char *err, size_t errlen);
+
 /* Retries the held requests of the pool's model version (a model with
  * versions holds them under "name@version"). */
 void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool);

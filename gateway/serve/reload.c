@@ -424,17 +424,9 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
             kept = strcmp(ig_site_name(sites[k]), cs->name) == 0;
         if (kept && os != NULL)
             continue;
-        ig_site_spec_t ss;
-        memset(&ss, 0, sizeof(ss));
-        ss.name = cs->name;
-        ss.url = cs->url;
-        ss.region = cs->region;
-        ss.models = (const char *const *)cs->models;
-        ss.nmodels = (int)cs->nmodels;
-        ss.router = ig_proxy_router(gw->proxy);
-        ss.upstream = &uo;
-        if (ig_site_start(&sites[nsites], gw->loop, &ss) != 0) {
-            IG_ERROR("reload: site %s: cannot start; it is left out", cs->name);
+        char err[512];
+        if (ig__gateway_site_start(gw, cs, &uo, &sites[nsites], err, sizeof(err)) != 0) {
+            IG_ERROR("reload: %s; it is left out", err);
             r->failed = 1;
             continue;
         }
