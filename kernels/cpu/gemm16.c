@@ -86,8 +86,12 @@ static void gemm16_scalar(float *y, int ldy, const float *x, const uint16_t *pac
 
 #ifdef G16_X86
 /* ---- AVX2 + FMA + F16C ------------------------------------------------ */
+#ifdef __clang__ /* clang has no GCC target pragmas */
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #define T16_SUFFIX avx2
 #define T16_V __m256
 #define T16_VL 8
@@ -117,11 +121,20 @@ static void gemm16_scalar(float *y, int ldy, const float *x, const uint16_t *pac
 #undef T16_STOREF
 #undef T16_BF16
 #undef T16_F16
+#ifdef __clang__
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
 /* ---- AVX-512 ---------------------------------------------------------- */
+#ifdef __clang__ /* clang has no GCC target pragmas */
+#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))),        \
+                             apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,fma,f16c")
+#endif
 #define T16_SUFFIX avx512
 #define T16_V __m512
 #define T16_VL 16
@@ -151,7 +164,11 @@ static void gemm16_scalar(float *y, int ldy, const float *x, const uint16_t *pac
 #undef T16_STOREF
 #undef T16_BF16
 #undef T16_F16
+#ifdef __clang__
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
 
 void ig__gemm16(float *y, int ldy, const float *x, const uint16_t *packed, int bf16, int m, int k,

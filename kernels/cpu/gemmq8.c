@@ -55,10 +55,16 @@ static inline float w_scale(const uint8_t *blk)
 
 /* Not auto-vectorized: GCC 12 with -march=native on a VNNI CPU turns the
  * int8 x int8 sum below into vpdpbusd, which multiplies unsigned by signed
- * bytes, and gets negative activations wrong (test_kernels_q8 caught it). */
-__attribute__((optimize("no-tree-vectorize"))) static void
-gemmq8_scalar(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m, int k,
-              int n0, int n1)
+ * bytes, and gets negative activations wrong (test_kernels_q8 caught it).
+ * clang has no such attribute: a loop pragma keeps its vectorizer off the
+ * same loop. */
+#ifdef __clang__
+#define Q8_NO_VECTORIZE
+#else
+#define Q8_NO_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
+#endif
+Q8_NO_VECTORIZE static void gemmq8_scalar(float *y, int ldy, const int8_t *xq, const float *xd,
+                                          const uint8_t *w, int m, int k, int n0, int n1)
 {
     int nb = k / IG_Q8_0_BLOCK;
     size_t row = (size_t)nb * IG_Q8_0_BYTES;
@@ -70,6 +76,9 @@ gemmq8_scalar(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_
             for (int b = 0; b < nb; b++) {
                 const uint8_t *blk = wr + (size_t)b * IG_Q8_0_BYTES;
                 int32_t s = 0;
+#ifdef __clang__
+#pragma clang loop vectorize(disable)
+#endif
                 for (int i = 0; i < IG_Q8_0_BLOCK; i++)
                     s += (int32_t)(int8_t)blk[2 + i] * xa[b * IG_Q8_0_BLOCK + i];
                 acc = fmaf(w_scale(blk) * xd[(size_t)a * nb + b], (float)s, acc);
@@ -80,8 +89,12 @@ gemmq8_scalar(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_
 }
 
 #ifdef Q8_X86
+#ifdef __clang__ /* clang has no GCC target pragmas */
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
+#endif
 static inline float hsum8_avx2(__m256 v)
 {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -145,10 +158,20 @@ static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, co
         }
     }
 }
+#ifdef __clang__
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 
+#ifdef __clang__ /* clang has no GCC target pragmas */
+#pragma clang attribute push(                                                                      \
+    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))),        \
+    apply_to = function)
+#else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#endif
 static inline __m256i idot_vnni(__m256i wq, __m256i xq)
 {
     __m256i ax = _mm256_sign_epi8(xq, xq), sw = _mm256_sign_epi8(wq, xq);
@@ -212,7 +235,11 @@ static void gemmq8_avx512(float *y, int ldy, const int8_t *xq, const float *xd, 
         }
     }
 }
+#ifdef __clang__
+#pragma clang attribute pop
+#else
 #pragma GCC pop_options
+#endif
 #endif
 
 void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m,
