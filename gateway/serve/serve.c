@@ -262,7 +262,12 @@ static int reload(ig_serve_t *s, const char *trigger, char *summary, size_t slen
     if (!s->log_overridden)
         ig_log_setup((ig_log_level_t)s->cfg.log.level, (ig_log_format_t)s->cfg.log.format);
     IG_INFO("reload (%s) of %s: %s", trigger, s->cfg.source, summary);
-    if (s->tls && s->server != NULL) {
+    if (!s->tls && s->cfg.tls.cert_file != NULL)
+        IG_WARN("reload (%s): tls needs a restart: the listener stays plain HTTP", trigger);
+    if (s->tls && s->cfg.tls.cert_file == NULL)
+        IG_WARN("reload (%s): plain HTTP needs a restart: the listener keeps its certificate",
+                trigger);
+    else if (s->tls && s->server != NULL) {
         char terr[512];
         if (tls_load(s, terr, sizeof(terr)) != 0)
             IG_ERROR("reload (%s): certificate not reloaded, the old one stays in use: %s", trigger,
