@@ -519,6 +519,21 @@ static void copy_str(const char **dst, const char *src)
     *dst = src ? strdup(src) : NULL;
 }
 
+/* p->spec holds its own copies of the spec's strings; spec_free frees
+ * them. */
+static void spec_copy_strings(ig_pool_t *p, const ig_pool_spec_t *spec)
+{
+    copy_str(&p->spec.name, spec->name);
+    copy_str(&p->spec.model, spec->model);
+    copy_str(&p->spec.model_dir, spec->model_dir);
+    copy_str(&p->spec.exe, spec->exe);
+    copy_str(&p->spec.run_dir, spec->run_dir);
+    copy_str(&p->spec.log_level, spec->log_level);
+    copy_str(&p->spec.discover_dns, spec->discover_dns);
+    copy_str(&p->spec.discover_resolver, spec->discover_resolver);
+    copy_str(&p->spec.quantize, spec->quantize);
+}
+
 static void spec_free(ig_pool_t *p)
 {
     free((char *)p->spec.name);
@@ -558,14 +573,7 @@ int ig_pool_start(ig_pool_t **out, uv_loop_t *loop, const ig_pool_spec_t *spec, 
         return IG_ENOMEM;
     p->loop = loop;
     p->spec = *spec;
-    copy_str(&p->spec.name, spec->name);
-    copy_str(&p->spec.model, spec->model);
-    copy_str(&p->spec.model_dir, spec->model_dir);
-    copy_str(&p->spec.exe, spec->exe);
-    copy_str(&p->spec.run_dir, spec->run_dir);
-    copy_str(&p->spec.log_level, spec->log_level);
-    copy_str(&p->spec.quantize, spec->quantize);
-    p->spec.discover_resolver = NULL; /* a local pool: only for discovered ones */
+    spec_copy_strings(p, spec);
     p->devices = calloc(spec->ndevices, sizeof(char *));
     p->inst = calloc(spec->ndevices, sizeof(ig_instance_t));
     int rc = IG_ENOMEM;
@@ -1062,15 +1070,7 @@ int ig__pool_start_discovered(ig_pool_t **out, uv_loop_t *loop, const ig_pool_sp
     p->spec.ndevices = slots;
     p->spec.min_instances = 0;
     p->spec.max_instances = slots;
-    copy_str(&p->spec.name, spec->name);
-    copy_str(&p->spec.model, spec->model);
-    copy_str(&p->spec.model_dir, spec->model_dir);
-    copy_str(&p->spec.exe, spec->exe);
-    copy_str(&p->spec.run_dir, spec->run_dir);
-    copy_str(&p->spec.log_level, spec->log_level);
-    copy_str(&p->spec.quantize, spec->quantize);
-    copy_str(&p->spec.discover_dns, spec->discover_dns);
-    copy_str(&p->spec.discover_resolver, spec->discover_resolver);
+    spec_copy_strings(p, spec);
     if (spec->upstream != NULL)
         p->uo = *spec->upstream;
     else
