@@ -33,7 +33,7 @@ test:
 	@scripts/deps.sh test
 	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) $(CMAKE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)
+	cd $(BUILD) && { ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS) || $(CURDIR)/scripts/retry-timing.sh; }
 
 # The whole suite again under AddressSanitizer and UndefinedBehaviorSanitizer.
 # CUDA stays off here: the sanitizers do not see into device code anyway.

@@ -416,13 +416,15 @@ static void gateway_free(ig_gateway_t *gw)
 
 /* Loads the tokenizer of every model a pool serves (the first pool's block
  * size); a model whose tokenizer does not load is routed without its
- * prefixes, with a warning. */
-static void load_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
+ * prefixes, with a warning. One already in gw->pmodels for the same path and
+ * block size is moved over rather than read again. */
+void ig__gateway_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
 {
+    gw_prefix_model_t *old = gw->pmodels;
+    int nold = gw->npmodels;
     gw->pmodels = calloc(cfg->nmodels ? cfg->nmodels : 1, sizeof(*gw->pmodels));
-    if (gw->pmodels == NULL)
-        return;
-    for (size_t i = 0; i < cfg->nmodels; i++) {
+    gw->npmodels = 0;
+    for (size_t i = 0; i < cfg->nmodels && gw->pmodels != NULL; i++) {
         const ig_config_model_t *m = &cfg->models[i];
         const ig_config_pool_t *cp = NULL;
         for (size_t p = 0; p < cfg->npools && cp == NULL; p++)
@@ -430,17 +432,29 @@ static void load_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
                 cp = &cfg->pools[p];
         if (m->path == NULL || cp == NULL)
             continue;
-        char err[256] = "";
         gw_prefix_model_t *pm = &gw->pmodels[gw->npmodels];
-        if (ig_tokenizer_load(m->path, &pm->tok, err, sizeof(err)) != 0) {
+        pm->model = m->name;
+        pm->path = m->path;
+        pm->block_size = cp->batching.block_size > 0 ? (int)cp->batching.block_size : 16;
+        for (int o = 0; o < nold && pm->tok == NULL; o++) {
+            if (old[o].tok != NULL && strcmp(old[o].path, m->path) == 0 &&
+                old[o].block_size == pm->block_size) {
+                pm->tok = old[o].tok;
+                old[o].tok = NULL;
+            }
+        }
+        char err[256] = "";
+        if (pm->tok == NULL && ig_tokenizer_load(m->path, &pm->tok, err, sizeof(err)) != 0) {
             IG_WARN("model %s: no tokenizer for prefix-aware routing: %s", m->name, err);
+            memset(pm, 0, sizeof(*pm));
             continue;
         }
-        pm->model = m->name;
         pm->style = ig_chat_detect(ig_tokenizer_chat_template(pm->tok));
-        pm->block_size = cp->batching.block_size > 0 ? (int)cp->batching.block_size : 16;
         gw->npmodels++;
     }
+    for (int o = 0; o < nold; o++)
+        ig_tokenizer_free(old[o].tok);
+    free(old);
 }
 
 static const gw_prefix_model_t *prefix_model(const ig_gateway_t *gw, const char *model)
@@ -532,7 +546,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
             goto fail;
     }
 
-    load_prefix_models(gw, cfg);
+    ig__gateway_prefix_models(gw, cfg);
 
     ig_proxy_opts_t po;
     ig__gateway_proxy_opts(cfg, &po);

@@ -16,6 +16,7 @@
  * its workers will cache them (docs/routing.md, "Prefix-aware routing"). */
 typedef struct {
     const char *model; /* borrowed from the config */
+    const char *path;  /* borrowed too: a reload keeps the tokenizer of an unchanged path */
     ig_tokenizer_t *tok;
     ig_chat_style_t style;
     int block_size; /* its pool's */
@@ -103,6 +104,11 @@ int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_site_t *cs,
 void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool);
 
 /* 1 when the pool is one of gw->pools (routed). */
+/* Points the prefix-aware routing at the tokenizers of cfg's pool models
+ * (after a reload): those whose path and block size did not change are kept,
+ * the others loaded. */
+void ig__gateway_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg);
+
 int ig__gateway_routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool);
 
 /* reload.c: what a reload holds (pools starting or retiring, sites

@@ -452,6 +452,7 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
     gw->sites = sites;
     gw->nsites = nsites;
     gw->cfg = next;
+    ig__gateway_prefix_models(gw, next);
     free(r->swaps);
     r->swaps = swaps;
     r->nswaps = nswaps;
