@@ -5,9 +5,11 @@
  * Device-side sampling for the CUDA backend: picks the next token of each
  * logits row on the GPU, so that a decode step downloads rows x 4 bytes of
  * token ids instead of rows x vocab x 4 bytes of logits. Only built with
- * CUDA (IG_HAVE_CUDA); the sampler guards its calls with that macro and
- * falls back to its host code for the CPU backend or when a request needs
- * logprobs. Both functions return IG_EINVAL when `be` is not a CUDA backend.
+ * CUDA (IG_HAVE_CUDA). Not called by the engine yet: the sampler
+ * (gateway/engine/sampler.c) downloads the logits and samples on the host
+ * for every backend; test_cuda_kernels checks these kernels against it, and
+ * wiring them into decode is left for the GPU session (issue 18). Both
+ * functions return IG_EINVAL when `be` is not a CUDA backend.
  */
 
 #include "infergate/kernels.h"
