@@ -14,6 +14,8 @@
 #include "infergate/log.h"
 #include "infergate/proxy.h"
 
+#include "config_internal.h"
+
 #include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
@@ -24,24 +26,9 @@
 #include <string.h>
 #include <sys/un.h>
 
-#define PATH_MAX_LEN IG_JSONV_PATH_MAX
-#define NAME_MAX_LEN 128
-#define DAY_MS 86400000ull
-
-typedef struct {
-    const char *file;
-    const char *basedir; /* relative model paths start here; NULL: the cwd */
-    char *err;
-    size_t errlen;
-    ig_jsonv_t jv; /* reads with on_fault() */
-} ctx_t;
-
 /* ---- errors and paths --------------------------------------------------- */
 
-static int fail(ctx_t *c, const char *path, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(ctx_t *c, const char *path, const char *fmt, ...)
+int fail(ctx_t *c, const char *path, const char *fmt, ...)
 {
     if (c->err != NULL && c->errlen > 0) {
         int n = snprintf(c->err, c->errlen, "%s: %s: ", c->file, path[0] ? path : "(top level)");
@@ -54,9 +41,6 @@ static int fail(ctx_t *c, const char *path, const char *fmt, ...)
     }
     return IG_ECONFIG;
 }
-
-#define join ig_jsonv_join
-#define join_index ig_jsonv_join_index
 
 /* The config's sentences for the faults the getters find. */
 static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
@@ -108,17 +92,17 @@ static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
  * and the getters here only narrow the result to 0 or a negative code. */
 #define JV(rc) ((rc) < 0 ? (rc) : 0)
 
-static int check_keys(ctx_t *c, json_t *obj, const char *path, const char *const *allowed)
+int check_keys(ctx_t *c, json_t *obj, const char *path, const char *const *allowed)
 {
     return ig_jsonv_keys(&c->jv, obj, path, allowed);
 }
 
-static int get_object(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
+int get_object(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
 {
     return JV(ig_jsonv_object(&c->jv, obj, path, key, 0, out));
 }
 
-static int get_array(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
+int get_array(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
 {
     return JV(ig_jsonv_array(&c->jv, obj, path, key, 0, out));
 }
@@ -137,7 +121,7 @@ static int get_section(ctx_t *c, json_t *obj, const char *path, const char *key,
 }
 
 /* A name: what API requests, metric labels and logs carry. */
-static int check_name(ctx_t *c, const char *path, const char *s)
+int check_name(ctx_t *c, const char *path, const char *s)
 {
     size_t n = strlen(s);
     if (n == 0)
@@ -153,11 +137,9 @@ static int check_name(ctx_t *c, const char *path, const char *s)
     return 0;
 }
 
-enum { STR_OPTIONAL = 0, STR_REQUIRED = 1, STR_NAME = 2, STR_NONEMPTY = 4 };
-
 /* *out becomes a copy of the value, or of def (NULL stays NULL). */
-static int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, int flags,
-                      const char *def, char **out)
+int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, int flags, const char *def,
+               char **out)
 {
     const char *s;
     unsigned jf = ((flags & STR_REQUIRED) ? IG_JSONV_REQUIRED : 0) |
@@ -178,8 +160,8 @@ static int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, 
     return *out == NULL ? IG_ENOMEM : 0;
 }
 
-static int get_uint(ctx_t *c, json_t *obj, const char *path, const char *key, uint64_t lo,
-                    uint64_t hi, uint64_t def, uint64_t *out)
+int get_uint(ctx_t *c, json_t *obj, const char *path, const char *key, uint64_t lo, uint64_t hi,
+             uint64_t def, uint64_t *out)
 {
     return JV(ig_jsonv_uint(&c->jv, obj, path, key, 0, lo, hi, def, out));
 }
@@ -202,23 +184,21 @@ static int get_size(ctx_t *c, json_t *obj, const char *path, const char *key, si
     return rc;
 }
 
-enum { NUM_CLOSED = 0, NUM_LO_OPEN = IG_JSONV_LO_OPEN, NUM_HI_OPEN = IG_JSONV_HI_OPEN };
-
 /* A number in [lo, hi] (or with open ends); hi = INFINITY for none. */
-static int get_number(ctx_t *c, json_t *obj, const char *path, const char *key, double lo,
-                      double hi, int open, double def, double *out)
+int get_number(ctx_t *c, json_t *obj, const char *path, const char *key, double lo, double hi,
+               int open, double def, double *out)
 {
     return JV(ig_jsonv_number(&c->jv, obj, path, key, (unsigned)open, lo, hi, def, out));
 }
 
-static int get_bool(ctx_t *c, json_t *obj, const char *path, const char *key, int def, int *out)
+int get_bool(ctx_t *c, json_t *obj, const char *path, const char *key, int def, int *out)
 {
     return JV(ig_jsonv_bool(&c->jv, obj, path, key, 0, def, out));
 }
 
 /* An enum spelled as a string: *out is the index in names. */
-static int get_enum(ctx_t *c, json_t *obj, const char *path, const char *key,
-                    const char *const *names, int def, int *out)
+int get_enum(ctx_t *c, json_t *obj, const char *path, const char *key, const char *const *names,
+             int def, int *out)
 {
     return JV(ig_jsonv_enum(&c->jv, obj, path, key, 0, names, def, out));
 }
@@ -279,68 +259,6 @@ int ig_config_check_listen(const char *listen, char *err, size_t errlen)
     return 0;
 }
 
-/* http://HOST[:PORT][/BASE]; fills host, port and base of the site. */
-static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site_t *site)
-{
-    const char *p = url;
-    site->https = strncmp(p, "https://", 8) == 0;
-    if (strncmp(p, "http://", 7) != 0 && !site->https)
-        return fail(c, path, "'%s': must start with http:// or https://", url);
-    p += site->https ? 8 : 7;
-    if (strpbrk(p, "?#@ ") != NULL)
-        return fail(c, path, "'%s': must not contain a query, fragment, user info or spaces", url);
-    const char *slash = strchr(p, '/');
-    size_t alen = slash ? (size_t)(slash - p) : strlen(p);
-    const char *host = p, *hend, *port = NULL;
-    if (alen > 0 && p[0] == '[') {
-        const char *rb = memchr(p, ']', alen);
-        if (rb == NULL)
-            return fail(c, path, "'%s': unterminated IPv6 address", url);
-        host = p + 1;
-        hend = rb;
-        if (rb + 1 < p + alen) {
-            if (rb[1] != ':')
-                return fail(c, path, "'%s': junk after the IPv6 address", url);
-            port = rb + 2;
-        }
-    } else {
-        const char *colon = memchr(p, ':', alen);
-        hend = colon ? colon : p + alen;
-        port = colon ? colon + 1 : NULL;
-    }
-    if (hend == host)
-        return fail(c, path, "'%s': the host is empty", url);
-    for (const char *h = host; h < hend; h++) {
-        if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
-              *h == '.' || *h == '-' || (host != p && *h == ':')))
-            return fail(c, path, "'%s': invalid character in the host", url);
-    }
-    site->port = site->https ? 443 : 80;
-    if (port != NULL) {
-        long v = 0;
-        const char *q = port;
-        for (; q < p + alen && *q >= '0' && *q <= '9' && v <= 65535; q++)
-            v = v * 10 + (*q - '0');
-        if (q == port || q != p + alen || v < 1 || v > 65535)
-            return fail(c, path, "'%s': the port must be a number from 1 to 65535", url);
-        site->port = (int)v;
-    }
-    site->host = strndup(host, (size_t)(hend - host));
-    /* The base path keeps no trailing '/', so base + "/v1/..." is always right. */
-    const char *base = slash ? slash : "";
-    size_t blen = strlen(base);
-    while (blen > 0 && base[blen - 1] == '/')
-        blen--;
-    site->base = strndup(base, blen);
-    size_t ulen = strlen(url);
-    while (ulen > (site->https ? 8u : 7u) && url[ulen - 1] == '/')
-        ulen--;
-    site->url = strndup(url, ulen);
-    if (site->host == NULL || site->base == NULL || site->url == NULL)
-        return IG_ENOMEM;
-    return 0;
-}
-
 /* ---- paths of model directories ----------------------------------------- */
 
 int ig_config_cache_dir(char *buf, size_t size)
@@ -359,7 +277,7 @@ int ig_config_cache_dir(char *buf, size_t size)
 }
 
 /* "@cache/x" -> cache dir, "~/x" -> $HOME, relative -> next to the config. */
-static int expand_path(ctx_t *c, const char *path, const char *in, char **out)
+int expand_path(ctx_t *c, const char *path, const char *in, char **out)
 {
     char buf[4096];
     int n;
@@ -591,7 +509,7 @@ done:
 }
 
 /* Finds an earlier entry with the same name; returns its index or -1. */
-static int find_name(char *const *names, size_t stride, size_t n, const char *name)
+int find_name(char *const *names, size_t stride, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++) {
         const char *s = *(char *const *)((const char *)names + i * stride);
@@ -642,7 +560,6 @@ static int parse_items(ctx_t *c, json_t *arr, const char *key, size_t *n, parse_
 
 static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, size_t idx);
 static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx);
-static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx);
 
 /* models[], pools[] and sites[], in that order (the first error wins). */
 static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
@@ -1048,244 +965,6 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         (rc = parse_autoscale(c, o, p, &pool->autoscale)))
         return rc;
     return 0;
-}
-
-/* Checks one entry of a string array against the entries before it. */
-typedef int (*check_string_fn)(ctx_t *c, const char *path, const char *s, char *const *prev,
-                               size_t nprev, const ig_config_t *cfg);
-
-/* An array of strings at path: *out gets a copy of each (and a NULL after
- * them), *n counts the copies made, for ig_config_dispose(). */
-static int parse_strings(ctx_t *c, json_t *arr, const char *path, check_string_fn check,
-                         const ig_config_t *cfg, char ***out, size_t *n)
-{
-    *out = calloc(json_array_size(arr) + 1, sizeof(char *));
-    if (*out == NULL)
-        return IG_ENOMEM;
-    for (size_t i = 0; i < json_array_size(arr); i++) {
-        char p[PATH_MAX_LEN];
-        json_t *v = json_array_get(arr, i);
-        join_index(p, path, i);
-        if (!json_is_string(v))
-            return fail(c, p, "must be a string");
-        const char *s = json_string_value(v);
-        int rc = check(c, p, s, *out, i, cfg);
-        if (rc != 0)
-            return rc;
-        (*out)[i] = strdup(s);
-        *n = i + 1;
-        if ((*out)[i] == NULL)
-            return IG_ENOMEM;
-    }
-    return 0;
-}
-
-static int check_site_model(ctx_t *c, const char *path, const char *name, char *const *prev,
-                            size_t nprev, const ig_config_t *cfg)
-{
-    /* A site may serve models that models[] does not list: models[] is
-     * for what local pools serve (and site-only names clients may ask). */
-    (void)cfg;
-    int rc = check_name(c, path, name);
-    if (rc != 0)
-        return rc;
-    for (size_t j = 0; j < nprev; j++) {
-        if (strcmp(prev[j], name) == 0)
-            return fail(c, path, "duplicate model '%s'", name);
-    }
-    return 0;
-}
-
-/* sites[].tls {ca_file, server_name, insecure}: only for https:// urls. */
-static int parse_site_tls(ctx_t *c, json_t *site_obj, const char *p, ig_config_site_t *site)
-{
-    static const char *const keys[] = {"ca_file", "server_name", "insecure", NULL};
-    char q[PATH_MAX_LEN], r[PATH_MAX_LEN];
-    char *raw = NULL;
-    json_t *o;
-    int rc = get_object(c, site_obj, p, "tls", &o);
-    if (rc != 0 || o == NULL)
-        return rc;
-    join(q, p, "tls");
-    if (!site->https)
-        return fail(c, q, "needs an https:// url");
-    if ((rc = check_keys(c, o, q, keys)) ||
-        (rc = get_string(c, o, q, "server_name", STR_NONEMPTY, NULL, &site->tls.server_name)) ||
-        (rc = get_bool(c, o, q, "insecure", 0, &site->tls.insecure)) ||
-        (rc = get_string(c, o, q, "ca_file", STR_NONEMPTY, NULL, &raw)))
-        return rc;
-    if (raw != NULL) {
-        join(r, q, "ca_file");
-        rc = expand_path(c, r, raw, &site->tls.ca_file);
-        free(raw);
-    }
-    return rc;
-}
-
-static int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
-{
-    static const char *const keys[] = {"name", "url", "region", "models", "api_key", "tls", NULL};
-    ig_config_site_t *site = &cfg->sites[idx];
-    char q[PATH_MAX_LEN];
-    char *url = NULL;
-    json_t *arr;
-    int rc;
-    if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &site->name)))
-        return rc;
-    /* Pools and sites are both upstreams: one namespace for the route header. */
-    int prev = find_name(&cfg->sites[0].name, sizeof(*cfg->sites), idx, site->name);
-    join(q, p, "name");
-    if (prev >= 0)
-        return fail(c, q, "duplicate name '%s' (also sites[%d].name)", site->name, prev);
-    prev = cfg->pools == NULL
-               ? -1
-               : find_name(&cfg->pools[0].name, sizeof(*cfg->pools), cfg->npools, site->name);
-    if (prev >= 0)
-        return fail(c, q, "duplicate name '%s' (also pools[%d].name)", site->name, prev);
-    if ((rc = get_string(c, o, p, "url", STR_REQUIRED | STR_NONEMPTY, NULL, &url)) != 0)
-        return rc;
-    join(q, p, "url");
-    rc = parse_url(c, q, url, site);
-    free(url);
-    if (rc != 0 || (rc = get_string(c, o, p, "region", STR_NAME, "", &site->region)) != 0)
-        return rc;
-    if ((rc = get_array(c, o, p, "models", &arr)) != 0)
-        return rc;
-    join(q, p, "models");
-    if (arr == NULL)
-        return 0; /* discovered from the site's /load or /v1/models */
-    if (json_array_size(arr) == 0)
-        return fail(c, q, "must not be empty");
-    if ((rc = parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels)) ||
-        (rc = get_string(c, o, p, "api_key", STR_NONEMPTY, NULL, &site->api_key)))
-        return rc;
-    if (site->api_key != NULL && strpbrk(site->api_key, "\r\n") != NULL) {
-        join(q, p, "api_key");
-        return fail(c, q, "must not contain CR or LF");
-    }
-    return parse_site_tls(c, o, p, site);
-}
-
-static int check_api_key(ctx_t *c, const char *path, const char *key, char *const *prev,
-                         size_t nprev, const ig_config_t *cfg)
-{
-    (void)cfg;
-    int rc = check_name(c, path, key);
-    for (size_t j = 0; rc == 0 && j < nprev; j++) {
-        /* The key itself never goes into a message: messages end up in logs. */
-        if (strcmp(prev[j], key) == 0)
-            return fail(c, path, "duplicate key (also api_keys[%zu])", j);
-    }
-    return rc;
-}
-
-static int parse_key_object(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t i)
-{
-    static const char *const keys[] = {"key",   "name",   "peer",     "requests_per_s",
-                                       "burst", "models", "priority", "tokens_per_min",
-                                       "admin", NULL};
-    static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
-    ig_config_key_t *k = &cfg->keys[i];
-    char q[PATH_MAX_LEN];
-    json_t *arr;
-    int rc;
-    if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_string(c, o, p, "key", STR_REQUIRED | STR_NONEMPTY, NULL, &cfg->api_keys[i])))
-        return rc;
-    join(q, p, "key");
-    if ((rc = check_api_key(c, q, cfg->api_keys[i], cfg->api_keys, i, cfg)) ||
-        (rc = get_string(c, o, p, "name", STR_NAME, NULL, &k->name)) ||
-        (rc = get_bool(c, o, p, "peer", 0, &k->peer)) ||
-        (rc = get_number(c, o, p, "requests_per_s", 0, INFINITY, NUM_CLOSED, 0,
-                         &k->requests_per_s)) ||
-        (rc = get_number(c, o, p, "burst", 0, INFINITY, NUM_CLOSED, 0, &k->burst)) ||
-        (rc = get_number(c, o, p, "tokens_per_min", 0, INFINITY, NUM_CLOSED, 0,
-                         &k->tokens_per_min)) ||
-        (rc = get_enum(c, o, p, "priority", prios, IG_PRIORITY_STANDARD, &k->priority)) ||
-        (rc = get_bool(c, o, p, "admin", 0, &k->admin)) ||
-        (rc = get_array(c, o, p, "models", &arr)))
-        return rc;
-    if (arr == NULL)
-        return 0;
-    join(q, p, "models");
-    return parse_strings(c, arr, q, check_site_model, cfg, &k->models, &k->nmodels);
-}
-
-/* Entries are the key as a string (no limits, standard priority) or an
- * object with its policy. */
-static int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
-{
-    json_t *arr;
-    cfg->admin_open = 1;
-    int rc = get_array(c, root, "", "api_keys", &arr);
-    if (rc != 0 || arr == NULL)
-        return rc;
-    size_t n = json_array_size(arr);
-    cfg->api_keys = calloc(n + 1, sizeof(char *));
-    cfg->keys = calloc(n + 1, sizeof(*cfg->keys));
-    if (cfg->api_keys == NULL || cfg->keys == NULL)
-        return IG_ENOMEM;
-    int any_admin = 0;
-    for (size_t i = 0; i < n; i++) {
-        char p[PATH_MAX_LEN];
-        json_t *v = json_array_get(arr, i);
-        ig_config_key_t *k = &cfg->keys[i];
-        join_index(p, "api_keys", i);
-        cfg->napi_keys = i + 1;
-        k->priority = IG_PRIORITY_STANDARD;
-        if (json_is_string(v)) {
-            const char *s = json_string_value(v);
-            if ((rc = check_api_key(c, p, s, cfg->api_keys, i, cfg)) != 0)
-                return rc;
-            if ((cfg->api_keys[i] = strdup(s)) == NULL)
-                return IG_ENOMEM;
-        } else if (json_is_object(v)) {
-            if ((rc = parse_key_object(c, v, p, cfg, i)) != 0)
-                return rc;
-        } else {
-            return fail(c, p, "must be a string or an object");
-        }
-        if (k->name == NULL) {
-            char name[32];
-            snprintf(name, sizeof(name), "key-%zu", i);
-            if ((k->name = strdup(name)) == NULL)
-                return IG_ENOMEM;
-        }
-        for (size_t j = 0; j < i; j++) {
-            if (strcmp(cfg->keys[j].name, k->name) == 0)
-                return fail(c, p, "duplicate name '%s' (also api_keys[%zu])", k->name, j);
-        }
-        any_admin |= k->admin;
-    }
-    cfg->admin_open = !any_admin;
-    return 0;
-}
-
-static int parse_tls(ctx_t *c, json_t *root, ig_config_t *cfg)
-{
-    static const char *const keys[] = {"cert_file", "key_file", "handshake_timeout_ms", NULL};
-    char *raw = NULL;
-    json_t *o;
-    int rc = get_object(c, root, "", "tls", &o);
-    if (rc != 0 || o == NULL)
-        return rc;
-    if ((rc = check_keys(c, o, "tls", keys)) ||
-        (rc = get_uint(c, o, "tls", "handshake_timeout_ms", 1, DAY_MS, 10000,
-                       &cfg->tls.handshake_timeout_ms)) ||
-        (rc = get_string(c, o, "tls", "cert_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
-        (rc = expand_path(c, "tls.cert_file", raw, &cfg->tls.cert_file)))
-        goto done;
-    free(raw);
-    raw = NULL;
-    if ((rc = get_string(c, o, "tls", "key_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
-        (rc = expand_path(c, "tls.key_file", raw, &cfg->tls.key_file)))
-        goto done;
-    if (strncmp(cfg->listen, "unix:", 5) == 0)
-        rc = fail(c, "tls", "needs a TCP listen address, not '%s'", cfg->listen);
-done:
-    free(raw);
-    return rc;
 }
 
 /* Relations that span sections. */
