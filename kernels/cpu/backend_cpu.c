@@ -610,6 +610,27 @@ static inline size_t kv_offset(const ig_kv_layout_t *kv, int layer, int block, i
            kv->head_dim;
 }
 
+static int kv_dtype_ok(const ig_kv_layout_t *kv)
+{
+    return kv->dtype == IG_DTYPE_F32 || kv->dtype == IG_DTYPE_F16 || kv->dtype == IG_DTYPE_BF16;
+}
+
+/* n consecutive rows of one (block, head) of the cache `base` (kv->k or
+ * kv->v) from row `off`, as F32: where they lie in an F32 cache, widened
+ * into wide (n * head_dim floats) from a 16-bit one. Widening is exact, so
+ * attention over a 16-bit cache computes exactly what it computes over an
+ * F32 cache holding the rounded values. */
+static inline const float *kv_rows_f32(const ig_kv_layout_t *kv, const void *base, int layer,
+                                       int block, int head, int off, int n, float *wide)
+{
+    size_t at = kv_offset(kv, layer, block, head, off);
+    if (kv->dtype == IG_DTYPE_F32)
+        return (const float *)base + at;
+    ig__kv16_load(wide, (const uint16_t *)base + at, (size_t)n * kv->head_dim,
+                  kv->dtype == IG_DTYPE_BF16);
+    return wide;
+}
+
 typedef struct {
     const ig_kv_layout_t *kv;
     int layer;
@@ -624,14 +645,21 @@ typedef struct {
 static void kv_rows(const kv_job_t *j, int t0, int t1)
 {
     const ig_kv_layout_t *kv = j->kv;
-    size_t row = (size_t)kv->n_kv_heads * kv->head_dim;
-    size_t hb = (size_t)kv->head_dim * sizeof(float);
+    size_t row = (size_t)kv->n_kv_heads * kv->head_dim, hd = (size_t)kv->head_dim;
+    int bf16 = kv->dtype == IG_DTYPE_BF16;
     for (int t = t0; t < t1; t++) {
         int block = j->slots[t] / kv->block_size, off = j->slots[t] % kv->block_size;
         for (int h = 0; h < kv->n_kv_heads; h++) {
             size_t o = kv_offset(kv, j->layer, block, h, off);
-            memcpy(kv->k + o, j->k + t * row + (size_t)h * kv->head_dim, hb);
-            memcpy(kv->v + o, j->v + t * row + (size_t)h * kv->head_dim, hb);
+            const float *ks = j->k + t * row + (size_t)h * hd,
+                        *vs = j->v + t * row + (size_t)h * hd;
+            if (kv->dtype == IG_DTYPE_F32) {
+                memcpy((float *)kv->k + o, ks, hd * sizeof(float));
+                memcpy((float *)kv->v + o, vs, hd * sizeof(float));
+            } else {
+                ig__kv16_store((uint16_t *)kv->k + o, ks, hd, bf16);
+                ig__kv16_store((uint16_t *)kv->v + o, vs, hd, bf16);
+            }
         }
     }
 }
@@ -650,6 +678,8 @@ static void kv_task(void *arg, int tid, int nt)
 static int cpu_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
                          const float *v, const int *slots, int ntok)
 {
+    if (!kv_dtype_ok(kv))
+        return IG_EINVAL;
     for (int t = 0; t < ntok; t++)
         if (slots[t] < 0 || slots[t] / kv->block_size >= kv->num_blocks)
             return IG_ERANGE;
@@ -674,7 +704,8 @@ typedef struct {
     const ig_attn_batch_t *b;
     int n_heads;
     float scale;
-    float **scratch;
+    float **scratch;  /* per thread: scores, then at wide_off 16 + block_size widened rows */
+    size_t wide_off;  /* floats of scores before the widened K rows (16 of them), then V's */
     const int *items; /* (nitems) sequence << 16 | first row / ATTN_ROWS */
     int nitems;
     atomic_int next; /* the next (item, head) to take */
@@ -717,7 +748,7 @@ static void attn_scores16(const float *q, const float *const *kp, int n, int hd,
 static inline __attribute__((always_inline)) void wsum_regs(const ig_kv_layout_t *kv, int layer,
                                                             const int *table, int kvh,
                                                             const float *p, int n, float inv,
-                                                            float *o, int NV)
+                                                            float *o, float *wide, int NV)
 {
 #if defined(__AVX512F__)
     __m512 acc[8];
@@ -726,8 +757,8 @@ static inline __attribute__((always_inline)) void wsum_regs(const ig_kv_layout_t
         acc[i] = _mm512_setzero_ps();
     int bs = kv->block_size, hd = kv->head_dim;
     for (int t0 = 0; t0 < n; t0 += bs) {
-        const float *vr = kv->v + kv_offset(kv, layer, table[t0 / bs], kvh, 0);
         int m = n - t0 < bs ? n - t0 : bs;
+        const float *vr = kv_rows_f32(kv, kv->v, layer, table[t0 / bs], kvh, 0, m, wide);
         for (int t = 0; t < m; t++) {
             __m512 pv = _mm512_set1_ps(p[t0 + t]);
 #pragma GCC unroll 8
@@ -743,14 +774,14 @@ static inline __attribute__((always_inline)) void wsum_regs(const ig_kv_layout_t
 }
 
 static void attn_weighted_sum(const ig_kv_layout_t *kv, int layer, const int *table, int kvh,
-                              const float *p, int n, float inv, float *o)
+                              const float *p, int n, float inv, float *o, float *wide)
 {
     int hd = kv->head_dim, bs = kv->block_size;
 #if defined(__AVX512F__)
     switch (hd % 16 == 0 ? hd / 16 : 0) {
 #define NV_CASE(k)                                                                                 \
     case k:                                                                                        \
-        wsum_regs(kv, layer, table, kvh, p, n, inv, o, k);                                         \
+        wsum_regs(kv, layer, table, kvh, p, n, inv, o, wide, k);                                   \
         return;
         NV_CASE(1)
         NV_CASE(2)
@@ -767,8 +798,8 @@ static void attn_weighted_sum(const ig_kv_layout_t *kv, int layer, const int *ta
 #endif
     memset(o, 0, (size_t)hd * sizeof(float));
     for (int t0 = 0; t0 < n; t0 += bs) {
-        const float *vr = kv->v + kv_offset(kv, layer, table[t0 / bs], kvh, 0);
         int m = n - t0 < bs ? n - t0 : bs;
+        const float *vr = kv_rows_f32(kv, kv->v, layer, table[t0 / bs], kvh, 0, m, wide);
         for (int t = 0; t < m; t++)
             ig__axpy(o, p[t0 + t], vr + (size_t)t * hd, hd);
     }
@@ -789,11 +820,11 @@ static void attn_prefetch(const attn_job_t *j, int s, int h, int r1)
     int bs = kv->block_size, kvh = h / (j->n_heads / kv->n_kv_heads);
     const int *table = b->block_tables + (size_t)s * b->max_blocks;
     int n = b->ctx_len[s] - (b->q_start[s + 1] - b->q_start[s]) + r1; /* positions read */
-    size_t row = (size_t)kv->head_dim * sizeof(float), done = 0;
+    size_t esz = ig_dtype_size(kv->dtype), row = (size_t)kv->head_dim * esz, done = 0;
     for (int t0 = 0; t0 < n && done < ATTN_PREFETCH; t0 += bs) {
-        size_t off = kv_offset(kv, j->layer, table[t0 / bs], kvh, 0);
+        size_t off = kv_offset(kv, j->layer, table[t0 / bs], kvh, 0) * esz;
         size_t bytes = (size_t)(n - t0 < bs ? n - t0 : bs) * row;
-        const char *k = (const char *)(kv->k + off), *v = (const char *)(kv->v + off);
+        const char *k = (const char *)kv->k + off, *v = (const char *)kv->v + off;
         for (size_t c = 0; c < bytes; c += 64) {
             __builtin_prefetch(k + c, 0, 3);
             __builtin_prefetch(v + c, 0, 3);
@@ -813,22 +844,29 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
     int kvh = h / (j->n_heads / kv->n_kv_heads);
     int q0 = b->q_start[s], qn = b->q_start[s + 1] - q0;
     const int *table = b->block_tables + (size_t)s * b->max_blocks;
+    float *kwide = scores + j->wide_off, *vwide = kwide + (size_t)16 * hd;
     for (int r = r0; r < r1; r++) {
         int pos = b->ctx_len[s] - qn + r;
         const float *q = j->q + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float *o = j->out + ((size_t)(q0 + r) * j->n_heads + h) * hd;
-        /* K rows found block by block (no division per position). */
+        /* K rows found block by block (no division per position), a run
+         * of consecutive rows of one block at a time. */
         const float *kp[16];
         int blk = 0, off = 0;
-        const float *kb = kv->k + kv_offset(kv, j->layer, table[0], kvh, 0);
         for (int t0 = 0; t0 <= pos; t0 += 16) {
             int n = pos + 1 - t0 < 16 ? pos + 1 - t0 : 16;
-            for (int t = 0; t < n; t++) {
+            for (int t = 0; t < n;) {
                 if (off == bs) {
                     off = 0;
-                    kb = kv->k + kv_offset(kv, j->layer, table[++blk], kvh, 0);
+                    blk++;
                 }
-                kp[t] = kb + (size_t)off++ * hd;
+                int run = n - t < bs - off ? n - t : bs - off;
+                const float *kr = kv_rows_f32(kv, kv->k, j->layer, table[blk], kvh, off, run,
+                                              kwide + (size_t)t * hd);
+                for (int i = 0; i < run; i++)
+                    kp[t + i] = kr + (size_t)i * hd;
+                t += run;
+                off += run;
             }
             attn_scores16(q, kp, n, hd, j->scale, scores + t0);
         }
@@ -836,7 +874,7 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
         for (int t = 0; t <= pos; t++)
             mx = scores[t] > mx ? scores[t] : mx;
         float sum = ig__exp_shift_sum(scores, pos + 1, mx);
-        attn_weighted_sum(kv, j->layer, table, kvh, scores, pos + 1, 1.0f / sum, o);
+        attn_weighted_sum(kv, j->layer, table, kvh, scores, pos + 1, 1.0f / sum, o, vwide);
     }
 }
 
@@ -877,7 +915,8 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
                          int layer, const ig_attn_batch_t *batch, int n_heads, float scale)
 {
     cpu_t *c = cpu_of(be);
-    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 || batch->nseq > 0xffff)
+    if (kv->n_kv_heads <= 0 || n_heads % kv->n_kv_heads != 0 || batch->nseq > 0xffff ||
+        !kv_dtype_ok(kv))
         return IG_EINVAL;
     size_t need = (size_t)(batch->max_ctx > 0 ? batch->max_ctx : 1);
     int nitems = 0;
@@ -892,6 +931,9 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
         nitems += (qn + ATTN_ROWS - 1) / ATTN_ROWS;
         work += 2.0 * qn * batch->ctx_len[s] * n_heads * kv->head_dim;
     }
+    /* After the scores, room for the rows a 16-bit cache is widened into. */
+    size_t wide_off = (need + 15) & ~(size_t)15;
+    need = wide_off + (size_t)(16 + kv->block_size) * kv->head_dim;
     if (need > c->scratch_cap) {
         for (int t = 0; t < c->nthreads; t++) {
             float *p = realloc(c->scratch[t], need * sizeof(float));
@@ -922,6 +964,7 @@ static int cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_
                     .n_heads = n_heads,
                     .scale = scale,
                     .scratch = c->scratch,
+                    .wide_off = wide_off,
                     .items = c->items,
                     .nitems = nitems};
     atomic_init(&j.next, 0);
