@@ -711,19 +711,57 @@ typedef struct {
     atomic_int next; /* the next (item, head) to take */
 } attn_job_t;
 
-/* scores[t] = q . K[t] * scale for the n (<= 16) keys at kp[0..n). */
-static void attn_scores16(const float *q, const float *const *kp, int n, int hd, float scale,
-                          float *scores)
+/* The element kinds of the cache as the attention loops take them: a
+ * constant at every call of the inlined loops, so each kind gets its own
+ * loop. KV_F16 / KV_BF16 are read in their 16 bits only on the AVX-512
+ * path (vcvtph2ps and a shift are AVX-512F instructions, so the build that
+ * runs this path has them); elsewhere rows are widened first (kv_rows_f32,
+ * kv16.c's run-time dispatch) and read as KV_F32. */
+enum { KV_F32 = 0, KV_F16, KV_BF16 };
+
+static int kv_kind(const ig_kv_layout_t *kv)
+{
+    return kv->dtype == IG_DTYPE_F16 ? KV_F16 : kv->dtype == IG_DTYPE_BF16 ? KV_BF16 : KV_F32;
+}
+
+/* Whether the AVX-512 loops read this cache in its own elements. */
+static int kv_fused(const ig_kv_layout_t *kv)
+{
+#if defined(__AVX512F__)
+    return kv->head_dim % 16 == 0;
+#else
+    return kv->dtype == IG_DTYPE_F32;
+#endif
+}
+
+#if defined(__AVX512F__)
+/* 16 elements of a cache row at element `at` of p, widened to F32 (exact). */
+static inline __attribute__((always_inline)) __m512 kv_vload(const void *p, size_t at, int kind)
+{
+    if (kind == KV_F32)
+        return _mm512_loadu_ps((const float *)p + at);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + at));
+    if (kind == KV_F16)
+        return _mm512_cvtph_ps(h);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+#endif
+
+/* scores[t] = q . K[t] * scale for the n (<= 16) keys at kp[0..n), rows of
+ * `kind` (KV_F32 only off the AVX-512 path). */
+static inline __attribute__((always_inline)) void scores16_of(const float *q, const void *const *kp,
+                                                              int n, int hd, float scale,
+                                                              float *scores, int kind)
 {
 #if defined(__AVX512F__)
     if (hd % 16 == 0) {
         /* Sixteen dot products at once and one transpose-tree sum: a head
          * of 64 would otherwise spend as long on each horizontal sum as on
-         * its four multiply-adds. Slots past n read q itself (finite, in
+         * its four multiply-adds. Slots past n read the first key again (in
          * bounds) and are dropped; a lane's sum never mixes other lanes. */
-        const float *p[16];
+        const void *p[16];
         for (int t = 0; t < 16; t++)
-            p[t] = t < n ? kp[t] : q;
+            p[t] = t < n ? kp[t] : kp[0];
         __m512 acc[16];
 #pragma GCC unroll 16
         for (int t = 0; t < 16; t++)
@@ -732,7 +770,7 @@ static void attn_scores16(const float *q, const float *const *kp, int n, int hd,
             __m512 qv = _mm512_loadu_ps(q + d);
 #pragma GCC unroll 16
             for (int t = 0; t < 16; t++)
-                acc[t] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(p[t] + d), acc[t]);
+                acc[t] = _mm512_fmadd_ps(qv, kv_vload(p[t], (size_t)d, kind), acc[t]);
         }
         __m512 sc = _mm512_mul_ps(ig__vsum_16(acc), _mm512_set1_ps(scale));
         _mm512_mask_storeu_ps(scores, (__mmask16)((1u << n) - 1), sc);
@@ -743,12 +781,24 @@ static void attn_scores16(const float *q, const float *const *kp, int n, int hd,
         scores[t] = ig__dot(q, kp[t], hd) * scale;
 }
 
+static void attn_scores16(const float *q, const void *const *kp, int n, int hd, float scale,
+                          float *scores, int kind)
+{
+    if (kind == KV_F16)
+        scores16_of(q, kp, n, hd, scale, scores, KV_F16);
+    else if (kind == KV_BF16)
+        scores16_of(q, kp, n, hd, scale, scores, KV_BF16);
+    else
+        scores16_of(q, kp, n, hd, scale, scores, KV_F32);
+}
+
 /* o(hd) = inv * sum over t < n of p[t] * V[t], V read through the block
- * table; the running sum stays in NV registers of 16 lanes. */
+ * table in its own elements (kind); the running sum stays in NV registers
+ * of 16 lanes. */
 static inline __attribute__((always_inline)) void wsum_regs(const ig_kv_layout_t *kv, int layer,
                                                             const int *table, int kvh,
                                                             const float *p, int n, float inv,
-                                                            float *o, float *wide, int NV)
+                                                            float *o, int NV, int kind)
 {
 #if defined(__AVX512F__)
     __m512 acc[8];
@@ -758,12 +808,13 @@ static inline __attribute__((always_inline)) void wsum_regs(const ig_kv_layout_t
     int bs = kv->block_size, hd = kv->head_dim;
     for (int t0 = 0; t0 < n; t0 += bs) {
         int m = n - t0 < bs ? n - t0 : bs;
-        const float *vr = kv_rows_f32(kv, kv->v, layer, table[t0 / bs], kvh, 0, m, wide);
+        size_t at = kv_offset(kv, layer, table[t0 / bs], kvh, 0);
         for (int t = 0; t < m; t++) {
             __m512 pv = _mm512_set1_ps(p[t0 + t]);
 #pragma GCC unroll 8
             for (int i = 0; i < NV; i++)
-                acc[i] = _mm512_fmadd_ps(pv, _mm512_loadu_ps(vr + (size_t)t * hd + 16 * i), acc[i]);
+                acc[i] = _mm512_fmadd_ps(pv, kv_vload(kv->v, at + (size_t)t * hd + 16 * i, kind),
+                                         acc[i]);
         }
     }
     __m512 s = _mm512_set1_ps(inv);
@@ -778,10 +829,17 @@ static void attn_weighted_sum(const ig_kv_layout_t *kv, int layer, const int *ta
 {
     int hd = kv->head_dim, bs = kv->block_size;
 #if defined(__AVX512F__)
-    switch (hd % 16 == 0 ? hd / 16 : 0) {
+    int kind = kv_kind(kv);
+    switch (hd % 16 == 0 && hd <= 128 ? hd / 16 * 3 + kind : 0) {
 #define NV_CASE(k)                                                                                 \
-    case k:                                                                                        \
-        wsum_regs(kv, layer, table, kvh, p, n, inv, o, wide, k);                                   \
+    case 3 * k + KV_F32:                                                                           \
+        wsum_regs(kv, layer, table, kvh, p, n, inv, o, k, KV_F32);                                 \
+        return;                                                                                    \
+    case 3 * k + KV_F16:                                                                           \
+        wsum_regs(kv, layer, table, kvh, p, n, inv, o, k, KV_F16);                                 \
+        return;                                                                                    \
+    case 3 * k + KV_BF16:                                                                          \
+        wsum_regs(kv, layer, table, kvh, p, n, inv, o, k, KV_BF16);                                \
         return;
         NV_CASE(1)
         NV_CASE(2)
@@ -845,13 +903,15 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
     int q0 = b->q_start[s], qn = b->q_start[s + 1] - q0;
     const int *table = b->block_tables + (size_t)s * b->max_blocks;
     float *kwide = scores + j->wide_off, *vwide = kwide + (size_t)16 * hd;
+    int fused = kv_fused(kv), kind = fused ? kv_kind(kv) : KV_F32;
+    size_t esz = ig_dtype_size(kv->dtype);
     for (int r = r0; r < r1; r++) {
         int pos = b->ctx_len[s] - qn + r;
         const float *q = j->q + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         float *o = j->out + ((size_t)(q0 + r) * j->n_heads + h) * hd;
         /* K rows found block by block (no division per position), a run
          * of consecutive rows of one block at a time. */
-        const float *kp[16];
+        const void *kp[16];
         int blk = 0, off = 0;
         for (int t0 = 0; t0 <= pos; t0 += 16) {
             int n = pos + 1 - t0 < 16 ? pos + 1 - t0 : 16;
@@ -861,14 +921,20 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
                     blk++;
                 }
                 int run = n - t < bs - off ? n - t : bs - off;
-                const float *kr = kv_rows_f32(kv, kv->k, j->layer, table[blk], kvh, off, run,
-                                              kwide + (size_t)t * hd);
-                for (int i = 0; i < run; i++)
-                    kp[t + i] = kr + (size_t)i * hd;
+                if (fused) { /* rows in the cache's own elements */
+                    size_t at = kv_offset(kv, j->layer, table[blk], kvh, off);
+                    for (int i = 0; i < run; i++)
+                        kp[t + i] = (const char *)kv->k + (at + (size_t)i * hd) * esz;
+                } else {
+                    const float *kr = kv_rows_f32(kv, kv->k, j->layer, table[blk], kvh, off, run,
+                                                  kwide + (size_t)t * hd);
+                    for (int i = 0; i < run; i++)
+                        kp[t + i] = kr + (size_t)i * hd;
+                }
                 t += run;
                 off += run;
             }
-            attn_scores16(q, kp, n, hd, j->scale, scores + t0);
+            attn_scores16(q, kp, n, hd, j->scale, scores + t0, kind);
         }
         float mx = -INFINITY;
         for (int t = 0; t <= pos; t++)
