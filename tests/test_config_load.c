@@ -45,6 +45,7 @@ static void test_default(void **state)
     assert_int_equal(cfg.pools[0].devices[0].kind, IG_DEVICE_CPU);
     assert_int_equal(cfg.pools[0].min_instances, 1);
     assert_int_equal(cfg.pools[0].max_instances, 1);
+    assert_int_equal(cfg.pools[0].batching.kv_dtype, IG_DTYPE_F32);
     assert_int_equal(cfg.nsites, 0);
     /* The HTTP limits default to those of include/infergate/http.h. */
     assert_int_equal(cfg.limits.http.max_request_line, 8 * 1024);
@@ -137,6 +138,7 @@ static void test_full_values(void **state)
     assert_int_equal(p->batching.kv_blocks, 1000);
     assert_int_equal(p->batching.block_size, 32);
     assert_int_equal(p->batching.max_waiting, 10);
+    assert_int_equal(p->batching.kv_dtype, IG_DTYPE_BF16);
     assert_true(p->autoscale.target_queue_depth == 2.5);
     assert_true(p->autoscale.panic_threshold == 1.5);
     assert_true(p->autoscale.scale_to_zero_after_s == 120);

@@ -1,7 +1,8 @@
 /*
  * Batching invariants of the engine: a sequence decoded alone and the same
  * sequence inside a batch of 16 others (which join with prefill chunks while
- * it decodes) gives identical greedy tokens and logits within batch_bound();
+ * it decodes) gives identical greedy tokens and logits within batch_bound()
+ * (with the KV cache in F32, F16 or BF16);
  * prefill in one chunk and in several chunks gives the same logits; the KV block
  * free list; malformed batches are refused without touching the cache.
  */
@@ -26,7 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-static ig_tengine_t *open_ctx(const char *preset, int threads, int kv_blocks, int block_size)
+static ig_tengine_t *open_ctx_kv(const char *preset, int threads, int kv_blocks, int block_size,
+                                 ig_dtype_t kv_dtype)
 {
     ig_tengine_t *c = calloc(1, sizeof(*c));
     char err[256] = "";
@@ -41,9 +43,15 @@ static ig_tengine_t *open_ctx(const char *preset, int threads, int kv_blocks, in
     o.block_size = block_size;
     o.max_batched_tokens = 512;
     o.max_num_seqs = 32;
+    o.kv_dtype = kv_dtype;
     if (ig_engine_create(&c->e, c->model, c->be, &o, err, sizeof(err)) != 0)
         fail_msg("engine: %s", err);
     return c;
+}
+
+static ig_tengine_t *open_ctx(const char *preset, int threads, int kv_blocks, int block_size)
+{
+    return open_ctx_kv(preset, threads, kv_blocks, block_size, IG_DTYPE_F32);
 }
 
 static void close_ctx(ig_tengine_t *c)
@@ -90,9 +98,9 @@ static void decode_alone(ig_tengine_t *c, const int *p, int *toks, float *logits
     free(b);
 }
 
-static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads)
+static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads, ig_dtype_t kv_dtype)
 {
-    ig_tengine_t *c = open_ctx("tiny", threads, 256, 8);
+    ig_tengine_t *c = open_ctx_kv("tiny", threads, 256, 8, kv_dtype);
     if (ig__cpu_set_gemm(c->be, mode) == IG_ENOTSUP) {
         close_ctx(c);
         return;
@@ -163,8 +171,9 @@ static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads)
                 onext[o] = -1;
     }
     double tol = batch_bound(c, PLEN + STEPS, la, (size_t)STEPS * V);
-    printf("# gemm %d threads %d: alone vs batch of %d max logit diff %.3g (bound %.3g)\n", mode,
-           threads, OTHERS + 1, worst, tol);
+    printf(
+        "# gemm %d threads %d, %s cache: alone vs batch of %d max logit diff %.3g (bound %.3g)\n",
+        mode, threads, ig_engine_kv_dtype_name(kv_dtype), OTHERS + 1, worst, tol);
     assert_memory_equal(alone, got, sizeof(alone));
     assert_true(worst <= tol);
     ig_tseq_release(&target, c->e);
@@ -177,20 +186,27 @@ static void check_alone_vs_batch(ig_cpu_gemm_t mode, int threads)
 
 static void test_alone_vs_batch_own(void **state)
 {
-    check_alone_vs_batch(IG_CPU_GEMM_OWN, 2);
+    check_alone_vs_batch(IG_CPU_GEMM_OWN, 2, IG_DTYPE_F32);
+}
+
+/* The same with the KV cache in F16 and in BF16. */
+static void test_alone_vs_batch_kv16(void **state)
+{
+    check_alone_vs_batch(IG_CPU_GEMM_OWN, 2, IG_DTYPE_F16);
+    check_alone_vs_batch(IG_CPU_GEMM_OWN, 1, IG_DTYPE_BF16);
 }
 
 static void test_alone_vs_batch_blas(void **state)
 {
-    check_alone_vs_batch(IG_CPU_GEMM_BLAS_POOL, 2);
-    check_alone_vs_batch(IG_CPU_GEMM_BLAS_OWN, 1);
+    check_alone_vs_batch(IG_CPU_GEMM_BLAS_POOL, 2, IG_DTYPE_F32);
+    check_alone_vs_batch(IG_CPU_GEMM_BLAS_OWN, 1, IG_DTYPE_F32);
 }
 
 /* Prefill in one chunk vs in chunks of 7 (with another sequence decoding in
  * the same batches): the same logits at every position. */
-static void test_chunked_prefill(void **state)
+static void check_chunked_prefill(ig_dtype_t kv_dtype)
 {
-    ig_tengine_t *c = open_ctx("gqa", 2, 64, 16);
+    ig_tengine_t *c = open_ctx_kv("gqa", 2, 64, 16, kv_dtype);
     int V = c->vocab, n = 40;
     int p[40];
     ig_tprompt(3, n, V, p);
@@ -219,10 +235,20 @@ static void test_chunked_prefill(void **state)
         done += k;
     }
     double tol = batch_bound(c, n, one, (size_t)n * V);
-    printf("# chunked vs one-shot prefill: max logit diff %.3g (bound %.3g)\n", worst, tol);
+    printf("# %s cache: chunked vs one-shot prefill: max logit diff %.3g (bound %.3g)\n",
+           ig_engine_kv_dtype_name(kv_dtype), worst, tol);
     assert_true(worst <= tol);
     free(one), free(chunks), free(b);
     close_ctx(c);
+}
+
+/* A chunk attends to what earlier chunks cached, a one-shot prefill to what
+ * its own kv_append just wrote: the same rounded values in a 16-bit cache. */
+static void test_chunked_prefill(void **state)
+{
+    check_chunked_prefill(IG_DTYPE_F32);
+    check_chunked_prefill(IG_DTYPE_F16);
+    check_chunked_prefill(IG_DTYPE_BF16);
 }
 
 static void test_block_free_list(void **state)
@@ -341,10 +367,10 @@ static void test_bad_options(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_alone_vs_batch_own), cmocka_unit_test(test_alone_vs_batch_blas),
-        cmocka_unit_test(test_chunked_prefill),    cmocka_unit_test(test_block_free_list),
-        cmocka_unit_test(test_default_kv_size),    cmocka_unit_test(test_bad_batches),
-        cmocka_unit_test(test_bad_options),
+        cmocka_unit_test(test_alone_vs_batch_own),  cmocka_unit_test(test_alone_vs_batch_kv16),
+        cmocka_unit_test(test_alone_vs_batch_blas), cmocka_unit_test(test_chunked_prefill),
+        cmocka_unit_test(test_block_free_list),     cmocka_unit_test(test_default_kv_size),
+        cmocka_unit_test(test_bad_batches),         cmocka_unit_test(test_bad_options),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,9 @@
  * byte-identical answers from a worker with --prefix-cache off, one with it
  * on, and one with it on and a KV cache so small that concurrent requests
  * preempt each other and cached blocks are evicted. The worker's metrics
- * count the prefix-cache hits.
+ * count the prefix-cache hits. The same three again with the KV cache in
+ * F16 (--kv-dtype f16): byte-identical among themselves, and the workers
+ * report the cache's dtype and bytes (half of F32's for the same blocks).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,7 +20,7 @@
 #define SYS 160 /* tokens of the shared "system prompt" */
 #define NREQ 6
 
-static wproc_t OFF, ON, TIGHT;
+static wproc_t OFF, ON, TIGHT, OFF16, ON16, TIGHT16;
 
 static int setup(void **state)
 {
@@ -29,9 +31,15 @@ static int setup(void **state)
     /* 24 blocks of 16: one request (up to 15 blocks) fits, five together
      * (10 shared + 5 each) do not */
     const char *tight[] = {"--kv-blocks", "24", "--max-num-seqs", "4", NULL};
-    if (wt_start(&OFF, "off", off) < 0 || wt_start(&ON, "on", on) < 0)
+    if (wt_start(&OFF, "off", off) < 0 || wt_start(&ON, "on", on) < 0 ||
+        wt_start(&TIGHT, "tight", tight) < 0)
         return -1;
-    return wt_start(&TIGHT, "tight", tight);
+    const char *off16[] = {"--prefix-cache", "off", "--kv-dtype", "f16", NULL};
+    const char *on16[] = {"--prefix-cache", "on", "--kv-dtype", "f16", NULL};
+    const char *tight16[] = {"--kv-blocks", "24", "--max-num-seqs", "4", "--kv-dtype", "f16", NULL};
+    if (wt_start(&OFF16, "off16", off16) < 0 || wt_start(&ON16, "on16", on16) < 0)
+        return -1;
+    return wt_start(&TIGHT16, "tight16", tight16);
 }
 
 static int teardown(void **state)
@@ -39,6 +47,9 @@ static int teardown(void **state)
     wt_stop(&OFF);
     wt_stop(&ON);
     wt_stop(&TIGHT);
+    wt_stop(&OFF16);
+    wt_stop(&ON16);
+    wt_stop(&TIGHT16);
     ig_gwf_model_teardown(state);
     return 0;
 }
@@ -131,14 +142,14 @@ static double metric(const wproc_t *w, const char *name)
     return v;
 }
 
-static void test_identical_with_and_without_cache(void **state)
+static void check_identical(const wproc_t *w_off, const wproc_t *w_on, const wproc_t *w_tight)
 {
     char *off[NREQ], *on[NREQ], *tight[NREQ], *again[NREQ];
-    run_all(&OFF, off);
-    run_all(&ON, on);
-    run_all(&TIGHT, tight);
+    run_all(w_off, off);
+    run_all(w_on, on);
+    run_all(w_tight, tight);
     /* the cache is warm now: every prompt finds at least its prefix */
-    run_all(&ON, again);
+    run_all(w_on, again);
     for (int i = 0; i < NREQ; i++) {
         if (strcmp(off[i], on[i]) != 0 || strcmp(off[i], tight[i]) != 0 ||
             strcmp(off[i], again[i]) != 0)
@@ -151,6 +162,11 @@ static void test_identical_with_and_without_cache(void **state)
         free(tight[i]);
         free(again[i]);
     }
+}
+
+static void test_identical_with_and_without_cache(void **state)
+{
+    check_identical(&OFF, &ON, &TIGHT);
     assert_true(metric(&OFF, "infergate_worker_prefix_cache_queries_total") > 0);
     assert_true(metric(&OFF, "infergate_worker_prefix_cache_hits_total") == 0);
     /* first round: requests 1..5 find the 160-token prefix (10 blocks);
@@ -163,11 +179,39 @@ static void test_identical_with_and_without_cache(void **state)
     assert_true(metric(&TIGHT, "infergate_worker_prefix_cache_hits_total") > 0);
 }
 
+/* The sample of name{dtype="<dtype>"} in the worker's /metrics, or -1. */
+static double kv_bytes(const wproc_t *w, const char *dtype)
+{
+    char want[128];
+    snprintf(want, sizeof(want), "infergate_worker_kv_cache_bytes{dtype=\"%s\"} ", dtype);
+    ig_tc_response_t r;
+    assert_int_equal(wt_get(w, "/metrics", &r), 0);
+    const char *p = memmem(r.body, r.body_len, want, strlen(want));
+    double v = p ? strtod(p + strlen(want), NULL) : -1;
+    ig_tc_response_free(&r);
+    return v;
+}
+
+static void test_identical_with_and_without_cache_f16(void **state)
+{
+    check_identical(&OFF16, &ON16, &TIGHT16);
+    assert_true(metric(&ON16, "infergate_worker_prefix_cache_hits_total") > 0);
+    assert_true(metric(&TIGHT16, "infergate_worker_preemptions_total") > 0);
+    assert_true(metric(&TIGHT16, "infergate_worker_prefix_cache_evictions_total") > 0);
+    /* 24 blocks either way; the F16 ones in half the bytes */
+    double b32 = kv_bytes(&TIGHT, "f32"), b16 = kv_bytes(&TIGHT16, "f16");
+    print_message("# kv cache of 24 blocks: %.0f bytes in f32, %.0f in f16\n", b32, b16);
+    assert_true(b32 > 0 && b16 * 2 == b32);
+    assert_true(kv_bytes(&TIGHT16, "f32") < 0);
+    assert_true(kv_bytes(&ON16, "f16") * 2 == kv_bytes(&ON, "f32"));
+}
+
 int main(void)
 {
     (void)wt_post_json;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_identical_with_and_without_cache),
+        cmocka_unit_test(test_identical_with_and_without_cache_f16),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,9 +4,9 @@
  * directory), "q8" (the same with models[].quantize "q8_0") and "gguf"
  * (models[].path naming a GGUF file written by mkmodel --format gguf).
  * Each answers greedy completions through the gateway; the worker of "q8"
- * runs with --quantize q8_0 (read from its /proc cmdline) and the others
- * without; "plain" and "gguf" give the same text (bit-identical logits,
- * test_gguf_load).
+ * runs with --quantize q8_0 and, from its pool's batching.kv_dtype,
+ * --kv-dtype bf16 (read from its /proc cmdline), the others without; "plain" and "gguf" give the
+ * same text (bit-identical logits, test_gguf_load).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -48,7 +48,7 @@ static int setup(void **state)
         " \"pools\": [{\"name\": \"p1\", \"model\": \"plain\", \"devices\": [\"cpu:1\"],"
         " \"min_instances\": 1, \"max_instances\": 1},"
         " {\"name\": \"p2\", \"model\": \"q8\", \"devices\": [\"cpu:1\"],"
-        " \"min_instances\": 1, \"max_instances\": 1},"
+        " \"min_instances\": 1, \"max_instances\": 1, \"batching\": {\"kv_dtype\": \"bf16\"}},"
         " {\"name\": \"p3\", \"model\": \"gguf\", \"devices\": [\"cpu:1\"],"
         " \"min_instances\": 1, \"max_instances\": 1}]}",
         port, ig_gwf_model_dir, ig_gwf_model_dir, gguf);
@@ -90,8 +90,9 @@ static char *complete(const char *model)
     return text;
 }
 
-/* Whether a child worker of the gateway serving `name` runs with --quantize. */
-static int worker_quantizes(const char *name, int *found)
+/* Whether a child worker of the gateway serving `name` runs with `flag`
+ * followed by `value`. */
+static int worker_has(const char *name, const char *flag, const char *value, int *found)
 {
     DIR *d = opendir("/proc");
     struct dirent *e;
@@ -112,7 +113,8 @@ static int worker_quantizes(const char *name, int *found)
                 is_worker = 1;
             if (strcmp(buf + i, "--name") == 0 && i + 7 < n && strcmp(buf + i + 7, name) == 0)
                 has_name = 1;
-            if (strcmp(buf + i, "--quantize") == 0)
+            if (strcmp(buf + i, flag) == 0 && i + strlen(flag) + 1 < n &&
+                strcmp(buf + i + strlen(flag) + 1, value) == 0)
                 has_q = 1;
         }
         /* only the workers of this test's gateway: their model is in our run dir */
@@ -133,11 +135,13 @@ static void test_three_formats_serve(void **state)
     assert_true(strlen(a) > 0 && strlen(b) > 0);
     assert_string_equal(a, c);
     int found;
-    assert_int_equal(worker_quantizes("q8", &found), 1);
+    assert_int_equal(worker_has("q8", "--quantize", "q8_0", &found), 1);
     assert_true(found);
-    assert_int_equal(worker_quantizes("plain", &found), 0);
+    assert_int_equal(worker_has("q8", "--kv-dtype", "bf16", &found), 1);
+    assert_int_equal(worker_has("plain", "--quantize", "q8_0", &found), 0);
     assert_true(found);
-    assert_int_equal(worker_quantizes("gguf", &found), 0);
+    assert_int_equal(worker_has("plain", "--kv-dtype", "bf16", &found), 0);
+    assert_int_equal(worker_has("gguf", "--quantize", "q8_0", &found), 0);
     assert_true(found);
     free(a), free(b), free(c);
 }

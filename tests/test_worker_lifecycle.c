@@ -370,6 +370,17 @@ static void test_load_failure_exits(void **state)
     int st = system(cmd);
     assert_true(WIFEXITED(st));
     assert_int_equal(WEXITSTATUS(st), 2);
+    /* so is a KV dtype the worker does not know, and the message names it */
+    snprintf(cmd, sizeof(cmd), "%s worker --model %s --listen %s --kv-dtype fp8 >/dev/null 2>&1",
+             ig_proc_bin("infergate"), dir, sock);
+    st = system(cmd);
+    assert_true(WIFEXITED(st));
+    assert_int_equal(WEXITSTATUS(st), 2);
+    snprintf(cmd, sizeof(cmd),
+             "%s worker --model %s --listen %s --kv-dtype fp8 2>&1 >/dev/null | "
+             "grep -q -- \"--kv-dtype: 'fp8' is not f32, f16 or bf16\"",
+             ig_proc_bin("infergate"), dir, sock);
+    assert_int_equal(system(cmd), 0);
 }
 
 int main(void)

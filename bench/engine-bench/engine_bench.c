@@ -4,7 +4,7 @@
  *   build/engine-bench --model DIR [--device cpu] [--threads 2] [--steps 32]
  *                      [--batches 1,4,16,64] [--prompt 16] [--prefill 512]
  *                      [--gemm auto|own|blas-pool|blas] [--out bench/results/engine.json]
- *                      [--profile 1|2]
+ *                      [--profile 1|2] [--kv-dtype f32|f16|bf16]
  *
  * For each batch size B it prefills B sequences of --prompt tokens, runs two
  * warm-up decode steps, then times --steps decode steps of all B sequences
@@ -21,6 +21,7 @@
  * the machine do not inflate them; with --threads 1 they are the whole cost.
  * --profile 2 times them by the wall clock instead (what each operation
  * costs a step with the pool's threads, waits and neighbours included).
+ * --kv-dtype stores the KV cache in F16 or BF16 (bench/kv-dtype.sh).
  */
 #include "../../kernels/cpu/cpu_internal.h"
 #include "infergate/engine.h"
@@ -39,7 +40,7 @@
 #define MAX_BATCHES 16
 
 typedef struct {
-    const char *model, *device, *out, *gemm;
+    const char *model, *device, *out, *gemm, *kv_dtype;
     int threads, steps, prompt, prefill, rounds, profile;
     int batches[MAX_BATCHES], nbatches;
 } opts_t;
@@ -341,6 +342,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->out = v;
         else if (strcmp(a, "--gemm") == 0)
             o->gemm = v;
+        else if (strcmp(a, "--kv-dtype") == 0)
+            o->kv_dtype = v;
         else if (strcmp(a, "--threads") == 0)
             o->threads = atoi(v);
         else if (strcmp(a, "--steps") == 0)
@@ -383,7 +386,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: engine-bench --model DIR [--device cpu] [--threads N] "
                         "[--steps N] [--batches 1,4,16,64] [--prompt N] [--prefill N] "
                         "[--rounds N] [--gemm auto|own|blas-pool|blas] [--out FILE] "
-                        "[--profile 1|2]\n");
+                        "[--profile 1|2] [--kv-dtype f32|f16|bf16]\n");
         return 2;
     }
     char err[512] = "";
@@ -419,6 +422,10 @@ int main(int argc, char **argv)
     eo.max_num_seqs = maxb;
     eo.max_batched_tokens = maxb * o.prompt > 512 ? maxb * o.prompt : 512;
     eo.kv_blocks = maxb * per_seq > pre_blocks ? maxb * per_seq : pre_blocks;
+    if (o.kv_dtype != NULL && ig_engine_kv_dtype_parse(o.kv_dtype, &eo.kv_dtype) != 0) {
+        fprintf(stderr, "engine-bench: --kv-dtype %s: not f32, f16 or bf16\n", o.kv_dtype);
+        return 2;
+    }
     if ((rc = ig_engine_create(&e, model, be, &eo, err, sizeof(err))) != 0) {
         fprintf(stderr, "engine-bench: %s\n", err);
         return 1;
@@ -480,10 +487,18 @@ int main(int argc, char **argv)
         double cratio = best_cpu[0] > 0 ? best_cpu[i] / best_cpu[0] : 0;
         printf("%8d %14.1f %14.1f %9.2fx %14.1f %9.2fx\n", B, best[i], best[i] / B, ratio,
                best_cpu[i], cratio);
-        json_array_append_new(
-            arr, json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "batch", B, "tokens_per_s", best[i],
-                           "per_seq_tokens_per_s", best[i] / B, "ratio_vs_first", ratio,
-                           "tokens_per_cpu_s", best_cpu[i], "cpu_ratio_vs_first", cratio));
+        json_t *row =
+            json_pack("{s:i, s:f, s:f, s:f, s:f, s:f}", "batch", B, "tokens_per_s", best[i],
+                      "per_seq_tokens_per_s", best[i] / B, "ratio_vs_first", ratio,
+                      "tokens_per_cpu_s", best_cpu[i], "cpu_ratio_vs_first", cratio);
+        if (o.profile) { /* ms per decode step of the best round, by operation */
+            json_t *ms = json_object();
+            for (int k = 0; k < OP_N; k++)
+                json_object_set_new(ms, op_names[k], json_real(prof[i][k]));
+            json_object_set_new(ms, "step", json_real(prof[i][OP_N]));
+            json_object_set_new(row, "ms_per_step", ms);
+        }
+        json_array_append_new(arr, row);
     }
     if (o.profile) {
         printf("ms per decode step (best round): %8s", "batch");
@@ -506,9 +521,10 @@ int main(int argc, char **argv)
     long rss = rss_bytes();
     printf("load average (1 min) at the end: %.2f on %ld cores\n", loadavg(),
            sysconf(_SC_NPROCESSORS_ONLN));
-    printf("memory: rss %.1f MiB, model %.1f MiB as stored, kv cache %.1f MiB (%d blocks)\n",
+    printf("memory: rss %.1f MiB, model %.1f MiB as stored, kv cache %.1f MiB (%d blocks, %s)\n",
            rss / 1048576.0, ig_model_weight_bytes(model) / 1048576.0,
-           ig_engine_kv_bytes(e) / 1048576.0, ig_engine_num_blocks(e));
+           ig_engine_kv_bytes(e) / 1048576.0, ig_engine_num_blocks(e),
+           ig_engine_kv_dtype_name(ig_engine_kv_dtype(e)));
 
     /* The shape bench/lib/plot.sh draws. */
     json_t *xs = json_array(), *wall = json_array(), *cpu = json_array();
@@ -539,6 +555,10 @@ int main(int argc, char **argv)
     json_object_set_new(res, "rss_bytes", json_integer(rss));
     json_object_set_new(res, "model_bytes", json_integer((json_int_t)ig_model_weight_bytes(model)));
     json_object_set_new(res, "kv_bytes", json_integer((json_int_t)ig_engine_kv_bytes(e)));
+    json_object_set_new(res, "kv_blocks", json_integer(ig_engine_num_blocks(e)));
+    json_object_set_new(res, "kv_block_size", json_integer(ig_engine_block_size(e)));
+    json_object_set_new(res, "kv_dtype",
+                        json_string(ig_engine_kv_dtype_name(ig_engine_kv_dtype(e))));
     if (json_dump_file(res, o.out, JSON_INDENT(2)) != 0)
         fprintf(stderr, "engine-bench: cannot write %s\n", o.out);
     else

@@ -123,10 +123,12 @@ static int up_w(ig_engine_t *e, const ig_tensor_t *t, ig_weight_t *w, const char
     return rc;
 }
 
+/* K and V of one block over every layer: half of it for a 16-bit cache, so
+ * a memory budget holds twice the blocks. */
 static size_t kv_block_bytes(const ig_engine_t *e)
 {
     return 2 * (size_t)e->cfg.num_hidden_layers * e->cfg.num_key_value_heads *
-           (size_t)e->opts.block_size * e->cfg.head_dim * sizeof(float);
+           (size_t)e->opts.block_size * e->cfg.head_dim * ig_dtype_size(e->opts.kv_dtype);
 }
 
 static int choose_kv_blocks(ig_engine_t *e, char *err, size_t errlen)
@@ -220,7 +222,50 @@ static int check_config(const ig_model_config_t *c, const ig_engine_opts_t *o, c
         ig_errf(err, errlen, "engine options must be positive");
         return IG_EINVAL;
     }
+    if (o->kv_dtype != IG_DTYPE_F32 && o->kv_dtype != IG_DTYPE_F16 &&
+        o->kv_dtype != IG_DTYPE_BF16) {
+        ig_errf(err, errlen, "KV cache dtype %s: must be f32, f16 or bf16",
+                ig_dtype_name(o->kv_dtype));
+        return IG_EINVAL;
+    }
     return 0;
+}
+
+/* Whether the backend's kv_append and attention take the cache's dtype. */
+static int check_kv_dtype(const ig_backend_t *be, ig_dtype_t dt, char *err, size_t errlen)
+{
+    unsigned ok = be->kv_dtypes != 0 ? be->kv_dtypes : 1u << IG_DTYPE_F32;
+    if (ok & (1u << dt))
+        return 0;
+    ig_errf(err, errlen,
+            "a KV cache in %s is not supported on %s (batching.kv_dtype, worker --kv-dtype): "
+            "use f32",
+            ig_engine_kv_dtype_name(dt), be->name);
+    return IG_ENOTSUP;
+}
+
+static const struct {
+    const char *name;
+    ig_dtype_t dtype;
+} kv_dtypes[] = {{"f32", IG_DTYPE_F32}, {"f16", IG_DTYPE_F16}, {"bf16", IG_DTYPE_BF16}};
+
+int ig_engine_kv_dtype_parse(const char *name, ig_dtype_t *out)
+{
+    for (size_t i = 0; name != NULL && i < sizeof(kv_dtypes) / sizeof(kv_dtypes[0]); i++) {
+        if (strcmp(name, kv_dtypes[i].name) == 0) {
+            *out = kv_dtypes[i].dtype;
+            return 0;
+        }
+    }
+    return IG_EINVAL;
+}
+
+const char *ig_engine_kv_dtype_name(ig_dtype_t dtype)
+{
+    for (size_t i = 0; i < sizeof(kv_dtypes) / sizeof(kv_dtypes[0]); i++)
+        if (kv_dtypes[i].dtype == dtype)
+            return kv_dtypes[i].name;
+    return "?";
 }
 
 int ig_engine_create(ig_engine_t **out, const ig_model_t *model, ig_backend_t *be,
@@ -238,7 +283,8 @@ int ig_engine_create(ig_engine_t **out, const ig_model_t *model, ig_backend_t *b
     else
         ig_engine_opts_default(&e->opts);
     const ig_model_config_t *c = &e->cfg;
-    if ((rc = check_config(c, &e->opts, err, errlen)) != 0)
+    if ((rc = check_config(c, &e->opts, err, errlen)) != 0 ||
+        (rc = check_kv_dtype(be, e->opts.kv_dtype, err, errlen)) != 0)
         goto fail;
     e->host_logits = be->mem_info == NULL && strcmp(be->name, "cpu") == 0;
     int maxpos = c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048;
@@ -306,6 +352,7 @@ int ig_engine_create(ig_engine_t **out, const ig_model_t *model, ig_backend_t *b
     e->kv.block_size = e->opts.block_size;
     e->kv.n_kv_heads = c->num_key_value_heads;
     e->kv.head_dim = c->head_dim;
+    e->kv.dtype = e->opts.kv_dtype;
     size_t half = kv_block_bytes(e) / 2 * (size_t)e->kv.num_blocks;
     e->kv.k = be->alloc(be, half);
     e->kv.v = be->alloc(be, half);
@@ -413,6 +460,11 @@ int ig_engine_num_blocks(const ig_engine_t *e)
 size_t ig_engine_kv_bytes(const ig_engine_t *e)
 {
     return kv_block_bytes(e) * (size_t)e->kv.num_blocks;
+}
+
+ig_dtype_t ig_engine_kv_dtype(const ig_engine_t *e)
+{
+    return e->kv.dtype;
 }
 
 /* ========================================================================= */

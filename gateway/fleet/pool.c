@@ -439,6 +439,10 @@ static void instance_spawn(ig_instance_t *in)
         args[na++] = "--quantize";
         args[na++] = (char *)s->quantize;
     }
+    if (s->kv_dtype != NULL) {
+        args[na++] = "--kv-dtype";
+        args[na++] = (char *)s->kv_dtype;
+    }
     args[na] = NULL;
 
     /* The environment: ours, plus the parent pid the child checks with
@@ -532,6 +536,7 @@ static void spec_copy_strings(ig_pool_t *p, const ig_pool_spec_t *spec)
     copy_str(&p->spec.discover_dns, spec->discover_dns);
     copy_str(&p->spec.discover_resolver, spec->discover_resolver);
     copy_str(&p->spec.quantize, spec->quantize);
+    copy_str(&p->spec.kv_dtype, spec->kv_dtype);
 }
 
 static void spec_free(ig_pool_t *p)
@@ -545,6 +550,7 @@ static void spec_free(ig_pool_t *p)
     free((char *)p->spec.discover_dns);
     free((char *)p->spec.discover_resolver);
     free((char *)p->spec.quantize);
+    free((char *)p->spec.kv_dtype);
     for (int i = 0; i < p->spec.ndevices; i++)
         free(p->devices[i]);
     free(p->devices);

@@ -9,6 +9,7 @@
  */
 #include "infergate/autoscale.h"
 #include "infergate/config.h"
+#include "infergate/engine.h" /* ig_engine_kv_dtype_parse */
 #include "infergate/error.h"
 #include "infergate/jsonv.h"
 #include "infergate/log.h"
@@ -748,8 +749,9 @@ static int parse_device(ctx_t *c, const char *path, json_t *v, ig_config_device_
 
 static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batching_t *b)
 {
-    static const char *const keys[] = {"max_batched_tokens", "max_num_seqs", "kv_blocks",
-                                       "block_size",         "max_waiting",  NULL};
+    static const char *const keys[] = {
+        "max_batched_tokens", "max_num_seqs", "kv_blocks", "block_size",
+        "max_waiting",        "kv_dtype",     NULL};
     char p[PATH_MAX_LEN];
     json_t *o;
     int rc = get_section(c, pool, pp, "batching", &o);
@@ -763,6 +765,17 @@ static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batc
         (rc = get_unsigned(c, o, p, "kv_blocks", 0, 1u << 24, 0, &b->kv_blocks)) ||
         (rc = get_unsigned(c, o, p, "block_size", 1, 256, 16, &b->block_size)) ||
         (rc = get_unsigned(c, o, p, "max_waiting", 0, 1u << 20, 256, &b->max_waiting)))
+        goto done;
+    char *kvd = NULL;
+    if ((rc = get_string(c, o, p, "kv_dtype", STR_NONEMPTY, "f32", &kvd)) != 0)
+        goto done;
+    if (kvd != NULL && ig_engine_kv_dtype_parse(kvd, &b->kv_dtype) != 0) {
+        char q[PATH_MAX_LEN];
+        join(q, p, "kv_dtype");
+        rc = fail(c, q, "'%s' is not one of f32, f16, bf16", kvd);
+    }
+    free(kvd);
+    if (rc != 0)
         goto done;
     if ((b->block_size & (b->block_size - 1)) != 0) {
         char q[PATH_MAX_LEN];

@@ -9,6 +9,7 @@
 #include "infergate/api.h"
 #include "infergate/cli.h"
 #include "infergate/devices.h"
+#include "infergate/engine.h" /* ig_engine_kv_dtype_name */
 #include "infergate/error.h"
 #include "infergate/keys.h"
 #include "infergate/log.h"
@@ -368,6 +369,8 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
     ps.max_num_seqs = (int)cp->batching.max_num_seqs;
     ps.max_waiting = (int)cp->batching.max_waiting;
+    if (cp->batching.kv_dtype != IG_DTYPE_F32)
+        ps.kv_dtype = ig_engine_kv_dtype_name(cp->batching.kv_dtype);
     ps.max_prompt_tokens = (int)cfg->limits.max_prompt_tokens;
     /* Workers log warnings and errors; their access lines would repeat
      * the gateway's and the readiness and load polls would drown them. */

@@ -93,6 +93,16 @@ void ig__worker_metrics_register(worker_t *w)
                                       "Prompt tokens found in the prefix cache", NULL);
     w->m_pc_evictions = ig_metrics_counter("infergate_worker_prefix_cache_evictions_total",
                                            "Cached KV blocks evicted for reuse", NULL);
+    w->m_kv_bytes =
+        ig_metrics_gauge("infergate_worker_kv_cache_bytes",
+                         "Bytes of the KV cache, by element type (f32, f16, bf16)", "dtype");
+}
+
+void ig__worker_metrics_kv(worker_t *w)
+{
+    if (w->m_kv_bytes && w->engine)
+        ig_metric_set(w->m_kv_bytes, (double)ig_engine_kv_bytes(w->engine),
+                      ig_engine_kv_dtype_name(ig_engine_kv_dtype(w->engine)));
 }
 
 /* Engine thread: histogram observations. */

@@ -295,6 +295,7 @@ static void load_work(uv_work_t *req)
         eo.block_size = w->o.block_size;
     eo.max_batched_tokens = w->o.max_batched_tokens;
     eo.max_num_seqs = w->o.max_num_seqs;
+    eo.kv_dtype = w->o.kv_dtype;
     rc = ig_engine_create(&w->engine, w->model, w->be, &eo, err, sizeof(err));
     if (rc < 0)
         snprintf(w->load_err, sizeof(w->load_err), "engine: %s", err[0] ? err : ig_strerror(rc));
@@ -364,8 +365,10 @@ static void after_load(uv_work_t *req, int status)
     }
     if (w->state == W_LOADING)
         w->state = W_READY;
-    IG_INFO("model %s ready on %s: vocab %d, context %d, %d KV blocks of %d tokens", w->model_name,
-            w->o.device, w->vocab, w->context, se.num_blocks, se.block_size);
+    ig__worker_metrics_kv(w);
+    IG_INFO("model %s ready on %s: vocab %d, context %d, %d KV blocks of %d tokens (%s, %zu bytes)",
+            w->model_name, w->o.device, w->vocab, w->context, se.num_blocks, se.block_size,
+            ig_engine_kv_dtype_name(ig_engine_kv_dtype(w->engine)), ig_engine_kv_bytes(w->engine));
 }
 
 /* ---- shutdown ------------------------------------------------------------- */
@@ -465,6 +468,8 @@ static void usage(FILE *out)
             "  --name NAME              the model id clients use (directory name)\n"
             "  --prefix-cache on|off    automatic prefix caching of KV blocks (on)\n"
             "  --quantize q8_0          quantize the weights at load (BF16/F16/F32 models)\n"
+            "  --kv-dtype f32|f16|bf16  element type of the KV cache (f32; 16 bits hold\n"
+            "                           twice the tokens; CPU devices only)\n"
             "  --log-level debug|info|warn|error\n"
             "  --log-format text|json\n"
             "  --help\n");
@@ -502,6 +507,7 @@ int ig_cmd_worker(int argc, char **argv)
         {"log-level", required_argument, NULL, 'L'},
         {"log-format", required_argument, NULL, 'F'},
         {"quantize", required_argument, NULL, 'Q'},
+        {"kv-dtype", required_argument, NULL, 'K'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -533,6 +539,13 @@ int ig_cmd_worker(int argc, char **argv)
                 goto out;
             }
             w->o.quantize = optarg;
+            break;
+        case 'K':
+            if (ig_engine_kv_dtype_parse(optarg, &w->o.kv_dtype) < 0) {
+                fprintf(stderr, "infergate worker: --kv-dtype: '%s' is not f32, f16 or bf16\n",
+                        optarg);
+                goto out;
+            }
             break;
         case 'd':
             w->o.device = optarg;

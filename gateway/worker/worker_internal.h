@@ -42,6 +42,7 @@ typedef struct {
     int max_prompt_tokens;    /* longest prompt accepted; 0 = the context length */
     int prefix_cache;         /* automatic prefix caching (1) */
     const char *quantize;     /* "q8_0": weights quantized at load; NULL = as stored */
+    ig_dtype_t kv_dtype;      /* --kv-dtype: the KV cache's element type (F32) */
 } worker_opts_t;
 
 typedef enum { W_LOADING = 0, W_READY, W_FAILED, W_DRAINING } wstate_t;
@@ -128,7 +129,7 @@ typedef struct worker_s {
 
     /* metrics */
     ig_metric_t *m_ttft, *m_itl, *m_batch, *m_queue, *m_e2e, *m_prompt, *m_gen, *m_preempt,
-        *m_finished, *m_rejected, *m_pc_queries, *m_pc_hits, *m_pc_evictions;
+        *m_finished, *m_rejected, *m_pc_queries, *m_pc_hits, *m_pc_evictions, *m_kv_bytes;
     ig_sched_stats_t last_stats;
 } worker_t;
 
@@ -147,6 +148,8 @@ void ig__worker_metrics_register(worker_t *w);
 void ig__worker_metrics_observe(void *data, ig_sched_obs_t what, double v);
 /* Loop thread: brings the counters up to the scheduler's totals. */
 void ig__worker_metrics_sync(worker_t *w);
+/* Loop thread, once the engine is up: the KV cache's bytes, by dtype. */
+void ig__worker_metrics_kv(worker_t *w);
 
 /* ---- generate.c ---------------------------------------------------------- */
 

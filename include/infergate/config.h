@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "infergate/dtype.h" /* ig_dtype_t */
 #include "infergate/http.h"
 #include "infergate/router.h" /* ig_route_policy_t */
 
@@ -55,6 +56,7 @@ typedef struct {
     unsigned kv_blocks;          /* KV cache blocks; 0 = sized from free memory */
     unsigned block_size;         /* tokens per KV block (power of two) */
     unsigned max_waiting;        /* queued requests before 429 */
+    ig_dtype_t kv_dtype;         /* KV cache elements: F32 (default), F16 or BF16 ("kv_dtype") */
 } ig_config_batching_t;
 
 /* Queue-depth autoscaler of a pool (Knative-style stable/panic windows). */

@@ -21,6 +21,11 @@ typedef struct {
     int max_batched_tokens;     /* rows of one forward pass (2048) */
     int max_num_seqs;           /* sequences of one forward pass (256) */
     double gpu_memory_fraction; /* share of free device memory for weights+KV (0.9) */
+    /* Element type of the KV cache: IG_DTYPE_F32 (the default), or F16 /
+     * BF16 (half the bytes per block, so twice the blocks for the same
+     * memory; K and V rounded to nearest, ties to even, at kv_append). A
+     * backend that cannot hold it fails ig_engine_create with IG_ENOTSUP. */
+    ig_dtype_t kv_dtype;
 } ig_engine_opts_t;
 
 void ig_engine_opts_default(ig_engine_opts_t *opts);
@@ -59,6 +64,12 @@ const ig_model_config_t *ig_engine_config(const ig_engine_t *engine);
 int ig_engine_block_size(const ig_engine_t *engine);
 int ig_engine_num_blocks(const ig_engine_t *engine);
 size_t ig_engine_kv_bytes(const ig_engine_t *engine);
+ig_dtype_t ig_engine_kv_dtype(const ig_engine_t *engine);
+
+/* The KV dtype a user writes ("f32", "f16", "bf16": batching.kv_dtype,
+ * worker --kv-dtype), 0 or IG_EINVAL; and its name in that spelling. */
+int ig_engine_kv_dtype_parse(const char *name, ig_dtype_t *out);
+const char *ig_engine_kv_dtype_name(ig_dtype_t dtype);
 
 /* ---- KV blocks: a free list over the engine's cache --------------------- */
 

@@ -9,9 +9,10 @@
  *
  * Pointers named in the operations are backend memory (host memory for the
  * CPU backend, device memory for CUDA) obtained from alloc() or
- * upload_weight(). Activations and the KV cache are float32; weights stay in
- * the dtype upload_weight() chose (both backends keep 2-D BF16/F16 weights
- * in 16 bits and accumulate in F32; vectors become F32).
+ * upload_weight(). Activations are float32; the KV cache is float32 or, on
+ * a backend whose kv_dtypes says so, F16 or BF16 (ig_kv_layout_t.dtype);
+ * weights stay in the dtype upload_weight() chose (both backends keep 2-D
+ * BF16/F16 weights in 16 bits and accumulate in F32; vectors become F32).
  *
  * Every operation returns 0 or a negative IG_E* code (a CUDA failure becomes
  * IG_EDEVICE). Operations may be asynchronous on the backend's one stream;
@@ -51,19 +52,26 @@ typedef struct {
 } ig_attn_batch_t;
 
 /* The paged KV cache of one engine: fixed-size blocks, allocated by the
- * scheduler from the engine's free list (include/infergate/engine.h). */
+ * scheduler from the engine's free list (include/infergate/engine.h).
+ * Elements are in `dtype`: F32 (0, the default), or F16 / BF16, which
+ * kv_append rounds to (nearest, ties to even) and attention widens back to
+ * F32 before its F32 arithmetic. */
 typedef struct {
     int num_layers;
     int num_blocks;
     int block_size; /* tokens per block */
     int n_kv_heads;
     int head_dim;
-    float *k; /* (layer, block, kv_head, block_size, head_dim) */
-    float *v; /* (layer, block, kv_head, block_size, head_dim) */
+    void *k;          /* (layer, block, kv_head, block_size, head_dim) in dtype */
+    void *v;          /* (layer, block, kv_head, block_size, head_dim) in dtype */
+    ig_dtype_t dtype; /* IG_DTYPE_F32, IG_DTYPE_F16 or IG_DTYPE_BF16 */
 } ig_kv_layout_t;
 
 struct ig_backend_s {
     const char *name; /* "cpu", "cuda:0", ... */
+    /* The KV element types kv_append and attention take: bit (1u << dtype)
+     * for each; 0 means F32 only. The engine refuses any other at create. */
+    unsigned kv_dtypes;
 
     /* ---- memory ---- */
     void *(*alloc)(ig_backend_t *be, size_t bytes); /* NULL when out of memory */

@@ -53,6 +53,7 @@ typedef struct {
     int max_prompt_tokens;     /* worker --max-prompt-tokens; 0 = the model's context */
     const char *log_level;     /* passed to workers; NULL = info */
     const char *quantize;      /* worker --quantize (models[].quantize); NULL = none */
+    const char *kv_dtype;      /* worker --kv-dtype (batching.kv_dtype); NULL = f32 */
     uint64_t ready_timeout_ms; /* a starting instance that is not ready by then is killed
                                   and restarted (default 120000) */
     uint64_t load_poll_ms;     /* GET /load period while ready (default 500) */

@@ -138,4 +138,12 @@ void ig__q8_quantize_rows(int8_t *q, float *d, const float *x, int m, int k);
 void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m,
                  int k, int n0, int n1);
 
+/* ---- 16-bit KV cache (kv16.c) --------------------------------------------- */
+
+/* dst(n) = src(n) rounded to F16 (bf16 = 0) or BF16, to nearest, ties to
+ * even, as ig_f32_to_f16 / ig_f32_to_bf16 round; and back to F32 (exact).
+ * The instruction set is ig__cpu_isa()'s; every path gives the same bits. */
+void ig__kv16_store(uint16_t *dst, const float *src, size_t n, int bf16);
+void ig__kv16_load(float *dst, const uint16_t *src, size_t n, int bf16);
+
 #endif

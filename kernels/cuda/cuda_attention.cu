@@ -380,6 +380,9 @@ int ig__cuda_attention(ig_backend_t *be, float *out, const float *q, const ig_kv
     /* The decode kernel reads q and K rows as float4. */
     if (((uintptr_t)q & 15) != 0 || ((uintptr_t)kv->k & 15) != 0 || ((uintptr_t)kv->v & 15) != 0)
         return IG_EINVAL;
+    if (kv->dtype != IG_DTYPE_F32) /* kv_dtypes: F32 only (ig_engine_create refuses others) */
+        return IG_ENOTSUP;
+    const float *kc = (const float *)kv->k, *vc = (const float *)kv->v;
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
     int max_ctx = batch->max_ctx > 0 ? batch->max_ctx : 1;
@@ -398,7 +401,7 @@ int ig__cuda_attention(ig_backend_t *be, float *out, const float *q, const ig_kv
     float *part_o = c->attn_part, *part_ml = c->attn_part + rows * hd;
     dim3 dgrid((unsigned)batch->nseq, (unsigned)(nkv * head_groups), (unsigned)nparts);
     decode_kernel<<<dgrid, DEC_THREADS, 0, c->stream>>>(
-        part_o, part_ml, q, kv->k, kv->v, batch->q_start, batch->ctx_len, batch->block_tables,
+        part_o, part_ml, q, kc, vc, batch->q_start, batch->ctx_len, batch->block_tables,
         batch->max_blocks, layer, kv->num_blocks, kv->block_size, nkv, hd, n_heads, head_groups,
         part_len, nparts, scale);
     if ((rc = IG_CUDA_CHECK(cudaGetLastError())) != 0)
@@ -417,7 +420,7 @@ int ig__cuda_attention(ig_backend_t *be, float *out, const float *q, const ig_kv
         unsigned tiles = (unsigned)((batch->max_q + PF_BQ - 1) / PF_BQ);
         dim3 pgrid((unsigned)batch->nseq, (unsigned)n_heads, tiles);
         prefill_kernel<<<pgrid, PF_THREADS, smem, c->stream>>>(
-            out, q, kv->k, kv->v, batch->q_start, batch->ctx_len, batch->block_tables,
+            out, q, kc, vc, batch->q_start, batch->ctx_len, batch->block_tables,
             batch->max_blocks, layer, kv->num_blocks, kv->block_size, nkv, hd, n_heads, scale);
         if ((rc = IG_CUDA_CHECK(cudaGetLastError())) != 0)
             return rc;

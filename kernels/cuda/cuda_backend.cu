@@ -452,6 +452,9 @@ extern "C" int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err
         goto fail;
 
     be->name = c->name;
+    /* The kernels read and write an F32 cache only: the engine refuses a
+     * 16-bit kv_dtype here with a message naming the option. */
+    be->kv_dtypes = 1u << IG_DTYPE_F32;
     be->alloc = cuda_alloc;
     be->free = cuda_free;
     be->upload = cuda_upload;

@@ -267,10 +267,13 @@ int ig__cuda_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, co
     if (layer < 0 || layer >= kv->num_layers || kv->block_size <= 0 || kv->head_dim <= 0 ||
         (int64_t)kv->num_blocks * kv->block_size > INT32_MAX)
         return IG_EINVAL;
+    if (kv->dtype != IG_DTYPE_F32) /* kv_dtypes: F32 only (ig_engine_create refuses others) */
+        return IG_ENOTSUP;
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
-    kv_append_kernel<<<ntok, 128, 0, c->stream>>>(kv->k, kv->v, k, v, slots, layer, kv->num_blocks,
-                                                  kv->block_size, kv->n_kv_heads, kv->head_dim);
+    kv_append_kernel<<<ntok, 128, 0, c->stream>>>((float *)kv->k, (float *)kv->v, k, v, slots,
+                                                  layer, kv->num_blocks, kv->block_size,
+                                                  kv->n_kv_heads, kv->head_dim);
     return IG_CUDA_CHECK(cudaGetLastError());
 }
 
