@@ -79,6 +79,12 @@ static void test_default(void **state)
     assert_int_equal(cfg.routing.total_timeout_ms, 600000);
     assert_int_equal(cfg.routing.queue_size, 1024);
     assert_int_equal(cfg.routing.queue_timeout_ms, 30000);
+    /* the router's own defaults (ig_router_opts_default) */
+    assert_int_equal(cfg.routing.concurrency_limit.enabled, 1);
+    assert_int_equal(cfg.routing.concurrency_limit.initial, 8);
+    assert_int_equal(cfg.routing.concurrency_limit.min, 1);
+    assert_int_equal(cfg.routing.concurrency_limit.max, 256);
+    assert_int_equal(cfg.routing.rtt_probe_ms, 500);
     assert_int_equal(cfg.log.level, IG_LOG_INFO);
     assert_int_equal(cfg.log.format, IG_LOG_TEXT);
     ig_config_dispose(&cfg);
@@ -156,6 +162,10 @@ static void test_full_values(void **state)
     assert_int_equal(cfg.routing.eject.consecutive_failures, 3);
     assert_int_equal(cfg.routing.total_timeout_ms, 2000);
     assert_int_equal(cfg.routing.queue_size, 0);
+    assert_int_equal(cfg.routing.concurrency_limit.initial, 4);
+    assert_int_equal(cfg.routing.concurrency_limit.min, 2);
+    assert_int_equal(cfg.routing.concurrency_limit.max, 64);
+    assert_int_equal(cfg.routing.rtt_probe_ms, 0);
     assert_int_equal(cfg.limits.http.max_pipeline, 4);
     assert_int_equal(cfg.limits.drain_timeout_ms, 0);
     assert_int_equal(cfg.limits.drain_grace_ms, 250);

@@ -133,11 +133,41 @@ static void test_learned_concurrency(void **state)
     ig_proc_stop(&up, SIGKILL, 5000);
 }
 
+/* routing.concurrency_limit from the config: a max of 3 holds however
+ * many arrive, and enabled false lets them all through. */
+static void test_limit_config(void **state)
+{
+    (void)state;
+    for (int enabled = 1; enabled >= 0; enabled--) {
+        ig_proc_t up;
+        assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "2", "--delay-ms", "50",
+                                         "--tokens", "2", NULL),
+                         0);
+        ig_proc_t g;
+        const char *extra = enabled ? ",\"concurrency_limit\":{\"initial\":3,\"max\":3}"
+                                    : ",\"concurrency_limit\":{\"enabled\":false}";
+        assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, extra, NULL), 0);
+        calibrate(g.port, 8);
+        ig_burst_one_t out[16];
+        assert_int_equal(ig_burst(g.port, "/v1/completions", body, 16, 30000, out), 16);
+        int inside = upstream_stat(up.port, "max_inside");
+        print_message("limit %s: 16 at once, at most %d inside the upstream\n",
+                      enabled ? "max 3" : "off", inside);
+        if (enabled)
+            assert_true(inside >= 2 && inside <= 3);
+        else
+            assert_true(inside >= 12);
+        assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+        ig_proc_stop(&up, SIGKILL, 5000);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_limit_holds_in_gateway),
         cmocka_unit_test(test_learned_concurrency),
+        cmocka_unit_test(test_limit_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

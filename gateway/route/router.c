@@ -52,6 +52,7 @@ void ig_router_opts_default(ig_router_opts_t *o)
     o->limit_window_s = 0.1;
     o->limit_window_done = 8;
     o->limit_window_max_s = 1.0;
+    o->rtt_probe_s = 0.5;
 }
 
 void ig_router_init(ig_router_t *r, const ig_router_opts_t *opts)
@@ -325,8 +326,7 @@ static double utilisation(const ig_router_upstream_t *u)
  * holds every candidate's in ascending order; removing one copy of i's own
  * from it gives the others.
  */
-static int is_hot(const ig_router_t *r, const double *sorted, int ncand, double own,
-                  double slack)
+static int is_hot(const ig_router_t *r, const double *sorted, int ncand, double own, double slack)
 {
     int nothers = ncand - 1;
     if (nothers < 1)
@@ -406,9 +406,8 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
                 least = i;
             if (is_hot(r, sorted, ncand, utilisation(ups[i]),
-                       ups[i]->cached_tokens > 0
-                           ? WARM_HOT_SLACK / ig_router_concurrency(ups[i])
-                           : 0))
+                       ups[i]->cached_tokens > 0 ? WARM_HOT_SLACK / ig_router_concurrency(ups[i])
+                                                 : 0))
                 continue;
             if (c < best_cost) {
                 second = best;
@@ -537,6 +536,7 @@ void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double
 void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, double seconds,
                             uint64_t now_ns)
 {
+    u->done_at_ns = now_ns;
     ig_router_observe_occupancy(r, u, seconds, now_ns);
     if (!(seconds >= 0))
         return;
@@ -549,6 +549,16 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     /* The fit costs a few thousand operations: every 8th sample is enough. */
     if ((++u->rif_samples & 7) == 1 || u->concurrency <= 0)
         u->concurrency = learn_concurrency(u, rtt_of(r, u), &u->hold_base_s, &u->hold_svc_s);
+}
+
+int ig_router_probe_due(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns)
+{
+    double every = r->opts.rtt_probe_s;
+    if (!(every > 0) || !u->ready || u->slots > 0 || report_fresh(r, u, now_ns))
+        return 0;
+    if (u->done_at_ns != 0 && seconds_between(u->done_at_ns, now_ns) < every)
+        return 0; /* real traffic: its hold times are fresh */
+    return u->rtt_at_ns == 0 || seconds_between(u->rtt_at_ns, now_ns) >= every;
 }
 
 /* ---- the adaptive concurrency limit ---------------------------------------- */

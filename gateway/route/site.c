@@ -13,7 +13,9 @@
 
 #define MAX_SITE_MODELS 64
 
-typedef enum { PROBE_LOAD, PROBE_HEALTH, PROBE_MODELS } probe_kind_t;
+/* PROBE_RTT is the cheap probe of an idle plain site (GET /health, timed
+ * for its RTT only); the others are the liveness cycle. */
+typedef enum { PROBE_LOAD, PROBE_HEALTH, PROBE_MODELS, PROBE_RTT } probe_kind_t;
 
 struct ig_site_s {
     uv_loop_t *loop;
@@ -25,14 +27,17 @@ struct ig_site_s {
     ig_upstream_t *client;
     ig_router_upstream_t route;
     uv_timer_t timer;
-    ig_upstream_req_t *probe;
+    uv_timer_t rtt_timer;     /* checks ig_router_probe_due() every rtt_probe_s */
+    int liveness_due;         /* the liveness timer fired while an RTT probe ran */
+    ig_upstream_req_t *probe; /* the one probe in flight, of either kind */
     probe_kind_t kind;
     uint64_t sent_ns;
     int status;
     char *body;
     size_t len;
-    int peer;     /* -1 unknown, 0 no, 1 yes */
-    int failures; /* probes failed in a row */
+    int peer;            /* -1 unknown, 0 no, 1 yes */
+    int failures;        /* probes failed in a row */
+    uint64_t rtt_probes; /* cheap RTT probes answered (ig_site_rtt_probes) */
     int closing;
     int pending_closes;
     void (*close_cb)(void *data);
@@ -151,7 +156,23 @@ static void probe_on_body(ig_upstream_req_t *r, const char *buf, size_t len, voi
 static void on_probe_timer(uv_timer_t *t)
 {
     ig_site_t *s = t->data;
+    if (s->probe != NULL) {
+        s->liveness_due = 1; /* after the RTT probe in flight */
+        return;
+    }
     probe_send(s, s->peer == 0 ? PROBE_HEALTH : PROBE_LOAD);
+}
+
+/* The cheap active probe (docs/routing.md, "Probes"): a plain site that is
+ * up and idle gets one timed GET /health when the router says its RTT is
+ * stale; never a second probe beside one in flight. */
+static void on_rtt_timer(uv_timer_t *t)
+{
+    ig_site_t *s = t->data;
+    if (s->closing || s->probe != NULL || s->peer != 0 || s->spec.router == NULL)
+        return;
+    if (ig_router_probe_due(s->spec.router, &s->route, uv_hrtime()))
+        probe_send(s, PROBE_RTT);
 }
 
 static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
@@ -208,6 +229,11 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
         else
             mark(s, 0);
         break;
+    case PROBE_RTT:
+        if (!ok)
+            mark(s, 0); /* a failed /health is a failed probe, whichever sent it */
+        s->rtt_probes++;
+        break;
     case PROBE_MODELS:
         /* Models named in the config need no list from the site; a site
          * whose models we must discover is down until it gives a list. */
@@ -225,18 +251,24 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
         return;
     if ((int)next >= 0)
         probe_send(s, next);
-    else
+    else if (s->kind != PROBE_RTT)
         uv_timer_start(&s->timer, on_probe_timer, s->spec.probe_interval_ms, 0);
+    else if (s->liveness_due) {
+        s->liveness_due = 0;
+        probe_send(s, s->peer == 0 ? PROBE_HEALTH : PROBE_LOAD);
+    }
 }
 
 static void probe_send(ig_site_t *s, probe_kind_t kind)
 {
     static const ig_upstream_cbs_t cbs = {probe_on_headers, probe_on_body, probe_on_done};
-    static const char *paths[] = {"/load", "/health", "/v1/models"};
+    static const char *paths[] = {"/load", "/health", "/v1/models", "/health"};
     s->kind = kind;
     s->status = 0;
     s->sent_ns = uv_hrtime();
-    if (ig_upstream_request(s->client, "GET", paths[kind], NULL, NULL, 0, &cbs, s, &s->probe) != 0)
+    if (ig_upstream_request(s->client, "GET", paths[kind], NULL, NULL, 0, &cbs, s, &s->probe) !=
+            0 &&
+        kind != PROBE_RTT)
         uv_timer_start(&s->timer, on_probe_timer, s->spec.probe_interval_ms, 0);
 }
 
@@ -282,6 +314,12 @@ int ig_site_start(ig_site_t **out, uv_loop_t *loop, const ig_site_spec_t *spec)
         goto fail;
     uv_timer_init(loop, &s->timer);
     s->timer.data = s;
+    uv_timer_init(loop, &s->rtt_timer);
+    s->rtt_timer.data = s;
+    if (spec->router != NULL && spec->router->opts.rtt_probe_s > 0) {
+        uint64_t every = (uint64_t)(spec->router->opts.rtt_probe_s * 1000.0 + 0.5);
+        uv_timer_start(&s->rtt_timer, on_rtt_timer, every ? every : 1, every ? every : 1);
+    }
     probe_send(s, PROBE_LOAD);
     *out = s;
     return 0;
@@ -316,12 +354,13 @@ void ig_site_close(ig_site_t *s, void (*cb)(void *data), void *data)
     s->closing = 1;
     s->close_cb = cb;
     s->close_data = data;
-    s->pending_closes = 2;
+    s->pending_closes = 3;
     if (s->probe != NULL) {
         ig_upstream_cancel(s->probe);
         s->probe = NULL;
     }
     uv_close((uv_handle_t *)&s->timer, on_timer_closed);
+    uv_close((uv_handle_t *)&s->rtt_timer, on_timer_closed);
     ig_upstream_close(s->client, on_client_closed, s);
 }
 
@@ -362,6 +401,11 @@ int ig_site_nmodels(const ig_site_t *s)
 const char *ig_site_model(const ig_site_t *s, int i)
 {
     return i >= 0 && i < s->nmodels ? s->models[i] : NULL;
+}
+
+uint64_t ig_site_rtt_probes(const ig_site_t *s)
+{
+    return s->rtt_probes;
 }
 
 ig_upstream_t *ig_site_upstream(ig_site_t *s)

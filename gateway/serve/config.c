@@ -418,6 +418,40 @@ done:
 #define GATEWAY_KEEPALIVE_IDLE_MS 60000
 #define GATEWAY_QUEUE_SIZE 1024
 
+/* routing.concurrency_limit: {enabled, initial, min, max}, defaults from
+ * the router's (ig_router_opts_default()); min <= initial <= max. */
+static int parse_concurrency_limit(ctx_t *c, json_t *o, const ig_router_opts_t *ro,
+                                   ig_config_routing_t *r)
+{
+    static const char *const keys[] = {"enabled", "initial", "min", "max", NULL};
+    const char *p = "routing.concurrency_limit";
+    json_t *l = NULL;
+    int rc = get_object(c, o, "routing", "concurrency_limit", &l);
+    r->concurrency_limit.enabled = ro->limit_max > 0;
+    r->concurrency_limit.initial = (unsigned)ro->limit_initial;
+    r->concurrency_limit.min = (unsigned)ro->limit_min;
+    r->concurrency_limit.max = (unsigned)ro->limit_max;
+    if (rc != 0 || l == NULL)
+        return rc;
+    if ((rc = check_keys(c, l, p, keys)) ||
+        (rc = get_bool(c, l, p, "enabled", ro->limit_max > 0, &r->concurrency_limit.enabled)) ||
+        (rc = get_unsigned(c, l, p, "min", 1, 1000000, (unsigned)ro->limit_min,
+                           &r->concurrency_limit.min)) ||
+        (rc = get_unsigned(c, l, p, "max", 1, 1000000, (unsigned)ro->limit_max,
+                           &r->concurrency_limit.max)) ||
+        (rc = get_unsigned(c, l, p, "initial", 1, 1000000, (unsigned)ro->limit_initial,
+                           &r->concurrency_limit.initial)))
+        return rc;
+    if (r->concurrency_limit.min > r->concurrency_limit.max)
+        return fail(c, "routing.concurrency_limit.min", "must be <= max (%u)",
+                    r->concurrency_limit.max);
+    if (r->concurrency_limit.initial < r->concurrency_limit.min ||
+        r->concurrency_limit.initial > r->concurrency_limit.max)
+        return fail(c, "routing.concurrency_limit.initial", "must be between min (%u) and max (%u)",
+                    r->concurrency_limit.min, r->concurrency_limit.max);
+    return 0;
+}
+
 static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"policy",
@@ -431,6 +465,8 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "total_timeout_ms",
                                        "queue_size",
                                        "queue_timeout_ms",
+                                       "concurrency_limit",
+                                       "rtt_probe_ms",
                                        NULL};
     static const char *const hedge_keys[] = {"enabled", "budget", "delay_quantile", NULL};
     static const char *const eject_keys[] = {"consecutive_failures", "base_ejection_s", NULL};
@@ -488,7 +524,10 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
         (rc =
              get_unsigned(c, o, p, "queue_size", 0, 1000000, GATEWAY_QUEUE_SIZE, &r->queue_size)) ||
         (rc = get_uint(c, o, p, "queue_timeout_ms", 1, DAY_MS, po.queue_timeout_ms,
-                       &r->queue_timeout_ms)))
+                       &r->queue_timeout_ms)) ||
+        (rc = get_uint(c, o, p, "rtt_probe_ms", 0, DAY_MS,
+                       (uint64_t)(ro.rtt_probe_s * 1000.0 + 0.5), &r->rtt_probe_ms)) ||
+        (rc = parse_concurrency_limit(c, o, &ro, r)))
         goto done;
     const struct {
         const char *path;

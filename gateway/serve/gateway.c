@@ -310,6 +310,16 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
     if (cfg->routing.queue_timeout_ms > 0)
         po->queue_timeout_ms = cfg->routing.queue_timeout_ms;
     po->first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
+    /* The adaptive limit and the RTT probe (routing.concurrency_limit,
+     * routing.rtt_probe_ms); a config not from the parser has zeros there
+     * and keeps the router's defaults. */
+    if (cfg->routing.concurrency_limit.max > 0) {
+        po->router.limit_initial = cfg->routing.concurrency_limit.initial;
+        po->router.limit_min = cfg->routing.concurrency_limit.min;
+        po->router.limit_max =
+            cfg->routing.concurrency_limit.enabled ? cfg->routing.concurrency_limit.max : 0;
+        po->router.rtt_probe_s = (double)cfg->routing.rtt_probe_ms / 1000.0;
+    }
 }
 
 void ig__gateway_upstream_opts(const ig_config_t *cfg, ig_upstream_opts_t *uo)

@@ -239,7 +239,9 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                              ig_site_up(site), "peer", ig_site_is_peer(site), "rtt_s", u->rtt_s,
                              "inflight", u->inflight, "models", models, "eligible",
                              ig_router_eligible(u, now)));
-        status_limit(json_array_get(sites, json_array_size(sites) - 1), gw, u);
+        json_t *row = json_array_get(sites, json_array_size(sites) - 1);
+        status_limit(row, gw, u);
+        json_object_set_new(row, "rtt_probes", json_integer((json_int_t)ig_site_rtt_probes(site)));
     }
     json_t *doc =
         json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",

@@ -133,6 +133,15 @@ typedef struct {
     uint64_t total_timeout_ms; /* whole request */
     unsigned queue_size;       /* requests the gateway holds while no upstream is ready */
     uint64_t queue_timeout_ms; /* the longest one is held (a cold start must fit) */
+    /* The adaptive concurrency limit per upstream (docs/routing.md);
+     * defaults from ig_router_opts_default(). */
+    struct {
+        int enabled;      /* 0: no limit (the router's limit_max 0) */
+        unsigned initial; /* after calibration, before the first window */
+        unsigned min;     /* never below */
+        unsigned max;     /* never above */
+    } concurrency_limit;
+    uint64_t rtt_probe_ms; /* the cheap RTT probe of an idle plain site; 0 = off */
 } ig_config_routing_t;
 
 typedef struct {

@@ -88,7 +88,8 @@ typedef struct {
     double reported_prefill_tps;
     uint64_t reported_at_ns;
 
-    int inflight; /* attempts this gateway has in flight on it */
+    int inflight;        /* attempts this gateway has in flight on it */
+    uint64_t done_at_ns; /* an attempt of ours last ended on it; 0 = never */
 
     /* prefix cache (docs/routing.md, "Prefix-aware routing"): the prompt
      * tokens of the request being routed that this upstream is believed to
@@ -172,6 +173,11 @@ typedef struct {
      * twice the own wait under load). The cost reported stays the
      * predicted TTFT. */
     double wait_weight;
+    /* The cheap active probe of an upstream that reports nothing (a plain
+     * site): when it carried no attempt and had no RTT sample for this
+     * long, its owner times one GET /health (ig_router_probe_due(); 0.5 s;
+     * 0 = off, only the site's liveness probe is timed). */
+    double rtt_probe_s;
 } ig_router_opts_t;
 
 void ig_router_opts_default(ig_router_opts_t *opts);
@@ -272,6 +278,17 @@ double ig_router_concurrency(const ig_router_upstream_t *u);
  * attempts began with nothing else in flight); INT32_MAX when the limit is
  * off (limit_max 0). */
 int ig_router_limit(const ig_router_t *r, const ig_router_upstream_t *u);
+
+/*
+ * Whether u's owner should time a cheap probe (GET /health) now, to keep an
+ * idle upstream's RTT fresh: 1 when rtt_probe_s is on, u reports nothing
+ * (no slots, no fresh /load), it is ready, and for rtt_probe_s neither an
+ * attempt of ours ended on it (real traffic refreshed what the router
+ * knows of it) nor an RTT sample came. The owner keeps at most one probe
+ * in flight; so an upstream gets at most one such probe per rtt_probe_s,
+ * and none while it carries traffic.
+ */
+int ig_router_probe_due(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns);
 
 /* The wait part of the cost alone (what observe_ttft wants back). */
 double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns);

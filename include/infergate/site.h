@@ -5,9 +5,12 @@
  * Remote sites: OpenAI-compatible endpoints in other regions, another
  * infergate or vLLM, TGI, llama-server. Each is probed in the background:
  * GET /load first (an infergate peer answers with its region's aggregate
- * and models); otherwise GET /health and GET /v1/models. The probe's round
- * trip feeds the router's RTT estimate; probe failures take the site out of
- * rotation until a probe succeeds again.
+ * and models); otherwise GET /health and GET /v1/models, every
+ * probe_interval_ms. The probe's round trip feeds the router's RTT
+ * estimate; probe failures take the site out of rotation until a probe
+ * succeeds again. A plain site that is idle also gets a timed GET /health
+ * when ig_router_probe_due() says its RTT is stale (one probe in flight
+ * per site at most, of either kind).
  */
 
 #include "infergate/router.h"
@@ -40,6 +43,9 @@ int ig_site_up(const ig_site_t *site);
 int ig_site_serves(const ig_site_t *site, const char *model);
 int ig_site_nmodels(const ig_site_t *site);
 const char *ig_site_model(const ig_site_t *site, int i);
+/* The cheap RTT probes (GET /health of an idle plain site, the router's
+ * rtt_probe_s) that were sent and ended, for /status. */
+uint64_t ig_site_rtt_probes(const ig_site_t *site);
 ig_upstream_t *ig_site_upstream(ig_site_t *site);
 ig_router_upstream_t *ig_site_route(ig_site_t *site);
 
