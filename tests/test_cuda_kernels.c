@@ -505,7 +505,7 @@ static void check_attention(const kv_shape_t *sh, int layer, int nseq, const int
 {
     int nh = sh->nh, nkv = sh->nkv, hd = sh->hd, bs = sh->bs;
     size_t cache_n = (size_t)sh->layers * sh->blocks * nkv * bs * hd;
-    ig_kv_layout_t kv = {sh->layers, sh->blocks, bs, nkv, hd, NULL, NULL};
+    ig_kv_layout_t kv = {sh->layers, sh->blocks, bs, nkv, hd, NULL, NULL, IG_DTYPE_F32};
     kv.k = be->alloc(be, cache_n * sizeof(float));
     kv.v = be->alloc(be, cache_n * sizeof(float));
     assert_non_null(kv.k);

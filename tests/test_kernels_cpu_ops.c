@@ -478,7 +478,7 @@ static void test_attention_paged(void **state)
         ig_backend_t *be;
         assert_int_equal(ig_backend_cpu_create(&be, threads[ti]), 0);
         size_t kvn = (size_t)NL * NB * NKV * BS * HD;
-        ig_kv_layout_t kv = {NL, NB, BS, NKV, HD, rand_buf(kvn), rand_buf(kvn)};
+        ig_kv_layout_t kv = {NL, NB, BS, NKV, HD, rand_buf(kvn), rand_buf(kvn), IG_DTYPE_F32};
         /* The full history of every sequence, written through kv_append. */
         int layer = 1;
         float *hk[NSEQ], *hv[NSEQ];
