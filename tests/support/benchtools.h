@@ -143,7 +143,12 @@ static inline int tu_control(const char *path, const char *cmd, char *out, size_
     struct sockaddr_un sa;
     memset(&sa, 0, sizeof(sa));
     sa.sun_family = AF_UNIX;
-    snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+    size_t plen = strlen(path);
+    if (plen >= sizeof(sa.sun_path)) {
+        close(fd);
+        return -1;
+    }
+    memcpy(sa.sun_path, path, plen + 1);
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         close(fd);
         return -1;
