@@ -724,6 +724,22 @@ static int kv_kind(const ig_kv_layout_t *kv)
     return kv->dtype == IG_DTYPE_F16 ? KV_F16 : kv->dtype == IG_DTYPE_BF16 ? KV_BF16 : KV_F32;
 }
 
+/* The blocks of a sequence lie anywhere in the cache, so the hardware
+ * prefetcher loses the stream at each block boundary: the loops request the
+ * rows of the block KV_AHEAD blocks on (of one head, bs * head_dim
+ * elements) while they work on the current one. */
+#define KV_AHEAD 2
+
+static inline void kv_prefetch_block(const ig_kv_layout_t *kv, const void *base, int layer,
+                                     int block, int head)
+{
+    size_t esz = ig_dtype_size(kv->dtype);
+    const char *p = (const char *)base + kv_offset(kv, layer, block, head, 0) * esz;
+    size_t bytes = (size_t)kv->block_size * kv->head_dim * esz;
+    for (size_t c = 0; c < bytes; c += 64)
+        __builtin_prefetch(p + c, 0, 3);
+}
+
 /* Whether the AVX-512 loops read this cache in its own elements. */
 static int kv_fused(const ig_kv_layout_t *kv)
 {
@@ -809,6 +825,8 @@ static inline __attribute__((always_inline)) void wsum_regs(const ig_kv_layout_t
     for (int t0 = 0; t0 < n; t0 += bs) {
         int m = n - t0 < bs ? n - t0 : bs;
         size_t at = kv_offset(kv, layer, table[t0 / bs], kvh, 0);
+        if (t0 + KV_AHEAD * bs < n)
+            kv_prefetch_block(kv, kv->v, layer, table[t0 / bs + KV_AHEAD], kvh);
         for (int t = 0; t < m; t++) {
             __m512 pv = _mm512_set1_ps(p[t0 + t]);
 #pragma GCC unroll 8
@@ -919,6 +937,8 @@ static void attn_rows(attn_job_t *j, int s, int h, int r0, int r1, float *scores
                 if (off == bs) {
                     off = 0;
                     blk++;
+                    if ((blk + KV_AHEAD) * bs <= pos)
+                        kv_prefetch_block(kv, kv->k, j->layer, table[blk + KV_AHEAD], kvh);
                 }
                 int run = n - t < bs - off ? n - t : bs - off;
                 if (fused) { /* rows in the cache's own elements */
