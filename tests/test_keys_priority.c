@@ -247,21 +247,19 @@ static int group_setup(void **state)
                         "--instant-raw", NULL) != 0)
         return -1;
     int port = ig_proc_free_port();
-    char conf[4096];
-    snprintf(conf, sizeof(conf),
-             "{\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"}],"
-             "\"sites\":[{\"name\":\"s0\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}],"
-             "\"routing\":{\"queue_size\":32},"
-             "\"limits\":{\"drain_grace_ms\":0,\"max_queue_wait_ms\":"
-             "{\"critical\":0,\"standard\":%d,\"sheddable\":0},"
-             "\"max_connections\":20000},"
-             "\"api_keys\":["
-             "{\"key\":\"sk-crit\",\"name\":\"crit\",\"priority\":\"critical\"},"
-             "{\"key\":\"sk-shed\",\"name\":\"shed\",\"priority\":\"sheddable\"},"
-             "{\"key\":\"sk-std\",\"name\":\"std\"}]}",
-             port, up.port, BUDGET_MS);
-    const char *path = ig_proc_temp_file(conf, ".json");
-    if (path == NULL || ig_gwf_serve(&gw, path, port, "error", 0, 10000, 0) != 0)
+    if (ig_gwf_serve_config(
+            &gw, port, "error", 0, 10000, 0,
+            "{\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"}],"
+            "\"sites\":[{\"name\":\"s0\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}],"
+            "\"routing\":{\"queue_size\":32},"
+            "\"limits\":{\"drain_grace_ms\":0,\"max_queue_wait_ms\":"
+            "{\"critical\":0,\"standard\":%d,\"sheddable\":0},"
+            "\"max_connections\":20000},"
+            "\"api_keys\":["
+            "{\"key\":\"sk-crit\",\"name\":\"crit\",\"priority\":\"critical\"},"
+            "{\"key\":\"sk-shed\",\"name\":\"shed\",\"priority\":\"sheddable\"},"
+            "{\"key\":\"sk-std\",\"name\":\"std\"}]}",
+            port, up.port, BUDGET_MS) != 0)
         return -1;
     make_req(req_crit, sizeof(req_crit), "sk-crit", "");
     make_req(req_shed, sizeof(req_shed), "sk-shed", "");
