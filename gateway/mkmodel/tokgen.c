@@ -11,6 +11,7 @@
 #include "infergate/tokgen.h"
 
 #include "infergate/error.h"
+#include "infergate/strbuf.h"
 #include "infergate/utf8.h"
 #include "../engine/tokenizer/internal.h"
 
@@ -36,34 +37,6 @@ static uint64_t rng_next(uint64_t *s)
 static uint32_t rng_below(uint64_t *s, uint32_t n)
 {
     return (uint32_t)(rng_next(s) % n);
-}
-
-typedef struct {
-    char *p;
-    size_t len, cap;
-} sbuf_t;
-
-static int sb_add(sbuf_t *b, const char *s, size_t n)
-{
-    if (b->len + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 4096;
-        char *np;
-        while (c < b->len + n + 1)
-            c *= 2;
-        if (!(np = realloc(b->p, c)))
-            return IG_ENOMEM;
-        b->p = np;
-        b->cap = c;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-    return 0;
-}
-
-static int sb_str(sbuf_t *b, const char *s)
-{
-    return sb_add(b, s, strlen(s));
 }
 
 /* Reallocates the array that arrp points to (a T **) to c elements of
@@ -335,57 +308,65 @@ static size_t lex_sample(const lexicon_t *lx, uint64_t *rng)
     return lo;
 }
 
-static int add_word(sbuf_t *t, const char *w, int cap)
+static void add_word(ig_strbuf_t *t, const char *w, int cap)
 {
     char c0[2] = {0, 0};
-    if (!cap)
-        return sb_str(t, w);
+    if (!cap) {
+        ig_strbuf_puts(t, w);
+        return;
+    }
     c0[0] = (char)(w[0] >= 'a' && w[0] <= 'z' ? w[0] - 32 : w[0]);
-    return sb_str(t, c0) || sb_str(t, w + 1) ? IG_ENOMEM : 0;
+    ig_strbuf_puts(t, c0);
+    ig_strbuf_puts(t, w + 1);
 }
 
 /* English-like text: sentences over the lexicon plus a glossary line for
  * every word so that the rare tail is seen at least once. */
-static int corpus_build(sbuf_t *t, const lexicon_t *lx, size_t n_words, int newlines, uint64_t *rng)
+static int corpus_build(ig_strbuf_t *t, const lexicon_t *lx, size_t n_words, int newlines,
+                        uint64_t *rng)
 {
     static const char *const ENDS[] = {".", ".", ".", ".", "?", "!", "...", "."};
     size_t emitted = 0;
-    int rc = 0;
     char num[32];
-    while (emitted < n_words && rc == 0) {
+    while (emitted < n_words && !t->oom) {
         int len = 4 + (int)rng_below(rng, 15);
-        for (int k = 0; k < len && rc == 0; k++) {
+        for (int k = 0; k < len && !t->oom; k++) {
             uint32_t r = rng_below(rng, 1000);
             const char *w = lx->words[lex_sample(lx, rng)];
             if (k > 0)
-                rc |= sb_str(t, " ");
+                ig_strbuf_puts(t, " ");
             if (r < 12) {
                 snprintf(num, sizeof num, "%u", rng_below(rng, r < 4 ? 100000 : 2100));
-                rc |= sb_str(t, num);
+                ig_strbuf_puts(t, num);
             } else if (r < 20) {
-                rc |= sb_str(t, "\"") || add_word(t, w, 0) || sb_str(t, "\"");
+                ig_strbuf_puts(t, "\"");
+                add_word(t, w, 0);
+                ig_strbuf_puts(t, "\"");
             } else if (r < 26) {
-                rc |= sb_str(t, "(") || add_word(t, w, 0) || sb_str(t, ")");
+                ig_strbuf_puts(t, "(");
+                add_word(t, w, 0);
+                ig_strbuf_puts(t, ")");
             } else if (r < 32) {
-                rc |= add_word(t, w, 0) || sb_str(t, "'s");
+                add_word(t, w, 0);
+                ig_strbuf_puts(t, "'s");
             } else {
-                rc |= add_word(t, w, k == 0 || r < 40);
+                add_word(t, w, k == 0 || r < 40);
             }
             if (k + 1 < len && rng_below(rng, 12) == 0)
-                rc |= sb_str(t, rng_below(rng, 5) ? "," : (rng_below(rng, 2) ? ";" : ":"));
+                ig_strbuf_puts(t, rng_below(rng, 5) ? "," : (rng_below(rng, 2) ? ";" : ":"));
             emitted++;
         }
-        rc |= sb_str(t, ENDS[rng_below(rng, N_OF(ENDS))]);
+        ig_strbuf_puts(t, ENDS[rng_below(rng, N_OF(ENDS))]);
         if (newlines && rng_below(rng, 6) == 0)
-            rc |= sb_str(t, rng_below(rng, 3) ? "\n\n" : "\n");
+            ig_strbuf_puts(t, rng_below(rng, 3) ? "\n\n" : "\n");
         else
-            rc |= sb_str(t, " ");
+            ig_strbuf_puts(t, " ");
     }
-    for (size_t i = 0; i < lx->n && rc == 0; i++) {
-        rc |= add_word(t, lx->words[i], 0) ||
-              sb_str(t, i % 8 == 7 ? (newlines ? ".\n" : ". ") : ", ");
+    for (size_t i = 0; i < lx->n && !t->oom; i++) {
+        add_word(t, lx->words[i], 0);
+        ig_strbuf_puts(t, i % 8 == 7 ? (newlines ? ".\n" : ". ") : ", ");
     }
-    return rc ? IG_ENOMEM : 0;
+    return t->oom ? IG_ENOMEM : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -847,7 +828,7 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
     pcre2_match_data *md = NULL;
     uint64_t rng = seed ^ 0x5DEECE66Dull;
     lexicon_t lx;
-    sbuf_t text = {0};
+    ig_strbuf_t text = {0};
     strtab_t types, vocab;
     trainer_t tr;
     int32_t *short_ids = NULL;
@@ -890,7 +871,7 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
         if ((rc = ig__split_init(&split, split_pat, strlen(split_pat), 0, IG__SPLIT_ISOLATED, 0,
                                  msg, sizeof msg)) != 0 ||
             (rc = (md = pcre2_match_data_create(1, NULL)) ? 0 : IG_ENOMEM) != 0 ||
-            (rc = ig__split_run(&split, md, (const unsigned char *)text.p, text.len, count_type,
+            (rc = ig__split_run(&split, md, (const unsigned char *)text.buf, text.len, count_type,
                                 &types)) != 0)
             goto fail;
     } else {
@@ -901,12 +882,12 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
             size_t j = i;
             char w[512];
             size_t wl;
-            while (j < text.len && text.p[j] != ' ')
+            while (j < text.len && text.buf[j] != ' ')
                 j++;
             wl = j - i;
             if (wl && wl + 3 < sizeof w) {
                 memcpy(w, "\xE2\x96\x81", 3);
-                memcpy(w + 3, text.p + i, wl);
+                memcpy(w + 3, text.buf + i, wl);
                 if ((rc = st_add(&types, w, wl + 3, 1, NULL)) != 0)
                     goto fail;
             }
@@ -1050,14 +1031,17 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
         if (bytelevel) {
             json_array_append_new(jm, json_pack("[s, s]", a, b));
         } else {
-            sbuf_t m = {0};
-            if (sb_str(&m, a) || sb_str(&m, " ") || sb_str(&m, b)) {
-                free(m.p);
+            ig_strbuf_t m = {0};
+            ig_strbuf_puts(&m, a);
+            ig_strbuf_puts(&m, " ");
+            ig_strbuf_puts(&m, b);
+            if (m.oom) {
+                ig_strbuf_free(&m);
                 rc = IG_ENOMEM;
                 goto fail_json;
             }
-            json_array_append_new(jm, json_string(m.p));
-            free(m.p);
+            json_array_append_new(jm, json_string(m.buf));
+            ig_strbuf_free(&m);
         }
     }
     if (bytelevel) {
@@ -1156,7 +1140,7 @@ done:
     st_dispose(&types);
     st_dispose(&vocab);
     lex_dispose(&lx);
-    free(text.p);
+    ig_strbuf_free(&text);
     ig__split_dispose(&split);
     pcre2_match_data_free(md);
     return rc;
