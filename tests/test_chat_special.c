@@ -76,6 +76,23 @@ static size_t count_special(const ig_tokenizer_t *tok, const ig_tokvec_t *v)
     return n;
 }
 
+/* Renders the conversation with the tokenizer's own BOS and EOS text and
+ * encodes that text in one piece into out, the way that lets typed
+ * control tokens through. Returns the rendered text (the caller frees). */
+static char *render_then_encode(const ig_tokenizer_t *tok, const ig_chat_msg_t *msgs, size_t n,
+                                size_t *len, ig_tokvec_t *out)
+{
+    char err[256], *text;
+    int32_t bos = ig_tokenizer_bos_id(tok), eos = ig_tokenizer_eos_id(tok);
+    assert_int_equal(ig_chat_render(style_of(tok), msgs, n,
+                                    bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
+                                    eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL, 1, &text,
+                                    len, err, sizeof err),
+                     0);
+    assert_int_equal(ig_tokenizer_encode(tok, text, *len, 0, out), 0);
+    return text;
+}
+
 /* Benign content: the same ids as encoding the rendered text in one piece. */
 static void test_benign_content_unchanged(void **state)
 {
@@ -88,19 +105,13 @@ static void test_benign_content_unchanged(void **state)
     (void)state;
     for (int style = 1; style <= 3; style++) {
         const ig_tokenizer_t *tok = toks[style];
-        char err[256], *text;
+        char err[256];
         size_t len;
         ig_tokvec_t a, b;
-        int32_t bos = ig_tokenizer_bos_id(tok), eos = ig_tokenizer_eos_id(tok);
         ig_tokvec_init(&a);
         ig_tokvec_init(&b);
         assert_int_equal(ig_chat_encode(style_of(tok), tok, convo, 4, 1, &a, err, sizeof err), 0);
-        assert_int_equal(ig_chat_render(style_of(tok), convo, 4,
-                                        bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
-                                        eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL, 1,
-                                        &text, &len, err, sizeof err),
-                         0);
-        assert_int_equal(ig_tokenizer_encode(tok, text, len, 0, &b), 0);
+        char *text = render_then_encode(tok, convo, 4, &len, &b);
         assert_int_equal(a.len, b.len);
         assert_memory_equal(a.ids, b.ids, a.len * sizeof(int32_t));
         assert_true(count_special(tok, &a) >= 2); /* the markers are control tokens */
@@ -128,7 +139,7 @@ static void test_typed_specials_stay_text(void **state)
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const ig_tokenizer_t *tok = toks[cases[k].style];
         ig_chat_msg_t m[1] = {{"user", cases[k].injected, strlen(cases[k].injected)}};
-        char err[256], *text, *dec;
+        char err[256], *dec;
         size_t len, dlen;
         ig_tokvec_t v, old;
         int32_t id = ig_tokenizer_token_id(tok, cases[k].marker, strlen(cases[k].marker));
@@ -140,13 +151,7 @@ static void test_typed_specials_stay_text(void **state)
         assert_int_equal(count_id(&v, id), cases[k].template_count);
         /* What encoding the rendered text in one piece gives: the injected
          * tokens become control tokens (what this guards against). */
-        int32_t bos = ig_tokenizer_bos_id(tok), eos = ig_tokenizer_eos_id(tok);
-        assert_int_equal(ig_chat_render(style_of(tok), m, 1,
-                                        bos >= 0 ? ig_tokenizer_token_str(tok, bos) : NULL,
-                                        eos >= 0 ? ig_tokenizer_token_str(tok, eos) : NULL, 1,
-                                        &text, &len, err, sizeof err),
-                         0);
-        assert_int_equal(ig_tokenizer_encode(tok, text, len, 0, &old), 0);
+        char *text = render_then_encode(tok, m, 1, &len, &old);
         assert_true(count_id(&old, id) > cases[k].template_count);
         assert_true(count_special(tok, &v) < count_special(tok, &old));
         /* The typed text survives: decoding gives the rendered prompt back. */

@@ -14,19 +14,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
+
+#include "proc.h"
 
 /* Runs `infergate devices ARGS`, returns the exit status and the stdout. */
 static int run(const char *args, char *out, size_t len)
 {
     char cmd[8192];
     snprintf(cmd, sizeof(cmd), "'%s/infergate' devices %s 2>/dev/null", IG_BIN_DIR, args);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    size_t n = fread(out, 1, len - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return ig_proc_capture(cmd, out, len);
 }
 
 static void test_devices_json(void **state)

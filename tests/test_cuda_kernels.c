@@ -36,6 +36,7 @@
 #include "fp_bound.h"
 #include "gpu_probe.h"
 
+#include "infergate/dtype.h"
 #include "infergate/error.h"
 #include "infergate/kernels.h"
 
@@ -103,48 +104,6 @@ static int irand(int n)
     return (int)((rng >> 33) % (uint64_t)n);
 }
 
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
-static float from_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-/* IEEE half from float (round to nearest even), normal range only: the
- * test values stay in [-1, 1] and away from subnormals' effect. */
-static uint16_t to_f16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    uint32_t sign = (u >> 16) & 0x8000u;
-    int exp = (int)((u >> 23) & 0xff) - 127 + 15;
-    uint32_t mant = u & 0x7fffffu;
-    if (exp <= 0)
-        return (uint16_t)sign; /* flush tiny values to zero */
-    uint32_t h = ((uint32_t)exp << 10) | (mant >> 13);
-    uint32_t rest = mant & 0x1fffu;
-    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u)))
-        h++;
-    return (uint16_t)(sign | h);
-}
-
-static float from_f16(uint16_t h)
-{
-    int exp = (h >> 10) & 0x1f;
-    float m = (float)(h & 0x3ff);
-    float v = exp == 0 ? ldexpf(m, -24) : ldexpf(1024.0f + m, exp - 25);
-    return (h & 0x8000u) ? -v : v;
-}
-
 static void *dev_copy(const void *src, size_t bytes)
 {
     void *d = be->alloc(be, bytes);
@@ -180,14 +139,14 @@ static ig_tensor_t make_matrix(ig_dtype_t dtype, int rows, int cols, float **ref
     for (size_t i = 0; i < n; i++) {
         float f = frand();
         if (dtype == IG_DTYPE_BF16) {
-            ((uint16_t *)s)[i] = to_bf16(f);
-            r[i] = from_bf16(((uint16_t *)s)[i]);
+            ((uint16_t *)s)[i] = ig_f32_to_bf16(f);
+            r[i] = ig_bf16_to_f32(((uint16_t *)s)[i]);
         } else if (dtype == IG_DTYPE_F16) {
-            ((uint16_t *)s)[i] = to_f16(f);
-            r[i] = from_f16(((uint16_t *)s)[i]);
+            ((uint16_t *)s)[i] = ig_f32_to_f16(f);
+            r[i] = ig_f16_to_f32(((uint16_t *)s)[i]);
         } else {
             ((float *)s)[i] = f;
-            r[i] = from_bf16(to_bf16(f)); /* F32 is stored on the device as BF16 */
+            r[i] = ig_bf16_to_f32(ig_f32_to_bf16(f)); /* F32 is stored on the device as BF16 */
         }
     }
     t.data = s;

@@ -15,7 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "files.h"
@@ -33,12 +32,7 @@ static int check(const char *dir, char *out, size_t cap)
     char cmd[2048];
     snprintf(cmd, sizeof(cmd), "python3 %s/tests/deploy/check_manifests.py %s %s 2>&1",
              IG_SOURCE_DIR, dir, ig_proc_bin("infergate"));
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
-    size_t n = fread(out, 1, cap - 1, f);
-    out[n] = '\0';
-    int st = pclose(f);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return ig_proc_capture(cmd, out, cap);
 }
 
 static int group_setup(void **state)

@@ -45,10 +45,7 @@ static void write_hosts(const int *listed)
         if (listed[i])
             n += (size_t)snprintf(text + n, sizeof(text) - n, "%s workers.test\n", ips[i]);
     }
-    char next[200];
-    snprintf(next, sizeof(next), "%s.next", hosts_path);
-    assert_int_equal(ig_tf_write(next, text, n), 0);
-    assert_int_equal(rename(next, hosts_path), 0);
+    assert_int_equal(ig_tf_replace(hosts_path, text, n), 0);
 }
 
 /* 1 when ip:port accepts a TCP connection. */
@@ -204,6 +201,29 @@ static int nseen(load_t *l, int phase)
     return n;
 }
 
+/* A gateway config of one pool "remote" discovering dns at port wport,
+ * asking the resolver on dport every 200 ms. */
+static void discover_config(char *buf, size_t cap, int gport, const char *dns, int wport, int dport)
+{
+    snprintf(buf, cap,
+             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+             "\"models\":[{\"name\":\"tiny\"}],"
+             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
+             "\"discover\":{\"dns\":\"%s\",\"port\":%d,\"interval_s\":0.2,"
+             "\"resolver\":\"127.0.0.1:%d\"}}]}",
+             gport, dns, wport, dport);
+}
+
+/* Starts a worker of model "tiny" (one thread) on ip:port. */
+static void start_worker(ig_proc_t *w, const char *ip, int port)
+{
+    char listen[64];
+    snprintf(listen, sizeof(listen), "%s:%d", ip, port);
+    const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
+                          listen,   "--name",  "tiny",           "--threads", "1",   NULL};
+    assert_int_equal(ig_proc_start_bin(w, "infergate", args, IG_PROC_QUIET), 0);
+}
+
 static void test_pool_follows_dns(void **state)
 {
     (void)state;
@@ -214,11 +234,7 @@ static void test_pool_follows_dns(void **state)
     /* The workers, each on its own loopback address, one port. */
     ig_proc_t workers[NWORKERS];
     for (int i = 0; i < NWORKERS; i++) {
-        char listen[64];
-        snprintf(listen, sizeof(listen), "%s:%d", ips[i], wport);
-        const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
-                              listen,   "--name",  "tiny",           "--threads", "1",   NULL};
-        assert_int_equal(ig_proc_start_bin(&workers[i], "infergate", args, IG_PROC_QUIET), 0);
+        start_worker(&workers[i], ips[i], wport);
     }
     for (int i = 0; i < NWORKERS; i++) {
         long long end = ig_tc_now_ms() + 30000;
@@ -232,18 +248,17 @@ static void test_pool_follows_dns(void **state)
     ig_proc_t dns;
     start_dns(&dns, dport);
 
-    char cfg[1024];
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
-             "\"routing\":{\"policy\":\"round_robin\"},\"models\":[{\"name\":\"tiny\"}],"
-             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\",\"max_instances\":8,"
-             "\"discover\":{\"dns\":\"workers.test\",\"port\":%d,\"interval_s\":0.2,"
-             "\"resolver\":\"127.0.0.1:%d\"}}]}",
-             gport, wport, dport);
-    const char *cfg_path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(cfg_path);
     ig_proc_t gw;
-    assert_int_equal(ig_gwf_serve(&gw, cfg_path, gport, "info", 0, 20000, 30000), 0);
+    assert_int_equal(
+        ig_gwf_serve_config(
+            &gw, gport, "info", 0, 20000, 30000,
+            "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+            "\"routing\":{\"policy\":\"round_robin\"},\"models\":[{\"name\":\"tiny\"}],"
+            "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\",\"max_instances\":8,"
+            "\"discover\":{\"dns\":\"workers.test\",\"port\":%d,\"interval_s\":0.2,"
+            "\"resolver\":\"127.0.0.1:%d\"}}]}",
+            gport, wport, dport),
+        0);
 
     char name2[96], name3[96], name4[96];
     assert_int_equal(wait_view(gport, 2, ips[0], "ready", name2, sizeof(name2)), 0);
@@ -311,7 +326,6 @@ static void test_pool_follows_dns(void **state)
         ig_proc_stop(&workers[i], SIGTERM, 10000);
         ig_proc_dispose(&workers[i]);
     }
-    unlink(cfg_path);
 }
 
 /* A request that arrives while the only listed instance is still starting
@@ -327,17 +341,10 @@ static void test_held_until_discovered_ready(void **state)
     write_hosts(listed);
     ig_proc_t dns;
     start_dns(&dns, dport);
-    char cfg[1024];
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
-             "\"models\":[{\"name\":\"tiny\"}],"
-             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
-             "\"discover\":{\"dns\":\"workers.test\",\"port\":%d,\"interval_s\":0.2,"
-             "\"resolver\":\"127.0.0.1:%d\"}}]}",
-             gport, wport, dport);
-    const char *cfg_path = ig_proc_temp_file(cfg, ".json");
     ig_proc_t gw;
-    assert_int_equal(ig_gwf_serve(&gw, cfg_path, gport, "warn", 0, 20000, 0), 0);
+    char cfg[1024];
+    discover_config(cfg, sizeof(cfg), gport, "workers.test", wport, dport);
+    assert_int_equal(ig_gwf_serve_config(&gw, gport, "warn", 0, 20000, 0, "%s", cfg), 0);
     char st[32], nm[96];
     long long end = ig_tc_now_ms() + 10000;
     while (ig_tc_now_ms() < end && (pool_view(gport, ips[0], st, sizeof(st), nm, sizeof(nm)) < 0 ||
@@ -371,20 +378,6 @@ static void test_held_until_discovered_ready(void **state)
     ig_proc_dispose(&w);
     ig_proc_stop(&dns, SIGTERM, 10000);
     ig_proc_dispose(&dns);
-    unlink(cfg_path);
-}
-
-/* A gateway config of one pool "remote" discovering dns at port wport,
- * asking the resolver on dport every 200 ms. */
-static void discover_config(char *buf, size_t cap, int gport, const char *dns, int wport, int dport)
-{
-    snprintf(buf, cap,
-             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
-             "\"models\":[{\"name\":\"tiny\"}],"
-             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
-             "\"discover\":{\"dns\":\"%s\",\"port\":%d,\"interval_s\":0.2,"
-             "\"resolver\":\"127.0.0.1:%d\"}}]}",
-             gport, dns, wport, dport);
 }
 
 /* A reload that points the pool at another DNS name replaces it under
@@ -404,11 +397,7 @@ static void test_reload_moves_discovered_pool(void **state)
     start_dns(&dns, dport);
     ig_proc_t w[2];
     for (int i = 0; i < 2; i++) {
-        char listen[64];
-        snprintf(listen, sizeof(listen), "%s:%d", ips[i], wport);
-        const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
-                              listen,   "--name",  "tiny",           "--threads", "1",   NULL};
-        assert_int_equal(ig_proc_start_bin(&w[i], "infergate", args, IG_PROC_QUIET), 0);
+        start_worker(&w[i], ips[i], wport);
     }
     char cfg_path[256], cfg0[1024], cfg1[1024];
     snprintf(cfg_path, sizeof(cfg_path), "%s/gw.json", ig_gwf_run_dir);
@@ -429,20 +418,13 @@ static void test_reload_moves_discovered_pool(void **state)
         assert_int_equal(pthread_create(&th[i], NULL, load_main, &l), 0);
     usleep(800 * 1000);
 
-    char next[300];
-    snprintf(next, sizeof(next), "%s.next", cfg_path);
-    assert_int_equal(ig_tf_write(next, cfg1, strlen(cfg1)), 0);
-    assert_int_equal(rename(next, cfg_path), 0);
+    assert_int_equal(ig_tf_replace(cfg_path, cfg1, strlen(cfg1)), 0);
     ig_tc_response_t r;
     assert_int_equal(ig_gwf_post(gport, "/admin/reload", "{}", &r, 10000), 0);
     assert_int_equal(r.status, 200);
     assert_non_null(strstr(r.body, "replacing pool remote"));
     ig_tc_response_free(&r);
-    long long end = ig_tc_now_ms() + 30000;
-    while (ig_tc_now_ms() < end &&
-           ig_gwf_metric(gport, "infergate_config_reloads_total{outcome=\"applied\"} ") < 1)
-        usleep(50 * 1000);
-    assert_true(ig_gwf_metric(gport, "infergate_config_reloads_total{outcome=\"applied\"} ") >= 1);
+    assert_int_equal(ig_gwf_wait_reloads(gport, "applied", 1, 30000), 0);
     /* Only the new name's worker is in the pool now; the old one can go. */
     assert_int_equal(wait_view(gport, 1, ips[1], "ready", NULL, 0), 0);
     assert_int_equal(wait_view(gport, 1, ips[0], "", NULL, 0), 0);
@@ -472,22 +454,18 @@ static void test_system_resolver(void **state)
 {
     (void)state;
     int wport = ig_proc_free_port(), gport = ig_proc_free_port();
-    char listen[64];
-    snprintf(listen, sizeof(listen), "127.0.0.1:%d", wport);
-    const char *args[] = {"worker", "--model", ig_gwf_model_dir, "--device",  "cpu", "--listen",
-                          listen,   "--name",  "tiny",           "--threads", "1",   NULL};
     ig_proc_t w;
-    assert_int_equal(ig_proc_start_bin(&w, "infergate", args, IG_PROC_QUIET), 0);
-    char cfg[1024];
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
-             "\"models\":[{\"name\":\"tiny\"}],"
-             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
-             "\"discover\":{\"dns\":\"localhost\",\"port\":%d,\"interval_s\":0.5}}]}",
-             gport, wport);
-    const char *cfg_path = ig_proc_temp_file(cfg, ".json");
+    start_worker(&w, "127.0.0.1", wport);
     ig_proc_t gw;
-    assert_int_equal(ig_gwf_serve(&gw, cfg_path, gport, "warn", 0, 20000, 30000), 0);
+    assert_int_equal(
+        ig_gwf_serve_config(
+            &gw, gport, "warn", 0, 20000, 30000,
+            "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+            "\"models\":[{\"name\":\"tiny\"}],"
+            "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
+            "\"discover\":{\"dns\":\"localhost\",\"port\":%d,\"interval_s\":0.5}}]}",
+            gport, wport),
+        0);
     char st[32], nm[96];
     assert_true(pool_view(gport, "127.0.0.1", st, sizeof(st), nm, sizeof(nm)) >= 1);
     ig_tc_response_t r;
@@ -498,7 +476,6 @@ static void test_system_resolver(void **state)
     ig_proc_dispose(&gw);
     ig_proc_stop(&w, SIGTERM, 10000);
     ig_proc_dispose(&w);
-    unlink(cfg_path);
 }
 
 int main(void)

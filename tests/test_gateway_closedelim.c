@@ -256,16 +256,15 @@ static void test_client_end_inside_callbacks(void **state)
 static void serve_with_site(ig_proc_t *g, int peer_port)
 {
     int port = ig_proc_free_port();
-    char cfg[1024];
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"t\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"tiny\"}],"
-             "\"sites\":[{\"name\":\"cd\",\"url\":\"http://127.0.0.1:%d\","
-             "\"models\":[\"tiny\"]}]}",
-             port, peer_port);
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
     /* Ready means the site's probes came through. */
-    assert_int_equal(ig_gwf_serve(g, path, port, "warn", IG_PROC_PIPE_ERR, 15000, 15000), 0);
+    assert_int_equal(
+        ig_gwf_serve_config(
+            g, port, "warn", IG_PROC_PIPE_ERR, 15000, 15000,
+            "{\"region\":\"t\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"tiny\"}],"
+            "\"sites\":[{\"name\":\"cd\",\"url\":\"http://127.0.0.1:%d\","
+            "\"models\":[\"tiny\"]}]}",
+            port, peer_port),
+        0);
 }
 
 static void serve_round(peer_kind_t kind)

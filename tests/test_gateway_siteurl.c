@@ -224,17 +224,16 @@ static void test_serve_sites_by_name(void **state)
     if (!have80)
         print_message("cannot listen on 127.0.0.2:80 here: that site stays down\n");
     int port = ig_proc_free_port();
-    char cfg[1024];
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"t\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"tiny\"}],"
-             "\"sites\":["
-             "{\"name\":\"byname\",\"url\":\"http://localhost:%d\",\"models\":[\"tiny\"]},"
-             "{\"name\":\"bad\",\"url\":\"http://nonexistent.invalid\",\"models\":[\"tiny\"]},"
-             "{\"name\":\"noport\",\"url\":\"http://127.0.0.2\",\"models\":[\"tiny\"]}]}",
-             port, peer.port);
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(&g, path, port, "info", IG_PROC_PIPE_ERR, 15000, 15000), 0);
+    assert_int_equal(
+        ig_gwf_serve_config(
+            &g, port, "info", IG_PROC_PIPE_ERR, 15000, 15000,
+            "{\"region\":\"t\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"tiny\"}],"
+            "\"sites\":["
+            "{\"name\":\"byname\",\"url\":\"http://localhost:%d\",\"models\":[\"tiny\"]},"
+            "{\"name\":\"bad\",\"url\":\"http://nonexistent.invalid\",\"models\":[\"tiny\"]},"
+            "{\"name\":\"noport\",\"url\":\"http://127.0.0.2\",\"models\":[\"tiny\"]}]}",
+            port, peer.port),
+        0);
     assert_int_equal(ig_proc_wait_log(&g, "cannot resolve nonexistent.invalid", 5000), 0);
 
     /* Let every site be probed a few times. */
@@ -289,15 +288,14 @@ static void test_serve_site_flaps(void **state)
     const char *args[] = {"--flap-s", "2.5", NULL};
     assert_int_equal(ig_peer_start(&peer, "closedelim_upstream.py", args, 10000), 0);
     int port = ig_proc_free_port();
-    char cfg[1024];
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"t\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"tiny\"}],"
-             "\"sites\":[{\"name\":\"flappy\",\"url\":\"http://localhost:%d\","
-             "\"models\":[\"tiny\"]}]}",
-             port, peer.port);
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(&g, path, port, "warn", 0, 15000, 15000), 0);
+    assert_int_equal(
+        ig_gwf_serve_config(
+            &g, port, "warn", 0, 15000, 15000,
+            "{\"region\":\"t\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"tiny\"}],"
+            "\"sites\":[{\"name\":\"flappy\",\"url\":\"http://localhost:%d\","
+            "\"models\":[\"tiny\"]}]}",
+            port, peer.port),
+        0);
     complete_via(port, "flappy");
     int seen_down = 0, back_up = 0;
     long long end = ig_tc_now_ms() + 15000;

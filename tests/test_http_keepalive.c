@@ -61,11 +61,7 @@ static void test_connection_close_honoured(void **state)
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(ts));
     ig_tc_response_t r;
     ig_tc_exchange(tc, "GET /a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", &r, TMO);
-    assert_int_equal(r.status, 200);
-    assert_string_equal(ig_tc_header(&r, "connection"), "close");
-    ig_tc_response_free(&r);
-    assert_int_equal(ig_tc_wait_closed(tc, TMO), 1);
-    ig_tc_close(tc);
+    ig_tc_expect_closed(tc, &r, 200, NULL, TMO);
 }
 
 static void test_http10(void **state)
@@ -75,12 +71,7 @@ static void test_http10(void **state)
     ig_tc_t *tc = ig_tc_connect(ig_ts_port(ts));
     ig_tc_response_t r;
     ig_tc_exchange(tc, "GET /old HTTP/1.0\r\n\r\n", &r, TMO);
-    assert_int_equal(r.status, 200);
-    assert_string_equal(r.body, "GET /old 0\n");
-    assert_string_equal(ig_tc_header(&r, "connection"), "close");
-    ig_tc_response_free(&r);
-    assert_int_equal(ig_tc_wait_closed(tc, TMO), 1);
-    ig_tc_close(tc);
+    ig_tc_expect_closed(tc, &r, 200, "GET /old 0\n", TMO);
 
     /* 1.0 with keep-alive: stays open. */
     tc = ig_tc_connect(ig_ts_port(ts));

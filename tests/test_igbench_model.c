@@ -14,29 +14,18 @@
 #include <stddef.h>
 #include <cmocka.h>
 
-static char dir[64];
-static char models_file[128];
-static ig_proc_t site;
+static ig_models_site_t site;
 
 static int group_setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/igbmodel-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(models_file, sizeof(models_file), "%s/models", dir);
-    if (ig_tf_write(models_file, "alpha\nbeta\n", 11) != 0)
-        return -1;
-    const char *args[] = {"--models-file", models_file, NULL};
-    return ig_peer_start(&site, "models_site.py", args, 10000);
+    return ig_models_site_start(&site, "alpha\nbeta\n", NULL);
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    ig_proc_stop(&site, SIGTERM, 5000);
-    ig_proc_dispose(&site);
-    ig_tf_rmtree(dir);
+    ig_models_site_stop(&site);
     return 0;
 }
 
@@ -48,7 +37,7 @@ static const char *model_of(json_t *r)
 static void test_default_is_first_listed(void **state)
 {
     (void)state;
-    json_t *r = tu_igbench("--target 127.0.0.1:%d --concurrency 2 --requests 6", site.port);
+    json_t *r = tu_igbench("--target 127.0.0.1:%d --concurrency 2 --requests 6", site.proc.port);
     assert_non_null(r);
     assert_string_equal(model_of(r), "alpha");
     assert_true(TU_NUM(r, "requests", "ok") == 6);
@@ -59,14 +48,15 @@ static void test_default_is_first_listed(void **state)
 static void test_explicit_model_wins(void **state)
 {
     (void)state;
-    json_t *r =
-        tu_igbench("--target 127.0.0.1:%d --concurrency 2 --requests 4 --model beta", site.port);
+    json_t *r = tu_igbench("--target 127.0.0.1:%d --concurrency 2 --requests 4 --model beta",
+                           site.proc.port);
     assert_non_null(r);
     assert_string_equal(model_of(r), "beta");
     assert_true(TU_NUM(r, "requests", "ok") == 4);
     json_decref(r);
     /* The site refuses what it does not list: the default above was no luck. */
-    r = tu_igbench("--target 127.0.0.1:%d --concurrency 2 --requests 4 --model gamma", site.port);
+    r = tu_igbench("--target 127.0.0.1:%d --concurrency 2 --requests 4 --model gamma",
+                   site.proc.port);
     assert_non_null(r);
     assert_true(TU_NUM(r, "requests", "ok") == 0);
     assert_true(TU_NUM(r, "errors", "http_404") == 4);

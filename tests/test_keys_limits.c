@@ -29,25 +29,21 @@ static int group_setup(void **state)
     if (ig_gwf_upstream(&up, "--itl-ms", "1", NULL) != 0)
         return -1;
     int port = ig_proc_free_port();
-    char conf[4096];
-    snprintf(conf, sizeof(conf),
-             "{\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"},{\"name\":\"other\"}],"
-             "\"sites\":[{\"name\":\"s0\",\"url\":\"http://127.0.0.1:%d\","
-             "\"models\":[\"m\",\"other\"]}],"
-             "\"limits\":{\"drain_grace_ms\":0},"
-             "\"api_keys\":["
-             "{\"key\":\"sk-slow-0001\",\"name\":\"slow\",\"requests_per_s\":2},"
-             "{\"key\":\"sk-fast-0002\",\"name\":\"fast\"},"
-             "{\"key\":\"sk-tok-0003\",\"name\":\"tok\",\"tokens_per_min\":%d},"
-             "{\"key\":\"sk-narrow-0004\",\"name\":\"narrow\",\"models\":[\"other\"]},"
-             "{\"key\":\"sk-peer-0005\",\"name\":\"peer\",\"peer\":true},"
-             "{\"key\":\"sk-ops-0006\",\"name\":\"ops\",\"admin\":true},"
-             "\"sk-plain-0007\"]}",
-             port, up.port, TOKENS_PER_MIN);
-    const char *path = ig_proc_temp_file(conf, ".json");
-    if (path == NULL || ig_gwf_serve(&gw, path, port, "warn", 0, 10000, 0) != 0)
-        return -1;
-    return 0;
+    return ig_gwf_serve_config(
+        &gw, port, "warn", 0, 10000, 0,
+        "{\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"},{\"name\":\"other\"}],"
+        "\"sites\":[{\"name\":\"s0\",\"url\":\"http://127.0.0.1:%d\","
+        "\"models\":[\"m\",\"other\"]}],"
+        "\"limits\":{\"drain_grace_ms\":0},"
+        "\"api_keys\":["
+        "{\"key\":\"sk-slow-0001\",\"name\":\"slow\",\"requests_per_s\":2},"
+        "{\"key\":\"sk-fast-0002\",\"name\":\"fast\"},"
+        "{\"key\":\"sk-tok-0003\",\"name\":\"tok\",\"tokens_per_min\":%d},"
+        "{\"key\":\"sk-narrow-0004\",\"name\":\"narrow\",\"models\":[\"other\"]},"
+        "{\"key\":\"sk-peer-0005\",\"name\":\"peer\",\"peer\":true},"
+        "{\"key\":\"sk-ops-0006\",\"name\":\"ops\",\"admin\":true},"
+        "\"sk-plain-0007\"]}",
+        port, up.port, TOKENS_PER_MIN);
 }
 
 static int group_teardown(void **state)

@@ -247,21 +247,19 @@ static int group_setup(void **state)
                         "--instant-raw", NULL) != 0)
         return -1;
     int port = ig_proc_free_port();
-    char conf[4096];
-    snprintf(conf, sizeof(conf),
-             "{\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"}],"
-             "\"sites\":[{\"name\":\"s0\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}],"
-             "\"routing\":{\"queue_size\":32},"
-             "\"limits\":{\"drain_grace_ms\":0,\"max_queue_wait_ms\":"
-             "{\"critical\":0,\"standard\":%d,\"sheddable\":0},"
-             "\"max_connections\":20000},"
-             "\"api_keys\":["
-             "{\"key\":\"sk-crit\",\"name\":\"crit\",\"priority\":\"critical\"},"
-             "{\"key\":\"sk-shed\",\"name\":\"shed\",\"priority\":\"sheddable\"},"
-             "{\"key\":\"sk-std\",\"name\":\"std\"}]}",
-             port, up.port, BUDGET_MS);
-    const char *path = ig_proc_temp_file(conf, ".json");
-    if (path == NULL || ig_gwf_serve(&gw, path, port, "error", 0, 10000, 0) != 0)
+    if (ig_gwf_serve_config(
+            &gw, port, "error", 0, 10000, 0,
+            "{\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"}],"
+            "\"sites\":[{\"name\":\"s0\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}],"
+            "\"routing\":{\"queue_size\":32},"
+            "\"limits\":{\"drain_grace_ms\":0,\"max_queue_wait_ms\":"
+            "{\"critical\":0,\"standard\":%d,\"sheddable\":0},"
+            "\"max_connections\":20000},"
+            "\"api_keys\":["
+            "{\"key\":\"sk-crit\",\"name\":\"crit\",\"priority\":\"critical\"},"
+            "{\"key\":\"sk-shed\",\"name\":\"shed\",\"priority\":\"sheddable\"},"
+            "{\"key\":\"sk-std\",\"name\":\"std\"}]}",
+            port, up.port, BUDGET_MS) != 0)
         return -1;
     make_req(req_crit, sizeof(req_crit), "sk-crit", "");
     make_req(req_shed, sizeof(req_shed), "sk-shed", "");
@@ -297,6 +295,24 @@ static int group_teardown(void **state)
 
 /* ---- tests --------------------------------------------------------------- */
 
+/* Offers x times CAPACITY for secs seconds, each request's class chosen by
+ * pick; *a gets the stats of class ka (labelled la) and, when b is not
+ * NULL, *b those of kb (lb). Both are printed. */
+static void run_at(double x, int secs, int (*pick)(int i), int ka, const char *la, lstats_t *a,
+                   int kb, const char *lb, lstats_t *b)
+{
+    double rate = x * CAPACITY;
+    int n = (int)(rate * secs);
+    lreq_t *r = run_load(gw.port, rate, n, classes, pick);
+    *a = stats_of(r, n, ka);
+    if (b != NULL)
+        *b = stats_of(r, n, kb);
+    print_stats(la, a);
+    if (b != NULL)
+        print_stats(lb, b);
+    free(r);
+}
+
 static int pick_priority(int i)
 {
     return i % 3 == 0 ? 0 : 1; /* critical, sheddable, sheddable */
@@ -304,13 +320,8 @@ static int pick_priority(int i)
 
 static void test_priority_at_2x(void **state)
 {
-    double rate = 2.0 * CAPACITY;
-    int n = (int)(rate * 3);
-    lreq_t *r = run_load(gw.port, rate, n, classes, pick_priority);
-    lstats_t crit = stats_of(r, n, 0), shed = stats_of(r, n, 1);
-    print_stats("2x: critical", &crit);
-    print_stats("2x: sheddable", &shed);
-    free(r);
+    lstats_t crit, shed;
+    run_at(2.0, 3, pick_priority, 0, "2x: critical", &crit, 1, "2x: sheddable", &shed);
     /* sheddable ones are shed, critical ones are not */
     assert_true(shed.refused > shed.n / 4);
     assert_true(crit.refused <= crit.n / 100);
@@ -342,12 +353,8 @@ static void check_deadlines(const lstats_t *s, int budget_ms)
 
 static void test_deadline_at_2x(void **state)
 {
-    double rate = 2.0 * CAPACITY;
-    int n = (int)(rate * 3);
-    lreq_t *r = run_load(gw.port, rate, n, classes, pick_std);
-    lstats_t s = stats_of(r, n, 2);
-    print_stats("2x: standard, 300 ms budget", &s);
-    free(r);
+    lstats_t s;
+    run_at(2.0, 3, pick_std, 2, "2x: standard, 300 ms budget", &s, 0, NULL, NULL);
     check_deadlines(&s, BUDGET_MS);
     assert_true(s.refused > 0);        /* it was overloaded */
     assert_true(s.ok >= s.n * 4 / 10); /* and still served about its capacity */
@@ -356,13 +363,8 @@ static void test_deadline_at_2x(void **state)
 
 static void test_deadline_at_6x(void **state)
 {
-    double rate = 6.0 * CAPACITY;
-    int n = (int)(rate * 2);
-    lreq_t *r = run_load(gw.port, rate, n, classes, pick_mixed);
-    lstats_t s = stats_of(r, n, 2), d = stats_of(r, n, 3);
-    print_stats("6x: standard, 300 ms budget", &s);
-    print_stats("6x: 100 ms deadline", &d);
-    free(r);
+    lstats_t s, d;
+    run_at(6.0, 2, pick_mixed, 2, "6x: standard, 300 ms budget", &s, 3, "6x: 100 ms deadline", &d);
     check_deadlines(&s, BUDGET_MS);
     check_deadlines(&d, 100);
     assert_true(s.ok >= s.n / 10);

@@ -228,13 +228,9 @@ static void test_promtool_clean(void **state)
     free(m);
     char cmd[512];
     snprintf(cmd, sizeof(cmd), "promtool check metrics < %s 2>&1", path);
-    FILE *f = popen(cmd, "r");
-    assert_non_null(f);
     char out[4096];
-    size_t n = fread(out, 1, sizeof(out) - 1, f);
-    out[n] = '\0';
-    int rc = pclose(f);
-    if (rc != 0 || n > 0)
+    int rc = ig_proc_capture(cmd, out, sizeof(out));
+    if (rc != 0 || out[0] != '\0')
         fail_msg("promtool check metrics (rc %d) on %s:\n%s", rc, path, out);
     unlink(path);
 }

@@ -68,8 +68,12 @@ static char *scrape_with(const char *library)
     return m;
 }
 
-static double value_of(const char *text, const char *series)
+/* The value of the series name{labels} (labels with its trailing space) at
+ * the start of a line of text, or -1 when there is none. */
+static double value_of(const char *text, const char *name, const char *labels)
 {
+    char series[256];
+    snprintf(series, sizeof(series), "%s%s", name, labels);
     const char *p = strstr(text, series);
     return p != NULL && (p == text || p[-1] == '\n') ? strtod(p + strlen(series), NULL) : -1;
 }
@@ -97,24 +101,15 @@ static void test_fake_nvml_series(void **state)
         "{gpu=\"1\",gpu_uuid=\"GPU-ffffffff-0000-1111-2222-333333333333\",device=\"cuda:1\"} ";
     const char *mig = "{gpu=\"1\",gpu_uuid=\"GPU-ffffffff-0000-1111-2222-333333333333\","
                       "device=\"MIG-66666666-7777-8888-9999-000000000000\"} ";
-    char series[256];
-    snprintf(series, sizeof(series), "infergate_gpu_utilization%s", g0);
-    assert_true(value_of(m, series) == 0.37);
-    snprintf(series, sizeof(series), "infergate_gpu_memory_used_bytes%s", g0);
-    assert_true(value_of(m, series) == 1073741824.0);
-    snprintf(series, sizeof(series), "infergate_gpu_memory_total_bytes%s", g1);
-    assert_true(value_of(m, series) == 80.0 * 1073741824.0);
-    snprintf(series, sizeof(series), "infergate_gpu_temperature_celsius%s", g0);
-    assert_true(value_of(m, series) == 61);
-    snprintf(series, sizeof(series), "infergate_gpu_power_usage_watts%s", g0);
-    assert_true(value_of(m, series) == 123.456);
+    assert_true(value_of(m, "infergate_gpu_utilization", g0) == 0.37);
+    assert_true(value_of(m, "infergate_gpu_memory_used_bytes", g0) == 1073741824.0);
+    assert_true(value_of(m, "infergate_gpu_memory_total_bytes", g1) == 80.0 * 1073741824.0);
+    assert_true(value_of(m, "infergate_gpu_temperature_celsius", g0) == 61);
+    assert_true(value_of(m, "infergate_gpu_power_usage_watts", g0) == 123.456);
     /* A MIG slice: its own memory, no utilisation of its own. */
-    snprintf(series, sizeof(series), "infergate_gpu_memory_used_bytes%s", mig);
-    assert_true(value_of(m, series) == 3.0 * 1073741824.0);
-    snprintf(series, sizeof(series), "infergate_gpu_memory_total_bytes%s", mig);
-    assert_true(value_of(m, series) == 40.0 * 1073741824.0);
-    snprintf(series, sizeof(series), "infergate_gpu_utilization%s", mig);
-    assert_true(value_of(m, series) == -1);
+    assert_true(value_of(m, "infergate_gpu_memory_used_bytes", mig) == 3.0 * 1073741824.0);
+    assert_true(value_of(m, "infergate_gpu_memory_total_bytes", mig) == 40.0 * 1073741824.0);
+    assert_true(value_of(m, "infergate_gpu_utilization", mig) == -1);
     assert_non_null(strstr(m, "device=\"MIG-11111111-2222-3333-4444-555555555555\""));
     /* promtool: clean. */
     const char *path = ig_proc_temp_file(m, ".prom");

@@ -189,15 +189,8 @@ static void test_llama_untied_gqa(void **state)
     fx_write(&f);
     ig_model_t *m = load_ok();
     const ig_model_config_t *c = ig_model_config(m);
-    assert_string_equal(c->architecture, "LlamaForCausalLM");
-    assert_int_equal(c->hidden_size, 32);
-    assert_int_equal(c->intermediate_size, 48);
-    assert_int_equal(c->num_hidden_layers, 2);
-    assert_int_equal(c->num_attention_heads, 4);
-    assert_int_equal(c->num_key_value_heads, 2);
-    assert_int_equal(c->head_dim, 8); /* hidden_size / heads when absent */
-    assert_int_equal(c->vocab_size, 64);
-    assert_int_equal(c->max_position_embeddings, 128);
+    /* head_dim 8: hidden_size / heads when absent */
+    tu_assert_shape(c, &(tu_shape_t){"LlamaForCausalLM", 32, 48, 2, 4, 2, 8, 64, 128});
     assert_true(c->rms_norm_eps == 1e-5f);
     assert_true(c->rope_theta == 10000.0f);
     assert_int_equal(c->rope_scaling, IG_ROPE_NONE);

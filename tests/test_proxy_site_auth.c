@@ -28,29 +28,19 @@
 #include "peers.h"
 #include "testclient.h"
 
-static char dir[64];
-static char models_file[128];
-static ig_proc_t site;
+static ig_models_site_t site;
 
 static int group_setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/igauth-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(models_file, sizeof(models_file), "%s/models", dir);
-    if (ig_tf_write(models_file, "alpha\n", 6) != 0)
-        return -1;
-    const char *args[] = {"--models-file", models_file, "--require-key", "site-key", NULL};
-    return ig_peer_start(&site, "models_site.py", args, 10000);
+    const char *args[] = {"--require-key", "site-key", NULL};
+    return ig_models_site_start(&site, "alpha\n", args);
 }
 
 static int group_teardown(void **state)
 {
     (void)state;
-    ig_proc_stop(&site, SIGTERM, 5000);
-    ig_proc_dispose(&site);
-    ig_tf_rmtree(dir);
+    ig_models_site_stop(&site);
     return 0;
 }
 
@@ -59,11 +49,12 @@ static int group_teardown(void **state)
  * client-key. */
 static void config_text(char *cfg, size_t cap, int port, const char *key_json)
 {
-    snprintf(cfg, cap,
-             "{\"region\":\"auth\",\"listen\":\"127.0.0.1:%d\",\"api_keys\":[\"client-key\"],"
-             "\"limits\":{\"drain_grace_ms\":0},"
-             "\"sites\":[{\"name\":\"s\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"alpha\"]%s}]}",
-             port, site.port, key_json);
+    snprintf(
+        cfg, cap,
+        "{\"region\":\"auth\",\"listen\":\"127.0.0.1:%d\",\"api_keys\":[\"client-key\"],"
+        "\"limits\":{\"drain_grace_ms\":0},"
+        "\"sites\":[{\"name\":\"s\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"alpha\"]%s}]}",
+        port, site.proc.port, key_json);
 }
 
 /* Starts that gateway; returns its config file's path. */

@@ -27,26 +27,12 @@ static void write_config(const char *extra)
 {
     const char *tmp = ig_gwf_pool_config("r1", port, ig_gwf_model_dir, 1, 1, 1, 4, NULL, extra);
     assert_non_null(tmp);
-    size_t len;
-    char *text = ig_tf_read(tmp, &len);
-    assert_non_null(text);
-    char next[1100];
-    snprintf(next, sizeof(next), "%s.next", path);
-    assert_int_equal(ig_tf_write(next, text, len), 0);
-    assert_int_equal(rename(next, path), 0);
-    free(text);
-    unlink(tmp);
-}
-
-static double applied(void)
-{
-    double v = ig_gwf_metric(port, "infergate_config_reloads_total{outcome=\"applied\"} ");
-    return v < 0 ? 0 : v;
+    assert_int_equal(ig_tf_replace_from(path, tmp), 0);
 }
 
 static void reload_ok(void)
 {
-    double before = applied();
+    double before = ig_gwf_reloads(port, "applied");
     ig_tc_response_t r;
     assert_int_equal(ig_gwf_post(port, "/admin/reload", "{}", &r, 10000), 0);
     if (r.status != 200)
@@ -54,10 +40,7 @@ static void reload_ok(void)
     assert_int_equal(r.status, 200);
     assert_null(strstr(r.body, "replacing pool"));
     ig_tc_response_free(&r);
-    long long end = ig_tc_now_ms() + 10000;
-    while (applied() < before + 1 && ig_tc_now_ms() < end)
-        usleep(50 * 1000);
-    assert_true(applied() >= before + 1);
+    assert_int_equal(ig_gwf_wait_reloads(port, "applied", before + 1, 10000), 0);
 }
 
 static json_t *status(void)

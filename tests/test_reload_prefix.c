@@ -29,10 +29,7 @@ static int port;
 /* Writes text over path, beside and renamed: a reload never reads half a file. */
 static void write_config(const char *text)
 {
-    char next[1100];
-    snprintf(next, sizeof(next), "%s.next", path);
-    assert_int_equal(ig_tf_write(next, text, strlen(text)), 0);
-    assert_int_equal(rename(next, path), 0);
+    assert_int_equal(ig_tf_replace(path, text, strlen(text)), 0);
 }
 
 static void reload(void)

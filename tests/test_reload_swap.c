@@ -50,16 +50,7 @@ static void write_config(char *path, size_t cap, int port, const char *model_dir
         snprintf(path, cap, "%s", tmp);
         return;
     }
-    size_t len;
-    char *text = ig_tf_read(tmp, &len);
-    assert_non_null(text);
-    /* Written beside and renamed: a reload never reads half a file. */
-    char next[1100];
-    snprintf(next, sizeof(next), "%s.next", path);
-    assert_int_equal(ig_tf_write(next, text, len), 0);
-    assert_int_equal(rename(next, path), 0);
-    free(text);
-    unlink(tmp);
+    assert_int_equal(ig_tf_replace_from(path, tmp), 0);
 }
 
 /* The text of one completion (temperature 0: the same for one model). */
@@ -103,26 +94,6 @@ static void *client_main(void *arg)
     return NULL;
 }
 
-static double reloads(int port, const char *outcome)
-{
-    char series[128];
-    snprintf(series, sizeof(series), "infergate_config_reloads_total{outcome=\"%s\"} ", outcome);
-    double v = ig_gwf_metric(port, series);
-    return v < 0 ? 0 : v;
-}
-
-/* Waits until the outcome's count reaches n (up to ms). */
-static int wait_reloads(int port, const char *outcome, double n, int ms)
-{
-    long long end = ig_tc_now_ms() + ms;
-    while (ig_tc_now_ms() < end) {
-        if (reloads(port, outcome) >= n)
-            return 0;
-        usleep(100 * 1000);
-    }
-    return -1;
-}
-
 /* Runs CLIENTS clients while `swap` reloads; checks that no request failed
  * and that each client's answers go from `from` to `to` once. An empty
  * `to` is learned: the first other answer (one text for all clients). */
@@ -140,7 +111,7 @@ static void load_across(int port, const char *from, char *to, size_t tocap, void
     }
     usleep(1000 * 1000);
     swap(port);
-    int applied = wait_reloads(port, "applied", applied_before + 1, 120000);
+    int applied = ig_gwf_wait_reloads(port, "applied", applied_before + 1, 120000);
     usleep(1000 * 1000); /* answers after the old instances stopped */
     stop = 1;
     int total = 0, failed = 0, seen_to = 0;
@@ -227,8 +198,8 @@ static void test_model_swap_under_load(void **state)
     /* B -> A by POST /admin/reload: now both answers are known. */
     write_config(config_path, sizeof(config_path), port, ig_gwf_model_dir);
     load_across(port, text_b, text_a, sizeof(text_a), post_reload, 1);
-    assert_true(reloads(port, "busy") >= 1);
-    assert_true(reloads(port, "failed") == 0);
+    assert_true(ig_gwf_reloads(port, "busy") >= 1);
+    assert_true(ig_gwf_reloads(port, "failed") == 0);
 
     /* The old instances are gone: one worker runs, in state ready. */
     json_t *st = ig_gwf_get_json(port, "/status");
@@ -271,11 +242,11 @@ static void test_invalid_config_refused(void **state)
     static const char syntax[] = "{\"region\": ";
     assert_int_equal(ig_tf_write(config_path, syntax, sizeof(syntax) - 1), 0);
     assert_int_equal(kill(gw_proc.pid, SIGHUP), 0);
-    assert_int_equal(wait_reloads(port, "invalid", 3, 10000), 0);
+    assert_int_equal(ig_gwf_wait_reloads(port, "invalid", 3, 10000), 0);
 
     assert_int_equal(complete_text(port, after, sizeof(after)), 200);
     assert_string_equal(before, after);
-    assert_true(reloads(port, "applied") == 0);
+    assert_true(ig_gwf_reloads(port, "applied") == 0);
     assert_int_equal(ig_proc_wait_status(port, "/ready", 200, 1000), 0);
     gateway_stop();
 }

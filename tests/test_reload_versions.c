@@ -39,10 +39,7 @@ static void write_config(double w1, double w2)
              "\"pools\":[{\"name\":\"p1\",\"model\":\"tiny\",\"version\":\"v1\",\"threads\":1},"
              "{\"name\":\"p2\",\"model\":\"tiny\",\"version\":\"v2\",\"threads\":1}]}",
              port, ig_gwf_model_dir, w1, model_b, w2);
-    char next[1100];
-    snprintf(next, sizeof(next), "%s.next", config_path);
-    assert_int_equal(ig_tf_write(next, text, strlen(text)), 0);
-    assert_int_equal(rename(next, config_path), 0);
+    assert_int_equal(ig_tf_replace(config_path, text, strlen(text)), 0);
 }
 
 static int group_setup(void **state)
@@ -105,12 +102,6 @@ static void split(int n, int *v1, int *v2, const char *text1, const char *text2)
     }
 }
 
-static double reloads_applied(void)
-{
-    double v = ig_gwf_metric(port, "infergate_config_reloads_total{outcome=\"applied\"} ");
-    return v < 0 ? 0 : v;
-}
-
 static void reload_weights(double w1, double w2, double applied_before)
 {
     write_config(w1, w2);
@@ -120,10 +111,7 @@ static void reload_weights(double w1, double w2, double applied_before)
     /* Weights change in place: no pool is started again. */
     assert_non_null(strstr(r.body, "no pool changes"));
     ig_tc_response_free(&r);
-    long long end = ig_tc_now_ms() + 10000;
-    while (reloads_applied() < applied_before + 1 && ig_tc_now_ms() < end)
-        usleep(50 * 1000);
-    assert_true(reloads_applied() >= applied_before + 1);
+    assert_int_equal(ig_gwf_wait_reloads(port, "applied", applied_before + 1, 10000), 0);
 }
 
 static void test_canary_pin_and_rollout(void **state)

@@ -22,40 +22,24 @@
 #include "gwfixture.h"
 #include "peers.h"
 
-static char dir[64];
-static char models_file[128];
-static ig_proc_t site, gw;
+static ig_models_site_t site;
+static ig_proc_t gw;
 
 static void write_models(const char *text)
 {
-    char tmp[160];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", models_file);
-    assert_int_equal(ig_tf_write(tmp, text, strlen(text)), 0);
-    assert_int_equal(rename(tmp, models_file), 0); /* the site never reads half a file */
+    assert_int_equal(ig_tf_replace(site.models_file, text, strlen(text)), 0);
 }
 
 static int group_setup(void **state)
 {
     (void)state;
-    snprintf(dir, sizeof(dir), "/tmp/igsite-XXXXXX");
-    if (mkdtemp(dir) == NULL)
-        return -1;
-    snprintf(models_file, sizeof(models_file), "%s/models", dir);
-    if (ig_tf_write(models_file, "alpha\n", 6) != 0)
-        return -1;
-    const char *args[] = {"--models-file", models_file, NULL};
-    if (ig_peer_start(&site, "models_site.py", args, 10000) != 0)
+    if (ig_models_site_start(&site, "alpha\n", NULL) != 0)
         return -1;
     int port = ig_proc_free_port();
-    char cfg[512];
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"disc\",\"listen\":\"127.0.0.1:%d\","
-             "\"sites\":[{\"name\":\"s\",\"url\":\"http://127.0.0.1:%d\"}]}",
-             port, site.port);
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    if (path == NULL || ig_gwf_serve(&gw, path, port, "info", IG_PROC_PIPE_ERR, 10000, 15000) != 0)
-        return -1;
-    return 0;
+    return ig_gwf_serve_config(&gw, port, "info", IG_PROC_PIPE_ERR, 10000, 15000,
+                               "{\"region\":\"disc\",\"listen\":\"127.0.0.1:%d\","
+                               "\"sites\":[{\"name\":\"s\",\"url\":\"http://127.0.0.1:%d\"}]}",
+                               port, site.proc.port);
 }
 
 static int group_teardown(void **state)
@@ -63,9 +47,7 @@ static int group_teardown(void **state)
     (void)state;
     ig_proc_stop(&gw, SIGTERM, 10000);
     ig_proc_dispose(&gw);
-    ig_proc_stop(&site, SIGTERM, 5000);
-    ig_proc_dispose(&site);
-    ig_tf_rmtree(dir);
+    ig_models_site_stop(&site);
     return 0;
 }
 
@@ -145,14 +127,12 @@ static void test_infergate_peer_discovered(void **state)
     ig_proc_t peer, front;
     assert_int_equal(ig_gwf_solo_start(&peer, "west", NULL), 0);
     int port = ig_proc_free_port();
-    char cfg[512];
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"east\",\"listen\":\"127.0.0.1:%d\","
-             "\"sites\":[{\"name\":\"west\",\"url\":\"http://127.0.0.1:%d\"}]}",
-             port, peer.port);
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
-    assert_int_equal(ig_gwf_serve(&front, path, port, "info", IG_PROC_PIPE_ERR, 10000, 15000), 0);
+    assert_int_equal(
+        ig_gwf_serve_config(&front, port, "info", IG_PROC_PIPE_ERR, 10000, 15000,
+                            "{\"region\":\"east\",\"listen\":\"127.0.0.1:%d\","
+                            "\"sites\":[{\"name\":\"west\",\"url\":\"http://127.0.0.1:%d\"}]}",
+                            port, peer.port),
+        0);
     assert_int_equal(ig_proc_wait_log(&front, "site west: models now [tiny] (were [])", 5000), 0);
     json_t *st = ig_gwf_get_json(port, "/status");
     json_t *site0 = json_array_get(json_object_get(st, "sites"), 0);

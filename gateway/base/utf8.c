@@ -6,6 +6,8 @@
  */
 #include "infergate/utf8.h"
 
+#include <string.h>
+
 /* Looks at s[0..len) (len > 0). Returns the length of a complete valid
  * character with *complete = 1; else the length of the longest prefix of s
  * that could still start one (0 when s[0] cannot), with *complete = 0. */
@@ -100,6 +102,28 @@ size_t ig_utf8_valid_prefix(const char *str, size_t len)
         i += n;
     }
     return i;
+}
+
+size_t ig_utf8_replace(const char *s, size_t len, char *out)
+{
+    size_t i = 0, o = 0;
+    while (i < len) {
+        size_t l;
+        if ((unsigned char)s[i] < 0x80) {
+            out[o++] = s[i++];
+            continue;
+        }
+        if ((l = ig_utf8_decode(s + i, len - i, NULL)) != 0) {
+            memcpy(out + o, s + i, l);
+            o += l;
+            i += l;
+            continue;
+        }
+        memcpy(out + o, "\xEF\xBF\xBD", 3); /* U+FFFD */
+        o += 3;
+        i += ig_utf8_invalid_len(s + i, len - i, NULL);
+    }
+    return o;
 }
 
 int ig_utf8_valid(const char *s, size_t len)

@@ -68,22 +68,46 @@ static SSL_CTX *ctx_common(const SSL_METHOD *method)
     return s;
 }
 
+/* A context of method with one reference, or NULL: *rc is IG_ENOMEM, or
+ * IG_ECONFIG with err set. */
+static ig_tls_ctx_t *ctx_alloc(const SSL_METHOD *method, int *rc, char *err, size_t errlen)
+{
+    ig_tls_ctx_t *c = calloc(1, sizeof(*c));
+    if (c == NULL) {
+        *rc = IG_ENOMEM;
+        return NULL;
+    }
+    atomic_init(&c->refs, 1);
+    c->ssl = ctx_common(method);
+    if (c->ssl == NULL) {
+        char why[256];
+        openssl_reason(why, sizeof(why));
+        ig_errf(err, errlen, "cannot set up TLS: %s", why);
+        free(c);
+        *rc = IG_ECONFIG;
+        return NULL;
+    }
+    return c;
+}
+
+/* Frees a context whose setup failed; returns IG_ECONFIG. */
+static int ctx_fail(ig_tls_ctx_t *c)
+{
+    SSL_CTX_free(c->ssl);
+    free(c);
+    return IG_ECONFIG;
+}
+
 int ig_tls_server_ctx_new(ig_tls_ctx_t **out, const char *cert_file, const char *key_file,
                           char *err, size_t errlen)
 {
     char why[256];
+    int rc;
     *out = NULL;
-    ig_tls_ctx_t *c = calloc(1, sizeof(*c));
+    ig_tls_ctx_t *c = ctx_alloc(TLS_server_method(), &rc, err, errlen);
     if (c == NULL)
-        return IG_ENOMEM;
+        return rc;
     c->is_server = 1;
-    atomic_init(&c->refs, 1);
-    c->ssl = ctx_common(TLS_server_method());
-    if (c->ssl == NULL) {
-        openssl_reason(why, sizeof(why));
-        ig_errf(err, errlen, "cannot set up TLS: %s", why);
-        goto fail;
-    }
     if (SSL_CTX_use_certificate_chain_file(c->ssl, cert_file) != 1) {
         openssl_reason(why, sizeof(why));
         ig_errf(err, errlen, "tls.cert_file '%s': %s", cert_file, why);
@@ -105,28 +129,19 @@ int ig_tls_server_ctx_new(ig_tls_ctx_t **out, const char *cert_file, const char 
     *out = c;
     return 0;
 fail:
-    if (c->ssl != NULL)
-        SSL_CTX_free(c->ssl);
-    free(c);
-    return IG_ECONFIG;
+    return ctx_fail(c);
 }
 
 int ig_tls_client_ctx_new(ig_tls_ctx_t **out, const char *ca_file, int insecure, char *err,
                           size_t errlen)
 {
     char why[256];
+    int rc;
     *out = NULL;
-    ig_tls_ctx_t *c = calloc(1, sizeof(*c));
+    ig_tls_ctx_t *c = ctx_alloc(TLS_client_method(), &rc, err, errlen);
     if (c == NULL)
-        return IG_ENOMEM;
-    atomic_init(&c->refs, 1);
+        return rc;
     c->insecure = insecure;
-    c->ssl = ctx_common(TLS_client_method());
-    if (c->ssl == NULL) {
-        openssl_reason(why, sizeof(why));
-        ig_errf(err, errlen, "cannot set up TLS: %s", why);
-        goto fail;
-    }
     if (ca_file != NULL) {
         if (SSL_CTX_load_verify_locations(c->ssl, ca_file, NULL) != 1) {
             openssl_reason(why, sizeof(why));
@@ -142,10 +157,7 @@ int ig_tls_client_ctx_new(ig_tls_ctx_t **out, const char *ca_file, int insecure,
     *out = c;
     return 0;
 fail:
-    if (c->ssl != NULL)
-        SSL_CTX_free(c->ssl);
-    free(c);
-    return IG_ECONFIG;
+    return ctx_fail(c);
 }
 
 void ig_tls_ctx_ref(ig_tls_ctx_t *ctx)

@@ -11,6 +11,7 @@
 #include "infergate/tokgen.h"
 
 #include "infergate/error.h"
+#include "infergate/strbuf.h"
 #include "infergate/utf8.h"
 #include "../engine/tokenizer/internal.h"
 
@@ -38,32 +39,69 @@ static uint32_t rng_below(uint64_t *s, uint32_t n)
     return (uint32_t)(rng_next(s) % n);
 }
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-} sbuf_t;
-
-static int sb_add(sbuf_t *b, const char *s, size_t n)
+/* Reallocates the array that arrp points to (a T **) to c elements of
+ * elem bytes. 0, or IG_ENOMEM with the array as it was. */
+static int resize(void *arrp, size_t c, size_t elem)
 {
-    if (b->len + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 4096;
-        char *np;
-        while (c < b->len + n + 1)
-            c *= 2;
-        if (!(np = realloc(b->p, c)))
-            return IG_ENOMEM;
-        b->p = np;
-        b->cap = c;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
+    void *a;
+    memcpy(&a, arrp, sizeof a);
+    void *na = realloc(a, c * elem);
+    if (!na)
+        return IG_ENOMEM;
+    memcpy(arrp, &na, sizeof na);
     return 0;
 }
 
-static int sb_str(sbuf_t *b, const char *s)
+/* Makes room for one more element in the array at arrp holding n of *cap:
+ * doubles it when full (first: the size of a new one). 0 or IG_ENOMEM. */
+static int grow(void *arrp, size_t *cap, size_t n, size_t elem, size_t first)
 {
-    return sb_add(b, s, strlen(s));
+    if (n < *cap)
+        return 0;
+    size_t c = *cap ? *cap * 2 : first;
+    if (resize(arrp, c, elem))
+        return IG_ENOMEM;
+    *cap = c;
+    return 0;
+}
+
+/* The index tables below (strings, pairs) are open addressing over int32
+ * indices: a slot of -1 is empty, collisions probe linearly, and the slot
+ * count is a power of two (mask = count - 1) kept over twice the entries. */
+
+/* A fresh slot array of mask + 1 empty slots, or NULL. */
+static int32_t *slots_new(size_t mask)
+{
+    int32_t *s = malloc((mask + 1) * sizeof *s);
+    if (s)
+        memset(s, 0xff, (mask + 1) * sizeof *s);
+    return s;
+}
+
+/* The first empty slot from i on. */
+static size_t slot_free(const int32_t *slot, size_t mask, size_t i)
+{
+    while (slot[i] >= 0)
+        i = (i + 1) & mask;
+    return i;
+}
+
+/* Where entry k of ctx hashes to under mask. */
+typedef size_t (*slot_hash_fn)(const void *ctx, size_t k, size_t mask);
+
+/* Doubles *slot (and *mask) and inserts entries 0..n-1 again. */
+static int slots_grow(int32_t **slot, size_t *mask, size_t n, slot_hash_fn hash, const void *ctx)
+{
+    size_t m = (*mask + 1) * 2 - 1;
+    int32_t *ns = slots_new(m);
+    if (!ns)
+        return IG_ENOMEM;
+    for (size_t k = 0; k < n; k++)
+        ns[slot_free(ns, m, hash(ctx, k, m))] = (int32_t)k;
+    free(*slot);
+    *slot = ns;
+    *mask = m;
+    return 0;
 }
 
 /* A string -> index table (open addressing) over strings kept in an arena. */
@@ -83,9 +121,8 @@ static int st_init(strtab_t *t, size_t expect)
         c <<= 1;
     memset(t, 0, sizeof *t);
     t->mask = c - 1;
-    if (!(t->slot = malloc(c * sizeof *t->slot)))
+    if (!(t->slot = slots_new(t->mask)))
         return IG_ENOMEM;
-    memset(t->slot, 0xff, c * sizeof *t->slot);
     return 0;
 }
 
@@ -113,23 +150,15 @@ static int32_t st_find(const strtab_t *t, const char *s, size_t n)
     }
 }
 
+static size_t st_hash_of(const void *ctx, size_t k, size_t mask)
+{
+    const strtab_t *t = ctx;
+    return (size_t)ig__hash_bytes(t->str[k], t->len[k]) & mask;
+}
+
 static int st_rehash(strtab_t *t)
 {
-    size_t c = (t->mask + 1) * 2;
-    int32_t *ns = malloc(c * sizeof *ns);
-    if (!ns)
-        return IG_ENOMEM;
-    memset(ns, 0xff, c * sizeof *ns);
-    for (size_t k = 0; k < t->n; k++) {
-        size_t i = (size_t)ig__hash_bytes(t->str[k], t->len[k]) & (c - 1);
-        while (ns[i] >= 0)
-            i = (i + 1) & (c - 1);
-        ns[i] = (int32_t)k;
-    }
-    free(t->slot);
-    t->slot = ns;
-    t->mask = c - 1;
-    return 0;
+    return slots_grow(&t->slot, &t->mask, t->n, st_hash_of, t);
 }
 
 /* Adds count to s, inserting it when new; *idx gets its index. */
@@ -145,18 +174,9 @@ static int st_add(strtab_t *t, const char *s, size_t n, int64_t count, int32_t *
     }
     if (t->n == t->cap) {
         size_t c = t->cap ? t->cap * 2 : 1024;
-        char **a = realloc(t->str, c * sizeof *a);
-        if (!a)
+        if (resize(&t->str, c, sizeof *t->str) || resize(&t->len, c, sizeof *t->len) ||
+            resize(&t->count, c, sizeof *t->count))
             return IG_ENOMEM;
-        t->str = a;
-        uint32_t *l = realloc(t->len, c * sizeof *l);
-        if (!l)
-            return IG_ENOMEM;
-        t->len = l;
-        int64_t *cn = realloc(t->count, c * sizeof *cn);
-        if (!cn)
-            return IG_ENOMEM;
-        t->count = cn;
         t->cap = c;
     }
     if ((t->n + 1) * 2 > t->mask + 1 && st_rehash(t))
@@ -167,9 +187,7 @@ static int st_add(strtab_t *t, const char *s, size_t n, int64_t count, int32_t *
     t->str[t->n][n] = 0;
     t->len[t->n] = (uint32_t)n;
     t->count[t->n] = count;
-    i = (size_t)ig__hash_bytes(s, n) & t->mask;
-    while (t->slot[i] >= 0)
-        i = (i + 1) & t->mask;
+    i = slot_free(t->slot, t->mask, (size_t)ig__hash_bytes(s, n) & t->mask);
     t->slot[i] = (int32_t)t->n;
     if (idx)
         *idx = (int32_t)t->n;
@@ -290,57 +308,65 @@ static size_t lex_sample(const lexicon_t *lx, uint64_t *rng)
     return lo;
 }
 
-static int add_word(sbuf_t *t, const char *w, int cap)
+static void add_word(ig_strbuf_t *t, const char *w, int cap)
 {
     char c0[2] = {0, 0};
-    if (!cap)
-        return sb_str(t, w);
+    if (!cap) {
+        ig_strbuf_puts(t, w);
+        return;
+    }
     c0[0] = (char)(w[0] >= 'a' && w[0] <= 'z' ? w[0] - 32 : w[0]);
-    return sb_str(t, c0) || sb_str(t, w + 1) ? IG_ENOMEM : 0;
+    ig_strbuf_puts(t, c0);
+    ig_strbuf_puts(t, w + 1);
 }
 
 /* English-like text: sentences over the lexicon plus a glossary line for
  * every word so that the rare tail is seen at least once. */
-static int corpus_build(sbuf_t *t, const lexicon_t *lx, size_t n_words, int newlines, uint64_t *rng)
+static int corpus_build(ig_strbuf_t *t, const lexicon_t *lx, size_t n_words, int newlines,
+                        uint64_t *rng)
 {
     static const char *const ENDS[] = {".", ".", ".", ".", "?", "!", "...", "."};
     size_t emitted = 0;
-    int rc = 0;
     char num[32];
-    while (emitted < n_words && rc == 0) {
+    while (emitted < n_words && !t->oom) {
         int len = 4 + (int)rng_below(rng, 15);
-        for (int k = 0; k < len && rc == 0; k++) {
+        for (int k = 0; k < len && !t->oom; k++) {
             uint32_t r = rng_below(rng, 1000);
             const char *w = lx->words[lex_sample(lx, rng)];
             if (k > 0)
-                rc |= sb_str(t, " ");
+                ig_strbuf_puts(t, " ");
             if (r < 12) {
                 snprintf(num, sizeof num, "%u", rng_below(rng, r < 4 ? 100000 : 2100));
-                rc |= sb_str(t, num);
+                ig_strbuf_puts(t, num);
             } else if (r < 20) {
-                rc |= sb_str(t, "\"") || add_word(t, w, 0) || sb_str(t, "\"");
+                ig_strbuf_puts(t, "\"");
+                add_word(t, w, 0);
+                ig_strbuf_puts(t, "\"");
             } else if (r < 26) {
-                rc |= sb_str(t, "(") || add_word(t, w, 0) || sb_str(t, ")");
+                ig_strbuf_puts(t, "(");
+                add_word(t, w, 0);
+                ig_strbuf_puts(t, ")");
             } else if (r < 32) {
-                rc |= add_word(t, w, 0) || sb_str(t, "'s");
+                add_word(t, w, 0);
+                ig_strbuf_puts(t, "'s");
             } else {
-                rc |= add_word(t, w, k == 0 || r < 40);
+                add_word(t, w, k == 0 || r < 40);
             }
             if (k + 1 < len && rng_below(rng, 12) == 0)
-                rc |= sb_str(t, rng_below(rng, 5) ? "," : (rng_below(rng, 2) ? ";" : ":"));
+                ig_strbuf_puts(t, rng_below(rng, 5) ? "," : (rng_below(rng, 2) ? ";" : ":"));
             emitted++;
         }
-        rc |= sb_str(t, ENDS[rng_below(rng, N_OF(ENDS))]);
+        ig_strbuf_puts(t, ENDS[rng_below(rng, N_OF(ENDS))]);
         if (newlines && rng_below(rng, 6) == 0)
-            rc |= sb_str(t, rng_below(rng, 3) ? "\n\n" : "\n");
+            ig_strbuf_puts(t, rng_below(rng, 3) ? "\n\n" : "\n");
         else
-            rc |= sb_str(t, " ");
+            ig_strbuf_puts(t, " ");
     }
-    for (size_t i = 0; i < lx->n && rc == 0; i++) {
-        rc |= add_word(t, lx->words[i], 0) ||
-              sb_str(t, i % 8 == 7 ? (newlines ? ".\n" : ". ") : ", ");
+    for (size_t i = 0; i < lx->n && !t->oom; i++) {
+        add_word(t, lx->words[i], 0);
+        ig_strbuf_puts(t, i % 8 == 7 ? (newlines ? ".\n" : ". ") : ", ");
     }
-    return rc ? IG_ENOMEM : 0;
+    return t->oom ? IG_ENOMEM : 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -389,23 +415,15 @@ static size_t pair_hash(int32_t a, int32_t b, size_t mask)
     return (size_t)ig__hash_pair(k) & mask;
 }
 
+static size_t pair_hash_of(const void *ctx, size_t k, size_t mask)
+{
+    const trainer_t *t = ctx;
+    return pair_hash(t->pairs[k].a, t->pairs[k].b, mask);
+}
+
 static int pairs_rehash(trainer_t *t)
 {
-    size_t c = (t->pmask + 1) * 2;
-    int32_t *ns = malloc(c * sizeof *ns);
-    if (!ns)
-        return IG_ENOMEM;
-    memset(ns, 0xff, c * sizeof *ns);
-    for (size_t k = 0; k < t->npairs; k++) {
-        size_t i = pair_hash(t->pairs[k].a, t->pairs[k].b, c - 1);
-        while (ns[i] >= 0)
-            i = (i + 1) & (c - 1);
-        ns[i] = (int32_t)k;
-    }
-    free(t->pslot);
-    t->pslot = ns;
-    t->pmask = c - 1;
-    return 0;
+    return slots_grow(&t->pslot, &t->pmask, t->npairs, pair_hash_of, t);
 }
 
 static pair_t *pair_get(trainer_t *t, int32_t a, int32_t b, int create)
@@ -422,20 +440,12 @@ static pair_t *pair_get(trainer_t *t, int32_t a, int32_t b, int create)
     }
     if (!create)
         return NULL;
-    if (t->npairs == t->cappairs) {
-        size_t c = t->cappairs ? t->cappairs * 2 : 4096;
-        pair_t *np = realloc(t->pairs, c * sizeof *np);
-        if (!np)
-            return NULL;
-        t->pairs = np;
-        t->cappairs = c;
-    }
+    if (grow(&t->pairs, &t->cappairs, t->npairs, sizeof *t->pairs, 4096))
+        return NULL;
     if ((t->npairs + 1) * 2 > t->pmask + 1) {
         if (pairs_rehash(t))
             return NULL;
-        i = pair_hash(a, b, t->pmask);
-        while (t->pslot[i] >= 0)
-            i = (i + 1) & t->pmask;
+        i = slot_free(t->pslot, t->pmask, pair_hash(a, b, t->pmask));
     }
     p = &t->pairs[t->npairs];
     memset(p, 0, sizeof *p);
@@ -459,14 +469,8 @@ static int heap_push_t(trainer_t *t, int64_t count, int32_t a, int32_t b)
 {
     hent_t v = {count, a, b};
     size_t i;
-    if (t->nheap == t->capheap) {
-        size_t c = t->capheap ? t->capheap * 2 : 4096;
-        hent_t *nh = realloc(t->heap, c * sizeof *nh);
-        if (!nh)
-            return IG_ENOMEM;
-        t->heap = nh;
-        t->capheap = c;
-    }
+    if (grow(&t->heap, &t->capheap, t->nheap, sizeof *t->heap, 4096))
+        return IG_ENOMEM;
     i = t->nheap++;
     while (i > 0) {
         size_t p = (i - 1) / 2;
@@ -520,14 +524,8 @@ static int pair_delta(trainer_t *t, int32_t a, int32_t b, int64_t delta, int32_t
         }
         if (p->epoch != t->epoch) {
             p->epoch = t->epoch;
-            if (t->ndirty == t->capdirty) {
-                size_t c = t->capdirty ? t->capdirty * 2 : 1024;
-                int32_t *nd = realloc(t->dirty, c * sizeof *nd);
-                if (!nd)
-                    return IG_ENOMEM;
-                t->dirty = nd;
-                t->capdirty = c;
-            }
+            if (grow(&t->dirty, &t->capdirty, t->ndirty, sizeof *t->dirty, 1024))
+                return IG_ENOMEM;
             t->dirty[t->ndirty++] = (int32_t)(p - t->pairs);
         }
     }
@@ -564,13 +562,9 @@ static int add_merge(trainer_t *t, int32_t a, int32_t b, int32_t *out)
         return rc;
     if (t->nmerges == t->capmerges) {
         size_t c = t->capmerges ? t->capmerges * 2 : 4096;
-        int32_t *na = realloc(t->merge_a, c * sizeof *na), *nb;
-        if (!na)
+        if (resize(&t->merge_a, c, sizeof *t->merge_a) ||
+            resize(&t->merge_b, c, sizeof *t->merge_b))
             return IG_ENOMEM;
-        t->merge_a = na;
-        if (!(nb = realloc(t->merge_b, c * sizeof *nb)))
-            return IG_ENOMEM;
-        t->merge_b = nb;
         t->capmerges = c;
     }
     t->merge_a[t->nmerges] = a;
@@ -834,7 +828,7 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
     pcre2_match_data *md = NULL;
     uint64_t rng = seed ^ 0x5DEECE66Dull;
     lexicon_t lx;
-    sbuf_t text = {0};
+    ig_strbuf_t text = {0};
     strtab_t types, vocab;
     trainer_t tr;
     int32_t *short_ids = NULL;
@@ -877,7 +871,7 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
         if ((rc = ig__split_init(&split, split_pat, strlen(split_pat), 0, IG__SPLIT_ISOLATED, 0,
                                  msg, sizeof msg)) != 0 ||
             (rc = (md = pcre2_match_data_create(1, NULL)) ? 0 : IG_ENOMEM) != 0 ||
-            (rc = ig__split_run(&split, md, (const unsigned char *)text.p, text.len, count_type,
+            (rc = ig__split_run(&split, md, (const unsigned char *)text.buf, text.len, count_type,
                                 &types)) != 0)
             goto fail;
     } else {
@@ -888,12 +882,12 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
             size_t j = i;
             char w[512];
             size_t wl;
-            while (j < text.len && text.p[j] != ' ')
+            while (j < text.len && text.buf[j] != ' ')
                 j++;
             wl = j - i;
             if (wl && wl + 3 < sizeof w) {
                 memcpy(w, "\xE2\x96\x81", 3);
-                memcpy(w + 3, text.p + i, wl);
+                memcpy(w + 3, text.buf + i, wl);
                 if ((rc = st_add(&types, w, wl + 3, 1, NULL)) != 0)
                     goto fail;
             }
@@ -970,12 +964,11 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
     tr.wcount = malloc(types.n * sizeof *tr.wcount);
     tr.stamp = calloc(types.n, sizeof *tr.stamp);
     tr.pmask = 4095;
-    tr.pslot = malloc((tr.pmask + 1) * sizeof *tr.pslot);
+    tr.pslot = slots_new(tr.pmask);
     if (!tr.sym || !tr.off || !tr.len || !tr.wcount || !tr.stamp || !tr.pslot) {
         rc = IG_ENOMEM;
         goto fail;
     }
-    memset(tr.pslot, 0xff, (tr.pmask + 1) * sizeof *tr.pslot);
     {
         size_t o = 0;
         for (size_t k = 0; k < types.n; k++) {
@@ -1038,14 +1031,17 @@ int ig__tokgen_write_corpus(const char *dir, int vocab_size, int style, uint64_t
         if (bytelevel) {
             json_array_append_new(jm, json_pack("[s, s]", a, b));
         } else {
-            sbuf_t m = {0};
-            if (sb_str(&m, a) || sb_str(&m, " ") || sb_str(&m, b)) {
-                free(m.p);
+            ig_strbuf_t m = {0};
+            ig_strbuf_puts(&m, a);
+            ig_strbuf_puts(&m, " ");
+            ig_strbuf_puts(&m, b);
+            if (m.oom) {
+                ig_strbuf_free(&m);
                 rc = IG_ENOMEM;
                 goto fail_json;
             }
-            json_array_append_new(jm, json_string(m.p));
-            free(m.p);
+            json_array_append_new(jm, json_string(m.buf));
+            ig_strbuf_free(&m);
         }
     }
     if (bytelevel) {
@@ -1144,7 +1140,7 @@ done:
     st_dispose(&types);
     st_dispose(&vocab);
     lex_dispose(&lx);
-    free(text.p);
+    ig_strbuf_free(&text);
     ig__split_dispose(&split);
     pcre2_match_data_free(md);
     return rc;

@@ -24,6 +24,12 @@ size_t ig_utf8_decode(const char *s, size_t len, uint32_t *cp);
  * of a valid character cut off by the end of the input, 0 otherwise. */
 size_t ig_utf8_invalid_len(const char *s, size_t len, int *truncated);
 
+/* Copies s[0..len) to out with each maximal invalid subpart (as
+ * ig_utf8_invalid_len counts it) replaced by one U+FFFD, as Python's
+ * errors="replace" does. out has room for 3 * len bytes. Returns the bytes
+ * written. */
+size_t ig_utf8_replace(const char *s, size_t len, char *out);
+
 /* The length of the longest prefix of s[0..len) that is valid UTF-8. */
 size_t ig_utf8_valid_prefix(const char *s, size_t len);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 int ig_tf_mkdtemp(char *buf, size_t cap)
 {
@@ -61,4 +62,27 @@ int ig_tf_write(const char *path, const void *data, size_t len)
     int ok = fwrite(data, 1, len, f) == len;
     ok &= fclose(f) == 0;
     return ok ? 0 : -1;
+}
+
+int ig_tf_replace(const char *path, const void *data, size_t len)
+{
+    char next[4096];
+    if ((size_t)snprintf(next, sizeof(next), "%s.next", path) >= sizeof(next))
+        return -1;
+    if (ig_tf_write(next, data, len) != 0)
+        return -1;
+    return rename(next, path) == 0 ? 0 : -1;
+}
+
+int ig_tf_replace_from(const char *path, const char *src)
+{
+    size_t len;
+    char *text = ig_tf_read(src, &len);
+    if (text == NULL)
+        return -1;
+    int rc = ig_tf_replace(path, text, len);
+    free(text);
+    if (rc == 0)
+        unlink(src);
+    return rc;
 }

@@ -133,6 +133,24 @@ int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *le
     return 0;
 }
 
+int ig_gwf_serve_config(ig_proc_t *p, int port, const char *level, int flags, int listen_ms,
+                        int ready_ms, const char *fmt, ...)
+{
+    static char text[16384];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof(text)) {
+        fprintf(stderr, "infergate serve: config over %zu bytes\n", sizeof(text));
+        return -1;
+    }
+    const char *path = ig_proc_temp_file(text, ".json");
+    if (path == NULL)
+        return -1;
+    return ig_gwf_serve(p, path, port, level, flags, listen_ms, ready_ms);
+}
+
 int ig_gwf_serve_empty(ig_proc_t *p, const char *level)
 {
     int port = ig_proc_free_port();
@@ -306,6 +324,25 @@ double ig_gwf_metric(int port, const char *series)
         v = strtod(p + strlen(series), NULL);
     free(text);
     return v;
+}
+
+double ig_gwf_reloads(int port, const char *outcome)
+{
+    char series[128];
+    snprintf(series, sizeof(series), "infergate_config_reloads_total{outcome=\"%s\"} ", outcome);
+    double v = ig_gwf_metric(port, series);
+    return v < 0 ? 0 : v;
+}
+
+int ig_gwf_wait_reloads(int port, const char *outcome, double n, int timeout_ms)
+{
+    long long end = ig_tc_now_ms() + timeout_ms;
+    while (ig_tc_now_ms() < end) {
+        if (ig_gwf_reloads(port, outcome) >= n)
+            return 0;
+        usleep(100 * 1000);
+    }
+    return -1;
 }
 
 int ig_gwf_control(int port, const char *what)

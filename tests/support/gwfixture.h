@@ -65,6 +65,12 @@ int ig_gwf_solo_stop(ig_proc_t *gw);
 int ig_gwf_serve(ig_proc_t *p, const char *config_path, int port, const char *level, int flags,
                  int listen_ms, int ready_ms);
 
+/* As ig_gwf_serve, on a config written from fmt and what follows it
+ * (printf) to a temporary file (ig_proc_temp_file, at most 16 KiB); -1 too
+ * when it cannot be written. */
+int ig_gwf_serve_config(ig_proc_t *p, int port, const char *level, int flags, int listen_ms,
+                        int ready_ms, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+
 /* Starts `infergate serve` with nothing to serve on a free port, its log
  * at level (and no access lines below warn) on a captured stderr
  * (IG_PROC_PIPE_ERR), and waits up to 10 s until the port accepts
@@ -129,6 +135,13 @@ int ig_gwf_sites_up(int port, int *up, int n);
  * (the name with its labels, e.g. "x_total{a=\"b\"} "), or -1 when there
  * is none or /metrics did not answer. */
 double ig_gwf_metric(int port, const char *series);
+
+/* The count of infergate_config_reloads_total{outcome} ("applied",
+ * "invalid", "busy", "failed") on /metrics; 0 when the series is absent. */
+double ig_gwf_reloads(int port, const char *outcome);
+
+/* Polls until that count reaches n, up to timeout_ms. 0, or -1 on timeout. */
+int ig_gwf_wait_reloads(int port, const char *outcome, double n, int timeout_ms);
 
 /* GET /_control/<what> of a test upstream ("stall?ms=3000",
  * "error-rate?p=1"): the answer's status, or -1 when none came in 5 s. */

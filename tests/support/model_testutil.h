@@ -104,6 +104,28 @@ static inline void tu_mkmodel(const char *dir, const char *preset, uint64_t seed
         fail_msg("mkmodel: %s", err);
 }
 
+/* The architecture and sizes a test expects of a model's config. */
+typedef struct {
+    const char *architecture; /* NULL: not checked */
+    int hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, num_key_value_heads,
+        head_dim, vocab_size, max_position_embeddings;
+} tu_shape_t;
+
+/* Asserts each field of want on c. */
+static inline void tu_assert_shape(const ig_model_config_t *c, const tu_shape_t *want)
+{
+    if (want->architecture != NULL)
+        assert_string_equal(c->architecture, want->architecture);
+    assert_int_equal(c->hidden_size, want->hidden_size);
+    assert_int_equal(c->intermediate_size, want->intermediate_size);
+    assert_int_equal(c->num_hidden_layers, want->num_hidden_layers);
+    assert_int_equal(c->num_attention_heads, want->num_attention_heads);
+    assert_int_equal(c->num_key_value_heads, want->num_key_value_heads);
+    assert_int_equal(c->head_dim, want->head_dim);
+    assert_int_equal(c->vocab_size, want->vocab_size);
+    assert_int_equal(c->max_position_embeddings, want->max_position_embeddings);
+}
+
 /* Rewrites the JSON file dir/name: value NULL deletes key, else sets it
  * (the reference is stolen). key may be "a.b" for one level of nesting. */
 static inline void tu_json_set(const char *dir, const char *name, const char *key, json_t *value)

@@ -8,8 +8,11 @@
  * IG_SOURCE_DIR, which CMake defines for test programs only.
  */
 
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
+#include "files.h"
 #include "proc.h"
 
 #ifndef IG_SOURCE_DIR
@@ -40,6 +43,46 @@ static inline int ig_peer_start(ig_proc_t *p, const char *script, const char *co
     if (ig_proc_start(p, argv, IG_PROC_PIPE_OUT) != 0)
         return -1;
     return ig_proc_wait_announce(p, 0, timeout_ms);
+}
+
+/* models_site.py: a python3 site that lists, and answers only, the models
+ * named one a line in its models file, which lives in the site's own
+ * scratch directory. */
+typedef struct {
+    ig_proc_t proc;
+    char dir[256];
+    char models_file[300]; /* dir/models: rewrite it with ig_tf_replace */
+} ig_models_site_t;
+
+/* Makes the scratch directory, writes models (e.g. "alpha\nbeta\n") to its
+ * models file and starts the site with --models-file and then args
+ * (NULL-terminated, may be NULL; at most 20). 0 or -1; either way s is the
+ * caller's to stop with ig_models_site_stop. */
+static inline int ig_models_site_start(ig_models_site_t *s, const char *models,
+                                       const char *const *args)
+{
+    memset(s, 0, sizeof(*s));
+    s->proc.out_fd = s->proc.err_fd = -1; /* nothing to close yet */
+    if (ig_tf_mkdtemp(s->dir, sizeof(s->dir)) != 0)
+        return -1;
+    snprintf(s->models_file, sizeof(s->models_file), "%s/models", s->dir);
+    if (ig_tf_write(s->models_file, models, strlen(models)) != 0)
+        return -1;
+    const char *argv[24] = {"--models-file", s->models_file};
+    int n = 2;
+    for (int i = 0; args != NULL && args[i] != NULL && n < 22; i++)
+        argv[n++] = args[i];
+    argv[n] = NULL;
+    return ig_peer_start(&s->proc, "models_site.py", argv, 10000);
+}
+
+/* Stops the site (SIGTERM, 5 s) and removes its scratch directory. */
+static inline void ig_models_site_stop(ig_models_site_t *s)
+{
+    ig_proc_stop(&s->proc, SIGTERM, 5000);
+    ig_proc_dispose(&s->proc);
+    if (s->dir[0] != '\0')
+        ig_tf_rmtree(s->dir);
 }
 
 #endif

@@ -466,3 +466,17 @@ const char *ig_proc_temp_file(const char *text, const char *suffix)
         temp_files[ntemp_files++] = strdup(path);
     return path;
 }
+
+int ig_proc_capture(const char *cmd, char *out, size_t cap)
+{
+    if (cap > 0)
+        out[0] = '\0';
+    FILE *f = popen(cmd, "r");
+    if (f == NULL)
+        return -1;
+    size_t n = cap > 0 ? fread(out, 1, cap - 1, f) : 0;
+    if (cap > 0)
+        out[n] = '\0';
+    int st = pclose(f);
+    return st != -1 && WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}

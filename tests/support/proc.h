@@ -103,4 +103,10 @@ int ig_proc_connect(int port);
  * removed when the test program exits. */
 const char *ig_proc_temp_file(const char *text, const char *suffix);
 
+/* Runs cmd through the shell (popen) and captures its stdout: up to cap - 1
+ * bytes into out, NUL-terminated (a command that writes more may die of
+ * SIGPIPE). Returns the exit status (0..255), or -1 when it could not run or
+ * was killed. */
+int ig_proc_capture(const char *cmd, char *out, size_t cap);
+
 #endif

@@ -31,4 +31,19 @@ __attribute__((unused)) static void ig_tc_expect(ig_tc_t *tc, const char *raw, i
     ig_tc_response_free(&r);
 }
 
+/* Checks r, the last answer on tc: its status, its whole body (unless
+ * NULL) and "Connection: close"; frees it; then checks that the server
+ * closes tc, which is closed here too. */
+__attribute__((unused)) static void
+ig_tc_expect_closed(ig_tc_t *tc, ig_tc_response_t *r, int status, const char *body, int timeout_ms)
+{
+    assert_int_equal(r->status, status);
+    if (body != NULL)
+        assert_string_equal(r->body, body);
+    assert_string_equal(ig_tc_header(r, "connection"), "close");
+    ig_tc_response_free(r);
+    assert_int_equal(ig_tc_wait_closed(tc, timeout_ms), 1);
+    ig_tc_close(tc);
+}
+
 #endif

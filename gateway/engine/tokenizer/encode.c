@@ -216,23 +216,17 @@ static int at_meta(const unsigned char *s, size_t n, size_t j)
     return n - j >= 3 && memcmp(s + j, META, 3) == 0;
 }
 
-/* Metaspace's split: one leading metaspace, then up to the next one. */
-static size_t cut_meta(const unsigned char *s, size_t n, size_t i)
+/* A piece from i: its leading metaspaces (only the first unless
+ * all_leading), then up to the next one. Metaspace's split takes one,
+ * sentencepiece's runs take every one. */
+static size_t cut_meta(const unsigned char *s, size_t n, size_t i, int all_leading)
 {
     size_t j = i;
-    if (at_meta(s, n, j))
+    while (at_meta(s, n, j)) {
         j += 3;
-    while (j < n && !at_meta(s, n, j))
-        j++;
-    return j - i;
-}
-
-/* Sentencepiece's runs: every leading metaspace, then up to the next one. */
-static size_t cut_spm_runs(const unsigned char *s, size_t n, size_t i)
-{
-    size_t j = i;
-    while (at_meta(s, n, j))
-        j += 3;
+        if (!all_leading)
+            break;
+    }
     while (j < n && !at_meta(s, n, j))
         j++;
     return j - i;
@@ -650,7 +644,7 @@ static int encode_segment(enc_t *e, const unsigned char *s, size_t n, int first)
     if (tok->cut == IG__CUT_NONE)
         return encode_word(e, t, n);
     while (i < n) {
-        size_t l = tok->cut == IG__CUT_METASPACE ? cut_meta(t, n, i) : cut_spm_runs(t, n, i);
+        size_t l = cut_meta(t, n, i, tok->cut != IG__CUT_METASPACE);
         if ((rc = encode_word(e, t + i, l)) != 0)
             return rc;
         i += l;
@@ -803,8 +797,6 @@ int ig_tokenizer_encode_marked(const ig_tokenizer_t *tok, const char *text, size
 /* Decoding                                                                 */
 /* ------------------------------------------------------------------------ */
 
-static const char REPLACEMENT[] = "\xEF\xBF\xBD";
-
 /* Copies valid UTF-8 from s[0..n) to out, replacing each maximal invalid
  * subpart with U+FFFD. Unless final, stops before an incomplete character at
  * the end (it may still be completed by the next token). Returns the bytes
@@ -812,24 +804,8 @@ static const char REPLACEMENT[] = "\xEF\xBF\xBD";
 static size_t lossy_utf8(const unsigned char *s, size_t n, int final, char *out, size_t *olen)
 {
     const char *c = (const char *)s;
-    size_t i = 0, o = 0, end = final ? n : n - ig_utf8_incomplete_tail(c, n);
-    while (i < end) {
-        size_t l;
-        if (s[i] < 0x80) {
-            out[o++] = c[i++];
-            continue;
-        }
-        if ((l = ig_utf8_decode(c + i, end - i, NULL)) != 0) {
-            memcpy(out + o, s + i, l);
-            o += l;
-            i += l;
-            continue;
-        }
-        memcpy(out + o, REPLACEMENT, 3);
-        o += 3;
-        i += ig_utf8_invalid_len(c + i, end - i, NULL);
-    }
-    *olen = o;
+    size_t end = final ? n : n - ig_utf8_incomplete_tail(c, n);
+    *olen = ig_utf8_replace(c, end, out);
     return end;
 }
 
