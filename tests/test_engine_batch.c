@@ -338,12 +338,12 @@ static void test_bad_batches(void **state)
 /* Options the engine cannot work with are refused with a message. */
 static void test_bad_options(void **state)
 {
-    char dir[4096], err[256];
-    ig_model_t *model;
-    ig_backend_t *be;
-    assert_int_equal(ig_fixture_model_dir("tiny", IG_DTYPE_F32, dir, sizeof(dir), NULL), 0);
-    assert_int_equal(ig_model_load(&model, dir, err, sizeof(err)), 0);
-    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    char err[256];
+    ig_tengine_t t;
+    if (ig_tengine_model(&t, "tiny", 1, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    ig_model_t *model = t.model;
+    ig_backend_t *be = t.be;
     ig_engine_opts_t o;
     int *fields[] = {&o.block_size, &o.max_batched_tokens, &o.max_num_seqs, &o.kv_blocks};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
@@ -359,9 +359,8 @@ static void test_bad_options(void **state)
     assert_int_equal(ig_engine_create(&e, model, be, NULL, err, sizeof(err)), 0); /* defaults */
     assert_int_equal(ig_engine_block_size(e), 16);
     ig_engine_free(e);
-    be->destroy(be);
-    ig_model_free(model);
-    ig_tf_rmtree(dir);
+    ig_tengine_close(&t);
+    ig_tf_rmtree(t.dir);
 }
 
 int main(void)

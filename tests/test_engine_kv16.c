@@ -354,12 +354,12 @@ static int fixed_mem_info(ig_backend_t *be, size_t *free_bytes, size_t *total_by
  * it leaves for the cache) holds twice the blocks in 16 bits. */
 static void test_budget_holds_twice_the_blocks(void **state)
 {
-    char dir[4096], err[256];
-    ig_model_t *model;
-    ig_backend_t *be;
-    assert_int_equal(ig_fixture_model_dir("tiny", IG_DTYPE_F32, dir, sizeof(dir), NULL), 0);
-    assert_int_equal(ig_model_load(&model, dir, err, sizeof(err)), 0);
-    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    char err[256];
+    ig_tengine_t t;
+    if (ig_tengine_model(&t, "tiny", 1, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    ig_model_t *model = t.model;
+    ig_backend_t *be = t.be;
     be->mem_info = fixed_mem_info;
     g_total = (size_t)10 << 20;
     g_free = (size_t)5 << 20; /* budget 5 - 0.1 * 10 = 4 MiB */
@@ -396,21 +396,20 @@ static void test_budget_holds_twice_the_blocks(void **state)
     assert_int_equal(ig_engine_num_blocks(e), 10);
     assert_int_equal(ig_engine_kv_bytes(e), 10 * per32 / 2);
     ig_engine_free(e);
-    be->destroy(be);
-    ig_model_free(model);
-    ig_tf_rmtree(dir);
+    ig_tengine_close(&t);
+    ig_tf_rmtree(t.dir);
 }
 
 /* ---- refusals ------------------------------------------------------------- */
 
 static void test_refusals(void **state)
 {
-    char dir[4096], err[256];
-    ig_model_t *model;
-    ig_backend_t *be;
-    assert_int_equal(ig_fixture_model_dir("tiny", IG_DTYPE_F32, dir, sizeof(dir), NULL), 0);
-    assert_int_equal(ig_model_load(&model, dir, err, sizeof(err)), 0);
-    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    char err[256];
+    ig_tengine_t t;
+    if (ig_tengine_model(&t, "tiny", 1, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    ig_model_t *model = t.model;
+    ig_backend_t *be = t.be;
     assert_int_equal(be->kv_dtypes,
                      (1u << IG_DTYPE_F32) | (1u << IG_DTYPE_F16) | (1u << IG_DTYPE_BF16));
     ig_engine_opts_t o;
@@ -451,9 +450,8 @@ static void test_refusals(void **state)
     assert_int_equal(ig_engine_kv_dtype_parse("fp8", &dt), IG_EINVAL);
     assert_int_equal(ig_engine_kv_dtype_parse("F16", &dt), IG_EINVAL);
     assert_string_equal(ig_engine_kv_dtype_name(IG_DTYPE_BF16), "bf16");
-    be->destroy(be);
-    ig_model_free(model);
-    ig_tf_rmtree(dir);
+    ig_tengine_close(&t);
+    ig_tf_rmtree(t.dir);
 }
 
 int main(void)

@@ -2,6 +2,10 @@
 #include "engine_fixture.h"
 
 #include "infergate/error.h"
+#include "infergate/kernels.h"
+#include "model_fixture.h"
+
+#include <stdio.h>
 
 #include <string.h>
 
@@ -69,6 +73,24 @@ int ig_argmax(const float *v, int n)
         if (v[i] > v[best])
             best = i;
     return best;
+}
+
+int ig_tengine_model(ig_tengine_t *t, const char *preset, int threads, char *err, size_t errlen)
+{
+    memset(t, 0, sizeof(*t));
+    if (ig_fixture_model_dir(preset, IG_DTYPE_F32, t->dir, sizeof(t->dir), NULL) != 0) {
+        snprintf(err, errlen, "no model dir for preset %s", preset);
+        return -1;
+    }
+    if (ig_model_load(&t->model, t->dir, err, errlen) != 0)
+        return -1;
+    if (ig_backend_cpu_create(&t->be, threads) != 0) {
+        snprintf(err, errlen, "no CPU backend");
+        ig_model_free(t->model);
+        return -1;
+    }
+    t->vocab = ig_model_config(t->model)->vocab_size;
+    return 0;
 }
 
 void ig_tengine_close(ig_tengine_t *t)

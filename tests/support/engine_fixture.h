@@ -52,6 +52,11 @@ typedef struct {
     int vocab;
 } ig_tengine_t;
 
+/* The preset's F32 model (ig_fixture_model_dir) and a CPU backend of
+ * threads threads in *t, with no engine yet (t->e NULL): for tests that make
+ * engines with options of their own. 0, or -1 with err set. */
+int ig_tengine_model(ig_tengine_t *t, const char *preset, int threads, char *err, size_t errlen);
+
 /* Frees the engine, the backend and the model (the directory stays). */
 void ig_tengine_close(ig_tengine_t *t);
 
