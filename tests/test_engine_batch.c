@@ -340,10 +340,7 @@ static void test_bad_options(void **state)
 {
     char err[256];
     ig_tengine_t t;
-    if (ig_tengine_model(&t, "tiny", 1, err, sizeof(err)) != 0)
-        fail_msg("%s", err);
-    ig_model_t *model = t.model;
-    ig_backend_t *be = t.be;
+    assert_int_equal(ig_tengine_model(&t, "tiny", 1, err, sizeof(err)), 0);
     ig_engine_opts_t o;
     int *fields[] = {&o.block_size, &o.max_batched_tokens, &o.max_num_seqs, &o.kv_blocks};
     for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++) {
@@ -351,12 +348,12 @@ static void test_bad_options(void **state)
         *fields[i] = -1;
         ig_engine_t *e = NULL;
         err[0] = 0;
-        assert_int_equal(ig_engine_create(&e, model, be, &o, err, sizeof(err)), IG_EINVAL);
+        assert_int_equal(ig_engine_create(&e, t.model, t.be, &o, err, sizeof(err)), IG_EINVAL);
         assert_null(e);
         assert_true(strlen(err) > 0);
     }
     ig_engine_t *e = NULL;
-    assert_int_equal(ig_engine_create(&e, model, be, NULL, err, sizeof(err)), 0); /* defaults */
+    assert_int_equal(ig_engine_create(&e, t.model, t.be, NULL, err, sizeof(err)), 0); /* defaults */
     assert_int_equal(ig_engine_block_size(e), 16);
     ig_engine_free(e);
     ig_tengine_close(&t);

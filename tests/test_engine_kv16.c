@@ -356,14 +356,11 @@ static void test_budget_holds_twice_the_blocks(void **state)
 {
     char err[256];
     ig_tengine_t t;
-    if (ig_tengine_model(&t, "tiny", 1, err, sizeof(err)) != 0)
-        fail_msg("%s", err);
-    ig_model_t *model = t.model;
-    ig_backend_t *be = t.be;
-    be->mem_info = fixed_mem_info;
+    assert_int_equal(ig_tengine_model(&t, "tiny", 1, err, sizeof(err)), 0);
+    t.be->mem_info = fixed_mem_info;
     g_total = (size_t)10 << 20;
     g_free = (size_t)5 << 20; /* budget 5 - 0.1 * 10 = 4 MiB */
-    const ig_model_config_t *c = ig_model_config(model);
+    const ig_model_config_t *c = ig_model_config(t.model);
     size_t per32 = (size_t)2 * c->num_hidden_layers * c->num_key_value_heads * 16 * c->head_dim * 4;
     int blocks[3];
     ig_dtype_t dts[3] = {IG_DTYPE_F32, IG_DTYPE_F16, IG_DTYPE_BF16};
@@ -373,7 +370,7 @@ static void test_budget_holds_twice_the_blocks(void **state)
         o.max_num_seqs = 32;
         o.kv_dtype = dts[i];
         ig_engine_t *e = NULL;
-        if (ig_engine_create(&e, model, be, &o, err, sizeof(err)) != 0)
+        if (ig_engine_create(&e, t.model, t.be, &o, err, sizeof(err)) != 0)
             fail_msg("engine: %s", err);
         blocks[i] = ig_engine_num_blocks(e);
         size_t per = i == 0 ? per32 : per32 / 2;
@@ -392,7 +389,7 @@ static void test_budget_holds_twice_the_blocks(void **state)
     o.kv_blocks = 10;
     o.kv_dtype = IG_DTYPE_BF16;
     ig_engine_t *e = NULL;
-    assert_int_equal(ig_engine_create(&e, model, be, &o, err, sizeof(err)), 0);
+    assert_int_equal(ig_engine_create(&e, t.model, t.be, &o, err, sizeof(err)), 0);
     assert_int_equal(ig_engine_num_blocks(e), 10);
     assert_int_equal(ig_engine_kv_bytes(e), 10 * per32 / 2);
     ig_engine_free(e);
@@ -406,11 +403,8 @@ static void test_refusals(void **state)
 {
     char err[256];
     ig_tengine_t t;
-    if (ig_tengine_model(&t, "tiny", 1, err, sizeof(err)) != 0)
-        fail_msg("%s", err);
-    ig_model_t *model = t.model;
-    ig_backend_t *be = t.be;
-    assert_int_equal(be->kv_dtypes,
+    assert_int_equal(ig_tengine_model(&t, "tiny", 1, err, sizeof(err)), 0);
+    assert_int_equal(t.be->kv_dtypes,
                      (1u << IG_DTYPE_F32) | (1u << IG_DTYPE_F16) | (1u << IG_DTYPE_BF16));
     ig_engine_opts_t o;
     ig_engine_opts_default(&o);
@@ -418,25 +412,25 @@ static void test_refusals(void **state)
     ig_engine_t *e = NULL;
 
     /* A backend whose kernels take F32 only (the CUDA backend's kv_dtypes). */
-    be->kv_dtypes = 1u << IG_DTYPE_F32;
+    t.be->kv_dtypes = 1u << IG_DTYPE_F32;
     o.kv_dtype = IG_DTYPE_F16;
     err[0] = 0;
-    assert_int_equal(ig_engine_create(&e, model, be, &o, err, sizeof(err)), IG_ENOTSUP);
+    assert_int_equal(ig_engine_create(&e, t.model, t.be, &o, err, sizeof(err)), IG_ENOTSUP);
     assert_null(e);
     printf("# %s\n", err);
     assert_non_null(strstr(err, "f16"));
     assert_non_null(strstr(err, "kv_dtype"));
     assert_non_null(strstr(err, "--kv-dtype"));
     o.kv_dtype = IG_DTYPE_F32;
-    assert_int_equal(ig_engine_create(&e, model, be, &o, err, sizeof(err)), 0);
+    assert_int_equal(ig_engine_create(&e, t.model, t.be, &o, err, sizeof(err)), 0);
     ig_engine_free(e);
     e = NULL;
 
     /* Not a KV dtype at all. */
-    be->kv_dtypes = 0;
+    t.be->kv_dtypes = 0;
     o.kv_dtype = IG_DTYPE_Q8_0;
     err[0] = 0;
-    assert_int_equal(ig_engine_create(&e, model, be, &o, err, sizeof(err)), IG_EINVAL);
+    assert_int_equal(ig_engine_create(&e, t.model, t.be, &o, err, sizeof(err)), IG_EINVAL);
     assert_null(e);
     assert_true(strlen(err) > 0);
 
