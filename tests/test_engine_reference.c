@@ -17,6 +17,7 @@
 #include "engine_fixture.h"
 #include "files.h"
 #include "model_fixture.h"
+#include "numpy_ref.h"
 
 #include "infergate/engine.h"
 #include "infergate/error.h"
@@ -25,18 +26,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
 #define PY "/usr/bin/python3"
 #define NPROMPT 3
 static const int prompt_len[NPROMPT] = {5, 13, 22};
 #define DECODE_STEPS 4
-
-static int have_numpy(void)
-{
-    int st = system(PY " -c 'import numpy' >/dev/null 2>&1");
-    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
 
 static void make_prompts(int vocab, int prompts[NPROMPT][32])
 {
@@ -46,38 +40,6 @@ static void make_prompts(int vocab, int prompts[NPROMPT][32])
             x = x * 1103515245u + 12345u;
             prompts[p][i] = (int)((x >> 8) % (unsigned)vocab);
         }
-}
-
-/* Runs the reference; returns the logits of every position, prompts in order. */
-static float *run_reference(const char *dir, int prompts[NPROMPT][32], int vocab, int total)
-{
-    char pj[4200], out[4200], cmd[16384];
-    snprintf(pj, sizeof(pj), "%s/prompts.json", dir);
-    snprintf(out, sizeof(out), "%s/ref.bin", dir);
-    FILE *f = fopen(pj, "w");
-    assert_non_null(f);
-    fputc('[', f);
-    for (int p = 0; p < NPROMPT; p++) {
-        fprintf(f, "%s[", p ? "," : "");
-        for (int i = 0; i < prompt_len[p]; i++)
-            fprintf(f, "%s%d", i ? "," : "", prompts[p][i]);
-        fputc(']', f);
-    }
-    fputs("]\n", f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd),
-             PY " '%s/tests/reference/llama_ref.py' --model '%s' --prompts '%s' "
-                "--out '%s'",
-             IG_SOURCE_DIR, dir, pj, out);
-    int st = system(cmd);
-    assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    float *ref = malloc((size_t)total * vocab * sizeof(float));
-    assert_non_null(ref);
-    f = fopen(out, "rb");
-    assert_non_null(f);
-    assert_int_equal(fread(ref, sizeof(float), (size_t)total * vocab, f), (size_t)total * vocab);
-    fclose(f);
-    return ref;
 }
 
 static void check_model(const char *preset, ig_dtype_t dtype)
@@ -110,7 +72,7 @@ static void check_model(const char *preset, ig_dtype_t dtype)
     int total = 0;
     for (int p = 0; p < NPROMPT; p++)
         total += prompt_len[p];
-    float *ref = run_reference(dir, prompts, vocab, total);
+    float *ref = ig_ref_logits(dir, &prompts[0][0], 32, prompt_len, NPROMPT, vocab);
     float *got = malloc((size_t)total * vocab * sizeof(float));
 
     /* 1. Every prompt position in one batch. */
@@ -187,7 +149,7 @@ static void check_model(const char *preset, ig_dtype_t dtype)
 
 static int setup(void **state)
 {
-    if (!have_numpy()) {
+    if (!ig_ref_have_numpy()) {
         fprintf(stderr, "# SKIP: " PY " has no numpy (apt-get install python3-numpy)\n");
         return 0;
     }
@@ -196,42 +158,42 @@ static int setup(void **state)
 
 static void test_tiny(void **state)
 {
-    if (!have_numpy())
+    if (!ig_ref_have_numpy())
         skip();
     check_model("tiny", IG_DTYPE_F32);
 }
 
 static void test_gqa(void **state)
 {
-    if (!have_numpy())
+    if (!ig_ref_have_numpy())
         skip();
     check_model("gqa", IG_DTYPE_F32);
 }
 
 static void test_llama3_rope(void **state)
 {
-    if (!have_numpy())
+    if (!ig_ref_have_numpy())
         skip();
     check_model("llama3", IG_DTYPE_F32);
 }
 
 static void test_linear_rope(void **state)
 {
-    if (!have_numpy())
+    if (!ig_ref_have_numpy())
         skip();
     check_model("linear", IG_DTYPE_F32);
 }
 
 static void test_gqa_bf16(void **state)
 {
-    if (!have_numpy())
+    if (!ig_ref_have_numpy())
         skip();
     check_model("gqa", IG_DTYPE_BF16);
 }
 
 static void test_tiny_f16(void **state)
 {
-    if (!have_numpy())
+    if (!ig_ref_have_numpy())
         skip();
     check_model("tiny", IG_DTYPE_F16);
 }

@@ -30,6 +30,7 @@
 #include "engine_fixture.h"
 #include "files.h"
 #include "model_fixture.h"
+#include "numpy_ref.h"
 
 #include "infergate/engine.h"
 #include "infergate/error.h"
@@ -40,17 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 
-#define PY "/usr/bin/python3"
 #define NPROMPT 3
 static const int prompt_len[NPROMPT] = {5, 13, 22};
-
-static int have_numpy(void)
-{
-    int st = system(PY " -c 'import numpy' >/dev/null 2>&1");
-    return st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0;
-}
 
 typedef struct {
     char name[96];
@@ -133,35 +126,6 @@ static void write_dequantized(const ig_model_t *m, const char *src, const char *
     free(sp), free(ts);
 }
 
-static float *run_reference(const char *dir, int prompts[NPROMPT][32], int vocab, int total)
-{
-    char pj[4200], out[4200], cmd[16384];
-    snprintf(pj, sizeof(pj), "%s/prompts.json", dir);
-    snprintf(out, sizeof(out), "%s/ref.bin", dir);
-    FILE *f = fopen(pj, "w");
-    assert_non_null(f);
-    fputc('[', f);
-    for (int p = 0; p < NPROMPT; p++) {
-        fprintf(f, "%s[", p ? "," : "");
-        for (int i = 0; i < prompt_len[p]; i++)
-            fprintf(f, "%s%d", i ? "," : "", prompts[p][i]);
-        fputc(']', f);
-    }
-    fputs("]\n", f);
-    fclose(f);
-    snprintf(cmd, sizeof(cmd),
-             PY " '%s/tests/reference/llama_ref.py' --model '%s' --prompts '%s' --out '%s'",
-             IG_SOURCE_DIR, dir, pj, out);
-    int st = system(cmd);
-    assert_true(st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0);
-    float *ref = malloc((size_t)total * vocab * sizeof(float));
-    f = fopen(out, "rb");
-    assert_non_null(f);
-    assert_int_equal(fread(ref, sizeof(float), (size_t)total * vocab, f), (size_t)total * vocab);
-    fclose(f);
-    return ref;
-}
-
 /* The engine's logits of every prompt position, prompts in one batch. */
 static float *engine_logits(ig_model_t *model, int prompts[NPROMPT][32], int total)
 {
@@ -238,7 +202,7 @@ static void check_preset(const char *preset)
         ig_tprompt(100 + p, prompt_len[p], vocab, prompts[p]);
         total += prompt_len[p];
     }
-    float *ref = run_reference(deq, prompts, vocab, total);
+    float *ref = ig_ref_logits(deq, &prompts[0][0], 32, prompt_len, NPROMPT, vocab);
     float *got = engine_logits(model, prompts, total);
     float *full = engine_logits(f32, prompts, total);
 
@@ -268,14 +232,14 @@ static void check_preset(const char *preset)
 
 static void test_tiny(void **state)
 {
-    if (!have_numpy())
+    if (!ig_ref_have_numpy())
         skip();
     check_preset("tiny");
 }
 
 static void test_gqa(void **state)
 {
-    if (!have_numpy())
+    if (!ig_ref_have_numpy())
         skip();
     check_preset("gqa");
 }
