@@ -60,14 +60,9 @@ wait_up() {
     for _ in $(seq 1 100); do
         if python3 - "$1" <<'EOF' 2>/dev/null; then return 0; fi
 import socket, sys
+import benchlib
 s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1)
-s.sendall(b"GET /health HTTP/1.1\r\nHost: b\r\nConnection: close\r\n\r\n")
-data = b""
-while True:
-    chunk = s.recv(4096)
-    if not chunk:
-        break
-    data += chunk
+data = benchlib.get_all(s, "/health")
 sys.exit(0 if data.startswith(b"HTTP/1.1 200") else 1)
 EOF
         sleep 0.1
@@ -166,29 +161,24 @@ for i in $(seq 1 "$REPEAT"); do
 done
 
 python3 - "$RESULTS" <<EOF
-import json, statistics, sys, time
+import statistics, sys
+import benchlib
 def runs(text):
     return [tuple(float(x) for x in r.split(",")) for r in text.split()]
 ig, ngx = runs("$ig_runs"), runs("$ngx_runs")
 ig_rps, ig_p99 = statistics.median(r[0] for r in ig), statistics.median(r[1] for r in ig)
 ngx_rps, ngx_p99 = statistics.median(r[0] for r in ngx), statistics.median(r[1] for r in ngx)
-res = {
-    "scenario": "http-vs-nginx",
-    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    "command": "bench/http-vs-nginx.sh",
-    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "connections": $CONNECTIONS,
-               "wrk_threads": $WRK_THREADS, "repeat": $REPEAT, "server_cpu": $SERVER_CPU,
-               "client_cpu": $CLIENT_CPU, "cpus": $ncpu, "path": "/health",
-               "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
-    "infergate": {"requests_per_s": ig_rps, "p99_ms": ig_p99, "response_bytes": $ig_bytes,
-                  "runs": [{"requests_per_s": a, "p99_ms": b} for a, b in ig]},
-    "nginx": {"requests_per_s": ngx_rps, "p99_ms": ngx_p99, "response_bytes": $ngx_bytes,
-              "runs": [{"requests_per_s": a, "p99_ms": b} for a, b in ngx]},
-    "ratio": {"requests_per_s": round(ig_rps / ngx_rps, 3), "p99": round(ig_p99 / ngx_p99, 3)},
-}
-with open(sys.argv[1], "w") as f:
-    json.dump(res, f, indent=2)
-    f.write("\n")
+res = benchlib.result(
+    "http-vs-nginx",
+    {"duration_s": $DURATION, "warmup_s": $WARMUP, "connections": $CONNECTIONS,
+     "wrk_threads": $WRK_THREADS, "repeat": $REPEAT, "server_cpu": $SERVER_CPU,
+     "client_cpu": $CLIENT_CPU, "cpus": $ncpu, "path": "/health"},
+    infergate={"requests_per_s": ig_rps, "p99_ms": ig_p99, "response_bytes": $ig_bytes,
+               "runs": [{"requests_per_s": a, "p99_ms": b} for a, b in ig]},
+    nginx={"requests_per_s": ngx_rps, "p99_ms": ngx_p99, "response_bytes": $ngx_bytes,
+           "runs": [{"requests_per_s": a, "p99_ms": b} for a, b in ngx]},
+    ratio={"requests_per_s": round(ig_rps / ngx_rps, 3), "p99": round(ig_p99 / ngx_p99, 3)})
+benchlib.write(sys.argv[1], res)
 print(f"  median of {len(ig)} runs each:")
 print(f"  {'':10} {'req/s':>12} {'p99 ms':>9} {'resp bytes':>11}")
 print(f"  {'infergate':10} {ig_rps:12.0f} {ig_p99:9.3f} {$ig_bytes:11d}")

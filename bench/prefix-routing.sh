@@ -41,7 +41,7 @@ kill_on_exit gw_pid
 
 run_policy() {
     local policy=$1 port
-    port=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+    port=$(free_port)
     "$PY" - "$tmp/gw-$policy.json" "$port" "$policy" "$tmp/model" "$KV_BLOCKS" <<'EOF'
 import json, sys
 out, port, policy, model, kv = sys.argv[1:6]
@@ -60,6 +60,7 @@ EOF
     "$PY" - "$port" "$policy" "$TENANTS" "$SESSIONS" "$TURNS" "$RATE" "$REQUESTS" \
         "$MAX_TOKENS" "$SEED" "$tmp/run-$policy.json" "$tmp/run-$policy" <<'EOF'
 import glob, http.client, json, random, socket, sys, threading, time
+import benchlib
 port, policy = int(sys.argv[1]), sys.argv[2]
 tenants, sessions, turns, rate, nreq, max_tokens, seed = map(float, sys.argv[3:10])
 tenants, sessions, turns, nreq, max_tokens, seed = map(int, (tenants, sessions, turns, nreq, max_tokens, seed))
@@ -147,13 +148,7 @@ for path in glob.glob(rundir + "/**/*.sock", recursive=True):
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(10)
     s.connect(path)
-    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: w\r\nConnection: close\r\n\r\n")
-    buf = b""
-    while True:
-        d = s.recv(65536)
-        if not d:
-            break
-        buf += d
+    buf = benchlib.get_all(s, "/metrics", host="w")
     s.close()
     for line in buf.decode(errors="replace").splitlines():
         if line.startswith("infergate_worker_prefix_cache_queries_total "):

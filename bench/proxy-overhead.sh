@@ -241,7 +241,8 @@ done
 
 mkdir -p "$(dirname "$RESULTS")"
 "$PY" - "$RESULTS" "$tmp" "$REPEAT" $TARGETS <<PYEOF
-import json, os, statistics, sys, time
+import json, os, statistics, sys
+import benchlib
 out, tmp, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
 targets = sys.argv[4:]
 bytes_ = {$(for t in $TARGETS; do printf '"%s": %s, ' "$t" "${bytes[$t]}"; done)}
@@ -283,28 +284,23 @@ if "nginx" in rows:
             r["added_p50"] = round(rows[t]["added_p50_ms"] / rows["nginx"]["added_p50_ms"], 3) \
                 if rows["nginx"]["added_p50_ms"] > 0 else None
         ratio[t + "/nginx"] = r
-res = {
-    "scenario": "proxy-overhead",
-    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    "command": "bench/proxy-overhead.sh",
-    "what": "added p50/p99 latency vs direct (open loop) and max throughput (closed loop) "
-            "of infergate, nginx and haproxy in front of one echo upstream",
-    "params": {"rate_rps": $RATE, "duration_s": $DURATION, "concurrency": $CONCURRENCY,
-               "tput_duration_s": $TPUT_DURATION, "warmup_s": $WARMUP, "repeat": repeat,
-               "tokens": $TOKENS, "proxy_cpu": $PROXY_CPU, "client_cpu": $CLIENT_CPU,
-               "cpus": $ncpu, "request": "POST /v1/completions, non-streamed",
-               "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
-    "targets": rows,
-    "ratio": ratio,
-    "plot": {"title": "proxy overhead at %d req/s (open loop), added latency vs direct" % $RATE,
-             "xlabel": "target (%s)" % ", ".join("%d=%s" % (i + 1, t) for i, t in enumerate(targets)),
-             "ylabel": "ms",
-             "x": list(range(1, len(targets) + 1)),
-             "series": {"added p50": [rows[t].get("added_p50_ms", rows[t]["p50_ms"]) for t in targets],
-                        "added p99": [rows[t].get("added_p99_ms", rows[t]["p99_ms"]) for t in targets]}},
-}
-json.dump(res, open(out, "w"), indent=2)
-open(out, "a").write("\n")
+res = benchlib.result(
+    "proxy-overhead",
+    {"rate_rps": $RATE, "duration_s": $DURATION, "concurrency": $CONCURRENCY,
+     "tput_duration_s": $TPUT_DURATION, "warmup_s": $WARMUP, "repeat": repeat,
+     "tokens": $TOKENS, "proxy_cpu": $PROXY_CPU, "client_cpu": $CLIENT_CPU,
+     "cpus": $ncpu, "request": "POST /v1/completions, non-streamed"},
+    what="added p50/p99 latency vs direct (open loop) and max throughput (closed loop) "
+         "of infergate, nginx and haproxy in front of one echo upstream",
+    targets=rows,
+    ratio=ratio,
+    plot={"title": "proxy overhead at %d req/s (open loop), added latency vs direct" % $RATE,
+          "xlabel": "target (%s)" % ", ".join("%d=%s" % (i + 1, t) for i, t in enumerate(targets)),
+          "ylabel": "ms",
+          "x": list(range(1, len(targets) + 1)),
+          "series": {"added p50": [rows[t].get("added_p50_ms", rows[t]["p50_ms"]) for t in targets],
+                     "added p99": [rows[t].get("added_p99_ms", rows[t]["p99_ms"]) for t in targets]}})
+benchlib.write(out, res)
 print("  median of %d runs each (open loop %d req/s; closed loop $CONCURRENCY users):" % (repeat, $RATE))
 print("  %-10s %9s %9s %10s %10s %10s %8s %6s %6s" % ("target", "p50 ms", "p99 ms", "+p50 ms",
       "+p99 ms", "req/s", "cpu us/r", "bytes", "errors"))

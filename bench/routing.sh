@@ -211,7 +211,8 @@ done
 
 mkdir -p "$(dirname "$RESULTS")"
 "$PY" - "$RESULTS" "$tmp" "$rate" "$capacity" "$svc_fast" "$svc_slow" $POLICIES <<PYEOF
-import json, sys, time
+import json, sys
+import benchlib
 out, tmp, rate, capacity, svc_fast, svc_slow = sys.argv[1:7]
 policies = sys.argv[7:]
 names = ["local-a", "local-b", "local-slow", "remote"]
@@ -235,32 +236,27 @@ def ratio(a, b):
     if a in rows and b in rows and rows[b]["ttft_p99_ms"] > 0:
         return round(rows[a]["ttft_p99_ms"] / rows[b]["ttft_p99_ms"], 3)
     return None
-res = {
-    "scenario": "routing",
-    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    "command": "bench/routing.sh",
-    "what": "p50/p99 TTFT and e2e per routing policy, open-loop Poisson at LOAD x fleet capacity",
-    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "load": $LOAD,
-               "rate_rps": float(rate), "capacity_rps": float(capacity), "slots": $SLOTS,
-               "delay_ms": $DELAY_MS, "itl_ms": $ITL_MS, "tokens": $TOKENS, "slow": $SLOW,
-               "rtt_ms": $RTT_MS, "seed": $SEED, "timeout_s": $TIMEOUT,
-               "report_load": $REPORT_LOAD,
-               "service_time_s": {"fast": float(svc_fast), "slow": float(svc_slow)},
-               "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
-    "policies": rows,
-    "ratio": {"ttft_p99_latency_over_round_robin": ratio("latency", "round_robin"),
-              "ttft_p99_latency_over_least_inflight": ratio("latency", "least_inflight")},
-    "plot": {"title": "routing policies: TTFT at %.0f%% of capacity (%.1f req/s)"
-                      % ($LOAD * 100, float(rate)),
-             "xlabel": "policy (%s)" % ", ".join("%d=%s" % (i + 1, p) for i, p in enumerate(policies)),
-             "ylabel": "ms",
-             "x": list(range(1, len(policies) + 1)),
-             "series": {"ttft p50": [rows[p]["ttft_p50_ms"] for p in policies],
-                        "ttft p99": [rows[p]["ttft_p99_ms"] for p in policies],
-                        "e2e p99": [rows[p]["e2e_p99_ms"] for p in policies]}},
-}
-json.dump(res, open(out, "w"), indent=2)
-open(out, "a").write("\n")
+res = benchlib.result(
+    "routing",
+    {"duration_s": $DURATION, "warmup_s": $WARMUP, "load": $LOAD,
+     "rate_rps": float(rate), "capacity_rps": float(capacity), "slots": $SLOTS,
+     "delay_ms": $DELAY_MS, "itl_ms": $ITL_MS, "tokens": $TOKENS, "slow": $SLOW,
+     "rtt_ms": $RTT_MS, "seed": $SEED, "timeout_s": $TIMEOUT,
+     "report_load": $REPORT_LOAD,
+     "service_time_s": {"fast": float(svc_fast), "slow": float(svc_slow)}},
+    what="p50/p99 TTFT and e2e per routing policy, open-loop Poisson at LOAD x fleet capacity",
+    policies=rows,
+    ratio={"ttft_p99_latency_over_round_robin": ratio("latency", "round_robin"),
+           "ttft_p99_latency_over_least_inflight": ratio("latency", "least_inflight")},
+    plot={"title": "routing policies: TTFT at %.0f%% of capacity (%.1f req/s)"
+                   % ($LOAD * 100, float(rate)),
+          "xlabel": "policy (%s)" % ", ".join("%d=%s" % (i + 1, p) for i, p in enumerate(policies)),
+          "ylabel": "ms",
+          "x": list(range(1, len(policies) + 1)),
+          "series": {"ttft p50": [rows[p]["ttft_p50_ms"] for p in policies],
+                     "ttft p99": [rows[p]["ttft_p99_ms"] for p in policies],
+                     "e2e p99": [rows[p]["e2e_p99_ms"] for p in policies]}})
+benchlib.write(out, res)
 print("  %-15s %9s %9s %9s %9s %6s %7s  %s" % ("policy", "ttft p50", "ttft p99", "e2e p50",
       "e2e p99", "errors", "req/s", "share a/b/slow/remote"))
 for p in policies:

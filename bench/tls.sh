@@ -169,34 +169,29 @@ ngx_plain=$(rps "http://127.0.0.1:$ngxp_port")
 echo "  proxied req/s: infergate https $ig_tls, http $ig_plain; nginx https $ngx_tls, http $ngx_plain"
 
 "$PY" - "$RESULTS" <<EOF
-import json, sys, time
+import sys
+import benchlib
 ig_hs, ngx_hs = float("$ig_hs" or 0), float("$ngx_hs" or 0)
 ig_tls, ig_plain = float("$ig_tls" or 0), float("$ig_plain" or 0)
 ngx_tls, ngx_plain = float("$ngx_tls" or 0), float("$ngx_plain" or 0)
 def ratio(a, b):
     return round(a / b, 3) if b > 0 else None
-res = {
-    "scenario": "tls",
-    "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    "command": "bench/tls.sh",
-    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "connections": $CONNECTIONS,
-               "server_cpu": $SERVER_CPU, "client_cpu": $CLIENT_CPU, "cpus": $ncpu,
-               "certificate": "P-256 ECDSA", "request": "POST /v1/completions, 1 token",
-               "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
-    "handshakes_per_s": {"infergate": ig_hs, "nginx": ngx_hs},
-    "proxied_requests_per_s": {"infergate_https": ig_tls, "infergate_http": ig_plain,
-                               "nginx_https": ngx_tls, "nginx_http": ngx_plain},
-    "ratio": {
+res = benchlib.result(
+    "tls",
+    {"duration_s": $DURATION, "warmup_s": $WARMUP, "connections": $CONNECTIONS,
+     "server_cpu": $SERVER_CPU, "client_cpu": $CLIENT_CPU, "cpus": $ncpu,
+     "certificate": "P-256 ECDSA", "request": "POST /v1/completions, 1 token"},
+    handshakes_per_s={"infergate": ig_hs, "nginx": ngx_hs},
+    proxied_requests_per_s={"infergate_https": ig_tls, "infergate_http": ig_plain,
+                            "nginx_https": ngx_tls, "nginx_http": ngx_plain},
+    ratio={
         "handshakes_infergate_vs_nginx": ratio(ig_hs, ngx_hs),
         "infergate_tls_vs_plain": ratio(ig_tls, ig_plain),
         "nginx_tls_vs_plain": ratio(ngx_tls, ngx_plain),
         "tls_infergate_vs_nginx": ratio(ig_tls, ngx_tls),
         "plain_infergate_vs_nginx": ratio(ig_plain, ngx_plain),
-    },
-}
-with open(sys.argv[1], "w") as f:
-    json.dump(res, f, indent=2)
-    f.write("\n")
+    })
+benchlib.write(sys.argv[1], res)
 r = res["ratio"]
 print(f"  ratios: handshakes infergate/nginx {r['handshakes_infergate_vs_nginx']}; "
       f"TLS/plain infergate {r['infergate_tls_vs_plain']}, nginx {r['nginx_tls_vs_plain']}; "

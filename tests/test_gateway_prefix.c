@@ -73,11 +73,7 @@ static char *body_of(int max_tokens, int stream)
 /* A number after key= in the route header, or -1. */
 static int route_num(const ig_tc_response_t *r, const char *key)
 {
-    const char *h = ig_tc_header(r, "x-infergate-route");
-    char pat[64];
-    snprintf(pat, sizeof(pat), "; %s=", key);
-    const char *p = h ? strstr(h, pat) : NULL;
-    return p ? atoi(p + strlen(pat)) : -1;
+    return (int)ig_tc_route_num(ig_tc_header(r, "x-infergate-route"), key);
 }
 
 typedef struct {

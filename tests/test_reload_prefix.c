@@ -61,9 +61,7 @@ static int prefix_tokens(void)
     if (r.status != 200)
         fprintf(stderr, "completion: %d %s\n", r.status, r.body ? r.body : "");
     assert_int_equal(r.status, 200);
-    const char *h = ig_tc_header(&r, "x-infergate-route");
-    const char *p = h ? strstr(h, "; prefix_tokens=") : NULL;
-    int n = p ? atoi(p + strlen("; prefix_tokens=")) : -1;
+    int n = (int)ig_tc_route_num(ig_tc_header(&r, "x-infergate-route"), "prefix_tokens");
     ig_tc_response_free(&r);
     return n;
 }

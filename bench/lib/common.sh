@@ -10,8 +10,9 @@
 # Sets bench_name, root (the checkout), build (BUILD_DIR, $1, default build,
 # made absolute), PY (an interpreter for the inline Python: $PY if set, else
 # /usr/bin/python3, which starts faster than a pyenv shim, else python3) and
-# tmp (a fresh directory under /tmp), and installs the exit trap that stops
-# the processes named with kill_on_exit and removes tmp.
+# tmp (a fresh directory under /tmp), puts bench/lib on PYTHONPATH (the
+# inline Python imports benchlib) and installs the exit trap that stops the
+# processes named with kill_on_exit and removes tmp.
 bench_init() {
     bench_name=$1
     shift
@@ -23,6 +24,7 @@ bench_init() {
         [ -x "$PY" ] || PY=python3
     fi
     tmp=$(mktemp -d "/tmp/ig-$bench_name.XXXXXX")
+    export PYTHONPATH="$root/bench/lib${PYTHONPATH:+:$PYTHONPATH}"
     bench_kill_vars=()
     trap bench_cleanup EXIT INT TERM
 }

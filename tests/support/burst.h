@@ -73,18 +73,10 @@ static inline int ig_burst(int port, const char *path, const char *body, int n, 
     return ok;
 }
 
-/* The number after "key=" in a route header, or -1. */
+/* The number after "key=" in a route header, or -1 (ig_tc_route_num). */
 static inline double ig_burst_route_num(const char *route, const char *key)
 {
-    char pat[64];
-    snprintf(pat, sizeof(pat), "%s=", key);
-    const char *p = route;
-    while ((p = strstr(p, pat)) != NULL) {
-        if (p == route || p[-1] == ' ' || p[-1] == ';')
-            return atof(p + strlen(pat));
-        p++;
-    }
-    return -1;
+    return ig_tc_route_num(route, key);
 }
 
 #endif

@@ -353,6 +353,19 @@ const char *ig_tc_header(const ig_tc_response_t *r, const char *name)
     return NULL;
 }
 
+double ig_tc_route_num(const char *route, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof(pat), "%s=", key);
+    const char *p = route;
+    while (p != NULL && (p = strstr(p, pat)) != NULL) {
+        if (p == route || p[-1] == ' ' || p[-1] == ';')
+            return atof(p + strlen(pat));
+        p++;
+    }
+    return -1;
+}
+
 long ig_tc_read_raw(ig_tc_t *tc, char *buf, size_t n, int timeout_ms)
 {
     long long deadline = ig_tc_now_ms() + timeout_ms;

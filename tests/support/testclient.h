@@ -59,6 +59,11 @@ void ig_tc_response_free(ig_tc_response_t *resp);
 /* Case-insensitive header lookup in a response, or NULL. */
 const char *ig_tc_header(const ig_tc_response_t *resp, const char *name);
 
+/* The number after "key=" in an x-infergate-route header value ("policy=P;
+ * key=value; ..."), where key starts a field; -1 when there is none or
+ * route is NULL. */
+double ig_tc_route_num(const char *route, const char *key);
+
 /* Reads exactly n raw bytes (or fewer at EOF). Returns bytes read or -1. */
 long ig_tc_read_raw(ig_tc_t *tc, char *buf, size_t n, int timeout_ms);
 
