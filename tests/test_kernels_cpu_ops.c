@@ -24,6 +24,8 @@
 #include "infergate/error.h"
 #include "infergate/kernels.h"
 
+#include "xorshift.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,21 +34,9 @@
 
 static uint64_t rng = 88172645463325252ull;
 
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
-}
-
 static float *rand_buf(size_t n)
 {
-    float *p = malloc(n * sizeof(float) + 64);
-    assert_non_null(p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = frand();
-    return p;
+    return ig_xs_buf(&rng, n, 1.0f);
 }
 
 static ig_weight_t make_weight(float *data, int64_t rows, int64_t cols)
@@ -378,7 +368,8 @@ static void test_rope(void **state)
             }
         /* The angle in double (as the kernel takes it), cos and sin rounded
          * to float, two products and a sum: 3 roundings of |x1 c| + |x2 s|. */
-        ig_assert_within_bound(got, ref, mag, total, 3, ig_f32_floor(3), pass ? "rope k" : "rope q");
+        ig_assert_within_bound(got, ref, mag, total, 3, ig_f32_floor(3),
+                               pass ? "rope k" : "rope q");
         free(ref), free(mag);
     }
     free(q), free(k), free(q0), free(k0);

@@ -25,6 +25,8 @@
 #include "infergate/kernels.h"
 
 #include <fcntl.h>
+#include "xorshift.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,21 +37,9 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
-}
-
 static float *rand_buf(size_t n)
 {
-    float *p = malloc(n * sizeof(float) + 64);
-    assert_non_null(p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = frand();
-    return p;
+    return ig_xs_buf(&rng, n, 1.0f);
 }
 
 /* w(n, k) as dtype, and its exact widening back into wf. */
@@ -266,7 +256,7 @@ static void test_upload_releases_mapped_pages(void **state)
     unlink(path);
     uint16_t *h = malloc(bytes);
     for (size_t i = 0; i < (size_t)n * k; i++)
-        h[i] = ig_f32_to_bf16(frand());
+        h[i] = ig_f32_to_bf16(ig_xs_float(&rng));
     assert_int_equal(write(fd, h, bytes), (ssize_t)bytes);
     assert_int_equal(fsync(fd), 0); /* clean pages: a dirty one cannot be dropped */
     void *map = mmap(NULL, bytes, PROT_READ, MAP_PRIVATE, fd, 0);

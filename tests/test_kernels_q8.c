@@ -24,6 +24,8 @@
 #include "infergate/error.h"
 #include "infergate/kernels.h"
 
+#include "xorshift.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -32,21 +34,9 @@
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((double)(rng >> 11) / (double)(1ull << 53) * 2.0 - 1.0);
-}
-
 static float *rand_buf(size_t n)
 {
-    float *p = malloc(n * sizeof(float) + 64);
-    assert_non_null(p);
-    for (size_t i = 0; i < n; i++)
-        p[i] = frand();
-    return p;
+    return ig_xs_buf(&rng, n, 1.0f);
 }
 
 static void test_layout_is_ggufs(void **state)
