@@ -29,13 +29,7 @@ static ctx_t *ctx_new(int blocks, int bs, int max_batched, int max_seqs, int max
     ig_sched_engine_t e = fake_iface(&c->fe);
     ig_sched_detok_t d = {NULL, fake_piece};
     ig_sched_opts_t o;
-    ig_sched_opts_default(&o);
-    o.max_batched_tokens = max_batched;
-    o.max_num_seqs = max_seqs;
-    o.max_waiting = max_waiting;
-    int eos = FAKE_EOS;
-    o.eos = &eos;
-    o.neos = 1;
+    fake_sched_opts(&o, max_batched, max_seqs, max_waiting);
     o.now_ns = fake_clock;
     assert_int_equal(ig_sched_create(&c->s, &e, &d, &o), 0);
     return c;

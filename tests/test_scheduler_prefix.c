@@ -30,13 +30,7 @@ static ctx_t *ctx_new(int blocks, int max_batched, int max_seqs, int cache)
     ig_sched_engine_t e = fake_iface(&c->fe);
     ig_sched_detok_t d = {NULL, fake_piece};
     ig_sched_opts_t o;
-    ig_sched_opts_default(&o);
-    o.max_batched_tokens = max_batched;
-    o.max_num_seqs = max_seqs;
-    o.max_waiting = 64;
-    int eos = FAKE_EOS;
-    o.eos = &eos;
-    o.neos = 1;
+    fake_sched_opts(&o, max_batched, max_seqs, 64);
     o.prefix_cache = cache;
     o.prefix_seed = ig_prefix_seed("fake");
     assert_int_equal(ig_sched_create(&c->s, &e, &d, &o), 0);

@@ -178,6 +178,20 @@ static void fake_dispose(fake_engine_t *f)
     free(f->owner_check);
 }
 
+/* Scheduler options for the fake engine: its EOS token and these limits,
+ * the rest at their defaults. */
+static int fake_eos = FAKE_EOS;
+__attribute__((unused)) static void fake_sched_opts(ig_sched_opts_t *o, int max_batched,
+                                                    int max_seqs, int max_waiting)
+{
+    ig_sched_opts_default(o);
+    o->max_batched_tokens = max_batched;
+    o->max_num_seqs = max_seqs;
+    o->max_waiting = max_waiting;
+    o->eos = &fake_eos;
+    o->neos = 1;
+}
+
 static ig_sched_engine_t fake_iface(fake_engine_t *f)
 {
     ig_sched_engine_t e = {.ctx = f,
