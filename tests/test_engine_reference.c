@@ -76,22 +76,17 @@ static void check_model(const char *preset, ig_dtype_t dtype)
     float *got = malloc((size_t)total * vocab * sizeof(float));
 
     /* 1. Every prompt position in one batch. */
-    ig_tseq_t seqs[NPROMPT];
-    memset(seqs, 0, sizeof(seqs));
-    ig_tbatch_t *b = malloc(sizeof(*b));
-    ig_tbatch_init(b);
-    for (int p = 0; p < NPROMPT; p++)
-        assert_int_equal(ig_tbatch_add(b, e, &seqs[p], prompts[p], prompt_len[p], 0), 0);
-    assert_int_equal(ig_tbatch_run(b, e, got), 0);
+    assert_int_equal(ig_tbatch_prefill_all(e, &prompts[0][0], 32, prompt_len, NPROMPT, got), 0);
     double err1 = ig_max_abs_diff(got, ref, (size_t)total * vocab);
-    for (int p = 0; p < NPROMPT; p++)
-        ig_tseq_release(&seqs[p], e);
     assert_int_equal(ig_engine_blocks_free(e), opts.kv_blocks);
 
     /* 2. Prefill all but the last DECODE_STEPS tokens, then decode them
      * one step at a time for all prompts together. Blocks are taken in
      * turn, so each sequence's blocks are scattered through the cache. */
     double err2 = 0;
+    ig_tseq_t seqs[NPROMPT];
+    memset(seqs, 0, sizeof(seqs));
+    ig_tbatch_t *b = malloc(sizeof(*b));
     ig_tbatch_init(b);
     for (int p = 0; p < NPROMPT; p++)
         assert_int_equal(ig_tbatch_add(b, e, &seqs[p], prompts[p], prompt_len[p] - DECODE_STEPS,

@@ -143,16 +143,7 @@ static float *engine_logits(ig_model_t *model, int prompts[NPROMPT][32], int tot
     if (ig_engine_create(&e, model, be, &opts, err, sizeof(err)) != 0)
         fail_msg("engine: %s", err);
     float *got = malloc((size_t)total * vocab * sizeof(float));
-    ig_tseq_t seqs[NPROMPT];
-    memset(seqs, 0, sizeof(seqs));
-    ig_tbatch_t *b = malloc(sizeof(*b));
-    ig_tbatch_init(b);
-    for (int p = 0; p < NPROMPT; p++)
-        assert_int_equal(ig_tbatch_add(b, e, &seqs[p], prompts[p], prompt_len[p], 0), 0);
-    assert_int_equal(ig_tbatch_run(b, e, got), 0);
-    for (int p = 0; p < NPROMPT; p++)
-        ig_tseq_release(&seqs[p], e);
-    free(b);
+    assert_int_equal(ig_tbatch_prefill_all(e, &prompts[0][0], 32, prompt_len, NPROMPT, got), 0);
     ig_engine_free(e);
     be->destroy(be);
     return got;

@@ -6,6 +6,7 @@
 #include "model_fixture.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 #include <string.h>
 
@@ -64,6 +65,28 @@ void ig_tseq_release(ig_tseq_t *seq, ig_engine_t *e)
         ig_engine_block_release(e, seq->blocks[i]);
     seq->nblocks = 0;
     seq->pos = 0;
+}
+
+int ig_tbatch_prefill_all(ig_engine_t *e, const int *prompts, int stride, const int *lens, int n,
+                          float *logits)
+{
+    if (n > IG_TBATCH_MAX_SEQS)
+        return IG_EINVAL;
+    ig_tseq_t seqs[IG_TBATCH_MAX_SEQS];
+    memset(seqs, 0, sizeof(seqs));
+    ig_tbatch_t *b = malloc(sizeof(*b));
+    if (b == NULL)
+        return IG_ENOMEM;
+    ig_tbatch_init(b);
+    int rc = 0;
+    for (int p = 0; p < n && rc == 0; p++)
+        rc = ig_tbatch_add(b, e, &seqs[p], prompts + (size_t)p * stride, lens[p], 0);
+    if (rc == 0)
+        rc = ig_tbatch_run(b, e, logits);
+    for (int p = 0; p < n; p++)
+        ig_tseq_release(&seqs[p], e);
+    free(b);
+    return rc;
 }
 
 int ig_argmax(const float *v, int n)

@@ -43,6 +43,12 @@ int ig_tbatch_run(ig_tbatch_t *b, ig_engine_t *e, float *logits);
 /* Gives a sequence's blocks back to the engine. */
 void ig_tseq_release(ig_tseq_t *seq, ig_engine_t *e);
 
+/* Prefills n prompts (prompt p: lens[p] ids at prompts + p * stride) in one
+ * batch and writes the logits of every position, prompts in order; the
+ * sequences' blocks are released after. 0 or the engine's error. */
+int ig_tbatch_prefill_all(ig_engine_t *e, const int *prompts, int stride, const int *lens, int n,
+                          float *logits);
+
 /* A model, a backend and an engine over them: what an engine test drives. */
 typedef struct {
     char dir[4096]; /* the model's directory */
