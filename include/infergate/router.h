@@ -21,9 +21,10 @@
  *         there are observations).
  *
  * A hot/cold guard (Prequal's) keeps latency chasing from piling work on one
- * upstream: an upstream whose utilisation (in flight / C) is above the hot
- * quantile of the eligible ones is hot; the cheapest cold one wins, and when
- * all are hot the least utilised one.
+ * upstream: an upstream whose utilisation (in flight / C) and whose raw
+ * in-flight count are both above the hot quantile of the other eligible
+ * ones' is hot; the cheapest cold one wins, and when all are hot the least
+ * utilised one.
  */
 
 #include <stdint.h>
@@ -116,6 +117,7 @@ typedef struct {
      * flat; at k >= C others it grows by (k + 1 - C) / C service times,
      * which gives C back (ig_router_concurrency()). */
     double rif_hold_s[IG_ROUTER_RIF_BUCKETS]; /* by others in flight at start */
+    double rif_sq_s2[IG_ROUTER_RIF_BUCKETS];  /* the mean of the squared holds, alike */
     int rif_n[IG_ROUTER_RIF_BUCKETS];         /* samples of each (saturates) */
     double concurrency;                       /* the last estimate; 0 = none yet */
     uint64_t rif_samples;                     /* hold samples in all */
