@@ -80,6 +80,7 @@ typedef struct {
     double svc_dev_s;   /* EWMA of |sample - svc_s|, for the hedge delay */
     double svc_tokens;  /* EWMA of the prompt tokens of those samples */
     int svc_samples;
+    uint64_t svc_at_ns; /* the last service sample */
     double occupancy_s; /* EWMA of how long a request holds a slot */
 
     /* reported by the upstream (GET /load), aged by the router */
