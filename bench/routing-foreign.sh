@@ -28,6 +28,8 @@
 #   SEED=1       igbench seed (the same schedule for every policy)
 #   TIMEOUT=15   igbench per-request timeout (s)
 #   RESULTS=bench/results/routing-foreign.json
+#   KEEP=DIR     keep each run's gateway log, config, /status and igbench
+#                report there (for reading the learned state)
 # Targets (issue 12): latency p99 TTFT <= 0.8 x least_inflight, p50 <= 1.0 x,
 # and no percentile worse than round_robin. Needs python3.
 set -euo pipefail
@@ -175,11 +177,25 @@ PYEOF
         --timeout "$TIMEOUT" --stream --endpoint completions --model m --max-tokens 2 \
         --input-tokens 16 --label "routing-foreign-$key" --json "$tmp/ig-$key.json"
     "$PY" - "$gw_port" "$tmp/status-$key.json" <<'PYEOF' || true
-import sys, urllib.request
-open(sys.argv[2], "w").write(urllib.request.urlopen(
-    "http://127.0.0.1:%s/status" % sys.argv[1], timeout=2).read().decode())
+import json, re, sys, urllib.request
+base = "http://127.0.0.1:%s" % sys.argv[1]
+st = json.loads(urllib.request.urlopen(base + "/status", timeout=2).read().decode())
+# The share of first choices per upstream (infergate_route_decisions_total).
+shares = {}
+for line in urllib.request.urlopen(base + "/metrics", timeout=2).read().decode().splitlines():
+    m = re.match(r'infergate_route_decisions_total\{.*upstream="([^"]+)".*\} ([0-9.e+]+)', line)
+    if m:
+        shares[m.group(1)] = shares.get(m.group(1), 0) + float(m.group(2))
+for x in st.get("sites", []):
+    x["decisions"] = shares.get(x["name"], 0)
+json.dump(st, open(sys.argv[2], "w"))
 PYEOF
     stop_all
+    if [ -n "${KEEP:-}" ]; then
+        mkdir -p "$KEEP"
+        cp "$tmp/gw-$key.json" "$tmp/gw-$key.log" "$tmp/ig-$key.json" "$KEEP/" 2>/dev/null || true
+        cp "$tmp/status-$key.json" "$KEEP/" 2>/dev/null || true
+    fi
 }
 
 echo "routing-foreign: shapes [$SHAPES], loads [$LOADS], policies [$POLICIES]," \
@@ -190,6 +206,7 @@ for shape in $SHAPES; do
     echo "  $shape: $spec (capacity $cap req/s)"
     for load in $LOADS; do
         rate=$("$PY" -c "print(round($load * $cap, 1))")
+        echo "$shape@$load $rate" >>"$tmp/rates"
         for policy in $POLICIES; do
             run_one "$shape-$load-$policy" "$policy" "$rate" $spec
         done
@@ -201,9 +218,10 @@ mkdir -p "$(dirname "$RESULTS")"
 import json, sys, time
 out, tmp, shapes, loads, policies = sys.argv[1:6]
 shapes, loads, policies = shapes.split(), loads.split(), policies.split()
+rates = dict(line.split() for line in open(tmp + "/rates"))
 runs, verdicts = {}, []
 print("  %-7s %-5s %-15s %9s %9s %9s %9s %6s  %s" % ("shape", "load", "policy", "ttft p50",
-      "ttft p90", "ttft p99", "e2e p99", "errors", "learned C / limit per upstream"))
+      "ttft p90", "ttft p99", "e2e p99", "errors", "learned C / limit: share of picks, per upstream"))
 for s in shapes:
     for l in loads:
         rows = {}
@@ -215,18 +233,21 @@ for s in shapes:
                 st = json.load(open("%s/status-%s.json" % (tmp, key)))
                 learned = {x["name"]: [round(x.get("concurrency", 0), 2),
                                        x.get("concurrency_limit")] for x in st["sites"]}
+                total = sum(x.get("decisions", 0) for x in st["sites"]) or 1
+                share = {x["name"]: round(x.get("decisions", 0) / total, 3) for x in st["sites"]}
             except Exception:
-                learned = {}
+                learned, share = {}, {}
             rows[p] = {"ttft_p50_ms": lat["ttft"]["p50"], "ttft_p90_ms": lat["ttft"]["p90"],
                        "ttft_p99_ms": lat["ttft"]["p99"], "e2e_p50_ms": lat["e2e"]["p50"],
                        "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"],
                        "errors": r["errors"], "throughput_rps": r["throughput_rps"],
-                       "learned_concurrency_and_limit": learned}
+                       "learned_concurrency_and_limit": learned, "share": share}
             x = rows[p]
             print("  %-7s %-5s %-15s %9.1f %9.1f %9.1f %9.1f %6d  %s" % (
                 s, l, p, x["ttft_p50_ms"], x["ttft_p90_ms"], x["ttft_p99_ms"], x["e2e_p99_ms"],
                 x["requests"]["errors"],
-                " ".join("%s=%s/%s" % (k, v[0], v[1]) for k, v in learned.items())))
+                " ".join("%s=%s/%s:%.0f%%" % (k, v[0], v[1], 100 * share.get(k, 0))
+                         for k, v in learned.items())))
         ratios = {}
         if "latency" in rows and "least_inflight" in rows:
             li = rows["least_inflight"]
@@ -241,13 +262,23 @@ for s in shapes:
               ratios.get("p50_over_least_inflight", 0) <= 1.0 and
               all(ratios.get(k, 0) <= 1.0 for k in
                   ("p50_over_round_robin", "p90_over_round_robin", "p99_over_round_robin")))
+        # Every policy short of the offered rate: the machine (the gateway's
+        # loop, igbench and the fleet share its cores) is past what it can
+        # carry, the queue grows for the whole run, and the cell measures
+        # that, not routing.
+        offered = float(rates[s + "@" + l])
+        sat = all(rows[p]["throughput_rps"] < 0.97 * offered for p in rows)
         verdicts.append(ok)
         print("  %-7s %-5s ratios latency/least_inflight p99 %s p50 %s; latency/round_robin "
               "p50 %s p90 %s p99 %s -> %s" % (s, l, ratios.get("p99_over_least_inflight"),
               ratios.get("p50_over_least_inflight"), ratios.get("p50_over_round_robin"),
               ratios.get("p90_over_round_robin"), ratios.get("p99_over_round_robin"),
               "ok" if ok else "MISSED"))
-        runs["%s@%s" % (s, l)] = {"policies": rows, "ratio": ratios, "targets_met": ok}
+        if sat:
+            print("  %-7s %-5s SATURATED: every policy below 97%% of the offered %.0f req/s "
+                  "(%s)" % (s, l, offered, ", ".join("%.0f" % rows[p]["throughput_rps"] for p in rows)))
+        runs["%s@%s" % (s, l)] = {"policies": rows, "ratio": ratios, "targets_met": ok,
+                                 "offered_rps": offered, "saturated": sat}
 res = {
     "scenario": "routing-foreign",
     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -259,9 +290,11 @@ res = {
     "runs": runs,
     "targets": "latency p99 TTFT <= 0.8x least_inflight, p50 <= 1.0x, <= round_robin at p50/p90/p99",
     "targets_met": "%d of %d" % (sum(verdicts), len(verdicts)),
+    "saturated_cells": [k for k, v in runs.items() if v["saturated"]],
 }
 json.dump(res, open(out, "w"), indent=2)
 open(out, "a").write("\n")
-print("  targets met in %d of %d shape/load cases" % (sum(verdicts), len(verdicts)))
+print("  targets met in %d of %d shape/load cases%s" % (sum(verdicts), len(verdicts),
+      "; saturated: " + " ".join(res["saturated_cells"]) if res["saturated_cells"] else ""))
 print("  wrote " + out)
 PYEOF

@@ -132,6 +132,50 @@ static void run_open(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, double l
         sim_finish(s, e, r, u);
 }
 
+/* A wide upstream lightly used is not taken for a narrow one. The holds
+ * by RIF of a 16-slot upstream (100 ms, exponential) that
+ * bench/routing-foreign.sh recorded on its narrow fleet at 50%: flat but
+ * noisy (the spread of an exponential is its mean). The old noise rule
+ * (half a bucket's noise per bucket) took this for C = 1.5, the router
+ * then idled the upstream, and the buckets never filled further; a queue
+ * must now explain a chi-square of 12 more than none. */
+static void test_wide_not_taken_for_narrow(void **state)
+{
+    (void)state;
+    ig_router_t r;
+    ig_router_init(&r, NULL);
+    ig_router_upstream_t u;
+    ig_router_upstream_init(&u, "wide2", IG_ROUTER_SITE);
+    const int n[] = {32, 32, 32, 6, 9};
+    const double mean[] = {0.095, 0.100, 0.134, 0.110, 0.161};
+    uint64_t t = ns(0);
+    for (int k = 0; k < 5; k++) {
+        /* n holds of that mean, spread +-90% (about an exponential's). */
+        for (int i = 0; i < n[k]; i++) {
+            double v = i == n[k] - 1 && n[k] % 2 ? mean[k] : (i % 2 ? 1.9 : 0.1) * mean[k];
+            ig_router_observe_done(&r, &u, k, v, t += 1000000);
+        }
+    }
+    u.concurrency = 0; /* fit once more, on every sample */
+    ig_router_observe_done(&r, &u, 0, 0.095, t);
+    double c = ig_router_concurrency(&u);
+    print_message("recorded holds of a 16-slot upstream: C %.2f (no queue seen up to RIF 4)\n", c);
+    assert_true(c >= 5);
+    /* A queue that is there is still seen: 4 slots, the same noise, and a
+     * wait of (k + 1 - 4) x 25 ms from RIF 4 on. */
+    ig_router_upstream_init(&u, "narrow", IG_ROUTER_SITE);
+    for (int k = 0; k < 12; k++) {
+        double m = 0.100 + (k >= 4 ? (k - 3) * 0.025 : 0);
+        for (int i = 0; i < 32; i++)
+            ig_router_observe_done(&r, &u, k, (i % 2 ? 1.9 : 0.1) * m, t += 1000000);
+    }
+    u.concurrency = 0;
+    ig_router_observe_done(&r, &u, 0, 0.100, t);
+    c = ig_router_concurrency(&u);
+    print_message("4 slots, the same noise: C %.2f\n", c);
+    assert_true(c >= 3.5 && c <= 5);
+}
+
 static void test_concurrency_converges(void **state)
 {
     (void)state;
@@ -266,6 +310,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrency_converges),
+        cmocka_unit_test(test_wide_not_taken_for_narrow),
         cmocka_unit_test(test_learned_beats_unknown),
         cmocka_unit_test(test_limit_settles),
     };

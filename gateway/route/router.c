@@ -107,6 +107,9 @@ static int report_fresh(const ig_router_t *r, const ig_router_upstream_t *u, uin
 
 /* Samples a bucket needs before it says anything. */
 #define RIF_MIN_SAMPLES 6
+/* How much better (chi-square) a fit with a queue must be than one
+ * without (see learn_concurrency()). */
+#define RIF_QUEUE_CHI2 12.0
 
 /* The hold time of an attempt that waited for nothing: the lowest RIF
  * bucket with enough samples (0 when none has). */
@@ -134,33 +137,43 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
  * the weighted least-squares line of the buckets' holds on x_k, s kept
  * within 0.5-1.5x of the lowest bucket's hold less the RTT (a service
  * time, not the slope of noise); C, b and s are those of the best
- * fit (weights: samples; errors relative to the lowest bucket's hold, one
- * scale for every C). When no bucket shows a queue, every C above the
- * highest one fits alike and the smallest is taken: what has been seen, a
- * lower bound. The last bucket (RIF beyond it) is left out.
+ * fit (weights: the inverse variance of each bucket's mean, so errors are
+ * chi-square). A queue is believed only when it fits clearly better than
+ * none (RIF_QUEUE_CHI2); else, and when no bucket shows a queue, C is the
+ * smallest that sees none: what has been seen, a lower bound. The last
+ * bucket (RIF beyond it) is left out.
  */
 static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, double *base_out,
                                 double *svc_out)
 {
     int k0;
-    double scale = base_hold(u, &k0); /* one scale for every C's errors */
+    double scale = base_hold(u, &k0); /* the lowest bucket's hold */
     if (k0 < 0 || scale <= 0)
         return 0;
     double best_c = 1, best_err = INFINITY, best_b = scale, best_s = 0;
     double flat_err = INFINITY, flat_b = scale;
-    int nb = 0, top = k0;
+    int top = k0;
     for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
         if (u->rif_n[k] >= RIF_MIN_SAMPLES) {
-            nb++;
             top = k;
         }
+    }
+    /* Each bucket's weight is the inverse variance of its mean, n / var:
+     * holds vary a lot (an exponential service's spread is its mean), and
+     * more where requests queue. The spread is taken as at least a tenth
+     * of the scale (a fixed delay has none). */
+    double wk[IG_ROUTER_RIF_BUCKETS];
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        double m = u->rif_hold_s[k];
+        double var = fmax(u->rif_sq_s2[k] - m * m, 0.01 * scale * scale);
+        wk[k] = u->rif_n[k] / var;
     }
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
         double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
         for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
             if (u->rif_n[k] < RIF_MIN_SAMPLES)
                 continue;
-            double w = u->rif_n[k], x = fmax(0.0, k + 1 - c) / c, y = u->rif_hold_s[k];
+            double w = wk[k], x = fmax(0.0, k + 1 - c) / c, y = u->rif_hold_s[k];
             sw += w;
             sx += w * x;
             sy += w * y;
@@ -179,8 +192,8 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
             if (u->rif_n[k] < RIF_MIN_SAMPLES)
                 continue;
             double model = base + fmax(0.0, k + 1 - c) / c * slope;
-            double d = (u->rif_hold_s[k] - model) / scale;
-            err += u->rif_n[k] * d * d;
+            double d = u->rif_hold_s[k] - model;
+            err += wk[k] * d * d; /* chi-square: in units of each mean's variance */
         }
         if (c >= top + 1 && flat_err == INFINITY) {
             flat_err = err; /* the first C that sees no queue at all */
@@ -193,13 +206,15 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
             best_s = slope;
         }
     }
-    /* A queue must show above the noise: a bucket's mean of n holds is off
-     * by about s / sqrt(n), so a fit's errors add up to about (s / scale)^2
-     * a bucket by chance. When "no queue up to the highest bucket" fits
-     * within half that, it is believed: too small a C makes a lightly used
-     * upstream look busy, and the router then idles it. */
-    double expect = fmax(scale - rtt_s, 0.25 * scale) / scale;
-    if (best_c < top + 1 && flat_err <= best_err + 0.5 * nb * expect * expect) {
+    /* A queue must show above the noise. The errors are chi-square (each
+     * bucket's in units of its mean's variance), and the queue's fit has
+     * two more parameters (C and s) than "no queue up to the highest
+     * bucket", searched over a grid: it is believed only when it explains
+     * RIF_QUEUE_CHI2 more (about p < 0.005 by chance). Too small a C makes
+     * a lightly used upstream look busy, and the router then idles it; a
+     * noisy fit took 16-wide upstreams for 1.75-wide (bench/routing-
+     * foreign.sh) under the old rule (half a bucket's noise per bucket). */
+    if (best_c < top + 1 && flat_err <= best_err + RIF_QUEUE_CHI2) {
         best_c = top + 1;
         best_b = flat_b;
         best_s = 0;
@@ -314,10 +329,16 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Ours in flight. */
+static double rif_of(const ig_router_upstream_t *u)
+{
+    return u->inflight;
+}
+
 /* In flight over concurrency: what the hot/cold guard compares. */
 static double utilisation(const ig_router_upstream_t *u)
 {
-    return u->inflight / ig_router_concurrency(u);
+    return rif_of(u) / ig_router_concurrency(u);
 }
 
 /*
@@ -389,15 +410,29 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         break;
     }
     case IG_ROUTE_LATENCY: {
-        double sorted_stack[64];
-        double *sorted = ncand <= 64 ? sorted_stack : malloc(sizeof(double) * ncand);
-        if (sorted == NULL) {
+        /* Two sorted lists: utilisation, and raw requests in flight. An
+         * upstream is hot only when it is above the others by both: by
+         * utilisation alone a 1-wide upstream with 1 in flight is hot
+         * beside 16-wide ones at 4 (it would only be tried when idle,
+         * where least_inflight's raw counts give it more); by raw counts
+         * alone an 8-wide one at 3 beside 1-wide ones at 1. */
+        double stack_u[32], stack_r[32];
+        double *sorted = ncand <= 32 ? stack_u : malloc(sizeof(double) * ncand);
+        double *sorted_rif = ncand <= 32 ? stack_r : malloc(sizeof(double) * ncand);
+        if (sorted == NULL || sorted_rif == NULL) {
+            if (sorted != stack_u)
+                free(sorted);
+            if (sorted_rif != stack_r)
+                free(sorted_rif);
             rc = IG_ENOMEM;
             goto done;
         }
-        for (int j = 0; j < ncand; j++)
+        for (int j = 0; j < ncand; j++) {
             sorted[j] = utilisation(ups[cand[j]]);
+            sorted_rif[j] = rif_of(ups[cand[j]]);
+        }
         qsort(sorted, ncand, sizeof(double), cmp_double);
+        qsort(sorted_rif, ncand, sizeof(double), cmp_double);
         int least = -1;
         for (int j = 0; j < ncand; j++) {
             int i = cand[j];
@@ -405,9 +440,10 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
                        (r->opts.wait_weight - 1.0) * ig_router_wait(r, ups[i], now_ns);
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
                 least = i;
+            int warm = ups[i]->cached_tokens > 0;
             if (is_hot(r, sorted, ncand, utilisation(ups[i]),
-                       ups[i]->cached_tokens > 0 ? WARM_HOT_SLACK / ig_router_concurrency(ups[i])
-                                                 : 0))
+                       warm ? WARM_HOT_SLACK / ig_router_concurrency(ups[i]) : 0) &&
+                is_hot(r, sorted_rif, ncand, rif_of(ups[i]), warm ? WARM_HOT_SLACK : 0))
                 continue;
             if (c < best_cost) {
                 second = best;
@@ -419,8 +455,10 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
                 second_cost = c;
             }
         }
-        if (sorted != sorted_stack)
+        if (sorted != stack_u)
             free(sorted);
+        if (sorted_rif != stack_r)
+            free(sorted_rif);
         if (best < 0) {
             best = least;
             out->hot = 1;
@@ -511,15 +549,21 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
         u->svc_tokens = p;
         u->svc_dev_s = svc / 2;
     } else {
-        /* Service samples come per request, not per time: a fixed weight
-         * keeps about the last eight requests in view. */
-        const double a = 0.125;
+        /* Service samples come per request: the weight keeps the last 2 s
+         * in view, but never fewer than the last 8 samples nor more than
+         * the last 32. An exponential service's samples spread as wide as
+         * their mean: over 8 of them the mean is off by a third, and at
+         * 100 requests/s the latency policy chased that noise between
+         * equal upstreams (least_inflight had the better p50 on fleets of
+         * equal ones); 32 are off by a sixth and at that rate last 0.3 s. */
+        double dt = seconds_between(u->svc_at_ns, now_ns);
+        double a = fmin(0.125, fmax(1.0 / 32, 1.0 - exp(-dt / 2.0)));
         u->svc_dev_s += a * (fabs(svc - u->svc_s) - u->svc_dev_s);
         u->svc_s += a * (svc - u->svc_s);
         u->svc_tokens += a * (p - u->svc_tokens);
     }
     u->svc_samples++;
-    (void)now_ns;
+    u->svc_at_ns = now_ns;
 }
 
 void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double seconds,
@@ -546,6 +590,7 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     if (u->rif_n[k] < 32)
         u->rif_n[k]++;
     u->rif_hold_s[k] += (seconds - u->rif_hold_s[k]) / u->rif_n[k];
+    u->rif_sq_s2[k] += (seconds * seconds - u->rif_sq_s2[k]) / u->rif_n[k];
     /* The fit costs a few thousand operations: every 8th sample is enough. */
     if ((++u->rif_samples & 7) == 1 || u->concurrency <= 0)
         u->concurrency = learn_concurrency(u, rtt_of(r, u), &u->hold_base_s, &u->hold_svc_s);

@@ -185,6 +185,16 @@ static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t
     json_object_set_new(o, "limit_baseline_s", json_real(u->limit_base_s));
     json_object_set_new(o, "limit_throughput_per_s", json_real(u->limit_x_per_s));
     json_object_set_new(o, "concurrency", json_real(ig_router_concurrency(u)));
+    /* What the learned concurrency is fitted to: the mean hold time by the
+     * attempts of ours in flight when one began, [rif, samples, seconds]. */
+    json_t *holds = json_array();
+    for (int k = 0; k < IG_ROUTER_RIF_BUCKETS; k++) {
+        if (u->rif_n[k] > 0)
+            json_array_append_new(holds, json_pack("[i, i, f]", k, u->rif_n[k], u->rif_hold_s[k]));
+    }
+    json_object_set_new(o, "hold_by_rif", holds);
+    json_object_set_new(o, "hold_base_s", json_real(u->hold_base_s));
+    json_object_set_new(o, "hold_svc_s", json_real(u->hold_svc_s));
 }
 
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)

@@ -21,9 +21,10 @@
  *         there are observations).
  *
  * A hot/cold guard (Prequal's) keeps latency chasing from piling work on one
- * upstream: an upstream whose utilisation (in flight / C) is above the hot
- * quantile of the eligible ones is hot; the cheapest cold one wins, and when
- * all are hot the least utilised one.
+ * upstream: an upstream whose utilisation (in flight / C) and whose raw
+ * in-flight count are both above the hot quantile of the other eligible
+ * ones' is hot; the cheapest cold one wins, and when all are hot the least
+ * utilised one.
  */
 
 #include <stdint.h>
@@ -79,6 +80,7 @@ typedef struct {
     double svc_dev_s;   /* EWMA of |sample - svc_s|, for the hedge delay */
     double svc_tokens;  /* EWMA of the prompt tokens of those samples */
     int svc_samples;
+    uint64_t svc_at_ns; /* the last service sample */
     double occupancy_s; /* EWMA of how long a request holds a slot */
 
     /* reported by the upstream (GET /load), aged by the router */
@@ -116,6 +118,7 @@ typedef struct {
      * flat; at k >= C others it grows by (k + 1 - C) / C service times,
      * which gives C back (ig_router_concurrency()). */
     double rif_hold_s[IG_ROUTER_RIF_BUCKETS]; /* by others in flight at start */
+    double rif_sq_s2[IG_ROUTER_RIF_BUCKETS];  /* the mean of the squared holds, alike */
     int rif_n[IG_ROUTER_RIF_BUCKETS];         /* samples of each (saturates) */
     double concurrency;                       /* the last estimate; 0 = none yet */
     uint64_t rif_samples;                     /* hold samples in all */
