@@ -31,6 +31,7 @@
 #include "infergate/usage.h"
 #include "infergate/prefix.h"
 #include "infergate/prefix_route.h"
+#include "infergate/sse.h"
 
 #include "base/list.h"
 
@@ -83,8 +84,8 @@ struct exchange_s {
     int stream;
     int prompt_tokens;
     int local_only;
-    int priority;          /* ig_proxy_call_t.priority */
-    uint64_t max_queue_ms; /* 0: the proxy's queue_timeout_ms */
+    int priority;               /* ig_proxy_call_t.priority */
+    uint64_t max_queue_ms;      /* 0: the proxy's queue_timeout_ms */
     char forwarded_header[128]; /* extra header lines for sites */
     uint64_t start_ns;
     uint64_t queued_ns;
@@ -218,9 +219,9 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     px->m_queue = ig_metrics_gauge("infergate_queue_depth",
                                    "Requests held because every upstream was saturated.", "model");
     ig_usage_families_register(&px->m_usage);
-    px->m_limit = ig_metrics_gauge("infergate_upstream_concurrency_limit",
-                                   "Adaptive limit of attempts in flight on each upstream.",
-                                   "upstream");
+    px->m_limit =
+        ig_metrics_gauge("infergate_upstream_concurrency_limit",
+                         "Adaptive limit of attempts in flight on each upstream.", "upstream");
     px->m_limit_changes = ig_metrics_counter(
         "infergate_upstream_concurrency_limit_changes_total",
         "Moves of each upstream's adaptive concurrency limit, by why it moved.", "upstream,reason");
@@ -619,83 +620,17 @@ static void stream_out(exchange_t *x, attempt_t *a, const char *buf, size_t len)
 
 /* ---- the first content token of a stream ------------------------------- */
 
-/* 1 when a non-empty string. */
-static int nonempty_string(const json_t *v)
-{
-    return json_is_string(v) && json_string_length(v) > 0;
-}
-
-/*
- * 1 when one SSE data payload starts the answer: [DONE], an error, usage,
- * or a choice with non-empty text or delta.content (or refusal), tool
- * calls, or a finish_reason. A payload that is not a JSON object counts
- * too, so that a format we do not know is never held back.
- */
-static int payload_is_token(const char *p, size_t n)
-{
-    if (n == 6 && memcmp(p, "[DONE]", 6) == 0)
-        return 1;
-    json_t *o = json_loadb(p, n, 0, NULL);
-    if (!json_is_object(o)) {
-        json_decref(o);
-        return 1;
-    }
-    int token = json_object_get(o, "error") != NULL || json_is_object(json_object_get(o, "usage"));
-    size_t i;
-    json_t *c;
-    json_array_foreach(json_object_get(o, "choices"), i, c)
-    {
-        json_t *d = json_object_get(c, "delta");
-        json_t *tools = json_object_get(d, "tool_calls");
-        if (nonempty_string(json_object_get(c, "text")) ||
-            nonempty_string(json_object_get(d, "content")) ||
-            nonempty_string(json_object_get(d, "refusal")) ||
-            (json_is_array(tools) && json_array_size(tools) > 0) ||
-            json_object_get(d, "function_call") != NULL ||
-            (json_object_get(c, "finish_reason") != NULL &&
-             !json_is_null(json_object_get(c, "finish_reason"))))
-            token = 1;
-    }
-    json_decref(o);
-    return token;
-}
-
-/* 1 when the event ev[0..n) (its lines, without the blank line that ends
- * it) carries a token. Its data lines are joined with "\n" (WHATWG SSE);
- * comments and other fields say nothing. */
+/* 1 when the event ev[0..n) (without its blank line) carries a token; an
+ * event that cannot be read for want of memory counts, so that nothing is
+ * held back. */
 static int event_is_token(const char *ev, size_t n)
 {
-    char small[4096];
-    char *data = n <= sizeof(small) ? small : malloc(n);
-    if (data == NULL)
+    char *data;
+    size_t dlen;
+    if (ig_sse_event_data(ev, n, &data, &dlen) != 0)
         return 1;
-    size_t dlen = 0;
-    int has_data = 0;
-    const char *p = ev, *end = ev + n;
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *le = nl != NULL ? nl : end;
-        size_t ll = (size_t)(le - p);
-        if (ll > 0 && p[ll - 1] == '\r')
-            ll--;
-        if (ll >= 5 && memcmp(p, "data:", 5) == 0) {
-            const char *v = p + 5;
-            size_t vl = ll - 5;
-            if (vl > 0 && *v == ' ') {
-                v++;
-                vl--;
-            }
-            if (has_data)
-                data[dlen++] = '\n';
-            memcpy(data + dlen, v, vl);
-            dlen += vl;
-            has_data = 1;
-        }
-        p = le + 1;
-    }
-    int token = has_data && payload_is_token(data, dlen);
-    if (data != small)
-        free(data);
+    int token = data != NULL && ig_sse_payload_is_token(data, dlen);
+    free(data);
     return token;
 }
 
@@ -1226,12 +1161,12 @@ static void on_queue_timer(uv_timer_t *t)
         return;
     queue_remove(x->px, x);
     ig_metric_add(x->px->m_rejected, 1, x->model, "queue_timeout");
-    exchange_fail(x, 503, "queue_timeout", "1",
-                  "no upstream for model '%s' could take the request within %llu ms", x->model,
-                  (unsigned long long)(x->max_queue_ms > 0 && x->max_queue_ms <
-                                                               x->px->opts.queue_timeout_ms
-                                           ? x->max_queue_ms
-                                           : x->px->opts.queue_timeout_ms));
+    exchange_fail(
+        x, 503, "queue_timeout", "1",
+        "no upstream for model '%s' could take the request within %llu ms", x->model,
+        (unsigned long long)(x->max_queue_ms > 0 && x->max_queue_ms < x->px->opts.queue_timeout_ms
+                                 ? x->max_queue_ms
+                                 : x->px->opts.queue_timeout_ms));
 }
 
 /* Takes held requests of a model off its queue while upstreams have room. */

@@ -5,6 +5,8 @@
  */
 #include "infergate/usage.h"
 
+#include "infergate/sse.h"
+
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,29 +67,23 @@ static int content_choices(const json_t *o)
 static void event(ig_usage_meter_t *m, const ig_usage_families_t *f, const char *model,
                   const char *ev, size_t n, uint64_t now_ns)
 {
-    const char *p = ev, *end = ev + n;
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *le = nl != NULL ? nl : end;
-        size_t ll = (size_t)(le - p);
-        if (ll > 0 && p[ll - 1] == '\r')
-            ll--;
-        if (ll > 5 && memcmp(p, "data:", 5) == 0) {
-            json_t *o = json_loadb(p + 5, ll - 5, 0, NULL);
-            if (json_is_object(o)) {
-                read_usage(m, o);
-                int k = content_choices(o);
-                if (k > 0) {
-                    if (m->last_token_ns != 0 && now_ns >= m->last_token_ns)
-                        ig_metric_observe(f->itl, (double)(now_ns - m->last_token_ns) / 1e9, model);
-                    m->last_token_ns = now_ns;
-                    m->events += k;
-                }
-            }
-            json_decref(o);
+    char *data;
+    size_t dlen;
+    if (ig_sse_event_data(ev, n, &data, &dlen) != 0 || data == NULL)
+        return;
+    json_t *o = json_loadb(data, dlen, 0, NULL);
+    free(data);
+    if (json_is_object(o)) {
+        read_usage(m, o);
+        int k = content_choices(o);
+        if (k > 0) {
+            if (m->last_token_ns != 0 && now_ns >= m->last_token_ns)
+                ig_metric_observe(f->itl, (double)(now_ns - m->last_token_ns) / 1e9, model);
+            m->last_token_ns = now_ns;
+            m->events += k;
         }
-        p = le + 1;
     }
+    json_decref(o);
 }
 
 /* Appends to the event being read; past MAX_EVENT_BYTES (or out of
