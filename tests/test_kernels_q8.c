@@ -9,7 +9,9 @@
  *   - against the exact F32 product the error stays within the quantization
  *     bound sum |x| |w - w_q| + |w_q| |x - x_q| (plus that float bound);
  *   - a row gets the same bits alone, in a batch, on any column split and
- *     thread count; the weight is a view (no copy), embed dequantizes.
+ *     thread count; the weight is a view (no copy), embed dequantizes;
+ *   - quantizing x gives the same bytes, scales and block sums on every
+ *     instruction set, halves (x / d = k + 0.5) rounded away from zero.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -181,6 +183,41 @@ static void test_batch_invariant(void **state)
     free(x), free(w), free(wq), free(all), free(part);
 }
 
+static void test_quantize_same_every_isa(void **state)
+{
+    int m = 3, k = 256, nb = k / 32;
+    float *x = rand_buf((size_t)m * k);
+    /* Block 1 of row 0: amax 127 gives d = 1, so these are exact halves. */
+    for (int i = 0; i < 32; i++)
+        x[32 + i] = i == 0 ? 127.0f : (float)(i - 16) + (i % 2 ? 0.5f : -0.5f);
+    for (int i = 0; i < 32; i++)
+        x[64 + i] = 0.0f; /* a block of zeros: d = 0 */
+    int8_t q0[768], q1[768];
+    float d0[24], d1[24];
+    int32_t s0[24], s1[24];
+    assert_int_equal(ig__cpu_set_isa(IG_CPU_ISA_SCALAR), 0);
+    ig__q8_quantize_rows_sums(q0, d0, s0, x, m, k);
+    for (int b = 0; b < m * nb; b++) {
+        int32_t sum = 0;
+        for (int i = 0; i < 32; i++)
+            sum += q0[b * 32 + i];
+        assert_int_equal(sum, s0[b]);
+    }
+    assert_int_equal(q0[32 + 1], -15); /* -14.5 */
+    assert_int_equal(q0[32 + 2], -15); /* -14.5 */
+    assert_int_equal(q0[32 + 17], 2);  /* 1.5 */
+    assert_int_equal(q0[32 + 16], -1); /* -0.5 */
+    for (int i = IG_CPU_ISA_SCALAR + 1; i <= (int)ig__cpu_isa_max(); i++) {
+        assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
+        ig__q8_quantize_rows_sums(q1, d1, s1, x, m, k);
+        assert_memory_equal(q0, q1, (size_t)m * k);
+        assert_memory_equal(d0, d1, sizeof(float) * (size_t)(m * nb));
+        assert_memory_equal(s0, s1, sizeof(int32_t) * (size_t)(m * nb));
+    }
+    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+    free(x);
+}
+
 static void test_rejects_bad_shapes(void **state)
 {
     ig_backend_t *be;
@@ -196,9 +233,8 @@ static void test_rejects_bad_shapes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout_is_ggufs),
-        cmocka_unit_test(test_within_bounds_every_isa),
-        cmocka_unit_test(test_batch_invariant),
+        cmocka_unit_test(test_layout_is_ggufs),    cmocka_unit_test(test_within_bounds_every_isa),
+        cmocka_unit_test(test_batch_invariant),    cmocka_unit_test(test_quantize_same_every_isa),
         cmocka_unit_test(test_rejects_bad_shapes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -40,9 +40,10 @@ typedef struct {
     ig_cpu_gemm_t gemm;
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
-    int *items; /* attention work items, items_cap of them */
-    int8_t *xq; /* matmul input quantized for Q8_0 weights, xq_cap bytes */
-    float *xd;  /* its block scales, xq_cap / 32 */
+    int *items;  /* attention work items, items_cap of them */
+    int8_t *xq;  /* matmul input quantized for Q8_0 weights, xq_cap bytes */
+    float *xd;   /* its block scales, xq_cap / 32 */
+    int32_t *xs; /* its block sums, xq_cap / 32 */
     size_t xq_cap;
     int items_cap;
     /* The data pointers of the weights upload_weight() packed for the own
@@ -417,8 +418,9 @@ typedef struct {
     const void *w; /* float, or uint16_t for 16-bit weights */
     const float *bias;
     ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 always packed, Q8_0 as stored */
-    const int8_t *xq; /* Q8_0: x quantized (m, k), and its scales (m, k / 32) */
+    const int8_t *xq; /* Q8_0: x quantized (m, k), its scales and sums (m, k / 32) */
     const float *xd;
+    const int32_t *xs;
     int m, n, k;
     int packed; /* w in the own GEMM's panel layout */
     ig_cpu_gemm_t mode;
@@ -431,7 +433,7 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
     if (n1 <= n0)
         return;
     if (j->dtype == IG_DTYPE_Q8_0)
-        ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->w, j->m, j->k, n0, n1);
+        ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
     else if (j->dtype != IG_DTYPE_F32)
         ig__gemm16(j->y, j->n, j->x, j->w, j->dtype == IG_DTYPE_BF16, j->m, j->k, j->n, n0, n1);
     else if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
@@ -486,17 +488,21 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
         size_t need = (size_t)m * j.k;
         if (need > c->xq_cap) {
             int8_t *q = realloc(c->xq, need);
-            float *d = q ? realloc(c->xd, need / IG_Q8_0_BLOCK * sizeof(float)) : NULL;
             if (q != NULL)
                 c->xq = q;
-            if (d == NULL)
+            float *d = q ? realloc(c->xd, need / IG_Q8_0_BLOCK * sizeof(float)) : NULL;
+            if (d != NULL)
+                c->xd = d;
+            int32_t *s = d ? realloc(c->xs, need / IG_Q8_0_BLOCK * sizeof(int32_t)) : NULL;
+            if (s == NULL)
                 return IG_ENOMEM;
-            c->xd = d;
+            c->xs = s;
             c->xq_cap = need;
         }
-        ig__q8_quantize_rows(c->xq, c->xd, x, m, j.k);
+        ig__q8_quantize_rows_sums(c->xq, c->xd, c->xs, x, m, j.k);
         j.xq = c->xq;
         j.xd = c->xd;
+        j.xs = c->xs;
     } else if (j.dtype != IG_DTYPE_F32 && !j.packed) {
         return IG_EINVAL; /* 16-bit weights come only from upload_weight */
     }
@@ -1084,6 +1090,7 @@ static void cpu_destroy(ig_backend_t *be)
         free(c->items);
         free(c->xq);
         free(c->xd);
+        free(c->xs);
         free(c->packed);
         pthread_mutex_destroy(&c->packed_lock);
         free(c);

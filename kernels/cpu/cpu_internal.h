@@ -130,13 +130,16 @@ void ig__gemm16(float *y, int ldy, const float *x, const uint16_t *packed, int b
 /* ---- Q8_0 weights (gemmq8.c) ---------------------------------------------- */
 
 /* x(m, k) quantized per block of 32 like a Q8_0 weight, but with the scale
- * kept in F32: q(m, k) int8 and d(m, k / 32); k a multiple of 32. */
+ * kept in F32: q(m, k) int8 and d(m, k / 32); k a multiple of 32. The _sums
+ * form also writes s(m, k / 32), each block's sum of q (s may be NULL). */
 void ig__q8_quantize_rows(int8_t *q, float *d, const float *x, int m, int k);
+void ig__q8_quantize_rows_sums(int8_t *q, float *d, int32_t *s, const float *x, int m, int k);
 /* y(m, n) (row stride ldy) = x . W^T for the columns [n0, n1), W(n, k) in
- * Q8_0 row-major (GGUF's layout) and x quantized by ig__q8_quantize_rows;
- * single-threaded; each output has the same bits whatever m, n0, n1. */
-void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m,
-                 int k, int n0, int n1);
+ * Q8_0 row-major (GGUF's layout) and x quantized by ig__q8_quantize_rows_sums
+ * (xq, xd, xs); single-threaded; each output has the same bits whatever m,
+ * n0, n1. */
+void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *xs,
+                 const uint8_t *w, int m, int k, int n0, int n1);
 
 /* ---- 16-bit KV cache (kv16.c) --------------------------------------------- */
 
