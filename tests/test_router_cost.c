@@ -11,18 +11,9 @@
 
 #include "infergate/error.h"
 #include "infergate/router.h"
+#include "router_fixture.h"
 
 #define S(x) ((uint64_t)((x)*1e9))
-
-static ig_router_t router_with(ig_route_policy_t policy)
-{
-    ig_router_opts_t o;
-    ig_router_opts_default(&o);
-    o.policy = policy;
-    ig_router_t r;
-    ig_router_init(&r, &o);
-    return r;
-}
 
 static void ready_upstream(ig_router_upstream_t *u, const char *name,
                            ig_router_upstream_kind_t kind)
@@ -33,7 +24,7 @@ static void ready_upstream(ig_router_upstream_t *u, const char *name,
 
 static void test_peak_ewma_rtt(void **state)
 {
-    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u;
     ready_upstream(&u, "a", IG_ROUTER_LOCAL);
     ig_router_observe_rtt(&r, &u, 0.010, S(1));
@@ -50,7 +41,7 @@ static void test_peak_ewma_rtt(void **state)
 
 static void test_probe_median_ignores_one_late_probe(void **state)
 {
-    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u;
     ready_upstream(&u, "a", IG_ROUTER_SITE);
     ig_router_observe_probe_rtt(&r, &u, 0.001, S(1));
@@ -66,7 +57,7 @@ static void test_probe_median_ignores_one_late_probe(void **state)
 
 static void test_reported_queue_not_counted_twice(void **state)
 {
-    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u;
     ready_upstream(&u, "a", IG_ROUTER_LOCAL);
     u.slots = 2;
@@ -83,7 +74,7 @@ static void test_reported_queue_not_counted_twice(void **state)
 
 static void test_service_time_never_collapses(void **state)
 {
-    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u;
     ready_upstream(&u, "a", IG_ROUTER_LOCAL);
     ig_router_observe_rtt(&r, &u, 0.001, S(1));
@@ -96,7 +87,7 @@ static void test_service_time_never_collapses(void **state)
 
 static void test_cost_prefers_faster_service(void **state)
 {
-    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t fast, slow;
     ready_upstream(&fast, "fast", IG_ROUTER_LOCAL);
     ready_upstream(&slow, "slow", IG_ROUTER_LOCAL);
@@ -120,7 +111,7 @@ static void test_cost_prefers_faster_service(void **state)
 
 static void test_remote_site_only_when_faster(void **state)
 {
-    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t local, site;
     ready_upstream(&local, "local", IG_ROUTER_LOCAL);
     ready_upstream(&site, "eu-west", IG_ROUTER_SITE);
@@ -149,7 +140,7 @@ static void test_remote_site_only_when_faster(void **state)
 
 static void test_hot_guard(void **state)
 {
-    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t a, b, c;
     ready_upstream(&a, "a", IG_ROUTER_LOCAL);
     ready_upstream(&b, "b", IG_ROUTER_LOCAL);
@@ -184,7 +175,7 @@ static void test_policies_and_exclusion(void **state)
     ig_router_upstream_t *ups[3] = {&a, &b, &c};
     ig_route_decision_t d;
 
-    ig_router_t rr = router_with(IG_ROUTE_ROUND_ROBIN);
+    ig_router_t rr = ig_trouter(IG_ROUTE_ROUND_ROBIN);
     int seen[3] = {0};
     for (int i = 0; i < 9; i++) {
         assert_int_equal(ig_router_pick(&rr, ups, 3, 10, NULL, S(1), &d), 0);
@@ -194,7 +185,7 @@ static void test_policies_and_exclusion(void **state)
     assert_int_equal(seen[1], 3);
     assert_int_equal(seen[2], 3);
 
-    ig_router_t li = router_with(IG_ROUTE_LEAST_INFLIGHT);
+    ig_router_t li = ig_trouter(IG_ROUTE_LEAST_INFLIGHT);
     a.inflight = 3;
     b.inflight = 0;
     c.inflight = 2;
@@ -204,7 +195,7 @@ static void test_policies_and_exclusion(void **state)
     assert_int_equal(ig_router_pick(&li, ups, 3, 10, exclude, S(1), &d), 0);
     assert_int_equal(d.chosen, 2);
 
-    ig_router_t rnd = router_with(IG_ROUTE_RANDOM);
+    ig_router_t rnd = ig_trouter(IG_ROUTE_RANDOM);
     memset(seen, 0, sizeof(seen));
     for (int i = 0; i < 300; i++) {
         assert_int_equal(ig_router_pick(&rnd, ups, 3, 10, NULL, S(1), &d), 0);
@@ -227,7 +218,7 @@ static void test_policies_and_exclusion(void **state)
 
 static void test_ejection_and_half_open(void **state)
 {
-    ig_router_t r = router_with(IG_ROUTE_LATENCY);
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u;
     ready_upstream(&u, "u", IG_ROUTER_SITE);
     /* 4xx never counts against an upstream, nor does backpressure. */
@@ -295,7 +286,7 @@ static void test_retry_budget(void **state)
  * and its mean TTFT beats round robin's. */
 static double simulate(ig_route_policy_t policy, int counts[3])
 {
-    ig_router_t r = router_with(policy);
+    ig_router_t r = ig_trouter(policy);
     ig_router_upstream_t u[3];
     const double svc[3] = {0.010, 0.010, 0.030};
     const int slots = 2;

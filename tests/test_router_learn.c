@@ -54,6 +54,17 @@ static uint64_t ns(double t)
     return (uint64_t)(t * 1e9) + 1000000000ULL;
 }
 
+/* A router with the default options and one ready site u of a 0.2 ms RTT. */
+static void one_site(ig_router_t *r, ig_router_upstream_t *u, const char *name)
+{
+    ig_router_opts_t o;
+    ig_router_opts_default(&o);
+    ig_router_init(r, &o);
+    ig_router_upstream_init(u, name, IG_ROUTER_SITE);
+    u->ready = 1;
+    ig_router_observe_rtt(r, u, 0.0002, ns(0));
+}
+
 static void sim_init(sim_t *s, int slots, double svc)
 {
     memset(s, 0, sizeof(*s));
@@ -181,14 +192,9 @@ static void test_concurrency_converges(void **state)
     (void)state;
     static const int slots[] = {1, 2, 4, 8, 16};
     for (size_t k = 0; k < sizeof(slots) / sizeof(slots[0]); k++) {
-        ig_router_opts_t o;
-        ig_router_opts_default(&o);
         ig_router_t r;
-        ig_router_init(&r, &o);
         ig_router_upstream_t u;
-        ig_router_upstream_init(&u, "sim", IG_ROUTER_SITE);
-        u.ready = 1;
-        ig_router_observe_rtt(&r, &u, 0.0002, ns(0));
+        one_site(&r, &u, "sim");
         sim_t s;
         sim_init(&s, slots[k], 0.020);
         /* Light load first (the unqueued hold), then heavy (the queue). */
@@ -276,14 +282,9 @@ static void run_closed(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, int cl
 static void test_limit_settles(void **state)
 {
     (void)state;
-    ig_router_opts_t o;
-    ig_router_opts_default(&o);
     ig_router_t r;
-    ig_router_init(&r, &o);
     ig_router_upstream_t u;
-    ig_router_upstream_init(&u, "narrow", IG_ROUTER_SITE);
-    u.ready = 1;
-    ig_router_observe_rtt(&r, &u, 0.0002, ns(0));
+    one_site(&r, &u, "narrow");
     assert_int_equal(ig_router_limit(&r, &u), 1); /* calibrating */
     sim_t s;
     sim_init(&s, 2, 0.050);

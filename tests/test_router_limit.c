@@ -54,16 +54,23 @@ static void calibrate(int port, int n)
     }
 }
 
+/* A testupstream with slots slots and the delay flag/value given, behind
+ * a gateway as its one site, calibrated. */
+static void one_site(ig_proc_t *up, ig_proc_t *g, const char *slots, const char *delay_flag,
+                     const char *delay)
+{
+    assert_int_equal(ig_gwf_upstream(up, "--instant-raw", "--slots", slots, delay_flag, delay,
+                                     "--tokens", "2", NULL),
+                     0);
+    assert_int_equal(ig_gwf_sites_serve(g, up, 1, 1, NULL, NULL), 0);
+    calibrate(g->port, 8);
+}
+
 static void test_limit_holds_in_gateway(void **state)
 {
     (void)state;
-    ig_proc_t up;
-    assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "2", "--delay-ms", "100",
-                                     "--tokens", "2", NULL),
-                     0);
-    ig_proc_t g;
-    assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, NULL, NULL), 0);
-    calibrate(g.port, 8);
+    ig_proc_t up, g;
+    one_site(&up, &g, "2", "--delay-ms", "100");
 
     ig_burst_one_t out[24];
     assert_int_equal(ig_burst(g.port, "/v1/completions", body, 24, 30000, out), 24);
@@ -104,13 +111,8 @@ static void test_limit_holds_in_gateway(void **state)
 static void test_learned_concurrency(void **state)
 {
     (void)state;
-    ig_proc_t up;
-    assert_int_equal(ig_gwf_upstream(&up, "--instant-raw", "--slots", "4", "--delay-dist", "exp:30",
-                                     "--tokens", "2", NULL),
-                     0);
-    ig_proc_t g;
-    assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, NULL, NULL), 0);
-    calibrate(g.port, 8);
+    ig_proc_t up, g;
+    one_site(&up, &g, "4", "--delay-dist", "exp:30");
     ig_burst_one_t out[12];
     for (int round = 0; round < 30; round++)
         assert_int_equal(ig_burst(g.port, "/v1/completions", body, 12, 20000, out), 12);

@@ -14,6 +14,7 @@
 #include "infergate/prefix.h"
 #include "infergate/prefix_route.h"
 #include "infergate/router.h"
+#include "router_fixture.h"
 
 #define S(x) ((uint64_t)((x)*1e9))
 
@@ -68,16 +69,6 @@ static void test_index_match_and_caps(void **state)
     ig_prefix_index_free(x);
 }
 
-static ig_router_t latency_router(void)
-{
-    ig_router_opts_t o;
-    ig_router_opts_default(&o);
-    o.policy = IG_ROUTE_LATENCY;
-    ig_router_t r;
-    ig_router_init(&r, &o);
-    return r;
-}
-
 /* Two CPU instances that prefill 2000 tokens/s, and a site. */
 static void instances(ig_router_upstream_t *u, uint64_t now)
 {
@@ -105,7 +96,7 @@ static void test_affinity_spills_when_hot(void **state)
 {
     ig_prefix_index_t *x;
     assert_int_equal(ig_prefix_index_create(&x, 4096, 16), 0);
-    ig_router_t r = latency_router();
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u[3];
     uint64_t now = S(1);
     instances(u, now);
@@ -144,7 +135,7 @@ static void test_session_affinity_and_sites(void **state)
 {
     ig_prefix_index_t *x;
     assert_int_equal(ig_prefix_index_create(&x, 4096, 16), 0);
-    ig_router_t r = latency_router();
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u[3];
     uint64_t now = S(1);
     instances(u, now);
