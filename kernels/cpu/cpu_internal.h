@@ -13,6 +13,22 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* ---- instruction sets per function ------------------------------------- */
+
+/* Functions between IG__TARGET_BEGIN("avx2,fma") and IG__TARGET_END are
+ * compiled for those extensions whatever the build's -march; isa.c picks
+ * them at run time. clang has no GCC target pragmas, hence its attribute
+ * push (the fuzz build is clang's). */
+#define IG__PRAGMA(...) _Pragma(#__VA_ARGS__)
+#ifdef __clang__
+#define IG__TARGET_BEGIN(isa)                                                                      \
+    IG__PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define IG__TARGET_END IG__PRAGMA(clang attribute pop)
+#else
+#define IG__TARGET_BEGIN(isa) IG__PRAGMA(GCC push_options) IG__PRAGMA(GCC target(isa))
+#define IG__TARGET_END IG__PRAGMA(GCC pop_options)
+#endif
+
 /* ---- thread pool ---------------------------------------------------------- */
 
 /* A small persistent pool: n - 1 pthreads plus the calling thread. run()

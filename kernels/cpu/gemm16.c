@@ -86,12 +86,7 @@ static void gemm16_scalar(float *y, int ldy, const float *x, const uint16_t *pac
 
 #ifdef G16_X86
 /* ---- AVX2 + FMA + F16C ------------------------------------------------ */
-#ifdef __clang__ /* clang has no GCC target pragmas */
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+IG__TARGET_BEGIN("avx2,fma,f16c")
 #define T16_SUFFIX avx2
 #define T16_V __m256
 #define T16_VL 8
@@ -108,33 +103,10 @@ static void gemm16_scalar(float *y, int ldy, const float *x, const uint16_t *pac
         _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(p))), 16))
 #define T16_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #include "gemm16_tile.h"
-#undef T16_SUFFIX
-#undef T16_V
-#undef T16_VL
-#undef T16_NV
-#undef T16_MR
-#undef T16_ZERO
-#undef T16_SET1
-#undef T16_FMA
-#undef T16_ADD
-#undef T16_LOADF
-#undef T16_STOREF
-#undef T16_BF16
-#undef T16_F16
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+IG__TARGET_END
 
 /* ---- AVX-512 ---------------------------------------------------------- */
-#ifdef __clang__ /* clang has no GCC target pragmas */
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))),        \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,fma,f16c")
-#endif
+IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,fma,f16c")
 #define T16_SUFFIX avx512
 #define T16_V __m512
 #define T16_VL 16
@@ -151,24 +123,7 @@ static void gemm16_scalar(float *y, int ldy, const float *x, const uint16_t *pac
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(p))), 16))
 #define T16_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #include "gemm16_tile.h"
-#undef T16_SUFFIX
-#undef T16_V
-#undef T16_VL
-#undef T16_NV
-#undef T16_MR
-#undef T16_ZERO
-#undef T16_SET1
-#undef T16_FMA
-#undef T16_ADD
-#undef T16_LOADF
-#undef T16_STOREF
-#undef T16_BF16
-#undef T16_F16
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+IG__TARGET_END
 #endif
 
 void ig__gemm16(float *y, int ldy, const float *x, const uint16_t *packed, int bf16, int m, int k,

@@ -131,3 +131,18 @@ static void T16_FN(gemm16)(float *y, int ldy, const float *x, const uint16_t *pa
 #undef T16_FN
 #undef T16_CAT
 #undef T16_CAT2
+
+/* The includer defines these afresh for each instruction set. */
+#undef T16_SUFFIX
+#undef T16_V
+#undef T16_VL
+#undef T16_NV
+#undef T16_MR
+#undef T16_ZERO
+#undef T16_SET1
+#undef T16_FMA
+#undef T16_ADD
+#undef T16_LOADF
+#undef T16_STOREF
+#undef T16_BF16
+#undef T16_F16

@@ -59,13 +59,7 @@ static int32_t quantize_block_scalar(int8_t *q, float *d, const float *x)
 }
 
 #ifdef Q8_X86
-#ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))),        \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq")
-#endif
+IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
 static inline __m512 round_away_avx512(__m512 t)
 {
     __m512 r = _mm512_roundscale_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
@@ -89,11 +83,7 @@ static int32_t quantize_block_avx512(int8_t *q, float *d, const float *x)
     _mm_storeu_si128((__m128i *)(q + 16), _mm512_cvtepi32_epi8(qb));
     return _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
 }
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+IG__TARGET_END
 #endif
 
 void ig__q8_quantize_rows_sums(int8_t *q, float *d, int32_t *s, const float *x, int m, int k)
@@ -167,12 +157,7 @@ Q8_NO_VECTORIZE static void gemmq8_scalar(float *y, int ldy, const int8_t *xq, c
 }
 
 #ifdef Q8_X86
-#ifdef __clang__ /* clang has no GCC target pragmas */
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+IG__TARGET_BEGIN("avx2,fma,f16c")
 static inline __m256i idot_avx2(__m256i wq, __m256i xq)
 {
     __m256i ax = _mm256_sign_epi8(xq, xq), sw = _mm256_sign_epi8(wq, xq);
@@ -237,20 +222,9 @@ static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, co
     }
 }
 
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+IG__TARGET_END
 
-#ifdef __clang__ /* clang has no GCC target pragmas */
-#pragma clang attribute push(                                                                      \
-    __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))),        \
-    apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
-#endif
+IG__TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 /* The dot products of blocks b and b + 1 (whose quants lie 34 bytes
  * apart) with x's 64 bytes: 16 lanes, 8 per block, of w + 128 times x. */
 static inline __m512i idot2_vnni(const uint8_t *blk, const int8_t *x)
@@ -326,11 +300,7 @@ static void gemmq8_avx512(float *y, int ldy, const int8_t *xq, const float *xd, 
         }
     }
 }
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+IG__TARGET_END
 #endif
 
 void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *xs,

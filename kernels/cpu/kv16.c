@@ -35,12 +35,7 @@ static void load_scalar(float *dst, const uint16_t *src, size_t n, int bf16)
 
 #ifdef KV16_X86
 /* ---- AVX2 + F16C -------------------------------------------------------- */
-#ifdef __clang__ /* clang has no GCC target pragmas */
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#endif
+IG__TARGET_BEGIN("avx2,fma,f16c")
 
 /* BF16 of 8 floats, as ig_f32_to_bf16: add 0x7fff plus the kept lowest bit
  * and truncate; a NaN keeps its top bits and is made quiet instead. */
@@ -83,20 +78,10 @@ static void load_avx2(float *dst, const uint16_t *src, size_t n, int bf16)
     load_scalar(dst + i, src + i, n - i, bf16);
 }
 
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+IG__TARGET_END
 
 /* ---- AVX-512 ------------------------------------------------------------ */
-#ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c"))),        \
-                             apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx512f,avx512bw,avx512vl,fma,f16c")
-#endif
+IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,fma,f16c")
 
 static inline __m256i bf16_round16(__m512i x)
 {
@@ -145,11 +130,7 @@ static void load_avx512(float *dst, const uint16_t *src, size_t n, int bf16)
     }
 }
 
-#ifdef __clang__
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+IG__TARGET_END
 #endif
 
 void ig__kv16_store(uint16_t *dst, const float *src, size_t n, int bf16)
