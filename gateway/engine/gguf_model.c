@@ -14,6 +14,7 @@
 #include "infergate/error.h"
 #include "infergate/gguf.h"
 #include "infergate/model.h"
+#include "infergate/pages.h"
 #include "model_internal.h"
 
 #include <math.h>
@@ -292,7 +293,7 @@ static int unpermute(ctx_t *c, ig_tensor_t *t, int heads, int hd, const char *na
             for (int s = 0; s < 2; s++)
                 memcpy(dst + ((size_t)h * hd + (size_t)s * hd / 2 + j) * row,
                        src + ((size_t)h * hd + 2 * (size_t)j + s) * row, row);
-    ig__release_pages(src, row * (size_t)t->shape[0]);
+    ig_pages_release(src, row * (size_t)t->shape[0]);
     t->data = dst;
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "infergate/model.h"
 #include "infergate/error.h"
 #include "infergate/jsonv.h"
+#include "infergate/pages.h"
 #include "model_internal.h"
 #include "infergate/gguf.h"
 #include "infergate/safetensors.h"
@@ -788,25 +789,6 @@ int ig__model_own(ig_model_t *m, void *p)
 
 /* ---- load-time quantization ------------------------------------------- */
 
-/* Hands the pages of a mapped tensor back once its quantized copy exists,
- * so that the process holds one of the two (MADV_PAGEOUT keeps the
- * contents of any memory; the file's pages are simply dropped). */
-void ig__release_pages(const void *p, size_t bytes)
-{
-#ifdef MADV_PAGEOUT
-    long ps = sysconf(_SC_PAGESIZE);
-    if (ps <= 0)
-        return;
-    uintptr_t b = ((uintptr_t)p + (uintptr_t)ps - 1) & ~((uintptr_t)ps - 1);
-    uintptr_t e = ((uintptr_t)p + bytes) & ~((uintptr_t)ps - 1);
-    if (e > b)
-        (void)madvise((void *)b, e - b, MADV_PAGEOUT);
-#else
-    (void)p;
-    (void)bytes;
-#endif
-}
-
 #define QUANT_ROWS 256 /* rows widened to F32 at a time */
 
 static int quantize_tensor(ig_model_t *m, ig_tensor_t *t, const char *name, char *err,
@@ -837,7 +819,7 @@ static int quantize_tensor(ig_model_t *m, ig_tensor_t *t, const char *name, char
         const char *from = (const char *)t->data + (size_t)r * cols * esz;
         ig_dtype_to_f32(tmp, from, t->dtype, n);
         ig_dtype_from_f32(q + (size_t)r * rowq, IG_DTYPE_Q8_0, tmp, n);
-        ig__release_pages(from, n * esz);
+        ig_pages_release(from, n * esz);
     }
     free(tmp);
     m->owned[m->nowned++] = q;

@@ -17,7 +17,5 @@ ig_layer_weights_t *ig__model_layer_mut(ig_model_t *m, int l);
 void ig__model_add_bytes(ig_model_t *m, size_t n);
 /* Memory the model frees with itself; IG_ENOMEM (p not taken) on failure. */
 int ig__model_own(ig_model_t *m, void *p);
-/* madvise(MADV_PAGEOUT) over the whole pages inside [p, p + bytes). */
-void ig__release_pages(const void *p, size_t bytes);
 
 #endif

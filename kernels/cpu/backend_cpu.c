@@ -10,6 +10,7 @@
 
 #include "infergate/dtype.h"
 #include "infergate/error.h"
+#include "infergate/pages.h"
 
 #include <limits.h>
 #include <math.h>
@@ -162,18 +163,8 @@ static int keep_16bit(const cpu_t *c)
 
 static void release_pages(const void *p, size_t bytes)
 {
-#ifdef MADV_PAGEOUT
-    long ps = sysconf(_SC_PAGESIZE);
-    if (ps <= 0 || bytes < RELEASE_MIN_BYTES)
-        return;
-    uintptr_t b = ((uintptr_t)p + (uintptr_t)ps - 1) & ~((uintptr_t)ps - 1);
-    uintptr_t e = ((uintptr_t)p + bytes) & ~((uintptr_t)ps - 1);
-    if (e > b)
-        (void)madvise((void *)b, e - b, MADV_PAGEOUT);
-#else
-    (void)p;
-    (void)bytes;
-#endif
+    if (bytes >= RELEASE_MIN_BYTES)
+        ig_pages_release(p, bytes);
 }
 
 /* A 2-D weight is stored packed for the own GEMM: BF16 and F16 ones in
