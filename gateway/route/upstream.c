@@ -26,6 +26,7 @@
 #include "infergate/tls.h"
 
 #include "base/list.h"
+#include "upstream_internal.h"
 
 #include <llhttp.h>
 #include <netdb.h>
@@ -33,125 +34,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-#define MAX_RESP_HEADERS 64
-#define MAX_ADDRS 8
-/* A name that failed to resolve is not asked again sooner than this: a
- * burst of connections to a dead name costs one lookup, not one each. */
-#define RESOLVE_RETRY_NS (1000ULL * 1000000ULL)
-
-typedef struct conn_s conn_t;
-
-/* One uv_getaddrinfo in flight. It outlives a closed upstream (up is then
- * NULL) because the thread pool cannot be interrupted; the answer frees it. */
-typedef struct {
-    uv_getaddrinfo_t req;
-    ig_upstream_t *up;
-} resolve_t;
-
-struct ig_upstream_s {
-    uv_loop_t *loop;
-    char *name;
-    char *host;   /* Host header value */
-    char *prefix; /* path prefix from the URL, "" when none */
-    int is_unix;
-    char *unix_path;
-    ig_upstream_opts_t opts;
-    int https;            /* every connection speaks TLS on tls_ctx */
-    ig_tls_ctx_t *tls_ctx; /* a reference of our own */
-    char *tls_name;       /* the name the certificate must carry */
-    char *headers;        /* opts.headers, copied */
-    ig_list_t idle; /* pooled connections (conn_t.idle_node), most recent first */
-    unsigned nidle;
-    unsigned nconns;         /* open or opening */
-    ig_list_t reqs;          /* every request not yet done (ig_upstream_req_t.node) */
-    unsigned nheld;          /* requests unlinked but still inside a callback */
-    int closing;
-    void (*close_cb)(void *data);
-    void *close_data;
-    /* TCP addresses: a literal one, or the last answer for resolve_name. */
-    char *resolve_name; /* the host without brackets; NULL for a literal or unix */
-    char port[8];
-    struct sockaddr_storage addrs[MAX_ADDRS];
-    int naddrs;
-    int cur_addr;             /* the address new connections use */
-    int addr_failures;        /* connects failed since the last success or resolution */
-    int stale;                /* every address failed: resolve before connecting again */
-    uint64_t resolved_ns;     /* last good answer */
-    uint64_t resolve_fail_ns; /* last failed lookup, 0 after a good one */
-    resolve_t *resolving;     /* lookup in flight, or NULL */
-    ig_list_t addr_wait;      /* connections waiting for an address (conn_t.wait_node) */
-    /* The connection cap and the idle trim (see "the cap and the trim"). */
-    unsigned nclosing;     /* counted in nconns until their handles are closed */
-    unsigned max_conns;    /* open connections at most; 0 = no cap */
-    ig_list_t pending;     /* requests waiting under the cap (ig_upstream_req_t.pend_node) */
-    uv_timer_t trim_timer; /* the trim and the pending requests' deadlines */
-    int trim_open;         /* trim_timer not yet closed */
-    unsigned peak_busy, peak_prev; /* busy connections at most, this and the last window */
-    uint64_t window_ns;            /* when this window began */
-    int kicking;                   /* inside pending_kick */
-    double ttfb_ewma_s;            /* time to a response's first byte, on average */
-    int backlog_seen; /* requests looked unread while connections idled (see on_trim) */
-};
-
-struct conn_s {
-    union {
-        uv_handle_t handle;
-        uv_stream_t stream;
-        uv_tcp_t tcp;
-        uv_pipe_t pipe;
-    } h;
-    uv_timer_t timer;
-    uv_connect_t connect;
-    ig_upstream_t *up;
-    ig_list_t idle_node; /* in up->idle */
-    ig_list_t wait_node; /* in up->addr_wait */
-    llhttp_t parser;
-    ig_upstream_req_t *req; /* in flight, or NULL when idle */
-    int handles_open;       /* the stream and the timer */
-    int closing;
-    int reused;       /* has carried a request before */
-    int waiting_addr; /* in up->addr_wait */
-    int addr_index;   /* which of up->addrs it connects to */
-    int fail_err;     /* a failure on_conn_fail reports */
-    ig_tls_stream_t *tls; /* https: the session, NULL until connected */
-    /* Set by on_message_complete, acted on by on_read. */
-    int msg_done;
-    int msg_keep_alive;
-};
-
-struct ig_upstream_req_s {
-    ig_upstream_t *up;
-    conn_t *conn;
-    ig_list_t node;      /* in up->reqs */
-    ig_list_t pend_node; /* in up->pending while it waits under the cap */
-    ig_upstream_cbs_t cbs;
-    void *data;
-    char *wbuf; /* the whole request, bytes ready to send */
-    size_t wlen;
-    uv_write_t *write; /* pending write, or NULL */
-    uint64_t t_start_ns, t_connected_ns, t_sent_ns, t_first_byte_ns;
-    uint64_t deadline_ns; /* total */
-    int got_bytes;        /* any response byte arrived */
-    int headers_done;
-    int canceled;
-    int paused;
-    int retried_fresh; /* a stale pooled connection was replaced once */
-    int in_cb;         /* inside a user callback: ending it waits for the return */
-    int end_pending;   /* ended while in_cb: on_read finishes it with end_err */
-    int end_err;
-    int unlinked;  /* out of up->reqs (counted in up->nheld while end_pending) */
-    int finishing; /* on_done is running: cancel and finish do nothing */
-    /* response headers being parsed */
-    char *hbuf;
-    size_t hlen, hcap;
-    int nheaders;
-    size_t name_off[MAX_RESP_HEADERS], value_off[MAX_RESP_HEADERS];
-    int in_value;
-};
-
-static llhttp_settings_t parser_settings;
-static int parser_settings_ready;
 
 void ig_upstream_opts_default(ig_upstream_opts_t *o)
 {
@@ -177,7 +59,6 @@ static void req_send(ig_upstream_req_t *r);
 static void on_trim(uv_timer_t *t);
 static int conn_start(ig_upstream_req_t *r);
 static void conn_connect(conn_t *c);
-static void parser_settings_init(void);
 
 /* ---- the upstream ------------------------------------------------------- */
 
@@ -306,7 +187,6 @@ static int tls_setup(ig_upstream_t *u)
 int ig_upstream_start(ig_upstream_t **out, uv_loop_t *loop, const char *name, const char *address,
                       const ig_upstream_opts_t *opts)
 {
-    parser_settings_init();
     ig_upstream_t *u = calloc(1, sizeof(*u));
     if (u == NULL)
         return IG_ENOMEM;
@@ -826,128 +706,6 @@ static void conn_fail_soon(conn_t *c, int err)
     uv_timer_start(&c->timer, on_conn_fail, 0, 0);
 }
 
-/* ---- the response parser ------------------------------------------------- */
-
-static ig_upstream_req_t *parser_req(llhttp_t *p)
-{
-    conn_t *c = p->data;
-    return c->req;
-}
-
-static int hbuf_append(ig_upstream_req_t *r, const char *at, size_t len)
-{
-    if (r->hlen + len + 1 > r->up->opts.max_response_header_bytes)
-        return -1;
-    if (r->hlen + len + 1 > r->hcap) {
-        size_t cap = r->hcap ? r->hcap * 2 : 1024;
-        while (cap < r->hlen + len + 1)
-            cap *= 2;
-        char *n = realloc(r->hbuf, cap);
-        if (n == NULL)
-            return -1;
-        r->hbuf = n;
-        r->hcap = cap;
-    }
-    memcpy(r->hbuf + r->hlen, at, len);
-    r->hlen += len;
-    return 0;
-}
-
-static int on_header_field(llhttp_t *p, const char *at, size_t len)
-{
-    ig_upstream_req_t *r = parser_req(p);
-    if (r == NULL)
-        return HPE_USER;
-    if (r->in_value || r->nheaders == 0) {
-        if (r->nheaders >= MAX_RESP_HEADERS)
-            return HPE_USER;
-        if (r->nheaders > 0 && hbuf_append(r, "", 1) != 0) /* end the last value */
-            return HPE_USER;
-        r->name_off[r->nheaders++] = r->hlen;
-        r->in_value = 0;
-    }
-    return hbuf_append(r, at, len) == 0 ? 0 : HPE_USER;
-}
-
-static int on_header_value(llhttp_t *p, const char *at, size_t len)
-{
-    ig_upstream_req_t *r = parser_req(p);
-    if (r == NULL || r->nheaders == 0)
-        return HPE_USER;
-    if (!r->in_value) {
-        if (hbuf_append(r, "", 1) != 0) /* end the name */
-            return HPE_USER;
-        r->value_off[r->nheaders - 1] = r->hlen;
-        r->in_value = 1;
-    }
-    return hbuf_append(r, at, len) == 0 ? 0 : HPE_USER;
-}
-
-static int on_headers_complete(llhttp_t *p)
-{
-    ig_upstream_req_t *r = parser_req(p);
-    if (r == NULL)
-        return HPE_USER;
-    if (r->nheaders > 0 && !r->in_value) {
-        /* A name without a value: give it an empty one. */
-        if (hbuf_append(r, "", 1) != 0)
-            return HPE_USER;
-        r->value_off[r->nheaders - 1] = r->hlen;
-    }
-    if (r->nheaders > 0 && hbuf_append(r, "", 1) != 0)
-        return HPE_USER;
-    const char *names[MAX_RESP_HEADERS], *values[MAX_RESP_HEADERS];
-    for (int i = 0; i < r->nheaders; i++) {
-        names[i] = r->hbuf + r->name_off[i];
-        values[i] = r->hbuf + r->value_off[i];
-    }
-    r->headers_done = 1;
-    if (r->cbs.on_headers != NULL) {
-        r->in_cb++;
-        r->cbs.on_headers(r, p->status_code, r->nheaders, names, values, r->data);
-        r->in_cb--;
-    }
-    return r->end_pending ? HPE_USER : 0;
-}
-
-static int on_body(llhttp_t *p, const char *at, size_t len)
-{
-    ig_upstream_req_t *r = parser_req(p);
-    if (r == NULL)
-        return HPE_USER;
-    if (r->cbs.on_body != NULL) {
-        r->in_cb++;
-        r->cbs.on_body(r, at, len, r->data);
-        r->in_cb--;
-    }
-    return r->end_pending ? HPE_USER : 0;
-}
-
-/* Only records: on_read ends the request once the parser has returned
- * (from llhttp_execute, or from llhttp_finish for a body the close ends). */
-static int on_message_complete(llhttp_t *p)
-{
-    conn_t *c = p->data;
-    if (c->req == NULL)
-        return HPE_USER;
-    c->msg_done = 1;
-    c->msg_keep_alive = llhttp_should_keep_alive(p);
-    return HPE_PAUSED; /* nothing more is parsed from this read */
-}
-
-static void parser_settings_init(void)
-{
-    if (parser_settings_ready)
-        return;
-    llhttp_settings_init(&parser_settings);
-    parser_settings.on_header_field = on_header_field;
-    parser_settings.on_header_value = on_header_value;
-    parser_settings.on_headers_complete = on_headers_complete;
-    parser_settings.on_body = on_body;
-    parser_settings.on_message_complete = on_message_complete;
-    parser_settings_ready = 1;
-}
-
 /* ---- reading and writing ------------------------------------------------- */
 
 /*
@@ -1113,8 +871,8 @@ static void on_connected(uv_connect_t *cr, int status)
     }
     c->up->addr_failures = 0;
     if (c->up->https) {
-        if (ig_tls_stream_start(&c->tls, &c->h.stream, c->up->tls_ctx, c->up->tls_name,
-                                c->up->name, on_tls_ready, c) != 0)
+        if (ig_tls_stream_start(&c->tls, &c->h.stream, c->up->tls_ctx, c->up->tls_name, c->up->name,
+                                on_tls_ready, c) != 0)
             req_finish(r, IG_ECONNECT);
         return;
     }
@@ -1206,7 +964,7 @@ static int conn_start(ig_upstream_req_t *r)
     c->timer.data = c;
     c->connect.data = c;
     u->nconns++;
-    llhttp_init(&c->parser, HTTP_RESPONSE, &parser_settings);
+    llhttp_init(&c->parser, HTTP_RESPONSE, ig__upstream_parser_settings());
     c->parser.data = c;
     c->req = r;
     r->conn = c;
