@@ -14,7 +14,7 @@
  * Arrivals and timeouts run on a timerfd queue (bench/lib/benchutil.h) to
  * send within tens of µs of the schedule; libuv timers have a 1 ms grain.
  *
- * Long (about 1,300 lines) but in the order of one request and one run:
+ * Long (about 1,500 lines) but in the order of one request and one run:
  * the workload, the connections and the HTTP/SSE reader, dispatch and the
  * schedule, the report, then the command line and main. The pieces the other
  * bench tools share live in bench/lib/benchutil.h.
