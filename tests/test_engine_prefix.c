@@ -28,15 +28,16 @@ static int setup(void **state)
         return -1;
     const char *off[] = {"--prefix-cache", "off", NULL};
     const char *on[] = {"--prefix-cache", "on", NULL};
-    /* 24 blocks of 16: one request (up to 15 blocks) fits, five together
-     * (10 shared + 5 each) do not */
-    const char *tight[] = {"--kv-blocks", "24", "--max-num-seqs", "4", NULL};
+    /* 16 blocks of 16: one request (up to 15 blocks) fits, any two at once
+     * (10 shared + 4 or 5 each by their end) do not, so that preemption
+     * happens even when a busy machine spreads the five requests out */
+    const char *tight[] = {"--kv-blocks", "16", "--max-num-seqs", "4", NULL};
     if (wt_start(&OFF, "off", off) < 0 || wt_start(&ON, "on", on) < 0 ||
         wt_start(&TIGHT, "tight", tight) < 0)
         return -1;
     const char *off16[] = {"--prefix-cache", "off", "--kv-dtype", "f16", NULL};
     const char *on16[] = {"--prefix-cache", "on", "--kv-dtype", "f16", NULL};
-    const char *tight16[] = {"--kv-blocks", "24", "--max-num-seqs", "4", "--kv-dtype", "f16", NULL};
+    const char *tight16[] = {"--kv-blocks", "16", "--max-num-seqs", "4", "--kv-dtype", "f16", NULL};
     if (wt_start(&OFF16, "off16", off16) < 0 || wt_start(&ON16, "on16", on16) < 0)
         return -1;
     return wt_start(&TIGHT16, "tight16", tight16);
@@ -198,9 +199,9 @@ static void test_identical_with_and_without_cache_f16(void **state)
     assert_true(metric(&ON16, "infergate_worker_prefix_cache_hits_total") > 0);
     assert_true(metric(&TIGHT16, "infergate_worker_preemptions_total") > 0);
     assert_true(metric(&TIGHT16, "infergate_worker_prefix_cache_evictions_total") > 0);
-    /* 24 blocks either way; the F16 ones in half the bytes */
+    /* 16 blocks either way; the F16 ones in half the bytes */
     double b32 = kv_bytes(&TIGHT, "f32"), b16 = kv_bytes(&TIGHT16, "f16");
-    print_message("# kv cache of 24 blocks: %.0f bytes in f32, %.0f in f16\n", b32, b16);
+    print_message("# kv cache of 16 blocks: %.0f bytes in f32, %.0f in f16\n", b32, b16);
     assert_true(b32 > 0 && b16 * 2 == b32);
     assert_true(kv_bytes(&TIGHT16, "f32") < 0);
     assert_true(kv_bytes(&ON16, "f16") * 2 == kv_bytes(&ON, "f32"));
