@@ -22,6 +22,11 @@
  * --profile 2 times them by the wall clock instead (what each operation
  * costs a step with the pool's threads, waits and neighbours included).
  * --kv-dtype stores the KV cache in F16 or BF16 (bench/kv-dtype.sh).
+ * --compare-bf16-dot 1 loads the model a second time with BF16 weights
+ * widened in registers (IG_CPU_BF16_DOT=0's path) and times it in every
+ * round right before the default engine (vdpbf16ps on BF16-rounded
+ * activations where the CPU has it), printing the ratio per batch size and
+ * for prefill.
  */
 #include "../../kernels/cpu/cpu_internal.h"
 #include "infergate/engine.h"
@@ -41,7 +46,7 @@
 
 typedef struct {
     const char *model, *device, *out, *gemm, *kv_dtype;
-    int threads, steps, prompt, prefill, rounds, profile;
+    int threads, steps, prompt, prefill, rounds, profile, cmp_dot;
     int batches[MAX_BATCHES], nbatches;
 } opts_t;
 
@@ -356,6 +361,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->rounds = atoi(v);
         else if (strcmp(a, "--profile") == 0)
             o->profile = atoi(v);
+        else if (strcmp(a, "--compare-bf16-dot") == 0)
+            o->cmp_dot = atoi(v);
         else if (strcmp(a, "--batches") == 0) {
             o->nbatches = 0;
             for (char *p = (char *)v; *p && o->nbatches < MAX_BATCHES;) {
@@ -386,7 +393,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: engine-bench --model DIR [--device cpu] [--threads N] "
                         "[--steps N] [--batches 1,4,16,64] [--prompt N] [--prefill N] "
                         "[--rounds N] [--gemm auto|own|blas-pool|blas] [--out FILE] "
-                        "[--profile 1|2] [--kv-dtype f32|f16|bf16]\n");
+                        "[--profile 1|2] [--kv-dtype f32|f16|bf16] [--compare-bf16-dot 1]\n");
         return 2;
     }
     char err[512] = "";
@@ -426,6 +433,22 @@ int main(int argc, char **argv)
         fprintf(stderr, "engine-bench: --kv-dtype %s: not f32, f16 or bf16\n", o.kv_dtype);
         return 2;
     }
+    /* The baseline of --compare-bf16-dot: its own model, backend and
+     * engine, uploaded with the widening path. */
+    ig_model_t *bmodel = NULL;
+    ig_backend_t *bbe = NULL;
+    ig_engine_t *be0 = NULL;
+    int dot_default = ig__cpu_bf16_dot();
+    if (o.cmp_dot) {
+        ig__cpu_set_bf16_dot(0);
+        if (ig_model_load(&bmodel, o.model, err, sizeof(err)) != 0 ||
+            ig_backend_open(&bbe, o.device, o.threads, err, sizeof(err)) != 0 ||
+            ig_engine_create(&be0, bmodel, bbe, &eo, err, sizeof(err)) != 0) {
+            fprintf(stderr, "engine-bench: baseline: %s\n", err);
+            return 1;
+        }
+        ig__cpu_set_bf16_dot(dot_default);
+    }
     if ((rc = ig_engine_create(&e, model, be, &eo, err, sizeof(err))) != 0) {
         fprintf(stderr, "engine-bench: %s\n", err);
         return 1;
@@ -450,9 +473,9 @@ int main(int argc, char **argv)
     const char *core;
     int blas_ok = ig__cpu_blas_usable(&core);
     printf("engine-bench: %s (dim %d, %d layers, vocab %d, %s) on %s, %d threads, gemm %s, "
-           "simd %s, openblas core %s%s\n",
+           "simd %s, bf16 dot %s, openblas core %s%s\n",
            o.model, c->hidden_size, c->num_hidden_layers, c->vocab_size, ig_dtype_name(c->dtype),
-           be->name, o.threads, gemm, ig__cpu_simd_name(), core,
+           be->name, o.threads, gemm, ig__cpu_simd_name(), dot_default ? "on" : "off", core,
            blas_ok ? "" : " (generic SSE kernel)");
 
     /* Rounds go over every batch size in turn and each keeps its best rate:
@@ -460,8 +483,16 @@ int main(int argc, char **argv)
      * interleaving keeps the noise from favouring one batch size. */
     double best[MAX_BATCHES] = {0}, best_cpu[MAX_BATCHES] = {0}, pre = 0;
     double prof[MAX_BATCHES][OP_N + 2] = {{0}}; /* ms per step of the best round, then wall, CPU */
+    double bbest[MAX_BATCHES] = {0}, bpre = 0;  /* --compare-bf16-dot's baseline */
     for (int r = 0; r < o.rounds; r++) {
         for (int i = 0; i < o.nbatches; i++) {
+            if (be0 != NULL) {
+                double bpc = 0, bms[OP_N + 2];
+                double v = bench_decode(be0, o.batches[i], &o, max_blocks, &bpc, bms);
+                if (v <= 0)
+                    return 1;
+                bbest[i] = v > bbest[i] ? v : bbest[i];
+            }
             double pc = 0, ms[OP_N + 2], v = bench_decode(e, o.batches[i], &o, max_blocks, &pc, ms);
             if (v <= 0)
                 return 1;
@@ -469,6 +500,12 @@ int main(int argc, char **argv)
                 memcpy(prof[i], ms, sizeof(ms));
             best[i] = v > best[i] ? v : best[i];
             best_cpu[i] = pc > best_cpu[i] ? pc : best_cpu[i];
+        }
+        if (be0 != NULL) {
+            double p = bench_prefill(be0, o.prefill, eo.max_batched_tokens, max_blocks);
+            if (p <= 0)
+                return 1;
+            bpre = p > bpre ? p : bpre;
         }
         double p = bench_prefill(e, o.prefill, eo.max_batched_tokens, max_blocks);
         if (p <= 0)
@@ -518,6 +555,23 @@ int main(int argc, char **argv)
     }
     printf("prefill: %d tokens at %.1f tokens/s (chunks of %d)\n", o.prefill, pre,
            eo.max_batched_tokens);
+    if (be0 != NULL) {
+        json_t *cmp = json_array();
+        for (int i = 0; i < o.nbatches; i++) {
+            printf("bf16 dot %s vs widened: batch %d %.1f vs %.1f tokens/s: %.2fx\n",
+                   dot_default ? "on" : "off", o.batches[i], best[i], bbest[i], best[i] / bbest[i]);
+            json_array_append_new(cmp, json_pack("{s:i, s:f, s:f, s:f}", "batch", o.batches[i],
+                                                 "tokens_per_s", best[i], "widened_tokens_per_s",
+                                                 bbest[i], "ratio", best[i] / bbest[i]));
+        }
+        printf("bf16 dot %s vs widened: prefill %.1f vs %.1f tokens/s: %.2fx\n",
+               dot_default ? "on" : "off", pre, bpre, pre / bpre);
+        json_object_set_new(res, "bf16_dot_vs_widened",
+                            json_pack("{s:b, s:o, s:f, s:f, s:f}", "bf16_dot", dot_default,
+                                      "decode", cmp, "prefill_tokens_per_s", pre,
+                                      "widened_prefill_tokens_per_s", bpre, "prefill_ratio",
+                                      pre / bpre));
+    }
     long rss = rss_bytes();
     printf("load average (1 min) at the end: %.2f on %ld cores\n", loadavg(),
            sysconf(_SC_NPROCESSORS_ONLN));
@@ -567,5 +621,10 @@ int main(int argc, char **argv)
     ig_engine_free(e);
     be->destroy(be);
     ig_model_free(model);
+    if (be0 != NULL) {
+        ig_engine_free(be0);
+        bbe->destroy(bbe);
+        ig_model_free(bmodel);
+    }
     return 0;
 }

@@ -1,7 +1,8 @@
 /*
  * The CPU backend: host memory, 2-D weights packed at upload for the own
  * GEMM (F32 ones in gemm.c's panels, BF16 and F16 ones kept in 16 bits for
- * gemm16.c), vectors converted to F32, every operation split over a small
+ * gemm16.c; BF16 ones in k-pairs for vdpbf16ps where the CPU has it),
+ * vectors converted to F32, every operation split over a small
  * persistent thread pool (threadpool.c). GEMM runs the own SIMD loop; with
  * IG_CPU_GEMM=blas-pool|blas (builds with OpenBLAS) it goes to OpenBLAS.
  */
@@ -52,6 +53,12 @@ typedef struct {
     pthread_mutex_t packed_lock;
     const void **packed;
     int npacked, packed_cap;
+    /* Those of them in gemm16.c's k-pair layout for vdpbf16ps (BF16), sorted;
+     * under packed_lock too. */
+    const void **pairs;
+    int npairs, pairs_cap;
+    uint16_t *xb; /* matmul input rounded to BF16 for them, xb_cap elements */
+    size_t xb_cap;
     char name[32];
 } cpu_t;
 
@@ -83,18 +90,67 @@ static int cpu_copy(ig_backend_t *be, void *dst, const void *src, size_t bytes)
     return 0;
 }
 
-/* Index of the first entry >= p in the sorted packed list. */
-static int packed_find(const cpu_t *c, const void *p)
+/* Index of the first entry >= p in a sorted list of n. */
+static int ptr_find(const void *const *list, int n, const void *p)
 {
-    int lo = 0, hi = c->npacked;
+    int lo = 0, hi = n;
     while (lo < hi) {
         int mid = (lo + hi) / 2;
-        if ((uintptr_t)c->packed[mid] < (uintptr_t)p)
+        if ((uintptr_t)list[mid] < (uintptr_t)p)
             lo = mid + 1;
         else
             hi = mid;
     }
     return lo;
+}
+
+static int packed_find(const cpu_t *c, const void *p)
+{
+    return ptr_find(c->packed, c->npacked, p);
+}
+
+/* Whether w's data is in the k-pair layout (locks packed_lock). */
+static int is_pairs(cpu_t *c, const ig_weight_t *w)
+{
+    pthread_mutex_lock(&c->packed_lock);
+    int i = ptr_find(c->pairs, c->npairs, w->data);
+    int found = i < c->npairs && c->pairs[i] == w->data;
+    pthread_mutex_unlock(&c->packed_lock);
+    return found;
+}
+
+static int pairs_add(cpu_t *c, const void *p)
+{
+    int rc = 0;
+    pthread_mutex_lock(&c->packed_lock);
+    if (c->npairs == c->pairs_cap) {
+        int cap = c->pairs_cap ? 2 * c->pairs_cap : 64;
+        const void **np = realloc(c->pairs, (size_t)cap * sizeof(*np));
+        if (np == NULL) {
+            rc = IG_ENOMEM;
+            goto out;
+        }
+        c->pairs = np;
+        c->pairs_cap = cap;
+    }
+    int i = ptr_find(c->pairs, c->npairs, p);
+    memmove(c->pairs + i + 1, c->pairs + i, (size_t)(c->npairs - i) * sizeof(*c->pairs));
+    c->pairs[i] = p;
+    c->npairs++;
+out:
+    pthread_mutex_unlock(&c->packed_lock);
+    return rc;
+}
+
+static void pairs_remove(cpu_t *c, const void *p)
+{
+    pthread_mutex_lock(&c->packed_lock);
+    int i = ptr_find(c->pairs, c->npairs, p);
+    if (i < c->npairs && c->pairs[i] == p) {
+        memmove(c->pairs + i, c->pairs + i + 1, (size_t)(c->npairs - i - 1) * sizeof(*c->pairs));
+        c->npairs--;
+    }
+    pthread_mutex_unlock(&c->packed_lock);
 }
 
 /* Whether w's data is in the own GEMM's packed layout. */
@@ -202,6 +258,25 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
         if ((data = cpu_alloc(be, n * sizeof(float))) == NULL)
             goto fail;
         ig_dtype_to_f32(data, src->data, src->dtype, n);
+    } else if (src->dtype == IG_DTYPE_BF16 && keep_16bit(cpu_of(be)) && ig__cpu_bf16_dot()) {
+        /* For vdpbf16ps: k-pairs, 64 panels at a time, then their source
+         * pages go back. */
+        int k = (int)cols, kp = ig__gemm16p_kpad(k), nr = IG_GEMM16_NR;
+        dtype = src->dtype;
+        if ((data = cpu_alloc(be, ig__gemm16p_packed_elems((int)rows, k) * 2)) == NULL)
+            goto fail;
+        for (int64_t r = 0; r < rows; r += 64 * nr) {
+            int m = rows - r < 64 * nr ? (int)(rows - r) : 64 * nr;
+            const uint16_t *from = (const uint16_t *)src->data + (size_t)r * k;
+            ig__gemm16p_pack((uint16_t *)data + (size_t)r * kp, from, m, k);
+            release_pages(from, (size_t)m * k * 2);
+        }
+        if ((rc = packed_add(cpu_of(be), data)) != 0)
+            goto fail;
+        if ((rc = pairs_add(cpu_of(be), data)) != 0) {
+            packed_remove(cpu_of(be), data);
+            goto fail;
+        }
     } else if (src->dtype != IG_DTYPE_F32 && keep_16bit(cpu_of(be))) {
         int k = (int)cols, nr = IG_GEMM16_NR;
         dtype = src->dtype;
@@ -257,6 +332,7 @@ static void cpu_free_weight(ig_backend_t *be, ig_weight_t *w)
         return;
     }
     packed_remove(cpu_of(be), w->data);
+    pairs_remove(cpu_of(be), w->data);
     free(w->data);
     w->data = NULL;
 }
@@ -269,7 +345,7 @@ static int cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, con
                      int ntok)
 {
     const float *t = table->data;
-    int packed = is_packed(cpu_of(be), table);
+    int packed = is_packed(cpu_of(be), table), pairs = packed && is_pairs(cpu_of(be), table);
     for (int i = 0; i < ntok; i++)
         if (tokens[i] < 0 || tokens[i] >= table->rows)
             return IG_ERANGE;
@@ -280,6 +356,8 @@ static int cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, con
                             (const char *)table->data +
                                 (size_t)tokens[i] * table->cols / IG_Q8_0_BLOCK * IG_Q8_0_BYTES,
                             IG_DTYPE_Q8_0, (size_t)table->cols);
+        else if (pairs)
+            ig__gemm16p_unpack_row(o, table->data, (int)table->cols, tokens[i]);
         else if (packed && table->dtype != IG_DTYPE_F32)
             ig__gemm16_unpack_row(o, table->data, table->dtype == IG_DTYPE_BF16, (int)table->cols,
                                   tokens[i]);
@@ -412,8 +490,10 @@ typedef struct {
     const int8_t *xq; /* Q8_0: x quantized (m, k), its scales and sums (m, k / 32) */
     const float *xd;
     const int32_t *xs;
+    const uint16_t *xb; /* BF16 in k-pairs: x rounded to BF16 (m, kpad) */
     int m, n, k;
     int packed; /* w in the own GEMM's panel layout */
+    int pairs;  /* BF16 w in gemm16.c's k-pair layout */
     ig_cpu_gemm_t mode;
     int chunk;       /* output columns per work item */
     atomic_int next; /* the next work item to take */
@@ -425,6 +505,8 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
         return;
     if (j->dtype == IG_DTYPE_Q8_0)
         ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
+    else if (j->pairs)
+        ig__gemm16p(j->y, j->n, j->xb, j->w, j->m, j->k, j->n, n0, n1);
     else if (j->dtype != IG_DTYPE_F32)
         ig__gemm16(j->y, j->n, j->x, j->w, j->dtype == IG_DTYPE_BF16, j->m, j->k, j->n, n0, n1);
     else if (j->mode == IG_CPU_GEMM_OWN || j->mode == IG_CPU_GEMM_AUTO)
@@ -494,6 +576,19 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
         j.xq = c->xq;
         j.xd = c->xd;
         j.xs = c->xs;
+    } else if (j.dtype == IG_DTYPE_BF16 && j.packed && is_pairs(c, w)) {
+        /* x rounded to BF16 once here, for every thread's columns. */
+        size_t need = (size_t)m * ig__gemm16p_kpad(j.k);
+        if (need > c->xb_cap) {
+            uint16_t *b = realloc(c->xb, need * sizeof(uint16_t));
+            if (b == NULL)
+                return IG_ENOMEM;
+            c->xb = b;
+            c->xb_cap = need;
+        }
+        ig__bf16_round_rows(c->xb, x, m, j.k);
+        j.xb = c->xb;
+        j.pairs = 1;
     } else if (j.dtype != IG_DTYPE_F32 && !j.packed) {
         return IG_EINVAL; /* 16-bit weights come only from upload_weight */
     }
@@ -1083,6 +1178,8 @@ static void cpu_destroy(ig_backend_t *be)
         free(c->xd);
         free(c->xs);
         free(c->packed);
+        free(c->pairs);
+        free(c->xb);
         pthread_mutex_destroy(&c->packed_lock);
         free(c);
     }

@@ -123,6 +123,13 @@ ig_cpu_isa_t ig__cpu_isa_max(void);
 /* IG_ENOTSUP when the CPU lacks isa. */
 int ig__cpu_set_isa(ig_cpu_isa_t isa);
 const char *ig__cpu_isa_name(ig_cpu_isa_t isa);
+/* Whether the CPU has AVX512_BF16 on top of the AVX-512 set; whether BF16
+ * weights are uploaded for it now (the CPU has it, the set in use is
+ * AVX-512, and neither IG_CPU_BF16_DOT=0 nor ig__cpu_set_bf16_dot(0) turned
+ * it off); IG_ENOTSUP for on when the CPU lacks it. Process-wide. */
+int ig__cpu_has_bf16_dot(void);
+int ig__cpu_bf16_dot(void);
+int ig__cpu_set_bf16_dot(int on);
 
 /* ---- 16-bit weights (gemm16.c) -------------------------------------------- */
 
@@ -142,6 +149,20 @@ void ig__gemm16_unpack_row(float *dst, const uint16_t *packed, int bf16, int k, 
  * bits whatever m, n0, n1. */
 void ig__gemm16(float *y, int ldy, const float *x, const uint16_t *packed, int bf16, int m, int k,
                 int n, int n0, int n1);
+
+/* BF16 weights for vdpbf16ps (gemm16.c): panels of IG_GEMM16_NR columns
+ * in k-pairs (pair j of column c at panel[j * 2 * NR + 2 * c], k padded to
+ * ig__gemm16p_kpad(k), even), x rounded to BF16 by ig__bf16_round_rows
+ * into rows of kpad (m, kpad). ig__gemm16p runs vdpbf16ps where the CPU
+ * has it and the set in use is AVX-512, else plain C with the same bits.
+ * Each output has the same bits whatever m, n0, n1. */
+int ig__gemm16p_kpad(int k);
+size_t ig__gemm16p_packed_elems(int n, int k);
+void ig__gemm16p_pack(uint16_t *dst, const uint16_t *w, int n, int k);
+void ig__gemm16p_unpack_row(float *dst, const uint16_t *packed, int k, int row);
+void ig__bf16_round_rows(uint16_t *xb, const float *x, int m, int k);
+void ig__gemm16p(float *y, int ldy, const uint16_t *xb, const uint16_t *packed, int m, int k, int n,
+                 int n0, int n1);
 
 /* ---- Q8_0 weights (gemmq8.c) ---------------------------------------------- */
 

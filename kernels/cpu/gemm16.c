@@ -12,6 +12,11 @@
  * the same on every instruction set. The instruction set is chosen at run
  * time (isa.c): AVX-512 (two vectors of 16 per panel row, 8 rows of x per
  * tile), AVX2 with F16C (four of 8, 2 rows), or plain C.
+ *
+ * BF16 weights on a CPU with AVX512_BF16 take the other path at the end of
+ * this file (the default there; IG_CPU_BF16_DOT=0 keeps this one): x rounded
+ * to BF16 and vdpbf16ps on weights repacked in k-pairs, with a wider error
+ * bound (docs/engine.md, "Weights").
  */
 #include "cpu_internal.h"
 
@@ -143,4 +148,283 @@ void ig__gemm16(float *y, int ldy, const float *x, const uint16_t *packed, int b
     default:
         gemm16_scalar(y, ldy, x, packed, bf16, m, k, n, n0, n1);
     }
+}
+
+/* ---- BF16 weights on BF16 activations (vdpbf16ps) ---------------------- */
+/*
+ * The other BF16 path: x rounded to BF16 once per call (ig__bf16_round_rows)
+ * and W repacked at upload into k-pairs, so that one vdpbf16ps multiplies
+ * 16 output columns by two k at once. Layout: panels of IG_GEMM16_NR
+ * columns, k padded to even; in a panel, pair j of column c is at
+ * panel[j * 2 * NR + 2 * c + (0, 1)], W[c][2j] first. Each output lane sums
+ * P16_SUB products from zero (16 instructions of two products each, the
+ * even pairs into one accumulator and the odd ones into another, added at
+ * the end), then adds that partial to y, as the widening path does, so a row gets the same
+ * bits whatever m and whatever columns a thread takes. The instruction
+ * treats BF16 subnormals as zero, flushes subnormal results and rounds to
+ * nearest even (it ignores MXCSR); each of its two products is exact in F32
+ * and added to the accumulator with one rounding, the odd element's first.
+ * The plain C form below does the same operations, for CPUs without the
+ * instruction and for the tests (docs/engine.md, "Weights", gives the
+ * error bound). */
+
+#define P16_SUB 32 /* k per partial: 16 pairs */
+
+int ig__gemm16p_kpad(int k)
+{
+    return k + (k & 1);
+}
+
+size_t ig__gemm16p_packed_elems(int n, int k)
+{
+    return (size_t)((n + IG_GEMM16_NR - 1) / IG_GEMM16_NR) * IG_GEMM16_NR *
+           (size_t)ig__gemm16p_kpad(k);
+}
+
+void ig__gemm16p_pack(uint16_t *dst, const uint16_t *w, int n, int k)
+{
+    int kp = ig__gemm16p_kpad(k);
+    for (int p = 0; p * IG_GEMM16_NR < n; p++) {
+        uint16_t *panel = dst + (size_t)p * IG_GEMM16_NR * kp;
+        int rows = n - p * IG_GEMM16_NR < IG_GEMM16_NR ? n - p * IG_GEMM16_NR : IG_GEMM16_NR;
+        if (rows < IG_GEMM16_NR || kp != k)
+            memset(panel, 0, (size_t)IG_GEMM16_NR * kp * sizeof(uint16_t));
+        for (int c = 0; c < rows; c++) {
+            const uint16_t *src = w + (size_t)(p * IG_GEMM16_NR + c) * k;
+            for (int kk = 0; kk < k; kk++)
+                panel[(size_t)(kk >> 1) * 2 * IG_GEMM16_NR + 2 * c + (kk & 1)] = src[kk];
+        }
+    }
+}
+
+void ig__gemm16p_unpack_row(float *dst, const uint16_t *packed, int k, int row)
+{
+    int kp = ig__gemm16p_kpad(k);
+    const uint16_t *p =
+        packed + (size_t)(row / IG_GEMM16_NR) * IG_GEMM16_NR * kp + 2 * (row % IG_GEMM16_NR);
+    for (int kk = 0; kk < k; kk++)
+        dst[kk] = ig_bf16_to_f32(p[(size_t)(kk >> 1) * 2 * IG_GEMM16_NR + (kk & 1)]);
+}
+
+#ifdef G16_X86
+IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl")
+/* ig_f32_to_bf16 on 16 floats: the same integer rounding, the same NaN. */
+static int round16_avx512(uint16_t *o, const float *x, int k)
+{
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i half = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i quiet = _mm512_set1_epi32(0x400000);
+    int kk = 0;
+    for (; kk + 16 <= k; kk += 16) {
+        __m512i v = _mm512_loadu_si512((const void *)(x + kk));
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(v, abs), inf);
+        __m512i r = _mm512_add_epi32(
+            v, _mm512_add_epi32(half, _mm512_and_si512(_mm512_srli_epi32(v, 16), one)));
+        r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(v, quiet));
+        _mm256_storeu_si256((__m256i *)(o + kk), _mm512_cvtepi32_epi16(_mm512_srli_epi32(r, 16)));
+    }
+    return kk;
+}
+IG__TARGET_END
+#endif
+
+void ig__bf16_round_rows(uint16_t *xb, const float *x, int m, int k)
+{
+    int kp = ig__gemm16p_kpad(k);
+    for (int r = 0; r < m; r++) {
+        uint16_t *o = xb + (size_t)r * kp;
+        const float *xr = x + (size_t)r * k;
+        int kk = 0;
+#ifdef G16_X86
+        if (ig__cpu_isa() == IG_CPU_ISA_AVX512)
+            kk = round16_avx512(o, xr, k);
+#endif
+        for (; kk < k; kk++)
+            o[kk] = ig_f32_to_bf16(xr[kk]);
+        if (kp != k)
+            o[k] = 0;
+    }
+}
+
+/* A BF16 value as vdpbf16ps reads it: subnormals are zero. */
+static inline float p16_in(uint16_t h)
+{
+    return (h & 0x7f80u) == 0 ? ((h & 0x8000u) ? -0.0f : 0.0f) : ig_bf16_to_f32(h);
+}
+
+/* acc + a * b with one rounding (the product is exact: 8 x 8 bits), the
+ * result flushed to zero when subnormal. */
+static inline float p16_step(float acc, float a, float b)
+{
+    float s = (float)((double)acc + (double)a * (double)b);
+    if (s != 0.0f && fabsf(s) < 0x1p-126f)
+        s = signbit(s) ? -0.0f : 0.0f;
+    return s;
+}
+
+static void gemm16p_scalar(float *y, int ldy, const uint16_t *xb, const uint16_t *packed, int m,
+                           int k, int n, int n0, int n1)
+{
+    int kp = ig__gemm16p_kpad(k);
+    for (int r = 0; r < m; r++) {
+        const uint16_t *xr = xb + (size_t)r * kp;
+        for (int col = n0; col < n1 && col < n; col++) {
+            const uint16_t *p = packed + (size_t)(col / IG_GEMM16_NR) * IG_GEMM16_NR * kp +
+                                2 * (col % IG_GEMM16_NR);
+            float sum = 0.0f;
+            for (int s0 = 0; s0 < kp; s0 += P16_SUB) {
+                int se = s0 + P16_SUB < kp ? s0 + P16_SUB : kp;
+                float acc[2] = {0.0f, 0.0f};
+                for (int kk = s0; kk < se; kk += 2) {
+                    const uint16_t *wp = p + (size_t)(kk >> 1) * 2 * IG_GEMM16_NR;
+                    float *a = &acc[((kk - s0) >> 1) & 1];
+                    *a = p16_step(*a, p16_in(xr[kk + 1]), p16_in(wp[1]));
+                    *a = p16_step(*a, p16_in(xr[kk]), p16_in(wp[0]));
+                }
+                float part = acc[0] + acc[1];
+                sum = s0 == 0 ? part : sum + part;
+            }
+            y[(size_t)r * ldy + col] = sum;
+        }
+    }
+}
+
+#ifdef G16_X86
+IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512bf16,fma")
+/* A tile is mr rows of x by np panels (np * 32 columns), with two
+ * accumulators per output vector (even and odd pairs) so that even one row
+ * keeps 4 np chains of vdpbf16ps in flight: 24 accumulators at np = 1,
+ * mr = 6 and at np = 2, mr = 3. */
+#define P16_MR 6
+
+static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, const uint16_t *x,
+                                                          int ldx, const uint16_t *panel,
+                                                          size_t pstride, int kc, int mr, int np,
+                                                          int load)
+{
+    for (int s0 = 0; s0 < kc; s0 += P16_SUB) {
+        int se = s0 + P16_SUB < kc ? s0 + P16_SUB : kc;
+        __m512 acc[P16_MR][4][2];
+#pragma GCC unroll 8
+        for (int a = 0; a < mr; a++)
+#pragma GCC unroll 4
+            for (int v = 0; v < 2 * np; v++)
+                acc[a][v][0] = acc[a][v][1] = _mm512_setzero_ps();
+        int kk = s0;
+#define P16_PAIR(sp)                                                                               \
+    do {                                                                                           \
+        __m512i w[4];                                                                              \
+        const uint16_t *wp = panel + (size_t)(kk >> 1) * 2 * IG_GEMM16_NR;                         \
+        _Pragma("GCC unroll 2") for (int q = 0; q < np; q++)                                       \
+        {                                                                                          \
+            w[2 * q] = _mm512_loadu_si512((const void *)(wp + q * pstride));                       \
+            w[2 * q + 1] = _mm512_loadu_si512((const void *)(wp + q * pstride + IG_GEMM16_NR));    \
+        }                                                                                          \
+        _Pragma("GCC unroll 8") for (int a = 0; a < mr; a++)                                       \
+        {                                                                                          \
+            int32_t xp;                                                                            \
+            memcpy(&xp, x + (size_t)a * ldx + kk, 4);                                              \
+            __m512i xa = _mm512_set1_epi32(xp);                                                    \
+            _Pragma("GCC unroll 4") for (int v = 0; v < 2 * np; v++) acc[a][v][sp] =               \
+                _mm512_dpbf16_ps(acc[a][v][sp], (__m512bh)xa, (__m512bh)w[v]);                     \
+        }                                                                                          \
+    } while (0)
+#pragma GCC unroll 4
+        for (; kk + 4 <= se; kk += 4) {
+            P16_PAIR(0);
+            kk += 2;
+            P16_PAIR(1);
+            kk -= 2;
+        }
+        if (kk < se)
+            P16_PAIR(0);
+#undef P16_PAIR
+        int add = load || s0 > 0;
+#pragma GCC unroll 8
+        for (int a = 0; a < mr; a++)
+#pragma GCC unroll 4
+            for (int v = 0; v < 2 * np; v++) {
+                float *cp = c + (size_t)a * ldc + v * 16;
+                __m512 part = _mm512_add_ps(acc[a][v][0], acc[a][v][1]);
+                _mm512_storeu_ps(cp, add ? _mm512_add_ps(_mm512_loadu_ps(cp), part) : part);
+            }
+    }
+}
+
+static void tile16p_rows(float *c, int ldc, const uint16_t *x, int ldx, const uint16_t *panel,
+                         size_t pstride, int kc, int mr, int np, int load)
+{
+    switch (np * 8 + mr) {
+#define P16_CASE(q, r)                                                                             \
+    case q * 8 + r:                                                                                \
+        tile16p(c, ldc, x, ldx, panel, pstride, kc, r, q, load);                                   \
+        return;
+        P16_CASE(1, 1)
+        P16_CASE(1, 2)
+        P16_CASE(1, 3)
+        P16_CASE(1, 4)
+        P16_CASE(1, 5)
+        P16_CASE(1, 6)
+        P16_CASE(2, 1)
+        P16_CASE(2, 2)
+        P16_CASE(2, 3)
+#undef P16_CASE
+    default:
+        return;
+    }
+}
+
+static void gemm16p_avx512bf16(float *y, int ldy, const uint16_t *xb, const uint16_t *packed, int m,
+                               int k, int n, int n0, int n1)
+{
+    int kp = ig__gemm16p_kpad(k);
+    size_t pstride = (size_t)IG_GEMM16_NR * kp;
+    /* Few rows: two panels per tile, for the chains; the bits are the
+     * same either way. */
+    int mrmax = m <= 3 ? 3 : P16_MR, npw = m <= 3 ? 2 : 1;
+    for (int p = n0 / IG_GEMM16_NR; p * IG_GEMM16_NR < n1;) {
+        int col = p * IG_GEMM16_NR;
+        int np = npw == 2 && col + 2 * IG_GEMM16_NR <= n && col + 2 * IG_GEMM16_NR <= n1 ? 2 : 1;
+        int ncols = n - col < np * IG_GEMM16_NR ? n - col : np * IG_GEMM16_NR;
+        const uint16_t *panel = packed + (size_t)p * pstride;
+        for (int k0 = 0; k0 < kp; k0 += G16_KC) {
+            int kc = kp - k0 < G16_KC ? kp - k0 : G16_KC;
+            const uint16_t *slice = panel + (size_t)k0 * IG_GEMM16_NR;
+            for (int i = 0; i < m; i += mrmax) {
+                int mr = m - i < mrmax ? m - i : mrmax;
+                float *yt = y + (size_t)i * ldy + col;
+                const uint16_t *xt = xb + (size_t)i * kp + k0;
+                if (ncols == np * IG_GEMM16_NR) {
+                    tile16p_rows(yt, ldy, xt, kp, slice, pstride, kc, mr, np, k0 > 0);
+                } else {
+                    float tmp[P16_MR * IG_GEMM16_NR];
+                    memset(tmp, 0, sizeof(tmp));
+                    if (k0 > 0)
+                        for (int a = 0; a < mr; a++)
+                            memcpy(tmp + a * IG_GEMM16_NR, yt + (size_t)a * ldy,
+                                   ncols * sizeof(float));
+                    tile16p_rows(tmp, IG_GEMM16_NR, xt, kp, slice, pstride, kc, mr, 1, k0 > 0);
+                    for (int a = 0; a < mr; a++)
+                        memcpy(yt + (size_t)a * ldy, tmp + a * IG_GEMM16_NR, ncols * sizeof(float));
+                }
+            }
+        }
+        p += np;
+    }
+}
+IG__TARGET_END
+#endif
+
+void ig__gemm16p(float *y, int ldy, const uint16_t *xb, const uint16_t *packed, int m, int k, int n,
+                 int n0, int n1)
+{
+    if (n1 <= n0 || m <= 0)
+        return;
+#ifdef G16_X86
+    if (ig__cpu_isa() == IG_CPU_ISA_AVX512 && ig__cpu_has_bf16_dot()) {
+        gemm16p_avx512bf16(y, ldy, xb, packed, m, k, n, n0, n1);
+        return;
+    }
+#endif
+    gemm16p_scalar(y, ldy, xb, packed, m, k, n, n0, n1);
 }

@@ -2,7 +2,10 @@
  * Run-time choice of the instruction set for the kernels that dispatch
  * (gemm16.c, gemmq8.c): the best the CPU runs, or a lower one named by
  * IG_CPU_ISA (avx512, avx2, scalar) or set by a test, so that the AVX2 and
- * scalar paths are exercised on an AVX-512 machine too.
+ * scalar paths are exercised on an AVX-512 machine too. Apart from the
+ * set, AVX512_BF16: whether BF16 weights are uploaded for vdpbf16ps
+ * (gemm16.c's k-pair path): on where the CPU has it and the set in use is
+ * AVX-512, off with IG_CPU_BF16_DOT=0 or ig__cpu_set_bf16_dot(0).
  */
 #include "cpu_internal.h"
 
@@ -26,6 +29,14 @@ static int has_f16c(void)
 {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 29)) != 0;
+}
+
+/* AVX512_BF16 (vdpbf16ps) from CPUID leaf 7 subleaf 1 (EAX bit 5), which
+ * __builtin_cpu_supports of GCC 12 does not name either. */
+static int has_avx512bf16(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5)) != 0;
 }
 #endif
 
@@ -87,4 +98,43 @@ ig_cpu_isa_t ig__cpu_isa(void)
         want = best;
     atomic_store(&isa_now, (int)want);
     return want;
+}
+
+static atomic_int bf16_dot_now = -1;
+
+static atomic_int bf16_dot_has = -1;
+
+/* Cached: CPUID traps to the hypervisor in a virtual machine (tens of
+ * microseconds), and ig__gemm16p asks on every call. */
+int ig__cpu_has_bf16_dot(void)
+{
+    int has = atomic_load_explicit(&bf16_dot_has, memory_order_relaxed);
+    if (has < 0) {
+#if defined(__x86_64__) || defined(__i386__)
+        has = isa_best() == IG_CPU_ISA_AVX512 && has_avx512bf16();
+#else
+        has = 0;
+#endif
+        atomic_store(&bf16_dot_has, has);
+    }
+    return has;
+}
+
+int ig__cpu_bf16_dot(void)
+{
+    int now = atomic_load_explicit(&bf16_dot_now, memory_order_relaxed);
+    if (now < 0) {
+        const char *env = getenv("IG_CPU_BF16_DOT");
+        now = ig__cpu_has_bf16_dot() && !(env != NULL && strcmp(env, "0") == 0);
+        atomic_store(&bf16_dot_now, now);
+    }
+    return now && ig__cpu_isa() == IG_CPU_ISA_AVX512;
+}
+
+int ig__cpu_set_bf16_dot(int on)
+{
+    if (on && !ig__cpu_has_bf16_dot())
+        return IG_ENOTSUP;
+    atomic_store(&bf16_dot_now, on != 0);
+    return 0;
 }

@@ -103,6 +103,30 @@ static inline void ig_assert_within_bound(const float *got, const double *ref, c
 }
 
 /*
+ * BF16 activations (kernels/cpu/gemm16.c's vdpbf16ps path): x is rounded to
+ * BF16 (8 significant bits, unit roundoff IG_BF16_U = 2^-8) before the
+ * products, so each term x_i w_i becomes x_i (1 + d_i) w_i with
+ * |d_i| <= 2^-8: the sum moves by at most 2^-8 * sum |x_i w_i| before the
+ * F32 sum's own gamma_k (on terms 1 + 2^-8 as large, second order). In
+ * `units` of u that is k + 2^-8 / 2^-24 = k + 65536, under the same
+ * IG_BOUND_C. The instruction also treats BF16 subnormals as zero and
+ * flushes subnormal sums: each x below 2^-126 loses at most 2^-126 |w_i|
+ * and each of the k additions at most 2^-126, hence the floor
+ * k * 2^-126 * (1 + max |w|).
+ */
+#define IG_BF16_U 0x1p-8
+
+static inline double ig_bf16x_units(double k)
+{
+    return k + IG_BF16_U / IG_F32_U;
+}
+
+static inline double ig_bf16x_floor(double k, double wmax)
+{
+    return k * 0x1p-126 * (1 + wmax);
+}
+
+/*
  * The error budget of a whole forward pass in f32 against NumPy in float64
  * (which reads the same stored weights, so bf16 / f16 storage adds no error:
  * both sides compute with the same rounded values). Along the path from the
@@ -127,6 +151,18 @@ static inline double ig_bound_forward(const ig_model_config_t *c, int max_ctx, d
                    dim + 10 + c->intermediate_size + 1;
     double units = c->num_hidden_layers * layer + rms + dim + 1;
     return ig_bound_of(scale, units, 0);
+}
+
+/* The same when every GEMM rounds its input to BF16 (a BF16 model on the
+ * vdpbf16ps path): along the chain each layer has four GEMM inputs rounded
+ * (q/k/v, the output projection, gate/up, down) and lm_head one more, each
+ * adding 2^-8 of its sum |x w| (ig_bf16x_units), which the scale bounds as
+ * above. */
+static inline double ig_bound_forward_bf16x(const ig_model_config_t *c, int max_ctx, double scale)
+{
+    double gemms = 4.0 * c->num_hidden_layers + 1;
+    return ig_bound_forward(c, max_ctx, scale) +
+           ig_bound_of(scale, gemms * (IG_BF16_U / IG_F32_U), 0);
 }
 
 #endif
