@@ -150,10 +150,10 @@ static void test_bound_catches_a_dropped_term(void **state)
     free(x), free(w), free(h);
 }
 
-/* The vdpbf16ps path (k-pair layout, x rounded to BF16): within its bound
- * against a double reference on the unrounded x; the plain C form gives the
- * instruction's bits; a row gets the same bits alone, in any batch, any
- * column split, through the backend with 1 and 2 threads. */
+/* The vdpbf16ps path (k-pair layout, x rounded to BF16) and its plain C
+ * form: each within the bound against a double reference on the unrounded
+ * x; a row gets the same bits alone, in any batch, any column split,
+ * through the backend with 1 and 2 threads. */
 static void test_bf16_dot(void **state)
 {
     static const int sh[][3] = {{1, 1, 1},     {1, 7, 5},    {5, 33, 31},    {1, 288, 288},
@@ -194,7 +194,11 @@ static void test_bf16_dot(void **state)
         assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
         memset(y, 0xff, (size_t)m * n * 4);
         ig__gemm16p(y, n, xb, wp, m, k, n, 0, n);
-        assert_memory_equal(y, yc, (size_t)m * n * 4);
+        /* Held to the bound, not to the C form's bits: how vdpbf16ps sums
+         * inside one instruction is the CPU's own and may differ between
+         * vendors. */
+        ig_assert_within_bound(y, ref, mag, (size_t)m * n, ig_bf16x_units(k),
+                               ig_bf16x_floor(k, 1.0), what);
         for (int r = 0; r < m; r++) {
             ig__gemm16p(part, n, xb + (size_t)r * kp, wp, 1, k, n, 0, n);
             assert_memory_equal(part, y + (size_t)r * n, (size_t)n * 4);
