@@ -61,24 +61,6 @@ static double *abs_of(const double *ref, size_t n)
 
 /* ---- GEMM ----------------------------------------------------------------- */
 
-/* y = x W^T + bias in double, and mag = sum |x w| + |bias| per output: the
- * scale of the k-term dot product's error bound. */
-static void naive_gemm(double *y, double *mag, const float *x, const float *w, const float *bias,
-                       int m, int n, int k)
-{
-    for (int i = 0; i < m; i++)
-        for (int j = 0; j < n; j++) {
-            double s = bias ? bias[j] : 0.0, a = bias ? fabs(bias[j]) : 0.0;
-            for (int t = 0; t < k; t++) {
-                double p = (double)x[(size_t)i * k + t] * w[(size_t)j * k + t];
-                s += p;
-                a += fabs(p);
-            }
-            y[(size_t)i * n + j] = s;
-            mag[(size_t)i * n + j] = a;
-        }
-}
-
 /* A GEMM output of k terms (+ a bias): gamma_{k+1} sum |x w| (fp_bound.h). */
 static void assert_gemm_within_bound(const float *y, const double *ref, const double *mag, int m,
                                      int n, int k, int with_bias, const char *what)
@@ -118,7 +100,7 @@ static void check_gemm_mode(ig_backend_t *be, ig_cpu_gemm_t mode, const char *la
         ig_weight_t B = make_weight(b, n, 1);
         for (int up = 0; up < 2; up++) {
             for (int with_bias = 0; with_bias < 2; with_bias++) {
-                naive_gemm(ref, mag, x, w, with_bias ? b : NULL, m, n, k);
+                ig_ref_gemm(ref, mag, x, w, with_bias ? b : NULL, m, n, k);
                 memset(y, 0xff, (size_t)m * n * sizeof(float)); /* NaN: every cell written */
                 assert_int_equal(be->matmul(be, y, x, &Ws[up], with_bias ? &B : NULL, m), 0);
                 snprintf(what, sizeof(what), "%s m=%d n=%d k=%d bias=%d uploaded=%d", label, m, n,
@@ -186,7 +168,7 @@ static void test_bound_catches_wrong_results(void **state)
         for (int with_bias = 0; with_bias < 2; with_bias++) {
             const float *bias = with_bias ? b : NULL;
             double terms = k + with_bias, floor = ig_f32_floor(terms);
-            naive_gemm(ref, mag, x, w, bias, m, n, k);
+            ig_ref_gemm(ref, mag, x, w, bias, m, n, k);
             for (int back = 0; back < 2; back++) {
                 float_gemm(y, x, w, bias, m, n, k, back, 0);
                 double r = ig_bound_worst(y, ref, mag, mn, terms, floor, &at);
@@ -261,7 +243,7 @@ static void test_gemm_own_odd_shapes(void **state)
         float *y1 = malloc((size_t)mmax * n * 4), *y3 = malloc((size_t)mmax * n * 4);
         double *ref = malloc((size_t)mmax * n * sizeof(double));
         double *mag = malloc((size_t)mmax * n * sizeof(double));
-        naive_gemm(ref, mag, x, w, NULL, mmax, n, k);
+        ig_ref_gemm(ref, mag, x, w, NULL, mmax, n, k);
         ig_weight_t W1 = upload_f32(be1, w, n, k), W3 = upload_f32(be3, w, n, k);
         for (size_t b = 0; b < sizeof(ms) / sizeof(ms[0]); b++) {
             int m = ms[b];

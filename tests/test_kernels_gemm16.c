@@ -84,17 +84,7 @@ static void check_one(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, cons
     double *ref = malloc((size_t)m * n * sizeof(double));
     double *mag = malloc((size_t)m * n * sizeof(double));
     uint16_t *h = to16(w, (size_t)n * k, dt, wf);
-    for (int r = 0; r < m; r++)
-        for (int c = 0; c < n; c++) {
-            double s = 0, a = 0;
-            for (int kk = 0; kk < k; kk++) {
-                double p = (double)x[(size_t)r * k + kk] * wf[(size_t)c * k + kk];
-                s += p;
-                a += fabs(p);
-            }
-            ref[(size_t)r * n + c] = s;
-            mag[(size_t)r * n + c] = a;
-        }
+    ig_ref_gemm(ref, mag, x, wf, NULL, m, n, k);
     /* BF16 uploaded for vdpbf16ps rounds x to BF16: its own bound. */
     int bf16x = dt == IG_DTYPE_BF16 && ig__cpu_bf16_dot();
     ig_weight_t W = upload16(be, h, dt, n, k);
@@ -173,17 +163,7 @@ static void test_bf16_dot(void **state)
         for (int r = 0; r < m; r++) /* the vector rounding is ig_f32_to_bf16's */
             for (int kk = 0; kk < k; kk++)
                 assert_int_equal(xb[(size_t)r * kp + kk], ig_f32_to_bf16(x[(size_t)r * k + kk]));
-        for (int r = 0; r < m; r++)
-            for (int c = 0; c < n; c++) {
-                double a = 0, sum = 0;
-                for (int kk = 0; kk < k; kk++) {
-                    double p = (double)x[(size_t)r * k + kk] * wf[(size_t)c * k + kk];
-                    sum += p;
-                    a += fabs(p);
-                }
-                ref[(size_t)r * n + c] = sum;
-                mag[(size_t)r * n + c] = a;
-            }
+        ig_ref_gemm(ref, mag, x, wf, NULL, m, n, k);
         char what[96];
         snprintf(what, sizeof(what), "bf16 dot m=%d n=%d k=%d", m, n, k);
         assert_int_equal(ig__cpu_set_isa(IG_CPU_ISA_SCALAR), 0);

@@ -71,6 +71,25 @@ static inline double ig_bound_worst(const float *got, const double *ref, const d
     return worst;
 }
 
+/* y = x W^T + bias (bias may be NULL) in double, and mag = sum |x w| +
+ * |bias| per output: the reference of a GEMM test and the scale of its
+ * k-term error bound. x is (m, k), w is (n, k), both row-major. */
+static inline void ig_ref_gemm(double *y, double *mag, const float *x, const float *w,
+                               const float *bias, int m, int n, int k)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = bias ? bias[j] : 0.0, a = bias ? fabs(bias[j]) : 0.0;
+            for (int t = 0; t < k; t++) {
+                double p = (double)x[(size_t)i * k + t] * w[(size_t)j * k + t];
+                s += p;
+                a += fabs(p);
+            }
+            y[(size_t)i * n + j] = s;
+            mag[(size_t)i * n + j] = a;
+        }
+}
+
 /* The largest |a[i] - b[i]| over n elements; NaN when any difference is
  * NaN (a NaN in either array), so that no bound check passes on it. */
 static inline double ig_max_abs_diff(const float *a, const float *b, size_t n)
