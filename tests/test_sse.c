@@ -13,19 +13,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Through a buffer that fits (cap 256) and one that does not (cap 1). */
 static void expect_data(const char *ev, const char *want)
 {
-    char *data;
-    size_t len;
-    assert_int_equal(ig_sse_event_data(ev, strlen(ev), &data, &len), 0);
-    if (want == NULL) {
-        assert_null(data);
-        return;
+    for (size_t cap = 256; cap > 0; cap = cap == 256 ? 1 : 0) {
+        char buf[256], *data;
+        size_t len;
+        assert_int_equal(ig_sse_event_data(ev, strlen(ev), buf, cap, &data, &len), 0);
+        if (want == NULL) {
+            assert_null(data);
+            continue;
+        }
+        assert_non_null(data);
+        assert_true(cap == 256 ? data == buf : data != buf);
+        assert_int_equal(len, strlen(want));
+        assert_string_equal(data, want);
+        if (data != buf)
+            free(data);
     }
-    assert_non_null(data);
-    assert_int_equal(len, strlen(want));
-    assert_string_equal(data, want);
-    free(data);
 }
 
 static void test_event_data(void **state)

@@ -625,12 +625,13 @@ static void stream_out(exchange_t *x, attempt_t *a, const char *buf, size_t len)
  * held back. */
 static int event_is_token(const char *ev, size_t n)
 {
-    char *data;
+    char small[2048], *data;
     size_t dlen;
-    if (ig_sse_event_data(ev, n, &data, &dlen) != 0)
+    if (ig_sse_event_data(ev, n, small, sizeof(small), &data, &dlen) != 0)
         return 1;
     int token = data != NULL && ig_sse_payload_is_token(data, dlen);
-    free(data);
+    if (data != small)
+        free(data);
     return token;
 }
 

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int ig_sse_event_data(const char *ev, size_t n, char **out, size_t *len)
+int ig_sse_event_data(const char *ev, size_t n, char *buf, size_t cap, char **out, size_t *len)
 {
     char *data = NULL;
     size_t dlen = 0;
@@ -30,7 +30,7 @@ int ig_sse_event_data(const char *ev, size_t n, char **out, size_t *len)
                 vl--;
             }
             /* Each value and a "\n" after it: at most n + 1 bytes. */
-            if (data == NULL && (data = malloc(n + 1)) == NULL)
+            if (data == NULL && (data = n + 1 <= cap ? buf : malloc(n + 1)) == NULL)
                 return IG_ENOMEM;
             memcpy(data + dlen, v, vl);
             dlen += vl;

@@ -67,12 +67,13 @@ static int content_choices(const json_t *o)
 static void event(ig_usage_meter_t *m, const ig_usage_families_t *f, const char *model,
                   const char *ev, size_t n, uint64_t now_ns)
 {
-    char *data;
+    char small[2048], *data;
     size_t dlen;
-    if (ig_sse_event_data(ev, n, &data, &dlen) != 0 || data == NULL)
+    if (ig_sse_event_data(ev, n, small, sizeof(small), &data, &dlen) != 0 || data == NULL)
         return;
     json_t *o = json_loadb(data, dlen, 0, NULL);
-    free(data);
+    if (data != small)
+        free(data);
     if (json_is_object(o)) {
         read_usage(m, o);
         int k = content_choices(o);

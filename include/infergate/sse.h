@@ -14,10 +14,12 @@
  * The data of one event ev[0..n) (its lines, without the blank line that
  * ends it): the values of its data lines joined with "\n", one leading
  * space dropped from each, as the WHATWG EventSource parser does; comments
- * and other fields say nothing. 0 with *out malloc'd (NUL-terminated, *len
- * bytes) or NULL when the event has no data line; IG_ENOMEM.
+ * and other fields say nothing. 0 with *out NUL-terminated (*len bytes), or
+ * NULL when the event has no data line; IG_ENOMEM. *out is buf when n + 1
+ * bytes fit in cap (a token event does: no allocation on the stream's
+ * path), else malloc'd: the caller frees it when it is not buf.
  */
-int ig_sse_event_data(const char *ev, size_t n, char **out, size_t *len);
+int ig_sse_event_data(const char *ev, size_t n, char *buf, size_t cap, char **out, size_t *len);
 
 /*
  * 1 when one data payload starts the answer: [DONE], an error, usage, or a
