@@ -89,8 +89,11 @@ static void test_chat_hedge_beats_a_stall_after_the_role_delta(void **state)
     assert_int_equal(ig_gwf_upstream(&ups[0], "--instant-raw", "--chat-role-first", "--delay-ms",
                                      "2", "--itl-ms", "1", NULL),
                      0);
+    /* s1 is far slower than s0 (60 vs 2 ms), so that s0 is the router's
+     * pick however slow the build is (under ASan the gateway's own time made
+     * 2 and 10 ms too close to call, and s1 then answered without a hedge). */
     assert_int_equal(ig_gwf_upstream(&ups[1], "--instant-raw", "--chat-role-first", "--delay-ms",
-                                     "10", "--itl-ms", "1", NULL),
+                                     "60", "--itl-ms", "1", NULL),
                      0);
     ig_proc_t g;
     assert_int_equal(ig_gwf_sites_serve(&g, ups, 2, 2, IG_GWF_HEDGE, NULL), 0);
