@@ -194,7 +194,10 @@ static void test_bf16_dot(void **state)
         /* an embedding row reads back exact */
         ig__gemm16p_unpack_row(part, wp, k, n - 1);
         assert_memory_equal(part, wf + (size_t)(n - 1) * k, (size_t)k * 4);
-        if (ig__cpu_bf16_dot())
+        /* Through the backend, with the path on whatever this CPU's
+         * default (it may measure that the widening path is faster). */
+        int was = ig__cpu_bf16_dot();
+        if (ig__cpu_set_bf16_dot(1) == 0)
             for (int t = 1; t <= 2; t++) {
                 ig_backend_t *be;
                 assert_int_equal(ig_backend_cpu_create(&be, t), 0);
@@ -204,8 +207,32 @@ static void test_bf16_dot(void **state)
                 be->free_weight(be, &W);
                 be->destroy(be);
             }
+        assert_int_equal(ig__cpu_set_bf16_dot(was), 0);
         free(x), free(w), free(wf), free(y), free(yc), free(part), free(ref), free(mag);
         free(h), free(wp), free(xb);
+    }
+}
+
+/* The default path follows the measured rates: vdpbf16ps only where it
+ * does IG_CPU_BF16_DOT_GAIN times the FMA's work, never without the
+ * instruction; IG_CPU_BF16_DOT forces it (then nothing is measured). */
+static void test_bf16_dot_default_is_measured(void **state)
+{
+    (void)state;
+    double dot, fma;
+    ig__cpu_bf16_dot_rates(&dot, &fma);
+    const char *env = getenv("IG_CPU_BF16_DOT");
+    if (!ig__cpu_has_bf16_dot()) {
+        assert_int_equal(ig__cpu_bf16_dot(), 0);
+        assert_int_equal(ig__cpu_set_bf16_dot(1), IG_ENOTSUP);
+        assert_true(dot == 0 && fma == 0);
+    } else if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) {
+        assert_int_equal(ig__cpu_bf16_dot(), env[0] == '1');
+    } else {
+        print_message("# vdpbf16ps %.1f vs FMA %.1f multiply-adds/ns: default %s\n", dot, fma,
+                      ig__cpu_bf16_dot() ? "on" : "off");
+        assert_true(dot > 0 && fma > 0);
+        assert_int_equal(ig__cpu_bf16_dot(), dot >= IG_CPU_BF16_DOT_GAIN * fma);
     }
 }
 
@@ -361,6 +388,7 @@ int main(void)
         cmocka_unit_test(test_bound_catches_a_dropped_term),
         cmocka_unit_test(test_batch_invariant),
         cmocka_unit_test(test_bf16_dot),
+        cmocka_unit_test(test_bf16_dot_default_is_measured),
         cmocka_unit_test(test_upload_keeps_dtype_and_embed),
         cmocka_unit_test(test_upload_releases_mapped_pages),
     };

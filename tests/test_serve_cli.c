@@ -46,7 +46,7 @@ static int hold_port(int *port)
 
 static void test_config_error_exits_2_before_listening(void **state)
 {
-    int port, fd = hold_port(&port);
+    int port = 0, fd = hold_port(&port);
     assert_true(fd >= 0);
     char text[512];
     snprintf(text, sizeof(text),
@@ -119,7 +119,7 @@ static void test_help(void **state)
 
 static void test_port_in_use_exits_1(void **state)
 {
-    int port, fd = hold_port(&port);
+    int port = 0, fd = hold_port(&port);
     assert_true(fd >= 0);
     assert_int_equal(listen(fd, 1), 0);
     char listen_arg[64];

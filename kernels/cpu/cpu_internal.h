@@ -125,11 +125,19 @@ int ig__cpu_set_isa(ig_cpu_isa_t isa);
 const char *ig__cpu_isa_name(ig_cpu_isa_t isa);
 /* Whether the CPU has AVX512_BF16 on top of the AVX-512 set; whether BF16
  * weights are uploaded for it now (the CPU has it, the set in use is
- * AVX-512, and neither IG_CPU_BF16_DOT=0 nor ig__cpu_set_bf16_dot(0) turned
- * it off); IG_ENOTSUP for on when the CPU lacks it. Process-wide. */
+ * AVX-512, and vdpbf16ps pays on this core as isa.c measures it, unless
+ * IG_CPU_BF16_DOT=1/0 or ig__cpu_set_bf16_dot() says otherwise);
+ * IG_ENOTSUP for on when the CPU lacks it. Process-wide. */
 int ig__cpu_has_bf16_dot(void);
 int ig__cpu_bf16_dot(void);
 int ig__cpu_set_bf16_dot(int on);
+/* The measured rates behind the default (multiply-adds per ns on one core,
+ * vdpbf16ps and FMA; 0 where not measured: no AVX512_BF16, or forced by
+ * IG_CPU_BF16_DOT). */
+void ig__cpu_bf16_dot_rates(double *dot, double *fma);
+/* The default takes vdpbf16ps when it does this many times the FMA's
+ * multiply-adds a second (it rounds x to BF16: it must pay for that). */
+#define IG_CPU_BF16_DOT_GAIN 1.25
 
 /* ---- 16-bit weights (gemm16.c) -------------------------------------------- */
 

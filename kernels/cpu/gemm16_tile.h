@@ -33,6 +33,10 @@ static inline __attribute__((always_inline)) void T16_FN(tile16)(float *c, int l
         for (int kk = s0; kk < se; kk++) {
             T16_V wv[T16_NV];
             const uint16_t *wp = panel + (size_t)kk * IG_GEMM16_NR;
+            /* A tile of one or two rows streams the weights from memory
+             * faster than it uses them: ask for them G16_PREFETCH ahead. */
+            if (mr <= 2)
+                _mm_prefetch((const char *)(wp + G16_PREFETCH), _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int v = 0; v < T16_NV; v++)
                 wv[v] = bf16 ? T16_BF16(wp + v * T16_VL) : T16_F16(wp + v * T16_VL);

@@ -4,8 +4,9 @@
  * IG_CPU_ISA (avx512, avx2, scalar) or set by a test, so that the AVX2 and
  * scalar paths are exercised on an AVX-512 machine too. Apart from the
  * set, AVX512_BF16: whether BF16 weights are uploaded for vdpbf16ps
- * (gemm16.c's k-pair path): on where the CPU has it and the set in use is
- * AVX-512, off with IG_CPU_BF16_DOT=0 or ig__cpu_set_bf16_dot(0).
+ * (gemm16.c's k-pair path): where the CPU has it, the set in use is
+ * AVX-512 and the instruction pays on this core (measured, below); forced
+ * with IG_CPU_BF16_DOT=1 or 0, or set by ig__cpu_set_bf16_dot().
  */
 #include "cpu_internal.h"
 
@@ -13,11 +14,13 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
+#include <immintrin.h>
 #endif
 
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static atomic_int isa_now = -1;
 
@@ -102,6 +105,92 @@ ig_cpu_isa_t ig__cpu_isa(void)
 
 static atomic_int bf16_dot_now = -1;
 
+/* ---- does vdpbf16ps pay on this CPU? -------------------------------------- */
+/*
+ * The k-pair path rounds x to BF16 (a wider error bound) to run vdpbf16ps,
+ * which does 32 multiply-adds where an FMA does 16. Whether that is faster
+ * than widening the weights and running FMAs depends on the core, not on
+ * the flag: AMD Zen 4 issues vdpbf16ps at the FMA's rate, so the k-pair
+ * path is 1.5-1.8x faster at batch 64; a Xeon (Emerald Rapids) measured
+ * here issues it at 0.37x the FMA's rate, so it does 0.74x the FMA's work a
+ * second and the widening path is 1.5x faster at batch 64 (and as fast at
+ * batch 1, which waits on memory either way). So the default is measured:
+ * 12 independent chains of each instruction, timed in alternation, the
+ * best of DOT_ROUNDS; the k-pair path when vdpbf16ps does at least
+ * IG_CPU_BF16_DOT_GAIN times the FMA's multiply-adds a second. About 0.2 ms, once per
+ * process, before any weights are uploaded (the choice must not change
+ * afterwards: a row's bits would). IG_CPU_BF16_DOT=1 or 0 overrides it.
+ */
+#define DOT_ROUNDS 5
+#define DOT_ITERS 2000
+
+static double dot_rate[2]; /* multiply-adds per ns: vdpbf16ps, FMA */
+
+#if defined(__x86_64__) || defined(__i386__)
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+IG__TARGET_BEGIN("avx512f,avx512bf16,fma")
+/* Multiply-adds per ns of 12 chains of vdpbf16ps (which) or of FMA. */
+static double chains_rate(int which)
+{
+    __m512 acc[12];
+    for (int i = 0; i < 12; i++)
+        acc[i] = _mm512_setzero_ps();
+    __m512 f = _mm512_set1_ps(1.0f);
+    __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f80);
+    double t0 = now_ns();
+    for (int it = 0; it < DOT_ITERS; it++) {
+        /* The barrier keeps each round's operands opaque to the compiler. */
+        __asm__ volatile("" : "+v"(f), "+v"(b));
+        if (which == 0) {
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++)
+                acc[i] = _mm512_dpbf16_ps(acc[i], b, b);
+        } else {
+#pragma GCC unroll 12
+            for (int i = 0; i < 12; i++)
+                acc[i] = _mm512_fmadd_ps(acc[i], f, f);
+        }
+    }
+    double dt = now_ns() - t0;
+    __m512 sum = acc[0];
+    for (int i = 1; i < 12; i++)
+        sum = _mm512_add_ps(sum, acc[i]);
+    volatile float sink = _mm512_reduce_add_ps(sum);
+    (void)sink;
+    return 12.0 * DOT_ITERS * (which == 0 ? 32 : 16) / (dt > 1 ? dt : 1);
+}
+IG__TARGET_END
+
+static int dot_pays(void)
+{
+    for (int r = 0; r < DOT_ROUNDS; r++)
+        for (int w = 0; w < 2; w++) {
+            double x = chains_rate(w);
+            if (x > dot_rate[w])
+                dot_rate[w] = x;
+        }
+    return dot_rate[0] >= IG_CPU_BF16_DOT_GAIN * dot_rate[1];
+}
+#else
+static int dot_pays(void)
+{
+    return 0;
+}
+#endif
+
+void ig__cpu_bf16_dot_rates(double *dot, double *fma)
+{
+    (void)ig__cpu_bf16_dot();
+    *dot = dot_rate[0];
+    *fma = dot_rate[1];
+}
+
 static atomic_int bf16_dot_has = -1;
 
 /* Cached: CPUID traps to the hypervisor in a virtual machine (tens of
@@ -125,7 +214,12 @@ int ig__cpu_bf16_dot(void)
     int now = atomic_load_explicit(&bf16_dot_now, memory_order_relaxed);
     if (now < 0) {
         const char *env = getenv("IG_CPU_BF16_DOT");
-        now = ig__cpu_has_bf16_dot() && !(env != NULL && strcmp(env, "0") == 0);
+        if (!ig__cpu_has_bf16_dot())
+            now = 0;
+        else if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+            now = env[0] == '1';
+        else
+            now = dot_pays();
         atomic_store(&bf16_dot_now, now);
     }
     return now && ig__cpu_isa() == IG_CPU_ISA_AVX512;
