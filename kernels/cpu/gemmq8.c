@@ -225,6 +225,9 @@ static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, co
 IG__TARGET_END
 
 IG__TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+/* Bytes ahead (measured on a Xeon VM: 1 KiB 7.5, 4 KiB 9.5, 8 KiB 9.9 GB/s
+ * for one thread streaming 544 MiB, 8.4 without). */
+#define Q8_PREFETCH 8192
 /* The dot products of blocks b and b + 1 (whose quants lie 34 bytes
  * apart) with x's 64 bytes: 16 lanes, 8 per block, of w + 128 times x. */
 static inline __m512i idot2_vnni(const uint8_t *blk, const int8_t *x)
@@ -266,6 +269,11 @@ static void gemmq8_avx512(float *y, int ldy, const int8_t *xq, const float *xd, 
             for (; b + 16 <= nb; b += 16) {
                 const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
                 const int8_t *xb = xa + (size_t)b * IG_Q8_0_BLOCK;
+                /* The first row streams W from memory: ask for it
+                 * Q8_PREFETCH ahead (the later rows find it in L1). */
+                if (a == 0)
+                    for (int l = 0; l < 16 * IG_Q8_0_BYTES; l += 64)
+                        _mm_prefetch((const char *)(bl + Q8_PREFETCH + l), _MM_HINT_T0);
                 __m512i p[8];
 #pragma GCC unroll 8
                 for (int u = 0; u < 8; u++)
