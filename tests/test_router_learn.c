@@ -29,6 +29,7 @@ typedef struct {
 typedef struct {
     int slots;
     double svc_mean;
+    double contention; /* each job already in service slows a new one by this fraction */
     double end[64]; /* in service: end time; < 0 free */
     job_t serving[64];
     job_t queue[MAXQ];
@@ -76,11 +77,21 @@ static void sim_init(sim_t *s, int slots, double svc)
 }
 
 /* Starts job j at time t in a free slot, or queues it. */
+/* A service time: exponential, slowed by the jobs in service when the
+ * machine they share is contended. */
+static double sim_service(sim_t *s)
+{
+    int busy = 0;
+    for (int i = 0; i < s->slots; i++)
+        busy += s->end[i] >= 0;
+    return expo(s, s->svc_mean) * (1.0 + s->contention * busy);
+}
+
 static void sim_admit(sim_t *s, job_t j, double t)
 {
     for (int i = 0; i < s->slots; i++) {
         if (s->end[i] < 0) {
-            s->end[i] = t + expo(s, s->svc_mean);
+            s->end[i] = t + sim_service(s);
             s->serving[i] = j;
             return;
         }
@@ -112,7 +123,7 @@ static double sim_finish(sim_t *s, int i, ig_router_t *r, ig_router_upstream_t *
         job_t n = s->queue[s->qhead];
         s->qhead = (s->qhead + 1) % MAXQ;
         s->qlen--;
-        s->end[i] = t + expo(s, s->svc_mean);
+        s->end[i] = t + sim_service(s);
         s->serving[i] = n;
     }
     return t;
@@ -253,8 +264,9 @@ static void test_learned_beats_unknown(void **state)
 }
 
 /* A closed loop of 32 clients on a 2-slot upstream: the limit calibrates
- * (one at a time until the base is known), then settles near the slots,
- * well under the clients, and the rest would wait in the gateway. On a
+ * (one at a time until the base is known), then settles near the slots
+ * (probing a little above them now and then), well under the clients,
+ * and the rest would wait in the gateway. On a
  * 32-slot upstream the same clients all get through. */
 static void run_closed(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, int clients, double secs,
                        int *max_inflight_late)
@@ -293,7 +305,11 @@ static void test_limit_settles(void **state)
     print_message("2 slots: limit %d (%s, %llu moves), most in flight late %d\n",
                   ig_router_limit(&r, &u), u.limit_reason, (unsigned long long)u.limit_changes,
                   late);
-    assert_true(late >= 2 && late <= 6);
+    /* Every RIF_STALE_S the buckets above the limit are forgotten, C is
+     * then only a lower bound, and the limit probes upward until the queue
+     * shows again: to 7 in this seeded run; more would mean the probe
+     * does not stop when the queue is there. */
+    assert_true(late >= 2 && late <= 7);
     assert_true(u.limit_changes > 0);
 
     ig_router_upstream_t w;
@@ -307,6 +323,67 @@ static void test_limit_settles(void **state)
     assert_true(late >= 28);
 }
 
+/* Clients of a closed loop on one clock across phases: sends while the
+ * limit allows until `until`; *late is the most in flight in the phase's
+ * second half. */
+static void run_closed_until(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, int *waiting,
+                             double *t, double until, int *late)
+{
+    double from = *t;
+    *late = 0;
+    while (*t < until) {
+        while (*waiting > 0 && u->inflight < ig_router_limit(r, u)) {
+            job_t j = {*t, u->inflight};
+            ig_router_attempt_begin(r, u, ns(*t));
+            sim_admit(s, j, *t);
+            (*waiting)--;
+        }
+        if (*t > (from + until) / 2 && u->inflight > *late)
+            *late = u->inflight;
+        int e = sim_next_end(s);
+        if (e < 0)
+            break;
+        *t = sim_finish(s, e, r, u);
+        (*waiting)++;
+    }
+}
+
+/* A machine-wide slowdown is not a queue to remember. 12 clients on a
+ * 4-slot upstream (20 ms); for 4 s the machine is contended, each job in
+ * service slowing a new one by 60%, so holds rise with the in-flight count
+ * as behind a queue of one or two places; then it is quiet again. The
+ * buckets above what the shrunken limit lets in would keep the slow
+ * phase's holds for ever: the fit forgets buckets no sample reached for
+ * RIF_STALE_S, the limit climbs back while no queue shows, and within 4 s
+ * all 4 slots are used again (bench/routing-foreign.sh ended 35 of 157
+ * runs with a limit of 2-3 on such upstreams). */
+static void test_limit_recovers_after_slowdown(void **state)
+{
+    (void)state;
+    ig_router_t r;
+    ig_router_upstream_t u;
+    one_site(&r, &u, "slowed");
+    sim_t s;
+    sim_init(&s, 4, 0.020);
+    int waiting = 12, late = 0;
+    double t = 0;
+    run_closed_until(&r, &u, &s, &waiting, &t, 5.0, &late);
+    print_message("quiet: limit %d, C %.2f, most in flight late %d\n", ig_router_limit(&r, &u),
+                  ig_router_concurrency(&u), late);
+    assert_true(late >= 4);
+    s.contention = 0.6;
+    run_closed_until(&r, &u, &s, &waiting, &t, 9.0, &late);
+    print_message("contended: limit %d, C %.2f, most in flight late %d\n", ig_router_limit(&r, &u),
+                  ig_router_concurrency(&u), late);
+    s.contention = 0;
+    run_closed_until(&r, &u, &s, &waiting, &t, 13.0, &late);
+    print_message("quiet again: limit %d (%s), C %.2f, most in flight late %d\n",
+                  ig_router_limit(&r, &u), u.limit_reason, ig_router_concurrency(&u), late);
+    assert_true(late >= 4);
+    assert_true(ig_router_limit(&r, &u) >= 4);
+    assert_true(ig_router_concurrency(&u) >= 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -314,6 +391,7 @@ int main(void)
         cmocka_unit_test(test_wide_not_taken_for_narrow),
         cmocka_unit_test(test_learned_beats_unknown),
         cmocka_unit_test(test_limit_settles),
+        cmocka_unit_test(test_limit_recovers_after_slowdown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

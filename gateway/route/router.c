@@ -110,6 +110,9 @@ static int report_fresh(const ig_router_t *r, const ig_router_upstream_t *u, uin
 /* How much better (chi-square) a fit with a queue must be than one
  * without (see learn_concurrency()). */
 #define RIF_QUEUE_CHI2 12.0
+/* Seconds after which a bucket the limit keeps out, with no sample of its
+ * own since, is forgotten (see ig_router_observe_done()). */
+#define RIF_STALE_S 2.0
 
 /* The hold time of an attempt that waited for nothing: the lowest RIF
  * bucket with enough samples (0 when none has). */
@@ -585,6 +588,21 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     if (!(seconds >= 0))
         return;
     int k = rif < 0 ? 0 : rif >= IG_ROUTER_RIF_BUCKETS ? IG_ROUTER_RIF_BUCKETS - 1 : rif;
+    /* Buckets the limit keeps out (an attempt begins with at most limit - 1
+     * others in flight) that had no sample for RIF_STALE_S are forgotten:
+     * what they recorded can no longer be checked. A machine-wide slowdown
+     * makes holds rise with the in-flight count as a queue would; the fit
+     * took it for a small C, the limit shrank, and without this the
+     * buckets above it kept that "queue" for good, and C and the limit
+     * stayed low (test_router_learn). Buckets within the limit are kept,
+     * sampled or not: less traffic is not evidence. */
+    int reach = ig_router_limit(r, u);
+    for (int j = reach; j < IG_ROUTER_RIF_BUCKETS; j++)
+        if (u->rif_n[j] > 0 && seconds_between(u->rif_at_ns[j], now_ns) > RIF_STALE_S)
+            u->rif_n[j] = 0;
+    if (u->rif_n[k] == 0)
+        u->rif_hold_s[k] = u->rif_sq_s2[k] = 0;
+    u->rif_at_ns[k] = now_ns;
     /* A running mean over the first 32 samples, then an EWMA of about the
      * last 32: the service times of LLM requests vary a lot. */
     if (u->rif_n[k] < 32)

@@ -120,6 +120,7 @@ typedef struct {
     double rif_hold_s[IG_ROUTER_RIF_BUCKETS]; /* by others in flight at start */
     double rif_sq_s2[IG_ROUTER_RIF_BUCKETS];  /* the mean of the squared holds, alike */
     int rif_n[IG_ROUTER_RIF_BUCKETS];         /* samples of each (saturates) */
+    uint64_t rif_at_ns[IG_ROUTER_RIF_BUCKETS]; /* each one's last sample */
     double concurrency;                       /* the last estimate; 0 = none yet */
     uint64_t rif_samples;                     /* hold samples in all */
     double hold_base_s;                       /* the fit's unqueued hold time (b); 0 = none yet */
