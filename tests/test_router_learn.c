@@ -30,7 +30,8 @@ typedef struct {
     int slots;
     double svc_mean;
     double contention; /* each job already in service slows a new one by this fraction */
-    double end[64]; /* in service: end time; < 0 free */
+    double slow;       /* every service time times 1 + slow (the whole machine slower) */
+    double end[64];    /* in service: end time; < 0 free */
     job_t serving[64];
     job_t queue[MAXQ];
     int qhead, qlen;
@@ -84,7 +85,7 @@ static double sim_service(sim_t *s)
     int busy = 0;
     for (int i = 0; i < s->slots; i++)
         busy += s->end[i] >= 0;
-    return expo(s, s->svc_mean) * (1.0 + s->contention * busy);
+    return expo(s, s->svc_mean) * (1.0 + s->contention * busy) * (1.0 + s->slow);
 }
 
 static void sim_admit(sim_t *s, job_t j, double t)
@@ -384,6 +385,78 @@ static void test_limit_recovers_after_slowdown(void **state)
     assert_true(ig_router_concurrency(&u) >= 3);
 }
 
+/* The whole machine twice as slow for a while: every hold doubles, at
+ * every in-flight count, and the upstream queues no more than before. 12
+ * clients on a 4-slot upstream (20 ms). The holds are then twice the
+ * baseline (bucket 0 gets no fresh sample while the clients keep it busy),
+ * so 2 x X_max x baseline equals the limit itself: the limit drifts down
+ * (to 2 in this seeded run; not asserted, the part of issue 12 still
+ * open). Asserted: 2 simulated seconds after the slowdown ends (about 20
+ * windows) the limit is at least the 4 slots again and they are used, and
+ * it is still 9 s after (bench/routing-foreign.sh ended 35 of 157 runs with
+ * a limit of 2-3 on such upstreams). */
+static void test_limit_back_after_machine_slowdown(void **state)
+{
+    (void)state;
+    ig_router_t r;
+    ig_router_upstream_t u;
+    one_site(&r, &u, "machine");
+    sim_t s;
+    sim_init(&s, 4, 0.020);
+    int waiting = 12, late = 0;
+    double t = 0;
+    run_closed_until(&r, &u, &s, &waiting, &t, 5.0, &late);
+    assert_true(late >= 4);
+    s.slow = 1.0;
+    int least = INT32_MAX;
+    while (t < 11.0) {
+        run_closed_until(&r, &u, &s, &waiting, &t, t + 0.1, &late);
+        if (ig_router_limit(&r, &u) < least)
+            least = ig_router_limit(&r, &u);
+    }
+    print_message("holds doubled 6 s: least limit %d, limit %d (%s), C %.2f\n", least,
+                  ig_router_limit(&r, &u), u.limit_reason, ig_router_concurrency(&u));
+    s.slow = 0;
+    run_closed_until(&r, &u, &s, &waiting, &t, 13.0, &late);
+    print_message("2 s after: limit %d (%s), C %.2f, most in flight late %d\n",
+                  ig_router_limit(&r, &u), u.limit_reason, ig_router_concurrency(&u), late);
+    assert_true(ig_router_limit(&r, &u) >= 4);
+    assert_true(late >= 4);
+    run_closed_until(&r, &u, &s, &waiting, &t, 20.0, &late);
+    print_message("9 s after: limit %d (%s), most in flight late %d\n", ig_router_limit(&r, &u),
+                  u.limit_reason, late);
+    assert_true(ig_router_limit(&r, &u) >= 4);
+}
+
+/* A truly saturated upstream keeps a limit near its slots: 2 slots
+ * (50 ms) offered 8x what they serve (16 clients always waiting). The
+ * throughput target is about 2 x 2 = 4 there and the floor 1.25 x C + 1
+ * about 3.5; forgetting the stale buckets above the limit (RIF_STALE_S)
+ * lets it probe a little higher until the queue shows again, up to 7 in
+ * test_limit_settles. Bound: 2 x slots + 3 = 7, checked every 100 ms over
+ * the second half of 20 s, so a probe that does not stop at the queue
+ * fails it. */
+static void test_limit_bounded_when_saturated(void **state)
+{
+    (void)state;
+    ig_router_t r;
+    ig_router_upstream_t u;
+    one_site(&r, &u, "saturated");
+    sim_t s;
+    sim_init(&s, 2, 0.050);
+    int waiting = 16, late = 0, most = 0;
+    double t = 0;
+    run_closed_until(&r, &u, &s, &waiting, &t, 10.0, &late);
+    while (t < 20.0) {
+        run_closed_until(&r, &u, &s, &waiting, &t, t + 0.1, &late);
+        if (ig_router_limit(&r, &u) > most)
+            most = ig_router_limit(&r, &u);
+    }
+    print_message("2 slots, 16 clients: most limit late %d, limit %d (%s), in flight %d\n", most,
+                  ig_router_limit(&r, &u), u.limit_reason, late);
+    assert_true(most >= 2 && most <= 7);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -392,6 +465,8 @@ int main(void)
         cmocka_unit_test(test_learned_beats_unknown),
         cmocka_unit_test(test_limit_settles),
         cmocka_unit_test(test_limit_recovers_after_slowdown),
+        cmocka_unit_test(test_limit_back_after_machine_slowdown),
+        cmocka_unit_test(test_limit_bounded_when_saturated),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
