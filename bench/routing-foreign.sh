@@ -27,6 +27,10 @@
 #   WARMUP=3     seconds of load per run not counted (the router learns)
 #   SEED=1       igbench seed (the same schedule for every policy)
 #   TIMEOUT=15   igbench per-request timeout (s)
+#   TIME_SCALE=1 every service time and RTT of the shapes times this: the
+#                same shape at 1/TIME_SCALE of the requests a second (at 90%
+#                the issue's fleet at scale 1 needs 960 req/s, more than
+#                this 2-core machine carries beside the fleet)
 #   RESULTS=bench/results/routing-foreign.json
 #   KEEP=DIR     keep each run's gateway log, config, /status and igbench
 #                report there (for reading the learned state)
@@ -44,9 +48,10 @@ DURATION=${DURATION:-8}
 WARMUP=${WARMUP:-3}
 SEED=${SEED:-1}
 TIMEOUT=${TIMEOUT:-15}
+TIME_SCALE=${TIME_SCALE:-1}
 RESULTS=${RESULTS:-$root/bench/results/routing-foreign.json}
-check_bounds "0 < $DURATION <= 60 and 0 <= $WARMUP <= 30 and 0 < $TIMEOUT <= 60" \
-    "DURATION <= 60, WARMUP <= 30, TIMEOUT <= 60"
+check_bounds "0 < $DURATION <= 60 and 0 <= $WARMUP <= 30 and 0 < $TIMEOUT <= 60 and 1 <= $TIME_SCALE <= 10" \
+    "DURATION <= 60, WARMUP <= 30, TIMEOUT <= 60, TIME_SCALE in [1, 10]"
 need_one_of policy "latency round_robin least_inflight random" $POLICIES
 need_one_of shape "issue narrow shift" $SHAPES
 for l in $LOADS; do
@@ -63,6 +68,22 @@ shape_spec() {
     narrow) echo "fast:1:5:0 wide1:16:100:0 wide2:16:100:0" ;;
     shift) echo "s1:4:20:0:50 s2:4:20:0:50 s3:4:20:0 s4:4:20:0" ;;
     esac
+}
+
+# The spec with every time (mean, RTT, later mean) times TIME_SCALE: the
+# same fleet shape at 1 / TIME_SCALE of the request rate.
+scaled_spec() { # spec...
+    "$PY" - "$TIME_SCALE" "$@" <<'PYEOF'
+import sys
+k = float(sys.argv[1])
+out = []
+for u in sys.argv[2:]:
+    f = u.split(":")
+    for i in range(2, len(f)):
+        f[i] = "%g" % (float(f[i]) * k)
+    out.append(":".join(f))
+print(" ".join(out))
+PYEOF
 }
 
 capacity_of() { # spec...
@@ -199,9 +220,9 @@ PYEOF
 }
 
 echo "routing-foreign: shapes [$SHAPES], loads [$LOADS], policies [$POLICIES]," \
-    "${DURATION}s (+${WARMUP}s warm-up) per run, seed $SEED"
+    "${DURATION}s (+${WARMUP}s warm-up) per run, seed $SEED, time scale $TIME_SCALE"
 for shape in $SHAPES; do
-    spec=$(shape_spec "$shape")
+    spec=$(scaled_spec $(shape_spec "$shape"))
     cap=$(capacity_of $spec)
     echo "  $shape: $spec (capacity $cap req/s)"
     for load in $LOADS; do
@@ -284,7 +305,7 @@ res = {
     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "command": "bench/routing-foreign.sh",
     "what": "TTFT per routing policy on fleets of plain upstreams (no /load), open-loop Poisson",
-    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "seed": $SEED,
+    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "seed": $SEED, "time_scale": $TIME_SCALE,
                "timeout_s": $TIMEOUT, "shapes": shapes, "loads": [float(x) for x in loads],
                "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
     "runs": runs,
