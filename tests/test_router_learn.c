@@ -349,6 +349,22 @@ static void run_closed_until(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, 
     }
 }
 
+/* 12 clients on a 4-slot upstream (20 ms) for 5 quiet seconds: every
+ * slot in use by the end. */
+static void four_slots_busy(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, const char *name,
+                            int *waiting, double *t)
+{
+    one_site(r, u, name);
+    sim_init(s, 4, 0.020);
+    int late = 0;
+    *waiting = 12;
+    *t = 0;
+    run_closed_until(r, u, s, waiting, t, 5.0, &late);
+    print_message("quiet: limit %d, C %.2f, most in flight late %d\n", ig_router_limit(r, u),
+                  ig_router_concurrency(u), late);
+    assert_true(late >= 4);
+}
+
 /* A machine-wide slowdown is not a queue to remember. 12 clients on a
  * 4-slot upstream (20 ms); for 4 s the machine is contended, each job in
  * service slowing a new one by 60%, so holds rise with the in-flight count
@@ -363,15 +379,10 @@ static void test_limit_recovers_after_slowdown(void **state)
     (void)state;
     ig_router_t r;
     ig_router_upstream_t u;
-    one_site(&r, &u, "slowed");
     sim_t s;
-    sim_init(&s, 4, 0.020);
-    int waiting = 12, late = 0;
-    double t = 0;
-    run_closed_until(&r, &u, &s, &waiting, &t, 5.0, &late);
-    print_message("quiet: limit %d, C %.2f, most in flight late %d\n", ig_router_limit(&r, &u),
-                  ig_router_concurrency(&u), late);
-    assert_true(late >= 4);
+    int waiting, late;
+    double t;
+    four_slots_busy(&r, &u, &s, "slowed", &waiting, &t);
     s.contention = 0.6;
     run_closed_until(&r, &u, &s, &waiting, &t, 9.0, &late);
     print_message("contended: limit %d, C %.2f, most in flight late %d\n", ig_router_limit(&r, &u),
@@ -400,13 +411,10 @@ static void test_limit_back_after_machine_slowdown(void **state)
     (void)state;
     ig_router_t r;
     ig_router_upstream_t u;
-    one_site(&r, &u, "machine");
     sim_t s;
-    sim_init(&s, 4, 0.020);
-    int waiting = 12, late = 0;
-    double t = 0;
-    run_closed_until(&r, &u, &s, &waiting, &t, 5.0, &late);
-    assert_true(late >= 4);
+    int waiting, late;
+    double t;
+    four_slots_busy(&r, &u, &s, "machine", &waiting, &t);
     s.slow = 1.0;
     int least = INT32_MAX;
     while (t < 11.0) {
