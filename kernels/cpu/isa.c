@@ -17,6 +17,7 @@
 #include <immintrin.h>
 #endif
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,16 +111,17 @@ static atomic_int bf16_dot_now = -1;
  * The k-pair path rounds x to BF16 (a wider error bound) to run vdpbf16ps,
  * which does 32 multiply-adds where an FMA does 16. Whether that is faster
  * than widening the weights and running FMAs depends on the core, not on
- * the flag: AMD Zen 4 issues vdpbf16ps at the FMA's rate, so the k-pair
- * path is 1.5-1.8x faster at batch 64; a Xeon (Emerald Rapids) measured
- * here issues it at 0.37x the FMA's rate, so it does 0.74x the FMA's work a
- * second and the widening path is 1.5x faster at batch 64 (and as fast at
- * batch 1, which waits on memory either way). So the default is measured:
- * 12 independent chains of each instruction, timed in alternation, the
- * best of DOT_ROUNDS; the k-pair path when vdpbf16ps does at least
- * IG_CPU_BF16_DOT_GAIN times the FMA's multiply-adds a second. About 0.2 ms, once per
- * process, before any weights are uploaded (the choice must not change
- * afterwards: a row's bits would). IG_CPU_BF16_DOT=1 or 0 overrides it.
+ * the flag. On an AMD Zen 4 the k-pair path was 1.5-1.8x faster at batch
+ * 64; on an Intel Xeon (Emerald Rapids) vdpbf16ps issues at a quarter of
+ * the FMA's rate, does half its multiply-adds a second, and the widening
+ * path was 1.22x faster at batch 64 and 1.28x at prefill (the k-pair path
+ * won batch 1, which waits on memory, by 1.14x). So the default is
+ * measured: 12 independent chains of each instruction, timed in
+ * alternation, the best of DOT_ROUNDS; the k-pair path when vdpbf16ps does
+ * at least IG_CPU_BF16_DOT_GAIN times the FMA's multiply-adds a second.
+ * About 0.2 ms, once per process, before any weights are uploaded (the
+ * choice must not change afterwards: a row's bits would). IG_CPU_BF16_DOT=1
+ * or 0 overrides it.
  */
 #define DOT_ROUNDS 5
 #define DOT_ITERS 2000
@@ -184,6 +186,16 @@ static int dot_pays(void)
 }
 #endif
 
+/* Once per process, whichever threads ask first: the rates are written
+ * once, and every caller sees the same answer. */
+static pthread_once_t dot_once = PTHREAD_ONCE_INIT;
+static int dot_paid;
+
+static void dot_measure(void)
+{
+    dot_paid = dot_pays();
+}
+
 void ig__cpu_bf16_dot_rates(double *dot, double *fma)
 {
     (void)ig__cpu_bf16_dot();
@@ -214,12 +226,14 @@ int ig__cpu_bf16_dot(void)
     int now = atomic_load_explicit(&bf16_dot_now, memory_order_relaxed);
     if (now < 0) {
         const char *env = getenv("IG_CPU_BF16_DOT");
-        if (!ig__cpu_has_bf16_dot())
+        if (!ig__cpu_has_bf16_dot()) {
             now = 0;
-        else if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+        } else if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) {
             now = env[0] == '1';
-        else
-            now = dot_pays();
+        } else {
+            pthread_once(&dot_once, dot_measure);
+            now = dot_paid;
+        }
         atomic_store(&bf16_dot_now, now);
     }
     return now && ig__cpu_isa() == IG_CPU_ISA_AVX512;
