@@ -349,20 +349,27 @@ static void run_closed_until(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, 
     }
 }
 
+/* A closed loop on one simulated upstream, and its clock. */
+typedef struct {
+    ig_router_t r;
+    ig_router_upstream_t u;
+    sim_t s;
+    int waiting, late;
+    double t;
+} loop_t;
+
 /* 12 clients on a 4-slot upstream (20 ms) for 5 quiet seconds: every
  * slot in use by the end. */
-static void four_slots_busy(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, const char *name,
-                            int *waiting, double *t)
+static void four_slots_busy(loop_t *b, const char *name)
 {
-    one_site(r, u, name);
-    sim_init(s, 4, 0.020);
-    int late = 0;
-    *waiting = 12;
-    *t = 0;
-    run_closed_until(r, u, s, waiting, t, 5.0, &late);
-    print_message("quiet: limit %d, C %.2f, most in flight late %d\n", ig_router_limit(r, u),
-                  ig_router_concurrency(u), late);
-    assert_true(late >= 4);
+    one_site(&b->r, &b->u, name);
+    sim_init(&b->s, 4, 0.020);
+    b->waiting = 12;
+    b->t = 0;
+    run_closed_until(&b->r, &b->u, &b->s, &b->waiting, &b->t, 5.0, &b->late);
+    print_message("quiet: limit %d, C %.2f, most in flight late %d\n",
+                  ig_router_limit(&b->r, &b->u), ig_router_concurrency(&b->u), b->late);
+    assert_true(b->late >= 4);
 }
 
 /* A machine-wide slowdown is not a queue to remember. 12 clients on a
@@ -377,23 +384,20 @@ static void four_slots_busy(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, c
 static void test_limit_recovers_after_slowdown(void **state)
 {
     (void)state;
-    ig_router_t r;
-    ig_router_upstream_t u;
-    sim_t s;
-    int waiting, late;
-    double t;
-    four_slots_busy(&r, &u, &s, "slowed", &waiting, &t);
-    s.contention = 0.6;
-    run_closed_until(&r, &u, &s, &waiting, &t, 9.0, &late);
-    print_message("contended: limit %d, C %.2f, most in flight late %d\n", ig_router_limit(&r, &u),
-                  ig_router_concurrency(&u), late);
-    s.contention = 0;
-    run_closed_until(&r, &u, &s, &waiting, &t, 13.0, &late);
+    loop_t b;
+    four_slots_busy(&b, "slowed");
+    b.s.contention = 0.6;
+    run_closed_until(&b.r, &b.u, &b.s, &b.waiting, &b.t, 9.0, &b.late);
+    print_message("contended: limit %d, C %.2f, most in flight late %d\n",
+                  ig_router_limit(&b.r, &b.u), ig_router_concurrency(&b.u), b.late);
+    b.s.contention = 0;
+    run_closed_until(&b.r, &b.u, &b.s, &b.waiting, &b.t, 13.0, &b.late);
     print_message("quiet again: limit %d (%s), C %.2f, most in flight late %d\n",
-                  ig_router_limit(&r, &u), u.limit_reason, ig_router_concurrency(&u), late);
-    assert_true(late >= 4);
-    assert_true(ig_router_limit(&r, &u) >= 4);
-    assert_true(ig_router_concurrency(&u) >= 3);
+                  ig_router_limit(&b.r, &b.u), b.u.limit_reason, ig_router_concurrency(&b.u),
+                  b.late);
+    assert_true(b.late >= 4);
+    assert_true(ig_router_limit(&b.r, &b.u) >= 4);
+    assert_true(ig_router_concurrency(&b.u) >= 3);
 }
 
 /* The whole machine twice as slow for a while: every hold doubles, at
@@ -409,31 +413,28 @@ static void test_limit_recovers_after_slowdown(void **state)
 static void test_limit_back_after_machine_slowdown(void **state)
 {
     (void)state;
-    ig_router_t r;
-    ig_router_upstream_t u;
-    sim_t s;
-    int waiting, late;
-    double t;
-    four_slots_busy(&r, &u, &s, "machine", &waiting, &t);
-    s.slow = 1.0;
+    loop_t b;
+    four_slots_busy(&b, "machine");
+    b.s.slow = 1.0;
     int least = INT32_MAX;
-    while (t < 11.0) {
-        run_closed_until(&r, &u, &s, &waiting, &t, t + 0.1, &late);
-        if (ig_router_limit(&r, &u) < least)
-            least = ig_router_limit(&r, &u);
+    while (b.t < 11.0) {
+        run_closed_until(&b.r, &b.u, &b.s, &b.waiting, &b.t, b.t + 0.1, &b.late);
+        if (ig_router_limit(&b.r, &b.u) < least)
+            least = ig_router_limit(&b.r, &b.u);
     }
     print_message("holds doubled 6 s: least limit %d, limit %d (%s), C %.2f\n", least,
-                  ig_router_limit(&r, &u), u.limit_reason, ig_router_concurrency(&u));
-    s.slow = 0;
-    run_closed_until(&r, &u, &s, &waiting, &t, 13.0, &late);
+                  ig_router_limit(&b.r, &b.u), b.u.limit_reason, ig_router_concurrency(&b.u));
+    b.s.slow = 0;
+    run_closed_until(&b.r, &b.u, &b.s, &b.waiting, &b.t, 13.0, &b.late);
     print_message("2 s after: limit %d (%s), C %.2f, most in flight late %d\n",
-                  ig_router_limit(&r, &u), u.limit_reason, ig_router_concurrency(&u), late);
-    assert_true(ig_router_limit(&r, &u) >= 4);
-    assert_true(late >= 4);
-    run_closed_until(&r, &u, &s, &waiting, &t, 20.0, &late);
-    print_message("9 s after: limit %d (%s), most in flight late %d\n", ig_router_limit(&r, &u),
-                  u.limit_reason, late);
-    assert_true(ig_router_limit(&r, &u) >= 4);
+                  ig_router_limit(&b.r, &b.u), b.u.limit_reason, ig_router_concurrency(&b.u),
+                  b.late);
+    assert_true(ig_router_limit(&b.r, &b.u) >= 4);
+    assert_true(b.late >= 4);
+    run_closed_until(&b.r, &b.u, &b.s, &b.waiting, &b.t, 20.0, &b.late);
+    print_message("9 s after: limit %d (%s), most in flight late %d\n", ig_router_limit(&b.r, &b.u),
+                  b.u.limit_reason, b.late);
+    assert_true(ig_router_limit(&b.r, &b.u) >= 4);
 }
 
 /* A truly saturated upstream keeps a limit near its slots: 2 slots
