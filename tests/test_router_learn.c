@@ -77,9 +77,8 @@ static void sim_init(sim_t *s, int slots, double svc)
         s->end[i] = -1;
 }
 
-/* Starts job j at time t in a free slot, or queues it. */
 /* A service time: exponential, slowed by the jobs in service when the
- * machine they share is contended. */
+ * machine they share is contended, and by `slow` when all of it is. */
 static double sim_service(sim_t *s)
 {
     int busy = 0;
@@ -88,6 +87,7 @@ static double sim_service(sim_t *s)
     return expo(s, s->svc_mean) * (1.0 + s->contention * busy) * (1.0 + s->slow);
 }
 
+/* Starts job j at time t in a free slot, or queues it. */
 static void sim_admit(sim_t *s, job_t j, double t)
 {
     for (int i = 0; i < s->slots; i++) {
@@ -264,6 +264,31 @@ static void test_learned_beats_unknown(void **state)
     assert_true(d.concurrency > 5 && d.runner_up_concurrency == 1);
 }
 
+/* Clients of a closed loop on one clock across phases: sends while the
+ * limit allows until `until`; *late is the most in flight in the phase's
+ * second half. */
+static void run_closed_until(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, int *waiting,
+                             double *t, double until, int *late)
+{
+    double from = *t;
+    *late = 0;
+    while (*t < until) {
+        while (*waiting > 0 && u->inflight < ig_router_limit(r, u)) {
+            job_t j = {*t, u->inflight};
+            ig_router_attempt_begin(r, u, ns(*t));
+            sim_admit(s, j, *t);
+            (*waiting)--;
+        }
+        if (*t > (from + until) / 2 && u->inflight > *late)
+            *late = u->inflight;
+        int e = sim_next_end(s);
+        if (e < 0)
+            break;
+        *t = sim_finish(s, e, r, u);
+        (*waiting)++;
+    }
+}
+
 /* A closed loop of 32 clients on a 2-slot upstream: the limit calibrates
  * (one at a time until the base is known), then settles near the slots
  * (probing a little above them now and then), well under the clients,
@@ -274,22 +299,7 @@ static void run_closed(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, int cl
 {
     double t = 0;
     int waiting = clients; /* clients with a request not yet sent */
-    *max_inflight_late = 0;
-    while (t < secs) {
-        while (waiting > 0 && u->inflight < ig_router_limit(r, u)) {
-            job_t j = {t, u->inflight};
-            ig_router_attempt_begin(r, u, ns(t));
-            sim_admit(s, j, t);
-            waiting--;
-        }
-        if (t > secs / 2 && u->inflight > *max_inflight_late)
-            *max_inflight_late = u->inflight;
-        int e = sim_next_end(s);
-        if (e < 0)
-            break;
-        t = sim_finish(s, e, r, u);
-        waiting++;
-    }
+    run_closed_until(r, u, s, &waiting, &t, secs, max_inflight_late);
 }
 
 static void test_limit_settles(void **state)
@@ -322,31 +332,6 @@ static void test_limit_settles(void **state)
     print_message("32 slots: limit %d (%s), most in flight late %d\n", ig_router_limit(&r, &w),
                   w.limit_reason, late);
     assert_true(late >= 28);
-}
-
-/* Clients of a closed loop on one clock across phases: sends while the
- * limit allows until `until`; *late is the most in flight in the phase's
- * second half. */
-static void run_closed_until(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, int *waiting,
-                             double *t, double until, int *late)
-{
-    double from = *t;
-    *late = 0;
-    while (*t < until) {
-        while (*waiting > 0 && u->inflight < ig_router_limit(r, u)) {
-            job_t j = {*t, u->inflight};
-            ig_router_attempt_begin(r, u, ns(*t));
-            sim_admit(s, j, *t);
-            (*waiting)--;
-        }
-        if (*t > (from + until) / 2 && u->inflight > *late)
-            *late = u->inflight;
-        int e = sim_next_end(s);
-        if (e < 0)
-            break;
-        *t = sim_finish(s, e, r, u);
-        (*waiting)++;
-    }
 }
 
 /* A closed loop on one simulated upstream, and its clock. */

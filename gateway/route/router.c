@@ -600,10 +600,9 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     for (int j = reach; j < IG_ROUTER_RIF_BUCKETS; j++)
         if (u->rif_n[j] > 0 && seconds_between(u->rif_at_ns[j], now_ns) > RIF_STALE_S)
             u->rif_n[j] = 0;
-    if (u->rif_n[k] == 0)
-        u->rif_hold_s[k] = u->rif_sq_s2[k] = 0;
     u->rif_at_ns[k] = now_ns;
-    /* A running mean over the first 32 samples, then an EWMA of about the
+    /* A running mean over the first 32 samples (a forgotten bucket starts
+     * afresh: its first sample is its mean), then an EWMA of about the
      * last 32: the service times of LLM requests vary a lot. */
     if (u->rif_n[k] < 32)
         u->rif_n[k]++;
