@@ -166,6 +166,46 @@ static void test_hot_guard(void **state)
     assert_int_equal(d.hot, 0);
 }
 
+/* A request that would queue at a fast upstream: cheaper than an idle far
+ * one while the fast ones are lightly used, dearer when they are nearly
+ * full (the wait it adds to later arrivals grows as 1 / (1 - rho)). */
+static void test_wait_weighed_by_utilisation(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t fast[2], far;
+    for (int i = 0; i < 2; i++) {
+        ready_upstream(&fast[i], "fast", IG_ROUTER_LOCAL);
+        ig_router_observe_rtt(&r, &fast[i], 0.0002, S(1));
+        fast[i].slots = 2;
+        fast[i].occupancy_s = 0.034; /* a slot frees every 17 ms */
+        fast[i].inflight = 2;        /* full: a new one waits */
+    }
+    ready_upstream(&far, "far", IG_ROUTER_SITE);
+    ig_router_observe_rtt(&r, &far, 0.040, S(1));
+    far.slots = 2;
+    far.occupancy_s = 0.034;
+    ig_router_upstream_t *u3[3] = {&fast[0], &fast[1], &far};
+    for (int i = 0; i < 3; i++) {
+        u3[i]->svc_samples = 1;
+        u3[i]->svc_s = 0.020;
+    }
+    /* Queued at a fast one: 17 ms x 2 + 20 ms = 54 ms; far: 40 + 20 ms. */
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, u3, 3, 0, NULL, S(1), &d), 0);
+    assert_true(d.chosen == 0 || d.chosen == 1);
+    assert_float_equal(d.wait_s, 0.017, 1e-9);
+    assert_float_equal(d.cost_s, 0.0002 + 0.017 + 0.020, 1e-9);
+
+    /* 50 ended a second, each holding a slot 34 ms: rho = 0.85, weight
+     * 1.15 / 0.15 = 7.7, 150 ms: the far one wins. */
+    fast[0].limit_x_ewma = fast[1].limit_x_ewma = 50;
+    assert_int_equal(ig_router_pick(&r, u3, 3, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 2);
+    assert_float_equal(d.cost_s, 0.040 + 0.020, 1e-9); /* the plain prediction */
+    /* The runner-up's cost is its plain predicted TTFT too. */
+    assert_float_equal(d.runner_up_cost_s, 0.0002 + 0.017 + 0.020, 1e-9);
+}
+
 static void test_policies_and_exclusion(void **state)
 {
     ig_router_upstream_t a, b, c;
@@ -354,6 +394,7 @@ int main(void)
         cmocka_unit_test(test_cost_prefers_faster_service),
         cmocka_unit_test(test_remote_site_only_when_faster),
         cmocka_unit_test(test_hot_guard),
+        cmocka_unit_test(test_wait_weighed_by_utilisation),
         cmocka_unit_test(test_policies_and_exclusion),
         cmocka_unit_test(test_ejection_and_half_open),
         cmocka_unit_test(test_retry_budget),

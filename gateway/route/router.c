@@ -278,6 +278,25 @@ double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint6
     return fmax(wait, reported_wait);
 }
 
+/* The most the wait is weighed in the latency pick (at utilisation 6/7). */
+#define WAIT_WEIGHT_MAX 8.0
+
+/*
+ * How much a predicted wait counts in the latency pick. A request that
+ * queues also delays the ones that arrive after it: in M/M/1 at
+ * utilisation rho the marginal queueing delay of one more arrival is
+ * (2 - rho) / (1 - rho) times its own wait, 2 when lightly loaded and 6 at
+ * rho = 0.8. rho is the upstream's measured throughput times its hold over
+ * its concurrency; opts.wait_weight is the floor (before any throughput).
+ */
+static double wait_weight_of(const ig_router_t *r, const ig_router_upstream_t *u)
+{
+    double hold = u->slots > 0 ? u->occupancy_s : hold_of(r, u);
+    double rho = fmin(u->limit_x_ewma * hold / ig_router_concurrency(u), 0.99);
+    double w = (2.0 - rho) / (1.0 - rho);
+    return fmin(fmax(w, r->opts.wait_weight), fmax(WAIT_WEIGHT_MAX, r->opts.wait_weight));
+}
+
 static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          uint64_t now_ns)
 {
@@ -440,7 +459,7 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         for (int j = 0; j < ncand; j++) {
             int i = cand[j];
             double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns) +
-                       (r->opts.wait_weight - 1.0) * ig_router_wait(r, ups[i], now_ns);
+                       (wait_weight_of(r, ups[i]) - 1.0) * ig_router_wait(r, ups[i], now_ns);
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
                 least = i;
             int warm = ups[i]->cached_tokens > 0;
@@ -486,7 +505,9 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         }
     }
     out->runner_up = second;
-    out->runner_up_cost_s = second >= 0 ? second_cost : 0;
+    /* The latency pick ranks by the weighted cost; both report the plain
+     * predicted TTFT. */
+    out->runner_up_cost_s = second >= 0 ? ig_router_cost(r, ups[second], prompt_tokens, now_ns) : 0;
     out->wait_s = ig_router_wait(r, ups[best], now_ns);
     out->concurrency = ig_router_concurrency(ups[best]);
     out->runner_up_wait_s = second >= 0 ? ig_router_wait(r, ups[second], now_ns) : 0;

@@ -171,11 +171,12 @@ typedef struct {
     double limit_window_s;     /* a window is at least this long (0.1) ... */
     int limit_window_done;     /* ... and holds this many ended attempts (8), or ... */
     double limit_window_max_s; /* ... lasts this long (1.0) with at least one ended */
-    /* The latency policy compares rtt + wait_weight x wait + prefill (2):
-     * a weight above 1 also counts the delay a request that queues adds to
-     * the ones that arrive after it (in M/M/1 the marginal wait is about
-     * twice the own wait under load). The cost reported stays the
-     * predicted TTFT. */
+    /* The latency policy compares rtt + w x wait + prefill: a weight above
+     * 1 also counts the delay a request that queues adds to the ones that
+     * arrive after it. w is M/M/1's marginal over own queueing delay,
+     * (2 - rho) / (1 - rho) at the upstream's measured utilisation rho, at
+     * most 8 and at least wait_weight (2, M/M/1's lightly loaded limit).
+     * The cost reported stays the predicted TTFT. */
     double wait_weight;
     /* The cheap active probe of an upstream that reports nothing (a plain
      * site): when it carried no attempt and had no RTT sample for this
