@@ -168,7 +168,8 @@ static void test_hot_guard(void **state)
 
 /* A request that would queue at a fast upstream: cheaper than an idle far
  * one while the fast ones are lightly used, dearer when they are nearly
- * full (the wait it adds to later arrivals grows as 1 / (1 - rho)). */
+ * full (the wait it adds to later arrivals, M/M/1's (2 - rho) / (1 - rho)
+ * times its own, grows without bound as rho nears 1). */
 static void test_wait_weighed_by_utilisation(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);

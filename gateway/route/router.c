@@ -320,6 +320,14 @@ double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int p
     return rtt_of(r, u) + ig_router_wait(r, u, now_ns) + prefill_of(r, u, prompt_tokens, now_ns);
 }
 
+/* What the latency pick ranks by: the cost with the wait weighed. */
+static double ranked_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                          uint64_t now_ns)
+{
+    return rtt_of(r, u) + wait_weight_of(r, u) * ig_router_wait(r, u, now_ns) +
+           prefill_of(r, u, prompt_tokens, now_ns);
+}
+
 double ig_router_hedge_delay(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                              double quantile, uint64_t now_ns)
 {
@@ -458,8 +466,7 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         int least = -1;
         for (int j = 0; j < ncand; j++) {
             int i = cand[j];
-            double c = ig_router_cost(r, ups[i], prompt_tokens, now_ns) +
-                       (wait_weight_of(r, ups[i]) - 1.0) * ig_router_wait(r, ups[i], now_ns);
+            double c = ranked_cost(r, ups[i], prompt_tokens, now_ns);
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
                 least = i;
             int warm = ups[i]->cached_tokens > 0;
