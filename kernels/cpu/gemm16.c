@@ -314,45 +314,43 @@ static void gemm16p_scalar(float *y, int ldy, const uint16_t *xb, const uint16_t
 
 #ifdef G16_X86
 IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512bf16,fma")
-/* A tile is mr rows of x by np panels (np * 32 columns), with two
- * accumulators per output vector (even and odd pairs) so that even one row
- * keeps 4 np chains of vdpbf16ps in flight: 24 accumulators at np = 1,
- * mr = 6 and at np = 2, mr = 3. */
+/* A tile is mr rows of x by one panel (32 columns, two vectors), with two
+ * accumulators per output vector (even and odd pairs): 24 accumulators at
+ * mr = 6, 4 chains of vdpbf16ps at one row, which is more than one row's
+ * weights arrive from memory for. A decode row used to take two panels
+ * per tile, for 8 chains; the two streams 128 KiB apart read 0.72 of what a
+ * plain read of the same weights does on two threads of the AMD EPYC, one
+ * stream 0.82-0.91 (the same bits either way). */
 #define P16_MR 6
 
 static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, const uint16_t *x,
-                                                          int ldx, const uint16_t *panel,
-                                                          size_t pstride, int kc, int mr, int np,
-                                                          int load)
+                                                          int ldx, const uint16_t *panel, int kc,
+                                                          int mr, int load)
 {
     for (int s0 = 0; s0 < kc; s0 += P16_SUB) {
         int se = s0 + P16_SUB < kc ? s0 + P16_SUB : kc;
-        __m512 acc[P16_MR][4][2];
+        __m512 acc[P16_MR][2][2];
 #pragma GCC unroll 8
         for (int a = 0; a < mr; a++)
-#pragma GCC unroll 4
-            for (int v = 0; v < 2 * np; v++)
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++)
                 acc[a][v][0] = acc[a][v][1] = _mm512_setzero_ps();
         int kk = s0;
 #define P16_PAIR(sp)                                                                               \
     do {                                                                                           \
-        __m512i w[4];                                                                              \
         const uint16_t *wp = panel + (size_t)(kk >> 1) * 2 * IG_GEMM16_NR;                         \
-        _Pragma("GCC unroll 2") for (int q = 0; q < np; q++)                                       \
-        {                                                                                          \
-            w[2 * q] = _mm512_loadu_si512((const void *)(wp + q * pstride));                       \
-            w[2 * q + 1] = _mm512_loadu_si512((const void *)(wp + q * pstride + IG_GEMM16_NR));    \
-            if (mr <= 3) {                                                                         \
-                _mm_prefetch((const char *)(wp + q * pstride + G16_PREFETCH), _MM_HINT_T0);        \
-                _mm_prefetch((const char *)(wp + q * pstride + G16_PREFETCH + 32), _MM_HINT_T0);   \
-            }                                                                                      \
+        __m512i w[2] = {_mm512_loadu_si512((const void *)wp),                                      \
+                        _mm512_loadu_si512((const void *)(wp + IG_GEMM16_NR))};                    \
+        if (mr <= 3) {                                                                             \
+            _mm_prefetch((const char *)(wp + G16_PREFETCH), _MM_HINT_T0);                          \
+            _mm_prefetch((const char *)(wp + G16_PREFETCH + 32), _MM_HINT_T0);                     \
         }                                                                                          \
         _Pragma("GCC unroll 8") for (int a = 0; a < mr; a++)                                       \
         {                                                                                          \
             int32_t xp;                                                                            \
             memcpy(&xp, x + (size_t)a * ldx + kk, 4);                                              \
             __m512i xa = _mm512_set1_epi32(xp);                                                    \
-            _Pragma("GCC unroll 4") for (int v = 0; v < 2 * np; v++) acc[a][v][sp] =               \
+            _Pragma("GCC unroll 2") for (int v = 0; v < 2; v++) acc[a][v][sp] =                    \
                 _mm512_dpbf16_ps(acc[a][v][sp], (__m512bh)xa, (__m512bh)w[v]);                     \
         }                                                                                          \
     } while (0)
@@ -369,8 +367,8 @@ static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, con
         int add = load || s0 > 0;
 #pragma GCC unroll 8
         for (int a = 0; a < mr; a++)
-#pragma GCC unroll 4
-            for (int v = 0; v < 2 * np; v++) {
+#pragma GCC unroll 2
+            for (int v = 0; v < 2; v++) {
                 float *cp = c + (size_t)a * ldc + v * 16;
                 __m512 part = _mm512_add_ps(acc[a][v][0], acc[a][v][1]);
                 _mm512_storeu_ps(cp, add ? _mm512_add_ps(_mm512_loadu_ps(cp), part) : part);
@@ -379,22 +377,19 @@ static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, con
 }
 
 static void tile16p_rows(float *c, int ldc, const uint16_t *x, int ldx, const uint16_t *panel,
-                         size_t pstride, int kc, int mr, int np, int load)
+                         int kc, int mr, int load)
 {
-    switch (np * 8 + mr) {
-#define P16_CASE(q, r)                                                                             \
-    case q * 8 + r:                                                                                \
-        tile16p(c, ldc, x, ldx, panel, pstride, kc, r, q, load);                                   \
+    switch (mr) {
+#define P16_CASE(r)                                                                                \
+    case r:                                                                                        \
+        tile16p(c, ldc, x, ldx, panel, kc, r, load);                                               \
         return;
-        P16_CASE(1, 1)
-        P16_CASE(1, 2)
-        P16_CASE(1, 3)
-        P16_CASE(1, 4)
-        P16_CASE(1, 5)
-        P16_CASE(1, 6)
-        P16_CASE(2, 1)
-        P16_CASE(2, 2)
-        P16_CASE(2, 3)
+        P16_CASE(1)
+        P16_CASE(2)
+        P16_CASE(3)
+        P16_CASE(4)
+        P16_CASE(5)
+        P16_CASE(6)
 #undef P16_CASE
     default:
         return;
@@ -405,27 +400,22 @@ static void gemm16p_avx512bf16(float *y, int ldy, const uint16_t *xb, const uint
                                int k, int n, int n0, int n1)
 {
     int kp = ig__gemm16p_kpad(k);
-    size_t pstride = (size_t)IG_GEMM16_NR * kp;
-    /* Few rows: two panels per tile, for the chains; the bits are the
-     * same either way. */
-    int mrmax = m <= 3 ? 3 : P16_MR, npw = m <= 3 ? 2 : 1;
-    for (int p = n0 / IG_GEMM16_NR; p * IG_GEMM16_NR < n1;) {
+    int tiles = (m + P16_MR - 1) / P16_MR;
+    for (int p = n0 / IG_GEMM16_NR; p * IG_GEMM16_NR < n1; p++) {
         int col = p * IG_GEMM16_NR;
-        int np = npw == 2 && col + 2 * IG_GEMM16_NR <= n && col + 2 * IG_GEMM16_NR <= n1 ? 2 : 1;
-        int ncols = n - col < np * IG_GEMM16_NR ? n - col : np * IG_GEMM16_NR;
-        const uint16_t *panel = packed + (size_t)p * pstride;
+        int ncols = n - col < IG_GEMM16_NR ? n - col : IG_GEMM16_NR;
+        const uint16_t *panel = packed + (size_t)p * IG_GEMM16_NR * kp;
         for (int k0 = 0; k0 < kp; k0 += G16_KC) {
             int kc = kp - k0 < G16_KC ? kp - k0 : G16_KC;
             const uint16_t *slice = panel + (size_t)k0 * IG_GEMM16_NR;
-            for (int i = 0; i < m; i += mrmax) {
-                int mr = m - i < mrmax ? m - i : mrmax;
+            for (int i = 0; i < m; i += P16_MR) {
+                int mr = m - i < P16_MR ? m - i : P16_MR;
                 float *yt = y + (size_t)i * ldy + col;
                 const uint16_t *xt = xb + (size_t)i * kp + k0;
-                if (mrmax > 3) /* (a tile of 3 rows or fewer prefetches itself) */
-                    g16_prefetch_share(slice, (size_t)kc * IG_GEMM16_NR * np * 2, i / mrmax,
-                                       (m + mrmax - 1) / mrmax);
-                if (ncols == np * IG_GEMM16_NR) {
-                    tile16p_rows(yt, ldy, xt, kp, slice, pstride, kc, mr, np, k0 > 0);
+                if (m > 3) /* (a tile of 3 rows or fewer prefetches itself) */
+                    g16_prefetch_share(slice, (size_t)kc * IG_GEMM16_NR * 2, i / P16_MR, tiles);
+                if (ncols == IG_GEMM16_NR) {
+                    tile16p_rows(yt, ldy, xt, kp, slice, kc, mr, k0 > 0);
                 } else {
                     float tmp[P16_MR * IG_GEMM16_NR];
                     memset(tmp, 0, sizeof(tmp));
@@ -433,13 +423,12 @@ static void gemm16p_avx512bf16(float *y, int ldy, const uint16_t *xb, const uint
                         for (int a = 0; a < mr; a++)
                             memcpy(tmp + a * IG_GEMM16_NR, yt + (size_t)a * ldy,
                                    ncols * sizeof(float));
-                    tile16p_rows(tmp, IG_GEMM16_NR, xt, kp, slice, pstride, kc, mr, 1, k0 > 0);
+                    tile16p_rows(tmp, IG_GEMM16_NR, xt, kp, slice, kc, mr, k0 > 0);
                     for (int a = 0; a < mr; a++)
                         memcpy(yt + (size_t)a * ldy, tmp + a * IG_GEMM16_NR, ncols * sizeof(float));
                 }
             }
         }
-        p += np;
     }
 }
 IG__TARGET_END
