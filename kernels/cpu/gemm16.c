@@ -33,8 +33,9 @@
 
 #define G16_SUB 32 /* products summed from zero before joining y (see gemm.c) */
 #define G16_KC 256 /* k-block: an 16 KiB slice of a panel stays in L1 */
-/* How far ahead, in 16-bit elements (8 KiB), a one-row tile prefetches
- * the weights it streams (measured: 1 KiB too short on a Xeon VM). */
+/* How far ahead, in 16-bit elements (8 KiB), a one- or two-row tile of the
+ * widening path prefetches the weights it streams (measured: 1 KiB too
+ * short on a Xeon VM). */
 #define G16_PREFETCH 4096
 
 #ifdef G16_X86
@@ -318,9 +319,12 @@ IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512bf16,fma")
  * accumulators per output vector (even and odd pairs): 24 accumulators at
  * mr = 6, 4 chains of vdpbf16ps at one row, which is more than one row's
  * weights arrive from memory for. A decode row used to take two panels
- * per tile, for 8 chains; the two streams 128 KiB apart read 0.72 of what a
- * plain read of the same weights does on two threads of the AMD EPYC, one
- * stream 0.82-0.91 (the same bits either way). */
+ * per tile, for 8 chains; the two streams 128 KiB apart read 0.70-0.72 of
+ * what a plain read of the same weights does on two threads of the AMD
+ * EPYC, one stream 0.80-0.86 (the same bits either way). A tile of few rows
+ * used to prefetch G16_PREFETCH ahead, as the widening path's does for the
+ * Xeon; on one stream the EPYC's own prefetcher does better without:
+ * 0.93-0.95 against 0.78-0.90, three runs alternating. */
 #define P16_MR 6
 
 static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, const uint16_t *x,
@@ -341,10 +345,6 @@ static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, con
         const uint16_t *wp = panel + (size_t)(kk >> 1) * 2 * IG_GEMM16_NR;                         \
         __m512i w[2] = {_mm512_loadu_si512((const void *)wp),                                      \
                         _mm512_loadu_si512((const void *)(wp + IG_GEMM16_NR))};                    \
-        if (mr <= 3) {                                                                             \
-            _mm_prefetch((const char *)(wp + G16_PREFETCH), _MM_HINT_T0);                          \
-            _mm_prefetch((const char *)(wp + G16_PREFETCH + 32), _MM_HINT_T0);                     \
-        }                                                                                          \
         _Pragma("GCC unroll 8") for (int a = 0; a < mr; a++)                                       \
         {                                                                                          \
             int32_t xp;                                                                            \
@@ -412,7 +412,7 @@ static void gemm16p_avx512bf16(float *y, int ldy, const uint16_t *xb, const uint
                 int mr = m - i < P16_MR ? m - i : P16_MR;
                 float *yt = y + (size_t)i * ldy + col;
                 const uint16_t *xt = xb + (size_t)i * kp + k0;
-                if (m > 3) /* (a tile of 3 rows or fewer prefetches itself) */
+                if (m > 3)
                     g16_prefetch_share(slice, (size_t)kc * IG_GEMM16_NR * 2, i / P16_MR, tiles);
                 if (ncols == IG_GEMM16_NR) {
                     tile16p_rows(yt, ldy, xt, kp, slice, kc, mr, k0 > 0);
