@@ -137,7 +137,7 @@ struct ig_proxy_s {
     void (*close_cb)(void *data);
     void *close_data;
     /* metrics */
-    ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections;
+    ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections, *m_explorations;
     ig_metric_t *m_inflight, *m_rtt, *m_svc, *m_ttft, *m_e2e, *m_rejected, *m_queue;
     ig_usage_families_t m_usage;
     double ttft_sum; /* every TTFT observed, for the status page's chart */
@@ -189,6 +189,10 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     px->m_decisions = ig_metrics_counter("infergate_route_decisions_total",
                                          "Routing decisions by model, upstream and policy.",
                                          "model,upstream,policy");
+    px->m_explorations = ig_metrics_counter(
+        "infergate_route_explorations_total",
+        "Requests sent to an idle upstream whose service estimate was stale, to measure it again.",
+        "upstream");
     px->m_retries = ig_metrics_counter("infergate_retries_total",
                                        "Attempts retried on another upstream before the first "
                                        "byte reached the client.",
@@ -1064,6 +1068,9 @@ static void attempt_start(exchange_t *x, int hedge)
                      "runner_up_concurrency=%.1f; runner_up_prefix_tokens=%d",
                      states[d.runner_up]->name, d.runner_up_cost_s, d.runner_up_wait_s,
                      d.runner_up_concurrency, cached_runner);
+        size_t len = strlen(x->route_header);
+        if (d.explored && len < sizeof(x->route_header))
+            snprintf(x->route_header + len, sizeof(x->route_header) - len, "; explored=1");
     }
     IG_DEBUG("route %s model=%s prompt_tokens=%d -> %s (cost %.4fs%s%s) %s%s", x->path, x->model,
              x->prompt_tokens, a->route->name, d.cost_s, d.runner_up >= 0 ? ", runner-up " : "",
@@ -1071,6 +1078,8 @@ static void attempt_start(exchange_t *x, int hedge)
              d.hot ? " all hot" : "");
     ig_metric_add(px->m_decisions, 1, x->model, a->route->name,
                   ig_route_policy_name(px->router.opts.policy));
+    if (d.explored)
+        ig_metric_add(px->m_explorations, 1, a->route->name);
     a->rif = a->route->inflight;
     uint64_t changes_before = a->route->limit_changes;
     a->trial = ig_router_attempt_begin(&px->router, a->route, now);

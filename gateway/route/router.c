@@ -53,6 +53,7 @@ void ig_router_opts_default(ig_router_opts_t *o)
     o->limit_window_done = 8;
     o->limit_window_max_s = 1.0;
     o->rtt_probe_s = 0.5;
+    o->explore_ratio = 0.01;
 }
 
 void ig_router_init(ig_router_t *r, const ig_router_opts_t *opts)
@@ -399,6 +400,42 @@ static int is_hot(const ig_router_t *r, const double *sorted, int ncand, double 
  * gap), and its cost already counts its queue. */
 #define WARM_HOT_SLACK 2
 
+/*
+ * The candidate to explore, or -1: the eligible idle one whose last
+ * service sample is the oldest, older than IG_ROUTER_EXPLORE_AFTER_S, when
+ * the budget holds a token. An upstream whose estimate is high for want
+ * of fresh samples (a few slow answers while it calibrated, or a slowdown
+ * that has passed) loses every pick, and only traffic would bring the
+ * estimate down: the shift fleet's s2 took 11 of 3,000 requests after
+ * its first answers put it at 50 ms (20 ms true), while the others queued
+ * 6-8 deep on 4 slots. One request per stale upstream per interval, and
+ * at most explore_ratio of all, keeps what a truly slow one costs small.
+ * An upstream never sampled is ranked by the priors and needs no help.
+ */
+static int explore_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const int *cand,
+                        int ncand, uint64_t now_ns)
+{
+    if (r->opts.explore_ratio <= 0)
+        return -1;
+    r->explore_tokens = fmin(r->explore_tokens + r->opts.explore_ratio, 1.0);
+    if (r->explore_tokens < 1.0 || ncand < 2)
+        return -1;
+    int best = -1;
+    for (int j = 0; j < ncand; j++) {
+        const ig_router_upstream_t *u = ups[cand[j]];
+        if (u->inflight > 0 || u->svc_samples == 0 ||
+            seconds_between(u->svc_at_ns, now_ns) <= IG_ROUTER_EXPLORE_AFTER_S)
+            continue;
+        if (best < 0 || u->svc_at_ns < ups[best]->svc_at_ns)
+            best = cand[j];
+    }
+    if (best >= 0) {
+        r->explore_tokens -= 1.0;
+        r->explorations++;
+    }
+    return best;
+}
+
 int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int prompt_tokens,
                    const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out)
 {
@@ -419,6 +456,7 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
     out->runner_up = -1;
     out->cost_s = out->runner_up_cost_s = 0;
     out->hot = 0;
+    out->explored = 0;
     int best = -1, second = -1;
     double best_cost = INFINITY, second_cost = INFINITY;
 
@@ -440,6 +478,10 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         break;
     }
     case IG_ROUTE_LATENCY: {
+        if ((best = explore_pick(r, ups, cand, ncand, now_ns)) >= 0) {
+            out->explored = 1;
+            break;
+        }
         /* Two sorted lists: utilisation, and raw requests in flight. An
          * upstream is hot only when it is above the others by both: by
          * utilisation alone a 1-wide upstream with 1 in flight is hot

@@ -310,8 +310,9 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
     if (cfg->routing.queue_timeout_ms > 0)
         po->queue_timeout_ms = cfg->routing.queue_timeout_ms;
     po->first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
-    /* The adaptive limit and the RTT probe (routing.concurrency_limit,
-     * routing.rtt_probe_ms); a config not from the parser has zeros there
+    /* The adaptive limit, the RTT probe and exploration
+     * (routing.concurrency_limit, routing.rtt_probe_ms,
+     * routing.explore_ratio); a config not from the parser has zeros there
      * and keeps the router's defaults. */
     if (cfg->routing.concurrency_limit.max > 0) {
         po->router.limit_initial = cfg->routing.concurrency_limit.initial;
@@ -319,6 +320,7 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
         po->router.limit_max =
             cfg->routing.concurrency_limit.enabled ? cfg->routing.concurrency_limit.max : 0;
         po->router.rtt_probe_s = (double)cfg->routing.rtt_probe_ms / 1000.0;
+        po->router.explore_ratio = cfg->routing.explore_ratio;
     }
 }
 

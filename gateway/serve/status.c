@@ -195,6 +195,10 @@ static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t
     json_object_set_new(o, "hold_by_rif", holds);
     json_object_set_new(o, "hold_base_s", json_real(u->hold_base_s));
     json_object_set_new(o, "hold_svc_s", json_real(u->hold_svc_s));
+    /* The learned time to first token less the RTT and the predicted wait
+     * (the cost's prefill part), and how many answers it has seen. */
+    json_object_set_new(o, "service_s", json_real(u->svc_samples > 0 ? u->svc_s : 0.0));
+    json_object_set_new(o, "service_samples", json_integer((json_int_t)u->svc_samples));
 }
 
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)

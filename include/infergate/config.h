@@ -142,6 +142,7 @@ typedef struct {
         unsigned max;     /* never above */
     } concurrency_limit;
     uint64_t rtt_probe_ms; /* the cheap RTT probe of an idle plain site; 0 = off */
+    double explore_ratio;  /* decisions that may explore a stale idle upstream; 0 = off */
 } ig_config_routing_t;
 
 typedef struct {

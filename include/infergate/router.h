@@ -117,13 +117,13 @@ typedef struct {
      * requests-in-flight). Below the upstream's concurrency C that time is
      * flat; at k >= C others it grows by (k + 1 - C) / C service times,
      * which gives C back (ig_router_concurrency()). */
-    double rif_hold_s[IG_ROUTER_RIF_BUCKETS]; /* by others in flight at start */
-    double rif_sq_s2[IG_ROUTER_RIF_BUCKETS];  /* the mean of the squared holds, alike */
-    int rif_n[IG_ROUTER_RIF_BUCKETS];         /* samples of each (saturates) */
+    double rif_hold_s[IG_ROUTER_RIF_BUCKETS];  /* by others in flight at start */
+    double rif_sq_s2[IG_ROUTER_RIF_BUCKETS];   /* the mean of the squared holds, alike */
+    int rif_n[IG_ROUTER_RIF_BUCKETS];          /* samples of each (saturates) */
     uint64_t rif_at_ns[IG_ROUTER_RIF_BUCKETS]; /* each one's last sample */
-    double concurrency;                       /* the last estimate; 0 = none yet */
-    uint64_t rif_samples;                     /* hold samples in all */
-    double hold_base_s;                       /* the fit's unqueued hold time (b); 0 = none yet */
+    double concurrency;                        /* the last estimate; 0 = none yet */
+    uint64_t rif_samples;                      /* hold samples in all */
+    double hold_base_s;                        /* the fit's unqueued hold time (b); 0 = none yet */
     double hold_svc_s; /* the fit's service time s (the queue's slope); 0 = none */
 
     /* Adaptive concurrency limit (Little's law, BBR's bandwidth-delay
@@ -183,7 +183,18 @@ typedef struct {
      * long, its owner times one GET /health (ig_router_probe_due(); 0.5 s;
      * 0 = off, only the site's liveness probe is timed). */
     double rtt_probe_s;
+    /* Exploration (the latency policy): an idle upstream whose service time
+     * was last sampled more than IG_ROUTER_EXPLORE_AFTER_S ago is sent a
+     * request so that its estimate is measured again, at most this share
+     * of the decisions (a token bucket; 0.01; 0 = off). Without it an
+     * upstream whose estimate went stale and high is never chosen, so the
+     * estimate never comes down. */
+    double explore_ratio;
 } ig_router_opts_t;
+
+/* How old an idle upstream's last service sample must be for it to be
+ * explored (seconds). */
+#define IG_ROUTER_EXPLORE_AFTER_S 0.5
 
 void ig_router_opts_default(ig_router_opts_t *opts);
 
@@ -193,6 +204,8 @@ typedef struct {
     uint64_t rng;
     double retry_tokens;
     uint64_t retry_at_ns;
+    double explore_tokens; /* explore_ratio per latency decision, at most 1 */
+    uint64_t explorations; /* decisions that explored */
 } ig_router_t;
 
 void ig_router_init(ig_router_t *r, const ig_router_opts_t *opts);
@@ -204,7 +217,8 @@ typedef struct {
     double cost_s;
     int runner_up;
     double runner_up_cost_s;
-    int hot; /* the chosen one was hot (every eligible one was) */
+    int hot;      /* the chosen one was hot (every eligible one was) */
+    int explored; /* the chosen one was explored (its estimate was stale) */
     /* the predicted wait and the believed concurrency of each */
     double wait_s, runner_up_wait_s;
     double concurrency, runner_up_concurrency;
