@@ -316,21 +316,33 @@ static void gemm16p_scalar(float *y, int ldy, const uint16_t *xb, const uint16_t
 #ifdef G16_X86
 IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512bf16,fma")
 /* A tile is mr rows of x by one panel (32 columns, two vectors), with two
- * accumulators per output vector (even and odd pairs): 24 accumulators at
- * mr = 6, 4 chains of vdpbf16ps at one row, which is more than one row's
- * weights arrive from memory for. A decode row used to take two panels
+ * accumulators per output vector (even and odd pairs) and the running y
+ * in registers: 16 accumulators and 8 sums at mr = 4, 27 of the 32
+ * registers with the weights and x. 4 chains of vdpbf16ps at one row are
+ * more than one row's weights arrive from memory for. The tile was 6 rows
+ * with y loaded and stored around every partial; 4 rows without that
+ * decode batch 64 at 131-142 tok/s against 100-130 (engine-bench, three
+ * pairs alternating, 2026-12-03). A decode row used to take two panels
  * per tile, for 8 chains; the two streams 128 KiB apart read 0.70-0.72 of
  * what a plain read of the same weights does on two threads of the AMD
  * EPYC, one stream 0.80-0.86 (the same bits either way). A tile of few rows
  * used to prefetch G16_PREFETCH ahead, as the widening path's does for the
  * Xeon; on one stream the EPYC's own prefetcher does better without:
  * 0.93-0.95 against 0.78-0.90, three runs alternating. */
-#define P16_MR 6
+#define P16_MR 4
 
 static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, const uint16_t *x,
                                                           int ldx, const uint16_t *panel, int kc,
                                                           int mr, int load)
 {
+    /* y stays in registers over the slice: the same additions in the same
+     * order as through memory, without a load and a store per partial. */
+    __m512 yr[P16_MR][2];
+#pragma GCC unroll 8
+    for (int a = 0; a < mr; a++)
+#pragma GCC unroll 2
+        for (int v = 0; v < 2; v++)
+            yr[a][v] = load ? _mm512_loadu_ps(c + (size_t)a * ldc + v * 16) : _mm512_setzero_ps();
     for (int s0 = 0; s0 < kc; s0 += P16_SUB) {
         int se = s0 + P16_SUB < kc ? s0 + P16_SUB : kc;
         __m512 acc[P16_MR][2][2];
@@ -369,11 +381,15 @@ static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, con
         for (int a = 0; a < mr; a++)
 #pragma GCC unroll 2
             for (int v = 0; v < 2; v++) {
-                float *cp = c + (size_t)a * ldc + v * 16;
                 __m512 part = _mm512_add_ps(acc[a][v][0], acc[a][v][1]);
-                _mm512_storeu_ps(cp, add ? _mm512_add_ps(_mm512_loadu_ps(cp), part) : part);
+                yr[a][v] = add ? _mm512_add_ps(yr[a][v], part) : part;
             }
     }
+#pragma GCC unroll 8
+    for (int a = 0; a < mr; a++)
+#pragma GCC unroll 2
+        for (int v = 0; v < 2; v++)
+            _mm512_storeu_ps(c + (size_t)a * ldc + v * 16, yr[a][v]);
 }
 
 static void tile16p_rows(float *c, int ldc, const uint16_t *x, int ldx, const uint16_t *panel,
@@ -388,8 +404,6 @@ static void tile16p_rows(float *c, int ldc, const uint16_t *x, int ldx, const ui
         P16_CASE(2)
         P16_CASE(3)
         P16_CASE(4)
-        P16_CASE(5)
-        P16_CASE(6)
 #undef P16_CASE
     default:
         return;
