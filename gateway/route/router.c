@@ -406,9 +406,8 @@ static int is_hot(const ig_router_t *r, const double *sorted, int ncand, double 
  * the budget holds a token. An upstream whose estimate is high for want
  * of fresh samples (a few slow answers while it calibrated, or a slowdown
  * that has passed) loses every pick, and only traffic would bring the
- * estimate down: the shift fleet's s2 took 11 of 3,000 requests after
- * its first answers put it at 50 ms (20 ms true), while the others queued
- * 6-8 deep on 4 slots. One request per stale upstream per interval, and
+ * estimate down (the shift fleet's s2 took 11 of 3,000 requests in a run
+ * while the others queued 6-8 deep on 4 slots). One request per stale upstream per interval, and
  * at most explore_ratio of all, keeps what a truly slow one costs small.
  * An upstream never sampled is ranked by the priors and needs no help.
  */
