@@ -15,7 +15,8 @@
 #   - the fraction of this machine's memory bandwidth that one-stream decode
 #     reaches: bytes of weights read per token / time per token, against a
 #     streaming read measured here by THREADS processes at once (numpy, 512
-#     MiB each; one process's rate is printed too);
+#     MiB each; one process's rate is printed too), before and after the
+#     decode rounds, the higher of the two;
 #   - the worker's RSS after decoding less its KV cache (its
 #     infergate_worker_kv_cache_bytes), against the file's bytes.
 # The 1b runs take minutes: a benchmark, never a test.
@@ -60,8 +61,11 @@ kill_on_exit worker_pid llama_pid
 # Each process reads its own 512 MiB buffer (numpy's max: SIMD, memory-bound);
 # THREADS of them start together at a barrier and the bytes of all over the
 # slowest one's time is what the machine streams on THREADS cores, the
-# reference for decode on THREADS threads.
-read -r bw1 bw <<<"$(OPENBLAS_NUM_THREADS=1 "$PY" - "$THREADS" <<'EOF'
+# reference for decode on THREADS threads. It is measured before and after
+# the decode rounds and the higher of the two is the reference: this
+# machine's bandwidth has moved by half within minutes (a shared host).
+stream_bw() { # -> "GB/s on 1 thread" "GB/s on THREADS"
+    OPENBLAS_NUM_THREADS=1 "$PY" - "$THREADS" <<'EOF'
 import multiprocessing as mp, sys, time, numpy as np
 def reader(bar, q):
     a = np.ones(1 << 27, dtype=np.float32)  # 512 MiB
@@ -79,8 +83,9 @@ def run(n):
     return sum(b for b, _ in got) / max(t for _, t in got) / 1e9
 print("%.2f %.2f" % (run(1), run(int(sys.argv[1]))))
 EOF
-)"
-echo "memory bandwidth (streaming read): $bw1 GB/s on 1 thread, $bw GB/s on $THREADS"
+}
+read -r bw1_before bw_before <<<"$(stream_bw)"
+echo "memory bandwidth before decode (streaming read): $bw1_before GB/s on 1 thread, $bw_before GB/s on $THREADS"
 
 # ---- one-stream decode over HTTP ----------------------------------------------
 # Both servers run at once (idle while the other is measured) and the rounds
@@ -163,6 +168,9 @@ decode_pair "$bf16" bf16
 d_bf16_ours=$ours_tps d_bf16_llama=$llama_tps rss_bf16=$ours_rss kv_bf16=$ours_kv
 decode_pair "$q8" q8_0
 d_q8_ours=$ours_tps d_q8_llama=$llama_tps rss_q8=$ours_rss kv_q8=$ours_kv
+read -r bw1_after bw_after <<<"$(stream_bw)"
+bw1=$(best "$bw1_before" "$bw1_after") bw=$(best "$bw_before" "$bw_after")
+echo "memory bandwidth after decode: $bw1_after GB/s on 1 thread, $bw_after GB/s on $THREADS; the reference: $bw1 and $bw"
 
 # ---- batch 64 and prefill (engine level) --------------------------------------
 # ENGINE_ROUNDS rounds, ours then llama.cpp's in each, the best of each side:
