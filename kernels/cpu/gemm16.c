@@ -426,7 +426,7 @@ static void gemm16p_avx512bf16(float *y, int ldy, const uint16_t *xb, const uint
                 int mr = m - i < P16_MR ? m - i : P16_MR;
                 float *yt = y + (size_t)i * ldy + col;
                 const uint16_t *xt = xb + (size_t)i * kp + k0;
-                if (m > 3)
+                if (m >= P16_MR) /* fewer rows stream on the CPU's own prefetcher */
                     g16_prefetch_share(slice, (size_t)kc * IG_GEMM16_NR * 2, i / P16_MR, tiles);
                 if (ncols == IG_GEMM16_NR) {
                     tile16p_rows(yt, ldy, xt, kp, slice, kc, mr, k0 > 0);
