@@ -712,6 +712,32 @@ void ig_model_free(ig_model_t *model)
     free(model);
 }
 
+static void drop_if_owned(const ig_model_t *m, ig_tensor_t *t)
+{
+    for (size_t i = 0; i < m->nowned; i++)
+        if (t->data != NULL && t->data == m->owned[i])
+            t->data = NULL;
+}
+
+void ig_model_drop_owned(ig_model_t *model)
+{
+    if (model == NULL)
+        return;
+    drop_if_owned(model, &model->embed);
+    drop_if_owned(model, &model->lm_head);
+    drop_if_owned(model, &model->final_norm);
+    for (int l = 0; l < model->cfg.num_hidden_layers; l++) {
+        ig_layer_weights_t *L = &model->layers[l];
+        ig_tensor_t *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv,     &L->wo,  &L->bq,
+                             &L->bk,        &L->bv, &L->mlp_norm, &L->w_gate, &L->w_up, &L->w_down};
+        for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
+            drop_if_owned(model, ts[i]);
+    }
+    for (size_t i = 0; i < model->nowned; i++)
+        free(model->owned[i]);
+    model->nowned = 0;
+}
+
 const ig_model_config_t *ig_model_config(const ig_model_t *model)
 {
     return &model->cfg;

@@ -299,6 +299,8 @@ static void load_work(uv_work_t *req)
     rc = ig_engine_create(&w->engine, w->model, w->be, &eo, err, sizeof(err));
     if (rc < 0)
         snprintf(w->load_err, sizeof(w->load_err), "engine: %s", err[0] ? err : ig_strerror(rc));
+    else
+        ig_model_drop_owned(w->model); /* the backend holds its own copy */
 }
 
 static void after_load(uv_work_t *req, int status)

@@ -83,6 +83,16 @@ typedef struct ig_model_s ig_model_t;
 int ig_model_load(ig_model_t **out, const char *dir, char *err, size_t errlen);
 void ig_model_free(ig_model_t *model);
 
+/*
+ * Frees the tensors the model made at load (ig_model_quantize's, converted
+ * ones) and sets those tensors' data to NULL; mapped tensors stay. For a
+ * process whose engines are all created: every backend holds its own copy
+ * of what it was given (the CPU one packs, the CUDA one copies to the
+ * device), so the model's would be a second one. The config, the sizes and
+ * the other tensors remain.
+ */
+void ig_model_drop_owned(ig_model_t *model);
+
 const ig_model_config_t *ig_model_config(const ig_model_t *model);
 const char *ig_model_dir(const ig_model_t *model);
 const ig_tensor_t *ig_model_embed(const ig_model_t *model);      /* (vocab, dim) */

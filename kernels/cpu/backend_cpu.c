@@ -235,12 +235,22 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     if (rows <= 0 || cols <= 0)
         return IG_EINVAL;
     if (src->dtype == IG_DTYPE_Q8_0) {
-        /* Computed on its own layout where it lies (the model's memory or
-         * the mapped GGUF file): a view, never copied, never freed here. */
+        /* Packed in panels of 16 rows (gemmq8.c), 64 panels at a time, then
+         * their source pages go back: the same bytes as the file's. */
         if (src->ndim != 2 || cols % IG_Q8_0_BLOCK != 0 || rows > INT_MAX || cols > INT_MAX)
             return IG_EINVAL;
-        *dst = (ig_weight_t){
-            .dtype = IG_DTYPE_Q8_0, .data = (void *)src->data, .rows = rows, .cols = cols};
+        int k = (int)cols, step = 64 * IG_Q8P_NR;
+        size_t row = ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)k);
+        uint8_t *q = cpu_alloc(be, ig__q8p_packed_bytes((int)rows, k));
+        if (q == NULL)
+            return IG_ENOMEM;
+        for (int64_t r = 0; r < rows; r += step) {
+            int m = rows - r < step ? (int)(rows - r) : step;
+            const uint8_t *from = (const uint8_t *)src->data + (size_t)r * row;
+            ig__q8p_pack(q + ig__q8p_packed_bytes((int)r, k), from, m, k);
+            release_pages(from, (size_t)m * row);
+        }
+        *dst = (ig_weight_t){.dtype = IG_DTYPE_Q8_0, .data = q, .rows = rows, .cols = cols};
         return 0;
     }
     if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
@@ -327,10 +337,6 @@ static void cpu_free_weight(ig_backend_t *be, ig_weight_t *w)
 {
     if (w == NULL)
         return;
-    if (w->dtype == IG_DTYPE_Q8_0) { /* a view (upload_weight) */
-        w->data = NULL;
-        return;
-    }
     packed_remove(cpu_of(be), w->data);
     pairs_remove(cpu_of(be), w->data);
     free(w->data);
@@ -352,10 +358,7 @@ static int cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, con
     for (int i = 0; i < ntok; i++) {
         float *o = out + (size_t)i * table->cols;
         if (table->dtype == IG_DTYPE_Q8_0)
-            ig_dtype_to_f32(o,
-                            (const char *)table->data +
-                                (size_t)tokens[i] * table->cols / IG_Q8_0_BLOCK * IG_Q8_0_BYTES,
-                            IG_DTYPE_Q8_0, (size_t)table->cols);
+            ig__q8p_unpack_row(o, table->data, (int)table->cols, tokens[i]);
         else if (pairs)
             ig__gemm16p_unpack_row(o, table->data, (int)table->cols, tokens[i]);
         else if (packed && table->dtype != IG_DTYPE_F32)
@@ -486,7 +489,7 @@ typedef struct {
     const float *x;
     const void *w; /* float, or uint16_t for 16-bit weights */
     const float *bias;
-    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 always packed, Q8_0 as stored */
+    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 and Q8_0 always packed */
     const int8_t *xq; /* Q8_0: x quantized (m, k), its scales and sums (m, k / 32) */
     const float *xd;
     const int32_t *xs;
@@ -603,7 +606,7 @@ static int cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weigh
     }
     int nr = ig__gemm_panel_width();
     if (j.dtype == IG_DTYPE_Q8_0)
-        nr = 16; /* rows of W: any split gives the same bits */
+        nr = IG_Q8P_NR; /* whole panels */
     else if (j.dtype != IG_DTYPE_F32)
         nr = IG_GEMM16_NR;
     if (j.mode == IG_CPU_GEMM_BLAS_OWN && j.dtype == IG_DTYPE_F32) {

@@ -179,10 +179,22 @@ void ig__gemm16p(float *y, int ldy, const uint16_t *xb, const uint16_t *packed, 
  * form also writes s(m, k / 32), each block's sum of q (s may be NULL). */
 void ig__q8_quantize_rows(int8_t *q, float *d, const float *x, int m, int k);
 void ig__q8_quantize_rows_sums(int8_t *q, float *d, int32_t *s, const float *x, int m, int k);
-/* y(m, n) (row stride ldy) = x . W^T for the columns [n0, n1), W(n, k) in
- * Q8_0 row-major (GGUF's layout) and x quantized by ig__q8_quantize_rows_sums
- * (xq, xd, xs); single-threaded; each output has the same bits whatever m,
- * n0, n1. */
+/* Q8_0 weights packed in panels of IG_Q8P_NR rows of W (output columns):
+ * block b of panel p holds the panel's IG_Q8P_NR F16 scales, then its
+ * weights by quads (4 consecutive k) as [quad][row][4] bytes, each w + 128
+ * (w ^ 0x80). The same bytes as GGUF's layout (544 = 16 x 34); a short last
+ * panel is padded with zero weights. */
+#define IG_Q8P_NR 16
+#define IG_Q8P_BLOCK_BYTES (2 * IG_Q8P_NR + IG_Q8P_NR * 32)
+size_t ig__q8p_packed_bytes(int n, int k);
+/* src: n rows of k in GGUF's Q8_0 layout; dst: ig__q8p_packed_bytes(n, k). */
+void ig__q8p_pack(uint8_t *dst, const uint8_t *src, int n, int k);
+/* Row `row` of W dequantized, as ig_dtype_to_f32 gives it from GGUF's layout. */
+void ig__q8p_unpack_row(float *dst, const uint8_t *packed, int k, int row);
+/* y(m, n) (row stride ldy) = x . W^T for the columns [n0, n1), W packed by
+ * ig__q8p_pack, n0 a multiple of IG_Q8P_NR, x quantized by
+ * ig__q8_quantize_rows_sums (xq, xd, xs); single-threaded. Every output has
+ * the same bits whatever m, n0, n1 and the instruction set. */
 void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *xs,
                  const uint8_t *w, int m, int k, int n0, int n1);
 

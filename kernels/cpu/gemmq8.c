@@ -1,31 +1,36 @@
 /*
- * GEMM on Q8_0 weights (GGUF's layout, include/infergate/dtype.h) computed
- * on that layout as it lies in memory: no packing, no copy. W(n, k) is n rows
- * of k / 32 blocks; x is quantized the same way per block of 32 (a scale per
- * block kept in F32, q = round(x / d)) once per matmul, and each block
- * contributes d_w * d_x * sum q_w q_x, the integer sum exact.
+ * GEMM on Q8_0 weights (GGUF's blocks of 32 weights with one F16 scale,
+ * include/infergate/dtype.h). upload_weight packs W(n, k) once into panels
+ * of 16 rows (output columns), ig__q8p_pack: block b of a panel is its 16
+ * scales, then its 512 weights by quads of k, [quad][row][4 bytes], each
+ * stored as w + 128. The same bytes as the file's, packed 64 panels at a
+ * time from the mapping, whose pages then go back (backend_cpu.c). x is
+ * quantized the same way per block of 32 (a scale per block kept in F32,
+ * q = round(x / d)) once per matmul, and each block contributes
+ * d_w * d_x * sum q_w q_x, the integer sum exact.
  *
- * The integer dot product of a block:
- *   - AVX-512 VNNI: vpdpbusd multiplies unsigned by signed bytes, so the
- *     weights go in as w + 128 (w ^ 0x80) and 128 * sum q_x, kept per block
- *     beside x (ig__q8_quantize_rows_sums), comes off the sum. Two blocks per
- *     512-bit register, 16 blocks per step reduced to their 16 exact sums by
- *     four rounds of pairwise adds (vpermt2d), one multiply-add per lane
- *     (lane j: block j of every 16), blocks past the last 16 one by one
- *     into a scalar;
- *   - AVX2: |x| times w with x's sign moved onto w (vpmaddubsw + vpmaddwd;
- *     pairs of products fit int16: 2 * 127 * 127 < 32767), eight blocks per
- *     step reduced by vphaddd, lane j accumulating block j of every 8;
- *   - plain C, block after block.
- * Each instruction set has one fixed order of float operations per output,
- * whatever m and the column range: a row gets the same bits alone or in a
- * batch, on any split of the columns (the instruction sets differ from each
- * other). Weights of -128 (never written by a quantizer, which stays within
- * +-127) would overflow the AVX2 sign trick.
+ * Why panels: on GGUF's row layout an output is one long dot product, and
+ * every block's 16 lanes must be summed across the register (the previous
+ * kernel's pairwise adds); that was fine at batch 1, where memory is the
+ * limit, and 37 tok/s at batch 64 on the 1b preset. In panels the 16 lanes
+ * of a register are 16 outputs: one vpdpbusd multiplies a quad of 16
+ * columns by one row's quad of x broadcast, and a tile of 4 rows by 2
+ * panels keeps 8 integer and 8 float accumulators in registers, each weight
+ * load serving 4 rows (docs/engine.md, "Q8_0").
  *
- * At batch 1 the kernel waits on memory: on the 1b preset's shapes one
- * thread of the AVX2-style loop ran 46 GB/s from L2 and this AVX-512 one 58,
- * against 28-39 GB/s that one thread streams from DRAM.
+ * The integer dot product of a block, per instruction set:
+ *   - AVX-512 VNNI: vpdpbusd multiplies unsigned by signed bytes: the
+ *     weights go in as stored (w + 128) and x's quads as they are, each
+ *     block's sum starting at -128 * sum q_x (ig__q8_quantize_rows_sums
+ *     keeps the sums beside x);
+ *   - AVX2: |x| times w with x's sign moved onto w (vpmaddubsw + vpmaddwd);
+ *   - plain C, weight by weight.
+ * Then on every path, for each block in order, d = d_w * d_x and
+ * acc = fma((float)sum, d, acc): one order of float operations per output
+ * on every instruction set and for any m and column range, so a row gets
+ * the same bits alone or in a batch, on any CPU. Weights of -128 (never
+ * written by a quantizer, which stays within +-127) would overflow the
+ * AVX2 sign trick.
  */
 #include "cpu_internal.h"
 
@@ -112,11 +117,62 @@ void ig__q8_quantize_rows(int8_t *q, float *d, const float *x, int m, int k)
     ig__q8_quantize_rows_sums(q, d, NULL, x, m, k);
 }
 
-static inline float w_scale(const uint8_t *blk)
+/* ---- the panel layout ------------------------------------------------- */
+
+/* Where block b of panel p lies, and the value of weight (l, i) in it. */
+static inline const uint8_t *q8p_block(const uint8_t *w, int nb, int p, int b)
+{
+    return w + ((size_t)p * nb + b) * IG_Q8P_BLOCK_BYTES;
+}
+
+static inline float q8p_scale(const uint8_t *blk, int l)
 {
     uint16_t h;
-    memcpy(&h, blk, 2);
+    memcpy(&h, blk + 2 * l, 2);
     return ig_f16_to_f32(h);
+}
+
+static inline int q8p_quant(const uint8_t *blk, int l, int i)
+{
+    return (int)(int8_t)(blk[2 * IG_Q8P_NR + (i / 4) * 4 * IG_Q8P_NR + 4 * l + i % 4] ^ 0x80);
+}
+
+size_t ig__q8p_packed_bytes(int n, int k)
+{
+    size_t panels = ((size_t)n + IG_Q8P_NR - 1) / IG_Q8P_NR;
+    return panels * (size_t)(k / IG_Q8_0_BLOCK) * IG_Q8P_BLOCK_BYTES;
+}
+
+void ig__q8p_pack(uint8_t *dst, const uint8_t *src, int n, int k)
+{
+    int nb = k / IG_Q8_0_BLOCK, panels = (n + IG_Q8P_NR - 1) / IG_Q8P_NR;
+    size_t row = (size_t)nb * IG_Q8_0_BYTES;
+    for (int p = 0; p < panels; p++)
+        for (int b = 0; b < nb; b++) {
+            uint8_t *blk = dst + ((size_t)p * nb + b) * IG_Q8P_BLOCK_BYTES;
+            for (int l = 0; l < IG_Q8P_NR; l++) {
+                int r = p * IG_Q8P_NR + l;
+                const uint8_t *from = r < n ? src + (size_t)r * row + (size_t)b * IG_Q8_0_BYTES : NULL;
+                if (from != NULL)
+                    memcpy(blk + 2 * l, from, 2);
+                else
+                    memset(blk + 2 * l, 0, 2); /* a padding column: scale 0, weights 0 */
+                for (int i = 0; i < IG_Q8_0_BLOCK; i++)
+                    blk[2 * IG_Q8P_NR + (i / 4) * 4 * IG_Q8P_NR + 4 * l + i % 4] =
+                        (uint8_t)(from != NULL ? from[2 + i] ^ 0x80 : 0x80);
+            }
+        }
+}
+
+void ig__q8p_unpack_row(float *dst, const uint8_t *packed, int k, int row)
+{
+    int nb = k / IG_Q8_0_BLOCK, p = row / IG_Q8P_NR, l = row % IG_Q8P_NR;
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = q8p_block(packed, nb, p, b);
+        float d = q8p_scale(blk, l);
+        for (int i = 0; i < IG_Q8_0_BLOCK; i++)
+            dst[b * IG_Q8_0_BLOCK + i] = d * (float)q8p_quant(blk, l, i);
+    }
 }
 
 /* ---- plain C ---------------------------------------------------------- */
@@ -135,179 +191,229 @@ Q8_NO_VECTORIZE static void gemmq8_scalar(float *y, int ldy, const int8_t *xq, c
                                           const uint8_t *w, int m, int k, int n0, int n1)
 {
     int nb = k / IG_Q8_0_BLOCK;
-    size_t row = (size_t)nb * IG_Q8_0_BYTES;
-    for (int c = n0; c < n1; c++) {
-        const uint8_t *wr = w + (size_t)c * row;
+    for (int c = n0; c < n1; c++)
         for (int a = 0; a < m; a++) {
             const int8_t *xa = xq + (size_t)a * k;
             float acc = 0.0f;
             for (int b = 0; b < nb; b++) {
-                const uint8_t *blk = wr + (size_t)b * IG_Q8_0_BYTES;
+                const uint8_t *blk = q8p_block(w, nb, c / IG_Q8P_NR, b);
                 int32_t s = 0;
 #ifdef __clang__
 #pragma clang loop vectorize(disable)
 #endif
                 for (int i = 0; i < IG_Q8_0_BLOCK; i++)
-                    s += (int32_t)(int8_t)blk[2 + i] * xa[b * IG_Q8_0_BLOCK + i];
-                acc = fmaf(w_scale(blk) * xd[(size_t)a * nb + b], (float)s, acc);
+                    s += q8p_quant(blk, c % IG_Q8P_NR, i) * xa[b * IG_Q8_0_BLOCK + i];
+                float d = q8p_scale(blk, c % IG_Q8P_NR) * xd[(size_t)a * nb + b];
+                acc = fmaf((float)s, d, acc);
             }
             y[(size_t)a * ldy + c] = acc;
         }
-    }
 }
 
 #ifdef Q8_X86
+static inline int32_t load_i32(const int8_t *p)
+{
+    int32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+
+/* ---- AVX2 --------------------------------------------------------------- */
+
 IG__TARGET_BEGIN("avx2,fma,f16c")
-static inline __m256i idot_avx2(__m256i wq, __m256i xq)
+/* Rows [a, a + mr) (mr <= 2) by one panel: each half of the panel (8
+ * columns x 4 bytes of a quad) against x's quad broadcast; |x| times w with
+ * x's sign moved onto w (vpmaddubsw + vpmaddwd; pairs of products fit int16:
+ * 2 * 127 * 128 < 32767 as no weight is -128). */
+static inline __attribute__((always_inline)) void tile_avx2(const int mr, float *y, int ldy,
+                                                            const int8_t *xq, const float *xd,
+                                                            const uint8_t *pw, int nb, int k,
+                                                            int ncols)
 {
-    __m256i ax = _mm256_sign_epi8(xq, xq), sw = _mm256_sign_epi8(wq, xq);
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sw), _mm256_set1_epi16(1));
+    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256 f[2][2];
+#pragma GCC unroll 2
+    for (int a = 0; a < mr; a++)
+        f[a][0] = f[a][1] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = pw + (size_t)b * IG_Q8P_BLOCK_BYTES;
+        __m256i acc[2][2];
+#pragma GCC unroll 2
+        for (int a = 0; a < mr; a++)
+            acc[a][0] = acc[a][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            const uint8_t *wq = blk + 2 * IG_Q8P_NR + q * 4 * IG_Q8P_NR;
+            __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wq), bias);
+            __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wq + 32)), bias);
+#pragma GCC unroll 2
+            for (int a = 0; a < mr; a++) {
+                __m256i xv = _mm256_set1_epi32(load_i32(xq + (size_t)a * k + b * 32 + 4 * q));
+                __m256i ax = _mm256_sign_epi8(xv, xv);
+                acc[a][0] = _mm256_add_epi32(
+                    acc[a][0],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones));
+                acc[a][1] = _mm256_add_epi32(
+                    acc[a][1],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones));
+            }
+        }
+        __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+#pragma GCC unroll 2
+        for (int a = 0; a < mr; a++) {
+            __m256 dx = _mm256_set1_ps(xd[(size_t)a * nb + b]);
+            f[a][0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[a][0]), _mm256_mul_ps(d0, dx), f[a][0]);
+            f[a][1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[a][1]), _mm256_mul_ps(d1, dx), f[a][1]);
+        }
+    }
+#pragma GCC unroll 2
+    for (int a = 0; a < mr; a++) {
+        float out[IG_Q8P_NR];
+        _mm256_storeu_ps(out, f[a][0]);
+        _mm256_storeu_ps(out + 8, f[a][1]);
+        memcpy(y + (size_t)a * ldy, out, (size_t)ncols * sizeof(float));
+    }
 }
 
-static inline float hsum8_avx2(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* Eight blocks per step: their eight integer dot products are summed
- * into one vector of eight block sums (exact: integers), their scales
- * gathered, and one multiply-add per lane joins block j's sum to lane j's
- * running total; the ragged end goes block by block into a second vector. */
 static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w,
                         int m, int k, int n0, int n1)
 {
     int nb = k / IG_Q8_0_BLOCK;
-    size_t row = (size_t)nb * IG_Q8_0_BYTES;
-    const __m256i idx = _mm256_setr_epi32(0, 34, 68, 102, 136, 170, 204, 238);
-    const __m256i lo16 = _mm256_set1_epi32(0xffff);
-    for (int c = n0; c < n1; c++) {
-        const uint8_t *wr = w + (size_t)c * row;
-        for (int a = 0; a < m; a++) {
-            const int8_t *xa = xq + (size_t)a * k;
-            const float *da = xd + (size_t)a * nb;
-            __m256 acc = _mm256_setzero_ps(), tail = _mm256_setzero_ps();
-            int b = 0;
-            for (; b + 8 <= nb; b += 8) {
-                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
-                __m256i v[8];
-#pragma GCC unroll 8
-                for (int u = 0; u < 8; u++)
-                    v[u] =
-                        idot_avx2(_mm256_loadu_si256((const __m256i *)(bl + u * IG_Q8_0_BYTES + 2)),
-                                  _mm256_loadu_si256((const __m256i *)(xa + (b + u) * 32)));
-                __m256i t0 = _mm256_hadd_epi32(v[0], v[1]), t1 = _mm256_hadd_epi32(v[2], v[3]);
-                __m256i t2 = _mm256_hadd_epi32(v[4], v[5]), t3 = _mm256_hadd_epi32(v[6], v[7]);
-                __m256i u0 = _mm256_hadd_epi32(t0, t1), u1 = _mm256_hadd_epi32(t2, t3);
-                __m256i sums = _mm256_add_epi32(_mm256_permute2x128_si256(u0, u1, 0x20),
-                                                _mm256_permute2x128_si256(u0, u1, 0x31));
-                __m256i g = _mm256_and_si256(
-                    _mm256_i32gather_epi32((const int *)(const void *)bl, idx, 1), lo16);
-                __m128i h =
-                    _mm_packus_epi32(_mm256_castsi256_si128(g), _mm256_extracti128_si256(g, 1));
-                __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_loadu_ps(da + b));
-                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sums), d, acc);
-            }
-            for (; b < nb; b++) {
-                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
-                __m256i s0 = idot_avx2(_mm256_loadu_si256((const __m256i *)(bl + 2)),
-                                       _mm256_loadu_si256((const __m256i *)(xa + b * 32)));
-                float d = _cvtsh_ss((unsigned short)(bl[0] | bl[1] << 8)) * da[b];
-                tail = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s0), _mm256_set1_ps(d), tail);
-            }
-            y[(size_t)a * ldy + c] = hsum8_avx2(_mm256_add_ps(acc, tail));
-        }
+    for (int c = n0; c < n1; c += IG_Q8P_NR) {
+        const uint8_t *pw = q8p_block(w, nb, c / IG_Q8P_NR, 0);
+        int ncols = n1 - c < IG_Q8P_NR ? n1 - c : IG_Q8P_NR;
+        int a = 0;
+        for (; a + 2 <= m; a += 2)
+            tile_avx2(2, y + (size_t)a * ldy + c, ldy, xq + (size_t)a * k, xd + (size_t)a * nb, pw,
+                      nb, k, ncols);
+        if (a < m)
+            tile_avx2(1, y + (size_t)a * ldy + c, ldy, xq + (size_t)a * k, xd + (size_t)a * nb, pw,
+                      nb, k, ncols);
     }
 }
-
 IG__TARGET_END
 
+/* ---- AVX-512 VNNI --------------------------------------------------------- */
+
 IG__TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
-/* Bytes ahead (measured on a Xeon VM: 1 KiB 7.5, 4 KiB 9.5, 8 KiB 9.9 GB/s
- * for one thread streaming 272 MiB, 8.4 without). */
+/* Bytes ahead that the first row tile asks for (measured on a Xeon VM with
+ * the row layout: 1 KiB 7.5, 4 KiB 9.5, 8 KiB 9.9 GB/s for one thread
+ * streaming 272 MiB, 8.4 without). */
 #define Q8_PREFETCH 8192
-/* The dot products of blocks b and b + 1 (whose quants lie 34 bytes
- * apart) with x's 64 bytes: 16 lanes, 8 per block, of w + 128 times x. */
-static inline __m512i idot2_vnni(const uint8_t *blk, const int8_t *x)
+/* Rows [a, a + mr) (mr <= 4) by np (1 or 2) panels, 16 columns each:
+ * vpdpbusd multiplies the 16 columns' quads (w + 128, unsigned) by x's quad
+ * broadcast (signed); each block's integer sum starts at -128 * sum q_x,
+ * which takes the + 128 off, and is exact. Then one multiply (d_w d_x) and
+ * one multiply-add per block, in block order, as the other paths do. */
+static inline __attribute__((always_inline)) void
+tile_avx512(const int mr, const int np, float *y, int ldy, const int8_t *xq, const float *xd,
+            const int32_t *xs, const uint8_t *pw, size_t pstride, int nb, int k, int ncols,
+            int prefetch)
 {
-    __m512i wv =
-        _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(blk + 2))),
-                           _mm256_loadu_si256((const __m256i *)(blk + IG_Q8_0_BYTES + 2)), 1);
-    return _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                               _mm512_xor_si512(wv, _mm512_set1_epi8((char)0x80)),
-                               _mm512_loadu_si512(x));
+    __m512 f[4][2];
+#pragma GCC unroll 4
+    for (int a = 0; a < mr; a++)
+#pragma GCC unroll 2
+        for (int p = 0; p < np; p++)
+            f[a][p] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk = pw + (size_t)b * IG_Q8P_BLOCK_BYTES;
+        if (prefetch)
+#pragma GCC unroll 2
+            for (int p = 0; p < np; p++)
+                for (int l = 0; l < IG_Q8P_BLOCK_BYTES; l += 64)
+                    _mm_prefetch((const char *)(blk + p * pstride + Q8_PREFETCH + l),
+                                 _MM_HINT_T0);
+        __m512i acc[4][2];
+#pragma GCC unroll 4
+        for (int a = 0; a < mr; a++) {
+            __m512i init = _mm512_set1_epi32(-128 * xs[(size_t)a * nb + b]);
+#pragma GCC unroll 2
+            for (int p = 0; p < np; p++)
+                acc[a][p] = init;
+        }
+#pragma GCC unroll 8
+        for (int q = 0; q < 8; q++) {
+            __m512i wv[2];
+#pragma GCC unroll 2
+            for (int p = 0; p < np; p++)
+                wv[p] = _mm512_loadu_si512(blk + p * pstride + 2 * IG_Q8P_NR + q * 4 * IG_Q8P_NR);
+#pragma GCC unroll 4
+            for (int a = 0; a < mr; a++) {
+                __m512i xv = _mm512_set1_epi32(load_i32(xq + (size_t)a * k + b * 32 + 4 * q));
+#pragma GCC unroll 2
+                for (int p = 0; p < np; p++)
+                    acc[a][p] = _mm512_dpbusd_epi32(acc[a][p], wv[p], xv);
+            }
+        }
+        __m512 dw[2];
+#pragma GCC unroll 2
+        for (int p = 0; p < np; p++)
+            dw[p] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(blk + p * pstride)));
+#pragma GCC unroll 4
+        for (int a = 0; a < mr; a++) {
+            __m512 dx = _mm512_set1_ps(xd[(size_t)a * nb + b]);
+#pragma GCC unroll 2
+            for (int p = 0; p < np; p++)
+                f[a][p] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[a][p]), _mm512_mul_ps(dw[p], dx),
+                                          f[a][p]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int a = 0; a < mr; a++)
+#pragma GCC unroll 2
+        for (int p = 0; p < np; p++) {
+            int left = ncols - p * IG_Q8P_NR;
+            __mmask16 mask = left >= IG_Q8P_NR ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_ps(y + (size_t)a * ldy + p * IG_Q8P_NR, mask, f[a][p]);
+        }
 }
 
-/* Lanes of a and b added in adjacent pairs: [a0+a1, a2+a3, ..., b14+b15]. */
-static inline __m512i pairsum(__m512i a, __m512i b)
-{
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ev, b),
-                            _mm512_permutex2var_epi32(a, od, b));
-}
+#define Q8_TILE(MR, NP)                                                                            \
+    tile_avx512(MR, NP, yt, ldy, xq + (size_t)a * k, xd + (size_t)a * nb, xs + (size_t)a * nb, pw, \
+                pstride, nb, k, ncols, a == 0)
 
 static void gemmq8_avx512(float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *xs,
                           const uint8_t *w, int m, int k, int n0, int n1)
 {
     int nb = k / IG_Q8_0_BLOCK;
-    size_t row = (size_t)nb * IG_Q8_0_BYTES;
-    const __m512i idx =
-        _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                           _mm512_set1_epi32(IG_Q8_0_BYTES));
-    for (int c = n0; c < n1; c++) {
-        const uint8_t *wr = w + (size_t)c * row;
-        for (int a = 0; a < m; a++) {
-            const int8_t *xa = xq + (size_t)a * k;
-            const float *da = xd + (size_t)a * nb;
-            const int32_t *sa = xs + (size_t)a * nb;
-            __m512 acc = _mm512_setzero_ps();
-            float tail = 0.0f;
-            int b = 0;
-            for (; b + 16 <= nb; b += 16) {
-                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
-                const int8_t *xb = xa + (size_t)b * IG_Q8_0_BLOCK;
-                /* The first row streams W from memory: ask for it
-                 * Q8_PREFETCH ahead (the later rows find it in L1). */
-                if (a == 0)
-                    for (int l = 0; l < 16 * IG_Q8_0_BYTES; l += 64)
-                        _mm_prefetch((const char *)(bl + Q8_PREFETCH + l), _MM_HINT_T0);
-                __m512i p[8];
-#pragma GCC unroll 8
-                for (int u = 0; u < 8; u++)
-                    p[u] = idot2_vnni(bl + 2 * u * IG_Q8_0_BYTES, xb + 64 * u);
-                /* 128 lanes -> 64 -> 32 -> 16 block sums, in block order. */
-                __m512i q0 = pairsum(p[0], p[1]), q1 = pairsum(p[2], p[3]);
-                __m512i q2 = pairsum(p[4], p[5]), q3 = pairsum(p[6], p[7]);
-                __m512i r0 = pairsum(q0, q1), r1 = pairsum(q2, q3);
-                __m512i sums = pairsum(r0, r1);
-                sums = _mm512_sub_epi32(sums, _mm512_slli_epi32(_mm512_loadu_si512(sa + b), 7));
-                __m256i h = _mm512_cvtepi32_epi16(
-                    _mm512_i32gather_epi32(idx, (const void *)bl, 1)); /* the 16 F16 scales */
-                __m512 d = _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_loadu_ps(da + b));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), d, acc);
+    size_t pstride = (size_t)nb * IG_Q8P_BLOCK_BYTES;
+    for (int c = n0; c < n1; c += 2 * IG_Q8P_NR) {
+        const uint8_t *pw = q8p_block(w, nb, c / IG_Q8P_NR, 0);
+        int ncols = n1 - c < 2 * IG_Q8P_NR ? n1 - c : 2 * IG_Q8P_NR;
+        int np = ncols > IG_Q8P_NR ? 2 : 1;
+        for (int a = 0; a < m; a += 4) {
+            float *yt = y + (size_t)a * ldy + c;
+            switch ((m - a < 4 ? m - a : 4) * 2 + np - 1) {
+            case 2 * 4 + 1:
+                Q8_TILE(4, 2);
+                break;
+            case 2 * 4:
+                Q8_TILE(4, 1);
+                break;
+            case 2 * 3 + 1:
+                Q8_TILE(3, 2);
+                break;
+            case 2 * 3:
+                Q8_TILE(3, 1);
+                break;
+            case 2 * 2 + 1:
+                Q8_TILE(2, 2);
+                break;
+            case 2 * 2:
+                Q8_TILE(2, 1);
+                break;
+            case 2 + 1:
+                Q8_TILE(1, 2);
+                break;
+            default:
+                Q8_TILE(1, 1);
             }
-            for (; b < nb; b++) {
-                const uint8_t *bl = wr + (size_t)b * IG_Q8_0_BYTES;
-                __m256i v = _mm256_dpbusd_epi32(
-                    _mm256_setzero_si256(),
-                    _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(bl + 2)),
-                                     _mm256_set1_epi8((char)0x80)),
-                    _mm256_loadu_si256((const __m256i *)(xa + (size_t)b * IG_Q8_0_BLOCK)));
-                __m128i t =
-                    _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-                t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0x4e));
-                t = _mm_add_epi32(t, _mm_shuffle_epi32(t, 0xb1));
-                int32_t s = _mm_cvtsi128_si32(t) - 128 * sa[b];
-                float d = _cvtsh_ss((unsigned short)(bl[0] | bl[1] << 8)) * da[b];
-                tail = fmaf(d, (float)s, tail);
-            }
-            y[(size_t)a * ldy + c] = _mm512_reduce_add_ps(acc) + tail;
         }
     }
 }
+#undef Q8_TILE
 IG__TARGET_END
 #endif
 
