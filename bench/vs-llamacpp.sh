@@ -7,10 +7,10 @@
 #     llama-server), the same prompt, N_TOKENS greedy tokens streamed, the
 #     rate between the first and the last token; both servers up at once,
 #     rounds alternating between them, best of ROUNDS each;
-#   - batch 64 aggregate, BF16: build/engine-bench --batches 64 against
+#   - batch 64 aggregate, BF16 and Q8_0: build/engine-bench --batches 64 against
 #     llama-batched-bench -npl 64 (both engine-level, decode tokens/s),
 #     ENGINE_ROUNDS rounds alternating, best of each (prefill too);
-#   - prefill, BF16: engine-bench's PREFILL-token prefill against
+#   - prefill, BF16 and Q8_0: engine-bench's PREFILL-token prefill against
 #     llama-bench -p PREFILL;
 #   - the fraction of this machine's memory bandwidth that one-stream decode
 #     reaches: bytes of weights read per token / time per token, against a
@@ -172,31 +172,41 @@ read -r bw1_after bw_after <<<"$(stream_bw)"
 bw1=$(best "$bw1_before" "$bw1_after") bw=$(best "$bw_before" "$bw_after")
 echo "memory bandwidth after decode: $bw1_after GB/s on 1 thread, $bw_after GB/s on $THREADS; the reference: $bw1 and $bw"
 
-# ---- batch 64 and prefill (engine level) --------------------------------------
+# ---- batch 64 and prefill (engine level), BF16 and Q8_0 -----------------------
 # ENGINE_ROUNDS rounds, ours then llama.cpp's in each, the best of each side:
 # a neighbour's burst then costs one side one round, not the whole figure.
-b64_ours=0 pf_ours=0 b64_llama=0 pf_llama=0
-for r in $(seq 1 "$ENGINE_ROUNDS"); do
-    "$build/engine-bench" --model "$bf16" --threads "$THREADS" --batches 64 --steps "$BATCH_STEPS" \
+engine_pair() { # FILE -> prints "ours_b64 llama_b64 ours_prefill llama_prefill"
+    local f=$1 b bl p pl
+    "$build/engine-bench" --model "$f" --threads "$THREADS" --batches 64 --steps "$BATCH_STEPS" \
         --prompt 16 --prefill "$PREFILL" --rounds 1 --out "$tmp/eb.json" >"$tmp/eb.txt" 2>&1
     b=$("$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); print([r for r in j["decode"] if r["batch"]==64][0]["tokens_per_s"])' "$tmp/eb.json")
     p=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["prefill_tokens_per_s"])' "$tmp/eb.json")
-    "$LLAMACPP_BIN/llama-batched-bench" -m "$bf16" -c 4096 -b 2048 -ub 512 -npp 16 \
+    "$LLAMACPP_BIN/llama-batched-bench" -m "$f" -c 4096 -b 2048 -ub 512 -npp 16 \
         -ntg "$BATCH_STEPS" -npl 64 -t "$THREADS" >"$tmp/bb.txt" 2>&1
     # | PP | TG | B | N_KV | T_PP s | S_PP t/s | T_TG s | S_TG t/s | T s | S t/s |
     bl=$(awk -F'|' '$4+0 == 64 {gsub(/ /,"",$9); print $9}' "$tmp/bb.txt" | tail -1)
-    "$LLAMACPP_BIN/llama-bench" -m "$bf16" -p "$PREFILL" -n 0 -t "$THREADS" -r 1 -o csv \
+    "$LLAMACPP_BIN/llama-bench" -m "$f" -p "$PREFILL" -n 0 -t "$THREADS" -r 1 -o csv \
         >"$tmp/lb.csv" 2>/dev/null
     pl=$("$PY" -c '
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 print(rows[-1]["avg_ts"])' "$tmp/lb.csv")
-    echo "engine round $r: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
+    echo "$b ${bl:-0} $p ${pl:-0}"
+}
+b64_ours=0 pf_ours=0 b64_llama=0 pf_llama=0
+b64q_ours=0 pfq_ours=0 b64q_llama=0 pfq_llama=0
+for r in $(seq 1 "$ENGINE_ROUNDS"); do
+    read -r b bl p pl < <(engine_pair "$bf16")
+    echo "engine round $r, BF16: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
     b64_ours=$(best "$b64_ours" "$b") pf_ours=$(best "$pf_ours" "$p")
     b64_llama=$(best "$b64_llama" "$bl") pf_llama=$(best "$pf_llama" "$pl")
+    read -r b bl p pl < <(engine_pair "$q8")
+    echo "engine round $r, Q8_0: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
+    b64q_ours=$(best "$b64q_ours" "$b") pfq_ours=$(best "$pfq_ours" "$p")
+    b64q_llama=$(best "$b64q_llama" "$bl") pfq_llama=$(best "$pfq_llama" "$pl")
 done
-echo "batch 64 BF16: infergate $b64_ours tok/s, llama.cpp $b64_llama tok/s"
-echo "prefill $PREFILL BF16: infergate $pf_ours tok/s, llama.cpp $pf_llama tok/s"
+echo "batch 64: BF16 infergate $b64_ours tok/s, llama.cpp $b64_llama; Q8_0 $b64q_ours vs $b64q_llama"
+echo "prefill $PREFILL: BF16 infergate $pf_ours tok/s, llama.cpp $pf_llama; Q8_0 $pfq_ours vs $pfq_llama"
 
 # ---- report -------------------------------------------------------------------
 "$PY" - "$RESULTS" <<EOF
@@ -216,6 +226,10 @@ res = {
                      "ratio": r("$b64_ours", "$b64_llama")},
     "prefill_bf16": {"tokens": int("$PREFILL"), "ours": float("$pf_ours"),
                      "llamacpp": float("$pf_llama"), "ratio": r("$pf_ours", "$pf_llama")},
+    "batch64_q8_0": {"ours": float("$b64q_ours"), "llamacpp": float("$b64q_llama"),
+                     "ratio": r("$b64q_ours", "$b64q_llama")},
+    "prefill_q8_0": {"tokens": int("$PREFILL"), "ours": float("$pfq_ours"),
+                     "llamacpp": float("$pfq_llama"), "ratio": r("$pfq_ours", "$pfq_llama")},
     "rss": {"bf16_file_mib": bf16_bytes / 2**20, "bf16_worker_mib": int("$rss_bf16") / 1024,
             "bf16_kv_mib": int("$kv_bf16") / 2**20,
             "bf16_ratio": int("$rss_bf16") * 1024 / bf16_bytes,
@@ -228,7 +242,8 @@ res = {
 json.dump(res, open(sys.argv[1], "w"), indent=2)
 print()
 print("ratios (infergate / llama.cpp), 1b preset, %d threads:" % res["threads"])
-for k in ("decode_bf16", "decode_q8_0", "batch64_bf16", "prefill_bf16"):
+for k in ("decode_bf16", "decode_q8_0", "batch64_bf16", "batch64_q8_0", "prefill_bf16",
+          "prefill_q8_0"):
     print("  %-13s %.2fx  (%.2f vs %.2f tok/s)" % (k, res[k]["ratio"], res[k]["ours"], res[k]["llamacpp"]))
 for k in ("decode_bf16", "decode_q8_0"):
     print("  %-13s reads %.2f of the streaming bandwidth on %d threads (%.1f GB/s; %.1f on one)"

@@ -728,7 +728,7 @@ void ig_model_drop_owned(ig_model_t *model)
     drop_if_owned(model, &model->final_norm);
     for (int l = 0; l < model->cfg.num_hidden_layers; l++) {
         ig_layer_weights_t *L = &model->layers[l];
-        ig_tensor_t *ts[] = {&L->attn_norm, &L->wq, &L->wk, &L->wv,     &L->wo,  &L->bq,
+        ig_tensor_t *ts[] = {&L->attn_norm, &L->wq, &L->wk,       &L->wv,     &L->wo,   &L->bq,
                              &L->bk,        &L->bv, &L->mlp_norm, &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
             drop_if_owned(model, ts[i]);
