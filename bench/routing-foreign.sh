@@ -32,6 +32,8 @@
 #                the issue's fleet at scale 1 needs 960 req/s, more than
 #                this 2-core machine carries beside the fleet)
 #   RESULTS=bench/results/routing-foreign.json
+#   ROUTING_JSON='{"tail_weight": 0}'  more keys of the gateway's routing
+#                section, for every policy (to compare a setting)
 #   KEEP=DIR     keep each run's gateway log, config, /status and igbench
 #                report there (for reading the learned state)
 # Targets (issue 12): latency p99 TTFT <= 0.8 x least_inflight, p50 <= 1.0 x,
@@ -163,7 +165,7 @@ run_one() { # key policy rate spec...
     local gw_port
     gw_port=$(free_port)
     "$PY" - "$tmp/gw-$key.json" "$gw_port" "$policy" "${names[*]}" "${urls[*]}" <<'PYEOF'
-import json, sys
+import json, os, sys
 out, port, policy, names, urls = sys.argv[1:6]
 cfg = {"region": "bench", "listen": "127.0.0.1:" + port, "log": {"level": "warn"},
        "models": [{"name": "m"}],
@@ -171,6 +173,7 @@ cfg = {"region": "bench", "listen": "127.0.0.1:" + port, "log": {"level": "warn"
                  for n, u in zip(names.split(), urls.split())],
        # No retries or hedges: each policy's first choice is what is measured.
        "routing": {"policy": policy, "max_retries": 0, "queue_size": 4096}}
+cfg["routing"].update(json.loads(os.environ.get("ROUTING_JSON") or "{}"))
 json.dump(cfg, open(out, "w"))
 PYEOF
     "$build/infergate" serve --config "$tmp/gw-$key.json" 2>"$tmp/gw-$key.log" &

@@ -173,6 +173,7 @@ static void test_hot_guard(void **state)
 static void test_wait_weighed_by_utilisation(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    r.opts.tail_weight = 0; /* the wait's weight alone; the spread is the next test's */
     ig_router_upstream_t fast[2], far;
     for (int i = 0; i < 2; i++) {
         ready_upstream(&fast[i], "fast", IG_ROUTER_LOCAL);
@@ -205,6 +206,56 @@ static void test_wait_weighed_by_utilisation(void **state)
     assert_float_equal(d.cost_s, 0.040 + 0.020, 1e-9); /* the plain prediction */
     /* The runner-up's cost is its plain predicted TTFT too. */
     assert_float_equal(d.runner_up_cost_s, 0.0002 + 0.017 + 0.020, 1e-9);
+}
+
+/* tail_weight standard deviations of the TTFT are added to the rank: of
+ * two upstreams with about the same mean the steadier wins; a wait is a
+ * spread too; the reported cost stays the plain prediction. */
+static void test_tail_prefers_steadier(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t steady, jumpy;
+    ready_upstream(&steady, "steady", IG_ROUTER_LOCAL);
+    ready_upstream(&jumpy, "jumpy", IG_ROUTER_LOCAL);
+    ig_router_upstream_t *u2[2] = {&steady, &jumpy};
+    for (int i = 0; i < 2; i++) {
+        ig_router_observe_rtt(&r, u2[i], 0.001, S(1));
+        u2[i]->svc_samples = 32;
+    }
+    steady.svc_s = 0.030, steady.svc_dev_s = 0.001; /* spread 1.25 ms */
+    jumpy.svc_s = 0.025, jumpy.svc_dev_s = 0.020;   /* spread 25 ms */
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0); /* 31 + 1.25 ms against 26 + 25 */
+    assert_float_equal(d.cost_s, 0.001 + 0.030, 1e-9);
+    r.opts.tail_weight = 0; /* off: the mean alone */
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
+
+    /* The wait's spread: 2-slot upstreams with steady 20 ms service, two
+     * full (a slot frees every 17 ms, exponential gaps: 17 ms of spread;
+     * two, so that neither is hot beside the other), one 40 ms away and
+     * free. The mean with the wait weighed twice: 54.2 ms against 60, a
+     * full one; with its spread 71.2 against 60, the far one. */
+    r.opts.tail_weight = 1;
+    ig_router_upstream_t full[2], far;
+    ready_upstream(&full[0], "full0", IG_ROUTER_LOCAL);
+    ready_upstream(&full[1], "full1", IG_ROUTER_LOCAL);
+    ready_upstream(&far, "far", IG_ROUTER_SITE);
+    ig_router_upstream_t *v3[3] = {&full[0], &full[1], &far};
+    for (int i = 0; i < 3; i++) {
+        ig_router_observe_rtt(&r, v3[i], i < 2 ? 0.0002 : 0.040, S(1));
+        v3[i]->slots = 2;
+        v3[i]->occupancy_s = 0.034;
+        v3[i]->svc_samples = 32;
+        v3[i]->svc_s = 0.020;
+        v3[i]->inflight = i < 2 ? 2 : 0;
+    }
+    assert_int_equal(ig_router_pick(&r, v3, 3, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 2);
+    r.opts.tail_weight = 0;
+    assert_int_equal(ig_router_pick(&r, v3, 3, 0, NULL, S(1), &d), 0);
+    assert_true(d.chosen == 0 || d.chosen == 1);
 }
 
 static void test_policies_and_exclusion(void **state)
@@ -396,6 +447,7 @@ int main(void)
         cmocka_unit_test(test_remote_site_only_when_faster),
         cmocka_unit_test(test_hot_guard),
         cmocka_unit_test(test_wait_weighed_by_utilisation),
+        cmocka_unit_test(test_tail_prefers_steadier),
         cmocka_unit_test(test_policies_and_exclusion),
         cmocka_unit_test(test_ejection_and_half_open),
         cmocka_unit_test(test_retry_budget),

@@ -468,6 +468,7 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "concurrency_limit",
                                        "rtt_probe_ms",
                                        "explore_ratio",
+                                       "tail_weight",
                                        NULL};
     static const char *const hedge_keys[] = {"enabled", "budget", "delay_quantile", NULL};
     static const char *const eject_keys[] = {"consecutive_failures", "base_ejection_s", NULL};
@@ -491,6 +492,8 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                          &r->retry_budget)) ||
         (rc = get_number(c, o, p, "explore_ratio", 0, 0.1, NUM_CLOSED, ro.explore_ratio,
                          &r->explore_ratio)) ||
+        (rc = get_number(c, o, p, "tail_weight", 0, 4, NUM_CLOSED, ro.tail_weight,
+                         &r->tail_weight)) ||
         (rc = get_unsigned(c, o, p, "max_retries", 0, 10, (unsigned)ro.max_retries,
                            &r->max_retries)) ||
         (rc = get_object(c, o, p, "hedge", &hedge)) || (rc = get_object(c, o, p, "eject", &eject)))

@@ -312,7 +312,7 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
     po->first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
     /* The adaptive limit, the RTT probe and exploration
      * (routing.concurrency_limit, routing.rtt_probe_ms,
-     * routing.explore_ratio); a config not from the parser has zeros there
+     * routing.explore_ratio, routing.tail_weight); a config not from the parser has zeros there
      * and keeps the router's defaults. */
     if (cfg->routing.concurrency_limit.max > 0) {
         po->router.limit_initial = cfg->routing.concurrency_limit.initial;
@@ -321,6 +321,7 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
             cfg->routing.concurrency_limit.enabled ? cfg->routing.concurrency_limit.max : 0;
         po->router.rtt_probe_s = (double)cfg->routing.rtt_probe_ms / 1000.0;
         po->router.explore_ratio = cfg->routing.explore_ratio;
+        po->router.tail_weight = cfg->routing.tail_weight;
     }
 }
 

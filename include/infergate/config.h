@@ -143,6 +143,7 @@ typedef struct {
     } concurrency_limit;
     uint64_t rtt_probe_ms; /* the cheap RTT probe of an idle plain site; 0 = off */
     double explore_ratio;  /* decisions that may explore a stale idle upstream; 0 = off */
+    double tail_weight;    /* standard deviations of the TTFT the latency pick adds; 0 = off */
 } ig_config_routing_t;
 
 typedef struct {

@@ -178,6 +178,11 @@ typedef struct {
      * most 8 and at least wait_weight (2, M/M/1's lightly loaded limit).
      * The cost reported stays the predicted TTFT. */
     double wait_weight;
+    /* The latency policy also adds tail_weight standard deviations of the
+     * predicted TTFT (the service's spread, learned, and the wait's): of
+     * two upstreams with the same mean it prefers the steadier, which is
+     * what a p99 sees (1; 0 = off, the mean alone). */
+    double tail_weight;
     /* The cheap active probe of an upstream that reports nothing (a plain
      * site): when it carried no attempt and had no RTT sample for this
      * long, its owner times one GET /health (ig_router_probe_due(); 0.5 s;
