@@ -310,10 +310,10 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
     if (cfg->routing.queue_timeout_ms > 0)
         po->queue_timeout_ms = cfg->routing.queue_timeout_ms;
     po->first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
-    /* The adaptive limit, the RTT probe and exploration
+    /* The adaptive limit, the RTT probe, exploration and the tail term
      * (routing.concurrency_limit, routing.rtt_probe_ms,
-     * routing.explore_ratio, routing.tail_weight); a config not from the parser has zeros there
-     * and keeps the router's defaults. */
+     * routing.explore_ratio, routing.tail_weight); a config not from the
+     * parser has zeros there and keeps the router's defaults. */
     if (cfg->routing.concurrency_limit.max > 0) {
         po->router.limit_initial = cfg->routing.concurrency_limit.initial;
         po->router.limit_min = cfg->routing.concurrency_limit.min;

@@ -16,7 +16,8 @@
  * of a register are 16 outputs: one vpdpbusd multiplies a quad of 16
  * columns by one row's quad of x broadcast, and a tile of 4 rows by 2
  * panels keeps 8 integer and 8 float accumulators in registers, each weight
- * load serving 4 rows (docs/engine.md, "Q8_0").
+ * load serving 4 rows; one row (decode) takes 4 panels a tile (docs/engine.md,
+ * "Weights").
  *
  * The integer dot product of a block, per instruction set:
  *   - AVX-512 VNNI: vpdpbusd multiplies unsigned by signed bytes: the
@@ -300,14 +301,14 @@ IG__TARGET_END
 /* ---- AVX-512 VNNI --------------------------------------------------------- */
 
 IG__TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
-/* No software prefetch: a panel pair is two sequential streams, which the
+/* No software prefetch: a tile's panels are sequential streams, which the
  * hardware prefetchers follow. Asking for 8 KiB ahead in the first row tile
  * (as the row layout's kernel did) cost a fifth at batch 1 here: six
  * alternations of 1b's shapes from DRAM on 2 threads, 30.6-38.6 GB/s
- * without, 21.5-28.6 with, 20.7-29.2 the row layout's kernel. */
+ * without, 21.5-28.6 with, 20.7-29.2 the row layout's kernel (both tiles
+ * then 2 panels wide). */
 /* Rows [a, a + mr) (mr <= 4) by np (1 to 4; 2 at most with mr > 1) panels,
- * 16 columns each:
- * vpdpbusd multiplies the 16 columns' quads (w + 128, unsigned) by x's quad
+ * 16 columns each: vpdpbusd multiplies the 16 columns' quads (w + 128, unsigned) by x's quad
  * broadcast (signed); each block's integer sum starts at -128 * sum q_x,
  * which takes the + 128 off, and is exact. Then one multiply (d_w d_x) and
  * one multiply-add per block, in block order, as the other paths do. */
