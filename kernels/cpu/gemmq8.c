@@ -120,10 +120,16 @@ void ig__q8_quantize_rows(int8_t *q, float *d, const float *x, int m, int k)
 
 /* ---- the panel layout ------------------------------------------------- */
 
-/* Where block b of panel p lies, and the value of weight (l, i) in it. */
+/* Where block b of panel p lies; where in a block weight i of row l lies
+ * (after the scales, by quads: [quad][row][4]); and its value. */
 static inline const uint8_t *q8p_block(const uint8_t *w, int nb, int p, int b)
 {
     return w + ((size_t)p * nb + b) * IG_Q8P_BLOCK_BYTES;
+}
+
+static inline int q8p_at(int l, int i)
+{
+    return 2 * IG_Q8P_NR + (i / 4) * 4 * IG_Q8P_NR + 4 * l + i % 4;
 }
 
 static inline float q8p_scale(const uint8_t *blk, int l)
@@ -135,7 +141,7 @@ static inline float q8p_scale(const uint8_t *blk, int l)
 
 static inline int q8p_quant(const uint8_t *blk, int l, int i)
 {
-    return (int)(int8_t)(blk[2 * IG_Q8P_NR + (i / 4) * 4 * IG_Q8P_NR + 4 * l + i % 4] ^ 0x80);
+    return (int)(int8_t)(blk[q8p_at(l, i)] ^ 0x80);
 }
 
 size_t ig__q8p_packed_bytes(int n, int k)
@@ -150,7 +156,7 @@ void ig__q8p_pack(uint8_t *dst, const uint8_t *src, int n, int k)
     size_t row = (size_t)nb * IG_Q8_0_BYTES;
     for (int p = 0; p < panels; p++)
         for (int b = 0; b < nb; b++) {
-            uint8_t *blk = dst + ((size_t)p * nb + b) * IG_Q8P_BLOCK_BYTES;
+            uint8_t *blk = dst + ((size_t)p * nb + b) * IG_Q8P_BLOCK_BYTES; /* q8p_block's */
             for (int l = 0; l < IG_Q8P_NR; l++) {
                 int r = p * IG_Q8P_NR + l;
                 const uint8_t *from =
@@ -160,8 +166,7 @@ void ig__q8p_pack(uint8_t *dst, const uint8_t *src, int n, int k)
                 else
                     memset(blk + 2 * l, 0, 2); /* a padding column: scale 0, weights 0 */
                 for (int i = 0; i < IG_Q8_0_BLOCK; i++)
-                    blk[2 * IG_Q8P_NR + (i / 4) * 4 * IG_Q8P_NR + 4 * l + i % 4] =
-                        (uint8_t)(from != NULL ? from[2 + i] ^ 0x80 : 0x80);
+                    blk[q8p_at(l, i)] = (uint8_t)(from != NULL ? from[2 + i] ^ 0x80 : 0x80);
             }
         }
 }
