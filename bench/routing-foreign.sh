@@ -34,6 +34,8 @@
 #   RESULTS=bench/results/routing-foreign.json
 #   ROUTING_JSON='{"tail_weight": 0}'  more keys of the gateway's routing
 #                section, for every policy (to compare a setting)
+#   REPORT_LOAD=1 the upstreams answer /load with their slots (not a foreign
+#                fleet any more: what knowing C exactly buys, for comparison)
 #   KEEP=DIR     keep each run's gateway log, config, /status and igbench
 #                report there (for reading the learned state)
 # Targets (issue 12): latency p99 TTFT <= 0.8 x least_inflight, p50 <= 1.0 x,
@@ -125,6 +127,7 @@ start_fleet() { # change_at_s spec...
         if [ -n "${later:-}" ]; then
             extra=(--change-at "$change_at" --change-delay "exp:$later")
         fi
+        [ "${REPORT_LOAD:-0}" = 1 ] && extra+=(--report-load)
         "$build/testupstream" --quiet --instant-raw --slots "$slots" --delay-dist "exp:$mean" \
             --tokens 2 --seed "$((SEED + ${#names[@]}))" ${extra[@]+"${extra[@]}"} \
             >"$tmp/$name.out" &
