@@ -156,7 +156,7 @@ void ig__q8p_pack(uint8_t *dst, const uint8_t *src, int n, int k)
     size_t row = (size_t)nb * IG_Q8_0_BYTES;
     for (int p = 0; p < panels; p++)
         for (int b = 0; b < nb; b++) {
-            uint8_t *blk = dst + ((size_t)p * nb + b) * IG_Q8P_BLOCK_BYTES; /* q8p_block's */
+            uint8_t *blk = (uint8_t *)q8p_block(dst, nb, p, b);
             for (int l = 0; l < IG_Q8P_NR; l++) {
                 int r = p * IG_Q8P_NR + l;
                 const uint8_t *from =
@@ -250,7 +250,7 @@ static inline __attribute__((always_inline)) void tile_avx2(const int mr, float 
             acc[a][0] = acc[a][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
         for (int q = 0; q < 8; q++) {
-            const uint8_t *wq = blk + 2 * IG_Q8P_NR + q * 4 * IG_Q8P_NR;
+            const uint8_t *wq = blk + q8p_at(0, 4 * q);
             __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wq), bias);
             __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wq + 32)), bias);
 #pragma GCC unroll 2
@@ -342,7 +342,7 @@ tile_avx512(const int mr, const int np, float *y, int ldy, const int8_t *xq, con
             __m512i wv[4];
 #pragma GCC unroll 4
             for (int p = 0; p < np; p++)
-                wv[p] = _mm512_loadu_si512(blk + p * pstride + 2 * IG_Q8P_NR + q * 4 * IG_Q8P_NR);
+                wv[p] = _mm512_loadu_si512(blk + p * pstride + q8p_at(0, 4 * q));
 #pragma GCC unroll 4
             for (int a = 0; a < mr; a++) {
                 __m512i xv = _mm512_set1_epi32(load_i32(xq + (size_t)a * k + b * 32 + 4 * q));
