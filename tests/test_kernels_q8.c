@@ -153,7 +153,7 @@ static void test_within_bounds_every_isa(void **state)
 
 static void test_batch_invariant(void **state)
 {
-    int m = 19, n = 77, k = 320;
+    int m = 19, n = 77, k = 672; /* 21 blocks: a chunk of 16 and a short one */
     float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
     unsigned char *wq = malloc(ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)n * k));
     ig_dtype_from_f32(wq, IG_DTYPE_Q8_0, w, (size_t)n * k);

@@ -90,21 +90,71 @@ static int32_t quantize_block_avx512(int8_t *q, float *d, const float *x)
     return _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
 }
 IG__TARGET_END
+
+IG__TARGET_BEGIN("avx2,fma")
+/* The same on AVX2. The scalar loop took 0.7 ms for 64 rows of 2048 on Zen
+ * 3, a tenth of the 2048 x 2048 GEMM it feeds, alone on one thread while
+ * the others wait. */
+static inline __m256 round_away_avx2(__m256 t)
+{
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
+    __m256 r = _mm256_round_ps(t, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    __m256 frac = _mm256_andnot_ps(sign, _mm256_sub_ps(t, r)); /* exact */
+    __m256 up = _mm256_cmp_ps(frac, _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+    __m256 one = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(t, sign));
+    return _mm256_add_ps(r, _mm256_and_ps(up, one));
+}
+
+static int32_t quantize_block_avx2(int8_t *q, float *d, const float *x)
+{
+    const __m256 sign = _mm256_castsi256_ps(_mm256_set1_epi32(INT32_MIN));
+    __m256 v[4], m = _mm256_setzero_ps();
+    /* max returns its second operand when either is NaN: a NaN is passed
+     * over, as the scalar loop's comparison passes it over. */
+    for (int i = 0; i < 4; i++) {
+        v[i] = _mm256_loadu_ps(x + 8 * i);
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);
+    }
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    float amax = _mm_cvtss_f32(h);
+    float sc = amax / 127.0f, inv = sc != 0.0f ? 1.0f / sc : 0.0f;
+    *d = sc;
+    __m256 vi = _mm256_set1_ps(inv);
+    __m256i qi[4];
+    for (int i = 0; i < 4; i++)
+        qi[i] = _mm256_cvtps_epi32(round_away_avx2(_mm256_mul_ps(v[i], vi)));
+    /* int32 -> int8 by two saturating packs (exact: |q| <= 127), which
+     * interleave the 128-bit lanes; the permute puts them back in order. */
+    __m256i p =
+        _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+    __m256i s = _mm256_add_epi32(_mm256_add_epi32(qi[0], qi[1]), _mm256_add_epi32(qi[2], qi[3]));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1));
+    return _mm_cvtsi128_si32(s4);
+}
+IG__TARGET_END
 #endif
 
 void ig__q8_quantize_rows_sums(int8_t *q, float *d, int32_t *s, const float *x, int m, int k)
 {
     int nb = k / IG_Q8_0_BLOCK;
 #ifdef Q8_X86
-    int vec = ig__cpu_isa() == IG_CPU_ISA_AVX512;
+    ig_cpu_isa_t isa = ig__cpu_isa();
 #endif
     for (int r = 0; r < m; r++)
         for (int b = 0; b < nb; b++) {
             size_t at = (size_t)r * k + (size_t)b * IG_Q8_0_BLOCK, blk = (size_t)r * nb + b;
             int32_t sum;
 #ifdef Q8_X86
-            if (vec)
+            if (isa == IG_CPU_ISA_AVX512)
                 sum = quantize_block_avx512(q + at, d + blk, x + at);
+            else if (isa == IG_CPU_ISA_AVX2)
+                sum = quantize_block_avx2(q + at, d + blk, x + at);
             else
 #endif
                 sum = quantize_block_scalar(q + at, d + blk, x + at);
@@ -285,6 +335,91 @@ static inline __attribute__((always_inline)) void tile_avx2(const int mr, float 
     }
 }
 
+/*
+ * Many rows: up to 4 rows by one panel over blocks [b0, b1), the integer
+ * sums of a block in registers (8), the float sums in y itself, updated
+ * once per block (the first block's from zero): the same operations as the
+ * tile above, so the same bits. Each weight quad, loaded and unbiased once,
+ * serves 4 rows instead of 2, and the caller walks the blocks in chunks
+ * across every row tile, so a chunk of the panel stays in L1 (a whole panel
+ * of k = 2048 is 34 KiB, Zen 3's L1 32).
+ */
+#define Q8W_MR 4
+#define Q8W_CHUNK 16   /* blocks: 8.5 KiB of a panel */
+#define Q8W_MIN_ROWS 3 /* below this the tile above (the decode path) */
+
+static inline __attribute__((always_inline)) void tile4_avx2(const int mr, float *y, int ldy,
+                                                             const int8_t *xq, const float *xd,
+                                                             const uint8_t *pw, int nb, int k,
+                                                             int b0, int b1)
+{
+    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    for (int b = b0; b < b1; b++) {
+        const uint8_t *blk = pw + (size_t)b * IG_Q8P_BLOCK_BYTES;
+        __m256i acc[Q8W_MR][2];
+#pragma GCC unroll 4
+        for (int a = 0; a < mr; a++)
+            acc[a][0] = acc[a][1] = _mm256_setzero_si256();
+#pragma GCC unroll 1
+        for (int q = 0; q < 8; q++) {
+            const uint8_t *wq = blk + q8p_at(0, 4 * q);
+            __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wq), bias);
+            __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wq + 32)), bias);
+#pragma GCC unroll 4
+            for (int a = 0; a < mr; a++) {
+                __m256i xv = _mm256_set1_epi32(load_i32(xq + (size_t)a * k + b * 32 + 4 * q));
+                __m256i ax = _mm256_sign_epi8(xv, xv);
+                acc[a][0] = _mm256_add_epi32(
+                    acc[a][0],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones));
+                acc[a][1] = _mm256_add_epi32(
+                    acc[a][1],
+                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones));
+            }
+        }
+        __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
+        __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
+#pragma GCC unroll 4
+        for (int a = 0; a < mr; a++) {
+            __m256 dx = _mm256_set1_ps(xd[(size_t)a * nb + b]);
+            float *ya = y + (size_t)a * ldy;
+            __m256 f0 = b == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(ya);
+            __m256 f1 = b == 0 ? _mm256_setzero_ps() : _mm256_loadu_ps(ya + 8);
+            _mm256_storeu_ps(
+                ya, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[a][0]), _mm256_mul_ps(d0, dx), f0));
+            _mm256_storeu_ps(
+                ya + 8, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[a][1]), _mm256_mul_ps(d1, dx), f1));
+        }
+    }
+}
+
+static void gemmq8w_avx2(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *pw,
+                         int m, int k)
+{
+    int nb = k / IG_Q8_0_BLOCK;
+    for (int b0 = 0; b0 < nb; b0 += Q8W_CHUNK) {
+        int b1 = nb - b0 < Q8W_CHUNK ? nb : b0 + Q8W_CHUNK;
+        for (int a = 0; a < m; a += Q8W_MR) {
+            float *ya = y + (size_t)a * ldy;
+            const int8_t *xa = xq + (size_t)a * k;
+            const float *da = xd + (size_t)a * nb;
+            switch (m - a < Q8W_MR ? m - a : Q8W_MR) {
+            case 4:
+                tile4_avx2(4, ya, ldy, xa, da, pw, nb, k, b0, b1);
+                break;
+            case 3:
+                tile4_avx2(3, ya, ldy, xa, da, pw, nb, k, b0, b1);
+                break;
+            case 2:
+                tile4_avx2(2, ya, ldy, xa, da, pw, nb, k, b0, b1);
+                break;
+            default:
+                tile4_avx2(1, ya, ldy, xa, da, pw, nb, k, b0, b1);
+            }
+        }
+    }
+}
+
 static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w,
                         int m, int k, int n0, int n1)
 {
@@ -292,6 +427,10 @@ static void gemmq8_avx2(float *y, int ldy, const int8_t *xq, const float *xd, co
     for (int c = n0; c < n1; c += IG_Q8P_NR) {
         const uint8_t *pw = q8p_block(w, nb, c / IG_Q8P_NR, 0);
         int ncols = n1 - c < IG_Q8P_NR ? n1 - c : IG_Q8P_NR;
+        if (m >= Q8W_MIN_ROWS && ncols == IG_Q8P_NR) {
+            gemmq8w_avx2(y + c, ldy, xq, xd, pw, m, k);
+            continue;
+        }
         int a = 0;
         for (; a + 2 <= m; a += 2)
             tile_avx2(2, y + (size_t)a * ldy + c, ldy, xq + (size_t)a * k, xd + (size_t)a * nb, pw,
