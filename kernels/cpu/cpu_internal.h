@@ -135,6 +135,12 @@ int ig__cpu_set_bf16_dot(int on);
  * vdpbf16ps and FMA; 0 where not measured: no AVX512_BF16, or forced by
  * IG_CPU_BF16_DOT). */
 void ig__cpu_bf16_dot_rates(double *dot, double *fma);
+/* Whether a decode tile of the 16-bit widening path (one or two rows, a
+ * stream of weights from DRAM) asks for its weights G16_PREFETCH ahead:
+ * on Intel, whose prefetcher it helped (a Xeon VM), not on AMD, whose own
+ * does better without (Zen 3: one-stream BF16 decode 9.5-9.8 against
+ * 8.5-9.2 tok/s). IG_CPU_PREFETCH=1/0 forces it. Process-wide. */
+int ig__cpu_stream_prefetch(void);
 /* The default takes vdpbf16ps when it does this many times the FMA's
  * multiply-adds a second (it rounds x to BF16: it must pay for that). */
 #define IG_CPU_BF16_DOT_GAIN 1.25

@@ -19,7 +19,8 @@
 
 static inline __attribute__((always_inline)) void T16_FN(tile16)(float *c, int ldc, const float *x,
                                                                  int ldx, const uint16_t *panel,
-                                                                 int kc, int mr, int load, int bf16)
+                                                                 int kc, int mr, int load, int bf16,
+                                                                 int pf)
 {
     for (int s0 = 0; s0 < kc; s0 += G16_SUB) {
         int se = s0 + G16_SUB < kc ? s0 + G16_SUB : kc;
@@ -34,8 +35,9 @@ static inline __attribute__((always_inline)) void T16_FN(tile16)(float *c, int l
             T16_V wv[T16_NV];
             const uint16_t *wp = panel + (size_t)kk * IG_GEMM16_NR;
             /* A tile of one or two rows streams the weights from memory
-             * faster than it uses them: ask for them G16_PREFETCH ahead. */
-            if (mr <= 2)
+             * faster than it uses them: ask for them G16_PREFETCH ahead
+             * (where that pays: ig__cpu_stream_prefetch). */
+            if (mr <= 2 && pf)
                 _mm_prefetch((const char *)(wp + G16_PREFETCH), _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int v = 0; v < T16_NV; v++)
@@ -61,15 +63,15 @@ static inline __attribute__((always_inline)) void T16_FN(tile16)(float *c, int l
 
 /* Constant row counts and dtype keep the accumulators in registers. */
 static void T16_FN(tile16_rows)(float *c, int ldc, const float *x, int ldx, const uint16_t *panel,
-                                int kc, int mr, int load, int bf16)
+                                int kc, int mr, int load, int bf16, int pf)
 {
     switch (mr * 2 + (bf16 != 0)) {
 #define T16_CASE(r)                                                                                \
     case 2 * r:                                                                                    \
-        T16_FN(tile16)(c, ldc, x, ldx, panel, kc, r, load, 0);                                     \
+        T16_FN(tile16)(c, ldc, x, ldx, panel, kc, r, load, 0, pf);                                 \
         return;                                                                                    \
     case 2 * r + 1:                                                                                \
-        T16_FN(tile16)(c, ldc, x, ldx, panel, kc, r, load, 1);                                     \
+        T16_FN(tile16)(c, ldc, x, ldx, panel, kc, r, load, 1, pf);                                 \
         return;
         T16_CASE(1)
 #if T16_MR > 1
@@ -102,6 +104,7 @@ static void T16_FN(tile16_rows)(float *c, int ldc, const float *x, int ldx, cons
 static void T16_FN(gemm16)(float *y, int ldy, const float *x, const uint16_t *packed, int bf16,
                            int m, int k, int n, int n0, int n1)
 {
+    int pf = m <= 2 && ig__cpu_stream_prefetch();
     for (int p = n0 / IG_GEMM16_NR; p * IG_GEMM16_NR < n1; p++) {
         const uint16_t *panel = packed + (size_t)p * IG_GEMM16_NR * k;
         int col = p * IG_GEMM16_NR, ncols = n - col < IG_GEMM16_NR ? n - col : IG_GEMM16_NR;
@@ -113,7 +116,7 @@ static void T16_FN(gemm16)(float *y, int ldy, const float *x, const uint16_t *pa
                 float *yt = y + (size_t)i * ldy + col;
                 const float *xt = x + (size_t)i * k + k0;
                 if (ncols == IG_GEMM16_NR) {
-                    T16_FN(tile16_rows)(yt, ldy, xt, k, slice, kc, mr, k0 > 0, bf16);
+                    T16_FN(tile16_rows)(yt, ldy, xt, k, slice, kc, mr, k0 > 0, bf16, pf);
                 } else {
                     /* The last panel's padding columns go to a scratch tile
                      * (the same operations, so the same bits). */
@@ -123,7 +126,7 @@ static void T16_FN(gemm16)(float *y, int ldy, const float *x, const uint16_t *pa
                         for (int a = 0; a < mr; a++)
                             memcpy(tmp + a * IG_GEMM16_NR, yt + (size_t)a * ldy,
                                    ncols * sizeof(float));
-                    T16_FN(tile16_rows)(tmp, IG_GEMM16_NR, xt, k, slice, kc, mr, k0 > 0, bf16);
+                    T16_FN(tile16_rows)(tmp, IG_GEMM16_NR, xt, k, slice, kc, mr, k0 > 0, bf16, pf);
                     for (int a = 0; a < mr; a++)
                         memcpy(yt + (size_t)a * ldy, tmp + a * IG_GEMM16_NR, ncols * sizeof(float));
                 }

@@ -246,3 +246,25 @@ int ig__cpu_set_bf16_dot(int on)
     atomic_store(&bf16_dot_now, on != 0);
     return 0;
 }
+
+static atomic_int prefetch_now = -1;
+
+int ig__cpu_stream_prefetch(void)
+{
+    int now = atomic_load_explicit(&prefetch_now, memory_order_relaxed);
+    if (now < 0) {
+        const char *env = getenv("IG_CPU_PREFETCH");
+        if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) {
+            now = env[0] == '1';
+        } else {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_cpu_init();
+            now = !__builtin_cpu_is("amd");
+#else
+            now = 0;
+#endif
+        }
+        atomic_store(&prefetch_now, now);
+    }
+    return now;
+}
