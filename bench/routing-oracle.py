@@ -19,8 +19,11 @@ them to bench/results/routing-oracle.json. It bounds what estimates can
 buy: a target the best of these cannot reach on a fleet is not one that
 learned estimates will reach (docs/routing.md, "The tail").
 
+On the shift fleet the router knows each upstream's speed at every moment:
+the two that slow down do so after half the arrivals.
+
 usage: bench/routing-oracle.py [--requests N] [--seed S]
-                               [--fleets issue,narrow] [--loads 0.5,0.7,0.9]
+                               [--fleets issue,narrow,shift] [--loads 0.5,0.7,0.9]
 """
 import argparse
 import heapq
@@ -30,21 +33,30 @@ import os
 import random
 import time
 
-# (slots, mean service s, rtt s): bench/routing-foreign.sh's shapes
+# (slots, mean service s, rtt s[, mean service s from half way on]):
+# bench/routing-foreign.sh's shapes
 FLEETS = {
     "issue": [(4, .020, 0), (4, .020, 0), (4, .020, 0), (4, .060, 0), (8, .020, .040)],
     "narrow": [(1, .005, 0), (16, .100, 0), (16, .100, 0)],
+    "shift": [(4, .020, 0), (4, .020, 0), (4, .020, 0, .050), (4, .020, 0, .050)],
 }
 COSTS = [(3, 0), (5, 0), (8, 0), (3, 1), (5, 1), (8, 1)]
 
 
 def capacity(fleet):
-    return sum(c / s for c, s, _ in fleet)
+    """Requests a second, each upstream at its slower speed (as the bench)."""
+    return sum(u[0] / max(u[1], u[-1]) for u in fleet)
 
 
-def pick_cost(fleet, insys, w, k):
+def service(fleet, u, later):
+    """Upstream u's mean service time now: its later one from half way on."""
+    return fleet[u][3] if later and len(fleet[u]) > 3 else fleet[u][1]
+
+
+def pick_cost(fleet, insys, w, k, later):
     best, chosen = None, 0
-    for i, (c, s, rtt) in enumerate(fleet):
+    for i, up in enumerate(fleet):
+        c, rtt, s = up[0], up[2], service(fleet, i, later)
         ahead = max(0, insys[i] + 1 - c)
         cost = rtt + w * ahead * s / c + s
         if k > 0:
@@ -66,16 +78,18 @@ def simulate(fleet, load, policy, n, seed):
             t = next_arrival
             next_arrival = t + rnd.expovariate(lam)
             issued += 1
+            later = issued > n // 2
             if policy[0] == "least_inflight":
                 low = min(insys)
                 u = rnd.choice([i for i in range(nu) if insys[i] == low])
             else:
-                u = pick_cost(fleet, insys, policy[1], policy[2])
+                u = pick_cost(fleet, insys, policy[1], policy[2], later)
             insys[u] += 1
             if busy[u] < fleet[u][0]:
                 busy[u] += 1
                 seq += 1
-                heapq.heappush(events, (t + rnd.expovariate(1 / fleet[u][1]), seq, u, t))
+                heapq.heappush(events,
+                               (t + rnd.expovariate(1 / service(fleet, u, later)), seq, u, t))
             else:
                 waiting[u].append(t)
         else:
@@ -84,8 +98,8 @@ def simulate(fleet, load, policy, n, seed):
             insys[u] -= 1
             if waiting[u]:
                 seq += 1
-                heapq.heappush(events, (t + rnd.expovariate(1 / fleet[u][1]), seq, u,
-                                        waiting[u].pop(0)))
+                s = service(fleet, u, issued > n // 2)
+                heapq.heappush(events, (t + rnd.expovariate(1 / s), seq, u, waiting[u].pop(0)))
             else:
                 busy[u] -= 1
     lat.sort()
@@ -96,7 +110,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=60000)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--fleets", default="issue,narrow")
+    ap.add_argument("--fleets", default="issue,narrow,shift")
     ap.add_argument("--loads", default="0.5,0.7,0.9")
     a = ap.parse_args()
     if not 1000 <= a.requests <= 1000000:

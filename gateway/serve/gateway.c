@@ -312,8 +312,9 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
     po->first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
     /* The adaptive limit, the RTT probe, exploration and the tail term
      * (routing.concurrency_limit, routing.rtt_probe_ms,
-     * routing.explore_ratio, routing.tail_weight); a config not from the
-     * parser has zeros there and keeps the router's defaults. */
+     * routing.explore_ratio, routing.tail_weight, routing.wait_weight); a
+     * config not from the parser has zeros there and keeps the router's
+     * defaults. */
     if (cfg->routing.concurrency_limit.max > 0) {
         po->router.limit_initial = cfg->routing.concurrency_limit.initial;
         po->router.limit_min = cfg->routing.concurrency_limit.min;
@@ -322,6 +323,7 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
         po->router.rtt_probe_s = (double)cfg->routing.rtt_probe_ms / 1000.0;
         po->router.explore_ratio = cfg->routing.explore_ratio;
         po->router.tail_weight = cfg->routing.tail_weight;
+        po->router.wait_weight = cfg->routing.wait_weight;
     }
 }
 
