@@ -45,7 +45,7 @@ COSTS = [(3, 0), (5, 0), (8, 0), (3, 1), (5, 1), (8, 1)]
 
 def capacity(fleet):
     """Requests a second, each upstream at its slower speed (as the bench)."""
-    return sum(u[0] / max(u[1], u[-1]) for u in fleet)
+    return sum(u[0] / max(u[1], u[3] if len(u) > 3 else u[1]) for u in fleet)
 
 
 def service(fleet, u, later):
