@@ -278,6 +278,26 @@ static inline int32_t load_i32(const int8_t *p)
 /* ---- AVX2 --------------------------------------------------------------- */
 
 IG__TARGET_BEGIN("avx2,fma,f16c")
+/* One quad of k (x at xq, row a's at xq + a * k) against a panel's 16
+ * columns (wq, 64 bytes), into the integer sums acc[a][half] of rows
+ * [0, mr): |x| times w with x's sign moved onto w. */
+static inline __attribute__((always_inline)) void
+quad_avx2(const int mr, __m256i acc[][2], const int8_t *xq, int k, const uint8_t *wq)
+{
+    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
+    __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wq), bias);
+    __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wq + 32)), bias);
+#pragma GCC unroll 4
+    for (int a = 0; a < mr; a++) {
+        __m256i xv = _mm256_set1_epi32(load_i32(xq + (size_t)a * k));
+        __m256i ax = _mm256_sign_epi8(xv, xv);
+        acc[a][0] = _mm256_add_epi32(
+            acc[a][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones));
+        acc[a][1] = _mm256_add_epi32(
+            acc[a][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones));
+    }
+}
+
 /* Rows [a, a + mr) (mr <= 2) by one panel: each half of the panel (8
  * columns x 4 bytes of a quad) against x's quad broadcast; |x| times w with
  * x's sign moved onto w (vpmaddubsw + vpmaddwd; pairs of products fit int16:
@@ -287,7 +307,6 @@ static inline __attribute__((always_inline)) void tile_avx2(const int mr, float 
                                                             const uint8_t *pw, int nb, int k,
                                                             int ncols)
 {
-    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     __m256 f[2][2];
 #pragma GCC unroll 2
     for (int a = 0; a < mr; a++)
@@ -299,22 +318,8 @@ static inline __attribute__((always_inline)) void tile_avx2(const int mr, float 
         for (int a = 0; a < mr; a++)
             acc[a][0] = acc[a][1] = _mm256_setzero_si256();
 #pragma GCC unroll 8
-        for (int q = 0; q < 8; q++) {
-            const uint8_t *wq = blk + q8p_at(0, 4 * q);
-            __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wq), bias);
-            __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wq + 32)), bias);
-#pragma GCC unroll 2
-            for (int a = 0; a < mr; a++) {
-                __m256i xv = _mm256_set1_epi32(load_i32(xq + (size_t)a * k + b * 32 + 4 * q));
-                __m256i ax = _mm256_sign_epi8(xv, xv);
-                acc[a][0] = _mm256_add_epi32(
-                    acc[a][0],
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones));
-                acc[a][1] = _mm256_add_epi32(
-                    acc[a][1],
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones));
-            }
-        }
+        for (int q = 0; q < 8; q++)
+            quad_avx2(mr, acc, xq + b * 32 + 4 * q, k, blk + q8p_at(0, 4 * q));
         __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
         __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
 #pragma GCC unroll 2
@@ -353,7 +358,6 @@ static inline __attribute__((always_inline)) void tile4_avx2(const int mr, float
                                                              const uint8_t *pw, int nb, int k,
                                                              int b0, int b1)
 {
-    const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     for (int b = b0; b < b1; b++) {
         const uint8_t *blk = pw + (size_t)b * IG_Q8P_BLOCK_BYTES;
         __m256i acc[Q8W_MR][2];
@@ -361,22 +365,8 @@ static inline __attribute__((always_inline)) void tile4_avx2(const int mr, float
         for (int a = 0; a < mr; a++)
             acc[a][0] = acc[a][1] = _mm256_setzero_si256();
 #pragma GCC unroll 1
-        for (int q = 0; q < 8; q++) {
-            const uint8_t *wq = blk + q8p_at(0, 4 * q);
-            __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wq), bias);
-            __m256i w1 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(wq + 32)), bias);
-#pragma GCC unroll 4
-            for (int a = 0; a < mr; a++) {
-                __m256i xv = _mm256_set1_epi32(load_i32(xq + (size_t)a * k + b * 32 + 4 * q));
-                __m256i ax = _mm256_sign_epi8(xv, xv);
-                acc[a][0] = _mm256_add_epi32(
-                    acc[a][0],
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w0, xv)), ones));
-                acc[a][1] = _mm256_add_epi32(
-                    acc[a][1],
-                    _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(w1, xv)), ones));
-            }
-        }
+        for (int q = 0; q < 8; q++)
+            quad_avx2(mr, acc, xq + b * 32 + 4 * q, k, blk + q8p_at(0, 4 * q));
         __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
         __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
 #pragma GCC unroll 4
