@@ -11,7 +11,8 @@
  * (panel[kk * NR + c] = W[p * NR + c][kk]), the last one padded with zeros,
  * the same on every instruction set. The instruction set is chosen at run
  * time (isa.c): AVX-512 (two vectors of 16 per panel row, 8 rows of x per
- * tile), AVX2 with F16C (four of 8, 2 rows), or plain C.
+ * tile), AVX2 with F16C (four of 8, 2 rows; from 3 rows, half a panel by 6
+ * rows, gemm16w_avx2), or plain C.
  *
  * BF16 weights on a CPU with AVX512_BF16 take the other path at the end of
  * this file (the default there; IG_CPU_BF16_DOT=0 keeps this one): x rounded

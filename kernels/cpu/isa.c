@@ -6,7 +6,9 @@
  * set, AVX512_BF16: whether BF16 weights are uploaded for vdpbf16ps
  * (gemm16.c's k-pair path): where the CPU has it, the set in use is
  * AVX-512 and the instruction pays on this core (measured, below); forced
- * with IG_CPU_BF16_DOT=1 or 0, or set by ig__cpu_set_bf16_dot().
+ * with IG_CPU_BF16_DOT=1 or 0, or set by ig__cpu_set_bf16_dot(). And
+ * whether the widening path's decode tiles prefetch: by the CPU's vendor,
+ * or IG_CPU_PREFETCH=1 or 0.
  */
 #include "cpu_internal.h"
 
