@@ -223,15 +223,25 @@ int ig__cpu_has_bf16_dot(void)
     return has;
 }
 
+/* An on/off switch from the environment: 1 or 0 as it says, -1 when it is
+ * unset or says anything else. */
+static int env_switch(const char *name)
+{
+    const char *env = getenv(name);
+    if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
+        return env[0] == '1';
+    return -1;
+}
+
 int ig__cpu_bf16_dot(void)
 {
     int now = atomic_load_explicit(&bf16_dot_now, memory_order_relaxed);
     if (now < 0) {
-        const char *env = getenv("IG_CPU_BF16_DOT");
+        int forced = env_switch("IG_CPU_BF16_DOT");
         if (!ig__cpu_has_bf16_dot()) {
             now = 0;
-        } else if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) {
-            now = env[0] == '1';
+        } else if (forced >= 0) {
+            now = forced;
         } else {
             pthread_once(&dot_once, dot_measure);
             now = dot_paid;
@@ -255,10 +265,8 @@ int ig__cpu_stream_prefetch(void)
 {
     int now = atomic_load_explicit(&prefetch_now, memory_order_relaxed);
     if (now < 0) {
-        const char *env = getenv("IG_CPU_PREFETCH");
-        if (env != NULL && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0)) {
-            now = env[0] == '1';
-        } else {
+        now = env_switch("IG_CPU_PREFETCH");
+        if (now < 0) {
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_cpu_init();
             now = !__builtin_cpu_is("amd");
