@@ -36,8 +36,9 @@ static inline __attribute__((always_inline)) void T16_FN(tile16)(float *c, int l
             const uint16_t *wp = panel + (size_t)kk * IG_GEMM16_NR;
             /* A tile of one or two rows streams the weights from memory
              * faster than it uses them: ask for them G16_PREFETCH ahead
-             * (where that pays: ig__cpu_stream_prefetch). */
-            if (mr <= 2 && pf)
+             * (pf: a call of at most 2 rows where that pays,
+             * ig__cpu_stream_prefetch). */
+            if (pf)
                 _mm_prefetch((const char *)(wp + G16_PREFETCH), _MM_HINT_T0);
 #pragma GCC unroll 4
             for (int v = 0; v < T16_NV; v++)
