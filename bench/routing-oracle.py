@@ -14,6 +14,11 @@ upstream and the true C, S and RTT:
                   deviations (gateway/route/router.c's ranked_cost, with
                   the estimates exact)
 
+Also a bound for any router at all, informed or not (any_router_bound():
+no queueing, each upstream at most its capacity): on the narrow fleet at
+50% and 70% it is 0.97x of the p99 least_inflight measures there, so the
+issue's p99 target cannot be met on that shape by any router.
+
 Prints p50 and p99 TTFT and their ratios to least_inflight's, and writes
 them to bench/results/routing-oracle.json. It bounds what estimates can
 buy: a target the best of these cannot reach on a fleet is not one that
@@ -51,6 +56,49 @@ def capacity(fleet):
 def service(fleet, u, later):
     """Upstream u's mean service time now: its later one from half way on."""
     return fleet[u][3] if later and len(fleet[u]) > 3 else fleet[u][1]
+
+
+def phases(fleet):
+    """The fleet as (slots, mean service s, rtt s) per phase: one, or the
+    halves before and after the shift fleet's slowdown."""
+    if not any(len(u) > 3 for u in fleet):
+        return [[tuple(u[:3]) for u in fleet]]
+    return [[tuple(u[:3]) for u in fleet],
+            [(u[0], u[3] if len(u) > 3 else u[1], u[2]) for u in fleet]]
+
+
+def any_router_bound(fleet, load, q):
+    """A lower bound on the q-quantile TTFT (s) that ANY router reaches.
+
+    Nothing waits (every request is served at once), and the only limit is
+    that an upstream cannot take more than its capacity (slots / mean) of
+    the offered rate. A request sent to u takes rtt + an exponential
+    service, whatever the router knew: it cannot see the service time
+    before it sends. For a time t, the least share of requests above t is
+    the split that fills the upstreams least likely to exceed t first, each
+    up to its capacity; the bound is the least t where that share is
+    1 - q. Queueing only adds to it, so a cell where this bound is above a
+    target is one no router meets."""
+    lam = load * capacity(fleet)
+
+    def least_over(ph, t):
+        over = sorted((1.0 if t < rtt else math.exp(-(t - rtt) / s), c / s / lam)
+                      for c, s, rtt in ph)
+        left, share = 1.0, 0.0
+        for p, room in over:
+            take = min(room, left)
+            share += take * p
+            left -= take
+        return share if left <= 1e-12 else 1.0
+
+    lo, hi = 0.0, 60.0
+    for _ in range(60):
+        t = (lo + hi) / 2
+        if sum(least_over(ph, t) for ph in phases(fleet)) / len(phases(fleet)) <= 1 - q:
+            hi = t
+        else:
+            lo = t
+    return hi
 
 
 def pick_cost(fleet, insys, w, k, later):
@@ -121,8 +169,12 @@ def main():
     for name in a.fleets.split(","):
         for load in (float(x) for x in a.loads.split(",")):
             base = simulate(FLEETS[name], load, ("least_inflight",), a.requests, a.seed)
-            cell = {"least_inflight": {"p50_ms": base[0], "p99_ms": base[1]}}
-            print("%-6s %.1f least_inflight p50 %6.1f p99 %6.1f ms" % (name, load, *base))
+            bound = [1e3 * any_router_bound(FLEETS[name], load, q) for q in (0.5, 0.99)]
+            cell = {"least_inflight": {"p50_ms": base[0], "p99_ms": base[1]},
+                    "any_router_bound": {"p50_ms": bound[0], "p99_ms": bound[1],
+                                         "p99_ratio": bound[1] / base[1]}}
+            print("%-6s %.1f least_inflight p50 %6.1f p99 %6.1f ms; any router: p50 >= %.1f, "
+                  "p99 >= %.1f ms (%.2fx)" % (name, load, *base, *bound, bound[1] / base[1]))
             for w, k in COSTS:
                 p50, p99 = simulate(FLEETS[name], load, ("cost", w, k), a.requests, a.seed)
                 met = p99 <= 0.8 * base[1] and p50 <= base[0]
