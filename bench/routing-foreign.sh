@@ -26,6 +26,9 @@
 #   DURATION=8   seconds of measured load per run (after the warm-up)
 #   WARMUP=3     seconds of load per run not counted (the router learns)
 #   SEED=1       igbench seed (the same schedule for every policy)
+#   REPEAT=1     runs of each cell (seeds SEED, SEED+1, ...; the policies
+#                alternate within each); the verdict is on the median of
+#                each ratio over the runs, each run's ratios printed too
 #   TIMEOUT=15   igbench per-request timeout (s)
 #   TIME_SCALE=1 every service time and RTT of the shapes times this: the
 #                same shape at 1/TIME_SCALE of the requests a second (at 90%
@@ -54,11 +57,12 @@ POLICIES=${POLICIES:-"latency least_inflight round_robin"}
 DURATION=${DURATION:-8}
 WARMUP=${WARMUP:-3}
 SEED=${SEED:-1}
+REPEAT=${REPEAT:-1}
 TIMEOUT=${TIMEOUT:-15}
 TIME_SCALE=${TIME_SCALE:-1}
 RESULTS=${RESULTS:-$root/bench/results/routing-foreign.json}
-check_bounds "0 < $DURATION <= 60 and 0 <= $WARMUP <= 30 and 0 < $TIMEOUT <= 60 and 1 <= $TIME_SCALE <= 10" \
-    "DURATION <= 60, WARMUP <= 30, TIMEOUT <= 60, TIME_SCALE in [1, 10]"
+check_bounds "0 < $DURATION <= 60 and 0 <= $WARMUP <= 30 and 0 < $TIMEOUT <= 60 and 1 <= $TIME_SCALE <= 10 and $REPEAT in range(1, 6)" \
+    "DURATION <= 60, WARMUP <= 30, TIMEOUT <= 60, TIME_SCALE in [1, 10], REPEAT in 1..5"
 need_one_of policy "latency round_robin least_inflight random" $POLICIES
 need_one_of shape "issue narrow shift" $SHAPES
 for l in $LOADS; do
@@ -132,7 +136,7 @@ start_fleet() { # change_at_s spec...
         fi
         [ "${REPORT_LOAD:-0}" = 1 ] && extra+=(--report-load)
         "$build/testupstream" --quiet --instant-raw --slots "$slots" --delay-dist "exp:$mean" \
-            --tokens 2 --seed "$((SEED + ${#names[@]}))" ${extra[@]+"${extra[@]}"} \
+            --tokens 2 --seed "$((run_seed + ${#names[@]}))" ${extra[@]+"${extra[@]}"} \
             >"$tmp/$name.out" &
         pids+=($!)
         local port
@@ -203,7 +207,7 @@ PYEOF
         return 1
     fi
     "$build/igbench" --quiet --target "127.0.0.1:$gw_port" --rate "$rate" --arrival poisson \
-        --duration "$((DURATION + WARMUP))" --warmup "$WARMUP" --seed "$SEED" \
+        --duration "$((DURATION + WARMUP))" --warmup "$WARMUP" --seed "$run_seed" \
         --timeout "$TIMEOUT" --stream --endpoint completions --model m --max-tokens 2 \
         --input-tokens 16 --label "routing-foreign-$key" --json "$tmp/ig-$key.json"
     "$PY" - "$gw_port" "$tmp/status-$key.json" <<'PYEOF' || true
@@ -229,7 +233,8 @@ PYEOF
 }
 
 echo "routing-foreign: shapes [$SHAPES], loads [$LOADS], policies [$POLICIES]," \
-    "${DURATION}s (+${WARMUP}s warm-up) per run, seed $SEED, time scale $TIME_SCALE"
+    "${DURATION}s (+${WARMUP}s warm-up) per run, seed $SEED, $REPEAT run(s) a cell," \
+    "time scale $TIME_SCALE"
 for shape in $SHAPES; do
     spec=$(scaled_spec $(shape_spec "$shape"))
     cap=$(capacity_of $spec)
@@ -237,15 +242,18 @@ for shape in $SHAPES; do
     for load in $LOADS; do
         rate=$("$PY" -c "print(round($load * $cap, 1))")
         echo "$shape@$load $rate $spec" >>"$tmp/rates"
-        for policy in $POLICIES; do
-            run_one "$shape-$load-$policy" "$policy" "$rate" $spec
+        for rep in $(seq 1 "$REPEAT"); do
+            run_seed=$((SEED + rep - 1))
+            for policy in $POLICIES; do
+                run_one "$shape-$load-$policy-r$rep" "$policy" "$rate" $spec
+            done
         done
     done
 done
 
 mkdir -p "$(dirname "$RESULTS")"
 "$PY" - "$RESULTS" "$tmp" "$SHAPES" "$LOADS" "$POLICIES" "$here/routing-oracle.py" <<PYEOF
-import importlib.util, json, sys, time
+import importlib.util, json, statistics, sys, time
 out, tmp, shapes, loads, policies, oracle_py = sys.argv[1:7]
 shapes, loads, policies = shapes.split(), loads.split(), policies.split()
 spec = importlib.util.spec_from_file_location("routing_oracle", oracle_py)
@@ -259,85 +267,122 @@ for line in open(tmp + "/rates"):
     fleets[f[0]] = [tuple([int(u.split(":")[1])] + [float(x) / 1e3 for x in u.split(":")[2:]])
                     for u in f[2:]]
 runs, verdicts = {}, []
-print("  %-7s %-5s %-15s %9s %9s %9s %9s %6s  %s" % ("shape", "load", "policy", "ttft p50",
-      "ttft p90", "ttft p99", "e2e p99", "errors", "learned C / limit: share of picks, per upstream"))
+print("  %-7s %-5s %-3s %-15s %9s %9s %9s %9s %6s  %s" % ("shape", "load", "run", "policy",
+      "ttft p50", "ttft p90", "ttft p99", "e2e p99", "errors",
+      "learned C / limit: share of picks, per upstream"))
+
+
+def policy_row(key):
+    r = json.load(open("%s/ig-%s.json" % (tmp, key)))
+    lat = r["latency_ms"]
+    try:
+        st = json.load(open("%s/status-%s.json" % (tmp, key)))
+        learned = {x["name"]: [round(x.get("concurrency", 0), 2), x.get("concurrency_limit")]
+                   for x in st["sites"]}
+        total = sum(x.get("decisions", 0) for x in st["sites"]) or 1
+        share = {x["name"]: round(x.get("decisions", 0) / total, 3) for x in st["sites"]}
+    except Exception:
+        learned, share = {}, {}
+    return {"ttft_p50_ms": lat["ttft"]["p50"], "ttft_p90_ms": lat["ttft"]["p90"],
+            "ttft_p99_ms": lat["ttft"]["p99"], "e2e_p50_ms": lat["e2e"]["p50"],
+            "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"],
+            "errors": r["errors"], "throughput_rps": r["throughput_rps"],
+            "learned_concurrency_and_limit": learned, "share": share}
+
+
+def ratios_of(rows):
+    ratios = {}
+    if "latency" in rows and "least_inflight" in rows:
+        li = rows["least_inflight"]
+        ratios["p99_over_least_inflight"] = round(rows["latency"]["ttft_p99_ms"] / li["ttft_p99_ms"], 3)
+        ratios["p50_over_least_inflight"] = round(rows["latency"]["ttft_p50_ms"] / li["ttft_p50_ms"], 3)
+    if "latency" in rows and "round_robin" in rows:
+        rr = rows["round_robin"]
+        for q in ("p50", "p90", "p99"):
+            ratios[q + "_over_round_robin"] = round(
+                rows["latency"]["ttft_%s_ms" % q] / rr["ttft_%s_ms" % q], 3)
+    return ratios
+
+
+def verdict(ratios):
+    return (ratios.get("p99_over_least_inflight", 0) <= 0.8 and
+            ratios.get("p50_over_least_inflight", 0) <= 1.0 and
+            all(ratios.get(k, 0) <= 1.0 for k in
+                ("p50_over_round_robin", "p90_over_round_robin", "p99_over_round_robin")))
+
+
+def show(s, l, what, ratios, ok):
+    print("  %-7s %-5s %-3s ratios latency/least_inflight p99 %s p50 %s; latency/round_robin "
+          "p50 %s p90 %s p99 %s -> %s" % (s, l, what, ratios.get("p99_over_least_inflight"),
+          ratios.get("p50_over_least_inflight"), ratios.get("p50_over_round_robin"),
+          ratios.get("p90_over_round_robin"), ratios.get("p99_over_round_robin"),
+          "ok" if ok else "MISSED"))
+
+
 for s in shapes:
     for l in loads:
-        rows = {}
-        for p in policies:
-            key = "%s-%s-%s" % (s, l, p)
-            r = json.load(open("%s/ig-%s.json" % (tmp, key)))
-            lat = r["latency_ms"]
-            try:
-                st = json.load(open("%s/status-%s.json" % (tmp, key)))
-                learned = {x["name"]: [round(x.get("concurrency", 0), 2),
-                                       x.get("concurrency_limit")] for x in st["sites"]}
-                total = sum(x.get("decisions", 0) for x in st["sites"]) or 1
-                share = {x["name"]: round(x.get("decisions", 0) / total, 3) for x in st["sites"]}
-            except Exception:
-                learned, share = {}, {}
-            rows[p] = {"ttft_p50_ms": lat["ttft"]["p50"], "ttft_p90_ms": lat["ttft"]["p90"],
-                       "ttft_p99_ms": lat["ttft"]["p99"], "e2e_p50_ms": lat["e2e"]["p50"],
-                       "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"],
-                       "errors": r["errors"], "throughput_rps": r["throughput_rps"],
-                       "learned_concurrency_and_limit": learned, "share": share}
-            x = rows[p]
-            print("  %-7s %-5s %-15s %9.1f %9.1f %9.1f %9.1f %6d  %s" % (
-                s, l, p, x["ttft_p50_ms"], x["ttft_p90_ms"], x["ttft_p99_ms"], x["e2e_p99_ms"],
-                x["requests"]["errors"],
-                " ".join("%s=%s/%s:%.0f%%" % (k, v[0], v[1], 100 * share.get(k, 0))
-                         for k, v in learned.items())))
-        ratios = {}
-        if "latency" in rows and "least_inflight" in rows:
-            li = rows["least_inflight"]
-            ratios["p99_over_least_inflight"] = round(rows["latency"]["ttft_p99_ms"] / li["ttft_p99_ms"], 3)
-            ratios["p50_over_least_inflight"] = round(rows["latency"]["ttft_p50_ms"] / li["ttft_p50_ms"], 3)
-        if "latency" in rows and "round_robin" in rows:
-            rr = rows["round_robin"]
-            ratios["p50_over_round_robin"] = round(rows["latency"]["ttft_p50_ms"] / rr["ttft_p50_ms"], 3)
-            ratios["p90_over_round_robin"] = round(rows["latency"]["ttft_p90_ms"] / rr["ttft_p90_ms"], 3)
-            ratios["p99_over_round_robin"] = round(rows["latency"]["ttft_p99_ms"] / rr["ttft_p99_ms"], 3)
-        ok = (ratios.get("p99_over_least_inflight", 0) <= 0.8 and
-              ratios.get("p50_over_least_inflight", 0) <= 1.0 and
-              all(ratios.get(k, 0) <= 1.0 for k in
-                  ("p50_over_round_robin", "p90_over_round_robin", "p99_over_round_robin")))
-        # Every policy short of the offered rate: the machine (the gateway's
-        # loop, igbench and the fleet share its cores) is past what it can
-        # carry, the queue grows for the whole run, and the cell measures
-        # that, not routing.
         offered = float(rates[s + "@" + l])
-        sat = all(rows[p]["throughput_rps"] < 0.97 * offered for p in rows)
+        repeats = []
+        for rep in range(1, $REPEAT + 1):
+            rows = {}
+            for p in policies:
+                rows[p] = x = policy_row("%s-%s-%s-r%d" % (s, l, p, rep))
+                print("  %-7s %-5s r%-2d %-15s %9.1f %9.1f %9.1f %9.1f %6d  %s" % (
+                    s, l, rep, p, x["ttft_p50_ms"], x["ttft_p90_ms"], x["ttft_p99_ms"],
+                    x["e2e_p99_ms"], x["requests"]["errors"],
+                    " ".join("%s=%s/%s:%.0f%%" % (k, v[0], v[1], 100 * x["share"].get(k, 0))
+                             for k, v in x["learned_concurrency_and_limit"].items())))
+            ratios = ratios_of(rows)
+            # Every policy short of the offered rate: the machine (the
+            # gateway's loop, igbench and the fleet share its cores) is past
+            # what it can carry, the queue grows for the whole run, and the
+            # run measures that, not routing.
+            sat = all(rows[p]["throughput_rps"] < 0.97 * offered for p in rows)
+            if $REPEAT > 1:
+                show(s, l, "r%d" % rep, ratios, verdict(ratios))
+            repeats.append({"seed": $SEED + rep - 1, "policies": rows, "ratio": ratios,
+                            "saturated": sat})
+        # The verdict is on each ratio's median over the runs.
+        ratios = {k: round(statistics.median(r["ratio"][k] for r in repeats), 3)
+                  for k in repeats[0]["ratio"]}
         # The least p99 any router reaches here, however informed
         # (routing-oracle.py's any_router_bound: nothing queues, each
         # upstream at most its capacity): above 0.8x least_inflight's
         # measured p99, the p99 target is out of every router's reach.
         bound = 1e3 * oracle.any_router_bound(fleets[s + "@" + l], float(l), 0.99)
         reach = None
-        if "least_inflight" in rows:
-            reach = round(bound / rows["least_inflight"]["ttft_p99_ms"], 3)
+        if "least_inflight" in policies:
+            reach = round(bound / statistics.median(
+                r["policies"]["least_inflight"]["ttft_p99_ms"] for r in repeats), 3)
             ratios["any_router_p99_bound_over_least_inflight"] = reach
+        ok = verdict(ratios)
+        sat = sum(r["saturated"] for r in repeats)
         verdicts.append(ok)
-        print("  %-7s %-5s ratios latency/least_inflight p99 %s p50 %s; latency/round_robin "
-              "p50 %s p90 %s p99 %s -> %s" % (s, l, ratios.get("p99_over_least_inflight"),
-              ratios.get("p50_over_least_inflight"), ratios.get("p50_over_round_robin"),
-              ratios.get("p90_over_round_robin"), ratios.get("p99_over_round_robin"),
-              "ok" if ok else "MISSED"))
+        show(s, l, "all" if $REPEAT > 1 else "", ratios, ok)
         if reach is not None and reach > 0.8:
             print("  %-7s %-5s UNREACHABLE p99 target: no router goes below %.0f ms here, %.2fx "
                   "least_inflight's p99" % (s, l, bound, reach))
         if sat:
-            print("  %-7s %-5s SATURATED: every policy below 97%% of the offered %.0f req/s "
-                  "(%s)" % (s, l, offered, ", ".join("%.0f" % rows[p]["throughput_rps"] for p in rows)))
-        runs["%s@%s" % (s, l)] = {"policies": rows, "ratio": ratios, "targets_met": ok,
-                                 "offered_rps": offered, "saturated": sat,
-                                 "any_router_p99_bound_ms": round(bound, 1),
-                                 "p99_target_reachable": reach is None or reach <= 0.8}
+            print("  %-7s %-5s SATURATED in %d of %d runs: every policy below 97%% of the offered "
+                  "%.0f req/s (%s)" % (s, l, sat, len(repeats), offered, "; ".join(
+                      ", ".join("%.0f" % r["policies"][p]["throughput_rps"] for p in policies)
+                      for r in repeats)))
+        cell = {"ratio": ratios, "targets_met": ok, "offered_rps": offered,
+                "saturated": sat * 2 > len(repeats), "saturated_runs": sat,
+                "any_router_p99_bound_ms": round(bound, 1),
+                "p99_target_reachable": reach is None or reach <= 0.8}
+        if len(repeats) == 1:
+            cell["policies"] = repeats[0]["policies"]
+        else:
+            cell["repeats"] = repeats
+        runs["%s@%s" % (s, l)] = cell
 res = {
     "scenario": "routing-foreign",
     "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     "command": "bench/routing-foreign.sh",
     "what": "TTFT per routing policy on fleets of plain upstreams (no /load), open-loop Poisson",
-    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "seed": $SEED, "time_scale": $TIME_SCALE,
+    "params": {"duration_s": $DURATION, "warmup_s": $WARMUP, "seed": $SEED, "repeat": $REPEAT,
+               "time_scale": $TIME_SCALE,
                "timeout_s": $TIMEOUT, "shapes": shapes, "loads": [float(x) for x in loads],
                "loadavg_1m": float(open("/proc/loadavg").read().split()[0])},
     "runs": runs,
