@@ -258,6 +258,47 @@ static void test_tail_prefers_steadier(void **state)
     assert_true(d.chosen == 0 || d.chosen == 1);
 }
 
+/* Costs closer than the noise of the cheapest's service estimate are a
+ * tie, and the least utilised of them wins: three 4-wide upstreams whose
+ * 20 ms exponential service is estimated at 19, 20 and 21 ms (an EWMA of
+ * weight 1/16: 4.8 ms of noise in a difference), the 19 ms one with a
+ * request in flight. A clearly faster estimate still wins with one in
+ * flight. */
+static void test_noise_tie_goes_to_least_loaded(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t u[3];
+    ig_router_upstream_t *ups[3] = {&u[0], &u[1], &u[2]};
+    const int inflight[3] = {1, 1, 0};
+    for (int i = 0; i < 3; i++) {
+        ready_upstream(&u[i], "u", IG_ROUTER_LOCAL);
+        ig_router_observe_rtt(&r, &u[i], 0.001, S(1));
+        u[i].concurrency = 4;
+        u[i].svc_samples = 32;
+        u[i].svc_weight = 1.0 / 16;
+        u[i].svc_s = 0.019 + 0.001 * i;
+        u[i].svc_dev_s = 0.015;
+        u[i].inflight = inflight[i];
+    }
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 3, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 2);
+    assert_int_equal(d.runner_up, 0); /* the cheapest of the others */
+    assert_int_equal(d.hot, 0);
+    /* Estimates known exactly (weight 0): the cheapest, as before. */
+    for (int i = 0; i < 3; i++)
+        u[i].svc_weight = 0;
+    assert_int_equal(ig_router_pick(&r, ups, 3, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+    /* 10 ms against 20: beyond the noise, the busier one wins. */
+    for (int i = 0; i < 3; i++)
+        u[i].svc_weight = 1.0 / 16;
+    u[0].svc_s = 0.010;
+    u[0].svc_dev_s = 0.0075;
+    assert_int_equal(ig_router_pick(&r, ups, 3, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+}
+
 static void test_policies_and_exclusion(void **state)
 {
     ig_router_upstream_t a, b, c;
@@ -448,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_hot_guard),
         cmocka_unit_test(test_wait_weighed_by_utilisation),
         cmocka_unit_test(test_tail_prefers_steadier),
+        cmocka_unit_test(test_noise_tie_goes_to_least_loaded),
         cmocka_unit_test(test_policies_and_exclusion),
         cmocka_unit_test(test_ejection_and_half_open),
         cmocka_unit_test(test_retry_budget),

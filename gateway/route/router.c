@@ -367,6 +367,25 @@ double ig_router_hedge_delay(const ig_router_t *r, const ig_router_upstream_t *u
     return ig_router_cost(r, u, prompt_tokens, now_ns) + z * 1.25 * u->svc_dev_s;
 }
 
+/*
+ * How far apart two ranked costs must be to say which upstream is faster:
+ * the standard error of the difference of two service estimates like u's.
+ * svc_s is an EWMA of weight a, so its variance is a / (2 - a) of one
+ * sample's (1.25 x the mean absolute deviation estimates that sample's
+ * spread), twice for a difference. On the issue's fleet three 4-slot 20 ms
+ * upstreams' estimates (a = 1/32-1/8) differ by 2-5 ms of noise alone, so
+ * the pick among them went by noise, not by load.
+ */
+static double cost_noise(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                         uint64_t now_ns)
+{
+    if (u->svc_samples == 0 || u->svc_s <= 0)
+        return 0;
+    double a = u->svc_weight;
+    double sd = 1.25 * u->svc_dev_s * prefill_of(r, u, prompt_tokens, now_ns) / u->svc_s;
+    return sd * sqrt(2.0 * a / (2.0 - a));
+}
+
 /* ---- eligibility and the pick ------------------------------------------- */
 
 int ig_router_eligible(const ig_router_upstream_t *u, uint64_t now_ns)
@@ -514,14 +533,16 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
          * beside 16-wide ones at 4 (it would only be tried when idle,
          * where least_inflight's raw counts give it more); by raw counts
          * alone an 8-wide one at 3 beside 1-wide ones at 1. */
-        double stack_u[32], stack_r[32];
+        double stack_u[32], stack_r[32], stack_c[32];
         double *sorted = ncand <= 32 ? stack_u : malloc(sizeof(double) * ncand);
         double *sorted_rif = ncand <= 32 ? stack_r : malloc(sizeof(double) * ncand);
-        if (sorted == NULL || sorted_rif == NULL) {
-            if (sorted != stack_u)
+        double *cost = ncand <= 32 ? stack_c : malloc(sizeof(double) * ncand);
+        if (sorted == NULL || sorted_rif == NULL || cost == NULL) {
+            if (sorted != stack_u) {
                 free(sorted);
-            if (sorted_rif != stack_r)
                 free(sorted_rif);
+                free(cost);
+            }
             rc = IG_ENOMEM;
             goto done;
         }
@@ -534,7 +555,7 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         int least = -1;
         for (int j = 0; j < ncand; j++) {
             int i = cand[j];
-            double c = ranked_cost(r, ups[i], prompt_tokens, now_ns);
+            cost[j] = INFINITY; /* hot: not a candidate */
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
                 least = i;
             int warm = ups[i]->cached_tokens > 0;
@@ -542,20 +563,32 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
                        warm ? WARM_HOT_SLACK / ig_router_concurrency(ups[i]) : 0) &&
                 is_hot(r, sorted_rif, ncand, rif_of(ups[i]), warm ? WARM_HOT_SLACK : 0))
                 continue;
-            if (c < best_cost) {
-                second = best;
-                second_cost = best_cost;
+            cost[j] = ranked_cost(r, ups[i], prompt_tokens, now_ns);
+            if (cost[j] < best_cost) {
                 best = i;
-                best_cost = c;
-            } else if (c < second_cost) {
-                second = i;
-                second_cost = c;
+                best_cost = cost[j];
             }
         }
-        if (sorted != stack_u)
+        /* Costs within the noise of the cheapest's estimate are a tie, and
+         * a tie goes to the least utilised: among equal upstreams that is
+         * join-the-shortest-queue, which least_inflight does and the noise
+         * did not. Then the runner-up is the cheapest of the others. */
+        if (best >= 0) {
+            double band = best_cost + cost_noise(r, ups[best], prompt_tokens, now_ns);
+            for (int j = 0; j < ncand; j++)
+                if (cost[j] <= band && utilisation(ups[cand[j]]) < utilisation(ups[best]))
+                    best = cand[j];
+            for (int j = 0; j < ncand; j++)
+                if (cand[j] != best && cost[j] < second_cost) {
+                    second = cand[j];
+                    second_cost = cost[j];
+                }
+        }
+        if (sorted != stack_u) {
             free(sorted);
-        if (sorted_rif != stack_r)
             free(sorted_rif);
+            free(cost);
+        }
         if (best < 0) {
             best = least;
             out->hot = 1;
@@ -647,6 +680,7 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
         u->svc_s = svc;
         u->svc_tokens = p;
         u->svc_dev_s = svc / 2;
+        u->svc_weight = 1.0;
     } else {
         /* Service samples come per request: the weight keeps the last 2 s
          * in view, but never fewer than the last 8 samples nor more than
@@ -660,6 +694,7 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
         u->svc_dev_s += a * (fabs(svc - u->svc_s) - u->svc_dev_s);
         u->svc_s += a * (svc - u->svc_s);
         u->svc_tokens += a * (p - u->svc_tokens);
+        u->svc_weight = a;
     }
     u->svc_samples++;
     u->svc_at_ns = now_ns;
