@@ -322,6 +322,14 @@ double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int p
     return rtt_of(r, u) + ig_router_wait(r, u, now_ns) + prefill_of(r, u, prompt_tokens, now_ns);
 }
 
+/* One service sample's standard deviation, scaled to the prompt as the
+ * mean is (prefill is prefill_of()'s): 1.25 x the learned mean absolute
+ * deviation; 0 before any sample. */
+static double svc_sd(const ig_router_upstream_t *u, double prefill)
+{
+    return u->svc_samples > 0 && u->svc_s > 0 ? 1.25 * u->svc_dev_s * prefill / u->svc_s : 0;
+}
+
 /*
  * The standard deviation of the predicted TTFT, in seconds. The service's:
  * 1.25 x its mean absolute deviation (the ratio of the two for a normal;
@@ -333,7 +341,7 @@ double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int p
 static double spread_of(const ig_router_t *r, const ig_router_upstream_t *u, double wait,
                         double prefill)
 {
-    double svc = u->svc_samples > 0 && u->svc_s > 0 ? 1.25 * u->svc_dev_s * prefill / u->svc_s : 0;
+    double svc = svc_sd(u, prefill);
     double step = u->slots > 0 ? fmax(u->occupancy_s, 0.0) / u->slots
                                : hold_of(r, u) / ig_router_concurrency(u);
     return sqrt(svc * svc + wait * step);
@@ -379,11 +387,8 @@ double ig_router_hedge_delay(const ig_router_t *r, const ig_router_upstream_t *u
 static double cost_noise(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          uint64_t now_ns)
 {
-    if (u->svc_samples == 0 || u->svc_s <= 0)
-        return 0;
     double a = u->svc_weight;
-    double sd = 1.25 * u->svc_dev_s * prefill_of(r, u, prompt_tokens, now_ns) / u->svc_s;
-    return sd * sqrt(2.0 * a / (2.0 - a));
+    return svc_sd(u, prefill_of(r, u, prompt_tokens, now_ns)) * sqrt(2.0 * a / (2.0 - a));
 }
 
 /* ---- eligibility and the pick ------------------------------------------- */
