@@ -321,14 +321,16 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
             return rc;
     }
 
-    if ((rc = get_int(root, "n", -(1LL << 40), 1LL << 40, &i, err)) < 0)
+    if ((rc = get_int(root, "n", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
         return rc;
-    if (rc && i != 1)
-        return ig_api_error(err, 400, "n", "only 'n': 1 is supported, got %lld", i);
-    if ((rc = get_int(root, "best_of", -(1LL << 40), 1LL << 40, &i, err)) < 0)
+    if (rc)
+        r->n = (int)i;
+    if ((rc = get_int(root, "best_of", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
         return rc;
-    if (rc && i != 1)
-        return ig_api_error(err, 400, "best_of", "only 'best_of': 1 is supported, got %lld", i);
+    r->best_of = rc ? (int)i : r->n;
+    if (r->best_of < r->n)
+        return ig_api_error(err, 400, "best_of", "'best_of' (%d) must be at least 'n' (%d)",
+                            r->best_of, r->n);
     return 0;
 }
 
@@ -412,6 +414,7 @@ static void request_init(ig_api_request_t *r, ig_api_kind_t kind)
     ig_sampling_params_default(&r->sampling);
     r->max_tokens = kind == IG_API_COMPLETION ? 16 : 0;
     r->logprobs = -1;
+    r->n = r->best_of = 1;
 }
 
 static json_t *load_body(const char *body, size_t len, ig_api_error_t *err)

@@ -33,25 +33,41 @@ void ig_usage_init(ig_usage_meter_t *m)
     m->prompt = m->completion = -1;
 }
 
+/* A count of u under the Chat/Completions name or the Responses one. */
+static void read_count(const json_t *u, const char *name, const char *responses_name,
+                       long long *out)
+{
+    const json_t *v = json_object_get(u, name);
+    if (v == NULL)
+        v = json_object_get(u, responses_name);
+    if (json_is_integer(v) && json_integer_value(v) >= 0)
+        *out = (long long)json_integer_value(v);
+}
+
+/* The usage of an answer: o.usage (completions, chat, embeddings, a whole
+ * Response) or o.response.usage (the Responses stream's last event). */
 static void read_usage(ig_usage_meter_t *m, const json_t *o)
 {
     const json_t *u = json_object_get(o, "usage");
     if (!json_is_object(u))
+        u = json_object_get(json_object_get(o, "response"), "usage");
+    if (!json_is_object(u))
         return;
-    const json_t *p = json_object_get(u, "prompt_tokens");
-    const json_t *c = json_object_get(u, "completion_tokens");
-    if (json_is_integer(p) && json_integer_value(p) >= 0)
-        m->prompt = json_integer_value(p);
-    if (json_is_integer(c) && json_integer_value(c) >= 0)
-        m->completion = json_integer_value(c);
+    read_count(u, "prompt_tokens", "input_tokens", &m->prompt);
+    read_count(u, "completion_tokens", "output_tokens", &m->completion);
 }
 
-/* Content pieces in one payload: choices with text or delta.content. */
+/* Content pieces in one payload: choices (any index) with text or
+ * delta.content, or a Responses output-text delta. */
 static int content_choices(const json_t *o)
 {
     int n = 0;
     size_t i;
     json_t *c;
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (type != NULL)
+        return strcmp(type, "response.output_text.delta") == 0 &&
+               json_string_length(json_object_get(o, "delta")) > 0;
     json_array_foreach(json_object_get(o, "choices"), i, c)
     {
         const json_t *t = json_object_get(c, "text");

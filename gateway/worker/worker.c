@@ -218,11 +218,24 @@ static void handle_chat(ig_http_req_t *req, void *data)
     ig__worker_generate(data, req, IG_API_CHAT);
 }
 
+/* An endpoint of the OpenAI API this worker does not implement: 404 naming
+ * it, which tells a gateway to route it elsewhere (ig_router_upstream_t's
+ * lacks) rather than the generic "no route". */
+static void handle_not_served(ig_http_req_t *req, void *data)
+{
+    (void)data;
+    ig_http_respond_error(req, 404, "not_found_error", NULL, "endpoint_not_served",
+                          "this worker does not serve %s %s", ig_http_req_method(req),
+                          ig_http_req_path(req));
+}
+
 /* The worker's routes (include/infergate/http_route.h); no API keys here:
  * a worker listens where only its gateway reaches it. */
 static const ig_http_route_t routes[] = {
     {"POST", "/v1/completions", handle_completions, 0},
     {"POST", "/v1/chat/completions", handle_chat, 0},
+    {"POST", "/v1/embeddings", handle_not_served, 0},
+    {"POST", "/v1/responses", handle_not_served, 0},
     {"GET", "/v1/models", handle_models, 0},
     {"GET", "/health", handle_health, 0},
     {"GET", "/ready", handle_ready, 0},
