@@ -302,7 +302,7 @@ int ig_jsonv_enum(ig_jsonv_t *v, const json_t *obj, const char *path, const char
 
 json_t *ig_jsonv_loadb(const char *buf, size_t len, json_error_t *err)
 {
-    return json_loadb(buf, len, JSON_REJECT_DUPLICATES, err);
+    return ig_json_parse(buf, len, 0, err);
 }
 
 json_t *ig_jsonv_loadf(FILE *fp, json_error_t *err)

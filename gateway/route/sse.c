@@ -4,6 +4,7 @@
 #include "infergate/sse.h"
 
 #include "infergate/error.h"
+#include "infergate/jsonv.h"
 
 #include <jansson.h>
 #include <stdlib.h>
@@ -69,7 +70,7 @@ int ig_sse_payload_is_token(const char *p, size_t n)
 {
     if (n == 6 && memcmp(p, "[DONE]", 6) == 0)
         return 1;
-    json_t *o = json_loadb(p, n, 0, NULL);
+    json_t *o = ig_json_parse(p, n, IG_JSON_ALLOW_DUPLICATES, NULL);
     if (!json_is_object(o)) {
         json_decref(o);
         return 1;

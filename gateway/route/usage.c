@@ -5,6 +5,7 @@
  */
 #include "infergate/usage.h"
 
+#include "infergate/jsonv.h"
 #include "infergate/sse.h"
 
 #include <jansson.h>
@@ -91,7 +92,7 @@ static void event(ig_usage_meter_t *m, const ig_usage_families_t *f, const char 
     size_t dlen;
     if (ig_sse_event_data(ev, n, small, sizeof(small), &data, &dlen) != 0 || data == NULL)
         return;
-    json_t *o = json_loadb(data, dlen, 0, NULL);
+    json_t *o = ig_json_parse(data, dlen, IG_JSON_ALLOW_DUPLICATES, NULL);
     if (data != small)
         free(data);
     if (json_is_object(o)) {
@@ -188,7 +189,8 @@ void ig_usage_body(ig_usage_meter_t *m, const char *body, size_t len)
     const char *v = last_usage_value(body, len);
     if (v == NULL)
         return;
-    json_t *u = json_loadb(v, len - (size_t)(v - body), JSON_DISABLE_EOF_CHECK, NULL);
+    json_t *u = ig_json_parse(v, len - (size_t)(v - body),
+                              IG_JSON_DISABLE_EOF_CHECK | IG_JSON_ALLOW_DUPLICATES, NULL);
     if (json_is_object(u))
         read_usage_object(m, u);
     json_decref(u);

@@ -115,9 +115,30 @@ int ig_jsonv_enum(ig_jsonv_t *v, const json_t *obj, const char *path, const char
 
 /* Parses a whole document the one way every reader does: duplicate keys are
  * an error (JSON_REJECT_DUPLICATES), as well as anything jansson refuses.
- * Returns a new reference, or NULL with *err filled. */
+ * Returns a new reference, or NULL with *err filled. ig_jsonv_loadb reads
+ * with ig_json_parse; the file readers with jansson's own loader. */
 json_t *ig_jsonv_loadb(const char *buf, size_t len, json_error_t *err);
 json_t *ig_jsonv_loadf(FILE *fp, json_error_t *err);
 json_t *ig_jsonv_load_file(const char *path, json_error_t *err);
+
+/* ---- the parser of the request path (gateway/base/json_parse.c) ---------- */
+
+enum {
+    IG_JSON_DECODE_ANY = 1,        /* any value at the top, not only an object or array */
+    IG_JSON_DISABLE_EOF_CHECK = 2, /* stop after the first value; what follows is not read */
+    IG_JSON_ALLOW_DUPLICATES = 4,  /* a repeated key replaces the earlier value */
+};
+
+#define IG_JSON_MAX_DEPTH 2048 /* nested objects and arrays, as jansson allows */
+
+/*
+ * Parses buf[0..len) into jansson values, accepting and refusing what
+ * json_loadb(buf, len, JSON_REJECT_DUPLICATES, err) does (RFC 8259; UTF-8
+ * checked; no \u0000; integers within json_int_t; reals that do not
+ * overflow) at a fraction of its cost: strings and numbers are scanned in
+ * place. flags: IG_JSON_* above. A new reference, or NULL with *err (may be
+ * NULL) filled: text, line, column, position; the wording is this parser's.
+ */
+json_t *ig_json_parse(const char *buf, size_t len, int flags, json_error_t *err);
 
 #endif

@@ -1,0 +1,460 @@
+/*
+ * A strict JSON parser (RFC 8259) that builds jansson values
+ * (include/infergate/jsonv.h, ig_json_parse). Request bodies and stream
+ * events are the gateway's hot path, and jansson's own loader reads them a
+ * character at a time through its stream layer; this one scans strings and
+ * numbers in place and hands jansson finished values. The rules are
+ * json_loadb's: an object or array at the top (unless IG_JSON_DECODE_ANY),
+ * UTF-8 checked, \u0000 refused, surrogate pairs joined and lone ones
+ * refused, integers that do not fit json_int_t refused, reals that
+ * overflow refused, nesting at most IG_JSON_MAX_DEPTH, duplicate keys
+ * refused unless IG_JSON_ALLOW_DUPLICATES (then the last one wins).
+ */
+#include "infergate/jsonv.h"
+#include "infergate/utf8.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    const char *start, *p, *end;
+    int flags;
+    int depth;
+    json_error_t *err;
+} parser_t;
+
+static json_t *parse_value(parser_t *ps);
+
+/* Fills the error (once: the innermost failure is the one to report). */
+static void fail(parser_t *ps, const char *what)
+{
+    json_error_t *e = ps->err;
+    if (e == NULL || e->text[0] != '\0')
+        return;
+    int line = 1, column = 1;
+    for (const char *q = ps->start; q < ps->p && q < ps->end; q++) {
+        if (*q == '\n') {
+            line++;
+            column = 1;
+        } else {
+            column++;
+        }
+    }
+    e->line = line;
+    e->column = column;
+    e->position = (int)(ps->p - ps->start);
+    if (ps->p < ps->end)
+        snprintf(e->text, sizeof(e->text), "%s near '%c'", what, *ps->p);
+    else
+        snprintf(e->text, sizeof(e->text), "%s near end of file", what);
+}
+
+static void skip_ws(parser_t *ps)
+{
+    while (ps->p < ps->end &&
+           (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
+        ps->p++;
+}
+
+static int hex4(const char *s, unsigned *out)
+{
+    unsigned v = 0;
+    for (int i = 0; i < 4; i++) {
+        unsigned char c = (unsigned char)s[i];
+        unsigned d = c >= '0' && c <= '9'   ? c - '0'
+                     : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                     : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                            : 16;
+        if (d == 16)
+            return -1;
+        v = v * 16 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+static size_t put_utf8(char *o, unsigned cp)
+{
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | cp >> 6);
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | cp >> 12);
+        o[1] = (char)(0x80 | (cp >> 6 & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | cp >> 18);
+    o[1] = (char)(0x80 | (cp >> 12 & 0x3f));
+    o[2] = (char)(0x80 | (cp >> 6 & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/* Decodes the escapes of the string body s[0..n) (between its quotes,
+ * already checked to hold no raw quote or control character) into out,
+ * which has room for n bytes (an escape never decodes longer than itself).
+ * Returns the decoded length, or -1 with ps->p at the bad escape. */
+static long unescape(parser_t *ps, const char *s, size_t n, char *out)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n;) {
+        if (s[i] != '\\') {
+            out[o++] = s[i++];
+            continue;
+        }
+        char c = s[i + 1]; /* the scan ensured a character follows */
+        static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+        const char *k = c != '\0' ? strchr(from, c) : NULL;
+        if (k != NULL) {
+            out[o++] = to[k - from];
+            i += 2;
+            continue;
+        }
+        unsigned cp, lo;
+        ps->p = s + i;
+        if (c != 'u' || i + 6 > n || hex4(s + i + 2, &cp) != 0) {
+            fail(ps, "invalid escape");
+            return -1;
+        }
+        i += 6;
+        if (cp >= 0xd800 && cp <= 0xdbff) {
+            if (i + 6 > n || s[i] != '\\' || s[i + 1] != 'u' || hex4(s + i + 2, &lo) != 0 ||
+                lo < 0xdc00 || lo > 0xdfff) {
+                fail(ps, "invalid Unicode escape (a lone high surrogate)");
+                return -1;
+            }
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            i += 6;
+        } else if (cp >= 0xdc00 && cp <= 0xdfff) {
+            fail(ps, "invalid Unicode escape (a lone low surrogate)");
+            return -1;
+        } else if (cp == 0) {
+            fail(ps, "\\u0000 is not allowed");
+            return -1;
+        }
+        o += put_utf8(out + o, cp);
+    }
+    return (long)o;
+}
+
+/* A string at ps->p (its opening quote). On success *s and *n are its UTF-8
+ * bytes: in the input itself when it has no escape, else in *owned
+ * (malloc'ed, the caller frees). 0, or -1 (error set). */
+static int parse_string(parser_t *ps, const char **s, size_t *n, char **owned)
+{
+    const char *q = ++ps->p;
+    int escapes = 0;
+    *owned = NULL;
+    for (;;) {
+        while (q < ps->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+            q++;
+        if (q >= ps->end) {
+            ps->p = q;
+            fail(ps, "premature end of input in a string");
+            return -1;
+        }
+        if (*q == '"')
+            break;
+        if (*q == '\\') {
+            escapes = 1;
+            if (q + 1 >= ps->end) {
+                ps->p = q + 1;
+                fail(ps, "premature end of input in a string");
+                return -1;
+            }
+            q += 2;
+            continue;
+        }
+        ps->p = q;
+        fail(ps, "control character in a string");
+        return -1;
+    }
+    size_t len = (size_t)(q - ps->p);
+    if (!escapes) {
+        if (!ig_utf8_valid(ps->p, len)) {
+            fail(ps, "invalid UTF-8 in a string");
+            return -1;
+        }
+        *s = ps->p;
+        *n = len;
+    } else {
+        char *buf = malloc(len + 1);
+        if (buf == NULL) {
+            fail(ps, "out of memory");
+            return -1;
+        }
+        long m = unescape(ps, ps->p, len, buf);
+        if (m < 0 || !ig_utf8_valid(buf, (size_t)m)) {
+            if (m >= 0)
+                fail(ps, "invalid UTF-8 in a string");
+            free(buf);
+            return -1;
+        }
+        buf[m] = '\0';
+        *owned = buf;
+        *s = buf;
+        *n = (size_t)m;
+    }
+    ps->p = q + 1;
+    return 0;
+}
+
+static int is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+static json_t *parse_number(parser_t *ps)
+{
+    const char *b = ps->p, *q = b;
+    if (q < ps->end && *q == '-')
+        q++;
+    if (q >= ps->end || !is_digit(*q)) {
+        fail(ps, "invalid token");
+        return NULL;
+    }
+    if (*q == '0')
+        q++;
+    else
+        while (q < ps->end && is_digit(*q))
+            q++;
+    int real = 0;
+    if (q < ps->end && *q == '.') {
+        real = 1;
+        q++;
+        if (q >= ps->end || !is_digit(*q)) {
+            ps->p = q;
+            fail(ps, "invalid number");
+            return NULL;
+        }
+        while (q < ps->end && is_digit(*q))
+            q++;
+    }
+    if (q < ps->end && (*q == 'e' || *q == 'E')) {
+        real = 1;
+        q++;
+        if (q < ps->end && (*q == '+' || *q == '-'))
+            q++;
+        if (q >= ps->end || !is_digit(*q)) {
+            ps->p = q;
+            fail(ps, "invalid number");
+            return NULL;
+        }
+        while (q < ps->end && is_digit(*q))
+            q++;
+    }
+    size_t n = (size_t)(q - b);
+    char small[64], *txt = n < sizeof(small) ? small : malloc(n + 1);
+    if (txt == NULL) {
+        fail(ps, "out of memory");
+        return NULL;
+    }
+    memcpy(txt, b, n);
+    txt[n] = '\0';
+    json_t *v = NULL;
+    char *endp;
+    errno = 0;
+    if (!real) {
+        long long i = strtoll(txt, &endp, 10);
+        if (errno == ERANGE)
+            fail(ps, i < 0 ? "too big negative integer" : "too big integer");
+        else
+            v = json_integer((json_int_t)i);
+    } else {
+        double d = strtod(txt, &endp);
+        if (errno == ERANGE && (d == HUGE_VAL || d == -HUGE_VAL))
+            fail(ps, "real number overflow");
+        else
+            v = json_real(d);
+    }
+    if (txt != small)
+        free(txt);
+    ps->p = q;
+    return v;
+}
+
+static json_t *parse_literal(parser_t *ps)
+{
+    static const struct {
+        const char *word;
+        size_t len;
+    } w[] = {{"true", 4}, {"false", 5}, {"null", 4}};
+    for (int i = 0; i < 3; i++) {
+        if ((size_t)(ps->end - ps->p) >= w[i].len && memcmp(ps->p, w[i].word, w[i].len) == 0) {
+            ps->p += w[i].len;
+            return i == 0 ? json_true() : i == 1 ? json_false() : json_null();
+        }
+    }
+    fail(ps, "invalid token");
+    return NULL;
+}
+
+static json_t *parse_object(parser_t *ps)
+{
+    json_t *o = json_object();
+    if (o == NULL) {
+        fail(ps, "out of memory");
+        return NULL;
+    }
+    ps->p++; /* '{' */
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+        return o;
+    }
+    for (;;) {
+        skip_ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"') {
+            fail(ps, "string or '}' expected");
+            goto fail;
+        }
+        const char *key;
+        size_t klen;
+        char *owned;
+        const char *at = ps->p;
+        if (parse_string(ps, &key, &klen, &owned) != 0)
+            goto fail;
+        int dup = !(ps->flags & IG_JSON_ALLOW_DUPLICATES) && json_object_getn(o, key, klen) != NULL;
+        json_t *v = NULL;
+        if (dup) {
+            ps->p = at;
+            fail(ps, "duplicate object key");
+        } else {
+            skip_ws(ps);
+            if (ps->p >= ps->end || *ps->p != ':')
+                fail(ps, "':' expected");
+            else {
+                ps->p++;
+                v = parse_value(ps);
+            }
+        }
+        int rc = v != NULL ? json_object_setn_new_nocheck(o, key, klen, v) : -1;
+        free(owned);
+        if (rc != 0) {
+            if (v != NULL)
+                fail(ps, "out of memory");
+            goto fail;
+        }
+        skip_ws(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == '}') {
+            ps->p++;
+            return o;
+        }
+        fail(ps, "'}' expected");
+        goto fail;
+    }
+fail:
+    json_decref(o);
+    return NULL;
+}
+
+static json_t *parse_array(parser_t *ps)
+{
+    json_t *a = json_array();
+    if (a == NULL) {
+        fail(ps, "out of memory");
+        return NULL;
+    }
+    ps->p++; /* '[' */
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == ']') {
+        ps->p++;
+        return a;
+    }
+    for (;;) {
+        json_t *v = parse_value(ps);
+        if (v == NULL || json_array_append_new(a, v) != 0) {
+            if (v != NULL)
+                fail(ps, "out of memory");
+            json_decref(a);
+            return NULL;
+        }
+        skip_ws(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == ']') {
+            ps->p++;
+            return a;
+        }
+        fail(ps, "']' expected");
+        json_decref(a);
+        return NULL;
+    }
+}
+
+static json_t *parse_value(parser_t *ps)
+{
+    skip_ws(ps);
+    if (ps->p >= ps->end) {
+        fail(ps, "unexpected end of input");
+        return NULL;
+    }
+    char c = *ps->p;
+    if (c == '{' || c == '[') {
+        if (++ps->depth > IG_JSON_MAX_DEPTH) {
+            fail(ps, "maximum parsing depth reached");
+            return NULL;
+        }
+        json_t *v = c == '{' ? parse_object(ps) : parse_array(ps);
+        ps->depth--;
+        return v;
+    }
+    if (c == '"') {
+        const char *s;
+        size_t n;
+        char *owned;
+        if (parse_string(ps, &s, &n, &owned) != 0)
+            return NULL;
+        json_t *v = json_stringn_nocheck(s, n);
+        free(owned);
+        if (v == NULL)
+            fail(ps, "out of memory");
+        return v;
+    }
+    if (c == '-' || is_digit(c))
+        return parse_number(ps);
+    return parse_literal(ps);
+}
+
+json_t *ig_json_parse(const char *buf, size_t len, int flags, json_error_t *err)
+{
+    parser_t ps = {.start = buf, .p = buf, .end = buf + len, .flags = flags, .err = err};
+    if (err != NULL) {
+        memset(err, 0, sizeof(*err));
+        snprintf(err->source, sizeof(err->source), "<buffer>");
+    }
+    skip_ws(&ps);
+    if (!(flags & IG_JSON_DECODE_ANY) && (ps.p >= ps.end || (*ps.p != '{' && *ps.p != '['))) {
+        fail(&ps, "'[' or '{' expected");
+        return NULL;
+    }
+    json_t *v = parse_value(&ps);
+    if (v == NULL)
+        return NULL;
+    if (!(flags & IG_JSON_DISABLE_EOF_CHECK)) {
+        skip_ws(&ps);
+        if (ps.p < ps.end) {
+            fail(&ps, "end of file expected");
+            json_decref(v);
+            return NULL;
+        }
+    }
+    return v;
+}
