@@ -6,6 +6,7 @@
  */
 #include "infergate/utf8.h"
 
+#include <stdint.h>
 #include <string.h>
 
 /* Looks at s[0..len) (len > 0). Returns the length of a complete valid
@@ -92,6 +93,12 @@ size_t ig_utf8_valid_prefix(const char *str, size_t len)
     size_t i = 0;
     while (i < len) {
         int complete;
+        /* ASCII, the common case, eight bytes at a time */
+        uint64_t w;
+        while (i + 8 <= len && (memcpy(&w, s + i, 8), (w & 0x8080808080808080ULL) == 0))
+            i += 8;
+        if (i == len)
+            break;
         if (s[i] < 0x80) {
             i++;
             continue;
