@@ -210,6 +210,10 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
             best_b = base;
             best_s = slope;
         }
+        /* From C = top + 1 up every sampled bucket is below C: the model
+         * is flat and its error the same for every larger C. */
+        if (c >= top + 1)
+            break;
     }
     /* A queue must show above the noise. The errors are chi-square (each
      * bucket's in units of its mean's variance), and the queue's fit has
