@@ -43,11 +43,45 @@ typedef struct {
     int nids;
 } ig_api_prompt_t;
 
+/* Bounds of the lists a request may carry; each is named in its 400. */
+#define IG_API_MAX_N 128          /* n and best_of */
+#define IG_API_MAX_TOOLS 128      /* tools per request */
+#define IG_API_MAX_TOOL_CALLS 128 /* tool_calls of one assistant message */
+#define IG_API_MAX_LOGIT_BIAS 300 /* logit_bias entries (IG_SAMPLER_MAX_BIAS) */
+#define IG_API_MAX_NAME 256       /* bytes of a function or tool-call name/id */
+
+/* One tool call of an assistant message in the history (chat). */
+typedef struct {
+    char *id;        /* "" when the client sent none */
+    char *name;      /* function name */
+    char *arguments; /* the arguments as the client sent them: JSON text */
+} ig_api_tool_call_t;
+
 /* One chat message; content parts of type text are joined. */
 typedef struct {
-    char *role;    /* "system", "user", "assistant", "tool", "developer" */
-    char *content; /* never NULL ("" for a null content) */
+    char *role;                     /* "system", "user", "assistant", "tool", "developer" */
+    char *content;                  /* never NULL ("" for a null content) */
+    ig_api_tool_call_t *tool_calls; /* (ntool_calls) assistant only */
+    int ntool_calls;
+    char *tool_call_id; /* tool messages: the call answered; NULL when absent */
+    char *name;         /* the optional `name` of a message; NULL when absent */
 } ig_api_message_t;
+
+/* One entry of `tools`: {type: "function", function: {name, description?,
+ * parameters?}}. */
+typedef struct {
+    char *type; /* "function"; other types are recorded with name NULL */
+    char *name;
+    char *description; /* NULL when absent */
+    char *parameters;  /* JSON text of the schema object, NULL when absent */
+} ig_api_tool_t;
+
+typedef enum {
+    IG_API_TOOL_CHOICE_AUTO = 0, /* the default when tools are given */
+    IG_API_TOOL_CHOICE_NONE,     /* "none": tools are not rendered */
+    IG_API_TOOL_CHOICE_REQUIRED, /* "required": some tool must be called */
+    IG_API_TOOL_CHOICE_FUNCTION, /* {type: function, function: {name}}: that one */
+} ig_api_tool_choice_t;
 
 typedef struct {
     ig_api_kind_t kind;
@@ -72,6 +106,20 @@ typedef struct {
     int include_usage; /* stream_options.include_usage */
     int logprobs;      /* -1: none; else the top N to return (0..20) */
     int echo;          /* completions: prompt (and its logprobs) in the reply */
+
+    /* Recorded for whoever serves the request: the gateway forwards the
+     * client's body, a worker honours each field or refuses it by name. */
+    int n;                /* choices per prompt, 1..IG_API_MAX_N (1 when absent) */
+    int best_of;          /* 0 when absent; else n..IG_API_MAX_N */
+    int max_tokens_given; /* max_tokens or max_completion_tokens was sent */
+    ig_api_tool_t *tools; /* (ntools) */
+    int ntools;
+    ig_api_tool_choice_t tool_choice;
+    char *tool_choice_name;  /* IG_API_TOOL_CHOICE_FUNCTION: the function */
+    int parallel_tool_calls; /* -1 absent, else 0 / 1 */
+    char *response_format;   /* its `type` ("text", "json_object", "json_schema"), NULL absent */
+    char *suffix;            /* completions; NULL when absent */
+    char *user;              /* NULL when absent */
 } ig_api_request_t;
 
 /* An error as the client sees it. */
