@@ -241,6 +241,10 @@ static int request_error(wreq_t *r, ig_api_error_t *e)
                          c->completion_tokens);
             return 1;
         }
+        if (c->finish == IG_FINISH_ERROR && c->error == IG_EFULL) {
+            ig_api_error(e, 429, NULL, "the worker's queue is full; retry later");
+            return 1;
+        }
         if (c->finish == IG_FINISH_ERROR || c->finish == IG_FINISH_CANCELLED) {
             ig_api_error(e, c->finish == IG_FINISH_CANCELLED ? 503 : 500, NULL, "%s: %s",
                          c->finish == IG_FINISH_CANCELLED ? "generation cancelled"
@@ -254,9 +258,11 @@ static int request_error(wreq_t *r, ig_api_error_t *e)
 
 static void usage_of(wreq_t *r, ig_api_usage_t *u)
 {
+    /* A prompt is counted once, whatever its n (one prefill, shared). */
     u->prompt_tokens = u->completion_tokens = 0;
     for (int i = 0; i < r->nchoices; i++) {
-        u->prompt_tokens += r->choices[i].nprompt;
+        if (r->choices[i].sample == 0)
+            u->prompt_tokens += r->choices[i].nprompt;
         u->completion_tokens += r->choices[i].completion_tokens;
     }
 }
@@ -282,7 +288,7 @@ static void finish_whole(wreq_t *r)
     }
     for (int i = 0; i < r->nchoices; i++) {
         choice_t *c = &r->choices[i];
-        ch[i].index = i;
+        ch[i].index = c->index;
         if (r->api.echo) {
             size_t n = c->prompt_text_len + c->text_len;
             texts[i] = malloc(n + 1);
@@ -379,6 +385,45 @@ static void finish_request(wreq_t *r)
     wreq_free(r);
 }
 
+static int submit_choice(worker_t *w, wreq_t *r, choice_t *c);
+
+/* Ends a choice that never ran (its leader failed, or the request went). */
+static void finish_unrun(wreq_t *r, choice_t *c, ig_finish_t why, int error)
+{
+    c->deferred = 0;
+    c->finished = 1;
+    c->finish = why;
+    c->error = error;
+    r->nfinished++;
+}
+
+/* n > 1: the leader (sample 0) of a prompt has its prefill done (its first
+ * token, or its end), so its full prompt blocks are in the prefix cache:
+ * the other samples of that prompt are submitted now and find them there. */
+static void release_followers(worker_t *w, wreq_t *r, const choice_t *lead)
+{
+    int n = r->api.n;
+    for (int j = 1; j < n; j++) {
+        choice_t *f = &r->choices[lead->index + j];
+        if (!f->deferred)
+            continue;
+        f->deferred = 0;
+        int bad =
+            lead->finished && lead->finish != IG_FINISH_STOP && lead->finish != IG_FINISH_LENGTH;
+        if (r->cancelled || bad) {
+            finish_unrun(r, f, r->cancelled ? IG_FINISH_CANCELLED : lead->finish, lead->error);
+            continue;
+        }
+        int rc = submit_choice(w, r, f);
+        if (rc < 0) {
+            finish_unrun(r, f, IG_FINISH_ERROR, rc);
+            continue;
+        }
+        if (r->paused)
+            ig_sched_pause(w->sched, f->seq_id, 1);
+    }
+}
+
 static void on_event(const ig_sched_event_t *ev, void *data)
 {
     choice_t *c = ev->user;
@@ -430,6 +475,9 @@ static void on_event(const ig_sched_event_t *ev, void *data)
         append(&c->text, &c->text_len, &c->text_cap, ev->text, ev->text_len);
     }
 
+    if (c->sample == 0 && r->api.n > 1 && (ev->ntokens || c->finished))
+        release_followers(w, r, c);
+
     if (r->nfinished == r->nchoices && !r->http_done)
         finish_request(r);
 }
@@ -455,76 +503,184 @@ static void on_abort(ig_http_req_t *req, void *data)
 
 /* ---- generation requests: intake ------------------------------------------ */
 
+/* The fields this worker does not implement are refused by name (400,
+ * param = the field), never dropped: a client that asks for structured
+ * output or a suffix must not get free text that looks like an answer. */
+static int check_fields(worker_t *w, wreq_t *r, ig_api_error_t *e)
+{
+    const ig_api_request_t *a = &r->api;
+    if (a->response_format && strcmp(a->response_format, "text") != 0)
+        return ig_api_error(e, 400, "response_format",
+                            "'response_format' of type '%s' is not supported by this worker "
+                            "(no constrained decoding); only \"text\"",
+                            a->response_format);
+    if (a->suffix && a->suffix[0])
+        return ig_api_error(e, 400, "suffix",
+                            "'suffix' (fill-in-the-middle) is not supported by this worker");
+    if (a->best_of && a->best_of != a->n)
+        return ig_api_error(e, 400, "best_of",
+                            "'best_of' other than 'n' is not supported by this worker (got "
+                            "best_of %d, n %d)",
+                            a->best_of, a->n);
+    for (int i = 0; i < a->sampling.nlogit_bias; i++)
+        if (a->sampling.logit_bias[i].token >= w->vocab)
+            return ig_api_error(e, 400, "logit_bias",
+                                "'logit_bias' token id %d is outside the vocabulary (size %d)",
+                                a->sampling.logit_bias[i].token, w->vocab);
+    int nprompts = a->kind == IG_API_CHAT ? 1 : a->nprompts;
+    if (nprompts * a->n > w->o.max_waiting)
+        return ig_api_error(e, 400, "n",
+                            "%d prompts x 'n' %d = %d choices; this worker queues at most %d",
+                            nprompts, a->n, nprompts * a->n, w->o.max_waiting);
+    return 0;
+}
+
+/* Tokens of prompt p into its leader (choice p * n); the other samples of
+ * the prompt get copies. */
+static int prepare_prompt(worker_t *w, wreq_t *r, int p, choice_t *c, ig_api_error_t *e)
+{
+    ig_api_request_t *a = &r->api;
+    int rc;
+    if (a->kind == IG_API_CHAT) {
+        char err[256] = "";
+        rc = ig_prefix_prompt_tokens(w->tok, w->chat_style, a, 0, &c->prompt, &c->nprompt, err,
+                                     sizeof(err));
+        if (rc == IG_EINVAL)
+            return ig_api_error(e, 400, "messages", "%s",
+                                err[0] ? err : "the messages cannot be rendered");
+    } else if (a->prompts[p].text) {
+        const ig_api_prompt_t *pr = &a->prompts[p];
+        size_t bad = 0;
+        if (ig_tokenizer_utf8_check(pr->text, pr->text_len, &bad) < 0)
+            return ig_api_error(e, 400, "prompt", "'prompt' is not valid UTF-8 (byte %zu)", bad);
+        rc = ig_prefix_prompt_tokens(w->tok, w->chat_style, a, p, &c->prompt, &c->nprompt, NULL, 0);
+        if (rc == 0 && a->echo) {
+            c->prompt_text = strdup(pr->text);
+            c->prompt_text_len = pr->text_len;
+        }
+    } else {
+        const ig_api_prompt_t *pr = &a->prompts[p];
+        for (int k = 0; k < pr->nids; k++)
+            if (pr->ids[k] >= w->vocab)
+                return ig_api_error(e, 400, "prompt",
+                                    "token id %d at position %d is outside the vocabulary "
+                                    "(size %d)",
+                                    pr->ids[k], k, w->vocab);
+        c->prompt = malloc(sizeof(int) * (size_t)pr->nids);
+        rc = c->prompt ? 0 : IG_ENOMEM;
+        if (rc == 0) {
+            memcpy(c->prompt, pr->ids, sizeof(int) * (size_t)pr->nids);
+            c->nprompt = pr->nids;
+        }
+        if (rc == 0 && a->echo) {
+            int32_t *ids32 = malloc(sizeof(int32_t) * (size_t)pr->nids);
+            char *txt = NULL;
+            size_t tl = 0;
+            for (int k = 0; ids32 && k < pr->nids; k++)
+                ids32[k] = pr->ids[k];
+            if (ids32 && ig_tokenizer_decode(w->tok, ids32, (size_t)pr->nids,
+                                             IG_TOKENIZER_SKIP_SPECIAL, &txt, &tl) == 0) {
+                c->prompt_text = txt;
+                c->prompt_text_len = tl;
+            }
+            free(ids32);
+        }
+    }
+    if (rc == IG_ENOMEM)
+        return ig_api_error_oom(e);
+    if (rc < 0)
+        return ig_api_error(e, 400, a->kind == IG_API_CHAT ? "messages" : "prompt",
+                            "the prompt cannot be tokenized: %s", ig_strerror(rc));
+    if (ig_api_check_prompt_limit(a, c->nprompt, w->o.max_prompt_tokens, e) < 0 ||
+        ig_api_check_context(a, c->nprompt, w->context, e) < 0)
+        return IG_EINVAL;
+    return 0;
+}
+
+/* A follower's copy of its leader's prompt (ids and echo text). */
+static int copy_prompt(choice_t *to, const choice_t *from)
+{
+    to->prompt = malloc(sizeof(int) * (size_t)from->nprompt);
+    if (!to->prompt)
+        return IG_ENOMEM;
+    memcpy(to->prompt, from->prompt, sizeof(int) * (size_t)from->nprompt);
+    to->nprompt = from->nprompt;
+    if (from->prompt_text) {
+        if (!(to->prompt_text = malloc(from->prompt_text_len + 1)))
+            return IG_ENOMEM;
+        memcpy(to->prompt_text, from->prompt_text, from->prompt_text_len + 1);
+        to->prompt_text_len = from->prompt_text_len;
+    }
+    return 0;
+}
+
 static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
 {
     ig_api_request_t *a = &r->api;
-    int n = a->kind == IG_API_CHAT ? 1 : a->nprompts;
-    r->choices = calloc((size_t)n, sizeof(choice_t));
+    int nprompts = a->kind == IG_API_CHAT ? 1 : a->nprompts, n = a->n;
+    r->choices = calloc((size_t)(nprompts * n), sizeof(choice_t));
     if (!r->choices)
         return ig_api_error_oom(e);
-    r->nchoices = n;
-    for (int i = 0; i < n; i++) {
-        choice_t *c = &r->choices[i];
-        c->r = r;
-        c->index = i;
-        int rc;
-        if (a->kind == IG_API_CHAT) {
-            char err[256] = "";
-            rc = ig_prefix_prompt_tokens(w->tok, w->chat_style, a, 0, &c->prompt, &c->nprompt,
-                                         err, sizeof(err));
-            if (rc == IG_EINVAL)
-                return ig_api_error(e, 400, "messages", "%s",
-                                    err[0] ? err : "the messages cannot be rendered");
-        } else if (a->prompts[i].text) {
-            const ig_api_prompt_t *p = &a->prompts[i];
-            size_t bad = 0;
-            if (ig_tokenizer_utf8_check(p->text, p->text_len, &bad) < 0)
-                return ig_api_error(e, 400, "prompt", "'prompt' is not valid UTF-8 (byte %zu)",
-                                    bad);
-            rc = ig_prefix_prompt_tokens(w->tok, w->chat_style, a, i, &c->prompt, &c->nprompt,
-                                         NULL, 0);
-            if (rc == 0 && a->echo) {
-                c->prompt_text = strdup(p->text);
-                c->prompt_text_len = p->text_len;
-            }
-        } else {
-            const ig_api_prompt_t *p = &a->prompts[i];
-            for (int k = 0; k < p->nids; k++)
-                if (p->ids[k] >= w->vocab)
-                    return ig_api_error(e, 400, "prompt",
-                                        "token id %d at position %d is outside the vocabulary "
-                                        "(size %d)",
-                                        p->ids[k], k, w->vocab);
-            c->prompt = malloc(sizeof(int) * (size_t)p->nids);
-            rc = c->prompt ? 0 : IG_ENOMEM;
-            if (rc == 0) {
-                memcpy(c->prompt, p->ids, sizeof(int) * (size_t)p->nids);
-                c->nprompt = p->nids;
-            }
-            if (rc == 0 && a->echo) {
-                int32_t *ids32 = malloc(sizeof(int32_t) * (size_t)p->nids);
-                char *txt = NULL;
-                size_t tl = 0;
-                for (int k = 0; ids32 && k < p->nids; k++)
-                    ids32[k] = p->ids[k];
-                if (ids32 && ig_tokenizer_decode(w->tok, ids32, (size_t)p->nids,
-                                                 IG_TOKENIZER_SKIP_SPECIAL, &txt, &tl) == 0) {
-                    c->prompt_text = txt;
-                    c->prompt_text_len = tl;
-                }
-                free(ids32);
-            }
+    r->nchoices = nprompts * n;
+    for (int p = 0; p < nprompts; p++) {
+        choice_t *lead = &r->choices[p * n];
+        for (int j = 0; j < n; j++) {
+            choice_t *c = &r->choices[p * n + j];
+            c->r = r;
+            c->index = p * n + j;
+            c->sample = j;
         }
-        if (rc == IG_ENOMEM)
-            return ig_api_error_oom(e);
+        int rc = prepare_prompt(w, r, p, lead, e);
         if (rc < 0)
-            return ig_api_error(e, 400, a->kind == IG_API_CHAT ? "messages" : "prompt",
-                                "the prompt cannot be tokenized: %s", ig_strerror(rc));
-        if (ig_api_check_prompt_limit(a, c->nprompt, w->o.max_prompt_tokens, e) < 0 ||
-            ig_api_check_context(a, c->nprompt, w->context, e) < 0)
-            return IG_EINVAL;
+            return rc;
+        for (int j = 1; j < n; j++)
+            if (copy_prompt(&r->choices[p * n + j], lead) < 0)
+                return ig_api_error_oom(e);
     }
     return 0;
+}
+
+/* Queues one choice's sequence. Each choice has its own seed stream,
+ * seed + its index (prompt i of a batch with n = 1 keeps seed + i). */
+static int submit_choice(worker_t *w, wreq_t *r, choice_t *c)
+{
+    ig_api_request_t *a = &r->api;
+    ig_sched_req_t sr;
+    memset(&sr, 0, sizeof(sr));
+    sr.prompt = c->prompt;
+    sr.nprompt = c->nprompt;
+    sr.sampling = a->sampling;
+    sr.has_seed = a->has_seed;
+    sr.seed = a->seed + (uint64_t)c->index;
+    if (a->max_tokens > 0) {
+        sr.max_tokens = a->max_tokens;
+    } else { /* chat without a limit: up to the context, and what the KV cache holds */
+        int room = w->context < w->kv_tokens ? w->context : w->kv_tokens;
+        sr.max_tokens = room - c->nprompt > 1 ? room - c->nprompt : 1;
+    }
+    sr.ignore_eos = a->ignore_eos;
+    int ids[IG_API_MAX_STOP_IDS + 32];
+    int nids = 0;
+    for (int k = 0; k < a->nstop_ids; k++)
+        ids[nids++] = a->stop_ids[k];
+    /* The template's end-of-turn tokens are EOS-like: ignore_eos (what
+     * benchmarks send to get the asked length) runs through them too, as
+     * vLLM does with generation_config's EOS ids. */
+    if (a->kind == IG_API_CHAT && !a->ignore_eos)
+        for (int k = 0; k < w->nchat_stop; k++)
+            ids[nids++] = w->chat_stop[k];
+    sr.stop_ids = ids;
+    sr.nstop_ids = nids;
+    sr.stop = (const char *const *)a->stop;
+    sr.nstop = a->nstop;
+    sr.logprobs = a->logprobs;
+    sr.prompt_logprobs = a->echo && a->logprobs >= 0;
+    sr.deadline_ns = r->deadline_ns;
+    sr.user = c;
+    int rc = ig_sched_submit(w->sched, &sr, &c->seq_id);
+    if (rc == 0)
+        c->submitted = 1;
+    return rc;
 }
 
 void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
@@ -564,10 +720,10 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
         e.code = "model_not_found";
         goto fail;
     }
-    if (prepare_prompts(w, r, &e) < 0)
+    if (check_fields(w, r, &e) < 0 || prepare_prompts(w, r, &e) < 0)
         goto fail;
 
-    /* Queue room for every prompt first: no half-submitted batch. Only this
+    /* Queue room for every choice first: no half-submitted batch. Only this
      * thread submits, so the check cannot go stale before the submits. */
     ig_sched_stats_t st;
     ig_sched_stats(w->sched, &st);
@@ -582,73 +738,50 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
 
     ig_api_make_id(r->id, sizeof(r->id), kind == IG_API_CHAT ? "chatcmpl-" : "cmpl-");
     r->created = (long long)time(NULL);
-    uint64_t deadline = 0;
     double tmo = w->o.request_timeout_s;
     const char *h = ig_http_req_header(req, "x-infergate-timeout-ms");
     if (h && atof(h) > 0 && (tmo <= 0 || atof(h) / 1000.0 < tmo))
         tmo = atof(h) / 1000.0;
     if (tmo > 0)
-        deadline = ig_http_req_start_ns(req) + (uint64_t)(tmo * 1e9);
+        r->deadline_ns = ig_http_req_start_ns(req) + (uint64_t)(tmo * 1e9);
 
+    /* n > 1 with the prefix cache on: the first sample of each prompt goes
+     * now, the others once its prefill is done (release_followers), so the
+     * prompt is prefilled once and its KV blocks shared. */
+    int defer = r->api.n > 1 && w->o.prefix_cache;
     for (int i = 0; i < r->nchoices; i++) {
         choice_t *c = &r->choices[i];
-        ig_sched_req_t sr;
-        memset(&sr, 0, sizeof(sr));
-        sr.prompt = c->prompt;
-        sr.nprompt = c->nprompt;
-        sr.sampling = r->api.sampling;
-        sr.has_seed = r->api.has_seed;
-        sr.seed = r->api.seed + (uint64_t)i; /* each prompt of a batch its own stream */
-        if (r->api.max_tokens > 0) {
-            sr.max_tokens = r->api.max_tokens;
-        } else { /* chat without a limit: up to the context, and what the KV cache holds */
-            int room = w->context < w->kv_tokens ? w->context : w->kv_tokens;
-            sr.max_tokens = room - c->nprompt > 1 ? room - c->nprompt : 1;
+        if (c->sample > 0 && defer) {
+            c->deferred = 1;
+            continue;
         }
-        sr.ignore_eos = r->api.ignore_eos;
-        int ids[IG_API_MAX_STOP_IDS + 32];
-        int nids = 0;
-        for (int k = 0; k < r->api.nstop_ids; k++)
-            ids[nids++] = r->api.stop_ids[k];
-        /* The template's end-of-turn tokens are EOS-like: ignore_eos (what
-         * benchmarks send to get the asked length) runs through them too, as
-         * vLLM does with generation_config's EOS ids. */
-        if (kind == IG_API_CHAT && !r->api.ignore_eos)
-            for (int k = 0; k < w->nchat_stop; k++)
-                ids[nids++] = w->chat_stop[k];
-        sr.stop_ids = ids;
-        sr.nstop_ids = nids;
-        sr.stop = (const char *const *)r->api.stop;
-        sr.nstop = r->api.nstop;
-        sr.logprobs = r->api.logprobs;
-        sr.prompt_logprobs = r->api.echo && r->api.logprobs >= 0;
-        sr.deadline_ns = deadline;
-        sr.user = c;
-        int rc = ig_sched_submit(w->sched, &sr, &c->seq_id);
+        if (c->finished)
+            continue; /* a follower of a leader that could not be queued */
+        int rc = submit_choice(w, r, c);
         if (rc < 0) {
             if (i == 0) {
                 if (rc == IG_EFULL)
                     ig_api_error(&e, 429, NULL, "the worker's queue is full; retry later");
                 else if (rc == IG_ETOOLONG)
                     ig_api_error(&e, 400, kind == IG_API_CHAT ? "messages" : "prompt",
-                                 "the prompt (%d tokens) and max_tokens (%d) do not fit in this "
+                                 "the prompt (%d tokens) and max_tokens do not fit in this "
                                  "worker's KV cache",
-                                 c->nprompt, sr.max_tokens);
+                                 c->nprompt);
                 else if (rc == IG_ENOMEM)
                     ig_api_error_oom(&e);
                 else
                     ig_api_error(&e, 500, NULL, "cannot queue the request: %s", ig_strerror(rc));
                 goto fail;
             }
-            /* Later prompts of a batch: the earlier ones are running, so
-             * finish this choice as failed; the response reports it. */
-            c->finished = 1;
-            c->finish = IG_FINISH_ERROR;
-            c->error = rc;
-            r->nfinished++;
+            /* Later choices: the earlier ones are running, so finish this
+             * one (and its deferred samples) as failed; the response
+             * reports it. */
+            finish_unrun(r, c, IG_FINISH_ERROR, rc);
+            for (int j = 1; c->sample == 0 && j < r->api.n; j++)
+                if (r->choices[i + j].deferred || !r->choices[i + j].submitted)
+                    finish_unrun(r, &r->choices[i + j], IG_FINISH_ERROR, rc);
             continue;
         }
-        c->submitted = 1;
     }
     ig_http_req_set_data(req, r);
     ig_http_req_on_abort(req, on_abort, r);
@@ -659,7 +792,7 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
         r->stream_started = 1;
         if (kind == IG_API_CHAT) {
             for (int i = 0; i < r->nchoices; i++) {
-                ig_api_choice_t ch = {.index = i, .text = "", .len = 0};
+                ig_api_choice_t ch = {.index = r->choices[i].index, .text = "", .len = 0};
                 size_t n;
                 char *s = ig_api_chunk_sse(kind, r->id, r->created, w->model_name, &ch, 1,
                                            r->api.include_usage, &n);
@@ -674,6 +807,6 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
     return;
 fail:
     ig_api_respond_error(req, &e);
-    /* Submitted choices (none when i == 0 failed) cannot exist here. */
+    /* Submitted choices (none when the first failed) cannot exist here. */
     wreq_free(r);
 }

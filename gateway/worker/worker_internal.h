@@ -51,8 +51,10 @@ typedef struct wreq_s wreq_t;
 
 typedef struct {
     wreq_t *r;
-    int index;
+    int index;  /* the choice's index: prompt * n + sample */
+    int sample; /* 0 for the first choice of its prompt (the leader) */
     uint64_t seq_id;
+    int deferred; /* a follower waiting for its leader's prefill (n > 1) */
     int submitted;
     int finished;
     ig_finish_t finish;
@@ -78,8 +80,9 @@ struct wreq_s {
     ig_api_request_t api;
     char id[64];
     long long created;
-    choice_t *choices;
+    choice_t *choices; /* (nchoices) = prompts x n */
     int nchoices;
+    uint64_t deadline_ns; /* of every sequence; 0 = none */
     int nfinished;
     int http_done;
     int aborted;
