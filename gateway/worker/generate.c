@@ -68,6 +68,8 @@ void ig__worker_chat_setup(worker_t *w)
         IG_WARN("chat template: %s (%s)", ig_chat_style_name(w->chat_style), w->chat_why);
     else
         IG_INFO("chat template: %s (%s)", ig_chat_style_name(w->chat_style), w->chat_why);
+    w->chat_tools = ig_chat_detect_tools(w->chat_style, tpl);
+    IG_INFO("chat tools: %s", ig_chat_tools_name(w->chat_tools));
     size_t n = ig_chat_stop_ids(w->chat_style, w->tok, ids, 32);
     for (size_t i = 0; i < n && i < 32; i++)
         w->chat_stop[w->nchat_stop++] = ids[i];
@@ -109,6 +111,7 @@ static void wreq_free(wreq_t *r)
         choice_dispose(&r->choices[i]);
     free(r->choices);
     free(r->pending);
+    free(r->tool_names);
     ig_api_request_dispose(&r->api);
     free(r);
 }
@@ -267,6 +270,62 @@ static void usage_of(wreq_t *r, ig_api_usage_t *u)
     }
 }
 
+/* ---- tool calls ------------------------------------------------------------ */
+
+static void tool_calls_free(ig_api_tool_call_t *t, int n)
+{
+    for (int i = 0; t && i < n; i++) {
+        free(t[i].id);
+        free(t[i].name);
+        free(t[i].arguments);
+    }
+    free(t);
+}
+
+/* The tool calls in a finished choice's answer (the forced start of a call
+ * included), each with a new id "call_..."; *content_len the bytes of text
+ * before them. *n is 0 when the answer is no call. A call whose JSON is
+ * whole is a call even when max_tokens ended the answer (as vLLM reads it);
+ * a call cut in its middle is not JSON, so it is shown as the text it is. */
+static int tool_calls_of(wreq_t *r, const choice_t *c, ig_api_tool_call_t **out, int *n,
+                         size_t *content_len)
+{
+    *out = NULL;
+    *n = 0;
+    *content_len = c->text_len;
+    if (!r->tools || (c->finish != IG_FINISH_STOP && c->finish != IG_FINISH_LENGTH))
+        return 0;
+    ig_chat_parsed_call_t *calls;
+    size_t ncalls;
+    int rc = ig_chat_parse_tool_calls(r->w->chat_tools, c->text ? c->text : "", c->text_len,
+                                      r->tool_names, (size_t)r->ntool_names, &calls, &ncalls,
+                                      content_len);
+    if (rc < 0 || ncalls == 0)
+        return rc;
+    ig_api_tool_call_t *t = calloc(ncalls, sizeof(*t));
+    if (!t) {
+        ig_chat_parsed_calls_free(calls, ncalls);
+        return IG_ENOMEM;
+    }
+    for (size_t k = 0; k < ncalls; k++) {
+        t[k].id = malloc(48);
+        if (t[k].id)
+            ig_api_make_id(t[k].id, 48, "call_");
+        t[k].name = calls[k].name;
+        t[k].arguments = calls[k].arguments;
+        calls[k].name = calls[k].arguments = NULL;
+    }
+    ig_chat_parsed_calls_free(calls, ncalls);
+    for (size_t k = 0; k < ncalls; k++)
+        if (!t[k].id) {
+            tool_calls_free(t, (int)ncalls);
+            return IG_ENOMEM;
+        }
+    *out = t;
+    *n = (int)ncalls;
+    return 0;
+}
+
 static void finish_whole(wreq_t *r)
 {
     ig_api_error_t e;
@@ -286,6 +345,7 @@ static void finish_whole(wreq_t *r)
         ig_api_respond_oom(r->http);
         return;
     }
+    int oom = 0;
     for (int i = 0; i < r->nchoices; i++) {
         choice_t *c = &r->choices[i];
         ch[i].index = c->index;
@@ -308,14 +368,30 @@ static void finish_whole(wreq_t *r)
         ch[i].has_logprobs = r->api.logprobs >= 0;
         ch[i].lp = c->lp;
         ch[i].nlp = c->nlp;
+        ig_api_tool_call_t *calls;
+        int ncalls;
+        size_t content_len;
+        if (tool_calls_of(r, c, &calls, &ncalls, &content_len) < 0)
+            oom = 1;
+        if (ncalls) {
+            ch[i].len = content_len;
+            ch[i].tool_calls = calls;
+            ch[i].ntool_calls = ncalls;
+            ch[i].finish_reason = "tool_calls";
+        }
     }
     ig_api_usage_t u;
     usage_of(r, &u);
-    ig_api_respond_json(r->http, 200,
-                        ig_api_response_json(r->api.kind, r->id, r->created, r->w->model_name, ch,
-                                             r->nchoices, &u));
-    for (int i = 0; i < r->nchoices; i++)
+    if (oom)
+        ig_api_respond_oom(r->http);
+    else
+        ig_api_respond_json(r->http, 200,
+                            ig_api_response_json(r->api.kind, r->id, r->created, r->w->model_name,
+                                                 ch, r->nchoices, &u));
+    for (int i = 0; i < r->nchoices; i++) {
         free(texts[i]);
+        tool_calls_free((ig_api_tool_call_t *)ch[i].tool_calls, ch[i].ntool_calls);
+    }
     free(texts);
     free(ch);
 }
@@ -340,6 +416,66 @@ static void send_chunk(wreq_t *r, choice_t *c, const char *text, size_t len, con
     if (s)
         stream_write(r, s, n);
     free(s);
+}
+
+/* Tools, stream: text is sent as content while it cannot be the start of
+ * a call; once a call has begun the rest is held, and at the end it is read:
+ * calls go out as OpenAI streams them (per call, a delta with its index,
+ * id, type and name and empty arguments, then one with the arguments), and
+ * the last chunk says "tool_calls". An answer that was no call after all is
+ * sent as content. */
+static void send_tools_chunk(wreq_t *r, choice_t *c, int lp_upto)
+{
+    int normal = c->finish == IG_FINISH_STOP || c->finish == IG_FINISH_LENGTH;
+    const char *text = c->text ? c->text : "";
+    if (!c->finished || !normal) {
+        int in_call = 0;
+        size_t safe = r->forced_len ? 0
+                                    : ig_chat_tools_content_prefix(r->w->chat_tools, text,
+                                                                   c->text_len, &in_call);
+        if (c->finished)
+            safe = c->sent; /* an error ends it: what was held is not an answer */
+        send_chunk(r, c, text + c->sent, safe > c->sent ? safe - c->sent : 0, NULL, lp_upto);
+        if (safe > c->sent)
+            c->sent = safe;
+        return;
+    }
+    ig_api_tool_call_t *calls;
+    int ncalls;
+    size_t content_len;
+    if (tool_calls_of(r, c, &calls, &ncalls, &content_len) < 0 || ncalls == 0) {
+        send_chunk(r, c, text + c->sent, c->text_len - c->sent, finish_reason(c->finish), lp_upto);
+        c->sent = c->text_len;
+        return;
+    }
+    send_chunk(r, c, text + c->sent, content_len > c->sent ? content_len - c->sent : 0, NULL,
+               lp_upto);
+    c->sent = c->text_len;
+    for (int k = 0; k < ncalls; k++) {
+        ig_api_tool_call_t head = {calls[k].id, calls[k].name, (char *)""};
+        ig_api_tool_call_t args = {NULL, NULL, calls[k].arguments};
+        for (int part = 0; part < 2; part++) {
+            ig_api_choice_t ch = {.index = c->index,
+                                  .text = "",
+                                  .tool_calls = part ? &args : &head,
+                                  .ntool_calls = 1,
+                                  .tool_call_index = k};
+            size_t n;
+            char *s = ig_api_chunk_sse(r->api.kind, r->id, r->created, r->w->model_name, &ch, 0,
+                                       r->api.include_usage, &n);
+            if (s)
+                stream_write(r, s, n);
+            free(s);
+        }
+    }
+    ig_api_choice_t fin = {.index = c->index, .text = "", .finish_reason = "tool_calls"};
+    size_t n;
+    char *s = ig_api_chunk_sse(r->api.kind, r->id, r->created, r->w->model_name, &fin, 0,
+                               r->api.include_usage, &n);
+    if (s)
+        stream_write(r, s, n);
+    free(s);
+    tool_calls_free(calls, ncalls);
 }
 
 static void stream_end(wreq_t *r)
@@ -460,7 +596,12 @@ static void on_event(const ig_sched_event_t *ev, void *data)
         r->nfinished++;
     }
 
-    if (r->api.stream) {
+    if (r->tools && ev->text_len)
+        append(&c->text, &c->text_len, &c->text_cap, ev->text, ev->text_len);
+    if (r->api.stream && r->tools) {
+        if (!r->http_done)
+            send_tools_chunk(r, c, c->nlp);
+    } else if (r->api.stream) {
         if (!r->http_done) {
             if (r->api.echo && !c->echo_sent && (ev->ntokens || ev->finish)) {
                 send_chunk(r, c, c->prompt_text ? c->prompt_text : "", c->prompt_text_len, NULL,
@@ -471,7 +612,7 @@ static void on_event(const ig_sched_event_t *ev, void *data)
             send_chunk(r, c, ev->text, ev->text_len, normal ? finish_reason(ev->finish) : NULL,
                        c->nlp);
         }
-    } else if (ev->text_len) {
+    } else if (ev->text_len && !r->tools) {
         append(&c->text, &c->text_len, &c->text_cap, ev->text, ev->text_len);
     }
 
@@ -527,6 +668,31 @@ static int check_fields(worker_t *w, wreq_t *r, ig_api_error_t *e)
             return ig_api_error(e, 400, "logit_bias",
                                 "'logit_bias' token id %d is outside the vocabulary (size %d)",
                                 a->sampling.logit_bias[i].token, w->vocab);
+    if (a->kind == IG_API_CHAT && a->ntools && a->tool_choice != IG_API_TOOL_CHOICE_NONE) {
+        for (int i = 0; i < a->ntools; i++)
+            if (!a->tools[i].name)
+                return ig_api_error(e, 400, "tools",
+                                    "tools[%d] has type '%s'; this worker serves function tools "
+                                    "only",
+                                    i, a->tools[i].type);
+        if (w->chat_tools == IG_CHAT_TOOLS_NONE)
+            return ig_api_error(e, 400, "tools",
+                                "this model's chat template (%s) has no tool convention, so "
+                                "'tools' cannot be given to it; send \"tool_choice\": \"none\" "
+                                "or no tools",
+                                ig_chat_style_name(w->chat_style));
+        r->tool_names = calloc((size_t)a->ntools, sizeof(char *));
+        if (!r->tool_names)
+            return ig_api_error_oom(e);
+        for (int i = 0; i < a->ntools; i++)
+            r->tool_names[r->ntool_names++] = a->tools[i].name;
+        r->tools = 1;
+        const char *force = a->tool_choice == IG_API_TOOL_CHOICE_REQUIRED   ? ""
+                            : a->tool_choice == IG_API_TOOL_CHOICE_FUNCTION ? a->tool_choice_name
+                                                                            : NULL;
+        r->forced_len =
+            ig_chat_tools_forced_prefix(w->chat_tools, force, r->forced, sizeof(r->forced));
+    }
     int nprompts = a->kind == IG_API_CHAT ? 1 : a->nprompts;
     if (nprompts * a->n > w->o.max_waiting)
         return ig_api_error(e, 400, "n",
@@ -636,6 +802,13 @@ static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
         for (int j = 1; j < n; j++)
             if (copy_prompt(&r->choices[p * n + j], lead) < 0)
                 return ig_api_error_oom(e);
+        /* A forced tool choice: the answer starts with the prompt's last
+         * words (the start of a call), read back with the rest. */
+        for (int j = 0; j < n && r->forced_len; j++) {
+            choice_t *c = &r->choices[p * n + j];
+            if (append(&c->text, &c->text_len, &c->text_cap, r->forced, r->forced_len) < 0)
+                return ig_api_error_oom(e);
+        }
     }
     return 0;
 }
@@ -671,8 +844,15 @@ static int submit_choice(worker_t *w, wreq_t *r, choice_t *c)
             ids[nids++] = w->chat_stop[k];
     sr.stop_ids = ids;
     sr.nstop_ids = nids;
-    sr.stop = (const char *const *)a->stop;
-    sr.nstop = a->nstop;
+    const char *stops[IG_API_MAX_STOP + 1];
+    int nstops = 0;
+    for (int k = 0; k < a->nstop; k++)
+        stops[nstops++] = a->stop[k];
+    /* parallel_tool_calls false: the answer ends with its first call. */
+    if (r->tools && a->parallel_tool_calls == 0 && w->chat_tools == IG_CHAT_TOOLS_HERMES)
+        stops[nstops++] = "</tool_call>";
+    sr.stop = stops;
+    sr.nstop = nstops;
     sr.logprobs = a->logprobs;
     sr.prompt_logprobs = a->echo && a->logprobs >= 0;
     sr.deadline_ns = r->deadline_ns;

@@ -176,6 +176,7 @@ static void handle_models(ig_http_req_t *req, void *data)
             m, "max_prompt_tokens",
             json_integer(w->o.max_prompt_tokens > 0 ? w->o.max_prompt_tokens : w->context));
         json_object_set_new(m, "chat_template", json_string(ig_chat_style_name(w->chat_style)));
+        json_object_set_new(m, "chat_tools", json_string(ig_chat_tools_name(w->chat_tools)));
         json_object_set_new(m, "chat_template_source", json_string(w->chat_source));
         json_object_set_new(m, "chat_template_reason", json_string(w->chat_why));
     }

@@ -72,6 +72,7 @@ typedef struct {
     int prompt_lp_done; /* echo entries built */
     int echo_sent;      /* stream: echo chunk sent */
     int lp_sent;        /* stream: entries already sent */
+    size_t sent;        /* tools, stream: bytes of text already sent as content */
 } choice_t;
 
 struct wreq_s {
@@ -83,6 +84,11 @@ struct wreq_s {
     choice_t *choices; /* (nchoices) = prompts x n */
     int nchoices;
     uint64_t deadline_ns; /* of every sequence; 0 = none */
+    int tools;            /* chat with tools rendered: answers are read for tool calls */
+    char forced[IG_API_MAX_NAME + 64]; /* the start of a call a tool_choice forced */
+    size_t forced_len;
+    const char **tool_names; /* (ntool_names) the declared functions (borrowed from api) */
+    int ntool_names;
     int nfinished;
     int http_done;
     int aborted;
@@ -124,8 +130,9 @@ typedef struct worker_s {
     int chat_stop[32];
     int nchat_stop;
     ig_chat_style_t chat_style;
-    const char *chat_source; /* "detected", "default" (no template) or "fallback" */
-    const char *chat_why;    /* the sentence ig_chat_detect_why() gave */
+    ig_chat_tools_t chat_tools; /* the template's tool convention */
+    const char *chat_source;    /* "detected", "default" (no template) or "fallback" */
+    const char *chat_why;       /* the sentence ig_chat_detect_why() gave */
 
     wreq_t *reqs; /* generation requests in flight */
     int nreqs;

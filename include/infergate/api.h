@@ -211,6 +211,13 @@ typedef struct {
     int has_logprobs;                 /* emit logprobs (else null) */
     const ig_api_token_logprob_t *lp; /* (nlp) */
     int nlp;
+    /* Chat: the message's tool calls (message.tool_calls, content null when
+     * there is no text), or a stream chunk's (delta.tool_calls numbered from
+     * tool_call_index; a NULL id or name is left out, as in the chunks that
+     * carry only more arguments of a call). */
+    const ig_api_tool_call_t *tool_calls; /* (ntool_calls) */
+    int ntool_calls;
+    int tool_call_index;
 } ig_api_choice_t;
 
 typedef struct {
