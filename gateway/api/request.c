@@ -230,10 +230,9 @@ static int parse_logit_bias(json_t *root, ig_api_request_t *r, ig_api_error_t *e
     json_t *v;
     json_object_foreach(lb, key, v)
     {
-        char *end = NULL;
-        long long id = strtoll(key, &end, 10);
-        if (!key[0] || *end || id < 0 || id > 0x7fffffff || key[0] == '-' || key[0] == '+' ||
-            key[0] == ' ')
+        size_t klen = strlen(key), digits = strspn(key, "0123456789");
+        long long id = digits == klen && klen && klen <= 10 ? strtoll(key, NULL, 10) : -1;
+        if (id < 0 || id > 0x7fffffff)
             return ig_api_error(err, 400, "logit_bias",
                                 "'logit_bias' keys must be token ids (non-negative integers), "
                                 "got \"%.32s\"",

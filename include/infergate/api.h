@@ -10,7 +10,10 @@
  *
  * Validation rule: unknown field names are ignored (OpenAI clients send
  * extras), but a known field with the wrong type or out of range is a 400
- * whose `param` names the field.
+ * whose `param` names the field. The parser never refuses a field because
+ * some backend does not implement it (n, best_of, tools, response_format,
+ * suffix, logit_bias...): it records it, and the backend that serves the
+ * request honours it or refuses it by name (a worker: docs/worker.md).
  *
  * Ownership: a parsed request owns its strings and arrays (malloc) until
  * ig_api_request_dispose(). Builders return new references (json_t *) or
@@ -239,7 +242,8 @@ json_t *ig_api_response_json(ig_api_kind_t kind, const char *id, long long creat
  * NULL). A completion chunk carries choices[{index,text,logprobs,
  * finish_reason}]; a chat chunk carries choices[{index,delta,logprobs,
  * finish_reason}], where delta is {"role":"assistant","content":""} when
- * role_delta is set, {"content":text} when text is not empty, else {}.
+ * role_delta is set, {"content":text} when text is not empty, else {}, plus
+ * "tool_calls" when the choice carries some.
  * usage_null adds "usage": null (set when the client asked for usage).
  */
 char *ig_api_chunk_sse(ig_api_kind_t kind, const char *id, long long created, const char *model,
