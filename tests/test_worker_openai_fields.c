@@ -240,6 +240,51 @@ static void test_n_choices(void **state)
     json_decref(ev);
 }
 
+static double sum_logprobs(json_t *j, int i)
+{
+    json_t *lp =
+        json_object_get(json_array_get(json_object_get(j, "choices"), (size_t)i), "logprobs");
+    json_t *v;
+    size_t k;
+    double sum = 0;
+    json_array_foreach(json_object_get(lp, "token_logprobs"), k, v) sum += json_real_value(v);
+    return sum;
+}
+
+/* best_of > n: best_of samples (seeds as n = best_of gives them), the n
+ * with the highest summed logprob returned, best first; usage counts what
+ * was generated. */
+static void test_best_of(void **state)
+{
+    (void)state;
+    const char *all = "{\"prompt\":\"hello there\",\"max_tokens\":6,\"temperature\":1.0,"
+                      "\"seed\":5,\"ignore_eos\":true,\"logprobs\":0,\"n\":4}";
+    const char *best = "{\"prompt\":\"hello there\",\"max_tokens\":6,\"temperature\":1.0,"
+                       "\"seed\":5,\"ignore_eos\":true,\"n\":2,\"best_of\":4}";
+    json_t *a = post(&TINY, "/v1/completions", all, 200);
+    json_t *b = post(&TINY, "/v1/completions", best, 200);
+    int rank[4] = {0, 1, 2, 3};
+    for (int x = 1; x < 4; x++)
+        for (int y = x; y > 0 && sum_logprobs(a, rank[y - 1]) < sum_logprobs(a, rank[y]); y--) {
+            int t = rank[y];
+            rank[y] = rank[y - 1];
+            rank[y - 1] = t;
+        }
+    json_t *ch = json_object_get(b, "choices");
+    assert_int_equal(json_array_size(ch), 2);
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(
+            json_integer_value(json_object_get(json_array_get(ch, (size_t)k), "index")), k);
+        assert_string_equal(choice_text(b, k), choice_text(a, rank[k]));
+        /* logprobs were not asked for: none shown, though they ranked */
+        assert_true(json_is_null(json_object_get(json_array_get(ch, (size_t)k), "logprobs")));
+    }
+    assert_int_equal(usage(b, "completion_tokens"), 24);
+    assert_int_equal(usage(b, "prompt_tokens"), usage(a, "prompt_tokens"));
+    json_decref(a);
+    json_decref(b);
+}
+
 /* n > 1 prefills the prompt once: the other samples find its full blocks
  * in the prefix cache (16-token blocks). */
 static void test_n_shares_prefill(void **state)
@@ -335,8 +380,8 @@ static void test_refusals(void **state)
          "{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"x\",\"schema\":{}}}}",
          "response_format"},
         {&TINY, "/v1/completions", "{\"prompt\":\"x\",\"suffix\":\"end\"}", "suffix"},
-        {&TINY, "/v1/completions", "{\"prompt\":\"x\",\"best_of\":3}", "best_of"},
-        {&TINY, "/v1/completions", "{\"prompt\":\"x\",\"n\":2,\"best_of\":4}", "best_of"},
+        {&TINY, "/v1/completions", "{\"prompt\":\"x\",\"best_of\":3,\"stream\":true}", "best_of"},
+        {&TINY, "/v1/completions", "{\"prompt\":\"x\",\"n\":3,\"best_of\":2}", "best_of"},
         {&TINY, "/v1/completions", "{\"prompt\":\"x\",\"logit_bias\":{\"4096\":1}}", "logit_bias"},
         {&TINY, "/v1/completions", "{\"prompt\":\"x\",\"n\":129}", "n"},
         /* Llama-2's template has no tool convention */
@@ -503,11 +548,9 @@ static void test_tools(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_n_choices),
-        cmocka_unit_test(test_n_shares_prefill),
-        cmocka_unit_test(test_logit_bias_and_penalties),
-        cmocka_unit_test(test_refusals),
-        cmocka_unit_test(test_tools),
+        cmocka_unit_test(test_n_choices), cmocka_unit_test(test_n_shares_prefill),
+        cmocka_unit_test(test_best_of),   cmocka_unit_test(test_logit_bias_and_penalties),
+        cmocka_unit_test(test_refusals),  cmocka_unit_test(test_tools),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

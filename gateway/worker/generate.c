@@ -326,6 +326,51 @@ static int tool_calls_of(wreq_t *r, const choice_t *c, ig_api_tool_call_t **out,
     return 0;
 }
 
+/* best_of > n: of each prompt's best_of samples, the n with the highest
+ * sum of token logprobs (ties: the lower sample) go first, renumbered
+ * prompt * n + rank, as vLLM returns them. ch(nchoices) is reordered in
+ * place (the rest stays behind, to be freed); returns the choices to send
+ * (all of them without best_of), or IG_ENOMEM. */
+static int best_of_select(wreq_t *r, ig_api_choice_t *ch)
+{
+    int m = r->per_prompt, n = r->api.n;
+    if (m <= n)
+        return r->nchoices;
+    int nprompts = r->nchoices / m;
+    ig_api_choice_t *tmp = malloc(sizeof(*tmp) * (size_t)r->nchoices);
+    int *order = malloc(sizeof(int) * (size_t)m);
+    if (!tmp || !order) {
+        free(tmp);
+        free(order);
+        return IG_ENOMEM;
+    }
+    int out = 0, rest = nprompts * n;
+    for (int p = 0; p < nprompts; p++) {
+        for (int j = 0; j < m; j++) {
+            int k = j;
+            while (k > 0 && r->choices[p * m + order[k - 1]].cum_logprob <
+                                r->choices[p * m + j].cum_logprob) {
+                order[k] = order[k - 1];
+                k--;
+            }
+            order[k] = j;
+        }
+        for (int j = 0; j < m; j++) {
+            ig_api_choice_t c = ch[p * m + order[j]];
+            if (j < n) {
+                c.index = p * n + j;
+                tmp[out++] = c;
+            } else {
+                tmp[rest++] = c;
+            }
+        }
+    }
+    memcpy(ch, tmp, sizeof(*tmp) * (size_t)r->nchoices);
+    free(tmp);
+    free(order);
+    return nprompts * n;
+}
+
 static void finish_whole(wreq_t *r)
 {
     ig_api_error_t e;
@@ -382,12 +427,13 @@ static void finish_whole(wreq_t *r)
     }
     ig_api_usage_t u;
     usage_of(r, &u);
-    if (oom)
+    int nout = best_of_select(r, ch);
+    if (oom || nout < 0)
         ig_api_respond_oom(r->http);
     else
-        ig_api_respond_json(r->http, 200,
-                            ig_api_response_json(r->api.kind, r->id, r->created, r->w->model_name,
-                                                 ch, r->nchoices, &u));
+        ig_api_respond_json(
+            r->http, 200,
+            ig_api_response_json(r->api.kind, r->id, r->created, r->w->model_name, ch, nout, &u));
     for (int i = 0; i < r->nchoices; i++) {
         free(texts[i]);
         tool_calls_free((ig_api_tool_call_t *)ch[i].tool_calls, ch[i].ntool_calls);
@@ -538,7 +584,7 @@ static void finish_unrun(wreq_t *r, choice_t *c, ig_finish_t why, int error)
  * the other samples of that prompt are submitted now and find them there. */
 static void release_followers(worker_t *w, wreq_t *r, const choice_t *lead)
 {
-    int n = r->api.n;
+    int n = r->per_prompt;
     for (int j = 1; j < n; j++) {
         choice_t *f = &r->choices[lead->index + j];
         if (!f->deferred)
@@ -585,9 +631,11 @@ static void on_event(const ig_sched_event_t *ev, void *data)
     if (r->api.echo && c->lp_offset < c->prompt_text_len && (ev->ntokens || ev->finish))
         c->lp_offset = c->prompt_text_len; /* generated offsets follow the echoed text */
     int lp_prompt_end = c->nlp;
-    for (int i = 0; i < ev->ntokens; i++)
+    for (int i = 0; i < ev->ntokens; i++) {
+        c->cum_logprob += ev->tokens[i].logprob;
         if (want_lp)
             add_lp(w, c, &ev->tokens[i], 1, ev->tokens[i].token, ntop);
+    }
     if (ev->finish != IG_FINISH_NONE) {
         c->finished = 1;
         c->finish = ev->finish;
@@ -616,7 +664,7 @@ static void on_event(const ig_sched_event_t *ev, void *data)
         append(&c->text, &c->text_len, &c->text_cap, ev->text, ev->text_len);
     }
 
-    if (c->sample == 0 && r->api.n > 1 && (ev->ntokens || c->finished))
+    if (c->sample == 0 && r->per_prompt > 1 && (ev->ntokens || c->finished))
         release_followers(w, r, c);
 
     if (r->nfinished == r->nchoices && !r->http_done)
@@ -658,11 +706,10 @@ static int check_fields(worker_t *w, wreq_t *r, ig_api_error_t *e)
     if (a->suffix && a->suffix[0])
         return ig_api_error(e, 400, "suffix",
                             "'suffix' (fill-in-the-middle) is not supported by this worker");
-    if (a->best_of && a->best_of != a->n)
+    if (a->best_of > a->n && a->stream)
         return ig_api_error(e, 400, "best_of",
-                            "'best_of' other than 'n' is not supported by this worker (got "
-                            "best_of %d, n %d)",
-                            a->best_of, a->n);
+                            "'best_of' greater than 'n' cannot be streamed (the best are known "
+                            "only at the end)");
     for (int i = 0; i < a->sampling.nlogit_bias; i++)
         if (a->sampling.logit_bias[i].token >= w->vocab)
             return ig_api_error(e, 400, "logit_bias",
@@ -694,10 +741,12 @@ static int check_fields(worker_t *w, wreq_t *r, ig_api_error_t *e)
             ig_chat_tools_forced_prefix(w->chat_tools, force, r->forced, sizeof(r->forced));
     }
     int nprompts = a->kind == IG_API_CHAT ? 1 : a->nprompts;
-    if (nprompts * a->n > w->o.max_waiting)
-        return ig_api_error(e, 400, "n",
-                            "%d prompts x 'n' %d = %d choices; this worker queues at most %d",
-                            nprompts, a->n, nprompts * a->n, w->o.max_waiting);
+    r->per_prompt = a->best_of > a->n ? a->best_of : a->n;
+    if (nprompts * r->per_prompt > w->o.max_waiting)
+        return ig_api_error(e, 400, a->best_of > a->n ? "best_of" : "n",
+                            "%d prompts x %d samples = %d sequences; this worker queues at most "
+                            "%d",
+                            nprompts, r->per_prompt, nprompts * r->per_prompt, w->o.max_waiting);
     return 0;
 }
 
@@ -783,7 +832,7 @@ static int copy_prompt(choice_t *to, const choice_t *from)
 static int prepare_prompts(worker_t *w, wreq_t *r, ig_api_error_t *e)
 {
     ig_api_request_t *a = &r->api;
-    int nprompts = a->kind == IG_API_CHAT ? 1 : a->nprompts, n = a->n;
+    int nprompts = a->kind == IG_API_CHAT ? 1 : a->nprompts, n = r->per_prompt;
     r->choices = calloc((size_t)(nprompts * n), sizeof(choice_t));
     if (!r->choices)
         return ig_api_error_oom(e);
@@ -853,7 +902,9 @@ static int submit_choice(worker_t *w, wreq_t *r, choice_t *c)
         stops[nstops++] = "</tool_call>";
     sr.stop = stops;
     sr.nstop = nstops;
-    sr.logprobs = a->logprobs;
+    /* best_of ranks by the sampled tokens' logprobs: computed even when
+     * the client shows none. */
+    sr.logprobs = a->logprobs < 0 && r->per_prompt > a->n ? 0 : a->logprobs;
     sr.prompt_logprobs = a->echo && a->logprobs >= 0;
     sr.deadline_ns = r->deadline_ns;
     sr.user = c;
@@ -928,7 +979,7 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
     /* n > 1 with the prefix cache on: the first sample of each prompt goes
      * now, the others once its prefill is done (release_followers), so the
      * prompt is prefilled once and its KV blocks shared. */
-    int defer = r->api.n > 1 && w->o.prefix_cache;
+    int defer = r->per_prompt > 1 && w->o.prefix_cache;
     for (int i = 0; i < r->nchoices; i++) {
         choice_t *c = &r->choices[i];
         if (c->sample > 0 && defer) {
@@ -957,7 +1008,7 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
              * one (and its deferred samples) as failed; the response
              * reports it. */
             finish_unrun(r, c, IG_FINISH_ERROR, rc);
-            for (int j = 1; c->sample == 0 && j < r->api.n; j++)
+            for (int j = 1; c->sample == 0 && j < r->per_prompt; j++)
                 if (r->choices[i + j].deferred || !r->choices[i + j].submitted)
                     finish_unrun(r, &r->choices[i + j], IG_FINISH_ERROR, rc);
             continue;

@@ -73,6 +73,7 @@ typedef struct {
     int echo_sent;      /* stream: echo chunk sent */
     int lp_sent;        /* stream: entries already sent */
     size_t sent;        /* tools, stream: bytes of text already sent as content */
+    double cum_logprob; /* best_of: the sum of its tokens' logprobs */
 } choice_t;
 
 struct wreq_s {
@@ -81,8 +82,9 @@ struct wreq_s {
     ig_api_request_t api;
     char id[64];
     long long created;
-    choice_t *choices; /* (nchoices) = prompts x n */
+    choice_t *choices; /* (nchoices) = prompts x per_prompt */
     int nchoices;
+    int per_prompt;       /* sequences per prompt: best_of when given, else n */
     uint64_t deadline_ns; /* of every sequence; 0 = none */
     int tools;            /* chat with tools rendered: answers are read for tool calls */
     char forced[IG_API_MAX_NAME + 64]; /* the start of a call a tool_choice forced */
