@@ -219,11 +219,23 @@ static void handle_chat(ig_http_req_t *req, void *data)
     ig__worker_generate(data, req, IG_API_CHAT);
 }
 
+static void handle_tokenize(ig_http_req_t *req, void *data)
+{
+    ig__worker_tokenize(data, req);
+}
+
+static void handle_detokenize(ig_http_req_t *req, void *data)
+{
+    ig__worker_detokenize(data, req);
+}
+
 /* The worker's routes (include/infergate/http_route.h); no API keys here:
  * a worker listens where only its gateway reaches it. */
 static const ig_http_route_t routes[] = {
     {"POST", "/v1/completions", handle_completions, 0},
     {"POST", "/v1/chat/completions", handle_chat, 0},
+    {"POST", "/v1/tokenize", handle_tokenize, 0},
+    {"POST", "/v1/detokenize", handle_detokenize, 0},
     {"GET", "/v1/models", handle_models, 0},
     {"GET", "/health", handle_health, 0},
     {"GET", "/ready", handle_ready, 0},

@@ -179,6 +179,14 @@ void ig__worker_cancel(wreq_t *r);
 void ig__worker_on_async(uv_async_t *h);
 /* The scheduler's notify hook (engine thread): wakes w->async (data). */
 void ig__worker_on_sched_notify(void *data);
+/* ---- tokenize.c ----------------------------------------------------------- */
+
+/* POST /v1/tokenize: a prompt or chat messages (with tools) as this worker
+ * tokenizes them, {"count", "max_model_len", "tokens"}; finishes req. */
+void ig__worker_tokenize(worker_t *w, ig_http_req_t *req);
+/* POST /v1/detokenize: {"tokens": [ids]} -> {"prompt": text}; finishes req. */
+void ig__worker_detokenize(worker_t *w, ig_http_req_t *req);
+
 /* POST /v1/completions and /v1/chat/completions: parse, tokenize, submit;
  * answers errors itself and finishes req, now or when the last choice ends. */
 void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
