@@ -166,6 +166,7 @@ static const bad_case_t bad_cases[] = {
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":\"1\"}}", "logit_bias"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"response_format\":\"json\"}", "response_format"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"response_format\":{}}", "response_format"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"n\":2,\"best_of\":1}", "best_of"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"ignore_eos\":\"no\"}", "ignore_eos"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"model\":7}", "model"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"presence_penalty\":3}", "presence_penalty"},
@@ -297,7 +298,7 @@ static void test_recorded_fields(void **state)
         "\"max_completion_tokens\":9,\"vendor_x\":{\"deep\":[1]}}";
     assert_int_equal(parse(IG_API_CHAT, body, &r, &e), 0);
     assert_int_equal(r.n, 3);
-    assert_int_equal(r.best_of, 0);
+    assert_int_equal(r.best_of, 3); /* n when not given */
     assert_int_equal(r.max_tokens, 9);
     assert_true(r.max_tokens_given);
     assert_int_equal(r.nmessages, 4);

@@ -157,6 +157,44 @@ static void test_whole_answer(void **state)
     assert_true(metric("infergate_prompt_tokens_total{model=\"w\"} ") == 4);
 }
 
+/* The usage object of a whole answer is found without parsing the rest:
+ * an escaped "usage" inside a string is not it, a Responses answer names
+ * its counts input/output_tokens, and an embeddings answer has no
+ * completion. */
+static void test_whole_answer_shapes(void **state)
+{
+    (void)state;
+    ig_usage_families_t f;
+    ig_usage_families_register(&f);
+    static const struct {
+        const char *body;
+        long long prompt, completion;
+    } cases[] = {
+        {"{\"choices\":[{\"text\":\"say \\\"usage\\\":{\\\"prompt_tokens\\\":99}\"}],"
+         "\"usage\" : {\"prompt_tokens\":3,\"completion_tokens\":5,"
+         "\"prompt_tokens_details\":{\"cached_tokens\":1}}}",
+         3, 5},
+        {"{\"choices\":[{\"text\":\"no usage here \\\"usage\\\":{\\\"prompt_tokens\\\":7}\"}]}", -1,
+         -1},
+        {"{\"object\":\"response\",\"output\":[],\"usage\":{\"input_tokens\":6,"
+         "\"output_tokens\":3,\"input_tokens_details\":{\"cached_tokens\":0}}}",
+         6, 3},
+        {"{\"data\":[{\"embedding\":[0.5]}],\"usage\":{\"prompt_tokens\":12,\"total_tokens\":12}}", 12,
+         -1},
+        {"{\"usage\":", -1, -1},
+        {"\"usage\"", -1, -1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ig_usage_meter_t m;
+        ig_usage_init(&m);
+        ig_usage_body(&m, cases[i].body, strlen(cases[i].body));
+        print_message("%s -> %lld %lld\n", cases[i].body, m.prompt, m.completion);
+        assert_true(m.prompt == cases[i].prompt);
+        assert_true(m.completion == cases[i].completion);
+        ig_usage_end(&m, &f, "shapes", 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -164,6 +202,7 @@ int main(void)
         cmocka_unit_test(test_crlf_every_split),
         cmocka_unit_test(test_usage_wins_over_events),
         cmocka_unit_test(test_whole_answer),
+        cmocka_unit_test(test_whole_answer_shapes),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     ig_metrics_reset();

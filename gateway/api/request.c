@@ -372,22 +372,16 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
             return rc;
     }
 
-    /* n and best_of are recorded for whoever serves them (a gateway reserves
-     * tokens for n choices); bounded so that one request cannot ask for an
-     * unbounded fan-out. */
-    if ((rc = get_int(root, "n", 1, IG_API_MAX_N, &i, err)) < 0)
+    if ((rc = get_int(root, "n", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
         return rc;
     if (rc)
         r->n = (int)i;
-    if ((rc = get_int(root, "best_of", 1, IG_API_MAX_N, &i, err)) < 0)
+    if ((rc = get_int(root, "best_of", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
         return rc;
-    if (rc) {
-        if (i < r->n)
-            return ig_api_error(err, 400, "best_of",
-                                "'best_of' must be greater than or equal to 'n' (%d), got %lld",
-                                r->n, i);
-        r->best_of = (int)i;
-    }
+    r->best_of = rc ? (int)i : r->n;
+    if (r->best_of < r->n)
+        return ig_api_error(err, 400, "best_of", "'best_of' (%d) must be at least 'n' (%d)",
+                            r->best_of, r->n);
     if ((rc = parse_logit_bias(root, r, err)) < 0 ||
         (rc = get_string(root, "user", 1 << 16, &r->user, err)) < 0)
         return rc;
@@ -483,7 +477,7 @@ static void request_init(ig_api_request_t *r, ig_api_kind_t kind)
     ig_sampling_params_default(&r->sampling);
     r->max_tokens = kind == IG_API_COMPLETION ? 16 : 0;
     r->logprobs = -1;
-    r->n = 1;
+    r->n = r->best_of = 1;
     r->parallel_tool_calls = -1;
 }
 

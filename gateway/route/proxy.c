@@ -81,6 +81,7 @@ struct exchange_s {
     xstate_t state;
     char *model, *path, *body;
     size_t len;
+    unsigned endpoint; /* IG_PROXY_EP_* of path; 0 for completions and chat */
     int stream;
     int prompt_tokens;
     int local_only;
@@ -99,6 +100,7 @@ struct exchange_s {
     attempt_t *committed;
     ig_router_upstream_t *tried[MAX_TARGETS];
     int ntried;
+    int lacked;   /* upstreams that answered 404 for the endpoint */
     int attempts; /* started, all kinds */
     int retries;
     int hedged;
@@ -350,6 +352,28 @@ static int limit_of(const ig_proxy_t *px, const ig_router_upstream_t *u)
     int cap = px->opts.max_inflight > 0 ? px->opts.max_inflight : u->slots > 0 ? 2 * u->slots : 64;
     int adaptive = ig_router_limit(&px->router, u);
     return adaptive < cap ? adaptive : cap;
+}
+
+/* How long an upstream that answered 404 for an endpoint is not asked for
+ * it again: a site upgraded meanwhile is found within this. */
+#define LACKS_RECHECK_NS (60ULL * 1000000000ULL)
+
+/* The endpoint bit of a path the proxy forwards: the optional endpoints
+ * an upstream may not serve. 0 for completions and chat, which every
+ * upstream of a model serves (a 404 there is the client's answer). */
+static unsigned endpoint_of(const char *path)
+{
+    if (strcmp(path, "/v1/embeddings") == 0)
+        return IG_PROXY_EP_EMBEDDINGS;
+    if (strcmp(path, "/v1/responses") == 0)
+        return IG_PROXY_EP_RESPONSES;
+    return 0;
+}
+
+/* 1 when u answered 404 for the endpoint lately. */
+static int lacks(const ig_router_upstream_t *u, unsigned endpoint, uint64_t now)
+{
+    return endpoint != 0 && (u->lacks & endpoint) != 0 && now < u->lacks_until_ns;
 }
 
 static int was_tried(const exchange_t *x, const ig_router_upstream_t *u)
@@ -688,6 +712,12 @@ static int attempt_unusable(const attempt_t *a)
     return retryable_status(a->status) || site_refused(a);
 }
 
+/* A 404 for an optional endpoint: this upstream does not serve it. */
+static int attempt_lacks_endpoint(const attempt_t *a)
+{
+    return a->status == 404 && a->x->endpoint != 0;
+}
+
 /* An attempt failed before anything reached the client: retry elsewhere
  * if the budget allows, else answer with what went wrong. */
 static void attempt_failed(attempt_t *a, int status, int err)
@@ -834,7 +864,7 @@ static void on_up_body(ig_upstream_req_t *r, const char *buf, size_t len, void *
         stream_out(x, a, buf, len);
         return;
     }
-    if (x->state != X_TRYING || attempt_unusable(a) || len == 0)
+    if (x->state != X_TRYING || attempt_unusable(a) || attempt_lacks_endpoint(a) || len == 0)
         return; /* decided elsewhere, or an error body we do not pass on */
     if (gather(a, buf, len) != 0)
         return;
@@ -901,6 +931,19 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         attempt_failed(a, 0, err);
         return;
     }
+    if (attempt_lacks_endpoint(a)) {
+        /* Not a failure of the upstream, and not the client's: it serves
+         * the model but not this endpoint. Ask another, without spending
+         * the retry budget (each such answer removes a candidate). */
+        a->route->lacks |= x->endpoint;
+        a->route->lacks_until_ns = now + LACKS_RECHECK_NS;
+        x->lacked++;
+        attempt_account(a, IG_OUTCOME_CLIENT_ERROR, "");
+        attempt_drop_body(a);
+        if (attempts_live(x) == 0)
+            attempt_start(x, 0);
+        return;
+    }
     if (attempt_unusable(a)) {
         attempt_account(
             a, a->status == 429 || a->status == 503 ? IG_OUTCOME_BACKPRESSURE : IG_OUTCOME_FAILURE,
@@ -957,7 +1000,7 @@ static void attempt_start(exchange_t *x, int hedge)
     int starting = 0;
     int n = px->resolve(px->resolve_data, x->model, targets, MAX_TARGETS, &starting);
     uint64_t now = uv_hrtime();
-    int eligible = 0, saturated = 0;
+    int eligible = 0, saturated = 0, lacking = 0;
     if (x->local_only) {
         int k = 0;
         for (int i = 0; i < n; i++) {
@@ -970,9 +1013,11 @@ static void attempt_start(exchange_t *x, int hedge)
         states[i] = targets[i].route;
         int e = ig_router_eligible(states[i], now);
         int sat = e && states[i]->inflight >= limit_of(px, states[i]);
-        exclude[i] = was_tried(x, states[i]) || sat;
-        eligible += e && !was_tried(x, states[i]);
-        saturated += e && !was_tried(x, states[i]) && sat;
+        int l = lacks(states[i], x->endpoint, now);
+        exclude[i] = was_tried(x, states[i]) || sat || l;
+        eligible += e && !was_tried(x, states[i]) && !l;
+        saturated += e && !was_tried(x, states[i]) && !l && sat;
+        lacking += l;
     }
     ig_route_decision_t d;
     ig_prefix_route_score(px->prefix_index, states, n, &x->prefix);
@@ -989,6 +1034,12 @@ static void attempt_start(exchange_t *x, int hedge)
             /* Every upstream was tried: answer with the last failure. */
             x->retries = px->router.opts.max_retries;
             attempt_failed(&x->att[0], x->last_status, x->last_err);
+            return;
+        }
+        if (eligible == 0 && (lacking > 0 || x->lacked > 0)) {
+            ig_metric_add(px->m_rejected, 1, x->model, "endpoint_not_served");
+            exchange_fail(x, 404, "endpoint_not_served", NULL,
+                          "no upstream for model '%s' serves %s", x->model, x->path);
             return;
         }
         if ((saturated > 0 && saturated == eligible) || (eligible == 0 && starting)) {
@@ -1283,6 +1334,7 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     ig_usage_init(&x->usage);
     x->model = strdup(call->model);
     x->path = strdup(call->path);
+    x->endpoint = endpoint_of(call->path);
     x->body = malloc(call->len + 1);
     if (x->model == NULL || x->path == NULL || x->body == NULL) {
         free(x->model);

@@ -51,6 +51,20 @@ static int nonempty_string(const json_t *v)
     return json_is_string(v) && json_string_length(v) > 0;
 }
 
+/* A Responses API event (a "type" of "response.*", or "error") starts the
+ * answer when it carries output: a delta with text (output text, refusal,
+ * function-call arguments, reasoning), or the response's end. */
+static int responses_event_is_token(const json_t *o, const char *type)
+{
+    if (strcmp(type, "error") == 0)
+        return 1;
+    size_t tl = strlen(type);
+    if (tl > 6 && strcmp(type + tl - 6, ".delta") == 0)
+        return nonempty_string(json_object_get(o, "delta"));
+    return strcmp(type, "response.completed") == 0 || strcmp(type, "response.failed") == 0 ||
+           strcmp(type, "response.incomplete") == 0;
+}
+
 int ig_sse_payload_is_token(const char *p, size_t n)
 {
     if (n == 6 && memcmp(p, "[DONE]", 6) == 0)
@@ -59,6 +73,12 @@ int ig_sse_payload_is_token(const char *p, size_t n)
     if (!json_is_object(o)) {
         json_decref(o);
         return 1;
+    }
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (type != NULL && (strncmp(type, "response.", 9) == 0 || strcmp(type, "error") == 0)) {
+        int token = responses_event_is_token(o, type);
+        json_decref(o);
+        return token;
     }
     int token = json_object_get(o, "error") != NULL || json_is_object(json_object_get(o, "usage"));
     size_t i;

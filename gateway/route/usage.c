@@ -33,25 +33,45 @@ void ig_usage_init(ig_usage_meter_t *m)
     m->prompt = m->completion = -1;
 }
 
+/* A count of u under the Chat/Completions name or the Responses one. */
+static void read_count(const json_t *u, const char *name, const char *responses_name,
+                       long long *out)
+{
+    const json_t *v = json_object_get(u, name);
+    if (v == NULL)
+        v = json_object_get(u, responses_name);
+    if (json_is_integer(v) && json_integer_value(v) >= 0)
+        *out = (long long)json_integer_value(v);
+}
+
+static void read_usage_object(ig_usage_meter_t *m, const json_t *u)
+{
+    read_count(u, "prompt_tokens", "input_tokens", &m->prompt);
+    read_count(u, "completion_tokens", "output_tokens", &m->completion);
+}
+
+/* The usage of an answer: o.usage (completions, chat, embeddings, a whole
+ * Response) or o.response.usage (the Responses stream's last event). */
 static void read_usage(ig_usage_meter_t *m, const json_t *o)
 {
     const json_t *u = json_object_get(o, "usage");
     if (!json_is_object(u))
-        return;
-    const json_t *p = json_object_get(u, "prompt_tokens");
-    const json_t *c = json_object_get(u, "completion_tokens");
-    if (json_is_integer(p) && json_integer_value(p) >= 0)
-        m->prompt = json_integer_value(p);
-    if (json_is_integer(c) && json_integer_value(c) >= 0)
-        m->completion = json_integer_value(c);
+        u = json_object_get(json_object_get(o, "response"), "usage");
+    if (json_is_object(u))
+        read_usage_object(m, u);
 }
 
-/* Content pieces in one payload: choices with text or delta.content. */
+/* Content pieces in one payload: choices (any index) with text or
+ * delta.content, or a Responses output-text delta. */
 static int content_choices(const json_t *o)
 {
     int n = 0;
     size_t i;
     json_t *c;
+    const char *type = json_string_value(json_object_get(o, "type"));
+    if (type != NULL)
+        return strcmp(type, "response.output_text.delta") == 0 &&
+               json_string_length(json_object_get(o, "delta")) > 0;
     json_array_foreach(json_object_get(o, "choices"), i, c)
     {
         const json_t *t = json_object_get(c, "text");
@@ -141,12 +161,37 @@ void ig_usage_stream(ig_usage_meter_t *m, const ig_usage_families_t *f, const ch
     }
 }
 
+/* The value after the last "usage" key of a JSON text, or NULL: a quote
+ * not escaped, the name, optional space and a colon. Usage comes last in
+ * every OpenAI answer, and the same name inside a string is escaped. */
+static const char *last_usage_value(const char *body, size_t len)
+{
+    static const char key[] = "\"usage\"";
+    const size_t kl = sizeof(key) - 1;
+    for (size_t i = len >= kl ? len - kl + 1 : 0; i-- > 0;) {
+        if (body[i] != '"' || memcmp(body + i, key, kl) != 0 || (i > 0 && body[i - 1] == '\\'))
+            continue;
+        const char *p = body + i + kl, *end = body + len;
+        while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+            p++;
+        if (p == end || *p != ':')
+            continue;
+        return p + 1;
+    }
+    return NULL;
+}
+
 void ig_usage_body(ig_usage_meter_t *m, const char *body, size_t len)
 {
-    json_t *o = json_loadb(body, len, 0, NULL);
-    if (json_is_object(o))
-        read_usage(m, o);
-    json_decref(o);
+    /* Only the usage object is parsed, not the whole answer (choices,
+     * vectors): the proxy reads every answer that passes. */
+    const char *v = last_usage_value(body, len);
+    if (v == NULL)
+        return;
+    json_t *u = json_loadb(v, len - (size_t)(v - body), JSON_DISABLE_EOF_CHECK, NULL);
+    if (json_is_object(u))
+        read_usage_object(m, u);
+    json_decref(u);
 }
 
 void ig_usage_end(ig_usage_meter_t *m, const ig_usage_families_t *f, const char *model,

@@ -761,76 +761,97 @@ static uint64_t queue_budget_ms(ig_gateway_t *gw, ig_http_req_t *req, int priori
 
 static ig_metric_t *m_admission;
 
-static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t kind)
+/*
+ * What the gateway reads of one API request to admit and route it; the
+ * body itself goes upstream as the client sent it (docs/routing.md, "What
+ * the gateway changes in a forwarded body").
+ */
+typedef struct {
+    const char *path;  /* the client's path, which the upstream gets too */
+    const char *model; /* as the body names it */
+    int stream;
+    int prompt_tokens; /* an estimate; exact below when the gateway tokenizes */
+    int outputs;       /* answers generated: choices (n, or best_of) x prompts */
+    int max_tokens;    /* per answer; 0: not given (up to the upstream) */
+    /* The body fields that cap an answer's tokens, the first added when a
+     * key's limit caps a body that names none (NULL: nothing generated). */
+    const char *const *cap_fields;
+    int ncap_fields;
+    const ig_api_request_t *r; /* completions and chat (NULL: a routed endpoint):
+                                  token-id prompts and prefix hashes */
+} gw_call_t;
+
+/* Reserves the key's tokens for the call; caps the answers' max tokens in
+ * *body when the bucket holds less than they ask (so that a stream ends
+ * cleanly, finish_reason "length", at the limit). 0, or an error in e. */
+static int reserve_tokens(ig_http_req_t *req, ig_key_use_t *use, const gw_call_t *c,
+                          const char **body, size_t *len, char **edited, ig_api_error_t *e)
+{
+    int outputs = c->outputs;
+    int per = c->max_tokens > 0 ? c->max_tokens : 1 << 20;
+    int asked = outputs == 0 ? 0 : per > (1 << 24) / outputs ? 1 << 24 : per * outputs;
+    int prompts = c->r != NULL && c->r->kind == IG_API_COMPLETION && c->r->nprompts > 1
+                      ? c->r->nprompts
+                      : 1;
+    ig_key_limit_t tok, why;
+    int allowed = ig_key_use_reserve(use, uv_hrtime(), c->prompt_tokens * prompts, asked, &tok, &why);
+    if (allowed < 0 || allowed < outputs) {
+        int ra = (int)ceil(why.retry_after > 0 ? why.retry_after : 1);
+        ig_key_limit_headers(req, &why);
+        ig_api_error(e, 429, NULL, "token limit of this API key reached; retry after %d s", ra);
+        e->code = "rate_limit_exceeded";
+        e->retry_after_s = ra; /* the Retry-After header */
+        return IG_EFULL;
+    }
+    ig_key_limit_headers(req, &tok);
+    if (allowed >= asked || c->ncap_fields == 0)
+        return 0;
+    int rc = ig_api_body_cap(*body, *len, c->cap_fields, c->ncap_fields, allowed / outputs, edited,
+                             len);
+    if (rc != 0)
+        return ig_api_error_oom(e);
+    *body = *edited;
+    return 0;
+}
+
+/*
+ * Admits one parsed request and hands it to the proxy: the key's model
+ * list and tokens, the operator's prompt limit, the forwarded mark, the
+ * priority, admission by predicted wait, the version and the prefix
+ * hashes. 0 when the proxy took the request, else an error in e for the
+ * caller to answer.
+ */
+static int admit_and_forward(ig_gateway_t *gw, ig_http_req_t *req, const gw_call_t *c,
+                             ig_api_error_t *e)
 {
     size_t len;
     const char *body = ig_http_req_body(req, &len);
-    ig_api_request_t r;
-    ig_api_error_t e;
-    if (ig_api_parse(kind, body, len, &r, &e) != 0) {
-        ig_api_respond_error(req, &e);
-        return;
-    }
-    if (r.model == NULL) {
-        ig_api_error(&e, 400, "model", "you must provide a model parameter");
-        ig_api_respond_error(req, &e);
-        ig_api_request_dispose(&r);
-        return;
-    }
-    if (!model_known(gw, r.model)) {
-        ig_api_error(&e, 404, "model", "the model '%s' does not exist", r.model);
-        e.code = "model_not_found";
-        ig_api_respond_error(req, &e);
-        ig_api_request_dispose(&r);
-        return;
+    char *edited = NULL;
+    int rc = IG_EINVAL;
+    if (!model_known(gw, c->model)) {
+        ig_api_error(e, 404, "model", "the model '%s' does not exist", c->model);
+        e->code = "model_not_found";
+        return IG_EINVAL;
     }
     /* The key's policy: its models, its tokens (serve.c authenticated it and
      * took its request token). */
     ig_key_use_t *use = ig_http_req_get_data(req);
     ig_key_t *key = use != NULL ? ig_key_use_key(use) : NULL;
-    if (key != NULL && !ig_key_allows_model(key, r.model)) {
-        ig_api_error(&e, 403, "model", "this API key may not use the model '%s'", r.model);
-        e.type = "permission_error";
-        e.code = "model_not_allowed";
-        ig_api_respond_error(req, &e);
-        ig_api_request_dispose(&r);
-        return;
+    if (key != NULL && !ig_key_allows_model(key, c->model)) {
+        ig_api_error(e, 403, "model", "this API key may not use the model '%s'", c->model);
+        e->type = "permission_error";
+        e->code = "model_not_allowed";
+        return IG_EINVAL;
     }
-    int prompt_tokens = estimate_tokens(&r);
-    if (key != NULL) {
-        /* Reserve the prompt and what may be generated; a request that asks
-         * more than the bucket holds gets fewer max_tokens, so its stream
-         * ends cleanly (finish_reason "length") at the limit. */
-        int np = r.kind == IG_API_CHAT || r.nprompts < 1 ? 1 : r.nprompts;
-        int per = r.max_tokens > 0 ? r.max_tokens : 1 << 20;
-        int asked = per > (1 << 24) / np ? 1 << 24 : per * np;
-        ig_key_limit_t tok, why;
-        int allowed = ig_key_use_reserve(use, uv_hrtime(), prompt_tokens * np, asked, &tok, &why);
-        if (allowed < np) {
-            int ra = (int)ceil(why.retry_after > 0 ? why.retry_after : 1);
-            ig_key_limit_headers(req, &why);
-            ig_api_error(&e, 429, NULL, "token limit of this API key reached; retry after %d s",
-                         ra);
-            e.code = "rate_limit_exceeded";
-            e.retry_after_s = ra; /* the Retry-After header */
-            ig_api_respond_error(req, &e);
-            ig_api_request_dispose(&r);
-            return;
-        }
-        ig_key_limit_headers(req, &tok);
-        if (allowed < asked)
-            r.max_tokens = allowed / np;
-    }
+    if (key != NULL && (rc = reserve_tokens(req, use, c, &body, &len, &edited, e)) != 0)
+        return rc;
     /* Token ids count exactly here, so an over-long one never takes an
      * upstream's time; text is counted by the worker that tokenizes it. */
-    for (int i = 0; i < r.nprompts; i++) {
-        if (r.prompts[i].text == NULL &&
-            ig_api_check_prompt_limit(&r, r.prompts[i].nids, (int)gw->cfg->limits.max_prompt_tokens,
-                                      &e) != 0) {
-            ig_api_respond_error(req, &e);
-            ig_api_request_dispose(&r);
-            return;
-        }
+    for (int i = 0; c->r != NULL && i < c->r->nprompts; i++) {
+        if (c->r->prompts[i].text == NULL &&
+            (rc = ig_api_check_prompt_limit(c->r, c->r->prompts[i].nids,
+                                            (int)gw->cfg->limits.max_prompt_tokens, e)) != 0)
+            goto fail;
     }
     /* Once there are keys, only a peer gateway's key may say "forwarded,
      * serve it here": from anyone else the mark is ignored (and never passed
@@ -844,7 +865,7 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     int priority = request_priority(req, key);
     uint64_t budget = queue_budget_ms(gw, req, priority);
     if (budget > 0) {
-        double wait = predicted_wait(gw, r.model, priority, local_only);
+        double wait = predicted_wait(gw, c->model, priority, local_only);
         if (wait * 1000.0 > (double)budget) {
             static const char *const pn[] = {"critical", "standard", "sheddable"};
             if (m_admission == NULL)
@@ -854,44 +875,30 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
                     "budget, by priority.",
                     "priority");
             ig_metric_add(m_admission, 1, pn[priority]);
-            ig_api_error(&e, 429, NULL,
+            ig_api_error(e, 429, NULL,
                          "the predicted wait for model '%s' (%.0f ms) exceeds this request's "
                          "budget (%llu ms); retry later",
-                         r.model, wait * 1000.0, (unsigned long long)budget);
-            e.code = "predicted_wait_exceeds_budget";
-            e.retry_after_s = (int)ceil(wait - (double)budget / 1000.0);
-            ig_api_respond_error(req, &e);
-            ig_api_request_dispose(&r);
-            return;
+                         c->model, wait * 1000.0, (unsigned long long)budget);
+            e->code = "predicted_wait_exceeds_budget";
+            e->retry_after_s = (int)ceil(wait - (double)budget / 1000.0);
+            rc = IG_EINVAL;
+            goto fail;
         }
-    }
-    json_t *canon = ig_api_request_to_json(&r);
-    size_t clen = 0;
-    char *ctext = canon ? ig_api_dumps(canon, &clen) : NULL;
-    json_decref(canon);
-    if (ctext == NULL) {
-        ig_api_respond_oom(req);
-        ig_api_request_dispose(&r);
-        return;
     }
     char route_name[512];
     const char *version;
-    if (route_key(gw, req, r.model, route_name, sizeof(route_name), &version, &e) != 0) {
-        free(ctext);
-        ig_api_respond_error(req, &e);
-        ig_api_request_dispose(&r);
-        return;
-    }
+    if ((rc = route_key(gw, req, c->model, route_name, sizeof(route_name), &version, e)) != 0)
+        goto fail;
     if (version != NULL)
         ig_http_add_header(req, IG_GATEWAY_VERSION_HEADER, version);
     ig_proxy_call_t call;
     memset(&call, 0, sizeof(call));
     call.model = route_name; /* the body names the model; the key picks the version */
-    call.path = kind == IG_API_CHAT ? "/v1/chat/completions" : "/v1/completions";
-    call.stream = r.stream;
-    call.prompt_tokens = prompt_tokens;
-    call.body = ctext;
-    call.len = clen;
+    call.path = c->path;
+    call.stream = c->stream;
+    call.prompt_tokens = c->prompt_tokens;
+    call.body = body;
+    call.len = len;
     call.local_only = local_only;
     call.priority = priority;
     /* Admitted on a prediction: one that turns out a little short is
@@ -901,25 +908,59 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
     call.region = gw->region[0] ? gw->region : NULL;
     /* The first prompt's tokens as its worker will prefill them: an exact
      * count for the cost, and its block hashes for the prefix index. */
-    const gw_prefix_model_t *pm = prefix_model(gw, r.model);
+    const gw_prefix_model_t *pm = c->r != NULL ? prefix_model(gw, c->model) : NULL;
     int *ids = NULL, nids = 0;
     uint64_t *hashes = NULL;
-    if (pm && ig_prefix_prompt_tokens(pm->tok, pm->style, &r, 0, &ids, &nids, NULL, 0) == 0) {
+    if (pm && ig_prefix_prompt_tokens(pm->tok, pm->style, c->r, 0, &ids, &nids, NULL, 0) == 0) {
         int cap = nids / pm->block_size + 1;
         if ((hashes = malloc(sizeof(uint64_t) * (size_t)cap)) != NULL) {
-            call.nprefix =
-                ig_prefix_hashes(ig_prefix_seed(r.model), ids, nids, pm->block_size, hashes, cap);
+            call.nprefix = ig_prefix_hashes(ig_prefix_seed(c->model), ids, nids, pm->block_size,
+                                            hashes, cap);
             call.prefix_hashes = hashes;
             call.block_size = pm->block_size;
         }
-        if (kind == IG_API_CHAT || r.nprompts == 1)
+        if (c->r->kind == IG_API_CHAT || c->r->nprompts == 1)
             call.prompt_tokens = nids;
     }
     free(ids);
     call.session_id = ig_http_req_header(req, "x-session-id");
     ig_proxy_handle(gw->proxy, req, &call);
     free(hashes);
-    free(ctext);
+    free(edited);
+    return 0;
+fail:
+    free(edited);
+    return rc;
+}
+
+static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t kind)
+{
+    static const char *const completion_cap[] = {"max_tokens"};
+    static const char *const chat_cap[] = {"max_completion_tokens", "max_tokens"};
+    size_t len;
+    const char *body = ig_http_req_body(req, &len);
+    ig_api_request_t r;
+    ig_api_error_t e;
+    if (ig_api_parse(kind, body, len, &r, &e) != 0) {
+        ig_api_respond_error(req, &e);
+        return;
+    }
+    gw_call_t c = {
+        .path = kind == IG_API_CHAT ? "/v1/chat/completions" : "/v1/completions",
+        .model = r.model,
+        .stream = r.stream,
+        .prompt_tokens = estimate_tokens(&r),
+        .outputs = (r.best_of > r.n ? r.best_of : r.n) *
+                   (kind == IG_API_CHAT || r.nprompts < 1 ? 1 : r.nprompts),
+        .max_tokens = r.max_tokens,
+        .cap_fields = kind == IG_API_CHAT ? chat_cap : completion_cap,
+        .ncap_fields = kind == IG_API_CHAT ? 2 : 1,
+        .r = &r,
+    };
+    if (r.model == NULL)
+        ig_api_error(&e, 400, "model", "you must provide a model parameter");
+    if (r.model == NULL || admit_and_forward(gw, req, &c, &e) != 0)
+        ig_api_respond_error(req, &e);
     ig_api_request_dispose(&r);
 }
 
@@ -931,4 +972,30 @@ void ig_gateway_completions(ig_gateway_t *gw, ig_http_req_t *req)
 void ig_gateway_chat(ig_gateway_t *gw, ig_http_req_t *req)
 {
     handle_openai(gw, req, IG_API_CHAT);
+}
+
+void ig_gateway_routed(ig_gateway_t *gw, ig_http_req_t *req, ig_api_routed_kind_t kind)
+{
+    static const char *const responses_cap[] = {"max_output_tokens"};
+    size_t len;
+    const char *body = ig_http_req_body(req, &len);
+    ig_api_routed_t r;
+    ig_api_error_t e;
+    if (ig_api_parse_routed(kind, body, len, &r, &e) != 0) {
+        ig_api_respond_error(req, &e);
+        return;
+    }
+    gw_call_t c = {
+        .path = ig_api_routed_path(kind),
+        .model = r.model,
+        .stream = r.stream,
+        .prompt_tokens = r.input_tokens,
+        .outputs = kind == IG_API_RESPONSES ? 1 : 0,
+        .max_tokens = r.max_tokens,
+        .cap_fields = kind == IG_API_RESPONSES ? responses_cap : NULL,
+        .ncap_fields = kind == IG_API_RESPONSES ? 1 : 0,
+    };
+    if (admit_and_forward(gw, req, &c, &e) != 0)
+        ig_api_respond_error(req, &e);
+    ig_api_routed_dispose(&r);
 }

@@ -186,15 +186,15 @@ int ig_key_reserve(ig_key_t *key, uint64_t now, int prompt, int max_tokens, ig_k
     if (b->rate <= 0)
         return max_tokens;
     bucket_refill(b, now);
-    double need = (double)prompt + 1;
-    if (b->level < need) {
+    double need = (double)prompt + (max_tokens > 0 ? 1 : 0);
+    if (b->level < need || b->level <= 0) {
         bucket_describe(b, "tokens", tok);
         *why = *tok;
         /* Past the bucket's size it never passes: say a full refill. */
         why->retry_after = need > b->cap ? b->cap / b->rate : (need - b->level) / b->rate;
         if (m_limited != NULL)
             ig_metric_add(m_limited, 1, key->policy->name, "tokens");
-        return 0;
+        return IG_EFULL;
     }
     double room = floor(b->level - (double)prompt);
     int allowed = room < (double)max_tokens ? (int)room : max_tokens;
@@ -239,7 +239,8 @@ struct ig_key_use_s {
     double reserved;
     int prompt;
     long events;
-    match_t event, prompt_tokens, completion_tokens;
+    /* usage as Chat/Completions name it, and as the Responses API does */
+    match_t event, prompt_tokens, completion_tokens, input_tokens, output_tokens;
 };
 
 static void match_init(match_t *m, const char *pat)
@@ -286,10 +287,16 @@ static void on_body(ig_http_req_t *req, void *data, const char *bytes, size_t le
             u->events += match_step(&u->event, bytes[i], 0);
             match_step(&u->prompt_tokens, bytes[i], 1);
             match_step(&u->completion_tokens, bytes[i], 1);
+            match_step(&u->input_tokens, bytes[i], 1);
+            match_step(&u->output_tokens, bytes[i], 1);
         }
         return;
     }
     int status = ig_http_req_status(req);
+    if (u->completion_tokens.value < 0 && u->output_tokens.value >= 0) {
+        u->completion_tokens.value = u->output_tokens.value;
+        u->prompt_tokens.value = u->input_tokens.value;
+    }
     double used;
     if (u->completion_tokens.value >= 0)
         used = (double)u->completion_tokens.value +
@@ -313,6 +320,8 @@ ig_key_use_t *ig_key_track(ig_key_t *key, ig_http_req_t *req)
     match_init(&u->event, "data: {");
     match_init(&u->prompt_tokens, "\"prompt_tokens\":");
     match_init(&u->completion_tokens, "\"completion_tokens\":");
+    match_init(&u->input_tokens, "\"input_tokens\":");
+    match_init(&u->output_tokens, "\"output_tokens\":");
     ig_http_req_set_data(req, u);
     ig_http_req_on_body(req, on_body, u);
     return u;
@@ -327,7 +336,7 @@ int ig_key_use_reserve(ig_key_use_t *u, uint64_t now, int prompt, int max_tokens
                        ig_key_limit_t *tok, ig_key_limit_t *why)
 {
     int allowed = ig_key_reserve(u->key, now, prompt, max_tokens, tok, why);
-    if (allowed > 0 && u->key->tokens.rate > 0) {
+    if (allowed >= 0 && u->key->tokens.rate > 0) {
         u->reserved = (double)prompt + allowed;
         u->prompt = prompt;
     } else {

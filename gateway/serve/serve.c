@@ -164,6 +164,18 @@ static void handle_chat(ig_http_req_t *req, void *data)
     ig_gateway_chat(s->gw, req);
 }
 
+static void handle_embeddings(ig_http_req_t *req, void *data)
+{
+    ig_serve_t *s = data;
+    ig_gateway_routed(s->gw, req, IG_API_EMBEDDINGS);
+}
+
+static void handle_responses(ig_http_req_t *req, void *data)
+{
+    ig_serve_t *s = data;
+    ig_gateway_routed(s->gw, req, IG_API_RESPONSES);
+}
+
 static void handle_models(ig_http_req_t *req, void *data)
 {
     ig_serve_t *s = data;
@@ -321,6 +333,8 @@ static const ig_http_route_t routes[] = {
     {"GET", "/metrics", handle_metrics, ADMIN},
     {"POST", "/v1/completions", handle_completions, NEEDS_KEY},
     {"POST", "/v1/chat/completions", handle_chat, NEEDS_KEY},
+    {"POST", "/v1/embeddings", handle_embeddings, NEEDS_KEY},
+    {"POST", "/v1/responses", handle_responses, NEEDS_KEY},
     {"GET", "/v1/models", handle_models, NEEDS_KEY},
     {"GET", "/load", handle_load, PEER},
     {"GET", "/status", handle_status, ADMIN},

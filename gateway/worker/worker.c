@@ -229,6 +229,17 @@ static void handle_detokenize(ig_http_req_t *req, void *data)
     ig__worker_detokenize(data, req);
 }
 
+/* An endpoint of the OpenAI API this worker does not implement: 404 naming
+ * it, which tells a gateway to route it elsewhere (ig_router_upstream_t's
+ * lacks) rather than the generic "no route". */
+static void handle_not_served(ig_http_req_t *req, void *data)
+{
+    (void)data;
+    ig_http_respond_error(req, 404, "not_found_error", NULL, "endpoint_not_served",
+                          "this worker does not serve %s %s", ig_http_req_method(req),
+                          ig_http_req_path(req));
+}
+
 /* The worker's routes (include/infergate/http_route.h); no API keys here:
  * a worker listens where only its gateway reaches it. */
 static const ig_http_route_t routes[] = {
@@ -236,6 +247,8 @@ static const ig_http_route_t routes[] = {
     {"POST", "/v1/chat/completions", handle_chat, 0},
     {"POST", "/v1/tokenize", handle_tokenize, 0},
     {"POST", "/v1/detokenize", handle_detokenize, 0},
+    {"POST", "/v1/embeddings", handle_not_served, 0},
+    {"POST", "/v1/responses", handle_not_served, 0},
     {"GET", "/v1/models", handle_models, 0},
     {"GET", "/health", handle_health, 0},
     {"GET", "/ready", handle_ready, 0},

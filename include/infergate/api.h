@@ -32,6 +32,7 @@
 #define IG_API_MAX_PROMPTS 64   /* prompts in one completions batch */
 #define IG_API_MAX_LOGPROBS 20  /* logprobs / top_logprobs upper bound */
 #define IG_API_MAX_STOP_LEN 256 /* bytes of one stop string */
+#define IG_API_MAX_CHOICES 128  /* n and best_of */
 
 typedef enum {
     IG_API_COMPLETION = 0, /* POST /v1/completions */
@@ -47,7 +48,6 @@ typedef struct {
 } ig_api_prompt_t;
 
 /* Bounds of the lists a request may carry; each is named in its 400. */
-#define IG_API_MAX_N 128          /* n and best_of */
 #define IG_API_MAX_TOOLS 128      /* tools per request */
 #define IG_API_MAX_TOOL_CALLS 128 /* tool_calls of one assistant message */
 #define IG_API_MAX_LOGIT_BIAS 300 /* logit_bias entries (IG_SAMPLER_MAX_BIAS) */
@@ -112,8 +112,8 @@ typedef struct {
 
     /* Recorded for whoever serves the request: the gateway forwards the
      * client's body, a worker honours each field or refuses it by name. */
-    int n;                /* choices per prompt, 1..IG_API_MAX_N (1 when absent) */
-    int best_of;          /* 0 when absent; else n..IG_API_MAX_N */
+    int n;                /* choices per prompt (1 when not given) */
+    int best_of;          /* candidates per prompt the server ranks (n when not given) */
     int max_tokens_given; /* max_tokens or max_completion_tokens was sent */
     ig_api_tool_t *tools; /* (ntools) */
     int ntools;
@@ -279,5 +279,47 @@ void ig_api_respond_error(ig_http_req_t *req, const ig_api_error_t *err);
 
 /* Sends ig_api_error_oom()'s 503 + Retry-After. */
 void ig_api_respond_oom(ig_http_req_t *req);
+
+/* ---- routed endpoints -------------------------------------------------------
+ * POST /v1/embeddings and POST /v1/responses: the gateway routes them whole
+ * to an upstream that serves them (no local worker does). Parsing reads
+ * only what routing needs and checks those fields' types; the body goes
+ * upstream as the client sent it (gateway/api/routed.c). */
+
+typedef enum {
+    IG_API_EMBEDDINGS = 0, /* POST /v1/embeddings */
+    IG_API_RESPONSES,      /* POST /v1/responses */
+} ig_api_routed_kind_t;
+
+typedef struct {
+    ig_api_routed_kind_t kind;
+    char *model;      /* malloc'ed; never NULL after a successful parse */
+    int stream;       /* responses: the answer is an SSE stream */
+    int ninputs;      /* embeddings: inputs in the list (1 for one input) */
+    int input_tokens; /* an estimate: text bytes / 4, or the ids counted */
+    int max_tokens;   /* responses' max_output_tokens; 0: not given */
+} ig_api_routed_t;
+
+/* Parses body for kind into out (dispose it). 0, or IG_EINVAL with a 400 in
+ * err (IG_ENOMEM with ig_api_error_oom's 503); nothing to dispose then. */
+int ig_api_parse_routed(ig_api_routed_kind_t kind, const char *body, size_t len,
+                        ig_api_routed_t *out, ig_api_error_t *err);
+void ig_api_routed_dispose(ig_api_routed_t *r);
+
+/* The path of kind: "/v1/embeddings" or "/v1/responses" (static). */
+const char *ig_api_routed_path(ig_api_routed_kind_t kind);
+
+/* A request body as a JSON object (new reference), or NULL with the 400 for
+ * bad JSON or a body that is not an object in err. */
+json_t *ig_api_load_object(const char *body, size_t len, ig_api_error_t *err);
+
+/* The body with each of fields[0..nfields) that it holds capped at cap, or
+ * fields[0] added at the end when it holds none; every other field, and the
+ * order, unchanged. *out is malloc'ed, the caller frees. 0, IG_EINVAL (not a
+ * JSON object) or IG_ENOMEM. The gateway's one edit of a forwarded body: a
+ * key's token limit capping what may be generated (docs/routing.md, "What
+ * the gateway changes in a forwarded body"). */
+int ig_api_body_cap(const char *body, size_t len, const char *const *fields, int nfields,
+                    long long cap, char **out, size_t *out_len);
 
 #endif

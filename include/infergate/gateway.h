@@ -9,6 +9,7 @@
  * below; each handler finishes the request it is given.
  */
 
+#include "infergate/api.h"
 #include "infergate/config.h"
 #include "infergate/http.h"
 #include "infergate/pool.h"
@@ -46,6 +47,9 @@ int ig_gateway_ready(ig_gateway_t *gw, char *reason, size_t reason_len);
  * module, then routed. */
 void ig_gateway_completions(ig_gateway_t *gw, ig_http_req_t *req);
 void ig_gateway_chat(ig_gateway_t *gw, ig_http_req_t *req);
+/* POST /v1/embeddings and /v1/responses: the fields routing needs are
+ * checked, then the request is routed to an upstream that serves them. */
+void ig_gateway_routed(ig_gateway_t *gw, ig_http_req_t *req, ig_api_routed_kind_t kind);
 /* GET /v1/models: every model reachable locally or through a site. */
 void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req);
 /* GET /load: this region's aggregate, for peer gateways. */

@@ -64,10 +64,11 @@ int ig_key_admit(ig_key_t *key, uint64_t now_ns, ig_key_limit_t *req, ig_key_lim
 
 /*
  * Reserves the tokens of one request: its prompt estimate plus up to
- * max_tokens (0: want_default). Returns the generated tokens allowed
- * (>= 1, <= the asked), or 0 with IG_EFULL semantics in *why when not even
- * the prompt and one token fit (nothing reserved). Keys without a token
- * limit allow everything and reserve nothing (returns the asked).
+ * max_tokens (0 for a request that generates nothing, as embeddings).
+ * Returns the generated tokens allowed (>= 1 when max_tokens >= 1, <= the
+ * asked), or IG_EFULL with the limit in *why when not even the prompt and
+ * one token fit (nothing reserved). Keys without a token limit allow
+ * everything and reserve nothing (returns the asked).
  */
 int ig_key_reserve(ig_key_t *key, uint64_t now_ns, int prompt_tokens, int max_tokens,
                    ig_key_limit_t *tok, ig_key_limit_t *why);

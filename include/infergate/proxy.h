@@ -70,13 +70,20 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
  * flight are done (they end when their upstreams are closed). */
 void ig_proxy_close(ig_proxy_t *px, void (*cb)(void *data), void *data);
 
+/* The optional endpoints: an upstream that answers 404 for one is not
+ * asked for it again for a while (ig_router_upstream_t.lacks), and a
+ * request none serves gets 404 endpoint_not_served. */
+enum { IG_PROXY_EP_EMBEDDINGS = 1, IG_PROXY_EP_RESPONSES = 2 };
+
 /* What the API module extracted from a valid request. */
 typedef struct {
     const char *model;
-    const char *path; /* "/v1/completions" or "/v1/chat/completions" */
+    const char *path;  /* the client's: /v1/completions, /v1/chat/completions,
+                          /v1/embeddings or /v1/responses */
     int stream;
     int prompt_tokens; /* an estimate, for the cost model */
-    const char *body;  /* the canonical request body sent upstream */
+    const char *body;  /* sent upstream as it is: the client's body (docs/routing.md,
+                          "What the gateway changes in a forwarded body") */
     size_t len;
     int local_only;     /* forwarded by a peer gateway: never forward again, so
                            that two regions naming each other cannot loop */

@@ -107,6 +107,12 @@ typedef struct {
                           region): it routes by prefix too, so a prompt sent
                           there stays warm in its region */
 
+    /* Endpoints it answered 404 for (ig_proxy's IG_PROXY_EP_* bits): a
+     * site without /v1/embeddings, a worker without /v1/responses. The
+     * proxy routes those elsewhere until lacks_until_ns, then asks again. */
+    unsigned lacks;
+    uint64_t lacks_until_ns;
+
     /* health: outlier ejection with half-open recovery */
     int consecutive_failures;
     int ejections;             /* consecutive ejections, for the backoff */

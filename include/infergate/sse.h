@@ -24,8 +24,10 @@ int ig_sse_event_data(const char *ev, size_t n, char *buf, size_t cap, char **ou
 /*
  * 1 when one data payload starts the answer: [DONE], an error, usage, or a
  * choice with non-empty text or delta.content (or refusal), tool calls, a
- * function call or a finish_reason. A payload that is not a JSON object
- * counts too, so that a format we do not know is never held back.
+ * function call or a finish_reason; of the Responses API's events, a
+ * non-empty delta, the response's end or an error. A payload that is not
+ * a JSON object counts too, so that a format we do not know is never held
+ * back. Choices of any index count alike (n > 1).
  */
 int ig_sse_payload_is_token(const char *p, size_t n);
 
