@@ -334,6 +334,10 @@ static void test_recorded_fields(void **state)
                      0);
     assert_int_equal(r.n, 2);
     assert_int_equal(r.best_of, 4);
+    json_t *canon = ig_api_request_to_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(canon, "n")), 2);
+    assert_int_equal(json_integer_value(json_object_get(canon, "best_of")), 4);
+    json_decref(canon);
     assert_string_equal(r.suffix, "end");
     assert_int_equal(r.parallel_tool_calls, -1);
     assert_int_equal(r.tool_choice, IG_API_TOOL_CHOICE_AUTO);

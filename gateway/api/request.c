@@ -1006,6 +1006,10 @@ json_t *ig_api_request_to_json(const ig_api_request_t *r)
         json_object_set_new(o, "stop_token_ids", ids_json(r->stop_ids, r->nstop_ids));
     if (r->ignore_eos)
         json_object_set_new(o, "ignore_eos", json_true());
+    if (r->n != 1)
+        json_object_set_new(o, "n", json_integer(r->n));
+    if (r->best_of != r->n)
+        json_object_set_new(o, "best_of", json_integer(r->best_of));
     if (r->stream) {
         json_object_set_new(o, "stream", json_true());
         if (r->include_usage)

@@ -5,8 +5,8 @@
  * The OpenAI-compatible API, shared by the gateway and the worker: one parser
  * that validates a request body into ONE request struct, one set of error
  * messages, and the JSON builders of responses and SSE chunks. The worker
- * hands the parsed request to its scheduler, the gateway's router forwards
- * its canonical JSON (ig_api_request_to_json) upstream.
+ * hands the parsed request to its scheduler; the gateway reads what routing
+ * needs from it and forwards the client's body upstream.
  *
  * Validation rule: unknown field names are ignored (OpenAI clients send
  * extras), but a known field with the wrong type or out of range is a 400
@@ -165,8 +165,11 @@ int ig_api_parse(ig_api_kind_t kind, const char *body, size_t len, ig_api_reques
                  ig_api_error_t *err);
 void ig_api_request_dispose(ig_api_request_t *req);
 
-/* The canonical body of a parsed request (what a gateway sends upstream,
- * never the client's raw bytes). New reference, or NULL when out of memory. */
+/* A canonical body of a parsed request's prompt and sampling fields, n and
+ * best_of (the parser's round trip, for tests and the fuzzer). It is not
+ * what a gateway forwards: that is the client's body, whose tools,
+ * logit_bias and other recorded fields this leaves out. New reference, or
+ * NULL when out of memory. */
 json_t *ig_api_request_to_json(const ig_api_request_t *req);
 
 /*
