@@ -302,12 +302,73 @@ static void test_stream_prefix(void **state)
     assert_int_equal(in, 0);
 }
 
+/* The calls of a growing answer: names once whole and declared, arguments
+ * as far as they have come, the next call once the one before is closed. */
+static void test_stream_scan(void **state)
+{
+    (void)state;
+    const char *full = "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+                       "{\"city\": \"Pa}ris\\\"\"}}\n</tool_call>\n<tool_call>{\"name\": \"now\"}"
+                       "</tool_call>";
+    ig_chat_call_span_t sp[4];
+    size_t len = strlen(full), n, last_args = 0;
+    int saw_two = 0;
+    const char *args = strstr(full, "{\"city");
+    for (size_t cut = 0; cut <= len; cut++) {
+        n = ig_chat_tools_scan(IG_CHAT_TOOLS_HERMES, full, cut, NAMES, 2, sp, 4);
+        const char *name_end = strstr(full, "get_weather\"") + 12;
+        assert_int_equal(n > 0, cut >= (size_t)(name_end - full));
+        if (n == 0)
+            continue;
+        assert_int_equal(sp[0].name_len, 11);
+        assert_memory_equal(full + sp[0].name_off, "get_weather", 11);
+        if (sp[0].args_len) {
+            /* the arguments so far: a prefix of the whole, never shrinking,
+             * never past the value (the quoted brace is inside it) */
+            assert_int_equal(sp[0].args_off, (size_t)(args - full));
+            assert_true(sp[0].args_len >= last_args);
+            last_args = sp[0].args_len;
+            assert_true(sp[0].args_len <= strlen("{\"city\": \"Pa}ris\\\"\"}"));
+        }
+        if (n == 2) {
+            saw_two = 1;
+            assert_true(sp[0].args_done);
+            assert_memory_equal(full + sp[1].name_off, "now", 3);
+        }
+    }
+    assert_true(saw_two);
+    assert_int_equal(last_args, strlen("{\"city\": \"Pa}ris\\\"\"}"));
+    assert_true(sp[1].args_done);
+    assert_int_equal(sp[1].args_len, 0);
+
+    /* Llama 3: "parameters", one call */
+    const char *l3 = "{\"name\": \"get_weather\", \"parameters\": {\"city\": [1, 2";
+    n = ig_chat_tools_scan(IG_CHAT_TOOLS_LLAMA3, l3, strlen(l3), NAMES, 2, sp, 4);
+    assert_int_equal(n, 1);
+    assert_false(sp[0].args_done);
+    assert_string_equal(l3 + sp[0].args_off, "{\"city\": [1, 2");
+    /* string arguments are marked (they are unquoted at the end, not streamed) */
+    const char *st = "{\"name\": \"now\", \"arguments\": \"{}\"}";
+    n = ig_chat_tools_scan(IG_CHAT_TOOLS_LLAMA3, st, strlen(st), NAMES, 2, sp, 4);
+    assert_int_equal(n, 1);
+    assert_true(sp[0].args_string && sp[0].args_done);
+    /* not calls: an undeclared name, another shape, no convention */
+    const char *bad[] = {"<tool_call>{\"name\": \"rm\", \"arguments\": {}}",
+                         "<tool_call>{\"arguments\": {}, \"name\": \"now\"}",
+                         "<tool_call>[\"now\"]"};
+    for (size_t i = 0; i < 3; i++)
+        assert_int_equal(
+            ig_chat_tools_scan(IG_CHAT_TOOLS_HERMES, bad[i], strlen(bad[i]), NAMES, 2, sp, 4), 0);
+    assert_int_equal(ig_chat_tools_scan(IG_CHAT_TOOLS_NONE, full, len, NAMES, 2, sp, 4), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_detect),        cmocka_unit_test(test_hermes_render),
         cmocka_unit_test(test_llama3_render), cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_parse),         cmocka_unit_test(test_stream_prefix),
+        cmocka_unit_test(test_stream_scan),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -709,6 +709,166 @@ none:
     return rc < 0 ? rc : 0;
 }
 
+/* The length of the JSON value at s[0..len): > 0 when it is complete, 0
+ * while it may still grow, -1 when it is no JSON value. Structure only
+ * (strings, escapes, nesting): the final parse checks the rest. */
+static long value_len(const char *s, size_t len)
+{
+    size_t i = 0;
+    int depth = 0, in_str = 0;
+    if (len == 0)
+        return 0;
+    if (s[0] != '{' && s[0] != '[' && s[0] != '"') {
+        while (i < len && !strchr(",}] \t\r\n", s[i]))
+            i++;
+        return i == 0 ? -1 : i < len ? (long)i : 0;
+    }
+    for (; i < len; i++) {
+        char c = s[i];
+        if (in_str) {
+            if (c == '\\')
+                i++;
+            else if (c == '"' && --in_str == 0 && depth == 0)
+                return (long)i + 1;
+            continue;
+        }
+        if (c == '"')
+            in_str = 1;
+        else if (c == '{' || c == '[')
+            depth++;
+        else if (c == '}' || c == ']') {
+            if (--depth == 0)
+                return (long)i + 1;
+            if (depth < 0)
+                return -1;
+        }
+    }
+    return 0;
+}
+
+static size_t skip_ws(const char *s, size_t i, size_t len)
+{
+    while (i < len && is_ws((unsigned char)s[i]))
+        i++;
+    return i;
+}
+
+/* s[*i..len) starts with lit: 1 (and *i moves past it), 0 when the text
+ * ends inside it, -1 when it is something else. */
+static int expect(const char *s, size_t *i, size_t len, const char *lit)
+{
+    size_t n = strlen(lit), have = len - *i < n ? len - *i : n;
+    if (memcmp(s + *i, lit, have) != 0)
+        return -1;
+    if (have < n)
+        return 0;
+    *i += n;
+    return 1;
+}
+
+/* One call object from s[i..len): {"name": "N"[, "arguments": VALUE]}. 1 when
+ * the name is known (sp filled; *end past the call when it is complete, else
+ * 0), 0 when more text is needed, -1 when it is not a call of this shape. */
+static int scan_call(const char *s, size_t i, size_t len, const char *const *names, size_t nnames,
+                     ig_chat_call_span_t *sp, size_t *end)
+{
+    int rc;
+    *end = 0;
+    memset(sp, 0, sizeof(*sp));
+    i = skip_ws(s, i, len);
+    if ((rc = expect(s, &i, len, "{")) <= 0)
+        return rc;
+    i = skip_ws(s, i, len);
+    if ((rc = expect(s, &i, len, "\"name\"")) <= 0)
+        return rc;
+    i = skip_ws(s, i, len);
+    if ((rc = expect(s, &i, len, ":")) <= 0)
+        return rc;
+    i = skip_ws(s, i, len);
+    if ((rc = expect(s, &i, len, "\"")) <= 0)
+        return rc;
+    size_t name = i;
+    while (i < len && s[i] != '"' && s[i] != '\\')
+        i++;
+    if (i == len)
+        return 0;
+    if (s[i] == '\\')
+        return -1; /* an escaped name: left to the final parse */
+    int known = 0;
+    for (size_t k = 0; k < nnames; k++)
+        known |= strlen(names[k]) == i - name && memcmp(names[k], s + name, i - name) == 0;
+    if (!known)
+        return -1;
+    sp->name_off = name;
+    sp->name_len = i - name;
+    i = skip_ws(s, i + 1, len);
+    if (i == len)
+        return 1;
+    if (s[i] == '}') { /* a call without arguments */
+        sp->args_done = 1;
+        *end = i + 1;
+        return 1;
+    }
+    if ((rc = expect(s, &i, len, ",")) < 0)
+        return -1;
+    i = skip_ws(s, i, len);
+    if (rc == 0 || i == len)
+        return 1;
+    size_t at = i;
+    if ((rc = expect(s, &i, len, "\"arguments\"")) < 0) {
+        i = at;
+        rc = expect(s, &i, len, "\"parameters\"");
+    }
+    if (rc < 0)
+        return -1;
+    i = skip_ws(s, i, len);
+    if (rc == 0 || i == len)
+        return 1;
+    if ((rc = expect(s, &i, len, ":")) < 0)
+        return -1;
+    i = skip_ws(s, i, len);
+    if (rc == 0 || i == len)
+        return 1;
+    long v = value_len(s + i, len - i);
+    if (v < 0)
+        return -1;
+    sp->args_off = i;
+    sp->args_string = s[i] == '"';
+    sp->args_len = v > 0 ? (size_t)v : len - i;
+    if (v > 0) {
+        sp->args_done = 1;
+        size_t j = skip_ws(s, i + (size_t)v, len);
+        if (j < len && s[j] == '}')
+            *end = j + 1;
+    }
+    return 1;
+}
+
+size_t ig_chat_tools_scan(ig_chat_tools_t conv, const char *text, size_t len,
+                          const char *const *names, size_t nnames, ig_chat_call_span_t *spans,
+                          size_t cap)
+{
+    size_t n = 0, end;
+    if (conv == IG_CHAT_TOOLS_LLAMA3) {
+        if (cap && scan_call(text, 0, len, names, nnames, &spans[0], &end) == 1)
+            n = 1;
+        return n;
+    }
+    if (conv != IG_CHAT_TOOLS_HERMES)
+        return 0;
+    const char *p = find(text, len, TC_OPEN);
+    while (p && n < cap) {
+        size_t at = (size_t)(p - text) + strlen(TC_OPEN);
+        if (scan_call(text, at, len, names, nnames, &spans[n], &end) != 1)
+            break;
+        n++;
+        if (!end)
+            break; /* this call is still being written */
+        p = find(text + end, len - end, TC_OPEN);
+    }
+    return n;
+}
+
 size_t ig_chat_tools_content_prefix(ig_chat_tools_t conv, const char *text, size_t len,
                                     int *in_call)
 {

@@ -156,6 +156,22 @@ int ig_chat_parse_tool_calls(ig_chat_tools_t conv, const char *text, size_t len,
 
 void ig_chat_parsed_calls_free(ig_chat_parsed_call_t *calls, size_t n);
 
+/* Streaming: one call of a partial answer, as far as it has come. */
+typedef struct {
+    size_t name_off, name_len; /* the function's name in the text */
+    size_t args_off, args_len; /* its arguments' JSON text so far (0: not begun) */
+    int args_done;             /* the arguments' value (or the call) is complete */
+    int args_string;           /* the arguments are a JSON string, not an object */
+} ig_chat_call_span_t;
+
+/* The calls of a partial answer whose names are complete and declared, in
+ * order, at most cap: a call's arguments can be streamed as they come. It
+ * stops at the first call it cannot read yet (or at all); the whole answer
+ * is still judged by ig_chat_parse_tool_calls at the end. */
+size_t ig_chat_tools_scan(ig_chat_tools_t conv, const char *text, size_t len,
+                          const char *const *names, size_t nnames, ig_chat_call_span_t *spans,
+                          size_t cap);
+
 /* Streaming: how many leading bytes of a partial answer are content for
  * sure (never part of a call); *in_call is set once a call has begun (what
  * follows is held until the end and parsed). */
