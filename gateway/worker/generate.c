@@ -95,6 +95,8 @@ static void choice_dispose(choice_t *c)
     for (int i = 0; i < c->nlp; i++)
         free((void *)c->lp[i].top);
     free(c->lp);
+    free(c->call_ids);
+    free(c->args_sent);
 }
 
 static void wreq_free(wreq_t *r)
@@ -464,16 +466,83 @@ static void send_chunk(wreq_t *r, choice_t *c, const char *text, size_t len, con
     free(s);
 }
 
+/* One delta of call k of choice c: its head (id, type, name and empty
+ * arguments) when name is not NULL, else a piece of its arguments. */
+static void send_call_delta(wreq_t *r, choice_t *c, int k, const char *name, size_t name_len,
+                            const char *args, size_t args_len)
+{
+    char *nm = name ? strndup(name, name_len) : NULL;
+    char *ag = strndup(args ? args : "", args ? args_len : 0);
+    ig_api_tool_call_t t = {name ? c->call_ids[k] : NULL, nm, ag};
+    ig_api_choice_t ch = {
+        .index = c->index, .text = "", .tool_calls = &t, .ntool_calls = 1, .tool_call_index = k};
+    size_t n;
+    char *s = (name && !nm) || !ag
+                  ? NULL
+                  : ig_api_chunk_sse(r->api.kind, r->id, r->created, r->w->model_name, &ch, 0,
+                                     r->api.include_usage, &n);
+    if (s)
+        stream_write(r, s, n);
+    free(s);
+    free(nm);
+    free(ag);
+}
+
+/* Announces call number c->heads (a new id, its name): 0 or IG_ENOMEM. */
+static int announce(wreq_t *r, choice_t *c, const char *name, size_t name_len)
+{
+    if (c->heads == c->cap_heads) {
+        int cap = c->cap_heads ? c->cap_heads * 2 : 4;
+        char(*ids)[48] = realloc(c->call_ids, sizeof(*ids) * (size_t)cap);
+        if (ids)
+            c->call_ids = ids;
+        size_t *sent = realloc(c->args_sent, sizeof(size_t) * (size_t)cap);
+        if (sent)
+            c->args_sent = sent;
+        if (!ids || !sent)
+            return IG_ENOMEM;
+        c->cap_heads = cap;
+    }
+    int k = c->heads++;
+    ig_api_make_id(c->call_ids[k], sizeof(c->call_ids[k]), "call_");
+    c->args_sent[k] = 0;
+    send_call_delta(r, c, k, name, name_len, NULL, 0);
+    return 0;
+}
+
+/* The calls of the answer so far: each announced once its name is known,
+ * its arguments sent as they come (an object's text as the model writes
+ * it; arguments given as a JSON string wait for the end, to be unquoted). */
+static void stream_calls(wreq_t *r, choice_t *c, const char *text, size_t len,
+                         ig_chat_call_span_t *sp, size_t n)
+{
+    for (size_t k = 0; k < n; k++) {
+        if ((int)k >= c->heads && announce(r, c, text + sp[k].name_off, sp[k].name_len) < 0)
+            return;
+        if (sp[k].args_string || sp[k].args_len <= c->args_sent[k])
+            continue;
+        send_call_delta(r, c, (int)k, NULL, 0, text + sp[k].args_off + c->args_sent[k],
+                        sp[k].args_len - c->args_sent[k]);
+        c->args_sent[k] = sp[k].args_len;
+    }
+    (void)len;
+}
+
 /* Tools, stream: text is sent as content while it cannot be the start of
- * a call; once a call has begun the rest is held, and at the end it is read:
- * calls go out as OpenAI streams them (per call, a delta with its index,
- * id, type and name and empty arguments, then one with the arguments), and
- * the last chunk says "tool_calls". An answer that was no call after all is
- * sent as content. */
+ * a call; calls go out as OpenAI streams them: per call a delta with its
+ * index, id, type and name (and empty arguments) once the name is whole,
+ * then the arguments in pieces as the model writes them, and a last chunk
+ * with finish_reason "tool_calls". The end decides: the whole answer is
+ * read with ig_chat_parse_tool_calls, and one that is no call after all is
+ * sent as content (after calls were announced, only when the model broke
+ * the call's JSON at its very end). */
 static void send_tools_chunk(wreq_t *r, choice_t *c, int lp_upto)
 {
     int normal = c->finish == IG_FINISH_STOP || c->finish == IG_FINISH_LENGTH;
     const char *text = c->text ? c->text : "";
+    ig_chat_call_span_t sp[IG_API_MAX_TOOL_CALLS];
+    size_t nsp = ig_chat_tools_scan(r->w->chat_tools, text, c->text_len, r->tool_names,
+                                    (size_t)r->ntool_names, sp, IG_API_MAX_TOOL_CALLS);
     if (!c->finished || !normal) {
         int in_call = 0;
         size_t safe = r->forced_len ? 0
@@ -484,6 +553,8 @@ static void send_tools_chunk(wreq_t *r, choice_t *c, int lp_upto)
         send_chunk(r, c, text + c->sent, safe > c->sent ? safe - c->sent : 0, NULL, lp_upto);
         if (safe > c->sent)
             c->sent = safe;
+        if (!c->finished)
+            stream_calls(r, c, text, c->text_len, sp, nsp);
         return;
     }
     ig_api_tool_call_t *calls;
@@ -497,22 +568,17 @@ static void send_tools_chunk(wreq_t *r, choice_t *c, int lp_upto)
     send_chunk(r, c, text + c->sent, content_len > c->sent ? content_len - c->sent : 0, NULL,
                lp_upto);
     c->sent = c->text_len;
+    /* The spans the final text gives, where they name the calls read:
+     * arguments continue from what was sent; else the parsed arguments. */
     for (int k = 0; k < ncalls; k++) {
-        ig_api_tool_call_t head = {calls[k].id, calls[k].name, (char *)""};
-        ig_api_tool_call_t args = {NULL, NULL, calls[k].arguments};
-        for (int part = 0; part < 2; part++) {
-            ig_api_choice_t ch = {.index = c->index,
-                                  .text = "",
-                                  .tool_calls = part ? &args : &head,
-                                  .ntool_calls = 1,
-                                  .tool_call_index = k};
-            size_t n;
-            char *s = ig_api_chunk_sse(r->api.kind, r->id, r->created, r->w->model_name, &ch, 0,
-                                       r->api.include_usage, &n);
-            if (s)
-                stream_write(r, s, n);
-            free(s);
-        }
+        int span = (size_t)k < nsp && !sp[k].args_string && sp[k].args_len > 0 && sp[k].args_done;
+        if (k >= c->heads && announce(r, c, calls[k].name, strlen(calls[k].name)) < 0)
+            break;
+        if (span && sp[k].args_len > c->args_sent[k])
+            send_call_delta(r, c, k, NULL, 0, text + sp[k].args_off + c->args_sent[k],
+                            sp[k].args_len - c->args_sent[k]);
+        else if (!span && c->args_sent[k] == 0)
+            send_call_delta(r, c, k, NULL, 0, calls[k].arguments, strlen(calls[k].arguments));
     }
     ig_api_choice_t fin = {.index = c->index, .text = "", .finish_reason = "tool_calls"};
     size_t n;

@@ -68,12 +68,15 @@ typedef struct {
     size_t text_len, text_cap;
     ig_api_token_logprob_t *lp; /* logprob entries (prompt first when echo) */
     int nlp, cap_lp;
-    size_t lp_offset;   /* text_offset of the next entry */
-    int prompt_lp_done; /* echo entries built */
-    int echo_sent;      /* stream: echo chunk sent */
-    int lp_sent;        /* stream: entries already sent */
-    size_t sent;        /* tools, stream: bytes of text already sent as content */
-    double cum_logprob; /* best_of: the sum of its tokens' logprobs */
+    size_t lp_offset;     /* text_offset of the next entry */
+    int prompt_lp_done;   /* echo entries built */
+    int echo_sent;        /* stream: echo chunk sent */
+    int lp_sent;          /* stream: entries already sent */
+    size_t sent;          /* tools, stream: bytes of text already sent as content */
+    double cum_logprob;   /* best_of: the sum of its tokens' logprobs */
+    char (*call_ids)[48]; /* tools, stream: ids of the calls announced (heads) */
+    size_t *args_sent;    /* tools, stream: bytes of each call's arguments sent */
+    int heads, cap_heads; /* tools, stream: calls announced */
 } choice_t;
 
 struct wreq_s {
