@@ -43,7 +43,7 @@ static void test_completion_fields(void **state)
         "\"top_p\":0.9,\"top_k\":40,\"min_p\":0.05,\"repetition_penalty\":1.1,"
         "\"seed\":42,\"stop\":[\"\\n\",\"END\"],\"stream\":true,"
         "\"stream_options\":{\"include_usage\":true},\"logprobs\":3,\"echo\":true,"
-        "\"n\":1,\"ignore_eos\":true,\"user\":{\"x\":1},\"stop_token_ids\":[7]}";
+        "\"n\":1,\"ignore_eos\":true,\"user\":\"u-1\",\"stop_token_ids\":[7]}";
     assert_int_equal(parse(IG_API_COMPLETION, body, &r, &e), 0);
     assert_string_equal(r.model, "tiny");
     assert_int_equal(r.nprompts, 1);
@@ -153,6 +153,19 @@ static const bad_case_t bad_cases[] = {
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logprobs\":true}", "logprobs"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"echo\":1}", "echo"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"n\":0}", "n"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"n\":129}", "n"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"n\":\"2\"}", "n"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"n\":3,\"best_of\":2}", "best_of"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"best_of\":1000}", "best_of"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"suffix\":5}", "suffix"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"user\":{\"x\":1}}", "user"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[1]}", "logit_bias"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"x\":1}}", "logit_bias"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"-1\":1}}", "logit_bias"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":101}}", "logit_bias"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":\"1\"}}", "logit_bias"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"response_format\":\"json\"}", "response_format"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"response_format\":{}}", "response_format"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"n\":2,\"best_of\":1}", "best_of"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"ignore_eos\":\"no\"}", "ignore_eos"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"model\":7}", "model"},
@@ -177,6 +190,44 @@ static const bad_case_t bad_cases[] = {
     {IG_API_CHAT,
      "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_completion_tokens\":0}",
      "max_completion_tokens"},
+    {IG_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":{}}", "tools"},
+    {IG_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[1]}", "tools"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}",
+     "tools"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+     "\"function\":{\"name\":\"\"}}]}",
+     "tools"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+     "\"function\":{\"name\":\"f\",\"parameters\":[]}}]}",
+     "tools"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"maybe\"}",
+     "tool_choice"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}",
+     "tool_choice"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+     "\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"function\",\"function\":{"
+     "\"name\":\"g\"}}}",
+     "tool_choice"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"parallel_tool_calls\":\"yes\"}",
+     "parallel_tool_calls"},
+    {IG_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"tool_calls\":[]}]}",
+     "messages"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\"}]}]}",
+     "messages"},
+    {IG_API_CHAT,
+     "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+     "\"arguments\":5}}]}]}",
+     "messages"},
+    {IG_API_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"1\",\"tool_call_id\":7}]}",
+     "messages"},
 };
 
 static void test_bad_requests(void **state)
@@ -225,6 +276,95 @@ static void test_context_check(void **state)
     ig_api_request_dispose(&r);
 }
 
+/* The fields a gateway forwards and a worker honours or refuses are parsed
+ * and recorded, not refused here. */
+static void test_recorded_fields(void **state)
+{
+    ig_api_request_t r;
+    ig_api_error_t e;
+    const char *body =
+        "{\"messages\":[{\"role\":\"system\",\"content\":\"s\"},"
+        "{\"role\":\"user\",\"content\":\"weather?\"},"
+        "{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"call_1\","
+        "\"type\":\"function\",\"function\":{\"name\":\"get_weather\",\"arguments\":"
+        "\"{\\\"city\\\":\\\"Paris\\\"}\"}}]},"
+        "{\"role\":\"tool\",\"tool_call_id\":\"call_1\",\"content\":\"sunny\"}],"
+        "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"get_weather\","
+        "\"description\":\"the weather\",\"parameters\":{\"type\":\"object\","
+        "\"properties\":{\"city\":{\"type\":\"string\"}}}}},{\"type\":\"code_interpreter\"}],"
+        "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"get_weather\"}},"
+        "\"parallel_tool_calls\":false,\"n\":3,\"logit_bias\":{\"17\":-100,\"42\":5.5},"
+        "\"response_format\":{\"type\":\"json_object\"},\"user\":\"u\","
+        "\"max_completion_tokens\":9,\"vendor_x\":{\"deep\":[1]}}";
+    assert_int_equal(parse(IG_API_CHAT, body, &r, &e), 0);
+    assert_int_equal(r.n, 3);
+    assert_int_equal(r.best_of, 3); /* n when not given */
+    assert_int_equal(r.max_tokens, 9);
+    assert_true(r.max_tokens_given);
+    assert_int_equal(r.nmessages, 4);
+    assert_int_equal(r.messages[2].ntool_calls, 1);
+    assert_string_equal(r.messages[2].content, "");
+    assert_string_equal(r.messages[2].tool_calls[0].id, "call_1");
+    assert_string_equal(r.messages[2].tool_calls[0].name, "get_weather");
+    assert_string_equal(r.messages[2].tool_calls[0].arguments, "{\"city\":\"Paris\"}");
+    assert_string_equal(r.messages[3].tool_call_id, "call_1");
+    assert_int_equal(r.ntools, 2);
+    assert_string_equal(r.tools[0].name, "get_weather");
+    assert_string_equal(r.tools[0].description, "the weather");
+    assert_string_equal(r.tools[0].parameters,
+                        "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}");
+    assert_string_equal(r.tools[1].type, "code_interpreter");
+    assert_null(r.tools[1].name);
+    assert_int_equal(r.tool_choice, IG_API_TOOL_CHOICE_FUNCTION);
+    assert_string_equal(r.tool_choice_name, "get_weather");
+    assert_int_equal(r.parallel_tool_calls, 0);
+    assert_int_equal(r.sampling.nlogit_bias, 2);
+    int saw17 = 0, saw42 = 0;
+    for (int i = 0; i < 2; i++) {
+        saw17 |= r.sampling.logit_bias[i].token == 17 && r.sampling.logit_bias[i].bias == -100.0f;
+        saw42 |= r.sampling.logit_bias[i].token == 42 && r.sampling.logit_bias[i].bias == 5.5f;
+    }
+    assert_true(saw17 && saw42);
+    assert_string_equal(r.response_format, "json_object");
+    assert_string_equal(r.user, "u");
+    ig_api_request_dispose(&r);
+
+    assert_int_equal(parse(IG_API_COMPLETION,
+                           "{\"prompt\":\"a\",\"n\":2,\"best_of\":4,\"suffix\":\"end\"}", &r, &e),
+                     0);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.best_of, 4);
+    json_t *canon = ig_api_request_to_json(&r);
+    assert_int_equal(json_integer_value(json_object_get(canon, "n")), 2);
+    assert_int_equal(json_integer_value(json_object_get(canon, "best_of")), 4);
+    json_decref(canon);
+    assert_string_equal(r.suffix, "end");
+    assert_int_equal(r.parallel_tool_calls, -1);
+    assert_int_equal(r.tool_choice, IG_API_TOOL_CHOICE_AUTO);
+    assert_false(r.max_tokens_given);
+    ig_api_request_dispose(&r);
+
+    /* the bounds are named in the error */
+    char big[16384];
+    size_t off = (size_t)snprintf(big, sizeof(big), "{\"prompt\":\"a\",\"logit_bias\":{");
+    for (int i = 0; i <= IG_API_MAX_LOGIT_BIAS; i++)
+        off += (size_t)snprintf(big + off, sizeof(big) - off, "%s\"%d\":1", i ? "," : "", i);
+    snprintf(big + off, sizeof(big) - off, "}}");
+    assert_int_equal(parse(IG_API_COMPLETION, big, &r, &e), IG_EINVAL);
+    assert_string_equal(e.param, "logit_bias");
+    assert_non_null(strstr(e.message, "at most 300"));
+    off = (size_t)snprintf(big, sizeof(big),
+                           "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[");
+    for (int i = 0; i <= IG_API_MAX_TOOLS; i++)
+        off += (size_t)snprintf(big + off, sizeof(big) - off, "%s{\"type\":\"x\"}", i ? "," : "");
+    snprintf(big + off, sizeof(big) - off, "]}");
+    assert_int_equal(parse(IG_API_CHAT, big, &r, &e), IG_EINVAL);
+    assert_string_equal(e.param, "tools");
+    assert_non_null(strstr(e.message, "at most 128"));
+    assert_int_equal(parse(IG_API_COMPLETION, "{\"prompt\":\"a\",\"n\":1000}", &r, &e), IG_EINVAL);
+    assert_non_null(strstr(e.message, "128"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -232,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_completion_fields),
         cmocka_unit_test(test_chat),
         cmocka_unit_test(test_bad_requests),
+        cmocka_unit_test(test_recorded_fields),
         cmocka_unit_test(test_invalid_utf8_raw),
         cmocka_unit_test(test_context_check),
     };

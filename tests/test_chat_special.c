@@ -24,7 +24,7 @@
 
 #define MSG(r, c)                                                                                  \
     {                                                                                              \
-        r, c, sizeof(c) - 1                                                                        \
+        .role = r, .content = c, .content_len = sizeof(c) - 1                                      \
     }
 
 static char dir[] = "/tmp/ig_chatsp_XXXXXX";
@@ -138,7 +138,9 @@ static void test_typed_specials_stay_text(void **state)
     (void)state;
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         const ig_tokenizer_t *tok = toks[cases[k].style];
-        ig_chat_msg_t m[1] = {{"user", cases[k].injected, strlen(cases[k].injected)}};
+        ig_chat_msg_t m[1] = {{.role = "user",
+                               .content = cases[k].injected,
+                               .content_len = strlen(cases[k].injected)}};
         char err[256], *dec;
         size_t len, dlen;
         ig_tokvec_t v, old;

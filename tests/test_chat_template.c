@@ -22,7 +22,7 @@
 
 #define MSG(r, c)                                                                                  \
     {                                                                                              \
-        r, c, sizeof(c) - 1                                                                        \
+        .role = r, .content = c, .content_len = sizeof(c) - 1                                      \
     }
 
 static const ig_chat_msg_t CONVO[] = {

@@ -85,7 +85,7 @@ static void count_both(const char *model, const char *content, int *safe, int *u
     size_t len;
     assert_int_equal(ig_tokenizer_load(model, &tok, err, sizeof(err)), 0);
     ig_chat_style_t style = ig_chat_detect(ig_tokenizer_chat_template(tok));
-    ig_chat_msg_t m = {"user", content, strlen(content)};
+    ig_chat_msg_t m = {.role = "user", .content = content, .content_len = strlen(content)};
     ig_tokvec_t v;
     ig_tokvec_init(&v);
     assert_int_equal(ig_chat_encode(style, tok, &m, 1, 1, &v, err, sizeof(err)), 0);

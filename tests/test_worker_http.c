@@ -264,7 +264,7 @@ static void test_bad_requests(void **state)
     static const bad_t cases[] = {
         {"/v1/completions", "{not json", 400, NULL},
         {"/v1/completions", "{\"prompt\":\"x\",\"max_tokens\":0}", 400, "max_tokens"},
-        {"/v1/completions", "{\"prompt\":\"x\",\"n\":2}", 400, "n"},
+        {"/v1/completions", "{\"prompt\":\"x\",\"n\":0}", 400, "n"},
         {"/v1/completions", "{\"prompt\":\"x\",\"temperature\":\"warm\"}", 400, "temperature"},
         {"/v1/completions", "{\"prompt\":\"x\",\"logprobs\":50}", 400, "logprobs"},
         {"/v1/completions", "{\"prompt\":[1,99999]}", 400, "prompt"},

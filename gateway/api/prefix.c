@@ -35,8 +35,8 @@ uint64_t ig_prefix_block_hash(uint64_t parent, const int32_t *tokens, int n)
     return mix64(h ^ ((uint64_t)(uint32_t)n << 32));
 }
 
-int ig_prefix_hashes(uint64_t seed, const int32_t *tokens, int ntok, int block_size,
-                     uint64_t *out, int cap)
+int ig_prefix_hashes(uint64_t seed, const int32_t *tokens, int ntok, int block_size, uint64_t *out,
+                     int cap)
 {
     if (block_size <= 0 || ntok <= 0 || cap <= 0)
         return 0;
@@ -92,6 +92,61 @@ static int ids_of(const ig_tokvec_t *v, int **ids, int *n)
     return 0;
 }
 
+/* The messages (with their tool calls) and the request's tools, rendered by
+ * the template's tool convention (ig_chat_detect_tools on the tokenizer's
+ * chat_template). Tools are rendered unless tool_choice is "none"; a forced
+ * choice ends the prompt with the start of a call. */
+static int chat_tokens(const ig_tokenizer_t *tok, ig_chat_style_t style, const ig_api_request_t *r,
+                       ig_tokvec_t *v, char *err, size_t errlen)
+{
+    int rc = IG_ENOMEM, ncalls = 0;
+    for (int i = 0; i < r->nmessages; i++)
+        ncalls += r->messages[i].ntool_calls;
+    ig_chat_msg_t *m = calloc((size_t)(r->nmessages ? r->nmessages : 1), sizeof(*m));
+    ig_chat_call_t *calls = calloc((size_t)(ncalls ? ncalls : 1), sizeof(*calls));
+    ig_chat_tool_t *tools = calloc((size_t)(r->ntools ? r->ntools : 1), sizeof(*tools));
+    if (!m || !calls || !tools)
+        goto done;
+    ig_chat_call_t *c = calls;
+    for (int i = 0; i < r->nmessages; i++) {
+        const ig_api_message_t *am = &r->messages[i];
+        m[i].role = strcmp(am->role, "developer") == 0 ? "system" : am->role;
+        m[i].content = am->content;
+        m[i].content_len = strlen(am->content);
+        m[i].tool_call_id = am->tool_call_id;
+        m[i].tool_calls = c;
+        m[i].ntool_calls = (size_t)am->ntool_calls;
+        for (int k = 0; k < am->ntool_calls; k++, c++) {
+            c->id = am->tool_calls[k].id;
+            c->name = am->tool_calls[k].name;
+            c->arguments = am->tool_calls[k].arguments;
+        }
+    }
+    ig_chat_tools_opts_t t = {.convention =
+                                  ig_chat_detect_tools(style, ig_tokenizer_chat_template(tok))};
+    if (r->tool_choice != IG_API_TOOL_CHOICE_NONE) {
+        for (int i = 0; i < r->ntools; i++) {
+            if (!r->tools[i].name)
+                continue; /* not a function: a worker refuses it before this */
+            tools[t.ntools].name = r->tools[i].name;
+            tools[t.ntools].description = r->tools[i].description;
+            tools[t.ntools].parameters = r->tools[i].parameters;
+            t.ntools++;
+        }
+        t.tools = tools;
+        if (r->tool_choice == IG_API_TOOL_CHOICE_REQUIRED)
+            t.force = "";
+        else if (r->tool_choice == IG_API_TOOL_CHOICE_FUNCTION)
+            t.force = r->tool_choice_name;
+    }
+    rc = ig_chat_encode_tools(style, tok, m, (size_t)r->nmessages, &t, 1, v, err, errlen);
+done:
+    free(m);
+    free(calls);
+    free(tools);
+    return rc;
+}
+
 int ig_prefix_prompt_tokens(const ig_tokenizer_t *tok, ig_chat_style_t style,
                             const ig_api_request_t *r, int index, int **ids, int *n, char *err,
                             size_t errlen)
@@ -113,17 +168,7 @@ int ig_prefix_prompt_tokens(const ig_tokenizer_t *tok, ig_chat_style_t style,
     ig_tokvec_init(&v);
     int rc;
     if (r->kind == IG_API_CHAT) {
-        ig_chat_msg_t *m = calloc((size_t)(r->nmessages ? r->nmessages : 1), sizeof(*m));
-        if (!m)
-            return IG_ENOMEM;
-        for (int i = 0; i < r->nmessages; i++) {
-            m[i].role =
-                strcmp(r->messages[i].role, "developer") == 0 ? "system" : r->messages[i].role;
-            m[i].content = r->messages[i].content;
-            m[i].content_len = strlen(r->messages[i].content);
-        }
-        rc = ig_chat_encode(style, tok, m, (size_t)r->nmessages, 1, &v, err, errlen);
-        free(m);
+        rc = chat_tokens(tok, style, r, &v, err, errlen);
     } else {
         const ig_api_prompt_t *p = &r->prompts[index];
         rc = ig_tokenizer_encode(tok, p->text, p->text_len, IG_TOKENIZER_ADD_BOS, &v);

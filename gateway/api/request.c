@@ -198,6 +198,57 @@ static int get_ids(json_t *arr, const char *param, int **ids, int *n, ig_api_err
     return 0;
 }
 
+/* A string field of at most max bytes into *out (malloc'ed). */
+static int get_string(json_t *o, const char *key, size_t max, char **out, ig_api_error_t *err)
+{
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return ig_api_error(err, 400, key, "'%s' must be a string", key);
+    if (json_string_length(v) > max)
+        return ig_api_error(err, 400, key, "'%s' is longer than %zu bytes", key, max);
+    if (!(*out = dup_utf8(v, NULL)))
+        return IG_ENOMEM;
+    return 1;
+}
+
+/* logit_bias: {"<token id>": -100..100}, at most IG_API_MAX_LOGIT_BIAS
+ * entries. The ids are checked against the vocabulary by whoever has it. */
+static int parse_logit_bias(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *lb = json_object_get(root, "logit_bias");
+    if (!lb || json_is_null(lb))
+        return 0;
+    if (!json_is_object(lb))
+        return ig_api_error(err, 400, "logit_bias",
+                            "'logit_bias' must be an object of token ids to biases");
+    if (json_object_size(lb) > IG_API_MAX_LOGIT_BIAS)
+        return ig_api_error(err, 400, "logit_bias", "'logit_bias' has %zu entries; at most %d",
+                            json_object_size(lb), IG_API_MAX_LOGIT_BIAS);
+    const char *key;
+    json_t *v;
+    json_object_foreach(lb, key, v)
+    {
+        size_t klen = strlen(key), digits = strspn(key, "0123456789");
+        long long id = digits == klen && klen && klen <= 10 ? strtoll(key, NULL, 10) : -1;
+        if (id < 0 || id > 0x7fffffff)
+            return ig_api_error(err, 400, "logit_bias",
+                                "'logit_bias' keys must be token ids (non-negative integers), "
+                                "got \"%.32s\"",
+                                key);
+        if (!json_is_number(v) || json_number_value(v) < -100.0 || json_number_value(v) > 100.0)
+            return ig_api_error(err, 400, "logit_bias",
+                                "'logit_bias' values must be numbers from -100 to 100 "
+                                "(token %lld)",
+                                id);
+        ig_logit_bias_t *b = &r->sampling.logit_bias[r->sampling.nlogit_bias++];
+        b->token = (int)id;
+        b->bias = (float)json_number_value(v);
+    }
+    return 0;
+}
+
 /* ---- common fields -------------------------------------------------------- */
 
 static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
@@ -225,6 +276,7 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
         if (i <= 0)
             return ig_api_error(err, 400, mt, "'%s' must be at least 1, got %lld", mt, i);
         r->max_tokens = i > 0x3fffffff ? 0x3fffffff : (int)i;
+        r->max_tokens_given = 1;
     }
 
     if ((rc = get_num(root, "temperature", 0.0, 100.0, 0, &d, err)) < 0)
@@ -247,8 +299,7 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
         return rc;
     if (rc)
         r->sampling.repetition_penalty = (float)d;
-    /* The OpenAI penalties are known names: accepted when in range, and
-     * documented as not applied (docs/worker.md). */
+    /* The OpenAI penalties (applied by the sampler, over generated tokens). */
     if ((rc = get_num(root, "frequency_penalty", -2.0, 2.0, 0, &d, err)) < 0)
         return rc;
     if (rc)
@@ -331,6 +382,18 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
     if (r->best_of < r->n)
         return ig_api_error(err, 400, "best_of", "'best_of' (%d) must be at least 'n' (%d)",
                             r->best_of, r->n);
+    if ((rc = parse_logit_bias(root, r, err)) < 0 ||
+        (rc = get_string(root, "user", 1 << 16, &r->user, err)) < 0)
+        return rc;
+    json_t *rf = json_object_get(root, "response_format");
+    if (rf && !json_is_null(rf)) {
+        json_t *type = json_object_get(rf, "type");
+        if (!json_is_object(rf) || !json_is_string(type))
+            return ig_api_error(err, 400, "response_format",
+                                "'response_format' must be an object with a string 'type'");
+        if (!(r->response_format = dup_utf8(type, NULL)))
+            return IG_ENOMEM;
+    }
     return 0;
 }
 
@@ -415,6 +478,7 @@ static void request_init(ig_api_request_t *r, ig_api_kind_t kind)
     r->max_tokens = kind == IG_API_COMPLETION ? 16 : 0;
     r->logprobs = -1;
     r->n = r->best_of = 1;
+    r->parallel_tool_calls = -1;
 }
 
 static json_t *load_body(const char *body, size_t len, ig_api_error_t *err)
@@ -443,8 +507,16 @@ static int parse_completion(json_t *root, ig_api_request_t *req, ig_api_error_t 
         return rc;
     if (rc)
         req->logprobs = (int)i;
-    rc = get_bool(root, "echo", &req->echo, err);
-    return rc < 0 ? rc : 0;
+    if ((rc = get_bool(root, "echo", &req->echo, err)) < 0)
+        return rc;
+    json_t *sfx = json_object_get(root, "suffix");
+    if (sfx && !json_is_null(sfx)) {
+        if (!json_is_string(sfx))
+            return ig_api_error(err, 400, "suffix", "'suffix' must be a string");
+        if (!(req->suffix = dup_utf8(sfx, NULL)))
+            return IG_ENOMEM;
+    }
+    return 0;
 }
 
 /* ---- chat ----------------------------------------------------------------- */
@@ -495,6 +567,84 @@ static int parse_content(json_t *c, char **out, size_t idx, ig_api_error_t *err)
     return 0;
 }
 
+/* A bounded name (function name, call id): a non-empty string. */
+static int get_name(json_t *v, char **out, ig_api_error_t *err, const char *param, const char *what)
+{
+    if (!json_is_string(v) || json_string_length(v) == 0 || json_string_length(v) > IG_API_MAX_NAME)
+        return ig_api_error(err, 400, param, "%s must be a string of 1 to %d bytes", what,
+                            IG_API_MAX_NAME);
+    *out = dup_utf8(v, NULL);
+    return *out ? 0 : IG_ENOMEM;
+}
+
+/* JSON text of v (compact, keys in the client's order); NULL when out of
+ * memory. */
+static char *dump_json(json_t *v)
+{
+    return json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+}
+
+/* An assistant message's tool_calls: [{id, type: "function", function:
+ * {name, arguments}}], arguments a string (JSON text) as OpenAI sends it,
+ * or an object, which is kept as its JSON text. */
+static int parse_tool_calls(json_t *tc, ig_api_message_t *msg, size_t idx, ig_api_error_t *err)
+{
+    if (!tc || json_is_null(tc))
+        return 0;
+    if (!json_is_array(tc))
+        return ig_api_error(err, 400, "messages", "messages[%zu].tool_calls must be a list", idx);
+    size_t n = json_array_size(tc);
+    if (n > IG_API_MAX_TOOL_CALLS)
+        return ig_api_error(err, 400, "messages",
+                            "messages[%zu].tool_calls has %zu entries; at most %d", idx, n,
+                            IG_API_MAX_TOOL_CALLS);
+    if (n == 0)
+        return 0;
+    if (!(msg->tool_calls = calloc(n, sizeof(*msg->tool_calls))))
+        return IG_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        json_t *c = json_array_get(tc, k);
+        json_t *fn = json_object_get(c, "function");
+        json_t *id = json_object_get(c, "id");
+        json_t *type = json_object_get(c, "type");
+        char what[96];
+        snprintf(what, sizeof(what), "messages[%zu].tool_calls[%zu]", idx, k);
+        if (!json_is_object(c) || !json_is_object(fn))
+            return ig_api_error(err, 400, "messages", "%s must be an object with a 'function'",
+                                what);
+        if (type && !json_is_null(type) &&
+            (!json_is_string(type) || strcmp(json_string_value(type), "function") != 0))
+            return ig_api_error(err, 400, "messages", "%s.type must be \"function\"", what);
+        ig_api_tool_call_t *t = &msg->tool_calls[msg->ntool_calls++];
+        int rc;
+        snprintf(what, sizeof(what), "messages[%zu].tool_calls[%zu].function.name", idx, k);
+        if ((rc = get_name(json_object_get(fn, "name"), &t->name, err, "messages", what)) < 0)
+            return rc;
+        if (id && !json_is_null(id)) {
+            snprintf(what, sizeof(what), "messages[%zu].tool_calls[%zu].id", idx, k);
+            if ((rc = get_name(id, &t->id, err, "messages", what)) < 0)
+                return rc;
+        } else if (!(t->id = strdup(""))) {
+            return IG_ENOMEM;
+        }
+        json_t *args = json_object_get(fn, "arguments");
+        if (json_is_string(args))
+            t->arguments = dup_utf8(args, NULL);
+        else if (!args || json_is_null(args))
+            t->arguments = strdup("{}");
+        else if (json_is_object(args))
+            t->arguments = dump_json(args);
+        else
+            return ig_api_error(err, 400, "messages",
+                                "messages[%zu].tool_calls[%zu].function.arguments must be a "
+                                "string of JSON",
+                                idx, k);
+        if (!t->arguments)
+            return IG_ENOMEM;
+    }
+    return 0;
+}
+
 static int parse_messages(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
 {
     static const char *roles[] = {"system", "user", "assistant", "tool", "developer", NULL};
@@ -529,7 +679,130 @@ static int parse_messages(json_t *root, ig_api_request_t *r, ig_api_error_t *err
         int rc = parse_content(json_object_get(m, "content"), &msg->content, k, err);
         if (rc < 0)
             return rc;
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (tc && !json_is_null(tc) && strcmp(msg->role, "assistant") != 0)
+            return ig_api_error(err, 400, "messages",
+                                "messages[%zu].tool_calls is only allowed on assistant messages",
+                                k);
+        if ((rc = parse_tool_calls(tc, msg, k, err)) < 0)
+            return rc;
+        json_t *tcid = json_object_get(m, "tool_call_id");
+        if (tcid && !json_is_null(tcid)) {
+            char what[64];
+            snprintf(what, sizeof(what), "messages[%zu].tool_call_id", k);
+            if ((rc = get_name(tcid, &msg->tool_call_id, err, "messages", what)) < 0)
+                return rc;
+        }
+        json_t *name = json_object_get(m, "name");
+        if (name && !json_is_null(name)) {
+            char what[64];
+            snprintf(what, sizeof(what), "messages[%zu].name", k);
+            if ((rc = get_name(name, &msg->name, err, "messages", what)) < 0)
+                return rc;
+        }
     }
+    return 0;
+}
+
+/* tools: [{type: "function", function: {name, description?, parameters?}}],
+ * at most IG_API_MAX_TOOLS. Tools of another type are recorded by type only
+ * (a worker refuses them; a site may know them). */
+static int parse_tools(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *tools = json_object_get(root, "tools");
+    if (!tools || json_is_null(tools))
+        return 0;
+    if (!json_is_array(tools))
+        return ig_api_error(err, 400, "tools", "'tools' must be a list");
+    size_t n = json_array_size(tools);
+    if (n > IG_API_MAX_TOOLS)
+        return ig_api_error(err, 400, "tools", "'tools' has %zu entries; at most %d", n,
+                            IG_API_MAX_TOOLS);
+    if (n && !(r->tools = calloc(n, sizeof(*r->tools))))
+        return IG_ENOMEM;
+    for (size_t k = 0; k < n; k++) {
+        json_t *t = json_array_get(tools, k);
+        json_t *type = json_object_get(t, "type");
+        if (!json_is_object(t) || !json_is_string(type))
+            return ig_api_error(err, 400, "tools", "tools[%zu] must be an object with a 'type'", k);
+        ig_api_tool_t *tool = &r->tools[r->ntools++];
+        if (!(tool->type = dup_utf8(type, NULL)))
+            return IG_ENOMEM;
+        if (strcmp(tool->type, "function") != 0)
+            continue;
+        json_t *fn = json_object_get(t, "function");
+        if (!json_is_object(fn))
+            return ig_api_error(err, 400, "tools", "tools[%zu].function must be an object", k);
+        char what[64];
+        snprintf(what, sizeof(what), "tools[%zu].function.name", k);
+        int rc = get_name(json_object_get(fn, "name"), &tool->name, err, "tools", what);
+        if (rc < 0)
+            return rc;
+        json_t *d = json_object_get(fn, "description");
+        if (d && !json_is_null(d)) {
+            if (!json_is_string(d))
+                return ig_api_error(err, 400, "tools",
+                                    "tools[%zu].function.description must be a string", k);
+            if (!(tool->description = dup_utf8(d, NULL)))
+                return IG_ENOMEM;
+        }
+        json_t *params = json_object_get(fn, "parameters");
+        if (params && !json_is_null(params)) {
+            if (!json_is_object(params))
+                return ig_api_error(err, 400, "tools",
+                                    "tools[%zu].function.parameters must be an object", k);
+            if (!(tool->parameters = dump_json(params)))
+                return IG_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* tool_choice: "none" | "auto" | "required" | {type: "function", function:
+ * {name}} naming one of the tools; parallel_tool_calls: a boolean. */
+static int parse_tool_choice(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    int rc;
+    if ((rc = get_bool(root, "parallel_tool_calls", &r->parallel_tool_calls, err)) < 0)
+        return rc;
+    json_t *tc = json_object_get(root, "tool_choice");
+    if (!tc || json_is_null(tc))
+        return 0;
+    if (json_is_string(tc)) {
+        const char *v = json_string_value(tc);
+        if (strcmp(v, "none") == 0)
+            r->tool_choice = IG_API_TOOL_CHOICE_NONE;
+        else if (strcmp(v, "auto") == 0)
+            r->tool_choice = IG_API_TOOL_CHOICE_AUTO;
+        else if (strcmp(v, "required") == 0)
+            r->tool_choice = IG_API_TOOL_CHOICE_REQUIRED;
+        else
+            return ig_api_error(err, 400, "tool_choice",
+                                "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else {
+        json_t *type = json_object_get(tc, "type");
+        json_t *fn = json_object_get(tc, "function");
+        if (!json_is_object(tc) || !json_is_string(type) ||
+            strcmp(json_string_value(type), "function") != 0 || !json_is_object(fn))
+            return ig_api_error(err, 400, "tool_choice",
+                                "'tool_choice' must be \"none\", \"auto\", \"required\" or "
+                                "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+        if ((rc = get_name(json_object_get(fn, "name"), &r->tool_choice_name, err, "tool_choice",
+                           "tool_choice.function.name")) < 0)
+            return rc;
+        r->tool_choice = IG_API_TOOL_CHOICE_FUNCTION;
+        int found = 0;
+        for (int i = 0; i < r->ntools && !found; i++)
+            found = r->tools[i].name && strcmp(r->tools[i].name, r->tool_choice_name) == 0;
+        if (!found)
+            return ig_api_error(err, 400, "tool_choice",
+                                "'tool_choice' names the function '%s', which is not in 'tools'",
+                                r->tool_choice_name);
+    }
+    if (r->ntools == 0 && (r->tool_choice == IG_API_TOOL_CHOICE_REQUIRED))
+        return ig_api_error(err, 400, "tool_choice",
+                            "'tool_choice' \"required\" needs a non-empty 'tools'");
     return 0;
 }
 
@@ -538,6 +811,7 @@ static int parse_chat(json_t *root, ig_api_request_t *req, ig_api_error_t *err)
     int rc, lp = 0;
     long long i = 0;
     if ((rc = parse_messages(root, req, err)) < 0 || (rc = parse_common(root, req, err)) < 0 ||
+        (rc = parse_tools(root, req, err)) < 0 || (rc = parse_tool_choice(root, req, err)) < 0 ||
         (rc = get_bool(root, "logprobs", &lp, err)) < 0 ||
         (rc = get_int(root, "top_logprobs", 0, IG_API_MAX_LOGPROBS, &i, err)) < 0)
         return rc;
@@ -586,10 +860,30 @@ void ig_api_request_dispose(ig_api_request_t *r)
     }
     free(r->prompts);
     for (int i = 0; i < r->nmessages; i++) {
-        free(r->messages[i].role);
-        free(r->messages[i].content);
+        ig_api_message_t *m = &r->messages[i];
+        free(m->role);
+        free(m->content);
+        for (int k = 0; k < m->ntool_calls; k++) {
+            free(m->tool_calls[k].id);
+            free(m->tool_calls[k].name);
+            free(m->tool_calls[k].arguments);
+        }
+        free(m->tool_calls);
+        free(m->tool_call_id);
+        free(m->name);
     }
     free(r->messages);
+    for (int i = 0; i < r->ntools; i++) {
+        free(r->tools[i].type);
+        free(r->tools[i].name);
+        free(r->tools[i].description);
+        free(r->tools[i].parameters);
+    }
+    free(r->tools);
+    free(r->tool_choice_name);
+    free(r->response_format);
+    free(r->suffix);
+    free(r->user);
     for (int i = 0; i < r->nstop; i++)
         free(r->stop[i]);
     free(r->stop);
@@ -712,6 +1006,10 @@ json_t *ig_api_request_to_json(const ig_api_request_t *r)
         json_object_set_new(o, "stop_token_ids", ids_json(r->stop_ids, r->nstop_ids));
     if (r->ignore_eos)
         json_object_set_new(o, "ignore_eos", json_true());
+    if (r->n != 1)
+        json_object_set_new(o, "n", json_integer(r->n));
+    if (r->best_of != r->n)
+        json_object_set_new(o, "best_of", json_integer(r->best_of));
     if (r->stream) {
         json_object_set_new(o, "stream", json_true());
         if (r->include_usage)

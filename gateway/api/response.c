@@ -176,6 +176,38 @@ static json_t *envelope(const char *object, const char *id, long long created, c
                      (json_int_t)created, "model", model ? model : "");
 }
 
+/* [{index?, id, type, function: {name, arguments}}]: what OpenAI sends in
+ * message.tool_calls (no index) and delta.tool_calls (with index; a NULL id
+ * or name is left out). */
+static json_t *tool_calls_json(const ig_api_choice_t *c, int with_index)
+{
+    json_t *arr = json_array();
+    for (int k = 0; arr && k < c->ntool_calls; k++) {
+        const ig_api_tool_call_t *t = &c->tool_calls[k];
+        json_t *o = json_object(), *fn = json_object();
+        if (!o || !fn) {
+            json_decref(o);
+            json_decref(fn);
+            json_decref(arr);
+            return NULL;
+        }
+        if (with_index)
+            json_object_set_new(o, "index", json_integer(c->tool_call_index + k));
+        if (t->id) {
+            json_object_set_new(o, "id", json_string(t->id));
+            json_object_set_new(o, "type", json_string("function"));
+        }
+        if (t->name)
+            json_object_set_new(fn, "name", json_string(t->name));
+        json_object_set_new(
+            fn, "arguments",
+            str_bytes(t->arguments ? t->arguments : "", t->arguments ? strlen(t->arguments) : 0));
+        json_object_set_new(o, "function", fn);
+        json_array_append_new(arr, o);
+    }
+    return arr;
+}
+
 json_t *ig_api_response_json(ig_api_kind_t kind, const char *id, long long created,
                              const char *model, const ig_api_choice_t *choices, int nchoices,
                              const ig_api_usage_t *usage)
@@ -191,7 +223,12 @@ json_t *ig_api_response_json(ig_api_kind_t kind, const char *id, long long creat
         if (!ch)
             goto fail;
         json_object_set_new(ch, "index", json_integer(c->index));
-        if (kind == IG_API_CHAT)
+        if (kind == IG_API_CHAT && c->ntool_calls)
+            json_object_set_new(ch, "message",
+                                json_pack("{s:s, s:o, s:o}", "role", "assistant", "content",
+                                          c->len ? str_bytes(c->text, c->len) : json_null(),
+                                          "tool_calls", tool_calls_json(c, 0)));
+        else if (kind == IG_API_CHAT)
             json_object_set_new(ch, "message",
                                 json_pack("{s:s, s:o}", "role", "assistant", "content",
                                           str_bytes(c->text, c->len)));
@@ -255,6 +292,8 @@ char *ig_api_chunk_sse(ig_api_kind_t kind, const char *id, long long created, co
         } else if (c->len) {
             json_object_set_new(delta, "content", str_bytes(c->text, c->len));
         }
+        if (c->ntool_calls)
+            json_object_set_new(delta, "tool_calls", tool_calls_json(c, 1));
         json_object_set_new(ch, "delta", delta);
     } else {
         json_object_set_new(ch, "text", str_bytes(c->text, c->len));

@@ -68,6 +68,7 @@ void ig_sampling_params_default(ig_sampling_params_t *p)
     p->repetition_penalty = 1.0f;
     p->presence_penalty = 0.0f;
     p->frequency_penalty = 0.0f;
+    p->nlogit_bias = 0;
 }
 
 int ig_sampler_create(ig_sampler_t **out, int vocab)
@@ -324,20 +325,30 @@ static uint32_t next_stamp(ig_sampler_t *s)
     return s->stamp;
 }
 
-/* The penalties on a copy of the logits: repetition (HF/vLLM) over prompt and
+/* The logit bias and the penalties on a copy of the logits: the bias first
+ * (OpenAI's logit_bias, added), then repetition (HF/vLLM) over prompt and
  * output, presence and frequency (OpenAI) over the output only. */
 static const float *apply_penalty(ig_sampler_t *s, const float *logits,
                                   const ig_sampling_params_t *p, const int *history, int nhistory,
                                   int nprompt)
 {
     float rep = p->repetition_penalty;
-    int do_rep = rep != 1.0f && rep > 0.0f;
+    int do_rep = rep != 1.0f && rep > 0.0f && nhistory > 0;
     int do_pf = p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
+    int nbias = p->nlogit_bias < IG_SAMPLER_MAX_BIAS ? p->nlogit_bias : IG_SAMPLER_MAX_BIAS;
     if (nprompt < 0 || nprompt > nhistory)
         nprompt = nhistory;
-    if (nhistory <= 0 || (!do_rep && !(do_pf && nhistory > nprompt)))
+    if (nhistory < 0)
+        nhistory = 0;
+    do_pf = do_pf && nhistory > nprompt;
+    if (!do_rep && !do_pf && nbias <= 0)
         return logits;
     memcpy(s->work, logits, sizeof(float) * (size_t)s->vocab);
+    for (int i = 0; i < nbias; i++) {
+        int t = p->logit_bias[i].token;
+        if (t >= 0 && t < s->vocab)
+            s->work[t] += p->logit_bias[i].bias;
+    }
     if (do_rep) {
         uint32_t st = next_stamp(s);
         for (int i = 0; i < nhistory; i++) {

@@ -176,6 +176,7 @@ static void handle_models(ig_http_req_t *req, void *data)
             m, "max_prompt_tokens",
             json_integer(w->o.max_prompt_tokens > 0 ? w->o.max_prompt_tokens : w->context));
         json_object_set_new(m, "chat_template", json_string(ig_chat_style_name(w->chat_style)));
+        json_object_set_new(m, "chat_tools", json_string(ig_chat_tools_name(w->chat_tools)));
         json_object_set_new(m, "chat_template_source", json_string(w->chat_source));
         json_object_set_new(m, "chat_template_reason", json_string(w->chat_why));
     }
@@ -218,6 +219,16 @@ static void handle_chat(ig_http_req_t *req, void *data)
     ig__worker_generate(data, req, IG_API_CHAT);
 }
 
+static void handle_tokenize(ig_http_req_t *req, void *data)
+{
+    ig__worker_tokenize(data, req);
+}
+
+static void handle_detokenize(ig_http_req_t *req, void *data)
+{
+    ig__worker_detokenize(data, req);
+}
+
 /* An endpoint of the OpenAI API this worker does not implement: 404 naming
  * it, which tells a gateway to route it elsewhere (ig_router_upstream_t's
  * lacks) rather than the generic "no route". */
@@ -234,6 +245,8 @@ static void handle_not_served(ig_http_req_t *req, void *data)
 static const ig_http_route_t routes[] = {
     {"POST", "/v1/completions", handle_completions, 0},
     {"POST", "/v1/chat/completions", handle_chat, 0},
+    {"POST", "/v1/tokenize", handle_tokenize, 0},
+    {"POST", "/v1/detokenize", handle_detokenize, 0},
     {"POST", "/v1/embeddings", handle_not_served, 0},
     {"POST", "/v1/responses", handle_not_served, 0},
     {"GET", "/v1/models", handle_models, 0},

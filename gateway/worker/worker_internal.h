@@ -51,8 +51,10 @@ typedef struct wreq_s wreq_t;
 
 typedef struct {
     wreq_t *r;
-    int index;
+    int index;  /* the choice's index: prompt * n + sample */
+    int sample; /* 0 for the first choice of its prompt (the leader) */
     uint64_t seq_id;
+    int deferred; /* a follower waiting for its leader's prefill (n > 1) */
     int submitted;
     int finished;
     ig_finish_t finish;
@@ -66,10 +68,15 @@ typedef struct {
     size_t text_len, text_cap;
     ig_api_token_logprob_t *lp; /* logprob entries (prompt first when echo) */
     int nlp, cap_lp;
-    size_t lp_offset;   /* text_offset of the next entry */
-    int prompt_lp_done; /* echo entries built */
-    int echo_sent;      /* stream: echo chunk sent */
-    int lp_sent;        /* stream: entries already sent */
+    size_t lp_offset;     /* text_offset of the next entry */
+    int prompt_lp_done;   /* echo entries built */
+    int echo_sent;        /* stream: echo chunk sent */
+    int lp_sent;          /* stream: entries already sent */
+    size_t sent;          /* tools, stream: bytes of text already sent as content */
+    double cum_logprob;   /* best_of: the sum of its tokens' logprobs */
+    char (*call_ids)[48]; /* tools, stream: ids of the calls announced (heads) */
+    size_t *args_sent;    /* tools, stream: bytes of each call's arguments sent */
+    int heads, cap_heads; /* tools, stream: calls announced */
 } choice_t;
 
 struct wreq_s {
@@ -78,8 +85,15 @@ struct wreq_s {
     ig_api_request_t api;
     char id[64];
     long long created;
-    choice_t *choices;
+    choice_t *choices; /* (nchoices) = prompts x per_prompt */
     int nchoices;
+    int per_prompt;       /* sequences per prompt: best_of when given, else n */
+    uint64_t deadline_ns; /* of every sequence; 0 = none */
+    int tools;            /* chat with tools rendered: answers are read for tool calls */
+    char forced[IG_API_MAX_NAME + 64]; /* the start of a call a tool_choice forced */
+    size_t forced_len;
+    const char **tool_names; /* (ntool_names) the declared functions (borrowed from api) */
+    int ntool_names;
     int nfinished;
     int http_done;
     int aborted;
@@ -121,8 +135,9 @@ typedef struct worker_s {
     int chat_stop[32];
     int nchat_stop;
     ig_chat_style_t chat_style;
-    const char *chat_source; /* "detected", "default" (no template) or "fallback" */
-    const char *chat_why;    /* the sentence ig_chat_detect_why() gave */
+    ig_chat_tools_t chat_tools; /* the template's tool convention */
+    const char *chat_source;    /* "detected", "default" (no template) or "fallback" */
+    const char *chat_why;       /* the sentence ig_chat_detect_why() gave */
 
     wreq_t *reqs; /* generation requests in flight */
     int nreqs;
@@ -167,6 +182,14 @@ void ig__worker_cancel(wreq_t *r);
 void ig__worker_on_async(uv_async_t *h);
 /* The scheduler's notify hook (engine thread): wakes w->async (data). */
 void ig__worker_on_sched_notify(void *data);
+/* ---- tokenize.c ----------------------------------------------------------- */
+
+/* POST /v1/tokenize: a prompt or chat messages (with tools) as this worker
+ * tokenizes them, {"count", "max_model_len", "tokens"}; finishes req. */
+void ig__worker_tokenize(worker_t *w, ig_http_req_t *req);
+/* POST /v1/detokenize: {"tokens": [ids]} -> {"prompt": text}; finishes req. */
+void ig__worker_detokenize(worker_t *w, ig_http_req_t *req);
+
 /* POST /v1/completions and /v1/chat/completions: parse, tokenize, submit;
  * answers errors itself and finishes req, now or when the last choice ends. */
 void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);

@@ -5,12 +5,15 @@
  * The OpenAI-compatible API, shared by the gateway and the worker: one parser
  * that validates a request body into ONE request struct, one set of error
  * messages, and the JSON builders of responses and SSE chunks. The worker
- * hands the parsed request to its scheduler, the gateway's router forwards
- * its canonical JSON (ig_api_request_to_json) upstream.
+ * hands the parsed request to its scheduler; the gateway reads what routing
+ * needs from it and forwards the client's body upstream.
  *
  * Validation rule: unknown field names are ignored (OpenAI clients send
  * extras), but a known field with the wrong type or out of range is a 400
- * whose `param` names the field.
+ * whose `param` names the field. The parser never refuses a field because
+ * some backend does not implement it (n, best_of, tools, response_format,
+ * suffix, logit_bias...): it records it, and the backend that serves the
+ * request honours it or refuses it by name (a worker: docs/worker.md).
  *
  * Ownership: a parsed request owns its strings and arrays (malloc) until
  * ig_api_request_dispose(). Builders return new references (json_t *) or
@@ -44,11 +47,44 @@ typedef struct {
     int nids;
 } ig_api_prompt_t;
 
+/* Bounds of the lists a request may carry; each is named in its 400. */
+#define IG_API_MAX_TOOLS 128      /* tools per request */
+#define IG_API_MAX_TOOL_CALLS 128 /* tool_calls of one assistant message */
+#define IG_API_MAX_LOGIT_BIAS 300 /* logit_bias entries (IG_SAMPLER_MAX_BIAS) */
+#define IG_API_MAX_NAME 256       /* bytes of a function or tool-call name/id */
+
+/* One tool call of an assistant message in the history (chat). */
+typedef struct {
+    char *id;        /* "" when the client sent none */
+    char *name;      /* function name */
+    char *arguments; /* the arguments as the client sent them: JSON text */
+} ig_api_tool_call_t;
+
 /* One chat message; content parts of type text are joined. */
 typedef struct {
-    char *role;    /* "system", "user", "assistant", "tool", "developer" */
-    char *content; /* never NULL ("" for a null content) */
+    char *role;                     /* "system", "user", "assistant", "tool", "developer" */
+    char *content;                  /* never NULL ("" for a null content) */
+    ig_api_tool_call_t *tool_calls; /* (ntool_calls) assistant only */
+    int ntool_calls;
+    char *tool_call_id; /* tool messages: the call answered; NULL when absent */
+    char *name;         /* the optional `name` of a message; NULL when absent */
 } ig_api_message_t;
+
+/* One entry of `tools`: {type: "function", function: {name, description?,
+ * parameters?}}. */
+typedef struct {
+    char *type; /* "function"; other types are recorded with name NULL */
+    char *name;
+    char *description; /* NULL when absent */
+    char *parameters;  /* JSON text of the schema object, NULL when absent */
+} ig_api_tool_t;
+
+typedef enum {
+    IG_API_TOOL_CHOICE_AUTO = 0, /* the default when tools are given */
+    IG_API_TOOL_CHOICE_NONE,     /* "none": tools are not rendered */
+    IG_API_TOOL_CHOICE_REQUIRED, /* "required": some tool must be called */
+    IG_API_TOOL_CHOICE_FUNCTION, /* {type: function, function: {name}}: that one */
+} ig_api_tool_choice_t;
 
 typedef struct {
     ig_api_kind_t kind;
@@ -73,8 +109,20 @@ typedef struct {
     int include_usage; /* stream_options.include_usage */
     int logprobs;      /* -1: none; else the top N to return (0..20) */
     int echo;          /* completions: prompt (and its logprobs) in the reply */
-    int n;             /* choices per prompt (1 when not given) */
-    int best_of;       /* candidates per prompt the server ranks (n when not given) */
+
+    /* Recorded for whoever serves the request: the gateway forwards the
+     * client's body, a worker honours each field or refuses it by name. */
+    int n;                /* choices per prompt (1 when not given) */
+    int best_of;          /* candidates per prompt the server ranks (n when not given) */
+    int max_tokens_given; /* max_tokens or max_completion_tokens was sent */
+    ig_api_tool_t *tools; /* (ntools) */
+    int ntools;
+    ig_api_tool_choice_t tool_choice;
+    char *tool_choice_name;  /* IG_API_TOOL_CHOICE_FUNCTION: the function */
+    int parallel_tool_calls; /* -1 absent, else 0 / 1 */
+    char *response_format;   /* its `type` ("text", "json_object", "json_schema"), NULL absent */
+    char *suffix;            /* completions; NULL when absent */
+    char *user;              /* NULL when absent */
 } ig_api_request_t;
 
 /* An error as the client sees it. */
@@ -117,8 +165,11 @@ int ig_api_parse(ig_api_kind_t kind, const char *body, size_t len, ig_api_reques
                  ig_api_error_t *err);
 void ig_api_request_dispose(ig_api_request_t *req);
 
-/* The canonical body of a parsed request (what a gateway sends upstream,
- * never the client's raw bytes). New reference, or NULL when out of memory. */
+/* A canonical body of a parsed request's prompt and sampling fields, n and
+ * best_of (the parser's round trip, for tests and the fuzzer). It is not
+ * what a gateway forwards: that is the client's body, whose tools,
+ * logit_bias and other recorded fields this leaves out. New reference, or
+ * NULL when out of memory. */
 json_t *ig_api_request_to_json(const ig_api_request_t *req);
 
 /*
@@ -166,6 +217,13 @@ typedef struct {
     int has_logprobs;                 /* emit logprobs (else null) */
     const ig_api_token_logprob_t *lp; /* (nlp) */
     int nlp;
+    /* Chat: the message's tool calls (message.tool_calls, content null when
+     * there is no text), or a stream chunk's (delta.tool_calls numbered from
+     * tool_call_index; a NULL id or name is left out, as in the chunks that
+     * carry only more arguments of a call). */
+    const ig_api_tool_call_t *tool_calls; /* (ntool_calls) */
+    int ntool_calls;
+    int tool_call_index;
 } ig_api_choice_t;
 
 typedef struct {
@@ -187,7 +245,8 @@ json_t *ig_api_response_json(ig_api_kind_t kind, const char *id, long long creat
  * NULL). A completion chunk carries choices[{index,text,logprobs,
  * finish_reason}]; a chat chunk carries choices[{index,delta,logprobs,
  * finish_reason}], where delta is {"role":"assistant","content":""} when
- * role_delta is set, {"content":text} when text is not empty, else {}.
+ * role_delta is set, {"content":text} when text is not empty, else {}, plus
+ * "tool_calls" when the choice carries some.
  * usage_null adds "usage": null (set when the client asked for usage).
  */
 char *ig_api_chunk_sse(ig_api_kind_t kind, const char *id, long long created, const char *model,

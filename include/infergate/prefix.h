@@ -48,9 +48,11 @@ int ig_prefix_hash_parse(const char *s, size_t len, uint64_t *h);
  * The token ids a worker prefills for prompt `index` of request r (a chat
  * request has one, index 0): a text prompt encoded with tok (BOS where the
  * tokenizer config asks for it), chat messages rendered with the family
- * `style` (ig_chat_encode: markers as special tokens, content as plain
- * text; OpenAI's "developer" role is the system prompt), token ids as
- * given. *ids is a new array (free() it), *n its length.
+ * `style` (ig_chat_encode_tools: markers as special tokens, content as
+ * plain text; OpenAI's "developer" role is the system prompt; the request's
+ * tools, unless tool_choice is "none", and the history's tool calls in the
+ * tool convention of tok's chat_template, ig_chat_detect_tools), token ids
+ * as given. *ids is a new array (free() it), *n its length.
  *   0; IG_EINVAL: the messages cannot be rendered (err says why, when
  *   given); IG_ENOMEM; or the encoder's error. Text is not UTF-8-checked
  *   here (the API parser already refused bad UTF-8).

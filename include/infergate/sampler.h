@@ -24,6 +24,13 @@
 #include <stdint.h>
 
 #define IG_SAMPLER_MAX_TOP 20
+#define IG_SAMPLER_MAX_BIAS 300 /* logit_bias entries of one request */
+
+/* One entry of OpenAI's logit_bias: added to the token's logit. */
+typedef struct {
+    int token;
+    float bias; /* -100..100 */
+} ig_logit_bias_t;
 
 /* xoshiro256** state; seeded through splitmix64 so any seed is fine. */
 typedef struct {
@@ -45,9 +52,13 @@ typedef struct {
     float presence_penalty;   /* OpenAI, over generated tokens: a seen token's
                                  logit minus this (0: off; -2..2) */
     float frequency_penalty;  /* OpenAI: minus this times its count (0: off) */
+    int nlogit_bias;          /* entries of logit_bias in use (0: off) */
+    ig_logit_bias_t logit_bias[IG_SAMPLER_MAX_BIAS]; /* added to the logits first,
+                                 before every penalty (vLLM's order); held by
+                                 value so that a copy of the params is whole */
 } ig_sampling_params_t;
 
-/* temperature 1, every filter off, no penalties. */
+/* temperature 1, every filter off, no penalties, no bias. */
 void ig_sampling_params_default(ig_sampling_params_t *p);
 
 typedef struct {
@@ -69,8 +80,10 @@ void ig_sampler_free(ig_sampler_t *s);
  * and the top `ntop` logprobs, ntop clamped to 0..IG_SAMPLER_MAX_TOP; with
  * ntop < 0 no logprob is computed at all, which saves a pass over the vocab).
  * history(nhistory) are the sequence's tokens, the first nprompt of them the
- * prompt: the repetition penalty applies to all, presence and frequency to
- * the rest (the generated ones). Draws at most one number from rng. logits
+ * prompt: the logit bias applies first, then the repetition penalty to all,
+ * presence and frequency to the rest (the generated ones): logit -=
+ * count * frequency + (count > 0) * presence. Bias entries outside the vocab
+ * are skipped. Draws at most one number from rng. logits
  * is not modified.
  */
 int ig_sampler_sample(ig_sampler_t *s, const float *logits, const ig_sampling_params_t *p,
