@@ -160,6 +160,9 @@ static const bad_case_t bad_cases[] = {
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"suffix\":5}", "suffix"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"user\":{\"x\":1}}", "user"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[1]}", "logit_bias"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[5]]}", "logit_bias"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[\"hi\",1]]}", "logit_bias"},
+    {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[5,101]]}", "logit_bias"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"x\":1}}", "logit_bias"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"-1\":1}}", "logit_bias"},
     {IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":{\"5\":101}}", "logit_bias"},
@@ -342,6 +345,15 @@ static void test_recorded_fields(void **state)
     assert_int_equal(r.parallel_tool_calls, -1);
     assert_int_equal(r.tool_choice, IG_API_TOOL_CHOICE_AUTO);
     assert_false(r.max_tokens_given);
+    ig_api_request_dispose(&r);
+
+    /* llama.cpp's list of [token id, bias] pairs reads the same */
+    assert_int_equal(parse(IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[17,-100],[42,5.5]]}",
+                           &r, &e),
+                     0);
+    assert_int_equal(r.sampling.nlogit_bias, 2);
+    assert_int_equal(r.sampling.logit_bias[0].token, 17);
+    assert_true(r.sampling.logit_bias[1].bias == 5.5f);
     ig_api_request_dispose(&r);
 
     /* the bounds are named in the error */

@@ -99,11 +99,12 @@ static int ids_of(const ig_tokvec_t *v, int **ids, int *n)
 static int chat_tokens(const ig_tokenizer_t *tok, ig_chat_style_t style, const ig_api_request_t *r,
                        ig_tokvec_t *v, char *err, size_t errlen)
 {
-    int rc = IG_ENOMEM, ncalls = 0;
+    int rc = IG_ENOMEM;
+    size_t ncalls = 0;
     for (int i = 0; i < r->nmessages; i++)
-        ncalls += r->messages[i].ntool_calls;
+        ncalls += (size_t)r->messages[i].ntool_calls;
     ig_chat_msg_t *m = calloc((size_t)(r->nmessages ? r->nmessages : 1), sizeof(*m));
-    ig_chat_call_t *calls = calloc((size_t)(ncalls ? ncalls : 1), sizeof(*calls));
+    ig_chat_call_t *calls = calloc(ncalls ? ncalls : 1, sizeof(*calls));
     ig_chat_tool_t *tools = calloc((size_t)(r->ntools ? r->ntools : 1), sizeof(*tools));
     if (!m || !calls || !tools)
         goto done;

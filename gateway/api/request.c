@@ -213,38 +213,63 @@ static int get_string(json_t *o, const char *key, size_t max, char **out, ig_api
     return 1;
 }
 
-/* logit_bias: {"<token id>": -100..100}, at most IG_API_MAX_LOGIT_BIAS
- * entries. The ids are checked against the vocabulary by whoever has it. */
+/* One logit_bias entry: a token id (0..2^31-1) and a bias -100..100. */
+static int add_logit_bias(ig_api_request_t *r, long long id, json_t *v, const char *key,
+                          ig_api_error_t *err)
+{
+    if (id < 0 || id > 0x7fffffff)
+        return ig_api_error(err, 400, "logit_bias",
+                            "'logit_bias' keys must be token ids (non-negative integers), "
+                            "got \"%.32s\"",
+                            key);
+    if (!json_is_number(v) || json_number_value(v) < -100.0 || json_number_value(v) > 100.0)
+        return ig_api_error(err, 400, "logit_bias",
+                            "'logit_bias' values must be numbers from -100 to 100 (token %lld)",
+                            id);
+    ig_logit_bias_t *b = &r->sampling.logit_bias[r->sampling.nlogit_bias++];
+    b->token = (int)id;
+    b->bias = (float)json_number_value(v);
+    return 0;
+}
+
+/* logit_bias: {"<token id>": -100..100} as OpenAI writes it, or
+ * [[<token id>, -100..100], ...] as llama.cpp's server also takes it; at
+ * most IG_API_MAX_LOGIT_BIAS entries. The ids are checked against the
+ * vocabulary by whoever has it. */
 static int parse_logit_bias(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
 {
     json_t *lb = json_object_get(root, "logit_bias");
     if (!lb || json_is_null(lb))
         return 0;
-    if (!json_is_object(lb))
+    if (!json_is_object(lb) && !json_is_array(lb))
         return ig_api_error(err, 400, "logit_bias",
                             "'logit_bias' must be an object of token ids to biases");
-    if (json_object_size(lb) > IG_API_MAX_LOGIT_BIAS)
-        return ig_api_error(err, 400, "logit_bias", "'logit_bias' has %zu entries; at most %d",
-                            json_object_size(lb), IG_API_MAX_LOGIT_BIAS);
+    size_t n = json_is_object(lb) ? json_object_size(lb) : json_array_size(lb);
+    if (n > IG_API_MAX_LOGIT_BIAS)
+        return ig_api_error(err, 400, "logit_bias", "'logit_bias' has %zu entries; at most %d", n,
+                            IG_API_MAX_LOGIT_BIAS);
     const char *key;
     json_t *v;
+    int rc;
+    if (json_is_array(lb)) {
+        size_t i;
+        json_array_foreach(lb, i, v)
+        {
+            json_t *id = json_array_get(v, 0);
+            if (!json_is_array(v) || json_array_size(v) != 2 || !json_is_integer(id))
+                return ig_api_error(err, 400, "logit_bias",
+                                    "'logit_bias' as a list holds [token id, bias] pairs");
+            if ((rc = add_logit_bias(r, json_integer_value(id), json_array_get(v, 1), "", err)) < 0)
+                return rc;
+        }
+        return 0;
+    }
     json_object_foreach(lb, key, v)
     {
         size_t klen = strlen(key), digits = strspn(key, "0123456789");
         long long id = digits == klen && klen && klen <= 10 ? strtoll(key, NULL, 10) : -1;
-        if (id < 0 || id > 0x7fffffff)
-            return ig_api_error(err, 400, "logit_bias",
-                                "'logit_bias' keys must be token ids (non-negative integers), "
-                                "got \"%.32s\"",
-                                key);
-        if (!json_is_number(v) || json_number_value(v) < -100.0 || json_number_value(v) > 100.0)
-            return ig_api_error(err, 400, "logit_bias",
-                                "'logit_bias' values must be numbers from -100 to 100 "
-                                "(token %lld)",
-                                id);
-        ig_logit_bias_t *b = &r->sampling.logit_bias[r->sampling.nlogit_bias++];
-        b->token = (int)id;
-        b->bias = (float)json_number_value(v);
+        if ((rc = add_logit_bias(r, id, v, key, err)) < 0)
+            return rc;
     }
     return 0;
 }
