@@ -27,6 +27,7 @@
 #include <cmocka.h>
 
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -127,6 +128,18 @@ static ig_tc_response_t through(const char *path, const char *body)
     assert_true(json_equal(sent, got));
     /* nothing added: the same keys, no more */
     assert_int_equal(json_object_size(got), json_object_size(sent));
+    /* The gateway's own words: the cost, after a stream or in a header
+     * (the site is unpriced here) */
+    static const char tail[] = ": x-infergate-cost: unknown\n\n";
+    size_t tl = sizeof(tail) - 1;
+    if (ig_tc_header(&via, "x-infergate-cost") == NULL) {
+        assert_true(via.body_len >= tl);
+        assert_memory_equal(via.body + via.body_len - tl, tail, tl);
+        via.body_len -= tl;
+        via.body[via.body_len] = '\0';
+    } else {
+        assert_string_equal(ig_tc_header(&via, "x-infergate-cost"), "unknown");
+    }
     assert_int_equal(via.body_len, direct.body_len);
     assert_memory_equal(via.body, direct.body, direct.body_len);
     json_decref(sent);
@@ -430,6 +443,49 @@ static void test_big_bodies_bounded(void **state)
     free(b);
 }
 
+/* A site priced per token: the cost of each answer from its usage, in the
+ * header of a whole answer and after a stream, summed in the metric, and
+ * per 1M generated tokens in /status. */
+static void test_cost_reported(void **state)
+{
+    (void)state;
+    ig_proc_t g;
+    char sites[256];
+    snprintf(sites, sizeof(sites),
+             "{\"name\":\"s\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"],"
+             "\"price\":{\"per_1m_input_tokens\":0.5,\"per_1m_output_tokens\":1.5}}",
+             site.port);
+    assert_int_equal(start_gateway(&g, sites, NULL), 0);
+    /* usage 5 + 2 tokens: 5 x 0.5 + 2 x 1.5 = 5.5 micro-dollars */
+    ig_tc_response_t r = post(g.port, "/v1/completions", "{\"model\":\"m\",\"prompt\":\"x\"}");
+    assert_int_equal(r.status, 200);
+    assert_string_equal(ig_tc_header(&r, "x-infergate-cost"), "5.5e-06");
+    ig_tc_response_free(&r);
+    /* a stream of n 2 with usage 7 + 6: 12.5 micro-dollars, after the stream */
+    r = post(g.port, "/v1/chat/completions",
+             "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+             "\"n\":2,\"stream\":true,\"stream_options\":{\"include_usage\":true}}");
+    assert_int_equal(r.status, 200);
+    print_message("stream tail: %s\n", r.body + (r.body_len > 60 ? r.body_len - 60 : 0));
+    assert_non_null(strstr(r.body, "data: [DONE]\n\n: x-infergate-cost: 1.25e-05\n\n"));
+    ig_tc_response_free(&r);
+    double total = ig_gwf_metric(
+        g.port, "infergate_cost_usd_total{upstream=\"s\",model=\"m\",key=\"none\"} ");
+    print_message("cost metric %.9g\n", total);
+    assert_true(fabs(total - 18e-6) < 1e-12);
+    json_t *st = ig_gwf_get_json(g.port, "/status");
+    json_t *s0 = json_array_get(json_object_get(st, "sites"), 0);
+    assert_string_equal(json_string_value(json_object_get(s0, "price")), "per_token");
+    double per_1m = json_real_value(json_object_get(s0, "cost_per_1m_output_tokens"));
+    print_message("per 1M %.9g\n", per_1m);
+    assert_true(fabs(per_1m - 18e-6 / 8 * 1e6) < 1e-9); /* 8 tokens generated */
+    assert_true(json_real_value(json_object_get(st, "spend_usd_per_hour")) > 0);
+    json_decref(st);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+    ig_proc_dispose(&g);
+    json_decref(recorded(&site));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -444,6 +500,7 @@ int main(void)
         cmocka_unit_test(test_endpoint_nobody_serves),
         cmocka_unit_test(test_bad_routed_bodies),
         cmocka_unit_test(test_big_bodies_bounded),
+        cmocka_unit_test(test_cost_reported),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -70,6 +70,7 @@ typedef struct {
     size_t scan;         /* stream: buf[0..scan) holds complete events without a token */
     int uncached_tokens; /* prompt tokens it prefills: what its TTFT is for */
     int to_site;         /* the upstream is a remote site */
+    ig_price_t price;    /* the upstream's, when the attempt began */
 } attempt_t;
 
 typedef enum { X_QUEUED, X_TRYING, X_COMMITTED, X_DONE } xstate_t;
@@ -130,6 +131,8 @@ struct ig_proxy_s {
     ig_router_t router;
     ig_proxy_resolve_cb resolve;
     void *resolve_data;
+    ig_proxy_cost_cb on_cost;
+    void *on_cost_data;
     ig_list_t queues; /* model_queue_t.node */
     int inflight;     /* exchanges past admission, not done */
     int live;         /* exchanges allocated, not yet freed */
@@ -896,6 +899,39 @@ static void sse_error(exchange_t *x, const char *fmt, ...)
     client_stream_end(x);
 }
 
+/* ---- the cost of an answer ----------------------------------------------- */
+
+void ig_proxy_on_cost(ig_proxy_t *px, ig_proxy_cost_cb cb, void *data)
+{
+    px->on_cost = cb;
+    px->on_cost_data = data;
+}
+
+/*
+ * The committed attempt's answer is complete: its cost (NAN when the
+ * upstream is unpriced) from its usage (the prompt estimate and the content
+ * events where the answer carried none) and the time it held the upstream,
+ * metered on the upstream and reported to the gateway. Written as
+ * "x-infergate-cost: USD" (or "unknown") into buf.
+ */
+static void answer_cost(exchange_t *x, attempt_t *a, double held, uint64_t now, char *buf,
+                        size_t cap)
+{
+    const ig_usage_meter_t *u = &x->usage;
+    long long prompt = u->prompt >= 0 ? u->prompt : x->prompt_tokens;
+    long long completion = u->completion >= 0 ? u->completion : u->events;
+    ig_router_upstream_t *r = a->route;
+    double conc = r->slots > 0 ? r->slots : ig_router_concurrency(r);
+    double usd = ig_cost_answer(&a->price, prompt, completion, held, conc);
+    ig_cost_meter_answer(&r->cost, usd, completion, now);
+    if (x->px->on_cost != NULL)
+        x->px->on_cost(x->px->on_cost_data, x->req, r->name, x->model, usd);
+    if (isnan(usd))
+        snprintf(buf, cap, "unknown");
+    else
+        snprintf(buf, cap, "%.6g", usd);
+}
+
 static void on_up_done(ig_upstream_req_t *r, int err, void *data)
 {
     attempt_t *a = data;
@@ -911,6 +947,12 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
         if (err == 0) {
             attempt_account(a, IG_OUTCOME_SUCCESS, "");
             ig_router_observe_done(&px->router, a->route, a->rif, held, now);
+            /* The cost is known only now: a comment event after the
+             * stream, which SSE parsers skip (docs/routing.md). */
+            char cost[48], line[80];
+            answer_cost(x, a, held, now, cost, sizeof(cost));
+            int n = snprintf(line, sizeof(line), ": x-infergate-cost: %s\n\n", cost);
+            client_stream_write(x, line, (size_t)n);
             client_stream_end(x);
         } else {
             attempt_account(a, IG_OUTCOME_FAILURE, "broken_stream");
@@ -965,6 +1007,12 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
     }
     commit_attempt(x, a);
     add_route_headers(x, a);
+    if (a->status < 400) {
+        char cost[48];
+        answer_cost(x, a, held, now, cost, sizeof(cost));
+        if (x->req != NULL)
+            ig_http_add_header(x->req, "x-infergate-cost", cost);
+    }
     client_respond(x, a->status, a->content_type[0] ? a->content_type : "application/json",
                    a->buf ? a->buf : "", a->blen);
     attempt_drop_body(a);
@@ -1174,6 +1222,7 @@ static void attempt_start(exchange_t *x, int hedge)
     a->client = targets[d.chosen].client;
     int to_site = targets[d.chosen].is_site;
     a->to_site = to_site;
+    a->price = targets[d.chosen].price;
     a->start_ns = now;
     a->predicted_wait = ig_router_wait(&px->router, a->route, now);
     a->uncached_tokens = x->prompt_tokens > cached ? x->prompt_tokens - cached : 1;

@@ -919,7 +919,7 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
 {
     static const char *const keys[] = {"name",          "model",         "devices",  "threads",
                                        "min_instances", "max_instances", "batching", "autoscale",
-                                       "version",       "discover",      NULL};
+                                       "version",       "discover",      "price",    NULL};
     ig_config_pool_t *pool = &cfg->pools[idx];
     char q[PATH_MAX_LEN];
     json_t *devs;
@@ -927,7 +927,8 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &pool->name)) ||
         (rc = get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL, &pool->model)) ||
-        (rc = get_string(c, o, p, "version", STR_NAME, NULL, &pool->version)))
+        (rc = get_string(c, o, p, "version", STR_NAME, NULL, &pool->version)) ||
+        (rc = parse_price(c, o, p, &pool->price)))
         return rc;
     int prev = find_name(&cfg->pools[0].name, sizeof(*cfg->pools), idx, pool->name);
     if (prev >= 0) {

@@ -152,9 +152,48 @@ static int parse_site_tls(ctx_t *c, json_t *site_obj, const char *p, ig_config_s
     return rc;
 }
 
+int parse_price(ctx_t *c, json_t *o, const char *p, ig_price_t *price)
+{
+    static const char *const keys[] = {"per_hour", "per_1m_input_tokens", "per_1m_output_tokens",
+                                       NULL};
+    json_t *po;
+    char q[PATH_MAX_LEN];
+    int rc;
+    memset(price, 0, sizeof(*price));
+    if ((rc = get_object(c, o, p, "price", &po)) != 0 || po == NULL)
+        return rc;
+    join(q, p, "price");
+    if ((rc = check_keys(c, po, q, keys)) != 0)
+        return rc;
+    int hourly = json_object_get(po, "per_hour") != NULL;
+    int in = json_object_get(po, "per_1m_input_tokens") != NULL;
+    int out = json_object_get(po, "per_1m_output_tokens") != NULL;
+    if (!hourly && !in && !out)
+        return fail(c, q,
+                    "a price needs its unit: per_hour, or per_1m_input_tokens and "
+                    "per_1m_output_tokens (USD)");
+    if (hourly && (in || out))
+        return fail(c, q, "either per_hour or per-token prices, not both");
+    if (!hourly && !(in && out)) {
+        char k[PATH_MAX_LEN];
+        join(k, q, in ? "per_1m_output_tokens" : "per_1m_input_tokens");
+        return fail(c, k, "is required with %s", in ? "per_1m_input_tokens" : "per_1m_output_tokens");
+    }
+    if (hourly) {
+        price->kind = IG_PRICE_PER_HOUR;
+        return get_number(c, po, q, "per_hour", 0, INFINITY, 0, 0, &price->per_hour);
+    }
+    price->kind = IG_PRICE_PER_TOKEN;
+    if ((rc = get_number(c, po, q, "per_1m_input_tokens", 0, INFINITY, 0, 0,
+                         &price->per_1m_input)) != 0)
+        return rc;
+    return get_number(c, po, q, "per_1m_output_tokens", 0, INFINITY, 0, 0, &price->per_1m_output);
+}
+
 int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "url", "region", "models", "api_key", "tls", NULL};
+    static const char *const keys[] = {"name", "url",   "region", "models",
+                                       "api_key", "tls", "price", NULL};
     ig_config_site_t *site = &cfg->sites[idx];
     char q[PATH_MAX_LEN];
     char *url = NULL;
@@ -183,12 +222,14 @@ int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
     if ((rc = get_array(c, o, p, "models", &arr)) != 0)
         return rc;
     join(q, p, "models");
-    if (arr == NULL)
-        return 0; /* discovered from the site's /load or /v1/models */
-    if (json_array_size(arr) == 0)
+    /* Without a list, the models are discovered from the site's /load or
+     * /v1/models. */
+    if (arr != NULL && json_array_size(arr) == 0)
         return fail(c, q, "must not be empty");
-    if ((rc = parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels)) ||
-        (rc = get_string(c, o, p, "api_key", STR_NONEMPTY, NULL, &site->api_key)))
+    if ((arr != NULL &&
+         (rc = parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels))) ||
+        (rc = get_string(c, o, p, "api_key", STR_NONEMPTY, NULL, &site->api_key)) ||
+        (rc = parse_price(c, o, p, &site->price)))
         return rc;
     if (site->api_key != NULL && strpbrk(site->api_key, "\r\n") != NULL) {
         join(q, p, "api_key");

@@ -48,6 +48,7 @@ enum { NUM_CLOSED = 0, NUM_LO_OPEN = IG_JSONV_LO_OPEN, NUM_HI_OPEN = IG_JSONV_HI
 #define expand_path ig__config_expand_path
 #define find_name ig__config_find_name
 #define parse_site ig__config_parse_site
+#define parse_price ig__config_parse_price
 #define parse_api_keys ig__config_parse_api_keys
 #define parse_tls ig__config_parse_tls
 
@@ -57,6 +58,8 @@ int ig__config_fail(ctx_t *c, const char *path, const char *fmt, ...)
 
 /* Getters (config.c): an absent key takes the default; 0 or a negative
  * code, the message already written. */
+/* pools[] and sites[] "price" (docs/config.md): absent is unpriced. */
+int parse_price(ctx_t *c, json_t *o, const char *p, ig_price_t *price);
 int check_keys(ctx_t *c, json_t *obj, const char *path, const char *const *allowed);
 int get_object(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out);
 int get_array(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out);

@@ -220,6 +220,19 @@ void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool)
 
 /* The upstreams of a routing key (a model, or model@version); a request
  * (note) is counted by the scaler. */
+ig_price_t ig__gateway_price_of(const ig_gateway_t *gw, const char *name, int is_site)
+{
+    const ig_config_t *cfg = gw->cfg;
+    ig_price_t none = {IG_PRICE_NONE, 0, 0, 0};
+    for (size_t i = 0; !is_site && i < cfg->npools; i++)
+        if (strcmp(cfg->pools[i].name, name) == 0)
+            return cfg->pools[i].price;
+    for (size_t i = 0; is_site && i < cfg->nsites; i++)
+        if (strcmp(cfg->sites[i].name, name) == 0)
+            return cfg->sites[i].price;
+    return none;
+}
+
 static int targets_of(ig_gateway_t *gw, const char *key, ig_proxy_target_t *out, int max,
                       int *starting, int note)
 {
@@ -241,6 +254,7 @@ static int targets_of(ig_gateway_t *gw, const char *key, ig_proxy_target_t *out,
          * request is what wakes the pool up; it is held meanwhile. */
         if (note && ig_scaler_request(gw->scaler, pool, now))
             *starting |= ig_pool_count(pool, IG_INSTANCE_READY) == 0;
+        ig_price_t price = ig__gateway_price_of(gw, ig_pool_name(pool), 0);
         for (int i = 0; i < ig_pool_size(pool) && n < max; i++) {
             ig_instance_t *in = ig_pool_instance(pool, i);
             ig_instance_state_t st = ig_instance_state(in);
@@ -251,6 +265,7 @@ static int targets_of(ig_gateway_t *gw, const char *key, ig_proxy_target_t *out,
             out[n].client = ig_instance_upstream(in);
             out[n].route = ig_instance_route(in);
             out[n].is_site = 0;
+            out[n].price = price;
             n++;
         }
     }
@@ -261,6 +276,7 @@ static int targets_of(ig_gateway_t *gw, const char *key, ig_proxy_target_t *out,
         out[n].client = ig_site_upstream(gw->sites[s]);
         out[n].route = ig_site_route(gw->sites[s]);
         out[n].is_site = 1;
+        out[n].price = ig__gateway_price_of(gw, ig_site_name(gw->sites[s]), 1);
         n++;
     }
     return n;
@@ -522,6 +538,73 @@ int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_site_t *cs,
     return rc;
 }
 
+/* ---- cost ------------------------------------------------------------------ */
+
+static ig_metric_t *m_cost, *m_cost_idle, *m_cost_per_1m;
+
+static void cost_metrics_register(void)
+{
+    if (m_cost != NULL)
+        return;
+    m_cost = ig_metrics_counter("infergate_cost_usd_total",
+                                "Estimated cost of the answers served, in USD, by upstream, model "
+                                "and API key name (\"none\" without keys). Unpriced upstreams "
+                                "count nothing.",
+                                "upstream,model,key");
+    m_cost_idle = ig_metrics_counter("infergate_cost_idle_usd_total",
+                                     "Capacity paid by the hour that no answer used, in USD.",
+                                     "upstream");
+    m_cost_per_1m = ig_metrics_gauge(
+        "infergate_cost_per_1m_output_tokens",
+        "USD per million generated tokens over the last 5 minutes, idle capacity included.",
+        "upstream");
+}
+
+/* The proxy's report of one answer's cost. */
+static void on_cost(void *data, ig_http_req_t *req, const char *upstream, const char *model,
+                    double usd)
+{
+    (void)data;
+    if (isnan(usd))
+        return;
+    ig_key_use_t *use = req != NULL ? ig_http_req_get_data(req) : NULL;
+    ig_key_t *key = use != NULL ? ig_key_use_key(use) : NULL;
+    ig_metric_add(m_cost, usd, upstream, model, key != NULL ? ig_key_policy(key)->name : "none");
+}
+
+/* One upstream's idle capacity since the last tick, and its cost per 1M. */
+static void cost_tick_one(ig_router_upstream_t *u, const ig_price_t *price, uint64_t now)
+{
+    double idle = ig_cost_meter_idle(&u->cost, price, now);
+    if (idle > 0)
+        ig_metric_add(m_cost_idle, idle, u->name);
+    double per_1m = ig_cost_meter_per_1m(&u->cost, now);
+    if (price->kind != IG_PRICE_NONE && isfinite(per_1m))
+        ig_metric_set(m_cost_per_1m, per_1m, u->name);
+}
+
+void ig__gateway_cost_tick(ig_gateway_t *gw)
+{
+    uint64_t now = uv_hrtime();
+    for (int p = 0; p < gw->npools; p++) {
+        ig_pool_t *pool = gw->pools[p];
+        ig_price_t price = ig__gateway_price_of(gw, ig_pool_name(pool), 0);
+        for (int i = 0; i < ig_pool_size(pool); i++) {
+            ig_instance_t *in = ig_pool_instance(pool, i);
+            /* Paid while it runs: an instance not started costs nothing. */
+            ig_instance_state_t st = ig_instance_state(in);
+            ig_price_t paid = price;
+            if (st == IG_INSTANCE_STOPPED || st == IG_INSTANCE_BACKOFF)
+                paid.kind = IG_PRICE_NONE;
+            cost_tick_one(ig_instance_route(in), &paid, now);
+        }
+    }
+    for (int s = 0; s < gw->nsites; s++) {
+        ig_price_t price = ig__gateway_price_of(gw, ig_site_name(gw->sites[s]), 1);
+        cost_tick_one(ig_site_route(gw->sites[s]), &price, now);
+    }
+}
+
 int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg, const char *exe,
                      const char *run_dir, char *err, size_t errlen)
 {
@@ -570,6 +653,8 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     ig__gateway_proxy_opts(cfg, &po);
     if ((rc = ig_proxy_start(&gw->proxy, loop, &po, resolve, gw)) != 0)
         goto fail;
+    cost_metrics_register();
+    ig_proxy_on_cost(gw->proxy, on_cost, gw);
 
     if ((rc = ig_scaler_start(&gw->scaler, loop, gw->proxy, (int)cfg->npools)) != 0)
         goto fail;
@@ -760,6 +845,7 @@ static uint64_t queue_budget_ms(ig_gateway_t *gw, ig_http_req_t *req, int priori
 }
 
 static ig_metric_t *m_admission;
+
 
 /*
  * What the gateway reads of one API request to admit and route it; the

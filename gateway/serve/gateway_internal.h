@@ -77,6 +77,12 @@ void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *da
 
 /* 1 when the model is served by a pool or named by a site. */
 int ig__gateway_model_known(ig_gateway_t *gw, const char *model);
+/* The price of a pool's instances or of a site, by its name in the config
+ * (IG_PRICE_NONE when it has none). */
+ig_price_t ig__gateway_price_of(const ig_gateway_t *gw, const char *name, int is_site);
+/* Idle paid capacity and cost per 1M tokens of every upstream, each status
+ * tick (docs/routing.md, "Cost per answer"). */
+void ig__gateway_cost_tick(ig_gateway_t *gw);
 
 /* What the config asks of the proxy, the upstream clients and the
  * autoscaler (shared by the start and a reload). */

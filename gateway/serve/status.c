@@ -9,6 +9,7 @@
 #include "infergate/load.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -172,6 +173,24 @@ static json_t *status_autoscale(const ig_autoscale_params_t *a)
 static json_t *status_history(const ig_gateway_t *gw);
 /* The adaptive concurrency limit of an upstream and why it last moved, the
  * concurrency the router believes it has, added to its /status object. */
+/* An upstream's price and what its answers cost per 1M generated tokens
+ * lately (null: unpriced, or nothing generated); adds its spend rate to
+ * *rate. */
+static void status_cost(json_t *o, ig_router_upstream_t *u, const ig_price_t *p, uint64_t now,
+                        double *rate)
+{
+    static const char *const kinds[] = {"none", "per_hour", "per_token"};
+    if (!json_is_object(o))
+        return;
+    double per_1m = ig_cost_meter_per_1m(&u->cost, now);
+    json_object_set_new(o, "price", json_string(kinds[p->kind]));
+    json_object_set_new(o, "cost_per_1m_output_tokens",
+                        p->kind != IG_PRICE_NONE && isfinite(per_1m) ? json_real(per_1m)
+                                                                     : json_null());
+    if (p->kind != IG_PRICE_NONE)
+        *rate += ig_cost_meter_rate(&u->cost, now);
+}
+
 static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t *u)
 {
     const ig_router_t *r = ig_proxy_router(gw->proxy);
@@ -205,8 +224,10 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
 {
     json_t *pools = json_array();
     uint64_t now = uv_hrtime();
+    double spend = 0; /* USD per hour, the priced upstreams together */
     for (int p = 0; p < gw->npools; p++) {
         ig_pool_t *pool = gw->pools[p];
+        ig_price_t price = ig__gateway_price_of(gw, ig_pool_name(pool), 0);
         json_t *insts = json_array();
         for (int i = 0; i < ig_pool_size(pool); i++) {
             ig_instance_t *in = ig_pool_instance(pool, i);
@@ -219,6 +240,8 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                           "restarts", ig_instance_restarts(in), "inflight", u->inflight, "rtt_s",
                           u->rtt_s, "ttft_s", u->svc_s, "eligible", ig_router_eligible(u, now)));
             status_limit(json_array_get(insts, json_array_size(insts) - 1), gw, u);
+            status_cost(json_array_get(insts, json_array_size(insts) - 1), u, &price, now,
+                        &spend);
         }
         json_t *counts = json_object();
         static const ig_instance_state_t states[] = {IG_INSTANCE_STARTING, IG_INSTANCE_READY,
@@ -255,6 +278,8 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                              ig_router_eligible(u, now)));
         json_t *row = json_array_get(sites, json_array_size(sites) - 1);
         status_limit(row, gw, u);
+        ig_price_t price = ig__gateway_price_of(gw, ig_site_name(site), 1);
+        status_cost(row, u, &price, now, &spend);
         json_object_set_new(row, "rtt_probes", json_integer((json_int_t)ig_site_rtt_probes(site)));
     }
     json_t *doc =
@@ -262,6 +287,7 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                   ig_route_policy_name(gw->cfg->routing.policy), "pools", pools, "sites", sites,
                   "inflight", ig_proxy_inflight(gw->proxy), "queued", ig_proxy_queued(gw->proxy));
     json_object_set_new(doc, "history", status_history(gw));
+    json_object_set_new(doc, "spend_usd_per_hour", json_real(spend));
     ig_api_respond_json(req, 200, doc);
 }
 
@@ -293,6 +319,7 @@ static void on_history_timer(uv_timer_t *t)
                     : -1;
     gw->history_ttft_sum = sum;
     gw->history_ttft_count = count;
+    ig__gateway_cost_tick(gw);
     int slot = (gw->history_head + gw->history_n) % IG_STATUS_HISTORY;
     gw->history[slot] = sm;
     if (gw->history_n < IG_STATUS_HISTORY)

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "infergate/cost.h"  /* ig_price_t */
 #include "infergate/dtype.h" /* ig_dtype_t */
 #include "infergate/http.h"
 #include "infergate/router.h" /* ig_route_policy_t */
@@ -93,6 +94,7 @@ typedef struct {
     ig_config_autoscale_t autoscale;
     char *version; /* the models[].version it serves; NULL when the model has none */
     ig_config_discover_t discover;
+    ig_price_t price; /* per instance; IG_PRICE_NONE: unpriced */
 } ig_config_pool_t;
 
 /* A remote site: another region's gateway or any OpenAI-compatible server. */
@@ -112,6 +114,7 @@ typedef struct {
         char *server_name; /* the name the certificate must carry; NULL: the url's host */
         int insecure;      /* no verification (tests only) */
     } tls;
+    ig_price_t price; /* the whole site's; IG_PRICE_NONE: unpriced */
 } ig_config_site_t;
 
 typedef struct {

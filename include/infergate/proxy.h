@@ -25,6 +25,7 @@ typedef struct {
     ig_upstream_t *client;
     ig_router_upstream_t *route;
     int is_site; /* a remote site: requests to it are marked as forwarded */
+    ig_price_t price; /* its price (IG_PRICE_NONE: unpriced) */
 } ig_proxy_target_t;
 
 /*
@@ -102,6 +103,13 @@ typedef struct {
 
 /* Takes over the request: the proxy finishes it. call's strings are copied. */
 void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *call);
+
+/* Called once per answered request with the cost of its answer in USD
+ * (NAN when the upstream is unpriced): req (NULL when the client went
+ * away), the upstream's name and the model. */
+typedef void (*ig_proxy_cost_cb)(void *data, ig_http_req_t *req, const char *upstream,
+                                 const char *model, double usd);
+void ig_proxy_on_cost(ig_proxy_t *px, ig_proxy_cost_cb cb, void *data);
 
 /* Aggregates for /load and /ready. */
 int ig_proxy_inflight(const ig_proxy_t *px);

@@ -29,6 +29,8 @@
 
 #include <stdint.h>
 
+#include "infergate/cost.h"
+
 /* Requests-in-flight counts the learned hold times are kept for; more
  * count as the last. */
 #define IG_ROUTER_RIF_BUCKETS 32
@@ -112,6 +114,10 @@ typedef struct {
      * proxy routes those elsewhere until lacks_until_ns, then asks again. */
     unsigned lacks;
     uint64_t lacks_until_ns;
+
+    /* What its answers cost, and its idle paid capacity (the proxy's; docs/routing.md,
+     * "Cost per answer"). */
+    ig_cost_meter_t cost;
 
     /* health: outlier ejection with half-open recovery */
     int consecutive_failures;

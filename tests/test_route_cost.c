@@ -1,0 +1,91 @@
+/*
+ * The cost formulas (gateway/route/cost.c) against values computed by hand:
+ * an answer per token and per hour, unpriced answers, the meter's cost per
+ * 1M generated tokens, its idle capacity (with a busy share that spans a
+ * tick carried to the next), the window and the spend rate.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "infergate/cost.h"
+
+#define S 1000000000ULL /* ns per second */
+
+/* Equal to within a few ulps of the larger: the formulas are a handful of
+ * floating-point operations on exact inputs. */
+static void near(double got, double want)
+{
+    double tol = 8 * 2.2e-16 * fmax(fabs(got), fabs(want));
+    if (!(fabs(got - want) <= tol))
+        print_error("got %.17g, want %.17g\n", got, want);
+    assert_true(fabs(got - want) <= tol);
+}
+
+static void test_answer(void **state)
+{
+    (void)state;
+    ig_price_t tok = {IG_PRICE_PER_TOKEN, 0, 0.5, 1.5};
+    /* 1000 prompt tokens at $0.50/M and 200 generated at $1.50/M */
+    near(ig_cost_answer(&tok, 1000, 200, 9.0, 4), 0.0005 + 0.0003);
+    near(ig_cost_answer(&tok, -1, 200, 0, 1), 0.0003); /* unknown prompt: 0 */
+    ig_price_t hour = {IG_PRICE_PER_HOUR, 3.6, 0, 0};
+    /* 2 s of a 4-wide instance at $3.60/h = $0.001/s: half a second's worth */
+    near(ig_cost_answer(&hour, 1000, 200, 2.0, 4), 0.0005);
+    near(ig_cost_answer(&hour, 0, 0, 2.0, 0.5), 0.002); /* C < 1 counts as 1 */
+    ig_price_t none = {IG_PRICE_NONE, 0, 0, 0};
+    assert_true(isnan(ig_cost_answer(&none, 10, 10, 1, 1)));
+}
+
+static void test_meter_idle_and_per_1m(void **state)
+{
+    (void)state;
+    ig_price_t hour = {IG_PRICE_PER_HOUR, 3.6, 0, 0}; /* $0.001 a second */
+    ig_cost_meter_t m;
+    memset(&m, 0, sizeof(m));
+    uint64_t t0 = 1000 * 60 * S; /* minute 1000 */
+    assert_true(ig_cost_meter_idle(&m, &hour, t0) == 0); /* the first tick starts the clock */
+    ig_cost_meter_answer(&m, 0.0004, 100, t0 + 1 * S);
+    /* 2 s paid ($0.002), $0.0004 of it charged: $0.0016 idle */
+    near(ig_cost_meter_idle(&m, &hour, t0 + 2 * S), 0.0016);
+    /* an answer that held more than the tick's time: the excess carries */
+    ig_cost_meter_answer(&m, 0.003, 300, t0 + 3 * S);
+    assert_true(ig_cost_meter_idle(&m, &hour, t0 + 4 * S) == 0); /* 0.002 paid, 0.003 charged */
+    near(ig_cost_meter_idle(&m, &hour, t0 + 6 * S), 0.001); /* 0.002 paid, 0.001 carried */
+    /* spend in the window: 0.0004 + 0.0016 + 0.003 + 0.001 = 0.006 for 400 tokens */
+    near(ig_cost_meter_per_1m(&m, t0 + 6 * S), 0.006 / 400 * 1e6);
+    near(ig_cost_meter_rate(&m, t0 + 6 * S), 0.006 / (IG_COST_MINUTES / 60.0));
+    /* five minutes on, the window has forgotten it */
+    assert_true(isnan(ig_cost_meter_per_1m(&m, t0 + IG_COST_MINUTES * 60 * S)));
+    assert_true(ig_cost_meter_rate(&m, t0 + IG_COST_MINUTES * 60 * S) == 0);
+}
+
+static void test_meter_per_token_has_no_idle(void **state)
+{
+    (void)state;
+    ig_price_t tok = {IG_PRICE_PER_TOKEN, 0, 0.5, 1.5};
+    ig_cost_meter_t m;
+    memset(&m, 0, sizeof(m));
+    uint64_t t0 = 7 * 60 * S;
+    ig_cost_meter_answer(&m, ig_cost_answer(&tok, 1000, 200, 0, 1), 200, t0);
+    assert_true(ig_cost_meter_idle(&m, &tok, t0 + 10 * S) == 0);
+    near(ig_cost_meter_per_1m(&m, t0 + 10 * S), 0.0008 / 200 * 1e6);
+    ig_cost_meter_answer(&m, NAN, 50, t0 + 11 * S); /* unpriced: tokens only */
+    near(ig_cost_meter_per_1m(&m, t0 + 11 * S), 0.0008 / 250 * 1e6);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_answer),
+        cmocka_unit_test(test_meter_idle_and_per_1m),
+        cmocka_unit_test(test_meter_per_token_has_no_idle),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
