@@ -17,7 +17,11 @@
  *    endpoint_not_served; a local worker says so for /v1/embeddings;
  *  - a body of 10,000 unknown fields is forwarded intact within the body
  *    limit, and one past the limit or nested past the JSON depth limit is
- *    refused (413, 400) before anything is sent.
+ *    refused (413, 400) before anything is sent;
+ *  - with a priced site, each answer's cost (hand-computed from the site's
+ *    usage) in its header or after its stream, in the metric and /status;
+ *    a key's budget refuses the request that finds it spent, and a reload
+ *    with a new price keeps the spend.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -33,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "files.h"
 #include "gwfixture.h"
 #include "peers.h"
 #include "testclient.h"
@@ -486,6 +491,71 @@ static void test_cost_reported(void **state)
     json_decref(recorded(&site));
 }
 
+/* A key with a budget of 10 micro-dollars a day on that site: two answers
+ * of 5.5 spend it, the third is 429 budget_exceeded until the day ends; a
+ * reload that changes the price keeps what was spent, and answers cost the
+ * new price at once. */
+static void test_budget_and_reload(void **state)
+{
+    (void)state;
+    static const char fmt[] =
+        "{\"region\":\"pt\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+        "\"api_keys\":[{\"key\":\"k1\",\"name\":\"k1\",\"budget_usd\":0.00001,"
+        "\"budget_period\":\"day\"},{\"key\":\"k2\",\"name\":\"k2\"}],"
+        "\"sites\":[{\"name\":\"s\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"],"
+        "\"price\":{\"per_1m_input_tokens\":%s,\"per_1m_output_tokens\":1.5}}]}";
+    char cfg[1024], body[] = "{\"model\":\"m\",\"prompt\":\"x\"}", req[1024];
+    int port = ig_proc_free_port();
+    snprintf(cfg, sizeof(cfg), fmt, port, site.port, "0.5");
+    const char *path = ig_proc_temp_file(cfg, ".json");
+    assert_non_null(path);
+    ig_proc_t g;
+    assert_int_equal(ig_gwf_serve(&g, path, port, "warn", 0, 10000, 15000), 0);
+    const char *keys[] = {"k1", "k1", "k1", "k2"};
+    const int want[] = {200, 200, 429, 200};
+    for (int i = 0; i < 4; i++) {
+        snprintf(req, sizeof(req),
+                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                 "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                 "Connection: close\r\n\r\n%s",
+                 keys[i], strlen(body), body);
+        ig_tc_response_t r;
+        assert_int_equal(ig_tc_request(g.port, req, &r, 20000), 0);
+        print_message("%s: %d %s\n", keys[i], r.status, r.body);
+        assert_int_equal(r.status, want[i]);
+        if (r.status == 429) {
+            assert_non_null(strstr(r.body, "budget_exceeded"));
+            int ra = atoi(ig_tc_header(&r, "Retry-After"));
+            assert_true(ra >= 1 && ra <= 86400); /* the day's end */
+        }
+        ig_tc_response_free(&r);
+    }
+    /* a reload with a new price: the spend stays, new answers cost more */
+    snprintf(cfg, sizeof(cfg), fmt, port, site.port, "1.5");
+    assert_int_equal(ig_tf_replace(path, cfg, strlen(cfg)), 0);
+    kill(g.pid, SIGHUP);
+    assert_int_equal(ig_gwf_wait_reloads(g.port, "applied", 1, 10000), 0);
+    snprintf(req, sizeof(req),
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(body), body);
+    ig_tc_response_t r;
+    assert_int_equal(ig_tc_request(g.port, req, &r, 20000), 0);
+    assert_int_equal(r.status, 429); /* still spent */
+    ig_tc_response_free(&r);
+    snprintf(req, sizeof(req),
+             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k2\r\n"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             strlen(body), body);
+    assert_int_equal(ig_tc_request(g.port, req, &r, 20000), 0);
+    assert_int_equal(r.status, 200);
+    assert_string_equal(ig_tc_header(&r, "x-infergate-cost"), "1.05e-05"); /* 5 x 1.5 + 2 x 1.5 */
+    ig_tc_response_free(&r);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+    ig_proc_dispose(&g);
+    json_decref(recorded(&site));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -501,6 +571,7 @@ int main(void)
         cmocka_unit_test(test_bad_routed_bodies),
         cmocka_unit_test(test_big_bodies_bounded),
         cmocka_unit_test(test_cost_reported),
+        cmocka_unit_test(test_budget_and_reload),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

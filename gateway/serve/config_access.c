@@ -253,9 +253,10 @@ static int check_api_key(ctx_t *c, const char *path, const char *key, char *cons
 
 static int parse_key_object(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t i)
 {
-    static const char *const keys[] = {"key",   "name",   "peer",     "requests_per_s",
-                                       "burst", "models", "priority", "tokens_per_min",
-                                       "admin", NULL};
+    static const char *const keys[] = {"key",        "name",          "peer",   "requests_per_s",
+                                       "burst",      "models",        "priority", "tokens_per_min",
+                                       "admin",      "budget_usd",    "budget_period", NULL};
+    static const char *const periods[] = {"hour", "day", "month", NULL};
     static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
     ig_config_key_t *k = &cfg->keys[i];
     char q[PATH_MAX_LEN];
@@ -275,6 +276,8 @@ static int parse_key_object(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg
                          &k->tokens_per_min)) ||
         (rc = get_enum(c, o, p, "priority", prios, IG_PRIORITY_STANDARD, &k->priority)) ||
         (rc = get_bool(c, o, p, "admin", 0, &k->admin)) ||
+        (rc = get_number(c, o, p, "budget_usd", 0, INFINITY, NUM_CLOSED, 0, &k->budget_usd)) ||
+        (rc = get_enum(c, o, p, "budget_period", periods, IG_BUDGET_MONTH, &k->budget_period)) ||
         (rc = get_array(c, o, p, "models", &arr)))
         return rc;
     if (arr == NULL)

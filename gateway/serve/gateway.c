@@ -25,6 +25,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- model files ------------------------------------------------------- */
@@ -570,6 +571,8 @@ static void on_cost(void *data, ig_http_req_t *req, const char *upstream, const 
     ig_key_use_t *use = req != NULL ? ig_http_req_get_data(req) : NULL;
     ig_key_t *key = use != NULL ? ig_key_use_key(use) : NULL;
     ig_metric_add(m_cost, usd, upstream, model, key != NULL ? ig_key_policy(key)->name : "none");
+    if (key != NULL)
+        ig_key_charge(key, usd, time(NULL));
 }
 
 /* One upstream's idle capacity since the last tick, and its cost per 1M. */

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <strings.h>
 
 typedef struct {
@@ -24,6 +25,8 @@ struct ig_key_s {
     const char *secret;
     bucket_t requests; /* rate 0: no limit */
     bucket_t tokens;
+    double spent;    /* USD in the budget period `period` */
+    long long period; /* the period's number (ig_key_period()); -1: none yet */
 };
 
 struct ig_keys_s {
@@ -31,7 +34,68 @@ struct ig_keys_s {
     size_t n;
 };
 
-static ig_metric_t *m_requests, *m_tokens, *m_limited;
+static ig_metric_t *m_requests, *m_tokens, *m_limited, *m_spend;
+
+/* The number of the calendar period (UTC) holding unix second t, and the
+ * unix second it ends. */
+static long long key_period(int kind, time_t t, time_t *end)
+{
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    if (kind == IG_BUDGET_HOUR) {
+        *end = (t / 3600 + 1) * 3600;
+        return (long long)(t / 3600);
+    }
+    if (kind == IG_BUDGET_DAY) {
+        *end = (t / 86400 + 1) * 86400;
+        return (long long)(t / 86400);
+    }
+    struct tm next = {.tm_year = tm.tm_mon == 11 ? tm.tm_year + 1 : tm.tm_year,
+                      .tm_mon = (tm.tm_mon + 1) % 12,
+                      .tm_mday = 1};
+    *end = timegm(&next);
+    return (long long)tm.tm_year * 12 + tm.tm_mon;
+}
+
+/* The key's spend in the current period (a new period starts at 0). */
+static double key_spent(ig_key_t *key, time_t now, time_t *end)
+{
+    long long p = key_period(key->policy->budget_period, now, end);
+    if (p != key->period) {
+        key->period = p;
+        key->spent = 0;
+    }
+    return key->spent;
+}
+
+void ig_key_charge(ig_key_t *key, double usd, time_t now)
+{
+    time_t end;
+    if (!(usd > 0))
+        return;
+    key_spent(key, now, &end);
+    key->spent += usd;
+    if (m_spend != NULL)
+        ig_metric_add(m_spend, usd, key->policy->name);
+}
+
+double ig_key_spent(ig_key_t *key, time_t now)
+{
+    time_t end;
+    return key_spent(key, now, &end);
+}
+
+void ig_keys_carry_spend(ig_keys_t *to, const ig_keys_t *from)
+{
+    for (size_t i = 0; i < to->n; i++) {
+        for (size_t j = 0; from != NULL && j < from->n; j++) {
+            if (strcmp(to->keys[i].policy->name, from->keys[j].policy->name) == 0) {
+                to->keys[i].spent = from->keys[j].spent;
+                to->keys[i].period = from->keys[j].period;
+            }
+        }
+    }
+}
 
 static void bucket_init(bucket_t *b, double rate, double cap)
 {
@@ -77,6 +141,7 @@ int ig_keys_new(ig_keys_t **out, const ig_config_t *cfg)
         double burst = p->burst > 0 ? p->burst : fmax(1, p->requests_per_s);
         bucket_init(&key->requests, p->requests_per_s, burst);
         bucket_init(&key->tokens, p->tokens_per_min / 60.0, p->tokens_per_min);
+        key->period = -1;
     }
     if (m_requests == NULL) {
         m_requests = ig_metrics_counter("infergate_key_requests_total",
@@ -88,8 +153,11 @@ int ig_keys_new(ig_keys_t **out, const ig_config_t *cfg)
                                "Prompt and generated tokens charged to each API key.", "key");
         m_limited = ig_metrics_counter("infergate_key_limited_total",
                                        "Requests refused by a key's limit (requests, tokens, "
-                                       "model).",
+                                       "budget, model).",
                                        "key,limit");
+        m_spend = ig_metrics_counter("infergate_key_spend_usd_total",
+                                     "Estimated cost of the answers charged to each API key, USD.",
+                                     "key");
     }
     *out = k;
     return 0;
@@ -162,6 +230,19 @@ int ig_key_admit(ig_key_t *key, uint64_t now, ig_key_limit_t *req, ig_key_limit_
 {
     bucket_t *b = &key->requests;
     memset(req, 0, sizeof(*req));
+    if (key->policy->budget_usd > 0) {
+        time_t t = time(NULL), end;
+        if (key_spent(key, t, &end) >= key->policy->budget_usd) {
+            memset(why, 0, sizeof(*why));
+            why->which = "budget";
+            why->limit = key->policy->budget_usd;
+            why->remaining = 0;
+            why->reset_s = why->retry_after = (double)(end - t);
+            if (m_limited != NULL)
+                ig_metric_add(m_limited, 1, key->policy->name, "budget");
+            return IG_EFULL;
+        }
+    }
     if (b->rate <= 0)
         return 0;
     bucket_refill(b, now);

@@ -265,6 +265,7 @@ static int reload(ig_serve_t *s, const char *trigger, char *summary, size_t slen
     }
     s->retired[s->nretired].cfg = prev;
     s->retired[s->nretired++].keys = s->keys;
+    ig_keys_carry_spend(keys, s->keys);
     s->keys = keys;
     s->load_open = s->cfg.admin_open;
     for (size_t i = 0; i < s->cfg.napi_keys; i++)
@@ -355,6 +356,13 @@ static void answer_limited(ig_http_req_t *req, const ig_key_limit_t *why)
     char ra[32];
     snprintf(ra, sizeof(ra), "%d", (int)ceil(why->retry_after > 0 ? why->retry_after : 1));
     ig_http_add_header(req, "Retry-After", ra);
+    if (strcmp(why->which, "budget") == 0) {
+        ig_http_respond_error(req, 429, "rate_limit_error", NULL, "budget_exceeded",
+                              "the budget of this API key ($%.6g) is spent for this period; "
+                              "retry after %s s",
+                              why->limit, ra);
+        return;
+    }
     ig_key_limit_headers(req, why);
     ig_http_respond_error(req, 429, "rate_limit_error", NULL, "rate_limit_exceeded",
                           "rate limit of this API key reached (%s); retry after %s s", why->which,

@@ -180,7 +180,11 @@ typedef struct {
     size_t nmodels;
     int priority; /* IG_PRIORITY_* */
     int admin;    /* may read /status, /load and /metrics */
+    double budget_usd; /* spend allowed per budget_period (0: none) */
+    int budget_period; /* IG_BUDGET_* */
 } ig_config_key_t;
+
+enum { IG_BUDGET_HOUR = 0, IG_BUDGET_DAY, IG_BUDGET_MONTH }; /* calendar periods, UTC */
 
 typedef struct {
     char *source; /* file name (or the name given to ig_config_load_string) */

@@ -21,6 +21,7 @@
 #include "infergate/http.h"
 
 #include <stdint.h>
+#include <time.h>
 
 typedef struct ig_keys_s ig_keys_t;
 typedef struct ig_key_s ig_key_t;
@@ -55,8 +56,10 @@ typedef struct {
 } ig_key_limit_t;
 
 /*
- * Admission of one request at now_ns: takes a request token. 0, or
- * IG_EFULL (nothing taken) with *why saying which limit and when to retry.
+ * Admission of one request at now_ns: refused while the key's budget
+ * period is spent (which "budget", retry at the period's end), else takes a
+ * request token. 0, or IG_EFULL (nothing taken) with *why saying which
+ * limit and when to retry.
  * *req (and *tok, when the key has a token limit) describe the buckets for
  * the response headers either way.
  */
@@ -76,6 +79,15 @@ int ig_key_reserve(ig_key_t *key, uint64_t now_ns, int prompt_tokens, int max_to
 /* The request ended having used `used` tokens of `reserved`: the rest goes
  * back (or the excess is charged). Counted in the key's token metric. */
 void ig_key_settle(ig_key_t *key, uint64_t now_ns, double reserved, double used);
+
+/* Charges usd (an answer's estimated cost) to the key's budget period at
+ * unix second now; a new period starts from 0. */
+void ig_key_charge(ig_key_t *key, double usd, time_t now);
+/* The key's spend so far in the period holding now (USD). */
+double ig_key_spent(ig_key_t *key, time_t now);
+/* A reload's new key table takes the spend of the keys of the same name
+ * (budgets survive a reload; a restart starts them from 0). */
+void ig_keys_carry_spend(ig_keys_t *to, const ig_keys_t *from);
 
 /* Counts a finished request of the key under its status. */
 void ig_key_count(ig_key_t *key, int status);
