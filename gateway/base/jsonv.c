@@ -67,20 +67,30 @@ const char *ig_jsonv_type_name(const json_t *v)
 
 /* ---- the common part ------------------------------------------------------ */
 
-/* A getter's look-up: the value, its path, and the fault to fill. */
+/* A getter's look-up: the value, its path, and the fault to fill. The path
+ * is joined only for a fault: most look-ups find their value, or nothing,
+ * and a request body has dozens of them. */
 typedef struct {
     char path[IG_JSONV_PATH_MAX];
+    const char *prefix;
     ig_jsonv_fault_t f;
     const json_t *value;
 } look_t;
+
+/* Reports the fault filled in l, with its path joined now. */
+static int report(ig_jsonv_t *v, look_t *l)
+{
+    ig_jsonv_join(l->path, l->prefix, l->f.key);
+    l->f.path = l->path;
+    return v->fail(v, &l->f);
+}
 
 /* 0: absent (or a required key missing: *rc is the fault's code); 1: present. */
 static int look(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path, const char *key,
                 unsigned flags, ig_jsonv_type_t want, int *rc)
 {
-    ig_jsonv_join(l->path, path, key);
     memset(&l->f, 0, sizeof(l->f));
-    l->f.path = l->path;
+    l->prefix = path;
     l->f.key = key;
     l->f.want = want;
     l->f.flags = flags;
@@ -93,7 +103,7 @@ static int look(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path, c
         return 1;
     if (flags & IG_JSONV_REQUIRED) {
         l->f.kind = IG_JSONV_MISSING;
-        *rc = v->fail(v, &l->f);
+        *rc = report(v, l);
     }
     return 0;
 }
@@ -101,7 +111,7 @@ static int look(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path, c
 static int fault(ig_jsonv_t *v, look_t *l, ig_jsonv_kind_t kind)
 {
     l->f.kind = kind;
-    return v->fail(v, &l->f);
+    return report(v, l);
 }
 
 /* ---- getters -------------------------------------------------------------- */
