@@ -157,18 +157,20 @@ int ig__cuda_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weig
 
 /* Block (token, head) over q's heads then k's; thread i rotates the pair
  * (i, i + half) by pos * inv_freq[i] (rotate-half, the HF/NeoX layout).
- * sincosf, not __sincosf: angles reach pos * 1.0 radians and need a full
- * range reduction. */
+ * The angle is taken in double, as on the CPU (kernels/cpu): near position
+ * 1e5 a float product is off by up to 4e-3 rad. cos and sin of it are
+ * rounded to float, then the rotation runs in float, as on the CPU. */
 __global__ void rope_kernel(float *q, float *k, const int *pos, int n_heads, int n_kv_heads,
                             int head_dim, const float *inv_freq)
 {
     int t = blockIdx.x, h = blockIdx.y, half = head_dim / 2;
     float *x = h < n_heads ? q + ((size_t)t * n_heads + h) * head_dim
                            : k + ((size_t)t * n_kv_heads + (h - n_heads)) * head_dim;
-    float p = (float)pos[t];
+    double p = (double)pos[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float s, co;
-        sincosf(p * inv_freq[i], &s, &co);
+        double sd, cd;
+        sincos(p * (double)inv_freq[i], &sd, &cd);
+        float s = (float)sd, co = (float)cd;
         float x1 = x[i], x2 = x[i + half];
         x[i] = x1 * co - x2 * s;
         x[i + half] = x2 * co + x1 * s;
