@@ -41,6 +41,17 @@ int ig__cuda_status(cublasStatus_t st, const char *expr, const char *file, int l
     return IG_EDEVICE;
 }
 
+int ig__cuda_launched(ig__cuda_t *c, const char *op)
+{
+    (void)c;
+    cudaError_t st = cudaGetLastError();
+    if (st == cudaSuccess)
+        return 0;
+    ig_log(IG_LOG_ERROR, "cuda: %s failed: %s (%s)", op, cudaGetErrorString(st),
+           cudaGetErrorName(st));
+    return IG_EDEVICE;
+}
+
 int ig__cuda_enter(ig__cuda_t *c)
 {
     /* The current device is per host thread; remember what this thread was
@@ -338,17 +349,28 @@ static int cuda_matmul(ig_backend_t *be, float *y, const float *x, const ig_weig
     if (rc != IG_ENOTSUP)
         return rc;
 
-    if ((rc = ig__cuda_scratch(c, &c->act, &c->act_bytes, (size_t)m * k * 2)) != 0)
+    /* x in the weights' dtype, then (F16) one scale per row after it. */
+    size_t xbytes = ((size_t)m * k * 2 + 15) & ~(size_t)15;
+    if ((rc = ig__cuda_scratch(c, &c->act, &c->act_bytes, xbytes + (size_t)m * 4)) != 0)
         return rc;
-    if ((rc = ig__cuda_convert(c, c->act, w->dtype, x, (size_t)m * k)) != 0)
+    float *scale = (float *)((unsigned char *)c->act + xbytes);
+    if (w->dtype == IG_DTYPE_F16)
+        rc = ig__cuda_convert_f16_rows(c, c->act, scale, x, m, k);
+    else
+        rc = ig__cuda_convert(c, c->act, w->dtype, x, (size_t)m * k);
+    if (rc != 0)
         return rc;
     cudaDataType_t t = w->dtype == IG_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float alpha = 1.0f, beta = 0.0f;
     rc = IG_CUDA_CHECK(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w->data,
                                     t, k, c->act, t, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT));
+    if (rc == 0)
+        rc = ig__cuda_launched(c, "matmul (cublasGemmEx)");
     if (rc != 0)
         return rc;
+    if (w->dtype == IG_DTYPE_F16)
+        return ig__cuda_unscale_bias(c, y, scale, b, m, n);
     if (b)
         rc = ig__cuda_add_bias(c, y, b, m, n);
     return rc;

@@ -13,6 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include <vector>
+
 extern "C" {
 #include "infergate/dtype.h"
 }
@@ -149,14 +151,22 @@ cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
         return refuse("a matrix is not inside one device allocation");
     float al = *(const float *)alpha, be = *(const float *)beta;
     open_device();
+    /* op(A) as (m, k) and op(B) as (n, k) rows of floats, then dot products. */
+    std::vector<float> a((size_t)m * k), b((size_t)n * k);
+    for (int i = 0; i < m; i++)
+        for (int p = 0; p < k; p++)
+            a[(size_t)i * k + p] =
+                elem(A, Atype, transa == CUBLAS_OP_N ? (size_t)p * lda + i : (size_t)i * lda + p);
+    for (int j = 0; j < n; j++)
+        for (int p = 0; p < k; p++)
+            b[(size_t)j * k + p] =
+                elem(B, Btype, transb == CUBLAS_OP_N ? (size_t)j * ldb + p : (size_t)p * ldb + j);
     for (int j = 0; j < n; j++) {
         for (int i = 0; i < m; i++) {
+            const float *ar = a.data() + (size_t)i * k, *br = b.data() + (size_t)j * k;
             double s = 0;
-            for (int p = 0; p < k; p++) {
-                size_t ai = transa == CUBLAS_OP_N ? (size_t)p * lda + i : (size_t)i * lda + p;
-                size_t bi = transb == CUBLAS_OP_N ? (size_t)j * ldb + p : (size_t)p * ldb + j;
-                s += (double)elem(A, Atype, ai) * elem(B, Btype, bi);
-            }
+            for (int p = 0; p < k; p++)
+                s += (double)ar[p] * br[p];
             float *c = (float *)C + (size_t)j * ldc + i;
             *c = (float)(al * s + (be != 0.0f ? (double)be * *c : 0.0));
         }
