@@ -54,15 +54,13 @@ int ig__cuda_launched(ig__cuda_t *c, const char *op)
 
 int ig__cuda_enter(ig__cuda_t *c)
 {
-    /* The current device is per host thread; remember what this thread was
-     * last given so that the common case costs one comparison. */
-    static thread_local int current = -1;
-    if (current == c->ordinal)
+    /* The current device is per host thread and anyone may change it (another
+     * backend, a library): ask the runtime, which keeps it in host memory,
+     * rather than remember what this thread was last given. */
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == c->ordinal)
         return 0;
-    int rc = IG_CUDA_CHECK(cudaSetDevice(c->ordinal));
-    if (rc == 0)
-        current = c->ordinal;
-    return rc;
+    return IG_CUDA_CHECK(cudaSetDevice(c->ordinal));
 }
 
 int ig__cuda_scratch(ig__cuda_t *c, void **buf, size_t *cap, size_t bytes)
