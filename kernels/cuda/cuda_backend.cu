@@ -118,10 +118,10 @@ static void cuda_free(ig_backend_t *be, void *ptr)
 {
     if (!ptr)
         return;
-    ig__cuda_t *c = ig__cuda(be);
-    if (ig__cuda_enter(c) != 0)
-        return;
-    /* cudaFree waits for the device, so queued work that reads ptr is done. */
+    /* cudaFree waits for the device, so queued work that reads ptr is done.
+     * It frees memory of any device (unified addressing), so a failure to
+     * enter ours is logged and the memory is still released. */
+    (void)ig__cuda_enter(ig__cuda(be));
     (void)IG_CUDA_CHECK(cudaFree(ptr));
 }
 
@@ -384,18 +384,18 @@ static void cuda_destroy(ig_backend_t *be)
         return;
     ig__cuda_t *c = ig__cuda(be);
     if (c) {
-        if (ig__cuda_enter(c) == 0) {
-            if (c->stream)
-                cudaStreamSynchronize(c->stream);
-            if (c->cublas)
-                cublasDestroy(c->cublas);
-            cudaFree(c->cublas_ws);
-            cudaFree(c->act);
-            cudaFree(c->attn_part);
-            cudaFree(c->sample_buf);
-            if (c->stream)
-                cudaStreamDestroy(c->stream);
-        }
+        /* As in cuda_free: released even when entering the device fails. */
+        (void)ig__cuda_enter(c);
+        if (c->stream)
+            cudaStreamSynchronize(c->stream);
+        if (c->cublas)
+            cublasDestroy(c->cublas);
+        cudaFree(c->cublas_ws);
+        cudaFree(c->act);
+        cudaFree(c->attn_part);
+        cudaFree(c->sample_buf);
+        if (c->stream)
+            cudaStreamDestroy(c->stream);
         free(c);
     }
     free(be);
