@@ -29,6 +29,9 @@ int ig__cuda_status(cudaError_t st, const char *expr, const char *file, int line
         return 0;
     ig_log(IG_LOG_ERROR, "cuda: %s failed at %s:%d: %s (%s)", expr, file, line,
            cudaGetErrorString(st), cudaGetErrorName(st));
+    /* Reported here: clear it, or the next launch's cudaGetLastError would
+     * report it again against that launch. */
+    (void)cudaGetLastError();
     return IG_EDEVICE;
 }
 
@@ -43,12 +46,14 @@ int ig__cuda_status(cublasStatus_t st, const char *expr, const char *file, int l
 
 int ig__cuda_launched(ig__cuda_t *c, const char *op)
 {
-    (void)c;
     cudaError_t st = cudaGetLastError();
+    if (st == cudaSuccess && c->sync_each)
+        st = cudaStreamSynchronize(c->stream);
     if (st == cudaSuccess)
         return 0;
-    ig_log(IG_LOG_ERROR, "cuda: %s failed: %s (%s)", op, cudaGetErrorString(st),
+    ig_log(IG_LOG_ERROR, "cuda: %s failed on %s: %s (%s)", op, c->name, cudaGetErrorString(st),
            cudaGetErrorName(st));
+    (void)cudaGetLastError(); /* reported: not again at the next launch */
     return IG_EDEVICE;
 }
 
@@ -455,6 +460,13 @@ extern "C" int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err
     c->num_sms = prop.multiProcessorCount;
     c->max_smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(c->name, sizeof(c->name), "cuda:%d", ordinal);
+    {
+        const char *sync = getenv("IG_CUDA_SYNC");
+        c->sync_each = sync && strcmp(sync, "1") == 0;
+        if (c->sync_each)
+            ig_log(IG_LOG_WARN, "cuda:%d: IG_CUDA_SYNC=1: the stream is synchronized after every "
+                   "operation", ordinal);
+    }
     if ((rc = ig__cuda_enter(c)) != 0)
         goto fail;
     if ((rc = IG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking))) != 0)

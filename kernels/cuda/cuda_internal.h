@@ -24,6 +24,7 @@ typedef struct {
     int ordinal;
     char name[32]; /* "cuda:N" */
     int num_sms;
+    int sync_each; /* IG_CUDA_SYNC=1: wait after every operation (ig__cuda_launched) */
     size_t max_smem_optin; /* bytes of dynamic shared memory a block may opt into */
     cudaStream_t stream;
     cublasHandle_t cublas;
@@ -53,7 +54,11 @@ int ig__cuda_status(cublasStatus_t st, const char *expr, const char *file, int l
 #define IG_CUDA_CHECK(expr) ig__cuda_status((expr), #expr, __FILE__, __LINE__)
 
 /* The check after queuing operation `op` (a kernel launch or a cuBLAS
- * call): 0, or IG_EDEVICE with the error logged under the op's name. */
+ * call): 0, or IG_EDEVICE with the error logged under the op's name. A
+ * kernel's own fault surfaces only at the next host wait, against whatever
+ * call that is; with IG_CUDA_SYNC=1 in the environment at create the stream
+ * is synchronized here, after every operation, so the log names the op
+ * that faulted (slow: for finding a fault, not for serving). */
 int ig__cuda_launched(ig__cuda_t *c, const char *op);
 
 /* Makes the backend's device current on the calling thread (cheap when it

@@ -65,7 +65,7 @@ int ig__cuda_embed(ig_backend_t *be, float *out, const ig_weight_t *table, const
         return rc;
     embed_kernel<<<ntok, 256, 0, c->stream>>>(out, table->data, table->dtype, tokens,
                                               (int)table->rows, (int)table->cols);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "embed");
 }
 
 /* ---- row gather --------------------------------------------------------- */
@@ -88,7 +88,7 @@ int ig__cuda_gather(ig_backend_t *be, float *out, const float *x, const int *row
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
     gather_kernel<<<n, 256, 0, c->stream>>>(out, x, rows, cols);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "gather");
 }
 
 /* ---- block reduction ------------------------------------------------------ */
@@ -191,7 +191,7 @@ int ig__cuda_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weig
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
     rmsnorm_kernel<<<m, 256, 0, c->stream>>>(out, x, (const float *)w->data, (int)w->rows, eps);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "rmsnorm");
 }
 
 /* ---- RoPE ----------------------------------------------------------------- */
@@ -234,7 +234,7 @@ int ig__cuda_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok
     int threads = head_dim / 2 < 128 ? ((head_dim / 2 + 31) / 32) * 32 : 128;
     rope_kernel<<<grid, threads, 0, c->stream>>>(q, k, pos, n_heads, n_kv_heads, head_dim,
                                                  inv_freq);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "rope");
 }
 
 /* ---- SwiGLU, add ------------------------------------------------------------ */
@@ -255,7 +255,7 @@ int ig__cuda_swiglu(ig_backend_t *be, float *out, const float *gate, const float
     if (rc <= 0)
         return rc;
     swiglu_kernel<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "swiglu");
 }
 
 __global__ void add_kernel(float *y, const float *x, size_t n)
@@ -272,7 +272,7 @@ int ig__cuda_add(ig_backend_t *be, float *y, const float *x, size_t n)
     if (rc <= 0)
         return rc;
     add_kernel<<<blocks_for(n, 256), 256, 0, c->stream>>>(y, x, n);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "add");
 }
 
 /* ---- paged KV append ---------------------------------------------------- */
@@ -317,7 +317,7 @@ int ig__cuda_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, co
     kv_append_kernel<<<ntok, 128, 0, c->stream>>>((float *)kv->k, (float *)kv->v, k, v, slots,
                                                   layer, kv->num_blocks, kv->block_size,
                                                   kv->n_kv_heads, kv->head_dim);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "kv_append");
 }
 
 /* ---- conversion and bias -------------------------------------------------- */
@@ -346,7 +346,7 @@ int ig__cuda_convert(ig__cuda_t *c, void *dst, ig_dtype_t dtype, const float *sr
         to_f16_kernel<<<blocks_for(n, 256), 256, 0, c->stream>>>((__half *)dst, src, n);
     else
         return IG_EINVAL;
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "matmul (convert)");
 }
 
 /* One block per row: dst(m, k) = F16(x * scale[r]) with scale[r] from the
@@ -402,7 +402,7 @@ int ig__cuda_add_bias(ig__cuda_t *c, float *y, const float *bias, int m, int n)
 {
     size_t total = (size_t)m * n;
     add_bias_kernel<<<blocks_for(total, 256), 256, 0, c->stream>>>(y, bias, total, n);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "matmul (bias)");
 }
 
 /* ---- small-batch GEMV ---------------------------------------------------- */
@@ -516,5 +516,5 @@ int ig__cuda_gemv(ig__cuda_t *c, float *y, const float *x, const ig_weight_t *w,
         gemv_kernel<4><<<grid, 256, 0, c->stream>>>(y, x, w->data, w->dtype, bias, n, k);
         break;
     }
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "matmul (gemv)");
 }
