@@ -14,6 +14,8 @@
  */
 #include "cuda_internal.h"
 
+#include "cuda_device.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -521,4 +523,19 @@ fail:
         free(c);
     }
     return rc;
+}
+
+extern "C" int ig__cuda_device_uuid(ig_backend_t *be, char *out, size_t len)
+{
+    if (!be || !be->impl || !be->name || strncmp(be->name, "cuda:", 5) != 0 || len < 37)
+        return IG_EINVAL;
+    cudaDeviceProp prop;
+    int rc = IG_CUDA_CHECK(cudaGetDeviceProperties(&prop, ig__cuda(be)->ordinal));
+    if (rc != 0)
+        return rc;
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
+    return 0;
 }
