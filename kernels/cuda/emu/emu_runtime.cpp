@@ -372,10 +372,13 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
 
 cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device)
 {
+    (void)attr;
     if (device < 0 || device >= devices())
         return set_error(cudaErrorInvalidDevice);
-    *value = attr == cudaDevAttrMemoryClockRate ? 2619000 : 5120;
-    return cudaSuccess;
+    *value = 0;
+    /* The emulation has no memory clock or bus: a bandwidth from them would
+     * be invented. */
+    return set_error(cudaErrorInvalidValue);
 }
 
 cudaError_t cudaSetDevice(int device)
