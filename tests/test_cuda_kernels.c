@@ -677,10 +677,12 @@ static void test_attention_mixed(void **state)
 static void test_attention_decode_only(void **state)
 {
     NEED_GPU();
-    /* Long context: partitions grow beyond 64 positions; head_dim 128,
-     * group 8, one kv head. */
-    kv_shape_t sh = {1, 200, 16, 1, 128, 8};
-    const int ctx[] = {3000, 17, 129};
+    /* Long context: partitions grow beyond 64 positions, and past 4096
+     * positions each spans more than one 128-position chunk (the chunk loop's
+     * end-of-chunk barrier matters only there); head_dim 128, group 8, one
+     * kv head. */
+    kv_shape_t sh = {1, 340, 16, 1, 128, 8};
+    const int ctx[] = {5000, 17, 129};
     const int qlen[] = {1, 1, 1};
     check_attention(&sh, 0, 3, ctx, qlen);
 }
