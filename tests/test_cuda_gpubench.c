@@ -23,10 +23,17 @@
 #include <string.h>
 #include <unistd.h>
 
+/* $IG_BIN_DIR when set (ctest sets it; so does bench/gpu-check.sh --prebuilt
+ * for a bundle built elsewhere), else the build tree. */
+static const char *bin_dir(void)
+{
+    return getenv("IG_BIN_DIR") ? getenv("IG_BIN_DIR") : IG_BIN_DIR;
+}
+
 static void test_gpubench_cpu_smoke(void **state)
 {
     char dir[4096], err[256] = "", bin[4096], json[4200], cmd[16384];
-    snprintf(bin, sizeof(bin), "%s/gpubench", IG_BIN_DIR);
+    snprintf(bin, sizeof(bin), "%s/gpubench", bin_dir());
     if (access(bin, X_OK) != 0) {
         print_message("gpubench not built at %s\n", bin);
         skip();
@@ -78,7 +85,7 @@ static void test_gpubench_emulated_counts(void **state)
     skip();
 #else
     char dir[4096], err[256] = "", bin[4096], json[4200], cmd[16384];
-    snprintf(bin, sizeof(bin), "%s/gpubench", IG_BIN_DIR);
+    snprintf(bin, sizeof(bin), "%s/gpubench", bin_dir());
     assert_int_equal(access(bin, X_OK), 0);
     assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
     ig_mkmodel_opts_t o;

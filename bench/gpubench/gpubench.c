@@ -5,7 +5,7 @@
  *
  *   gpubench --model DIR [--device cuda:0|cpu|cpu:N] [--batches 1,8,64,256]
  *            [--steps N] [--ctx N] [--prefill-seqs N] [--prefill-len N]
- *            [--peak-gbs X] [--json FILE]
+ *            [--peak-gbs X] [--op-times B1,B2,...] [--json FILE]
  *
  * For each batch size B it prefills B sequences of --ctx tokens, runs two
  * warm-up decode steps, then times --steps decode steps (one token per
@@ -15,6 +15,11 @@
  * peak bandwidth (the datasheet figure for H100/H200, else memory clock x bus
  * width, or --peak-gbs). The batching gain of B is its tokens/s over batch
  * 1's, measured in the same run.
+ *
+ * --op-times lists batch sizes whose decode steps are timed once more per
+ * operation: each backend operation is followed by a sync, so the time of
+ * each is its own (the step is then slower than unwrapped: the sum is not
+ * the step time above). Printed and written as op_ms_per_step.
  *
  * Built over the CUDA emulation (-DIG_CUDA_EMU=ON), the figures are the
  * host's, not a GPU's; what it adds is the count of kernel launches, host
@@ -45,6 +50,7 @@
 typedef struct {
     const char *model_dir, *device, *json_path;
     int batches[MAX_BATCHES], nbatches;
+    int op_batches[MAX_BATCHES], nop_batches;
     int steps, ctx, prefill_seqs, prefill_len, threads;
     double peak_gbs;
 } opts_t;
@@ -72,23 +78,28 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: gpubench --model DIR [--device cuda:0|cpu|cpu:N] [--batches 1,8,64,256]\n"
                  "                [--steps N] [--ctx N] [--prefill-seqs N] [--prefill-len N]\n"
-                 "                [--threads N] [--peak-gbs X] [--json FILE]\n");
+                 "                [--threads N] [--peak-gbs X] [--op-times B1,B2,...] [--json FILE]\n");
 }
 
-static int parse_batches(const char *s, opts_t *o)
+static int parse_list(const char *s, int *list, int *n)
 {
-    o->nbatches = 0;
-    while (*s && o->nbatches < MAX_BATCHES) {
+    *n = 0;
+    while (*s && *n < MAX_BATCHES) {
         char *end;
         long v = strtol(s, &end, 10);
         if (end == s || v < 1 || v > 4096)
             return -1;
-        o->batches[o->nbatches++] = (int)v;
+        list[(*n)++] = (int)v;
         s = *end == ',' ? end + 1 : end;
         if (*end && *end != ',')
             return -1;
     }
-    return o->nbatches > 0 ? 0 : -1;
+    return *n > 0 ? 0 : -1;
+}
+
+static int parse_batches(const char *s, opts_t *o)
+{
+    return parse_list(s, o->batches, &o->nbatches);
 }
 
 static int parse_args(int argc, char **argv, opts_t *o)
@@ -130,6 +141,10 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->threads = atoi(v);
         else if (strcmp(a, "--peak-gbs") == 0)
             o->peak_gbs = atof(v);
+        else if (strcmp(a, "--op-times") == 0) {
+            if (parse_list(v, o->op_batches, &o->nop_batches) != 0)
+                return -1;
+        }
         else
             return -1;
     }
@@ -277,6 +292,114 @@ static int prefill_all(bench_t *b, seq_t *seqs, int n, int ctx, int max_tokens)
     return rc;
 }
 
+/* ---- time per operation ------------------------------------------------------ */
+
+/* The backend's table is wrapped in place while a batch is timed per
+ * operation: each wrapper runs the operation, then the backend's sync, and
+ * adds the time to its operation. */
+enum { OP_EMBED, OP_RMSNORM, OP_MATMUL, OP_ROPE, OP_SWIGLU, OP_ADD, OP_KV_APPEND, OP_ATTENTION,
+       OP_GATHER, OP_UPLOAD, OP_DOWNLOAD, OP_N };
+static const char *op_names[OP_N] = {"embed",     "rmsnorm",   "matmul", "rope",
+                                     "swiglu",    "add",       "kv_append", "attention",
+                                     "gather",    "upload",    "download"};
+static ig_backend_t op_orig; /* the table as the backend made it */
+static double op_s[OP_N];
+static long op_calls[OP_N];
+
+static int op_done(ig_backend_t *be, int op, double t0, int rc)
+{
+    if (rc == 0)
+        rc = op_orig.sync(be);
+    op_s[op] += now_s() - t0;
+    op_calls[op]++;
+    return rc;
+}
+
+static int t_embed(ig_backend_t *be, float *out, const ig_weight_t *t, const int *tok, int n)
+{
+    double t0 = now_s();
+    return op_done(be, OP_EMBED, t0, op_orig.embed(be, out, t, tok, n));
+}
+static int t_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weight_t *w, int m,
+                     float eps)
+{
+    double t0 = now_s();
+    return op_done(be, OP_RMSNORM, t0, op_orig.rmsnorm(be, out, x, w, m, eps));
+}
+static int t_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
+                    const ig_weight_t *bias, int m)
+{
+    double t0 = now_s();
+    return op_done(be, OP_MATMUL, t0, op_orig.matmul(be, y, x, w, bias, m));
+}
+static int t_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int nh, int nkv,
+                  int hd, const float *f)
+{
+    double t0 = now_s();
+    return op_done(be, OP_ROPE, t0, op_orig.rope(be, q, k, pos, ntok, nh, nkv, hd, f));
+}
+static int t_swiglu(ig_backend_t *be, float *out, const float *g, const float *u, size_t n)
+{
+    double t0 = now_s();
+    return op_done(be, OP_SWIGLU, t0, op_orig.swiglu(be, out, g, u, n));
+}
+static int t_add(ig_backend_t *be, float *y, const float *x, size_t n)
+{
+    double t0 = now_s();
+    return op_done(be, OP_ADD, t0, op_orig.add(be, y, x, n));
+}
+static int t_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
+                       const float *v, const int *slots, int ntok)
+{
+    double t0 = now_s();
+    return op_done(be, OP_KV_APPEND, t0, op_orig.kv_append(be, kv, layer, k, v, slots, ntok));
+}
+static int t_attention(ig_backend_t *be, float *out, const float *q, const ig_kv_layout_t *kv,
+                       int layer, const ig_attn_batch_t *b, int nh, float scale)
+{
+    double t0 = now_s();
+    return op_done(be, OP_ATTENTION, t0, op_orig.attention(be, out, q, kv, layer, b, nh, scale));
+}
+static int t_gather(ig_backend_t *be, float *out, const float *x, const int *rows, int n, int cols)
+{
+    double t0 = now_s();
+    return op_done(be, OP_GATHER, t0, op_orig.gather(be, out, x, rows, n, cols));
+}
+static int t_upload(ig_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    double t0 = now_s();
+    return op_done(be, OP_UPLOAD, t0, op_orig.upload(be, dst, src, bytes));
+}
+static int t_download(ig_backend_t *be, void *dst, const void *src, size_t bytes)
+{
+    double t0 = now_s();
+    return op_done(be, OP_DOWNLOAD, t0, op_orig.download(be, dst, src, bytes));
+}
+
+static void ops_wrap(ig_backend_t *be)
+{
+    op_orig = *be;
+    memset(op_s, 0, sizeof(op_s));
+    memset(op_calls, 0, sizeof(op_calls));
+    be->embed = t_embed;
+    be->rmsnorm = t_rmsnorm;
+    be->matmul = t_matmul;
+    be->rope = t_rope;
+    be->swiglu = t_swiglu;
+    be->add = t_add;
+    be->kv_append = t_kv_append;
+    be->attention = t_attention;
+    if (be->gather)
+        be->gather = t_gather;
+    be->upload = t_upload;
+    be->download = t_download;
+}
+
+static void ops_unwrap(ig_backend_t *be)
+{
+    *be = op_orig;
+}
+
 /* ---- main ---------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -315,7 +438,8 @@ int main(int argc, char **argv)
 
     ig_engine_opts_t eo;
     ig_engine_opts_default(&eo);
-    int longest = o.ctx + o.steps + 2 > o.prefill_len ? o.ctx + o.steps + 2 : o.prefill_len;
+    int decoded = o.steps + 2 + (o.nop_batches > 0 ? o.steps : 0); /* warm-up, timed, per op */
+    int longest = o.ctx + decoded > o.prefill_len ? o.ctx + decoded : o.prefill_len;
     eo.max_num_seqs = maxb;
     eo.max_batched_tokens = eo.max_batched_tokens > maxb ? eo.max_batched_tokens : maxb;
     b.bs = eo.block_size;
@@ -413,8 +537,40 @@ int main(int argc, char **argv)
                 goto done;
             }
         double dt = (now_s() - t0) / o.steps;
+        json_t *op_ms = NULL;
+        for (int j = 0; j < o.nop_batches; j++) {
+            if (o.op_batches[j] != B)
+                continue;
 #ifdef IG_CUDA_EMU
-        ig_cuda_emu_counters(&c1);
+            ig_cuda_emu_counters(&c1); /* before the wrapped steps, which sync more */
+#endif
+            ops_wrap(be);
+            for (int st = 0; st < o.steps && rc == 0; st++)
+                rc = step(&b, seqs, B, 1, 0);
+            ops_unwrap(be);
+            if (rc != 0) {
+                fprintf(stderr, "gpubench: batch %d timed per op: %s\n", B, ig_strerror(rc));
+                json_decref(counts);
+                rc = 1;
+                goto done;
+            }
+            op_ms = json_object();
+            double total = 0;
+            for (int op = 0; op < OP_N; op++)
+                total += op_s[op];
+            printf("batch %d, time per operation (each followed by a sync), per decode step:\n", B);
+            for (int op = 0; op < OP_N; op++) {
+                if (op_calls[op] == 0)
+                    continue;
+                double ms = op_s[op] * 1e3 / o.steps;
+                printf("  %-10s %6.1f calls %9.3f ms %5.1f%%\n", op_names[op],
+                       (double)op_calls[op] / o.steps, ms, total > 0 ? 100 * op_s[op] / total : 0);
+                json_object_set_new(op_ms, op_names[op], json_real(ms));
+            }
+        }
+#ifdef IG_CUDA_EMU
+        if (!op_ms)
+            ig_cuda_emu_counters(&c1);
         double per_launch = (double)(c1.launches - c0.launches) / o.steps;
         double per_sync = (double)(c1.syncs - c0.syncs) / o.steps;
         double per_up = (double)(c1.uploads - c0.uploads) / o.steps;
@@ -447,6 +603,8 @@ int main(int argc, char **argv)
         if (json_object_size(counts) > 0)
             json_object_set(row, "emulated_counts", counts);
         json_decref(counts);
+        if (op_ms)
+            json_object_set_new(row, "op_ms_per_step", op_ms);
         json_array_append_new(decode, row);
     }
     json_object_set(root, "decode", decode);
