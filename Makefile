@@ -58,7 +58,7 @@ test-tsan:
 EMU_TARGETS = infergate gpubench test_cuda_kernels test_cuda_model test_cuda_gpubench test_cuda_device
 test-cuda-emu:
 	@scripts/deps.sh test
-	@[ -f $(EMU_BUILD)/CMakeCache.txt ] || cmake -S . -B $(EMU_BUILD) -DIG_CUDA=OFF -DIG_CUDA_EMU=ON -DIG_ASAN=ON -DIG_UBSAN=ON -DIG_OPENBLAS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+	@[ -f $(EMU_BUILD)/CMakeCache.txt ] || cmake -S . -B $(EMU_BUILD) -DIG_WERROR=ON -DIG_CUDA=OFF -DIG_CUDA_EMU=ON -DIG_ASAN=ON -DIG_UBSAN=ON -DIG_OPENBLAS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
 	cmake --build $(EMU_BUILD) -j $(JOBS) --target $(EMU_TARGETS)
 	cd $(EMU_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L cuda-emu $(CTEST_ARGS)
 
