@@ -116,6 +116,7 @@ struct {
     const void *sched_bottom;
     size_t sched_size;
     void *sched_fake;
+    bool from_sched; /* the fiber being entered comes from the scheduler */
     int order, ahead_warp;
     unsigned long long seed;
     std::mt19937_64 rng;
@@ -176,6 +177,7 @@ int ahead_warp()
 /* ---- fibers ---------------------------------------------------------------- */
 
 void fiber_main();
+IG_EMU_HOT void enter(fiber_s *f);
 
 fiber_s *fiber_get(int tid)
 {
@@ -226,55 +228,6 @@ void fiber_reset(fiber_s *f)
     f->uc.uc_link = NULL;
     makecontext(&f->uc, fiber_main, 0);
 #endif
-}
-
-/* Scheduler -> fiber. */
-IG_EMU_HOT void enter(fiber_s *f)
-{
-    current = f;
-#if IG_EMU_ASAN
-    __sanitizer_start_switch_fiber(&S.sched_fake, f->lo, STACK_BYTES);
-#endif
-#if defined(__x86_64__)
-    ig_emu_switch(&S.sched_sp, f->sp);
-#else
-    swapcontext(&S.sched_uc, &f->uc);
-#endif
-#if IG_EMU_ASAN
-    __sanitizer_finish_switch_fiber(S.sched_fake, NULL, NULL);
-#endif
-}
-
-/* Fiber -> scheduler; returns when the scheduler resumes this fiber. */
-IG_EMU_HOT void leave(fiber_s *f, bool dying)
-{
-#if IG_EMU_ASAN
-    __sanitizer_start_switch_fiber(dying ? NULL : &f->asan_fake, S.sched_bottom, S.sched_size);
-#endif
-#if defined(__x86_64__)
-    ig_emu_switch(&f->sp, S.sched_sp);
-#else
-    swapcontext(&f->uc, &S.sched_uc);
-#endif
-#if IG_EMU_ASAN
-    __sanitizer_finish_switch_fiber(f->asan_fake, NULL, NULL);
-#endif
-    (void)dying;
-}
-
-void fiber_main()
-{
-#if IG_EMU_ASAN
-    __sanitizer_finish_switch_fiber(NULL, &S.sched_bottom, &S.sched_size);
-#endif
-    fiber_s *f = (fiber_s *)current;
-    S.body(S.ctx);
-    f->state = DONE;
-    S.live--;
-    warp_s &w = S.warps[f->tid / 32];
-    w.live--;
-    leave(f, true);
-    abort(); /* a finished fiber is never resumed */
 }
 
 /* ---- scheduling ---------------------------------------------------------- */
@@ -337,6 +290,117 @@ IG_EMU_HOT void release_warp(int w, bool front)
     abort();
 }
 
+/* The next fiber to run: the queue's head, else the warps whose live lanes
+ * all wait at a shuffle, else (all live threads at __syncthreads) the
+ * block; NULL when every thread has returned. */
+IG_EMU_HOT fiber_s *pick_next()
+{
+    int nw = (S.nthreads + 31) / 32;
+    for (;;) {
+        if (S.qhead < S.queue.size())
+            return S.fibers[S.queue[S.qhead++]];
+        S.queue.clear();
+        S.qhead = 0;
+        static std::vector<int> ws;
+        ws.clear();
+        for (int w = 0; w < nw; w++)
+            if (warp_ready(w))
+                ws.push_back(w);
+        if (S.order == ORDER_REVERSE)
+            std::reverse(ws.begin(), ws.end());
+        else if (S.order == ORDER_RANDOM)
+            std::shuffle(ws.begin(), ws.end(), S.rng);
+        for (int w : ws)
+            release_warp(w, false);
+        if (!ws.empty())
+            continue;
+        if (S.live == 0)
+            return NULL;
+        if (S.waiting_block == S.live) {
+            static std::vector<int> ids;
+            ids.clear();
+            for (int t = 0; t < S.nthreads; t++)
+                if (S.fibers[t]->state == WAIT_BLOCK)
+                    ids.push_back(t);
+            S.waiting_block = 0;
+            release(ids, false);
+            continue;
+        }
+        deadlock();
+    }
+}
+
+/* Scheduler -> the block's first fiber; returns when the block is done. */
+IG_EMU_HOT void enter(fiber_s *f)
+{
+    current = f;
+    S.from_sched = true;
+#if IG_EMU_ASAN
+    __sanitizer_start_switch_fiber(&S.sched_fake, f->lo, STACK_BYTES);
+#endif
+#if defined(__x86_64__)
+    ig_emu_switch(&S.sched_sp, f->sp);
+#else
+    swapcontext(&S.sched_uc, &f->uc);
+#endif
+#if IG_EMU_ASAN
+    __sanitizer_finish_switch_fiber(S.sched_fake, NULL, NULL);
+#endif
+}
+
+/* The running fiber f has blocked (or returned, dying): hands over to the
+ * next runnable fiber directly, or back to the scheduler when the block is
+ * done. Returns when f runs again. */
+IG_EMU_HOT void leave(fiber_s *f, bool dying)
+{
+    if (S.order == ORDER_AHEAD) {
+        int a = ahead_warp();
+        if (warp_ready(a))
+            release_warp(a, true);
+    }
+    fiber_s *next = pick_next();
+    if (next == f)
+        return; /* released already: runs on without a switch */
+    current = next;
+#if IG_EMU_ASAN
+    if (next)
+        __sanitizer_start_switch_fiber(dying ? NULL : &f->asan_fake, next->lo, STACK_BYTES);
+    else
+        __sanitizer_start_switch_fiber(dying ? NULL : &f->asan_fake, S.sched_bottom,
+                                       S.sched_size);
+#endif
+#if defined(__x86_64__)
+    ig_emu_switch(&f->sp, next ? next->sp : S.sched_sp);
+#else
+    swapcontext(&f->uc, next ? &next->uc : &S.sched_uc);
+#endif
+#if IG_EMU_ASAN
+    __sanitizer_finish_switch_fiber(f->asan_fake, NULL, NULL);
+#endif
+}
+
+void fiber_main()
+{
+#if IG_EMU_ASAN
+    const void *bottom;
+    size_t size;
+    __sanitizer_finish_switch_fiber(NULL, &bottom, &size);
+    if (S.from_sched) { /* the scheduler's stack, to switch back to */
+        S.sched_bottom = bottom;
+        S.sched_size = size;
+    }
+#endif
+    S.from_sched = false;
+    fiber_s *f = (fiber_s *)current;
+    S.body(S.ctx);
+    f->state = DONE;
+    S.live--;
+    warp_s &w = S.warps[f->tid / 32];
+    w.live--;
+    leave(f, true);
+    abort(); /* a finished fiber is never resumed */
+}
+
 IG_EMU_HOT void run_block()
 {
     int nw = (S.nthreads + 31) / 32;
@@ -366,49 +430,11 @@ IG_EMU_HOT void run_block()
         memset(S.smem, 0xff, S.smem_bytes); /* uninitialised shared memory reads as NaN */
     release(all, false);
     all.clear();
-    for (;;) {
-        if (S.qhead < S.queue.size()) {
-            fiber_s *f = S.fibers[S.queue[S.qhead++]];
-            enter(f);
-            if (S.order == ORDER_AHEAD) {
-                int a = ahead_warp();
-                if (warp_ready(a))
-                    release_warp(a, true);
-            }
-            continue;
-        }
-        S.queue.clear();
-        S.qhead = 0;
-        bool any = false;
-        static std::vector<int> ws;
-        ws.clear();
-        for (int w = 0; w < nw; w++)
-            if (warp_ready(w))
-                ws.push_back(w);
-        if (S.order == ORDER_REVERSE)
-            std::reverse(ws.begin(), ws.end());
-        else if (S.order == ORDER_RANDOM)
-            std::shuffle(ws.begin(), ws.end(), S.rng);
-        for (int w : ws) {
-            release_warp(w, false);
-            any = true;
-        }
-        if (any)
-            continue;
-        if (S.live == 0)
-            return;
-        if (S.waiting_block == S.live) {
-            static std::vector<int> ids;
-            ids.clear();
-            for (int t = 0; t < S.nthreads; t++)
-                if (S.fibers[t]->state == WAIT_BLOCK)
-                    ids.push_back(t);
-            S.waiting_block = 0;
-            release(ids, false);
-            continue;
-        }
-        deadlock();
-    }
+    /* The fibers hand over to each other (leave()); control comes back here
+     * when the block is done. */
+    fiber_s *first = pick_next();
+    if (first)
+        enter(first);
 }
 
 } // namespace
