@@ -30,12 +30,17 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 #   devices.txt    `infergate devices`: the first GPU call; without a usable
 #                  GPU the script stops here, says "no device" and exits 0;
 #   test_*.log     the CUDA tests (a skip on a GPU machine is a failure);
-#   sanitizer-*.log  compute-sanitizer memcheck and racecheck on test_cuda_kernels;
 #   gpubench-ctx*.json/.log  the 1b preset (BF16) at batch 1/8/64/256, ctx 128
 #                  and batch 1/8/64 at ctx 8192 (256 x 8192 would not fit), with
 #                  the time per operation at batch 1 and 64;
+#   greedy-small.json/.log  64 greedy tokens of the small preset against the
+#                  CPU backend;
+#   sanitizer-*.log  compute-sanitizer memcheck and racecheck on
+#                  test_cuda_kernels (last: the slowest, and what the budget
+#                  leaves them);
 #   summary.txt    one line per stage with its time and status.
-# The stages have timeouts that add up to under 8 minutes.
+# Each stage has a timeout, and all together stop at BUDGET_S (470 s): one
+# run fits in 8 minutes.
 # ---------------------------------------------------------------------------
 prebuilt() {
     local dir out t0 fail=0
@@ -47,6 +52,13 @@ prebuilt() {
     export IG_BIN_DIR="$dir/bin" IG_SOURCE_DIR="$ROOT"
     export PATH="$PATH:/usr/local/cuda/bin"
     note() { printf '[%4ss] %s\n' "$(($(date +%s) - t0))" "$*" | tee -a "$out/summary.txt"; }
+    # A stage's timeout: its own limit, or what is left of the run's
+    # ${BUDGET_S:-470} s when that is less (at least 5 s).
+    tmo() {
+        local left=$((${BUDGET_S:-470} - ($(date +%s) - t0)))
+        [ "$left" -lt 5 ] && left=5
+        echo $(($1 < left ? $1 : left))
+    }
     : > "$out/summary.txt"
     [ -f "$dir/MANIFEST" ] && cp "$dir/MANIFEST" "$out/"
 
@@ -62,10 +74,10 @@ prebuilt() {
     fi
 
     note "devices"
-    timeout 60 "$dir/bin/infergate" devices > "$out/devices.txt" 2>&1 || true
+    timeout "$(tmo 60)" "$dir/bin/infergate" devices > "$out/devices.txt" 2>&1 || true
     cat "$out/devices.txt"
     if grep -q "no usable GPU" "$out/devices.txt" ||
-        ! timeout 60 "$dir/bin/infergate" devices --json 2>/dev/null | grep -q '"usable_gpu": *true'; then
+        ! timeout "$(tmo 60)" "$dir/bin/infergate" devices --json 2>/dev/null | grep -q '"usable_gpu": *true'; then
         note "no device: $(grep -m1 'no usable GPU' "$out/devices.txt" || echo 'no usable GPU found')"
         note "stopped before the GPU stages (nothing else to run here)"
         return 0
@@ -73,7 +85,7 @@ prebuilt() {
 
     note "CUDA tests"
     for t in test_cuda_kernels test_cuda_model test_cuda_device test_cuda_devices; do
-        if ! (cd "$out" && timeout 90 "$dir/bin/$t") > "$out/$t.log" 2>&1; then
+        if ! (cd "$out" && timeout "$(tmo 90)" "$dir/bin/$t") > "$out/$t.log" 2>&1; then
             if grep -q "^# SKIP" "$out/$t.log" && [ "$t" = test_cuda_device ]; then
                 note "skipped: $t (its cases need the emulation)"
                 continue
@@ -88,10 +100,40 @@ prebuilt() {
         fi
     done
 
+    local model
+    model=$(mktemp -d)/1b-bf16
+    note "mkmodel 1b bf16"
+    if ! timeout "$(tmo 120)" "$dir/bin/infergate" mkmodel --preset 1b --dtype bf16 --out "$model" \
+        > "$out/mkmodel.log" 2>&1; then
+        note "FAILED: mkmodel"
+        return 1
+    fi
+    for run in "128 1,8,64,256" "8192 1,8,64"; do
+        set -- $run
+        note "gpubench ctx $1 batches $2"
+        if ! timeout "$(tmo 150)" "$dir/bin/gpubench" --model "$model" --device cuda:0 --batches "$2" \
+            --steps 32 --ctx "$1" --prefill-seqs 4 --prefill-len 512 --op-times 1,64 \
+            --json "$out/gpubench-ctx$1.json" > "$out/gpubench-ctx$1.log" 2>&1; then
+            note "FAILED or timed out: gpubench ctx $1"
+            fail=1
+        fi
+        grep -E "MET|MISSED|tokens/s|^ +[0-9]" "$out/gpubench-ctx$1.log" | tee -a "$out/summary.txt" || true
+    done
+    note "greedy text of the small preset (BF16) against the CPU backend"
+    if timeout "$(tmo 120)" "$dir/bin/infergate" mkmodel --preset small --dtype bf16 --out "$model-small" \
+        > "$out/mkmodel-small.log" 2>&1 &&
+        timeout "$(tmo 120)" "$dir/bin/gpubench" --model "$model-small" --device cuda:0 --batches 1 \
+            --steps 4 --ctx 16 --prefill-seqs 0 --greedy-check 64 \
+            --json "$out/greedy-small.json" > "$out/greedy-small.log" 2>&1; then
+        grep -E "^greedy" "$out/greedy-small.log" | tee -a "$out/summary.txt"
+    else
+        note "FAILED or timed out: greedy check (greedy-small.log)"
+        fail=1
+    fi
     if command -v compute-sanitizer >/dev/null; then
         for tool in memcheck racecheck; do
             note "compute-sanitizer --tool $tool test_cuda_kernels"
-            if ! timeout 150 compute-sanitizer --tool "$tool" --error-exitcode 3 \
+            if ! timeout "$(tmo 150)" compute-sanitizer --tool "$tool" --error-exitcode 3 \
                 "$dir/bin/test_cuda_kernels" > "$out/sanitizer-$tool.log" 2>&1; then
                 note "FAILED or timed out: $tool ($(grep -m1 'ERROR SUMMARY' "$out/sanitizer-$tool.log" || echo 'no summary'))"
                 fail=1
@@ -104,25 +146,6 @@ prebuilt() {
         fail=1
     fi
 
-    local model
-    model=$(mktemp -d)/1b-bf16
-    note "mkmodel 1b bf16"
-    if ! timeout 120 "$dir/bin/infergate" mkmodel --preset 1b --dtype bf16 --out "$model" \
-        > "$out/mkmodel.log" 2>&1; then
-        note "FAILED: mkmodel"
-        return 1
-    fi
-    for run in "128 1,8,64,256" "8192 1,8,64"; do
-        set -- $run
-        note "gpubench ctx $1 batches $2"
-        if ! timeout 150 "$dir/bin/gpubench" --model "$model" --device cuda:0 --batches "$2" \
-            --steps 32 --ctx "$1" --prefill-seqs 4 --prefill-len 512 --op-times 1,64 \
-            --json "$out/gpubench-ctx$1.json" > "$out/gpubench-ctx$1.log" 2>&1; then
-            note "FAILED or timed out: gpubench ctx $1"
-            fail=1
-        fi
-        grep -E "MET|MISSED|tokens/s|^ +[0-9]" "$out/gpubench-ctx$1.log" | tee -a "$out/summary.txt" || true
-    done
     rm -rf "$(dirname "$model")"
     note "done: results in $out"
     return $fail

@@ -76,7 +76,8 @@ static void test_gpubench_cpu_smoke(void **state)
  * Over the CUDA emulation gpubench runs the CUDA backend itself and reports
  * what the emulation counted per decode step: kernel launches, host syncs,
  * uploads. The counts follow the forward pass (every layer launches, every
- * step waits for its logits at least once), whatever their targets.
+ * step waits for its logits at least once), whatever their targets. Its
+ * greedy check decodes the same tokens as the CPU backend.
  */
 static void test_gpubench_emulated_counts(void **state)
 {
@@ -96,7 +97,7 @@ static void test_gpubench_emulated_counts(void **state)
     snprintf(json, sizeof(json), "%s/result.json", dir);
     snprintf(cmd, sizeof(cmd),
              "'%s' --model '%s' --device cuda:0 --batches 1,3 --steps 2 --ctx 8 "
-             "--prefill-seqs 1 --prefill-len 16 --json '%s' > /dev/null",
+             "--prefill-seqs 1 --prefill-len 16 --greedy-check 6 --json '%s' > /dev/null",
              bin, dir, json);
     assert_int_equal(system(cmd), 0);
     json_error_t je;
@@ -114,6 +115,10 @@ static void test_gpubench_emulated_counts(void **state)
         assert_true(json_real_value(json_object_get(n, "uploads_per_step")) >= 1);
         assert_int_equal(json_integer_value(json_object_get(n, "launch_target")), 8 * 2 + 8);
     }
+    /* The same weights on the CPU backend give the same greedy tokens. */
+    json_t *g = json_object_get(root, "greedy_check");
+    assert_int_equal(json_integer_value(json_object_get(g, "tokens")), 6);
+    assert_true(json_is_true(json_object_get(g, "same")));
     json_decref(root);
     ig_tf_rmtree(dir);
 #endif

@@ -5,7 +5,7 @@
  *
  *   gpubench --model DIR [--device cuda:0|cpu|cpu:N] [--batches 1,8,64,256]
  *            [--steps N] [--ctx N] [--prefill-seqs N] [--prefill-len N]
- *            [--peak-gbs X] [--op-times B1,B2,...] [--json FILE]
+ *            [--peak-gbs X] [--op-times B1,B2,...] [--greedy-check N] [--json FILE]
  *
  * For each batch size B it prefills B sequences of --ctx tokens, runs two
  * warm-up decode steps, then times --steps decode steps (one token per
@@ -15,6 +15,10 @@
  * peak bandwidth (the datasheet figure for H100/H200, else memory clock x bus
  * width, or --peak-gbs). The batching gain of B is its tokens/s over batch
  * 1's, measured in the same run.
+ *
+ * --greedy-check N decodes N greedy tokens after a fixed prompt on the device
+ * and on the CPU backend (same weights, same engine) and reports whether the
+ * texts are the same, or the first token where they part.
  *
  * --op-times lists batch sizes whose decode steps are timed once more per
  * operation: each backend operation is followed by a sync, so the time of
@@ -51,7 +55,7 @@ typedef struct {
     const char *model_dir, *device, *json_path;
     int batches[MAX_BATCHES], nbatches;
     int op_batches[MAX_BATCHES], nop_batches;
-    int steps, ctx, prefill_seqs, prefill_len, threads;
+    int steps, ctx, prefill_seqs, prefill_len, threads, greedy_check;
     double peak_gbs;
 } opts_t;
 
@@ -78,7 +82,8 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: gpubench --model DIR [--device cuda:0|cpu|cpu:N] [--batches 1,8,64,256]\n"
                  "                [--steps N] [--ctx N] [--prefill-seqs N] [--prefill-len N]\n"
-                 "                [--threads N] [--peak-gbs X] [--op-times B1,B2,...] [--json FILE]\n");
+                 "                [--threads N] [--peak-gbs X] [--op-times B1,B2,...] [--greedy-check N]\n"
+                 "                [--json FILE]\n");
 }
 
 static int parse_list(const char *s, int *list, int *n)
@@ -141,6 +146,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
             o->threads = atoi(v);
         else if (strcmp(a, "--peak-gbs") == 0)
             o->peak_gbs = atof(v);
+        else if (strcmp(a, "--greedy-check") == 0)
+            o->greedy_check = atoi(v);
         else if (strcmp(a, "--op-times") == 0) {
             if (parse_list(v, o->op_batches, &o->nop_batches) != 0)
                 return -1;
@@ -148,6 +155,8 @@ static int parse_args(int argc, char **argv, opts_t *o)
         else
             return -1;
     }
+    if (o->greedy_check < 0 || o->greedy_check > 4096)
+        return -1;
     if (!o->model_dir || o->steps < 1 || o->ctx < 1 || o->prefill_seqs < 0 || o->prefill_len < 1)
         return -1;
     return 0;
@@ -237,7 +246,7 @@ static void seq_release(bench_t *b, seq_t *s)
  * equal to tok + i, inside the vocabulary) at its next positions; logits of
  * its last row only, or none when no_logits.
  */
-static int step(bench_t *b, seq_t *seqs, int n, int len, int no_logits)
+static int step_tokens(bench_t *b, seq_t *seqs, int n, int len, int no_logits, const int *given)
 {
     size_t ntok = (size_t)n * len;
     int *tokens = malloc(ntok * sizeof(int));
@@ -254,7 +263,9 @@ static int step(bench_t *b, seq_t *seqs, int n, int len, int no_logits)
         if ((rc = seq_grow(b, &seqs[i], seqs[i].pos + len)) != 0)
             goto out;
         for (int j = 0; j < len; j++)
-            tokens[(size_t)i * len + j] = (int)((7u * (unsigned)(i + j) + 3u) % (unsigned)b->vocab);
+            tokens[(size_t)i * len + j] =
+                given ? given[(size_t)i * len + j]
+                      : (int)((7u * (unsigned)(i + j) + 3u) % (unsigned)b->vocab);
         seq_start[i + 1] = seq_start[i] + len;
         pos_start[i] = seqs[i].pos;
         from[i] = no_logits ? len : len - 1;
@@ -271,6 +282,42 @@ out:
     free(pos_start);
     free(from);
     free(tables);
+    return rc;
+}
+
+static int step(bench_t *b, seq_t *seqs, int n, int len, int no_logits)
+{
+    return step_tokens(b, seqs, n, len, no_logits, NULL);
+}
+
+/* ---- greedy text against the CPU backend ------------------------------------- */
+
+static int argmax_row(const float *x, int n)
+{
+    int best = 0;
+    for (int i = 1; i < n; i++)
+        if (x[i] > x[best])
+            best = i;
+    return best;
+}
+
+/* ntok greedy tokens after a fixed prompt of 16, one sequence. */
+static int greedy_tokens(bench_t *b, int ntok, int *out)
+{
+    int prompt[16];
+    seq_t s = {calloc((size_t)b->max_blocks_per_seq, sizeof(int)), 0, 0};
+    int rc = s.blocks ? 0 : IG_ENOMEM;
+    for (int j = 0; j < 16; j++)
+        prompt[j] = (int)((31u * (unsigned)j + 5u) % (unsigned)b->vocab);
+    if (rc == 0)
+        rc = step_tokens(b, &s, 1, 16, 0, prompt);
+    for (int i = 0; i < ntok && rc == 0; i++) {
+        out[i] = argmax_row(b->logits, b->vocab);
+        if (i + 1 < ntok)
+            rc = step_tokens(b, &s, 1, 1, 0, &out[i]);
+    }
+    seq_release(b, &s);
+    free(s.blocks);
     return rc;
 }
 
@@ -440,6 +487,8 @@ int main(int argc, char **argv)
     ig_engine_opts_default(&eo);
     int decoded = o.steps + 2 + (o.nop_batches > 0 ? o.steps : 0); /* warm-up, timed, per op */
     int longest = o.ctx + decoded > o.prefill_len ? o.ctx + decoded : o.prefill_len;
+    if (16 + o.greedy_check > longest)
+        longest = 16 + o.greedy_check;
     eo.max_num_seqs = maxb;
     eo.max_batched_tokens = eo.max_batched_tokens > maxb ? eo.max_batched_tokens : maxb;
     b.bs = eo.block_size;
@@ -608,6 +657,49 @@ int main(int argc, char **argv)
         json_array_append_new(decode, row);
     }
     json_object_set(root, "decode", decode);
+
+    /* ---- greedy text against the CPU backend ---- */
+    if (o.greedy_check > 0) {
+        int n = o.greedy_check, *dev = calloc((size_t)n, sizeof(int)), *cpu = calloc((size_t)n, sizeof(int));
+        ig_backend_t *cbe = NULL;
+        bench_t cb = b;
+        cb.e = NULL;
+        cb.logits = malloc(lbytes);
+        int grc = dev && cpu && cb.logits ? 0 : IG_ENOMEM;
+        if (grc == 0 && (grc = greedy_tokens(&b, n, dev)) != 0)
+            fprintf(stderr, "gpubench: greedy on %s: %s\n", o.device, ig_strerror(grc));
+        if (grc == 0 && (grc = ig_backend_open(&cbe, "cpu", o.threads, err, sizeof(err))) != 0)
+            fprintf(stderr, "gpubench: cpu backend: %s\n", err);
+        if (grc == 0 && (grc = ig_engine_create(&cb.e, model, cbe, &eo, err, sizeof(err))) != 0)
+            fprintf(stderr, "gpubench: cpu engine: %s\n", err);
+        if (grc == 0 && (grc = greedy_tokens(&cb, n, cpu)) != 0)
+            fprintf(stderr, "gpubench: greedy on cpu: %s\n", ig_strerror(grc));
+        if (cb.e)
+            ig_engine_free(cb.e);
+        if (cbe)
+            cbe->destroy(cbe);
+        free(cb.logits);
+        if (grc != 0) {
+            free(dev);
+            free(cpu);
+            rc = 1;
+            goto done;
+        }
+        int first = -1;
+        for (int i = 0; i < n && first < 0; i++)
+            if (dev[i] != cpu[i])
+                first = i;
+        if (first < 0)
+            printf("greedy: the same %d tokens as the CPU backend: MET\n", n);
+        else
+            printf("greedy: token %d of %d differs from the CPU backend (%d vs %d): MISSED\n",
+                   first, n, dev[first], cpu[first]);
+        json_object_set_new(root, "greedy_check",
+                            json_pack("{s:i, s:b, s:i}", "tokens", n, "same", first < 0,
+                                      "first_difference", first));
+        free(dev);
+        free(cpu);
+    }
 
     /* Targets of issue 7, judged only where their batch sizes ran. */
     json_t *t = json_object(), *d;
