@@ -1,7 +1,8 @@
 /*
  * The CUDA backend's handling of its device, under the CUDA emulation
  * (-DIG_CUDA_EMU=ON, two emulated devices; kernels/cuda/emu/ig_cuda_emu.h
- * injects faults): the current device after another library changed it, a
+ * injects faults): the emulation's own memory checks, the current device
+ * after another library changed it, a
  * free when entering the device fails, the opt-in sync-after-every-op mode
  * (IG_CUDA_SYNC=1) naming the operation whose kernel faulted, and the MIG
  * check that device 0 is the requested slice. On a real GPU these cases
@@ -18,9 +19,11 @@
 #include "infergate/error.h"
 #include "infergate/kernels.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifdef IG_CUDA_EMU
@@ -181,9 +184,39 @@ static void test_mig_uuid_checked(void **state)
     unsetenv("CUDA_VISIBLE_DEVICES");
 }
 
+/* The emulation itself: a copy in the wrong direction is an error, and host
+ * code that reads device memory dies of SIGSEGV (in a child process). */
+static void test_emulation_checks_memory(void **state)
+{
+    ig_backend_t *be = open_cuda(0);
+    float host[16] = {0};
+    float *a = be->alloc(be, sizeof(host)), *b = be->alloc(be, sizeof(host));
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_int_equal(be->upload(be, a, host, sizeof(host)), 0);
+    assert_int_equal(be->upload(be, a, b, sizeof(host)), IG_EDEVICE);   /* src is device memory */
+    assert_int_equal(be->download(be, a, b, sizeof(host)), IG_EDEVICE); /* dst is device memory */
+    assert_int_equal(be->upload(be, a, host, sizeof(host) + 4096), IG_EDEVICE); /* past the end */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        signal(SIGSEGV, SIG_DFL);
+        volatile float x = a[3]; /* a host read of device memory */
+        (void)x;
+        _exit(0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV);
+    be->free(be, a);
+    be->free(be, b);
+    be->destroy(be);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_emulation_checks_memory),
         cmocka_unit_test(test_enter_after_foreign_set_device),
         cmocka_unit_test(test_free_when_enter_fails),
         cmocka_unit_test(test_sync_mode_names_the_op),
