@@ -40,7 +40,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 #                  leaves them);
 #   summary.txt    one line per stage with its time and status.
 # Each stage has a timeout, and all together stop at BUDGET_S (470 s): one
-# run fits in 8 minutes.
+# run fits in 8 minutes. PRESET, STEPS, RUNS, PREFILL_LEN, OP_TIMES, GREEDY_PRESET and
+# GREEDY_TOKENS shrink the run for a rehearsal over the CUDA emulation
+# (docs/gpu.md).
 # ---------------------------------------------------------------------------
 prebuilt() {
     local dir out t0 fail=0
@@ -100,30 +102,31 @@ prebuilt() {
         fi
     done
 
-    local model
-    model=$(mktemp -d)/1b-bf16
-    note "mkmodel 1b bf16"
-    if ! timeout "$(tmo 120)" "$dir/bin/infergate" mkmodel --preset 1b --dtype bf16 --out "$model" \
-        > "$out/mkmodel.log" 2>&1; then
+    local model preset=${PRESET:-1b} steps=${STEPS:-32}
+    model=$(mktemp -d)/$preset-bf16
+    note "mkmodel $preset bf16"
+    if ! timeout "$(tmo 120)" "$dir/bin/infergate" mkmodel --preset "$preset" --dtype bf16 \
+        --out "$model" > "$out/mkmodel.log" 2>&1; then
         note "FAILED: mkmodel"
         return 1
     fi
-    for run in "128 1,8,64,256" "8192 1,8,64"; do
-        set -- $run
+    # RUNS: "CTX:BATCHES ..." (a rehearsal over the emulation sets smaller ones).
+    for run in ${RUNS:-128:1,8,64,256 8192:1,8,64}; do
+        set -- "${run%%:*}" "${run#*:}"
         note "gpubench ctx $1 batches $2"
         if ! timeout "$(tmo 150)" "$dir/bin/gpubench" --model "$model" --device cuda:0 --batches "$2" \
-            --steps 32 --ctx "$1" --prefill-seqs 4 --prefill-len 512 --op-times 1,64 \
-            --json "$out/gpubench-ctx$1.json" > "$out/gpubench-ctx$1.log" 2>&1; then
+            --steps "$steps" --ctx "$1" --prefill-seqs 4 --prefill-len "${PREFILL_LEN:-512}" \
+            --op-times "${OP_TIMES:-1,64}" --json "$out/gpubench-ctx$1.json" > "$out/gpubench-ctx$1.log" 2>&1; then
             note "FAILED or timed out: gpubench ctx $1"
             fail=1
         fi
         grep -E "MET|MISSED|tokens/s|^ +[0-9]" "$out/gpubench-ctx$1.log" | tee -a "$out/summary.txt" || true
     done
     note "greedy text of the small preset (BF16) against the CPU backend"
-    if timeout "$(tmo 120)" "$dir/bin/infergate" mkmodel --preset small --dtype bf16 --out "$model-small" \
-        > "$out/mkmodel-small.log" 2>&1 &&
+    if timeout "$(tmo 120)" "$dir/bin/infergate" mkmodel --preset "${GREEDY_PRESET:-small}" \
+        --dtype bf16 --out "$model-small" > "$out/mkmodel-small.log" 2>&1 &&
         timeout "$(tmo 120)" "$dir/bin/gpubench" --model "$model-small" --device cuda:0 --batches 1 \
-            --steps 4 --ctx 16 --prefill-seqs 0 --greedy-check 64 \
+            --steps 2 --ctx 16 --prefill-seqs 0 --greedy-check "${GREEDY_TOKENS:-64}" \
             --json "$out/greedy-small.json" > "$out/greedy-small.log" 2>&1; then
         grep -E "^greedy" "$out/greedy-small.log" | tee -a "$out/summary.txt"
     else

@@ -586,13 +586,13 @@ int main(int argc, char **argv)
                 goto done;
             }
         double dt = (now_s() - t0) / o.steps;
+#ifdef IG_CUDA_EMU
+        ig_cuda_emu_counters(&c1); /* before any wrapped steps, which sync more */
+#endif
         json_t *op_ms = NULL;
-        for (int j = 0; j < o.nop_batches; j++) {
+        for (int j = 0; j < o.nop_batches && !op_ms; j++) {
             if (o.op_batches[j] != B)
                 continue;
-#ifdef IG_CUDA_EMU
-            ig_cuda_emu_counters(&c1); /* before the wrapped steps, which sync more */
-#endif
             ops_wrap(be);
             for (int st = 0; st < o.steps && rc == 0; st++)
                 rc = step(&b, seqs, B, 1, 0);
@@ -618,8 +618,6 @@ int main(int argc, char **argv)
             }
         }
 #ifdef IG_CUDA_EMU
-        if (!op_ms)
-            ig_cuda_emu_counters(&c1);
         double per_launch = (double)(c1.launches - c0.launches) / o.steps;
         double per_sync = (double)(c1.syncs - c0.syncs) / o.steps;
         double per_up = (double)(c1.uploads - c0.uploads) / o.steps;
