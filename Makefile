@@ -4,6 +4,7 @@ BUILD      ?= build
 ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 TSAN_BUILD ?= build-tsan
+EMU_BUILD  ?= build-cuda-emu
 # The tests that run threads of their own: the CPU kernels' pool, the
 # engine on it, the scheduler thread, metrics updated from many threads.
 TSAN_TESTS ?= kernels_cpu|engine_|scheduler_|metrics_threads|worker_lifecycle
@@ -13,7 +14,7 @@ FUZZ_SECONDS ?= 60
 ARGS       ?=
 CTEST_ARGS ?=
 
-.PHONY: all deps build run test test-asan test-tsan bench soak-asan fuzz format clean
+.PHONY: all deps build run test test-asan test-tsan test-cuda-emu bench soak-asan fuzz format clean
 
 all: build
 
@@ -52,6 +53,15 @@ test-tsan:
 	cmake --build $(TSAN_BUILD) -j $(JOBS) --target infergate $$(cd $(TSAN_BUILD) && ctest -N -R '$(TSAN_TESTS)' | sed -n 's/^ *Test *#[0-9]*: //p')
 	cd $(TSAN_BUILD) && TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" ctest --output-on-failure -j $(JOBS) -R '$(TSAN_TESTS)' $(CTEST_ARGS)
 
+# The CUDA backend over the CPU emulation (docs/gpu.md), under ASan + UBSan:
+# no GPU, no nvcc. Only the tests labelled cuda-emu and what they need are built.
+EMU_TARGETS = infergate gpubench test_cuda_kernels test_cuda_model test_cuda_gpubench test_cuda_device
+test-cuda-emu:
+	@scripts/deps.sh test
+	@[ -f $(EMU_BUILD)/CMakeCache.txt ] || cmake -S . -B $(EMU_BUILD) -DIG_WERROR=ON -DIG_CUDA=OFF -DIG_CUDA_EMU=ON -DIG_ASAN=ON -DIG_UBSAN=ON -DIG_OPENBLAS=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_ARGS)
+	cmake --build $(EMU_BUILD) -j $(JOBS) --target $(EMU_TARGETS)
+	cd $(EMU_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS) -L cuda-emu $(CTEST_ARGS)
+
 bench:
 	@scripts/deps.sh bench
 	@[ -f $(BUILD)/CMakeCache.txt ] || cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_ARGS)
@@ -81,4 +91,4 @@ format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD) $(TSAN_BUILD) $(EMU_BUILD)

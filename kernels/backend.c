@@ -6,6 +6,11 @@
 
 #include "infergate/error.h"
 
+#ifdef IG_HAVE_CUDA
+#include "cuda/cuda_device.h"
+#endif
+
+#include <ctype.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +30,39 @@ static int parse_count(const char *s, int *out)
     return 0;
 }
 
-#ifndef IG_HAVE_CUDA
+#ifdef IG_HAVE_CUDA
+/* A MIG slice is device 0 of a process that runs with
+ * CUDA_VISIBLE_DEVICES=MIG-<uuid>, but only if CUDA read that variable: set
+ * after CUDA started, or naming a slice that another process's variable
+ * shadows, it is not. So the opened device's UUID must be the slice's.
+ * Old-style names (MIG-GPU-<gpu uuid>/<gi>/<ci>) carry no slice UUID and
+ * are taken as they are. */
+static int check_mig_uuid(ig_backend_t *be, const char *device, char *err, size_t errlen)
+{
+    const char *want = device + 4;
+    char got[64];
+    if (strchr(want, '/') != NULL)
+        return 0;
+    int rc = ig__cuda_device_uuid(be, got, sizeof(got));
+    if (rc != 0) {
+        ig_errf(err, errlen, "device '%s': cannot read the UUID of device 0: %s", device,
+                ig_strerror(rc));
+        return rc;
+    }
+    size_t n = strlen(got);
+    int same = strlen(want) == n;
+    for (size_t i = 0; same && i < n; i++)
+        same = tolower((unsigned char)want[i]) == got[i];
+    if (!same) {
+        ig_errf(err, errlen,
+                "device '%s': device 0 of this process is MIG-%s, not the requested slice "
+                "(was CUDA initialised before CUDA_VISIBLE_DEVICES was set?)",
+                device, got);
+        return IG_EDEVICE;
+    }
+    return 0;
+}
+#else
 int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err, size_t errlen)
 {
     ig_errf(err, errlen, "this build of infergate has no CUDA backend (built without nvcc)");
@@ -87,7 +124,14 @@ int ig_backend_open(ig_backend_t **out, const char *device, int threads, char *e
                     device, device);
             return IG_EINVAL;
         }
-        return ig_backend_cuda_create(out, 0, err, errlen);
+        rc = ig_backend_cuda_create(out, 0, err, errlen);
+#ifdef IG_HAVE_CUDA
+        if (rc == 0 && (rc = check_mig_uuid(*out, device, err, errlen)) != 0) {
+            (*out)->destroy(*out);
+            *out = NULL;
+        }
+#endif
+        return rc;
     }
     ig_errf(err, errlen, "unknown device '%s': expected cpu, cpu:THREADS, cuda:N or MIG-<uuid>",
             device);

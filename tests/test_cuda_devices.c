@@ -17,11 +17,14 @@
 
 #include "proc.h"
 
-/* Runs `infergate devices ARGS`, returns the exit status and the stdout. */
+/* Runs `infergate devices ARGS`, returns the exit status and the stdout.
+ * The binary is found through $IG_BIN_DIR when set (ctest sets it; so does
+ * bench/gpu-check.sh --prebuilt for a bundle built elsewhere). */
 static int run(const char *args, char *out, size_t len)
 {
     char cmd[8192];
-    snprintf(cmd, sizeof(cmd), "'%s/infergate' devices %s 2>/dev/null", IG_BIN_DIR, args);
+    const char *bin = getenv("IG_BIN_DIR") ? getenv("IG_BIN_DIR") : IG_BIN_DIR;
+    snprintf(cmd, sizeof(cmd), "'%s/infergate' devices %s 2>/dev/null", bin, args);
     return ig_proc_capture(cmd, out, len);
 }
 

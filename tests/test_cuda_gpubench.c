@@ -23,10 +23,17 @@
 #include <string.h>
 #include <unistd.h>
 
+/* $IG_BIN_DIR when set (ctest sets it; so does bench/gpu-check.sh --prebuilt
+ * for a bundle built elsewhere), else the build tree. */
+static const char *bin_dir(void)
+{
+    return getenv("IG_BIN_DIR") ? getenv("IG_BIN_DIR") : IG_BIN_DIR;
+}
+
 static void test_gpubench_cpu_smoke(void **state)
 {
     char dir[4096], err[256] = "", bin[4096], json[4200], cmd[16384];
-    snprintf(bin, sizeof(bin), "%s/gpubench", IG_BIN_DIR);
+    snprintf(bin, sizeof(bin), "%s/gpubench", bin_dir());
     if (access(bin, X_OK) != 0) {
         print_message("gpubench not built at %s\n", bin);
         skip();
@@ -65,10 +72,63 @@ static void test_gpubench_cpu_smoke(void **state)
     ig_tf_rmtree(dir);
 }
 
+/*
+ * Over the CUDA emulation gpubench runs the CUDA backend itself and reports
+ * what the emulation counted per decode step: kernel launches, host syncs,
+ * uploads. The counts follow the forward pass (every layer launches, every
+ * step waits for its logits at least once), whatever their targets. Its
+ * greedy check decodes the same tokens as the CPU backend.
+ */
+static void test_gpubench_emulated_counts(void **state)
+{
+#ifndef IG_CUDA_EMU
+    print_message("needs the CUDA emulation (-DIG_CUDA_EMU=ON)\n");
+    skip();
+#else
+    char dir[4096], err[256] = "", bin[4096], json[4200], cmd[16384];
+    snprintf(bin, sizeof(bin), "%s/gpubench", bin_dir());
+    assert_int_equal(access(bin, X_OK), 0);
+    assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
+    ig_mkmodel_opts_t o;
+    ig_mkmodel_opts_default(&o);
+    o.preset = "tiny";
+    if (ig_mkmodel_write(dir, &o, err, sizeof(err)) != 0)
+        fail_msg("mkmodel: %s", err);
+    snprintf(json, sizeof(json), "%s/result.json", dir);
+    snprintf(cmd, sizeof(cmd),
+             "'%s' --model '%s' --device cuda:0 --batches 1,3 --steps 2 --ctx 8 "
+             "--prefill-seqs 1 --prefill-len 16 --greedy-check 6 --json '%s' > /dev/null",
+             bin, dir, json);
+    assert_int_equal(system(cmd), 0);
+    json_error_t je;
+    json_t *root = json_load_file(json, 0, &je);
+    assert_non_null(root);
+    json_t *decode = json_object_get(root, "decode");
+    assert_int_equal(json_array_size(decode), 2);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *n = json_object_get(json_array_get(decode, i), "emulated_counts");
+        assert_non_null(n);
+        /* The tiny preset has 2 layers: at least q/k/v, attention, MLP per layer. */
+        double launches = json_real_value(json_object_get(n, "launches_per_step"));
+        assert_true(launches >= 2 * 6 && launches == (int)launches);
+        assert_true(json_real_value(json_object_get(n, "host_syncs_per_step")) >= 1);
+        assert_true(json_real_value(json_object_get(n, "uploads_per_step")) >= 1);
+        assert_int_equal(json_integer_value(json_object_get(n, "launch_target")), 8 * 2 + 8);
+    }
+    /* The same weights on the CPU backend give the same greedy tokens. */
+    json_t *g = json_object_get(root, "greedy_check");
+    assert_int_equal(json_integer_value(json_object_get(g, "tokens")), 6);
+    assert_true(json_is_true(json_object_get(g, "same")));
+    json_decref(root);
+    ig_tf_rmtree(dir);
+#endif
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gpubench_cpu_smoke),
+        cmocka_unit_test(test_gpubench_emulated_counts),
     };
     return cmocka_run_group_tests_name("cuda_gpubench", tests, NULL, NULL);
 }

@@ -9,8 +9,9 @@
  *   - SwiGLU: expf 4u, then +, /, *: 8 roundings of |out|;
  *   - RMSNorm: the tree sum of squares gamma_dim (halved by the square
  *     root), / dim, + eps, rsqrtf 4u, two products: dim / 2 + 10 of |out|;
- *   - RoPE: sincosf 4u each on the device's own float angle, a product and
- *     a sum: 6 roundings of |x1 c| + |x2 s|;
+ *   - RoPE: the angle in double (as the CPU backend), cos and sin rounded
+ *     to float, a product and a sum: 6 roundings of |x1 c| + |x2 s|; at
+ *     positions up to 131071 against the CPU backend itself;
  *   - matmul with BF16 / F16 weights: the reference uses the same rounded
  *     weights; both the GEMV and the cuBLAS path round x to the weight dtype
  *     (_rn: 2^-8 relative per product for BF16, 2^-11 for F16, plus 2^-25
@@ -249,9 +250,9 @@ static void test_rmsnorm(void **state)
 
 /* ---- matmul --------------------------------------------------------------- */
 
-static void check_matmul(ig_dtype_t dtype, int m, int n, int k, int with_bias)
+static void check_matmul_x(ig_dtype_t dtype, int m, int n, int k, int with_bias, float xscale)
 {
-    float *wref, *bv = rand_vec((size_t)n, 1.0f), *x = rand_vec((size_t)m * k, 2.0f);
+    float *wref, *bv = rand_vec((size_t)n, 1.0f), *x = rand_vec((size_t)m * k, xscale);
     void *store;
     ig_tensor_t t = make_matrix(dtype, n, k, &wref, &store);
     ig_tensor_t tb = {.dtype = IG_DTYPE_F32, .data = bv, .ndim = 1, .shape = {n}};
@@ -275,9 +276,12 @@ static void check_matmul(ig_dtype_t dtype, int m, int n, int k, int with_bias)
                 s += bv[j], mag += fabs(bv[j]);
             /* x's rounding to the weight dtype, as units of u, then k + 1 terms */
             double ux = dtype == IG_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
-            double floor = dtype == IG_DTYPE_F16 ? k * 0x1p-25 : ig_f32_floor(k + 1);
+            /* F16: x is scaled by a power of two to fit F16's range before it
+             * is rounded, which scales the subnormal floor alike. */
+            double floor = dtype == IG_DTYPE_F16 ? k * 0x1p-25 * (xscale > 2 ? xscale : 1)
+                                                 : ig_f32_floor(k + 1);
             double e = fabs(y[(size_t)i * n + j] - s);
-            if (e > ig_bound_of(mag, ux / IG_F32_U + k + 1, floor))
+            if (!(e <= ig_bound_of(mag, ux / IG_F32_U + k + 1, floor)))
                 fail_msg("matmul %s m=%d n=%d k=%d: y[%d][%d] = %g, expected %g (scale %g)",
                          dtype == IG_DTYPE_F16 ? "f16" : "bf16", m, n, k, i, j,
                          y[(size_t)i * n + j], s, mag);
@@ -294,6 +298,11 @@ static void check_matmul(ig_dtype_t dtype, int m, int n, int k, int with_bias)
     free(store);
 }
 
+static void check_matmul(ig_dtype_t dtype, int m, int n, int k, int with_bias)
+{
+    check_matmul_x(dtype, m, n, k, with_bias, 2.0f);
+}
+
 static void test_matmul(void **state)
 {
     NEED_GPU();
@@ -306,6 +315,19 @@ static void test_matmul(void **state)
         check_matmul(IG_DTYPE_BF16, ms[i], 33, 100, 1); /* k % 8 != 0: cuBLAS only */
     }
     check_matmul(IG_DTYPE_F32, 3, 64, 128, 1); /* an F32 checkpoint, rounded to BF16 */
+}
+
+/* Activations beyond F16's range (65504) with F16 weights: the CPU keeps
+ * them in F32, so must the device (no inf, no NaN), in the GEMV (m <= 4)
+ * and the cuBLAS path alike. */
+static void test_matmul_f16_large(void **state)
+{
+    NEED_GPU();
+    const int ms[] = {1, 3, 17};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
+        check_matmul_x(IG_DTYPE_F16, ms[i], 96, 256, 1, 3e5f);
+        check_matmul_x(IG_DTYPE_F16, ms[i], 40, 512, 0, 1e9f);
+    }
 }
 
 /* A row's product must not depend on how many rows share the call: one row
@@ -373,7 +395,7 @@ static void test_rope(void **state)
             const float *in = h < NH ? q + (t * NH + h) * HD : k + (t * NKV + h - NH) * HD;
             const float *got = h < NH ? oq + (t * NH + h) * HD : ok + (t * NKV + h - NH) * HD;
             for (int i = 0; i < HD / 2; i++) {
-                double a = (double)(float)((float)pos[t] * inv_freq[i]); /* as the device */
+                double a = (double)pos[t] * inv_freq[i]; /* in double, as the device */
                 double c = cos(a), s = sin(a);
                 double r1 = in[i] * c - in[i + HD / 2] * s;
                 double r2 = in[i + HD / 2] * c + in[i] * s;
@@ -392,6 +414,61 @@ static void test_rope(void **state)
     free(ok);
     free(q);
     free(k);
+}
+
+/* Long positions against the CPU backend, which takes the angle in double:
+ * near position 1e5 a float angle is off by up to 4e-3 rad (the 1b preset
+ * allows 131072 positions). Both round cos and sin of the same double angle
+ * to float, then a product and a sum. */
+static void test_rope_long_positions(void **state)
+{
+    NEED_GPU();
+    enum { NTOK = 5, NH = 2, NKV = 1, HD = 64 };
+    const int pos[NTOK] = {100000, 99999, 131071, 65537, 4097};
+    float inv_freq[HD / 2];
+    for (int i = 0; i < HD / 2; i++)
+        inv_freq[i] = (float)pow(500000.0, -2.0 * i / HD);
+    float *q = rand_vec(NTOK * NH * HD, 1.0f), *k = rand_vec(NTOK * NKV * HD, 1.0f);
+    float *cq = malloc(sizeof(float) * NTOK * NH * HD), *ck = malloc(sizeof(float) * NTOK * NKV * HD);
+    memcpy(cq, q, sizeof(float) * NTOK * NH * HD);
+    memcpy(ck, k, sizeof(float) * NTOK * NKV * HD);
+    ig_backend_t *cpu = NULL;
+    assert_int_equal(ig_backend_cpu_create(&cpu, 1), 0);
+    assert_int_equal(cpu->rope(cpu, cq, ck, pos, NTOK, NH, NKV, HD, inv_freq), 0);
+    cpu->destroy(cpu);
+
+    float *d_q = dev_copy(q, sizeof(float) * NTOK * NH * HD);
+    float *d_k = dev_copy(k, sizeof(float) * NTOK * NKV * HD);
+    int *d_pos = dev_copy(pos, sizeof(pos));
+    float *d_f = dev_copy(inv_freq, sizeof(inv_freq));
+    assert_int_equal(be->rope(be, d_q, d_k, d_pos, NTOK, NH, NKV, HD, d_f), 0);
+    float *oq = malloc(sizeof(float) * NTOK * NH * HD), *ok = malloc(sizeof(float) * NTOK * NKV * HD);
+    host_copy(oq, d_q, sizeof(float) * NTOK * NH * HD);
+    host_copy(ok, d_k, sizeof(float) * NTOK * NKV * HD);
+    for (int t = 0; t < NTOK; t++) {
+        for (int h = 0; h < NH + NKV; h++) {
+            size_t off = h < NH ? (size_t)(t * NH + h) * HD : (size_t)(t * NKV + h - NH) * HD;
+            const float *in = (h < NH ? q : k) + off, *got = (h < NH ? oq : ok) + off,
+                        *want = (h < NH ? cq : ck) + off;
+            for (int i = 0; i < HD; i++) {
+                int j = i < HD / 2 ? i + HD / 2 : i - HD / 2;
+                double mag = fabs(in[i]) + fabs(in[j]);
+                if (!(fabs(got[i] - want[i]) <= ig_bound_of(mag, 6, ig_f32_floor(3))))
+                    fail_msg("rope at position %d, head %d, dim %d: %.9g, the CPU has %.9g", pos[t],
+                             h, i, got[i], want[i]);
+            }
+        }
+    }
+    be->free(be, d_q);
+    be->free(be, d_k);
+    be->free(be, d_pos);
+    be->free(be, d_f);
+    free(q);
+    free(k);
+    free(cq);
+    free(ck);
+    free(oq);
+    free(ok);
 }
 
 /* ---- SwiGLU, add ---------------------------------------------------------- */
@@ -600,10 +677,12 @@ static void test_attention_mixed(void **state)
 static void test_attention_decode_only(void **state)
 {
     NEED_GPU();
-    /* Long context: partitions grow beyond 64 positions; head_dim 128,
-     * group 8, one kv head. */
-    kv_shape_t sh = {1, 200, 16, 1, 128, 8};
-    const int ctx[] = {3000, 17, 129};
+    /* Long context: partitions grow beyond 64 positions, and past 4096
+     * positions each spans more than one 128-position chunk (the chunk loop's
+     * end-of-chunk barrier matters only there); head_dim 128, group 8, one
+     * kv head. */
+    kv_shape_t sh = {1, 340, 16, 1, 128, 8};
+    const int ctx[] = {5000, 17, 129};
     const int qlen[] = {1, 1, 1};
     check_attention(&sh, 0, 3, ctx, qlen);
 }
@@ -695,7 +774,9 @@ int main(void)
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_matmul),
         cmocka_unit_test(test_matmul_batch_invariant),
+        cmocka_unit_test(test_matmul_f16_large),
         cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_rope_long_positions),
         cmocka_unit_test(test_swiglu_add),
         cmocka_unit_test(test_attention_mixed),
         cmocka_unit_test(test_attention_decode_only),

@@ -404,12 +404,12 @@ int ig__cuda_attention(ig_backend_t *be, float *out, const float *q, const ig_kv
         part_o, part_ml, q, kc, vc, batch->q_start, batch->ctx_len, batch->block_tables,
         batch->max_blocks, layer, kv->num_blocks, kv->block_size, nkv, hd, n_heads, head_groups,
         part_len, nparts, scale);
-    if ((rc = IG_CUDA_CHECK(cudaGetLastError())) != 0)
+    if ((rc = ig__cuda_launched(c, "attention (decode)")) != 0)
         return rc;
     dim3 cgrid((unsigned)batch->nseq, (unsigned)n_heads);
     decode_combine_kernel<<<cgrid, 128, 0, c->stream>>>(out, part_o, part_ml, batch->q_start,
                                                         n_heads, hd, nparts);
-    if ((rc = IG_CUDA_CHECK(cudaGetLastError())) != 0)
+    if ((rc = ig__cuda_launched(c, "attention (decode combine)")) != 0)
         return rc;
 
     /* Prefill rows. */
@@ -422,7 +422,7 @@ int ig__cuda_attention(ig_backend_t *be, float *out, const float *q, const ig_kv
         prefill_kernel<<<pgrid, PF_THREADS, smem, c->stream>>>(
             out, q, kc, vc, batch->q_start, batch->ctx_len, batch->block_tables,
             batch->max_blocks, layer, kv->num_blocks, kv->block_size, nkv, hd, n_heads, scale);
-        if ((rc = IG_CUDA_CHECK(cudaGetLastError())) != 0)
+        if ((rc = ig__cuda_launched(c, "attention (prefill)")) != 0)
             return rc;
     }
     return 0;

@@ -14,6 +14,8 @@
  */
 #include "cuda_internal.h"
 
+#include "cuda_device.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +31,9 @@ int ig__cuda_status(cudaError_t st, const char *expr, const char *file, int line
         return 0;
     ig_log(IG_LOG_ERROR, "cuda: %s failed at %s:%d: %s (%s)", expr, file, line,
            cudaGetErrorString(st), cudaGetErrorName(st));
+    /* Reported here: clear it, or the next launch's cudaGetLastError would
+     * report it again against that launch. */
+    (void)cudaGetLastError();
     return IG_EDEVICE;
 }
 
@@ -41,17 +46,28 @@ int ig__cuda_status(cublasStatus_t st, const char *expr, const char *file, int l
     return IG_EDEVICE;
 }
 
+int ig__cuda_launched(ig__cuda_t *c, const char *op)
+{
+    cudaError_t st = cudaGetLastError();
+    if (st == cudaSuccess && c->sync_each)
+        st = cudaStreamSynchronize(c->stream);
+    if (st == cudaSuccess)
+        return 0;
+    ig_log(IG_LOG_ERROR, "cuda: %s failed on %s: %s (%s)", op, c->name, cudaGetErrorString(st),
+           cudaGetErrorName(st));
+    (void)cudaGetLastError(); /* reported: not again at the next launch */
+    return IG_EDEVICE;
+}
+
 int ig__cuda_enter(ig__cuda_t *c)
 {
-    /* The current device is per host thread; remember what this thread was
-     * last given so that the common case costs one comparison. */
-    static thread_local int current = -1;
-    if (current == c->ordinal)
+    /* The current device is per host thread and anyone may change it (another
+     * backend, a library): ask the runtime, which keeps it in host memory,
+     * rather than remember what this thread was last given. */
+    int cur = -1;
+    if (cudaGetDevice(&cur) == cudaSuccess && cur == c->ordinal)
         return 0;
-    int rc = IG_CUDA_CHECK(cudaSetDevice(c->ordinal));
-    if (rc == 0)
-        current = c->ordinal;
-    return rc;
+    return IG_CUDA_CHECK(cudaSetDevice(c->ordinal));
 }
 
 int ig__cuda_scratch(ig__cuda_t *c, void **buf, size_t *cap, size_t bytes)
@@ -109,10 +125,10 @@ static void cuda_free(ig_backend_t *be, void *ptr)
 {
     if (!ptr)
         return;
-    ig__cuda_t *c = ig__cuda(be);
-    if (ig__cuda_enter(c) != 0)
-        return;
-    /* cudaFree waits for the device, so queued work that reads ptr is done. */
+    /* cudaFree waits for the device, so queued work that reads ptr is done.
+     * It frees memory of any device (unified addressing), so a failure to
+     * enter ours is logged and the memory is still released. */
+    (void)ig__cuda_enter(ig__cuda(be));
     (void)IG_CUDA_CHECK(cudaFree(ptr));
 }
 
@@ -338,17 +354,28 @@ static int cuda_matmul(ig_backend_t *be, float *y, const float *x, const ig_weig
     if (rc != IG_ENOTSUP)
         return rc;
 
-    if ((rc = ig__cuda_scratch(c, &c->act, &c->act_bytes, (size_t)m * k * 2)) != 0)
+    /* x in the weights' dtype, then (F16) one scale per row after it. */
+    size_t xbytes = ((size_t)m * k * 2 + 15) & ~(size_t)15;
+    if ((rc = ig__cuda_scratch(c, &c->act, &c->act_bytes, xbytes + (size_t)m * 4)) != 0)
         return rc;
-    if ((rc = ig__cuda_convert(c, c->act, w->dtype, x, (size_t)m * k)) != 0)
+    float *scale = (float *)((unsigned char *)c->act + xbytes);
+    if (w->dtype == IG_DTYPE_F16)
+        rc = ig__cuda_convert_f16_rows(c, c->act, scale, x, m, k);
+    else
+        rc = ig__cuda_convert(c, c->act, w->dtype, x, (size_t)m * k);
+    if (rc != 0)
         return rc;
     cudaDataType_t t = w->dtype == IG_DTYPE_BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float alpha = 1.0f, beta = 0.0f;
     rc = IG_CUDA_CHECK(cublasGemmEx(c->cublas, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w->data,
                                     t, k, c->act, t, k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F,
                                     CUBLAS_GEMM_DEFAULT));
+    if (rc == 0)
+        rc = ig__cuda_launched(c, "matmul (cublasGemmEx)");
     if (rc != 0)
         return rc;
+    if (w->dtype == IG_DTYPE_F16)
+        return ig__cuda_unscale_bias(c, y, scale, b, m, n);
     if (b)
         rc = ig__cuda_add_bias(c, y, b, m, n);
     return rc;
@@ -364,18 +391,18 @@ static void cuda_destroy(ig_backend_t *be)
         return;
     ig__cuda_t *c = ig__cuda(be);
     if (c) {
-        if (ig__cuda_enter(c) == 0) {
-            if (c->stream)
-                cudaStreamSynchronize(c->stream);
-            if (c->cublas)
-                cublasDestroy(c->cublas);
-            cudaFree(c->cublas_ws);
-            cudaFree(c->act);
-            cudaFree(c->attn_part);
-            cudaFree(c->sample_buf);
-            if (c->stream)
-                cudaStreamDestroy(c->stream);
-        }
+        /* As in cuda_free: released even when entering the device fails. */
+        (void)ig__cuda_enter(c);
+        if (c->stream)
+            cudaStreamSynchronize(c->stream);
+        if (c->cublas)
+            cublasDestroy(c->cublas);
+        cudaFree(c->cublas_ws);
+        cudaFree(c->act);
+        cudaFree(c->attn_part);
+        cudaFree(c->sample_buf);
+        if (c->stream)
+            cudaStreamDestroy(c->stream);
         free(c);
     }
     free(be);
@@ -435,6 +462,13 @@ extern "C" int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err
     c->num_sms = prop.multiProcessorCount;
     c->max_smem_optin = prop.sharedMemPerBlockOptin;
     snprintf(c->name, sizeof(c->name), "cuda:%d", ordinal);
+    {
+        const char *sync = getenv("IG_CUDA_SYNC");
+        c->sync_each = sync && strcmp(sync, "1") == 0;
+        if (c->sync_each)
+            ig_log(IG_LOG_WARN, "cuda:%d: IG_CUDA_SYNC=1: the stream is synchronized after every "
+                   "operation", ordinal);
+    }
     if ((rc = ig__cuda_enter(c)) != 0)
         goto fail;
     if ((rc = IG_CUDA_CHECK(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking))) != 0)
@@ -489,4 +523,19 @@ fail:
         free(c);
     }
     return rc;
+}
+
+extern "C" int ig__cuda_device_uuid(ig_backend_t *be, char *out, size_t len)
+{
+    if (!be || !be->impl || !be->name || strncmp(be->name, "cuda:", 5) != 0 || len < 37)
+        return IG_EINVAL;
+    cudaDeviceProp prop;
+    int rc = IG_CUDA_CHECK(cudaGetDeviceProperties(&prop, ig__cuda(be)->ordinal));
+    if (rc != 0)
+        return rc;
+    const unsigned char *u = (const unsigned char *)prop.uuid.bytes;
+    snprintf(out, len, "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", u[0],
+             u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12], u[13], u[14],
+             u[15]);
+    return 0;
 }

@@ -24,6 +24,7 @@ typedef struct {
     int ordinal;
     char name[32]; /* "cuda:N" */
     int num_sms;
+    int sync_each; /* IG_CUDA_SYNC=1: wait after every operation (ig__cuda_launched) */
     size_t max_smem_optin; /* bytes of dynamic shared memory a block may opt into */
     cudaStream_t stream;
     cublasHandle_t cublas;
@@ -51,6 +52,14 @@ typedef struct {
 int ig__cuda_status(cudaError_t st, const char *expr, const char *file, int line);
 int ig__cuda_status(cublasStatus_t st, const char *expr, const char *file, int line);
 #define IG_CUDA_CHECK(expr) ig__cuda_status((expr), #expr, __FILE__, __LINE__)
+
+/* The check after queuing operation `op` (a kernel launch or a cuBLAS
+ * call): 0, or IG_EDEVICE with the error logged under the op's name. A
+ * kernel's own fault surfaces only at the next host wait, against whatever
+ * call that is; with IG_CUDA_SYNC=1 in the environment at create the stream
+ * is synchronized here, after every operation, so the log names the op
+ * that faulted (slow: for finding a fault, not for serving). */
+int ig__cuda_launched(ig__cuda_t *c, const char *op);
 
 /* Makes the backend's device current on the calling thread (cheap when it
  * already is): the engine thread need not be the one that created it. */
@@ -91,6 +100,13 @@ int ig__cuda_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, co
 /* f32 -> bf16/f16 conversion of n elements, and y(m, n) += bias(n). */
 int ig__cuda_convert(ig__cuda_t *c, void *dst, ig_dtype_t dtype, const float *src, size_t n);
 int ig__cuda_add_bias(ig__cuda_t *c, float *y, const float *bias, int m, int n);
+/* F16 activations for cuBLAS: dst(m, k) = F16(x * scale[r]), each row scaled
+ * by a power of two that keeps it inside F16's range (1 when it fits), and
+ * after the GEMM y(m, n) = y / scale[r] (+ bias). */
+int ig__cuda_convert_f16_rows(ig__cuda_t *c, void *dst, float *scale, const float *src, int m,
+                              int k);
+int ig__cuda_unscale_bias(ig__cuda_t *c, float *y, const float *scale, const float *bias, int m,
+                          int n);
 /* y(m, n) = x(m, k) W(n, k)^T (+ bias) for small m, reading the weights once
  * with 16-byte loads. Returns IG_ENOTSUP when the shapes do not fit it. */
 int ig__cuda_gemv(ig__cuda_t *c, float *y, const float *x, const ig_weight_t *w, const float *bias,

@@ -65,7 +65,7 @@ int ig__cuda_embed(ig_backend_t *be, float *out, const ig_weight_t *table, const
         return rc;
     embed_kernel<<<ntok, 256, 0, c->stream>>>(out, table->data, table->dtype, tokens,
                                               (int)table->rows, (int)table->cols);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "embed");
 }
 
 /* ---- row gather --------------------------------------------------------- */
@@ -88,7 +88,7 @@ int ig__cuda_gather(ig_backend_t *be, float *out, const float *x, const int *row
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
     gather_kernel<<<n, 256, 0, c->stream>>>(out, x, rows, cols);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "gather");
 }
 
 /* ---- block reduction ------------------------------------------------------ */
@@ -121,6 +121,47 @@ __device__ float block_sum(float v)
     return total;
 }
 
+__device__ __forceinline__ float warp_max(float v)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* Max over the block, as block_sum. */
+__device__ float block_max(float v)
+{
+    __shared__ float part[32];
+    __shared__ float total;
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    v = warp_max(v);
+    if (lane == 0)
+        part[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        float s = lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0f;
+        s = warp_max(s);
+        if (lane == 0)
+            total = s;
+    }
+    __syncthreads();
+    return total;
+}
+
+/* F16 activations: a row whose largest |x| would not fit F16 (65504) is
+ * scaled by a power of two first (exact), so that its largest value stays
+ * below 2^15, and the products are scaled back after the sum (exact again).
+ * A row that fits keeps scale 1: rounding x to F16 is then what it always
+ * was. The CPU keeps activations in F32; this keeps their range. */
+__device__ __forceinline__ float f16_scale(float maxabs)
+{
+    if (!(maxabs >= 32768.0f) || isinf(maxabs))
+        return 1.0f;
+    int e;
+    frexpf(maxabs, &e); /* maxabs < 2^e */
+    return ldexpf(1.0f, 15 - e);
+}
+
 /* ---- RMSNorm -------------------------------------------------------------- */
 
 /* One block per row; out may alias x (each element is read before it is
@@ -150,25 +191,27 @@ int ig__cuda_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weig
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
     rmsnorm_kernel<<<m, 256, 0, c->stream>>>(out, x, (const float *)w->data, (int)w->rows, eps);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "rmsnorm");
 }
 
 /* ---- RoPE ----------------------------------------------------------------- */
 
 /* Block (token, head) over q's heads then k's; thread i rotates the pair
  * (i, i + half) by pos * inv_freq[i] (rotate-half, the HF/NeoX layout).
- * sincosf, not __sincosf: angles reach pos * 1.0 radians and need a full
- * range reduction. */
+ * The angle is taken in double, as on the CPU (kernels/cpu): near position
+ * 1e5 a float product is off by up to 4e-3 rad. cos and sin of it are
+ * rounded to float, then the rotation runs in float, as on the CPU. */
 __global__ void rope_kernel(float *q, float *k, const int *pos, int n_heads, int n_kv_heads,
                             int head_dim, const float *inv_freq)
 {
     int t = blockIdx.x, h = blockIdx.y, half = head_dim / 2;
     float *x = h < n_heads ? q + ((size_t)t * n_heads + h) * head_dim
                            : k + ((size_t)t * n_kv_heads + (h - n_heads)) * head_dim;
-    float p = (float)pos[t];
+    double p = (double)pos[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        float s, co;
-        sincosf(p * inv_freq[i], &s, &co);
+        double sd, cd;
+        sincos(p * (double)inv_freq[i], &sd, &cd);
+        float s = (float)sd, co = (float)cd;
         float x1 = x[i], x2 = x[i + half];
         x[i] = x1 * co - x2 * s;
         x[i + half] = x2 * co + x1 * s;
@@ -191,7 +234,7 @@ int ig__cuda_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok
     int threads = head_dim / 2 < 128 ? ((head_dim / 2 + 31) / 32) * 32 : 128;
     rope_kernel<<<grid, threads, 0, c->stream>>>(q, k, pos, n_heads, n_kv_heads, head_dim,
                                                  inv_freq);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "rope");
 }
 
 /* ---- SwiGLU, add ------------------------------------------------------------ */
@@ -212,7 +255,7 @@ int ig__cuda_swiglu(ig_backend_t *be, float *out, const float *gate, const float
     if (rc <= 0)
         return rc;
     swiglu_kernel<<<blocks_for(n, 256), 256, 0, c->stream>>>(out, gate, up, n);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "swiglu");
 }
 
 __global__ void add_kernel(float *y, const float *x, size_t n)
@@ -229,7 +272,7 @@ int ig__cuda_add(ig_backend_t *be, float *y, const float *x, size_t n)
     if (rc <= 0)
         return rc;
     add_kernel<<<blocks_for(n, 256), 256, 0, c->stream>>>(y, x, n);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "add");
 }
 
 /* ---- paged KV append ---------------------------------------------------- */
@@ -274,7 +317,7 @@ int ig__cuda_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, co
     kv_append_kernel<<<ntok, 128, 0, c->stream>>>((float *)kv->k, (float *)kv->v, k, v, slots,
                                                   layer, kv->num_blocks, kv->block_size,
                                                   kv->n_kv_heads, kv->head_dim);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "kv_append");
 }
 
 /* ---- conversion and bias -------------------------------------------------- */
@@ -303,7 +346,49 @@ int ig__cuda_convert(ig__cuda_t *c, void *dst, ig_dtype_t dtype, const float *sr
         to_f16_kernel<<<blocks_for(n, 256), 256, 0, c->stream>>>((__half *)dst, src, n);
     else
         return IG_EINVAL;
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "matmul (convert)");
+}
+
+/* One block per row: dst(m, k) = F16(x * scale[r]) with scale[r] from the
+ * row's largest |x| (f16_scale). */
+__global__ void to_f16_rows_kernel(__half *dst, float *scale, const float *src, int k)
+{
+    const float *x = src + (size_t)blockIdx.x * k;
+    __half *d = dst + (size_t)blockIdx.x * k;
+    float mx = 0.0f;
+    for (int i = threadIdx.x; i < k; i += blockDim.x)
+        mx = fmaxf(mx, fabsf(x[i]));
+    float sc = f16_scale(block_max(mx));
+    for (int i = threadIdx.x; i < k; i += blockDim.x)
+        d[i] = __float2half_rn(x[i] * sc);
+    if (threadIdx.x == 0)
+        scale[blockIdx.x] = sc;
+}
+
+int ig__cuda_convert_f16_rows(ig__cuda_t *c, void *dst, float *scale, const float *src, int m,
+                              int k)
+{
+    if (m <= 0 || k <= 0)
+        return 0;
+    to_f16_rows_kernel<<<m, 256, 0, c->stream>>>((__half *)dst, scale, src, k);
+    return ig__cuda_launched(c, "matmul (f16 activations)");
+}
+
+/* y(m, n) = y / scale[r] + bias (bias may be NULL). */
+__global__ void unscale_bias_kernel(float *y, const float *scale, const float *bias, size_t total,
+                                    int n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] = y[i] / scale[i / n] + (bias ? bias[i % n] : 0.0f);
+}
+
+int ig__cuda_unscale_bias(ig__cuda_t *c, float *y, const float *scale, const float *bias, int m,
+                          int n)
+{
+    size_t total = (size_t)m * n;
+    unscale_bias_kernel<<<blocks_for(total, 256), 256, 0, c->stream>>>(y, scale, bias, total, n);
+    return ig__cuda_launched(c, "matmul (f16 rescale)");
 }
 
 __global__ void add_bias_kernel(float *y, const float *bias, size_t total, int n)
@@ -317,7 +402,7 @@ int ig__cuda_add_bias(ig__cuda_t *c, float *y, const float *bias, int m, int n)
 {
     size_t total = (size_t)m * n;
     add_bias_kernel<<<blocks_for(total, 256), 256, 0, c->stream>>>(y, bias, total, n);
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "matmul (bias)");
 }
 
 /* ---- small-batch GEMV ---------------------------------------------------- */
@@ -369,10 +454,22 @@ __global__ void __launch_bounds__(256)
     if (row >= n)
         return;
     const uint4 *wr = (const uint4 *)((const unsigned char *)w + (size_t)row * k * 2);
-    float acc[M];
+    float acc[M], sc[M];
 #pragma unroll
-    for (int r = 0; r < M; r++)
+    for (int r = 0; r < M; r++) {
         acc[r] = 0.0f;
+        sc[r] = 1.0f;
+    }
+    if (dtype == IG_DTYPE_F16) {
+        /* The row scale of F16 activations, as to_f16_rows_kernel takes it. */
+#pragma unroll
+        for (int r = 0; r < M; r++) {
+            float mx = 0.0f;
+            for (int i = lane; i < k; i += 32)
+                mx = fmaxf(mx, fabsf(x[(size_t)r * k + i]));
+            sc[r] = f16_scale(warp_max(mx));
+        }
+    }
     int k8 = k / 8;
 #pragma unroll 4
     for (int i = lane; i < k8; i += 32) {
@@ -382,17 +479,18 @@ __global__ void __launch_bounds__(256)
         for (int r = 0; r < M; r++) {
             const float4 *xr = (const float4 *)(x + (size_t)r * k) + 2 * i;
             float4 a = xr[0], b = xr[1];
-            acc[r] += wf[0] * round_as(a.x, dtype) + wf[1] * round_as(a.y, dtype) +
-                      wf[2] * round_as(a.z, dtype) + wf[3] * round_as(a.w, dtype) +
-                      wf[4] * round_as(b.x, dtype) + wf[5] * round_as(b.y, dtype) +
-                      wf[6] * round_as(b.z, dtype) + wf[7] * round_as(b.w, dtype);
+            float s = sc[r];
+            acc[r] += wf[0] * round_as(a.x * s, dtype) + wf[1] * round_as(a.y * s, dtype) +
+                      wf[2] * round_as(a.z * s, dtype) + wf[3] * round_as(a.w * s, dtype) +
+                      wf[4] * round_as(b.x * s, dtype) + wf[5] * round_as(b.y * s, dtype) +
+                      wf[6] * round_as(b.z * s, dtype) + wf[7] * round_as(b.w * s, dtype);
         }
     }
 #pragma unroll
     for (int r = 0; r < M; r++) {
         float s = warp_sum(acc[r]);
         if (lane == 0)
-            y[(size_t)r * n + row] = s + (bias ? bias[row] : 0.0f);
+            y[(size_t)r * n + row] = s / sc[r] + (bias ? bias[row] : 0.0f);
     }
 }
 
@@ -418,5 +516,5 @@ int ig__cuda_gemv(ig__cuda_t *c, float *y, const float *x, const ig_weight_t *w,
         gemv_kernel<4><<<grid, 256, 0, c->stream>>>(y, x, w->data, w->dtype, bias, n, k);
         break;
     }
-    return IG_CUDA_CHECK(cudaGetLastError());
+    return ig__cuda_launched(c, "matmul (gemv)");
 }

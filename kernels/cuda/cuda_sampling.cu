@@ -215,7 +215,7 @@ extern "C" int ig_cuda_argmax(ig_backend_t *be, int *tokens, const float *logits
         return rc;
     int *dev_tokens = (int *)c->sample_buf;
     argmax_kernel<<<rows, SAMPLE_THREADS, 0, c->stream>>>(dev_tokens, logits, vocab);
-    if ((rc = IG_CUDA_CHECK(cudaGetLastError())) != 0)
+    if ((rc = ig__cuda_launched(c, "argmax")) != 0)
         return rc;
     return be->download(be, tokens, dev_tokens, (size_t)rows * sizeof(int));
 }
@@ -240,7 +240,7 @@ extern "C" int ig_cuda_sample(ig_backend_t *be, int *tokens, const float *logits
     if ((rc = be->upload(be, dev_params, params, pbytes)) != 0)
         return rc;
     sample_kernel<<<rows, SAMPLE_THREADS, 0, c->stream>>>(dev_tokens, logits, vocab, dev_params);
-    if ((rc = IG_CUDA_CHECK(cudaGetLastError())) != 0)
+    if ((rc = ig__cuda_launched(c, "sample")) != 0)
         return rc;
     return be->download(be, tokens, dev_tokens, (size_t)rows * sizeof(int));
 }
