@@ -29,6 +29,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stddef.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +91,7 @@ typedef struct breq_s {
     int measured;
     int ntok;          /* token events seen */
     long usage_tokens; /* from a usage object, -1 when none */
+    double cost;       /* the gateway's x-infergate-cost (USD), NAN when none or unknown */
     int status;
     int sse;
     int done_seen;
@@ -141,6 +143,8 @@ static struct {
     /* figures over measured requests */
     igb_hdr_t e2e, ttft, itl, tpot, lag;
     long long measured_sent, ok, good, out_tokens;
+    double cost_usd;             /* x-infergate-cost of the measured answers */
+    long long priced, priced_tokens; /* answers with a cost, and their output tokens */
     uint64_t last_done;
     struct {
         char name[32];
@@ -329,6 +333,11 @@ static void req_end(breq_t *r, const char *kind)
             }
             if (out > 0)
                 S.out_tokens += out;
+            if (!isnan(r->cost)) {
+                S.cost_usd += r->cost;
+                S.priced++;
+                S.priced_tokens += out > 0 ? out : 0;
+            }
             S.ok++;
             int good = (!cfg.slo_e2e_ms || (double)e2e / 1e6 <= cfg.slo_e2e_ms) &&
                        (!cfg.slo_ttft_ms || ttft_ms <= cfg.slo_ttft_ms) &&
@@ -499,6 +508,19 @@ static int buf_append(breq_t *r, const char *at, size_t len)
 
 /* Feeds SSE bytes: complete lines are handled, a partial one stays in buf.
  * Events here carry one data line each (as every OpenAI-style server sends). */
+/* A cost as infergate writes it ("1.25e-05" or "unknown"): USD or NAN. */
+static double parse_cost(const char *s, size_t n)
+{
+    char tmp[64];
+    if (n == 0 || n >= sizeof(tmp))
+        return NAN;
+    memcpy(tmp, s, n);
+    tmp[n] = '\0';
+    char *end;
+    double v = strtod(tmp, &end);
+    return end != tmp && *end == '\0' && v >= 0 ? v : NAN;
+}
+
 static int sse_feed(breq_t *r, const char *at, size_t len)
 {
     if (buf_append(r, at, len) != 0)
@@ -512,6 +534,10 @@ static int sse_feed(breq_t *r, const char *at, size_t len)
             end--;
         const char *line = r->buf + start;
         size_t ll = end - start;
+        /* infergate's cost of a stream: a comment after its last event */
+        static const char cost[] = ": x-infergate-cost: ";
+        if (ll > sizeof(cost) - 1 && memcmp(line, cost, sizeof(cost) - 1) == 0)
+            r->cost = parse_cost(line + sizeof(cost) - 1, ll - (sizeof(cost) - 1));
         if (ll >= 5 && memcmp(line, "data:", 5) == 0) {
             line += 5;
             ll -= 5;
@@ -562,6 +588,8 @@ static int on_header_value_complete(llhttp_t *p)
     if (strcasecmp(r->hname, "content-type") == 0 &&
         strncasecmp(r->hval, "text/event-stream", 17) == 0)
         r->sse = 1;
+    if (strcasecmp(r->hname, "x-infergate-cost") == 0)
+        r->cost = parse_cost(r->hval, r->hval_len);
     r->hname_len = r->hval_len = 0;
     r->hname[0] = r->hval[0] = 0;
     return 0;
@@ -777,6 +805,7 @@ static breq_t *new_request(uint64_t sched)
     r->id = (uint64_t)S.issued++;
     r->sched = r->origin = sched;
     r->usage_tokens = -1;
+    r->cost = NAN;
     r->measured = sched >= S.warmup_end;
     if (r->measured)
         S.measured_sent++;
@@ -975,6 +1004,11 @@ static int report(void)
         printf("%s\n", S.nerr_kinds ? ")" : "");
         printf("window %.3f s: throughput %.2f req/s, goodput %.2f req/s, output %.1f tok/s\n",
                window, thr, goodput, tps);
+        if (S.priced > 0)
+            printf("cost: $%.6g over %lld priced answers (x-infergate-cost), $%.6g per 1M output "
+                   "tokens\n",
+                   S.cost_usd, S.priced,
+                   S.priced_tokens > 0 ? S.cost_usd / (double)S.priced_tokens * 1e6 : 0.0);
         printf("connections: %lld opened, peak %d open; peak queue %lld; %lld resent after an "
                "idle close\n",
                S.conns_opened, S.peak_conns, S.qmax, S.retries);
@@ -1038,6 +1072,13 @@ static int report(void)
     json_object_set_new(root, "goodput_rps", json_real(goodput));
     json_object_set_new(root, "output_tokens", json_integer(S.out_tokens));
     json_object_set_new(root, "output_tokens_per_s", json_real(tps));
+    if (S.priced > 0) {
+        json_object_set_new(root, "cost_usd", json_real(S.cost_usd));
+        json_object_set_new(root, "priced_answers", json_integer(S.priced));
+        if (S.priced_tokens > 0)
+            json_object_set_new(root, "cost_per_1m_output_tokens",
+                                json_real(S.cost_usd / (double)S.priced_tokens * 1e6));
+    }
     json_t *cn = json_object();
     json_object_set_new(cn, "opened", json_integer(S.conns_opened));
     json_object_set_new(cn, "peak_open", json_integer(S.peak_conns));
