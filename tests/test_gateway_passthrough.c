@@ -36,6 +36,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "files.h"
 #include "gwfixture.h"
@@ -486,6 +487,22 @@ static void test_cost_reported(void **state)
     assert_true(fabs(per_1m - 18e-6 / 8 * 1e6) < 1e-9); /* 8 tokens generated */
     assert_true(json_real_value(json_object_get(st, "spend_usd_per_hour")) > 0);
     json_decref(st);
+    /* igbench sums the costs the gateway reports: 10 answers of 5.5 */
+    char cmd[1024], out[256];
+    snprintf(out, sizeof(out), "%s/igbench-cost.json", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+    snprintf(cmd, sizeof(cmd),
+             "'%s' --quiet --target 127.0.0.1:%d --concurrency 2 --requests 10 --model m "
+             "--json '%s' >/dev/null 2>&1",
+             ig_proc_bin("igbench"), g.port, out);
+    assert_int_equal(system(cmd), 0);
+    json_t *ib = json_load_file(out, 0, NULL);
+    assert_non_null(ib);
+    print_message("igbench cost %.9g over %lld\n", json_real_value(json_object_get(ib, "cost_usd")),
+                  (long long)json_integer_value(json_object_get(ib, "priced_answers")));
+    assert_int_equal(json_integer_value(json_object_get(ib, "priced_answers")), 10);
+    assert_true(fabs(json_real_value(json_object_get(ib, "cost_usd")) - 55e-6) < 1e-12);
+    json_decref(ib);
+    unlink(out);
     assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
     ig_proc_dispose(&g);
     json_decref(recorded(&site));
