@@ -557,6 +557,8 @@ static int dispatch(sim_t *s, int i, int from_queue)
     ig_admit_mark(&s->router, ups, n, tried, s->c->max_inflight, s->now, exclude, &view);
     ig_route_decision_t d;
     int rc = ig_router_pick(&s->router, ups, n, r->prompt, exclude, s->now, &d);
+    if (view.saturated > 0 && view.saturated < view.eligible)
+        s->out->crowded++;
     if (rc == 0 && view.saturated < view.eligible &&
         ups[d.chosen]->inflight >= ig_admit_limit(&s->router, ups[d.chosen], s->c->max_inflight))
         s->out->over_limit++;

@@ -107,6 +107,8 @@ typedef struct {
     int late_sent[SIM_MAX_UP]; /* of those, for the second half of the requests */
     int over_limit;            /* attempts sent to an upstream at its limit while
                                   another eligible one had room (infergate's) */
+    int crowded;               /* decisions with some eligible upstream at its
+                                  limit and another with room */
     uint64_t events;
 } sim_result_t;
 
