@@ -7,6 +7,12 @@
  * usage: routing-sim [--fleets N] [--seed S] [--loads 0.5,0.7,0.9]
  *                    [--requests N] [--policies a,b,...] [--set opt=value]...
  *                    [--jobs N] [--json FILE] [--describe SEED] [--cells]
+ *                    [--reuse FILE]
+ *
+ * --reuse keeps the peers' and the oracle's results (they do not depend on
+ * the router's options) in FILE and reads them back when the same fleets,
+ * loads, requests and seed are asked for again: for design runs that vary
+ * --set alone.
  */
 #include "sim.h"
 
@@ -97,7 +103,7 @@ int main(int argc, char **argv)
     uint64_t seed = 1;
     double loads[MAX_LOADS] = {0.5, 0.7, 0.9};
     int nloads = 3;
-    const char *json_path = NULL;
+    const char *json_path = NULL, *reuse_path = NULL;
     sim_config_t cfg;
     sim_config_default(&cfg);
     cfg.requests = 10000;
@@ -120,6 +126,9 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--json") == 0 && v) {
             json_path = v;
+            i++;
+        } else if (strcmp(a, "--reuse") == 0 && v) {
+            reuse_path = v;
             i++;
         } else if (strcmp(a, "--cells") == 0) {
             show_cells = 1;
@@ -172,6 +181,25 @@ int main(int argc, char **argv)
     if (res == NULL)
         return 1;
 
+    /* Results kept from an earlier run of the same cells. */
+    int reused = 0;
+    double key[MAX_LOADS + 4] = {nfleets, nloads, cfg.requests, (double)seed};
+    for (int l = 0; l < nloads; l++)
+        key[4 + l] = loads[l];
+    if (reuse_path != NULL) {
+        FILE *rf = fopen(reuse_path, "rb");
+        double k2[MAX_LOADS + 4];
+        if (rf != NULL && fread(k2, sizeof(k2), 1, rf) == 1 && memcmp(k2, key, sizeof(key)) == 0 &&
+            fread(res, sizeof(sim_result_t), (size_t)ncells * SIM_NPOLICIES, rf) ==
+                (size_t)ncells * SIM_NPOLICIES)
+            reused = 1;
+        if (rf != NULL)
+            fclose(rf);
+    }
+    int run[SIM_NPOLICIES];
+    for (int p = 0; p < SIM_NPOLICIES; p++)
+        run[p] = use[p] && (!reused || sim_policy_is_infergate((sim_policy_t)p));
+
     /* Cells are split over jobs worker processes, each writing its results
      * to a pipe in cell order: the output does not depend on jobs. */
     int (*pipes)[2] = calloc(jobs, sizeof(int[2]));
@@ -192,7 +220,9 @@ int main(int argc, char **argv)
                 for (int p = 0; p < SIM_NPOLICIES; p++) {
                     sim_result_t r;
                     memset(&r, 0, sizeof(r));
-                    if (use[p] && sim_run(&f, (sim_policy_t)p, &cc, &r) != 0)
+                    if (!run[p])
+                        continue;
+                    if (sim_run(&f, (sim_policy_t)p, &cc, &r) != 0)
                         _exit(1);
                     if (write(pipes[j][1], &r, sizeof(r)) != (ssize_t)sizeof(r))
                         _exit(1);
@@ -205,6 +235,8 @@ int main(int argc, char **argv)
     for (int j = 0; j < jobs; j++) {
         for (int c = j; c < ncells; c += jobs)
             for (int p = 0; p < SIM_NPOLICIES; p++) {
+                if (!run[p])
+                    continue;
                 char *dst = (char *)&res[(size_t)c * SIM_NPOLICIES + p];
                 size_t got = 0;
                 while (got < sizeof(sim_result_t)) {
@@ -219,6 +251,18 @@ int main(int argc, char **argv)
         close(pipes[j][0]);
         int st;
         waitpid(pids[j], &st, 0);
+    }
+
+    if (reuse_path != NULL && !reused) {
+        FILE *rf = fopen(reuse_path, "wb");
+        double k2[MAX_LOADS + 4] = {0};
+        memcpy(k2, key, sizeof(key));
+        if (rf == NULL || fwrite(k2, sizeof(k2), 1, rf) != 1 ||
+            fwrite(res, sizeof(sim_result_t), (size_t)ncells * SIM_NPOLICIES, rf) !=
+                (size_t)ncells * SIM_NPOLICIES)
+            fprintf(stderr, "routing-sim: cannot write %s\n", reuse_path);
+        if (rf != NULL)
+            fclose(rf);
     }
 
     /* Ratios to the best baseline of each cell, per metric. */

@@ -70,7 +70,8 @@ typedef enum {
                            `random two least_conn`, HAProxy `random(2)` */
     SIM_NGINX_LC,       /* nginx `least_conn` */
     SIM_HAPROXY_LC,     /* HAProxy `balance leastconn` */
-    SIM_ORACLE,         /* knows every queue and every request's size */
+    SIM_ORACLE,         /* knows every queue (not the sizes): the best of three
+                           informed rules, per metric (sim.c, oracle_cost()) */
     SIM_NPOLICIES
 } sim_policy_t;
 
