@@ -99,7 +99,7 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    int nfleets = 200, jobs = 1, show_cells = 0;
+    int nfleets = 200, jobs = 1, show_cells = 0, first = 0;
     uint64_t seed = 1;
     double loads[MAX_LOADS] = {0.5, 0.7, 0.9};
     int nloads = 3;
@@ -127,11 +127,16 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "--json") == 0 && v) {
             json_path = v;
             i++;
+        } else if (strcmp(a, "--first") == 0 && v) {
+            first = atoi(v); /* the fleets first, first + 1, ... */
+            i++;
         } else if (strcmp(a, "--reuse") == 0 && v) {
             reuse_path = v;
             i++;
         } else if (strcmp(a, "--cells") == 0) {
             show_cells = 1;
+        } else if (strcmp(a, "--sent") == 0) {
+            show_cells = 2;
         } else if (strcmp(a, "--loads") == 0 && v) {
             nloads = 0;
             char *dup = strdup(v), *save = NULL;
@@ -183,7 +188,7 @@ int main(int argc, char **argv)
 
     /* Results kept from an earlier run of the same cells. */
     int reused = 0;
-    double key[MAX_LOADS + 4] = {nfleets, nloads, cfg.requests, (double)seed};
+    double key[MAX_LOADS + 4] = {nfleets + 1e6 * first, nloads, cfg.requests, (double)seed};
     for (int l = 0; l < nloads; l++)
         key[4 + l] = loads[l];
     if (reuse_path != NULL) {
@@ -213,7 +218,7 @@ int main(int argc, char **argv)
             close(pipes[j][0]);
             for (int c = j; c < ncells; c += jobs) {
                 sim_fleet_t f;
-                sim_fleet_generate(seed * 100003ULL + (uint64_t)(c / nloads), &f);
+                sim_fleet_generate(seed * 100003ULL + (uint64_t)(first + c / nloads), &f);
                 sim_config_t cc = cfg;
                 cc.load = loads[c % nloads];
                 cc.seed = seed * 7919ULL + (uint64_t)c;
@@ -287,8 +292,8 @@ int main(int argc, char **argv)
         printf("   (TTFT p99 ms, TTFT p50 ms / ratio to best baseline)\n");
         for (int c = 0; c < ncells; c++) {
             sim_fleet_t f;
-            sim_fleet_generate(seed * 100003ULL + (uint64_t)(c / nloads), &f);
-            printf("%-6d %-5.2f %-5d", c / nloads, loads[c % nloads], f.n);
+            sim_fleet_generate(seed * 100003ULL + (uint64_t)(first + c / nloads), &f);
+            printf("%-6d %-5.2f %-5d", first + c / nloads, loads[c % nloads], f.n);
             for (int p = 0; p < SIM_NPOLICIES; p++)
                 if (use[p])
                     printf(" %6.0f %4.2fx   ",
@@ -301,6 +306,16 @@ int main(int argc, char **argv)
                            res[(size_t)c * SIM_NPOLICIES + p].ttft_p50 * 1e3,
                            ratio[((size_t)c * SIM_NPOLICIES + p) * NMETRIC + 0]);
             printf("\n");
+            if (show_cells > 1)
+                for (int p = 0; p < SIM_NPOLICIES; p++) {
+                    if (!use[p])
+                        continue;
+                    const sim_result_t *r = &res[(size_t)c * SIM_NPOLICIES + p];
+                    printf("  %-15s sent", sim_policy_name((sim_policy_t)p));
+                    for (int u = 0; u < f.n; u++)
+                        printf(" %d", r->sent[u]);
+                    printf("  failed %d rejected %d\n", r->failed, r->rejected);
+                }
         }
     }
 

@@ -166,7 +166,7 @@ typedef struct {
     double retry_min_per_s;   /* retries always allowed per second */
     int max_retries;          /* attempts beyond the first for one request */
     uint64_t seed;            /* for the random policy and tie breaks */
-    /* Adaptive concurrency limit (0 in limit_max: off, no limit). */
+    /* Adaptive concurrency limit (0 in limit_max, the default: off, no limit). */
     double limit_initial;      /* before the first window (8) */
     double limit_min;          /* never below (1) */
     double limit_max;          /* never above (256) */
@@ -198,6 +198,10 @@ typedef struct {
      * estimate never comes down. */
     double explore_ratio;
 } ig_router_opts_t;
+
+/* The cap of an adaptive limit that is enabled without one (the limit is
+ * off by default: limit_max 0, docs/routing.md "The simulator"). */
+#define IG_ROUTER_LIMIT_MAX 256
 
 /* How old an idle upstream's last service sample must be for it to be
  * explored (seconds). */
