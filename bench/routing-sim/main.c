@@ -376,6 +376,33 @@ int main(int argc, char **argv)
                100.0 * p50_ok / ncells);
     }
 
+    /* The noise floor: the same targets for least_inflight, a baseline,
+     * against the best of the other baselines. A policy no better than the
+     * baselines scores about this; the distance from it is the design's. */
+    if (use[SIM_LEAST_INFLIGHT] && use[SIM_ORACLE]) {
+        int r_room = 0, r_ok = 0, r_bad = 0, r_p50 = 0;
+        for (int c = 0; c < ncells; c++) {
+            double b50 = INFINITY, b99 = INFINITY;
+            for (int p = 0; p < SIM_NPOLICIES; p++)
+                if (use[p] && is_baseline((sim_policy_t)p) && p != SIM_LEAST_INFLIGHT) {
+                    b50 = fmin(b50, res[(size_t)c * SIM_NPOLICIES + p].ttft_p50);
+                    b99 = fmin(b99, res[(size_t)c * SIM_NPOLICIES + p].ttft_p99);
+                }
+            const sim_result_t *li = &res[(size_t)c * SIM_NPOLICIES + SIM_LEAST_INFLIGHT];
+            double or99 = res[(size_t)c * SIM_NPOLICIES + SIM_ORACLE].ttft_p99 / b99;
+            if (or99 <= 0.8) {
+                r_room++;
+                r_ok += li->ttft_p99 / b99 <= 0.9;
+            }
+            r_bad += li->ttft_p99 / b99 > 1.1;
+            r_p50 += li->ttft_p50 / b50 <= 1.0;
+        }
+        printf("the same for least_inflight against the best of the other baselines (the noise "
+               "floor):\n  %d of %d (%.0f%%); > 1.1x: %d cells; p50 <= 1.0x: %d of %d (%.0f%%)\n",
+               r_ok, r_room, r_room ? 100.0 * r_ok / r_room : 0.0, r_bad, r_p50, ncells,
+               100.0 * r_p50 / ncells);
+    }
+
     if (json_path != NULL) {
         FILE *jf = fopen(json_path, "w");
         if (jf == NULL) {
