@@ -246,6 +246,7 @@ static void test_new_upstream_takes_peers_step(void **state)
 static void test_tail_prefers_steadier(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    r.opts.tail_weight = 1; /* off by default */
     ig_router_upstream_t steady, jumpy;
     ready_upstream(&steady, "steady", IG_ROUTER_LOCAL);
     ready_upstream(&jumpy, "jumpy", IG_ROUTER_LOCAL);

@@ -99,10 +99,11 @@ static void test_pick_respects_limits(void **state)
 }
 
 /* An idle upstream's estimate stays fresh: u0 stalls for 3 s early in the
- * run, so its service estimate goes high, and at 20% load the two others
- * can carry everything. Once it is as fast as the others again it must get
- * traffic back: in the second half of the run at least a tenth of the
- * requests, though over the whole run the stall cost it traffic. */
+ * run, so its service estimate goes high (at least 5x the others' at the
+ * end: the test sees a stale estimate), and at 20% load the two others
+ * can carry everything. Once it is as fast as the others again its
+ * estimate must come back (within half of theirs at the end) and it must
+ * get traffic back: in the second half of the run at least a tenth. */
 static void test_stalled_upstream_comes_back(void **state)
 {
     (void)state;
@@ -133,9 +134,11 @@ static void test_stalled_upstream_comes_back(void **state)
     print_message("sent: u0 %d, u1 %d, u2 %d; second half: u0 %d, u1 %d, u2 %d\n", r.sent[0],
                   r.sent[1], r.sent[2], r.late_sent[0], r.late_sent[1], r.late_sent[2]);
     int late = r.late_sent[0] + r.late_sent[1] + r.late_sent[2];
+    print_message("service estimate: u0 peak %.3f s, at the end u0 %.4f, u1 %.4f, u2 %.4f s\n",
+                  r.svc_peak[0], r.svc_final[0], r.svc_final[1], r.svc_final[2]);
     assert_true(r.late_sent[0] >= late / 10);
-    assert_true(r.sent[0] - r.late_sent[0] < r.sent[1] - r.late_sent[1]);
-    assert_true(r.sent[0] - r.late_sent[0] < r.sent[2] - r.late_sent[2]);
+    assert_true(r.svc_peak[0] > 5 * r.svc_final[1]);
+    assert_true(fabs(r.svc_final[0] - r.svc_final[1]) < 0.5 * r.svc_final[1]);
 }
 
 int main(void)

@@ -619,6 +619,7 @@ static void gw_first(sim_t *s, int i)
                                (double)(s->now - r->start_ns) / NS, r->predicted_wait, s->now);
         ig_router_attempt_proven(&s->router, &p->route, r->trial, s->now);
         r->trial = 0;
+        s->out->svc_peak[r->up] = fmax(s->out->svc_peak[r->up], p->route.svc_s);
     }
     r->first_ns = s->now;
 }
@@ -804,6 +805,8 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     }
     if (s.oom)
         goto fail;
+    for (int u = 0; u < f->n; u++)
+        out->svc_final[u] = s.up[u].route.svc_s;
     out->measured = s.nmeasured;
     out->span_s = (double)(s.now - T0_NS) / NS;
     double sum = 0;

@@ -108,6 +108,8 @@ typedef struct {
     int late_sent[SIM_MAX_UP]; /* of those, for the second half of the requests */
     int over_limit;            /* attempts sent to an upstream at its limit while
                                   another eligible one had room (infergate's) */
+    double svc_peak[SIM_MAX_UP];  /* the highest service estimate the router held */
+    double svc_final[SIM_MAX_UP]; /* and the one it held at the end */
     int crowded;               /* decisions with some eligible upstream at its
                                   limit and another with room */
     uint64_t events;
