@@ -8,6 +8,8 @@
  *                    [--requests N] [--policies a,b,...] [--set opt=value]...
  *                    [--jobs N] [--json FILE] [--describe SEED] [--cells]
  *                    [--reuse FILE]
+ *        routing-sim --shape NAME:SLOTS:MEAN_MS:RTT_MS[:LATER_MS],... [--loads ...]
+ *                    [--requests N]
  *
  * --reuse keeps the peers' and the oracle's results (they do not depend on
  * the router's options) in FILE and reads them back when the same fleets,
@@ -89,12 +91,63 @@ static int cmpd(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* bench/routing-foreign.sh's fleet shapes, for comparing the simulation
+ * with its socket runs: exponential service of MEAN_MS (LATER_MS from half
+ * 7/11 of the way: its 3 s warm-up and half its 8 s), SLOTS places, RTT_MS,
+ * no /load, no batch slowdown, streamed with
+ * the first token at the end of the service (testupstream's --delay-ms).
+ * Prints p50/p99 TTFT per policy and load. */
+static int run_shape(const char *spec, const double *loads, int nloads, const sim_config_t *cfg)
+{
+    sim_fleet_t f;
+    memset(&f, 0, sizeof(f));
+    f.stream = 1;
+    f.prompt_mean = f.output_mean = 1;
+    char *dup = strdup(spec), *save = NULL;
+    for (char *t = strtok_r(dup, ",", &save); t && f.n < SIM_MAX_UP;
+         t = strtok_r(NULL, ",", &save)) {
+        char name[64];
+        int slots;
+        double mean, rtt, later = 0;
+        if (sscanf(t, "%63[^:]:%d:%lf:%lf:%lf", name, &slots, &mean, &rtt, &later) < 4 ||
+            slots < 1 || slots > 64 || !(mean > 0)) {
+            fprintf(stderr, "routing-sim: bad shape entry %s\n", t);
+            free(dup);
+            return 2;
+        }
+        sim_upstream_t *u = &f.up[f.n++];
+        u->slots = slots;
+        u->ttft0_s = mean / 1e3;
+        u->rtt_s = rtt > 0 ? rtt / 1e3 : 0.0002;
+        u->dist = SIM_DIST_EXP;
+        if (later > 0) {
+            u->shift_at = 7.0 / 11; /* routing-foreign: 3 s warm-up, then 8 s */
+            u->shift_factor = later / mean;
+        }
+    }
+    free(dup);
+    printf("%-15s %5s %9s %9s\n", "policy", "load", "p50 ms", "p99 ms");
+    for (int l = 0; l < nloads; l++)
+        for (int p = 0; p < SIM_NPOLICIES; p++) {
+            sim_config_t c = *cfg;
+            c.load = loads[l];
+            c.warmup = 3.0 / 11; /* its warm-up is not measured either */
+            sim_result_t r;
+            if (sim_run(&f, (sim_policy_t)p, &c, &r) != 0)
+                return 1;
+            printf("%-15s %5.2f %9.2f %9.2f\n", sim_policy_name((sim_policy_t)p), loads[l],
+                   r.ttft_p50 * 1e3, r.ttft_p99 * 1e3);
+        }
+    return 0;
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: routing-sim [--fleets N] [--seed S] [--loads 0.5,0.7,0.9] "
                     "[--requests N]\n"
                     "                   [--policies a,b,...] [--set opt=value]... [--jobs N]\n"
-                    "                   [--json FILE] [--describe SEED] [--cells]\n");
+                    "                   [--json FILE] [--describe SEED] [--cells]\n"
+                    "       routing-sim --shape NAME:SLOTS:MEAN_MS:RTT_MS[:LATER_MS],...\n");
 }
 
 int main(int argc, char **argv)
@@ -103,7 +156,7 @@ int main(int argc, char **argv)
     uint64_t seed = 1;
     double loads[MAX_LOADS] = {0.5, 0.7, 0.9};
     int nloads = 3;
-    const char *json_path = NULL, *reuse_path = NULL;
+    const char *json_path = NULL, *reuse_path = NULL, *shape = NULL;
     sim_config_t cfg;
     sim_config_default(&cfg);
     cfg.requests = 10000;
@@ -126,6 +179,9 @@ int main(int argc, char **argv)
             i++;
         } else if (strcmp(a, "--json") == 0 && v) {
             json_path = v;
+            i++;
+        } else if (strcmp(a, "--shape") == 0 && v) {
+            shape = v;
             i++;
         } else if (strcmp(a, "--first") == 0 && v) {
             first = atoi(v); /* the fleets first, first + 1, ... */
@@ -177,6 +233,8 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (shape != NULL)
+        return run_shape(shape, loads, nloads, &cfg);
     if (nfleets < 1 || cfg.requests < 100 || jobs < 1) {
         usage();
         return 2;
