@@ -330,14 +330,15 @@ static double spread_of(const ig_router_t *r, const ig_router_upstream_t *u, dou
 
 /* How long one more request in flight adds to u's queue: the time one
  * of its C places is held, over C (occupancy / slots where slots are
- * reported); 0 before an attempt on u has ended (a time to first token is
- * not a hold: the steps of all upstreams are alike). */
+ * reported); 0 until u's C is learned (a time to first token is not a
+ * hold, and the prior C of 1 would make a wide upstream look 64 times as
+ * slow as it is: the steps of all upstreams must be alike). */
 static double step_of(const ig_router_t *r, const ig_router_upstream_t *u)
 {
     if (u->slots > 0)
         return fmax(u->occupancy_s, 0.0) / u->slots;
-    if (u->hold_svc_s <= 0 && u->hold_base_s <= 0 && u->occupancy_s <= 0)
-        return 0;
+    if (u->concurrency <= 0 || (u->hold_svc_s <= 0 && u->hold_base_s <= 0))
+        return 0; /* C or the hold not learned yet: the prior C of 1 would make it look slow */
     return hold_of(r, u) / ig_router_concurrency(u);
 }
 
