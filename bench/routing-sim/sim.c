@@ -204,8 +204,8 @@ typedef struct {
     uint64_t rr;      /* round robin and nginx's weighted round robin among ties */
     uint64_t rng;     /* the peers' random draws */
     uint64_t lc_seq;
-    double *ttft, *e2e;
-    int nmeasured;
+    double *ttft, *e2e, *cold;
+    int nmeasured, ncold;
     int ndone;
     sim_result_t *out;
     int oom;
@@ -432,8 +432,10 @@ static void finish(sim_t *s, int i)
 
 static void record(sim_t *s, int i, double ttft, double e2e)
 {
-    if (i < (int)(s->c->warmup * s->c->requests))
+    if (i < (int)(s->c->warmup * s->c->requests)) {
+        s->cold[s->ncold++] = ttft;
         return;
+    }
     s->ttft[s->nmeasured] = ttft;
     s->e2e[s->nmeasured] = e2e;
     s->nmeasured++;
@@ -754,8 +756,9 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     s.req = calloc(nreq, sizeof(req_t));
     s.ttft = calloc(nreq, sizeof(double));
     s.e2e = calloc(nreq, sizeof(double));
+    s.cold = calloc(nreq, sizeof(double));
     int rc = -1;
-    if (s.req == NULL || s.ttft == NULL || s.e2e == NULL)
+    if (s.req == NULL || s.ttft == NULL || s.e2e == NULL || s.cold == NULL)
         goto fail;
     double rate = c->load * sim_fleet_capacity(f);
     double span = nreq / rate;
@@ -819,6 +822,8 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     out->ttft_p99 = quantile(s.ttft, s.nmeasured, 0.99);
     out->e2e_p50 = quantile(s.e2e, s.nmeasured, 0.5);
     out->e2e_p99 = quantile(s.e2e, s.nmeasured, 0.99);
+    qsort(s.cold, s.ncold, sizeof(double), cmp_double);
+    out->cold_ttft_p99 = quantile(s.cold, s.ncold, 0.99);
     rc = 0;
 fail:
     for (int u = 0; u < SIM_MAX_UP; u++) {
@@ -830,6 +835,7 @@ fail:
     free(s.req);
     free(s.ttft);
     free(s.e2e);
+    free(s.cold);
     free(s.gq);
     return rc;
 }
@@ -849,6 +855,7 @@ int sim_run(const sim_fleet_t *f, sim_policy_t policy, const sim_config_t *c, si
         out->e2e_p50 = fmin(out->e2e_p50, r.e2e_p50);
         out->e2e_p99 = fmin(out->e2e_p99, r.e2e_p99);
         out->ttft_mean = fmin(out->ttft_mean, r.ttft_mean);
+        out->cold_ttft_p99 = fmin(out->cold_ttft_p99, r.cold_ttft_p99);
     }
     return 0;
 }

@@ -100,6 +100,7 @@ typedef struct {
     double ttft_p50, ttft_p99; /* seconds, client's view (gateway queue included) */
     double e2e_p50, e2e_p99;
     double ttft_mean;
+    double cold_ttft_p99; /* over the warm-up's requests alone: the cold start */
     int measured;  /* requests answered and measured */
     int failed;    /* answered with an error (after any retries) */
     int rejected;  /* the gateway queue was full or timed out */
