@@ -141,6 +141,38 @@ static int run_shape(const char *spec, const double *loads, int nloads, const si
     return 0;
 }
 
+/* One fleet as bench/routing-peers.sh starts it with testupstream, one
+ * upstream a line: NAME SLOTS RTT_MS DELAY_SPEC ITL_MS TOKENS REPORT_LOAD
+ * LATER_DELAY_SPEC|- CHANGE_SHARE STALL_SHARE STALL_MS; then "stream S"
+ * and "capacity RPS" (testupstream's: slots / (delay + (tokens - 1) x
+ * ITL)). What testupstream cannot do is left out: the batch slowdown, the
+ * prompt's part of the TTFT beyond its mean, failure windows; a lognormal
+ * service becomes exponential. */
+static void print_testupstream(uint64_t seed)
+{
+    sim_fleet_t f;
+    sim_fleet_generate(seed, &f);
+    double cap = 0;
+    int tokens = (int)fmax(1, round(f.output_mean));
+    for (int i = 0; i < f.n; i++) {
+        const sim_upstream_t *u = &f.up[i];
+        double mean = (u->ttft0_s + f.prompt_mean * u->prefill_s_tok) * 1e3;
+        double itl = u->decode_s_tok * 1e3;
+        char spec[96], later[96] = "-";
+        if (u->dist == SIM_DIST_BIMODAL)
+            snprintf(spec, sizeof(spec), "choice:%.2f@0.9,%.2f@0.1", 0.5 * mean, 5.5 * mean);
+        else
+            snprintf(spec, sizeof(spec), "exp:%.2f", mean);
+        if (u->shift_factor > 0)
+            snprintf(later, sizeof(later), "exp:%.2f", mean * u->shift_factor);
+        printf("u%d %d %.2f %s %.3f %d %d %s %.3f %.3f %.0f\n", i, u->slots, u->rtt_s * 1e3, spec,
+               itl, tokens, u->reports_load, later, u->shift_at, u->stall_at, u->stall_s * 1e3);
+        double hold = mean * fmax(1.0, u->shift_factor) + (tokens - 1) * itl;
+        cap += u->slots / (hold / 1e3);
+    }
+    printf("stream %d\ncapacity %.1f\n", f.stream, cap);
+}
+
 static void usage(void)
 {
     fprintf(stderr, "usage: routing-sim [--fleets N] [--seed S] [--loads 0.5,0.7,0.9] "
@@ -221,6 +253,9 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (strcmp(a, "--testupstream") == 0 && v) {
+            print_testupstream(strtoull(v, NULL, 10));
+            return 0;
         } else if (strcmp(a, "--describe") == 0 && v) {
             sim_fleet_t f;
             char buf[8192];
