@@ -584,8 +584,13 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         }
         qsort(cost, nstep, sizeof(double), cmp_double);
         double peer_step = nstep > 0 ? cost[nstep / 2] : 0.0;
+        /* Equal costs go to the first in an order that rotates with each
+         * decision, as least_inflight's ties do: a fixed order put a third
+         * more of a fleet of equal upstreams' traffic on the first. */
+        int start = (int)(r->rr_next++ % (uint64_t)ncand);
         int least = -1;
-        for (int j = 0; j < ncand; j++) {
+        for (int k = 0; k < ncand; k++) {
+            int j = (start + k) % ncand;
             int i = cand[j];
             cost[j] = INFINITY; /* hot: not a candidate */
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
@@ -607,9 +612,11 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
          * did not. Then the runner-up is the cheapest of the others. */
         if (best >= 0) {
             double band = best_cost + cost_noise(r, ups[best], prompt_tokens, now_ns);
-            for (int j = 0; j < ncand; j++)
+            for (int k = 0; k < ncand; k++) {
+                int j = (start + k) % ncand;
                 if (cost[j] <= band && utilisation(ups[cand[j]]) < utilisation(ups[best]))
                     best = cand[j];
+            }
             for (int j = 0; j < ncand; j++)
                 if (cand[j] != best && cost[j] < second_cost) {
                     second = cand[j];
