@@ -23,9 +23,11 @@
 #
 # What testupstream cannot do is left out of the fleets (routing-sim
 # --testupstream): the batch slowdown, failure windows; a lognormal service
-# is exponential. Times are divided by a scale so that the fleet needs about
-# TARGET_RPS requests a second at LOAD, and the tokens per answer are cut to
-# at most 16 with the inter-token gap stretched to keep the decode time.
+# is exponential. Times are divided by a scale so that the fleet needs
+# TARGET_RPS requests a second at LOAD (a slow fleet is sped up, a fast one
+# slowed down: every run measures about DURATION x TARGET_RPS requests), and
+# the tokens per answer are cut to at most 16 with the inter-token gap
+# stretched to keep the decode time.
 #
 # usage: bench/routing-peers.sh [BUILD_DIR]     (default: build)
 # environment:
@@ -104,7 +106,7 @@ for line in open(sys.argv[1]):
         cap = float(f[1])
     else:
         ups.append(f)
-scale = max(1.0, cap * load / target)
+scale = cap * load / target  # > 1: faster, < 1: slower, so every fleet runs at TARGET_RPS
 span = duration + warmup
 
 
