@@ -150,8 +150,9 @@ static void test_limit_config(void **state)
                                          "--tokens", "2", NULL),
                          0);
         ig_proc_t g;
-        const char *extra = enabled ? ",\"concurrency_limit\":{\"enabled\":true,\"initial\":3,\"max\":3}"
-                                    : ",\"concurrency_limit\":{\"enabled\":false}";
+        const char *extra =
+            enabled ? ",\"concurrency_limit\":{\"enabled\":true,\"initial\":3,\"max\":3}"
+                    : ",\"concurrency_limit\":{\"enabled\":false}";
         assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, extra, NULL), 0);
         calibrate(g.port, 8);
         ig_burst_one_t out[16];

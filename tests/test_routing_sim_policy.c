@@ -72,8 +72,7 @@ static void test_pick_respects_limits(void **state)
             u[i].ready = 1;
             u[i].slots = 1 + (int)(x % 8);
             u[i].reported_at_ns = now;
-            ig_router_observe_ttft(&r, &u[i], 16, i == 0 ? 0.001 : 0.05 + (x % 100) * 1e-3, 0,
-                                   now);
+            ig_router_observe_ttft(&r, &u[i], 16, i == 0 ? 0.001 : 0.05 + (x % 100) * 1e-3, 0, now);
             int lim = ig_admit_limit(&r, &u[i], 0);
             u[i].inflight = i == 0 ? lim : (int)((x >> 8) % (uint64_t)(lim + 1));
             ups[i] = &u[i];

@@ -160,10 +160,8 @@ static void test_deterministic(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_mm1_peer),
-        cmocka_unit_test(test_mm4_peer),
-        cmocka_unit_test(test_mm4_latency_policy),
-        cmocka_unit_test(test_mmc_discriminates),
+        cmocka_unit_test(test_mm1_peer),           cmocka_unit_test(test_mm4_peer),
+        cmocka_unit_test(test_mm4_latency_policy), cmocka_unit_test(test_mmc_discriminates),
         cmocka_unit_test(test_deterministic),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

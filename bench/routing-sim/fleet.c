@@ -80,9 +80,9 @@ double sim_fleet_capacity(const sim_fleet_t *f)
     double cap = 0;
     for (int i = 0; i < f->n; i++) {
         const sim_upstream_t *u = &f->up[i];
-        double hold = (u->ttft0_s + f->prompt_mean * u->prefill_s_tok +
-                       f->output_mean * u->decode_s_tok) *
-                      (1.0 + (u->slots > 1 ? u->batch_slow : 0));
+        double hold =
+            (u->ttft0_s + f->prompt_mean * u->prefill_s_tok + f->output_mean * u->decode_s_tok) *
+            (1.0 + (u->slots > 1 ? u->batch_slow : 0));
         if (u->shift_factor > 1)
             hold *= u->shift_factor;
         cap += u->slots / hold;

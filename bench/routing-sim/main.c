@@ -301,7 +301,7 @@ int main(int argc, char **argv)
 
     /* Cells are split over jobs worker processes, each writing its results
      * to a pipe in cell order: the output does not depend on jobs. */
-    int (*pipes)[2] = calloc(jobs, sizeof(int[2]));
+    int(*pipes)[2] = calloc(jobs, sizeof(int[2]));
     pid_t *pids = calloc(jobs, sizeof(pid_t));
     for (int j = 0; j < jobs; j++) {
         if (pipe(pipes[j]) != 0 || (pids[j] = fork()) < 0) {
@@ -390,14 +390,12 @@ int main(int argc, char **argv)
             printf("%-6d %-5.2f %-5d", first + c / nloads, loads[c % nloads], f.n);
             for (int p = 0; p < SIM_NPOLICIES; p++)
                 if (use[p])
-                    printf(" %6.0f %4.2fx   ",
-                           res[(size_t)c * SIM_NPOLICIES + p].ttft_p99 * 1e3,
+                    printf(" %6.0f %4.2fx   ", res[(size_t)c * SIM_NPOLICIES + p].ttft_p99 * 1e3,
                            ratio[((size_t)c * SIM_NPOLICIES + p) * NMETRIC + 1]);
             printf("\n%-17s", "");
             for (int p = 0; p < SIM_NPOLICIES; p++)
                 if (use[p])
-                    printf(" %6.0f %4.2fx   ",
-                           res[(size_t)c * SIM_NPOLICIES + p].ttft_p50 * 1e3,
+                    printf(" %6.0f %4.2fx   ", res[(size_t)c * SIM_NPOLICIES + p].ttft_p50 * 1e3,
                            ratio[((size_t)c * SIM_NPOLICIES + p) * NMETRIC + 0]);
             printf("\n");
             if (show_cells > 1)
@@ -524,9 +522,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "routing-sim: %s: %s\n", json_path, strerror(errno));
             return 1;
         }
-        fprintf(jf, "{\"bench\":\"routing-sim\",\"fleets\":%d,\"requests\":%d,\"seed\":%llu,"
-                    "\"targets\":{\"room_cells\":%d,\"room_ok\":%d,\"p99_over_1_1\":%d,"
-                    "\"worst_p99\":%.4f,\"p50_ok\":%d,\"cells\":%d},\"cells\":[",
+        fprintf(jf,
+                "{\"bench\":\"routing-sim\",\"fleets\":%d,\"requests\":%d,\"seed\":%llu,"
+                "\"targets\":{\"room_cells\":%d,\"room_ok\":%d,\"p99_over_1_1\":%d,"
+                "\"worst_p99\":%.4f,\"p50_ok\":%d,\"cells\":%d},\"cells\":[",
                 nfleets, cfg.requests, (unsigned long long)seed, room, room_ok, p99_bad, worst,
                 p50_ok, ncells);
         for (int c = 0; c < ncells; c++) {

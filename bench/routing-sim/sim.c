@@ -158,10 +158,10 @@ static ev_t heap_pop(heap_t *h)
 typedef struct {
     uint64_t arrive_ns;
     int prompt, output;
-    int up;           /* the upstream of the current attempt; -1 none */
-    int version;      /* bumped when a stall moves its upstream events */
-    uint64_t start_ns;    /* the attempt was sent */
-    uint64_t up_start_ns; /* it took a slot at the upstream */
+    int up;                           /* the upstream of the current attempt; -1 none */
+    int version;                      /* bumped when a stall moves its upstream events */
+    uint64_t start_ns;                /* the attempt was sent */
+    uint64_t up_start_ns;             /* it took a slot at the upstream */
     uint64_t up_first_ns, up_done_ns; /* when those will happen there */
     double predicted_wait;
     int rif, trial;
@@ -201,8 +201,8 @@ typedef struct {
     ig_router_t router;
     int *gq; /* the gateway queue (request ids), oldest first */
     int gq_head, gq_len, gq_cap;
-    uint64_t rr;      /* round robin and nginx's weighted round robin among ties */
-    uint64_t rng;     /* the peers' random draws */
+    uint64_t rr;  /* round robin and nginx's weighted round robin among ties */
+    uint64_t rng; /* the peers' random draws */
     uint64_t lc_seq;
     double *ttft, *e2e, *cold;
     int nmeasured, ncold;
@@ -213,8 +213,8 @@ typedef struct {
 
 const char *sim_policy_name(sim_policy_t p)
 {
-    static const char *names[] = {"latency",     "least_inflight", "round_robin", "p2c",
-                                  "nginx_lc",    "haproxy_lc",     "oracle"};
+    static const char *names[] = {"latency",  "least_inflight", "round_robin", "p2c",
+                                  "nginx_lc", "haproxy_lc",     "oracle"};
     return (unsigned)p < SIM_NPOLICIES ? names[p] : "unknown";
 }
 
@@ -373,8 +373,8 @@ static void up_stall(sim_t *s, int u)
         r->version++;
         if (r->up_first_ns > s->now) {
             r->up_first_ns += (uint64_t)(d * NS);
-            push(s, (double)(r->up_first_ns - s->now) / NS, E_UP_FIRST, p->slot_req[k],
-                 r->version, 0);
+            push(s, (double)(r->up_first_ns - s->now) / NS, E_UP_FIRST, p->slot_req[k], r->version,
+                 0);
         }
         r->up_done_ns += (uint64_t)(d * NS);
         push(s, (double)(r->up_done_ns - s->now) / NS, E_UP_DONE, p->slot_req[k], r->version, 0);
@@ -411,7 +411,8 @@ static double oracle_cost(sim_t *s, int u, int i)
     double busy = c > 1 ? fmin((double)n / (c - 1), 1.0) : 0.0;
     double slow = (1.0 + sp->batch_slow * busy) * speed;
     double hold = (sp->ttft0_s + s->f->prompt_mean * sp->prefill_s_tok +
-                   s->f->output_mean * sp->decode_s_tok) * slow;
+                   s->f->output_mean * sp->decode_s_tok) *
+                  slow;
     double wait = s->variant == 2 ? (n + 1.0) * hold / c : fmax(0.0, n + 1.0 - c) * hold / c;
     if (s->variant == 1)
         wait *= 4;
@@ -780,7 +781,8 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     for (int u = 0; u < f->n; u++) {
         up_t *p = &s.up[u];
         const sim_upstream_t *sp = &f->up[u];
-        ig_router_upstream_init(&p->route, "u", sp->rtt_s > 0.005 ? IG_ROUTER_SITE : IG_ROUTER_LOCAL);
+        ig_router_upstream_init(&p->route, "u",
+                                sp->rtt_s > 0.005 ? IG_ROUTER_SITE : IG_ROUTER_LOCAL);
         p->route.ready = 1;
         p->slot_req = calloc(sp->slots, sizeof(int));
         if (p->slot_req == NULL)

@@ -28,14 +28,14 @@ typedef enum {
 } sim_dist_t;
 
 typedef struct {
-    int slots;             /* requests it runs at once (1-64); more wait in its FIFO */
-    double rtt_s;          /* network round trip, half each way */
-    double ttft0_s;        /* time to first token of a request alone, less prefill */
-    double prefill_s_tok;  /* per prompt token, alone */
-    double decode_s_tok;   /* per output token, alone */
-    double batch_slow;     /* with every slot busy a step takes (1 + this) x as long */
+    int slots;            /* requests it runs at once (1-64); more wait in its FIFO */
+    double rtt_s;         /* network round trip, half each way */
+    double ttft0_s;       /* time to first token of a request alone, less prefill */
+    double prefill_s_tok; /* per prompt token, alone */
+    double decode_s_tok;  /* per output token, alone */
+    double batch_slow;    /* with every slot busy a step takes (1 + this) x as long */
     sim_dist_t dist;
-    int reports_load;      /* answers GET /load (slots, waiting) every 0.5 s */
+    int reports_load; /* answers GET /load (slots, waiting) every 0.5 s */
     /* Events, as fractions of the run's arrival span (0 = none). */
     double shift_at, shift_factor; /* from then on service takes shift_factor x as long */
     double stall_at, stall_s;      /* nothing progresses for stall_s seconds */
@@ -83,13 +83,13 @@ int sim_policy_parse(const char *s, sim_policy_t *out);
 int sim_policy_is_infergate(sim_policy_t p);
 
 typedef struct {
-    int requests;        /* Poisson arrivals */
-    double load;         /* arrival rate over sim_fleet_capacity() */
-    double warmup;       /* the first share of the requests is not measured */
-    uint64_t seed;       /* arrivals and service draws (the fleet has its own) */
+    int requests;            /* Poisson arrivals */
+    double load;             /* arrival rate over sim_fleet_capacity() */
+    double warmup;           /* the first share of the requests is not measured */
+    uint64_t seed;           /* arrivals and service draws (the fleet has its own) */
     ig_router_opts_t router; /* the infergate policies' (policy is set by the run) */
-    int max_inflight;    /* the proxy's cap (0: 2 x reported slots, or 64) */
-    int queue_size;      /* the gateway queue (64) */
+    int max_inflight;        /* the proxy's cap (0: 2 x reported slots, or 64) */
+    int queue_size;          /* the gateway queue (64) */
     double queue_timeout_s;
 } sim_config_t;
 
@@ -100,19 +100,19 @@ typedef struct {
     double ttft_p50, ttft_p99; /* seconds, client's view (gateway queue included) */
     double e2e_p50, e2e_p99;
     double ttft_mean;
-    double cold_ttft_p99; /* over the warm-up's requests alone: the cold start */
-    int measured;  /* requests answered and measured */
-    int failed;    /* answered with an error (after any retries) */
-    int rejected;  /* the gateway queue was full or timed out */
-    double span_s; /* virtual seconds the run took */
-    int sent[SIM_MAX_UP];      /* attempts sent to each upstream */
-    int late_sent[SIM_MAX_UP]; /* of those, for the second half of the requests */
-    int over_limit;            /* attempts sent to an upstream at its limit while
-                                  another eligible one had room (infergate's) */
+    double cold_ttft_p99;         /* over the warm-up's requests alone: the cold start */
+    int measured;                 /* requests answered and measured */
+    int failed;                   /* answered with an error (after any retries) */
+    int rejected;                 /* the gateway queue was full or timed out */
+    double span_s;                /* virtual seconds the run took */
+    int sent[SIM_MAX_UP];         /* attempts sent to each upstream */
+    int late_sent[SIM_MAX_UP];    /* of those, for the second half of the requests */
+    int over_limit;               /* attempts sent to an upstream at its limit while
+                                     another eligible one had room (infergate's) */
     double svc_peak[SIM_MAX_UP];  /* the highest service estimate the router held */
     double svc_final[SIM_MAX_UP]; /* and the one it held at the end */
-    int crowded;               /* decisions with some eligible upstream at its
-                                  limit and another with room */
+    int crowded;                  /* decisions with some eligible upstream at its
+                                     limit and another with room */
     uint64_t events;
 } sim_result_t;
 

@@ -981,9 +981,8 @@ static void attempt_start(exchange_t *x, int hedge)
     if (rc != 0) {
         if (hedge)
             return; /* no second upstream to hedge on */
-        ig_admit_verdict_t v =
-            ig_admit_unplaced(&view, x->ntried > 0 && x->last_status != 0,
-                              x->last_err != 0 || x->last_status != 0, starting);
+        ig_admit_verdict_t v = ig_admit_unplaced(&view, x->ntried > 0 && x->last_status != 0,
+                                                 x->last_err != 0 || x->last_status != 0, starting);
         if (v == IG_ADMIT_LAST_FAILURE) {
             /* Every upstream was tried: answer with the last failure. */
             x->retries = px->router.opts.max_retries;
