@@ -106,7 +106,9 @@ for line in open(sys.argv[1]):
         cap = float(f[1])
     else:
         ups.append(f)
-scale = cap * load / target  # > 1: faster, < 1: slower, so every fleet runs at TARGET_RPS
+# Times divided by scale: capacity times scale. > 1 speeds a slow fleet up,
+# < 1 slows a fast one down; every fleet runs at TARGET_RPS.
+scale = target / (cap * load)
 span = duration + warmup
 
 
@@ -121,7 +123,7 @@ def scaled(spec):
     return "choice:" + ",".join(parts)
 
 
-print("%.3f %.1f %d" % (scale, cap * load / scale, stream))
+print("%.4f %.1f %d" % (scale, cap * load * scale, stream))
 for f in ups:
     name, slots, rtt, delay, itl, tokens, report, later, change, stall_at, stall_ms = f
     tokens = int(tokens)
