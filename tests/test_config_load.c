@@ -80,13 +80,13 @@ static void test_default(void **state)
     assert_int_equal(cfg.routing.queue_size, 1024);
     assert_int_equal(cfg.routing.queue_timeout_ms, 30000);
     /* the router's own defaults (ig_router_opts_default) */
-    assert_int_equal(cfg.routing.concurrency_limit.enabled, 1);
+    assert_int_equal(cfg.routing.concurrency_limit.enabled, 0); /* off (docs/routing.md) */
     assert_int_equal(cfg.routing.concurrency_limit.initial, 8);
     assert_int_equal(cfg.routing.concurrency_limit.min, 1);
-    assert_int_equal(cfg.routing.concurrency_limit.max, 256);
+    assert_int_equal(cfg.routing.concurrency_limit.max, 256); /* when enabled */
     assert_int_equal(cfg.routing.rtt_probe_ms, 500);
     assert_true(cfg.routing.explore_ratio == 0.01);
-    assert_true(cfg.routing.tail_weight == 1);
+    assert_true(cfg.routing.tail_weight == 0); /* off (docs/routing.md) */
     assert_true(cfg.routing.wait_weight == 2);
     assert_int_equal(cfg.log.level, IG_LOG_INFO);
     assert_int_equal(cfg.log.format, IG_LOG_TEXT);

@@ -166,54 +166,85 @@ static void test_hot_guard(void **state)
     assert_int_equal(d.hot, 0);
 }
 
-/* A request that would queue at a fast upstream: cheaper than an idle far
- * one while the fast ones are lightly used, dearer when they are nearly
- * full (the wait it adds to later arrivals, M/M/1's (2 - rho) / (1 - rho)
- * times its own, grows without bound as rho nears 1). */
-static void test_wait_weighed_by_utilisation(void **state)
+/* The latency pick ranks by the shortest expected delay: every request
+ * in flight counts, a step of hold / C each, not only those beyond C. A
+ * 4-wide upstream (a place held 0.4 s: 100 ms a step) with one in flight
+ * and a 20 ms TTFT, against a 16-wide one (0.8 s: 50 ms a step) with two
+ * and 30 ms: 0.2 + 2 x 100 + 20 = 220 ms against 0.2 + 3 x 50 + 30 = 180 ms,
+ * the wide one, though neither queues and the narrow one answers sooner
+ * alone (the queue beyond C alone chose the narrow one). The cost reported
+ * stays the plain predicted TTFT. */
+static void test_sed_counts_every_request_in_flight(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
-    r.opts.tail_weight = 0; /* the wait's weight alone; the spread is the next test's */
-    ig_router_upstream_t fast[2], far;
+    r.opts.tail_weight = 0; /* the queue alone; the spread is the next test's */
+    ig_router_upstream_t narrow, wide;
+    ready_upstream(&narrow, "narrow", IG_ROUTER_LOCAL);
+    ready_upstream(&wide, "wide", IG_ROUTER_LOCAL);
+    ig_router_upstream_t *u2[2] = {&narrow, &wide};
     for (int i = 0; i < 2; i++) {
-        ready_upstream(&fast[i], "fast", IG_ROUTER_LOCAL);
-        ig_router_observe_rtt(&r, &fast[i], 0.0002, S(1));
-        fast[i].slots = 2;
-        fast[i].occupancy_s = 0.034; /* a slot frees every 17 ms */
-        fast[i].inflight = 2;        /* full: a new one waits */
+        ig_router_observe_rtt(&r, u2[i], 0.0002, S(1));
+        u2[i]->svc_samples = 32;
     }
-    ready_upstream(&far, "far", IG_ROUTER_SITE);
-    ig_router_observe_rtt(&r, &far, 0.040, S(1));
-    far.slots = 2;
-    far.occupancy_s = 0.034;
-    ig_router_upstream_t *u3[3] = {&fast[0], &fast[1], &far};
-    for (int i = 0; i < 3; i++) {
-        u3[i]->svc_samples = 1;
-        u3[i]->svc_s = 0.020;
-    }
-    /* Queued at a fast one: 17 ms x 2 + 20 ms = 54 ms; far: 40 + 20 ms. */
+    narrow.slots = 4;
+    narrow.occupancy_s = 0.4;
+    narrow.svc_s = 0.020;
+    narrow.inflight = 1;
+    wide.slots = 16;
+    wide.occupancy_s = 0.8;
+    wide.svc_s = 0.030;
+    wide.inflight = 2;
     ig_route_decision_t d;
-    assert_int_equal(ig_router_pick(&r, u3, 3, 0, NULL, S(1), &d), 0);
-    assert_true(d.chosen == 0 || d.chosen == 1);
-    assert_float_equal(d.wait_s, 0.017, 1e-9);
-    assert_float_equal(d.cost_s, 0.0002 + 0.017 + 0.020, 1e-9);
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    assert_float_equal(d.cost_s, 0.0002 + 0.030, 1e-9); /* no wait: the plain prediction */
+    /* Twelve on the wide one, four on the narrow one (neither is hot: the
+     * narrow one is fuller, the wide one has more): 0.2 + 13 x 50 + 30 =
+     * 680 ms against 0.2 + 5 x 100 + 20 = 520 ms, the narrow one. */
+    wide.inflight = 12;
+    narrow.inflight = 4;
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+}
 
-    /* 50 ended a second, each holding a slot 34 ms: rho = 0.85, weight
-     * 1.15 / 0.15 = 7.7, 150 ms: the far one wins. */
-    fast[0].limit_x_ewma = fast[1].limit_x_ewma = 50;
-    assert_int_equal(ig_router_pick(&r, u3, 3, 0, NULL, S(1), &d), 0);
-    assert_int_equal(d.chosen, 2);
-    assert_float_equal(d.cost_s, 0.040 + 0.020, 1e-9); /* the plain prediction */
-    /* The runner-up's cost is its plain predicted TTFT too. */
-    assert_float_equal(d.runner_up_cost_s, 0.0002 + 0.017 + 0.020, 1e-9);
+/* An upstream with no hold sample yet takes the median step of the others:
+ * a new one (nothing learned) is neither free nor avoided. Four with one
+ * in flight each (nobody is hot), three with a step of 100 ms, the last
+ * one new: with a step of 0 it would cost 20 ms and win every pick; with
+ * the others' 100 ms it costs what they cost, 220 ms, and equal costs take
+ * turns: over 8 picks it gets its quarter. */
+static void test_new_upstream_takes_peers_step(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t u[4];
+    ig_router_upstream_t *ups[4];
+    for (int i = 0; i < 4; i++) {
+        ready_upstream(&u[i], "u", IG_ROUTER_LOCAL);
+        ups[i] = &u[i];
+        ig_router_observe_rtt(&r, &u[i], 0.0002, S(1));
+        u[i].svc_samples = 32;
+        u[i].svc_s = 0.020;
+        u[i].slots = 4;
+        u[i].occupancy_s = i < 3 ? 0.4 : 0;
+        u[i].inflight = 1;
+    }
+    int chosen[4] = {0};
+    for (int k = 0; k < 8; k++) {
+        ig_route_decision_t d;
+        assert_int_equal(ig_router_pick(&r, ups, 4, 0, NULL, S(1), &d), 0);
+        chosen[d.chosen]++;
+    }
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(chosen[i], 2);
 }
 
 /* tail_weight standard deviations of the TTFT are added to the rank: of
- * two upstreams with about the same mean the steadier wins; a wait is a
- * spread too; the reported cost stays the plain prediction. */
+ * two upstreams with about the same mean the steadier wins; the reported
+ * cost stays the plain prediction. */
 static void test_tail_prefers_steadier(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    r.opts.tail_weight = 1; /* off by default */
     ig_router_upstream_t steady, jumpy;
     ready_upstream(&steady, "steady", IG_ROUTER_LOCAL);
     ready_upstream(&jumpy, "jumpy", IG_ROUTER_LOCAL);
@@ -231,54 +262,28 @@ static void test_tail_prefers_steadier(void **state)
     r.opts.tail_weight = 0; /* off: the mean alone */
     assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 1);
-
-    /* The wait's spread: 2-slot upstreams with steady 20 ms service, two
-     * full (a slot frees every 17 ms, exponential gaps: 17 ms of spread;
-     * two, so that neither is hot beside the other), one 40 ms away and
-     * free. The mean with the wait weighed twice: 54.2 ms against 60, a
-     * full one; with its spread 71.2 against 60, the far one. */
-    r.opts.tail_weight = 1;
-    ig_router_upstream_t full[2], far;
-    ready_upstream(&full[0], "full0", IG_ROUTER_LOCAL);
-    ready_upstream(&full[1], "full1", IG_ROUTER_LOCAL);
-    ready_upstream(&far, "far", IG_ROUTER_SITE);
-    ig_router_upstream_t *v3[3] = {&full[0], &full[1], &far};
-    for (int i = 0; i < 3; i++) {
-        ig_router_observe_rtt(&r, v3[i], i < 2 ? 0.0002 : 0.040, S(1));
-        v3[i]->slots = 2;
-        v3[i]->occupancy_s = 0.034;
-        v3[i]->svc_samples = 32;
-        v3[i]->svc_s = 0.020;
-        v3[i]->inflight = i < 2 ? 2 : 0;
-    }
-    assert_int_equal(ig_router_pick(&r, v3, 3, 0, NULL, S(1), &d), 0);
-    assert_int_equal(d.chosen, 2);
-    r.opts.tail_weight = 0;
-    assert_int_equal(ig_router_pick(&r, v3, 3, 0, NULL, S(1), &d), 0);
-    assert_true(d.chosen == 0 || d.chosen == 1);
 }
 
 /* Costs closer than the noise of the cheapest's service estimate are a
- * tie, and the least utilised of them wins: three 4-wide upstreams whose
- * 20 ms exponential service is estimated at 19, 20 and 21 ms (an EWMA of
- * weight 1/16: 4.8 ms of noise in a difference), the 19 ms one with a
- * request in flight. A clearly faster estimate still wins with one in
- * flight. */
+ * tie, and the least utilised of them wins: three upstreams, 4, 4 and 8
+ * wide, one request in flight on each, whose 20 ms exponential service is
+ * estimated at 19, 20 and 21 ms (an EWMA of weight 1/16: 4.8 ms of noise
+ * in a difference). A clearly faster estimate still wins. */
 static void test_noise_tie_goes_to_least_loaded(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u[3];
     ig_router_upstream_t *ups[3] = {&u[0], &u[1], &u[2]};
-    const int inflight[3] = {1, 1, 0};
+    const double width[3] = {4, 4, 8};
     for (int i = 0; i < 3; i++) {
         ready_upstream(&u[i], "u", IG_ROUTER_LOCAL);
         ig_router_observe_rtt(&r, &u[i], 0.001, S(1));
-        u[i].concurrency = 4;
+        u[i].concurrency = width[i];
         u[i].svc_samples = 32;
         u[i].svc_weight = 1.0 / 16;
         u[i].svc_s = 0.019 + 0.001 * i;
         u[i].svc_dev_s = 0.015;
-        u[i].inflight = inflight[i];
+        u[i].inflight = 1;
     }
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, ups, 3, 0, NULL, S(1), &d), 0);
@@ -487,7 +492,8 @@ int main(void)
         cmocka_unit_test(test_cost_prefers_faster_service),
         cmocka_unit_test(test_remote_site_only_when_faster),
         cmocka_unit_test(test_hot_guard),
-        cmocka_unit_test(test_wait_weighed_by_utilisation),
+        cmocka_unit_test(test_sed_counts_every_request_in_flight),
+        cmocka_unit_test(test_new_upstream_takes_peers_step),
         cmocka_unit_test(test_tail_prefers_steadier),
         cmocka_unit_test(test_noise_tie_goes_to_least_loaded),
         cmocka_unit_test(test_policies_and_exclusion),

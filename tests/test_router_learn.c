@@ -56,11 +56,13 @@ static uint64_t ns(double t)
     return (uint64_t)(t * 1e9) + 1000000000ULL;
 }
 
-/* A router with the default options and one ready site u of a 0.2 ms RTT. */
+/* A router with the default options but the adaptive limit on (it is off
+ * by default), and one ready site u of a 0.2 ms RTT. */
 static void one_site(ig_router_t *r, ig_router_upstream_t *u, const char *name)
 {
     ig_router_opts_t o;
     ig_router_opts_default(&o);
+    o.limit_max = IG_ROUTER_LIMIT_MAX;
     ig_router_init(r, &o);
     ig_router_upstream_init(u, name, IG_ROUTER_SITE);
     u->ready = 1;

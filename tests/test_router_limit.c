@@ -64,7 +64,9 @@ static void one_site(ig_proc_t *up, ig_proc_t *g, const char *slots, const char 
     assert_int_equal(ig_gwf_upstream(up, "--instant-raw", "--slots", slots, delay_flag, delay,
                                      "--tokens", "2", NULL),
                      0);
-    assert_int_equal(ig_gwf_sites_serve(g, up, 1, 1, NULL, NULL), 0);
+    /* The limit is off by default: these tests turn it on. */
+    assert_int_equal(
+        ig_gwf_sites_serve(g, up, 1, 1, ",\"concurrency_limit\":{\"enabled\":true}", NULL), 0);
     calibrate(g->port, 8);
 }
 
@@ -148,8 +150,9 @@ static void test_limit_config(void **state)
                                          "--tokens", "2", NULL),
                          0);
         ig_proc_t g;
-        const char *extra = enabled ? ",\"concurrency_limit\":{\"initial\":3,\"max\":3}"
-                                    : ",\"concurrency_limit\":{\"enabled\":false}";
+        const char *extra =
+            enabled ? ",\"concurrency_limit\":{\"enabled\":true,\"initial\":3,\"max\":3}"
+                    : ",\"concurrency_limit\":{\"enabled\":false}";
         assert_int_equal(ig_gwf_sites_serve(&g, &up, 1, 1, extra, NULL), 0);
         calibrate(g.port, 8);
         ig_burst_one_t out[16];

@@ -24,6 +24,7 @@
  * callbacks, never on a stack that still uses it.
  */
 #include "infergate/proxy.h"
+#include "infergate/admit.h"
 #include "infergate/api.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
@@ -348,13 +349,10 @@ int ig_proxy_queued_model(const ig_proxy_t *px, const char *model)
 
 /* ---- helpers ----------------------------------------------------------- */
 
-/* Attempts an upstream may have in flight: the configured cap (or twice
- * its reported slots, or 64), and under it the adaptive limit. */
+/* Attempts an upstream may have in flight (include/infergate/admit.h). */
 static int limit_of(const ig_proxy_t *px, const ig_router_upstream_t *u)
 {
-    int cap = px->opts.max_inflight > 0 ? px->opts.max_inflight : u->slots > 0 ? 2 * u->slots : 64;
-    int adaptive = ig_router_limit(&px->router, u);
-    return adaptive < cap ? adaptive : cap;
+    return ig_admit_limit(&px->router, u, px->opts.max_inflight);
 }
 
 /* How long an upstream that answered 404 for an endpoint is not asked for
@@ -1122,7 +1120,9 @@ static void attempt_start(exchange_t *x, int hedge)
     int starting = 0;
     int n = px->resolve(px->resolve_data, x->model, targets, MAX_TARGETS, &starting);
     uint64_t now = uv_hrtime();
-    int eligible = 0, saturated = 0, lacking = 0;
+    unsigned char tried[MAX_TARGETS];
+    ig_admit_view_t view;
+    int lacking = 0;
     if (x->local_only) {
         int k = 0;
         for (int i = 0; i < n; i++) {
@@ -1133,14 +1133,12 @@ static void attempt_start(exchange_t *x, int hedge)
     }
     for (int i = 0; i < n; i++) {
         states[i] = targets[i].route;
-        int e = ig_router_eligible(states[i], now);
-        int sat = e && states[i]->inflight >= limit_of(px, states[i]);
+        /* One that lacks the endpoint counts as tried: never picked. */
         int l = lacks(states[i], x->endpoint, now);
-        exclude[i] = was_tried(x, states[i]) || sat || l;
-        eligible += e && !was_tried(x, states[i]) && !l;
-        saturated += e && !was_tried(x, states[i]) && !l && sat;
+        tried[i] = (unsigned char)(was_tried(x, states[i]) || l);
         lacking += l;
     }
+    ig_admit_mark(&px->router, states, n, tried, px->opts.max_inflight, now, exclude, &view);
     ig_route_decision_t d;
     ig_prefix_route_score(px->prefix_index, states, n, &x->prefix);
     int rc = n > 0 ? ig_router_pick(&px->router, states, n, x->prompt_tokens, exclude, now, &d)
@@ -1152,19 +1150,21 @@ static void attempt_start(exchange_t *x, int hedge)
     if (rc != 0) {
         if (hedge)
             return; /* no second upstream to hedge on */
-        if (x->ntried > 0 && x->last_status != 0 && eligible == 0) {
+        ig_admit_verdict_t v = ig_admit_unplaced(&view, x->ntried > 0 && x->last_status != 0,
+                                                 x->last_err != 0 || x->last_status != 0, starting);
+        if (v == IG_ADMIT_LAST_FAILURE) {
             /* Every upstream was tried: answer with the last failure. */
             x->retries = px->router.opts.max_retries;
             attempt_failed(&x->att[0], x->last_status, x->last_err);
             return;
         }
-        if (eligible == 0 && (lacking > 0 || x->lacked > 0)) {
+        if (view.eligible == 0 && (lacking > 0 || x->lacked > 0)) {
             ig_metric_add(px->m_rejected, 1, x->model, "endpoint_not_served");
             exchange_fail(x, 404, "endpoint_not_served", NULL,
                           "no upstream for model '%s' serves %s", x->model, x->path);
             return;
         }
-        if ((saturated > 0 && saturated == eligible) || (eligible == 0 && starting)) {
+        if (v == IG_ADMIT_QUEUE) {
             model_queue_t *q = queue_of(px, x->model, 1);
             if (q != NULL && q->n >= px->opts.queue_size && !ig_list_empty(&q->waiting)) {
                 /* Full: the newest of the least urgent makes room for a
@@ -1199,11 +1199,6 @@ static void attempt_start(exchange_t *x, int hedge)
                                 : px->opts.queue_timeout_ms;
             uint64_t left = held_ms < hold ? hold - held_ms : 1;
             uv_timer_start(&x->timer, on_queue_timer, left, 0);
-            return;
-        }
-        if (x->last_err != 0 || x->last_status != 0) {
-            x->retries = px->router.opts.max_retries;
-            attempt_failed(&x->att[0], x->last_status, x->last_err);
             return;
         }
         ig_metric_add(px->m_rejected, 1, x->model, "no_upstream");

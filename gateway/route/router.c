@@ -34,7 +34,7 @@ void ig_router_opts_default(ig_router_opts_t *o)
     memset(o, 0, sizeof(*o));
     o->policy = IG_ROUTE_LATENCY;
     o->ewma_tau_s = 10.0;
-    o->hot_quantile = 0.84;
+    o->hot_quantile = 0.0;
     o->report_ttl_s = 5.0;
     o->prior_rtt_s = 0.001;
     o->prior_prefill_tps = 2000.0;
@@ -47,9 +47,9 @@ void ig_router_opts_default(ig_router_opts_t *o)
     o->seed = 0x9e3779b97f4a7c15ULL;
     o->limit_initial = 8;
     o->wait_weight = 2.0;
-    o->tail_weight = 1.0;
+    o->tail_weight = 0.0;
     o->limit_min = 1;
-    o->limit_max = 256;
+    o->limit_max = 0;
     o->limit_window_s = 0.1;
     o->limit_window_done = 8;
     o->limit_window_max_s = 1.0;
@@ -284,25 +284,6 @@ double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint6
     return fmax(wait, reported_wait);
 }
 
-/* The most the wait is weighed in the latency pick (at utilisation 6/7). */
-#define WAIT_WEIGHT_MAX 8.0
-
-/*
- * How much a predicted wait counts in the latency pick. A request that
- * queues also delays the ones that arrive after it: in M/M/1 at
- * utilisation rho the marginal queueing delay of one more arrival is
- * (2 - rho) / (1 - rho) times its own wait, 2 when lightly loaded and 6 at
- * rho = 0.8. rho is the upstream's measured throughput times its hold over
- * its concurrency; opts.wait_weight is the floor (before any throughput).
- */
-static double wait_weight_of(const ig_router_t *r, const ig_router_upstream_t *u)
-{
-    double hold = u->slots > 0 ? u->occupancy_s : hold_of(r, u);
-    double rho = fmin(u->limit_x_ewma * hold / ig_router_concurrency(u), 0.99);
-    double w = (2.0 - rho) / (1.0 - rho);
-    return fmin(fmax(w, r->opts.wait_weight), fmax(WAIT_WEIGHT_MAX, r->opts.wait_weight));
-}
-
 static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          uint64_t now_ns)
 {
@@ -351,20 +332,56 @@ static double spread_of(const ig_router_t *r, const ig_router_upstream_t *u, dou
     return sqrt(svc * svc + wait * step);
 }
 
-/* What the latency pick ranks by: the cost with the wait weighed, plus
- * tail_weight of its spread. Idealised (the fleets of
- * bench/routing-foreign.sh simulated with the true queue lengths and
- * service times, 60,000 Poisson arrivals): on the issue's fleet at 70%
- * the mean alone with the wait weighed 3-8x gave p99 0.89-0.90x
- * least_inflight's at any weight, with one standard deviation added
- * 0.75-0.78x, p50 0.93-1.04x either way (docs/routing.md, "The tail"). */
-static double ranked_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
-                          uint64_t now_ns)
+/* How long one more request in flight adds to u's queue: the time one
+ * of its C places is held, over C (occupancy / slots where slots are
+ * reported); 0 until u's C is learned (a time to first token is not a
+ * hold, and the prior C of 1 would make a wide upstream look 64 times as
+ * slow as it is: the steps of all upstreams must be alike). */
+static double step_of(const ig_router_t *r, const ig_router_upstream_t *u)
 {
-    double wait = ig_router_wait(r, u, now_ns), prefill = prefill_of(r, u, prompt_tokens, now_ns);
-    double cost = rtt_of(r, u) + wait_weight_of(r, u) * wait + prefill;
+    if (u->slots > 0)
+        return fmax(u->occupancy_s, 0.0) / u->slots;
+    if (u->concurrency <= 0 || (u->hold_svc_s <= 0 && u->hold_base_s <= 0))
+        return 0; /* C or the hold not learned yet: the prior C of 1 would make it look slow */
+    return hold_of(r, u) / ig_router_concurrency(u);
+}
+
+/*
+ * What the latency pick ranks by: the shortest expected delay (SED),
+ *
+ *   rtt + (n + 1) x step + prefill (+ tail_weight x spread)
+ *
+ * n the requests ahead of a new one (ours in flight, or, when it reports
+ * a queue, its C places and that queue), step = step_of(): every request in
+ * flight counts, not only those beyond C. Below C that is the slowdown a
+ * batching engine shows as its batch grows, and the share of its capacity
+ * the request takes; among equal upstreams it is join-the-shortest-queue,
+ * and among unequal ones it weighs each by its measured speed. The queue
+ * beyond C alone (rtt + w x wait + prefill, w = 2-8) herded requests onto
+ * the upstream with the least RTT until it was full: on 60 random fleets x
+ * 3 loads (bench/routing-sim, docs/routing.md) the TTFT p99 was over 1.1x
+ * the best baseline in 37 cells with it and 20 with SED; weighing SED's
+ * queue 0.5x or 2x gave 24 and 23, so it has no weight. An upstream with no
+ * sample yet takes the median step of the others (peer_step): a new one is
+ * neither free nor avoided.
+ */
+static double ranked_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                          double peer_step, uint64_t now_ns)
+{
+    double step = step_of(r, u);
+    if (!(step > 0))
+        step = peer_step;
+    double n = u->inflight, queue;
+    int fresh = report_fresh(r, u, now_ns);
+    if (fresh && u->reported_waiting > 0)
+        n = fmax(n, ig_router_concurrency(u) + u->reported_waiting);
+    queue = (n + 1) * step;
+    if (fresh)
+        queue = fmax(queue, u->reported_wait_s);
+    double prefill = prefill_of(r, u, prompt_tokens, now_ns);
+    double cost = rtt_of(r, u) + queue + prefill;
     if (r->opts.tail_weight > 0)
-        cost += r->opts.tail_weight * spread_of(r, u, wait, prefill);
+        cost += r->opts.tail_weight * spread_of(r, u, ig_router_wait(r, u, now_ns), prefill);
     return cost;
 }
 
@@ -561,8 +578,23 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
         }
         qsort(sorted, ncand, sizeof(double), cmp_double);
         qsort(sorted_rif, ncand, sizeof(double), cmp_double);
-        int least = -1;
+        /* The median step of those that have one, for those that have none
+         * (cost holds the steps until it holds the costs). */
+        int nstep = 0;
         for (int j = 0; j < ncand; j++) {
+            double st = step_of(r, ups[cand[j]]);
+            if (st > 0)
+                cost[nstep++] = st;
+        }
+        qsort(cost, nstep, sizeof(double), cmp_double);
+        double peer_step = nstep > 0 ? cost[nstep / 2] : 0.0;
+        /* Equal costs go to the first in an order that rotates with each
+         * decision, as least_inflight's ties do: a fixed order put a third
+         * more of a fleet of equal upstreams' traffic on the first. */
+        int start = (int)(r->rr_next++ % (uint64_t)ncand);
+        int least = -1;
+        for (int k = 0; k < ncand; k++) {
+            int j = (start + k) % ncand;
             int i = cand[j];
             cost[j] = INFINITY; /* hot: not a candidate */
             if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
@@ -572,7 +604,7 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
                        warm ? WARM_HOT_SLACK / ig_router_concurrency(ups[i]) : 0) &&
                 is_hot(r, sorted_rif, ncand, rif_of(ups[i]), warm ? WARM_HOT_SLACK : 0))
                 continue;
-            cost[j] = ranked_cost(r, ups[i], prompt_tokens, now_ns);
+            cost[j] = ranked_cost(r, ups[i], prompt_tokens, peer_step, now_ns);
             if (cost[j] < best_cost) {
                 best = i;
                 best_cost = cost[j];
@@ -584,9 +616,11 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
          * did not. Then the runner-up is the cheapest of the others. */
         if (best >= 0) {
             double band = best_cost + cost_noise(r, ups[best], prompt_tokens, now_ns);
-            for (int j = 0; j < ncand; j++)
+            for (int k = 0; k < ncand; k++) {
+                int j = (start + k) % ncand;
                 if (cost[j] <= band && utilisation(ups[cand[j]]) < utilisation(ups[best]))
                     best = cand[j];
+            }
             for (int j = 0; j < ncand; j++)
                 if (cand[j] != best && cost[j] < second_cost) {
                     second = cand[j];

@@ -430,15 +430,16 @@ static int parse_concurrency_limit(ctx_t *c, json_t *o, const ig_router_opts_t *
     r->concurrency_limit.enabled = ro->limit_max > 0;
     r->concurrency_limit.initial = (unsigned)ro->limit_initial;
     r->concurrency_limit.min = (unsigned)ro->limit_min;
-    r->concurrency_limit.max = (unsigned)ro->limit_max;
+    /* Off by default (limit_max 0); enabled, its cap is IG_ROUTER_LIMIT_MAX. */
+    unsigned max = ro->limit_max > 0 ? (unsigned)ro->limit_max : IG_ROUTER_LIMIT_MAX;
+    r->concurrency_limit.max = max;
     if (rc != 0 || l == NULL)
         return rc;
     if ((rc = check_keys(c, l, p, keys)) ||
         (rc = get_bool(c, l, p, "enabled", ro->limit_max > 0, &r->concurrency_limit.enabled)) ||
         (rc = get_unsigned(c, l, p, "min", 1, 1000000, (unsigned)ro->limit_min,
                            &r->concurrency_limit.min)) ||
-        (rc = get_unsigned(c, l, p, "max", 1, 1000000, (unsigned)ro->limit_max,
-                           &r->concurrency_limit.max)) ||
+        (rc = get_unsigned(c, l, p, "max", 1, 1000000, max, &r->concurrency_limit.max)) ||
         (rc = get_unsigned(c, l, p, "initial", 1, 1000000, (unsigned)ro->limit_initial,
                            &r->concurrency_limit.initial)))
         return rc;

@@ -20,11 +20,14 @@
  *         learned from observed TTFTs (or its reported prefill rate until
  *         there are observations).
  *
- * A hot/cold guard (Prequal's) keeps latency chasing from piling work on one
- * upstream: an upstream whose utilisation (in flight / C) and whose raw
- * in-flight count are both above the hot quantile of the other eligible
- * ones' is hot; the cheapest cold one wins, and when all are hot the least
- * utilised one.
+ * The latency pick ranks by the shortest expected delay instead:
+ * rtt + (n + 1) x hold / C + prefill, n the requests ahead (router.c,
+ * ranked_cost()). A hot/cold guard (Prequal's) keeps latency chasing from
+ * piling work on one upstream: an upstream whose utilisation (in flight /
+ * C) and whose raw in-flight count are both above the hot quantile of the
+ * other eligible ones' is hot (quantile 0 by default: above the least
+ * loaded by both); the cheapest cold one wins, and when all are hot the
+ * least utilised one.
  */
 
 #include <stdint.h>
@@ -178,24 +181,23 @@ typedef struct {
     double retry_min_per_s;   /* retries always allowed per second */
     int max_retries;          /* attempts beyond the first for one request */
     uint64_t seed;            /* for the random policy and tie breaks */
-    /* Adaptive concurrency limit (0 in limit_max: off, no limit). */
+    /* Adaptive concurrency limit (0 in limit_max, the default: off, no limit). */
     double limit_initial;      /* before the first window (8) */
     double limit_min;          /* never below (1) */
-    double limit_max;          /* never above (256) */
+    double limit_max;          /* never above (0: the limit is off, the default;
+                                  IG_ROUTER_LIMIT_MAX when enabled by config) */
     double limit_window_s;     /* a window is at least this long (0.1) ... */
     int limit_window_done;     /* ... and holds this many ended attempts (8), or ... */
     double limit_window_max_s; /* ... lasts this long (1.0) with at least one ended */
-    /* The latency policy compares rtt + w x wait + prefill: a weight above
-     * 1 also counts the delay a request that queues adds to the ones that
-     * arrive after it. w is M/M/1's marginal over own queueing delay,
-     * (2 - rho) / (1 - rho) at the upstream's measured utilisation rho, at
-     * most 8 and at least wait_weight (2, M/M/1's lightly loaded limit).
-     * The cost reported stays the predicted TTFT. */
+    /* Accepted from routing.wait_weight and no longer used: the latency
+     * pick ranks by the shortest expected delay, whose queue has no weight
+     * (docs/routing.md, "The latency pick"). */
     double wait_weight;
-    /* The latency policy also adds tail_weight standard deviations of the
+    /* The latency policy may add tail_weight standard deviations of the
      * predicted TTFT (the service's spread, learned, and the wait's): of
-     * two upstreams with the same mean it prefers the steadier, which is
-     * what a p99 sees (1; 0 = off, the mean alone). */
+     * two upstreams with the same mean it prefers the steadier (0 = off,
+     * the default: over random fleets it moved nothing but the worst cell,
+     * which it made worse; docs/routing.md). */
     double tail_weight;
     /* The cheap active probe of an upstream that reports nothing (a plain
      * site): when it carried no attempt and had no RTT sample for this
@@ -210,6 +212,10 @@ typedef struct {
      * estimate never comes down. */
     double explore_ratio;
 } ig_router_opts_t;
+
+/* The cap of an adaptive limit that is enabled without one (the limit is
+ * off by default: limit_max 0, docs/routing.md "The simulator"). */
+#define IG_ROUTER_LIMIT_MAX 256
 
 /* How old an idle upstream's last service sample must be for it to be
  * explored (seconds). */
