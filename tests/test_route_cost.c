@@ -80,12 +80,44 @@ static void test_meter_per_token_has_no_idle(void **state)
     near(ig_cost_meter_per_1m(&m, t0 + 11 * S), 0.0008 / 250 * 1e6);
 }
 
+/* The cost objective: hourly capacity (already paid) first while it meets
+ * the SLO, per-token endpoints by their tokens, the latency pick among
+ * equals, and nothing when none meets the SLO. */
+static void test_cost_pick(void **state)
+{
+    (void)state;
+    ig_price_t p[4] = {{IG_PRICE_PER_TOKEN, 0, 0.5, 1.5},  /* cloud A */
+                       {IG_PRICE_PER_HOUR, 2.0, 0, 0},     /* colo 1 */
+                       {IG_PRICE_PER_HOUR, 9.0, 0, 0},     /* colo 2 */
+                       {IG_PRICE_PER_TOKEN, 0, 0.2, 3.0}}; /* cloud B */
+    double ttft[4] = {0.05, 0.12, 0.10, 0.04};
+    unsigned char ex[4] = {0, 0, 0, 0};
+    /* both colos meet 150 ms and cost 0 more: the faster, unless the
+     * latency pick is the other */
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.150, 0), 2);
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.150, 1), 1);
+    /* an SLO of 110 ms leaves colo 2 only; of 90 ms, the clouds: A costs
+     * 100 x 0.5 + 50 x 1.5 = 125, B 100 x 0.2 + 50 x 3 = 170 (per 1M) */
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.110, 3), 2);
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.090, 3), 0);
+    /* a long prompt and a short answer turn it around: A 1000 x 0.5 + 10 x
+     * 1.5 = 515, B 1000 x 0.2 + 10 x 3 = 230 */
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 1000, 10, 0.090, 0), 3);
+    /* excluded ones never, and none within 30 ms: -1 */
+    ex[2] = 1;
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.150, 0), 1);
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.030, 0), -1);
+    near(ig_cost_marginal(&p[0], 100, 50), 125e-6);
+    assert_true(ig_cost_marginal(&p[1], 100, 50) == 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_answer),
         cmocka_unit_test(test_meter_idle_and_per_1m),
         cmocka_unit_test(test_meter_per_token_has_no_idle),
+        cmocka_unit_test(test_cost_pick),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

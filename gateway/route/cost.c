@@ -24,6 +24,35 @@ double ig_cost_answer(const ig_price_t *p, long long prompt, long long completio
     }
 }
 
+double ig_cost_marginal(const ig_price_t *p, int prompt_tokens, int output_tokens)
+{
+    if (p->kind != IG_PRICE_PER_TOKEN)
+        return 0;
+    return ((prompt_tokens > 0 ? prompt_tokens : 0) * p->per_1m_input +
+            (output_tokens > 0 ? output_tokens : 0) * p->per_1m_output) /
+           1e6;
+}
+
+int ig_cost_pick(const ig_price_t *prices, const double *ttft, const unsigned char *exclude,
+                 int n, int prompt_tokens, int output_tokens, double slo_s, int preferred)
+{
+    int best = -1;
+    double best_cost = 0;
+    for (int i = 0; i < n; i++) {
+        if ((exclude != NULL && exclude[i]) || (slo_s > 0 && !(ttft[i] <= slo_s)))
+            continue;
+        double c = ig_cost_marginal(&prices[i], prompt_tokens, output_tokens);
+        /* a cost within a part in a million is a tie */
+        int cheaper = best < 0 || c < best_cost * (1 - 1e-6) - 1e-15;
+        int tie = best >= 0 && !cheaper && c <= best_cost * (1 + 1e-6) + 1e-15;
+        if (cheaper || (tie && (i == preferred || (best != preferred && ttft[i] < ttft[best])))) {
+            best = i;
+            best_cost = c;
+        }
+    }
+    return best;
+}
+
 /* Moves the window to now's minute: the buckets of minutes passed start empty. */
 static void advance(ig_cost_meter_t *m, uint64_t now_ns)
 {

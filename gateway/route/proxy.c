@@ -89,6 +89,8 @@ struct exchange_s {
     int local_only;
     int priority;               /* ig_proxy_call_t.priority */
     uint64_t max_queue_ms;      /* 0: the proxy's queue_timeout_ms */
+    int output_tokens;          /* ig_proxy_call_t's, for the cost objective */
+    double slo_ttft_s;          /* its own tighter SLO (0: the proxy's) */
     char forwarded_header[128]; /* extra header lines for sites */
     uint64_t start_ns;
     uint64_t queued_ns;
@@ -1107,6 +1109,41 @@ static void route_fields(hdr_t *h, const char *p, double cost, double wait, doub
 }
 
 /*
+ * The cost objective over the latency pick d: the cheapest candidate whose
+ * predicted TTFT meets the SLO (the tighter of the proxy's and the
+ * request's) becomes d's choice, the latency pick its runner-up. When none
+ * is predicted to meet it, the latency pick stands. Returns the chosen's
+ * marginal cost (USD).
+ */
+static double cost_objective(ig_proxy_t *px, exchange_t *x, const ig_proxy_target_t *targets,
+                             ig_router_upstream_t **states, const unsigned char *exclude, int n,
+                             uint64_t now, ig_route_decision_t *d)
+{
+    ig_price_t prices[MAX_TARGETS];
+    double ttft[MAX_TARGETS];
+    for (int i = 0; i < n; i++) {
+        prices[i] = targets[i].price;
+        ttft[i] = exclude[i] ? INFINITY : ig_router_cost(&px->router, states[i], x->prompt_tokens, now);
+    }
+    double slo = px->opts.slo_ttft_s;
+    if (x->slo_ttft_s > 0 && (slo <= 0 || x->slo_ttft_s < slo))
+        slo = x->slo_ttft_s;
+    int k = ig_cost_pick(prices, ttft, exclude, n, x->prompt_tokens, x->output_tokens, slo,
+                         d->chosen);
+    if (k >= 0 && k != d->chosen) {
+        d->runner_up = d->chosen;
+        d->runner_up_cost_s = d->cost_s;
+        d->runner_up_wait_s = d->wait_s;
+        d->runner_up_concurrency = d->concurrency;
+        d->chosen = k;
+        d->cost_s = ttft[k];
+        d->wait_s = ig_router_wait(&px->router, states[k], now);
+        d->concurrency = ig_router_concurrency(states[k]);
+    }
+    return ig_cost_marginal(&prices[d->chosen], x->prompt_tokens, x->output_tokens);
+}
+
+/*
  * Picks an upstream and starts an attempt. When every candidate is
  * saturated the exchange is queued; when none is eligible it fails (or is
  * held while an instance starts).
@@ -1143,6 +1180,9 @@ static void attempt_start(exchange_t *x, int hedge)
     ig_prefix_route_score(px->prefix_index, states, n, &x->prefix);
     int rc = n > 0 ? ig_router_pick(&px->router, states, n, x->prompt_tokens, exclude, now, &d)
                    : IG_ENOUPSTREAM;
+    double marginal = NAN;
+    if (rc == 0 && px->opts.objective_cost)
+        marginal = cost_objective(px, x, targets, states, exclude, n, now, &d);
     int cached = rc == 0 ? states[d.chosen]->cached_tokens : 0;
     int cached_runner = rc == 0 && d.runner_up >= 0 ? states[d.runner_up]->cached_tokens : 0;
     for (int i = 0; i < n; i++)
@@ -1239,6 +1279,11 @@ static void attempt_start(exchange_t *x, int hedge)
         }
         if (d.explored)
             hdr_str(&h, "; explored=1");
+        if (!isnan(marginal)) {
+            char m[48];
+            snprintf(m, sizeof(m), "; objective=cost; marginal_usd=%.6g", marginal);
+            hdr_str(&h, m);
+        }
     }
     IG_DEBUG("route %s model=%s prompt_tokens=%d -> %s (cost %.4fs%s%s) %s%s", x->path, x->model,
              x->prompt_tokens, a->route->name, d.cost_s, d.runner_up >= 0 ? ", runner-up " : "",
@@ -1481,6 +1526,8 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     }
     x->priority = call->priority;
     x->max_queue_ms = call->max_queue_ms;
+    x->output_tokens = call->output_tokens;
+    x->slo_ttft_s = call->slo_ttft_s;
     snprintf(x->forwarded_header, sizeof(x->forwarded_header),
              "Content-Type: application/json\r\nx-infergate-forwarded: %s\r\n",
              call->region ? call->region : "1");

@@ -456,6 +456,8 @@ static int parse_concurrency_limit(ctx_t *c, json_t *o, const ig_router_opts_t *
 static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"policy",
+                                       "objective",
+                                       "slo_ttft_ms",
                                        "retry_budget",
                                        "max_retries",
                                        "hedge",
@@ -476,6 +478,7 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
     static const char *const eject_keys[] = {"consecutive_failures", "base_ejection_s", NULL};
     static const char *const policies[] = {"latency", "round_robin", "least_inflight", "random",
                                            NULL};
+    static const char *const objectives[] = {"latency", "cost", NULL};
     ig_config_routing_t *r = &cfg->routing;
     ig_router_opts_t ro;
     ig_proxy_opts_t po;
@@ -490,6 +493,8 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
         return rc;
     if ((rc = check_keys(c, o, p, keys)) ||
         (rc = get_enum(c, o, p, "policy", policies, IG_ROUTE_LATENCY, &policy)) ||
+        (rc = get_enum(c, o, p, "objective", objectives, 0, &r->objective_cost)) ||
+        (rc = get_number(c, o, p, "slo_ttft_ms", 0, 86400000, NUM_CLOSED, 0, &r->slo_ttft_ms)) ||
         (rc = get_number(c, o, p, "retry_budget", 0, 1, NUM_CLOSED, ro.retry_ratio,
                          &r->retry_budget)) ||
         (rc = get_number(c, o, p, "explore_ratio", 0, 0.1, NUM_CLOSED, ro.explore_ratio,

@@ -327,6 +327,8 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
     if (cfg->routing.queue_timeout_ms > 0)
         po->queue_timeout_ms = cfg->routing.queue_timeout_ms;
     po->first_token_timeout_ms = cfg->routing.first_token_timeout_ms;
+    po->objective_cost = cfg->routing.objective_cost;
+    po->slo_ttft_s = cfg->routing.slo_ttft_ms / 1000.0;
     /* The adaptive limit, the RTT probe, exploration and the tail term
      * (routing.concurrency_limit, routing.rtt_probe_ms,
      * routing.explore_ratio, routing.tail_weight, routing.wait_weight); a
@@ -1013,6 +1015,15 @@ static int admit_and_forward(ig_gateway_t *gw, ig_http_req_t *req, const gw_call
     }
     free(ids);
     call.session_id = ig_http_req_header(req, "x-session-id");
+    call.output_tokens = c->max_tokens > 0 ? c->max_tokens * (c->outputs > 0 ? c->outputs : 1) : 0;
+    /* A client may tighten the TTFT SLO of the cost objective, never loosen it. */
+    const char *slo = ig_http_req_header(req, "x-infergate-slo-ttft-ms");
+    if (slo != NULL) {
+        char *end;
+        double ms = strtod(slo, &end);
+        if (end != slo && *end == '\0' && ms > 0 && isfinite(ms))
+            call.slo_ttft_s = ms / 1000.0;
+    }
     ig_proxy_handle(gw->proxy, req, &call);
     free(hashes);
     free(edited);

@@ -119,6 +119,8 @@ typedef struct {
 
 typedef struct {
     ig_route_policy_t policy;
+    int objective_cost;  /* routing.objective "cost" (0: "latency") */
+    double slo_ttft_ms;  /* the TTFT the cost objective must keep (0: none) */
     double retry_budget;  /* retries allowed as a fraction of requests (0..1) */
     unsigned max_retries; /* per request */
     struct {

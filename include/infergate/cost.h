@@ -33,6 +33,21 @@ typedef struct {
 double ig_cost_answer(const ig_price_t *p, long long prompt, long long completion, double held_s,
                       double concurrency);
 
+/* What one more request of prompt_tokens that generates about output_tokens
+ * costs on an upstream with price p, beyond what is paid anyway: 0 for
+ * capacity paid by the hour (and for unpriced), its tokens per token. */
+double ig_cost_marginal(const ig_price_t *p, int prompt_tokens, int output_tokens);
+
+/*
+ * The "cost" objective's pick among n candidates: of those not excluded
+ * whose predicted TTFT ttft[i] is within slo_s (slo_s <= 0: no SLO), the
+ * lowest marginal cost; among equals `preferred` (the latency pick) when it
+ * is one of them, else the lowest predicted TTFT. The index, or -1 when no
+ * candidate meets the SLO (the latency pick then stands).
+ */
+int ig_cost_pick(const ig_price_t *prices, const double *ttft, const unsigned char *exclude,
+                 int n, int prompt_tokens, int output_tokens, double slo_s, int preferred);
+
 #define IG_COST_MINUTES 5 /* the window of the per-1M figure and the spend rate */
 
 /* One upstream's spend and output by minute, and the busy share charged

@@ -58,6 +58,10 @@ typedef struct {
      * retried before the commit). 0 = none (the default): the upstream's
      * first-byte deadline then covers the headers only. */
     uint64_t first_token_timeout_ms;
+    /* The cost objective (docs/routing.md, "The cost objective"): of the
+     * upstreams predicted to meet slo_ttft_s, the cheapest; 0: latency. */
+    int objective_cost;
+    double slo_ttft_s; /* 0: none */
 } ig_proxy_opts_t;
 
 void ig_proxy_opts_default(ig_proxy_opts_t *opts);
@@ -99,6 +103,8 @@ typedef struct {
     int priority;       /* 0 critical, 1 standard, 2 sheddable: the queue serves the
                            lower first, and a full queue sheds the highest */
     uint64_t max_queue_ms; /* held at most this long (0: queue_timeout_ms) */
+    int output_tokens;     /* tokens it may generate, for the cost objective (0: unknown) */
+    double slo_ttft_s;     /* a tighter TTFT SLO of its own (x-infergate-slo-ttft-ms; 0: none) */
 } ig_proxy_call_t;
 
 /* Takes over the request: the proxy finishes it. call's strings are copied. */
