@@ -134,8 +134,10 @@ static void on_snapshot(ig_kv_feed_t *f, json_t *d)
         }
     }
     if (epoch && strcmp(epoch, f->epoch) != 0) {
-        if (f->epoch[0])
+        if (f->epoch[0]) {
             IG_INFO("kv events %s: a new worker process (%s)", f->name, epoch);
+            f->u->kv_epoch++; /* the approximate index forgets it too */
+        }
         snprintf(f->epoch, sizeof(f->epoch), "%s", epoch);
     }
     f->seq = (uint64_t)json_integer_value(seq);

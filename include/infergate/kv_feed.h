@@ -10,7 +10,9 @@
  * (no heartbeat within its idle deadline), skips a number or overfills the
  * index sets u->kv_exact to NULL and empties the index at once (the router
  * then falls back to the approximate index, infergate/prefix_route.h), and
- * the feed reconnects with a backoff for a fresh snapshot.
+ * the feed reconnects with a backoff for a fresh snapshot. A snapshot from
+ * a new worker process (another epoch) also bumps u->kv_epoch, so that the
+ * approximate index forgets what it believed of the old one.
  *
  * Loop thread only. A handle: ig_kv_feed_close() is its pair.
  */
