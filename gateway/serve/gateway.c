@@ -12,6 +12,7 @@
 #include "infergate/engine.h" /* ig_engine_kv_dtype_name */
 #include "infergate/error.h"
 #include "infergate/keys.h"
+#include "infergate/kv_feed.h"
 #include "infergate/log.h"
 #include "infergate/prefix.h"
 #include "infergate/tls.h"
@@ -481,6 +482,26 @@ void ig__gateway_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
     free(old);
 }
 
+/* The block size a model's workers report in their KV event snapshots (the
+ * first live one: what their caches are cut at), else the pool's config. */
+static int prefix_block_size(const ig_gateway_t *gw, const gw_prefix_model_t *pm)
+{
+    for (int p = 0; p < gw->npools; p++) {
+        if (strcmp(ig_pool_model(gw->pools[p]), pm->model) != 0)
+            continue;
+        for (int i = 0; i < ig_pool_size(gw->pools[p]); i++) {
+            const ig_kv_feed_t *f = ig_instance_kv_feed(ig_pool_instance(gw->pools[p], i));
+            ig_kv_feed_info_t fi;
+            if (f == NULL)
+                continue;
+            ig_kv_feed_info(f, &fi);
+            if (fi.live && fi.block_size > 0)
+                return fi.block_size;
+        }
+    }
+    return pm->block_size;
+}
+
 static const gw_prefix_model_t *prefix_model(const ig_gateway_t *gw, const char *model)
 {
     for (int i = 0; i < gw->npmodels; i++)
@@ -921,12 +942,12 @@ static int admit_and_forward(ig_gateway_t *gw, ig_http_req_t *req, const gw_call
                    c->r->prompts[0].text == NULL;
     if (pm && (pm->tok || ids_only) &&
         ig_prefix_prompt_tokens(pm->tok, pm->style, c->r, 0, &ids, &nids, NULL, 0) == 0) {
-        int cap = nids / pm->block_size + 1;
+        int bs = prefix_block_size(gw, pm);
+        int cap = nids / bs + 1;
         if ((hashes = malloc(sizeof(uint64_t) * (size_t)cap)) != NULL) {
-            call.nprefix = ig_prefix_hashes(ig_prefix_seed(c->model), ids, nids, pm->block_size,
-                                            hashes, cap);
+            call.nprefix = ig_prefix_hashes(ig_prefix_seed(c->model), ids, nids, bs, hashes, cap);
             call.prefix_hashes = hashes;
-            call.block_size = pm->block_size;
+            call.block_size = bs;
         }
         if (c->r->kind == IG_API_CHAT || c->r->nprompts == 1)
             call.prompt_tokens = nids;

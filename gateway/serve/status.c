@@ -5,8 +5,8 @@
  * and GET / (the status page of page.c).
  */
 #include "gateway_internal.h"
-#include "infergate/kv_feed.h"
 #include "infergate/api.h"
+#include "infergate/kv_feed.h"
 #include "infergate/load.h"
 
 #include <jansson.h>
