@@ -272,6 +272,11 @@ static void test_slow_subscriber_dropped(void **state)
     int nh = ig_prefix_hashes(ig_prefix_seed("tiny"), ids, 64, BS, h, 8);
     for (int i = 0; i < nh; i++)
         assert_true(set_find(&good, h[i]) >= 0);
+    /* The worker counts the one it dropped, and serves the other still. */
+    ig_tc_response_t r;
+    assert_int_equal(wt_get(&W, "/metrics", &r), 0);
+    assert_non_null(strstr(r.body, "\ninfergate_worker_kv_event_subscribers_dropped_total 1\n"));
+    ig_tc_response_free(&r);
     unsubscribe(&slow);
     unsubscribe(&good);
 }

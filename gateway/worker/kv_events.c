@@ -44,11 +44,12 @@ static void unlink_sub(worker_t *w, kvsub_t *s)
     free(s);
 }
 
+/* Ends s now: why is NULL when its client went away (nothing to say). */
 static void drop(kvsub_t *s, const char *why)
 {
     worker_t *w = s->w;
-    IG_WARN("kv events: subscriber %s dropped: %s", ig_http_req_peer(s->req), why);
-    w->kv_dropped++;
+    if (why != NULL)
+        IG_WARN("kv events: subscriber %s dropped: %s", ig_http_req_peer(s->req), why);
     ig_http_stream_reset(s->req);
     unlink_sub(w, s);
 }
@@ -58,10 +59,12 @@ static int send_to(kvsub_t *s, const char *buf, size_t len)
 {
     int rc = ig_http_stream_write(s->req, buf, len);
     if (rc == IG_ECLOSED || ig_http_req_aborted(s->req)) {
-        drop(s, "gone");
+        drop(s, NULL);
         return -1;
     }
     if (ig_http_req_write_queued(s->req) > s->w->o.kv_events_buffer) {
+        if (s->w->m_kv_dropped)
+            ig_metric_add(s->w->m_kv_dropped, 1);
         drop(s, "it does not read");
         return -1;
     }

@@ -146,7 +146,8 @@ typedef struct worker_s {
 
     /* metrics */
     ig_metric_t *m_ttft, *m_itl, *m_batch, *m_queue, *m_e2e, *m_prompt, *m_gen, *m_preempt,
-        *m_finished, *m_rejected, *m_pc_queries, *m_pc_hits, *m_pc_evictions, *m_kv_bytes;
+        *m_finished, *m_rejected, *m_pc_queries, *m_pc_hits, *m_pc_evictions, *m_kv_bytes,
+        *m_kv_dropped;
     ig_sched_stats_t last_stats;
 
     /* GET /kv/events (kv_events.c) */
@@ -154,7 +155,6 @@ typedef struct worker_s {
     int nkv_subs;
     uint64_t kv_cursor;   /* events up to this one were sent to every subscriber */
     char kv_epoch[48];    /* this process's cache: a new one after each start */
-    uint64_t kv_dropped;  /* subscribers dropped for not reading */
 } worker_t;
 
 static inline uint64_t now_ns(void)
