@@ -165,13 +165,17 @@ void ig__worker_kv_pump(worker_t *w)
         if (n == IG_ERANGE) {
             /* The ring moved on without us: everyone starts over. */
             IG_WARN("kv events: fell behind the ring; sending snapshots");
-            uint64_t top = 0;
+            /* From the oldest snapshot on: each subscriber skips the events
+             * its own snapshot includes. */
+            uint64_t low = UINT64_MAX;
             for (kvsub_t *s = w->kv_subs, *nx; s; s = nx) {
                 nx = s->next;
-                if (send_snapshot(s) == 0 && s->from > top)
-                    top = s->from;
+                if (send_snapshot(s) == 0 && s->from < low)
+                    low = s->from;
             }
-            w->kv_cursor = top;
+            if (low == UINT64_MAX)
+                return; /* nobody left */
+            w->kv_cursor = low;
             continue;
         }
         if (n <= 0)
