@@ -44,7 +44,49 @@ int ig__pcache_init(ig__pcache_t *c, const ig_sched_engine_t *eng, int enabled, 
     for (unsigned i = 0; i < nb; i++)
         c->buckets[i] = -1;
     c->lru_head = c->lru_tail = -1;
+    /* Four events per block (stored, removed, twice over) before a reader
+     * that has not read must resynchronise; 64k at most (1.5 MiB). */
+    c->ev_cap = eng->num_blocks < 16384 ? 4 * eng->num_blocks + 64 : 65536;
+    if ((c->ev = malloc(sizeof(ig_kv_event_t) * (size_t)c->ev_cap)) == NULL) {
+        ig__pcache_dispose(c);
+        return IG_ENOMEM;
+    }
     return 0;
+}
+
+static void event(ig__pcache_t *c, ig_kv_event_kind_t kind, int b)
+{
+    if (c->ev == NULL)
+        return; /* disposing after a failed init */
+    uint64_t seq = ++c->ev_seq;
+    c->ev[(seq - 1) % (uint64_t)c->ev_cap] =
+        (ig_kv_event_t){.seq = seq, .kind = kind, .hash = c->hash[b], .parent = c->parent[b]};
+}
+
+int ig__pcache_events(const ig__pcache_t *c, uint64_t after, ig_kv_event_t *out, int cap)
+{
+    if (after > c->ev_seq)
+        return IG_ERANGE; /* a reader from another life of this cache */
+    if (c->ev_seq - after > (uint64_t)c->ev_cap)
+        return IG_ERANGE;
+    int n = 0;
+    for (uint64_t s = after + 1; s <= c->ev_seq && n < cap; s++)
+        out[n++] = c->ev[(s - 1) % (uint64_t)c->ev_cap];
+    return n;
+}
+
+int ig__pcache_snapshot(const ig__pcache_t *c, uint64_t *hashes, uint64_t *parents, int cap,
+                        uint64_t *seq)
+{
+    int n = 0;
+    for (int b = 0; b < c->num_blocks && n < cap; b++) {
+        if (!c->committed[b])
+            continue;
+        hashes[n] = c->hash[b];
+        parents[n++] = c->parent[b];
+    }
+    *seq = c->ev_seq;
+    return n;
 }
 
 static void lru_unlink(ig__pcache_t *c, int b)
@@ -85,6 +127,7 @@ static void uncommit(ig__pcache_t *c, int b)
     c->hnext[b] = -1;
     c->committed[b] = 0;
     c->ncommitted--;
+    event(c, IG_KV_REMOVED, b);
 }
 
 void ig__pcache_dispose(ig__pcache_t *c)
@@ -106,6 +149,7 @@ void ig__pcache_dispose(ig__pcache_t *c)
     free(c->lru_next);
     free(c->hnext);
     free(c->buckets);
+    free(c->ev);
     memset(c, 0, sizeof(*c));
 }
 
@@ -183,13 +227,13 @@ uint64_t ig__pcache_commit(ig__pcache_t *c, int b, uint64_t parent, const int32_
         return h; /* a twin computed at the same time is cached already */
     c->hash[b] = h;
     c->parent[b] = parent;
-    memcpy(c->tokens + (size_t)b * c->block_size, tokens,
-           sizeof(int32_t) * (size_t)c->block_size);
+    memcpy(c->tokens + (size_t)b * c->block_size, tokens, sizeof(int32_t) * (size_t)c->block_size);
     int *head = &c->buckets[h & c->mask];
     c->hnext[b] = *head;
     *head = b;
     c->committed[b] = 1;
     c->ncommitted++;
+    event(c, IG_KV_STORED, b);
     return h;
 }
 

@@ -41,6 +41,13 @@ typedef struct {
     unsigned mask;
     int ncommitted;
     uint64_t evictions;
+    /* KV events (ig_sched_kv_events): every commit and every uncommit, in
+     * order, in a ring of ev_cap; ev_seq is the last one's number (1 is the
+     * first). The ring overwrites its oldest: a reader that falls that far
+     * behind resynchronises from a snapshot, so memory stays bounded. */
+    ig_kv_event_t *ev; /* (ev_cap) event seq lives at ev[(seq - 1) % ev_cap] */
+    int ev_cap;
+    uint64_t ev_seq;
 } ig__pcache_t;
 
 /* 0 or IG_ENOMEM. eng is copied; its ctx stays borrowed. */
@@ -82,6 +89,16 @@ void ig__pcache_acquire(ig__pcache_t *c, int block);
  * already holds the same content (then this one stays private and goes
  * back to the engine when released). Returns the block's hash. */
 uint64_t ig__pcache_commit(ig__pcache_t *c, int block, uint64_t parent, const int32_t *tokens);
+
+/* Events with seq > after, at most cap, into out (in order): how many, or
+ * IG_ERANGE when some after `after` were overwritten already. */
+int ig__pcache_events(const ig__pcache_t *c, uint64_t after, ig_kv_event_t *out, int cap);
+
+/* The committed blocks' hashes and parents (at most cap; num_blocks is
+ * always enough): how many. *seq gets the last event's number: the
+ * snapshot is the state after it. */
+int ig__pcache_snapshot(const ig__pcache_t *c, uint64_t *hashes, uint64_t *parents, int cap,
+                        uint64_t *seq);
 
 /* 1 when block is held by nobody (cached in the LRU). */
 int ig__pcache_idle(const ig__pcache_t *c, int block);

@@ -732,6 +732,23 @@ int ig_sched_prefix_match_hashes(ig_sched_t *s, const uint64_t *hashes, int n)
     return k;
 }
 
+int ig_sched_kv_events(ig_sched_t *s, uint64_t after, ig_kv_event_t *out, int cap)
+{
+    pthread_mutex_lock(&s->pc_mu);
+    int n = ig__pcache_events(&s->pc, after, out, cap);
+    pthread_mutex_unlock(&s->pc_mu);
+    return n;
+}
+
+int ig_sched_kv_snapshot(ig_sched_t *s, uint64_t *hashes, uint64_t *parents, int cap,
+                         uint64_t *seq)
+{
+    pthread_mutex_lock(&s->pc_mu);
+    int n = ig__pcache_snapshot(&s->pc, hashes, parents, cap, seq);
+    pthread_mutex_unlock(&s->pc_mu);
+    return n;
+}
+
 static int blocks_needed(const ig_sched_t *s, const seq_t *q, int n)
 {
     int need = blocks_for(s, q->ncomputed + n) - q->nblocks;

@@ -4,6 +4,7 @@
  */
 #include "infergate/pool.h"
 #include "infergate/discover.h"
+#include "infergate/kv_feed.h"
 #include "infergate/error.h"
 #include "infergate/load.h"
 #include "infergate/log.h"
@@ -52,10 +53,11 @@ struct ig_instance_s {
     void *poll_data;         /* its poll_t, freed here when it is cancelled */
     uint64_t poll_sent_ns;
     ig_router_upstream_t route;
-    ig_load_t load;     /* the last /load report */
-    int in_use;         /* this device slot holds an instance */
-    int remote;         /* a discovered instance: an address, no process */
-    int remote_closing; /* its client is closing; the slot frees after */
+    ig_load_t load;        /* the last /load report */
+    int in_use;            /* this device slot holds an instance */
+    int remote;            /* a discovered instance: an address, no process */
+    int remote_closing;    /* its client is closing; the slot frees after */
+    ig_kv_feed_t *kv_feed; /* its GET /kv/events, while it is ready or draining */
 };
 
 struct ig_pool_s {
@@ -106,6 +108,15 @@ static void set_state(ig_instance_t *in, ig_instance_state_t s)
     if (s == IG_INSTANCE_READY)
         in->ready_ns = uv_hrtime();
     ig_pool_t *p = in->pool;
+    /* The exact prefix index lives exactly as long as the process: one that
+     * stops or crashes takes its blocks out of routing at once. */
+    if (in->route.ready && in->kv_feed == NULL && !p->closing &&
+        ig_kv_feed_start(&in->kv_feed, p->loop, in->name, in->listen, &in->route) != 0)
+        in->kv_feed = NULL;
+    if (!in->route.ready && in->kv_feed != NULL) {
+        ig_kv_feed_close(in->kv_feed);
+        in->kv_feed = NULL;
+    }
     if (p->cb != NULL)
         p->cb(p, in, p->cb_data);
 }
@@ -705,6 +716,8 @@ void ig_pool_close(ig_pool_t *p, uint64_t grace_ms, void (*cb)(void *data), void
         ig_instance_t *in = &p->inst[i];
         in->stop_requested = 1;
         poll_cancel(in);
+        ig_kv_feed_close(in->kv_feed);
+        in->kv_feed = NULL;
         uv_timer_stop(&in->timer);
         uv_close((uv_handle_t *)&in->timer, on_timer_closed);
         if (in->proc_alive) {
@@ -900,6 +913,11 @@ int ig_pool_min_instances(const ig_pool_t *p)
 int ig_pool_max_instances(const ig_pool_t *p)
 {
     return p->spec.max_instances;
+}
+
+const ig_kv_feed_t *ig_instance_kv_feed(const ig_instance_t *in)
+{
+    return in->kv_feed;
 }
 
 int ig_instance_restarts(const ig_instance_t *in)

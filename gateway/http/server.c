@@ -921,6 +921,16 @@ static void conn_close(ig__http_conn_t *c)
         conn_close_now(c);
 }
 
+int ig_http_stream_reset(ig_http_req_t *req)
+{
+    if (req->state == IG__REQ_FINISHED)
+        return IG_ESTATE;
+    if (req->conn != NULL)
+        conn_fail(req->conn); /* unsent bytes go with the socket, next turn */
+    ig__http_req_finished(req);
+    return 0;
+}
+
 /* ---- accepting -------------------------------------------------------- */
 
 static void on_reject_closed(uv_handle_t *h)

@@ -8,6 +8,7 @@
 #include "infergate/prefix_route.h"
 
 #include "infergate/error.h"
+#include "infergate/kv_index.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -309,6 +310,17 @@ void ig_prefix_route_score(ig_prefix_index_t *x, ig_router_upstream_t *const *up
     for (int i = 0; i < n; i++) {
         ig_router_upstream_t *u = ups[i];
         u->cached_tokens = 0;
+        if (u->kv_exact != NULL) {
+            /* The worker's own word: no guess, and no session affinity
+             * (what it served last may be evicted already). */
+            int m = q->hashes && q->block_size == ig_kv_index_block_size(u->kv_exact)
+                        ? ig_kv_index_match(u->kv_exact, q->hashes, q->nhashes) * q->block_size
+                        : 0;
+            if (m > q->prompt_tokens - 1)
+                m = q->prompt_tokens > 1 ? q->prompt_tokens - 1 : 0;
+            u->cached_tokens = m;
+            continue;
+        }
         if (!x || !holds(u))
             continue;
         int m = q->hashes ? ig_prefix_index_match(x, u, q->hashes, q->nhashes) * q->block_size : 0;

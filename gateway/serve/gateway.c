@@ -12,6 +12,7 @@
 #include "infergate/engine.h" /* ig_engine_kv_dtype_name */
 #include "infergate/error.h"
 #include "infergate/keys.h"
+#include "infergate/kv_feed.h"
 #include "infergate/log.h"
 #include "infergate/prefix.h"
 #include "infergate/tls.h"
@@ -452,8 +453,9 @@ static void gateway_free(ig_gateway_t *gw)
 }
 
 /* Loads the tokenizer of every model a pool serves (the first pool's block
- * size); a model whose tokenizer does not load is routed without its
- * prefixes, with a warning. One already in gw->pmodels for the same path and
+ * size); a model without a path or whose tokenizer does not load is
+ * routed by the prefixes of its token-id prompts only (their hashes need
+ * only the block size), with a warning. One already in gw->pmodels for the same path and
  * block size is moved over rather than read again. */
 void ig__gateway_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
 {
@@ -467,31 +469,56 @@ void ig__gateway_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
         for (size_t p = 0; p < cfg->npools && cp == NULL; p++)
             if (cfg->pools[p].model_index == i)
                 cp = &cfg->pools[p];
-        if (m->path == NULL || cp == NULL)
+        if (cp == NULL)
             continue;
         gw_prefix_model_t *pm = &gw->pmodels[gw->npmodels];
         pm->model = m->name;
         pm->path = m->path;
         pm->block_size = cp->batching.block_size > 0 ? (int)cp->batching.block_size : 16;
         for (int o = 0; o < nold && pm->tok == NULL; o++) {
-            if (old[o].tok != NULL && strcmp(old[o].path, m->path) == 0 &&
+            if (old[o].tok != NULL && m->path != NULL && strcmp(old[o].path, m->path) == 0 &&
                 old[o].block_size == pm->block_size) {
                 pm->tok = old[o].tok;
                 old[o].tok = NULL;
             }
         }
         char err[256] = "";
-        if (pm->tok == NULL && ig_tokenizer_load(m->path, &pm->tok, err, sizeof(err)) != 0) {
-            IG_WARN("model %s: no tokenizer for prefix-aware routing: %s", m->name, err);
-            memset(pm, 0, sizeof(*pm));
-            continue;
+        if (m->path == NULL)
+            snprintf(err, sizeof(err), "the model has no path");
+        if (pm->tok == NULL &&
+            (m->path == NULL || ig_tokenizer_load(m->path, &pm->tok, err, sizeof(err)) != 0)) {
+            /* Token-id prompts need only the block size to be hashed. */
+            IG_WARN("model %s: no tokenizer here (%s): prefix-aware routing for token-id prompts "
+                    "only",
+                    m->name, err);
+            pm->tok = NULL;
         }
-        pm->style = ig_chat_detect(ig_tokenizer_chat_template(pm->tok));
+        pm->style = pm->tok ? ig_chat_detect(ig_tokenizer_chat_template(pm->tok)) : 0;
         gw->npmodels++;
     }
     for (int o = 0; o < nold; o++)
         ig_tokenizer_free(old[o].tok);
     free(old);
+}
+
+/* The block size a model's workers report in their KV event snapshots (the
+ * first live one: what their caches are cut at), else the pool's config. */
+static int prefix_block_size(const ig_gateway_t *gw, const gw_prefix_model_t *pm)
+{
+    for (int p = 0; p < gw->npools; p++) {
+        if (strcmp(ig_pool_model(gw->pools[p]), pm->model) != 0)
+            continue;
+        for (int i = 0; i < ig_pool_size(gw->pools[p]); i++) {
+            const ig_kv_feed_t *f = ig_instance_kv_feed(ig_pool_instance(gw->pools[p], i));
+            ig_kv_feed_info_t fi;
+            if (f == NULL)
+                continue;
+            ig_kv_feed_info(f, &fi);
+            if (fi.live && fi.block_size > 0)
+                return fi.block_size;
+        }
+    }
+    return pm->block_size;
 }
 
 static const gw_prefix_model_t *prefix_model(const ig_gateway_t *gw, const char *model)
@@ -1002,13 +1029,16 @@ static int admit_and_forward(ig_gateway_t *gw, ig_http_req_t *req, const gw_call
     const gw_prefix_model_t *pm = c->r != NULL ? prefix_model(gw, c->model) : NULL;
     int *ids = NULL, nids = 0;
     uint64_t *hashes = NULL;
-    if (pm && ig_prefix_prompt_tokens(pm->tok, pm->style, c->r, 0, &ids, &nids, NULL, 0) == 0) {
-        int cap = nids / pm->block_size + 1;
+    int ids_only = c->r != NULL && c->r->kind != IG_API_CHAT && c->r->nprompts > 0 &&
+                   c->r->prompts[0].text == NULL;
+    if (pm && (pm->tok || ids_only) &&
+        ig_prefix_prompt_tokens(pm->tok, pm->style, c->r, 0, &ids, &nids, NULL, 0) == 0) {
+        int bs = prefix_block_size(gw, pm);
+        int cap = nids / bs + 1;
         if ((hashes = malloc(sizeof(uint64_t) * (size_t)cap)) != NULL) {
-            call.nprefix = ig_prefix_hashes(ig_prefix_seed(c->model), ids, nids, pm->block_size,
-                                            hashes, cap);
+            call.nprefix = ig_prefix_hashes(ig_prefix_seed(c->model), ids, nids, bs, hashes, cap);
             call.prefix_hashes = hashes;
-            call.block_size = pm->block_size;
+            call.block_size = bs;
         }
         if (c->r->kind == IG_API_CHAT || c->r->nprompts == 1)
             call.prompt_tokens = nids;

@@ -6,6 +6,7 @@
  */
 #include "gateway_internal.h"
 #include "infergate/api.h"
+#include "infergate/kv_feed.h"
 #include "infergate/load.h"
 
 #include <jansson.h>
@@ -220,6 +221,28 @@ static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t
     json_object_set_new(o, "service_samples", json_integer((json_int_t)u->svc_samples));
 }
 
+/* "prefix_index": "exact" while the worker's KV events are live, else
+ * "approximate", and what the subscription knows (docs/routing.md). */
+static void status_kv_index(json_t *o, const ig_instance_t *in)
+{
+    const ig_kv_feed_t *f = ig_instance_kv_feed(in);
+    ig_kv_feed_info_t fi;
+    if (o == NULL)
+        return;
+    if (f == NULL) {
+        json_object_set_new(o, "prefix_index", json_string("approximate"));
+        return;
+    }
+    ig_kv_feed_info(f, &fi);
+    json_object_set_new(o, "prefix_index", json_string(fi.live ? "exact" : "approximate"));
+    json_object_set_new(o, "kv_events",
+                        json_pack("{s:b, s:i, s:i, s:i, s:I, s:I, s:I, s:s, s:s}", "live", fi.live,
+                                  "blocks", fi.blocks, "capacity", fi.capacity, "block_size",
+                                  fi.block_size, "seq", (json_int_t)fi.seq, "snapshots",
+                                  (json_int_t)fi.snapshots, "losses", (json_int_t)fi.losses,
+                                  "epoch", fi.epoch, "last_error", fi.last_error));
+}
+
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
 {
     json_t *pools = json_array();
@@ -242,6 +265,7 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
             status_limit(json_array_get(insts, json_array_size(insts) - 1), gw, u);
             status_cost(json_array_get(insts, json_array_size(insts) - 1), u, &price, now,
                         &spend);
+            status_kv_index(json_array_get(insts, json_array_size(insts) - 1), in);
         }
         json_t *counts = json_object();
         static const ig_instance_state_t states[] = {IG_INSTANCE_STARTING, IG_INSTANCE_READY,

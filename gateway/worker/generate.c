@@ -742,6 +742,7 @@ void ig__worker_on_async(uv_async_t *h)
     worker_t *w = h->data;
     if (w->sched)
         ig_sched_drain(w->sched, on_event, w);
+    ig__worker_kv_pump(w);
 }
 
 void ig__worker_on_sched_notify(void *data)

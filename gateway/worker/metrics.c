@@ -48,6 +48,11 @@ static double g_prefix_blocks(void *d)
     return ig__worker_stats(d).prefix_cached_blocks;
 }
 
+static double g_kv_subscribers(void *d)
+{
+    return ((worker_t *)d)->nkv_subs;
+}
+
 static double g_ready(void *d)
 {
     return ((worker_t *)d)->state == W_READY;
@@ -93,6 +98,11 @@ void ig__worker_metrics_register(worker_t *w)
                                       "Prompt tokens found in the prefix cache", NULL);
     w->m_pc_evictions = ig_metrics_counter("infergate_worker_prefix_cache_evictions_total",
                                            "Cached KV blocks evicted for reuse", NULL);
+    ig_metrics_gauge_fn("infergate_worker_kv_event_subscribers",
+                        "Subscribers of GET /kv/events now", g_kv_subscribers, w);
+    w->m_kv_dropped =
+        ig_metrics_counter("infergate_worker_kv_event_subscribers_dropped_total",
+                           "GET /kv/events subscribers dropped for not reading", NULL);
     w->m_kv_bytes =
         ig_metrics_gauge("infergate_worker_kv_cache_bytes",
                          "Bytes of the KV cache, by element type (f32, f16, bf16)", "dtype");

@@ -240,6 +240,11 @@ static void handle_not_served(ig_http_req_t *req, void *data)
                           ig_http_req_path(req));
 }
 
+static void handle_kv_events(ig_http_req_t *req, void *data)
+{
+    ig__worker_kv_subscribe(data, req);
+}
+
 /* The worker's routes (include/infergate/http_route.h); no API keys here:
  * a worker listens where only its gateway reaches it. */
 static const ig_http_route_t routes[] = {
@@ -255,6 +260,7 @@ static const ig_http_route_t routes[] = {
     {"GET", "/load", handle_load, 0},
     {"POST", "/prefix", handle_prefix, 0},
     {"GET", "/metrics", handle_metrics, 0},
+    {"GET", "/kv/events", handle_kv_events, 0},
 };
 
 static void on_request(ig_http_req_t *req, void *data)
@@ -423,6 +429,7 @@ static void begin_close(worker_t *w)
         return;
     w->closing = 1;
     IG_INFO("drained; closing");
+    ig__worker_kv_close_all(w);
     ig_http_server_close(w->server, 1000, on_server_closed, w);
 }
 
@@ -461,6 +468,7 @@ static void on_tick(uv_timer_t *t)
         }
     }
     ig__worker_metrics_sync(w);
+    ig__worker_kv_tick(w);
     if (w->state == W_DRAINING || w->state == W_FAILED) {
         if (w->nreqs && (double)(now - w->drain_started) / 1e9 > w->o.drain_timeout_s) {
             IG_WARN("drain timeout: cancelling %d requests", w->nreqs);
@@ -498,6 +506,8 @@ static void usage(FILE *out)
             "  --quantize q8_0          quantize the weights at load (BF16/F16/F32 models)\n"
             "  --kv-dtype f32|f16|bf16  element type of the KV cache (f32; 16 bits hold\n"
             "                           twice the tokens; CPU devices only)\n"
+            "  --kv-events-buffer BYTES unsent GET /kv/events bytes before a subscriber\n"
+            "                           that does not read is dropped (1048576)\n"
             "  --log-level debug|info|warn|error\n"
             "  --log-format text|json\n"
             "  --help\n");
@@ -536,6 +546,7 @@ int ig_cmd_worker(int argc, char **argv)
         {"log-format", required_argument, NULL, 'F'},
         {"quantize", required_argument, NULL, 'Q'},
         {"kv-dtype", required_argument, NULL, 'K'},
+        {"kv-events-buffer", required_argument, NULL, 'E'},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -549,6 +560,7 @@ int ig_cmd_worker(int argc, char **argv)
     w->o.request_timeout_s = 600;
     w->o.stall_timeout_s = 30;
     w->o.stream_buffer = 1 << 20;
+    w->o.kv_events_buffer = 1 << 20;
     w->o.drain_timeout_s = 60;
     w->o.prefix_cache = 1;
     ig_log_level_t level = IG_LOG_INFO;
@@ -626,6 +638,13 @@ int ig_cmd_worker(int argc, char **argv)
             }
             w->o.prefix_cache = strcmp(optarg, "on") == 0;
             break;
+        case 'E': {
+            int v;
+            if (parse_int(optarg, "--kv-events-buffer", 1024, &v) < 0)
+                goto out;
+            w->o.kv_events_buffer = (size_t)v;
+            break;
+        }
         case 'P':
             if (parse_int(optarg, "--max-prompt-tokens", 0, &w->o.max_prompt_tokens) < 0)
                 goto out;
@@ -711,6 +730,7 @@ int ig_cmd_worker(int argc, char **argv)
     else
         IG_INFO("listening on %s", w->o.listen);
     ig__worker_metrics_register(w);
+    ig_api_make_id(w->kv_epoch, sizeof(w->kv_epoch), "kv-");
     uv_async_init(&loop, &w->async, ig__worker_on_async);
     w->async.data = w;
     uv_timer_init(&loop, &w->tick);

@@ -43,11 +43,13 @@ typedef struct {
     int prefix_cache;         /* automatic prefix caching (1) */
     const char *quantize;     /* "q8_0": weights quantized at load; NULL = as stored */
     ig_dtype_t kv_dtype;      /* --kv-dtype: the KV cache's element type (F32) */
+    size_t kv_events_buffer;  /* unsent /kv/events bytes before a subscriber is dropped */
 } worker_opts_t;
 
 typedef enum { W_LOADING = 0, W_READY, W_FAILED, W_DRAINING } wstate_t;
 
 typedef struct wreq_s wreq_t;
+typedef struct kvsub_s kvsub_t;
 
 typedef struct {
     wreq_t *r;
@@ -144,8 +146,15 @@ typedef struct worker_s {
 
     /* metrics */
     ig_metric_t *m_ttft, *m_itl, *m_batch, *m_queue, *m_e2e, *m_prompt, *m_gen, *m_preempt,
-        *m_finished, *m_rejected, *m_pc_queries, *m_pc_hits, *m_pc_evictions, *m_kv_bytes;
+        *m_finished, *m_rejected, *m_pc_queries, *m_pc_hits, *m_pc_evictions, *m_kv_bytes,
+        *m_kv_dropped;
     ig_sched_stats_t last_stats;
+
+    /* GET /kv/events (kv_events.c) */
+    kvsub_t *kv_subs;
+    int nkv_subs;
+    uint64_t kv_cursor;   /* events up to this one were sent to every subscriber */
+    char kv_epoch[48];    /* this process's cache: a new one after each start */
 } worker_t;
 
 static inline uint64_t now_ns(void)
@@ -193,5 +202,17 @@ void ig__worker_detokenize(worker_t *w, ig_http_req_t *req);
 /* POST /v1/completions and /v1/chat/completions: parse, tokenize, submit;
  * answers errors itself and finishes req, now or when the last choice ends. */
 void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
+
+/* ---- kv_events.c ---------------------------------------------------------- */
+
+/* GET /kv/events: subscribes req (a snapshot, then the events); answers
+ * 503 while loading or draining. */
+void ig__worker_kv_subscribe(worker_t *w, ig_http_req_t *req);
+/* Loop thread: sends the cache's new events to every subscriber. */
+void ig__worker_kv_pump(worker_t *w);
+/* Once a second: pump, and a comment line as a heartbeat. */
+void ig__worker_kv_tick(worker_t *w);
+/* Ends every subscription (the worker drains). */
+void ig__worker_kv_close_all(worker_t *w);
 
 #endif

@@ -187,6 +187,10 @@ int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_typ
  * close. ig_http_stream_end returns 0 also when the client is gone. */
 int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len);
 int ig_http_stream_end(ig_http_req_t *req);
+/* Finishes the request and closes its connection on the next turn of the
+ * loop, discarding what is still unsent: for a stream whose client stopped
+ * reading, whose queued bytes must not grow or linger. 0 or IG_ESTATE. */
+int ig_http_stream_reset(ig_http_req_t *req);
 
 /*
  * A tap on the response body: cb sees every body byte the handler sends

@@ -143,6 +143,9 @@ ig_instance_state_t ig_instance_state(const ig_instance_t *inst);
 const char *ig_instance_name(const ig_instance_t *inst); /* "pool/N" */
 const char *ig_instance_device(const ig_instance_t *inst);
 int ig_instance_pid(const ig_instance_t *inst);
+/* Its GET /kv/events subscription (infergate/kv_feed.h) while it is ready
+ * or draining, else NULL. */
+const struct ig_kv_feed_s *ig_instance_kv_feed(const ig_instance_t *in);
 int ig_instance_restarts(const ig_instance_t *inst);
 /* --threads given to a plain "cpu" worker (0 for other devices). */
 int ig_instance_threads(const ig_instance_t *inst);

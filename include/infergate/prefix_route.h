@@ -66,7 +66,10 @@ typedef struct {
  * last token is always computed), and 0 for plain sites (one that is not
  * an infergate peer holds nothing as far as we know; a peer's region routes
  * by prefix too, so what was sent there counts, and its RTT and wait
- * weigh against it in the cost). ig_router_pick then counts only the rest as
+ * weigh against it in the cost). An upstream whose KV events are live
+ * (u->kv_exact, infergate/kv_feed.h) is scored on its exact index alone:
+ * the leading blocks it holds now (none when its block size is not q's).
+ * ig_router_pick then counts only the rest as
  * prefill. An upstream whose kv_epoch changed since the index last saw it
  * restarted: what the index knew of it is forgotten first. */
 void ig_prefix_route_score(ig_prefix_index_t *idx, ig_router_upstream_t *const *ups, int n,

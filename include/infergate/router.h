@@ -108,6 +108,9 @@ typedef struct {
     int kv_blocks;
     unsigned kv_epoch; /* bumped by the owner when its KV cache starts empty (a
                           worker process started): what was cached is gone */
+    const struct ig_kv_index_s *kv_exact; /* what its KV events say it holds, while
+                          they are live (infergate/kv_feed.h); NULL: the
+                          approximate index stands in */
     int prefix_peer;   /* a site that is an infergate gateway (its /load names a
                           region): it routes by prefix too, so a prompt sent
                           there stays warm in its region */

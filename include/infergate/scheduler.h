@@ -188,6 +188,34 @@ int ig_sched_prefix_match(ig_sched_t *s, const int *tokens, int ntok);
  * are cached, as a leading run. Any thread. */
 int ig_sched_prefix_match_hashes(ig_sched_t *s, const uint64_t *hashes, int n);
 
+/*
+ * KV cache events (docs/worker.md, "KV events"): what the prefix cache
+ * holds, as a numbered log. A block is STORED when its full KV is committed
+ * under its chained hash (infergate/prefix.h, with this scheduler's
+ * prefix_seed and block size) and REMOVED when it is evicted for reuse.
+ * The log is a ring of about four events per KV block, so a reader that
+ * does not keep up loses its place rather than growing a queue.
+ */
+typedef enum { IG_KV_STORED = 1, IG_KV_REMOVED = 2 } ig_kv_event_kind_t;
+typedef struct {
+    uint64_t seq; /* 1, 2, ... in the order the cache changed */
+    ig_kv_event_kind_t kind;
+    uint64_t hash;
+    uint64_t parent; /* the previous block's hash (the seed for block 0) */
+} ig_kv_event_t;
+
+/* Copies the events numbered after `after` (at most cap, in order) into
+ * out: how many (0: none new), or IG_ERANGE when some of them are gone
+ * from the ring (or `after` is ahead of the log): take a snapshot. Any
+ * thread (the scheduler's cache lock, briefly). */
+int ig_sched_kv_events(ig_sched_t *s, uint64_t after, ig_kv_event_t *out, int cap);
+
+/* The blocks committed now, their hashes and parents (at most cap; the
+ * engine's num_blocks is always enough), and in *seq the number of the
+ * last event they include: events after *seq come on top. Any thread. */
+int ig_sched_kv_snapshot(ig_sched_t *s, uint64_t *hashes, uint64_t *parents, int cap,
+                         uint64_t *seq);
+
 /* Calls cb for each queued event in order, then frees them. Returns the
  * number of events. */
 int ig_sched_drain(ig_sched_t *s, ig_sched_event_cb cb, void *data);

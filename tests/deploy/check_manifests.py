@@ -29,6 +29,8 @@ API = {
     "PersistentVolumeClaim": "v1",
     "Deployment": "apps/v1",
     "ScaledObject": "keda.sh/v1alpha1",
+    "PodDisruptionBudget": "policy/v1",
+    "HorizontalPodAutoscaler": "autoscaling/v2",
 }
 NAMESPACE = "infergate"
 problems = []
@@ -248,6 +250,36 @@ def main(d, exe):
                 bad(w, "serverAddress: not a URL")
     for n in names - scaled:
         bad(d, f"worker Deployment {n} has no ScaledObject")
+
+    # The gateway: at least 3 replicas, a PodDisruptionBudget that keeps
+    # most of them through a drain, and an HPA on its own CPU.
+    for w, g in gateways:
+        gname, glabels = g["metadata"]["name"], g["spec"]["template"]["metadata"]["labels"]
+        replicas = g["spec"].get("replicas", 1)
+        if replicas < 3:
+            bad(w, f"replicas {replicas}, want at least 3")
+        pdbs = [(pw, p) for pw, p in by_kind.get("PodDisruptionBudget", [])
+                if labels_match(p["spec"].get("selector", {}).get("matchLabels"), glabels)]
+        if len(pdbs) != 1:
+            bad(w, f"{len(pdbs)} PodDisruptionBudgets select the gateway pods, want 1")
+        for pw, p in pdbs:
+            lo = p["spec"].get("minAvailable")
+            if not isinstance(lo, int) or not 1 <= lo < replicas:
+                bad(pw, f"minAvailable {lo!r}: want 1 <= it < the gateway's {replicas} replicas")
+        hpas = [(hw, h) for hw, h in by_kind.get("HorizontalPodAutoscaler", [])
+                if h["spec"].get("scaleTargetRef", {}).get("name") == gname]
+        if len(hpas) != 1:
+            bad(w, f"{len(hpas)} HorizontalPodAutoscalers target {gname}, want 1")
+        for hw, h in hpas:
+            sp = h["spec"]
+            if sp.get("scaleTargetRef", {}).get("kind") != "Deployment":
+                bad(hw, "scaleTargetRef.kind: want Deployment")
+            if not 3 <= sp.get("minReplicas", 1) <= sp.get("maxReplicas", 0):
+                bad(hw, f"minReplicas {sp.get('minReplicas')} / maxReplicas {sp.get('maxReplicas')}")
+            cpu = [m for m in sp.get("metrics", []) if m.get("type") == "Resource"
+                   and m.get("resource", {}).get("name") == "cpu"]
+            if not cpu:
+                bad(hw, "no metric on the gateway's CPU")
 
     check_kustomizations(d, exe)
 
