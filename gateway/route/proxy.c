@@ -921,7 +921,11 @@ static void answer_cost(exchange_t *x, attempt_t *a, double held, uint64_t now, 
     long long prompt = u->prompt >= 0 ? u->prompt : x->prompt_tokens;
     long long completion = u->completion >= 0 ? u->completion : u->events;
     ig_router_upstream_t *r = a->route;
+    /* It shared the upstream with the others in flight when it began, and
+     * at least C share it when fewer: its part of the paid time. */
     double conc = r->slots > 0 ? r->slots : ig_router_concurrency(r);
+    if (a->rif + 1 > conc)
+        conc = a->rif + 1;
     double usd = ig_cost_answer(&a->price, prompt, completion, held, conc);
     ig_cost_meter_answer(&r->cost, usd, completion, now);
     if (x->px->on_cost != NULL)

@@ -1,0 +1,211 @@
+#!/bin/bash
+# The cost objective against the latency objective on a fleet of a cheap
+# colo site and a pay-per-token cloud. Two build/testupstream processes
+# stand in for them: "colo" (SLOTS_COLO slots, first token after 10 ms, 20 ms
+# in all; priced per hour) and "cloud" (32 slots, 15 ms to the first token,
+# 30 ms in all, +10 ms RTT through faultproxy; priced per token). For each
+# load (a fraction of colo's capacity) and each objective, a fresh gateway
+# gets the same seeded open-loop Poisson schedule, streamed, with
+# routing.slo_ttft_ms = SLO_MS. Prints each run's share of answers from colo,
+# TTFT p50/p99 against the SLO, errors and the cloud's bill (its
+# infergate_cost_usd_total), and the ratios cost/latency of the cloud bill;
+# writes bench/results/cost-routing.json and a plot of the cost per 1M
+# output tokens (idle colo capacity included) against load.
+#
+# Targets (issue 32): at LOAD 0.5, the cost objective serves >= 90% from colo
+# and meets the SLO at p99; at 1.5, it meets the SLO at p99 with no errors
+# and the cloud's bill is <= 0.8x the latency objective's.
+#
+# usage: bench/cost-routing.sh [BUILD_DIR]      (default: build)
+# environment:
+#   LOADS="0.5 1.5"   offered load as fractions of colo's capacity
+#   DURATION=15       seconds measured per run (after WARMUP)
+#   WARMUP=3
+#   SLO_MS=150        the TTFT SLO
+#   SLOTS_COLO=4
+#   COLO_PER_HOUR=2   colo's price, USD per hour
+#   CLOUD_IN=0.5 CLOUD_OUT=1.5   the cloud's price, USD per 1M tokens
+#   SEED=1
+#   RESULTS=bench/results/cost-routing.json
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib/common.sh"
+bench_init cost-routing "$@"
+LOADS=${LOADS:-"0.5 1.5"}
+DURATION=${DURATION:-15}
+WARMUP=${WARMUP:-3}
+SLO_MS=${SLO_MS:-150}
+SLOTS_COLO=${SLOTS_COLO:-4}
+COLO_PER_HOUR=${COLO_PER_HOUR:-2}
+CLOUD_IN=${CLOUD_IN:-0.5}
+CLOUD_OUT=${CLOUD_OUT:-1.5}
+SEED=${SEED:-1}
+TOKENS=8
+RESULTS=${RESULTS:-$root/bench/results/cost-routing.json}
+check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $SLO_MS <= 10000
+      and 1 <= $SLOTS_COLO <= 64" \
+    "DURATION <= 120, WARMUP <= 30, SLO_MS <= 10000, SLOTS_COLO <= 64"
+need_built igbench faultproxy testupstream infergate
+pids=()
+gw_pid=""
+kill_on_exit gw_pid pids
+
+http_get() { # PORT PATH: the body, empty on failure
+    "$PY" - "$1" "$2" <<'PYEOF' 2>/dev/null || true
+import sys, urllib.request
+try:
+    print(urllib.request.urlopen("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]),
+                                 timeout=2).read().decode(), end="")
+except Exception:
+    pass
+PYEOF
+}
+
+# colo: 10 ms to the first token, 20 ms in all; cloud: 15 ms and 30 ms.
+"$build/testupstream" --quiet --instant-raw --slots "$SLOTS_COLO" --delay-ms 10 \
+    --itl-ms 1.43 --tokens "$TOKENS" --seed 1 >"$tmp/colo.out" &
+pids+=($!)
+"$build/testupstream" --quiet --instant-raw --slots 32 --delay-ms 15 --itl-ms 2.14 \
+    --tokens "$TOKENS" --seed 2 >"$tmp/cloud.out" &
+pids+=($!)
+colo_port=$(port_of "$tmp/colo.out")
+cloud_port=$(port_of "$tmp/cloud.out")
+"$build/faultproxy" --quiet --target "127.0.0.1:$cloud_port" --delay-ms 5 >"$tmp/fp.out" &
+pids+=($!)
+fp_port=$(port_of "$tmp/fp.out")
+capacity=$("$PY" -c "print($SLOTS_COLO / 0.020)")
+echo "cost-routing: colo $SLOTS_COLO slots (capacity $capacity req/s, \$$COLO_PER_HOUR/h)," \
+    "cloud 32 slots +10 ms RTT (\$$CLOUD_IN/\$$CLOUD_OUT per 1M), SLO TTFT ${SLO_MS} ms"
+
+completions() { # PORT: completions a testupstream has answered
+    http_get "$1" /_control/stats | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["completions"])' \
+        2>/dev/null || echo 0
+}
+
+run() { # LOAD OBJECTIVE: one run; writes $tmp/run-LOAD-OBJECTIVE.json
+    local load=$1 obj=$2 gw_port rate c0 k0
+    gw_port=$(free_port)
+    rate=$("$PY" -c "print(round($load * $capacity, 2))")
+    cat >"$tmp/gw.json" <<EOF
+{"region": "bench", "listen": "127.0.0.1:$gw_port", "log": {"level": "warn"},
+ "models": [{"name": "m"}],
+ "sites": [{"name": "colo", "url": "http://127.0.0.1:$colo_port", "models": ["m"],
+            "price": {"per_hour": $COLO_PER_HOUR}},
+           {"name": "cloud", "url": "http://127.0.0.1:$fp_port", "models": ["m"],
+            "price": {"per_1m_input_tokens": $CLOUD_IN, "per_1m_output_tokens": $CLOUD_OUT}}],
+ "routing": {"objective": "$obj", "slo_ttft_ms": $SLO_MS}}
+EOF
+    "$build/infergate" serve --config "$tmp/gw.json" 2>"$tmp/gw-$load-$obj.log" &
+    gw_pid=$!
+    for _ in $(seq 1 100); do
+        [ "$(http_get "$gw_port" /ready | grep -c ready)" -gt 0 ] && break
+        sleep 0.1
+    done
+    sleep 1 # both sites probed
+    c0=$(completions "$colo_port")
+    k0=$(completions "$cloud_port")
+    "$build/igbench" --quiet --target "127.0.0.1:$gw_port" --rate "$rate" --arrival poisson \
+        --duration "$((DURATION + WARMUP))" --warmup "$WARMUP" --seed "$SEED" --timeout 15 \
+        --stream --endpoint completions --model m --max-tokens "$TOKENS" --input-tokens 32 \
+        --json "$tmp/ig.json"
+    local c1 k1
+    c1=$(completions "$colo_port")
+    k1=$(completions "$cloud_port")
+    http_get "$gw_port" /metrics >"$tmp/metrics.txt"
+    kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
+    gw_pid=""
+    "$PY" - "$tmp/ig.json" "$tmp/metrics.txt" "$load" "$obj" "$rate" "$((c1 - c0))" \
+        "$((k1 - k0))" "$SLO_MS" >"$tmp/run-$load-$obj.json" <<'PYEOF'
+import json, re, sys
+ig = json.load(open(sys.argv[1]))
+metrics = open(sys.argv[2]).read()
+load, obj, rate, colo, cloud, slo = sys.argv[3:9]
+def cost(up):
+    total = 0.0
+    for m in re.finditer(r'^infergate_cost_usd_total\{upstream="%s"[^}]*\} (\S+)' % up, metrics, re.M):
+        total += float(m.group(1))
+    return total
+def idle(up):
+    m = re.search(r'^infergate_cost_idle_usd_total\{upstream="%s"\} (\S+)' % up, metrics, re.M)
+    return float(m.group(1)) if m else 0.0
+colo, cloud = int(colo), int(cloud)
+ttft = ig["latency_ms"]["ttft"]
+out_tokens = ig.get("output_tokens", 0)
+spend = cost("colo") + idle("colo") + cost("cloud")
+print(json.dumps({
+    "load": float(load), "objective": obj, "rate_rps": float(rate),
+    "colo_share": colo / max(1, colo + cloud), "colo_answers": colo, "cloud_answers": cloud,
+    "ttft_p50_ms": ttft["p50"], "ttft_p99_ms": ttft["p99"], "slo_ttft_ms": float(slo),
+    "slo_met_p99": ttft["p99"] <= float(slo),
+    "errors": ig["requests"]["errors"], "ok": ig["requests"]["ok"],
+    "cloud_bill_usd": cost("cloud"), "colo_busy_usd": cost("colo"), "colo_idle_usd": idle("colo"),
+    "cost_per_1m_output_tokens": spend / out_tokens * 1e6 if out_tokens else None}))
+PYEOF
+    "$PY" - "$tmp/run-$load-$obj.json" <<'PYEOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+print("  load %.2f %-7s %7.1f req/s: colo %5.1f%%  ttft p50 %6.1f p99 %7.1f ms (SLO %s)  "
+      "errors %d  cloud bill $%.6f  $/1M out %s" % (
+          r["load"], r["objective"], r["rate_rps"], 100 * r["colo_share"], r["ttft_p50_ms"],
+          r["ttft_p99_ms"], "met" if r["slo_met_p99"] else "MISSED", r["errors"],
+          r["cloud_bill_usd"], "%.4f" % r["cost_per_1m_output_tokens"]
+          if r["cost_per_1m_output_tokens"] is not None else "-"))
+PYEOF
+    sleep 1
+}
+
+for load in $LOADS; do
+    for obj in latency cost; do
+        run "$load" "$obj"
+    done
+done
+
+"$PY" - "$RESULTS" "$tmp" $LOADS <<'PYEOF'
+import json, os, sys
+out, tmp, loads = sys.argv[1], sys.argv[2], sys.argv[3:]
+runs, verdicts = [], []
+for load in loads:
+    pair = {}
+    for obj in ("latency", "cost"):
+        r = json.load(open(os.path.join(tmp, "run-%s-%s.json" % (load, obj))))
+        runs.append(r)
+        pair[obj] = r
+    c, l = pair["cost"], pair["latency"]
+    ratio = c["cloud_bill_usd"] / l["cloud_bill_usd"] if l["cloud_bill_usd"] > 0 else None
+    line = "load %s: cost/latency cloud bill %s; cost objective: colo %.1f%%, p99 TTFT %.1f ms (%s), errors %d" % (
+        load, "%.3f" % ratio if ratio is not None else "-", 100 * c["colo_share"],
+        c["ttft_p99_ms"], "SLO met" if c["slo_met_p99"] else "SLO MISSED", c["errors"])
+    print(line)
+    verdicts.append({"load": float(load), "cloud_bill_ratio_cost_to_latency": ratio,
+                     "cost_colo_share": c["colo_share"], "cost_slo_met_p99": c["slo_met_p99"],
+                     "cost_errors": c["errors"]})
+json.dump({"bench": "cost-routing", "runs": runs, "ratios": verdicts}, open(out, "w"), indent=1)
+print("wrote", out)
+PYEOF
+
+plot="${RESULTS%.json}.png"
+if command -v gnuplot >/dev/null 2>&1; then
+    "$PY" - "$RESULTS" >"$tmp/plot.dat" <<'PYEOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for obj in ("latency", "cost"):
+    for r in sorted((r for r in d["runs"] if r["objective"] == obj), key=lambda r: r["load"]):
+        if r["cost_per_1m_output_tokens"] is not None:
+            print(r["load"], r["cost_per_1m_output_tokens"])
+    print()
+    print()
+PYEOF
+    gnuplot <<EOF
+set terminal png size 800,480
+set output "$plot"
+set xlabel "offered load (fraction of colo's capacity)"
+set ylabel "USD per 1M output tokens (idle colo included)"
+set key top left
+plot "$tmp/plot.dat" index 0 with linespoints title "objective latency", \
+     "$tmp/plot.dat" index 1 with linespoints title "objective cost"
+EOF
+    echo "plot: wrote $plot"
+else
+    echo "plot: gnuplot not found, skipped"
+fi
