@@ -506,7 +506,7 @@ static void request_init(ig_api_request_t *r, ig_api_kind_t kind)
     r->parallel_tool_calls = -1;
 }
 
-static json_t *load_body(const char *body, size_t len, ig_api_error_t *err)
+json_t *ig_api_load_object(const char *body, size_t len, ig_api_error_t *err)
 {
     json_error_t je;
     json_t *root = ig_jsonv_loadb(body, len, &je);
@@ -852,7 +852,7 @@ int ig_api_parse(ig_api_kind_t kind, const char *body, size_t len, ig_api_reques
                  ig_api_error_t *err)
 {
     request_init(req, kind);
-    json_t *root = load_body(body, len, err);
+    json_t *root = ig_api_load_object(body, len, err);
     if (!root)
         return IG_EINVAL;
     int rc = kind == IG_API_CHAT ? parse_chat(root, req, err) : parse_completion(root, req, err);

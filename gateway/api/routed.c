@@ -15,23 +15,6 @@
 
 #define MAX_EMBED_INPUTS 2048 /* OpenAI's own bound on one embeddings list */
 
-json_t *ig_api_load_object(const char *body, size_t len, ig_api_error_t *err)
-{
-    json_error_t je;
-    json_t *root = ig_jsonv_loadb(body, len, &je);
-    if (!root) {
-        ig_api_error(err, 400, NULL, "invalid JSON body: %s (line %d, column %d)", je.text, je.line,
-                     je.column);
-        return NULL;
-    }
-    if (!json_is_object(root)) {
-        json_decref(root);
-        ig_api_error(err, 400, NULL, "the request body must be a JSON object");
-        return NULL;
-    }
-    return root;
-}
-
 /* The model (required, a string); the copy goes to out->model. */
 static int read_model(json_t *root, ig_api_routed_t *out, ig_api_error_t *err)
 {

@@ -165,6 +165,10 @@ int ig_api_parse(ig_api_kind_t kind, const char *body, size_t len, ig_api_reques
                  ig_api_error_t *err);
 void ig_api_request_dispose(ig_api_request_t *req);
 
+/* A request body as a JSON object (new reference), or NULL with the 400 for
+ * bad JSON or a body that is not an object in err. */
+json_t *ig_api_load_object(const char *body, size_t len, ig_api_error_t *err);
+
 /* A canonical body of a parsed request's prompt and sampling fields, n and
  * best_of (the parser's round trip, for tests and the fuzzer). It is not
  * what a gateway forwards: that is the client's body, whose tools,
@@ -311,10 +315,6 @@ void ig_api_routed_dispose(ig_api_routed_t *r);
 
 /* The path of kind: "/v1/embeddings" or "/v1/responses" (static). */
 const char *ig_api_routed_path(ig_api_routed_kind_t kind);
-
-/* A request body as a JSON object (new reference), or NULL with the 400 for
- * bad JSON or a body that is not an object in err. */
-json_t *ig_api_load_object(const char *body, size_t len, ig_api_error_t *err);
 
 /* The body with each of fields[0..nfields) that it holds capped at cap, or
  * fields[0] added at the end when it holds none; every other field, and the
