@@ -1045,7 +1045,8 @@ static int admit_and_forward(ig_gateway_t *gw, ig_http_req_t *req, const gw_call
     }
     free(ids);
     call.session_id = ig_http_req_header(req, "x-session-id");
-    call.output_tokens = c->max_tokens > 0 ? c->max_tokens * (c->outputs > 0 ? c->outputs : 1) : 0;
+    long long out = (long long)c->max_tokens * (c->outputs > 0 ? c->outputs : 1);
+    call.output_tokens = out > (1 << 24) ? 1 << 24 : (int)out;
     /* A client may tighten the TTFT SLO of the cost objective, never loosen it. */
     const char *slo = ig_http_req_header(req, "x-infergate-slo-ttft-ms");
     if (slo != NULL) {
