@@ -3,9 +3,9 @@
  * as one GGUF file that llama.cpp and our loader (engine/gguf_model.c) both
  * read: llama.* metadata from config.json, the tokenizer as tokenizer.ggml.*
  * (a "llama" SentencePiece vocabulary with scores, or a "gpt2" BPE one with
- * merges), the tensors under llama.cpp's names with attn_q / attn_k rows
- * permuted to its adjacent-pair rotation, 1-D tensors in F32 as llama.cpp's
- * converter writes them, matrices in the model's dtype or Q8_0.
+ * merges and the tokenizer.ggml.pre name llama.cpp gives its split), the tensors under llama.cpp's
+ * names with attn_q / attn_k rows permuted to its adjacent-pair rotation, 1-D tensors in F32 as
+ * llama.cpp's converter writes them, matrices in the model's dtype or Q8_0.
  */
 #include "infergate/error.h"
 #include "infergate/gguf.h"
@@ -23,7 +23,7 @@
 
 /* ---- the tokenizer -------------------------------------------------------- */
 
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 };
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_BYTE = 6 };
 
 static json_t *load(const char *dir, const char *name, char *err, size_t errlen)
 {
@@ -90,7 +90,10 @@ static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, int nvocab, char 
             continue;
         free(tokens[id]);
         tokens[id] = strdup(s);
-        types[id] = json_is_true(json_object_get(val, "special")) ? TT_CONTROL : TT_NORMAL;
+        /* llama.cpp matches user-defined tokens in any text, control ones
+         * only where special tokens are parsed: the tokenizers library's
+         * non-special and special added tokens. */
+        types[id] = json_is_true(json_object_get(val, "special")) ? TT_CONTROL : TT_USER;
     }
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     for (int id = 0; id < nvocab; id++) {
@@ -139,14 +142,26 @@ static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, int nvocab, char 
     if ((rc = ig_gguf_put_str(w, "tokenizer.ggml.model", model_name, strlen(model_name))) != 0)
         goto out;
     if (!spm) {
-        /* The pre-tokenizer's regex decides llama.cpp's name for it. */
-        const char *pre = "gpt2";
-        char *pt = json_dumps(json_object_get(tj, "pre_tokenizer"), 0);
+        /* The pre-tokenizer's regex decides llama.cpp's name for it: the
+         * Llama-3 split (digits in threes), Qwen2's (single digits), or
+         * GPT-2's (ByteLevel's own regex). Anything else has no name that
+         * llama.cpp would split the same way, and is refused. */
+        const char *pre = NULL;
+        char *pt = json_dumps(json_object_get(tj, "pre_tokenizer"), JSON_COMPACT);
         if (pt && strstr(pt, "\\\\p{N}{1,3}"))
             pre = "llama-bpe";
         else if (pt && strstr(pt, "\\\\p{N}|"))
             pre = "qwen2";
+        else if (pt && !strstr(pt, "\"Split\"") && strstr(pt, "\"use_regex\":true"))
+            pre = "gpt-2";
         free(pt);
+        if (pre == NULL) {
+            ig_errf(err, errlen,
+                    "tokenizer.json: pre_tokenizer: no llama.cpp pre-tokenizer splits as this "
+                    "one does (Llama-3, Qwen2 and GPT-2 splits are written)");
+            rc = IG_EINVAL;
+            goto out;
+        }
         if ((rc = ig_gguf_put_str(w, "tokenizer.ggml.pre", pre, strlen(pre))) != 0)
             goto out;
     }
