@@ -12,9 +12,10 @@
  *     here; byte fallback through the <0xNN> tokens, "▁" for spaces.
  * Control (3) and unknown (2) tokens become special added tokens (matched in
  * text only where special tokens are parsed), user-defined ones (4) plain
- * added tokens (matched everywhere), as llama.cpp's tokenizer does. The JSON goes to a private temporary directory,
- * is loaded with ig_tokenizer_load_files() and removed; a message names the
- * GGUF file and the key.
+ * added tokens (matched everywhere), as llama.cpp's tokenizer does. The
+ * JSON goes to a private temporary directory, is loaded with
+ * ig_tokenizer_load_files() and removed; a message names the GGUF file and
+ * the key.
  */
 #include "gguf_vocab.h"
 
@@ -31,6 +32,8 @@ enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_BYTE = 6 }
 
 /* llama.cpp's split regexes (src/llama-vocab.cpp, llm_tokenizer_bpe), as
  * written there; each list runs as Isolated splits, one after the other. */
+/* Copied verbatim: clang-format would cut the literals. */
+/* clang-format off */
 static const char *const RX_LLAMA3[] = {
     "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
     NULL,
@@ -105,6 +108,7 @@ static const char *const RX_DEFAULT[] = {
     "\\p{N}+",
     NULL,
 };
+/* clang-format on */
 
 /* Every tokenizer.ggml.pre name llama.cpp (Feb 2025) knows, with the regexes
  * its pre-tokenizer type uses and the defaults that type sets: add_bos_token
