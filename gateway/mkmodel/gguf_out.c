@@ -1,11 +1,13 @@
 /*
  * `infergate mkmodel --format gguf`: a model in Hugging Face layout written
  * as one GGUF file that llama.cpp and our loader (engine/gguf_model.c) both
- * read: llama.* metadata from config.json, the tokenizer as tokenizer.ggml.*
- * (a "llama" SentencePiece vocabulary with scores, or a "gpt2" BPE one with
- * merges and the tokenizer.ggml.pre name llama.cpp gives its split), the tensors under llama.cpp's
- * names with attn_q / attn_k rows permuted to its adjacent-pair rotation, 1-D tensors in F32 as
- * llama.cpp's converter writes them, matrices in the model's dtype or Q8_0.
+ * read: <arch>.* metadata from config.json (llama, qwen2, qwen3), the
+ * tokenizer as tokenizer.ggml.* (a "llama" SentencePiece vocabulary with
+ * scores, or a "gpt2" BPE one with merges and the tokenizer.ggml.pre name
+ * llama.cpp gives its split), the tensors under llama.cpp's names (llama's
+ * attn_q / attn_k rows permuted to its adjacent-pair rotation), 1-D tensors
+ * in F32 as llama.cpp's converter writes them, matrices in the model's dtype
+ * or Q8_0.
  */
 #include "infergate/error.h"
 #include "infergate/gguf.h"
@@ -268,16 +270,28 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     if (rc != 0)
         return rc;
     const ig_model_config_t *c = ig_model_config(m);
-    if (strcmp(c->architecture, "LlamaForCausalLM") != 0 &&
-        strcmp(c->architecture, "MistralForCausalLM") != 0) {
-        ig_errf(err, errlen, "%s: --format gguf writes the llama architecture, not %s", hf_dir,
-                c->architecture);
+    /* llama.cpp's architecture: Llama and Mistral are "llama" (adjacent-pair
+     * rotation, so q and k rows are permuted), Qwen2 and Qwen3 their own
+     * (rotate-half, as Hugging Face's; Qwen2 with q/k/v biases, Qwen3 with
+     * q/k norms). */
+    const char *arch = "llama";
+    int permute = 1;
+    if (strcmp(c->architecture, "Qwen2ForCausalLM") == 0)
+        arch = "qwen2", permute = 0;
+    else if (strcmp(c->architecture, "Qwen3ForCausalLM") == 0)
+        arch = "qwen3", permute = 0;
+    else if (c->attention_bias || c->qk_norm) {
+        ig_errf(err, errlen,
+                "%s: --format gguf: %s with q/k/v biases or q/k norms has no llama.cpp "
+                "architecture",
+                hf_dir, c->architecture);
         rc = IG_EINVAL;
         goto out;
     }
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), key)
     if ((rc = ig_gguf_writer_init(&w)) != 0)
         goto out;
-    const char *arch = "llama";
     ig_gguf_put_str(w, "general.architecture", arch, strlen(arch));
     ig_gguf_put_str(w, "general.name", "infergate mkmodel", 17);
     ig_gguf_put_u32(w, "general.alignment", 32);
@@ -286,21 +300,21 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
                     : c->dtype == IG_DTYPE_F32 ? 0
                     : c->dtype == IG_DTYPE_F16 ? 1
                                                : 32);
-    ig_gguf_put_u32(w, "llama.context_length", (uint32_t)c->max_position_embeddings);
-    ig_gguf_put_u32(w, "llama.embedding_length", (uint32_t)c->hidden_size);
-    ig_gguf_put_u32(w, "llama.block_count", (uint32_t)c->num_hidden_layers);
-    ig_gguf_put_u32(w, "llama.feed_forward_length", (uint32_t)c->intermediate_size);
-    ig_gguf_put_u32(w, "llama.attention.head_count", (uint32_t)c->num_attention_heads);
-    ig_gguf_put_u32(w, "llama.attention.head_count_kv", (uint32_t)c->num_key_value_heads);
-    ig_gguf_put_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim);
-    ig_gguf_put_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim);
-    ig_gguf_put_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
-    ig_gguf_put_f32(w, "llama.rope.freq_base", c->rope_theta);
-    ig_gguf_put_f32(w, "llama.attention.layer_norm_rms_epsilon", c->rms_norm_eps);
-    ig_gguf_put_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size);
+    ig_gguf_put_u32(w, KEY("context_length"), (uint32_t)c->max_position_embeddings);
+    ig_gguf_put_u32(w, KEY("embedding_length"), (uint32_t)c->hidden_size);
+    ig_gguf_put_u32(w, KEY("block_count"), (uint32_t)c->num_hidden_layers);
+    ig_gguf_put_u32(w, KEY("feed_forward_length"), (uint32_t)c->intermediate_size);
+    ig_gguf_put_u32(w, KEY("attention.head_count"), (uint32_t)c->num_attention_heads);
+    ig_gguf_put_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->num_key_value_heads);
+    ig_gguf_put_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
+    ig_gguf_put_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
+    ig_gguf_put_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
+    ig_gguf_put_f32(w, KEY("rope.freq_base"), c->rope_theta);
+    ig_gguf_put_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->rms_norm_eps);
+    ig_gguf_put_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
     if (c->rope_scaling == IG_ROPE_LINEAR) {
-        ig_gguf_put_str(w, "llama.rope.scaling.type", "linear", 6);
-        ig_gguf_put_f32(w, "llama.rope.scaling.factor", c->rope_factor);
+        ig_gguf_put_str(w, KEY("rope.scaling.type"), "linear", 6);
+        ig_gguf_put_f32(w, KEY("rope.scaling.factor"), c->rope_factor);
     }
     if (c->rope_scaling == IG_ROPE_LLAMA3) {
         ig_gguf_put_f32(w, "infergate.rope.llama3.factor", c->rope_factor);
@@ -313,7 +327,7 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
         goto out;
 
     int nl = c->num_hidden_layers, n = 0;
-    outs = calloc((size_t)(3 + 9 * nl), sizeof(*outs));
+    outs = calloc((size_t)(3 + 14 * nl), sizeof(*outs));
     if (outs == NULL) {
         rc = IG_ENOMEM;
         goto out;
@@ -348,10 +362,25 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
                   {"ffn_down", &L->w_down, 0}};
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
             snprintf(nm, sizeof(nm), "blk.%d.%s.weight", l, ts[i].s);
-            ADD(nm, ts[i].t, ts[i].heads);
+            ADD(nm, ts[i].t, permute ? ts[i].heads : 0);
+        }
+        const struct {
+            const char *s;
+            const ig_tensor_t *t;
+        } extra[] = {{"attn_q.bias", &L->bq},
+                     {"attn_k.bias", &L->bk},
+                     {"attn_v.bias", &L->bv},
+                     {"attn_q_norm.weight", &L->q_norm},
+                     {"attn_k_norm.weight", &L->k_norm}};
+        for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+            if (extra[i].t->data == NULL)
+                continue;
+            snprintf(nm, sizeof(nm), "blk.%d.%s", l, extra[i].s);
+            ADD(nm, extra[i].t, 0);
         }
     }
 #undef ADD
+#undef KEY
     int half = c->head_dim / 2;
     ig_tensor_t rope = {IG_DTYPE_F32, NULL, 1, {half}};
     if (c->rope_scaling == IG_ROPE_LLAMA3) {
