@@ -273,7 +273,7 @@ static void test_metadata_faults(void **state)
                  "str.gguf: llama.block_count: expected an integer, got string");
     s = (spec_t){.arch = "gpt2"};
     expect_model(build(&s, "arch"), IG_EMODEL,
-                 "arch.gguf: general.architecture: \"gpt2\" is not supported (llama)");
+                 "arch.gguf: general.architecture: \"gpt2\" is not supported (llama, qwen2, qwen3)");
     s = (spec_t){.skip_key = "llama.attention.head_count_kv"}; /* default: all 4 heads */
     expect_model(build(&s, "mha"), IG_EMODEL,
                  "blk.0.attn_k.weight: ne [32, 16], expected [32, 32]");
