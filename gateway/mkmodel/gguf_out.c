@@ -57,8 +57,10 @@ static char *merge_str(const json_t *m)
     return s;
 }
 
-static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, int nvocab, char *err, size_t errlen)
+static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, const ig_model_config_t *cfg,
+                         char *err, size_t errlen)
 {
+    int nvocab = cfg->vocab_size;
     int rc = IG_EMODEL;
     json_t *tj = load(dir, "tokenizer.json", err, errlen), *tc = NULL;
     char **tokens = calloc((size_t)nvocab, sizeof(char *)), **merges = NULL;
@@ -181,15 +183,27 @@ static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, int nvocab, char 
     const char *names[] = {"bos_token", "eos_token", "unk_token"};
     const char *keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
                           "tokenizer.ggml.unknown_token_id"};
+    int eos_id = -1;
     for (int k = 0; k < 3; k++) {
         const char *s = json_string_value(json_object_get(tc, names[k]));
         for (int id = 0; s && id < nvocab; id++)
             if (strcmp(tokens[id], s) == 0) {
                 if ((rc = ig_gguf_put_u32(w, keys[k], (uint32_t)id)) != 0)
                     goto out;
+                if (k == 1)
+                    eos_id = id;
                 break;
             }
     }
+    /* The model's first end of sequence that is not the vocabulary's EOS
+     * (ChatML's <|im_end|> beside <|endoftext|>) is its end of turn. */
+    for (int i = 0; i < cfg->n_eos; i++)
+        if (cfg->eos_token_ids[i] != eos_id) {
+            if ((rc = ig_gguf_put_u32(w, "tokenizer.ggml.eot_token_id",
+                                      (uint32_t)cfg->eos_token_ids[i])) != 0)
+                goto out;
+            break;
+        }
     if ((rc = ig_gguf_put_bool(w, "tokenizer.ggml.add_bos_token",
                                json_is_true(json_object_get(tc, "add_bos_token")))) ||
         (rc = ig_gguf_put_bool(w, "tokenizer.ggml.add_eos_token",
@@ -323,7 +337,7 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
         ig_gguf_put_f32(w, "infergate.rope.llama3.original_max_position",
                         (float)c->rope_original_max_position);
     }
-    if ((rc = put_tokenizer(w, hf_dir, c->vocab_size, err, errlen)) != 0)
+    if ((rc = put_tokenizer(w, hf_dir, c, err, errlen)) != 0)
         goto out;
 
     int nl = c->num_hidden_layers, n = 0;
