@@ -272,8 +272,12 @@ static void test_metadata_faults(void **state)
     expect_model(build(&s, "str"), IG_EMODEL,
                  "str.gguf: llama.block_count: expected an integer, got string");
     s = (spec_t){.arch = "gpt2"};
-    expect_model(build(&s, "arch"), IG_EMODEL,
-                 "arch.gguf: general.architecture: \"gpt2\" is not supported (llama, qwen2, qwen3)");
+    expect_model(
+        build(&s, "arch"), IG_EMODEL,
+        "arch.gguf: general.architecture: \"gpt2\" is not supported (llama, qwen2, qwen3)");
+    /* Another architecture's keys carry its name: a llama file relabelled. */
+    s = (spec_t){.arch = "qwen2"};
+    expect_model(build(&s, "q2keys"), IG_EMODEL, "q2keys.gguf: qwen2.embedding_length: missing");
     s = (spec_t){.skip_key = "llama.attention.head_count_kv"}; /* default: all 4 heads */
     expect_model(build(&s, "mha"), IG_EMODEL,
                  "blk.0.attn_k.weight: ne [32, 16], expected [32, 32]");
