@@ -382,6 +382,7 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     ps.kv_blocks = (int)cp->batching.kv_blocks;
     ps.block_size = (int)cp->batching.block_size;
     ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
+    ps.itl_target_ms = cp->batching.itl_target_ms ? (int)cp->batching.itl_target_ms : -1;
     ps.max_num_seqs = (int)cp->batching.max_num_seqs;
     ps.max_waiting = (int)cp->batching.max_waiting;
     if (cp->batching.kv_dtype != IG_DTYPE_F32)
@@ -790,11 +791,11 @@ static int reserve_tokens(ig_http_req_t *req, ig_key_use_t *use, const gw_call_t
     int outputs = c->outputs;
     int per = c->max_tokens > 0 ? c->max_tokens : 1 << 20;
     int asked = outputs == 0 ? 0 : per > (1 << 24) / outputs ? 1 << 24 : per * outputs;
-    int prompts = c->r != NULL && c->r->kind == IG_API_COMPLETION && c->r->nprompts > 1
-                      ? c->r->nprompts
-                      : 1;
+    int prompts =
+        c->r != NULL && c->r->kind == IG_API_COMPLETION && c->r->nprompts > 1 ? c->r->nprompts : 1;
     ig_key_limit_t tok, why;
-    int allowed = ig_key_use_reserve(use, uv_hrtime(), c->prompt_tokens * prompts, asked, &tok, &why);
+    int allowed =
+        ig_key_use_reserve(use, uv_hrtime(), c->prompt_tokens * prompts, asked, &tok, &why);
     if (allowed < 0 || allowed < outputs) {
         int ra = (int)ceil(why.retry_after > 0 ? why.retry_after : 1);
         ig_key_limit_headers(req, &why);
@@ -806,8 +807,8 @@ static int reserve_tokens(ig_http_req_t *req, ig_key_use_t *use, const gw_call_t
     ig_key_limit_headers(req, &tok);
     if (allowed >= asked || c->ncap_fields == 0)
         return 0;
-    int rc = ig_api_body_cap(*body, *len, c->cap_fields, c->ncap_fields, allowed / outputs, edited,
-                             len);
+    int rc =
+        ig_api_body_cap(*body, *len, c->cap_fields, c->ncap_fields, allowed / outputs, edited, len);
     if (rc != 0)
         return ig_api_error_oom(e);
     *body = *edited;
@@ -914,8 +915,8 @@ static int admit_and_forward(ig_gateway_t *gw, ig_http_req_t *req, const gw_call
     if (pm && ig_prefix_prompt_tokens(pm->tok, pm->style, c->r, 0, &ids, &nids, NULL, 0) == 0) {
         int cap = nids / pm->block_size + 1;
         if ((hashes = malloc(sizeof(uint64_t) * (size_t)cap)) != NULL) {
-            call.nprefix = ig_prefix_hashes(ig_prefix_seed(c->model), ids, nids, pm->block_size,
-                                            hashes, cap);
+            call.nprefix =
+                ig_prefix_hashes(ig_prefix_seed(c->model), ids, nids, pm->block_size, hashes, cap);
             call.prefix_hashes = hashes;
             call.block_size = pm->block_size;
         }
