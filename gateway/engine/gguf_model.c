@@ -46,11 +46,11 @@ typedef struct {
     char *err;
     size_t errlen;
     const arch_t *arch;
-    char key[128]; /* the last key built by K() */
+    char key[128]; /* the last key built by arch_key() */
 } ctx_t;
 
 /* "<arch>.<suffix>": the architecture's own metadata key. */
-static const char *K(ctx_t *c, const char *suffix)
+static const char *arch_key(ctx_t *c, const char *suffix)
 {
     snprintf(c->key, sizeof(c->key), "%s.%s", c->arch->gguf, suffix);
     return c->key;
@@ -123,17 +123,18 @@ static int parse_rope(ctx_t *c, ig_model_config_t *cfg)
     size_t tlen;
     cfg->rope_scaling = IG_ROPE_NONE;
     cfg->rope_factor = 1.0f;
-    rc = ig_gguf_get_str(c->g, K(c, "rope.scaling.type"), &type, &tlen, c->err, c->errlen);
+    rc = ig_gguf_get_str(c->g, arch_key(c, "rope.scaling.type"), &type, &tlen, c->err, c->errlen);
     if (rc != 0 && rc != IG_ENOENT)
         return rc;
     if (rc == 0 && !(tlen == 4 && memcmp(type, "none", 4) == 0)) {
         if (!(tlen == 6 && memcmp(type, "linear", 6) == 0)) {
             ig_errf(c->err, c->errlen, "%s: %s: \"%.*s\" is not supported (none, linear)", file,
-                    K(c, "rope.scaling.type"), (int)(tlen < 32 ? tlen : 32), type);
+                    arch_key(c, "rope.scaling.type"), (int)(tlen < 32 ? tlen : 32), type);
             return IG_EMODEL;
         }
         cfg->rope_scaling = IG_ROPE_LINEAR;
-        if ((rc = get_pos_float(c, K(c, "rope.scaling.factor"), 1.0, &cfg->rope_factor)) != 0)
+        if ((rc = get_pos_float(c, arch_key(c, "rope.scaling.factor"), 1.0, &cfg->rope_factor)) !=
+            0)
             return rc;
     }
     const ig_gguf_tensor_t *rf = ig_gguf_find_tensor(c->g, "rope_freqs.weight");
@@ -205,37 +206,40 @@ static int parse_config(ctx_t *c, ig_model_config_t *cfg)
     snprintf(cfg->architecture, sizeof(cfg->architecture), "%s", c->arch->hf);
     cfg->attention_bias = c->arch->qkv_bias;
     cfg->qk_norm = c->arch->qk_norm;
-    if ((rc = get_int(c, K(c, "embedding_length"), -1, 1, 65536, &cfg->hidden_size)) ||
-        (rc = get_int(c, K(c, "feed_forward_length"), -1, 1, 1 << 20, &cfg->intermediate_size)) ||
-        (rc = get_int(c, K(c, "block_count"), -1, 1, 1024, &cfg->num_hidden_layers)) ||
-        (rc = get_int(c, K(c, "attention.head_count"), -1, 1, 1024, &cfg->num_attention_heads)) ||
-        (rc = get_int(c, K(c, "attention.head_count_kv"), cfg->num_attention_heads, 1, 1024,
+    if ((rc = get_int(c, arch_key(c, "embedding_length"), -1, 1, 65536, &cfg->hidden_size)) ||
+        (rc = get_int(c, arch_key(c, "feed_forward_length"), -1, 1, 1 << 20,
+                      &cfg->intermediate_size)) ||
+        (rc = get_int(c, arch_key(c, "block_count"), -1, 1, 1024, &cfg->num_hidden_layers)) ||
+        (rc = get_int(c, arch_key(c, "attention.head_count"), -1, 1, 1024,
+                      &cfg->num_attention_heads)) ||
+        (rc = get_int(c, arch_key(c, "attention.head_count_kv"), cfg->num_attention_heads, 1, 1024,
                       &cfg->num_key_value_heads)) ||
-        (rc =
-             get_int(c, K(c, "context_length"), 2048, 1, 1 << 24, &cfg->max_position_embeddings)) ||
-        (rc = get_pos_float(c, K(c, "attention.layer_norm_rms_epsilon"), 1e-5,
+        (rc = get_int(c, arch_key(c, "context_length"), 2048, 1, 1 << 24,
+                      &cfg->max_position_embeddings)) ||
+        (rc = get_pos_float(c, arch_key(c, "attention.layer_norm_rms_epsilon"), 1e-5,
                             &cfg->rms_norm_eps)) ||
-        (rc = get_pos_float(c, K(c, "rope.freq_base"), 10000.0, &cfg->rope_theta)))
+        (rc = get_pos_float(c, arch_key(c, "rope.freq_base"), 10000.0, &cfg->rope_theta)))
         return rc;
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
         ig_errf(c->err, c->errlen, "%s: %s: %d does not divide head_count %d", file,
-                K(c, "attention.head_count_kv"), cfg->num_key_value_heads,
+                arch_key(c, "attention.head_count_kv"), cfg->num_key_value_heads,
                 cfg->num_attention_heads);
         return IG_EMODEL;
     }
     int def_hd = cfg->hidden_size % cfg->num_attention_heads == 0
                      ? cfg->hidden_size / cfg->num_attention_heads
                      : -1;
-    if ((rc = get_int(c, K(c, "attention.key_length"), def_hd, 2, 1024, &cfg->head_dim)) != 0)
+    if ((rc = get_int(c, arch_key(c, "attention.key_length"), def_hd, 2, 1024, &cfg->head_dim)) !=
+        0)
         return rc;
     int vlen = cfg->head_dim, rdim = cfg->head_dim;
-    if ((rc = get_int(c, K(c, "attention.value_length"), cfg->head_dim, 2, 1024, &vlen)) ||
-        (rc = get_int(c, K(c, "rope.dimension_count"), cfg->head_dim, 2, 1024, &rdim)))
+    if ((rc = get_int(c, arch_key(c, "attention.value_length"), cfg->head_dim, 2, 1024, &vlen)) ||
+        (rc = get_int(c, arch_key(c, "rope.dimension_count"), cfg->head_dim, 2, 1024, &rdim)))
         return rc;
     if (vlen != cfg->head_dim || rdim != cfg->head_dim || cfg->head_dim % 2 != 0) {
         ig_errf(c->err, c->errlen,
                 "%s: %s: key %d, value %d and rope %d dimensions must be one even number", file,
-                K(c, "rope.dimension_count"), cfg->head_dim, vlen, rdim);
+                arch_key(c, "rope.dimension_count"), cfg->head_dim, vlen, rdim);
         return IG_EMODEL;
     }
     const ig_gguf_tensor_t *emb = ig_gguf_find_tensor(c->g, "token_embd.weight");
@@ -244,7 +248,7 @@ static int parse_config(ctx_t *c, ig_model_config_t *cfg)
                 emb ? "not 2-D" : "missing tensor");
         return IG_EMODEL;
     }
-    if ((rc = get_int(c, K(c, "vocab_size"), emb->ne[1], 1, 1 << 24, &cfg->vocab_size)) != 0)
+    if ((rc = get_int(c, arch_key(c, "vocab_size"), emb->ne[1], 1, 1 << 24, &cfg->vocab_size)) != 0)
         return rc;
     cfg->tie_word_embeddings = ig_gguf_find_tensor(c->g, "output.weight") == NULL;
     cfg->bos_token_id = -1;
