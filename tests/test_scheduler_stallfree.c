@@ -6,6 +6,8 @@
  *     cold-start steps, every step that holds decodes stays within the
  *     target, and fills it (prompt chunks near the largest that fit), and
  *     the prompts still get their first token;
+ *   - when the decodes alone exceed the target, a prompt still adds a
+ *     quarter of their time to a step, not a token-starved floor;
  *   - with nothing decoding, a prompt takes the whole max_batched_tokens;
  *   - itl_target_ms 0 is the old behaviour: steps with decodes fill
  *     max_batched_tokens;
@@ -33,10 +35,13 @@ static uint64_t fake_clock(void *d)
     return fake_now;
 }
 
+/* The step cost the fake engine takes (A_MS, B_MS unless a test sets them). */
+static double a_ms = A_MS, b_ms = B_MS;
+
 static int timed_forward(void *ctx, const ig_batch_t *b)
 {
     int ntok = b->seq_start[b->nseq];
-    fake_now += (uint64_t)((A_MS + B_MS * ntok) * 1e6);
+    fake_now += (uint64_t)((a_ms + b_ms * ntok) * 1e6);
     return fake_forward(ctx, b);
 }
 
@@ -154,6 +159,33 @@ static void test_steps_with_decodes_stay_within_target(void **state)
     ctx_free(c);
 }
 
+/* 60 streams on a backend at the bandwidth wall (45 ms a step whatever it
+ * holds, 0.05 ms a row): their decodes alone take 48 ms, over the target,
+ * and a prompt still lengthens the step by a quarter of that (12 ms: 240
+ * tokens), not by the 16-token floor. */
+static void test_many_decodes_still_move_prompts(void **state)
+{
+    (void)state;
+    a_ms = 45, b_ms = 0.05;
+    ctx_t *c = ctx_new(IG_SCHED_ITL_TARGET_MS);
+    for (int i = 0; i < 60; i++)
+        submit(c, 8, 300, 1 + i);
+    for (int k = 0; k < 6; k++)
+        step_ms(c);
+    assert_int_equal(started(c), 60);
+    submit(c, 900, 2, 99);
+    double decode_ms = a_ms + b_ms * 60;
+    int want = (int)(0.25 * decode_ms / b_ms);
+    for (int k = 0; k < 3; k++) {
+        step_ms(c);
+        int prompt_tok = c->fe.last_ntok - 60;
+        print_message("# step with 60 decodes: %d prompt tokens (%d expected)\n", prompt_tok, want);
+        assert_true(prompt_tok >= want * 9 / 10 && prompt_tok <= want + 1);
+    }
+    ctx_free(c);
+    a_ms = A_MS, b_ms = B_MS;
+}
+
 static void test_prefill_alone_takes_the_whole_budget(void **state)
 {
     (void)state;
@@ -207,6 +239,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_steps_with_decodes_stay_within_target),
+        cmocka_unit_test(test_many_decodes_still_move_prompts),
         cmocka_unit_test(test_prefill_alone_takes_the_whole_budget),
         cmocka_unit_test(test_target_zero_fills_max_batched_tokens),
         cmocka_unit_test(test_cost_model_recovers_the_cost),

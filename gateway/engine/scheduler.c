@@ -1059,10 +1059,14 @@ static double attended(int pos, int n)
 
 /* Prompt tokens a step with `rows` decode rows may add (at most `most`):
  * what the cost model allows within the ITL target, or a cold-start chunk
- * until it has seen enough steps. Never below MIN_PREFILL_CHUNK, so that
- * prompts move even when the decodes alone exceed the target. */
+ * until it has seen enough steps. When the decodes alone take longer than
+ * the target (many streams on a slow backend), prompts may still lengthen
+ * the step by DECODE_SLACK of its decode-only time: a fixed small chunk
+ * there would make a prompt's TTFT grow with the number of streams. Never
+ * below MIN_PREFILL_CHUNK. */
 #define COLD_PREFILL_CHUNK 64
 #define MIN_PREFILL_CHUNK 16
+#define DECODE_SLACK 0.25
 static int prefill_budget(ig_sched_t *s, int rows, int most)
 {
     double att = 0;
@@ -1075,9 +1079,12 @@ static int prefill_budget(ig_sched_t *s, int rows, int most)
     }
     if (pos < 0)
         pos = 0; /* a new prompt (a prefix hit only lowers the cost) */
-    int cap = ig__step_cost_ready(&s->cost)
-                  ? ig__step_cost_prefill_cap(&s->cost, rows, att, pos, s->opts.itl_target_ms, most)
-                  : COLD_PREFILL_CHUNK;
+    if (!ig__step_cost_ready(&s->cost))
+        return COLD_PREFILL_CHUNK < most ? COLD_PREFILL_CHUNK : most;
+    double target = s->opts.itl_target_ms,
+           floor = (1 + DECODE_SLACK) * ig__step_cost_predict(&s->cost, rows, att);
+    int cap =
+        ig__step_cost_prefill_cap(&s->cost, rows, att, pos, target > floor ? target : floor, most);
     if (cap < MIN_PREFILL_CHUNK)
         cap = MIN_PREFILL_CHUNK;
     return cap < most ? cap : most;
