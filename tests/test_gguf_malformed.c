@@ -326,7 +326,8 @@ static void test_vocabulary_faults(void **state)
 }
 
 /* Every name llama.cpp (src/llama-vocab.cpp, Feb 2025) maps to a split
- * regex loads: each regex list compiles in PCRE2. */
+ * regex loads (each regex list compiles in PCRE2) and encodes a mixed text
+ * that decodes back whole. */
 static void test_every_llamacpp_pre_loads(void **state)
 {
     static const char *const names[] = {
@@ -348,6 +349,19 @@ static void test_every_llamacpp_pre_loads(void **state)
         int rc = ig_tokenizer_load(build(&s, "pre"), &t, err, sizeof(err));
         if (rc != 0)
             fail_msg("pre \"%s\": %d %s", names[i], rc, err);
+        /* Every split keeps every byte: the text comes back whole. */
+        static const char text[] = "It's 12345 ab, (x+y)^2 |~ caf\xc3\xa9\n\n  \xe6\x97\xa5\xe6\x9c"
+                                   "\xac\xf0\x9f\x98\x80 <sentinel:7> IMGIMGABZ end  ";
+        ig_tokvec_t v;
+        ig_tokvec_init(&v);
+        assert_int_equal(ig_tokenizer_encode(t, text, strlen(text), 0, &v), 0);
+        char *back = NULL;
+        size_t blen;
+        assert_int_equal(ig_tokenizer_decode(t, v.ids, v.len, 0, &back, &blen), 0);
+        if (blen != strlen(text) || memcmp(back, text, blen) != 0)
+            fail_msg("pre \"%s\": \"%s\" decodes to \"%.*s\"", names[i], text, (int)blen, back);
+        free(back);
+        ig_tokvec_dispose(&v);
         ig_tokenizer_free(t);
     }
 }
