@@ -3,8 +3,8 @@
  * NumPy forward pass reading the same safetensors file: every prompt
  * position of three prompts prefilled in one batch, then the same prompts
  * fed as a shorter prefill followed by batched decode steps, on the tiny and
- * gqa presets, on models with llama3 and linear rope scaling, on gqa in
- * bf16 and tiny in f16. Max abs error must stay within ig_bound_forward() (fp_bound.h).
+ * gqa and qwen3 presets, on models with llama3 and linear rope scaling, on
+ * gqa in bf16 and tiny in f16. Max abs error must stay within ig_bound_forward() (fp_bound.h).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -170,6 +170,14 @@ static void test_gqa(void **state)
     check_model("gqa", IG_DTYPE_F32);
 }
 
+/* Qwen3: per-head q/k RMSNorm, head_dim 64 with a 256-wide model. */
+static void test_qwen3(void **state)
+{
+    if (!ig_ref_have_numpy())
+        skip();
+    check_model("qwen3", IG_DTYPE_F32);
+}
+
 static void test_llama3_rope(void **state)
 {
     if (!ig_ref_have_numpy())
@@ -215,7 +223,7 @@ int main(void)
         cmocka_unit_test(test_tiny),        cmocka_unit_test(test_gqa),
         cmocka_unit_test(test_llama3_rope), cmocka_unit_test(test_linear_rope),
         cmocka_unit_test(test_gqa_bf16),    cmocka_unit_test(test_gqa_bf16_widened),
-        cmocka_unit_test(test_tiny_f16),
+        cmocka_unit_test(test_tiny_f16),    cmocka_unit_test(test_qwen3),
     };
     return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -1,14 +1,21 @@
 /*
- * The same F32 GGUF gives the same greedy text in our worker and in
- * llama.cpp's llama-server (built outside the tree: $LLAMACPP_BIN, default
- * /work/peers/llama.cpp/build/bin; the test returns 77, skipped, without
- * it). The file is `mkmodel --format gguf` of two presets (tiny: 2 layers,
- * small: the 6-layer stories15M shape, both SentencePiece vocabularies);
- * both servers get the same prompt as token ids, BOS first, and generate
- * 24 tokens at temperature 0 over real loopback sockets, and the texts
- * must be equal. (On random weights a near-tie between the two best logits
- * could in principle be decided differently by two correct F32 engines;
- * their logits agree to ~1e-5 here, far below the gaps these seeds give.)
+ * `mkmodel --format gguf` files in llama.cpp's llama-server (built outside
+ * the tree: $LLAMACPP_BIN, default /work/peers/llama.cpp/build/bin; the test
+ * returns 77, skipped, without it), every preset:
+ *   - tiny and small (llama, SentencePiece) and gqa (qwen2: q/k/v biases,
+ *     ChatML byte-level vocabulary, pre "qwen2") in F32: both servers get
+ *     the same prompt as token ids and generate 24 tokens at temperature 0
+ *     over real loopback sockets, and the texts must be equal. (On random
+ *     weights a near-tie between the two best logits could in principle be
+ *     decided differently by two correct F32 engines; their logits agree to
+ *     ~1e-5 here, far below the gaps these seeds give.)
+ *   - 1b (llama, Llama-3 byte-level vocabulary, pre "llama-bpe", BF16,
+ *     llama3 rope): llama-server loads it, and its /tokenize gives the ids
+ *     of our tokenizer read from the same file.
+ *   - qwen3 is written with llama.cpp's later "qwen3" names, which the
+ *     February 2025 llama.cpp here does not know yet: the test checks that
+ *     this llama-server refuses it for that reason alone, so that a newer
+ *     one that loads it fails the test and gets the greedy comparison.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +28,7 @@
 #include "testclient.h"
 
 #include "infergate/mkmodel.h"
+#include "infergate/tokenizer.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -55,16 +63,54 @@ static json_t *post(int port, const char *path, const char *body)
     return j;
 }
 
+static const char *const corpus[] = {
+    "Hello world, it's a test: 12345 + 678 = ?",
+    "  spaces\tand\ttabs\n\nnew lines  ",
+    "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80 I'M DONE, they'll see",
+};
+
+/* llama-server's /tokenize (add_special, so BOS where the file says) equals
+ * our tokenizer on the same file, special tokens parsed and BOS added. */
+static void same_tokens(int lport, const char *path)
+{
+    char err[512];
+    ig_tokenizer_t *tok;
+    if (ig_tokenizer_load(path, &tok, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    for (size_t i = 0; i < sizeof(corpus) / sizeof(corpus[0]); i++) {
+        json_t *b = json_pack("{s:s, s:b}", "content", corpus[i], "add_special", 1);
+        char *body = json_dumps(b, JSON_COMPACT);
+        json_decref(b);
+        json_t *lj = post(lport, "/tokenize", body);
+        free(body);
+        assert_non_null(lj);
+        ig_tokvec_t v;
+        ig_tokvec_init(&v);
+        assert_int_equal(
+            ig_tokenizer_encode(tok, corpus[i], strlen(corpus[i]), IG_TOKENIZER_ADD_BOS, &v), 0);
+        json_t *ids = json_object_get(lj, "tokens");
+        int same = json_array_size(ids) == v.len;
+        for (size_t k = 0; same && k < v.len; k++)
+            same = json_integer_value(json_array_get(ids, k)) == v.ids[k];
+        if (!same) {
+            char *l = json_dumps(ids, JSON_COMPACT);
+            fail_msg("corpus[%zu]: llama.cpp %s, %zu ids here", i, l, v.len);
+        }
+        ig_tokvec_dispose(&v);
+        json_decref(lj);
+    }
+    ig_tokenizer_free(tok);
+}
+
 static void check_preset(const char *preset, const char *server)
 {
-    char dir[4096], path[4200], err[512], cmd[4400];
+    char dir[4096], path[4200], cmd[4400];
+    int big = strcmp(preset, "1b") == 0, qwen3 = strcmp(preset, "qwen3") == 0;
     assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
     snprintf(path, sizeof(path), "%s/%s.gguf", dir, preset);
-    snprintf(cmd, sizeof(cmd),
-             "'%s' mkmodel --preset %s --dtype f32 --format gguf --out '%s' >/dev/null",
-             ig_proc_bin("infergate"), preset, path);
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --preset %s %s --format gguf --out '%s' >/dev/null",
+             ig_proc_bin("infergate"), preset, big ? "" : "--dtype f32", path);
     assert_int_equal(system(cmd), 0);
-    (void)err;
 
     int lport = ig_proc_free_port(), wport = ig_proc_free_port();
     char lp[16], wl[64];
@@ -74,11 +120,32 @@ static void check_preset(const char *preset, const char *server)
                      "-t",           "1",  "-c", "512",    "-np", "1",      NULL};
     ig_proc_t L, W;
     assert_int_equal(ig_proc_start(&L, largv, IG_PROC_PIPE_ERR | IG_PROC_PIPE_OUT), 0);
+    if (qwen3) {
+        /* This llama.cpp stops at the architecture name, before anything
+         * else of the file is read. */
+        if (ig_proc_wait_log(&L, "unknown model architecture: 'qwen3'", 60000) != 0)
+            fail_msg("qwen3: llama-server did not refuse the architecture (a newer llama.cpp? "
+                     "compare the greedy text then)");
+        print_message("# qwen3: this llama.cpp does not know the qwen3 architecture\n");
+        ig_proc_stop(&L, 9, 5000);
+        ig_proc_dispose(&L);
+        ig_tf_rmtree(dir);
+        return;
+    }
+    assert_int_equal(ig_proc_wait_status(lport, "/health", 200, 120000), 0);
+    if (big) {
+        same_tokens(lport, path);
+        print_message("# %s: loaded by llama-server, same token ids\n", preset);
+        ig_proc_stop(&L, 15, 5000);
+        ig_proc_dispose(&L);
+        ig_tf_rmtree(dir);
+        return;
+    }
     const char *wargv[] = {"worker",   "--model", path,          "--device", "cpu:1",
                            "--listen", wl,        "--log-level", "warn",     NULL};
     assert_int_equal(ig_proc_start_bin(&W, "infergate", wargv, 0), 0);
     assert_int_equal(ig_proc_wait_status(wport, "/ready", 200, 30000), 0);
-    assert_int_equal(ig_proc_wait_status(lport, "/health", 200, 60000), 0);
+    same_tokens(lport, path);
 
     const char *ids = "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]";
     char body[1024];
@@ -108,14 +175,12 @@ static void check_preset(const char *preset, const char *server)
     ig_tf_rmtree(dir);
 }
 
-static void test_tiny_same_greedy_text(void **state)
+static void test_every_preset(void **state)
 {
-    check_preset("tiny", *state);
-}
-
-static void test_small_same_greedy_text(void **state)
-{
-    check_preset("small", *state);
+    int n = 0;
+    for (size_t i = 0; ig_mkmodel_preset_name(i) != NULL; i++, n++)
+        check_preset(ig_mkmodel_preset_name(i), *state);
+    assert_int_equal(n, 5); /* a new preset gets its check here */
 }
 
 int main(void)
@@ -127,8 +192,7 @@ int main(void)
         return 77;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_prestate(test_tiny_same_greedy_text, (void *)server),
-        cmocka_unit_test_prestate(test_small_same_greedy_text, (void *)server),
+        cmocka_unit_test_prestate(test_every_preset, (void *)server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

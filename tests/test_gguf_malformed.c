@@ -4,7 +4,8 @@
  * duplicate key, an unsupported tensor type, a misaligned or out-of-file
  * offset), the llama metadata (missing, mistyped, out of range, another
  * architecture), the tensors (missing, wrong shape) and the vocabulary
- * (unknown tokenizer model, scores missing). A well-formed file built the
+ * (unknown tokenizer model, scores missing, a pre-tokenizer name llama.cpp
+ * does not know). A well-formed file built the
  * same way loads, so every case fails for its one fault.
  */
 #include <setjmp.h>
@@ -37,6 +38,7 @@ typedef struct {
     int dup_key;
     const char *tok_model; /* tokenizer.ggml.model, default llama */
     int no_scores;
+    const char *pre; /* tokenizer.ggml.pre, with a merges array */
 } spec_t;
 
 static char dir[4096];
@@ -49,6 +51,22 @@ static void put_int(ig_gguf_writer_t *w, const spec_t *s, const char *key, uint3
         ig_gguf_put_str(w, key, "12", 2);
     else
         ig_gguf_put_u32(w, key, v);
+}
+
+/* GPT-2's byte-level character for byte b, as UTF-8 into out. */
+static void byte_char(int b, char *out)
+{
+    int cp = b, n = 0;
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
+        for (int k = 0; k < b; k++)
+            n += !((k >= 33 && k <= 126) || (k >= 161 && k <= 172) || k >= 174);
+        cp = 256 + n;
+    }
+    if (cp < 0x80) {
+        out[0] = (char)cp, out[1] = 0;
+    } else {
+        out[0] = (char)(0xC0 | (cp >> 6)), out[1] = (char)(0x80 | (cp & 0x3F)), out[2] = 0;
+    }
 }
 
 /* Writes a one-layer llama GGUF following s; returns its path (static). */
@@ -85,6 +103,8 @@ static const char *build(const spec_t *s, const char *name)
                                              "ab"};
         if (i == 0)
             snprintf(buf[i], sizeof(buf[i]), "<unk>");
+        else if (i <= 256 && s->pre != NULL)
+            byte_char(i - 1, buf[i]);
         else if (i <= 256)
             snprintf(buf[i], sizeof(buf[i]), "<0x%02X>", i - 1);
         else
@@ -98,6 +118,11 @@ static const char *build(const spec_t *s, const char *name)
         types[i] = i == 0 ? 2 : i <= 256 ? 6 : 1;
     ig_gguf_put_i32_array(w, "tokenizer.ggml.token_type", types, VOCAB);
     ig_gguf_put_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+    if (s->pre != NULL) {
+        const char *merges[] = {"a b"};
+        ig_gguf_put_str_array(w, "tokenizer.ggml.merges", merges, NULL, 1);
+        ig_gguf_put_str(w, "tokenizer.ggml.pre", s->pre, strlen(s->pre));
+    }
     if (!s->no_scores)
         ig_gguf_put_f32_array(w, "tokenizer.ggml.scores", scores, VOCAB);
     const struct {
@@ -247,8 +272,12 @@ static void test_metadata_faults(void **state)
     expect_model(build(&s, "str"), IG_EMODEL,
                  "str.gguf: llama.block_count: expected an integer, got string");
     s = (spec_t){.arch = "gpt2"};
-    expect_model(build(&s, "arch"), IG_EMODEL,
-                 "arch.gguf: general.architecture: \"gpt2\" is not supported (llama)");
+    expect_model(
+        build(&s, "arch"), IG_EMODEL,
+        "arch.gguf: general.architecture: \"gpt2\" is not supported (llama, qwen2, qwen3)");
+    /* Another architecture's keys carry its name: a llama file relabelled. */
+    s = (spec_t){.arch = "qwen2"};
+    expect_model(build(&s, "q2keys"), IG_EMODEL, "q2keys.gguf: qwen2.embedding_length: missing");
     s = (spec_t){.skip_key = "llama.attention.head_count_kv"}; /* default: all 4 heads */
     expect_model(build(&s, "mha"), IG_EMODEL,
                  "blk.0.attn_k.weight: ne [32, 16], expected [32, 32]");
@@ -284,6 +313,57 @@ static void test_vocabulary_faults(void **state)
     expect_tok(build(&s, "noscores"), "noscores.gguf: tokenizer.ggml.scores: missing");
     s = (spec_t){.tok_model = "gpt2"};
     expect_tok(build(&s, "nomerges"), "nomerges.gguf: tokenizer.ggml.merges: missing");
+    /* Names llama.cpp does not know are refused by name, our own earlier
+     * "gpt2" among them (llama.cpp refuses it too). */
+    s = (spec_t){.tok_model = "gpt2", .pre = "gpt2"};
+    expect_tok(build(&s, "gpt2pre"),
+               "gpt2pre.gguf: tokenizer.ggml.pre: \"gpt2\" is not a pre-tokenizer llama.cpp "
+               "knows (GPT-2's is \"gpt-2\")");
+    s = (spec_t){.tok_model = "gpt2", .pre = "llama-4"};
+    expect_tok(build(&s, "unknownpre"),
+               "unknownpre.gguf: tokenizer.ggml.pre: \"llama-4\" is not a pre-tokenizer "
+               "llama.cpp knows");
+}
+
+/* Every name llama.cpp (src/llama-vocab.cpp, Feb 2025) maps to a split
+ * regex loads (each regex list compiles in PCRE2) and encodes a mixed text
+ * that decodes back whole. */
+static void test_every_llamacpp_pre_loads(void **state)
+{
+    static const char *const names[] = {
+        "default",      "llama3",         "llama-v3",     "llama-bpe",  "falcon3",
+        "deepseek-llm", "deepseek-coder", "deepseek-v3",  "falcon",     "mpt",
+        "starcoder",    "gpt-2",          "phi-2",        "jina-es",    "jina-de",
+        "gigachat",     "jina-v1-en",     "jina-v2-es",   "jina-v2-de", "jina-v2-code",
+        "roberta-bpe",  "refact",         "command-r",    "qwen2",      "deepseek-r1-qwen",
+        "stablelm2",    "olmo",           "dbrx",         "smaug-bpe",  "poro-chat",
+        "chatglm-bpe",  "viking",         "jais",         "tekken",     "smollm",
+        "codeshell",    "bloom",          "gpt3-finnish", "exaone",     "chameleon",
+        "minerva-7b",   "megrez",
+    };
+    (void)state;
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        spec_t s = {.tok_model = "gpt2", .pre = names[i]};
+        char err[512] = "";
+        ig_tokenizer_t *t = NULL;
+        int rc = ig_tokenizer_load(build(&s, "pre"), &t, err, sizeof(err));
+        if (rc != 0)
+            fail_msg("pre \"%s\": %d %s", names[i], rc, err);
+        /* Every split keeps every byte: the text comes back whole. */
+        static const char text[] = "It's 12345 ab, (x+y)^2 |~ caf\xc3\xa9\n\n  \xe6\x97\xa5\xe6\x9c"
+                                   "\xac\xf0\x9f\x98\x80 <sentinel:7> IMGIMGABZ end  ";
+        ig_tokvec_t v;
+        ig_tokvec_init(&v);
+        assert_int_equal(ig_tokenizer_encode(t, text, strlen(text), 0, &v), 0);
+        char *back = NULL;
+        size_t blen;
+        assert_int_equal(ig_tokenizer_decode(t, v.ids, v.len, 0, &back, &blen), 0);
+        if (blen != strlen(text) || memcmp(back, text, blen) != 0)
+            fail_msg("pre \"%s\": \"%s\" decodes to \"%.*s\"", names[i], text, (int)blen, back);
+        free(back);
+        ig_tokvec_dispose(&v);
+        ig_tokenizer_free(t);
+    }
 }
 
 int main(void)
@@ -291,7 +371,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_well_formed_loads), cmocka_unit_test(test_header_faults),
         cmocka_unit_test(test_metadata_faults),   cmocka_unit_test(test_tensor_faults),
-        cmocka_unit_test(test_vocabulary_faults),
+        cmocka_unit_test(test_vocabulary_faults), cmocka_unit_test(test_every_llamacpp_pre_loads),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

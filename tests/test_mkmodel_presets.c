@@ -287,7 +287,8 @@ static void test_api_errors(void **state)
     assert_int_equal(ig_mkmodel_write("/tmp/never", &o, err, sizeof(err)), IG_EINVAL);
     assert_int_not_equal(access("/tmp/never", F_OK), 0);
     assert_string_equal(ig_mkmodel_preset_name(0), "tiny");
-    assert_null(ig_mkmodel_preset_name(4));
+    assert_string_equal(ig_mkmodel_preset_name(3), "qwen3");
+    assert_null(ig_mkmodel_preset_name(5));
 }
 
 /* Runs the binary; returns its exit status. */

@@ -277,6 +277,17 @@ static void test_unsupported_architecture(void **state)
     expect("config.json: architectures: missing", "");
 }
 
+/* A Llama's tensors under a Qwen3 config: the per-head norms are required,
+ * and Qwen3's attention_bias (which would give o_proj a bias) is refused. */
+static void test_qwen3_needs_qk_norms(void **state)
+{
+    (void)state;
+    tu_json_set(tu_dir, "config.json", "architectures", json_pack("[s]", "Qwen3ForCausalLM"));
+    expect("model.safetensors: model.layers.0.self_attn.q_norm.weight: missing tensor", "");
+    tu_json_set(tu_dir, "config.json", "attention_bias", json_true());
+    expect("config.json: attention_bias: true is not supported for Qwen3ForCausalLM", "");
+}
+
 static void test_missing_field(void **state)
 {
     static const char *required[] = {"hidden_size", "intermediate_size", "num_hidden_layers",
@@ -437,6 +448,7 @@ int main(void)
         T(test_wrong_shape),
         T(test_wrong_rank),
         T(test_mixed_dtype),
+        T(test_qwen3_needs_qk_norms),
         T(test_unsupported_dtype),
         T(test_truncated),
         T(test_offsets_that_lie),

@@ -25,8 +25,9 @@
 #define CPU_KV_DEFAULT_CAP ((size_t)2 << 30)
 
 typedef struct {
-    ig_weight_t attn_norm, wq, wk, wv, wo, bq, bk, bv, mlp_norm, w_gate, w_up, w_down;
-    int has_bias;
+    ig_weight_t attn_norm, wq, wk, wv, wo, bq, bk, bv, q_norm, k_norm, mlp_norm, w_gate, w_up,
+        w_down;
+    int has_bias, has_qk_norm;
 } layer_t;
 
 struct ig_engine_s {
@@ -327,6 +328,12 @@ int ig_engine_create(ig_engine_t **out, const ig_model_t *model, ig_backend_t *b
                 (rc = up_w(e, &w->bv, &L->bv, "v_proj.bias", l, err, errlen)))
                 goto fail;
         }
+        if (w->q_norm.data != NULL && w->k_norm.data != NULL) {
+            L->has_qk_norm = 1;
+            if ((rc = up_w(e, &w->q_norm, &L->q_norm, "q_norm", l, err, errlen)) ||
+                (rc = up_w(e, &w->k_norm, &L->k_norm, "k_norm", l, err, errlen)))
+                goto fail;
+        }
     }
 
     /* ---- buffers, RoPE table and KV cache ---- */
@@ -384,8 +391,8 @@ void ig_engine_free(ig_engine_t *e)
     if (e->layers != NULL) {
         for (int l = 0; l < e->cfg.num_hidden_layers; l++) {
             layer_t *L = &e->layers[l];
-            ig_weight_t *ws[] = {&L->attn_norm, &L->wq,     &L->wk,   &L->wv,
-                                 &L->wo,        &L->bq,     &L->bk,   &L->bv,
+            ig_weight_t *ws[] = {&L->attn_norm, &L->wq,     &L->wk,   &L->wv,     &L->wo,
+                                 &L->bq,        &L->bk,     &L->bv,   &L->q_norm, &L->k_norm,
                                  &L->mlp_norm,  &L->w_gate, &L->w_up, &L->w_down};
             for (size_t i = 0; i < sizeof(ws) / sizeof(ws[0]); i++)
                 free_w(e, ws[i]);
@@ -603,6 +610,11 @@ int ig_engine_forward(ig_engine_t *e, const ig_batch_t *b)
         CHECK(be->matmul(be, e->q, e->xb, &L->wq, L->has_bias ? &L->bq : NULL, ntok));
         CHECK(be->matmul(be, e->k, e->xb, &L->wk, L->has_bias ? &L->bk : NULL, ntok));
         CHECK(be->matmul(be, e->v, e->xb, &L->wv, L->has_bias ? &L->bv : NULL, ntok));
+        if (L->has_qk_norm) {
+            /* Qwen3: each head of q and k (rows of head_dim) normalized. */
+            CHECK(be->rmsnorm(be, e->q, e->q, &L->q_norm, ntok * nh, c->rms_norm_eps));
+            CHECK(be->rmsnorm(be, e->k, e->k, &L->k_norm, ntok * nkv, c->rms_norm_eps));
+        }
         CHECK(be->rope(be, e->q, e->k, e->d_pos, ntok, nh, nkv, hd, e->inv_freq));
         CHECK(be->kv_append(be, &e->kv, l, e->k, e->v, e->d_slots, ntok));
         CHECK(be->attention(be, e->att, e->q, &e->kv, l, &ab, nh, scale));

@@ -1,5 +1,6 @@
 /*
- * A Llama model from one GGUF file: the config from the llama.* metadata,
+ * A Llama-family model from one GGUF file (llama.cpp's "llama", "qwen2" and
+ * "qwen3" architectures): the config from the <arch>.* metadata,
  * the tensors where they lie in the mapping (F32, F16, BF16, Q8_0), names
  * and shapes checked as the safetensors loader checks them, errors naming
  * the key or the tensor.
@@ -9,7 +10,8 @@
  * rotate-half weights give the same result; the engine rotates halves, so
  * those two tensors are permuted back at load, into memory the model owns
  * (their mapped pages go back to the kernel). Every other tensor is used in
- * place.
+ * place. "qwen2" and "qwen3" rotate halves (NeoX) as the engine does: their
+ * q and k are used as written.
  */
 #include "infergate/error.h"
 #include "infergate/gguf.h"
@@ -22,12 +24,37 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The architectures read, as llama.cpp names them: their metadata keys
+ * start with the name, and their rotation convention decides whether
+ * attn_q / attn_k were permuted by the converter. */
+typedef struct {
+    const char *gguf, *hf;
+    int permuted; /* llama.cpp's LLAMA_ROPE_TYPE_NORM: adjacent pairs */
+    int qkv_bias; /* q/k/v biases (required) */
+    int qk_norm;  /* per-head RMSNorm of q and k (attn_q_norm, attn_k_norm) */
+} arch_t;
+
+static const arch_t archs[] = {
+    {"llama", "LlamaForCausalLM", 1, 0, 0},
+    {"qwen2", "Qwen2ForCausalLM", 0, 1, 0},
+    {"qwen3", "Qwen3ForCausalLM", 0, 0, 1},
+};
+
 typedef struct {
     ig_model_t *m;
     ig_gguf_t *g;
     char *err;
     size_t errlen;
+    const arch_t *arch;
+    char key[128]; /* the last key built by arch_key() */
 } ctx_t;
+
+/* "<arch>.<suffix>": the architecture's own metadata key. */
+static const char *arch_key(ctx_t *c, const char *suffix)
+{
+    snprintf(c->key, sizeof(c->key), "%s.%s", c->arch->gguf, suffix);
+    return c->key;
+}
 
 /* An integer key into *out; absent gives def, or an error when def < 0. */
 static int get_int(ctx_t *c, const char *key, int64_t def, int64_t lo, int64_t hi, int *out)
@@ -96,19 +123,18 @@ static int parse_rope(ctx_t *c, ig_model_config_t *cfg)
     size_t tlen;
     cfg->rope_scaling = IG_ROPE_NONE;
     cfg->rope_factor = 1.0f;
-    rc = ig_gguf_get_str(c->g, "llama.rope.scaling.type", &type, &tlen, c->err, c->errlen);
+    rc = ig_gguf_get_str(c->g, arch_key(c, "rope.scaling.type"), &type, &tlen, c->err, c->errlen);
     if (rc != 0 && rc != IG_ENOENT)
         return rc;
     if (rc == 0 && !(tlen == 4 && memcmp(type, "none", 4) == 0)) {
         if (!(tlen == 6 && memcmp(type, "linear", 6) == 0)) {
-            ig_errf(c->err, c->errlen,
-                    "%s: llama.rope.scaling.type: \"%.*s\" is not supported "
-                    "(none, linear)",
-                    file, (int)(tlen < 32 ? tlen : 32), type);
+            ig_errf(c->err, c->errlen, "%s: %s: \"%.*s\" is not supported (none, linear)", file,
+                    arch_key(c, "rope.scaling.type"), (int)(tlen < 32 ? tlen : 32), type);
             return IG_EMODEL;
         }
         cfg->rope_scaling = IG_ROPE_LINEAR;
-        if ((rc = get_pos_float(c, "llama.rope.scaling.factor", 1.0, &cfg->rope_factor)) != 0)
+        if ((rc = get_pos_float(c, arch_key(c, "rope.scaling.factor"), 1.0, &cfg->rope_factor)) !=
+            0)
             return rc;
     }
     const ig_gguf_tensor_t *rf = ig_gguf_find_tensor(c->g, "rope_freqs.weight");
@@ -166,45 +192,54 @@ static int parse_config(ctx_t *c, ig_model_config_t *cfg)
     }
     if (rc != 0)
         return rc;
-    if (!(alen == 5 && memcmp(arch, "llama", 5) == 0)) {
-        ig_errf(c->err, c->errlen, "%s: general.architecture: \"%.*s\" is not supported (llama)",
-                file, (int)(alen < 32 ? alen : 32), arch);
+    c->arch = NULL;
+    for (size_t i = 0; i < sizeof(archs) / sizeof(archs[0]); i++)
+        if (strlen(archs[i].gguf) == alen && memcmp(archs[i].gguf, arch, alen) == 0)
+            c->arch = &archs[i];
+    if (c->arch == NULL) {
+        ig_errf(c->err, c->errlen,
+                "%s: general.architecture: \"%.*s\" is not supported (llama, qwen2, qwen3)", file,
+                (int)(alen < 32 ? alen : 32), arch);
         return IG_EMODEL;
     }
     memset(cfg, 0, sizeof(*cfg));
-    snprintf(cfg->architecture, sizeof(cfg->architecture), "LlamaForCausalLM");
-    if ((rc = get_int(c, "llama.embedding_length", -1, 1, 65536, &cfg->hidden_size)) ||
-        (rc = get_int(c, "llama.feed_forward_length", -1, 1, 1 << 20, &cfg->intermediate_size)) ||
-        (rc = get_int(c, "llama.block_count", -1, 1, 1024, &cfg->num_hidden_layers)) ||
-        (rc = get_int(c, "llama.attention.head_count", -1, 1, 1024, &cfg->num_attention_heads)) ||
-        (rc = get_int(c, "llama.attention.head_count_kv", cfg->num_attention_heads, 1, 1024,
+    snprintf(cfg->architecture, sizeof(cfg->architecture), "%s", c->arch->hf);
+    cfg->attention_bias = c->arch->qkv_bias;
+    cfg->qk_norm = c->arch->qk_norm;
+    if ((rc = get_int(c, arch_key(c, "embedding_length"), -1, 1, 65536, &cfg->hidden_size)) ||
+        (rc = get_int(c, arch_key(c, "feed_forward_length"), -1, 1, 1 << 20,
+                      &cfg->intermediate_size)) ||
+        (rc = get_int(c, arch_key(c, "block_count"), -1, 1, 1024, &cfg->num_hidden_layers)) ||
+        (rc = get_int(c, arch_key(c, "attention.head_count"), -1, 1, 1024,
+                      &cfg->num_attention_heads)) ||
+        (rc = get_int(c, arch_key(c, "attention.head_count_kv"), cfg->num_attention_heads, 1, 1024,
                       &cfg->num_key_value_heads)) ||
-        (rc =
-             get_int(c, "llama.context_length", 2048, 1, 1 << 24, &cfg->max_position_embeddings)) ||
-        (rc = get_pos_float(c, "llama.attention.layer_norm_rms_epsilon", 1e-5,
+        (rc = get_int(c, arch_key(c, "context_length"), 2048, 1, 1 << 24,
+                      &cfg->max_position_embeddings)) ||
+        (rc = get_pos_float(c, arch_key(c, "attention.layer_norm_rms_epsilon"), 1e-5,
                             &cfg->rms_norm_eps)) ||
-        (rc = get_pos_float(c, "llama.rope.freq_base", 10000.0, &cfg->rope_theta)))
+        (rc = get_pos_float(c, arch_key(c, "rope.freq_base"), 10000.0, &cfg->rope_theta)))
         return rc;
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
-        ig_errf(c->err, c->errlen,
-                "%s: llama.attention.head_count_kv: %d does not divide head_count %d", file,
-                cfg->num_key_value_heads, cfg->num_attention_heads);
+        ig_errf(c->err, c->errlen, "%s: %s: %d does not divide head_count %d", file,
+                arch_key(c, "attention.head_count_kv"), cfg->num_key_value_heads,
+                cfg->num_attention_heads);
         return IG_EMODEL;
     }
     int def_hd = cfg->hidden_size % cfg->num_attention_heads == 0
                      ? cfg->hidden_size / cfg->num_attention_heads
                      : -1;
-    if ((rc = get_int(c, "llama.attention.key_length", def_hd, 2, 1024, &cfg->head_dim)) != 0)
+    if ((rc = get_int(c, arch_key(c, "attention.key_length"), def_hd, 2, 1024, &cfg->head_dim)) !=
+        0)
         return rc;
     int vlen = cfg->head_dim, rdim = cfg->head_dim;
-    if ((rc = get_int(c, "llama.attention.value_length", cfg->head_dim, 2, 1024, &vlen)) ||
-        (rc = get_int(c, "llama.rope.dimension_count", cfg->head_dim, 2, 1024, &rdim)))
+    if ((rc = get_int(c, arch_key(c, "attention.value_length"), cfg->head_dim, 2, 1024, &vlen)) ||
+        (rc = get_int(c, arch_key(c, "rope.dimension_count"), cfg->head_dim, 2, 1024, &rdim)))
         return rc;
     if (vlen != cfg->head_dim || rdim != cfg->head_dim || cfg->head_dim % 2 != 0) {
         ig_errf(c->err, c->errlen,
-                "%s: llama.rope.dimension_count: key %d, value %d and rope %d dimensions must "
-                "be one even number",
-                file, cfg->head_dim, vlen, rdim);
+                "%s: %s: key %d, value %d and rope %d dimensions must be one even number", file,
+                arch_key(c, "rope.dimension_count"), cfg->head_dim, vlen, rdim);
         return IG_EMODEL;
     }
     const ig_gguf_tensor_t *emb = ig_gguf_find_tensor(c->g, "token_embd.weight");
@@ -213,7 +248,7 @@ static int parse_config(ctx_t *c, ig_model_config_t *cfg)
                 emb ? "not 2-D" : "missing tensor");
         return IG_EMODEL;
     }
-    if ((rc = get_int(c, "llama.vocab_size", emb->ne[1], 1, 1 << 24, &cfg->vocab_size)) != 0)
+    if ((rc = get_int(c, arch_key(c, "vocab_size"), emb->ne[1], 1, 1 << 24, &cfg->vocab_size)) != 0)
         return rc;
     cfg->tie_word_embeddings = ig_gguf_find_tensor(c->g, "output.weight") == NULL;
     cfg->bos_token_id = -1;
@@ -300,7 +335,7 @@ static int unpermute(ctx_t *c, ig_tensor_t *t, int heads, int hd, const char *na
 
 int ig__model_load_gguf(ig_model_t *m, ig_gguf_t *g, char *err, size_t errlen)
 {
-    ctx_t c = {m, g, err, errlen};
+    ctx_t c = {m, g, err, errlen, NULL, ""};
     ig_model_config_t *cfg = ig__model_cfg(m);
     int rc;
     char name[96];
@@ -341,6 +376,25 @@ int ig__model_load_gguf(ig_model_t *m, ig_gguf_t *g, char *err, size_t errlen)
             if ((rc = bind(&c, want[i].t, name, want[i].rows, want[i].cols)) != 0)
                 return rc;
         }
+        const struct {
+            ig_tensor_t *t;
+            const char *suffix;
+            int64_t rows;
+            int on;
+        } extra[] = {
+            {&L->bq, "attn_q.bias", q, c.arch->qkv_bias},
+            {&L->bk, "attn_k.bias", kv, c.arch->qkv_bias},
+            {&L->bv, "attn_v.bias", kv, c.arch->qkv_bias},
+            {&L->q_norm, "attn_q_norm.weight", cfg->head_dim, c.arch->qk_norm},
+            {&L->k_norm, "attn_k_norm.weight", cfg->head_dim, c.arch->qk_norm},
+        };
+        for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+            snprintf(name, sizeof(name), "blk.%d.%s", l, extra[i].suffix);
+            if (extra[i].on && (rc = bind(&c, extra[i].t, name, extra[i].rows, 0)) != 0)
+                return rc;
+        }
+        if (!c.arch->permuted)
+            continue;
         snprintf(name, sizeof(name), "blk.%d.attn_q.weight", l);
         if ((rc = unpermute(&c, &L->wq, cfg->num_attention_heads, cfg->head_dim, name)) != 0)
             return rc;

@@ -291,6 +291,7 @@ static const struct {
     {"LlamaForCausalLM", "llama", 2048},
     {"MistralForCausalLM", "mistral", 4096 * 32},
     {"Qwen2ForCausalLM", "qwen2", 32768},
+    {"Qwen3ForCausalLM", "qwen3", 32768},
 };
 
 static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, size_t errlen)
@@ -324,12 +325,14 @@ static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, s
     if (arch < 0) {
         ig_errf(err, errlen,
                 "%s: architectures: \"%.64s\" is not supported (LlamaForCausalLM, "
-                "MistralForCausalLM, Qwen2ForCausalLM)",
+                "MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)",
                 file, name);
         return IG_EMODEL;
     }
     snprintf(cfg->architecture, sizeof(cfg->architecture), "%s", archs[arch].architecture);
     int is_qwen2 = strcmp(archs[arch].model_type, "qwen2") == 0;
+    /* Qwen3: RMSNorm of each q and k head (q_norm, k_norm), no biases. */
+    cfg->qk_norm = strcmp(archs[arch].model_type, "qwen3") == 0;
 
     const json_t *act = json_object_get(root, "hidden_act");
     if (act != NULL && !(json_is_string(act) && strcmp(json_string_value(act), "silu") == 0)) {
@@ -389,7 +392,7 @@ static int parse_config(const json_t *root, ig_model_config_t *cfg, char *err, s
          * ig_layer_weights_t has no room for. */
         ig_errf(err, errlen,
                 "%s: attention_bias: true is not supported for %s (its o_proj bias has no "
-                "place in the weights; use Qwen2ForCausalLM for q/k/v biases)",
+                "place in the weights; Qwen2ForCausalLM has q/k/v biases)",
                 file, cfg->architecture);
         return IG_EMODEL;
     }
@@ -603,7 +606,7 @@ static int bind_all(ig_model_t *m, char *err, size_t errlen)
         const struct {
             ig_tensor_t *t;
             const char *suffix;
-            int optional;
+            int optional; /* 1: a bias, 2: a q/k norm (each as the config says) */
             int ndim;
             int64_t d0, d1;
         } want[] = {
@@ -615,6 +618,8 @@ static int bind_all(ig_model_t *m, char *err, size_t errlen)
             {&L->bq, "self_attn.q_proj.bias", 1, 1, q, 0},
             {&L->bk, "self_attn.k_proj.bias", 1, 1, kv, 0},
             {&L->bv, "self_attn.v_proj.bias", 1, 1, kv, 0},
+            {&L->q_norm, "self_attn.q_norm.weight", 2, 1, c->head_dim, 0},
+            {&L->k_norm, "self_attn.k_norm.weight", 2, 1, c->head_dim, 0},
             {&L->mlp_norm, "post_attention_layernorm.weight", 0, 1, dim, 0},
             {&L->w_gate, "mlp.gate_proj.weight", 0, 2, hid, dim},
             {&L->w_up, "mlp.up_proj.weight", 0, 2, hid, dim},
@@ -624,8 +629,8 @@ static int bind_all(ig_model_t *m, char *err, size_t errlen)
             snprintf(name, sizeof(name), "model.layers.%d.%s", l, want[i].suffix);
             /* Biases are required exactly when the config says so; without
              * attention_bias any stored bias is ignored, as transformers does. */
-            int is_bias = want[i].optional;
-            if (is_bias && !c->attention_bias)
+            int is_bias = want[i].optional == 1, is_qk_norm = want[i].optional == 2;
+            if ((is_bias && !c->attention_bias) || (is_qk_norm && !c->qk_norm))
                 continue;
             if ((rc = bind(m, want[i].t, name, 0, want[i].ndim, want[i].d0, want[i].d1, err,
                            errlen)) != 0)
@@ -728,8 +733,9 @@ void ig_model_drop_owned(ig_model_t *model)
     drop_if_owned(model, &model->final_norm);
     for (int l = 0; l < model->cfg.num_hidden_layers; l++) {
         ig_layer_weights_t *L = &model->layers[l];
-        ig_tensor_t *ts[] = {&L->attn_norm, &L->wq, &L->wk,       &L->wv,     &L->wo,   &L->bq,
-                             &L->bk,        &L->bv, &L->mlp_norm, &L->w_gate, &L->w_up, &L->w_down};
+        ig_tensor_t *ts[] = {&L->attn_norm, &L->wq,     &L->wk,   &L->wv,     &L->wo,
+                             &L->bq,        &L->bk,     &L->bv,   &L->q_norm, &L->k_norm,
+                             &L->mlp_norm,  &L->w_gate, &L->w_up, &L->w_down};
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++)
             drop_if_owned(model, ts[i]);
     }

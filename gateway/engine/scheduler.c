@@ -20,6 +20,7 @@
 
 #include "base/list.h"
 #include "prefix_cache_internal.h"
+#include "step_cost_internal.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -191,6 +192,7 @@ struct ig_sched_s {
      * (commits and evictions) against ig_sched_prefix_match(). */
     ig__pcache_t pc;
     pthread_mutex_t pc_mu;
+    ig__step_cost_t cost; /* what a step costs on this backend */
     seq_list_t waiting, running;
     int watermark;
     int waiting_prefill_tokens;
@@ -239,6 +241,7 @@ void ig_sched_opts_default(ig_sched_opts_t *o)
     o->max_num_seqs = 256;
     o->max_waiting = 1024;
     o->echo_rows = 64;
+    o->itl_target_ms = IG_SCHED_ITL_TARGET_MS;
     o->prefix_cache = 1;
     o->prefix_seed = ig_prefix_seed(NULL);
 }
@@ -263,7 +266,8 @@ int ig_sched_create(ig_sched_t **out, const ig_sched_engine_t *eng, const ig_sch
     if (!eng || !eng->forward || !eng->block_alloc || !eng->block_release || !eng->blocks_free ||
         eng->num_blocks <= 0 || eng->block_size <= 0 || eng->vocab_size <= 0 ||
         eng->max_context <= 0 || !opts || opts->max_batched_tokens <= 0 ||
-        opts->max_num_seqs <= 0 || opts->max_waiting < 0 || opts->echo_rows < 0)
+        opts->max_num_seqs <= 0 || opts->max_waiting < 0 || opts->echo_rows < 0 ||
+        !(opts->itl_target_ms >= 0))
         return IG_EINVAL;
     ig_sched_t *s = calloc(1, sizeof(*s));
     if (!s)
@@ -275,6 +279,7 @@ int ig_sched_create(ig_sched_t **out, const ig_sched_engine_t *eng, const ig_sch
     if (detok)
         s->detok = *detok;
     s->opts = *opts;
+    ig__step_cost_init(&s->cost);
     if (!s->opts.now_ns)
         s->opts.now_ns = mono_ns;
     if (opts->max_num_seqs > opts->max_batched_tokens)
@@ -1063,6 +1068,45 @@ static void plan_prefill(ig_sched_t *s, plan_t *p, seq_t *q, int n, int from, in
     p->prefill_tok += n;
 }
 
+/* Pairs of (query, key) a chunk of n tokens from position pos attends. */
+static double attended(int pos, int n)
+{
+    return (double)n * pos + (double)n * (n + 1) / 2.0;
+}
+
+/* Prompt tokens a step with `rows` decode rows may add (at most `most`):
+ * what the cost model allows within the ITL target, or a cold-start chunk
+ * until it has seen enough steps. When the decodes alone take longer than
+ * the target (many streams on a slow backend), prompts may still lengthen
+ * the step by DECODE_SLACK of its decode-only time: a fixed small chunk
+ * there would make a prompt's TTFT grow with the number of streams. Never
+ * below MIN_PREFILL_CHUNK. */
+#define COLD_PREFILL_CHUNK 64
+#define MIN_PREFILL_CHUNK 16
+#define DECODE_SLACK 0.25
+static int prefill_budget(ig_sched_t *s, int rows, int most)
+{
+    double att = 0;
+    int pos = -1;
+    for (seq_t *q = seq_first(&s->running); q; q = seq_next(&s->running, q)) {
+        if (q->sched_n == 1)
+            att += attended(q->ncomputed, 1);
+        else if (pos < 0 && !q->paused && q->ntokens - q->ncomputed > 1)
+            pos = q->ncomputed; /* the first prompt to be chunked */
+    }
+    if (pos < 0)
+        pos = 0; /* a new prompt (a prefix hit only lowers the cost) */
+    if (!ig__step_cost_ready(&s->cost))
+        return COLD_PREFILL_CHUNK < most ? COLD_PREFILL_CHUNK : most;
+    double target = s->opts.itl_target_ms,
+           floor = (1 + DECODE_SLACK) * ig__step_cost_predict(&s->cost, rows, att);
+    int cap =
+        ig__step_cost_prefill_cap(&s->cost, rows, att, pos, target > floor ? target : floor, most);
+    if (cap < MIN_PREFILL_CHUNK)
+        cap = MIN_PREFILL_CHUNK;
+    return cap < most ? cap : most;
+}
+
 int ig_sched_step(ig_sched_t *s)
 {
     intake(s);
@@ -1110,6 +1154,10 @@ again:;
         p.budget--;
         decode_tok++;
     }
+    /* Stall-free batching: with decodes in the step, prompt tokens only
+     * as far as the step stays within the ITL target. */
+    if (decode_tok > 0 && s->opts.itl_target_ms > 0 && p.budget > 0)
+        p.budget = prefill_budget(s, decode_tok, p.budget);
     /* 2. Prefill chunks of running sequences still in their prompt (or in a
      * recompute), as far as free blocks allow; no preemption for these. */
     for (seq_t *q = seq_first(&s->running); q && p.budget > 0 && p.nseq < s->opts.max_num_seqs;
@@ -1243,6 +1291,9 @@ again:;
         publish(s);
         return rc;
     }
+    double att = 0;
+    for (int i = 0; i < p.nseq; i++)
+        att += attended(s->b_pos_start[i], s->b_seqs[i]->sched_n);
     const float *row = s->logits;
     for (int i = 0; i < p.nseq; i++) {
         seq_t *q = s->b_seqs[i];
@@ -1250,6 +1301,9 @@ again:;
         after_forward(s, q, row, nrows, t1);
         row += (size_t)nrows * (size_t)s->eng.vocab_size;
     }
+    /* The whole step, sampling and detokenizing included: what a decoding
+     * sequence waits between two tokens. */
+    ig__step_cost_observe(&s->cost, ntok, att, (double)(now(s) - t0) / 1e6);
     pthread_mutex_lock(&s->mu);
     s->stats.steps++;
     s->stats.prompt_tokens_total += (uint64_t)prompt_new;

@@ -394,7 +394,7 @@ static void instance_spawn(ig_instance_t *in)
     const ig_pool_spec_t *s = &p->spec;
     char *args[MAX_ARGS];
     int na = 0;
-    char threads[16], kv[16], bs[16], mbt[16], mns[16], mw[16], mpt[16];
+    char threads[16], kv[16], bs[16], mbt[16], itl[16], mns[16], mw[16], mpt[16];
     args[na++] = (char *)s->exe;
     args[na++] = "worker";
     args[na++] = "--model";
@@ -429,6 +429,10 @@ static void instance_spawn(ig_instance_t *in)
     if (s->max_batched_tokens > 0) {
         args[na++] = "--max-batched-tokens";
         args[na++] = fmt_int(mbt, sizeof(mbt), s->max_batched_tokens);
+    }
+    if (s->itl_target_ms != 0) {
+        args[na++] = "--itl-target-ms";
+        args[na++] = fmt_int(itl, sizeof(itl), s->itl_target_ms > 0 ? s->itl_target_ms : 0);
     }
     if (s->max_num_seqs > 0) {
         args[na++] = "--max-num-seqs";

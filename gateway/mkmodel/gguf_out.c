@@ -1,11 +1,13 @@
 /*
  * `infergate mkmodel --format gguf`: a model in Hugging Face layout written
  * as one GGUF file that llama.cpp and our loader (engine/gguf_model.c) both
- * read: llama.* metadata from config.json, the tokenizer as tokenizer.ggml.*
- * (a "llama" SentencePiece vocabulary with scores, or a "gpt2" BPE one with
- * merges), the tensors under llama.cpp's names with attn_q / attn_k rows
- * permuted to its adjacent-pair rotation, 1-D tensors in F32 as llama.cpp's
- * converter writes them, matrices in the model's dtype or Q8_0.
+ * read: <arch>.* metadata from config.json (llama, qwen2, qwen3), the
+ * tokenizer as tokenizer.ggml.* (a "llama" SentencePiece vocabulary with
+ * scores, or a "gpt2" BPE one with merges and the tokenizer.ggml.pre name
+ * llama.cpp gives its split), the tensors under llama.cpp's names (llama's
+ * attn_q / attn_k rows permuted to its adjacent-pair rotation), 1-D tensors
+ * in F32 as llama.cpp's converter writes them, matrices in the model's dtype
+ * or Q8_0.
  */
 #include "infergate/error.h"
 #include "infergate/gguf.h"
@@ -23,7 +25,7 @@
 
 /* ---- the tokenizer -------------------------------------------------------- */
 
-enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_BYTE = 6 };
+enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_BYTE = 6 };
 
 static json_t *load(const char *dir, const char *name, char *err, size_t errlen)
 {
@@ -55,8 +57,10 @@ static char *merge_str(const json_t *m)
     return s;
 }
 
-static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, int nvocab, char *err, size_t errlen)
+static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, const ig_model_config_t *cfg,
+                         char *err, size_t errlen)
 {
+    int nvocab = cfg->vocab_size;
     int rc = IG_EMODEL;
     json_t *tj = load(dir, "tokenizer.json", err, errlen), *tc = NULL;
     char **tokens = calloc((size_t)nvocab, sizeof(char *)), **merges = NULL;
@@ -90,7 +94,10 @@ static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, int nvocab, char 
             continue;
         free(tokens[id]);
         tokens[id] = strdup(s);
-        types[id] = json_is_true(json_object_get(val, "special")) ? TT_CONTROL : TT_NORMAL;
+        /* llama.cpp matches user-defined tokens in any text, control ones
+         * only where special tokens are parsed: the tokenizers library's
+         * non-special and special added tokens. */
+        types[id] = json_is_true(json_object_get(val, "special")) ? TT_CONTROL : TT_USER;
     }
     const char *unk = json_string_value(json_object_get(model, "unk_token"));
     for (int id = 0; id < nvocab; id++) {
@@ -139,14 +146,26 @@ static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, int nvocab, char 
     if ((rc = ig_gguf_put_str(w, "tokenizer.ggml.model", model_name, strlen(model_name))) != 0)
         goto out;
     if (!spm) {
-        /* The pre-tokenizer's regex decides llama.cpp's name for it. */
-        const char *pre = "gpt2";
-        char *pt = json_dumps(json_object_get(tj, "pre_tokenizer"), 0);
+        /* The pre-tokenizer's regex decides llama.cpp's name for it: the
+         * Llama-3 split (digits in threes), Qwen2's (single digits), or
+         * GPT-2's (ByteLevel's own regex). Anything else has no name that
+         * llama.cpp would split the same way, and is refused. */
+        const char *pre = NULL;
+        char *pt = json_dumps(json_object_get(tj, "pre_tokenizer"), JSON_COMPACT);
         if (pt && strstr(pt, "\\\\p{N}{1,3}"))
             pre = "llama-bpe";
         else if (pt && strstr(pt, "\\\\p{N}|"))
             pre = "qwen2";
+        else if (pt && !strstr(pt, "\"Split\"") && strstr(pt, "\"use_regex\":true"))
+            pre = "gpt-2";
         free(pt);
+        if (pre == NULL) {
+            ig_errf(err, errlen,
+                    "tokenizer.json: pre_tokenizer: no llama.cpp pre-tokenizer splits as this "
+                    "one does (Llama-3, Qwen2 and GPT-2 splits are written)");
+            rc = IG_EINVAL;
+            goto out;
+        }
         if ((rc = ig_gguf_put_str(w, "tokenizer.ggml.pre", pre, strlen(pre))) != 0)
             goto out;
     }
@@ -164,15 +183,27 @@ static int put_tokenizer(ig_gguf_writer_t *w, const char *dir, int nvocab, char 
     const char *names[] = {"bos_token", "eos_token", "unk_token"};
     const char *keys[] = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id",
                           "tokenizer.ggml.unknown_token_id"};
+    int eos_id = -1;
     for (int k = 0; k < 3; k++) {
         const char *s = json_string_value(json_object_get(tc, names[k]));
         for (int id = 0; s && id < nvocab; id++)
             if (strcmp(tokens[id], s) == 0) {
                 if ((rc = ig_gguf_put_u32(w, keys[k], (uint32_t)id)) != 0)
                     goto out;
+                if (k == 1)
+                    eos_id = id;
                 break;
             }
     }
+    /* The model's first end of sequence that is not the vocabulary's EOS
+     * (ChatML's <|im_end|> beside <|endoftext|>) is its end of turn. */
+    for (int i = 0; i < cfg->n_eos; i++)
+        if (cfg->eos_token_ids[i] != eos_id) {
+            if ((rc = ig_gguf_put_u32(w, "tokenizer.ggml.eot_token_id",
+                                      (uint32_t)cfg->eos_token_ids[i])) != 0)
+                goto out;
+            break;
+        }
     if ((rc = ig_gguf_put_bool(w, "tokenizer.ggml.add_bos_token",
                                json_is_true(json_object_get(tc, "add_bos_token")))) ||
         (rc = ig_gguf_put_bool(w, "tokenizer.ggml.add_eos_token",
@@ -253,16 +284,28 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     if (rc != 0)
         return rc;
     const ig_model_config_t *c = ig_model_config(m);
-    if (strcmp(c->architecture, "LlamaForCausalLM") != 0 &&
-        strcmp(c->architecture, "MistralForCausalLM") != 0) {
-        ig_errf(err, errlen, "%s: --format gguf writes the llama architecture, not %s", hf_dir,
-                c->architecture);
+    /* llama.cpp's architecture: Llama and Mistral are "llama" (adjacent-pair
+     * rotation, so q and k rows are permuted), Qwen2 and Qwen3 their own
+     * (rotate-half, as Hugging Face's; Qwen2 with q/k/v biases, Qwen3 with
+     * q/k norms). */
+    const char *arch = "llama";
+    int permute = 1;
+    if (strcmp(c->architecture, "Qwen2ForCausalLM") == 0)
+        arch = "qwen2", permute = 0;
+    else if (strcmp(c->architecture, "Qwen3ForCausalLM") == 0)
+        arch = "qwen3", permute = 0;
+    else if (c->attention_bias || c->qk_norm) {
+        ig_errf(err, errlen,
+                "%s: --format gguf: %s with q/k/v biases or q/k norms has no llama.cpp "
+                "architecture",
+                hf_dir, c->architecture);
         rc = IG_EINVAL;
         goto out;
     }
+    char key[96];
+#define KEY(suffix) (snprintf(key, sizeof(key), "%s.%s", arch, suffix), key)
     if ((rc = ig_gguf_writer_init(&w)) != 0)
         goto out;
-    const char *arch = "llama";
     ig_gguf_put_str(w, "general.architecture", arch, strlen(arch));
     ig_gguf_put_str(w, "general.name", "infergate mkmodel", 17);
     ig_gguf_put_u32(w, "general.alignment", 32);
@@ -271,21 +314,21 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
                     : c->dtype == IG_DTYPE_F32 ? 0
                     : c->dtype == IG_DTYPE_F16 ? 1
                                                : 32);
-    ig_gguf_put_u32(w, "llama.context_length", (uint32_t)c->max_position_embeddings);
-    ig_gguf_put_u32(w, "llama.embedding_length", (uint32_t)c->hidden_size);
-    ig_gguf_put_u32(w, "llama.block_count", (uint32_t)c->num_hidden_layers);
-    ig_gguf_put_u32(w, "llama.feed_forward_length", (uint32_t)c->intermediate_size);
-    ig_gguf_put_u32(w, "llama.attention.head_count", (uint32_t)c->num_attention_heads);
-    ig_gguf_put_u32(w, "llama.attention.head_count_kv", (uint32_t)c->num_key_value_heads);
-    ig_gguf_put_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim);
-    ig_gguf_put_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim);
-    ig_gguf_put_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
-    ig_gguf_put_f32(w, "llama.rope.freq_base", c->rope_theta);
-    ig_gguf_put_f32(w, "llama.attention.layer_norm_rms_epsilon", c->rms_norm_eps);
-    ig_gguf_put_u32(w, "llama.vocab_size", (uint32_t)c->vocab_size);
+    ig_gguf_put_u32(w, KEY("context_length"), (uint32_t)c->max_position_embeddings);
+    ig_gguf_put_u32(w, KEY("embedding_length"), (uint32_t)c->hidden_size);
+    ig_gguf_put_u32(w, KEY("block_count"), (uint32_t)c->num_hidden_layers);
+    ig_gguf_put_u32(w, KEY("feed_forward_length"), (uint32_t)c->intermediate_size);
+    ig_gguf_put_u32(w, KEY("attention.head_count"), (uint32_t)c->num_attention_heads);
+    ig_gguf_put_u32(w, KEY("attention.head_count_kv"), (uint32_t)c->num_key_value_heads);
+    ig_gguf_put_u32(w, KEY("attention.key_length"), (uint32_t)c->head_dim);
+    ig_gguf_put_u32(w, KEY("attention.value_length"), (uint32_t)c->head_dim);
+    ig_gguf_put_u32(w, KEY("rope.dimension_count"), (uint32_t)c->head_dim);
+    ig_gguf_put_f32(w, KEY("rope.freq_base"), c->rope_theta);
+    ig_gguf_put_f32(w, KEY("attention.layer_norm_rms_epsilon"), c->rms_norm_eps);
+    ig_gguf_put_u32(w, KEY("vocab_size"), (uint32_t)c->vocab_size);
     if (c->rope_scaling == IG_ROPE_LINEAR) {
-        ig_gguf_put_str(w, "llama.rope.scaling.type", "linear", 6);
-        ig_gguf_put_f32(w, "llama.rope.scaling.factor", c->rope_factor);
+        ig_gguf_put_str(w, KEY("rope.scaling.type"), "linear", 6);
+        ig_gguf_put_f32(w, KEY("rope.scaling.factor"), c->rope_factor);
     }
     if (c->rope_scaling == IG_ROPE_LLAMA3) {
         ig_gguf_put_f32(w, "infergate.rope.llama3.factor", c->rope_factor);
@@ -294,11 +337,11 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
         ig_gguf_put_f32(w, "infergate.rope.llama3.original_max_position",
                         (float)c->rope_original_max_position);
     }
-    if ((rc = put_tokenizer(w, hf_dir, c->vocab_size, err, errlen)) != 0)
+    if ((rc = put_tokenizer(w, hf_dir, c, err, errlen)) != 0)
         goto out;
 
     int nl = c->num_hidden_layers, n = 0;
-    outs = calloc((size_t)(3 + 9 * nl), sizeof(*outs));
+    outs = calloc((size_t)(3 + 14 * nl), sizeof(*outs));
     if (outs == NULL) {
         rc = IG_ENOMEM;
         goto out;
@@ -333,10 +376,25 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
                   {"ffn_down", &L->w_down, 0}};
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
             snprintf(nm, sizeof(nm), "blk.%d.%s.weight", l, ts[i].s);
-            ADD(nm, ts[i].t, ts[i].heads);
+            ADD(nm, ts[i].t, permute ? ts[i].heads : 0);
+        }
+        const struct {
+            const char *s;
+            const ig_tensor_t *t;
+        } extra[] = {{"attn_q.bias", &L->bq},
+                     {"attn_k.bias", &L->bk},
+                     {"attn_v.bias", &L->bv},
+                     {"attn_q_norm.weight", &L->q_norm},
+                     {"attn_k_norm.weight", &L->k_norm}};
+        for (size_t i = 0; i < sizeof(extra) / sizeof(extra[0]); i++) {
+            if (extra[i].t->data == NULL)
+                continue;
+            snprintf(nm, sizeof(nm), "blk.%d.%s", l, extra[i].s);
+            ADD(nm, extra[i].t, 0);
         }
     }
 #undef ADD
+#undef KEY
     int half = c->head_dim / 2;
     ig_tensor_t rope = {IG_DTYPE_F32, NULL, 1, {half}};
     if (c->rope_scaling == IG_ROPE_LLAMA3) {

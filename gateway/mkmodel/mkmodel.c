@@ -39,6 +39,7 @@ typedef struct {
     int rope_original_max_pos;
     int tied;
     int attention_bias;
+    int qk_norm; /* Qwen3's per-head q_norm / k_norm */
     ig_dtype_t dtype;
     int shards;
     int tok_style; /* IG_TOKGEN_* */
@@ -70,6 +71,15 @@ static const preset_t presets[] = {
      .dim = 256, .hidden = 768, .layers = 4, .heads = 8, .kv_heads = 2, .head_dim = 32,
      .vocab = 8192, .max_pos = 2048, .rms_eps = 1e-6, .rope_theta = 500000.0,
      .tied = 0, .attention_bias = 1, .dtype = IG_DTYPE_F32, .shards = 1,
+     .tok_style = IG_TOKGEN_CHATML},
+    {.name = "qwen3",
+     .summary = "Qwen3 with per-head q/k RMSNorm, no biases: dim 256, 4 layers, 8 heads / 2 kv, "
+                "head_dim 64 (q is 512 wide), vocab 8192, tied, rope_theta 1000000, ChatML "
+                "byte-level tokenizer, F32",
+     .architecture = "Qwen3ForCausalLM", .model_type = "qwen3",
+     .dim = 256, .hidden = 768, .layers = 4, .heads = 8, .kv_heads = 2, .head_dim = 64,
+     .vocab = 8192, .max_pos = 4096, .rms_eps = 1e-6, .rope_theta = 1000000.0,
+     .tied = 1, .qk_norm = 1, .dtype = IG_DTYPE_F32, .shards = 1,
      .tok_style = IG_TOKGEN_CHATML},
     {.name = "1b",
      .summary = "the shape of Llama-3.2-1B: dim 2048, 16 layers, 32 heads / 8 kv, vocab "
@@ -209,7 +219,7 @@ static void add(tensor_t *t, size_t *n, const char *name, init_t init, int ndim,
     x->nbytes = (uint64_t)d0 * (uint64_t)(ndim > 1 ? d1 : 1) * ig_dtype_size(dtype);
 }
 
-/* The tensors in Hugging Face's order; t must hold 3 + 12 * layers. */
+/* The tensors in Hugging Face's order; t must hold 3 + 14 * layers. */
 static size_t list_tensors(tensor_t *t, const preset_t *p, ig_dtype_t dtype)
 {
     size_t n = 0;
@@ -222,7 +232,7 @@ static size_t list_tensors(tensor_t *t, const preset_t *p, ig_dtype_t dtype)
             init_t init;
             int ndim;
             int64_t d0, d1;
-            int bias;
+            int bias; /* 1: a q/k/v bias, 2: a q/k norm */
         } parts[] = {
             {"input_layernorm.weight", INIT_NORM, 1, p->dim, 0, 0},
             {"self_attn.q_proj.weight", INIT_WEIGHT, 2, q, p->dim, 0},
@@ -232,13 +242,15 @@ static size_t list_tensors(tensor_t *t, const preset_t *p, ig_dtype_t dtype)
             {"self_attn.v_proj.weight", INIT_WEIGHT, 2, kv, p->dim, 0},
             {"self_attn.v_proj.bias", INIT_WEIGHT, 1, kv, 0, 1},
             {"self_attn.o_proj.weight", INIT_WEIGHT, 2, p->dim, q, 0},
+            {"self_attn.q_norm.weight", INIT_NORM, 1, p->head_dim, 0, 2},
+            {"self_attn.k_norm.weight", INIT_NORM, 1, p->head_dim, 0, 2},
             {"post_attention_layernorm.weight", INIT_NORM, 1, p->dim, 0, 0},
             {"mlp.gate_proj.weight", INIT_WEIGHT, 2, p->hidden, p->dim, 0},
             {"mlp.up_proj.weight", INIT_WEIGHT, 2, p->hidden, p->dim, 0},
             {"mlp.down_proj.weight", INIT_WEIGHT, 2, p->dim, p->hidden, 0},
         };
         for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
-            if (parts[i].bias && !p->attention_bias)
+            if ((parts[i].bias == 1 && !p->attention_bias) || (parts[i].bias == 2 && !p->qk_norm))
                 continue;
             snprintf(name, sizeof(name), "model.layers.%d.%s", l, parts[i].suffix);
             add(t, &n, name, parts[i].init, parts[i].ndim, parts[i].d0, parts[i].d1, dtype);
@@ -482,7 +494,7 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
     }
     ig_dtype_t dtype = opts->has_dtype ? opts->dtype : p->dtype;
     int nshards = opts->shards > 0 ? opts->shards : p->shards;
-    size_t cap = 3 + 12 * (size_t)p->layers;
+    size_t cap = 3 + 14 * (size_t)p->layers;
     if (nshards > 99 || (size_t)nshards > cap || ig_dtype_size(dtype) == 0) {
         ig_errf(err, errlen, "shards must be 1..99 and at most the tensor count");
         return IG_EINVAL;
@@ -624,10 +636,10 @@ static int write_gguf(const char *out, ig_mkmodel_opts_t *opts, int q8)
 int ig_cmd_mkmodel(int argc, char **argv)
 {
     static const struct option longopts[] = {
-        {"preset", required_argument, NULL, 'p'}, {"out", required_argument, NULL, 'o'},
-        {"seed", required_argument, NULL, 's'},   {"dtype", required_argument, NULL, 'd'},
-        {"shards", required_argument, NULL, 'n'}, {"no-tokenizer", no_argument, NULL, 't'},
-        {"help", no_argument, NULL, 'h'},         {"format", required_argument, NULL, 'f'},
+        {"preset", required_argument, NULL, 'p'},   {"out", required_argument, NULL, 'o'},
+        {"seed", required_argument, NULL, 's'},     {"dtype", required_argument, NULL, 'd'},
+        {"shards", required_argument, NULL, 'n'},   {"no-tokenizer", no_argument, NULL, 't'},
+        {"help", no_argument, NULL, 'h'},           {"format", required_argument, NULL, 'f'},
         {"quantize", required_argument, NULL, 'q'}, {NULL, 0, NULL, 0},
     };
     int gguf = 0, q8 = 0;

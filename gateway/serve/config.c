@@ -14,6 +14,7 @@
 #include "infergate/jsonv.h"
 #include "infergate/log.h"
 #include "infergate/proxy.h"
+#include "infergate/scheduler.h" /* IG_SCHED_ITL_TARGET_MS */
 
 #include "config_internal.h"
 
@@ -804,8 +805,8 @@ static int parse_device(ctx_t *c, const char *path, json_t *v, ig_config_device_
 static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batching_t *b)
 {
     static const char *const keys[] = {
-        "max_batched_tokens", "max_num_seqs", "kv_blocks", "block_size",
-        "max_waiting",        "kv_dtype",     NULL};
+        "max_batched_tokens", "max_num_seqs", "kv_blocks",     "block_size",
+        "max_waiting",        "kv_dtype",     "itl_target_ms", NULL};
     char p[PATH_MAX_LEN];
     json_t *o;
     int rc = get_section(c, pool, pp, "batching", &o);
@@ -818,7 +819,9 @@ static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batc
         (rc = get_unsigned(c, o, p, "max_num_seqs", 1, 4096, 64, &b->max_num_seqs)) ||
         (rc = get_unsigned(c, o, p, "kv_blocks", 0, 1u << 24, 0, &b->kv_blocks)) ||
         (rc = get_unsigned(c, o, p, "block_size", 1, 256, 16, &b->block_size)) ||
-        (rc = get_unsigned(c, o, p, "max_waiting", 0, 1u << 20, 256, &b->max_waiting)))
+        (rc = get_unsigned(c, o, p, "max_waiting", 0, 1u << 20, 256, &b->max_waiting)) ||
+        (rc = get_unsigned(c, o, p, "itl_target_ms", 0, 60000, (unsigned)IG_SCHED_ITL_TARGET_MS,
+                           &b->itl_target_ms)))
         goto done;
     char *kvd = NULL;
     if ((rc = get_string(c, o, p, "kv_dtype", STR_NONEMPTY, "f32", &kvd)) != 0)

@@ -402,6 +402,7 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     ps.kv_blocks = (int)cp->batching.kv_blocks;
     ps.block_size = (int)cp->batching.block_size;
     ps.max_batched_tokens = (int)cp->batching.max_batched_tokens;
+    ps.itl_target_ms = cp->batching.itl_target_ms ? (int)cp->batching.itl_target_ms : -1;
     ps.max_num_seqs = (int)cp->batching.max_num_seqs;
     ps.max_waiting = (int)cp->batching.max_waiting;
     if (cp->batching.kv_dtype != IG_DTYPE_F32)
@@ -908,11 +909,11 @@ static int reserve_tokens(ig_http_req_t *req, ig_key_use_t *use, const gw_call_t
     int outputs = c->outputs;
     int per = c->max_tokens > 0 ? c->max_tokens : 1 << 20;
     int asked = outputs == 0 ? 0 : per > (1 << 24) / outputs ? 1 << 24 : per * outputs;
-    int prompts = c->r != NULL && c->r->kind == IG_API_COMPLETION && c->r->nprompts > 1
-                      ? c->r->nprompts
-                      : 1;
+    int prompts =
+        c->r != NULL && c->r->kind == IG_API_COMPLETION && c->r->nprompts > 1 ? c->r->nprompts : 1;
     ig_key_limit_t tok, why;
-    int allowed = ig_key_use_reserve(use, uv_hrtime(), c->prompt_tokens * prompts, asked, &tok, &why);
+    int allowed =
+        ig_key_use_reserve(use, uv_hrtime(), c->prompt_tokens * prompts, asked, &tok, &why);
     if (allowed < 0 || allowed < outputs) {
         int ra = (int)ceil(why.retry_after > 0 ? why.retry_after : 1);
         ig_key_limit_headers(req, &why);
@@ -924,8 +925,8 @@ static int reserve_tokens(ig_http_req_t *req, ig_key_use_t *use, const gw_call_t
     ig_key_limit_headers(req, &tok);
     if (allowed >= asked || c->ncap_fields == 0)
         return 0;
-    int rc = ig_api_body_cap(*body, *len, c->cap_fields, c->ncap_fields, allowed / outputs, edited,
-                             len);
+    int rc =
+        ig_api_body_cap(*body, *len, c->cap_fields, c->ncap_fields, allowed / outputs, edited, len);
     if (rc != 0)
         return ig_api_error_oom(e);
     *body = *edited;

@@ -377,6 +377,7 @@ static void after_load(uv_work_t *req, int status)
     ig_sched_opts_t so;
     ig_sched_opts_default(&so);
     so.max_batched_tokens = w->o.max_batched_tokens;
+    so.itl_target_ms = w->o.itl_target_ms;
     so.max_num_seqs = w->o.max_num_seqs;
     so.max_waiting = w->o.max_waiting;
     so.eos = w->eos;
@@ -494,7 +495,9 @@ static void usage(FILE *out)
             "  --threads N              CPU threads (0 = all cores)\n"
             "  --kv-blocks N            KV cache blocks (0 = size from memory)\n"
             "  --block-size N           tokens per KV block (default 16)\n"
-            "  --max-batched-tokens N   token rows of one forward pass (2048)\n"
+            "  --max-batched-tokens N   token rows of one forward pass, at most (2048)\n"
+            "  --itl-target-ms MS       while sequences decode, a step's prompt tokens stop\n"
+            "                           where its predicted time reaches MS (40; 0 = off)\n"
             "  --max-num-seqs N         sequences of one forward pass (256)\n"
             "  --max-waiting N          waiting queue bound; beyond it 429 (1024)\n"
             "  --request-timeout S      deadline of one request in seconds (600; 0 = none)\n"
@@ -535,6 +538,7 @@ int ig_cmd_worker(int argc, char **argv)
         {"kv-blocks", required_argument, NULL, 'k'},
         {"block-size", required_argument, NULL, 'B'},
         {"max-batched-tokens", required_argument, NULL, 'b'},
+        {"itl-target-ms", required_argument, NULL, 'I'},
         {"max-num-seqs", required_argument, NULL, 's'},
         {"max-waiting", required_argument, NULL, 'w'},
         {"request-timeout", required_argument, NULL, 'r'},
@@ -555,6 +559,7 @@ int ig_cmd_worker(int argc, char **argv)
         return IG_EXIT_FAILURE;
     w->o.device = "cpu";
     w->o.max_batched_tokens = 2048;
+    w->o.itl_target_ms = IG_SCHED_ITL_TARGET_MS;
     w->o.max_num_seqs = 256;
     w->o.max_waiting = 1024;
     w->o.request_timeout_s = 600;
@@ -617,6 +622,16 @@ int ig_cmd_worker(int argc, char **argv)
             if (parse_int(optarg, "--max-waiting", 0, &w->o.max_waiting) < 0)
                 goto out;
             break;
+        case 'I': {
+            char *end;
+            w->o.itl_target_ms = strtod(optarg, &end);
+            if (*optarg == 0 || *end || !(w->o.itl_target_ms >= 0) || w->o.itl_target_ms > 1e6) {
+                fprintf(stderr, "infergate worker: --itl-target-ms: '%s' is not milliseconds\n",
+                        optarg);
+                goto out;
+            }
+            break;
+        }
         case 'r': {
             char *end;
             w->o.request_timeout_s = strtod(optarg, &end);

@@ -33,6 +33,7 @@ typedef struct {
     int kv_blocks;
     int block_size;
     int max_batched_tokens;
+    double itl_target_ms; /* stall-free batching's step budget; 0 = off */
     int max_num_seqs;
     int max_waiting;
     double request_timeout_s; /* deadline of one generation request */

@@ -52,7 +52,8 @@ typedef struct {
 
 /* Per-instance continuous-batching settings (the worker's scheduler). */
 typedef struct {
-    unsigned max_batched_tokens; /* tokens per forward pass (prefill chunks + decodes) */
+    unsigned max_batched_tokens; /* tokens per forward pass (prefill chunks + decodes), at most */
+    unsigned itl_target_ms;      /* stall-free batching's step budget while decoding; 0 = off */
     unsigned max_num_seqs;       /* sequences running together */
     unsigned kv_blocks;          /* KV cache blocks; 0 = sized from free memory */
     unsigned block_size;         /* tokens per KV block (power of two) */

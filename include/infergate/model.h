@@ -22,7 +22,8 @@ typedef enum {
 #define IG_MAX_EOS 8
 
 typedef struct {
-    char architecture[64]; /* LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM */
+    char architecture[64]; /* LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+                              Qwen3ForCausalLM */
     int hidden_size;       /* dim */
     int intermediate_size; /* MLP hidden */
     int num_hidden_layers;
@@ -40,6 +41,7 @@ typedef struct {
     int max_position_embeddings;
     int tie_word_embeddings;
     int attention_bias; /* q/k/v projections have biases (Qwen2: always) */
+    int qk_norm;        /* q and k get an RMSNorm per head before RoPE (Qwen3) */
     int bos_token_id;   /* -1 when none */
     int eos_token_ids[IG_MAX_EOS];
     int n_eos;
@@ -66,6 +68,8 @@ typedef struct {
     ig_tensor_t bq;        /* (n_heads * head_dim) or absent */
     ig_tensor_t bk;        /* (n_kv_heads * head_dim) or absent */
     ig_tensor_t bv;        /* (n_kv_heads * head_dim) or absent */
+    ig_tensor_t q_norm;    /* (head_dim) per-head RMSNorm of q, or absent */
+    ig_tensor_t k_norm;    /* (head_dim) per-head RMSNorm of k, or absent */
     ig_tensor_t mlp_norm;  /* (dim) post_attention_layernorm */
     ig_tensor_t w_gate;    /* (hidden, dim) */
     ig_tensor_t w_up;      /* (hidden, dim) */

@@ -48,6 +48,7 @@ typedef struct {
     int kv_blocks;
     int block_size;
     int max_batched_tokens;
+    int itl_target_ms; /* worker --itl-target-ms when > 0; < 0: 0 (off); 0 = the worker's default */
     int max_num_seqs;
     int max_waiting;
     int max_prompt_tokens;     /* worker --max-prompt-tokens; 0 = the model's context */

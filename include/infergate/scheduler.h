@@ -64,11 +64,18 @@ typedef enum {
 } ig_sched_obs_t;
 
 typedef struct {
-    int max_batched_tokens; /* token rows of one forward pass (2048) */
-    int max_num_seqs;       /* running sequences (256) */
-    int max_waiting;        /* waiting queue bound; submit beyond -> IG_EFULL (1024) */
-    int echo_rows;          /* prompt-logprob rows of logits per step (64) */
-    const int *eos;         /* the model's EOS ids (copied) */
+    int max_batched_tokens; /* token rows of one forward pass, an upper bound (2048) */
+    /* Stall-free batching: while sequences decode, a step takes only as
+     * many prompt tokens as keep it within this many ms by the step cost
+     * model learned from measured steps (their time between tokens); with
+     * nothing decoding, prefill takes the whole max_batched_tokens. 0 turns
+     * it off (every step fills max_batched_tokens). Default
+     * IG_SCHED_ITL_TARGET_MS. */
+    double itl_target_ms;
+    int max_num_seqs; /* running sequences (256) */
+    int max_waiting;  /* waiting queue bound; submit beyond -> IG_EFULL (1024) */
+    int echo_rows;    /* prompt-logprob rows of logits per step (64) */
+    const int *eos;   /* the model's EOS ids (copied) */
     int neos;
     /* Called (engine thread) after events were queued. */
     void (*notify)(void *data);
@@ -90,6 +97,9 @@ typedef struct {
     int prefix_cache;
     uint64_t prefix_seed;
 } ig_sched_opts_t;
+
+/* The default itl_target_ms (docs/engine.md, "Stall-free batching"). */
+#define IG_SCHED_ITL_TARGET_MS 40.0
 
 void ig_sched_opts_default(ig_sched_opts_t *opts);
 

@@ -120,8 +120,13 @@ def forward(cfg, w, tokens):
             q = q + w[p + "self_attn.q_proj.bias"]
             k = k + w[p + "self_attn.k_proj.bias"]
             v = v + w[p + "self_attn.v_proj.bias"]
-        q = rope(q.reshape(T, nh, hd), pos, freq)
-        k = rope(k.reshape(T, nkv, hd), pos, freq)
+        q = q.reshape(T, nh, hd)
+        k = k.reshape(T, nkv, hd)
+        if p + "self_attn.q_norm.weight" in w:  # Qwen3: RMSNorm of each head
+            q = rmsnorm(q, w[p + "self_attn.q_norm.weight"], eps)
+            k = rmsnorm(k, w[p + "self_attn.k_norm.weight"], eps)
+        q = rope(q, pos, freq)
+        k = rope(k, pos, freq)
         v = v.reshape(T, nkv, hd)
         k = np.repeat(k, rep, axis=1)  # kv head j serves q heads j*rep .. j*rep+rep-1
         v = np.repeat(v, rep, axis=1)

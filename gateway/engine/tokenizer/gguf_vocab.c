@@ -2,16 +2,20 @@
  * A tokenizer from GGUF metadata. llama.cpp's two vocabulary kinds become
  * the Hugging Face tokenizer.json that the tokenizer already reads:
  *   - "gpt2" (byte-level BPE: GPT-2, Llama 3, Qwen2): tokens, merges, and the
- *     pre-tokenizer's split regex named by tokenizer.ggml.pre;
+ *     split regexes of the pre-tokenizer that tokenizer.ggml.pre names, as
+ *     llama.cpp maps its names to them (every name it knows; "default" when
+ *     the key is absent), each an Isolated Split of tokenizer.json;
  *   - "llama" (SentencePiece: Llama 2, Mistral): tokens with scores; a
  *     SentencePiece BPE merges the adjacent pair whose joined piece scores
  *     highest, which is BPE with the merges (a, b) of every piece a + b in
  *     the vocabulary ranked by the piece's score, so those merges are built
  *     here; byte fallback through the <0xNN> tokens, "▁" for spaces.
- * Control tokens (type 3) become special added tokens, user-defined ones
- * (4) plain added tokens. The JSON goes to a private temporary directory,
- * is loaded with ig_tokenizer_load_files() and removed; a message names the
- * GGUF file and the key.
+ * Control (3) and unknown (2) tokens become special added tokens (matched in
+ * text only where special tokens are parsed), user-defined ones (4) plain
+ * added tokens (matched everywhere), as llama.cpp's tokenizer does. The
+ * JSON goes to a private temporary directory, is loaded with
+ * ig_tokenizer_load_files() and removed; a message names the GGUF file and
+ * the key.
  */
 #include "gguf_vocab.h"
 
@@ -26,17 +30,150 @@
 
 enum { TT_NORMAL = 1, TT_UNKNOWN = 2, TT_CONTROL = 3, TT_USER = 4, TT_BYTE = 6 };
 
-/* The split regexes of the pre-tokenizers llama.cpp names. */
-static const struct {
-    const char *pre;
-    const char *regex;
-} pres[] = {
-    {"llama-bpe", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
-                  "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-    {"qwen2", "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
-              "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+"},
-    {"gpt2", "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"},
+/* llama.cpp's split regexes (src/llama-vocab.cpp, llm_tokenizer_bpe), as
+ * written there; each list runs as Isolated splits, one after the other. */
+/* Copied verbatim: clang-format would cut the literals. */
+/* clang-format off */
+static const char *const RX_LLAMA3[] = {
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
 };
+static const char *const RX_DEEPSEEK_LLM[] = {
+    "[\r\n]",
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+",
+    "\\s?[!-/:-~！-／：-～‘-‟　-。]+",
+    "\\s+$",
+    "[一-龥ࠀ-一가-퟿]+",
+    "\\p{N}+",
+    NULL,
+};
+static const char *const RX_DEEPSEEK3_LLM[] = {
+    "\\p{N}{1,3}",
+    "[一-龥぀-ゟ゠-ヿ]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
+};
+static const char *const RX_DEEPSEEK_CODER[] = {
+    "[\r\n]",
+    "\\s?\\p{L}+",
+    "\\s?\\p{P}+",
+    "[一-龥ࠀ-一가-퟿]+",
+    "\\p{N}",
+    NULL,
+};
+static const char *const RX_FALCON[] = {
+    "[\\p{P}\\$\\+<=>\\^~\\|`]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "[0-9][0-9][0-9]",
+    NULL,
+};
+static const char *const RX_STARCODER[] = {
+    "\\p{N}",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    NULL,
+};
+static const char *const RX_GPT2[] = {
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    NULL,
+};
+static const char *const RX_QWEN2[] = {
+    "(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
+};
+static const char *const RX_PORO[] = {
+    " ?[^(\\s|.,!?…。，、।۔،)]+",
+    NULL,
+};
+static const char *const RX_VIKING[] = {
+    " ?[^(\\s|.,!?…。，、।۔،)]+",
+    "\\p{N}",
+    NULL,
+};
+static const char *const RX_TEKKEN[] = {
+    "[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))*((?=[\\p{L}])([^A-Z]))+|[^\\r\\n\\p{L}\\p{N}]?((?=[\\p{L}])([^a-z]))+((?=[\\p{L}])([^A-Z]))*|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n/]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+",
+    NULL,
+};
+static const char *const RX_CHAMELEON[] = {
+    "<sentinel:[0-9]+>",
+    "(IMGIMG)((A|B|C|D|E|F|G|H|I){1,4})Z",
+    "([\\t\\n]|    |  )",
+    "\\p{N}",
+    "[\\p{P}!-/:-@\\[-`{-~]",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    NULL,
+};
+static const char *const RX_DEFAULT[] = {
+    "[\\p{P}\\$\\+<=>\\^~\\|]+",
+    "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)",
+    "\\p{N}+",
+    NULL,
+};
+/* clang-format on */
+
+/* Every tokenizer.ggml.pre name llama.cpp (Feb 2025) knows, with the regexes
+ * its pre-tokenizer type uses and the defaults that type sets: add_bos_token
+ * (llama3, tekken, chameleon), ignore_merges (llama3, tekken), and no BOS
+ * token at all (chatglm-bpe). The keys of the file override add_bos. */
+typedef struct {
+    const char *name;
+    const char *const *regex;
+    int add_bos, ignore_merges, no_bos;
+} pre_t;
+
+static const pre_t pres[] = {
+    {"default", RX_DEFAULT, 0, 0, 0},
+    {"llama3", RX_LLAMA3, 1, 1, 0},
+    {"llama-v3", RX_LLAMA3, 1, 1, 0},
+    {"llama-bpe", RX_LLAMA3, 1, 1, 0},
+    {"falcon3", RX_LLAMA3, 1, 1, 0},
+    {"deepseek-llm", RX_DEEPSEEK_LLM, 0, 0, 0},
+    {"deepseek-coder", RX_DEEPSEEK_CODER, 0, 0, 0},
+    {"deepseek-v3", RX_DEEPSEEK3_LLM, 0, 0, 0},
+    {"falcon", RX_FALCON, 0, 0, 0},
+    {"mpt", RX_GPT2, 0, 0, 0},
+    {"starcoder", RX_STARCODER, 0, 0, 0},
+    {"gpt-2", RX_GPT2, 0, 0, 0},
+    {"phi-2", RX_GPT2, 0, 0, 0},
+    {"jina-es", RX_GPT2, 0, 0, 0},
+    {"jina-de", RX_GPT2, 0, 0, 0},
+    {"gigachat", RX_GPT2, 0, 0, 0},
+    {"jina-v1-en", RX_GPT2, 0, 0, 0},
+    {"jina-v2-es", RX_GPT2, 0, 0, 0},
+    {"jina-v2-de", RX_GPT2, 0, 0, 0},
+    {"jina-v2-code", RX_GPT2, 0, 0, 0},
+    {"roberta-bpe", RX_GPT2, 0, 0, 0},
+    {"refact", RX_STARCODER, 0, 0, 0},
+    {"command-r", RX_STARCODER, 0, 0, 0},
+    {"qwen2", RX_QWEN2, 0, 0, 0},
+    {"deepseek-r1-qwen", RX_QWEN2, 0, 0, 0},
+    {"stablelm2", RX_QWEN2, 0, 0, 0},
+    {"olmo", RX_GPT2, 0, 0, 0},
+    {"dbrx", RX_LLAMA3, 0, 0, 0},
+    {"smaug-bpe", RX_LLAMA3, 0, 0, 0},
+    {"poro-chat", RX_PORO, 0, 0, 0},
+    {"chatglm-bpe", RX_LLAMA3, 0, 0, 1},
+    {"viking", RX_VIKING, 0, 0, 0},
+    {"jais", RX_GPT2, 0, 0, 0},
+    {"tekken", RX_TEKKEN, 1, 1, 0},
+    {"smollm", RX_STARCODER, 0, 0, 0},
+    {"codeshell", RX_STARCODER, 0, 0, 0},
+    {"bloom", RX_PORO, 0, 0, 0},
+    {"gpt3-finnish", RX_PORO, 0, 0, 0},
+    {"exaone", RX_STARCODER, 0, 0, 0},
+    {"chameleon", RX_CHAMELEON, 1, 0, 0},
+    {"minerva-7b", RX_STARCODER, 0, 0, 0},
+    {"megrez", RX_QWEN2, 0, 0, 0},
+};
+
+/* The entry for a tokenizer.ggml.pre name; an absent key is "default", as
+ * there (llama.cpp warns that quality suffers). NULL for an unknown name. */
+static const pre_t *find_pre(const char *name, size_t len)
+{
+    for (size_t i = 0; i < sizeof(pres) / sizeof(pres[0]); i++)
+        if (strlen(pres[i].name) == len && memcmp(pres[i].name, name, len) == 0)
+            return &pres[i];
+    return NULL;
+}
 
 typedef struct {
     float score;
@@ -168,6 +305,23 @@ static int build(const ig_gguf_t *g, json_t **tok_out, json_t **cfg_out, char *e
             return IG_ETOKENIZER;
         }
     }
+    const pre_t *pre = NULL;
+    if (!spm) {
+        const char *name = "default";
+        size_t nlen = 7;
+        rc = ig_gguf_get_str(g, "tokenizer.ggml.pre", &name, &nlen, err, errlen);
+        if (rc != 0 && rc != IG_ENOENT)
+            return IG_ETOKENIZER;
+        if (rc == IG_ENOENT)
+            name = "default", nlen = 7;
+        if ((pre = find_pre(name, nlen)) == NULL) {
+            ig_errf(err, errlen,
+                    "%s: tokenizer.ggml.pre: \"%.*s\" is not a pre-tokenizer llama.cpp knows%s",
+                    file, (int)(nlen < 32 ? nlen : 32), name,
+                    nlen == 4 && memcmp(name, "gpt2", 4) == 0 ? " (GPT-2's is \"gpt-2\")" : "");
+            return IG_ETOKENIZER;
+        }
+    }
     int64_t unk = -1, bos = -1, eos = -1, hi = (int64_t)toks->n - 1;
     rc = ig_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", 0, hi, &unk, err, errlen);
     if (rc != 0 && rc != IG_ENOENT)
@@ -178,7 +332,12 @@ static int build(const ig_gguf_t *g, json_t **tok_out, json_t **cfg_out, char *e
     rc = ig_gguf_get_int(g, "tokenizer.ggml.eos_token_id", 0, hi, &eos, err, errlen);
     if (rc != 0 && rc != IG_ENOENT)
         return IG_ETOKENIZER;
-    int add_bos = spm && bos >= 0, add_eos = 0, add_space = 1; /* llama.cpp's defaults */
+    if (pre != NULL && pre->no_bos)
+        bos = -1;
+    /* llama.cpp's defaults: SentencePiece adds BOS, BPE as its pre-tokenizer
+     * says; add_space_prefix is read for SentencePiece only (BPE never adds
+     * a space there either). */
+    int add_bos = spm ? bos >= 0 : pre->add_bos && bos >= 0, add_eos = 0, add_space = spm;
     if (((rc = ig_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &add_bos, err, errlen)) &&
          rc != IG_ENOENT) ||
         ((rc = ig_gguf_get_bool(g, "tokenizer.ggml.add_eos_token", &add_eos, err, errlen)) &&
@@ -203,7 +362,7 @@ static int build(const ig_gguf_t *g, json_t **tok_out, json_t **cfg_out, char *e
         }
         if (json_object_get(vocab, json_string_value(str)) == NULL)
             json_object_set_new(vocab, json_string_value(str), json_integer((json_int_t)id));
-        if (t == TT_CONTROL || t == TT_USER || (int64_t)id == unk)
+        if (t == TT_CONTROL || t == TT_USER || t == TT_UNKNOWN || (int64_t)id == unk)
             json_array_append_new(added, json_pack("{s:I, s:O, s:b, s:b, s:b, s:b, s:b}", "id",
                                                    (json_int_t)id, "content", str, "single_word", 0,
                                                    "lstrip", 0, "rstrip", 0, "normalized", 0,
@@ -251,28 +410,12 @@ static int build(const ig_gguf_t *g, json_t **tok_out, json_t **cfg_out, char *e
             ig_gguf_str_at(g, mk, i, &s, &len);
             json_array_append_new(merges, jstr(s, len));
         }
-        const char *pre = "gpt2", *regex = NULL;
-        size_t plen = 4;
-        rc = ig_gguf_get_str(g, "tokenizer.ggml.pre", &pre, &plen, err, errlen);
-        if (rc != 0 && rc != IG_ENOENT) {
-            json_decref(tj), json_decref(m), json_decref(merges);
-            return IG_ETOKENIZER;
-        }
-        if (rc == IG_ENOENT)
-            pre = "gpt2", plen = 4;
-        for (size_t i = 0; i < sizeof(pres) / sizeof(pres[0]); i++)
-            if (strlen(pres[i].pre) == plen && memcmp(pres[i].pre, pre, plen) == 0)
-                regex = pres[i].regex;
-        if (regex == NULL) {
-            ig_errf(err, errlen,
-                    "%s: tokenizer.ggml.pre: \"%.*s\" is not supported (llama-bpe, qwen2, gpt2)",
-                    file, (int)(plen < 32 ? plen : 32), pre);
-            json_decref(tj), json_decref(m), json_decref(merges);
-            return IG_ETOKENIZER;
-        }
         json_t *pts = json_array();
-        json_array_append_new(pts, json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern",
-                                             "Regex", regex, "behavior", "Isolated", "invert", 0));
+        for (const char *const *rx = pre->regex; *rx != NULL; rx++)
+            json_array_append_new(pts,
+                                  json_pack("{s:s, s:{s:s}, s:s, s:b}", "type", "Split", "pattern",
+                                            "Regex", *rx, "behavior", "Isolated", "invert", 0));
+        json_object_set_new(m, "ignore_merges", json_boolean(pre->ignore_merges));
         json_array_append_new(pts,
                               json_pack("{s:s, s:b, s:b, s:b}", "type", "ByteLevel",
                                         "add_prefix_space", 0, "trim_offsets", 1, "use_regex", 0));
