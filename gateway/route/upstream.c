@@ -988,13 +988,35 @@ static int build_request(ig_upstream_req_t *r, const char *method, const char *p
     r->wbuf = malloc(cap);
     if (r->wbuf == NULL)
         return IG_ENOMEM;
-    int n = snprintf(r->wbuf, cap,
-                     "%s %s%s HTTP/1.1\r\nHost: %s\r\nContent-Length: %zu\r\n"
-                     "Connection: keep-alive\r\n%s%s\r\n",
-                     method, u->prefix, path, u->host, len, u->headers ? u->headers : "",
-                     extra ? extra : "");
-    if (n < 0 || (size_t)n + len > cap)
-        return IG_ENOMEM;
+    /* Written piece by piece, without printf: this runs for every request. */
+    char clen[24];
+    int cl = 0;
+    size_t v = len;
+    do {
+        clen[sizeof(clen) - 1 - cl++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    const char *parts[] = {method,
+                           " ",
+                           u->prefix,
+                           path,
+                           " HTTP/1.1\r\nHost: ",
+                           u->host,
+                           "\r\nContent-Length: ",
+                           NULL, /* the length */
+                           "\r\nConnection: keep-alive\r\n",
+                           u->headers ? u->headers : "",
+                           extra ? extra : "",
+                           "\r\n"};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof(parts) / sizeof(parts[0]); i++) {
+        const char *p = parts[i] != NULL ? parts[i] : clen + sizeof(clen) - cl;
+        size_t l = parts[i] != NULL ? strlen(p) : (size_t)cl;
+        if (n + l + len > cap)
+            return IG_ENOMEM;
+        memcpy(r->wbuf + n, p, l);
+        n += l;
+    }
     if (len > 0)
         memcpy(r->wbuf + n, body, len);
     r->wlen = (size_t)n + len;

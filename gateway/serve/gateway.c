@@ -122,9 +122,18 @@ static int has_versions(const ig_gateway_t *gw, const char *model)
 static const char *split_key(const ig_gateway_t *gw, const char *key, char *buf, size_t cap)
 {
     const char *at = strrchr(key, '@');
-    snprintf(buf, cap, "%.*s", at ? (int)(at - key) : (int)strlen(key), key);
+    size_t n = strlen(key), m = at != NULL ? (size_t)(at - key) : n;
+    if (cap == 0)
+        return NULL;
+    if (m >= cap)
+        m = cap - 1;
+    memcpy(buf, key, m);
+    buf[m] = '\0';
     if (at == NULL || !has_versions(gw, buf)) {
-        snprintf(buf, cap, "%s", key);
+        if (n >= cap)
+            n = cap - 1;
+        memcpy(buf, key, n);
+        buf[n] = '\0';
         return NULL;
     }
     return at + 1;
