@@ -270,6 +270,20 @@ static void test_streams(void **state)
     ig_tc_response_free(&r);
 }
 
+/* POSTs body to path on port with "Authorization: Bearer key"; the
+ * response (caller frees). */
+static ig_tc_response_t post_key(int port, const char *key, const char *path, const char *body)
+{
+    char req[2048];
+    snprintf(req, sizeof(req),
+             "POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
+             path, key, strlen(body), body);
+    ig_tc_response_t r;
+    assert_int_equal(ig_tc_request(port, req, &r, 20000), 0);
+    return r;
+}
+
 /* A key with a token limit smaller than max_tokens: the body's cap is
  * lowered, and every other field arrives as the client sent it. */
 static void test_key_cap_is_the_only_edit(void **state)
@@ -286,13 +300,7 @@ static void test_key_cap_is_the_only_edit(void **state)
     json_decref(recorded(&site));
     const char *body = "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":5000,"
                        "\"x_vendor\":[1,2],\"n\":2}";
-    char req[1024];
-    snprintf(req, sizeof(req),
-             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(body), body);
-    ig_tc_response_t r;
-    assert_int_equal(ig_tc_request(g.port, req, &r, 20000), 0);
+    ig_tc_response_t r = post_key(g.port, "k1", "/v1/completions", body);
     print_message("capped: %d %s\n", r.status, r.body);
     assert_int_equal(r.status, 200);
     ig_tc_response_free(&r);
@@ -521,7 +529,7 @@ static void test_budget_and_reload(void **state)
         "\"budget_period\":\"day\"},{\"key\":\"k2\",\"name\":\"k2\"}],"
         "\"sites\":[{\"name\":\"s\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"],"
         "\"price\":{\"per_1m_input_tokens\":%s,\"per_1m_output_tokens\":1.5}}]}";
-    char cfg[1024], body[] = "{\"model\":\"m\",\"prompt\":\"x\"}", req[1024];
+    char cfg[1024], body[] = "{\"model\":\"m\",\"prompt\":\"x\"}";
     int port = ig_proc_free_port();
     snprintf(cfg, sizeof(cfg), fmt, port, site.port, "0.5");
     const char *path = ig_proc_temp_file(cfg, ".json");
@@ -531,13 +539,7 @@ static void test_budget_and_reload(void **state)
     const char *keys[] = {"k1", "k1", "k1", "k2"};
     const int want[] = {200, 200, 429, 200};
     for (int i = 0; i < 4; i++) {
-        snprintf(req, sizeof(req),
-                 "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-                 "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-                 "Connection: close\r\n\r\n%s",
-                 keys[i], strlen(body), body);
-        ig_tc_response_t r;
-        assert_int_equal(ig_tc_request(g.port, req, &r, 20000), 0);
+        ig_tc_response_t r = post_key(g.port, keys[i], "/v1/completions", body);
         print_message("%s: %d %s\n", keys[i], r.status, r.body);
         assert_int_equal(r.status, want[i]);
         if (r.status == 429) {
@@ -552,19 +554,10 @@ static void test_budget_and_reload(void **state)
     assert_int_equal(ig_tf_replace(path, cfg, strlen(cfg)), 0);
     kill(g.pid, SIGHUP);
     assert_int_equal(ig_gwf_wait_reloads(g.port, "applied", 1, 10000), 0);
-    snprintf(req, sizeof(req),
-             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k1\r\n"
-             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(body), body);
-    ig_tc_response_t r;
-    assert_int_equal(ig_tc_request(g.port, req, &r, 20000), 0);
+    ig_tc_response_t r = post_key(g.port, "k1", "/v1/completions", body);
     assert_int_equal(r.status, 429); /* still spent */
     ig_tc_response_free(&r);
-    snprintf(req, sizeof(req),
-             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k2\r\n"
-             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             strlen(body), body);
-    assert_int_equal(ig_tc_request(g.port, req, &r, 20000), 0);
+    r = post_key(g.port, "k2", "/v1/completions", body);
     assert_int_equal(r.status, 200);
     assert_string_equal(ig_tc_header(&r, "x-infergate-cost"), "1.05e-05"); /* 5 x 1.5 + 2 x 1.5 */
     ig_tc_response_free(&r);
