@@ -51,17 +51,6 @@ pids=()
 gw_pid=""
 kill_on_exit gw_pid pids
 
-http_get() { # PORT PATH: the body, empty on failure
-    "$PY" - "$1" "$2" <<'PYEOF' 2>/dev/null || true
-import sys, urllib.request
-try:
-    print(urllib.request.urlopen("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]),
-                                 timeout=2).read().decode(), end="")
-except Exception:
-    pass
-PYEOF
-}
-
 # colo: 10 ms to the first token, 20 ms in all; cloud: 15 ms and 30 ms.
 "$build/testupstream" --quiet --instant-raw --slots "$SLOTS_COLO" --delay-ms 10 \
     --itl-ms 1.43 --tokens "$TOKENS" --seed 1 >"$tmp/colo.out" &

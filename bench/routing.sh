@@ -65,18 +65,6 @@ pids=()
 gw_pid=""
 kill_on_exit gw_pid pids
 
-# GET http://127.0.0.1:PORT/PATH; prints the body (empty on failure).
-http_get() {
-    "$PY" - "$1" "$2" <<'PYEOF' 2>/dev/null || true
-import sys, urllib.request
-try:
-    print(urllib.request.urlopen("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]),
-                                 timeout=2).read().decode(), end="")
-except Exception:
-    pass
-PYEOF
-}
-
 # The fleet. The slow one is SLOW x slower in both first token and ITL.
 slow_delay=$("$PY" -c "print($DELAY_MS * $SLOW)")
 slow_itl=$("$PY" -c "print($ITL_MS * $SLOW)")

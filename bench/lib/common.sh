@@ -82,6 +82,19 @@ need_one_of() {
     done
 }
 
+# http_get PORT PATH: prints the body of GET http://127.0.0.1:PORT/PATH
+# (empty on failure, 2 s at most).
+http_get() {
+    "$PY" - "$1" "$2" <<'PYEOF' 2>/dev/null || true
+import sys, urllib.request
+try:
+    print(urllib.request.urlopen("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]),
+                                 timeout=2).read().decode(), end="")
+except Exception:
+    pass
+PYEOF
+}
+
 # Prints a free loopback TCP port (bound and released; a small race is fine
 # for a benchmark).
 free_port() {
