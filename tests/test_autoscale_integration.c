@@ -351,9 +351,12 @@ static void test_requests_racing_scale_to_zero(void **state)
                   sent, ok, wakes, zeros);
     assert_true(sent >= 10);
     assert_int_equal(ok, sent);
-    /* The run did cross zero several times. */
+    /* The run crossed zero: it started there (the first wake), stopped while
+     * requests kept coming, and woke again. How often more depends on the
+     * random gaps and how fast the build serves (ASan is several times
+     * slower), so once is what is asserted. */
     assert_true(wakes >= 2);
-    assert_true(zeros >= 2);
+    assert_true(zeros >= 1);
     assert_int_equal(ig_proc_stop(&g, SIGTERM, 20000), 0);
 }
 
