@@ -235,13 +235,16 @@ static void start_dns(ig_proc_t *dns, int dport, const char *hosts)
 }
 
 /* A gateway with no model files: the model has no path. */
+/* A gateway over the discovered workers; no exploration, so that every pick
+ * is the cost model's (the test reads where the index sends each prompt). */
 static void start_gateway(ig_proc_t *gw, int port, int wport, int dport)
 {
     assert_int_equal(
         ig_gwf_serve_config(
             gw, port, "warn", 0, 20000, 30000,
             "{\"region\":\"r\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
-            "\"routing\":{\"policy\":\"latency\"},\"models\":[{\"name\":\"tiny\"}],"
+            "\"routing\":{\"policy\":\"latency\",\"explore_ratio\":0},"
+            "\"models\":[{\"name\":\"tiny\"}],"
             "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\",\"max_instances\":4,"
             "\"discover\":{\"dns\":\"workers.test\",\"port\":%d,\"interval_s\":0.2,"
             "\"resolver\":\"127.0.0.1:%d\"}}]}",
