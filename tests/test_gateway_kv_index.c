@@ -234,9 +234,9 @@ static void start_dns(ig_proc_t *dns, int dport, const char *hosts)
     assert_int_equal(ig_proc_start(dns, dargv, IG_PROC_QUIET), 0);
 }
 
-/* A gateway with no model files: the model has no path. */
-/* A gateway over the discovered workers; no exploration, so that every pick
- * is the cost model's (the test reads where the index sends each prompt). */
+/* A gateway with no model files (the model has no path) over the discovered
+ * workers; no exploration, so that every pick is the cost model's (the test
+ * reads where the index sends each prompt). */
 static void start_gateway(ig_proc_t *gw, int port, int wport, int dport)
 {
     assert_int_equal(
