@@ -29,8 +29,8 @@
 
 #include "files.h"
 #include "gwfixture.h"
+#include "peers.h"
 
-#define DNSMASQ "/usr/sbin/dnsmasq"
 #define NWORKERS 3
 
 /* The last address has no worker: it is listed, probed, and never served. */
@@ -110,32 +110,9 @@ static int wait_view(int port, int ready, const char *ip, const char *want, char
     return -1;
 }
 
-/* dnsmasq: only the hosts file, no cache, answers on a loopback port. */
-static void start_dns(ig_proc_t *dns, int dport)
-{
-    char portf[32], hostsf[200];
-    snprintf(portf, sizeof(portf), "--port=%d", dport);
-    snprintf(hostsf, sizeof(hostsf), "--addn-hosts=%s", hosts_path);
-    char *dargv[] = {DNSMASQ,
-                     "--keep-in-foreground",
-                     "--conf-file=/dev/null",
-                     portf,
-                     "--listen-address=127.0.0.1",
-                     "--bind-interfaces",
-                     "--no-resolv",
-                     "--no-hosts",
-                     hostsf,
-                     "--cache-size=0",
-                     "--local-ttl=0",
-                     "--pid-file=",
-                     "--user=root",
-                     NULL};
-    assert_int_equal(ig_proc_start(dns, dargv, IG_PROC_QUIET), 0);
-}
-
 static void need_dnsmasq(void)
 {
-    if (access(DNSMASQ, X_OK) != 0) {
+    if (access(IG_DNSMASQ, X_OK) != 0) {
         fprintf(stderr, "dnsmasq not installed (scripts/deps.sh test)\n");
         exit(77);
     }
@@ -246,7 +223,7 @@ static void test_pool_follows_dns(void **state)
     int listed[NWORKERS + 1] = {1, 1, 0, 0};
     write_hosts(listed);
     ig_proc_t dns;
-    start_dns(&dns, dport);
+    ig_dnsmasq_start(&dns, dport, hosts_path);
 
     ig_proc_t gw;
     assert_int_equal(
@@ -340,7 +317,7 @@ static void test_held_until_discovered_ready(void **state)
     int listed[NWORKERS + 1] = {1, 0, 0, 0};
     write_hosts(listed);
     ig_proc_t dns;
-    start_dns(&dns, dport);
+    ig_dnsmasq_start(&dns, dport, hosts_path);
     ig_proc_t gw;
     char cfg[1024];
     discover_config(cfg, sizeof(cfg), gport, "workers.test", wport, dport);
@@ -394,7 +371,7 @@ static void test_reload_moves_discovered_pool(void **state)
     snprintf(text, sizeof(text), "%s workers.test\n%s workers2.test\n", ips[0], ips[1]);
     assert_int_equal(ig_tf_write(hosts_path, text, strlen(text)), 0);
     ig_proc_t dns;
-    start_dns(&dns, dport);
+    ig_dnsmasq_start(&dns, dport, hosts_path);
     ig_proc_t w[2];
     for (int i = 0; i < 2; i++) {
         start_worker(&w[i], ips[i], wport);

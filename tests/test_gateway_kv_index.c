@@ -30,8 +30,8 @@
 
 #include "files.h"
 #include "gwfixture.h"
+#include "peers.h"
 
-#define DNSMASQ "/usr/sbin/dnsmasq"
 
 static int group_setup(void **state)
 {
@@ -212,28 +212,6 @@ static void start_worker(ig_proc_t *w, const char *ip, int port)
     assert_int_equal(ig_proc_start_bin(w, "infergate", args, IG_PROC_QUIET), 0);
 }
 
-static void start_dns(ig_proc_t *dns, int dport, const char *hosts)
-{
-    char portf[32], hostsf[200];
-    snprintf(portf, sizeof(portf), "--port=%d", dport);
-    snprintf(hostsf, sizeof(hostsf), "--addn-hosts=%s", hosts);
-    char *dargv[] = {DNSMASQ,
-                     "--keep-in-foreground",
-                     "--conf-file=/dev/null",
-                     portf,
-                     "--listen-address=127.0.0.1",
-                     "--bind-interfaces",
-                     "--no-resolv",
-                     "--no-hosts",
-                     hostsf,
-                     "--cache-size=0",
-                     "--local-ttl=0",
-                     "--pid-file=",
-                     "--user=root",
-                     NULL};
-    assert_int_equal(ig_proc_start(dns, dargv, IG_PROC_QUIET), 0);
-}
-
 /* A gateway with no model files (the model has no path) over the discovered
  * workers; no exploration, so that every pick is the cost model's (the test
  * reads where the index sends each prompt). */
@@ -257,7 +235,7 @@ static void start_gateway(ig_proc_t *gw, int port, int wport, int dport)
 static void test_replicas_agree(void **state)
 {
     (void)state;
-    if (access(DNSMASQ, X_OK) != 0) {
+    if (access(IG_DNSMASQ, X_OK) != 0) {
         fprintf(stderr, "dnsmasq not installed (scripts/deps.sh test)\n");
         skip();
     }
@@ -270,7 +248,7 @@ static void test_replicas_agree(void **state)
     ig_proc_t w[2], dns, ga, gb;
     for (int i = 0; i < 2; i++)
         start_worker(&w[i], ips[i], wport);
-    start_dns(&dns, dport, hosts);
+    ig_dnsmasq_start(&dns, dport, hosts);
     start_gateway(&ga, pa, wport, dport);
     assert_int_equal(wait_exact(pa, ips, 2, 30000), 0);
 

@@ -85,4 +85,33 @@ static inline void ig_models_site_stop(ig_models_site_t *s)
         ig_tf_rmtree(s->dir);
 }
 
+/* dnsmasq (Debian's): a DNS server a test controls, answering from the
+ * hosts file alone, without a cache, on 127.0.0.1:port. */
+#define IG_DNSMASQ "/usr/sbin/dnsmasq"
+
+/* Starts it on hosts (a file of "IP NAME" lines; rewrite it and send the
+ * process SIGHUP to change the answers). Fails the test when it does not
+ * start; dns is the caller's to stop. */
+static inline void ig_dnsmasq_start(ig_proc_t *dns, int port, const char *hosts)
+{
+    char portf[32], hostsf[300];
+    snprintf(portf, sizeof(portf), "--port=%d", port);
+    snprintf(hostsf, sizeof(hostsf), "--addn-hosts=%s", hosts);
+    char *argv[] = {(char *)IG_DNSMASQ,
+                    (char *)"--keep-in-foreground",
+                    (char *)"--conf-file=/dev/null",
+                    portf,
+                    (char *)"--listen-address=127.0.0.1",
+                    (char *)"--bind-interfaces",
+                    (char *)"--no-resolv",
+                    (char *)"--no-hosts",
+                    hostsf,
+                    (char *)"--cache-size=0",
+                    (char *)"--local-ttl=0",
+                    (char *)"--pid-file=",
+                    (char *)"--user=root",
+                    NULL};
+    assert_int_equal(ig_proc_start(dns, argv, IG_PROC_QUIET), 0);
+}
+
 #endif
