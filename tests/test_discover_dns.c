@@ -223,7 +223,7 @@ static void test_pool_follows_dns(void **state)
     int listed[NWORKERS + 1] = {1, 1, 0, 0};
     write_hosts(listed);
     ig_proc_t dns;
-    ig_dnsmasq_start(&dns, dport, hosts_path);
+    assert_int_equal(ig_dnsmasq_start(&dns, dport, hosts_path), 0);
 
     ig_proc_t gw;
     assert_int_equal(
@@ -317,7 +317,7 @@ static void test_held_until_discovered_ready(void **state)
     int listed[NWORKERS + 1] = {1, 0, 0, 0};
     write_hosts(listed);
     ig_proc_t dns;
-    ig_dnsmasq_start(&dns, dport, hosts_path);
+    assert_int_equal(ig_dnsmasq_start(&dns, dport, hosts_path), 0);
     ig_proc_t gw;
     char cfg[1024];
     discover_config(cfg, sizeof(cfg), gport, "workers.test", wport, dport);
@@ -371,7 +371,7 @@ static void test_reload_moves_discovered_pool(void **state)
     snprintf(text, sizeof(text), "%s workers.test\n%s workers2.test\n", ips[0], ips[1]);
     assert_int_equal(ig_tf_write(hosts_path, text, strlen(text)), 0);
     ig_proc_t dns;
-    ig_dnsmasq_start(&dns, dport, hosts_path);
+    assert_int_equal(ig_dnsmasq_start(&dns, dport, hosts_path), 0);
     ig_proc_t w[2];
     for (int i = 0; i < 2; i++) {
         start_worker(&w[i], ips[i], wport);

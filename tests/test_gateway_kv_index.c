@@ -248,7 +248,7 @@ static void test_replicas_agree(void **state)
     ig_proc_t w[2], dns, ga, gb;
     for (int i = 0; i < 2; i++)
         start_worker(&w[i], ips[i], wport);
-    ig_dnsmasq_start(&dns, dport, hosts);
+    assert_int_equal(ig_dnsmasq_start(&dns, dport, hosts), 0);
     start_gateway(&ga, pa, wport, dport);
     assert_int_equal(wait_exact(pa, ips, 2, 30000), 0);
 
