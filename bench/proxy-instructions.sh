@@ -14,6 +14,7 @@
 # usage: bench/proxy-instructions.sh BUILD_DIR
 # environment: N=2000 WARMUP=200 CONCURRENCY=8
 #   RESULTS=bench/results/proxy-instructions.json
+#   CG_DIR=DIR keeps the callgrind profiles there (callgrind_annotate reads them)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -64,6 +65,9 @@ count() {
     kill -"$sig" "$vg_pid" 2>/dev/null || true
     wait "$vg_pid" 2>/dev/null || true
     vg_pid=""
+    if [ -n "${CG_DIR:-}" ]; then
+        mkdir -p "$CG_DIR" && cp "$tmp/$name".cg* "$CG_DIR/"
+    fi
     local total
     total=$(callgrind_annotate "$tmp"/"$name".cg* 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' |
         head -1 | tr -d ,)

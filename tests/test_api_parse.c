@@ -377,6 +377,77 @@ static void test_recorded_fields(void **state)
     assert_non_null(strstr(e.message, "128"));
 }
 
+/* ig_api_peek: what the gateway reads, as ig_api_parse reads it; the rest
+ * left to the site. */
+static void test_peek(void **state)
+{
+    (void)state;
+    static const struct {
+        ig_api_kind_t kind;
+        const char *body;
+        int rc;          /* 0, 1 (a list prompt) or IG_EINVAL */
+        const char *why; /* in the 400's message */
+    } cases[] = {
+        {IG_API_COMPLETION, "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":7,\"n\":2,"
+                            "\"best_of\":3,\"stream\":true,\"temperature\":\"hot\"}",
+         0, NULL},
+        {IG_API_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2,3]}", 1, NULL},
+        {IG_API_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", 1, NULL},
+        {IG_API_COMPLETION, "{\"model\":\"m\"}", IG_EINVAL, "'prompt' is required"},
+        {IG_API_COMPLETION, "{\"model\":\"m\",\"prompt\":null}", IG_EINVAL, "required"},
+        {IG_API_COMPLETION, "{\"model\":\"m\",\"prompt\":5}", IG_EINVAL, "must be a string"},
+        {IG_API_COMPLETION, "{\"model\":5,\"prompt\":\"x\"}", IG_EINVAL, "'model' must be"},
+        {IG_API_COMPLETION, "{\"prompt\":\"x\",\"max_tokens\":0}", IG_EINVAL, "at least 1"},
+        {IG_API_COMPLETION, "{\"prompt\":\"x\",\"n\":3,\"best_of\":2}", IG_EINVAL, "best_of"},
+        {IG_API_COMPLETION, "{\"prompt\":\"x\",\"stream\":\"yes\"}", IG_EINVAL, "stream"},
+        {IG_API_COMPLETION, "{\"prompt\":\"x\",\"model\":\"a\",\"model\":\"b\"}", IG_EINVAL,
+         "duplicate"},
+        {IG_API_COMPLETION, "{\"prompt\":\"x\",", IG_EINVAL, "invalid JSON body"},
+        {IG_API_COMPLETION, "[1]", IG_EINVAL, "must be a JSON object"},
+        {IG_API_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+                      "\"max_completion_tokens\":9,\"max_tokens\":4}",
+         0, NULL},
+        {IG_API_CHAT, "{\"model\":\"m\",\"messages\":[ ]}", IG_EINVAL, "non-empty list"},
+        {IG_API_CHAT, "{\"model\":\"m\",\"messages\":{}}", IG_EINVAL, "non-empty list"},
+        {IG_API_CHAT, "{\"model\":\"m\"}", IG_EINVAL, "'messages' is required"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        ig_api_request_t r;
+        ig_api_error_t e;
+        size_t bytes;
+        int rc = ig_api_peek(cases[i].kind, cases[i].body, strlen(cases[i].body), &r, &bytes, &e);
+        if (rc != cases[i].rc)
+            print_message("case %zu: %d, want %d\n", i, rc, cases[i].rc);
+        assert_int_equal(rc, cases[i].rc);
+        if (rc < 0) {
+            assert_int_equal(e.status, 400);
+            assert_non_null(strstr(e.message, cases[i].why));
+            continue;
+        }
+        ig_api_request_dispose(&r);
+    }
+    /* the fields it reads, as the whole parse reads them */
+    ig_api_request_t r;
+    ig_api_error_t e;
+    size_t bytes;
+    assert_int_equal(ig_api_peek(IG_API_COMPLETION, cases[0].body, strlen(cases[0].body), &r,
+                                 &bytes, &e),
+                     0);
+    assert_string_equal(r.model, "m");
+    assert_int_equal(r.max_tokens, 7);
+    assert_int_equal(r.n, 2);
+    assert_int_equal(r.best_of, 3);
+    assert_true(r.stream);
+    assert_int_equal(bytes, 4); /* "hi" */
+    ig_api_request_dispose(&r);
+    assert_int_equal(ig_api_peek(IG_API_CHAT, cases[13].body, strlen(cases[13].body), &r, &bytes,
+                                 &e),
+                     0);
+    assert_int_equal(r.max_tokens, 9);
+    assert_int_equal(bytes, strlen("[{\"role\":\"user\",\"content\":\"x\"}]"));
+    ig_api_request_dispose(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -387,6 +458,7 @@ int main(void)
         cmocka_unit_test(test_recorded_fields),
         cmocka_unit_test(test_invalid_utf8_raw),
         cmocka_unit_test(test_context_check),
+        cmocka_unit_test(test_peek),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

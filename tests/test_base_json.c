@@ -5,7 +5,9 @@
  * depth, duplicates, stray bytes) and on thousands of random documents and
  * random mutations of them, both must accept the same inputs and, when
  * they accept, build equal values (one exception: a NUL byte, which ours
- * always refuses). The flags are checked on their own.
+ * always refuses). The flags are checked on their own. ig_json_scan, which
+ * builds nothing, must accept what the parser accepts (repeated keys
+ * allowed in both) and find the members the parser builds.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,10 +24,39 @@
 #include "infergate/jsonv.h"
 #include "xorshift.h"
 
+/* Scans buf for a few keys; fails the test when the scan disagrees with
+ * the parser: in accepting, or in the members found. */
+static void scan_agrees(const char *buf, size_t len)
+{
+    static const char *const keys[] = {"a", "doc", "k", "ab"};
+    ig_json_span_t span[4];
+    json_error_t e;
+    json_t *v = ig_json_parse(buf, len, IG_JSON_ALLOW_DUPLICATES, &e);
+    int rc = ig_json_scan(buf, len, IG_JSON_ALLOW_DUPLICATES, keys, 4, span, &e);
+    if ((v == NULL) != (rc < 0))
+        print_message("scan disagrees on '%.*s': parse %s, scan %d\n",
+                      (int)(len > 200 ? 200 : len), buf, v ? "ok" : "error", rc);
+    assert_int_equal(v == NULL, rc < 0);
+    if (v != NULL)
+        assert_int_equal(rc, json_is_object(v));
+    for (int i = 0; rc == 1 && i < 4; i++) {
+        json_t *want = json_object_get(v, keys[i]);
+        assert_int_equal(want == NULL, span[i].p == NULL);
+        if (want == NULL)
+            continue;
+        json_t *got = ig_json_parse(span[i].p, span[i].n, IG_JSON_DECODE_ANY |
+                                                             IG_JSON_ALLOW_DUPLICATES, &e);
+        assert_true(json_equal(want, got));
+        json_decref(got);
+    }
+    json_decref(v);
+}
+
 /* Parses buf with both; fails the test when they disagree. Returns 1 when
  * both accepted. */
 static int same(const char *buf, size_t len)
 {
+    scan_agrees(buf, len);
     json_error_t je, oe;
     if (memchr(buf, '\0', len) != NULL) {
         /* A NUL byte is no JSON anywhere (in a string it must be \u0000,
@@ -245,6 +276,18 @@ static void test_flags(void **state)
     assert_non_null(strstr(e.text, "duplicate"));
     assert_int_equal(e.line, 2);
     assert_int_equal(e.column, 2);
+    /* a scan refuses a repeat of a key it reads, anywhere else it lets one by */
+    static const char *const keys[] = {"model"};
+    ig_json_span_t span[1];
+    const char *dup = "{\"x\":{\"y\":1,\"y\":2},\"x\":3,\"model\":\"m\"}";
+    assert_int_equal(ig_json_scan(dup, strlen(dup), 0, keys, 1, span, &e), 1);
+    assert_int_equal(span[0].n, 3);
+    assert_memory_equal(span[0].p, "\"m\"", 3);
+    dup = "{\"model\":\"m\",\"mod\\u0065l\":\"n\"}";
+    assert_int_equal(ig_json_scan(dup, strlen(dup), 0, keys, 1, span, &e), -1);
+    assert_non_null(strstr(e.text, "duplicate"));
+    assert_int_equal(ig_json_scan(" 42 ", 4, IG_JSON_DECODE_ANY, keys, 1, span, &e), 0);
+    assert_int_equal(ig_json_scan("42", 2, 0, keys, 1, span, &e), -1);
 }
 
 int main(void)

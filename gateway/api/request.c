@@ -276,12 +276,12 @@ static int parse_logit_bias(json_t *root, ig_api_request_t *r, ig_api_error_t *e
 
 /* ---- common fields -------------------------------------------------------- */
 
-static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+/* What a gateway acts on: the model, the answer's length, stream, n and
+ * best_of. */
+static int parse_admission(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
 {
     int rc;
     long long i = 0;
-    double d = 0;
-
     json_t *model = json_object_get(root, "model");
     if (model && !json_is_null(model)) {
         if (!json_is_string(model))
@@ -304,6 +304,29 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
         r->max_tokens_given = 1;
     }
 
+    if ((rc = get_bool(root, "stream", &r->stream, err)) < 0)
+        return rc;
+    if ((rc = get_int(root, "n", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
+        return rc;
+    if (rc)
+        r->n = (int)i;
+    if ((rc = get_int(root, "best_of", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
+        return rc;
+    r->best_of = rc ? (int)i : r->n;
+    if (r->best_of < r->n)
+        return ig_api_error(err, 400, "best_of", "'best_of' (%d) must be at least 'n' (%d)",
+                            r->best_of, r->n);
+    return 0;
+}
+
+static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    int rc;
+    long long i = 0;
+    double d = 0;
+
+    if ((rc = parse_admission(root, r, err)) < 0)
+        return rc;
     if ((rc = get_num(root, "temperature", 0.0, 100.0, 0, &d, err)) < 0)
         return rc;
     if (rc)
@@ -382,8 +405,6 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
 
     if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, err)) < 0)
         return rc;
-    if ((rc = get_bool(root, "stream", &r->stream, err)) < 0)
-        return rc;
     json_t *so = json_object_get(root, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so))
@@ -397,16 +418,6 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
             return rc;
     }
 
-    if ((rc = get_int(root, "n", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
-        return rc;
-    if (rc)
-        r->n = (int)i;
-    if ((rc = get_int(root, "best_of", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
-        return rc;
-    r->best_of = rc ? (int)i : r->n;
-    if (r->best_of < r->n)
-        return ig_api_error(err, 400, "best_of", "'best_of' (%d) must be at least 'n' (%d)",
-                            r->best_of, r->n);
     if ((rc = parse_logit_bias(root, r, err)) < 0 ||
         (rc = get_string(root, "user", 1 << 16, &r->user, err)) < 0)
         return rc;
@@ -506,18 +517,28 @@ static void request_init(ig_api_request_t *r, ig_api_kind_t kind)
     r->parallel_tool_calls = -1;
 }
 
+static int invalid_json(ig_api_error_t *err, const json_error_t *je)
+{
+    return ig_api_error(err, 400, NULL, "invalid JSON body: %s (line %d, column %d)", je->text,
+                        je->line, je->column);
+}
+
+static int not_an_object(ig_api_error_t *err)
+{
+    return ig_api_error(err, 400, NULL, "the request body must be a JSON object");
+}
+
 json_t *ig_api_load_object(const char *body, size_t len, ig_api_error_t *err)
 {
     json_error_t je;
     json_t *root = ig_jsonv_loadb(body, len, &je);
     if (!root) {
-        ig_api_error(err, 400, NULL, "invalid JSON body: %s (line %d, column %d)", je.text, je.line,
-                     je.column);
+        invalid_json(err, &je);
         return NULL;
     }
     if (!json_is_object(root)) {
         json_decref(root);
-        ig_api_error(err, 400, NULL, "the request body must be a JSON object");
+        not_an_object(err);
         return NULL;
     }
     return root;
@@ -876,6 +897,75 @@ int ig_api_parse_chat(const char *body, size_t len, ig_api_request_t *req, ig_ap
 {
     return ig_api_parse(IG_API_CHAT, body, len, req, err);
 }
+/* The members ig_api_peek reads: parse_admission's, then the prompt. */
+static const char *const peek_keys[] = {
+    "model", "max_tokens", "max_completion_tokens", "stream", "n", "best_of", "prompt", "messages",
+};
+enum { PEEK_ADMISSION = 6, PEEK_PROMPT = 6, PEEK_MESSAGES = 7, PEEK_KEYS = 8 };
+
+static int peek_admission(const ig_json_span_t *span, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *root = json_object();
+    if (root == NULL)
+        return IG_ENOMEM;
+    int rc = 0;
+    for (int i = 0; i < PEEK_ADMISSION && rc == 0; i++) {
+        if (span[i].p == NULL)
+            continue;
+        /* scanned already: only memory can fail here */
+        json_t *v = ig_json_parse(span[i].p, span[i].n, IG_JSON_DECODE_ANY, NULL);
+        if (v == NULL || json_object_set_new_nocheck(root, peek_keys[i], v) != 0)
+            rc = IG_ENOMEM;
+    }
+    if (rc == 0)
+        rc = parse_admission(root, r, err);
+    json_decref(root);
+    return rc;
+}
+
+int ig_api_peek(ig_api_kind_t kind, const char *body, size_t len, ig_api_request_t *req,
+                size_t *prompt_bytes, ig_api_error_t *err)
+{
+    request_init(req, kind);
+    *prompt_bytes = 0;
+    ig_json_span_t span[PEEK_KEYS];
+    json_error_t je;
+    int rc = ig_json_scan(body, len, 0, peek_keys, PEEK_KEYS, span, &je);
+    if (rc <= 0)
+        return rc < 0 ? invalid_json(err, &je) : not_an_object(err);
+    if ((rc = peek_admission(span, req, err)) < 0) {
+        if (rc == IG_ENOMEM)
+            ig_api_error_oom(err);
+        ig_api_request_dispose(req);
+        return rc;
+    }
+    const ig_json_span_t *p = &span[kind == IG_API_CHAT ? PEEK_MESSAGES : PEEK_PROMPT];
+    const char *name = kind == IG_API_CHAT ? "messages" : "prompt";
+    if (p->p == NULL || (p->n == 4 && memcmp(p->p, "null", 4) == 0)) {
+        ig_api_request_dispose(req);
+        return ig_api_error(err, 400, name, "'%s' is required", name);
+    }
+    *prompt_bytes = p->n;
+    size_t inner = 1; /* a list's first byte after '[' that is not white space */
+    while (inner < p->n && strchr(" \t\r\n", p->p[inner]) != NULL)
+        inner++;
+    if (kind == IG_API_CHAT && (p->p[0] != '[' || p->p[inner] == ']')) {
+        ig_api_request_dispose(req);
+        return ig_api_error(err, 400, name, "'messages' must be a non-empty list");
+    }
+    if (kind == IG_API_CHAT)
+        return 0;
+    if (p->p[0] == '[')
+        return 1; /* token ids, or several prompts: the whole parse counts them */
+    if (p->p[0] != '"') {
+        ig_api_request_dispose(req);
+        return ig_api_error(err, 400, name,
+                            "'prompt' must be a string, a list of strings, a list of token ids "
+                            "or a list of token-id lists");
+    }
+    return 0;
+}
+
 void ig_api_request_dispose(ig_api_request_t *r)
 {
     free(r->model);

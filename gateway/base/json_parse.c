@@ -9,8 +9,13 @@
  * refused, integers that do not fit json_int_t refused, reals that
  * overflow refused, nesting at most IG_JSON_MAX_DEPTH, duplicate keys
  * refused unless IG_JSON_ALLOW_DUPLICATES (then the last one wins).
+ *
+ * ig_json_scan reads by the same rules and builds nothing: it checks a body
+ * and finds the few top-level members a caller reads, in a fraction of a
+ * parse's time (no allocation), for a proxy that forwards the bytes.
  */
 #include "infergate/jsonv.h"
+#include "infergate/swar.h"
 #include "infergate/utf8.h"
 
 #include <errno.h>
@@ -24,6 +29,7 @@ typedef struct {
     const char *start, *p, *end;
     int flags;
     int depth;
+    int skip; /* ig_json_scan: check the syntax, build nothing */
     json_error_t *err;
 } parser_t;
 
@@ -103,21 +109,27 @@ static size_t put_utf8(char *o, unsigned cp)
 
 /* Decodes the escapes of the string body s[0..n) (between its quotes,
  * already checked to hold no raw quote or control character) into out,
- * which has room for n bytes (an escape never decodes longer than itself).
- * Returns the decoded length, or -1 with ps->p at the bad escape. */
+ * which has room for n bytes (an escape never decodes longer than itself),
+ * or only checks them when out is NULL. Returns the decoded length, or -1
+ * with ps->p at the bad escape. */
 static long unescape(parser_t *ps, const char *s, size_t n, char *out)
 {
     size_t o = 0;
     for (size_t i = 0; i < n;) {
         if (s[i] != '\\') {
-            out[o++] = s[i++];
+            if (out != NULL)
+                out[o] = s[i];
+            o++;
+            i++;
             continue;
         }
         char c = s[i + 1]; /* the scan ensured a character follows */
         static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
         const char *k = c != '\0' ? strchr(from, c) : NULL;
         if (k != NULL) {
-            out[o++] = to[k - from];
+            if (out != NULL)
+                out[o] = to[k - from];
+            o++;
             i += 2;
             continue;
         }
@@ -143,20 +155,32 @@ static long unescape(parser_t *ps, const char *s, size_t n, char *out)
             fail(ps, "\\u0000 is not allowed");
             return -1;
         }
-        o += put_utf8(out + o, cp);
+        if (out != NULL)
+            o += put_utf8(out + o, cp);
     }
     return (long)o;
 }
 
+/* Whether none of eight bytes is a quote, a backslash or a control
+ * character: a string's ordinary bytes. */
+static int plain8(uint64_t w)
+{
+    return !(ig_swar_eq(w, '"') | ig_swar_eq(w, '\\') | ig_swar_below(w, 0x20));
+}
+
 /* A string at ps->p (its opening quote). On success *s and *n are its UTF-8
  * bytes: in the input itself when it has no escape, else in *owned
- * (malloc'ed, the caller frees). 0, or -1 (error set). */
+ * (malloc'ed, the caller frees). In a scan, escapes are checked and not
+ * decoded: *s and *n are the raw bytes between the quotes. 0, or -1 (error
+ * set). */
 static int parse_string(parser_t *ps, const char **s, size_t *n, char **owned)
 {
     const char *q = ++ps->p;
     int escapes = 0;
     *owned = NULL;
     for (;;) {
+        while (ps->end - q >= 8 && plain8(ig_swar_load(q)))
+            q += 8;
         while (q < ps->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
             q++;
         if (q >= ps->end) {
@@ -181,8 +205,13 @@ static int parse_string(parser_t *ps, const char **s, size_t *n, char **owned)
         return -1;
     }
     size_t len = (size_t)(q - ps->p);
-    if (!escapes) {
-        if (!ig_utf8_valid(ps->p, len)) {
+    if (!escapes || ps->skip) {
+        /* an escape decodes to valid UTF-8, so the raw bytes tell */
+        const char *body = ps->p;
+        if (escapes && unescape(ps, body, len, NULL) < 0)
+            return -1;
+        ps->p = body;
+        if (!ig_utf8_valid(body, len)) {
             fail(ps, "invalid UTF-8 in a string");
             return -1;
         }
@@ -255,6 +284,13 @@ static json_t *parse_number(parser_t *ps)
             q++;
     }
     size_t n = (size_t)(q - b);
+    /* A scan converts only what might not fit: an integer of 19 digits or
+     * more, a real with an exponent or hundreds of digits. */
+    if (ps->skip && (real ? n < 300 && memchr(b, 'e', n) == NULL && memchr(b, 'E', n) == NULL
+                          : n < 19)) {
+        ps->p = q;
+        return json_null();
+    }
     char small[64], *txt = n < sizeof(small) ? small : malloc(n + 1);
     if (txt == NULL) {
         fail(ps, "out of memory");
@@ -281,6 +317,10 @@ static json_t *parse_number(parser_t *ps)
     if (txt != small)
         free(txt);
     ps->p = q;
+    if (v != NULL && ps->skip) {
+        json_decref(v);
+        return json_null();
+    }
     return v;
 }
 
@@ -302,7 +342,7 @@ static json_t *parse_literal(parser_t *ps)
 
 static json_t *parse_object(parser_t *ps)
 {
-    json_t *o = json_object();
+    json_t *o = ps->skip ? json_null() : json_object();
     if (o == NULL) {
         fail(ps, "out of memory");
         return NULL;
@@ -325,7 +365,8 @@ static json_t *parse_object(parser_t *ps)
         const char *at = ps->p;
         if (parse_string(ps, &key, &klen, &owned) != 0)
             goto fail;
-        int dup = !(ps->flags & IG_JSON_ALLOW_DUPLICATES) && json_object_getn(o, key, klen) != NULL;
+        int dup = !ps->skip && !(ps->flags & IG_JSON_ALLOW_DUPLICATES) &&
+                  json_object_getn(o, key, klen) != NULL;
         json_t *v = NULL;
         if (dup) {
             ps->p = at;
@@ -339,7 +380,7 @@ static json_t *parse_object(parser_t *ps)
                 v = parse_value(ps);
             }
         }
-        int rc = v != NULL ? json_object_setn_new_nocheck(o, key, klen, v) : -1;
+        int rc = v == NULL ? -1 : ps->skip ? 0 : json_object_setn_new_nocheck(o, key, klen, v);
         free(owned);
         if (rc != 0) {
             if (v != NULL)
@@ -365,7 +406,7 @@ fail:
 
 static json_t *parse_array(parser_t *ps)
 {
-    json_t *a = json_array();
+    json_t *a = ps->skip ? json_null() : json_array();
     if (a == NULL) {
         fail(ps, "out of memory");
         return NULL;
@@ -378,7 +419,7 @@ static json_t *parse_array(parser_t *ps)
     }
     for (;;) {
         json_t *v = parse_value(ps);
-        if (v == NULL || json_array_append_new(a, v) != 0) {
+        if (v == NULL || (!ps->skip && json_array_append_new(a, v) != 0)) {
             if (v != NULL)
                 fail(ps, "out of memory");
             json_decref(a);
@@ -422,7 +463,7 @@ static json_t *parse_value(parser_t *ps)
         char *owned;
         if (parse_string(ps, &s, &n, &owned) != 0)
             return NULL;
-        json_t *v = json_stringn_nocheck(s, n);
+        json_t *v = ps->skip ? json_null() : json_stringn_nocheck(s, n);
         free(owned);
         if (v == NULL)
             fail(ps, "out of memory");
@@ -457,4 +498,105 @@ json_t *ig_json_parse(const char *buf, size_t len, int flags, json_error_t *err)
         }
     }
     return v;
+}
+
+/* Which of keys the raw key bytes k[0..n) name (escapes decoded), or -1. */
+static int key_index(parser_t *ps, const char *k, size_t n, const char *const *keys, int nkeys)
+{
+    char dec[64];
+    if (memchr(k, '\\', n) != NULL) {
+        if (n >= sizeof(dec))
+            return -1; /* longer than any key a caller reads */
+        const char *at = ps->p; /* unescape moves it to an escape */
+        n = (size_t)unescape(ps, k, n, dec); /* checked by the string's scan */
+        ps->p = at;
+        k = dec;
+    }
+    for (int i = 0; i < nkeys; i++) {
+        if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* The members of the object at ps->p, which is ps's top. */
+static int scan_members(parser_t *ps, const char *const *keys, int nkeys, ig_json_span_t *span)
+{
+    ps->p++; /* '{' */
+    ps->depth = 1;
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == '}') {
+        ps->p++;
+        return 0;
+    }
+    for (;;) {
+        skip_ws(ps);
+        if (ps->p >= ps->end || *ps->p != '"') {
+            fail(ps, "string or '}' expected");
+            return -1;
+        }
+        const char *at = ps->p, *key;
+        size_t klen;
+        char *owned;
+        if (parse_string(ps, &key, &klen, &owned) != 0)
+            return -1;
+        int i = key_index(ps, key, klen, keys, nkeys);
+        if (i >= 0 && span[i].p != NULL && !(ps->flags & IG_JSON_ALLOW_DUPLICATES)) {
+            ps->p = at;
+            fail(ps, "duplicate object key");
+            return -1;
+        }
+        skip_ws(ps);
+        if (ps->p >= ps->end || *ps->p != ':') {
+            fail(ps, "':' expected");
+            return -1;
+        }
+        ps->p++;
+        skip_ws(ps);
+        const char *v = ps->p;
+        if (parse_value(ps) == NULL)
+            return -1;
+        if (i >= 0) {
+            span[i].p = v;
+            span[i].n = (size_t)(ps->p - v);
+        }
+        skip_ws(ps);
+        if (ps->p < ps->end && *ps->p == ',') {
+            ps->p++;
+            continue;
+        }
+        if (ps->p < ps->end && *ps->p == '}') {
+            ps->p++;
+            return 0;
+        }
+        fail(ps, "'}' expected");
+        return -1;
+    }
+}
+
+int ig_json_scan(const char *buf, size_t len, int flags, const char *const *keys, int nkeys,
+                 ig_json_span_t *span, json_error_t *err)
+{
+    parser_t ps = {.start = buf, .p = buf, .end = buf + len, .flags = flags, .skip = 1, .err = err};
+    if (err != NULL) {
+        memset(err, 0, sizeof(*err));
+        snprintf(err->source, sizeof(err->source), "<buffer>");
+    }
+    memset(span, 0, sizeof(*span) * (size_t)(nkeys > 0 ? nkeys : 0));
+    skip_ws(&ps);
+    if (!(flags & IG_JSON_DECODE_ANY) && (ps.p >= ps.end || (*ps.p != '{' && *ps.p != '['))) {
+        fail(&ps, "'[' or '{' expected");
+        return -1;
+    }
+    int object = ps.p < ps.end && *ps.p == '{';
+    if (object ? scan_members(&ps, keys, nkeys, span) != 0 : parse_value(&ps) == NULL)
+        return -1;
+    if (!(flags & IG_JSON_DISABLE_EOF_CHECK)) {
+        skip_ws(&ps);
+        if (ps.p < ps.end) {
+            fail(&ps, "end of file expected");
+            return -1;
+        }
+    }
+    return object;
 }

@@ -9,6 +9,7 @@
 #include "http_internal.h"
 
 #include "infergate/error.h"
+#include "infergate/swar.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>
@@ -405,6 +406,20 @@ static int parse_error(ig__http_parser_t *p, ig_http_req_t **out)
 
 /* ---- header pre-scan -------------------------------------------------- */
 
+/* Whether none of eight bytes may end a header line or break it: CR, LF
+ * or NUL (prescan's stops). */
+static int line8(uint64_t w)
+{
+    return !(ig_swar_eq(w, '\r') | ig_swar_eq(w, '\n') | ig_swar_eq(w, 0));
+}
+
+/* Whether all eight bytes may stand in a field value: no control
+ * character but tab, no DEL. */
+static int field8(uint64_t w)
+{
+    return !(ig_swar_below(w, 0x20) | ig_swar_eq(w, 0x7f));
+}
+
 /* Checks one complete header line [s, e) (without its CRLF). */
 static int check_header_line(ig__http_parser_t *p, const char *s, const char *e)
 {
@@ -420,12 +435,29 @@ static int check_header_line(ig__http_parser_t *p, const char *s, const char *e)
     if (*c != ':')
         return fail(p, 400, "invalid character in header field name");
     for (c++; c < e; c++) {
+        while (e - c >= 8 && field8(ig_swar_load(c)))
+            c += 8;
+        if (c == e)
+            break;
         unsigned char ch = (unsigned char)*c;
         if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
             return fail(p, 400, "invalid character in header value");
     }
     if (++p->nheaders > p->limits->max_headers)
         return fail(p, 431, "too many header fields");
+    return 0;
+}
+
+/* Fails when an ordinary byte at i makes the request line or the header
+ * block longer than its limit. */
+static int head_too_long(ig__http_parser_t *p, size_t i)
+{
+    if (p->lines == 0) {
+        if (i - p->head_start >= p->limits->max_request_line)
+            return fail(p, 414, "request line too long");
+    } else if (i - p->hdr_start >= p->limits->max_header_bytes) {
+        return fail(p, 431, "header block too large");
+    }
     return 0;
 }
 
@@ -436,6 +468,15 @@ static int prescan(ig__http_parser_t *p, const char *d, size_t len)
     const ig_http_limits_t *lim = p->limits;
     size_t i = p->scan;
     for (; i < len; i++) {
+        /* ordinary bytes eight at a time; the length limits below, checked
+         * at each ordinary byte, are checked at the last one skipped */
+        size_t from = i;
+        while (len - i >= 8 && line8(ig_swar_load(d + i)))
+            i += 8;
+        if (i > from && head_too_long(p, i - 1) < 0)
+            return -1;
+        if (i >= len)
+            break;
         unsigned char c = (unsigned char)d[i];
         if (c == '\r') {
             if (i + 1 >= len)
@@ -471,12 +512,8 @@ static int prescan(ig__http_parser_t *p, const char *d, size_t len)
             return fail(p, 400, "bare LF in header");
         if (c == 0)
             return fail(p, 400, "NUL in header");
-        if (p->lines == 0) {
-            if (i - p->head_start >= lim->max_request_line)
-                return fail(p, 414, "request line too long");
-        } else if (i - p->hdr_start >= lim->max_header_bytes) {
-            return fail(p, 431, "header block too large");
-        }
+        if (head_too_long(p, i) < 0)
+            return -1;
     }
     p->scan = i;
     return 0;

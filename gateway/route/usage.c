@@ -162,6 +162,21 @@ void ig_usage_stream(ig_usage_meter_t *m, const ig_usage_families_t *f, const ch
     }
 }
 
+/* A count read from its JSON: a non-negative integer, else left as it is
+ * (read_count's rule). */
+static void span_count(const ig_json_span_t *s, long long *out)
+{
+    long long v = 0;
+    if (s->p == NULL || s->n == 0 || s->n > 18)
+        return;
+    for (size_t i = 0; i < s->n; i++) {
+        if (s->p[i] < '0' || s->p[i] > '9')
+            return;
+        v = v * 10 + (s->p[i] - '0');
+    }
+    *out = v;
+}
+
 /* The value after the last "usage" key of a JSON text, or NULL: a quote
  * not escaped, the name, optional space and a colon. Usage comes last in
  * every OpenAI answer, and the same name inside a string is escaped. */
@@ -186,14 +201,16 @@ void ig_usage_body(ig_usage_meter_t *m, const char *body, size_t len)
 {
     /* Only the usage object is parsed, not the whole answer (choices,
      * vectors): the proxy reads every answer that passes. */
+    static const char *const keys[] = {"prompt_tokens", "input_tokens", "completion_tokens",
+                                       "output_tokens"};
+    ig_json_span_t span[4];
     const char *v = last_usage_value(body, len);
-    if (v == NULL)
+    if (v == NULL || ig_json_scan(v, len - (size_t)(v - body),
+                                  IG_JSON_DISABLE_EOF_CHECK | IG_JSON_ALLOW_DUPLICATES, keys, 4,
+                                  span, NULL) != 1)
         return;
-    json_t *u = ig_json_parse(v, len - (size_t)(v - body),
-                              IG_JSON_DISABLE_EOF_CHECK | IG_JSON_ALLOW_DUPLICATES, NULL);
-    if (json_is_object(u))
-        read_usage_object(m, u);
-    json_decref(u);
+    span_count(&span[span[0].p != NULL ? 0 : 1], &m->prompt);
+    span_count(&span[span[2].p != NULL ? 2 : 3], &m->completion);
 }
 
 void ig_usage_end(ig_usage_meter_t *m, const ig_usage_families_t *f, const char *model,

@@ -905,8 +905,9 @@ typedef struct {
      * key's limit caps a body that names none (NULL: nothing generated). */
     const char *const *cap_fields;
     int ncap_fields;
-    const ig_api_request_t *r; /* completions and chat (NULL: a routed endpoint):
-                                  token-id prompts and prefix hashes */
+    /* The whole parse of a completion or chat body where the gateway reads
+     * the prompt (token ids, prefix hashes), else NULL. */
+    const ig_api_request_t *r;
 } gw_call_t;
 
 /* Reserves the key's tokens for the call; caps the answers' max tokens in
@@ -1078,25 +1079,38 @@ static void handle_openai(ig_gateway_t *gw, ig_http_req_t *req, ig_api_kind_t ki
 {
     static const char *const completion_cap[] = {"max_tokens"};
     static const char *const chat_cap[] = {"max_completion_tokens", "max_tokens"};
-    size_t len;
+    size_t len, prompt_bytes;
     const char *body = ig_http_req_body(req, &len);
     ig_api_request_t r;
     ig_api_error_t e;
-    if (ig_api_parse(kind, body, len, &r, &e) != 0) {
+    int rc = ig_api_peek(kind, body, len, &r, &prompt_bytes, &e);
+    if (rc < 0) {
         ig_api_respond_error(req, &e);
         return;
     }
+    /* The prompt itself is read only where the gateway needs its tokens:
+     * token ids, or prefix-aware routing with the model's tokenizer. */
+    const gw_prefix_model_t *pm = r.model != NULL ? prefix_model(gw, r.model) : NULL;
+    int whole = rc == 1 || (pm != NULL && pm->tok != NULL);
+    if (whole) {
+        ig_api_request_dispose(&r);
+        if (ig_api_parse(kind, body, len, &r, &e) != 0) {
+            ig_api_respond_error(req, &e);
+            return;
+        }
+    }
+    size_t guess = prompt_bytes / 4 + 1;
     gw_call_t c = {
         .path = kind == IG_API_CHAT ? "/v1/chat/completions" : "/v1/completions",
         .model = r.model,
         .stream = r.stream,
-        .prompt_tokens = estimate_tokens(&r),
+        .prompt_tokens = whole ? estimate_tokens(&r) : guess > 1 << 20 ? 1 << 20 : (int)guess,
         .outputs = (r.best_of > r.n ? r.best_of : r.n) *
                    (kind == IG_API_CHAT || r.nprompts < 1 ? 1 : r.nprompts),
         .max_tokens = r.max_tokens,
         .cap_fields = kind == IG_API_CHAT ? chat_cap : completion_cap,
         .ncap_fields = kind == IG_API_CHAT ? 2 : 1,
-        .r = &r,
+        .r = whole ? &r : NULL,
     };
     if (r.model == NULL)
         ig_api_error(&e, 400, "model", "you must provide a model parameter");

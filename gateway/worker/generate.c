@@ -740,6 +740,10 @@ static void on_event(const ig_sched_event_t *ev, void *data)
 void ig__worker_on_async(uv_async_t *h)
 {
     worker_t *w = h->data;
+    /* The KV events first: a gateway then hears that blocks are stored
+     * before the answer that stored them, and routes the next request by
+     * them. */
+    ig__worker_kv_pump(w);
     if (w->sched)
         ig_sched_drain(w->sched, on_event, w);
     ig__worker_kv_pump(w);

@@ -165,6 +165,21 @@ int ig_api_parse(ig_api_kind_t kind, const char *body, size_t len, ig_api_reques
                  ig_api_error_t *err);
 void ig_api_request_dispose(ig_api_request_t *req);
 
+/*
+ * What a gateway that forwards the body reads of it, at a fraction of a
+ * parse's cost: the whole body's JSON syntax is checked (ig_json_scan),
+ * and of its fields only those the gateway acts on are validated, as
+ * ig_api_parse validates them: model, max_tokens (max_completion_tokens),
+ * stream, n and best_of, and that the prompt (completions) or messages
+ * (chat) are there. The rest is the site's to judge. *prompt_bytes: the
+ * size of the prompt's or the messages' JSON. Returns 0 with those fields
+ * in req (no prompts or messages); 1 when the prompt is a list (token ids,
+ * or several prompts), which only ig_api_parse reads; IG_EINVAL or
+ * IG_ENOMEM with err as ig_api_parse. Dispose req after 0 or 1.
+ */
+int ig_api_peek(ig_api_kind_t kind, const char *body, size_t len, ig_api_request_t *req,
+                size_t *prompt_bytes, ig_api_error_t *err);
+
 /* A request body as a JSON object (new reference), or NULL with the 400 for
  * bad JSON or a body that is not an object in err. */
 json_t *ig_api_load_object(const char *body, size_t len, ig_api_error_t *err);

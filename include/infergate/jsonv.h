@@ -141,4 +141,21 @@ enum {
  */
 json_t *ig_json_parse(const char *buf, size_t len, int flags, json_error_t *err);
 
+/* The bytes of one JSON value inside a buffer. */
+typedef struct {
+    const char *p; /* NULL: absent */
+    size_t n;
+} ig_json_span_t;
+
+/*
+ * Checks buf[0..len) by ig_json_parse's rules and builds nothing, except
+ * that a repeated key is refused only among keys at the top. When the
+ * value is an object, span[i] is the value of its member keys[i] (whose
+ * names have no escapes and are shorter than 64 bytes), or {NULL, 0} when
+ * it has none. Returns 1 for an object, 0 for another value, or -1 with
+ * *err filled as ig_json_parse fills it.
+ */
+int ig_json_scan(const char *buf, size_t len, int flags, const char *const *keys, int nkeys,
+                 ig_json_span_t *span, json_error_t *err);
+
 #endif
