@@ -19,7 +19,7 @@
  * download() and sync() wait for them.
  */
 
-#include "infergate/model.h"
+#include "infergate/tensor.h"
 
 #include <stddef.h>
 
