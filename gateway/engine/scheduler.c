@@ -15,7 +15,7 @@
  */
 #include "infergate/scheduler.h"
 #include "infergate/error.h"
-#include "infergate/prefix.h"
+#include "infergate/prefix_hash.h"
 #include "infergate/utf8.h"
 
 #include "base/list.h"
