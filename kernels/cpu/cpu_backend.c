@@ -444,6 +444,7 @@ int ig_backend_cpu_create(ig_backend_t **out, int threads)
     snprintf(c->name, sizeof(c->name), "cpu");
     be->name = c->name;
     be->kv_dtypes = (1u << IG_DTYPE_F32) | (1u << IG_DTYPE_F16) | (1u << IG_DTYPE_BF16);
+    be->host_memory = 1;
     be->alloc = cpu_alloc;
     be->free = cpu_free;
     be->upload = cpu_copy;
