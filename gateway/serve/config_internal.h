@@ -60,7 +60,7 @@ int ig__config_expand_path(ctx_t *c, const char *path, const char *in, char **ou
  * first member is the name, or -1. */
 int ig__config_find_name(char *const *names, size_t stride, size_t n, const char *name);
 
-/* Sections parsed in config_access.c: sites[i], api_keys, tls. */
+/* Sections parsed in config_sites_keys_tls.c: sites[i], api_keys, tls. */
 int ig__config_parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx);
 int ig__config_parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg);
 int ig__config_parse_tls(ctx_t *c, json_t *root, ig_config_t *cfg);

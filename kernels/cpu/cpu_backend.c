@@ -13,7 +13,7 @@
 
 #include "infergate/dtype.h"
 #include "infergate/error.h"
-#include "infergate/pages.h"
+#include "infergate/page_release.h"
 
 #include <limits.h>
 #include <math.h>
