@@ -47,7 +47,6 @@
 #include <string.h>
 
 #ifdef IG_HAVE_CUDA
-#include "../kernels/cuda/cuda_sampling.h"
 #endif
 
 static ig_backend_t *be;
@@ -720,52 +719,6 @@ static void test_gather(void **state)
     free(x);
 }
 
-/* ---- sampling ---------------------------------------------------------------- */
-
-static void test_sampling(void **state)
-{
-    NEED_GPU();
-#ifdef IG_HAVE_CUDA
-    enum { ROWS = 6, VOCAB = 5000 };
-    float *logits = rand_vec(ROWS * VOCAB, 4.0f);
-    int want[ROWS], got[ROWS];
-    /* Greedy: a planted maximum per row (row 5 has a tie: lowest index wins). */
-    for (int r = 0; r < ROWS; r++) {
-        want[r] = irand(VOCAB - 1);
-        logits[r * VOCAB + want[r]] = 10.0f;
-    }
-    logits[5 * VOCAB + want[5] + 1] = 10.0f;
-    float *d_l = dev_copy(logits, sizeof(float) * ROWS * VOCAB);
-    assert_int_equal(ig_cuda_argmax(be, got, d_l, ROWS, VOCAB), 0);
-    for (int r = 0; r < ROWS; r++)
-        assert_int_equal(got[r], want[r]);
-
-    /* Four live tokens of probability .1 .2 .3 .4 at ids 10, 20, 30, 40;
-     * every other id is -inf. Cumulative mass in id order: .1 .3 .6 1. */
-    for (int i = 0; i < ROWS * VOCAB; i++)
-        logits[i] = -INFINITY;
-    const double prob[4] = {.1, .2, .3, .4};
-    for (int r = 0; r < ROWS; r++)
-        for (int j = 0; j < 4; j++)
-            logits[r * VOCAB + 10 * (j + 1)] = (float)log(prob[j]);
-    assert_int_equal(be->upload(be, d_l, logits, sizeof(float) * ROWS * VOCAB), 0);
-    const ig_cuda_sample_params_t p[ROWS] = {
-        {1.0f, 0, 1.0f, 0.05f},  /* -> 10 */
-        {1.0f, 0, 1.0f, 0.25f},  /* -> 20 */
-        {1.0f, 0, 1.0f, 0.9f},   /* -> 40 */
-        {1.0f, 2, 1.0f, 0.4f},   /* keeps 30, 40: .4 * .7 = .28 < .3 -> 30 */
-        {1.0f, 0, 0.35f, 0.01f}, /* .4 alone reaches .35 -> 40 */
-        {0.0f, 0, 1.0f, 0.5f},   /* greedy -> 40 */
-    };
-    const int expect[ROWS] = {10, 20, 40, 30, 40, 40};
-    assert_int_equal(ig_cuda_sample(be, got, d_l, ROWS, VOCAB, p), 0);
-    for (int r = 0; r < ROWS; r++)
-        assert_int_equal(got[r], expect[r]);
-    be->free(be, d_l);
-    free(logits);
-#endif
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -782,7 +735,6 @@ int main(void)
         cmocka_unit_test(test_attention_decode_only),
         cmocka_unit_test(test_attention_prefill_wide),
         cmocka_unit_test(test_gather),
-        cmocka_unit_test(test_sampling),
     };
     group_setup(NULL);
     if (!be) {

@@ -18,6 +18,7 @@
 #include "files.h"
 #include "model_fixture.h"
 #include "numpy_ref.h"
+#include "skip.h"
 
 #include "../kernels/cpu/cpu_internal.h"
 #include "infergate/engine.h"
@@ -147,56 +148,36 @@ static void check_model(const char *preset, ig_dtype_t dtype)
     ig_tf_rmtree(dir);
 }
 
-static int setup(void **state)
-{
-    if (!ig_ref_have_numpy()) {
-        fprintf(stderr, "# SKIP: " PY " has no numpy (apt-get install python3-numpy)\n");
-        return 0;
-    }
-    return 0;
-}
 
 static void test_tiny(void **state)
 {
-    if (!ig_ref_have_numpy())
-        skip();
     check_model("tiny", IG_DTYPE_F32);
 }
 
 static void test_gqa(void **state)
 {
-    if (!ig_ref_have_numpy())
-        skip();
     check_model("gqa", IG_DTYPE_F32);
 }
 
 /* Qwen3: per-head q/k RMSNorm, head_dim 64 with a 256-wide model. */
 static void test_qwen3(void **state)
 {
-    if (!ig_ref_have_numpy())
-        skip();
     check_model("qwen3", IG_DTYPE_F32);
 }
 
 static void test_llama3_rope(void **state)
 {
-    if (!ig_ref_have_numpy())
-        skip();
     check_model("llama3", IG_DTYPE_F32);
 }
 
 static void test_linear_rope(void **state)
 {
-    if (!ig_ref_have_numpy())
-        skip();
     check_model("linear", IG_DTYPE_F32);
 }
 
 /* BF16 through the widening path (IG_CPU_BF16_DOT=0): the F32 bound. */
 static void test_gqa_bf16_widened(void **state)
 {
-    if (!ig_ref_have_numpy())
-        skip();
     int was = ig__cpu_bf16_dot();
     assert_int_equal(ig__cpu_set_bf16_dot(0), 0);
     check_model("gqa", IG_DTYPE_BF16);
@@ -205,25 +186,25 @@ static void test_gqa_bf16_widened(void **state)
 
 static void test_gqa_bf16(void **state)
 {
-    if (!ig_ref_have_numpy())
-        skip();
     check_model("gqa", IG_DTYPE_BF16);
 }
 
 static void test_tiny_f16(void **state)
 {
-    if (!ig_ref_have_numpy())
-        skip();
     check_model("tiny", IG_DTYPE_F16);
 }
 
 int main(void)
 {
+    if (!ig_ref_have_numpy()) {
+        fprintf(stderr, "# SKIP: " PY " has no numpy (apt-get install python3-numpy)\n");
+        return IG_TEST_SKIP;
+    }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tiny),        cmocka_unit_test(test_gqa),
         cmocka_unit_test(test_llama3_rope), cmocka_unit_test(test_linear_rope),
         cmocka_unit_test(test_gqa_bf16),    cmocka_unit_test(test_gqa_bf16_widened),
         cmocka_unit_test(test_tiny_f16),    cmocka_unit_test(test_qwen3),
     };
-    return cmocka_run_group_tests(tests, setup, NULL);
+    return cmocka_run_group_tests(tests, NULL, NULL);
 }

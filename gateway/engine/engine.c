@@ -287,7 +287,7 @@ int ig_engine_create(ig_engine_t **out, const ig_model_t *model, ig_backend_t *b
     if ((rc = check_config(c, &e->opts, err, errlen)) != 0 ||
         (rc = check_kv_dtype(be, e->opts.kv_dtype, err, errlen)) != 0)
         goto fail;
-    e->host_logits = be->mem_info == NULL && strcmp(be->name, "cpu") == 0;
+    e->host_logits = be->host_memory;
     int maxpos = c->max_position_embeddings > 0 ? c->max_position_embeddings : 2048;
     e->max_blocks = (maxpos + e->opts.block_size - 1) / e->opts.block_size;
 

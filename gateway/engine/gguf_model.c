@@ -16,7 +16,7 @@
 #include "infergate/error.h"
 #include "infergate/gguf.h"
 #include "infergate/model.h"
-#include "infergate/pages.h"
+#include "infergate/page_release.h"
 #include "model_internal.h"
 
 #include <math.h>

@@ -8,7 +8,7 @@
 #include "infergate/model.h"
 #include "infergate/error.h"
 #include "infergate/jsonv.h"
-#include "infergate/pages.h"
+#include "infergate/page_release.h"
 #include "model_internal.h"
 #include "infergate/gguf.h"
 #include "infergate/safetensors.h"

@@ -7,7 +7,7 @@
 #include "prefix_cache_internal.h"
 
 #include "infergate/error.h"
-#include "infergate/prefix.h"
+#include "infergate/prefix_hash.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -4,7 +4,7 @@
  *
  * - every block a sequence holds has a reference count; sequences that share
  *   a prefix hold the same blocks;
- * - a full block is "committed" under its chained hash (infergate/prefix.h)
+ * - a full block is "committed" under its chained hash (infergate/prefix_hash.h)
  *   once its KV is written; a later sequence whose prompt starts with the
  *   same tokens finds it (lookup) and skips its prefill;
  * - a committed block that no sequence holds stays cached, in an LRU, and is

@@ -59,18 +59,6 @@ double ig_rng_uniform(ig_rng_t *rng)
 
 /* ---- lifecycle ------------------------------------------------------------ */
 
-void ig_sampling_params_default(ig_sampling_params_t *p)
-{
-    p->temperature = 1.0f;
-    p->top_k = 0;
-    p->top_p = 1.0f;
-    p->min_p = 0.0f;
-    p->repetition_penalty = 1.0f;
-    p->presence_penalty = 0.0f;
-    p->frequency_penalty = 0.0f;
-    p->nlogit_bias = 0;
-}
-
 int ig_sampler_create(ig_sampler_t **out, int vocab)
 {
     if (vocab <= 0)

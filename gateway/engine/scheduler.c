@@ -14,8 +14,9 @@
  * hashes.
  */
 #include "infergate/scheduler.h"
+#include "infergate/clock.h"
 #include "infergate/error.h"
-#include "infergate/prefix.h"
+#include "infergate/prefix_hash.h"
 #include "infergate/utf8.h"
 
 #include "base/list.h"
@@ -218,9 +219,7 @@ struct ig_sched_s {
 
 static uint64_t mono_ns(void *data)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+    return ig_clock_ns();
 }
 
 static uint64_t now(const ig_sched_t *s)

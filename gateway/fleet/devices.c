@@ -11,7 +11,6 @@
  * one line "no usable GPU: <reason>".
  */
 #include "infergate/cli.h"
-#include "infergate/config.h"
 #include "infergate/devices.h"
 
 #include <dlfcn.h>
@@ -534,14 +533,20 @@ static json_t *find_mig(json_t *gpus, const char *uuid)
     return NULL;
 }
 
-int ig_devices_cpu_share(const ig_config_t *cfg, long cores)
+/* A device entry's kind; the config parser has refused any other spelling. */
+static int is_cpu(const char *spec)
+{
+    return strcmp(spec, "cpu") == 0 || strncmp(spec, "cpu:", 4) == 0;
+}
+
+int ig_devices_cpu_threads(const ig_devices_pool_t *pools, size_t npools, long cores)
 {
     int slots = 0;
-    for (size_t i = 0; i < cfg->npools; i++) {
-        const ig_config_pool_t *cp = &cfg->pools[i];
+    for (size_t i = 0; i < npools; i++) {
+        const ig_devices_pool_t *cp = &pools[i];
         int plain = 0;
-        for (size_t d = 0; d < cp->ndevices; d++)
-            plain += strcmp(cp->devices[d].spec, "cpu") == 0;
+        for (int d = 0; d < cp->ndevices; d++)
+            plain += strcmp(cp->devices[d], "cpu") == 0;
         if (cp->threads == 0)
             slots += plain < (int)cp->max_instances ? plain : (int)cp->max_instances;
     }
@@ -550,32 +555,33 @@ int ig_devices_cpu_share(const ig_config_t *cfg, long cores)
 
 /* One JSON object per pool: each device entry, what it maps to on this
  * host and whether it is there. New reference. */
-static json_t *map_pools(const ig_config_t *cfg, json_t *root, long cores)
+static json_t *map_pools(const ig_devices_pool_t *cfg, size_t npools, json_t *root, long cores)
 {
     json_t *pools = json_array();
     json_t *cuda = json_object_get(root, "cuda_devices");
-    int share = ig_devices_cpu_share(cfg, cores);
-    for (size_t p = 0; p < cfg->npools; p++) {
-        const ig_config_pool_t *cp = &cfg->pools[p];
+    int share = ig_devices_cpu_threads(cfg, npools, cores);
+    for (size_t p = 0; p < npools; p++) {
+        const ig_devices_pool_t *cp = &cfg[p];
         json_t *devs = json_array();
         int found = 0;
-        for (size_t d = 0; d < cp->ndevices; d++) {
-            const ig_config_device_t *dev = &cp->devices[d];
+        for (int d = 0; d < cp->ndevices; d++) {
+            const char *spec = cp->devices[d];
             json_t *o = json_object();
             char what[256];
             int ok = 0;
-            set_str(o, "device", dev->spec);
-            if (dev->kind == IG_DEVICE_CPU) {
-                int t = dev->index > 0 ? dev->index : cp->threads > 0 ? (int)cp->threads : share;
+            set_str(o, "device", spec);
+            if (is_cpu(spec)) {
+                int own = spec[3] == ':' ? atoi(spec + 4) : 0;
+                int t = own > 0 ? own : cp->threads > 0 ? (int)cp->threads : share;
                 snprintf(what, sizeof(what), "cpu, %d of %ld cores", t, cores);
                 set_int(o, "threads", t);
                 ok = 1;
-            } else if (dev->kind == IG_DEVICE_CUDA) {
+            } else if (strncmp(spec, "cuda:", 5) == 0) {
                 json_t *c = NULL, *x;
                 size_t i;
                 json_array_foreach(cuda, i, x)
                 {
-                    if (json_integer_value(json_object_get(x, "ordinal")) == dev->index)
+                    if (json_integer_value(json_object_get(x, "ordinal")) == atoi(spec + 5))
                         c = x;
                 }
                 ok = c != NULL && json_is_true(json_object_get(c, "usable"));
@@ -584,7 +590,7 @@ static json_t *map_pools(const ig_config_t *cfg, json_t *root, long cores)
                          : ok      ? str(c, "name")
                                    : "below compute 8.0: unusable");
             } else {
-                json_t *m = find_mig(json_object_get(root, "gpus"), dev->spec);
+                json_t *m = find_mig(json_object_get(root, "gpus"), spec);
                 ok = m != NULL;
                 snprintf(what, sizeof(what), "%s",
                          m == NULL ? "not found"
@@ -663,7 +669,20 @@ static void print_text(json_t *root)
         printf("no usable GPU: %s\n", str(root, "reason"));
 }
 
-int ig_cmd_devices(int argc, char **argv)
+/* ig_devices_pools_fn's `use`: the pools of --config mapped onto the host. */
+typedef struct {
+    json_t *root;
+    long cores;
+    json_t *pools; /* new reference */
+} map_ctx_t;
+
+static void map_use(const ig_devices_pool_t *pools, size_t npools, void *data)
+{
+    map_ctx_t *m = data;
+    m->pools = map_pools(pools, npools, m->root, m->cores);
+}
+
+int ig_devices_command(int argc, char **argv, ig_devices_pools_fn config_pools)
 {
     int as_json = 0;
     const char *config = NULL;
@@ -723,15 +742,14 @@ int ig_cmd_devices(int argc, char **argv)
 
     json_t *pools = NULL;
     if (config != NULL) {
-        ig_config_t cfg;
+        map_ctx_t m = {root, cores > 0 ? cores : 1, NULL};
         char err[512];
-        if (ig_config_load_file(&cfg, config, err, sizeof(err)) != 0) {
+        if (config_pools(config, map_use, &m, err, sizeof(err)) != 0) {
             fprintf(stderr, "infergate devices: %s\n", err);
             json_decref(root);
             return IG_EXIT_USAGE; /* like serve: a bad config exits 2 */
         }
-        pools = map_pools(&cfg, root, cores > 0 ? cores : 1);
-        ig_config_dispose(&cfg);
+        pools = m.pools;
         json_object_set(root, "pools", pools);
     }
 

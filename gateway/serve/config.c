@@ -30,7 +30,7 @@
 
 /* ---- errors and paths --------------------------------------------------- */
 
-int fail(ctx_t *c, const char *path, const char *fmt, ...)
+int ig__config_fail(ctx_t *c, const char *path, const char *fmt, ...)
 {
     if (c->err != NULL && c->errlen > 0) {
         int n = snprintf(c->err, c->errlen, "%s: %s: ", c->file, path[0] ? path : "(top level)");
@@ -55,37 +55,37 @@ static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
     };
     switch (f->kind) {
     case IG_JSONV_MISSING:
-        return fail(c, f->path, "is required");
+        return ig__config_fail(c, f->path, "is required");
     case IG_JSONV_TYPE:
-        return fail(c, f->path, "%s", type_msg[f->want]);
+        return ig__config_fail(c, f->path, "%s", type_msg[f->want]);
     case IG_JSONV_NUL:
-        return fail(c, f->path, "must not contain NUL characters");
+        return ig__config_fail(c, f->path, "must not contain NUL characters");
     case IG_JSONV_EMPTY:
-        return fail(c, f->path, "must not be empty");
+        return ig__config_fail(c, f->path, "must not be empty");
     case IG_JSONV_UNKNOWN:
-        return fail(c, f->path, "unknown key");
+        return ig__config_fail(c, f->path, "unknown key");
     case IG_JSONV_CHOICE: {
         char list[256] = "";
         size_t n = 0;
         for (int i = 0; f->choices[i] != NULL && n < sizeof(list); i++)
             n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", i ? ", " : "", f->choices[i]);
-        return fail(c, f->path, "must be one of %s", list);
+        return ig__config_fail(c, f->path, "must be one of %s", list);
     }
     case IG_JSONV_RANGE:
         break;
     }
     if (f->is_unsigned) {
         if (f->x < 0 || (uint64_t)f->x < f->ulo)
-            return fail(c, f->path, "must be >= %llu", (unsigned long long)f->ulo);
-        return fail(c, f->path, "must be <= %llu", (unsigned long long)f->uhi);
+            return ig__config_fail(c, f->path, "must be >= %llu", (unsigned long long)f->ulo);
+        return ig__config_fail(c, f->path, "must be <= %llu", (unsigned long long)f->uhi);
     }
     const char *lo_op = (f->flags & IG_JSONV_LO_OPEN) ? ">" : ">=";
     const char *hi_op = (f->flags & IG_JSONV_HI_OPEN) ? "<" : "<=";
     if (isinf(f->dhi))
-        return fail(c, f->path, "must be %s %g", lo_op, f->dlo);
+        return ig__config_fail(c, f->path, "must be %s %g", lo_op, f->dlo);
     if (!(f->flags & (IG_JSONV_LO_OPEN | IG_JSONV_HI_OPEN)))
-        return fail(c, f->path, "must be between %g and %g", f->dlo, f->dhi);
-    return fail(c, f->path, "must be %s %g and %s %g", lo_op, f->dlo, hi_op, f->dhi);
+        return ig__config_fail(c, f->path, "must be between %g and %g", f->dlo, f->dhi);
+    return ig__config_fail(c, f->path, "must be %s %g and %s %g", lo_op, f->dlo, hi_op, f->dhi);
 }
 
 /* ---- typed getters: absent keys take the default ------------------------ */
@@ -94,17 +94,17 @@ static int on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f)
  * and the getters here only narrow the result to 0 or a negative code. */
 #define JV(rc) ((rc) < 0 ? (rc) : 0)
 
-int check_keys(ctx_t *c, json_t *obj, const char *path, const char *const *allowed)
+int ig__config_check_keys(ctx_t *c, json_t *obj, const char *path, const char *const *allowed)
 {
     return ig_jsonv_keys(&c->jv, obj, path, allowed);
 }
 
-int get_object(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
+int ig__config_get_object(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
 {
     return JV(ig_jsonv_object(&c->jv, obj, path, key, 0, out));
 }
 
-int get_array(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
+int ig__config_get_array(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
 {
     return JV(ig_jsonv_array(&c->jv, obj, path, key, 0, out));
 }
@@ -114,7 +114,7 @@ int get_array(ctx_t *c, json_t *obj, const char *path, const char *key, json_t *
 static int get_section(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
 {
     json_t *o;
-    int rc = get_object(c, obj, path, key, &o);
+    int rc = ig__config_get_object(c, obj, path, key, &o);
     *out = NULL;
     if (rc != 0)
         return rc;
@@ -123,25 +123,25 @@ static int get_section(ctx_t *c, json_t *obj, const char *path, const char *key,
 }
 
 /* A name: what API requests, metric labels and logs carry. */
-int check_name(ctx_t *c, const char *path, const char *s)
+int ig__config_check_name(ctx_t *c, const char *path, const char *s)
 {
     size_t n = strlen(s);
     if (n == 0)
-        return fail(c, path, "must not be empty");
+        return ig__config_fail(c, path, "must not be empty");
     if (n > NAME_MAX_LEN)
-        return fail(c, path, "must be at most %d characters", NAME_MAX_LEN);
+        return ig__config_fail(c, path, "must be at most %d characters", NAME_MAX_LEN);
     for (size_t i = 0; i < n; i++) {
         unsigned char ch = (unsigned char)s[i];
         if (ch <= ' ' || ch == 0x7f || ch == '"' || ch == '\\')
-            return fail(c, path,
-                        "must not contain spaces, quotes, backslashes or control characters");
+            return ig__config_fail(
+                c, path, "must not contain spaces, quotes, backslashes or control characters");
     }
     return 0;
 }
 
 /* *out becomes a copy of the value, or of def (NULL stays NULL). */
-int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, int flags, const char *def,
-               char **out)
+int ig__config_get_string(ctx_t *c, json_t *obj, const char *path, const char *key, int flags,
+                          const char *def, char **out)
 {
     const char *s;
     unsigned jf = ((flags & STR_REQUIRED) ? IG_JSONV_REQUIRED : 0) |
@@ -152,8 +152,8 @@ int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, int fla
         return rc;
     if (rc == 1 && (flags & STR_NAME)) {
         char p[IG_JSONV_PATH_MAX];
-        join(p, path, key);
-        if ((rc = check_name(c, p, s)) != 0)
+        ig_jsonv_join(p, path, key);
+        if ((rc = ig__config_check_name(c, p, s)) != 0)
             return rc;
     }
     if (s == NULL)
@@ -162,8 +162,8 @@ int get_string(ctx_t *c, json_t *obj, const char *path, const char *key, int fla
     return *out == NULL ? IG_ENOMEM : 0;
 }
 
-int get_uint(ctx_t *c, json_t *obj, const char *path, const char *key, uint64_t lo, uint64_t hi,
-             uint64_t def, uint64_t *out)
+int ig__config_get_uint(ctx_t *c, json_t *obj, const char *path, const char *key, uint64_t lo,
+                        uint64_t hi, uint64_t def, uint64_t *out)
 {
     return JV(ig_jsonv_uint(&c->jv, obj, path, key, 0, lo, hi, def, out));
 }
@@ -172,7 +172,7 @@ static int get_unsigned(ctx_t *c, json_t *obj, const char *path, const char *key
                         unsigned hi, unsigned def, unsigned *out)
 {
     uint64_t x;
-    int rc = get_uint(c, obj, path, key, lo, hi, def, &x);
+    int rc = ig__config_get_uint(c, obj, path, key, lo, hi, def, &x);
     *out = (unsigned)x;
     return rc;
 }
@@ -181,26 +181,26 @@ static int get_size(ctx_t *c, json_t *obj, const char *path, const char *key, si
                     size_t def, size_t *out)
 {
     uint64_t x;
-    int rc = get_uint(c, obj, path, key, lo, hi, def, &x);
+    int rc = ig__config_get_uint(c, obj, path, key, lo, hi, def, &x);
     *out = (size_t)x;
     return rc;
 }
 
 /* A number in [lo, hi] (or with open ends); hi = INFINITY for none. */
-int get_number(ctx_t *c, json_t *obj, const char *path, const char *key, double lo, double hi,
-               int open, double def, double *out)
+int ig__config_get_number(ctx_t *c, json_t *obj, const char *path, const char *key, double lo,
+                          double hi, int open, double def, double *out)
 {
     return JV(ig_jsonv_number(&c->jv, obj, path, key, (unsigned)open, lo, hi, def, out));
 }
 
-int get_bool(ctx_t *c, json_t *obj, const char *path, const char *key, int def, int *out)
+int ig__config_get_bool(ctx_t *c, json_t *obj, const char *path, const char *key, int def, int *out)
 {
     return JV(ig_jsonv_bool(&c->jv, obj, path, key, 0, def, out));
 }
 
 /* An enum spelled as a string: *out is the index in names. */
-int get_enum(ctx_t *c, json_t *obj, const char *path, const char *key, const char *const *names,
-             int def, int *out)
+int ig__config_get_enum(ctx_t *c, json_t *obj, const char *path, const char *key,
+                        const char *const *names, int def, int *out)
 {
     return JV(ig_jsonv_enum(&c->jv, obj, path, key, 0, names, def, out));
 }
@@ -279,23 +279,23 @@ int ig_config_cache_dir(char *buf, size_t size)
 }
 
 /* "@cache/x" -> cache dir, "~/x" -> $HOME, relative -> next to the config. */
-int expand_path(ctx_t *c, const char *path, const char *in, char **out)
+int ig__config_expand_path(ctx_t *c, const char *path, const char *in, char **out)
 {
     char buf[4096];
     int n;
     if (in[0] == '\0')
-        return fail(c, path, "must not be empty");
+        return ig__config_fail(c, path, "must not be empty");
     if (strcmp(in, "@cache") == 0 || strncmp(in, "@cache/", 7) == 0) {
         char dir[2048];
         if (ig_config_cache_dir(dir, sizeof(dir)) != 0)
-            return fail(c, path,
-                        "cannot expand @cache: set INFERGATE_CACHE_DIR, "
-                        "XDG_CACHE_HOME or HOME");
+            return ig__config_fail(c, path,
+                                   "cannot expand @cache: set INFERGATE_CACHE_DIR, "
+                                   "XDG_CACHE_HOME or HOME");
         n = snprintf(buf, sizeof(buf), "%s%s", dir, in + 6);
     } else if (in[0] == '~' && (in[1] == '/' || in[1] == '\0')) {
         const char *home = getenv("HOME");
         if (home == NULL || home[0] == '\0')
-            return fail(c, path, "cannot expand ~: HOME is not set");
+            return ig__config_fail(c, path, "cannot expand ~: HOME is not set");
         n = snprintf(buf, sizeof(buf), "%s%s", home, in + 1);
     } else if (in[0] != '/' && c->basedir != NULL) {
         n = snprintf(buf, sizeof(buf), "%s/%s", c->basedir, in);
@@ -303,7 +303,7 @@ int expand_path(ctx_t *c, const char *path, const char *in, char **out)
         n = snprintf(buf, sizeof(buf), "%s", in);
     }
     if (n < 0 || (size_t)n >= sizeof(buf))
-        return fail(c, path, "is too long");
+        return ig__config_fail(c, path, "is too long");
     *out = strdup(buf);
     return *out == NULL ? IG_ENOMEM : 0;
 }
@@ -316,14 +316,16 @@ static int parse_log(ctx_t *c, json_t *root, ig_config_t *cfg)
     static const char *const levels[] = {"debug", "info", "warn", "error", NULL};
     static const char *const formats[] = {"text", "json", NULL};
     json_t *o;
-    int rc = get_object(c, root, "", "log", &o);
+    int rc = ig__config_get_object(c, root, "", "log", &o);
     cfg->log.level = IG_LOG_INFO;
     cfg->log.format = IG_LOG_TEXT;
     if (rc != 0 || o == NULL)
         return rc;
-    if ((rc = check_keys(c, o, "log", keys)) != 0 ||
-        (rc = get_enum(c, o, "log", "level", levels, IG_LOG_INFO, &cfg->log.level)) != 0 ||
-        (rc = get_enum(c, o, "log", "format", formats, IG_LOG_TEXT, &cfg->log.format)) != 0)
+    if ((rc = ig__config_check_keys(c, o, "log", keys)) != 0 ||
+        (rc = ig__config_get_enum(c, o, "log", "level", levels, IG_LOG_INFO, &cfg->log.level)) !=
+            0 ||
+        (rc = ig__config_get_enum(c, o, "log", "format", formats, IG_LOG_TEXT, &cfg->log.format)) !=
+            0)
         return rc;
     return 0;
 }
@@ -338,15 +340,16 @@ static int parse_queue_wait(ctx_t *c, json_t *limits, ig_config_limits_t *l)
     int rc;
     if (v == NULL || !json_is_object(v)) {
         uint64_t all;
-        rc = get_uint(c, limits, "limits", "max_queue_wait_ms", 0, DAY_MS, 0, &all);
+        rc = ig__config_get_uint(c, limits, "limits", "max_queue_wait_ms", 0, DAY_MS, 0, &all);
         for (int i = 0; i < 3; i++)
             l->max_queue_wait_ms[i] = all;
         return rc;
     }
-    if ((rc = check_keys(c, v, p, prios)) != 0)
+    if ((rc = ig__config_check_keys(c, v, p, prios)) != 0)
         return rc;
     for (int i = 0; i < 3; i++) {
-        if ((rc = get_uint(c, v, p, prios[i], 0, DAY_MS, 0, &l->max_queue_wait_ms[i])) != 0)
+        if ((rc = ig__config_get_uint(c, v, p, prios[i], 0, DAY_MS, 0, &l->max_queue_wait_ms[i])) !=
+            0)
             return rc;
     }
     return 0;
@@ -371,7 +374,7 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
     /* The HTTP defaults are ig_http_limits_default()'s; nothing else says them. */
     ig_http_limits_t d;
     ig_http_limits_default(&d);
-    if ((rc = check_keys(c, o, p, keys)) != 0 ||
+    if ((rc = ig__config_check_keys(c, o, p, keys)) != 0 ||
         (rc = get_size(c, o, p, "max_request_line", 64, 1u << 20, d.max_request_line,
                        &h->max_request_line)) ||
         (rc = get_size(c, o, p, "max_header_bytes", 256, 16u << 20, d.max_header_bytes,
@@ -379,12 +382,12 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
         (rc = get_unsigned(c, o, p, "max_headers", 1, 10000, d.max_headers, &h->max_headers)) ||
         (rc = get_size(c, o, p, "max_body_bytes", 1, 1u << 30, d.max_body_bytes,
                        &h->max_body_bytes)) ||
-        (rc = get_uint(c, o, p, "header_timeout_ms", 1, DAY_MS, d.header_timeout_ms,
-                       &h->header_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "body_timeout_ms", 1, DAY_MS, d.body_timeout_ms,
-                       &h->body_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, d.idle_timeout_ms,
-                       &h->idle_timeout_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "header_timeout_ms", 1, DAY_MS, d.header_timeout_ms,
+                                  &h->header_timeout_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "body_timeout_ms", 1, DAY_MS, d.body_timeout_ms,
+                                  &h->body_timeout_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, d.idle_timeout_ms,
+                                  &h->idle_timeout_ms)) ||
         (rc = get_unsigned(c, o, p, "max_connections", 1, 1000000, d.max_connections,
                            &h->max_connections)) ||
         (rc = get_unsigned(c, o, p, "max_pipeline", 1, 1024, d.max_pipeline, &h->max_pipeline)) ||
@@ -396,8 +399,10 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
                        &h->max_chunk_ext_bytes)) ||
         (rc = get_size(c, o, p, "max_chunk_ext_total", 1, 16u << 20, d.max_chunk_ext_total,
                        &h->max_chunk_ext_total)) ||
-        (rc = get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000, &l->drain_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "drain_timeout_ms", 0, DAY_MS, 30000,
+                                  &l->drain_timeout_ms)) ||
+        (rc =
+             ig__config_get_uint(c, o, p, "drain_grace_ms", 0, DAY_MS, 5000, &l->drain_grace_ms)) ||
         (rc = get_unsigned(c, o, p, "max_prompt_tokens", 0, 1u << 24, 0, &l->max_prompt_tokens)) ||
         (rc = parse_queue_wait(c, o, l)))
         goto done;
@@ -427,7 +432,7 @@ static int parse_concurrency_limit(ctx_t *c, json_t *o, const ig_router_opts_t *
     static const char *const keys[] = {"enabled", "initial", "min", "max", NULL};
     const char *p = "routing.concurrency_limit";
     json_t *l = NULL;
-    int rc = get_object(c, o, "routing", "concurrency_limit", &l);
+    int rc = ig__config_get_object(c, o, "routing", "concurrency_limit", &l);
     r->concurrency_limit.enabled = ro->limit_max > 0;
     r->concurrency_limit.initial = (unsigned)ro->limit_initial;
     r->concurrency_limit.min = (unsigned)ro->limit_min;
@@ -436,8 +441,9 @@ static int parse_concurrency_limit(ctx_t *c, json_t *o, const ig_router_opts_t *
     r->concurrency_limit.max = max;
     if (rc != 0 || l == NULL)
         return rc;
-    if ((rc = check_keys(c, l, p, keys)) ||
-        (rc = get_bool(c, l, p, "enabled", ro->limit_max > 0, &r->concurrency_limit.enabled)) ||
+    if ((rc = ig__config_check_keys(c, l, p, keys)) ||
+        (rc = ig__config_get_bool(c, l, p, "enabled", ro->limit_max > 0,
+                                  &r->concurrency_limit.enabled)) ||
         (rc = get_unsigned(c, l, p, "min", 1, 1000000, (unsigned)ro->limit_min,
                            &r->concurrency_limit.min)) ||
         (rc = get_unsigned(c, l, p, "max", 1, 1000000, max, &r->concurrency_limit.max)) ||
@@ -445,12 +451,13 @@ static int parse_concurrency_limit(ctx_t *c, json_t *o, const ig_router_opts_t *
                            &r->concurrency_limit.initial)))
         return rc;
     if (r->concurrency_limit.min > r->concurrency_limit.max)
-        return fail(c, "routing.concurrency_limit.min", "must be <= max (%u)",
-                    r->concurrency_limit.max);
+        return ig__config_fail(c, "routing.concurrency_limit.min", "must be <= max (%u)",
+                               r->concurrency_limit.max);
     if (r->concurrency_limit.initial < r->concurrency_limit.min ||
         r->concurrency_limit.initial > r->concurrency_limit.max)
-        return fail(c, "routing.concurrency_limit.initial", "must be between min (%u) and max (%u)",
-                    r->concurrency_limit.min, r->concurrency_limit.max);
+        return ig__config_fail(c, "routing.concurrency_limit.initial",
+                               "must be between min (%u) and max (%u)", r->concurrency_limit.min,
+                               r->concurrency_limit.max);
     return 0;
 }
 
@@ -492,57 +499,62 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
     int policy, rc = get_section(c, root, "", "routing", &o);
     if (rc != 0)
         return rc;
-    if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_enum(c, o, p, "policy", policies, IG_ROUTE_LATENCY, &policy)) ||
-        (rc = get_enum(c, o, p, "objective", objectives, 0, &r->objective_cost)) ||
-        (rc = get_number(c, o, p, "slo_ttft_ms", 0, 86400000, NUM_CLOSED, 0, &r->slo_ttft_ms)) ||
-        (rc = get_number(c, o, p, "retry_budget", 0, 1, NUM_CLOSED, ro.retry_ratio,
-                         &r->retry_budget)) ||
-        (rc = get_number(c, o, p, "explore_ratio", 0, 0.1, NUM_CLOSED, ro.explore_ratio,
-                         &r->explore_ratio)) ||
-        (rc = get_number(c, o, p, "tail_weight", 0, 4, NUM_CLOSED, ro.tail_weight,
-                         &r->tail_weight)) ||
-        (rc = get_number(c, o, p, "wait_weight", 1, 8, NUM_CLOSED, ro.wait_weight,
-                         &r->wait_weight)) ||
+    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
+        (rc = ig__config_get_enum(c, o, p, "policy", policies, IG_ROUTE_LATENCY, &policy)) ||
+        (rc = ig__config_get_enum(c, o, p, "objective", objectives, 0, &r->objective_cost)) ||
+        (rc = ig__config_get_number(c, o, p, "slo_ttft_ms", 0, 86400000, NUM_CLOSED, 0,
+                                    &r->slo_ttft_ms)) ||
+        (rc = ig__config_get_number(c, o, p, "retry_budget", 0, 1, NUM_CLOSED, ro.retry_ratio,
+                                    &r->retry_budget)) ||
+        (rc = ig__config_get_number(c, o, p, "explore_ratio", 0, 0.1, NUM_CLOSED, ro.explore_ratio,
+                                    &r->explore_ratio)) ||
+        (rc = ig__config_get_number(c, o, p, "tail_weight", 0, 4, NUM_CLOSED, ro.tail_weight,
+                                    &r->tail_weight)) ||
+        (rc = ig__config_get_number(c, o, p, "wait_weight", 1, 8, NUM_CLOSED, ro.wait_weight,
+                                    &r->wait_weight)) ||
         (rc = get_unsigned(c, o, p, "max_retries", 0, 10, (unsigned)ro.max_retries,
                            &r->max_retries)) ||
-        (rc = get_object(c, o, p, "hedge", &hedge)) || (rc = get_object(c, o, p, "eject", &eject)))
+        (rc = ig__config_get_object(c, o, p, "hedge", &hedge)) ||
+        (rc = ig__config_get_object(c, o, p, "eject", &eject)))
         goto done;
     r->policy = (ig_route_policy_t)policy;
     r->hedge.enabled = po.hedge;
     r->hedge.budget = po.hedge_budget;
     r->hedge.delay_quantile = po.hedge_quantile;
     if (hedge != NULL &&
-        ((rc = check_keys(c, hedge, "routing.hedge", hedge_keys)) ||
-         (rc = get_bool(c, hedge, "routing.hedge", "enabled", po.hedge, &r->hedge.enabled)) ||
-         (rc = get_number(c, hedge, "routing.hedge", "budget", 0, 1, NUM_CLOSED, po.hedge_budget,
-                          &r->hedge.budget)) ||
-         (rc = get_number(c, hedge, "routing.hedge", "delay_quantile", 0, 1,
-                          NUM_LO_OPEN | NUM_HI_OPEN, po.hedge_quantile, &r->hedge.delay_quantile))))
+        ((rc = ig__config_check_keys(c, hedge, "routing.hedge", hedge_keys)) ||
+         (rc = ig__config_get_bool(c, hedge, "routing.hedge", "enabled", po.hedge,
+                                   &r->hedge.enabled)) ||
+         (rc = ig__config_get_number(c, hedge, "routing.hedge", "budget", 0, 1, NUM_CLOSED,
+                                     po.hedge_budget, &r->hedge.budget)) ||
+         (rc = ig__config_get_number(c, hedge, "routing.hedge", "delay_quantile", 0, 1,
+                                     NUM_LO_OPEN | NUM_HI_OPEN, po.hedge_quantile,
+                                     &r->hedge.delay_quantile))))
         goto done;
     r->eject.consecutive_failures = (unsigned)ro.eject_consecutive;
     r->eject.base_ejection_s = GATEWAY_EJECT_BASE_S;
     if (eject != NULL &&
-        ((rc = check_keys(c, eject, "routing.eject", eject_keys)) ||
+        ((rc = ig__config_check_keys(c, eject, "routing.eject", eject_keys)) ||
          (rc = get_unsigned(c, eject, "routing.eject", "consecutive_failures", 1, 1000,
                             (unsigned)ro.eject_consecutive, &r->eject.consecutive_failures)) ||
-         (rc = get_number(c, eject, "routing.eject", "base_ejection_s", 0, INFINITY, NUM_LO_OPEN,
-                          GATEWAY_EJECT_BASE_S, &r->eject.base_ejection_s))))
+         (rc =
+              ig__config_get_number(c, eject, "routing.eject", "base_ejection_s", 0, INFINITY,
+                                    NUM_LO_OPEN, GATEWAY_EJECT_BASE_S, &r->eject.base_ejection_s))))
         goto done;
-    if ((rc = get_uint(c, o, p, "connect_timeout_ms", 1, DAY_MS, uo.connect_timeout_ms,
-                       &r->connect_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "first_token_timeout_ms", 1, DAY_MS, uo.first_byte_timeout_ms,
-                       &r->first_token_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, GATEWAY_KEEPALIVE_IDLE_MS,
-                       &r->idle_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "total_timeout_ms", 1, DAY_MS, uo.total_timeout_ms,
-                       &r->total_timeout_ms)) ||
+    if ((rc = ig__config_get_uint(c, o, p, "connect_timeout_ms", 1, DAY_MS, uo.connect_timeout_ms,
+                                  &r->connect_timeout_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "first_token_timeout_ms", 1, DAY_MS,
+                                  uo.first_byte_timeout_ms, &r->first_token_timeout_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "idle_timeout_ms", 1, DAY_MS, GATEWAY_KEEPALIVE_IDLE_MS,
+                                  &r->idle_timeout_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "total_timeout_ms", 1, DAY_MS, uo.total_timeout_ms,
+                                  &r->total_timeout_ms)) ||
         (rc =
              get_unsigned(c, o, p, "queue_size", 0, 1000000, GATEWAY_QUEUE_SIZE, &r->queue_size)) ||
-        (rc = get_uint(c, o, p, "queue_timeout_ms", 1, DAY_MS, po.queue_timeout_ms,
-                       &r->queue_timeout_ms)) ||
-        (rc = get_uint(c, o, p, "rtt_probe_ms", 0, DAY_MS,
-                       (uint64_t)(ro.rtt_probe_s * 1000.0 + 0.5), &r->rtt_probe_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "queue_timeout_ms", 1, DAY_MS, po.queue_timeout_ms,
+                                  &r->queue_timeout_ms)) ||
+        (rc = ig__config_get_uint(c, o, p, "rtt_probe_ms", 0, DAY_MS,
+                                  (uint64_t)(ro.rtt_probe_s * 1000.0 + 0.5), &r->rtt_probe_ms)) ||
         (rc = parse_concurrency_limit(c, o, &ro, r)))
         goto done;
     const struct {
@@ -554,8 +566,8 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
     };
     for (size_t i = 0; i < sizeof(within_total) / sizeof(within_total[0]); i++) {
         if (within_total[i].ms > r->total_timeout_ms) {
-            rc = fail(c, within_total[i].path, "must be <= total_timeout_ms (%llu)",
-                      (unsigned long long)r->total_timeout_ms);
+            rc = ig__config_fail(c, within_total[i].path, "must be <= total_timeout_ms (%llu)",
+                                 (unsigned long long)r->total_timeout_ms);
             goto done;
         }
     }
@@ -565,7 +577,7 @@ done:
 }
 
 /* Finds an earlier entry with the same name; returns its index or -1. */
-int find_name(char *const *names, size_t stride, size_t n, const char *name)
+int ig__config_find_name(char *const *names, size_t stride, size_t n, const char *name)
 {
     for (size_t i = 0; i < n; i++) {
         const char *s = *(char *const *)((const char *)names + i * stride);
@@ -585,7 +597,7 @@ static int list_begin(ctx_t *c, json_t *root, const char *key, size_t size, json
                       void **items)
 {
     *items = NULL;
-    int rc = get_array(c, root, "", key, arr);
+    int rc = ig__config_get_array(c, root, "", key, arr);
     if (rc != 0 || *arr == NULL)
         return rc;
     *items = calloc(json_array_size(*arr) + 1, size);
@@ -604,10 +616,10 @@ static int parse_items(ctx_t *c, json_t *arr, const char *key, size_t *n, parse_
     json_array_foreach(arr, i, o)
     {
         char p[PATH_MAX_LEN];
-        join_index(p, key, i);
+        ig_jsonv_join_index(p, key, i);
         *n = i + 1;
         if (!json_is_object(o))
-            return fail(c, p, "must be an object");
+            return ig__config_fail(c, p, "must be an object");
         if ((rc = parse_item(c, o, p, cfg, i)) != 0)
             return rc;
     }
@@ -636,7 +648,7 @@ static int parse_lists(ctx_t *c, json_t *root, ig_config_t *cfg)
     if ((rc = list_begin(c, root, "sites", sizeof(*cfg->sites), &arr, &items)) != 0)
         return rc;
     cfg->sites = items;
-    if (arr && (rc = parse_items(c, arr, "sites", &cfg->nsites, parse_site, cfg)) != 0)
+    if (arr && (rc = parse_items(c, arr, "sites", &cfg->nsites, ig__config_parse_site, cfg)) != 0)
         return rc;
     return 0;
 }
@@ -649,27 +661,27 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
     char q[PATH_MAX_LEN];
     char *raw = NULL;
     int rc;
-    if ((rc = check_keys(c, m, p, keys)) ||
-        (rc = get_string(c, m, p, "name", STR_REQUIRED | STR_NAME, NULL, &mod->name)) ||
-        (rc = get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
-        (rc = get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)) ||
-        (rc = get_string(c, m, p, "version", STR_NAME, NULL, &mod->version)) ||
-        (rc = get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)) ||
-        (rc = get_string(c, m, p, "quantize", STR_NONEMPTY, NULL, &mod->quantize)))
+    if ((rc = ig__config_check_keys(c, m, p, keys)) ||
+        (rc = ig__config_get_string(c, m, p, "name", STR_REQUIRED | STR_NAME, NULL, &mod->name)) ||
+        (rc = ig__config_get_string(c, m, p, "path", STR_NONEMPTY, NULL, &raw)) ||
+        (rc = ig__config_get_string(c, m, p, "preset", STR_NAME, NULL, &mod->preset)) ||
+        (rc = ig__config_get_string(c, m, p, "version", STR_NAME, NULL, &mod->version)) ||
+        (rc = ig__config_get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)) ||
+        (rc = ig__config_get_string(c, m, p, "quantize", STR_NONEMPTY, NULL, &mod->quantize)))
         goto fail;
     if (mod->quantize != NULL && strcmp(mod->quantize, "q8_0") != 0) {
-        join(q, p, "quantize");
-        rc = fail(c, q, "'%s' is not supported (q8_0)", mod->quantize);
+        ig_jsonv_join(q, p, "quantize");
+        rc = ig__config_fail(c, q, "'%s' is not supported (q8_0)", mod->quantize);
         goto fail;
     }
     if (mod->version != NULL && strchr(mod->version, '@') != NULL) {
-        join(q, p, "version");
-        rc = fail(c, q, "must not contain '@'");
+        ig_jsonv_join(q, p, "version");
+        rc = ig__config_fail(c, q, "must not contain '@'");
         goto fail;
     }
     if (mod->version != NULL && strchr(mod->name, '@') != NULL) {
-        join(q, p, "name");
-        rc = fail(c, q, "a model with versions must not have '@' in its name");
+        ig_jsonv_join(q, p, "name");
+        rc = ig__config_fail(c, q, "a model with versions must not have '@' in its name");
         goto fail;
     }
     /* One name, several entries: the versions of a rollout, each named. */
@@ -678,44 +690,46 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
         if (strcmp(o->name, mod->name) != 0)
             continue;
         if (o->version == NULL && mod->version == NULL) {
-            join(q, p, "name");
-            rc = fail(c, q, "duplicate name '%s' (also models[%zu].name)", mod->name, i);
+            ig_jsonv_join(q, p, "name");
+            rc = ig__config_fail(c, q, "duplicate name '%s' (also models[%zu].name)", mod->name, i);
             goto fail;
         }
         if (o->version == NULL) {
-            join(q, p, "name");
-            rc = fail(c, q, "duplicate name '%s' (also models[%zu].name, which has no version)",
-                      mod->name, i);
+            ig_jsonv_join(q, p, "name");
+            rc = ig__config_fail(
+                c, q, "duplicate name '%s' (also models[%zu].name, which has no version)",
+                mod->name, i);
             goto fail;
         }
         if (mod->version == NULL) {
-            join(q, p, "version");
-            rc = fail(c, q,
-                      "is required: models[%zu] has the name '%s' too (two entries of one model "
-                      "are versions)",
-                      i, mod->name);
+            ig_jsonv_join(q, p, "version");
+            rc = ig__config_fail(
+                c, q,
+                "is required: models[%zu] has the name '%s' too (two entries of one model "
+                "are versions)",
+                i, mod->name);
             goto fail;
         }
         if (strcmp(o->version, mod->version) == 0) {
-            join(q, p, "version");
-            rc = fail(c, q, "duplicate version '%s' of model '%s' (also models[%zu])", mod->version,
-                      mod->name, i);
+            ig_jsonv_join(q, p, "version");
+            rc = ig__config_fail(c, q, "duplicate version '%s' of model '%s' (also models[%zu])",
+                                 mod->version, mod->name, i);
             goto fail;
         }
     }
     if (mod->version != NULL && raw == NULL) {
-        join(q, p, "path");
-        rc = fail(c, q, "is required for a version (sites serve models, not versions)");
+        ig_jsonv_join(q, p, "path");
+        rc = ig__config_fail(c, q, "is required for a version (sites serve models, not versions)");
         goto fail;
     }
     if (mod->preset != NULL && raw == NULL) {
-        join(q, p, "preset");
-        rc = fail(c, q, "needs a path to generate the model into");
+        ig_jsonv_join(q, p, "preset");
+        rc = ig__config_fail(c, q, "needs a path to generate the model into");
         goto fail;
     }
     if (raw != NULL) {
-        join(q, p, "path");
-        rc = expand_path(c, q, raw, &mod->path);
+        ig_jsonv_join(q, p, "path");
+        rc = ig__config_expand_path(c, q, raw, &mod->path);
     }
 fail:
     free(raw);
@@ -741,17 +755,17 @@ static int find_pool_model(ctx_t *c, const char *p, const ig_config_t *cfg,
     if (found >= 0)
         return found;
     if (pool->version != NULL && versions == 0) {
-        join(q, p, "version");
-        fail(c, q, "model '%s' has no versions", pool->model);
+        ig_jsonv_join(q, p, "version");
+        ig__config_fail(c, q, "model '%s' has no versions", pool->model);
     } else if (pool->version != NULL) {
-        join(q, p, "version");
-        fail(c, q, "model '%s' has no version '%s'", pool->model, pool->version);
+        ig_jsonv_join(q, p, "version");
+        ig__config_fail(c, q, "model '%s' has no version '%s'", pool->model, pool->version);
     } else if (versions > 0) {
-        join(q, p, "version");
-        fail(c, q, "is required: model '%s' has %d versions", pool->model, versions);
+        ig_jsonv_join(q, p, "version");
+        ig__config_fail(c, q, "is required: model '%s' has %d versions", pool->model, versions);
     } else {
-        join(q, p, "model");
-        fail(c, q, "unknown model '%s' (not in models[])", pool->model);
+        ig_jsonv_join(q, p, "model");
+        ig__config_fail(c, q, "unknown model '%s' (not in models[])", pool->model);
     }
     return -1;
 }
@@ -760,7 +774,7 @@ static int find_pool_model(ctx_t *c, const char *p, const ig_config_t *cfg,
 static int parse_device(ctx_t *c, const char *path, json_t *v, ig_config_device_t *d)
 {
     if (!json_is_string(v))
-        return fail(c, path, "must be a string");
+        return ig__config_fail(c, path, "must be a string");
     const char *s = json_string_value(v);
     unsigned long n = 0;
     char *end;
@@ -774,9 +788,9 @@ static int parse_device(ctx_t *c, const char *path, json_t *v, ig_config_device_
         n = strtoul(num, &end, 10);
         if (num[0] < '0' || num[0] > '9' || *end != '\0' || errno != 0 ||
             n > (cpu ? 4096ul : 255ul) || (cpu && n == 0))
-            return fail(c, path, "'%s': %s", s,
-                        cpu ? "THREADS must be a number from 1 to 4096"
-                            : "N must be a number from 0 to 255");
+            return ig__config_fail(c, path, "'%s': %s", s,
+                                   cpu ? "THREADS must be a number from 1 to 4096"
+                                       : "N must be a number from 0 to 255");
         d->kind = cpu ? IG_DEVICE_CPU : IG_DEVICE_CUDA;
         d->index = (int)n;
     } else if (strncmp(s, "MIG-", 4) == 0) {
@@ -792,11 +806,12 @@ static int parse_device(ctx_t *c, const char *path, json_t *v, ig_config_device_
                 ok = g < 4 ? *u++ == '-' : *u == '\0';
         }
         if (!ok)
-            return fail(c, path, "'%s': must be MIG-<uuid> as nvidia-smi -L prints it", s);
+            return ig__config_fail(c, path, "'%s': must be MIG-<uuid> as nvidia-smi -L prints it",
+                                   s);
         d->kind = IG_DEVICE_MIG;
         d->index = 0;
     } else {
-        return fail(c, path, "'%s': must be cpu, cpu:THREADS, cuda:N or MIG-<uuid>", s);
+        return ig__config_fail(c, path, "'%s': must be cpu, cpu:THREADS, cuda:N or MIG-<uuid>", s);
     }
     d->spec = strdup(s);
     return d->spec == NULL ? IG_ENOMEM : 0;
@@ -812,8 +827,8 @@ static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batc
     int rc = get_section(c, pool, pp, "batching", &o);
     if (rc != 0)
         return rc;
-    join(p, pp, "batching");
-    if ((rc = check_keys(c, o, p, keys)) ||
+    ig_jsonv_join(p, pp, "batching");
+    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
         (rc = get_unsigned(c, o, p, "max_batched_tokens", 1, 1u << 20, 2048,
                            &b->max_batched_tokens)) ||
         (rc = get_unsigned(c, o, p, "max_num_seqs", 1, 4096, 64, &b->max_num_seqs)) ||
@@ -824,27 +839,27 @@ static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batc
                            &b->itl_target_ms)))
         goto done;
     char *kvd = NULL;
-    if ((rc = get_string(c, o, p, "kv_dtype", STR_NONEMPTY, "f32", &kvd)) != 0)
+    if ((rc = ig__config_get_string(c, o, p, "kv_dtype", STR_NONEMPTY, "f32", &kvd)) != 0)
         goto done;
     if (kvd != NULL && ig_engine_kv_dtype_parse(kvd, &b->kv_dtype) != 0) {
         char q[PATH_MAX_LEN];
-        join(q, p, "kv_dtype");
-        rc = fail(c, q, "'%s' is not one of f32, f16, bf16", kvd);
+        ig_jsonv_join(q, p, "kv_dtype");
+        rc = ig__config_fail(c, q, "'%s' is not one of f32, f16, bf16", kvd);
     }
     free(kvd);
     if (rc != 0)
         goto done;
     if ((b->block_size & (b->block_size - 1)) != 0) {
         char q[PATH_MAX_LEN];
-        join(q, p, "block_size");
-        rc = fail(c, q, "must be a power of two");
+        ig_jsonv_join(q, p, "block_size");
+        rc = ig__config_fail(c, q, "must be a power of two");
         goto done;
     }
     /* Every running sequence decodes one token per step, so one step must fit them all. */
     if (b->max_batched_tokens < b->max_num_seqs) {
         char q[PATH_MAX_LEN];
-        join(q, p, "max_batched_tokens");
-        rc = fail(c, q, "must be >= max_num_seqs (%u)", b->max_num_seqs);
+        ig_jsonv_join(q, p, "max_batched_tokens");
+        rc = ig__config_fail(c, q, "must be >= max_num_seqs (%u)", b->max_num_seqs);
         goto done;
     }
 done:
@@ -862,30 +877,30 @@ static int parse_autoscale(ctx_t *c, json_t *pool, const char *pp, ig_config_aut
     int rc = get_section(c, pool, pp, "autoscale", &o);
     if (rc != 0)
         return rc;
-    join(p, pp, "autoscale");
+    ig_jsonv_join(p, pp, "autoscale");
     /* The defaults and why: docs/autoscale.md. The windows and the delay
      * are kept as one sample a second in rings of IG_AUTOSCALE_SAMPLES. */
     double most = IG_AUTOSCALE_SAMPLES - 24;
-    if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_number(c, o, p, "target_queue_depth", 0, INFINITY, NUM_LO_OPEN,
-                         IG_AUTOSCALE_DEFAULT_TARGET, &a->target_queue_depth)) ||
-        (rc = get_number(c, o, p, "stable_window_s", 0, most, NUM_LO_OPEN,
-                         IG_AUTOSCALE_DEFAULT_STABLE_S, &a->stable_window_s)) ||
-        (rc = get_number(c, o, p, "panic_window_s", 0, most, NUM_LO_OPEN,
-                         IG_AUTOSCALE_DEFAULT_PANIC_S, &a->panic_window_s)) ||
-        (rc = get_number(c, o, p, "panic_threshold", 1, INFINITY, NUM_CLOSED,
-                         IG_AUTOSCALE_DEFAULT_PANIC_THRESHOLD, &a->panic_threshold)) ||
-        (rc = get_number(c, o, p, "max_scale_up_rate", 1, INFINITY, NUM_CLOSED,
-                         IG_AUTOSCALE_DEFAULT_MAX_UP_RATE, &a->max_scale_up_rate)) ||
-        (rc = get_number(c, o, p, "scale_down_delay_s", 0, most, NUM_CLOSED,
-                         IG_AUTOSCALE_DEFAULT_DOWN_DELAY_S, &a->scale_down_delay_s)) ||
-        (rc = get_number(c, o, p, "scale_to_zero_after_s", 0, INFINITY, NUM_CLOSED,
-                         IG_AUTOSCALE_DEFAULT_TO_ZERO_S, &a->scale_to_zero_after_s)))
+    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
+        (rc = ig__config_get_number(c, o, p, "target_queue_depth", 0, INFINITY, NUM_LO_OPEN,
+                                    IG_AUTOSCALE_DEFAULT_TARGET, &a->target_queue_depth)) ||
+        (rc = ig__config_get_number(c, o, p, "stable_window_s", 0, most, NUM_LO_OPEN,
+                                    IG_AUTOSCALE_DEFAULT_STABLE_S, &a->stable_window_s)) ||
+        (rc = ig__config_get_number(c, o, p, "panic_window_s", 0, most, NUM_LO_OPEN,
+                                    IG_AUTOSCALE_DEFAULT_PANIC_S, &a->panic_window_s)) ||
+        (rc = ig__config_get_number(c, o, p, "panic_threshold", 1, INFINITY, NUM_CLOSED,
+                                    IG_AUTOSCALE_DEFAULT_PANIC_THRESHOLD, &a->panic_threshold)) ||
+        (rc = ig__config_get_number(c, o, p, "max_scale_up_rate", 1, INFINITY, NUM_CLOSED,
+                                    IG_AUTOSCALE_DEFAULT_MAX_UP_RATE, &a->max_scale_up_rate)) ||
+        (rc = ig__config_get_number(c, o, p, "scale_down_delay_s", 0, most, NUM_CLOSED,
+                                    IG_AUTOSCALE_DEFAULT_DOWN_DELAY_S, &a->scale_down_delay_s)) ||
+        (rc = ig__config_get_number(c, o, p, "scale_to_zero_after_s", 0, INFINITY, NUM_CLOSED,
+                                    IG_AUTOSCALE_DEFAULT_TO_ZERO_S, &a->scale_to_zero_after_s)))
         goto done;
     if (a->panic_window_s > a->stable_window_s) {
         char q[PATH_MAX_LEN];
-        join(q, p, "panic_window_s");
-        rc = fail(c, q, "must be <= stable_window_s (%g)", a->stable_window_s);
+        ig_jsonv_join(q, p, "panic_window_s");
+        rc = ig__config_fail(c, q, "must be <= stable_window_s (%g)", a->stable_window_s);
         goto done;
     }
 done:
@@ -900,26 +915,27 @@ static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_disc
     json_t *o;
     char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
     unsigned port;
-    int rc = get_object(c, pool, pp, "discover", &o);
+    int rc = ig__config_get_object(c, pool, pp, "discover", &o);
     if (rc != 0 || o == NULL)
         return rc;
-    join(p, pp, "discover");
-    if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_string(c, o, p, "dns", STR_REQUIRED | STR_NAME, NULL, &d->dns)) ||
+    ig_jsonv_join(p, pp, "discover");
+    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
+        (rc = ig__config_get_string(c, o, p, "dns", STR_REQUIRED | STR_NAME, NULL, &d->dns)) ||
         (rc = get_unsigned(c, o, p, "port", 1, 65535, 0, &port)) ||
-        (rc = get_number(c, o, p, "interval_s", 0.05, 3600, 0, 10, &d->interval_s)) ||
-        (rc = get_string(c, o, p, "resolver", STR_NAME, NULL, &d->resolver)))
+        (rc = ig__config_get_number(c, o, p, "interval_s", 0.05, 3600, 0, 10, &d->interval_s)) ||
+        (rc = ig__config_get_string(c, o, p, "resolver", STR_NAME, NULL, &d->resolver)))
         return rc;
     if (port == 0) {
-        join(q, p, "port");
-        return fail(c, q, "is required");
+        ig_jsonv_join(q, p, "port");
+        return ig__config_fail(c, q, "is required");
     }
     d->port = (int)port;
     char err[256];
     if (d->resolver != NULL && (strncmp(d->resolver, "unix:", 5) == 0 ||
                                 ig_config_check_listen(d->resolver, err, sizeof(err)) != 0)) {
-        join(q, p, "resolver");
-        return fail(c, q, "'%s': must be IP:PORT of a DNS server (IPv4 or [IPv6])", d->resolver);
+        ig_jsonv_join(q, p, "resolver");
+        return ig__config_fail(c, q, "'%s': must be IP:PORT of a DNS server (IPv4 or [IPv6])",
+                               d->resolver);
     }
     return 0;
 }
@@ -933,16 +949,17 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     char q[PATH_MAX_LEN];
     json_t *devs;
     int rc;
-    if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &pool->name)) ||
-        (rc = get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL, &pool->model)) ||
-        (rc = get_string(c, o, p, "version", STR_NAME, NULL, &pool->version)) ||
-        (rc = parse_price(c, o, p, &pool->price)))
+    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
+        (rc = ig__config_get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &pool->name)) ||
+        (rc = ig__config_get_string(c, o, p, "model", STR_REQUIRED | STR_NAME, NULL,
+                                    &pool->model)) ||
+        (rc = ig__config_get_string(c, o, p, "version", STR_NAME, NULL, &pool->version)) ||
+        (rc = ig__config_parse_price(c, o, p, &pool->price)))
         return rc;
-    int prev = find_name(&cfg->pools[0].name, sizeof(*cfg->pools), idx, pool->name);
+    int prev = ig__config_find_name(&cfg->pools[0].name, sizeof(*cfg->pools), idx, pool->name);
     if (prev >= 0) {
-        join(q, p, "name");
-        return fail(c, q, "duplicate name '%s' (also pools[%d].name)", pool->name, prev);
+        ig_jsonv_join(q, p, "name");
+        return ig__config_fail(c, q, "duplicate name '%s' (also pools[%d].name)", pool->name, prev);
     }
     int m = find_pool_model(c, p, cfg, pool);
     if (m < 0)
@@ -956,8 +973,9 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
                                                  NULL};
         for (int k = 0; local_only[k] != NULL; k++) {
             if (json_object_get(o, local_only[k]) != NULL) {
-                join(q, p, local_only[k]);
-                return fail(c, q, "not with discover (its instances are not started here)");
+                ig_jsonv_join(q, p, local_only[k]);
+                return ig__config_fail(c, q,
+                                       "not with discover (its instances are not started here)");
             }
         }
         pool->model_index = (size_t)m;
@@ -967,16 +985,16 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
             return rc;
         return 0;
     }
-    join(q, p, "model");
+    ig_jsonv_join(q, p, "model");
     if (cfg->models[m].path == NULL)
-        return fail(c, q, "model '%s' has no path (only sites serve it)", pool->model);
+        return ig__config_fail(c, q, "model '%s' has no path (only sites serve it)", pool->model);
     pool->model_index = (size_t)m;
 
-    if ((rc = get_array(c, o, p, "devices", &devs)) != 0)
+    if ((rc = ig__config_get_array(c, o, p, "devices", &devs)) != 0)
         return rc;
-    join(q, p, "devices");
+    ig_jsonv_join(q, p, "devices");
     if (devs != NULL && json_array_size(devs) == 0)
-        return fail(c, q, "must not be empty");
+        return ig__config_fail(c, q, "must not be empty");
     size_t n = devs ? json_array_size(devs) : 1;
     pool->devices = calloc(n, sizeof(*pool->devices));
     if (pool->devices == NULL)
@@ -990,7 +1008,7 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     }
     for (size_t i = 0; devs != NULL && i < n; i++) {
         char d[PATH_MAX_LEN];
-        join_index(d, q, i);
+        ig_jsonv_join_index(d, q, i);
         pool->ndevices = i + 1;
         if ((rc = parse_device(c, d, json_array_get(devs, i), &pool->devices[i])) != 0)
             return rc;
@@ -999,13 +1017,15 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
             continue; /* CPU instances may share the cores */
         for (size_t j = 0; j < i; j++) {
             if (strcmp(pool->devices[j].spec, dev->spec) == 0)
-                return fail(c, d, "duplicate device '%s' (also %s[%zu])", dev->spec, q, j);
+                return ig__config_fail(c, d, "duplicate device '%s' (also %s[%zu])", dev->spec, q,
+                                       j);
         }
         /* A MIG slice is one process's: CUDA enumerates one slice per process. */
         for (size_t k = 0; dev->kind == IG_DEVICE_MIG && k < idx; k++) {
             for (size_t j = 0; j < cfg->pools[k].ndevices; j++) {
                 if (strcmp(cfg->pools[k].devices[j].spec, dev->spec) == 0)
-                    return fail(c, d, "MIG slice '%s' is already used by pools[%zu]", dev->spec, k);
+                    return ig__config_fail(c, d, "MIG slice '%s' is already used by pools[%zu]",
+                                           dev->spec, k);
             }
         }
     }
@@ -1016,11 +1036,11 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         (rc = get_unsigned(c, o, p, "max_instances", 0, 1024, (unsigned)pool->ndevices,
                            &pool->max_instances)))
         return rc;
-    join(q, p, "max_instances");
+    ig_jsonv_join(q, p, "max_instances");
     if (maxv != NULL && pool->max_instances < pool->min_instances)
-        return fail(c, q, "must be >= min_instances (%u)", pool->min_instances);
+        return ig__config_fail(c, q, "must be >= min_instances (%u)", pool->min_instances);
     if (pool->max_instances == 0)
-        return fail(c, q, "must be >= 1");
+        return ig__config_fail(c, q, "must be >= 1");
     const struct {
         const char *key;
         unsigned n;
@@ -1028,8 +1048,8 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
                       {"max_instances", pool->max_instances}};
     for (size_t i = 0; i < sizeof(per_device) / sizeof(per_device[0]); i++) {
         if (per_device[i].n > pool->ndevices) {
-            join(q, p, per_device[i].key);
-            return fail(c, q, "must be <= the number of devices (%zu)", pool->ndevices);
+            ig_jsonv_join(q, p, per_device[i].key);
+            return ig__config_fail(c, q, "must be <= the number of devices (%zu)", pool->ndevices);
         }
     }
     if ((rc = parse_batching(c, o, p, &pool->batching)) ||
@@ -1054,9 +1074,10 @@ static int check_models_served(ctx_t *c, ig_config_t *cfg)
         }
         if (!served) {
             char p[PATH_MAX_LEN];
-            join_index(p, "models", i);
-            return fail(c, p, "model '%s' has no path and no site or discovered pool serves it",
-                        cfg->models[i].name);
+            ig_jsonv_join_index(p, "models", i);
+            return ig__config_fail(
+                c, p, "model '%s' has no path and no site or discovered pool serves it",
+                cfg->models[i].name);
         }
     }
     return 0;
@@ -1069,17 +1090,18 @@ static int parse_root(ctx_t *c, json_t *root, ig_config_t *cfg)
     char msg[256];
     int rc;
     if (!json_is_object(root))
-        return fail(c, "", "must be a JSON object");
-    if ((rc = check_keys(c, root, "", keys)) ||
-        (rc = get_string(c, root, "", "region", STR_NAME, "local", &cfg->region)) ||
-        (rc = get_string(c, root, "", "listen", STR_NONEMPTY, "127.0.0.1:8080", &cfg->listen)))
+        return ig__config_fail(c, "", "must be a JSON object");
+    if ((rc = ig__config_check_keys(c, root, "", keys)) ||
+        (rc = ig__config_get_string(c, root, "", "region", STR_NAME, "local", &cfg->region)) ||
+        (rc = ig__config_get_string(c, root, "", "listen", STR_NONEMPTY, "127.0.0.1:8080",
+                                    &cfg->listen)))
         return rc;
     if (ig_config_check_listen(cfg->listen, msg, sizeof(msg)) != 0)
-        return fail(c, "listen", "%s", msg);
+        return ig__config_fail(c, "listen", "%s", msg);
     if ((rc = parse_log(c, root, cfg)) || (rc = parse_limits(c, root, cfg)) ||
         (rc = parse_routing(c, root, cfg)) || (rc = parse_lists(c, root, cfg)) ||
-        (rc = parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)) ||
-        (rc = parse_tls(c, root, cfg)))
+        (rc = ig__config_parse_api_keys(c, root, cfg)) || (rc = check_models_served(c, cfg)) ||
+        (rc = ig__config_parse_tls(c, root, cfg)))
         return rc;
     return 0;
 }

@@ -12,6 +12,7 @@
  */
 #include "worker_internal.h"
 
+#include "infergate/clock.h"
 #include "infergate/error.h"
 #include "infergate/log.h"
 #include "infergate/prefix.h"
@@ -201,7 +202,7 @@ static void stream_write(wreq_t *r, const char *p, size_t n)
          * sequences and hold what is already on its way (bounded, see tick)
          * until the drain callback. */
         r->paused = 1;
-        r->paused_since = now_ns();
+        r->paused_since = ig_clock_ns();
         pause_choices(r, 1);
     }
 }

@@ -11,6 +11,7 @@
  */
 #include "worker_internal.h"
 
+#include "infergate/clock.h"
 #include "infergate/cli.h"
 #include "infergate/error.h"
 #include "infergate/http_route.h"
@@ -449,7 +450,7 @@ static void on_signal(uv_signal_t *h, int signum)
     if (w->state != W_FAILED)
         IG_INFO("signal %d: draining (%d requests in flight)", signum, w->nreqs);
     w->state = w->state == W_FAILED ? W_FAILED : W_DRAINING;
-    w->drain_started = now_ns();
+    w->drain_started = ig_clock_ns();
     if (w->nreqs == 0 && (w->sched || w->state == W_FAILED))
         begin_close(w);
 }
@@ -458,7 +459,7 @@ static void on_signal(uv_signal_t *h, int signum)
 static void on_tick(uv_timer_t *t)
 {
     worker_t *w = t->data;
-    uint64_t now = now_ns();
+    uint64_t now = ig_clock_ns();
     for (wreq_t *r = w->reqs; r; r = r->next) {
         if (!r->api.stream || r->cancelled)
             continue;

@@ -158,11 +158,6 @@ typedef struct worker_s {
     char kv_epoch[48];    /* this process's cache: a new one after each start */
 } worker_t;
 
-static inline uint64_t now_ns(void)
-{
-    return uv_hrtime();
-}
-
 /* ---- metrics.c ----------------------------------------------------------- */
 
 /* The scheduler's stats now; zeros while the model loads (d is a worker_t). */

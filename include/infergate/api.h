@@ -21,7 +21,7 @@
  */
 
 #include "infergate/http.h"
-#include "infergate/sampler.h"
+#include "infergate/sampling.h"
 
 #include <jansson.h>
 #include <stddef.h>

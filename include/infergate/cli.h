@@ -10,7 +10,7 @@
 int ig_cmd_serve(int argc, char **argv);   /* gateway/serve/serve.c */
 int ig_cmd_worker(int argc, char **argv);  /* gateway/worker/worker.c */
 int ig_cmd_mkmodel(int argc, char **argv); /* gateway/mkmodel/mkmodel.c */
-int ig_cmd_devices(int argc, char **argv); /* gateway/fleet/devices.c */
+int ig_cmd_devices(int argc, char **argv); /* gateway/serve/devices_cmd.c */
 
 /* Exit statuses shared by the sub-commands. */
 #define IG_EXIT_OK 0

@@ -230,6 +230,11 @@ int ig_config_load_default(ig_config_t *cfg, char *err, size_t errlen);
 /* Frees what cfg owns and zeroes it. */
 void ig_config_dispose(ig_config_t *cfg);
 
+/* The CPU threads of one plain "cpu" instance under cfg's pools:
+ * ig_devices_cpu_threads (include/infergate/devices.h) over cfg->pools, 1
+ * when out of memory (gateway/serve/devices_cmd.c). */
+int ig_devices_cpu_share(const ig_config_t *cfg, long cores);
+
 /* Checks a listen address ("HOST:PORT" with an IPv4 or [IPv6] literal, or
  * "unix:PATH"). 0 or IG_EINVAL with the problem in err. */
 int ig_config_check_listen(const char *listen, char *err, size_t errlen);

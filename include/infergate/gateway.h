@@ -58,7 +58,7 @@ void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req);
 void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req);
 /* GET /metrics: the process registry, then the infergate_worker_* metrics
  * of every ready or draining instance, pulled now (500 ms at most) and
- * labelled pool and instance (serve/federate.c). */
+ * labelled pool and instance (serve/metrics_endpoint.c). */
 void ig_gateway_metrics(ig_gateway_t *gw, ig_http_req_t *req);
 /* GET /: the status page, HTML with a script that polls /status. */
 void ig_gateway_page(ig_gateway_t *gw, ig_http_req_t *req);

@@ -19,7 +19,7 @@
  * download() and sync() wait for them.
  */
 
-#include "infergate/model.h"
+#include "infergate/tensor.h"
 
 #include <stddef.h>
 
@@ -72,6 +72,11 @@ struct ig_backend_s {
     /* The KV element types kv_append and attention take: bit (1u << dtype)
      * for each; 0 means F32 only. The engine refuses any other at create. */
     unsigned kv_dtypes;
+    /* 1 when alloc()'s memory is host memory that the caller may read and
+     * write in place (the CPU backend: the engine then lets lm_head write
+     * the logits where the sampler reads them); 0 for device memory, which
+     * only upload() and download() reach. */
+    int host_memory;
 
     /* ---- memory ---- */
     void *(*alloc)(ig_backend_t *be, size_t bytes); /* NULL when out of memory */

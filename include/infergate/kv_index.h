@@ -3,7 +3,7 @@
 
 /*
  * The exact index of one worker's prefix cache (docs/routing.md, "The
- * exact index"): the set of block hashes (infergate/prefix.h) that its
+ * exact index"): the set of block hashes (infergate/prefix_hash.h) that its
  * GET /kv/events stream says it holds now, filled by the gateway's
  * subscription (infergate/kv_feed.h). Its size is fixed at creation to the
  * worker's KV blocks, so it never holds more than the worker can: a stream

@@ -11,7 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "infergate/dtype.h" /* ig_dtype_t, ig_dtype_size(), ig_dtype_name() */
+#include "infergate/dtype.h"  /* ig_dtype_t, ig_dtype_size(), ig_dtype_name() */
+#include "infergate/tensor.h" /* ig_tensor_t */
 
 typedef enum {
     IG_ROPE_NONE = 0,
@@ -47,15 +48,6 @@ typedef struct {
     int n_eos;
     ig_dtype_t dtype; /* dtype of the stored weights */
 } ig_model_config_t;
-
-/* A view of one tensor inside a mapped file (or owned memory). Row-major;
- * shape[0] is the outermost dimension. */
-typedef struct {
-    ig_dtype_t dtype;
-    const void *data; /* NULL when the tensor is absent (optional biases) */
-    int ndim;
-    int64_t shape[4];
-} ig_tensor_t;
 
 /* Weights of one decoder layer, with Hugging Face's shapes
  * (nn.Linear weights are (out_features, in_features)). */

@@ -6,7 +6,7 @@
  * blocks (docs/routing.md, "Prefix-aware routing"): where earlier prompts
  * went, as llm-d's and SGLang's routers keep it. Each local upstream that a
  * prompt is sent to is believed to hold that prompt's full blocks (their
- * hashes, infergate/prefix.h); an upstream's entries are bounded by its KV
+ * hashes, infergate/prefix_hash.h); an upstream's entries are bounded by its KV
  * cache (the least recently sent go first, as its own LRU would evict
  * them). A session id (x-session-id) remembers the upstream that served its
  * last turn and that turn's prompt length.

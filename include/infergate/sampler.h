@@ -20,17 +20,12 @@
  * A sampler holds scratch buffers for one vocab and is used by one thread.
  */
 
+#include "infergate/sampling.h" /* ig_sampling_params_t */
+
 #include <stddef.h>
 #include <stdint.h>
 
 #define IG_SAMPLER_MAX_TOP 20
-#define IG_SAMPLER_MAX_BIAS 300 /* logit_bias entries of one request */
-
-/* One entry of OpenAI's logit_bias: added to the token's logit. */
-typedef struct {
-    int token;
-    float bias; /* -100..100 */
-} ig_logit_bias_t;
 
 /* xoshiro256** state; seeded through splitmix64 so any seed is fine. */
 typedef struct {
@@ -40,26 +35,6 @@ typedef struct {
 void ig_rng_seed(ig_rng_t *rng, uint64_t seed);
 /* Uniform in [0, 1), 53 bits. */
 double ig_rng_uniform(ig_rng_t *rng);
-
-typedef struct {
-    float temperature;        /* <= 0 (or < 1e-5): greedy */
-    int top_k;                /* <= 0: off */
-    float top_p;              /* >= 1: off; (0, 1] */
-    float min_p;              /* <= 0: off; [0, 1] */
-    float repetition_penalty; /* 1: off; > 0. HF/vLLM rule: a seen token's
-                                 positive logit is divided, a negative one
-                                 multiplied */
-    float presence_penalty;   /* OpenAI, over generated tokens: a seen token's
-                                 logit minus this (0: off; -2..2) */
-    float frequency_penalty;  /* OpenAI: minus this times its count (0: off) */
-    int nlogit_bias;          /* entries of logit_bias in use (0: off) */
-    ig_logit_bias_t logit_bias[IG_SAMPLER_MAX_BIAS]; /* added to the logits first,
-                                 before every penalty (vLLM's order); held by
-                                 value so that a copy of the params is whole */
-} ig_sampling_params_t;
-
-/* temperature 1, every filter off, no penalties, no bias. */
-void ig_sampling_params_default(ig_sampling_params_t *p);
 
 typedef struct {
     int token;

@@ -88,7 +88,7 @@ typedef struct {
     uint64_t (*now_ns)(void *data);
     void *now_data;
     /* Automatic prefix caching (1, the default): full KV blocks are kept
-     * under their chained hash (infergate/prefix.h, seeded with
+     * under their chained hash (infergate/prefix_hash.h, seeded with
      * prefix_seed, a worker's ig_prefix_seed(model name)); a sequence whose
      * leading blocks are cached skips their prefill, and admission counts
      * only the blocks it does not find. Blocks nobody holds stay cached in
@@ -201,7 +201,7 @@ int ig_sched_prefix_match_hashes(ig_sched_t *s, const uint64_t *hashes, int n);
 /*
  * KV cache events (docs/worker.md, "KV events"): what the prefix cache
  * holds, as a numbered log. A block is STORED when its full KV is committed
- * under its chained hash (infergate/prefix.h, with this scheduler's
+ * under its chained hash (infergate/prefix_hash.h, with this scheduler's
  * prefix_seed and block size) and REMOVED when it is evicted for reuse.
  * The log is a ring of about four events per KV block, so a reader that
  * does not keep up loses its place rather than growing a queue.

@@ -9,6 +9,7 @@
 
 #include "infergate/kernels.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -212,5 +213,82 @@ void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const int
  * The instruction set is ig__cpu_isa()'s; every path gives the same bits. */
 void ig__kv16_store(uint16_t *dst, const float *src, size_t n, int bf16);
 void ig__kv16_load(float *dst, const uint16_t *src, size_t n, int bf16);
+
+/* ---- the backend's state, shared by its files ---------------------------- */
+
+/* Below this many multiply-adds a GEMM runs on the calling thread alone:
+ * waking the pool costs more than it saves (at batch 1 the attention
+ * projections of small models stay on one thread, the MLP and lm_head
+ * are split). */
+#define IG_CPU_PARALLEL_MIN_FLOPS (128 * 1024)
+#define IG_CPU_PARALLEL_MIN_ELEMS (32 * 1024)
+
+typedef struct {
+    ig__pool_t *pool;
+    int nthreads;
+    ig_cpu_gemm_t gemm;
+    float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
+    size_t scratch_cap;
+    int *items;  /* attention work items, items_cap of them */
+    int8_t *xq;  /* matmul input quantized for Q8_0 weights, xq_cap bytes */
+    float *xd;   /* its block scales, xq_cap / 32 */
+    int32_t *xs; /* its block sums, xq_cap / 32 */
+    size_t xq_cap;
+    int items_cap;
+    /* The data pointers of the weights upload_weight() packed for the own
+     * GEMM (gemm.c), sorted; a weight made by hand is row-major. */
+    pthread_mutex_t packed_lock;
+    const void **packed;
+    int npacked, packed_cap;
+    /* Those of them in gemm16.c's k-pair layout for vdpbf16ps (BF16), sorted;
+     * under packed_lock too. */
+    const void **pairs;
+    int npairs, pairs_cap;
+    uint16_t *xb; /* matmul input rounded to BF16 for them, xb_cap elements */
+    size_t xb_cap;
+    char name[32];
+} ig__cpu_t;
+
+static inline ig__cpu_t *ig__cpu_of(ig_backend_t *be)
+{
+    return be->impl;
+}
+
+/* Whether w's data is in the own GEMM's panel layout (packed at upload), and
+ * for BF16 also in gemm16.c's k-pairs; any thread. */
+int ig__cpu_is_packed(ig__cpu_t *c, const ig_weight_t *w);
+int ig__cpu_is_pairs(ig__cpu_t *c, const ig_weight_t *w);
+
+/* The operations of the table (include/infergate/kernels.h): cpu_ops.c,
+ * cpu_matmul.c, cpu_attention.c. */
+int ig__cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, const int *tokens,
+                  int ntok);
+int ig__cpu_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weight_t *w, int m,
+                    float eps);
+int ig__cpu_swiglu(ig_backend_t *be, float *out, const float *gate, const float *up, size_t n);
+int ig__cpu_add(ig_backend_t *be, float *y, const float *x, size_t n);
+int ig__cpu_gather(ig_backend_t *be, float *out, const float *x, const int *rows, int n, int cols);
+int ig__cpu_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int n_heads,
+                 int n_kv_heads, int head_dim, const float *inv_freq);
+int ig__cpu_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, const float *k,
+                      const float *v, const int *slots, int ntok);
+int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w,
+                   const ig_weight_t *bias, int m);
+int ig__cpu_attention(ig_backend_t *be, float *out, const float *q, const ig_kv_layout_t *kv,
+                      int layer, const ig_attn_batch_t *batch, int n_heads, float scale);
+
+/* Where row `off` of (layer, block, head) starts in the cache, in elements. */
+static inline size_t ig__kv_offset(const ig_kv_layout_t *kv, int layer, int block, int head,
+                                   int off)
+{
+    return ((((size_t)layer * kv->num_blocks + block) * kv->n_kv_heads + head) * kv->block_size +
+            off) *
+           kv->head_dim;
+}
+
+static inline int ig__kv_dtype_ok(const ig_kv_layout_t *kv)
+{
+    return kv->dtype == IG_DTYPE_F32 || kv->dtype == IG_DTYPE_F16 || kv->dtype == IG_DTYPE_BF16;
+}
 
 #endif

@@ -443,16 +443,13 @@ IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512bf16,fma")
  * accumulators per output vector (even and odd pairs) and the running y
  * in registers: 16 accumulators and 8 sums at mr = 4, 27 of the 32
  * registers with the weights and x. 4 chains of vdpbf16ps at one row are
- * more than one row's weights arrive from memory for. The tile was 6 rows
- * with y loaded and stored around every partial; 4 rows without that
- * decode batch 64 at 131-142 tok/s against 100-130 (engine-bench, three
- * pairs alternating, 2026-12-03). A decode row used to take two panels
- * per tile, for 8 chains; the two streams 128 KiB apart read 0.70-0.72 of
- * what a plain read of the same weights does on two threads of the AMD
- * EPYC, one stream 0.80-0.86 (the same bits either way). A tile of few rows
- * used to prefetch G16_PREFETCH ahead, as the widening path's does for the
- * Xeon; on one stream the EPYC's own prefetcher does better without:
- * 0.93-0.95 against 0.78-0.90, three runs alternating. */
+ * more than one row's weights arrive from memory for. Keeping y in
+ * registers (rather than loading and storing it around every partial, as a
+ * 6-row tile must) is what made 4 rows the faster tile for batched decode
+ * (docs/engine.md, "CPU backend"). A decode row takes one panel per tile:
+ * two panels would read two weight streams at once, which the memory
+ * system serves more slowly than one. Few-row tiles do not prefetch: the
+ * hardware prefetcher follows a single stream better on its own. */
 #define P16_MR 4
 
 static inline __attribute__((always_inline)) void tile16p(float *c, int ldc, const uint16_t *x,

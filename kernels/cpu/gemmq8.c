@@ -4,7 +4,7 @@
  * of 16 rows (output columns), ig__q8p_pack: block b of a panel is its 16
  * scales, then its 512 weights by quads of k, [quad][row][4 bytes], each
  * stored as w + 128. The same bytes as the file's, packed 64 panels at a
- * time from the mapping, whose pages then go back (backend_cpu.c). x is
+ * time from the mapping, whose pages then go back (cpu_backend.c). x is
  * quantized the same way per block of 32 (a scale per block kept in F32,
  * q = round(x / d)) once per matmul, and each block contributes
  * d_w * d_x * sum q_w q_x, the integer sum exact.

@@ -12,6 +12,7 @@
  */
 #include "cpu_internal.h"
 
+#include "infergate/clock.h"
 #include "infergate/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -131,12 +132,6 @@ static atomic_int bf16_dot_now = -1;
 static double dot_rate[2]; /* multiply-adds per ns: vdpbf16ps, FMA */
 
 #if defined(__x86_64__) || defined(__i386__)
-static double now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
-}
 
 IG__TARGET_BEGIN("avx512f,avx512bf16,fma")
 /* Multiply-adds per ns of 12 chains of vdpbf16ps (which) or of FMA. */
@@ -147,7 +142,7 @@ static double chains_rate(int which)
         acc[i] = _mm512_setzero_ps();
     __m512 f = _mm512_set1_ps(1.0f);
     __m512bh b = (__m512bh)_mm512_set1_epi16(0x3f80);
-    double t0 = now_ns();
+    double t0 = (double)ig_clock_ns();
     for (int it = 0; it < DOT_ITERS; it++) {
         /* The barrier keeps each round's operands opaque to the compiler. */
         __asm__ volatile("" : "+v"(f), "+v"(b));
@@ -161,7 +156,7 @@ static double chains_rate(int which)
                 acc[i] = _mm512_fmadd_ps(acc[i], f, f);
         }
     }
-    double dt = now_ns() - t0;
+    double dt = (double)ig_clock_ns() - t0;
     __m512 sum = acc[0];
     for (int i = 1; i < 12; i++)
         sum = _mm512_add_ps(sum, acc[i]);

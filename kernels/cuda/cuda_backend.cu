@@ -1,7 +1,7 @@
 /*
  * The CUDA backend: device memory, weight upload, cuBLAS GEMM and the
  * backend table. The elementwise kernels live in cuda_ops.cu, attention in
- * cuda_attention.cu, device-side sampling in cuda_sampling.cu.
+ * cuda_attention.cu.
  *
  * All work of one backend instance is queued on its one stream, so the
  * operations of a forward pass are ordered without any host wait; download()
@@ -400,7 +400,6 @@ static void cuda_destroy(ig_backend_t *be)
         cudaFree(c->cublas_ws);
         cudaFree(c->act);
         cudaFree(c->attn_part);
-        cudaFree(c->sample_buf);
         if (c->stream)
             cudaStreamDestroy(c->stream);
         free(c);
@@ -489,6 +488,7 @@ extern "C" int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err
     /* The kernels read and write an F32 cache only: the engine refuses a
      * 16-bit kv_dtype here with a message naming the option. */
     be->kv_dtypes = 1u << IG_DTYPE_F32;
+    be->host_memory = 0; /* device memory: reached through upload and download */
     be->alloc = cuda_alloc;
     be->free = cuda_free;
     be->upload = cuda_upload;

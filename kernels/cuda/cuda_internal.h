@@ -37,9 +37,6 @@ typedef struct {
     size_t act_bytes;
     float *attn_part;
     size_t attn_part_bytes;
-    /* Sampling scratch (cuda_sampling.cu). */
-    void *sample_buf;
-    size_t sample_bytes;
 } ig__cuda_t;
 
 /*

@@ -9,12 +9,12 @@
 #ifndef IG_TESTS_GPU_PROBE_H
 #define IG_TESTS_GPU_PROBE_H
 
+#include "skip.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define IG_TEST_SKIP 77
 
 /* 1 when an NVIDIA GPU is meant to be used here: `nvidia-smi -L` lists one,
  * or the driver shows one under /proc/driver/nvidia/gpus. CUDA_VISIBLE_DEVICES

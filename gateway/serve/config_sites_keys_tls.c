@@ -24,22 +24,23 @@ static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site
     const char *p = url;
     site->https = strncmp(p, "https://", 8) == 0;
     if (strncmp(p, "http://", 7) != 0 && !site->https)
-        return fail(c, path, "'%s': must start with http:// or https://", url);
+        return ig__config_fail(c, path, "'%s': must start with http:// or https://", url);
     p += site->https ? 8 : 7;
     if (strpbrk(p, "?#@ ") != NULL)
-        return fail(c, path, "'%s': must not contain a query, fragment, user info or spaces", url);
+        return ig__config_fail(
+            c, path, "'%s': must not contain a query, fragment, user info or spaces", url);
     const char *slash = strchr(p, '/');
     size_t alen = slash ? (size_t)(slash - p) : strlen(p);
     const char *host = p, *hend, *port = NULL;
     if (alen > 0 && p[0] == '[') {
         const char *rb = memchr(p, ']', alen);
         if (rb == NULL)
-            return fail(c, path, "'%s': unterminated IPv6 address", url);
+            return ig__config_fail(c, path, "'%s': unterminated IPv6 address", url);
         host = p + 1;
         hend = rb;
         if (rb + 1 < p + alen) {
             if (rb[1] != ':')
-                return fail(c, path, "'%s': junk after the IPv6 address", url);
+                return ig__config_fail(c, path, "'%s': junk after the IPv6 address", url);
             port = rb + 2;
         }
     } else {
@@ -48,11 +49,11 @@ static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site
         port = colon ? colon + 1 : NULL;
     }
     if (hend == host)
-        return fail(c, path, "'%s': the host is empty", url);
+        return ig__config_fail(c, path, "'%s': the host is empty", url);
     for (const char *h = host; h < hend; h++) {
         if (!((*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9') ||
               *h == '.' || *h == '-' || (host != p && *h == ':')))
-            return fail(c, path, "'%s': invalid character in the host", url);
+            return ig__config_fail(c, path, "'%s': invalid character in the host", url);
     }
     site->port = site->https ? 443 : 80;
     if (port != NULL) {
@@ -61,7 +62,7 @@ static int parse_url(ctx_t *c, const char *path, const char *url, ig_config_site
         for (; q < p + alen && *q >= '0' && *q <= '9' && v <= 65535; q++)
             v = v * 10 + (*q - '0');
         if (q == port || q != p + alen || v < 1 || v > 65535)
-            return fail(c, path, "'%s': the port must be a number from 1 to 65535", url);
+            return ig__config_fail(c, path, "'%s': the port must be a number from 1 to 65535", url);
         site->port = (int)v;
     }
     site->host = strndup(host, (size_t)(hend - host));
@@ -95,9 +96,9 @@ static int parse_strings(ctx_t *c, json_t *arr, const char *path, check_string_f
     for (size_t i = 0; i < json_array_size(arr); i++) {
         char p[PATH_MAX_LEN];
         json_t *v = json_array_get(arr, i);
-        join_index(p, path, i);
+        ig_jsonv_join_index(p, path, i);
         if (!json_is_string(v))
-            return fail(c, p, "must be a string");
+            return ig__config_fail(c, p, "must be a string");
         const char *s = json_string_value(v);
         int rc = check(c, p, s, *out, i, cfg);
         if (rc != 0)
@@ -116,12 +117,12 @@ static int check_site_model(ctx_t *c, const char *path, const char *name, char *
     /* A site may serve models that models[] does not list: models[] is
      * for what local pools serve (and site-only names clients may ask). */
     (void)cfg;
-    int rc = check_name(c, path, name);
+    int rc = ig__config_check_name(c, path, name);
     if (rc != 0)
         return rc;
     for (size_t j = 0; j < nprev; j++) {
         if (strcmp(prev[j], name) == 0)
-            return fail(c, path, "duplicate model '%s'", name);
+            return ig__config_fail(c, path, "duplicate model '%s'", name);
     }
     return 0;
 }
@@ -133,26 +134,27 @@ static int parse_site_tls(ctx_t *c, json_t *site_obj, const char *p, ig_config_s
     char q[PATH_MAX_LEN], r[PATH_MAX_LEN];
     char *raw = NULL;
     json_t *o;
-    int rc = get_object(c, site_obj, p, "tls", &o);
+    int rc = ig__config_get_object(c, site_obj, p, "tls", &o);
     if (rc != 0 || o == NULL)
         return rc;
-    join(q, p, "tls");
+    ig_jsonv_join(q, p, "tls");
     if (!site->https)
-        return fail(c, q, "needs an https:// url");
-    if ((rc = check_keys(c, o, q, keys)) ||
-        (rc = get_string(c, o, q, "server_name", STR_NONEMPTY, NULL, &site->tls.server_name)) ||
-        (rc = get_bool(c, o, q, "insecure", 0, &site->tls.insecure)) ||
-        (rc = get_string(c, o, q, "ca_file", STR_NONEMPTY, NULL, &raw)))
+        return ig__config_fail(c, q, "needs an https:// url");
+    if ((rc = ig__config_check_keys(c, o, q, keys)) ||
+        (rc = ig__config_get_string(c, o, q, "server_name", STR_NONEMPTY, NULL,
+                                    &site->tls.server_name)) ||
+        (rc = ig__config_get_bool(c, o, q, "insecure", 0, &site->tls.insecure)) ||
+        (rc = ig__config_get_string(c, o, q, "ca_file", STR_NONEMPTY, NULL, &raw)))
         return rc;
     if (raw != NULL) {
-        join(r, q, "ca_file");
-        rc = expand_path(c, r, raw, &site->tls.ca_file);
+        ig_jsonv_join(r, q, "ca_file");
+        rc = ig__config_expand_path(c, r, raw, &site->tls.ca_file);
         free(raw);
     }
     return rc;
 }
 
-int parse_price(ctx_t *c, json_t *o, const char *p, ig_price_t *price)
+int ig__config_parse_price(ctx_t *c, json_t *o, const char *p, ig_price_t *price)
 {
     static const char *const keys[] = {"per_hour", "per_1m_input_tokens", "per_1m_output_tokens",
                                        NULL};
@@ -160,80 +162,83 @@ int parse_price(ctx_t *c, json_t *o, const char *p, ig_price_t *price)
     char q[PATH_MAX_LEN];
     int rc;
     memset(price, 0, sizeof(*price));
-    if ((rc = get_object(c, o, p, "price", &po)) != 0 || po == NULL)
+    if ((rc = ig__config_get_object(c, o, p, "price", &po)) != 0 || po == NULL)
         return rc;
-    join(q, p, "price");
-    if ((rc = check_keys(c, po, q, keys)) != 0)
+    ig_jsonv_join(q, p, "price");
+    if ((rc = ig__config_check_keys(c, po, q, keys)) != 0)
         return rc;
     int hourly = json_object_get(po, "per_hour") != NULL;
     int in = json_object_get(po, "per_1m_input_tokens") != NULL;
     int out = json_object_get(po, "per_1m_output_tokens") != NULL;
     if (!hourly && !in && !out)
-        return fail(c, q,
-                    "a price needs its unit: per_hour, or per_1m_input_tokens and "
-                    "per_1m_output_tokens (USD)");
+        return ig__config_fail(c, q,
+                               "a price needs its unit: per_hour, or per_1m_input_tokens and "
+                               "per_1m_output_tokens (USD)");
     if (hourly && (in || out))
-        return fail(c, q, "either per_hour or per-token prices, not both");
+        return ig__config_fail(c, q, "either per_hour or per-token prices, not both");
     if (!hourly && !(in && out)) {
         char k[PATH_MAX_LEN];
-        join(k, q, in ? "per_1m_output_tokens" : "per_1m_input_tokens");
-        return fail(c, k, "is required with %s", in ? "per_1m_input_tokens" : "per_1m_output_tokens");
+        ig_jsonv_join(k, q, in ? "per_1m_output_tokens" : "per_1m_input_tokens");
+        return ig__config_fail(c, k, "is required with %s",
+                               in ? "per_1m_input_tokens" : "per_1m_output_tokens");
     }
     if (hourly) {
         price->kind = IG_PRICE_PER_HOUR;
-        return get_number(c, po, q, "per_hour", 0, INFINITY, 0, 0, &price->per_hour);
+        return ig__config_get_number(c, po, q, "per_hour", 0, INFINITY, 0, 0, &price->per_hour);
     }
     price->kind = IG_PRICE_PER_TOKEN;
-    if ((rc = get_number(c, po, q, "per_1m_input_tokens", 0, INFINITY, 0, 0,
-                         &price->per_1m_input)) != 0)
+    if ((rc = ig__config_get_number(c, po, q, "per_1m_input_tokens", 0, INFINITY, 0, 0,
+                                    &price->per_1m_input)) != 0)
         return rc;
-    return get_number(c, po, q, "per_1m_output_tokens", 0, INFINITY, 0, 0, &price->per_1m_output);
+    return ig__config_get_number(c, po, q, "per_1m_output_tokens", 0, INFINITY, 0, 0,
+                                 &price->per_1m_output);
 }
 
-int parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
+int ig__config_parse_site(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t idx)
 {
-    static const char *const keys[] = {"name", "url",   "region", "models",
-                                       "api_key", "tls", "price", NULL};
+    static const char *const keys[] = {"name",    "url", "region", "models",
+                                       "api_key", "tls", "price",  NULL};
     ig_config_site_t *site = &cfg->sites[idx];
     char q[PATH_MAX_LEN];
     char *url = NULL;
     json_t *arr;
     int rc;
-    if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &site->name)))
+    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
+        (rc = ig__config_get_string(c, o, p, "name", STR_REQUIRED | STR_NAME, NULL, &site->name)))
         return rc;
     /* Pools and sites are both upstreams: one namespace for the route header. */
-    int prev = find_name(&cfg->sites[0].name, sizeof(*cfg->sites), idx, site->name);
-    join(q, p, "name");
+    int prev = ig__config_find_name(&cfg->sites[0].name, sizeof(*cfg->sites), idx, site->name);
+    ig_jsonv_join(q, p, "name");
     if (prev >= 0)
-        return fail(c, q, "duplicate name '%s' (also sites[%d].name)", site->name, prev);
-    prev = cfg->pools == NULL
-               ? -1
-               : find_name(&cfg->pools[0].name, sizeof(*cfg->pools), cfg->npools, site->name);
+        return ig__config_fail(c, q, "duplicate name '%s' (also sites[%d].name)", site->name, prev);
+    prev = cfg->pools == NULL ? -1
+                              : ig__config_find_name(&cfg->pools[0].name, sizeof(*cfg->pools),
+                                                     cfg->npools, site->name);
     if (prev >= 0)
-        return fail(c, q, "duplicate name '%s' (also pools[%d].name)", site->name, prev);
-    if ((rc = get_string(c, o, p, "url", STR_REQUIRED | STR_NONEMPTY, NULL, &url)) != 0)
+        return ig__config_fail(c, q, "duplicate name '%s' (also pools[%d].name)", site->name, prev);
+    if ((rc = ig__config_get_string(c, o, p, "url", STR_REQUIRED | STR_NONEMPTY, NULL, &url)) != 0)
         return rc;
-    join(q, p, "url");
+    ig_jsonv_join(q, p, "url");
     rc = parse_url(c, q, url, site);
     free(url);
-    if (rc != 0 || (rc = get_string(c, o, p, "region", STR_NAME, "", &site->region)) != 0)
+    if (rc != 0 ||
+        (rc = ig__config_get_string(c, o, p, "region", STR_NAME, "", &site->region)) != 0)
         return rc;
-    if ((rc = get_array(c, o, p, "models", &arr)) != 0)
+    if ((rc = ig__config_get_array(c, o, p, "models", &arr)) != 0)
         return rc;
-    join(q, p, "models");
+    ig_jsonv_join(q, p, "models");
     /* Without a list, the models are discovered from the site's /load or
      * /v1/models. */
     if (arr != NULL && json_array_size(arr) == 0)
-        return fail(c, q, "must not be empty");
+        return ig__config_fail(c, q, "must not be empty");
     if ((arr != NULL &&
          (rc = parse_strings(c, arr, q, check_site_model, cfg, &site->models, &site->nmodels))) ||
-        (rc = get_string(c, o, p, "api_key", STR_NONEMPTY, NULL, &site->api_key)) ||
-        (rc = parse_price(c, o, p, &site->price)))
+        (rc = ig__config_get_string(c, o, p, "api_key", STR_NONEMPTY, NULL, &site->api_key)) ||
+        (rc = ig__config_parse_price(c, o, p, &site->price)))
         return rc;
     if (site->api_key != NULL && strpbrk(site->api_key, "\r\n") != NULL) {
-        join(q, p, "api_key");
-        return fail(c, q, "must not contain CR or LF");
+        ig_jsonv_join(q, p, "api_key");
+        return ig__config_fail(c, q, "must not contain CR or LF");
     }
     return parse_site_tls(c, o, p, site);
 }
@@ -242,57 +247,61 @@ static int check_api_key(ctx_t *c, const char *path, const char *key, char *cons
                          size_t nprev, const ig_config_t *cfg)
 {
     (void)cfg;
-    int rc = check_name(c, path, key);
+    int rc = ig__config_check_name(c, path, key);
     for (size_t j = 0; rc == 0 && j < nprev; j++) {
         /* The key itself never goes into a message: messages end up in logs. */
         if (strcmp(prev[j], key) == 0)
-            return fail(c, path, "duplicate key (also api_keys[%zu])", j);
+            return ig__config_fail(c, path, "duplicate key (also api_keys[%zu])", j);
     }
     return rc;
 }
 
 static int parse_key_object(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size_t i)
 {
-    static const char *const keys[] = {"key",        "name",          "peer",   "requests_per_s",
-                                       "burst",      "models",        "priority", "tokens_per_min",
-                                       "admin",      "budget_usd",    "budget_period", NULL};
+    static const char *const keys[] = {"key",   "name",       "peer",          "requests_per_s",
+                                       "burst", "models",     "priority",      "tokens_per_min",
+                                       "admin", "budget_usd", "budget_period", NULL};
     static const char *const periods[] = {"hour", "day", "month", NULL};
     static const char *const prios[] = {"critical", "standard", "sheddable", NULL};
     ig_config_key_t *k = &cfg->keys[i];
     char q[PATH_MAX_LEN];
     json_t *arr;
     int rc;
-    if ((rc = check_keys(c, o, p, keys)) ||
-        (rc = get_string(c, o, p, "key", STR_REQUIRED | STR_NONEMPTY, NULL, &cfg->api_keys[i])))
+    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
+        (rc = ig__config_get_string(c, o, p, "key", STR_REQUIRED | STR_NONEMPTY, NULL,
+                                    &cfg->api_keys[i])))
         return rc;
-    join(q, p, "key");
+    ig_jsonv_join(q, p, "key");
     if ((rc = check_api_key(c, q, cfg->api_keys[i], cfg->api_keys, i, cfg)) ||
-        (rc = get_string(c, o, p, "name", STR_NAME, NULL, &k->name)) ||
-        (rc = get_bool(c, o, p, "peer", 0, &k->peer)) ||
-        (rc = get_number(c, o, p, "requests_per_s", 0, INFINITY, NUM_CLOSED, 0,
-                         &k->requests_per_s)) ||
-        (rc = get_number(c, o, p, "burst", 0, INFINITY, NUM_CLOSED, 0, &k->burst)) ||
-        (rc = get_number(c, o, p, "tokens_per_min", 0, INFINITY, NUM_CLOSED, 0,
-                         &k->tokens_per_min)) ||
-        (rc = get_enum(c, o, p, "priority", prios, IG_PRIORITY_STANDARD, &k->priority)) ||
-        (rc = get_bool(c, o, p, "admin", 0, &k->admin)) ||
-        (rc = get_number(c, o, p, "budget_usd", 0, INFINITY, NUM_CLOSED, 0, &k->budget_usd)) ||
-        (rc = get_enum(c, o, p, "budget_period", periods, IG_BUDGET_MONTH, &k->budget_period)) ||
-        (rc = get_array(c, o, p, "models", &arr)))
+        (rc = ig__config_get_string(c, o, p, "name", STR_NAME, NULL, &k->name)) ||
+        (rc = ig__config_get_bool(c, o, p, "peer", 0, &k->peer)) ||
+        (rc = ig__config_get_number(c, o, p, "requests_per_s", 0, INFINITY, NUM_CLOSED, 0,
+                                    &k->requests_per_s)) ||
+        (rc = ig__config_get_number(c, o, p, "burst", 0, INFINITY, NUM_CLOSED, 0, &k->burst)) ||
+        (rc = ig__config_get_number(c, o, p, "tokens_per_min", 0, INFINITY, NUM_CLOSED, 0,
+                                    &k->tokens_per_min)) ||
+        (rc =
+             ig__config_get_enum(c, o, p, "priority", prios, IG_PRIORITY_STANDARD, &k->priority)) ||
+        (rc = ig__config_get_bool(c, o, p, "admin", 0, &k->admin)) ||
+        (rc = ig__config_get_number(c, o, p, "budget_usd", 0, INFINITY, NUM_CLOSED, 0,
+                                    &k->budget_usd)) ||
+        (rc = ig__config_get_enum(c, o, p, "budget_period", periods, IG_BUDGET_MONTH,
+                                  &k->budget_period)) ||
+        (rc = ig__config_get_array(c, o, p, "models", &arr)))
         return rc;
     if (arr == NULL)
         return 0;
-    join(q, p, "models");
+    ig_jsonv_join(q, p, "models");
     return parse_strings(c, arr, q, check_site_model, cfg, &k->models, &k->nmodels);
 }
 
 /* Entries are the key as a string (no limits, standard priority) or an
  * object with its policy. */
-int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
+int ig__config_parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     json_t *arr;
     cfg->admin_open = 1;
-    int rc = get_array(c, root, "", "api_keys", &arr);
+    int rc = ig__config_get_array(c, root, "", "api_keys", &arr);
     if (rc != 0 || arr == NULL)
         return rc;
     size_t n = json_array_size(arr);
@@ -305,7 +314,7 @@ int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
         char p[PATH_MAX_LEN];
         json_t *v = json_array_get(arr, i);
         ig_config_key_t *k = &cfg->keys[i];
-        join_index(p, "api_keys", i);
+        ig_jsonv_join_index(p, "api_keys", i);
         cfg->napi_keys = i + 1;
         k->priority = IG_PRIORITY_STANDARD;
         if (json_is_string(v)) {
@@ -318,7 +327,7 @@ int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
             if ((rc = parse_key_object(c, v, p, cfg, i)) != 0)
                 return rc;
         } else {
-            return fail(c, p, "must be a string or an object");
+            return ig__config_fail(c, p, "must be a string or an object");
         }
         if (k->name == NULL) {
             char name[32];
@@ -328,7 +337,8 @@ int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
         }
         for (size_t j = 0; j < i; j++) {
             if (strcmp(cfg->keys[j].name, k->name) == 0)
-                return fail(c, p, "duplicate name '%s' (also api_keys[%zu])", k->name, j);
+                return ig__config_fail(c, p, "duplicate name '%s' (also api_keys[%zu])", k->name,
+                                       j);
         }
         any_admin |= k->admin;
     }
@@ -336,27 +346,29 @@ int parse_api_keys(ctx_t *c, json_t *root, ig_config_t *cfg)
     return 0;
 }
 
-int parse_tls(ctx_t *c, json_t *root, ig_config_t *cfg)
+int ig__config_parse_tls(ctx_t *c, json_t *root, ig_config_t *cfg)
 {
     static const char *const keys[] = {"cert_file", "key_file", "handshake_timeout_ms", NULL};
     char *raw = NULL;
     json_t *o;
-    int rc = get_object(c, root, "", "tls", &o);
+    int rc = ig__config_get_object(c, root, "", "tls", &o);
     if (rc != 0 || o == NULL)
         return rc;
-    if ((rc = check_keys(c, o, "tls", keys)) ||
-        (rc = get_uint(c, o, "tls", "handshake_timeout_ms", 1, DAY_MS, 10000,
-                       &cfg->tls.handshake_timeout_ms)) ||
-        (rc = get_string(c, o, "tls", "cert_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
-        (rc = expand_path(c, "tls.cert_file", raw, &cfg->tls.cert_file)))
+    if ((rc = ig__config_check_keys(c, o, "tls", keys)) ||
+        (rc = ig__config_get_uint(c, o, "tls", "handshake_timeout_ms", 1, DAY_MS, 10000,
+                                  &cfg->tls.handshake_timeout_ms)) ||
+        (rc = ig__config_get_string(c, o, "tls", "cert_file", STR_REQUIRED | STR_NONEMPTY, NULL,
+                                    &raw)) ||
+        (rc = ig__config_expand_path(c, "tls.cert_file", raw, &cfg->tls.cert_file)))
         goto done;
     free(raw);
     raw = NULL;
-    if ((rc = get_string(c, o, "tls", "key_file", STR_REQUIRED | STR_NONEMPTY, NULL, &raw)) ||
-        (rc = expand_path(c, "tls.key_file", raw, &cfg->tls.key_file)))
+    if ((rc = ig__config_get_string(c, o, "tls", "key_file", STR_REQUIRED | STR_NONEMPTY, NULL,
+                                    &raw)) ||
+        (rc = ig__config_expand_path(c, "tls.key_file", raw, &cfg->tls.key_file)))
         goto done;
     if (strncmp(cfg->listen, "unix:", 5) == 0)
-        rc = fail(c, "tls", "needs a TCP listen address, not '%s'", cfg->listen);
+        rc = ig__config_fail(c, "tls", "needs a TCP listen address, not '%s'", cfg->listen);
 done:
     free(raw);
     return rc;

@@ -1,5 +1,5 @@
-/* Handing memory pages back (include/infergate/pages.h). */
-#include "infergate/pages.h"
+/* Handing memory pages back (include/infergate/page_release.h). */
+#include "infergate/page_release.h"
 
 #include <stdint.h>
 #include <sys/mman.h>

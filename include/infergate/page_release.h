@@ -1,5 +1,5 @@
-#ifndef INFERGATE_PAGES_H
-#define INFERGATE_PAGES_H
+#ifndef INFERGATE_PAGE_RELEASE_H
+#define INFERGATE_PAGE_RELEASE_H
 
 #include <stddef.h>
 
