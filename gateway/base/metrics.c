@@ -50,6 +50,8 @@ struct ig_metric_s {
     series_t **table;
     size_t tsize;
     size_t nseries;
+    series_t *last; /* the series updated last: a request updates the same
+                       upstream's and model's series again and again */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -284,7 +286,7 @@ static void grow(ig_metric_t *m)
 
 /* The series for these label values, created on first use; NULL when out
  * of memory or over MAX_SERIES. Called with the lock held. */
-static series_t *lookup(ig_metric_t *m, const char *const *values)
+static series_t *lookup_hashed(ig_metric_t *m, const char *const *values)
 {
     uint64_t h = hash_values(values, m->nlabels);
     for (series_t *s = m->table[h & (m->tsize - 1)]; s != NULL; s = s->next) {
@@ -319,6 +321,18 @@ static series_t *lookup(ig_metric_t *m, const char *const *values)
 fail:
     free_series(s, m->nlabels);
     return NULL;
+}
+
+/* lookup_hashed, the last series first. */
+static series_t *lookup(ig_metric_t *m, const char *const *values)
+{
+    int same = m->last != NULL;
+    for (int i = 0; same && i < m->nlabels; i++)
+        same = strcmp(m->last->values[i], values[i]) == 0;
+    if (same)
+        return m->last;
+    m->last = lookup_hashed(m, values);
+    return m->last;
 }
 
 typedef enum { OP_ADD, OP_SET, OP_OBSERVE } op_t;

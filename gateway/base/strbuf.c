@@ -40,3 +40,11 @@ void ig_strbuf_free(ig_strbuf_t *b)
     b->len = b->cap = 0;
     b->oom = 0;
 }
+
+size_t ig_str_copy(char *out, size_t cap, const char *s)
+{
+    size_t n = strnlen(s, cap - 1);
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return n;
+}

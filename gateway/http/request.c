@@ -346,8 +346,15 @@ const char *ig_http_status_text(int status)
 
 static int reserved_header(const char *name)
 {
-    return strcasecmp(name, "content-length") == 0 || strcasecmp(name, "transfer-encoding") == 0 ||
-           strcasecmp(name, "connection") == 0 || strcasecmp(name, "date") == 0;
+    switch (*name | 0x20) { /* the first letter, in lower case, picks the one to compare */
+    case 'c':
+        return strcasecmp(name, "content-length") == 0 || strcasecmp(name, "connection") == 0;
+    case 't':
+        return strcasecmp(name, "transfer-encoding") == 0;
+    case 'd':
+        return strcasecmp(name, "date") == 0;
+    }
+    return 0;
 }
 
 static int valid_header_text(const char *s, int is_name)

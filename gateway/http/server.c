@@ -230,8 +230,12 @@ static void account(ig_http_req_t *req)
 {
     int status = req->status != 0 ? req->status : 499;
     double dur = req->start_ns ? (double)(uv_hrtime() - req->start_ns) / 1e9 : 0.0;
-    char st[16];
-    snprintf(st, sizeof(st), "%d", status);
+    char st[4] = "499"; /* a status is three digits */
+    if (status >= 100 && status <= 999) {
+        st[0] = (char)('0' + status / 100);
+        st[1] = (char)('0' + status / 10 % 10);
+        st[2] = (char)('0' + status % 10);
+    }
     if (m_requests != NULL) {
         ig_metric_add(m_requests, 1, req->route, st);
         ig_metric_observe(m_duration, dur, req->route);

@@ -33,6 +33,7 @@
 #include "infergate/prefix.h"
 #include "infergate/prefix_route.h"
 #include "infergate/sse.h"
+#include "infergate/strbuf.h"
 
 #include "base/list.h"
 
@@ -731,7 +732,7 @@ static void attempt_failed(attempt_t *a, int status, int err)
     x->last_status = status;
     x->last_err = err;
     if (a->retry_after[0])
-        snprintf(x->last_retry_after, sizeof(x->last_retry_after), "%s", a->retry_after);
+        ig_str_copy(x->last_retry_after, sizeof(x->last_retry_after), a->retry_after);
     if (x->state != X_TRYING)
         return;
     if (attempts_live(x) > 0)
@@ -781,9 +782,9 @@ static void on_up_headers(ig_upstream_req_t *r, int status, int n, const char *c
     a->status = status;
     for (int i = 0; i < n; i++) {
         if (strcasecmp(names[i], "content-type") == 0)
-            snprintf(a->content_type, sizeof(a->content_type), "%s", values[i]);
+            ig_str_copy(a->content_type, sizeof(a->content_type), values[i]);
         else if (strcasecmp(names[i], "retry-after") == 0)
-            snprintf(a->retry_after, sizeof(a->retry_after), "%s", values[i]);
+            ig_str_copy(a->retry_after, sizeof(a->retry_after), values[i]);
     }
     a->is_stream = strncasecmp(a->content_type, "text/event-stream", 17) == 0;
     /* Nothing is committed yet: a stream is committed by its first content
@@ -1532,9 +1533,12 @@ void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *
     x->max_queue_ms = call->max_queue_ms;
     x->output_tokens = call->output_tokens;
     x->slo_ttft_s = call->slo_ttft_s;
-    snprintf(x->forwarded_header, sizeof(x->forwarded_header),
-             "Content-Type: application/json\r\nx-infergate-forwarded: %s\r\n",
-             call->region ? call->region : "1");
+    static const char fwd[] = "Content-Type: application/json\r\nx-infergate-forwarded: ";
+    size_t n = sizeof(fwd) - 1;
+    memcpy(x->forwarded_header, fwd, n);
+    n += ig_str_copy(x->forwarded_header + n, sizeof(x->forwarded_header) - n - 2,
+                     call->region ? call->region : "1");
+    memcpy(x->forwarded_header + n, "\r\n", 3);
     x->start_ns = ig_http_req_start_ns(req);
     uv_timer_init(px->loop, &x->timer);
     x->timer.data = x;

@@ -19,4 +19,9 @@ void ig_strbuf_put(ig_strbuf_t *b, const char *s, size_t n);
 void ig_strbuf_puts(ig_strbuf_t *b, const char *s);
 void ig_strbuf_free(ig_strbuf_t *b);
 
+/* Copies s into out[cap] (cap >= 1), cut to fit and NUL-terminated:
+ * snprintf(out, cap, "%s", s) without the format. Returns the length
+ * copied. */
+size_t ig_str_copy(char *out, size_t cap, const char *s);
+
 #endif
