@@ -30,6 +30,10 @@ typedef struct {
     int flags;
     int depth;
     int skip; /* ig_json_scan: check the syntax, build nothing */
+    /* ig_json_scan: the top-level members to find */
+    const char *const *keys;
+    int nkeys;
+    ig_json_span_t *span;
     json_error_t *err;
 } parser_t;
 
@@ -340,8 +344,31 @@ static json_t *parse_literal(parser_t *ps)
     return NULL;
 }
 
+/* Which of a scan's keys the raw key bytes k[0..n) name (escapes decoded),
+ * or -1. */
+static int key_index(parser_t *ps, const char *k, size_t n)
+{
+    char dec[64];
+    if (memchr(k, '\\', n) != NULL) {
+        if (n >= sizeof(dec))
+            return -1; /* longer than any key a caller reads */
+        const char *at = ps->p; /* unescape moves it to an escape */
+        n = (size_t)unescape(ps, k, n, dec); /* checked by the string's scan */
+        ps->p = at;
+        k = dec;
+    }
+    for (int i = 0; i < ps->nkeys; i++) {
+        if (strlen(ps->keys[i]) == n && memcmp(ps->keys[i], k, n) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/* An object; in a scan, the top one's members that ps->keys name are
+ * found (ps->span) and only they are checked for repeats. */
 static json_t *parse_object(parser_t *ps)
 {
+    int top = ps->span != NULL && ps->depth == 1;
     json_t *o = ps->skip ? json_null() : json_object();
     if (o == NULL) {
         fail(ps, "out of memory");
@@ -365,8 +392,11 @@ static json_t *parse_object(parser_t *ps)
         const char *at = ps->p;
         if (parse_string(ps, &key, &klen, &owned) != 0)
             goto fail;
-        int dup = !ps->skip && !(ps->flags & IG_JSON_ALLOW_DUPLICATES) &&
-                  json_object_getn(o, key, klen) != NULL;
+        int want = top ? key_index(ps, key, klen) : -1;
+        int dup = !(ps->flags & IG_JSON_ALLOW_DUPLICATES) &&
+                  (want >= 0   ? ps->span[want].p != NULL
+                   : ps->skip ? 0
+                              : json_object_getn(o, key, klen) != NULL);
         json_t *v = NULL;
         if (dup) {
             ps->p = at;
@@ -377,7 +407,13 @@ static json_t *parse_object(parser_t *ps)
                 fail(ps, "':' expected");
             else {
                 ps->p++;
+                skip_ws(ps);
+                const char *vp = ps->p;
                 v = parse_value(ps);
+                if (v != NULL && want >= 0) {
+                    ps->span[want].p = vp;
+                    ps->span[want].n = (size_t)(ps->p - vp);
+                }
             }
         }
         int rc = v == NULL ? -1 : ps->skip ? 0 : json_object_setn_new_nocheck(o, key, klen, v);
@@ -474,25 +510,26 @@ static json_t *parse_value(parser_t *ps)
     return parse_literal(ps);
 }
 
-json_t *ig_json_parse(const char *buf, size_t len, int flags, json_error_t *err)
+/* The document in ps, by its flags: its value, or NULL with the error. */
+static json_t *parse_document(parser_t *ps)
 {
-    parser_t ps = {.start = buf, .p = buf, .end = buf + len, .flags = flags, .err = err};
-    if (err != NULL) {
-        memset(err, 0, sizeof(*err));
-        snprintf(err->source, sizeof(err->source), "<buffer>");
+    if (ps->err != NULL) {
+        memset(ps->err, 0, sizeof(*ps->err));
+        snprintf(ps->err->source, sizeof(ps->err->source), "<buffer>");
     }
-    skip_ws(&ps);
-    if (!(flags & IG_JSON_DECODE_ANY) && (ps.p >= ps.end || (*ps.p != '{' && *ps.p != '['))) {
-        fail(&ps, "'[' or '{' expected");
+    skip_ws(ps);
+    if (!(ps->flags & IG_JSON_DECODE_ANY) &&
+        (ps->p >= ps->end || (*ps->p != '{' && *ps->p != '['))) {
+        fail(ps, "'[' or '{' expected");
         return NULL;
     }
-    json_t *v = parse_value(&ps);
+    json_t *v = parse_value(ps);
     if (v == NULL)
         return NULL;
-    if (!(flags & IG_JSON_DISABLE_EOF_CHECK)) {
-        skip_ws(&ps);
-        if (ps.p < ps.end) {
-            fail(&ps, "end of file expected");
+    if (!(ps->flags & IG_JSON_DISABLE_EOF_CHECK)) {
+        skip_ws(ps);
+        if (ps->p < ps->end) {
+            fail(ps, "end of file expected");
             json_decref(v);
             return NULL;
         }
@@ -500,103 +537,27 @@ json_t *ig_json_parse(const char *buf, size_t len, int flags, json_error_t *err)
     return v;
 }
 
-/* Which of keys the raw key bytes k[0..n) name (escapes decoded), or -1. */
-static int key_index(parser_t *ps, const char *k, size_t n, const char *const *keys, int nkeys)
+json_t *ig_json_parse(const char *buf, size_t len, int flags, json_error_t *err)
 {
-    char dec[64];
-    if (memchr(k, '\\', n) != NULL) {
-        if (n >= sizeof(dec))
-            return -1; /* longer than any key a caller reads */
-        const char *at = ps->p; /* unescape moves it to an escape */
-        n = (size_t)unescape(ps, k, n, dec); /* checked by the string's scan */
-        ps->p = at;
-        k = dec;
-    }
-    for (int i = 0; i < nkeys; i++) {
-        if (strlen(keys[i]) == n && memcmp(keys[i], k, n) == 0)
-            return i;
-    }
-    return -1;
-}
-
-/* The members of the object at ps->p, which is ps's top. */
-static int scan_members(parser_t *ps, const char *const *keys, int nkeys, ig_json_span_t *span)
-{
-    ps->p++; /* '{' */
-    ps->depth = 1;
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
-        return 0;
-    }
-    for (;;) {
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != '"') {
-            fail(ps, "string or '}' expected");
-            return -1;
-        }
-        const char *at = ps->p, *key;
-        size_t klen;
-        char *owned;
-        if (parse_string(ps, &key, &klen, &owned) != 0)
-            return -1;
-        int i = key_index(ps, key, klen, keys, nkeys);
-        if (i >= 0 && span[i].p != NULL && !(ps->flags & IG_JSON_ALLOW_DUPLICATES)) {
-            ps->p = at;
-            fail(ps, "duplicate object key");
-            return -1;
-        }
-        skip_ws(ps);
-        if (ps->p >= ps->end || *ps->p != ':') {
-            fail(ps, "':' expected");
-            return -1;
-        }
-        ps->p++;
-        skip_ws(ps);
-        const char *v = ps->p;
-        if (parse_value(ps) == NULL)
-            return -1;
-        if (i >= 0) {
-            span[i].p = v;
-            span[i].n = (size_t)(ps->p - v);
-        }
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == '}') {
-            ps->p++;
-            return 0;
-        }
-        fail(ps, "'}' expected");
-        return -1;
-    }
+    parser_t ps = {.start = buf, .p = buf, .end = buf + len, .flags = flags, .err = err};
+    return parse_document(&ps);
 }
 
 int ig_json_scan(const char *buf, size_t len, int flags, const char *const *keys, int nkeys,
                  ig_json_span_t *span, json_error_t *err)
 {
-    parser_t ps = {.start = buf, .p = buf, .end = buf + len, .flags = flags, .skip = 1, .err = err};
-    if (err != NULL) {
-        memset(err, 0, sizeof(*err));
-        snprintf(err->source, sizeof(err->source), "<buffer>");
-    }
+    parser_t ps = {.start = buf,
+                   .p = buf,
+                   .end = buf + len,
+                   .flags = flags,
+                   .skip = 1,
+                   .keys = keys,
+                   .nkeys = nkeys,
+                   .span = span,
+                   .err = err};
     memset(span, 0, sizeof(*span) * (size_t)(nkeys > 0 ? nkeys : 0));
     skip_ws(&ps);
-    if (!(flags & IG_JSON_DECODE_ANY) && (ps.p >= ps.end || (*ps.p != '{' && *ps.p != '['))) {
-        fail(&ps, "'[' or '{' expected");
-        return -1;
-    }
     int object = ps.p < ps.end && *ps.p == '{';
-    if (object ? scan_members(&ps, keys, nkeys, span) != 0 : parse_value(&ps) == NULL)
-        return -1;
-    if (!(flags & IG_JSON_DISABLE_EOF_CHECK)) {
-        skip_ws(&ps);
-        if (ps.p < ps.end) {
-            fail(&ps, "end of file expected");
-            return -1;
-        }
-    }
-    return object;
+    return parse_document(&ps) == NULL ? -1 : object;
 }
+
