@@ -138,9 +138,9 @@ int ig__cpu_set_bf16_dot(int on);
 void ig__cpu_bf16_dot_rates(double *dot, double *fma);
 /* Whether a decode tile of the 16-bit widening path (one or two rows, a
  * stream of weights from DRAM) asks for its weights G16_PREFETCH ahead:
- * on Intel, whose prefetcher it helped (a Xeon VM), not on AMD, whose own
- * does better without (Zen 3, one-stream BF16 decode, 12 alternating pairs:
- * median 9.70 against 9.32 tok/s). IG_CPU_PREFETCH=1/0 forces it.
+ * on Intel, whose hardware prefetcher falls behind that stream, not on
+ * AMD, whose own does better alone (docs/engine.md, "Weights").
+ * IG_CPU_PREFETCH=1/0 forces it.
  * Process-wide. */
 int ig__cpu_stream_prefetch(void);
 /* The default takes vdpbf16ps when it does this many times the FMA's

@@ -49,11 +49,10 @@
 #define LINE_FLOATS 16 /* floats per 64-byte cache line */
 
 /* Software prefetch of the next slice of W, into L2 (locality 2), when m
- * spans at least two row tiles: measured single-threaded on the build
- * machine, 64 x 32000 x 288 went from 95-105 to 125-148 GFLOP/s and
- * 16 x 32000 x 288 from 50-115 to 135-140 (a kernel on a W in L1 reaches
- * 157, the FMA peak is 170); with one row tile the hardware prefetcher
- * streams W better on its own (m = 1: 28 GB/s). */
+ * spans at least two row tiles: without it a slice arrives in a burst that
+ * stalls the first tile (64 x 32000 x 288 on one thread: about 100 GFLOP/s
+ * without, 130 with, of an FMA peak of 170). With one row tile the
+ * hardware prefetcher streams W better on its own. */
 #define PF_MIN_TILES 2
 #define PF_LOCALITY 2
 

@@ -35,8 +35,8 @@
 #define G16_SUB 32 /* products summed from zero before joining y (see gemm.c) */
 #define G16_KC 256 /* k-block: an 16 KiB slice of a panel stays in L1 */
 /* How far ahead, in 16-bit elements (8 KiB), a one- or two-row tile of the
- * widening path prefetches the weights it streams (measured: 1 KiB too
- * short on a Xeon VM). */
+ * widening path prefetches the weights it streams, where it does
+ * (ig__cpu_stream_prefetch): 1 KiB ahead did not keep ahead of the stream. */
 #define G16_PREFETCH 4096
 
 #ifdef G16_X86
@@ -45,10 +45,9 @@
  * k-slice would wait on DRAM for the whole slice (16 KiB). Each tile asks
  * for its share (tile t of `tiles`) of the slice two ahead, into L2: slices
  * follow each other in memory, a panel's last one by the next panel's
- * first. Measured on the AMD EPYC, 1b shapes at 64 rows (engine-bench,
- * alternating): batch-64 decode 128 -> 141 tok/s on two threads. The
- * widening path (gemm16_tile.h) did not gain from it (69 vs 70 tok/s) and
- * goes without.
+ * first. The widening path (gemm16_tile.h) waits on its FMAs, not on the
+ * slice, gains nothing from this and goes without (docs/engine.md,
+ * "Weights").
  */
 static inline void g16_prefetch_share(const void *slice, size_t slice_bytes, int t, int tiles)
 {
@@ -136,9 +135,9 @@ IG__TARGET_BEGIN("avx2,fma,f16c")
 
 /*
  * AVX2 for many rows: the tile above (2 rows by a whole panel) spends one
- * widening per two multiply-adds, and on Zen 3 the widening (a zero-extend
- * and a shift per 8 weights) competes with the FMAs for the same pipes: 30
- * of the core's 45-50 GMAC/s. This one is G16W_MR rows by half a panel (16
+ * widening per two multiply-adds, and the widening (a zero-extend and a
+ * shift per 8 weights) competes with the FMAs for the same pipes: the tile
+ * reaches about two thirds of the core's FMA rate. This one is G16W_MR rows by half a panel (16
  * columns, 12 accumulators), so each widened weight serves 6 rows. BF16 is
  * widened in one instruction per 8 weights by interleaving zeros below it
  * (vpunpck{l,h}wd), which leaves columns 0-3 and 8-11 in one vector and

@@ -12,7 +12,7 @@
  * Why panels: on GGUF's row layout an output is one long dot product, and
  * every block's 16 lanes must be summed across the register (the previous
  * kernel's pairwise adds); that was fine at batch 1, where memory is the
- * limit, and 37 tok/s at batch 64 on the 1b preset. In panels the 16 lanes
+ * limit, but a third of BF16's speed at batch 64. In panels the 16 lanes
  * of a register are 16 outputs: one vpdpbusd multiplies a quad of 16
  * columns by one row's quad of x broadcast, and a tile of 4 rows by 2
  * panels keeps 8 integer and 8 float accumulators in registers, each weight
@@ -347,7 +347,7 @@ static inline __attribute__((always_inline)) void tile_avx2(const int mr, float 
  * tile above, so the same bits. Each weight quad, loaded and unbiased once,
  * serves 4 rows instead of 2, and the caller walks the blocks in chunks
  * across every row tile, so a chunk of the panel stays in L1 (a whole panel
- * of k = 2048 is 34 KiB, Zen 3's L1 32).
+ * of k = 2048 is 34 KiB, more than a 32 KiB L1).
  */
 #define Q8W_MR 4
 #define Q8W_CHUNK 16   /* blocks: 8.5 KiB of a panel */
@@ -437,10 +437,8 @@ IG__TARGET_END
 IG__TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
 /* No software prefetch: a tile's panels are sequential streams, which the
  * hardware prefetchers follow. Asking for 8 KiB ahead in the first row tile
- * (as the row layout's kernel did) cost a fifth at batch 1 here: six
- * alternations of 1b's shapes from DRAM on 2 threads, 30.6-38.6 GB/s
- * without, 21.5-28.6 with, 20.7-29.2 the row layout's kernel (both tiles
- * then 2 panels wide). */
+ * (as the row layout's kernel did) took about a fifth off the bandwidth
+ * at batch 1 (1b's shapes from DRAM on 2 threads, alternating runs). */
 /* Rows [a, a + mr) (mr <= 4) by np (1 to 4; 2 at most with mr > 1) panels,
  * 16 columns each: vpdpbusd multiplies the 16 columns' quads (w + 128, unsigned) by x's quad
  * broadcast (signed); each block's integer sum starts at -128 * sum q_x,
@@ -512,9 +510,8 @@ static void gemmq8_avx512(float *y, int ldy, const int8_t *xq, const float *xd, 
 {
     int nb = k / IG_Q8_0_BLOCK;
     size_t pstride = (size_t)nb * IG_Q8P_BLOCK_BYTES;
-    /* One row (decode): 4 panels a tile, 4 streams from memory (1b's shapes
-     * from DRAM on 2 threads, 14 alternations: faster in 9, medians 32.5
-     * against 31.6 GB/s with 2 panels: a small gain in this host's noise).
+    /* One row (decode): 4 panels a tile, 4 streams from memory (a small
+     * gain over 2 panels in alternating runs from DRAM, within the noise).
      * More rows: 2 panels, so that 4 rows' accumulators fit the registers. */
     int step = m == 1 ? 4 : 2;
     for (int c = n0; c < n1; c += step * IG_Q8P_NR) {

@@ -115,10 +115,11 @@ static atomic_int bf16_dot_now = -1;
  * which does 32 multiply-adds where an FMA does 16. Whether that is faster
  * than widening the weights and running FMAs depends on the core, not on
  * the flag. On an AMD Zen 4 the k-pair path was 1.5-1.8x faster at batch
- * 64; on an Intel Xeon (Emerald Rapids) vdpbf16ps issues at a quarter of
- * the FMA's rate, does half its multiply-adds a second, and the widening
- * path was 1.22x faster at batch 64 and 1.28x at prefill (the k-pair path
- * won batch 1, which waits on memory, by 1.14x). So the default is
+ * 64 (bench/results/bf16-dot.json); on an Intel Xeon (Emerald Rapids)
+ * vdpbf16ps issues at a quarter of the FMA's rate, does half its
+ * multiply-adds a second, and the widening path was 1.22x faster at
+ * batch 64 and 1.28x at prefill (the k-pair path won batch 1, which waits
+ * on memory, by 1.14x). So the default is
  * measured: 12 independent chains of each instruction, timed in
  * alternation, the best of DOT_ROUNDS; the k-pair path when vdpbf16ps does
  * at least IG_CPU_BF16_DOT_GAIN times the FMA's multiply-adds a second.
