@@ -8,7 +8,9 @@
 #
 # Release, CUDA for sm_90 (H100/H200) only, no -march=native (the lent
 # machine's CPU is not this one), no OpenBLAS. The binaries are stripped and
-# copied to DIR/bin with the shared libraries they need that a bare CUDA
+# copied to DIR/bin, with the CUDA backend module beside them
+# (libinfergate_cuda.so; docs/gpu.md, "The CUDA module"), and the shared
+# libraries they need that a bare CUDA
 # image lacks in DIR/lib (libuv, jansson, utf8proc, pcre2, cmocka, OpenSSL,
 # and libcudart of the toolkit they were built with); cuBLAS (570 MB) is
 # the machine's own. DIR/MANIFEST says what was built from which commit.
@@ -39,7 +41,7 @@ grep -q "OpenBLAS=OFF" "$BUILD/configure.log" || { echo "gpu-bundle: OpenBLAS st
 
 echo "== build: $BINS"
 # shellcheck disable=SC2086
-cmake --build "$BUILD" -j "$JOBS" --target $BINS
+cmake --build "$BUILD" -j "$JOBS" --target $BINS infergate_cuda
 
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/lib"
@@ -47,8 +49,10 @@ for b in $BINS; do
     cp "$BUILD/$b" "$DIR/bin/"
     strip --strip-unneeded "$DIR/bin/$b"
 done
+cp "$BUILD/libinfergate_cuda.so" "$DIR/bin/"
+strip --strip-unneeded "$DIR/bin/libinfergate_cuda.so"
 # shellcheck disable=SC2086
-for b in $BINS; do ldd "$BUILD/$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
+for b in $BINS libinfergate_cuda.so; do ldd "$BUILD/$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' |
     sort -u | grep -E "^($LIBS)" | while read -r name path; do
     cp -L "$path" "$DIR/lib/$name"
     strip --strip-unneeded "$DIR/lib/$name" 2>/dev/null || true
