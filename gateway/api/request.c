@@ -897,6 +897,7 @@ int ig_api_parse_chat(const char *body, size_t len, ig_api_request_t *req, ig_ap
 {
     return ig_api_parse(IG_API_CHAT, body, len, req, err);
 }
+
 /* The members ig_api_peek reads: parse_admission's, then the prompt. */
 static const char *const peek_keys[] = {
     "model", "max_tokens", "max_completion_tokens", "stream", "n", "best_of", "prompt", "messages",
