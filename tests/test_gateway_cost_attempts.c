@@ -52,7 +52,8 @@ static void serve(ig_proc_t *g, const ig_proc_t *s0, const ig_proc_t *s1, const 
 
 static double s0_spend(int port)
 {
-    double v = ig_gwf_metric(port, "infergate_cost_usd_total{upstream=\"s0\",model=\"m\",key=\"none\"} ");
+    double v = ig_gwf_metric(
+        port, "infergate_cost_usd_total{upstream=\"s0\",model=\"m\",key=\"none\"} ");
     return v < 0 ? 0 : v;
 }
 

@@ -952,8 +952,8 @@ static void answer_cost(exchange_t *x, attempt_t *a, double held, uint64_t now, 
 static void attempt_charge(attempt_t *a, ig_outcome_t outcome, const char *kind, uint64_t now)
 {
     exchange_t *x = a->x;
-    int taken = (a->status >= 200 && a->status < 300) ||
-                (a->status == 0 && (outcome == IG_OUTCOME_ABANDONED || strcmp(kind, "timeout") == 0));
+    int quiet = a->status == 0 && (outcome == IG_OUTCOME_ABANDONED || strcmp(kind, "timeout") == 0);
+    int taken = (a->status >= 200 && a->status < 300) || quiet;
     const ig_usage_meter_t *u = &x->usage;
     long long completion = x->committed != a ? 0 : u->completion >= 0 ? u->completion : u->events;
     double usd = ig_cost_attempt(&a->price, taken, x->prompt_tokens, completion,
