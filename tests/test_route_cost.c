@@ -80,6 +80,25 @@ static void test_meter_per_token_has_no_idle(void **state)
     near(ig_cost_meter_per_1m(&m, t0 + 11 * S), 0.0008 / 250 * 1e6);
 }
 
+/* Attempts that gave no answer: per token only when the upstream took the
+ * request in; per hour the held share whatever the outcome. */
+static void test_attempt(void **state)
+{
+    (void)state;
+    ig_price_t tok = {IG_PRICE_PER_TOKEN, 0, 0.5, 1.5};
+    /* a lost hedge: 1000 prompt tokens, nothing generated */
+    near(ig_cost_attempt(&tok, 1, 1000, 0, 0.3, 1), 0.0005);
+    /* a stream that broke after 20 tokens */
+    near(ig_cost_attempt(&tok, 1, 1000, 20, 0.3, 1), 0.0005 + 0.00003);
+    /* refused (429, 5xx) or never sent: free */
+    assert_true(ig_cost_attempt(&tok, 0, 1000, 0, 0.3, 1) == 0);
+    ig_price_t hour = {IG_PRICE_PER_HOUR, 3.6, 0, 0};
+    near(ig_cost_attempt(&hour, 0, 1000, 0, 2.0, 4), 0.0005);
+    near(ig_cost_attempt(&hour, 1, 1000, 0, 2.0, 4), 0.0005);
+    ig_price_t none = {IG_PRICE_NONE, 0, 0, 0};
+    assert_true(isnan(ig_cost_attempt(&none, 1, 10, 10, 1, 1)));
+}
+
 /* The cost objective: hourly capacity (already paid) first while it meets
  * the SLO, per-token endpoints by their tokens, the latency pick among
  * equals, and nothing when none meets the SLO. */
@@ -92,10 +111,15 @@ static void test_cost_pick(void **state)
                        {IG_PRICE_PER_TOKEN, 0, 0.2, 3.0}}; /* cloud B */
     double ttft[4] = {0.05, 0.12, 0.10, 0.04};
     unsigned char ex[4] = {0, 0, 0, 0};
-    /* both colos meet 150 ms and cost 0 more: the faster, unless the
-     * latency pick is the other */
-    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.150, 0), 2);
-    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.150, 1), 1);
+    /* both colos meet 150 ms and cost 0 more: the lower hourly price,
+     * whichever the latency pick is */
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.150, 0), 1);
+    assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.150, 2), 1);
+    /* of two at one hourly price, the latency pick, else the faster */
+    ig_price_t same[2] = {{IG_PRICE_PER_HOUR, 2.0, 0, 0}, {IG_PRICE_PER_HOUR, 2.0, 0, 0}};
+    double t2[2] = {0.12, 0.10};
+    assert_int_equal(ig_cost_pick(same, t2, NULL, 2, 100, 50, 0.150, 0), 0);
+    assert_int_equal(ig_cost_pick(same, t2, NULL, 2, 100, 50, 0.150, -1), 1);
     /* an SLO of 110 ms leaves colo 2 only; of 90 ms, the clouds: A costs
      * 100 x 0.5 + 50 x 1.5 = 125, B 100 x 0.2 + 50 x 3 = 170 (per 1M) */
     assert_int_equal(ig_cost_pick(p, ttft, ex, 4, 100, 50, 0.110, 3), 2);
@@ -117,6 +141,7 @@ int main(void)
         cmocka_unit_test(test_answer),
         cmocka_unit_test(test_meter_idle_and_per_1m),
         cmocka_unit_test(test_meter_per_token_has_no_idle),
+        cmocka_unit_test(test_attempt),
         cmocka_unit_test(test_cost_pick),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

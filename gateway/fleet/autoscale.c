@@ -195,3 +195,158 @@ ig_scale_decision_t ig_autoscaler_decide(ig_autoscaler_t *as, uint64_t now, int 
         d.reason = "steady";
     return d;
 }
+
+void ig_autoscaler_hold(ig_autoscaler_t *as, uint64_t now_ns, int desired)
+{
+    if (as->dn > 0) {
+        ig_autoscale_sample_t *last =
+            &as->desired[(as->dhead + as->dn - 1) % IG_AUTOSCALE_SAMPLES];
+        if (last->t_ns == now_ns) {
+            if (desired > last->load)
+                last->load = desired;
+            return;
+        }
+    }
+    ring_push(as->desired, &as->dhead, &as->dn, now_ns, desired);
+}
+
+/* ---- cheap capacity first ------------------------------------------------ */
+
+/* Pools of one model beyond these are left to their own decisions. */
+#define MAX_MEMBERS 64
+
+int ig_autoscale_cheaper(double a, double b)
+{
+    if (isnan(a))
+        return 0;
+    if (isnan(b))
+        return 1;
+    return a < b;
+}
+
+/* Instances whose capacity (target each) holds load, rounded up; a load
+ * within a millionth of a whole count is that count. */
+static int instances_for(double load, double target)
+{
+    return load > 1e-9 ? (int)ceil(load / target - 1e-9) : 0;
+}
+
+/* The growth the dear pools want is placed in cheaper pools first. */
+static void prefer_cheap_out(ig_autoscale_member_t *m, const int *idx, int n, double *absorbed,
+                             int *added)
+{
+    /* Cheapest giver first: a pool's own growth is settled before a
+     * dearer pool's load is placed in what it has beyond its own. */
+    for (int r = 1; r < n; r++) {
+        ig_autoscale_member_t *e = &m[idx[r]];
+        int grow = e->desired - added[idx[r]] - e->current;
+        if (grow <= 0)
+            continue;
+        double need = grow * e->target;
+        for (int q = 0; q < r && need > 1e-9; q++) {
+            ig_autoscale_member_t *c = &m[idx[q]];
+            if (!ig_autoscale_cheaper(c->rank, e->rank) || c->desired < c->current)
+                continue;
+            double spare = c->desired * c->target - c->load - absorbed[idx[q]];
+            if (spare > 1e-9) {
+                double t = fmin(spare, need);
+                absorbed[idx[q]] += t;
+                need -= t;
+            }
+            int room = c->hi - c->desired;
+            if (need <= 1e-9 || room <= 0)
+                continue;
+            int add = instances_for(need, c->target);
+            if (add > room)
+                add = room;
+            c->desired += add;
+            added[idx[q]] += add;
+            c->reason = "absorb";
+            double t = fmin(add * c->target, need);
+            absorbed[idx[q]] += t;
+            need -= t;
+        }
+        int keep = instances_for(need, e->target);
+        if (keep < grow) {
+            e->desired = e->current + keep + added[idx[r]];
+            e->limit = "cheaper_pool";
+        }
+    }
+}
+
+/* The shrink a cheap pool wants is taken from dearer pools first. */
+static void prefer_cheap_in(ig_autoscale_member_t *m, const int *idx, int n,
+                            const double *absorbed)
+{
+    for (int q = 0; q < n - 1; q++) {
+        ig_autoscale_member_t *c = &m[idx[q]];
+        if (c->desired >= c->current)
+            continue;
+        double budget = (c->current - c->desired) * c->target; /* capacity it would shed */
+        double carry = c->load;                                /* what it keeps carrying */
+        int swapped = 0;
+        for (int r = n - 1; r > q && budget > 1e-9; r--) {
+            ig_autoscale_member_t *e = &m[idx[r]];
+            if (!ig_autoscale_cheaper(c->rank, e->rank) || e->desired > e->current ||
+                absorbed[idx[r]] > 0)
+                continue;
+            int best = 0;
+            double best_moved = 0;
+            for (int k = 1; k <= e->desired - e->lo && k * e->target <= budget + 1e-9; k++) {
+                /* the load e could no longer carry goes to c */
+                double moved = fmax(0.0, e->load - (e->desired - k) * e->target);
+                if (instances_for(carry + moved, c->target) > c->current)
+                    break;
+                best = k;
+                best_moved = moved;
+            }
+            if (best == 0)
+                continue;
+            e->desired -= best;
+            e->reason = "dearest_first";
+            budget -= best * e->target;
+            carry += best_moved;
+            swapped = 1;
+        }
+        if (!swapped)
+            continue;
+        int keep = c->current - (int)floor(budget / c->target + 1e-9);
+        int need = instances_for(carry, c->target);
+        if (need > keep)
+            keep = need;
+        if (keep > c->current)
+            keep = c->current;
+        if (keep > c->desired) {
+            c->desired = keep;
+            c->limit = "dearer_pool";
+        }
+    }
+}
+
+void ig_autoscale_prefer_cheap(ig_autoscale_member_t *m, int n)
+{
+    for (int i = 0; i < n; i++) {
+        m[i].reason = NULL;
+        m[i].limit = NULL;
+    }
+    if (n < 2 || n > MAX_MEMBERS)
+        return;
+    /* Cheapest first; equal ranks keep their order. */
+    int idx[MAX_MEMBERS];
+    for (int i = 0; i < n; i++) {
+        int j = i;
+        while (j > 0 && ig_autoscale_cheaper(m[i].rank, m[idx[j - 1]].rank)) {
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        idx[j] = i;
+    }
+    double absorbed[MAX_MEMBERS] = {0}; /* dearer pools' load placed in each */
+    int added[MAX_MEMBERS] = {0};       /* instances each gained for it */
+    for (int i = 0; i < n; i++) {
+        if (m[i].target <= 0)
+            m[i].target = 1;
+    }
+    prefer_cheap_out(m, idx, n, absorbed, added);
+    prefer_cheap_in(m, idx, n, absorbed);
+}

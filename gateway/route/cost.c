@@ -24,6 +24,14 @@ double ig_cost_answer(const ig_price_t *p, long long prompt, long long completio
     }
 }
 
+double ig_cost_attempt(const ig_price_t *p, int taken, long long prompt, long long completion,
+                       double held_s, double concurrency)
+{
+    if (p->kind == IG_PRICE_PER_TOKEN && !taken)
+        return 0;
+    return ig_cost_answer(p, prompt, completion, held_s, concurrency);
+}
+
 double ig_cost_marginal(const ig_price_t *p, int prompt_tokens, int output_tokens)
 {
     if (p->kind != IG_PRICE_PER_TOKEN)
@@ -45,6 +53,15 @@ int ig_cost_pick(const ig_price_t *prices, const double *ttft, const unsigned ch
         /* a cost within a part in a million is a tie */
         int cheaper = best < 0 || c < best_cost * (1 - 1e-6) - 1e-15;
         int tie = best >= 0 && !cheaper && c <= best_cost * (1 + 1e-6) + 1e-15;
+        /* Of two paid by the hour, the lower hourly price: its answers are
+         * charged less, and the dearer one idles, so that the autoscaler
+         * sheds it first (docs/autoscale.md). */
+        int hourly = tie && prices[i].kind == IG_PRICE_PER_HOUR &&
+                     prices[best].kind == IG_PRICE_PER_HOUR;
+        if (hourly && prices[i].per_hour != prices[best].per_hour) {
+            cheaper = prices[i].per_hour < prices[best].per_hour;
+            tie = 0;
+        }
         if (cheaper || (tie && (i == preferred || (best != preferred && ttft[i] < ttft[best])))) {
             best = i;
             best_cost = c;

@@ -118,6 +118,7 @@ struct exchange_s {
     char last_retry_after[32];
     int client_paused;
     ig_usage_meter_t usage; /* the answer's tokens, for the region counters */
+    double spent;           /* USD of its attempts that gave no answer (hedges, failures) */
 };
 
 typedef struct {
@@ -429,11 +430,15 @@ static void observe_ttft(ig_proxy_t *px, const exchange_t *x)
     px->ttft_count++;
 }
 
+static void attempt_charge(attempt_t *a, ig_outcome_t outcome, const char *kind, uint64_t now);
+
 /* Ends an attempt's bookkeeping with the router (once). */
 static void attempt_account(attempt_t *a, ig_outcome_t outcome, const char *kind)
 {
     ig_proxy_t *px = a->x->px;
     uint64_t now = uv_hrtime();
+    if (outcome != IG_OUTCOME_SUCCESS)
+        attempt_charge(a, outcome, kind, now); /* an answer is charged by answer_cost */
     uint64_t until_before = a->route->ejected_until_ns;
     uint64_t changes_before = a->route->limit_changes;
     ig_router_attempt_end(&px->router, a->route, outcome, a->trial, now);
@@ -915,6 +920,14 @@ void ig_proxy_on_cost(ig_proxy_t *px, ig_proxy_cost_cb cb, void *data)
  * metered on the upstream and reported to the gateway. Written as
  * "x-infergate-cost: USD" (or "unknown") into buf.
  */
+/* It shared the upstream with the others in flight when it began, and at
+ * least C share it when fewer: its part of the paid time. */
+static double attempt_sharers(const attempt_t *a)
+{
+    double conc = a->route->slots > 0 ? a->route->slots : ig_router_concurrency(a->route);
+    return a->rif + 1 > conc ? a->rif + 1 : conc;
+}
+
 static void answer_cost(exchange_t *x, attempt_t *a, double held, uint64_t now, char *buf,
                         size_t cap)
 {
@@ -922,19 +935,35 @@ static void answer_cost(exchange_t *x, attempt_t *a, double held, uint64_t now, 
     long long prompt = u->prompt >= 0 ? u->prompt : x->prompt_tokens;
     long long completion = u->completion >= 0 ? u->completion : u->events;
     ig_router_upstream_t *r = a->route;
-    /* It shared the upstream with the others in flight when it began, and
-     * at least C share it when fewer: its part of the paid time. */
-    double conc = r->slots > 0 ? r->slots : ig_router_concurrency(r);
-    if (a->rif + 1 > conc)
-        conc = a->rif + 1;
-    double usd = ig_cost_answer(&a->price, prompt, completion, held, conc);
+    double usd = ig_cost_answer(&a->price, prompt, completion, held, attempt_sharers(a));
     ig_cost_meter_answer(&r->cost, usd, completion, now);
     if (x->px->on_cost != NULL)
         x->px->on_cost(x->px->on_cost_data, x->req, r->name, x->model, usd);
-    if (isnan(usd))
+    /* The request's cost: its answer and the attempts that gave none. */
+    if (isnan(usd) && x->spent == 0)
         snprintf(buf, cap, "unknown");
     else
-        snprintf(buf, cap, "%.6g", usd);
+        snprintf(buf, cap, "%.6g", (isnan(usd) ? 0 : usd) + x->spent);
+}
+
+/* An attempt ended without giving the answer (docs/routing.md, "Cost per
+ * answer"): what it cost is charged to its upstream and the request's key,
+ * and counts in the answer's x-infergate-cost. */
+static void attempt_charge(attempt_t *a, ig_outcome_t outcome, const char *kind, uint64_t now)
+{
+    exchange_t *x = a->x;
+    int quiet = a->status == 0 && (outcome == IG_OUTCOME_ABANDONED || strcmp(kind, "timeout") == 0);
+    int taken = (a->status >= 200 && a->status < 300) || quiet;
+    const ig_usage_meter_t *u = &x->usage;
+    long long completion = x->committed != a ? 0 : u->completion >= 0 ? u->completion : u->events;
+    double usd = ig_cost_attempt(&a->price, taken, x->prompt_tokens, completion,
+                                 (double)(now - a->start_ns) / 1e9, attempt_sharers(a));
+    if (!(usd > 0))
+        return;
+    ig_cost_meter_answer(&a->route->cost, usd, completion, now);
+    x->spent += usd;
+    if (x->px->on_cost != NULL)
+        x->px->on_cost(x->px->on_cost_data, x->req, a->route->name, x->model, usd);
 }
 
 static void on_up_done(ig_upstream_req_t *r, int err, void *data)

@@ -244,6 +244,12 @@ ig_price_t ig__gateway_price_of(const ig_gateway_t *gw, const char *name, int is
     return none;
 }
 
+/* The scaler's view of a pool's price (the config in force). */
+static ig_price_t scaler_price(void *data, const ig_pool_t *pool)
+{
+    return ig__gateway_price_of(data, ig_pool_name(pool), 0);
+}
+
 static int targets_of(ig_gateway_t *gw, const char *key, ig_proxy_target_t *out, int max,
                       int *starting, int note)
 {
@@ -700,6 +706,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
 
     if ((rc = ig_scaler_start(&gw->scaler, loop, gw->proxy, (int)cfg->npools)) != 0)
         goto fail;
+    ig_scaler_on_price(gw->scaler, scaler_price, gw);
 
     ig_upstream_opts_t uo;
     ig__gateway_upstream_opts(cfg, &uo);

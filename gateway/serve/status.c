@@ -286,6 +286,11 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
                       counts, "devices", status_devices(pool), "instances", insts, "autoscale",
                       status_autoscale(ig_scaler_params(gw->scaler, pool)), "decisions",
                       status_decisions(gw->scaler, pool)));
+        /* What the autoscaler ranks the pool's capacity by (docs/autoscale.md). */
+        double per_1m = gw->scaler ? ig_scaler_cost_per_1m(gw->scaler, pool) : NAN;
+        json_object_set_new(json_array_get(pools, json_array_size(pools) - 1),
+                            "capacity_cost_per_1m_output_tokens",
+                            isnan(per_1m) ? json_null() : json_real(per_1m));
     }
     json_t *sites = json_array();
     for (int s = 0; s < gw->nsites; s++) {

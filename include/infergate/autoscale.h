@@ -108,4 +108,59 @@ ig_scale_decision_t ig_autoscaler_decide(ig_autoscaler_t *as, uint64_t now_ns, i
 
 const char *ig_scale_direction_name(ig_scale_direction_t d);
 
+/*
+ * Remembers that the pool was given `desired` instances at now although
+ * its own want was lower (it grows for a dearer pool's load, or keeps
+ * what it would have shed so that a dearer pool sheds instead): the
+ * scale-down delay then holds those instances as if the pool had wanted
+ * them itself.
+ */
+void ig_autoscaler_hold(ig_autoscaler_t *as, uint64_t now_ns, int desired);
+
+/* ---- cheap capacity first (docs/autoscale.md, "Cheap capacity first") ----
+ *
+ * The pools of one model, after each one's own decision: the growth a
+ * dear pool wants goes to cheaper pools that can absorb it, and the
+ * shrink a cheap pool wants is taken from dearer pools first. */
+typedef struct {
+    double rank;  /* what its capacity costs, lower is cheaper (USD per 1M
+                     output tokens, or per hour; docs/autoscale.md); NAN:
+                     unknown, after every known one */
+    double target; /* the load one instance takes (target_queue_depth) */
+    double load;   /* the load its own decision wanted instances for */
+    int current;   /* instances live (starting, ready, in backoff) */
+    int lo;        /* the fewest it may have after this decision (its
+                      min_instances, the scale-down rate; current in panic) */
+    int hi;        /* the most it may have now (max_instances, and the
+                      devices available) */
+    int desired;   /* in: its own decision; out: the model's */
+    const char *reason; /* out, static: NULL when its own decision stands;
+                           "absorb" (it grows for a dearer pool's load),
+                           "dearest_first" (it sheds for a cheaper pool) */
+    const char *limit;  /* out, static: NULL, or "cheaper_pool" (its growth
+                           went to a cheaper pool), "dearer_pool" (a dearer
+                           pool shed instead of it) */
+} ig_autoscale_member_t;
+
+/* 1 when a's capacity is strictly cheaper than b's (an unknown rank is
+ * dearer than every known one; two unknowns tie). */
+int ig_autoscale_cheaper(double a, double b);
+
+/*
+ * Moves scale decisions between the n pools of one model:
+ *  - out: a pool that wants to grow by k instances needs k x target of
+ *    load placed; cheaper pools that are not shrinking take it first, in
+ *    order of cost, into the capacity they have beyond their own load and
+ *    then into new instances up to their hi; the pool keeps only the
+ *    growth for what none of them absorbs. The dearest pool gives first.
+ *  - in: when a pool wants to shed instances, dearer pools that can shed
+ *    (above their lo, not growing) shed instead, the dearest first, as
+ *    long as the load they would no longer carry fits in the capacity the
+ *    cheap pool keeps; the cheap pool then keeps what that load needs.
+ * Pools of equal rank never trade. Pure: desired, reason and limit are
+ * written; the caller acts and calls ig_autoscaler_hold for a pool whose
+ * desired rose above its own.
+ */
+void ig_autoscale_prefer_cheap(ig_autoscale_member_t *m, int n);
+
 #endif

@@ -33,6 +33,18 @@ typedef struct {
 double ig_cost_answer(const ig_price_t *p, long long prompt, long long completion, double held_s,
                       double concurrency);
 
+/*
+ * The cost in USD of an attempt that did not give the answer: a hedge that
+ * lost, an attempt that failed and was retried or answered with an error,
+ * a stream that broke. Per hour: its share of the capacity, as an answer's
+ * (ig_cost_answer). Per token: its prompt and the completion tokens it
+ * sent when the upstream took the request in (`taken`: it answered 2xx, or
+ * it was cancelled or timed out while it had the request), else 0 (it
+ * refused it with a status, or never got it). NAN when unpriced.
+ */
+double ig_cost_attempt(const ig_price_t *p, int taken, long long prompt, long long completion,
+                       double held_s, double concurrency);
+
 /* What one more request of prompt_tokens that generates about output_tokens
  * costs on an upstream with price p, beyond what is paid anyway: 0 for
  * capacity paid by the hour (and for unpriced), its tokens per token. */

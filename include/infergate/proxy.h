@@ -110,9 +110,11 @@ typedef struct {
 /* Takes over the request: the proxy finishes it. call's strings are copied. */
 void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *call);
 
-/* Called once per answered request with the cost of its answer in USD
- * (NAN when the upstream is unpriced): req (NULL when the client went
- * away), the upstream's name and the model. */
+/* Called with each charge in USD, the upstream's name and the model: once
+ * per answered request with its answer's cost (NAN when the upstream is
+ * unpriced), and once per attempt that gave no answer but cost something (a
+ * hedge that lost, a failed or retried attempt, a broken stream;
+ * ig_cost_attempt). req is NULL when the client went away. */
 typedef void (*ig_proxy_cost_cb)(void *data, ig_http_req_t *req, const char *upstream,
                                  const char *model, double usd);
 void ig_proxy_on_cost(ig_proxy_t *px, ig_proxy_cost_cb cb, void *data);

@@ -14,6 +14,7 @@
  */
 
 #include "infergate/autoscale.h"
+#include "infergate/cost.h"
 #include "infergate/pool.h"
 #include "infergate/proxy.h"
 
@@ -40,6 +41,20 @@ typedef struct {
  */
 int ig_scaler_start(ig_scaler_t **out, uv_loop_t *loop, ig_proxy_t *proxy, int max_pools);
 
+/*
+ * Where the scaler learns a pool's price (docs/autoscale.md, "Cheap
+ * capacity first"): asked at each decision, so a reload's prices apply at
+ * once. Without it, or for IG_PRICE_NONE, a pool's cost is unknown. The
+ * gateway sets it from its config.
+ */
+typedef ig_price_t (*ig_scaler_price_cb)(void *data, const ig_pool_t *pool);
+void ig_scaler_on_price(ig_scaler_t *sc, ig_scaler_price_cb cb, void *data);
+
+/* What a pool's capacity costs as the scaler ranks it: USD per 1M output
+ * tokens, or NAN when unknown (unpriced, or per hour with no throughput
+ * measured yet). */
+double ig_scaler_cost_per_1m(const ig_scaler_t *sc, const ig_pool_t *pool);
+
 /* Puts a started pool under the scaler, with its policy (copied).
  * The table grows past max_pools when needed. 0 or IG_ENOMEM. */
 int ig_scaler_add(ig_scaler_t *sc, ig_pool_t *pool, const ig_autoscale_params_t *params);
@@ -64,7 +79,10 @@ void ig_scaler_pool_event(ig_scaler_t *sc, ig_pool_t *pool, ig_instance_t *inst)
  * held), else 0. */
 int ig_scaler_request(ig_scaler_t *sc, ig_pool_t *pool, uint64_t now_ns);
 
-/* The pool's load now: in flight on its instances plus held by the proxy. */
+/* The pool's load now: in flight on its instances, plus the requests the
+ * proxy holds for its model when it is the pool that should absorb them
+ * (of a model's pools, the cheapest that can still grow; the only one when
+ * the model has one). */
 double ig_scaler_load(const ig_scaler_t *sc, ig_pool_t *pool);
 
 /* For GET /status: the instances the policy wants, its parameters, and the
