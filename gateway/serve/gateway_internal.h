@@ -75,14 +75,49 @@ extern const size_t ig__status_page_len;
 void ig__status_history_start(ig_gateway_t *gw);
 void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data);
 
+/* ---- targets.c: the upstreams of a routing key ---- */
+
 /* 1 when the model is served by a pool or named by a site. */
 int ig__gateway_model_known(ig_gateway_t *gw, const char *model);
 /* The price of a pool's instances or of a site, by its name in the config
  * (IG_PRICE_NONE when it has none). */
 ig_price_t ig__gateway_price_of(const ig_gateway_t *gw, const char *name, int is_site);
+/* Up to max upstreams of the routing key (a model, or model@version) into
+ * out; *starting: 1 when one of them is on its way up. note: a request (the
+ * scaler counts it, and a pool scaled to zero wakes up); 0 for a look. */
+int ig__gateway_targets(ig_gateway_t *gw, const char *key, ig_proxy_target_t *out, int max,
+                        int *starting, int note);
+/* ig__gateway_targets for a request, as the proxy's ig_proxy_resolve_cb
+ * (data: the gateway). */
+int ig__gateway_resolve(void *data, const char *model, ig_proxy_target_t *out, int max,
+                        int *starting);
+
+/* ---- versions.c: model versions (a rollout) ---- */
+
+/* The version of the model a routed pool serves (NULL: the model has none). */
+const char *ig__gateway_pool_version(const ig_gateway_t *gw, const ig_pool_t *pool);
+/* A routing key is the model's name, or "name@version" for a model with
+ * versions: writes the name into buf and returns the version, or NULL. */
+const char *ig__gateway_split_key(const ig_gateway_t *gw, const char *key, char *buf, size_t cap);
+/* The routing key of a request for model into key: the name, or
+ * "name@version" of the version it pins (x-infergate-model-version) or of
+ * one drawn by weight; *version is that version (borrowed) or NULL. 0, or
+ * -1 with a 404 in e when the pinned version is not served. */
+int ig__gateway_route_key(ig_gateway_t *gw, ig_http_req_t *req, const char *model, char *key,
+                          size_t cap, const char **version, ig_api_error_t *e);
+
+/* ---- spend.c: what answers cost ---- */
+
+/* Registers the cost metric families (once). */
+void ig__gateway_cost_metrics_register(void);
+/* The proxy's report of one answer's cost, as its ig_proxy_cost_cb. */
+void ig__gateway_on_cost(void *data, ig_http_req_t *req, const char *upstream, const char *model,
+                         double usd);
 /* Idle paid capacity and cost per 1M tokens of every upstream, each status
  * tick (docs/routing.md, "Cost per answer"). */
 void ig__gateway_cost_tick(ig_gateway_t *gw);
+
+/* ---- gateway.c: composition ---- */
 
 /* What the config asks of the proxy, the upstream clients and the
  * autoscaler (shared by the start and a reload). */
