@@ -8,27 +8,18 @@
  */
 #include "gateway_internal.h"
 #include "infergate/gguf.h"
-#include "infergate/api.h"
 #include "infergate/cli.h"
 #include "infergate/devices.h"
 #include "infergate/engine.h" /* ig_engine_kv_dtype_name */
 #include "infergate/error.h"
-#include "infergate/keys.h"
-#include "infergate/kv_feed.h"
 #include "infergate/log.h"
-#include "infergate/prefix.h"
 #include "infergate/tls.h"
 
 #include <ctype.h>
-#include <jansson.h>
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
-#include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 /* ---- model files ------------------------------------------------------- */
@@ -73,12 +64,14 @@ int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errle
     return ensure_model(m, err, errlen);
 }
 
+static int routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool);
+
 static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
 {
     ig_gateway_t *gw = data;
     /* A pool a reload is starting or retiring shares its name with the one
      * that routes: only the routed one publishes its instances. */
-    if (!ig__gateway_routes_pool(gw, pool))
+    if (!routes_pool(gw, pool))
         return;
     publish_instances(gw, pool);
     if (gw->scaler != NULL)
@@ -94,7 +87,7 @@ static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
 
 /* ---- what the config asks of the proxy, the pools and the sites -------- */
 
-void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
+static void proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
 {
     ig_proxy_opts_default(po);
     po->router.policy = cfg->routing.policy;
@@ -131,7 +124,7 @@ void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
     }
 }
 
-void ig__gateway_upstream_opts(const ig_config_t *cfg, ig_upstream_opts_t *uo)
+static void upstream_opts(const ig_config_t *cfg, ig_upstream_opts_t *uo)
 {
     ig_upstream_opts_default(uo);
     if (cfg->routing.connect_timeout_ms)
@@ -165,7 +158,7 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     const ig_config_model_t *m = &cfg->models[cp->model_index];
     int cpu_share = ig_devices_cpu_share(cfg, sysconf(_SC_NPROCESSORS_ONLN));
     ig_upstream_opts_t uo;
-    ig__gateway_upstream_opts(cfg, &uo);
+    upstream_opts(cfg, &uo);
     const char *devices[64];
     int nd = 0;
     for (size_t d = 0; d < cp->ndevices && nd < 64; d++)
@@ -213,7 +206,8 @@ int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, i
     return 0;
 }
 
-int ig__gateway_routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool)
+/* 1 when the pool is one of gw->pools (routed). */
+static int routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool)
 {
     for (int p = 0; p < gw->npools; p++) {
         if (gw->pools[p] == pool)
@@ -242,7 +236,7 @@ static void gateway_free(ig_gateway_t *gw)
  * routed by the prefixes of its token-id prompts only (their hashes need
  * only the block size), with a warning. One already in gw->pmodels for the same path and
  * block size is moved over rather than read again. */
-void ig__gateway_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
+static void prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
 {
     gw_prefix_model_t *old = gw->pmodels;
     int nold = gw->npmodels;
@@ -287,9 +281,29 @@ void ig__gateway_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
 }
 
 
-int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_site_t *cs,
-                           const ig_upstream_opts_t *uo, ig_site_t **out, char *err, size_t errlen)
+void ig__gateway_set_config(ig_gateway_t *gw, const ig_config_t *cfg)
 {
+    if (gw->proxy != NULL) {
+        ig_proxy_opts_t po;
+        proxy_opts(cfg, &po);
+        ig_proxy_set_opts(gw->proxy, &po);
+    }
+    /* Sanitised: the region goes into a header. */
+    size_t k = 0;
+    for (const char *r = cfg->region; r && *r && k + 1 < sizeof(gw->region); r++) {
+        if (isalnum((unsigned char)*r) || *r == '-' || *r == '_' || *r == '.')
+            gw->region[k++] = *r;
+    }
+    gw->region[k] = '\0';
+    gw->cfg = cfg;
+    prefix_models(gw, cfg);
+}
+
+int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_t *cfg, const ig_config_site_t *cs,
+                           ig_site_t **out, char *err, size_t errlen)
+{
+    ig_upstream_opts_t uo;
+    upstream_opts(cfg, &uo);
     ig_site_spec_t ss;
     memset(&ss, 0, sizeof(ss));
     ss.name = cs->name;
@@ -299,7 +313,7 @@ int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_site_t *cs,
     ss.nmodels = (int)cs->nmodels;
     ss.router = ig_proxy_router(gw->proxy);
     /* Its own TLS context and credentials (docs/security.md). */
-    ig_upstream_opts_t so = *uo;
+    ig_upstream_opts_t so = uo;
     ig_tls_ctx_t *tls = NULL;
     char auth[1024];
     int rc;
@@ -336,13 +350,6 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     gw->loop = loop;
     gw->cfg = cfg;
     gw->exe = strdup(exe);
-    size_t k = 0;
-    for (const char *r = cfg->region; r && *r && k + 1 < sizeof(gw->region); r++) {
-        if (isalnum((unsigned char)*r) || *r == '-' || *r == '_' || *r == '.')
-            gw->region[k++] = *r;
-    }
-    gw->region[k] = '\0';
-    ig__reload_metrics_init();
     gw->m_instances = ig_metrics_gauge("infergate_pool_instances",
                                        "Instances of each pool by state.", "pool,state");
     gw->pools = calloc(cfg->npools ? cfg->npools : 1, sizeof(ig_pool_t *));
@@ -368,10 +375,10 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
             goto fail;
     }
 
-    ig__gateway_prefix_models(gw, cfg);
+    ig__gateway_set_config(gw, cfg);
 
     ig_proxy_opts_t po;
-    ig__gateway_proxy_opts(cfg, &po);
+    proxy_opts(cfg, &po);
     if ((rc = ig_proxy_start(&gw->proxy, loop, &po, ig__gateway_resolve, gw)) != 0)
         goto fail;
     ig__gateway_cost_metrics_register();
@@ -379,9 +386,6 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
 
     if ((rc = ig_scaler_start(&gw->scaler, loop, gw->proxy, (int)cfg->npools)) != 0)
         goto fail;
-
-    ig_upstream_opts_t uo;
-    ig__gateway_upstream_opts(cfg, &uo);
 
     for (size_t i = 0; i < cfg->npools; i++) {
         if ((rc = ig__gateway_pool_start(gw, cfg, i, &gw->pools[gw->npools], err, errlen)) != 0)
@@ -394,12 +398,13 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
         gw->npools++;
     }
     for (size_t i = 0; i < cfg->nsites; i++) {
-        if ((rc = ig__gateway_site_start(gw, &cfg->sites[i], &uo, &gw->sites[gw->nsites], err,
+        if ((rc = ig__gateway_site_start(gw, cfg, &cfg->sites[i], &gw->sites[gw->nsites], err,
                                          errlen)) != 0)
             goto fail_started;
         gw->nsites++;
     }
-    ig__status_history_start(gw);
+    if ((rc = ig__status_history_start(gw)) != 0)
+        goto fail_started;
     *out = gw;
     return 0;
 fail_started:
@@ -432,9 +437,11 @@ void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data
     gw->close_cb = cb;
     gw->close_data = data;
     gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL) + 1;
-    gw->pending_closes += ig__reload_pending(gw);
+    const ig__gateway_part_t *reload = gw->reload_part;
+    gw->pending_closes += reload != NULL ? reload->pending(gw) : 0;
     ig__status_history_close(gw, on_part_closed, gw);
-    ig__reload_close(gw, grace_ms, on_part_closed, gw);
+    if (reload != NULL)
+        reload->close(gw, grace_ms, on_part_closed, gw);
     if (gw->scaler != NULL) {
         ig_scaler_t *sc = gw->scaler;
         gw->scaler = NULL; /* pool events from here on start nothing */
