@@ -966,6 +966,29 @@ static void attempt_charge(attempt_t *a, ig_outcome_t outcome, const char *kind,
         x->px->on_cost(x->px->on_cost_data, x->req, a->route->name, x->model, usd);
 }
 
+/* The end of a stream that was going to the client: its cost as a comment
+ * event after it, or an SSE error when it broke midway. */
+static void stream_done(attempt_t *a, int err, double held, uint64_t now)
+{
+    exchange_t *x = a->x;
+    if (err == 0) {
+        attempt_account(a, IG_OUTCOME_SUCCESS, "");
+        ig_router_observe_done(&x->px->router, a->route, a->rif, held, now);
+        /* The cost is known only now: a comment event after the stream,
+         * which SSE parsers skip (docs/routing.md). */
+        char cost[48], line[80];
+        answer_cost(x, a, held, now, cost, sizeof(cost));
+        int n = snprintf(line, sizeof(line), ": x-infergate-cost: %s\n\n", cost);
+        client_stream_write(x, line, (size_t)n);
+        client_stream_end(x);
+    } else {
+        attempt_account(a, IG_OUTCOME_FAILURE, "broken_stream");
+        IG_WARN("upstream %s broke a stream midway: %s", a->route->name, ig_strerror(err));
+        sse_error(x, "upstream %s failed mid-stream: %s", a->route->name, ig_strerror(err));
+    }
+    exchange_done(x);
+}
+
 static void on_up_done(ig_upstream_req_t *r, int err, void *data)
 {
     attempt_t *a = data;
@@ -977,23 +1000,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
     double held = (double)(now - a->start_ns) / 1e9;
 
     if (x->committed == a) {
-        /* A stream that was going to the client. */
-        if (err == 0) {
-            attempt_account(a, IG_OUTCOME_SUCCESS, "");
-            ig_router_observe_done(&px->router, a->route, a->rif, held, now);
-            /* The cost is known only now: a comment event after the
-             * stream, which SSE parsers skip (docs/routing.md). */
-            char cost[48], line[80];
-            answer_cost(x, a, held, now, cost, sizeof(cost));
-            int n = snprintf(line, sizeof(line), ": x-infergate-cost: %s\n\n", cost);
-            client_stream_write(x, line, (size_t)n);
-            client_stream_end(x);
-        } else {
-            attempt_account(a, IG_OUTCOME_FAILURE, "broken_stream");
-            IG_WARN("upstream %s broke a stream midway: %s", a->route->name, ig_strerror(err));
-            sse_error(x, "upstream %s failed mid-stream: %s", a->route->name, ig_strerror(err));
-        }
-        exchange_done(x);
+        stream_done(a, err, held, now);
         return;
     }
     if (x->state != X_TRYING) {
@@ -1177,109 +1184,168 @@ static double cost_objective(ig_proxy_t *px, exchange_t *x, const ig_proxy_targe
     return ig_cost_marginal(&prices[d->chosen], x->prompt_tokens, x->output_tokens);
 }
 
-/*
- * Picks an upstream and starts an attempt. When every candidate is
- * saturated the exchange is queued; when none is eligible it fails (or is
- * held while an instance starts).
- */
-static void attempt_start(exchange_t *x, int hedge)
-{
-    ig_proxy_t *px = x->px;
+/* What one pick saw and chose: the upstreams of the request's model, how
+ * they stand (ig_admit_mark), and the router's decision. */
+typedef struct {
     ig_proxy_target_t targets[MAX_TARGETS];
     ig_router_upstream_t *states[MAX_TARGETS];
     unsigned char exclude[MAX_TARGETS];
-    int starting = 0;
-    int n = px->resolve(px->resolve_data, x->model, targets, MAX_TARGETS, &starting);
-    uint64_t now = uv_hrtime();
-    unsigned char tried[MAX_TARGETS];
+    int n;
+    uint64_t now; /* when it was made */
+    int starting; /* an instance is on its way up */
+    int lacking;  /* upstreams that lack the request's endpoint */
     ig_admit_view_t view;
-    int lacking = 0;
+    ig_route_decision_t d;
+    double marginal;   /* the cost objective's marginal cost (NAN: not used) */
+    int cached;        /* prompt tokens the chosen upstream holds */
+    int cached_runner; /* and the runner-up */
+} pick_t;
+
+/* Resolves the request's upstreams and picks one: 0 with the decision in
+ * p->d, or IG_ENOUPSTREAM when none may take it now. */
+static int pick(exchange_t *x, pick_t *p)
+{
+    ig_proxy_t *px = x->px;
+    unsigned char tried[MAX_TARGETS];
+    p->starting = 0;
+    p->lacking = 0;
+    p->marginal = NAN;
+    int n = px->resolve(px->resolve_data, x->model, p->targets, MAX_TARGETS, &p->starting);
+    uint64_t now = uv_hrtime();
+    p->now = now;
     if (x->local_only) {
         int k = 0;
         for (int i = 0; i < n; i++) {
-            if (!targets[i].is_site)
-                targets[k++] = targets[i];
+            if (!p->targets[i].is_site)
+                p->targets[k++] = p->targets[i];
         }
         n = k;
     }
+    p->n = n;
     for (int i = 0; i < n; i++) {
-        states[i] = targets[i].route;
+        p->states[i] = p->targets[i].route;
         /* One that lacks the endpoint counts as tried: never picked. */
-        int l = lacks(states[i], x->endpoint, now);
-        tried[i] = (unsigned char)(was_tried(x, states[i]) || l);
-        lacking += l;
+        int l = lacks(p->states[i], x->endpoint, now);
+        tried[i] = (unsigned char)(was_tried(x, p->states[i]) || l);
+        p->lacking += l;
     }
-    ig_admit_mark(&px->router, states, n, tried, px->opts.max_inflight, now, exclude, &view);
-    ig_route_decision_t d;
-    ig_prefix_route_score(px->prefix_index, states, n, &x->prefix);
-    int rc = n > 0 ? ig_router_pick(&px->router, states, n, x->prompt_tokens, exclude, now, &d)
+    ig_admit_mark(&px->router, p->states, n, tried, px->opts.max_inflight, now, p->exclude,
+                  &p->view);
+    ig_prefix_route_score(px->prefix_index, p->states, n, &x->prefix);
+    int rc = n > 0 ? ig_router_pick(&px->router, p->states, n, x->prompt_tokens, p->exclude, now,
+                                    &p->d)
                    : IG_ENOUPSTREAM;
-    double marginal = NAN;
     if (rc == 0 && px->opts.objective_cost)
-        marginal = cost_objective(px, x, targets, states, exclude, n, now, &d);
-    int cached = rc == 0 ? states[d.chosen]->cached_tokens : 0;
-    int cached_runner = rc == 0 && d.runner_up >= 0 ? states[d.runner_up]->cached_tokens : 0;
+        p->marginal = cost_objective(px, x, p->targets, p->states, p->exclude, n, now, &p->d);
+    p->cached = rc == 0 ? p->states[p->d.chosen]->cached_tokens : 0;
+    p->cached_runner =
+        rc == 0 && p->d.runner_up >= 0 ? p->states[p->d.runner_up]->cached_tokens : 0;
     for (int i = 0; i < n; i++)
-        states[i]->cached_tokens = 0; /* this request's view only */
-    if (rc != 0) {
-        if (hedge)
-            return; /* no second upstream to hedge on */
-        ig_admit_verdict_t v = ig_admit_unplaced(&view, x->ntried > 0 && x->last_status != 0,
-                                                 x->last_err != 0 || x->last_status != 0, starting);
-        if (v == IG_ADMIT_LAST_FAILURE) {
-            /* Every upstream was tried: answer with the last failure. */
-            x->retries = px->router.opts.max_retries;
-            attempt_failed(&x->att[0], x->last_status, x->last_err);
-            return;
+        p->states[i]->cached_tokens = 0; /* this request's view only */
+    return rc;
+}
+
+/* Holds the exchange in its model's queue (a full queue sheds the newest
+ * of the less urgent, or refuses this one with 429). */
+static void queue_hold(exchange_t *x, uint64_t now)
+{
+    ig_proxy_t *px = x->px;
+    model_queue_t *q = queue_of(px, x->model, 1);
+    if (q != NULL && q->n >= px->opts.queue_size && !ig_list_empty(&q->waiting)) {
+        /* Full: the newest of the least urgent makes room for a more
+         * urgent one (shed first). */
+        exchange_t *last = IG_LIST_DATA(q->waiting.prev, exchange_t, queue_node);
+        if (last->priority > x->priority) {
+            queue_remove(px, last);
+            ig_metric_add(px->m_rejected, 1, last->model, "shed");
+            exchange_fail(last, 429, "shed", "1",
+                          "shed for more urgent requests of model '%s'; retry later", last->model);
         }
-        if (view.eligible == 0 && (lacking > 0 || x->lacked > 0)) {
-            ig_metric_add(px->m_rejected, 1, x->model, "endpoint_not_served");
-            exchange_fail(x, 404, "endpoint_not_served", NULL,
-                          "no upstream for model '%s' serves %s", x->model, x->path);
-            return;
-        }
-        if (v == IG_ADMIT_QUEUE) {
-            model_queue_t *q = queue_of(px, x->model, 1);
-            if (q != NULL && q->n >= px->opts.queue_size && !ig_list_empty(&q->waiting)) {
-                /* Full: the newest of the least urgent makes room for a
-                 * more urgent one (shed first). */
-                exchange_t *last = IG_LIST_DATA(q->waiting.prev, exchange_t, queue_node);
-                if (last->priority > x->priority) {
-                    queue_remove(px, last);
-                    ig_metric_add(px->m_rejected, 1, last->model, "shed");
-                    exchange_fail(last, 429, "shed", "1",
-                                  "shed for more urgent requests of model '%s'; retry later",
-                                  last->model);
-                }
-            }
-            if (q == NULL || q->n >= px->opts.queue_size) {
-                ig_metric_add(px->m_rejected, 1, x->model, "queue_full");
-                exchange_fail(x, 429, "queue_full", "1",
-                              "every upstream for model '%s' is saturated and %d requests "
-                              "are waiting; retry later",
-                              x->model, px->opts.queue_size);
-                return;
-            }
-            x->state = X_QUEUED;
-            if (x->queued_ns == 0)
-                x->queued_ns = now;
-            queue_push(px, q, x);
-            /* Held, however it got here (on arrival, after a retry found
-             * everything saturated, or put back by pump): the hold counts
-             * from the first time it was queued. */
-            uint64_t held_ms = (now - x->queued_ns) / 1000000ULL;
-            uint64_t hold = x->max_queue_ms > 0 && x->max_queue_ms < px->opts.queue_timeout_ms
-                                ? x->max_queue_ms
-                                : px->opts.queue_timeout_ms;
-            uint64_t left = held_ms < hold ? hold - held_ms : 1;
-            uv_timer_start(&x->timer, on_queue_timer, left, 0);
-            return;
-        }
-        ig_metric_add(px->m_rejected, 1, x->model, "no_upstream");
-        exchange_fail(x, 503, "no_healthy_upstream", "1",
-                      "no healthy upstream serves model '%s' now", x->model);
+    }
+    if (q == NULL || q->n >= px->opts.queue_size) {
+        ig_metric_add(px->m_rejected, 1, x->model, "queue_full");
+        exchange_fail(x, 429, "queue_full", "1",
+                      "every upstream for model '%s' is saturated and %d requests are waiting; "
+                      "retry later",
+                      x->model, px->opts.queue_size);
         return;
     }
+    x->state = X_QUEUED;
+    if (x->queued_ns == 0)
+        x->queued_ns = now;
+    queue_push(px, q, x);
+    /* Held, however it got here (on arrival, after a retry found everything
+     * saturated, or put back by pump): the hold counts from the first time
+     * it was queued. */
+    uint64_t held_ms = (now - x->queued_ns) / 1000000ULL;
+    uint64_t hold = x->max_queue_ms > 0 && x->max_queue_ms < px->opts.queue_timeout_ms
+                        ? x->max_queue_ms
+                        : px->opts.queue_timeout_ms;
+    uint64_t left = held_ms < hold ? hold - held_ms : 1;
+    uv_timer_start(&x->timer, on_queue_timer, left, 0);
+}
+
+/* A request no upstream took now: answered with its last failure, refused
+ * (404 when none serves its endpoint, 503 when none is healthy), or held
+ * in the queue when every one is saturated or one is starting. */
+static void queue_or_fail(exchange_t *x, const pick_t *p)
+{
+    ig_proxy_t *px = x->px;
+    ig_admit_verdict_t v = ig_admit_unplaced(&p->view, x->ntried > 0 && x->last_status != 0,
+                                             x->last_err != 0 || x->last_status != 0, p->starting);
+    if (v == IG_ADMIT_LAST_FAILURE) {
+        /* Every upstream was tried: answer with the last failure. */
+        x->retries = px->router.opts.max_retries;
+        attempt_failed(&x->att[0], x->last_status, x->last_err);
+        return;
+    }
+    if (p->view.eligible == 0 && (p->lacking > 0 || x->lacked > 0)) {
+        ig_metric_add(px->m_rejected, 1, x->model, "endpoint_not_served");
+        exchange_fail(x, 404, "endpoint_not_served", NULL, "no upstream for model '%s' serves %s",
+                      x->model, x->path);
+        return;
+    }
+    if (v == IG_ADMIT_QUEUE) {
+        queue_hold(x, p->now);
+        return;
+    }
+    ig_metric_add(px->m_rejected, 1, x->model, "no_upstream");
+    exchange_fail(x, 503, "no_healthy_upstream", "1", "no healthy upstream serves model '%s' now",
+                  x->model);
+}
+
+/* The x-infergate-route header of the primary attempt: the policy, the
+ * decision's figures, the runner-up's, exploration and the cost objective. */
+static void route_header(exchange_t *x, const pick_t *p)
+{
+    const ig_route_decision_t *d = &p->d;
+    hdr_t h = {x->route_header, 0, sizeof(x->route_header)};
+    hdr_str(&h, "policy=");
+    hdr_str(&h, ig_route_policy_name(x->px->router.opts.policy));
+    route_fields(&h, "", d->cost_s, d->wait_s, d->concurrency, p->cached);
+    if (d->runner_up >= 0) {
+        hdr_str(&h, "; runner_up=");
+        hdr_str(&h, p->states[d->runner_up]->name);
+        route_fields(&h, "runner_up_", d->runner_up_cost_s, d->runner_up_wait_s,
+                     d->runner_up_concurrency, p->cached_runner);
+    }
+    if (d->explored)
+        hdr_str(&h, "; explored=1");
+    if (!isnan(p->marginal)) {
+        char m[48];
+        snprintf(m, sizeof(m), "; objective=cost; marginal_usd=%.6g", p->marginal);
+        hdr_str(&h, m);
+    }
+}
+
+/* Starts an attempt on the picked upstream: its state, the route header,
+ * the decision's metrics, the router's accounting, the upstream request,
+ * then its first-token deadline and the hedge timer. */
+static void launch(exchange_t *x, int hedge, const pick_t *p)
+{
+    ig_proxy_t *px = x->px;
+    uint64_t now = p->now;
+    const ig_route_decision_t *d = &p->d;
     attempt_t *a = free_attempt(x);
     if (a == NULL)
         return;
@@ -1287,45 +1353,28 @@ static void attempt_start(exchange_t *x, int hedge)
     memset(a, 0, sizeof(*a));
     a->x = x;
     a->hedge = hedge;
-    a->route = targets[d.chosen].route;
-    a->client = targets[d.chosen].client;
-    int to_site = targets[d.chosen].is_site;
+    a->route = p->targets[d->chosen].route;
+    a->client = p->targets[d->chosen].client;
+    int to_site = p->targets[d->chosen].is_site;
     a->to_site = to_site;
-    a->price = targets[d.chosen].price;
+    a->price = p->targets[d->chosen].price;
     a->start_ns = now;
     a->predicted_wait = ig_router_wait(&px->router, a->route, now);
-    a->uncached_tokens = x->prompt_tokens > cached ? x->prompt_tokens - cached : 1;
+    a->uncached_tokens = x->prompt_tokens > p->cached ? x->prompt_tokens - p->cached : 1;
     ig_prefix_route_record(px->prefix_index, a->route, &x->prefix);
     if (x->ntried < MAX_TARGETS)
         x->tried[x->ntried++] = a->route;
     x->attempts++;
     x->state = X_TRYING;
-    if (!hedge) {
-        hdr_t h = {x->route_header, 0, sizeof(x->route_header)};
-        hdr_str(&h, "policy=");
-        hdr_str(&h, ig_route_policy_name(px->router.opts.policy));
-        route_fields(&h, "", d.cost_s, d.wait_s, d.concurrency, cached);
-        if (d.runner_up >= 0) {
-            hdr_str(&h, "; runner_up=");
-            hdr_str(&h, states[d.runner_up]->name);
-            route_fields(&h, "runner_up_", d.runner_up_cost_s, d.runner_up_wait_s,
-                         d.runner_up_concurrency, cached_runner);
-        }
-        if (d.explored)
-            hdr_str(&h, "; explored=1");
-        if (!isnan(marginal)) {
-            char m[48];
-            snprintf(m, sizeof(m), "; objective=cost; marginal_usd=%.6g", marginal);
-            hdr_str(&h, m);
-        }
-    }
+    if (!hedge)
+        route_header(x, p);
     IG_DEBUG("route %s model=%s prompt_tokens=%d -> %s (cost %.4fs%s%s) %s%s", x->path, x->model,
-             x->prompt_tokens, a->route->name, d.cost_s, d.runner_up >= 0 ? ", runner-up " : "",
-             d.runner_up >= 0 ? states[d.runner_up]->name : "", hedge ? "hedge" : "",
-             d.hot ? " all hot" : "");
+             x->prompt_tokens, a->route->name, d->cost_s, d->runner_up >= 0 ? ", runner-up " : "",
+             d->runner_up >= 0 ? p->states[d->runner_up]->name : "", hedge ? "hedge" : "",
+             d->hot ? " all hot" : "");
     ig_metric_add(px->m_decisions, 1, x->model, a->route->name,
                   ig_route_policy_name(px->router.opts.policy));
-    if (d.explored)
+    if (d->explored)
         ig_metric_add(px->m_explorations, 1, a->route->name);
     a->rif = a->route->inflight;
     uint64_t changes_before = a->route->limit_changes;
@@ -1334,9 +1383,9 @@ static void attempt_start(exchange_t *x, int hedge)
     publish_upstream(px, a->route);
 
     static const ig_upstream_cbs_t cbs = {on_up_headers, on_up_body, on_up_done};
-    rc = ig_upstream_request(a->client, "POST", x->path,
-                             to_site ? x->forwarded_header : "Content-Type: application/json\r\n",
-                             x->body, x->len, &cbs, a, &a->ureq);
+    int rc = ig_upstream_request(a->client, "POST", x->path,
+                                 to_site ? x->forwarded_header : "Content-Type: application/json\r\n",
+                                 x->body, x->len, &cbs, a, &a->ureq);
     if (rc != 0) {
         a->ureq = NULL;
         attempt_account(a, IG_OUTCOME_FAILURE, "transport");
@@ -1347,11 +1396,26 @@ static void attempt_start(exchange_t *x, int hedge)
         a->ft_deadline_ns = now + px->opts.first_token_timeout_ms * 1000000ULL;
         ft_arm(x);
     }
-    if (!hedge && px->opts.hedge && x->stream && d.runner_up >= 0) {
+    if (!hedge && px->opts.hedge && x->stream && d->runner_up >= 0) {
         double delay = ig_router_hedge_delay(&px->router, a->route, x->prompt_tokens,
                                              px->opts.hedge_quantile, now);
         uv_timer_start(&x->timer, on_hedge_timer, (uint64_t)(delay * 1000) + 1, 0);
     }
+}
+
+/*
+ * Picks an upstream and starts an attempt. When every candidate is
+ * saturated the exchange is queued; when none is eligible it fails (or is
+ * held while an instance starts). A hedge that finds no second upstream
+ * does nothing.
+ */
+static void attempt_start(exchange_t *x, int hedge)
+{
+    pick_t p;
+    if (pick(x, &p) == 0)
+        launch(x, hedge, &p);
+    else if (!hedge)
+        queue_or_fail(x, &p);
 }
 
 static void on_hedge_timer(uv_timer_t *t)

@@ -284,6 +284,29 @@ double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint6
     return fmax(wait, reported_wait);
 }
 
+double ig_router_predicted_wait(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
+                                int ahead, uint64_t now_ns)
+{
+    double best = -1, rate = 0;
+    for (int i = 0; i < n; i++) {
+        const ig_router_upstream_t *u = ups[i];
+        if (!ig_router_eligible(u, now_ns))
+            continue;
+        double w = ig_router_wait(r, u, now_ns);
+        if (best < 0 || w < best)
+            best = w;
+        double hold = u->occupancy_s > 0 ? u->occupancy_s : u->svc_s;
+        if (hold > 0)
+            rate += (u->slots > 0 ? u->slots : 1) / hold;
+    }
+    if (best >= 0 && ahead > 0) {
+        if (rate <= 0)
+            return -1;
+        best += ahead / rate;
+    }
+    return best;
+}
+
 static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          uint64_t now_ns)
 {

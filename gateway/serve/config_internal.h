@@ -22,17 +22,20 @@ typedef struct {
     const char *basedir; /* relative model paths start here; NULL: the cwd */
     char *err;
     size_t errlen;
-    ig_jsonv_t jv; /* reads with config.c's on_fault() */
+    ig_jsonv_t jv; /* reads with ig__config_on_fault() */
 } ctx_t;
 
 enum { STR_OPTIONAL = 0, STR_REQUIRED = 1, STR_NAME = 2, STR_NONEMPTY = 4 };
 enum { NUM_CLOSED = 0, NUM_LO_OPEN = IG_JSONV_LO_OPEN, NUM_HI_OPEN = IG_JSONV_HI_OPEN };
 
+/* The config's sentences for the faults base/jsonv's getters find (ctx_t's
+ * jv.fail; config_read.c). */
+int ig__config_on_fault(ig_jsonv_t *v, const ig_jsonv_fault_t *f);
 /* "FILE: PATH: message" into the context's buffer; returns IG_ECONFIG. */
 int ig__config_fail(ctx_t *c, const char *path, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Getters (config.c): an absent key takes the default; 0 or a negative
+/* Getters (config_read.c): an absent key takes the default; 0 or a negative
  * code, the message already written. */
 /* pools[] and sites[] "price" (docs/config.md): absent is unpriced. */
 int ig__config_parse_price(ctx_t *c, json_t *o, const char *p, ig_price_t *price);

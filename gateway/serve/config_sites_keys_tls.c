@@ -3,7 +3,7 @@
  * talks to and who may talk to it: sites[] (url, models, api_key, tls),
  * api_keys (strings or objects with a policy) and the listener's tls.
  * config.c parses the rest and calls these in its order; the getters and
- * messages are config.c's (config_internal.h).
+ * messages are config_read.c's (config_internal.h).
  */
 #include "infergate/config.h"
 #include "infergate/error.h"

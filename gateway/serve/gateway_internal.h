@@ -22,16 +22,17 @@ typedef struct {
     int block_size; /* its pool's */
 } gw_prefix_model_t;
 
-/* One point of the status page's chart (status.c), every
- * IG_STATUS_HISTORY_MS over the last IG_STATUS_HISTORY points. */
-#define IG_STATUS_HISTORY 150
-#define IG_STATUS_HISTORY_MS 2000
+/* status.c's history of the status page's chart. */
+typedef struct ig__status_history_s ig__status_history_t;
+
+/* A part that lives beside the gateway and is closed with it, known to the
+ * gateway only by this hook, so that the gateway never calls its file by
+ * name (reload.c's state, set by its first reload). */
 typedef struct {
-    long long unix_ms;
-    int queued;    /* held by the proxy */
-    int waiting;   /* waiting in the instances, as they last reported */
-    double ttft_s; /* mean TTFT of the requests answered since the last point; -1: none */
-} ig__status_sample_t;
+    /* How many times close will call cb. */
+    int (*pending)(const ig_gateway_t *gw);
+    void (*close)(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data);
+} ig__gateway_part_t;
 
 struct ig_gateway_s {
     uv_loop_t *loop;
@@ -49,16 +50,10 @@ struct ig_gateway_s {
     void (*close_cb)(void *data);
     void *close_data;
     ig_metric_t *m_instances;
-    uv_timer_t history_timer; /* samples for the status page's chart */
-    int history_started;
-    ig__status_sample_t history[IG_STATUS_HISTORY]; /* a ring, oldest at history_head */
-    int history_n, history_head;
-    double history_ttft_sum; /* the proxy's TTFT totals at the last point */
-    long long history_ttft_count;
-    void (*history_close_cb)(void *data);
-    void *history_close_data;
+    ig__status_history_t *history; /* NULL until started, and from its close on */
     char *exe;                  /* the infergate binary the workers run */
     struct ig_reload_s *reload; /* reload.c's state; NULL until the first reload */
+    const ig__gateway_part_t *reload_part; /* closes it (NULL until the first reload) */
     uint64_t rng;               /* draws the version of a request (a rollout's split) */
     unsigned generation;        /* reloads so far: new pools' sockets get new names */
     gw_prefix_model_t *pmodels;
@@ -70,28 +65,65 @@ struct ig_gateway_s {
 extern const char ig__status_page[];
 extern const size_t ig__status_page_len;
 
-/* The chart's sampler: started last in ig_gateway_start, closed by
- * ig_gateway_close (cb at once when it never started). */
-void ig__status_history_start(ig_gateway_t *gw);
+/* The chart's sampler (status.c): started last in ig_gateway_start (0 or
+ * IG_ENOMEM), closed by ig_gateway_close (cb at once when it never
+ * started). */
+int ig__status_history_start(ig_gateway_t *gw);
 void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data);
+
+/* ---- targets.c: the upstreams of a routing key ---- */
 
 /* 1 when the model is served by a pool or named by a site. */
 int ig__gateway_model_known(ig_gateway_t *gw, const char *model);
 /* The price of a pool's instances or of a site, by its name in the config
  * (IG_PRICE_NONE when it has none). */
 ig_price_t ig__gateway_price_of(const ig_gateway_t *gw, const char *name, int is_site);
+/* Up to max upstreams of the routing key (a model, or model@version) into
+ * out; *starting: 1 when one of them is on its way up. note: a request (the
+ * scaler counts it, and a pool scaled to zero wakes up); 0 for a look. */
+int ig__gateway_targets(ig_gateway_t *gw, const char *key, ig_proxy_target_t *out, int max,
+                        int *starting, int note);
+/* ig__gateway_targets for a request, as the proxy's ig_proxy_resolve_cb
+ * (data: the gateway). */
+int ig__gateway_resolve(void *data, const char *model, ig_proxy_target_t *out, int max,
+                        int *starting);
+
+/* ---- versions.c: model versions (a rollout) ---- */
+
+/* The version of the model a routed pool serves (NULL: the model has none). */
+const char *ig__gateway_pool_version(const ig_gateway_t *gw, const ig_pool_t *pool);
+/* A routing key is the model's name, or "name@version" for a model with
+ * versions: writes the name into buf and returns the version, or NULL. */
+const char *ig__gateway_split_key(const ig_gateway_t *gw, const char *key, char *buf, size_t cap);
+/* The routing key of a request for model into key: the name, or
+ * "name@version" of the version it pins (x-infergate-model-version) or of
+ * one drawn by weight; *version is that version (borrowed) or NULL. 0, or
+ * -1 with a 404 in e when the pinned version is not served. */
+int ig__gateway_route_key(ig_gateway_t *gw, ig_http_req_t *req, const char *model, char *key,
+                          size_t cap, const char **version, ig_api_error_t *e);
+
+/* ---- spend.c: what answers cost ---- */
+
+/* Registers the cost metric families (once). */
+void ig__gateway_cost_metrics_register(void);
+/* The proxy's report of one answer's cost, as its ig_proxy_cost_cb. */
+void ig__gateway_on_cost(void *data, ig_http_req_t *req, const char *upstream, const char *model,
+                         double usd);
 /* Idle paid capacity and cost per 1M tokens of every upstream, each status
  * tick (docs/routing.md, "Cost per answer"). */
 void ig__gateway_cost_tick(ig_gateway_t *gw);
 
-/* What the config asks of the proxy, the upstream clients and the
- * autoscaler (shared by the start and a reload). */
-void ig__gateway_proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po);
-void ig__gateway_upstream_opts(const ig_config_t *cfg, ig_upstream_opts_t *uo);
-void ig__gateway_autoscale_params(const ig_config_pool_t *cp, ig_autoscale_params_t *ap);
+/* Retries the held requests of the pool's model version (a model with
+ * versions holds them under "name@version"). */
+void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool);
+
+/* ---- gateway.c: what a reload needs of the gateway ---- */
 
 /* Generates a preset model into its path when the directory lacks one. */
 int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errlen);
+
+/* What the config asks of a pool's autoscaler. */
+void ig__gateway_autoscale_params(const ig_config_pool_t *cp, ig_autoscale_params_t *ap);
 
 /* Starts cfg->pools[i] (its events go to the gateway) and publishes its
  * instances; not routed until it is put in gw->pools. On failure a
@@ -99,30 +131,16 @@ int ig__gateway_ensure_model(const ig_config_model_t *m, char *err, size_t errle
 int ig__gateway_pool_start(ig_gateway_t *gw, const ig_config_t *cfg, size_t i, ig_pool_t **out,
                            char *err, size_t errlen);
 
-/* Starts one configured site with its TLS context and credentials, on the
- * upstream options uo; not routed until it is put in gw->sites. On failure
- * a negative code and the reason in err. */
-int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_site_t *cs,
-                           const ig_upstream_opts_t *uo, ig_site_t **out, char *err, size_t errlen);
+/* Starts one of cfg's sites with its TLS context and credentials, on cfg's
+ * upstream options; not routed until it is put in gw->sites. On failure a
+ * negative code and the reason in err. */
+int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_t *cfg, const ig_config_site_t *cs,
+                           ig_site_t **out, char *err, size_t errlen);
 
-/* Retries the held requests of the pool's model version (a model with
- * versions holds them under "name@version"). */
-void ig__gateway_kick_versions(ig_gateway_t *gw, ig_pool_t *pool);
-
-/* 1 when the pool is one of gw->pools (routed). */
-/* Points the prefix-aware routing at the tokenizers of cfg's pool models
- * (after a reload): those whose path and block size did not change are kept,
- * the others loaded. */
-void ig__gateway_prefix_models(ig_gateway_t *gw, const ig_config_t *cfg);
-
-int ig__gateway_routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool);
-
-/* reload.c: what a reload holds (pools starting or retiring, sites
- * retiring, its timer), closed with the gateway: ig__reload_pending says
- * how many times ig__reload_close will call cb. */
-int ig__reload_pending(const ig_gateway_t *gw);
-/* Registers infergate_config_reloads_total's series at 0 (at start). */
-void ig__reload_metrics_init(void);
-void ig__reload_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data);
+/* Makes cfg the gateway's config: the proxy's options, the region's name
+ * and the tokenizers of its pool models for prefix-aware routing (those
+ * whose path and block size did not change are kept, the others loaded).
+ * cfg must outlive the gateway or the next call. */
+void ig__gateway_set_config(ig_gateway_t *gw, const ig_config_t *cfg);
 
 #endif

@@ -24,7 +24,6 @@
 #include "infergate/error.h"
 #include "infergate/log.h"
 
-#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +52,7 @@ typedef struct ig_reload_s {
     int nretiring;
     ig_site_t **retiring_sites; /* no new requests; closed once idle */
     int nretiring_sites;
-    int closing; /* ig__reload_close ran */
+    int closing; /* reload_close ran */
     void (*close_cb)(void *data);
     void *close_data;
     ig_metric_t *m_reloads;
@@ -72,7 +71,7 @@ void ig_gateway_reload_count(const char *outcome)
     ig_metric_add(reloads_counter(), 1, outcome);
 }
 
-void ig__reload_metrics_init(void)
+void ig_gateway_reload_metrics(void)
 {
     /* Every outcome's series exists from the start at 0, so that
      * increase() sees the first invalid reload too. */
@@ -248,6 +247,8 @@ static void on_tick(uv_timer_t *t)
 
 /* ---- the reload --------------------------------------------------------- */
 
+static const ig__gateway_part_t reload_part;
+
 static reload_t *state(ig_gateway_t *gw)
 {
     if (gw->reload != NULL)
@@ -263,6 +264,7 @@ static reload_t *state(ig_gateway_t *gw)
         ig_metrics_gauge("infergate_config_last_reload_success_timestamp_seconds",
                          "When the last reload was applied, since the Unix epoch.", NULL);
     gw->reload = r;
+    gw->reload_part = &reload_part;
     return r;
 }
 
@@ -402,8 +404,6 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
         append(summary, summary_len, "new autoscale for pool", np->name);
     }
 
-    ig_upstream_opts_t uo;
-    ig__gateway_upstream_opts(next, &uo);
     for (int s = 0; s < gw->nsites; s++) {
         ig_site_t *site = gw->sites[s];
         const ig_config_site_t *ns = config_site(next, ig_site_name(site));
@@ -425,7 +425,7 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
         if (kept && os != NULL)
             continue;
         char err[512];
-        if (ig__gateway_site_start(gw, cs, &uo, &sites[nsites], err, sizeof(err)) != 0) {
+        if (ig__gateway_site_start(gw, next, cs, &sites[nsites], err, sizeof(err)) != 0) {
             IG_ERROR("reload: %s; it is left out", err);
             r->failed = 1;
             continue;
@@ -435,24 +435,13 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
         nsites++;
     }
 
-    ig_proxy_opts_t po;
-    ig__gateway_proxy_opts(next, &po);
-    ig_proxy_set_opts(gw->proxy, &po);
-    size_t k = 0;
-    for (const char *c = next->region; c && *c && k + 1 < sizeof(gw->region); c++) {
-        if (isalnum((unsigned char)*c) || *c == '-' || *c == '_' || *c == '.')
-            gw->region[k++] = *c;
-    }
-    gw->region[k] = '\0';
-
     free(gw->pools);
     gw->pools = pools;
     gw->npools = npools;
     free(gw->sites);
     gw->sites = sites;
     gw->nsites = nsites;
-    gw->cfg = next;
-    ig__gateway_prefix_models(gw, next);
+    ig__gateway_set_config(gw, next);
     free(r->swaps);
     r->swaps = swaps;
     r->nswaps = nswaps;
@@ -498,13 +487,13 @@ static void on_timer_closed(uv_handle_t *h)
     cb(data);
 }
 
-int ig__reload_pending(const ig_gateway_t *gw)
+static int reload_pending(const ig_gateway_t *gw)
 {
     const reload_t *r = gw->reload;
     return r == NULL ? 0 : 1 + r->nswaps + r->nretiring + r->nretiring_sites;
 }
 
-void ig__reload_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data)
+static void reload_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data), void *data)
 {
     reload_t *r = gw->reload;
     if (r == NULL)
@@ -522,3 +511,6 @@ void ig__reload_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data
     r->nswaps = r->nretiring = r->nretiring_sites = 0;
     uv_close((uv_handle_t *)&r->timer, on_timer_closed);
 }
+
+/* How the gateway closes what a reload holds, without naming this file. */
+static const ig__gateway_part_t reload_part = {reload_pending, reload_close};

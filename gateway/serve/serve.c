@@ -152,54 +152,6 @@ static void handle_metrics(ig_http_req_t *req, void *data)
     free(text);
 }
 
-static void handle_completions(ig_http_req_t *req, void *data)
-{
-    ig_serve_t *s = data;
-    ig_gateway_completions(s->gw, req);
-}
-
-static void handle_chat(ig_http_req_t *req, void *data)
-{
-    ig_serve_t *s = data;
-    ig_gateway_chat(s->gw, req);
-}
-
-static void handle_embeddings(ig_http_req_t *req, void *data)
-{
-    ig_serve_t *s = data;
-    ig_gateway_routed(s->gw, req, IG_API_EMBEDDINGS);
-}
-
-static void handle_responses(ig_http_req_t *req, void *data)
-{
-    ig_serve_t *s = data;
-    ig_gateway_routed(s->gw, req, IG_API_RESPONSES);
-}
-
-static void handle_models(ig_http_req_t *req, void *data)
-{
-    ig_serve_t *s = data;
-    ig_gateway_models(s->gw, req);
-}
-
-static void handle_load(ig_http_req_t *req, void *data)
-{
-    ig_serve_t *s = data;
-    ig_gateway_load(s->gw, req);
-}
-
-static void handle_status(ig_http_req_t *req, void *data)
-{
-    ig_serve_t *s = data;
-    ig_gateway_status(s->gw, req);
-}
-
-static void handle_page(ig_http_req_t *req, void *data)
-{
-    ig_serve_t *s = data;
-    ig_gateway_page(s->gw, req);
-}
-
 static int tls_load(ig_serve_t *s, char *err, size_t errlen);
 
 /* ---- reload ------------------------------------------------------------- */
@@ -324,22 +276,23 @@ static void handle_reload(ig_http_req_t *req, void *data)
  * either, since what it answers feeds other gateways' routing. CONTROL rows
  * change the gateway: they need an admin key once some key has admin, and
  * any key while none has; they are open only with no keys at all. /health
- * and /ready stay open (docs/security.md).
+ * and /ready stay open (docs/security.md). GATEWAY rows are the gateway's
+ * own handlers, called with the gateway as their data.
  */
-enum { NEEDS_KEY = 1, ADMIN = 2, PEER = 4, CONTROL = 8 }; /* a row's flags */
+enum { NEEDS_KEY = 1, ADMIN = 2, PEER = 4, CONTROL = 8, GATEWAY = 16 }; /* a row's flags */
 
 static const ig_http_route_t routes[] = {
     {"GET", "/health", handle_health, 0},
     {"GET", "/ready", handle_ready, 0},
     {"GET", "/metrics", handle_metrics, ADMIN},
-    {"POST", "/v1/completions", handle_completions, NEEDS_KEY},
-    {"POST", "/v1/chat/completions", handle_chat, NEEDS_KEY},
-    {"POST", "/v1/embeddings", handle_embeddings, NEEDS_KEY},
-    {"POST", "/v1/responses", handle_responses, NEEDS_KEY},
-    {"GET", "/v1/models", handle_models, NEEDS_KEY},
-    {"GET", "/load", handle_load, PEER},
-    {"GET", "/status", handle_status, ADMIN},
-    {"GET", "/", handle_page, 0},
+    {"POST", "/v1/completions", ig_gateway_completions, NEEDS_KEY | GATEWAY},
+    {"POST", "/v1/chat/completions", ig_gateway_chat, NEEDS_KEY | GATEWAY},
+    {"POST", "/v1/embeddings", ig_gateway_embeddings, NEEDS_KEY | GATEWAY},
+    {"POST", "/v1/responses", ig_gateway_responses, NEEDS_KEY | GATEWAY},
+    {"GET", "/v1/models", ig_gateway_models, NEEDS_KEY | GATEWAY},
+    {"GET", "/load", ig_gateway_load, PEER | GATEWAY},
+    {"GET", "/status", ig_gateway_status, ADMIN | GATEWAY},
+    {"GET", "/", ig_gateway_page, GATEWAY},
     {"POST", "/admin/reload", handle_reload, CONTROL},
 };
 
@@ -413,7 +366,7 @@ static void on_request(ig_http_req_t *req, void *data)
             return;
         }
     }
-    row->handler(req, s);
+    row->handler(req, (row->flags & GATEWAY) ? (void *)s->gw : s);
 }
 
 /* ---- shutdown ----------------------------------------------------------- */
@@ -741,6 +694,7 @@ int ig_cmd_serve(int argc, char **argv)
         IG_ERROR("cannot find the infergate binary: %s", ig_strerror(rc));
         goto fail_signals;
     }
+    ig_gateway_reload_metrics();
     if ((rc = ig_gateway_start(&s.gw, &loop, &s.cfg, exe, NULL, err, sizeof(err))) != 0) {
         IG_ERROR("cannot start the gateway: %s", err);
         s.gw = NULL;

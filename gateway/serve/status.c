@@ -6,6 +6,7 @@
  */
 #include "gateway_internal.h"
 #include "infergate/api.h"
+#include "infergate/error.h"
 #include "infergate/kv_feed.h"
 #include "infergate/load.h"
 
@@ -45,8 +46,9 @@ static void add_versions(const ig_config_t *cfg, json_t *data)
     }
 }
 
-void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
+void ig_gateway_models(ig_http_req_t *req, void *data)
 {
+    ig_gateway_t *gw = data;
     const char *ids[256];
     int n = 0;
     const ig_config_t *cfg = gw->cfg;
@@ -74,8 +76,9 @@ void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req)
 
 /* Sums what the local instances report. Sites are left out on purpose: a
  * peer that counted our sites would count itself back. */
-void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req)
+void ig_gateway_load(ig_http_req_t *req, void *data)
 {
+    ig_gateway_t *gw = data;
     ig_load_t l;
     ig_load_init(&l);
     l.has = IG_LOAD_GATEWAY_FIELDS;
@@ -243,8 +246,9 @@ static void status_kv_index(json_t *o, const ig_instance_t *in)
                                   "epoch", fi.epoch, "last_error", fi.last_error));
 }
 
-void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
+void ig_gateway_status(ig_http_req_t *req, void *data)
 {
+    ig_gateway_t *gw = data;
     json_t *pools = json_array();
     uint64_t now = uv_hrtime();
     double spend = 0; /* USD per hour, the priced upstreams together */
@@ -322,10 +326,35 @@ void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req)
 
 /* ---- the chart's history and the page ------------------------------------ */
 
+/* One point of the status page's chart, every IG_STATUS_HISTORY_MS over
+ * the last IG_STATUS_HISTORY points. */
+#define IG_STATUS_HISTORY 150
+#define IG_STATUS_HISTORY_MS 2000
+typedef struct {
+    long long unix_ms;
+    int queued;    /* held by the proxy */
+    int waiting;   /* waiting in the instances, as they last reported */
+    double ttft_s; /* mean TTFT of the requests answered since the last point; -1: none */
+} status_sample_t;
+
+/* The chart's history: a ring of points, oldest at head, sampled by its
+ * own timer. The gateway holds the pointer (gw->history), status.c the rest. */
+struct ig__status_history_s {
+    uv_timer_t timer;
+    ig_gateway_t *gw;
+    status_sample_t points[IG_STATUS_HISTORY];
+    int n, head;
+    double ttft_sum; /* the proxy's TTFT totals at the last point */
+    long long ttft_count;
+    void (*close_cb)(void *data);
+    void *close_data;
+};
+
 static void on_history_timer(uv_timer_t *t)
 {
-    ig_gateway_t *gw = t->data;
-    ig__status_sample_t sm;
+    ig__status_history_t *h = t->data;
+    ig_gateway_t *gw = h->gw;
+    status_sample_t sm;
     sm.unix_ms = (long long)time(NULL) * 1000;
     struct timespec ts;
     if (clock_gettime(CLOCK_REALTIME, &ts) == 0)
@@ -343,56 +372,62 @@ static void on_history_timer(uv_timer_t *t)
     double sum;
     long long count;
     ig_proxy_ttft_totals(gw->proxy, &sum, &count);
-    sm.ttft_s = count > gw->history_ttft_count
-                    ? (sum - gw->history_ttft_sum) / (double)(count - gw->history_ttft_count)
-                    : -1;
-    gw->history_ttft_sum = sum;
-    gw->history_ttft_count = count;
+    sm.ttft_s = count > h->ttft_count ? (sum - h->ttft_sum) / (double)(count - h->ttft_count) : -1;
+    h->ttft_sum = sum;
+    h->ttft_count = count;
     ig__gateway_cost_tick(gw);
-    int slot = (gw->history_head + gw->history_n) % IG_STATUS_HISTORY;
-    gw->history[slot] = sm;
-    if (gw->history_n < IG_STATUS_HISTORY)
-        gw->history_n++;
+    int slot = (h->head + h->n) % IG_STATUS_HISTORY;
+    h->points[slot] = sm;
+    if (h->n < IG_STATUS_HISTORY)
+        h->n++;
     else
-        gw->history_head = (gw->history_head + 1) % IG_STATUS_HISTORY;
+        h->head = (h->head + 1) % IG_STATUS_HISTORY;
 }
 
-void ig__status_history_start(ig_gateway_t *gw)
+int ig__status_history_start(ig_gateway_t *gw)
 {
-    uv_timer_init(gw->loop, &gw->history_timer);
-    gw->history_timer.data = gw;
-    uv_timer_start(&gw->history_timer, on_history_timer, 0, IG_STATUS_HISTORY_MS);
-    gw->history_started = 1;
+    ig__status_history_t *h = calloc(1, sizeof(*h));
+    if (h == NULL)
+        return IG_ENOMEM;
+    h->gw = gw;
+    uv_timer_init(gw->loop, &h->timer);
+    h->timer.data = h;
+    uv_timer_start(&h->timer, on_history_timer, 0, IG_STATUS_HISTORY_MS);
+    gw->history = h;
+    return 0;
 }
 
-static void on_history_closed(uv_handle_t *h)
+static void on_history_closed(uv_handle_t *handle)
 {
-    ig_gateway_t *gw = h->data;
-    void (*cb)(void *) = gw->history_close_cb;
-    gw->history_close_cb = NULL;
+    ig__status_history_t *h = handle->data;
+    void (*cb)(void *) = h->close_cb;
+    void *data = h->close_data;
+    free(h);
     if (cb != NULL)
-        cb(gw->history_close_data);
+        cb(data);
 }
 
 void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data)
 {
-    if (!gw->history_started) {
+    ig__status_history_t *h = gw->history;
+    if (h == NULL) {
         if (cb != NULL)
             cb(data);
         return;
     }
-    gw->history_started = 0;
-    gw->history_close_cb = cb;
-    gw->history_close_data = data;
-    uv_close((uv_handle_t *)&gw->history_timer, on_history_closed);
+    gw->history = NULL;
+    h->close_cb = cb;
+    h->close_data = data;
+    uv_close((uv_handle_t *)&h->timer, on_history_closed);
 }
 
 /* The chart's points, oldest first. New reference. */
 static json_t *status_history(const ig_gateway_t *gw)
 {
+    const ig__status_history_t *h = gw->history;
     json_t *arr = json_array();
-    for (int k = 0; k < gw->history_n; k++) {
-        const ig__status_sample_t *s = &gw->history[(gw->history_head + k) % IG_STATUS_HISTORY];
+    for (int k = 0; h != NULL && k < h->n; k++) {
+        const status_sample_t *s = &h->points[(h->head + k) % IG_STATUS_HISTORY];
         json_array_append_new(arr,
                               json_pack("{s:I, s:i, s:i, s:o}", "unix_ms", (json_int_t)s->unix_ms,
                                         "queued", s->queued, "waiting", s->waiting, "ttft_s",
@@ -401,9 +436,9 @@ static json_t *status_history(const ig_gateway_t *gw)
     return json_pack("{s:i, s:o}", "interval_ms", IG_STATUS_HISTORY_MS, "samples", arr);
 }
 
-void ig_gateway_page(ig_gateway_t *gw, ig_http_req_t *req)
+void ig_gateway_page(ig_http_req_t *req, void *data)
 {
-    (void)gw;
+    (void)data;
     ig_http_add_header(req, "Cache-Control", "no-cache");
     ig_http_respond(req, 200, "text/html; charset=utf-8", ig__status_page, ig__status_page_len);
 }

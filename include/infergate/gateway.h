@@ -43,25 +43,29 @@ void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data
  * (or a pool scaled to zero can start one); otherwise 0 and the reason. */
 int ig_gateway_ready(ig_gateway_t *gw, char *reason, size_t reason_len);
 
-/* POST /v1/completions and /v1/chat/completions: validated by the api
- * module, then routed. */
-void ig_gateway_completions(ig_gateway_t *gw, ig_http_req_t *req);
-void ig_gateway_chat(ig_gateway_t *gw, ig_http_req_t *req);
-/* POST /v1/embeddings and /v1/responses: the fields routing needs are
- * checked, then the request is routed to an upstream that serves them. */
-void ig_gateway_routed(ig_gateway_t *gw, ig_http_req_t *req, ig_api_routed_kind_t kind);
-/* GET /v1/models: every model reachable locally or through a site. */
-void ig_gateway_models(ig_gateway_t *gw, ig_http_req_t *req);
-/* GET /load: this region's aggregate, for peer gateways. */
-void ig_gateway_load(ig_gateway_t *gw, ig_http_req_t *req);
-/* GET /status: pools, instances, devices and sites, as JSON. */
-void ig_gateway_status(ig_gateway_t *gw, ig_http_req_t *req);
+/*
+ * The OpenAI entry (gateway/serve/openai.c), as route handlers
+ * (ig_http_route_cb; data is the gateway): POST /v1/completions and
+ * /v1/chat/completions are read by the api module, admitted, then routed;
+ * POST /v1/embeddings and /v1/responses have the fields routing needs
+ * checked, then go to an upstream that serves them.
+ */
+void ig_gateway_completions(ig_http_req_t *req, void *gw);
+void ig_gateway_chat(ig_http_req_t *req, void *gw);
+void ig_gateway_embeddings(ig_http_req_t *req, void *gw);
+void ig_gateway_responses(ig_http_req_t *req, void *gw);
+/* GET /v1/models: every model reachable locally or through a site; GET
+ * /load: this region's aggregate, for peer gateways; GET /status: pools,
+ * instances, devices and sites, as JSON; GET /: the status page, HTML with
+ * a script that polls /status (serve/status.c). Route handlers too. */
+void ig_gateway_models(ig_http_req_t *req, void *gw);
+void ig_gateway_load(ig_http_req_t *req, void *gw);
+void ig_gateway_status(ig_http_req_t *req, void *gw);
+void ig_gateway_page(ig_http_req_t *req, void *gw);
 /* GET /metrics: the process registry, then the infergate_worker_* metrics
  * of every ready or draining instance, pulled now (500 ms at most) and
  * labelled pool and instance (serve/metrics_endpoint.c). */
 void ig_gateway_metrics(ig_gateway_t *gw, ig_http_req_t *req);
-/* GET /: the status page, HTML with a script that polls /status. */
-void ig_gateway_page(ig_gateway_t *gw, ig_http_req_t *req);
 
 /*
  * Applies a new config to the running gateway without dropping a request
@@ -81,6 +85,10 @@ int ig_gateway_reload(ig_gateway_t *gw, const ig_config_t *prev, const ig_config
 
 /* 1 while a reload has pools starting or draining. */
 int ig_gateway_reload_active(const ig_gateway_t *gw);
+
+/* Registers infergate_config_reloads_total's series at 0, so that
+ * increase() sees the first of each outcome (the serve command, at start). */
+void ig_gateway_reload_metrics(void);
 
 /* Counts a reload outcome in infergate_config_reloads_total (the serve
  * command's "invalid" and "busy"; the gateway counts "applied" and

@@ -340,6 +340,15 @@ int ig_router_probe_due(const ig_router_t *r, const ig_router_upstream_t *u, uin
 /* The wait part of the cost alone (what observe_ttft wants back). */
 double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns);
 
+/* The shortest wait, in seconds, a new request can expect from ups[0..n):
+ * the least ig_router_wait() of the eligible ones, plus the `ahead` requests
+ * the caller holds before it over their combined service rate (slots over
+ * the time a request holds one). Negative when nothing is known (none
+ * eligible, or requests ahead and none measured), so that nothing is
+ * refused on a guess. */
+double ig_router_predicted_wait(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
+                                int ahead, uint64_t now_ns);
+
 /* Retry budget: every request deposits retry_ratio tokens, retry_min_per_s
  * more arrive each second, a retry spends one. */
 void ig_router_budget_deposit(ig_router_t *r, uint64_t now_ns);
