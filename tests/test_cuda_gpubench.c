@@ -31,8 +31,9 @@ static const char *bin_dir(void)
 }
 
 /* Writes mkmodel's tiny preset into a fresh directory (its path to dir; the
- * caller removes it), runs gpubench over it with ARGS and returns the JSON
- * it wrote (a new reference). */
+ * caller removes it), runs gpubench over it with ARGS (two decode batch
+ * sizes) and returns the JSON it wrote (a new reference), checked to hold
+ * one decode row a batch size. */
 static json_t *run_on_tiny(const char *bin, char *dir, size_t dirlen, const char *args)
 {
     char err[256] = "", json[4200], cmd[16384];
@@ -49,6 +50,7 @@ static json_t *run_on_tiny(const char *bin, char *dir, size_t dirlen, const char
     json_error_t je;
     json_t *root = json_load_file(json, 0, &je);
     assert_non_null(root);
+    assert_int_equal(json_array_size(json_object_get(root, "decode")), 2);
     return root;
 }
 
@@ -63,10 +65,8 @@ static void test_gpubench_cpu_smoke(void **state)
     json_t *root = run_on_tiny(bin, dir, sizeof(dir),
                                "--device cpu:1 --batches 1,4 --steps 3 --ctx 8 "
                                "--prefill-seqs 2 --prefill-len 16");
-    json_t *decode = json_object_get(root, "decode");
-    assert_int_equal(json_array_size(decode), 2);
     for (size_t i = 0; i < 2; i++) {
-        json_t *d = json_array_get(decode, i);
+        json_t *d = json_array_get(json_object_get(root, "decode"), i);
         assert_int_equal(json_integer_value(json_object_get(d, "batch")), i == 0 ? 1 : 4);
         assert_true(json_real_value(json_object_get(d, "tokens_per_s")) > 0);
         assert_true(json_real_value(json_object_get(d, "bytes_per_step")) > 0);
@@ -100,10 +100,9 @@ static void test_gpubench_emulated_counts(void **state)
     json_t *root = run_on_tiny(bin, dir, sizeof(dir),
                                "--device cuda:0 --batches 1,3 --steps 2 --ctx 8 "
                                "--prefill-seqs 1 --prefill-len 16 --greedy-check 6");
-    json_t *decode = json_object_get(root, "decode");
-    assert_int_equal(json_array_size(decode), 2);
     for (size_t i = 0; i < 2; i++) {
-        json_t *n = json_object_get(json_array_get(decode, i), "emulated_counts");
+        json_t *n =
+            json_object_get(json_array_get(json_object_get(root, "decode"), i), "emulated_counts");
         assert_non_null(n);
         /* The tiny preset has 2 layers: at least q/k/v, attention, MLP per layer. */
         double launches = json_real_value(json_object_get(n, "launches_per_step"));
