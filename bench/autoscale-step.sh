@@ -27,18 +27,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init autoscale-step "$@"
-LOW_S=${LOW_S:-10}
-HIGH_S=${HIGH_S:-30}
-LOW=${LOW:-0.1}
-HIGH=${HIGH:-0.8}
-MAX_TOKENS=${MAX_TOKENS:-64}
-SEQS=${SEQS:-4}
-AUTOSCALE=${AUTOSCALE:-'{}'}
-RESULTS=${RESULTS:-$root/bench/results/autoscale-step.json}
-if [ "${LOW_S%.*}" -gt 300 ] || [ "${HIGH_S%.*}" -gt 600 ]; then
-    echo "autoscale-step: LOW_S <= 300 and HIGH_S <= 600, please" >&2
-    exit 2
-fi
+bench_env LOW_S=10 HIGH_S=30 LOW=0.1 HIGH=0.8 MAX_TOKENS=64 SEQS=4 AUTOSCALE='{}'
+check_bounds "int($LOW_S) <= 300 and int($HIGH_S) <= 600" "LOW_S <= 300 and HIGH_S <= 600"
 need_built igbench infergate
 gw_pid=""
 poll_pid=""

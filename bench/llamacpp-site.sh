@@ -32,14 +32,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init llamacpp-site "$@"
-LLAMACPP_BIN=${LLAMACPP_BIN:-/work/peers/llama.cpp/build/bin}
-LLAMACPP_SRC=${LLAMACPP_SRC:-/work/peers/llama.cpp}
-ROUNDS=${ROUNDS:-3}
-N=${N:-16}
-MAX_TOKENS=${MAX_TOKENS:-32}
-SLOTS=${SLOTS:-4}
-THREADS=${THREADS:-1}
-RESULTS=${RESULTS:-$root/bench/results/llamacpp-site.json}
+bench_env LLAMACPP_BIN=/work/peers/llama.cpp/build/bin \
+    LLAMACPP_SRC=/work/peers/llama.cpp ROUNDS=3 N=16 MAX_TOKENS=32 SLOTS=4 THREADS=1
 check_bounds "1 <= $ROUNDS <= 10 and 1 <= $N <= 64 and 1 <= $MAX_TOKENS <= 256
       and 1 <= $SLOTS <= 16 and 1 <= $THREADS <= 16" \
     "ROUNDS <= 10, N <= 64, MAX_TOKENS <= 256, SLOTS <= 16, THREADS <= 16"

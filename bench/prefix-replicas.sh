@@ -21,16 +21,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init prefix-replicas "$@"
-PRESET=${PRESET:-gqa}
-TENANTS=${TENANTS:-10}
-KV_BLOCKS=${KV_BLOCKS:-112}
-RATE=${RATE:-3}
-REQUESTS=${REQUESTS:-90}
-MAX_TOKENS=${MAX_TOKENS:-4}
-SEED=${SEED:-1}
-REPLICAS=${REPLICAS:-1 3}
-RESULTS=${RESULTS:-$root/bench/results/prefix-replicas.json}
-DNSMASQ=${DNSMASQ:-/usr/sbin/dnsmasq}
+bench_env PRESET=gqa TENANTS=10 KV_BLOCKS=112 RATE=3 REQUESTS=90 MAX_TOKENS=4 SEED=1 \
+    REPLICAS="1 3" DNSMASQ=/usr/sbin/dnsmasq
 check_bounds "1 <= $TENANTS <= 64 and 1 <= $REQUESTS <= 2000 and 0 < $RATE <= 100" \
     "TENANTS 1..64, REQUESTS 1..2000, RATE 0..100"
 for r in $REPLICAS; do check_bounds "1 <= $r <= 8" "REPLICAS 1..8"; done

@@ -21,16 +21,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init prefix-routing "$@"
-PRESET=${PRESET:-gqa}
-TENANTS=${TENANTS:-6}
-SESSIONS=${SESSIONS:-2}
-TURNS=${TURNS:-6}
-KV_BLOCKS=${KV_BLOCKS:-112}
-RATE=${RATE:-3}
-REQUESTS=${REQUESTS:-90}
-MAX_TOKENS=${MAX_TOKENS:-4}
-SEED=${SEED:-1}
-RESULTS=${RESULTS:-$root/bench/results/prefix-routing.json}
+bench_env PRESET=gqa TENANTS=6 SESSIONS=2 TURNS=6 KV_BLOCKS=112 RATE=3 REQUESTS=90 \
+    MAX_TOKENS=4 SEED=1
 check_bounds "1 <= $TENANTS <= 64 and 0 <= $SESSIONS <= 16 and 1 <= $REQUESTS <= 2000 and 0 < $RATE <= 100" \
     "TENANTS 1..64, SESSIONS 0..16, REQUESTS 1..2000, RATE 0..100"
 need_built infergate

@@ -18,14 +18,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init proxy-delay "$@"
-DELAYS=${DELAYS:-"1 5 10 20 40"}
-REQUESTS=${REQUESTS:-60}
-REPEATS=${REPEATS:-3}
-RESULTS=${RESULTS:-$root/bench/results/proxy-delay.json}
-if [ "$REQUESTS" -gt 10000 ] || [ "$REPEATS" -gt 20 ]; then
-    echo "proxy-delay: REQUESTS <= 10000 and REPEATS <= 20, please" >&2
-    exit 2
-fi
+bench_env DELAYS="1 5 10 20 40" REQUESTS=60 REPEATS=3
+check_bounds "$REQUESTS <= 10000 and $REPEATS <= 20" "REQUESTS <= 10000 and REPEATS <= 20"
 need_built igbench faultproxy testupstream
 up_pid=""
 fp_pid=""

@@ -51,16 +51,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init routing-foreign "$@"
-SHAPES=${SHAPES:-"issue narrow shift"}
-LOADS=${LOADS:-"0.5 0.7 0.9"}
-POLICIES=${POLICIES:-"latency least_inflight round_robin"}
-DURATION=${DURATION:-8}
-WARMUP=${WARMUP:-3}
-SEED=${SEED:-1}
-REPEAT=${REPEAT:-1}
-TIMEOUT=${TIMEOUT:-15}
-TIME_SCALE=${TIME_SCALE:-1}
-RESULTS=${RESULTS:-$root/bench/results/routing-foreign.json}
+bench_env SHAPES="issue narrow shift" LOADS="0.5 0.7 0.9" \
+    POLICIES="latency least_inflight round_robin" DURATION=8 WARMUP=3 SEED=1 REPEAT=1 \
+    TIMEOUT=15 TIME_SCALE=1
 check_bounds "0 < $DURATION <= 60 and 0 <= $WARMUP <= 30 and 0 < $TIMEOUT <= 60 and 1 <= $TIME_SCALE <= 10 and $REPEAT in range(1, 6)" \
     "DURATION <= 60, WARMUP <= 30, TIMEOUT <= 60, TIME_SCALE in [1, 10], REPEAT in 1..5"
 need_one_of policy "latency round_robin least_inflight random" $POLICIES

@@ -18,15 +18,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init stall-omission "$@"
-RATE=${RATE:-40}
-DURATION=${DURATION:-4}
-STALL=${STALL:-1}
-SERVICE_MS=${SERVICE_MS:-10}
-RESULTS=${RESULTS:-$root/bench/results/stall-omission.json}
-if [ "${DURATION%.*}" -gt 120 ] || [ "${STALL%.*}" -gt 30 ]; then
-    echo "stall-omission: DURATION <= 120 and STALL <= 30, please" >&2
-    exit 2
-fi
+bench_env RATE=40 DURATION=4 STALL=1 SERVICE_MS=10
+check_bounds "int($DURATION) <= 120 and int($STALL) <= 30" "DURATION <= 120 and STALL <= 30"
 need_built igbench testupstream
 up_pid=""
 kill_on_exit up_pid

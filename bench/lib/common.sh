@@ -4,15 +4,18 @@
 #     here=$(cd "$(dirname "$0")" && pwd)
 #     . "$here/lib/common.sh"
 #     bench_init NAME "$@"
+#     bench_env PARAM=DEFAULT...
 # and then names the tools it needs (need_built) and the background processes
 # the exit trap must stop (kill_on_exit).
 
 # Sets bench_name, root (the checkout), build (BUILD_DIR, $1, default build,
 # made absolute), PY (an interpreter for the inline Python: $PY if set, else
-# /usr/bin/python3, which starts faster than a pyenv shim, else python3) and
-# tmp (a fresh directory under /tmp), puts bench/lib on PYTHONPATH (the
-# inline Python imports benchlib) and installs the exit trap that stops the
-# processes named with kill_on_exit and removes tmp.
+# /usr/bin/python3, which starts faster than a pyenv shim, else python3),
+# RESULTS (the JSON the scenario writes: $RESULTS if set, else
+# bench/results/NAME.json) and tmp (a fresh directory under /tmp), puts
+# bench/lib on PYTHONPATH (the inline Python imports benchlib) and installs
+# the exit trap that stops the processes named with kill_on_exit and removes
+# tmp.
 bench_init() {
     bench_name=$1
     shift
@@ -23,10 +26,22 @@ bench_init() {
         PY=/usr/bin/python3
         [ -x "$PY" ] || PY=python3
     fi
+    RESULTS=${RESULTS:-$root/bench/results/$bench_name.json}
     tmp=$(mktemp -d "/tmp/ig-$bench_name.XXXXXX")
     export PYTHONPATH="$root/bench/lib${PYTHONPATH:+:$PYTHONPATH}"
     bench_kill_vars=()
     trap bench_cleanup EXIT INT TERM
+}
+
+# bench_env NAME=DEFAULT...: the scenario's parameters. Each NAME keeps its
+# value from the environment when that is set and not empty, else takes
+# DEFAULT (NAME=${NAME:-DEFAULT}, once for all of them).
+bench_env() {
+    local kv name
+    for kv in "$@"; do
+        name=${kv%%=*}
+        [ -n "${!name:-}" ] || printf -v "$name" '%s' "${kv#*=}"
+    done
 }
 
 # kill_on_exit VAR...: at exit, the pids held in these variables (a pid, an
