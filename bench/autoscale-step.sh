@@ -220,8 +220,4 @@ for name, r in rows.items():
         r["step_p99_vs_fixed_max"] or 0, r["step_failed"], r["step_errors"].get("parse", 0)))
 print("autoscale-step: wrote %s" % out)
 PYEOF
-if command -v gnuplot >/dev/null 2>&1; then
-    bash "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png" || echo "autoscale-step: plot failed"
-else
-    echo "autoscale-step: gnuplot not found; no PNG"
-fi
+bench_plot || echo "autoscale-step: plot failed"

@@ -24,8 +24,4 @@ need_built infergate engine-bench
 mkdir -p "$(dirname "$RESULTS")"
 "$build/engine-bench" --model "$tmp/small" --threads "$THREADS" --rounds "$ROUNDS" \
     --steps "$STEPS" --out "$RESULTS"
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "engine-batching: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

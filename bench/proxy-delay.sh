@@ -115,8 +115,4 @@ res = {
 json.dump(res, open(out, "w"), indent=2)
 print("proxy-delay: worst error %.3f ms; wrote %s" % (res["worst_abs_error_ms"], out))
 PYEOF
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "proxy-delay: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

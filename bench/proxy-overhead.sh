@@ -312,8 +312,4 @@ for k, r in ratio.items():
     print(line)
 print("  wrote " + out)
 PYEOF
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "proxy-overhead: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

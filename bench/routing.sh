@@ -252,8 +252,4 @@ PYEOF
 for p in $POLICIES; do
     sed "s/^/  [$p] /" "$tmp/metrics-$p.txt" 2>/dev/null || true
 done
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "routing: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

@@ -70,8 +70,4 @@ res = {
 json.dump(res, open(out, "w"), indent=2)
 print("stall-omission: wrote " + out)
 PYEOF
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "stall-omission: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

@@ -97,6 +97,17 @@ need_one_of() {
     done
 }
 
+# bench_plot: draws the "plot" block of $RESULTS into RESULTS.png with
+# lib/plot.sh (its status is returned) when gnuplot is installed; else says
+# there is no PNG.
+bench_plot() {
+    if command -v gnuplot >/dev/null 2>&1; then
+        "$root/bench/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
+    else
+        echo "$bench_name: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
+    fi
+}
+
 # http_get PORT PATH: prints the body of GET http://127.0.0.1:PORT/PATH
 # (empty on failure, 2 s at most).
 http_get() {
