@@ -30,8 +30,6 @@ bench_init autoscale-step "$@"
 bench_env LOW_S=10 HIGH_S=30 LOW=0.1 HIGH=0.8 MAX_TOKENS=64 SEQS=4 AUTOSCALE='{}'
 check_bounds "int($LOW_S) <= 300 and int($HIGH_S) <= 600" "LOW_S <= 300 and HIGH_S <= 600"
 need_built igbench infergate
-gw_pid=""
-poll_pid=""
 kill_on_exit poll_pid gw_pid
 
 "$build/infergate" mkmodel --preset tiny --out "$tmp/tiny" >/dev/null

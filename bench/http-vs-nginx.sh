@@ -43,8 +43,6 @@ if [ "$SERVER_CPU" -ge "$ncpu" ] || [ "$CLIENT_CPU" -ge "$ncpu" ]; then
     exit 2
 fi
 
-ig_pid=""
-ngx_pid=""
 kill_on_exit ig_pid ngx_pid
 
 # Waits until GET /health answers 200, up to 10 s.

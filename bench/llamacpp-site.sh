@@ -42,7 +42,6 @@ need_built infergate
     bench_fail "no llama-server in $LLAMACPP_BIN (set LLAMACPP_BIN)"
 "$PY" -c "import numpy" 2>/dev/null || bench_fail "$PY has no NumPy (apt-get install python3-numpy)"
 pids=()
-gw_pid=""
 kill_on_exit gw_pid pids
 
 "$build/infergate" mkmodel --preset small --out "$tmp/model" >/dev/null

@@ -25,7 +25,6 @@ bench_env PRESET=gqa DEVICE=cpu:1 PROMPT_TOKENS=512 ROUNDS=5
 check_bounds "1 <= $ROUNDS <= 50 and 16 <= $PROMPT_TOKENS <= 1900" \
     "ROUNDS 1..50 and PROMPT_TOKENS 16..1900"
 need_built infergate
-wpid=""
 kill_on_exit wpid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null

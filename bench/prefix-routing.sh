@@ -26,7 +26,6 @@ bench_env PRESET=gqa TENANTS=6 SESSIONS=2 TURNS=6 KV_BLOCKS=112 RATE=3 REQUESTS=
 check_bounds "1 <= $TENANTS <= 64 and 0 <= $SESSIONS <= 16 and 1 <= $REQUESTS <= 2000 and 0 < $RATE <= 100" \
     "TENANTS 1..64, SESSIONS 0..16, REQUESTS 1..2000, RATE 0..100"
 need_built infergate
-gw_pid=""
 kill_on_exit gw_pid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null

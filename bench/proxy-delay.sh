@@ -21,8 +21,6 @@ bench_init proxy-delay "$@"
 bench_env DELAYS="1 5 10 20 40" REQUESTS=60 REPEATS=3
 check_bounds "$REQUESTS <= 10000 and $REPEATS <= 20" "REQUESTS <= 10000 and REPEATS <= 20"
 need_built igbench faultproxy testupstream
-up_pid=""
-fp_pid=""
 kill_on_exit fp_pid up_pid
 
 control() {

@@ -32,7 +32,6 @@ for bin in valgrind callgrind_control callgrind_annotate "$NGINX"; do
     fi
 done
 pids=()
-vg_pid=""
 kill_on_exit vg_pid pids
 
 "$build/testupstream" --quiet --delay-ms 0 >"$tmp/up.out" &

@@ -63,7 +63,6 @@ for l in $LOADS; do
 done
 need_built igbench faultproxy testupstream infergate
 pids=()
-gw_pid=""
 kill_on_exit gw_pid pids
 
 shape_spec() {

@@ -51,7 +51,6 @@ check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $LOAD <= 1.5
 need_one_of policy "latency round_robin least_inflight random" $POLICIES
 need_built igbench faultproxy testupstream infergate
 pids=()
-gw_pid=""
 kill_on_exit gw_pid pids
 
 # The fleet. The slow one is SLOW x slower in both first token and ITL.

@@ -41,8 +41,6 @@ bench_env POLICY=round_robin TIMEOUT_S=60 ASAN=0
 check_bounds "int($SOAK_S) <= 3600 and int($WARMUP_S) < int($SOAK_S)" \
     "SOAK_S <= 3600 and WARMUP_S < SOAK_S"
 need_built infergate
-gw_pid=""
-site_pid=""
 kill_on_exit gw_pid site_pid
 
 export ASAN_OPTIONS="log_path=$tmp/asan:detect_leaks=1:abort_on_error=0"

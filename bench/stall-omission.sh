@@ -21,7 +21,6 @@ bench_init stall-omission "$@"
 bench_env RATE=40 DURATION=4 STALL=1 SERVICE_MS=10
 check_bounds "int($DURATION) <= 120 and int($STALL) <= 30" "DURATION <= 120 and STALL <= 30"
 need_built igbench testupstream
-up_pid=""
 kill_on_exit up_pid
 
 # One run against a fresh upstream (its stall clock starts at its first request).

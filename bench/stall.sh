@@ -21,7 +21,6 @@ here=$(cd "$(dirname "$0")" && pwd)
 bench_init stall "$@"
 bench_env PRESET=small THREADS=2 ROUNDS=3 TARGETS="default 0"
 need_built infergate
-w_pid=""
 kill_on_exit w_pid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null

@@ -38,10 +38,6 @@ ncpu=$(nproc)
 [ "$SERVER_CPU" -lt "$ncpu" ] && [ "$CLIENT_CPU" -lt "$ncpu" ] ||
     bench_fail "SERVER_CPU/CLIENT_CPU must be below $ncpu"
 
-up_pid=""
-ig_pid=""
-igp_pid=""
-ngx_pid=""
 kill_on_exit ig_pid igp_pid ngx_pid up_pid
 
 # ---- the certificate: a CA and a leaf for localhost ------------------------

@@ -46,8 +46,6 @@ q8=$MODELS/1b-q8_0.gguf
 [ -f "$bf16" ] || "$build/infergate" mkmodel --preset 1b --format gguf --out "$bf16"
 [ -f "$q8" ] || "$build/infergate" mkmodel --preset 1b --format gguf --quantize q8_0 --out "$q8"
 
-worker_pid=
-llama_pid=
 kill_on_exit worker_pid llama_pid
 
 # ---- memory bandwidth: a streaming read, one thread and THREADS at once ----

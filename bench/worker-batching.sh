@@ -27,7 +27,6 @@ bench_env PRESET=small DEVICE=cpu CONCURRENCY=16 REQUESTS=96 INPUT_TOKENS=32 \
 check_bounds "$REQUESTS <= 5000 and $CONCURRENCY <= 512 and 1 <= $REPEAT <= 10" \
     "REQUESTS <= 5000, CONCURRENCY <= 512, 1 <= REPEAT <= 10"
 need_built infergate igbench
-wpid=""
 kill_on_exit wpid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null

@@ -46,9 +46,14 @@ bench_env() {
 
 # kill_on_exit VAR...: at exit, the pids held in these variables (a pid, an
 # empty string, or an array of pids) are killed and reaped, in this order.
-# The variables are read at exit, so a scenario may restart a process and
-# clear the variable once it stopped it itself.
+# Each variable that is not an array starts empty here. The variables are
+# read at exit, so a scenario may restart a process and clear the variable
+# once it stopped it itself.
 kill_on_exit() {
+    local v
+    for v in "$@"; do
+        [[ "$(declare -p "$v" 2>/dev/null)" == "declare -a"* ]] || printf -v "$v" '%s' ""
+    done
     bench_kill_vars+=("$@")
 }
 
