@@ -101,18 +101,6 @@ print(round(cap, 1))
 PYEOF
 }
 
-# port_of, until the line is whole (a line read while it is being written
-# has no digits yet).
-port_num() {
-    local p=""
-    for _ in $(seq 1 50); do
-        p=$(port_of "$1")
-        case "$p" in '' | *[!0-9]*) sleep 0.1 ;; *) echo "$p" && return 0 ;; esac
-    done
-    echo "routing-foreign: $1: no port" >&2
-    return 1
-}
-
 # Starts the fleet of one run; fills url[] (in spec order) and names[].
 start_fleet() { # change_at_s spec...
     local change_at=$1
@@ -132,14 +120,14 @@ start_fleet() { # change_at_s spec...
             >"$tmp/$name.out" &
         pids+=($!)
         local port
-        port=$(port_num "$tmp/$name.out")
+        port=$(port_of "$tmp/$name.out")
         if [ "$rtt" != 0 ]; then
             local half
             half=$("$PY" -c "print($rtt / 2)")
             "$build/faultproxy" --quiet --target "127.0.0.1:$port" --delay-ms "$half" \
                 >"$tmp/$name-fp.out" &
             pids+=($!)
-            port=$(port_num "$tmp/$name-fp.out")
+            port=$(port_of "$tmp/$name-fp.out")
         fi
         names+=("$name")
         urls+=("http://127.0.0.1:$port")

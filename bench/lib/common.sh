@@ -133,14 +133,13 @@ free_port() {
 }
 
 # Waits (up to 10 s) for "... listening on HOST:PORT" in the log file $1 and
-# prints PORT.
+# prints PORT (a line read while it is being written, with no digits yet,
+# is read again).
 port_of() {
+    local p
     for _ in $(seq 1 100); do
-        if grep -q "listening on" "$1" 2>/dev/null; then
-            sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$1" | head -1
-            return 0
-        fi
-        sleep 0.1
+        p=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$1" 2>/dev/null | head -1)
+        case "$p" in '' | *[!0-9]*) sleep 0.1 ;; *) echo "$p" && return 0 ;; esac
     done
     echo "$(basename "$0" .sh): $1: no listening line" >&2
     return 1
