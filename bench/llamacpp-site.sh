@@ -49,17 +49,10 @@ LLAMACPP_SRC=$LLAMACPP_SRC "$PY" "$here/lib/hf2gguf.py" "$tmp/model" "$tmp/model
 
 wait_http() { # port path
     "$PY" - "$1" "$2" <<'PYEOF'
-import sys, time, urllib.request
-end = time.time() + 60
-while time.time() < end:
-    try:
-        if urllib.request.urlopen("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]),
-                                  timeout=1).status == 200:
-            sys.exit(0)
-    except Exception:
-        pass
-    time.sleep(0.1)
-sys.exit(1)
+import sys, urllib.request
+import benchlib
+url = "http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2])
+sys.exit(0 if benchlib.poll(lambda: urllib.request.urlopen(url, timeout=1).status == 200, 60) else 1)
 PYEOF
 }
 

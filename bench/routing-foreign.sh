@@ -169,18 +169,15 @@ PYEOF
     "$build/infergate" serve --config "$tmp/gw-$key.json" 2>"$tmp/gw-$key.log" &
     gw_pid=$!
     if ! "$PY" - "$gw_port" "${#names[@]}" <<'PYEOF'; then
-import json, sys, time, urllib.request
+import json, sys, urllib.request
+import benchlib
 port, n = sys.argv[1], int(sys.argv[2])
-end = time.time() + 10
-while time.time() < end:
-    try:
-        st = json.load(urllib.request.urlopen("http://127.0.0.1:%s/status" % port, timeout=1))
-        if sum(1 for s in st["sites"] if s["up"]) == n:
-            sys.exit(0)
-    except Exception:
-        pass
-    time.sleep(0.1)
-sys.exit(1)
+
+def all_up():
+    st = json.load(urllib.request.urlopen("http://127.0.0.1:%s/status" % port, timeout=1))
+    return sum(1 for s in st["sites"] if s["up"]) == n
+
+sys.exit(0 if benchlib.poll(all_up, 10) else 1)
 PYEOF
         echo "routing-foreign: gateway ($key) did not see its sites; log:" >&2
         cat "$tmp/gw-$key.log" >&2
