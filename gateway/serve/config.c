@@ -829,16 +829,30 @@ static int parse_device(ctx_t *c, const char *path, json_t *v, ig_config_device_
     return d->spec == NULL ? IG_ENOMEM : 0;
 }
 
-static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batching_t *b)
+/* A section of a pool: fields(c, o, p, out) reads the object o at key (an
+ * empty one when absent, its keys among allowed), whose path is p. */
+static int parse_section(ctx_t *c, json_t *obj, const char *path, const char *key,
+                         const char *const *allowed,
+                         int (*fields)(ctx_t *c, json_t *o, const char *p, void *out), void *out)
 {
-    static const char *const keys[] = {
-        "max_batched_tokens", "max_num_seqs", "kv_blocks",     "block_size",
-        "max_waiting",        "kv_dtype",     "itl_target_ms", NULL};
     char p[PATH_MAX_LEN];
     json_t *o;
-    int rc = get_section(c, pool, pp, "batching", keys, p, &o);
-    if (rc != 0)
-        return rc;
+    int rc = get_section(c, obj, path, key, allowed, p, &o);
+    if (rc == 0)
+        rc = fields(c, o, p, out);
+    json_decref(o);
+    return rc;
+}
+
+static const char *const batching_keys[] = {
+    "max_batched_tokens", "max_num_seqs", "kv_blocks",     "block_size",
+    "max_waiting",        "kv_dtype",     "itl_target_ms", NULL};
+
+/* pools[].batching, into an ig_config_batching_t. */
+static int batching_fields(ctx_t *c, json_t *o, const char *p, void *out)
+{
+    ig_config_batching_t *b = out;
+    int rc;
     if ((rc = get_unsigned(c, o, p, "max_batched_tokens", 1, 1u << 20, 2048,
                            &b->max_batched_tokens)) ||
         (rc = get_unsigned(c, o, p, "max_num_seqs", 1, 4096, 64, &b->max_num_seqs)) ||
@@ -847,39 +861,32 @@ static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batc
         (rc = get_unsigned(c, o, p, "max_waiting", 0, 1u << 20, 256, &b->max_waiting)) ||
         (rc = get_unsigned(c, o, p, "itl_target_ms", 0, 60000, (unsigned)IG_SCHED_ITL_TARGET_MS,
                            &b->itl_target_ms)))
-        goto done;
+        return rc;
     char *kvd = NULL;
     if ((rc = ig__config_get_string(c, o, p, "kv_dtype", STR_NONEMPTY, "f32", &kvd)) != 0)
-        goto done;
+        return rc;
     if (kvd != NULL && ig_engine_kv_dtype_parse(kvd, &b->kv_dtype) != 0)
         rc = fail_at(c, p, "kv_dtype", "'%s' is not one of f32, f16, bf16", kvd);
     free(kvd);
     if (rc != 0)
-        goto done;
-    if ((b->block_size & (b->block_size - 1)) != 0) {
-        rc = fail_at(c, p, "block_size", "must be a power of two");
-        goto done;
-    }
+        return rc;
+    if ((b->block_size & (b->block_size - 1)) != 0)
+        return fail_at(c, p, "block_size", "must be a power of two");
     /* Every running sequence decodes one token per step, so one step must fit them all. */
-    if (b->max_batched_tokens < b->max_num_seqs) {
-        rc = fail_at(c, p, "max_batched_tokens", "must be >= max_num_seqs (%u)", b->max_num_seqs);
-        goto done;
-    }
-done:
-    json_decref(o);
-    return rc;
+    if (b->max_batched_tokens < b->max_num_seqs)
+        return fail_at(c, p, "max_batched_tokens", "must be >= max_num_seqs (%u)", b->max_num_seqs);
+    return 0;
 }
 
-static int parse_autoscale(ctx_t *c, json_t *pool, const char *pp, ig_config_autoscale_t *a)
+static const char *const autoscale_keys[] = {
+    "target_queue_depth", "stable_window_s",    "panic_window_s",        "panic_threshold",
+    "max_scale_up_rate",  "scale_down_delay_s", "scale_to_zero_after_s", NULL};
+
+/* pools[].autoscale, into an ig_config_autoscale_t. */
+static int autoscale_fields(ctx_t *c, json_t *o, const char *p, void *out)
 {
-    static const char *const keys[] = {
-        "target_queue_depth", "stable_window_s",    "panic_window_s",        "panic_threshold",
-        "max_scale_up_rate",  "scale_down_delay_s", "scale_to_zero_after_s", NULL};
-    char p[PATH_MAX_LEN];
-    json_t *o;
-    int rc = get_section(c, pool, pp, "autoscale", keys, p, &o);
-    if (rc != 0)
-        return rc;
+    ig_config_autoscale_t *a = out;
+    int rc;
     /* The defaults and why: docs/autoscale.md. The windows and the delay
      * are kept as one sample a second in rings of IG_AUTOSCALE_SAMPLES. */
     double most = IG_AUTOSCALE_SAMPLES - 24;
@@ -897,14 +904,11 @@ static int parse_autoscale(ctx_t *c, json_t *pool, const char *pp, ig_config_aut
                                     IG_AUTOSCALE_DEFAULT_DOWN_DELAY_S, &a->scale_down_delay_s)) ||
         (rc = ig__config_get_number(c, o, p, "scale_to_zero_after_s", 0, INFINITY, NUM_CLOSED,
                                     IG_AUTOSCALE_DEFAULT_TO_ZERO_S, &a->scale_to_zero_after_s)))
-        goto done;
-    if (a->panic_window_s > a->stable_window_s) {
-        rc = fail_at(c, p, "panic_window_s", "must be <= stable_window_s (%g)", a->stable_window_s);
-        goto done;
-    }
-done:
-    json_decref(o);
-    return rc;
+        return rc;
+    if (a->panic_window_s > a->stable_window_s)
+        return fail_at(c, p, "panic_window_s", "must be <= stable_window_s (%g)",
+                       a->stable_window_s);
+    return 0;
 }
 
 /* pools[].discover: instances from a DNS name's A/AAAA records. */
@@ -924,9 +928,8 @@ static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_disc
         (rc = ig__config_get_number(c, o, p, "interval_s", 0.05, 3600, 0, 10, &d->interval_s)) ||
         (rc = ig__config_get_string(c, o, p, "resolver", STR_NAME, NULL, &d->resolver)))
         return rc;
-    if (port == 0) {
+    if (port == 0)
         return fail_at(c, p, "port", "is required");
-    }
     d->port = (int)port;
     char err[256];
     if (d->resolver != NULL && (strncmp(d->resolver, "unix:", 5) == 0 ||
@@ -954,9 +957,8 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         (rc = ig__config_parse_price(c, o, p, &pool->price)))
         return rc;
     int prev = ig__config_find_name(&cfg->pools[0].name, sizeof(*cfg->pools), idx, pool->name);
-    if (prev >= 0) {
+    if (prev >= 0)
         return fail_at(c, p, "name", "duplicate name '%s' (also pools[%d].name)", pool->name, prev);
-    }
     int m = find_pool_model(c, p, cfg, pool);
     if (m < 0)
         return IG_ECONFIG;
@@ -968,15 +970,15 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         static const char *const local_only[] = {"devices", "threads", "min_instances", "autoscale",
                                                  NULL};
         for (int k = 0; local_only[k] != NULL; k++) {
-            if (json_object_get(o, local_only[k]) != NULL) {
+            if (json_object_get(o, local_only[k]) != NULL)
                 return fail_at(c, p, local_only[k],
                                "not with discover (its instances are not started here)");
-            }
         }
         pool->model_index = (size_t)m;
         pool->min_instances = 0;
         if ((rc = get_unsigned(c, o, p, "max_instances", 1, 1024, 64, &pool->max_instances)) ||
-            (rc = parse_batching(c, o, p, &pool->batching)))
+            (rc = parse_section(c, o, p, "batching", batching_keys, batching_fields,
+                                &pool->batching)))
             return rc;
         return 0;
     }
@@ -1042,13 +1044,14 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     } per_device[] = {{"min_instances", pool->min_instances},
                       {"max_instances", pool->max_instances}};
     for (size_t i = 0; i < sizeof(per_device) / sizeof(per_device[0]); i++) {
-        if (per_device[i].n > pool->ndevices) {
+        if (per_device[i].n > pool->ndevices)
             return fail_at(c, p, per_device[i].key, "must be <= the number of devices (%zu)",
                            pool->ndevices);
-        }
     }
-    if ((rc = parse_batching(c, o, p, &pool->batching)) ||
-        (rc = parse_autoscale(c, o, p, &pool->autoscale)))
+    if ((rc =
+             parse_section(c, o, p, "batching", batching_keys, batching_fields, &pool->batching)) ||
+        (rc = parse_section(c, o, p, "autoscale", autoscale_keys, autoscale_fields,
+                            &pool->autoscale)))
         return rc;
     return 0;
 }
