@@ -206,44 +206,58 @@ static void test_lru_evicts_least_recently_used(void **state)
     ctx_free_all_back(c);
 }
 
+/* Two sequences on one prompt p (n tokens from salt, max_tokens each): r[0]
+ * greedy with seed, submitted and stepped once so that its prompt is in
+ * committed blocks, then r[1] sampled with seed + 1, and one more step,
+ * which takes r[1]'s prompt beside r[0]'s decode. */
+typedef struct {
+    int p[32];
+    ig_sched_req_t r[2];
+    uint64_t id[2];
+} sharing_t;
+
+static void submit_sharing(ctx_t *c, sharing_t *sh, int n, int salt, int max_tokens, uint64_t seed)
+{
+    assert_true(n <= 32);
+    make_prompt(sh->p, n, salt);
+    sh->r[0] = req_of(sh->p, n, max_tokens, seed, 1);
+    sh->r[1] = req_of(sh->p, n, max_tokens, seed + 1, 0);
+    sh->id[0] = submit_ok(c, &sh->r[0]);
+    ig_sched_step(c->s);
+    sh->id[1] = submit_ok(c, &sh->r[1]);
+    ig_sched_step(c->s);
+}
+
 /* Two sequences share their first blocks; the cache is too small for both
  * to grow, so the newer is preempted: its release must leave the shared
  * blocks with the older one, and its recompute finds them again. */
 static void test_preemption_with_shared_blocks(void **state)
 {
     ctx_t *c = ctx_new(14, 64, 4, 1);
-    int p[16];
-    make_prompt(p, 16, 7);
-    ig_sched_req_t r1 = req_of(p, 16, 24, 11, 1), r2 = req_of(p, 16, 24, 12, 0);
-    uint64_t a = submit_ok(c, &r1);
-    ig_sched_step(c->s); /* a's prompt is in 4 committed blocks */
-    uint64_t b = submit_ok(c, &r2);
-    ig_sched_step(c->s);
-    assert_int_equal(c->fe.last_ntok, 1 + 4); /* a's decode + b's last block */
+    sharing_t sh;
+    submit_sharing(c, &sh, 16, 7, 24, 11);
+    /* the first's prompt took 4 blocks; the step took its decode and the
+     * second's last block */
+    assert_int_equal(c->fe.last_ntok, 1 + 4);
     finish_all(c, 2);
     assert_true(stats_of(c).preemptions_total > 0);
-    expect_solo(c, a, &r1);
-    expect_solo(c, b, &r2);
+    expect_solo(c, sh.id[0], &sh.r[0]);
+    expect_solo(c, sh.id[1], &sh.r[1]);
     ctx_free_all_back(c);
 }
 
 static void test_cancel_keeps_shared_blocks(void **state)
 {
     ctx_t *c = ctx_new(64, 64, 4, 1);
-    int p[24];
-    make_prompt(p, 24, 4);
-    ig_sched_req_t r1 = req_of(p, 24, 12, 1, 1), r2 = req_of(p, 24, 12, 2, 0);
-    uint64_t a = submit_ok(c, &r1);
+    sharing_t sh;
+    submit_sharing(c, &sh, 24, 4, 12, 1);
     ig_sched_step(c->s);
-    uint64_t b = submit_ok(c, &r2);
-    ig_sched_step(c->s);
-    ig_sched_step(c->s);
-    ig_sched_cancel(c->s, a); /* b holds a's prompt blocks too */
+    ig_sched_cancel(c->s, sh.id[0]); /* the second holds the first's prompt blocks too */
     finish_all(c, 2);
-    assert_int_equal(collector_get(&c->col, a)->finish, IG_FINISH_CANCELLED);
-    expect_solo(c, b, &r2);
-    /* a's blocks stay cached after its cancel: a third one finds them */
-    assert_int_equal(ig_sched_prefix_match(c->s, p, 24), 6);
+    assert_int_equal(collector_get(&c->col, sh.id[0])->finish, IG_FINISH_CANCELLED);
+    expect_solo(c, sh.id[1], &sh.r[1]);
+    /* the first's blocks stay cached after its cancel: a third one finds them */
+    assert_int_equal(ig_sched_prefix_match(c->s, sh.p, 24), 6);
     ctx_free_all_back(c);
 }
 
