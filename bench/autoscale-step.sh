@@ -27,21 +27,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init autoscale-step "$@"
-LOW_S=${LOW_S:-10}
-HIGH_S=${HIGH_S:-30}
-LOW=${LOW:-0.1}
-HIGH=${HIGH:-0.8}
-MAX_TOKENS=${MAX_TOKENS:-64}
-SEQS=${SEQS:-4}
-AUTOSCALE=${AUTOSCALE:-'{}'}
-RESULTS=${RESULTS:-$root/bench/results/autoscale-step.json}
-if [ "${LOW_S%.*}" -gt 300 ] || [ "${HIGH_S%.*}" -gt 600 ]; then
-    echo "autoscale-step: LOW_S <= 300 and HIGH_S <= 600, please" >&2
-    exit 2
-fi
+bench_env LOW_S=10 HIGH_S=30 LOW=0.1 HIGH=0.8 MAX_TOKENS=64 SEQS=4 AUTOSCALE='{}'
+check_bounds "int($LOW_S) <= 300 and int($HIGH_S) <= 600" "LOW_S <= 300 and HIGH_S <= 600"
 need_built igbench infergate
-gw_pid=""
-poll_pid=""
 kill_on_exit poll_pid gw_pid
 
 "$build/infergate" mkmodel --preset tiny --out "$tmp/tiny" >/dev/null
@@ -230,8 +218,4 @@ for name, r in rows.items():
         r["step_p99_vs_fixed_max"] or 0, r["step_failed"], r["step_errors"].get("parse", 0)))
 print("autoscale-step: wrote %s" % out)
 PYEOF
-if command -v gnuplot >/dev/null 2>&1; then
-    bash "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png" || echo "autoscale-step: plot failed"
-else
-    echo "autoscale-step: gnuplot not found; no PNG"
-fi
+bench_plot || echo "autoscale-step: plot failed"

@@ -17,21 +17,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init engine-batching "$@"
-THREADS=${THREADS:-2}
-ROUNDS=${ROUNDS:-3}
-STEPS=${STEPS:-32}
-RESULTS=${RESULTS:-$root/bench/results/engine-batching.json}
-if [ "$ROUNDS" -gt 20 ] || [ "$STEPS" -gt 1000 ]; then
-    echo "engine-batching: ROUNDS <= 20 and STEPS <= 1000, please" >&2
-    exit 2
-fi
+bench_env THREADS=2 ROUNDS=3 STEPS=32
+check_bounds "$ROUNDS <= 20 and $STEPS <= 1000" "ROUNDS <= 20 and STEPS <= 1000"
 need_built infergate engine-bench
 "$build/infergate" mkmodel --preset small --out "$tmp/small" --seed 1 >/dev/null
 mkdir -p "$(dirname "$RESULTS")"
 "$build/engine-bench" --model "$tmp/small" --threads "$THREADS" --rounds "$ROUNDS" \
     --steps "$STEPS" --out "$RESULTS"
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "engine-batching: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

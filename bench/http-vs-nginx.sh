@@ -23,19 +23,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init http-vs-nginx "$@"
-DURATION=${DURATION:-10}
-WARMUP=${WARMUP:-2}
-CONNECTIONS=${CONNECTIONS:-64}
-WRK_THREADS=${WRK_THREADS:-1}
-REPEAT=${REPEAT:-3}
-SERVER_CPU=${SERVER_CPU:-0}
-CLIENT_CPU=${CLIENT_CPU:-1}
-RESULTS=${RESULTS:-$root/bench/results/http-vs-nginx.json}
+bench_env DURATION=10 WARMUP=2 CONNECTIONS=64 WRK_THREADS=1 REPEAT=3 SERVER_CPU=0 \
+    CLIENT_CPU=1
 # Bounded runs only: a typo must not start an hour-long benchmark.
-if [ "$DURATION" -gt 120 ] || [ "$WARMUP" -gt 30 ] || [ "$REPEAT" -gt 10 ] || [ "$REPEAT" -lt 1 ]; then
-    echo "http-vs-nginx: DURATION <= 120, WARMUP <= 30 and 1 <= REPEAT <= 10, please" >&2
-    exit 2
-fi
+check_bounds "$DURATION <= 120 and $WARMUP <= 30 and 1 <= $REPEAT <= 10" \
+    "DURATION <= 120, WARMUP <= 30 and 1 <= REPEAT <= 10"
 
 for tool in wrk nginx taskset python3; do
     if ! command -v "$tool" >/dev/null 2>&1 && [ ! -x "/usr/sbin/$tool" ]; then
@@ -51,8 +43,6 @@ if [ "$SERVER_CPU" -ge "$ncpu" ] || [ "$CLIENT_CPU" -ge "$ncpu" ]; then
     exit 2
 fi
 
-ig_pid=""
-ngx_pid=""
 kill_on_exit ig_pid ngx_pid
 
 # Waits until GET /health answers 200, up to 10 s.

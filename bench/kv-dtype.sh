@@ -25,12 +25,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init kv-dtype "$@"
-CONTEXT=${CONTEXT:-3072}
-BATCHES=${BATCHES:-1,4}
-STEPS=${STEPS:-16}
-ROUNDS=${ROUNDS:-3}
-THREADS=${THREADS:-2}
-RESULTS=${RESULTS:-$root/bench/results/kv-dtype.json}
+bench_env CONTEXT=3072 BATCHES=1,4 STEPS=16 ROUNDS=3 THREADS=2
 check_bounds "16 <= $CONTEXT <= 4000 and 1 <= $STEPS <= 64 and 1 <= $ROUNDS <= 10" \
     "CONTEXT 16..4000, STEPS 1..64 and ROUNDS 1..10"
 check_bounds "all(1 <= int(b) <= 16 for b in '$BATCHES'.split(','))" "BATCHES of 1..16"

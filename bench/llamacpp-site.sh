@@ -32,14 +32,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init llamacpp-site "$@"
-LLAMACPP_BIN=${LLAMACPP_BIN:-/work/peers/llama.cpp/build/bin}
-LLAMACPP_SRC=${LLAMACPP_SRC:-/work/peers/llama.cpp}
-ROUNDS=${ROUNDS:-3}
-N=${N:-16}
-MAX_TOKENS=${MAX_TOKENS:-32}
-SLOTS=${SLOTS:-4}
-THREADS=${THREADS:-1}
-RESULTS=${RESULTS:-$root/bench/results/llamacpp-site.json}
+bench_env LLAMACPP_BIN=/work/peers/llama.cpp/build/bin \
+    LLAMACPP_SRC=/work/peers/llama.cpp ROUNDS=3 N=16 MAX_TOKENS=32 SLOTS=4 THREADS=1
 check_bounds "1 <= $ROUNDS <= 10 and 1 <= $N <= 64 and 1 <= $MAX_TOKENS <= 256
       and 1 <= $SLOTS <= 16 and 1 <= $THREADS <= 16" \
     "ROUNDS <= 10, N <= 64, MAX_TOKENS <= 256, SLOTS <= 16, THREADS <= 16"
@@ -48,7 +42,6 @@ need_built infergate
     bench_fail "no llama-server in $LLAMACPP_BIN (set LLAMACPP_BIN)"
 "$PY" -c "import numpy" 2>/dev/null || bench_fail "$PY has no NumPy (apt-get install python3-numpy)"
 pids=()
-gw_pid=""
 kill_on_exit gw_pid pids
 
 "$build/infergate" mkmodel --preset small --out "$tmp/model" >/dev/null
@@ -56,17 +49,10 @@ LLAMACPP_SRC=$LLAMACPP_SRC "$PY" "$here/lib/hf2gguf.py" "$tmp/model" "$tmp/model
 
 wait_http() { # port path
     "$PY" - "$1" "$2" <<'PYEOF'
-import sys, time, urllib.request
-end = time.time() + 60
-while time.time() < end:
-    try:
-        if urllib.request.urlopen("http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2]),
-                                  timeout=1).status == 200:
-            sys.exit(0)
-    except Exception:
-        pass
-    time.sleep(0.1)
-sys.exit(1)
+import sys, urllib.request
+import benchlib
+url = "http://127.0.0.1:%s%s" % (sys.argv[1], sys.argv[2])
+sys.exit(0 if benchlib.poll(lambda: urllib.request.urlopen(url, timeout=1).status == 200, 60) else 1)
 PYEOF
 }
 

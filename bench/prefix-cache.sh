@@ -21,15 +21,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init prefix-cache "$@"
-PRESET=${PRESET:-gqa}
-DEVICE=${DEVICE:-cpu:1}
-PROMPT_TOKENS=${PROMPT_TOKENS:-512}
-ROUNDS=${ROUNDS:-5}
-RESULTS=${RESULTS:-$root/bench/results/prefix-cache.json}
+bench_env PRESET=gqa DEVICE=cpu:1 PROMPT_TOKENS=512 ROUNDS=5
 check_bounds "1 <= $ROUNDS <= 50 and 16 <= $PROMPT_TOKENS <= 1900" \
     "ROUNDS 1..50 and PROMPT_TOKENS 16..1900"
 need_built infergate
-wpid=""
 kill_on_exit wpid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null

@@ -21,16 +21,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init prefix-replicas "$@"
-PRESET=${PRESET:-gqa}
-TENANTS=${TENANTS:-10}
-KV_BLOCKS=${KV_BLOCKS:-112}
-RATE=${RATE:-3}
-REQUESTS=${REQUESTS:-90}
-MAX_TOKENS=${MAX_TOKENS:-4}
-SEED=${SEED:-1}
-REPLICAS=${REPLICAS:-1 3}
-RESULTS=${RESULTS:-$root/bench/results/prefix-replicas.json}
-DNSMASQ=${DNSMASQ:-/usr/sbin/dnsmasq}
+bench_env PRESET=gqa TENANTS=10 KV_BLOCKS=112 RATE=3 REQUESTS=90 MAX_TOKENS=4 SEED=1 \
+    REPLICAS="1 3" DNSMASQ=/usr/sbin/dnsmasq
 check_bounds "1 <= $TENANTS <= 64 and 1 <= $REQUESTS <= 2000 and 0 < $RATE <= 100" \
     "TENANTS 1..64, REQUESTS 1..2000, RATE 0..100"
 for r in $REPLICAS; do check_bounds "1 <= $r <= 8" "REPLICAS 1..8"; done
@@ -85,31 +77,24 @@ EOF
     done
     "$PY" - "$policy" "$TENANTS" "$RATE" "$REQUESTS" "$MAX_TOKENS" "$SEED" \
         "$tmp/run-$n-$policy.json" "$wport" $ports <<'EOF'
-import http.client, json, random, sys, threading, time
+import json, random, sys, threading, time
+import benchlib
 policy = sys.argv[1]
 tenants, rate, nreq, max_tokens, seed = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 tenants = int(tenants)
 out, wport, ports = sys.argv[7], int(sys.argv[8]), [int(p) for p in sys.argv[9:]]
 
-def get(host, port, path):
-    c = http.client.HTTPConnection(host, port, timeout=10)
-    c.request("GET", path)
-    r = c.getresponse()
-    return r.status, r.read()
+get = benchlib.http_get
+
+def ready(port):
+    insts = json.loads(get("127.0.0.1", port, "/status")[1])["pools"][0]["instances"]
+    return sum(1 for i in insts if i.get("eligible")) == 2 and \
+        (policy != "latency" or sum(1 for i in insts if i.get("prefix_index") == "exact") == 2)
 
 deadline = time.time() + 180
 for port in ports:
-    while True:
-        try:
-            insts = json.loads(get("127.0.0.1", port, "/status")[1])["pools"][0]["instances"]
-            if sum(1 for i in insts if i.get("eligible")) == 2 and \
-               (policy != "latency" or sum(1 for i in insts if i.get("prefix_index") == "exact") == 2):
-                break
-        except Exception:
-            pass
-        if time.time() > deadline:
-            sys.exit("prefix-replicas: a gateway never had 2 eligible instances")
-        time.sleep(0.2)
+    if not benchlib.poll(lambda: ready(port), deadline - time.time(), 0.2):
+        sys.exit("prefix-replicas: a gateway never had 2 eligible instances")
 
 rng = random.Random(seed)
 systems = [[1 + (t * 7919 + k * 131 + (k * k) % 89) % 8000 for k in range(512)] for t in range(tenants)]
@@ -123,41 +108,17 @@ def one(at, k, port, t0):
     ids = systems[k] + random.Random(at).sample(range(1, 8000), 24)
     body = json.dumps({"model": "m", "prompt": ids, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0, "ignore_eos": True})
-    sched = t0 + at
-    delay = sched - time.perf_counter()
-    if delay > 0:
-        time.sleep(delay)
-    ttft, status, up = None, 0, ""
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        c.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
-        r = c.getresponse()
-        status, up = r.status, r.getheader("x-infergate-upstream", "")
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            if line.startswith(b"data: ") and b'"text"' in line and ttft is None:
-                ttft = time.perf_counter() - sched
-        c.close()
-    except Exception:
-        status = -1
+    status, ttft, r = benchlib.stream_completion(port, body, {"Content-Type": "application/json"},
+                                                 t0 + at)
+    up = r.getheader("x-infergate-upstream", "") if r else ""
     with lock:
         results.append({"tenant": k, "gateway": port, "status": status, "ttft_s": ttft, "upstream": up})
 
-t0 = time.perf_counter() + 0.2
-ths = [threading.Thread(target=one, args=(at, k, port, t0)) for at, k, port in plan]
-for th in ths:
-    th.start()
-for th in ths:
-    th.join()
+benchlib.run_plan(plan, one)
 q = h = 0.0
 for ip in ("127.0.0.2", "127.0.0.3"):
-    for line in get(ip, wport, "/metrics")[1].decode(errors="replace").splitlines():
-        if line.startswith("infergate_worker_prefix_cache_queries_total "):
-            q += float(line.split()[-1])
-        if line.startswith("infergate_worker_prefix_cache_hits_total "):
-            h += float(line.split()[-1])
+    dq, dh = benchlib.prefix_cache_counts(get(ip, wport, "/metrics")[1].decode(errors="replace"))
+    q, h = q + dq, h + dh
 json.dump({"policy": policy, "results": results, "queries": q, "hits": h}, open(out, "w"))
 EOF
     stop_run
@@ -171,12 +132,10 @@ done
 mkdir -p "$(dirname "$RESULTS")"
 "$PY" - "$tmp" "$RESULTS" "$PRESET" "$TENANTS" "$KV_BLOCKS" "$RATE" "$REQUESTS" $REPLICAS <<'EOF'
 import json, sys
+import benchlib
 tmp, out = sys.argv[1], sys.argv[2]
 params = dict(zip(["preset", "tenants", "kv_blocks_per_worker", "rate", "requests"], sys.argv[3:8]))
 replicas = sys.argv[8:]
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 doc = {"scenario": "prefix-replicas", "params": params, "model_files_on_gateway": False, "runs": {}}
 print(f"prefix-replicas ({params['preset']}, 2 workers x {params['kv_blocks_per_worker']} KV blocks via dnsmasq, "
       f"{params['tenants']} tenants x 512-token prefixes, {params['rate']} req/s Poisson, "
@@ -186,11 +145,9 @@ for n in replicas:
     run = {}
     for pol in ("least_inflight", "latency"):
         r = json.load(open(f"{tmp}/run-{n}-{pol}.json"))
-        ok = [x["ttft_s"] for x in r["results"] if x["status"] == 200 and x["ttft_s"] is not None]
-        errors = sum(1 for x in r["results"] if x["status"] != 200 or x["ttft_s"] is None)
-        run[pol] = {"ttft_p50_ms": pct(ok, 50) * 1e3, "ttft_p99_ms": pct(ok, 99) * 1e3,
-                    "errors": errors, "hit_rate": r["hits"] / r["queries"] if r["queries"] else 0,
-                    "results": r["results"]}
+        run[pol] = dict(benchlib.ttft_summary(r["results"]),
+                        hit_rate=r["hits"] / r["queries"] if r["queries"] else 0,
+                        results=r["results"])
         d = run[pol]
         print(f"  {n:>8} {pol:16} {d['ttft_p50_ms']:8.1f}ms {d['ttft_p99_ms']:8.1f}ms {d['hit_rate']:8.1%} {d['errors']:7d}")
     run["ratio_p50"] = run["latency"]["ttft_p50_ms"] / run["least_inflight"]["ttft_p50_ms"]

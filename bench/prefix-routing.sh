@@ -21,20 +21,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init prefix-routing "$@"
-PRESET=${PRESET:-gqa}
-TENANTS=${TENANTS:-6}
-SESSIONS=${SESSIONS:-2}
-TURNS=${TURNS:-6}
-KV_BLOCKS=${KV_BLOCKS:-112}
-RATE=${RATE:-3}
-REQUESTS=${REQUESTS:-90}
-MAX_TOKENS=${MAX_TOKENS:-4}
-SEED=${SEED:-1}
-RESULTS=${RESULTS:-$root/bench/results/prefix-routing.json}
+bench_env PRESET=gqa TENANTS=6 SESSIONS=2 TURNS=6 KV_BLOCKS=112 RATE=3 REQUESTS=90 \
+    MAX_TOKENS=4 SEED=1
 check_bounds "1 <= $TENANTS <= 64 and 0 <= $SESSIONS <= 16 and 1 <= $REQUESTS <= 2000 and 0 < $RATE <= 100" \
     "TENANTS 1..64, SESSIONS 0..16, REQUESTS 1..2000, RATE 0..100"
 need_built infergate
-gw_pid=""
 kill_on_exit gw_pid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null
@@ -59,31 +50,19 @@ EOF
     gw_pid=$!
     "$PY" - "$port" "$policy" "$TENANTS" "$SESSIONS" "$TURNS" "$RATE" "$REQUESTS" \
         "$MAX_TOKENS" "$SEED" "$tmp/run-$policy.json" "$tmp/run-$policy" <<'EOF'
-import glob, http.client, json, random, socket, sys, threading, time
+import glob, json, random, socket, sys, threading, time
 import benchlib
 port, policy = int(sys.argv[1]), sys.argv[2]
 tenants, sessions, turns, rate, nreq, max_tokens, seed = map(float, sys.argv[3:10])
 tenants, sessions, turns, nreq, max_tokens, seed = map(int, (tenants, sessions, turns, nreq, max_tokens, seed))
 out, rundir = sys.argv[10], sys.argv[11]
 
-def get(path):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-    c.request("GET", path)
-    r = c.getresponse()
-    return r.status, r.read()
+def eligible():
+    insts = json.loads(benchlib.http_get("127.0.0.1", port, "/status")[1])["pools"][0]["instances"]
+    return sum(1 for i in insts if i.get("eligible")) == 2
 
-deadline = time.time() + 120
-while True:
-    try:
-        st, body = get("/status")
-        insts = json.loads(body)["pools"][0]["instances"]
-        if sum(1 for i in insts if i.get("eligible")) == 2:
-            break
-    except Exception:
-        pass
-    if time.time() > deadline:
-        sys.exit("prefix-routing: the pool never had 2 eligible instances")
-    time.sleep(0.2)
+if not benchlib.poll(eligible, 120, 0.2):
+    sys.exit("prefix-routing: the pool never had 2 eligible instances")
 
 rng = random.Random(seed)
 # A tenant's system prefix: 512 tokens of its own; a user part of 24.
@@ -114,35 +93,14 @@ def one(at, kind, k, t0):
         headers = {"Content-Type": "application/json", "x-session-id": f"chat-{k}"}
     body = json.dumps({"model": "m", "prompt": ids, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0, "ignore_eos": True})
-    sched = t0 + at
-    delay = sched - time.perf_counter()
-    if delay > 0:
-        time.sleep(delay)
-    ttft, status, up, route = None, 0, "", ""
-    try:
-        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        c.request("POST", "/v1/completions", body, headers)
-        r = c.getresponse()
-        status, up, route = r.status, r.getheader("x-infergate-upstream", ""), r.getheader("x-infergate-route", "")
-        while True:
-            line = r.readline()
-            if not line:
-                break
-            if line.startswith(b"data: ") and b'"text"' in line and ttft is None:
-                ttft = time.perf_counter() - sched
-        c.close()
-    except Exception as e:
-        status = -1
+    status, ttft, r = benchlib.stream_completion(port, body, headers, t0 + at)
+    up = r.getheader("x-infergate-upstream", "") if r else ""
+    route = r.getheader("x-infergate-route", "") if r else ""
     with lock:
         results.append({"kind": kind, "key": k, "status": status, "ttft_s": ttft,
                         "upstream": up, "route": route})
 
-t0 = time.perf_counter() + 0.2
-ths = [threading.Thread(target=one, args=(at, kind, k, t0)) for at, kind, k in plan]
-for th in ths:
-    th.start()
-for th in ths:
-    th.join()
+benchlib.run_plan(plan, one)
 q = h = 0.0
 for path in glob.glob(rundir + "/**/*.sock", recursive=True):
     s = socket.socket(socket.AF_UNIX)
@@ -150,11 +108,8 @@ for path in glob.glob(rundir + "/**/*.sock", recursive=True):
     s.connect(path)
     buf = benchlib.get_all(s, "/metrics", host="w")
     s.close()
-    for line in buf.decode(errors="replace").splitlines():
-        if line.startswith("infergate_worker_prefix_cache_queries_total "):
-            q += float(line.split()[-1])
-        if line.startswith("infergate_worker_prefix_cache_hits_total "):
-            h += float(line.split()[-1])
+    dq, dh = benchlib.prefix_cache_counts(buf.decode(errors="replace"))
+    q, h = q + dq, h + dh
 json.dump({"policy": policy, "results": results, "queries": q, "hits": h}, open(out, "w"))
 EOF
     kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
@@ -167,19 +122,15 @@ run_policy latency
 mkdir -p "$(dirname "$RESULTS")"
 "$PY" - "$tmp" "$RESULTS" "$PRESET" "$TENANTS" "$SESSIONS" "$KV_BLOCKS" "$RATE" "$REQUESTS" <<'EOF'
 import json, sys
+import benchlib
 tmp, out = sys.argv[1], sys.argv[2]
 params = dict(zip(["preset", "tenants", "sessions", "kv_blocks_per_instance", "rate", "requests"], sys.argv[3:9]))
-def pct(xs, p):
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 doc = {"scenario": "prefix-routing", "params": params}
 for pol in ("least_inflight", "latency"):
     r = json.load(open(f"{tmp}/run-{pol}.json"))
-    ok = [x["ttft_s"] for x in r["results"] if x["status"] == 200 and x["ttft_s"] is not None]
-    errors = sum(1 for x in r["results"] if x["status"] != 200 or x["ttft_s"] is None)
-    doc[pol] = {"ttft_p50_ms": pct(ok, 50) * 1e3, "ttft_p99_ms": pct(ok, 99) * 1e3,
-                "errors": errors, "hit_rate": r["hits"] / r["queries"] if r["queries"] else 0,
-                "queries_tokens": r["queries"], "hit_tokens": r["hits"], "results": r["results"]}
+    doc[pol] = dict(benchlib.ttft_summary(r["results"]),
+                    hit_rate=r["hits"] / r["queries"] if r["queries"] else 0,
+                    queries_tokens=r["queries"], hit_tokens=r["hits"], results=r["results"])
 b, l = doc["least_inflight"], doc["latency"]
 doc["ratio_p50"] = l["ttft_p50_ms"] / b["ttft_p50_ms"]
 doc["ratio_p99"] = l["ttft_p99_ms"] / b["ttft_p99_ms"]

@@ -18,17 +18,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init proxy-delay "$@"
-DELAYS=${DELAYS:-"1 5 10 20 40"}
-REQUESTS=${REQUESTS:-60}
-REPEATS=${REPEATS:-3}
-RESULTS=${RESULTS:-$root/bench/results/proxy-delay.json}
-if [ "$REQUESTS" -gt 10000 ] || [ "$REPEATS" -gt 20 ]; then
-    echo "proxy-delay: REQUESTS <= 10000 and REPEATS <= 20, please" >&2
-    exit 2
-fi
+bench_env DELAYS="1 5 10 20 40" REQUESTS=60 REPEATS=3
+check_bounds "$REQUESTS <= 10000 and $REPEATS <= 20" "REQUESTS <= 10000 and REPEATS <= 20"
 need_built igbench faultproxy testupstream
-up_pid=""
-fp_pid=""
 kill_on_exit fp_pid up_pid
 
 control() {
@@ -121,8 +113,4 @@ res = {
 json.dump(res, open(out, "w"), indent=2)
 print("proxy-delay: worst error %.3f ms; wrote %s" % (res["worst_abs_error_ms"], out))
 PYEOF
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "proxy-delay: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

@@ -20,10 +20,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init proxy-instructions "$@"
-N=${N:-2000}
-WARMUP=${WARMUP:-200}
-CONCURRENCY=${CONCURRENCY:-8}
-RESULTS=${RESULTS:-$root/bench/results/proxy-instructions.json}
+bench_env N=2000 WARMUP=200 CONCURRENCY=8
 check_bounds "100 <= $N <= 100000 and 0 <= $WARMUP <= 10000 and 1 <= $CONCURRENCY <= 256" \
     "100 <= N <= 100000, WARMUP <= 10000, CONCURRENCY <= 256"
 need_built igbench testupstream infergate
@@ -35,7 +32,6 @@ for bin in valgrind callgrind_control callgrind_annotate "$NGINX"; do
     fi
 done
 pids=()
-vg_pid=""
 kill_on_exit vg_pid pids
 
 "$build/testupstream" --quiet --delay-ms 0 >"$tmp/up.out" &

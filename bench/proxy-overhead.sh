@@ -32,17 +32,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init proxy-overhead "$@"
-RATE=${RATE:-500}
-DURATION=${DURATION:-4}
-CONCURRENCY=${CONCURRENCY:-64}
-TPUT_DURATION=${TPUT_DURATION:-3}
-WARMUP=${WARMUP:-1}
-REPEAT=${REPEAT:-3}
-TOKENS=${TOKENS:-16}
-PROXY_CPU=${PROXY_CPU:-0}
-CLIENT_CPU=${CLIENT_CPU:-1}
-TARGETS=${TARGETS:-"direct infergate nginx haproxy"}
-RESULTS=${RESULTS:-$root/bench/results/proxy-overhead.json}
+bench_env RATE=500 DURATION=4 CONCURRENCY=64 TPUT_DURATION=3 WARMUP=1 REPEAT=3 \
+    TOKENS=16 PROXY_CPU=0 CLIENT_CPU=1 TARGETS="direct infergate nginx haproxy"
 check_bounds "0 < $RATE <= 20000 and 0 < $DURATION <= 60 and 0 < $TPUT_DURATION <= 60
       and 0 <= $WARMUP <= 10 and 1 <= $REPEAT <= 10 and 1 <= $CONCURRENCY <= 1024
       and 1 <= $TOKENS <= 4096" \
@@ -321,8 +312,4 @@ for k, r in ratio.items():
     print(line)
 print("  wrote " + out)
 PYEOF
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "proxy-overhead: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

@@ -51,16 +51,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init routing-foreign "$@"
-SHAPES=${SHAPES:-"issue narrow shift"}
-LOADS=${LOADS:-"0.5 0.7 0.9"}
-POLICIES=${POLICIES:-"latency least_inflight round_robin"}
-DURATION=${DURATION:-8}
-WARMUP=${WARMUP:-3}
-SEED=${SEED:-1}
-REPEAT=${REPEAT:-1}
-TIMEOUT=${TIMEOUT:-15}
-TIME_SCALE=${TIME_SCALE:-1}
-RESULTS=${RESULTS:-$root/bench/results/routing-foreign.json}
+bench_env SHAPES="issue narrow shift" LOADS="0.5 0.7 0.9" \
+    POLICIES="latency least_inflight round_robin" DURATION=8 WARMUP=3 SEED=1 REPEAT=1 \
+    TIMEOUT=15 TIME_SCALE=1
 check_bounds "0 < $DURATION <= 60 and 0 <= $WARMUP <= 30 and 0 < $TIMEOUT <= 60 and 1 <= $TIME_SCALE <= 10 and $REPEAT in range(1, 6)" \
     "DURATION <= 60, WARMUP <= 30, TIMEOUT <= 60, TIME_SCALE in [1, 10], REPEAT in 1..5"
 need_one_of policy "latency round_robin least_inflight random" $POLICIES
@@ -70,7 +63,6 @@ for l in $LOADS; do
 done
 need_built igbench faultproxy testupstream infergate
 pids=()
-gw_pid=""
 kill_on_exit gw_pid pids
 
 shape_spec() {
@@ -109,18 +101,6 @@ print(round(cap, 1))
 PYEOF
 }
 
-# port_of, until the line is whole (a line read while it is being written
-# has no digits yet).
-port_num() {
-    local p=""
-    for _ in $(seq 1 50); do
-        p=$(port_of "$1")
-        case "$p" in '' | *[!0-9]*) sleep 0.1 ;; *) echo "$p" && return 0 ;; esac
-    done
-    echo "routing-foreign: $1: no port" >&2
-    return 1
-}
-
 # Starts the fleet of one run; fills url[] (in spec order) and names[].
 start_fleet() { # change_at_s spec...
     local change_at=$1
@@ -140,14 +120,14 @@ start_fleet() { # change_at_s spec...
             >"$tmp/$name.out" &
         pids+=($!)
         local port
-        port=$(port_num "$tmp/$name.out")
+        port=$(port_of "$tmp/$name.out")
         if [ "$rtt" != 0 ]; then
             local half
             half=$("$PY" -c "print($rtt / 2)")
             "$build/faultproxy" --quiet --target "127.0.0.1:$port" --delay-ms "$half" \
                 >"$tmp/$name-fp.out" &
             pids+=($!)
-            port=$(port_num "$tmp/$name-fp.out")
+            port=$(port_of "$tmp/$name-fp.out")
         fi
         names+=("$name")
         urls+=("http://127.0.0.1:$port")
@@ -189,18 +169,15 @@ PYEOF
     "$build/infergate" serve --config "$tmp/gw-$key.json" 2>"$tmp/gw-$key.log" &
     gw_pid=$!
     if ! "$PY" - "$gw_port" "${#names[@]}" <<'PYEOF'; then
-import json, sys, time, urllib.request
+import json, sys, urllib.request
+import benchlib
 port, n = sys.argv[1], int(sys.argv[2])
-end = time.time() + 10
-while time.time() < end:
-    try:
-        st = json.load(urllib.request.urlopen("http://127.0.0.1:%s/status" % port, timeout=1))
-        if sum(1 for s in st["sites"] if s["up"]) == n:
-            sys.exit(0)
-    except Exception:
-        pass
-    time.sleep(0.1)
-sys.exit(1)
+
+def all_up():
+    st = json.load(urllib.request.urlopen("http://127.0.0.1:%s/status" % port, timeout=1))
+    return sum(1 for s in st["sites"] if s["up"]) == n
+
+sys.exit(0 if benchlib.poll(all_up, 10) else 1)
 PYEOF
         echo "routing-foreign: gateway ($key) did not see its sites; log:" >&2
         cat "$tmp/gw-$key.log" >&2

@@ -41,20 +41,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init routing "$@"
-POLICIES=${POLICIES:-"latency round_robin least_inflight random"}
-DURATION=${DURATION:-20}
-WARMUP=${WARMUP:-4}
-LOAD=${LOAD:-0.7}
-SLOTS=${SLOTS:-2}
-DELAY_MS=${DELAY_MS:-20}
-ITL_MS=${ITL_MS:-2}
-TOKENS=${TOKENS:-8}
-SLOW=${SLOW:-3}
-RTT_MS=${RTT_MS:-40}
-SEED=${SEED:-1}
-TIMEOUT=${TIMEOUT:-15}
-REPORT_LOAD=${REPORT_LOAD:-0}
-RESULTS=${RESULTS:-$root/bench/results/routing.json}
+bench_env POLICIES="latency round_robin least_inflight random" DURATION=20 WARMUP=4 \
+    LOAD=0.7 SLOTS=2 DELAY_MS=20 ITL_MS=2 TOKENS=8 SLOW=3 RTT_MS=40 SEED=1 TIMEOUT=15 \
+    REPORT_LOAD=0
 check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $LOAD <= 1.5
       and 1 <= $SLOTS <= 256 and 1 <= $TOKENS <= 1000 and 0 < $TIMEOUT <= 60" \
     "DURATION <= 120, WARMUP <= 30, 0 < LOAD <= 1.5, SLOTS <= 256," \
@@ -62,7 +51,6 @@ check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $LOAD <= 1.5
 need_one_of policy "latency round_robin least_inflight random" $POLICIES
 need_built igbench faultproxy testupstream infergate
 pids=()
-gw_pid=""
 kill_on_exit gw_pid pids
 
 # The fleet. The slow one is SLOW x slower in both first token and ITL.
@@ -263,8 +251,4 @@ PYEOF
 for p in $POLICIES; do
     sed "s/^/  [$p] /" "$tmp/metrics-$p.txt" 2>/dev/null || true
 done
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "routing: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

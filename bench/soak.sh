@@ -28,31 +28,19 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
+# a sanitizer run keeps its own results file (bench_init's default: soak.json)
+if [ "${ASAN:-0}" = 1 ]; then
+    RESULTS=${RESULTS:-$here/results/soak-asan.json}
+fi
 bench_init soak "$@"
-SOAK_S=${SOAK_S:-600}
-WARMUP_S=${WARMUP_S:-60}
-RATE=${RATE:-20}
-KILL_EVERY_S=${KILL_EVERY_S:-60}
-FLAP_S=${FLAP_S:-20}
-SEED=${SEED:-1}
+bench_env SOAK_S=600 WARMUP_S=60 RATE=20 KILL_EVERY_S=60 FLAP_S=20 SEED=1
 # round_robin by default, so that a third of the traffic goes through the
 # flapping, close-delimited site: the latency policy rightly sends it almost
 # nothing, since the local workers answer in under a millisecond.
-POLICY=${POLICY:-round_robin}
-TIMEOUT_S=${TIMEOUT_S:-60}
-ASAN=${ASAN:-0}
-if [ "$ASAN" = 1 ]; then
-    RESULTS=${RESULTS:-$root/bench/results/soak-asan.json}
-else
-    RESULTS=${RESULTS:-$root/bench/results/soak.json}
-fi
-if [ "${SOAK_S%.*}" -gt 3600 ] || [ "${WARMUP_S%.*}" -ge "${SOAK_S%.*}" ]; then
-    echo "soak: SOAK_S <= 3600 and WARMUP_S < SOAK_S, please" >&2
-    exit 2
-fi
+bench_env POLICY=round_robin TIMEOUT_S=60 ASAN=0
+check_bounds "int($SOAK_S) <= 3600 and int($WARMUP_S) < int($SOAK_S)" \
+    "SOAK_S <= 3600 and WARMUP_S < SOAK_S"
 need_built infergate
-gw_pid=""
-site_pid=""
 kill_on_exit gw_pid site_pid
 
 export ASAN_OPTIONS="log_path=$tmp/asan:detect_leaks=1:abort_on_error=0"

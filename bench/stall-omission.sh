@@ -18,17 +18,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init stall-omission "$@"
-RATE=${RATE:-40}
-DURATION=${DURATION:-4}
-STALL=${STALL:-1}
-SERVICE_MS=${SERVICE_MS:-10}
-RESULTS=${RESULTS:-$root/bench/results/stall-omission.json}
-if [ "${DURATION%.*}" -gt 120 ] || [ "${STALL%.*}" -gt 30 ]; then
-    echo "stall-omission: DURATION <= 120 and STALL <= 30, please" >&2
-    exit 2
-fi
+bench_env RATE=40 DURATION=4 STALL=1 SERVICE_MS=10
+check_bounds "int($DURATION) <= 120 and int($STALL) <= 30" "DURATION <= 120 and STALL <= 30"
 need_built igbench testupstream
-up_pid=""
 kill_on_exit up_pid
 
 # One run against a fresh upstream (its stall clock starts at its first request).
@@ -77,8 +69,4 @@ res = {
 json.dump(res, open(out, "w"), indent=2)
 print("stall-omission: wrote " + out)
 PYEOF
-if command -v gnuplot >/dev/null 2>&1; then
-    "$here/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
-else
-    echo "stall-omission: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
-fi
+bench_plot

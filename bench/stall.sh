@@ -19,13 +19,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init stall "$@"
-PRESET=${PRESET:-small}
-THREADS=${THREADS:-2}
-ROUNDS=${ROUNDS:-3}
-TARGETS=${TARGETS:-"default 0"}
-RESULTS=${RESULTS:-$root/bench/results/stall.json}
+bench_env PRESET=small THREADS=2 ROUNDS=3 TARGETS="default 0"
 need_built infergate
-w_pid=""
 kill_on_exit w_pid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null

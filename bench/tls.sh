@@ -25,12 +25,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init tls "$@"
-DURATION=${DURATION:-5}
-WARMUP=${WARMUP:-1}
-CONNECTIONS=${CONNECTIONS:-32}
-SERVER_CPU=${SERVER_CPU:-0}
-CLIENT_CPU=${CLIENT_CPU:-1}
-RESULTS=${RESULTS:-$root/bench/results/tls.json}
+bench_env DURATION=5 WARMUP=1 CONNECTIONS=32 SERVER_CPU=0 CLIENT_CPU=1
 check_bounds "$DURATION <= 60 and $WARMUP <= 10 and 1 <= $CONNECTIONS <= 1024" \
     "DURATION <= 60, WARMUP <= 10 and CONNECTIONS <= 1024"
 for tool in wrk openssl taskset; do
@@ -43,10 +38,6 @@ ncpu=$(nproc)
 [ "$SERVER_CPU" -lt "$ncpu" ] && [ "$CLIENT_CPU" -lt "$ncpu" ] ||
     bench_fail "SERVER_CPU/CLIENT_CPU must be below $ncpu"
 
-up_pid=""
-ig_pid=""
-igp_pid=""
-ngx_pid=""
 kill_on_exit ig_pid igp_pid ngx_pid up_pid
 
 # ---- the certificate: a CA and a leaf for localhost ------------------------

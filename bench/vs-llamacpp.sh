@@ -32,15 +32,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init vs-llamacpp "$@"
-LLAMACPP_BIN=${LLAMACPP_BIN:-/work/peers/llama.cpp/build/bin}
-MODELS=${MODELS:-/work/peers/models}
-THREADS=${THREADS:-2}
-N_TOKENS=${N_TOKENS:-48}
-ROUNDS=${ROUNDS:-3}
-PREFILL=${PREFILL:-256}
-BATCH_STEPS=${BATCH_STEPS:-8}
-ENGINE_ROUNDS=${ENGINE_ROUNDS:-2}
-RESULTS=${RESULTS:-$root/bench/results/vs-llamacpp.json}
+bench_env LLAMACPP_BIN=/work/peers/llama.cpp/build/bin MODELS=/work/peers/models \
+    THREADS=2 N_TOKENS=48 ROUNDS=3 PREFILL=256 BATCH_STEPS=8 ENGINE_ROUNDS=2
 check_bounds "$N_TOKENS <= 512 and $ROUNDS <= 5 and $PREFILL <= 2048 and $BATCH_STEPS <= 64 and 1 <= $ENGINE_ROUNDS <= 4" \
     "N_TOKENS <= 512, ROUNDS <= 5, PREFILL <= 2048, BATCH_STEPS <= 64 and ENGINE_ROUNDS in 1..4"
 need_built infergate engine-bench
@@ -53,8 +46,6 @@ q8=$MODELS/1b-q8_0.gguf
 [ -f "$bf16" ] || "$build/infergate" mkmodel --preset 1b --format gguf --out "$bf16"
 [ -f "$q8" ] || "$build/infergate" mkmodel --preset 1b --format gguf --quantize q8_0 --out "$q8"
 
-worker_pid=
-llama_pid=
 kill_on_exit worker_pid llama_pid
 
 # ---- memory bandwidth: a streaming read, one thread and THREADS at once ----

@@ -21,22 +21,12 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init worker-batching "$@"
-PRESET=${PRESET:-small}
-DEVICE=${DEVICE:-cpu}
-CONCURRENCY=${CONCURRENCY:-16}
-REQUESTS=${REQUESTS:-96}
-INPUT_TOKENS=${INPUT_TOKENS:-32}
-MAX_TOKENS=${MAX_TOKENS:-64}
-REPEAT=${REPEAT:-2}
-RESULTS=${RESULTS:-$root/bench/results/worker-batching.json}
+bench_env PRESET=small DEVICE=cpu CONCURRENCY=16 REQUESTS=96 INPUT_TOKENS=32 \
+    MAX_TOKENS=64 REPEAT=2
 # Bounded runs only.
-if [ "$REQUESTS" -gt 5000 ] || [ "$REPEAT" -gt 10 ] || [ "$REPEAT" -lt 1 ] ||
-    [ "$CONCURRENCY" -gt 512 ]; then
-    echo "worker-batching: REQUESTS <= 5000, CONCURRENCY <= 512, 1 <= REPEAT <= 10, please" >&2
-    exit 2
-fi
+check_bounds "$REQUESTS <= 5000 and $CONCURRENCY <= 512 and 1 <= $REPEAT <= 10" \
+    "REQUESTS <= 5000, CONCURRENCY <= 512, 1 <= REPEAT <= 10"
 need_built infergate igbench
-wpid=""
 kill_on_exit wpid
 
 "$build/infergate" mkmodel --preset "$PRESET" --out "$tmp/model" >/dev/null

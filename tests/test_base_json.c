@@ -34,8 +34,8 @@ static void scan_agrees(const char *buf, size_t len)
     json_t *v = ig_json_parse(buf, len, IG_JSON_ALLOW_DUPLICATES, &e);
     int rc = ig_json_scan(buf, len, IG_JSON_ALLOW_DUPLICATES, keys, 4, span, &e);
     if ((v == NULL) != (rc < 0))
-        print_message("scan disagrees on '%.*s': parse %s, scan %d\n",
-                      (int)(len > 200 ? 200 : len), buf, v ? "ok" : "error", rc);
+        print_message("scan disagrees on '%.*s': parse %s, scan %d\n", (int)(len > 200 ? 200 : len),
+                      buf, v ? "ok" : "error", rc);
     assert_int_equal(v == NULL, rc < 0);
     if (v != NULL)
         assert_int_equal(rc, json_is_object(v));
@@ -44,8 +44,8 @@ static void scan_agrees(const char *buf, size_t len)
         assert_int_equal(want == NULL, span[i].p == NULL);
         if (want == NULL)
             continue;
-        json_t *got = ig_json_parse(span[i].p, span[i].n, IG_JSON_DECODE_ANY |
-                                                             IG_JSON_ALLOW_DUPLICATES, &e);
+        json_t *got =
+            ig_json_parse(span[i].p, span[i].n, IG_JSON_DECODE_ANY | IG_JSON_ALLOW_DUPLICATES, &e);
         assert_true(json_equal(want, got));
         json_decref(got);
     }
@@ -71,8 +71,8 @@ static int same(const char *buf, size_t len)
     int agree = (ref == NULL) == (ours == NULL) && (ref == NULL || json_equal(ref, ours));
     if (!agree)
         print_message("disagree on %zu bytes '%.*s': jansson %s (%s), ours %s (%s)\n", len,
-                      (int)(len > 200 ? 200 : len), buf, ref ? "ok" : "error",
-                      ref ? "" : je.text, ours ? "ok" : "error", ours ? "" : oe.text);
+                      (int)(len > 200 ? 200 : len), buf, ref ? "ok" : "error", ref ? "" : je.text,
+                      ours ? "ok" : "error", ours ? "" : oe.text);
     assert_true(agree);
     if (ours == NULL)
         assert_true(oe.text[0] != '\0'); /* a refusal says why */
@@ -86,21 +86,82 @@ static void test_edge_cases(void **state)
 {
     (void)state;
     static const char *const cases[] = {
-        "{}", "[]", " \t\r\n{ } ", "{\"a\":1}", "[1,2,3]", "[1,]", "[,1]", "{\"a\":1,}",
-        "{\"a\" 1}", "{a:1}", "{\"a\":1}x", "{\"a\":1} {}", "", " ", "1", "\"s\"", "null",
-        "[true,false,null]", "[tru]", "[nul]", "[True]", "[\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"]",
-        "[\"\\u00e9\\u4e2d\\ud83d\\ude00\"]", "[\"\\ud83d\"]", "[\"\\ude00\"]",
-        "[\"\\ud83dx\"]", "[\"\\ud83d\\u0041\"]", "[\"\\u0000\"]", "[\"\\u00\"]",
-        "[\"\\uZZZZ\"]", "[\"\\x\"]", "[\"\\", "[\"abc", "[\"a\tb\"]", "[\"\xc3\xa9\"]",
-        "[\"\xc3\"]", "[\"\xed\xa0\x80\"]", "[\"\xef\xbf\xbf\"]", "[\"\\uffff\"]",
-        "[\"\xf4\x90\x80\x80\"]", "[\"\xc0\xaf\"]", "[0]", "[-0]", "[01]", "[-]", "[1.]",
-        "[.5]", "[+1]", "[1e5]", "[1E+5]", "[1e-5]", "[1e]", "[-1.5e-3]",
-        "[9223372036854775807]", "[9223372036854775808]", "[-9223372036854775808]",
-        "[-9223372036854775809]", "[1e308]", "[1e309]", "[-1e309]", "[1e-400]",
-        "[123456789012345678901234567890.5]", "[0.1]", "[3.141592653589793238462643383279]",
-        "{\"a\":1,\"a\":2}", "{\"a\":{\"b\":1,\"b\":2}}", "{\"\":1}", "{\"a\\u0062\":1,\"ab\":2}",
-        "[\x01]", "[\"\x7f\"]", "\xef\xbb\xbf{}", "{\"k\":[{\"x\":[[],{}]}]}", "[1 2]",
-        "{\"a\":1 \"b\":2}", "[\"\\/\"]", "[1\n,\n2\n]",
+        "{}",
+        "[]",
+        " \t\r\n{ } ",
+        "{\"a\":1}",
+        "[1,2,3]",
+        "[1,]",
+        "[,1]",
+        "{\"a\":1,}",
+        "{\"a\" 1}",
+        "{a:1}",
+        "{\"a\":1}x",
+        "{\"a\":1} {}",
+        "",
+        " ",
+        "1",
+        "\"s\"",
+        "null",
+        "[true,false,null]",
+        "[tru]",
+        "[nul]",
+        "[True]",
+        "[\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"]",
+        "[\"\\u00e9\\u4e2d\\ud83d\\ude00\"]",
+        "[\"\\ud83d\"]",
+        "[\"\\ude00\"]",
+        "[\"\\ud83dx\"]",
+        "[\"\\ud83d\\u0041\"]",
+        "[\"\\u0000\"]",
+        "[\"\\u00\"]",
+        "[\"\\uZZZZ\"]",
+        "[\"\\x\"]",
+        "[\"\\",
+        "[\"abc",
+        "[\"a\tb\"]",
+        "[\"\xc3\xa9\"]",
+        "[\"\xc3\"]",
+        "[\"\xed\xa0\x80\"]",
+        "[\"\xef\xbf\xbf\"]",
+        "[\"\\uffff\"]",
+        "[\"\xf4\x90\x80\x80\"]",
+        "[\"\xc0\xaf\"]",
+        "[0]",
+        "[-0]",
+        "[01]",
+        "[-]",
+        "[1.]",
+        "[.5]",
+        "[+1]",
+        "[1e5]",
+        "[1E+5]",
+        "[1e-5]",
+        "[1e]",
+        "[-1.5e-3]",
+        "[9223372036854775807]",
+        "[9223372036854775808]",
+        "[-9223372036854775808]",
+        "[-9223372036854775809]",
+        "[1e308]",
+        "[1e309]",
+        "[-1e309]",
+        "[1e-400]",
+        "[123456789012345678901234567890.5]",
+        "[0.1]",
+        "[3.141592653589793238462643383279]",
+        "{\"a\":1,\"a\":2}",
+        "{\"a\":{\"b\":1,\"b\":2}}",
+        "{\"\":1}",
+        "{\"a\\u0062\":1,\"ab\":2}",
+        "[\x01]",
+        "[\"\x7f\"]",
+        "\xef\xbb\xbf{}",
+        "{\"k\":[{\"x\":[[],{}]}]}",
+        "[1 2]",
+        "{\"a\":1 \"b\":2}",
+        "[\"\\/\"]",
+        "[1\n,\n2\n]",
     };
     int accepted = 0;
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
@@ -158,8 +219,24 @@ static void ws(buf_t *o, uint64_t *rng)
 static void rand_string(buf_t *o, uint64_t *rng)
 {
     static const char *const pieces[] = {
-        "a", "Z", "0", " ", "\\n", "\\\"", "\\\\", "\\/", "\\t", "\\u00e9", "\\u4E2D",
-        "\\ud83d\\ude00", "\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "key", "\\b", "\\f",
+        "a",
+        "Z",
+        "0",
+        " ",
+        "\\n",
+        "\\\"",
+        "\\\\",
+        "\\/",
+        "\\t",
+        "\\u00e9",
+        "\\u4E2D",
+        "\\ud83d\\ude00",
+        "\xc3\xa9",
+        "\xe4\xb8\xad",
+        "\xf0\x9f\x98\x80",
+        "key",
+        "\\b",
+        "\\f",
     };
     puts_(o, "\"");
     int n = (int)(ig_xs_next(rng) % 8);
@@ -171,44 +248,50 @@ static void rand_string(buf_t *o, uint64_t *rng)
 static void rand_value(buf_t *o, uint64_t *rng, int depth)
 {
     static const char *const atoms[] = {
-        "0", "-0", "1", "-17", "42", "9223372036854775807", "-9223372036854775808", "3.5",
-        "-0.25", "1e10", "2.5E-3", "6.02e23", "1e-300", "true", "false", "null",
+        "0",
+        "-0",
+        "1",
+        "-17",
+        "42",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "3.5",
+        "-0.25",
+        "1e10",
+        "2.5E-3",
+        "6.02e23",
+        "1e-300",
+        "true",
+        "false",
+        "null",
     };
     unsigned k = (unsigned)(ig_xs_next(rng) % (depth < 5 ? 6 : 3));
     if (k == 0 || k == 1) {
         puts_(o, atoms[ig_xs_next(rng) % (sizeof(atoms) / sizeof(atoms[0]))]);
     } else if (k == 2) {
         rand_string(o, rng);
-    } else if (k == 3 || k == 4) {
-        int n = (int)(ig_xs_next(rng) % 5);
-        puts_(o, "{");
-        for (int i = 0; i < n; i++) {
-            ws(o, rng);
-            char key[16];
-            /* distinct keys mostly; now and then a repeat (a duplicate) */
-            snprintf(key, sizeof(key), "\"k%d\"",
-                     ig_xs_next(rng) % 40 == 0 ? 0 : i);
-            puts_(o, key);
-            ws(o, rng);
-            puts_(o, ":");
-            ws(o, rng);
-            rand_value(o, rng, depth + 1);
-            ws(o, rng);
-            if (i + 1 < n)
-                puts_(o, ",");
-        }
-        puts_(o, "}");
     } else {
+        /* an object (k 3 or 4) or an array (k 5) of n members or elements */
+        int obj = k != 5;
         int n = (int)(ig_xs_next(rng) % 5);
-        puts_(o, "[");
+        puts_(o, obj ? "{" : "[");
         for (int i = 0; i < n; i++) {
             ws(o, rng);
+            if (obj) {
+                char key[16];
+                /* distinct keys mostly; now and then a repeat (a duplicate) */
+                snprintf(key, sizeof(key), "\"k%d\"", ig_xs_next(rng) % 40 == 0 ? 0 : i);
+                puts_(o, key);
+                ws(o, rng);
+                puts_(o, ":");
+                ws(o, rng);
+            }
             rand_value(o, rng, depth + 1);
             ws(o, rng);
             if (i + 1 < n)
                 puts_(o, ",");
         }
-        puts_(o, "]");
+        puts_(o, obj ? "}" : "]");
     }
 }
 

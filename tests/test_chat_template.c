@@ -45,6 +45,15 @@ static char *render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, con
     return out;
 }
 
+/* Renders m in style and compares the text with want. */
+static void expect_render(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n, const char *bos,
+                          const char *eos, const char *want)
+{
+    char *s = render(style, m, n, bos, eos);
+    assert_string_equal(s, want);
+    free(s);
+}
+
 static void test_detect(void **state)
 {
     (void)state;
@@ -64,41 +73,36 @@ static void test_detect(void **state)
 
 static void test_chatml(void **state)
 {
-    char *s = render(IG_CHAT_CHATML, CONVO, 4, NULL, NULL);
     (void)state;
-    assert_string_equal(s, "<|im_start|>system\nYou are terse.<|im_end|>\n"
-                           "<|im_start|>user\n  Hi there \n<|im_end|>\n"
-                           "<|im_start|>assistant\nHello.<|im_end|>\n"
-                           "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
-                           "<|im_start|>assistant\n");
-    free(s);
+    expect_render(IG_CHAT_CHATML, CONVO, 4, NULL, NULL,
+                  "<|im_start|>system\nYou are terse.<|im_end|>\n"
+                  "<|im_start|>user\n  Hi there \n<|im_end|>\n"
+                  "<|im_start|>assistant\nHello.<|im_end|>\n"
+                  "<|im_start|>user\nWhat is 2+2?<|im_end|>\n"
+                  "<|im_start|>assistant\n");
 }
 
 static void test_llama3(void **state)
 {
-    char *s = render(IG_CHAT_LLAMA3, CONVO, 4, "<|begin_of_text|>", "<|end_of_text|>");
     (void)state;
-    assert_string_equal(s, "<|begin_of_text|>"
-                           "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
-                           "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
-                           "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
-                           "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
-                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    free(s);
+    expect_render(IG_CHAT_LLAMA3, CONVO, 4, "<|begin_of_text|>", "<|end_of_text|>",
+                  "<|begin_of_text|>"
+                  "<|start_header_id|>system<|end_header_id|>\n\nYou are terse.<|eot_id|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\nHi there<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\nHello.<|eot_id|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 static void test_llama2(void **state)
 {
-    char *s = render(IG_CHAT_LLAMA2, CONVO, 4, "<s>", "</s>");
     (void)state;
-    assert_string_equal(s, "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\n  Hi there [/INST]"
-                           " Hello. </s>"
-                           "<s>[INST] What is 2+2? [/INST]");
-    free(s);
+    expect_render(IG_CHAT_LLAMA2, CONVO, 4, "<s>", "</s>",
+                  "<s>[INST] <<SYS>>\nYou are terse.\n<</SYS>>\n\n  Hi there [/INST]"
+                  " Hello. </s>"
+                  "<s>[INST] What is 2+2? [/INST]");
     /* Without a system message. */
-    s = render(IG_CHAT_LLAMA2, CONVO + 1, 1, "<s>", "</s>");
-    assert_string_equal(s, "<s>[INST] Hi there [/INST]");
-    free(s);
+    expect_render(IG_CHAT_LLAMA2, CONVO + 1, 1, "<s>", "</s>", "<s>[INST] Hi there [/INST]");
 }
 
 /* The tool role: a `tool` turn in ChatML, an `ipython` turn in Llama-3. */
@@ -106,20 +110,18 @@ static void test_tool_role(void **state)
 {
     const ig_chat_msg_t m[] = {MSG("user", "Weather?"), MSG("assistant", ""),
                                MSG("tool", "{\"t\": 21}")};
-    char *s = render(IG_CHAT_CHATML, m, 3, NULL, NULL);
     (void)state;
-    assert_string_equal(s, "<|im_start|>user\nWeather?<|im_end|>\n"
-                           "<|im_start|>assistant\n<|im_end|>\n"
-                           "<|im_start|>tool\n{\"t\": 21}<|im_end|>\n"
-                           "<|im_start|>assistant\n");
-    free(s);
-    s = render(IG_CHAT_LLAMA3, m, 3, "<|begin_of_text|>", NULL);
-    assert_string_equal(s, "<|begin_of_text|>"
-                           "<|start_header_id|>user<|end_header_id|>\n\nWeather?<|eot_id|>"
-                           "<|start_header_id|>assistant<|end_header_id|>\n\n<|eot_id|>"
-                           "<|start_header_id|>ipython<|end_header_id|>\n\n{\"t\": 21}<|eot_id|>"
-                           "<|start_header_id|>assistant<|end_header_id|>\n\n");
-    free(s);
+    expect_render(IG_CHAT_CHATML, m, 3, NULL, NULL,
+                  "<|im_start|>user\nWeather?<|im_end|>\n"
+                  "<|im_start|>assistant\n<|im_end|>\n"
+                  "<|im_start|>tool\n{\"t\": 21}<|im_end|>\n"
+                  "<|im_start|>assistant\n");
+    expect_render(IG_CHAT_LLAMA3, m, 3, "<|begin_of_text|>", NULL,
+                  "<|begin_of_text|>"
+                  "<|start_header_id|>user<|end_header_id|>\n\nWeather?<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n<|eot_id|>"
+                  "<|start_header_id|>ipython<|end_header_id|>\n\n{\"t\": 21}<|eot_id|>"
+                  "<|start_header_id|>assistant<|end_header_id|>\n\n");
 }
 
 /* Which family, and the sentence that says why (logged at load). */

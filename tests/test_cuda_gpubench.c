@@ -30,34 +30,43 @@ static const char *bin_dir(void)
     return getenv("IG_BIN_DIR") ? getenv("IG_BIN_DIR") : IG_BIN_DIR;
 }
 
-static void test_gpubench_cpu_smoke(void **state)
+/* Writes mkmodel's tiny preset into a fresh directory (its path to dir; the
+ * caller removes it), runs gpubench over it with ARGS (two decode batch
+ * sizes) and returns the JSON it wrote (a new reference), checked to hold
+ * one decode row a batch size. */
+static json_t *run_on_tiny(const char *bin, char *dir, size_t dirlen, const char *args)
 {
-    char dir[4096], err[256] = "", bin[4096], json[4200], cmd[16384];
-    snprintf(bin, sizeof(bin), "%s/gpubench", bin_dir());
-    if (access(bin, X_OK) != 0) {
-        print_message("gpubench not built at %s\n", bin);
-        skip();
-    }
-    assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
+    char err[256] = "", json[4200], cmd[16384];
+    assert_int_equal(ig_tf_mkdtemp(dir, dirlen), 0);
     ig_mkmodel_opts_t o;
     ig_mkmodel_opts_default(&o);
     o.preset = "tiny";
     if (ig_mkmodel_write(dir, &o, err, sizeof(err)) != 0)
         fail_msg("mkmodel: %s", err);
     snprintf(json, sizeof(json), "%s/result.json", dir);
-    snprintf(cmd, sizeof(cmd),
-             "'%s' --model '%s' --device cpu:1 --batches 1,4 --steps 3 --ctx 8 "
-             "--prefill-seqs 2 --prefill-len 16 --json '%s' > /dev/null",
-             bin, dir, json);
+    snprintf(cmd, sizeof(cmd), "'%s' --model '%s' %s --json '%s' > /dev/null", bin, dir, args,
+             json);
     assert_int_equal(system(cmd), 0);
-
     json_error_t je;
     json_t *root = json_load_file(json, 0, &je);
     assert_non_null(root);
-    json_t *decode = json_object_get(root, "decode");
-    assert_int_equal(json_array_size(decode), 2);
+    assert_int_equal(json_array_size(json_object_get(root, "decode")), 2);
+    return root;
+}
+
+static void test_gpubench_cpu_smoke(void **state)
+{
+    char dir[4096], bin[4096], cmd[16384];
+    snprintf(bin, sizeof(bin), "%s/gpubench", bin_dir());
+    if (access(bin, X_OK) != 0) {
+        print_message("gpubench not built at %s\n", bin);
+        skip();
+    }
+    json_t *root = run_on_tiny(bin, dir, sizeof(dir),
+                               "--device cpu:1 --batches 1,4 --steps 3 --ctx 8 "
+                               "--prefill-seqs 2 --prefill-len 16");
     for (size_t i = 0; i < 2; i++) {
-        json_t *d = json_array_get(decode, i);
+        json_t *d = json_array_get(json_object_get(root, "decode"), i);
         assert_int_equal(json_integer_value(json_object_get(d, "batch")), i == 0 ? 1 : 4);
         assert_true(json_real_value(json_object_get(d, "tokens_per_s")) > 0);
         assert_true(json_real_value(json_object_get(d, "bytes_per_step")) > 0);
@@ -85,28 +94,15 @@ static void test_gpubench_emulated_counts(void **state)
     print_message("needs the CUDA emulation (-DIG_CUDA_EMU=ON)\n");
     skip();
 #else
-    char dir[4096], err[256] = "", bin[4096], json[4200], cmd[16384];
+    char dir[4096], bin[4096];
     snprintf(bin, sizeof(bin), "%s/gpubench", bin_dir());
     assert_int_equal(access(bin, X_OK), 0);
-    assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
-    ig_mkmodel_opts_t o;
-    ig_mkmodel_opts_default(&o);
-    o.preset = "tiny";
-    if (ig_mkmodel_write(dir, &o, err, sizeof(err)) != 0)
-        fail_msg("mkmodel: %s", err);
-    snprintf(json, sizeof(json), "%s/result.json", dir);
-    snprintf(cmd, sizeof(cmd),
-             "'%s' --model '%s' --device cuda:0 --batches 1,3 --steps 2 --ctx 8 "
-             "--prefill-seqs 1 --prefill-len 16 --greedy-check 6 --json '%s' > /dev/null",
-             bin, dir, json);
-    assert_int_equal(system(cmd), 0);
-    json_error_t je;
-    json_t *root = json_load_file(json, 0, &je);
-    assert_non_null(root);
-    json_t *decode = json_object_get(root, "decode");
-    assert_int_equal(json_array_size(decode), 2);
+    json_t *root = run_on_tiny(bin, dir, sizeof(dir),
+                               "--device cuda:0 --batches 1,3 --steps 2 --ctx 8 "
+                               "--prefill-seqs 1 --prefill-len 16 --greedy-check 6");
     for (size_t i = 0; i < 2; i++) {
-        json_t *n = json_object_get(json_array_get(decode, i), "emulated_counts");
+        json_t *n =
+            json_object_get(json_array_get(json_object_get(root, "decode"), i), "emulated_counts");
         assert_non_null(n);
         /* The tiny preset has 2 layers: at least q/k/v, attention, MLP per layer. */
         double launches = json_real_value(json_object_get(n, "launches_per_step"));

@@ -87,24 +87,34 @@ static void broken(const char *file, const char *from, const char *to, const cha
     ig_tf_rmtree(dir);
 }
 
+/* One broken manifest a row: the file, the text replaced, its replacement
+ * and what the report must say. */
+static const struct {
+    const char *file, *from, *to, *want;
+} broken_cases[] = {
+    {"gateway-deployment.yaml", "path: /ready", "path: /readyz", "readinessProbe: path"},
+    {"gateway-deployment.yaml", "seconds: 5", "seconds: 40", "terminationGracePeriodSeconds"},
+    {"worker-chat.yaml", "nvidia.com/gpu: 1\n            limits", "\n            limits",
+     "requests None != limits"},
+    {"worker-small.yaml", "nvidia.com/mig-1g.18gb: 1\n            limits:", "\n            limits:",
+     "nvidia.com/mig-1g.18gb requests None"},
+    {"worker-chat.yaml", "clusterIP: None", "clusterIP: 10.0.0.9", "headless Services"},
+    {"gateway-configmap.yaml", "\"port\": 8000", "\"port\": 0", "fails --check-config"},
+    {"gateway-configmap.yaml", "infergate-worker-small.infergate", "workers-small.infergate",
+     "no pool of the region config discovers"},
+    {"keda-scaledobjects.yaml", "name: infergate-worker-small\n  minReplicaCount",
+     "name: infergate-worker-smal\n  minReplicaCount", "is not a worker Deployment"},
+    {"two-region/eu-west/region.json", "\"region\": \"us-east\"", "\"region\": \"us-west\"",
+     "region eu-west has no site for"},
+    {"kustomization.yaml", "  - worker-small.yaml\n", "", "worker-small.yaml is not listed"},
+};
+
 static void test_broken_manifests_fail(void **state)
 {
     (void)state;
-    broken("gateway-deployment.yaml", "path: /ready", "path: /readyz", "readinessProbe: path");
-    broken("gateway-deployment.yaml", "seconds: 5", "seconds: 40", "terminationGracePeriodSeconds");
-    broken("worker-chat.yaml", "nvidia.com/gpu: 1\n            limits", "\n            limits",
-           "requests None != limits");
-    broken("worker-small.yaml", "nvidia.com/mig-1g.18gb: 1\n            limits:",
-           "\n            limits:", "nvidia.com/mig-1g.18gb requests None");
-    broken("worker-chat.yaml", "clusterIP: None", "clusterIP: 10.0.0.9", "headless Services");
-    broken("gateway-configmap.yaml", "\"port\": 8000", "\"port\": 0", "fails --check-config");
-    broken("gateway-configmap.yaml", "infergate-worker-small.infergate", "workers-small.infergate",
-           "no pool of the region config discovers");
-    broken("keda-scaledobjects.yaml", "name: infergate-worker-small\n  minReplicaCount",
-           "name: infergate-worker-smal\n  minReplicaCount", "is not a worker Deployment");
-    broken("two-region/eu-west/region.json", "\"region\": \"us-east\"", "\"region\": \"us-west\"",
-           "region eu-west has no site for");
-    broken("kustomization.yaml", "  - worker-small.yaml\n", "", "worker-small.yaml is not listed");
+    for (size_t i = 0; i < sizeof(broken_cases) / sizeof(broken_cases[0]); i++)
+        broken(broken_cases[i].file, broken_cases[i].from, broken_cases[i].to,
+               broken_cases[i].want);
 }
 
 int main(void)

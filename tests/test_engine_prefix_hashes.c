@@ -77,12 +77,8 @@ static int worker_matched(const uint64_t *h, int n)
         ig_prefix_hash_hex(h[i], hex);
         json_array_append_new(arr, json_string(hex));
     }
-    json_t *b = json_pack("{s:o}", "hashes", arr);
-    char *s = json_dumps(b, JSON_COMPACT);
-    json_decref(b);
     int status;
-    json_t *j = wt_post_json(&W, "/prefix", s, &status);
-    free(s);
+    json_t *j = wt_post_value(&W, "/prefix", json_pack("{s:o}", "hashes", arr), &status);
     assert_int_equal(status, 200);
     assert_int_equal(json_integer_value(json_object_get(j, "block_size")), BS);
     assert_true(json_is_number(json_object_get(j, "est_wait_s"))); /* its wait, same answer */

@@ -18,6 +18,7 @@
 
 #include "files.h"
 #include "gwfixture.h"
+#include "llamacpp.h"
 #include "proc.h"
 #include "testclient.h"
 
@@ -28,16 +29,9 @@
 #include <string.h>
 #include <unistd.h>
 
-static char bin[1024];
+static const char *bin;
 static char dir[4096];
 static ig_proc_t chat_srv, embed_srv, gw;
-
-static const char *llamacpp_server(void)
-{
-    const char *d = getenv("LLAMACPP_BIN");
-    snprintf(bin, sizeof(bin), "%s/llama-server", d && *d ? d : "/work/peers/llama.cpp/build/bin");
-    return access(bin, X_OK) == 0 ? bin : NULL;
-}
 
 /* Starts llama-server on model with the flags in extra (NULL-terminated,
  * at most 4) and -v, and waits until /health answers 200 (60 s). */
@@ -46,8 +40,8 @@ static int start_server(ig_proc_t *p, const char *model, const char *const *extr
     char port[16];
     int pn = ig_proc_free_port();
     snprintf(port, sizeof(port), "%d", pn);
-    char *argv[24] = {bin, "-m", (char *)model, "--port", port, "--host", "127.0.0.1", "-t", "1",
-                      "-c", "2048", "-np", "1", "-v"};
+    char *argv[24] = {(char *)bin, "-m", (char *)model, "--port", port,  "--host", "127.0.0.1",
+                      "-t",        "1",  "-c",          "2048",   "-np", "1",      "-v"};
     int n = 14;
     for (int i = 0; extra[i] != NULL && i < 4; i++)
         argv[n++] = (char *)extra[i];
@@ -65,8 +59,9 @@ static int setup(void **state)
     if (ig_tf_mkdtemp(dir, sizeof(dir)) != 0)
         return -1;
     snprintf(path, sizeof(path), "%s/tiny.gguf", dir);
-    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --preset tiny --dtype f32 --format gguf --out '%s' "
-                               ">/dev/null",
+    snprintf(cmd, sizeof(cmd),
+             "'%s' mkmodel --preset tiny --dtype f32 --format gguf --out '%s' "
+             ">/dev/null",
              ig_proc_bin("infergate"), path);
     static const char *const chat_flags[] = {"--jinja", NULL};
     static const char *const embed_flags[] = {"--embeddings", "--pooling", "mean", NULL};
@@ -154,6 +149,21 @@ static int logged_bodies_equal(ig_proc_t *p, size_t *from, const char *body, int
     return n;
 }
 
+/* POSTs body to path through the gateway and straight to srv: the answers
+ * must be equal and srv must have logged body, unchanged, for both. Returns
+ * the gateway's answer (new reference). */
+static json_t *same_as_direct(ig_proc_t *srv, const char *path, const char *body)
+{
+    ig_proc_pump(srv, 0);
+    size_t from = srv->errlen;
+    json_t *via = answer(gw.port, path, body);
+    json_t *direct = answer(srv->port, path, body);
+    assert_true(json_equal(via, direct));
+    json_decref(direct);
+    assert_int_equal(logged_bodies_equal(srv, &from, body, 2), 2);
+    return via;
+}
+
 static void test_tool_call_same_as_direct(void **state)
 {
     (void)state;
@@ -168,21 +178,14 @@ static void test_tool_call_same_as_direct(void **state)
         "{\"city\":{\"type\":\"string\"}},\"required\":[\"city\"]}}}],"
         "\"tool_choice\":\"required\",\"logit_bias\":[[484,100]],\"max_tokens\":60,"
         "\"temperature\":0,\"seed\":1}";
-    size_t from = 0;
-    ig_proc_pump(&chat_srv, 0);
-    from = chat_srv.errlen;
-    json_t *via = answer(gw.port, "/v1/chat/completions", body);
-    json_t *direct = answer(chat_srv.port, "/v1/chat/completions", body);
-    assert_true(json_equal(via, direct));
+    json_t *via = same_as_direct(&chat_srv, "/v1/chat/completions", body);
     json_t *c = json_array_get(json_object_get(via, "choices"), 0);
     assert_string_equal(json_string_value(json_object_get(c, "finish_reason")), "tool_calls");
     json_t *call = json_array_get(json_object_get(json_object_get(c, "message"), "tool_calls"), 0);
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(call, "function"), "name")),
         "get_weather");
-    assert_int_equal(logged_bodies_equal(&chat_srv, &from, body, 2), 2);
     json_decref(via);
-    json_decref(direct);
 }
 
 static void test_embeddings_same_as_direct(void **state)
@@ -190,23 +193,16 @@ static void test_embeddings_same_as_direct(void **state)
     (void)state;
     static const char body[] = "{\"model\":\"tiny-embed\",\"input\":[\"once upon a time\","
                                "\"the end\"],\"encoding_format\":\"float\"}";
-    size_t from = 0;
-    ig_proc_pump(&embed_srv, 0);
-    from = embed_srv.errlen;
-    json_t *via = answer(gw.port, "/v1/embeddings", body);
-    json_t *direct = answer(embed_srv.port, "/v1/embeddings", body);
-    assert_true(json_equal(via, direct));
+    json_t *via = same_as_direct(&embed_srv, "/v1/embeddings", body);
     json_t *data = json_object_get(via, "data");
     assert_int_equal(json_array_size(data), 2);
     assert_true(json_array_size(json_object_get(json_array_get(data, 1), "embedding")) > 0);
-    assert_int_equal(logged_bodies_equal(&embed_srv, &from, body, 2), 2);
     json_decref(via);
-    json_decref(direct);
 }
 
 int main(void)
 {
-    if (llamacpp_server() == NULL) {
+    if ((bin = ig_llamacpp_server()) == NULL) {
         printf(
             "# SKIP: no llama-server in $LLAMACPP_BIN (default /work/peers/llama.cpp/build/bin)\n");
         return 77;

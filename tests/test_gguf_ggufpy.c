@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "files.h"
+#include "llamacpp.h"
 #include "proc.h"
 #include "testclient.h"
 
@@ -67,26 +68,6 @@ static const char *corpus[] = {
     "___ --- +++ === ...",
 };
 
-/* POSTs body to 127.0.0.1:port path; the parsed JSON reply (new), or NULL. */
-static json_t *post(int port, const char *path, const char *body)
-{
-    char *raw = malloc(strlen(body) + 512);
-    sprintf(raw,
-            "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-            "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-            path, strlen(body), body);
-    ig_tc_response_t r;
-    int rc = ig_tc_request(port, raw, &r, 60000);
-    free(raw);
-    if (rc != 0)
-        return NULL;
-    json_t *j = r.status == 200 ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
-    if (j == NULL)
-        print_message("# %d %s: status %d: %.300s\n", port, path, r.status, r.body ? r.body : "");
-    ig_tc_response_free(&r);
-    return j;
-}
-
 /* The ids of one reply's "tokens" as a compact JSON string (new). */
 static char *ids_of(json_t *reply)
 {
@@ -124,27 +105,13 @@ static void check_pre(const char *pre, int expect_bos)
                                     "[10, 20, 30, 40, 50, 60, 70]",
                                     "[5000, 4000, 3000, 2000, 1000, 500, 250, 125, 64, 33]"};
     for (int i = 0; i < 3; i++) {
-        char body[1024];
-        snprintf(body, sizeof(body),
-                 "{\"prompt\": %s, \"n_predict\": 40, \"temperature\": 0, \"top_k\": 1, "
-                 "\"cache_prompt\": false}",
-                 prompts[i]);
-        json_t *lj = post(lport, "/completion", body);
-        snprintf(body, sizeof(body), "{\"prompt\": %s, \"max_tokens\": 40, \"temperature\": 0}",
-                 prompts[i]);
-        json_t *wj = post(wport, "/v1/completions", body);
-        assert_non_null(lj);
-        assert_non_null(wj);
-        const char *lt = json_string_value(json_object_get(lj, "content"));
-        const char *wt = json_string_value(
-            json_object_get(json_array_get(json_object_get(wj, "choices"), 0), "text"));
-        assert_non_null(lt);
-        assert_non_null(wt);
+        char *lt, *wt;
+        ig_llamacpp_greedy(lport, wport, prompts[i], 40, "", &lt, &wt);
         if (strcmp(lt, wt) != 0)
             fail_msg("%s: prompt %d: llama.cpp \"%s\", infergate \"%s\"", pre, i, lt, wt);
         assert_true(strlen(wt) > 0);
-        json_decref(lj);
-        json_decref(wj);
+        free(lt);
+        free(wt);
     }
 
     /* The corpus, text by text. */
@@ -156,7 +123,8 @@ static void check_pre(const char *pre, int expect_bos)
         b = json_pack("{s:s}", "prompt", corpus[i]);
         char *wb = json_dumps(b, JSON_COMPACT);
         json_decref(b);
-        json_t *lj = post(lport, "/tokenize", lb), *wj = post(wport, "/v1/tokenize", wb);
+        json_t *lj = ig_llamacpp_post(lport, "/tokenize", lb),
+               *wj = ig_llamacpp_post(wport, "/v1/tokenize", wb);
         assert_non_null(lj);
         assert_non_null(wj);
         char *li = ids_of(lj), *wi = ids_of(wj);

@@ -24,6 +24,7 @@
 #include <cmocka.h>
 
 #include "files.h"
+#include "llamacpp.h"
 #include "proc.h"
 #include "testclient.h"
 
@@ -35,33 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-static char bin[1024];
-
-static const char *llamacpp_server(void)
-{
-    const char *d = getenv("LLAMACPP_BIN");
-    snprintf(bin, sizeof(bin), "%s/llama-server", d && *d ? d : "/work/peers/llama.cpp/build/bin");
-    return access(bin, X_OK) == 0 ? bin : NULL;
-}
-
-/* POSTs body to 127.0.0.1:port path; the parsed JSON reply (new), or NULL. */
-static json_t *post(int port, const char *path, const char *body)
-{
-    char raw[8192];
-    snprintf(raw, sizeof(raw),
-             "POST %s HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             path, strlen(body), body);
-    ig_tc_response_t r;
-    if (ig_tc_request(port, raw, &r, 60000) != 0)
-        return NULL;
-    json_t *j = r.status == 200 ? json_loadb(r.body, r.body_len, 0, NULL) : NULL;
-    if (j == NULL)
-        print_message("# %d: status %d: %.300s\n", port, r.status, r.body ? r.body : "");
-    ig_tc_response_free(&r);
-    return j;
-}
 
 static const char *const corpus[] = {
     "Hello world, it's a test: 12345 + 678 = ?",
@@ -81,7 +55,7 @@ static void same_tokens(int lport, const char *path)
         json_t *b = json_pack("{s:s, s:b}", "content", corpus[i], "add_special", 1);
         char *body = json_dumps(b, JSON_COMPACT);
         json_decref(b);
-        json_t *lj = post(lport, "/tokenize", body);
+        json_t *lj = ig_llamacpp_post(lport, "/tokenize", body);
         free(body);
         assert_non_null(lj);
         ig_tokvec_t v;
@@ -147,27 +121,14 @@ static void check_preset(const char *preset, const char *server)
     assert_int_equal(ig_proc_wait_status(wport, "/ready", 200, 30000), 0);
     same_tokens(lport, path);
 
-    const char *ids = "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]";
-    char body[1024];
-    snprintf(body, sizeof(body),
-             "{\"prompt\": %s, \"n_predict\": 24, \"temperature\": 0, \"top_k\": 1, "
-             "\"cache_prompt\": false, \"n_probs\": 2}",
-             ids);
-    json_t *lj = post(lport, "/completion", body);
-    snprintf(body, sizeof(body), "{\"prompt\": %s, \"max_tokens\": 24, \"temperature\": 0}", ids);
-    json_t *wj = post(wport, "/v1/completions", body);
-    assert_non_null(lj);
-    assert_non_null(wj);
-    const char *lt = json_string_value(json_object_get(lj, "content"));
-    const char *wt = json_string_value(
-        json_object_get(json_array_get(json_object_get(wj, "choices"), 0), "text"));
-    assert_non_null(lt);
-    assert_non_null(wt);
+    char *lt, *wt;
+    ig_llamacpp_greedy(lport, wport, "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]", 24,
+                       ", \"n_probs\": 2", &lt, &wt);
     print_message("# %s: llama.cpp \"%s\"\n#   infergate \"%s\"\n", preset, lt, wt);
     assert_true(strlen(wt) > 0);
     assert_string_equal(lt, wt);
-    json_decref(lj);
-    json_decref(wj);
+    free(lt);
+    free(wt);
     ig_proc_stop(&W, 15, 5000);
     ig_proc_stop(&L, 15, 5000);
     ig_proc_dispose(&W);
@@ -185,7 +146,7 @@ static void test_every_preset(void **state)
 
 int main(void)
 {
-    const char *server = llamacpp_server();
+    const char *server = ig_llamacpp_server();
     if (server == NULL) {
         printf(
             "# SKIP: no llama-server in $LLAMACPP_BIN (default /work/peers/llama.cpp/build/bin)\n");

@@ -27,65 +27,76 @@ static void bias(ig_sampling_params_t *p, int token, float b)
     p->nlogit_bias++;
 }
 
-static void test_force_and_ban(void **state)
-{
-    (void)state;
+/* What every case starts from: a sampler over V ids, default parameters, a
+ * seeded generator, and the logits (the case fills them). */
+typedef struct {
     ig_sampler_t *s;
     ig_sampling_params_t p;
     ig_sample_t out;
     ig_rng_t rng;
     float l[V];
-    fill(l);
-    assert_int_equal(ig_sampler_create(&s, V), 0);
-    ig_sampling_params_default(&p);
-    ig_rng_seed(&rng, 3);
+} fx_t;
+
+static void fx_start(fx_t *f, uint64_t seed)
+{
+    assert_int_equal(ig_sampler_create(&f->s, V), 0);
+    ig_sampling_params_default(&f->p);
+    ig_rng_seed(&f->rng, seed);
+}
+
+static void test_force_and_ban(void **state)
+{
+    (void)state;
+    fx_t f;
+    fill(f.l);
+    fx_start(&f, 3);
 
     /* greedy without a bias: the first of the best */
-    p.temperature = 0;
-    ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 2, &out);
-    assert_int_equal(out.token, 6);
+    f.p.temperature = 0;
+    ig_sampler_sample(f.s, f.l, &f.p, &f.rng, NULL, 0, 0, 2, &f.out);
+    assert_int_equal(f.out.token, 6);
     /* +100 forces the least likely id, at any temperature and with filters;
      * the logprob stays the model's (raw), not the biased one */
-    bias(&p, 0, 100.0f);
-    ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, 2, &out);
-    assert_int_equal(out.token, 0);
-    assert_true(out.logprob < -3.0f);
-    assert_int_equal(out.top_tokens[0], 6);
+    bias(&f.p, 0, 100.0f);
+    ig_sampler_sample(f.s, f.l, &f.p, &f.rng, NULL, 0, 0, 2, &f.out);
+    assert_int_equal(f.out.token, 0);
+    assert_true(f.out.logprob < -3.0f);
+    assert_int_equal(f.out.top_tokens[0], 6);
     const float temps[] = {0.7f, 1.0f, 2.0f};
     for (int t = 0; t < 3; t++) {
-        p.temperature = temps[t];
-        p.top_k = t == 1 ? 5 : 0;
-        p.top_p = t == 2 ? 0.9f : 1.0f;
+        f.p.temperature = temps[t];
+        f.p.top_k = t == 1 ? 5 : 0;
+        f.p.top_p = t == 2 ? 0.9f : 1.0f;
         for (int k = 0; k < 200; k++) {
-            ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, -1, &out);
-            assert_int_equal(out.token, 0);
+            ig_sampler_sample(f.s, f.l, &f.p, &f.rng, NULL, 0, 0, -1, &f.out);
+            assert_int_equal(f.out.token, 0);
         }
     }
     /* -100 on every best id bans them: greedy takes the next best (2.5) */
-    ig_sampling_params_default(&p);
-    p.temperature = 0;
+    ig_sampling_params_default(&f.p);
+    f.p.temperature = 0;
     for (int i = 6; i < V; i += 7)
-        bias(&p, i, -100.0f);
-    ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, -1, &out);
-    assert_int_equal(out.token, 5);
+        bias(&f.p, i, -100.0f);
+    ig_sampler_sample(f.s, f.l, &f.p, &f.rng, NULL, 0, 0, -1, &f.out);
+    assert_int_equal(f.out.token, 5);
     /* at temperature 1 a banned id is never drawn */
-    p.temperature = 1.0f;
+    f.p.temperature = 1.0f;
     for (int k = 0; k < 2000; k++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, -1, &out);
-        assert_int_not_equal(out.token % 7, 6);
+        ig_sampler_sample(f.s, f.l, &f.p, &f.rng, NULL, 0, 0, -1, &f.out);
+        assert_int_not_equal(f.out.token % 7, 6);
     }
     /* an id outside the vocab is skipped, not written */
-    ig_sampling_params_default(&p);
-    p.temperature = 0;
-    bias(&p, V + 5, 100.0f);
-    bias(&p, -1, 100.0f);
-    ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, -1, &out);
-    assert_int_equal(out.token, 6);
+    ig_sampling_params_default(&f.p);
+    f.p.temperature = 0;
+    bias(&f.p, V + 5, 100.0f);
+    bias(&f.p, -1, 100.0f);
+    ig_sampler_sample(f.s, f.l, &f.p, &f.rng, NULL, 0, 0, -1, &f.out);
+    assert_int_equal(f.out.token, 6);
     /* the logits given are not modified */
     float again[V];
     fill(again);
-    assert_memory_equal(l, again, sizeof(l));
-    ig_sampler_free(s);
+    assert_memory_equal(f.l, again, sizeof(f.l));
+    ig_sampler_free(f.s);
 }
 
 /* A small bias moves the distribution by exp(bias): +ln 3 on one of two
@@ -93,28 +104,22 @@ static void test_force_and_ban(void **state)
 static void test_shift(void **state)
 {
     (void)state;
-    ig_sampler_t *s;
-    ig_sampling_params_t p;
-    ig_sample_t out;
-    ig_rng_t rng;
-    float l[V];
+    fx_t f;
     for (int i = 0; i < V; i++)
-        l[i] = -1000.0f;
-    l[10] = l[20] = 0.0f;
-    assert_int_equal(ig_sampler_create(&s, V), 0);
-    ig_sampling_params_default(&p);
-    bias(&p, 20, logf(3.0f));
-    ig_rng_seed(&rng, 11);
+        f.l[i] = -1000.0f;
+    f.l[10] = f.l[20] = 0.0f;
+    fx_start(&f, 11);
+    bias(&f.p, 20, logf(3.0f));
     int n20 = 0, n = 20000;
     for (int k = 0; k < n; k++) {
-        ig_sampler_sample(s, l, &p, &rng, NULL, 0, 0, -1, &out);
-        assert_true(out.token == 10 || out.token == 20);
-        n20 += out.token == 20;
+        ig_sampler_sample(f.s, f.l, &f.p, &f.rng, NULL, 0, 0, -1, &f.out);
+        assert_true(f.out.token == 10 || f.out.token == 20);
+        n20 += f.out.token == 20;
     }
     /* p = 0.75; 4 standard deviations of a binomial over n draws */
     double sd = sqrt(0.75 * 0.25 / n);
     assert_true(fabs((double)n20 / n - 0.75) < 4 * sd);
-    ig_sampler_free(s);
+    ig_sampler_free(f.s);
 }
 
 /* The bias comes first, the penalties then apply to the biased logits:
@@ -122,27 +127,21 @@ static void test_shift(void **state)
 static void test_with_penalties(void **state)
 {
     (void)state;
-    ig_sampler_t *s;
-    ig_sampling_params_t p;
-    ig_sample_t out;
-    ig_rng_t rng;
-    float l[V];
+    fx_t f;
     for (int i = 0; i < V; i++)
-        l[i] = 0.0f;
-    assert_int_equal(ig_sampler_create(&s, V), 0);
-    ig_sampling_params_default(&p);
-    ig_rng_seed(&rng, 1);
-    p.temperature = 0;
-    bias(&p, 3, 5.0f);
-    bias(&p, 4, 2.0f);
-    int hist[] = {9, 3, 3};     /* prompt [9], generated [3, 3] */
-    p.frequency_penalty = 1.4f; /* 5 - 2 x 1.4 = 2.2 > 2 */
-    ig_sampler_sample(s, l, &p, &rng, hist, 3, 1, -1, &out);
-    assert_int_equal(out.token, 3);
-    p.presence_penalty = 0.3f; /* 5 - 2.8 - 0.3 = 1.9 < 2 */
-    ig_sampler_sample(s, l, &p, &rng, hist, 3, 1, -1, &out);
-    assert_int_equal(out.token, 4);
-    ig_sampler_free(s);
+        f.l[i] = 0.0f;
+    fx_start(&f, 1);
+    f.p.temperature = 0;
+    bias(&f.p, 3, 5.0f);
+    bias(&f.p, 4, 2.0f);
+    int hist[] = {9, 3, 3};       /* prompt [9], generated [3, 3] */
+    f.p.frequency_penalty = 1.4f; /* 5 - 2 x 1.4 = 2.2 > 2 */
+    ig_sampler_sample(f.s, f.l, &f.p, &f.rng, hist, 3, 1, -1, &f.out);
+    assert_int_equal(f.out.token, 3);
+    f.p.presence_penalty = 0.3f; /* 5 - 2.8 - 0.3 = 1.9 < 2 */
+    ig_sampler_sample(f.s, f.l, &f.p, &f.rng, hist, 3, 1, -1, &f.out);
+    assert_int_equal(f.out.token, 4);
+    ig_sampler_free(f.s);
 }
 
 int main(void)

@@ -37,15 +37,8 @@ static void run_prompt(ig_sched_t *s, int salt, int n, int *p)
 {
     for (int i = 0; i < n; i++)
         p[i] = (i * 7 + salt * 11 + i / 5) % 26;
-    ig_sched_req_t r;
-    memset(&r, 0, sizeof(r));
-    r.prompt = p;
-    r.nprompt = n;
-    ig_sampling_params_default(&r.sampling);
+    ig_sched_req_t r = fake_req(p, n, 1, 0);
     r.sampling.temperature = 0;
-    r.has_seed = 1;
-    r.max_tokens = 1;
-    r.logprobs = -1;
     uint64_t id;
     assert_int_equal(ig_sched_submit(s, &r, &id), 0);
     collector_t *col = calloc(1, sizeof(*col));

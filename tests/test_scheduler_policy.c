@@ -10,50 +10,12 @@
 
 #include "scheduler_fake.h"
 
-static uint64_t fake_now;
-static uint64_t fake_clock(void *d)
-{
-    return fake_now;
-}
-
-typedef struct {
-    fake_engine_t fe;
-    ig_sched_t *s;
-    collector_t col;
-} ctx_t;
-
 static ctx_t *ctx_new(int blocks, int bs, int max_batched, int max_seqs, int max_waiting)
 {
-    ctx_t *c = calloc(1, sizeof(*c));
-    fake_init(&c->fe, blocks, bs);
-    ig_sched_engine_t e = fake_iface(&c->fe);
-    ig_sched_detok_t d = {NULL, fake_piece};
     ig_sched_opts_t o;
     fake_sched_opts(&o, max_batched, max_seqs, max_waiting);
     o.now_ns = fake_clock;
-    assert_int_equal(ig_sched_create(&c->s, &e, &d, &o), 0);
-    return c;
-}
-
-static void ctx_free(ctx_t *c)
-{
-    ig_sched_free(c->s);
-    fake_dispose(&c->fe);
-    free(c);
-}
-
-/* No sequence holds a block (each is free or cached, held by nobody), and
- * once the scheduler is gone every block is back in the engine's free list;
- * frees c. */
-static void ctx_free_all_back(ctx_t *c)
-{
-    ig_sched_stats_t st;
-    ig_sched_stats(c->s, &st);
-    assert_int_equal(st.kv_blocks_used, 0);
-    ig_sched_free(c->s);
-    c->s = NULL;
-    assert_int_equal(c->fe.nfree, c->fe.num_blocks);
-    ctx_free(c);
+    return ctx_start(blocks, bs, &o, NULL);
 }
 
 static void make_prompt(int *p, int n, int salt)
@@ -62,48 +24,10 @@ static void make_prompt(int *p, int n, int salt)
         p[i] = (i * 7 + salt * 13) % 26;
 }
 
-static ig_sched_req_t req_of(const int *prompt, int n, int max_tokens, uint64_t seed)
-{
-    ig_sched_req_t r;
-    memset(&r, 0, sizeof(r));
-    r.prompt = prompt;
-    r.nprompt = n;
-    ig_sampling_params_default(&r.sampling);
-    r.has_seed = 1;
-    r.seed = seed;
-    r.max_tokens = max_tokens;
-    r.logprobs = -1;
-    return r;
-}
-
-/* Steps until every collected sequence finished, bounded. */
-static int run_until_done(ctx_t *c, int expect_done, int max_steps)
-{
-    int steps = 0;
-    for (; steps < max_steps; steps++) {
-        ig_sched_step(c->s);
-        ig_sched_drain(c->s, collect_cb, &c->col);
-        int done = 0;
-        for (int i = 0; i < c->col.n; i++)
-            done += c->col.c[i].finish != IG_FINISH_NONE;
-        if (done >= expect_done)
-            return steps + 1;
-    }
-    return -1;
-}
-
-/* Submits r, which must be accepted, and returns its id. */
-static uint64_t submit_ok(ctx_t *c, const ig_sched_req_t *r)
-{
-    uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, r, &id), 0);
-    return id;
-}
-
 /* Submits a greedy-by-seed request for prompt[0..n). */
 static uint64_t submit_prompt(ctx_t *c, const int *prompt, int n, int max_tokens, uint64_t seed)
 {
-    ig_sched_req_t r = req_of(prompt, n, max_tokens, seed);
+    ig_sched_req_t r = fake_req(prompt, n, max_tokens, seed);
     return submit_ok(c, &r);
 }
 
@@ -150,7 +74,7 @@ static void expect_solo(const collected_t *col, const ig_sched_req_t *r)
 static void expect_solo_prompt(const collected_t *col, const int *prompt, int n, int max_tokens,
                                uint64_t seed)
 {
-    ig_sched_req_t r = req_of(prompt, n, max_tokens, seed);
+    ig_sched_req_t r = fake_req(prompt, n, max_tokens, seed);
     expect_solo(col, &r);
 }
 
@@ -268,7 +192,7 @@ static void test_preempts_newest_and_recomputes(void **state)
     int pa[4], pb[4];
     make_prompt(pa, 4, 20);
     make_prompt(pb, 4, 21);
-    ig_sched_req_t ra = req_of(pa, 4, 16, 100), rb = req_of(pb, 4, 16, 200);
+    ig_sched_req_t ra = fake_req(pa, 4, 16, 100), rb = fake_req(pb, 4, 16, 200);
     ra.sampling.temperature = rb.sampling.temperature = 0.8f;
     uint64_t ia = submit_ok(c, &ra), ib = submit_ok(c, &rb);
     ig_sched_step(c->s);
@@ -311,7 +235,7 @@ static void test_queue_full(void **state)
 {
     ctx_t *c = ctx_new(16, 4, 64, 8, 2);
     int p[4] = {1, 2, 3, 4};
-    ig_sched_req_t r = req_of(p, 4, 2, 1);
+    ig_sched_req_t r = fake_req(p, 4, 2, 1);
     uint64_t id;
     submit_ok(c, &r);
     submit_ok(c, &r);
@@ -328,7 +252,7 @@ static void test_queue_full(void **state)
     assert_int_equal(ig_sched_submit(c->s, &r, &id), IG_ETOOLONG);
     /* a bad token id */
     int bad[2] = {1, FAKE_VOCAB};
-    r = req_of(bad, 2, 2, 1);
+    r = fake_req(bad, 2, 2, 1);
     assert_int_equal(ig_sched_submit(c->s, &r, &id), IG_EINVAL);
     ctx_free(c);
 }
@@ -367,7 +291,7 @@ static void test_deadline(void **state)
     ctx_t *c = ctx_new(16, 4, 64, 8, 8);
     fake_now = 1000000000ULL;
     int p[4] = {1, 2, 3, 4};
-    ig_sched_req_t r = req_of(p, 4, 100 - 4 - 40, 1);
+    ig_sched_req_t r = fake_req(p, 4, 100 - 4 - 40, 1);
     r.deadline_ns = fake_now + 500000000ULL;
     uint64_t id = submit_ok(c, &r);
     ig_sched_step(c->s);
@@ -399,7 +323,7 @@ static void test_stop_strings_across_tokens(void **state)
     fake_pieces[5] = "!";
     int p[1] = {0};
     const char *stops[] = {"xyz", "lo w"};
-    ig_sched_req_t r = req_of(p, 1, 10, 1);
+    ig_sched_req_t r = fake_req(p, 1, 10, 1);
     r.stop = stops;
     r.nstop = 2;
     uint64_t id = submit_ok(c, &r);
@@ -463,7 +387,7 @@ static void test_prompt_logprobs_chunked(void **state)
     ctx_t *c = ctx_new(32, 4, 6, 8, 8);
     int p[20];
     make_prompt(p, 20, 9);
-    ig_sched_req_t r = req_of(p, 20, 2, 1);
+    ig_sched_req_t r = fake_req(p, 20, 2, 1);
     r.logprobs = 2;
     r.prompt_logprobs = 1;
     uint64_t id = submit_ok(c, &r);

@@ -17,24 +17,13 @@
 
 #define BS 4
 
-typedef struct {
-    fake_engine_t fe;
-    ig_sched_t *s;
-    collector_t col;
-} ctx_t;
-
 static ctx_t *ctx_new(int blocks, int max_batched, int max_seqs, int cache)
 {
-    ctx_t *c = calloc(1, sizeof(*c));
-    fake_init(&c->fe, blocks, BS);
-    ig_sched_engine_t e = fake_iface(&c->fe);
-    ig_sched_detok_t d = {NULL, fake_piece};
     ig_sched_opts_t o;
     fake_sched_opts(&o, max_batched, max_seqs, 64);
     o.prefix_cache = cache;
     o.prefix_seed = ig_prefix_seed("fake");
-    assert_int_equal(ig_sched_create(&c->s, &e, &d, &o), 0);
-    return c;
+    return ctx_start(blocks, BS, &o, NULL);
 }
 
 static ig_sched_stats_t stats_of(ctx_t *c)
@@ -42,17 +31,6 @@ static ig_sched_stats_t stats_of(ctx_t *c)
     ig_sched_stats_t st;
     ig_sched_stats(c->s, &st);
     return st;
-}
-
-/* Nothing holds a block; after the scheduler is freed every block is back
- * in the engine (the fake aborts on a double release). Frees c. */
-static void ctx_free_all_back(ctx_t *c)
-{
-    assert_int_equal(stats_of(c).kv_blocks_used, 0);
-    ig_sched_free(c->s);
-    assert_int_equal(c->fe.nfree, c->fe.num_blocks);
-    fake_dispose(&c->fe);
-    free(c);
 }
 
 static void make_prompt(int *p, int n, int salt)
@@ -63,40 +41,17 @@ static void make_prompt(int *p, int n, int salt)
 
 static ig_sched_req_t req_of(const int *prompt, int n, int max_tokens, uint64_t seed, int greedy)
 {
-    ig_sched_req_t r;
-    memset(&r, 0, sizeof(r));
-    r.prompt = prompt;
-    r.nprompt = n;
-    ig_sampling_params_default(&r.sampling);
+    ig_sched_req_t r = fake_req(prompt, n, max_tokens, seed);
     if (greedy)
         r.sampling.temperature = 0;
-    r.has_seed = 1;
-    r.seed = seed;
-    r.max_tokens = max_tokens;
-    r.logprobs = -1;
     return r;
 }
 
-static uint64_t submit_ok(ctx_t *c, const ig_sched_req_t *r)
+/* Steps until n sequences finished; fails the test after 5000 steps. */
+static void finish_all(ctx_t *c, int n)
 {
-    uint64_t id;
-    assert_int_equal(ig_sched_submit(c->s, r, &id), 0);
-    return id;
-}
-
-/* Steps until n sequences finished (bounded). */
-static void run_until_done(ctx_t *c, int n)
-{
-    for (int steps = 0; steps < 5000; steps++) {
-        ig_sched_step(c->s);
-        ig_sched_drain(c->s, collect_cb, &c->col);
-        int done = 0;
-        for (int i = 0; i < c->col.n; i++)
-            done += c->col.c[i].finish != IG_FINISH_NONE;
-        if (done >= n)
-            return;
-    }
-    fail_msg("sequences did not finish");
+    if (run_until_done(c, n, 5000) < 0)
+        fail_msg("sequences did not finish");
 }
 
 /* The tokens r generates alone, without a prefix cache. */
@@ -104,7 +59,7 @@ static void solo_of(const ig_sched_req_t *r, int *out)
 {
     ctx_t *c = ctx_new(256, 64, 8, 0);
     uint64_t id = submit_ok(c, r);
-    run_until_done(c, 1);
+    finish_all(c, 1);
     collected_t *col = collector_get(&c->col, id);
     assert_int_equal(col->ntokens, r->max_tokens);
     memcpy(out, col->tokens, sizeof(int) * (size_t)r->max_tokens);
@@ -130,7 +85,7 @@ static void test_repeat_skips_cached_blocks(void **state)
     uint64_t a = submit_ok(c, &r);
     ig_sched_step(c->s);
     assert_int_equal(c->fe.last_ntok, 40);
-    run_until_done(c, 1);
+    finish_all(c, 1);
     /* 40 prompt + 5 computed generated tokens: 11 full blocks committed */
     assert_int_equal(stats_of(c).prefix_cached_blocks, 11);
     assert_int_equal(ig_sched_prefix_match(c->s, p, 40), 10);
@@ -140,7 +95,7 @@ static void test_repeat_skips_cached_blocks(void **state)
     uint64_t b = submit_ok(c, &r);
     ig_sched_step(c->s);
     assert_int_equal(c->fe.last_ntok, 4);
-    run_until_done(c, 2);
+    finish_all(c, 2);
     expect_solo(c, a, &r);
     expect_solo(c, b, &r);
     assert_memory_equal(collector_get(&c->col, a)->tokens, collector_get(&c->col, b)->tokens,
@@ -158,7 +113,7 @@ static void test_repeat_skips_cached_blocks(void **state)
     uint64_t d = submit_ok(c, &r2);
     ig_sched_step(c->s);
     assert_int_equal(c->fe.last_ntok, 12);
-    run_until_done(c, 3);
+    finish_all(c, 3);
     expect_solo(c, d, &r2);
     ctx_free_all_back(c);
 }
@@ -185,7 +140,7 @@ static void run_mix(int cache, int blocks, int out[8][24], uint64_t *hits)
             ig_sched_drain(c->s, collect_cb, &c->col);
         }
     }
-    run_until_done(c, 8);
+    finish_all(c, 8);
     for (int i = 0; i < 8; i++) {
         collected_t *col = collector_get(&c->col, ids[i]);
         assert_int_equal(col->finish, IG_FINISH_LENGTH);
@@ -221,9 +176,9 @@ static void test_lru_evicts_least_recently_used(void **state)
     ig_sched_req_t ra = req_of(pa, 21, 2, 1, 1), rb = req_of(pb, 21, 2, 1, 1),
                    rc = req_of(pc, 21, 2, 1, 1);
     submit_ok(c, &ra);
-    run_until_done(c, 1);
+    finish_all(c, 1);
     submit_ok(c, &rb);
-    run_until_done(c, 2);
+    finish_all(c, 2);
     assert_int_equal(ig_sched_prefix_match(c->s, pa, 21), 5);
     assert_int_equal(ig_sched_prefix_match(c->s, pb, 21), 5);
     assert_int_equal(stats_of(c).prefix_evictions_total, 0);
@@ -231,11 +186,11 @@ static void test_lru_evicts_least_recently_used(void **state)
     submit_ok(c, &ra);
     ig_sched_step(c->s);
     assert_int_equal(c->fe.last_ntok, 1);
-    run_until_done(c, 3);
+    finish_all(c, 3);
     assert_int_equal(stats_of(c).prefix_evictions_total, 0);
     /* C needs 6 blocks, 4 are free: B's last two cached blocks go, A stays */
     uint64_t idc = submit_ok(c, &rc);
-    run_until_done(c, 4);
+    finish_all(c, 4);
     assert_int_equal(stats_of(c).prefix_evictions_total, 2);
     assert_int_equal(ig_sched_prefix_match(c->s, pa, 21), 5);
     assert_int_equal(ig_sched_prefix_match(c->s, pb, 21), 3);
@@ -245,10 +200,32 @@ static void test_lru_evicts_least_recently_used(void **state)
     uint64_t idb = submit_ok(c, &rb);
     ig_sched_step(c->s);
     assert_int_equal(c->fe.last_ntok, 9);
-    run_until_done(c, 5);
+    finish_all(c, 5);
     expect_solo(c, idb, &rb);
     assert_true(stats_of(c).prefix_cached_blocks <= 14);
     ctx_free_all_back(c);
+}
+
+/* Two sequences on one prompt p (n tokens from salt, max_tokens each): r[0]
+ * greedy with seed, submitted and stepped once so that its prompt is in
+ * committed blocks, then r[1] sampled with seed + 1, and one more step,
+ * which takes r[1]'s prompt beside r[0]'s decode. */
+typedef struct {
+    int p[32];
+    ig_sched_req_t r[2];
+    uint64_t id[2];
+} sharing_t;
+
+static void submit_sharing(ctx_t *c, sharing_t *sh, int n, int salt, int max_tokens, uint64_t seed)
+{
+    assert_true(n <= 32);
+    make_prompt(sh->p, n, salt);
+    sh->r[0] = req_of(sh->p, n, max_tokens, seed, 1);
+    sh->r[1] = req_of(sh->p, n, max_tokens, seed + 1, 0);
+    sh->id[0] = submit_ok(c, &sh->r[0]);
+    ig_sched_step(c->s);
+    sh->id[1] = submit_ok(c, &sh->r[1]);
+    ig_sched_step(c->s);
 }
 
 /* Two sequences share their first blocks; the cache is too small for both
@@ -257,38 +234,30 @@ static void test_lru_evicts_least_recently_used(void **state)
 static void test_preemption_with_shared_blocks(void **state)
 {
     ctx_t *c = ctx_new(14, 64, 4, 1);
-    int p[16];
-    make_prompt(p, 16, 7);
-    ig_sched_req_t r1 = req_of(p, 16, 24, 11, 1), r2 = req_of(p, 16, 24, 12, 0);
-    uint64_t a = submit_ok(c, &r1);
-    ig_sched_step(c->s); /* a's prompt is in 4 committed blocks */
-    uint64_t b = submit_ok(c, &r2);
-    ig_sched_step(c->s);
-    assert_int_equal(c->fe.last_ntok, 1 + 4); /* a's decode + b's last block */
-    run_until_done(c, 2);
+    sharing_t sh;
+    submit_sharing(c, &sh, 16, 7, 24, 11);
+    /* the first's prompt took 4 blocks; the step took its decode and the
+     * second's last block */
+    assert_int_equal(c->fe.last_ntok, 1 + 4);
+    finish_all(c, 2);
     assert_true(stats_of(c).preemptions_total > 0);
-    expect_solo(c, a, &r1);
-    expect_solo(c, b, &r2);
+    expect_solo(c, sh.id[0], &sh.r[0]);
+    expect_solo(c, sh.id[1], &sh.r[1]);
     ctx_free_all_back(c);
 }
 
 static void test_cancel_keeps_shared_blocks(void **state)
 {
     ctx_t *c = ctx_new(64, 64, 4, 1);
-    int p[24];
-    make_prompt(p, 24, 4);
-    ig_sched_req_t r1 = req_of(p, 24, 12, 1, 1), r2 = req_of(p, 24, 12, 2, 0);
-    uint64_t a = submit_ok(c, &r1);
+    sharing_t sh;
+    submit_sharing(c, &sh, 24, 4, 12, 1);
     ig_sched_step(c->s);
-    uint64_t b = submit_ok(c, &r2);
-    ig_sched_step(c->s);
-    ig_sched_step(c->s);
-    ig_sched_cancel(c->s, a); /* b holds a's prompt blocks too */
-    run_until_done(c, 2);
-    assert_int_equal(collector_get(&c->col, a)->finish, IG_FINISH_CANCELLED);
-    expect_solo(c, b, &r2);
-    /* a's blocks stay cached after its cancel: a third one finds them */
-    assert_int_equal(ig_sched_prefix_match(c->s, p, 24), 6);
+    ig_sched_cancel(c->s, sh.id[0]); /* the second holds the first's prompt blocks too */
+    finish_all(c, 2);
+    assert_int_equal(collector_get(&c->col, sh.id[0])->finish, IG_FINISH_CANCELLED);
+    expect_solo(c, sh.id[1], &sh.r[1]);
+    /* the first's blocks stay cached after its cancel: a third one finds them */
+    assert_int_equal(ig_sched_prefix_match(c->s, sh.p, 24), 6);
     ctx_free_all_back(c);
 }
 
@@ -301,13 +270,13 @@ static void test_echo_computes_whole_prompt(void **state)
     make_prompt(p, 20, 6);
     ig_sched_req_t r = req_of(p, 20, 2, 1, 1);
     submit_ok(c, &r);
-    run_until_done(c, 1);
+    finish_all(c, 1);
     r.prompt_logprobs = 1;
     r.logprobs = 0;
     uint64_t e1 = submit_ok(c, &r);
     ig_sched_step(c->s);
     assert_int_equal(c->fe.last_ntok, 20);
-    run_until_done(c, 2);
+    finish_all(c, 2);
     collected_t *col = collector_get(&c->col, e1);
     assert_int_equal(col->nprompt_lp, 19);
     assert_int_equal(stats_of(c).prefix_hit_tokens_total, 0);

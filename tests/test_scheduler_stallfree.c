@@ -28,13 +28,6 @@
 #define B_MS 0.1 /* per token: 386 prompt tokens + 4 decodes fill 40 ms */
 #define MAX_BATCHED 2048
 
-static uint64_t fake_now;
-static uint64_t fake_clock(void *d)
-{
-    (void)d;
-    return fake_now;
-}
-
 /* The step cost the fake engine takes (A_MS, B_MS unless a test sets them). */
 static double a_ms = A_MS, b_ms = B_MS;
 
@@ -45,33 +38,14 @@ static int timed_forward(void *ctx, const ig_batch_t *b)
     return fake_forward(ctx, b);
 }
 
-typedef struct {
-    fake_engine_t fe;
-    ig_sched_t *s;
-    collector_t col;
-} ctx_t;
-
 static ctx_t *ctx_new(double itl_target_ms)
 {
-    ctx_t *c = calloc(1, sizeof(*c));
-    fake_init(&c->fe, 1024, 16);
-    ig_sched_engine_t e = fake_iface(&c->fe);
-    e.forward = timed_forward;
-    ig_sched_detok_t d = {NULL, fake_piece};
     ig_sched_opts_t o;
     fake_sched_opts(&o, MAX_BATCHED, 64, 64);
     o.itl_target_ms = itl_target_ms;
     o.now_ns = fake_clock;
     o.prefix_cache = 0;
-    assert_int_equal(ig_sched_create(&c->s, &e, &d, &o), 0);
-    return c;
-}
-
-static void ctx_free(ctx_t *c)
-{
-    ig_sched_free(c->s);
-    fake_dispose(&c->fe);
-    free(c);
+    return ctx_start(1024, 16, &o, timed_forward);
 }
 
 static void submit(ctx_t *c, int n, int max_tokens, int salt)
@@ -79,15 +53,7 @@ static void submit(ctx_t *c, int n, int max_tokens, int salt)
     static int prompt[1024];
     for (int i = 0; i < n; i++)
         prompt[i] = (i * 7 + salt * 13) % 26;
-    ig_sched_req_t r;
-    memset(&r, 0, sizeof(r));
-    r.prompt = prompt;
-    r.nprompt = n;
-    ig_sampling_params_default(&r.sampling);
-    r.has_seed = 1;
-    r.seed = (uint64_t)salt;
-    r.max_tokens = max_tokens;
-    r.logprobs = -1;
+    ig_sched_req_t r = fake_req(prompt, n, max_tokens, (uint64_t)salt);
     r.ignore_eos = 1;
     uint64_t id;
     assert_int_equal(ig_sched_submit(c->s, &r, &id), 0);

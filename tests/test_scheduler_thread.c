@@ -82,17 +82,10 @@ static void test_thread_roundtrip(void **state)
 
     collector_t *col = calloc(1, sizeof(*col));
     int prompt[6] = {1, 2, 3, 4, 5, 6};
-    ig_sched_req_t r;
-    memset(&r, 0, sizeof(r));
-    r.prompt = prompt;
-    r.nprompt = 6;
-    ig_sampling_params_default(&r.sampling);
-    r.max_tokens = 20;
-    r.logprobs = -1;
+    ig_sched_req_t r = fake_req(prompt, 6, 20, 0);
     uint64_t ids[4];
     for (int i = 0; i < 4; i++) {
         r.seed = (uint64_t)i;
-        r.has_seed = 1;
         assert_int_equal(ig_sched_submit(s, &r, &ids[i]), 0);
     }
     for (int k = 0; k < 1000 && count_done(col) < 4; k++) {

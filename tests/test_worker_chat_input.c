@@ -109,11 +109,8 @@ static int chat(const wproc_t *w, json_t *messages, int *prompt_tokens, char *ms
 {
     json_t *body =
         json_pack("{s:o, s:i, s:f}", "messages", messages, "max_tokens", 1, "temperature", 0.0);
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
     int status;
-    json_t *j = wt_post_json(w, "/v1/chat/completions", text, &status);
-    free(text);
+    json_t *j = wt_post_value(w, "/v1/chat/completions", body, &status);
     assert_non_null(j);
     if (prompt_tokens)
         *prompt_tokens =

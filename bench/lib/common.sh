@@ -4,15 +4,18 @@
 #     here=$(cd "$(dirname "$0")" && pwd)
 #     . "$here/lib/common.sh"
 #     bench_init NAME "$@"
+#     bench_env PARAM=DEFAULT...
 # and then names the tools it needs (need_built) and the background processes
 # the exit trap must stop (kill_on_exit).
 
 # Sets bench_name, root (the checkout), build (BUILD_DIR, $1, default build,
 # made absolute), PY (an interpreter for the inline Python: $PY if set, else
-# /usr/bin/python3, which starts faster than a pyenv shim, else python3) and
-# tmp (a fresh directory under /tmp), puts bench/lib on PYTHONPATH (the
-# inline Python imports benchlib) and installs the exit trap that stops the
-# processes named with kill_on_exit and removes tmp.
+# /usr/bin/python3, which starts faster than a pyenv shim, else python3),
+# RESULTS (the JSON the scenario writes: $RESULTS if set, else
+# bench/results/NAME.json) and tmp (a fresh directory under /tmp), puts
+# bench/lib on PYTHONPATH (the inline Python imports benchlib) and installs
+# the exit trap that stops the processes named with kill_on_exit and removes
+# tmp.
 bench_init() {
     bench_name=$1
     shift
@@ -23,17 +26,34 @@ bench_init() {
         PY=/usr/bin/python3
         [ -x "$PY" ] || PY=python3
     fi
+    RESULTS=${RESULTS:-$root/bench/results/$bench_name.json}
     tmp=$(mktemp -d "/tmp/ig-$bench_name.XXXXXX")
     export PYTHONPATH="$root/bench/lib${PYTHONPATH:+:$PYTHONPATH}"
     bench_kill_vars=()
     trap bench_cleanup EXIT INT TERM
 }
 
+# bench_env NAME=DEFAULT...: the scenario's parameters. Each NAME keeps its
+# value from the environment when that is set and not empty, else takes
+# DEFAULT (NAME=${NAME:-DEFAULT}, once for all of them).
+bench_env() {
+    local kv name
+    for kv in "$@"; do
+        name=${kv%%=*}
+        [ -n "${!name:-}" ] || printf -v "$name" '%s' "${kv#*=}"
+    done
+}
+
 # kill_on_exit VAR...: at exit, the pids held in these variables (a pid, an
 # empty string, or an array of pids) are killed and reaped, in this order.
-# The variables are read at exit, so a scenario may restart a process and
-# clear the variable once it stopped it itself.
+# Each variable that is not an array starts empty here. The variables are
+# read at exit, so a scenario may restart a process and clear the variable
+# once it stopped it itself.
 kill_on_exit() {
+    local v
+    for v in "$@"; do
+        [[ "$(declare -p "$v" 2>/dev/null)" == "declare -a"* ]] || printf -v "$v" '%s' ""
+    done
     bench_kill_vars+=("$@")
 }
 
@@ -82,6 +102,17 @@ need_one_of() {
     done
 }
 
+# bench_plot: draws the "plot" block of $RESULTS into RESULTS.png with
+# lib/plot.sh (its status is returned) when gnuplot is installed; else says
+# there is no PNG.
+bench_plot() {
+    if command -v gnuplot >/dev/null 2>&1; then
+        "$root/bench/lib/plot.sh" "$RESULTS" "${RESULTS%.json}.png"
+    else
+        echo "$bench_name: gnuplot not found, no PNG (apt-get install gnuplot-nox)"
+    fi
+}
+
 # http_get PORT PATH: prints the body of GET http://127.0.0.1:PORT/PATH
 # (empty on failure, 2 s at most).
 http_get() {
@@ -102,14 +133,13 @@ free_port() {
 }
 
 # Waits (up to 10 s) for "... listening on HOST:PORT" in the log file $1 and
-# prints PORT.
+# prints PORT (a line read while it is being written, with no digits yet,
+# is read again).
 port_of() {
+    local p
     for _ in $(seq 1 100); do
-        if grep -q "listening on" "$1" 2>/dev/null; then
-            sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$1" | head -1
-            return 0
-        fi
-        sleep 0.1
+        p=$(sed -n 's/.*listening on .*:\([0-9]*\)$/\1/p' "$1" 2>/dev/null | head -1)
+        case "$p" in '' | *[!0-9]*) sleep 0.1 ;; *) echo "$p" && return 0 ;; esac
     done
     echo "$(basename "$0" .sh): $1: no listening line" >&2
     return 1

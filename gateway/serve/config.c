@@ -28,6 +28,21 @@
 #include <string.h>
 #include <sys/un.h>
 
+/* ig__config_fail at PATH.KEY: for a value the getters read and a later
+ * check refused. */
+static int fail_at(ctx_t *c, const char *path, const char *key, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail_at(ctx_t *c, const char *path, const char *key, const char *fmt, ...)
+{
+    char q[PATH_MAX_LEN], msg[512];
+    ig_jsonv_join(q, path, key);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    return ig__config_fail(c, q, "%s", msg);
+}
+
 /* ---- addresses ---------------------------------------------------------- */
 
 int ig_config_check_listen(const char *listen, char *err, size_t errlen)
@@ -87,16 +102,25 @@ int ig_config_check_listen(const char *listen, char *err, size_t errlen)
 /* ---- sections ----------------------------------------------------------- */
 
 /* A section: *out is a new reference to the object at key, or to an empty
- * object where the key is absent, so that every default applies. */
-static int get_section(ctx_t *c, json_t *obj, const char *path, const char *key, json_t **out)
+ * object where the key is absent, so that every default applies; its keys
+ * must be among allowed. Its path goes into sp (PATH_MAX_LEN bytes). */
+static int get_section(ctx_t *c, json_t *obj, const char *path, const char *key,
+                       const char *const *allowed, char *sp, json_t **out)
 {
     json_t *o;
+    ig_jsonv_join(sp, path, key);
     int rc = ig__config_get_object(c, obj, path, key, &o);
     *out = NULL;
     if (rc != 0)
         return rc;
     *out = o == NULL ? json_object() : json_incref(o);
-    return *out == NULL ? IG_ENOMEM : 0;
+    if (*out == NULL)
+        return IG_ENOMEM;
+    if ((rc = ig__config_check_keys(c, *out, sp, allowed)) != 0) {
+        json_decref(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 static int get_unsigned(ctx_t *c, json_t *obj, const char *path, const char *key, unsigned lo,
@@ -173,16 +197,15 @@ static int parse_limits(ctx_t *c, json_t *root, ig_config_t *cfg)
         "max_prompt_tokens",   "max_queue_wait_ms",  NULL};
     ig_config_limits_t *l = &cfg->limits;
     ig_http_limits_t *h = &l->http;
-    const char *p = "limits";
+    char p[PATH_MAX_LEN];
     json_t *o;
-    int rc = get_section(c, root, "", "limits", &o);
+    int rc = get_section(c, root, "", "limits", keys, p, &o);
     if (rc != 0)
         return rc;
     /* The HTTP defaults are ig_http_limits_default()'s; nothing else says them. */
     ig_http_limits_t d;
     ig_http_limits_default(&d);
-    if ((rc = ig__config_check_keys(c, o, p, keys)) != 0 ||
-        (rc = get_size(c, o, p, "max_request_line", 64, 1u << 20, d.max_request_line,
+    if ((rc = get_size(c, o, p, "max_request_line", 64, 1u << 20, d.max_request_line,
                        &h->max_request_line)) ||
         (rc = get_size(c, o, p, "max_header_bytes", 256, 16u << 20, d.max_header_bytes,
                        &h->max_header_bytes)) ||
@@ -301,13 +324,12 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
     ig_router_opts_default(&ro);
     ig_proxy_opts_default(&po);
     ig_upstream_opts_default(&uo);
-    const char *p = "routing";
+    char p[PATH_MAX_LEN];
     json_t *o, *hedge = NULL, *eject = NULL;
-    int policy, rc = get_section(c, root, "", "routing", &o);
+    int policy, rc = get_section(c, root, "", "routing", keys, p, &o);
     if (rc != 0)
         return rc;
-    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
-        (rc = ig__config_get_enum(c, o, p, "policy", policies, IG_ROUTE_LATENCY, &policy)) ||
+    if ((rc = ig__config_get_enum(c, o, p, "policy", policies, IG_ROUTE_LATENCY, &policy)) ||
         (rc = ig__config_get_enum(c, o, p, "objective", objectives, 0, &r->objective_cost)) ||
         (rc = ig__config_get_number(c, o, p, "slo_ttft_ms", 0, 86400000, NUM_CLOSED, 0,
                                     &r->slo_ttft_ms)) ||
@@ -466,18 +488,15 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
         (rc = ig__config_get_string(c, m, p, "quantize", STR_NONEMPTY, NULL, &mod->quantize)))
         goto fail;
     if (mod->quantize != NULL && strcmp(mod->quantize, "q8_0") != 0) {
-        ig_jsonv_join(q, p, "quantize");
-        rc = ig__config_fail(c, q, "'%s' is not supported (q8_0)", mod->quantize);
+        rc = fail_at(c, p, "quantize", "'%s' is not supported (q8_0)", mod->quantize);
         goto fail;
     }
     if (mod->version != NULL && strchr(mod->version, '@') != NULL) {
-        ig_jsonv_join(q, p, "version");
-        rc = ig__config_fail(c, q, "must not contain '@'");
+        rc = fail_at(c, p, "version", "must not contain '@'");
         goto fail;
     }
     if (mod->version != NULL && strchr(mod->name, '@') != NULL) {
-        ig_jsonv_join(q, p, "name");
-        rc = ig__config_fail(c, q, "a model with versions must not have '@' in its name");
+        rc = fail_at(c, p, "name", "a model with versions must not have '@' in its name");
         goto fail;
     }
     /* One name, several entries: the versions of a rollout, each named. */
@@ -486,41 +505,34 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
         if (strcmp(o->name, mod->name) != 0)
             continue;
         if (o->version == NULL && mod->version == NULL) {
-            ig_jsonv_join(q, p, "name");
-            rc = ig__config_fail(c, q, "duplicate name '%s' (also models[%zu].name)", mod->name, i);
+            rc = fail_at(c, p, "name", "duplicate name '%s' (also models[%zu].name)", mod->name, i);
             goto fail;
         }
         if (o->version == NULL) {
-            ig_jsonv_join(q, p, "name");
-            rc = ig__config_fail(
-                c, q, "duplicate name '%s' (also models[%zu].name, which has no version)",
-                mod->name, i);
+            rc = fail_at(c, p, "name",
+                         "duplicate name '%s' (also models[%zu].name, which has no version)",
+                         mod->name, i);
             goto fail;
         }
         if (mod->version == NULL) {
-            ig_jsonv_join(q, p, "version");
-            rc = ig__config_fail(
-                c, q,
-                "is required: models[%zu] has the name '%s' too (two entries of one model "
-                "are versions)",
-                i, mod->name);
+            rc = fail_at(c, p, "version",
+                         "is required: models[%zu] has the name '%s' too (two entries of one model "
+                         "are versions)",
+                         i, mod->name);
             goto fail;
         }
         if (strcmp(o->version, mod->version) == 0) {
-            ig_jsonv_join(q, p, "version");
-            rc = ig__config_fail(c, q, "duplicate version '%s' of model '%s' (also models[%zu])",
-                                 mod->version, mod->name, i);
+            rc = fail_at(c, p, "version", "duplicate version '%s' of model '%s' (also models[%zu])",
+                         mod->version, mod->name, i);
             goto fail;
         }
     }
     if (mod->version != NULL && raw == NULL) {
-        ig_jsonv_join(q, p, "path");
-        rc = ig__config_fail(c, q, "is required for a version (sites serve models, not versions)");
+        rc = fail_at(c, p, "path", "is required for a version (sites serve models, not versions)");
         goto fail;
     }
     if (mod->preset != NULL && raw == NULL) {
-        ig_jsonv_join(q, p, "preset");
-        rc = ig__config_fail(c, q, "needs a path to generate the model into");
+        rc = fail_at(c, p, "preset", "needs a path to generate the model into");
         goto fail;
     }
     if (raw != NULL) {
@@ -537,7 +549,6 @@ fail:
 static int find_pool_model(ctx_t *c, const char *p, const ig_config_t *cfg,
                            const ig_config_pool_t *pool)
 {
-    char q[PATH_MAX_LEN];
     int found = -1, versions = 0;
     for (size_t i = 0; i < cfg->nmodels; i++) {
         const ig_config_model_t *m = &cfg->models[i];
@@ -551,17 +562,13 @@ static int find_pool_model(ctx_t *c, const char *p, const ig_config_t *cfg,
     if (found >= 0)
         return found;
     if (pool->version != NULL && versions == 0) {
-        ig_jsonv_join(q, p, "version");
-        ig__config_fail(c, q, "model '%s' has no versions", pool->model);
+        fail_at(c, p, "version", "model '%s' has no versions", pool->model);
     } else if (pool->version != NULL) {
-        ig_jsonv_join(q, p, "version");
-        ig__config_fail(c, q, "model '%s' has no version '%s'", pool->model, pool->version);
+        fail_at(c, p, "version", "model '%s' has no version '%s'", pool->model, pool->version);
     } else if (versions > 0) {
-        ig_jsonv_join(q, p, "version");
-        ig__config_fail(c, q, "is required: model '%s' has %d versions", pool->model, versions);
+        fail_at(c, p, "version", "is required: model '%s' has %d versions", pool->model, versions);
     } else {
-        ig_jsonv_join(q, p, "model");
-        ig__config_fail(c, q, "unknown model '%s' (not in models[])", pool->model);
+        fail_at(c, p, "model", "unknown model '%s' (not in models[])", pool->model);
     }
     return -1;
 }
@@ -613,19 +620,31 @@ static int parse_device(ctx_t *c, const char *path, json_t *v, ig_config_device_
     return d->spec == NULL ? IG_ENOMEM : 0;
 }
 
-static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batching_t *b)
+/* A section of a pool: fields(c, o, p, out) reads the object o at key (an
+ * empty one when absent, its keys among allowed), whose path is p. */
+static int parse_section(ctx_t *c, json_t *obj, const char *path, const char *key,
+                         const char *const *allowed,
+                         int (*fields)(ctx_t *c, json_t *o, const char *p, void *out), void *out)
 {
-    static const char *const keys[] = {
-        "max_batched_tokens", "max_num_seqs", "kv_blocks",     "block_size",
-        "max_waiting",        "kv_dtype",     "itl_target_ms", NULL};
     char p[PATH_MAX_LEN];
     json_t *o;
-    int rc = get_section(c, pool, pp, "batching", &o);
-    if (rc != 0)
-        return rc;
-    ig_jsonv_join(p, pp, "batching");
-    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
-        (rc = get_unsigned(c, o, p, "max_batched_tokens", 1, 1u << 20, 2048,
+    int rc = get_section(c, obj, path, key, allowed, p, &o);
+    if (rc == 0)
+        rc = fields(c, o, p, out);
+    json_decref(o);
+    return rc;
+}
+
+static const char *const batching_keys[] = {
+    "max_batched_tokens", "max_num_seqs", "kv_blocks",     "block_size",
+    "max_waiting",        "kv_dtype",     "itl_target_ms", NULL};
+
+/* pools[].batching, into an ig_config_batching_t. */
+static int batching_fields(ctx_t *c, json_t *o, const char *p, void *out)
+{
+    ig_config_batching_t *b = out;
+    int rc;
+    if ((rc = get_unsigned(c, o, p, "max_batched_tokens", 1, 1u << 20, 2048,
                            &b->max_batched_tokens)) ||
         (rc = get_unsigned(c, o, p, "max_num_seqs", 1, 4096, 64, &b->max_num_seqs)) ||
         (rc = get_unsigned(c, o, p, "kv_blocks", 0, 1u << 24, 0, &b->kv_blocks)) ||
@@ -633,52 +652,36 @@ static int parse_batching(ctx_t *c, json_t *pool, const char *pp, ig_config_batc
         (rc = get_unsigned(c, o, p, "max_waiting", 0, 1u << 20, 256, &b->max_waiting)) ||
         (rc = get_unsigned(c, o, p, "itl_target_ms", 0, 60000, (unsigned)IG_SCHED_ITL_TARGET_MS,
                            &b->itl_target_ms)))
-        goto done;
+        return rc;
     char *kvd = NULL;
     if ((rc = ig__config_get_string(c, o, p, "kv_dtype", STR_NONEMPTY, "f32", &kvd)) != 0)
-        goto done;
-    if (kvd != NULL && ig_engine_kv_dtype_parse(kvd, &b->kv_dtype) != 0) {
-        char q[PATH_MAX_LEN];
-        ig_jsonv_join(q, p, "kv_dtype");
-        rc = ig__config_fail(c, q, "'%s' is not one of f32, f16, bf16", kvd);
-    }
+        return rc;
+    if (kvd != NULL && ig_engine_kv_dtype_parse(kvd, &b->kv_dtype) != 0)
+        rc = fail_at(c, p, "kv_dtype", "'%s' is not one of f32, f16, bf16", kvd);
     free(kvd);
     if (rc != 0)
-        goto done;
-    if ((b->block_size & (b->block_size - 1)) != 0) {
-        char q[PATH_MAX_LEN];
-        ig_jsonv_join(q, p, "block_size");
-        rc = ig__config_fail(c, q, "must be a power of two");
-        goto done;
-    }
+        return rc;
+    if ((b->block_size & (b->block_size - 1)) != 0)
+        return fail_at(c, p, "block_size", "must be a power of two");
     /* Every running sequence decodes one token per step, so one step must fit them all. */
-    if (b->max_batched_tokens < b->max_num_seqs) {
-        char q[PATH_MAX_LEN];
-        ig_jsonv_join(q, p, "max_batched_tokens");
-        rc = ig__config_fail(c, q, "must be >= max_num_seqs (%u)", b->max_num_seqs);
-        goto done;
-    }
-done:
-    json_decref(o);
-    return rc;
+    if (b->max_batched_tokens < b->max_num_seqs)
+        return fail_at(c, p, "max_batched_tokens", "must be >= max_num_seqs (%u)", b->max_num_seqs);
+    return 0;
 }
 
-static int parse_autoscale(ctx_t *c, json_t *pool, const char *pp, ig_config_autoscale_t *a)
+static const char *const autoscale_keys[] = {
+    "target_queue_depth", "stable_window_s",    "panic_window_s",        "panic_threshold",
+    "max_scale_up_rate",  "scale_down_delay_s", "scale_to_zero_after_s", NULL};
+
+/* pools[].autoscale, into an ig_config_autoscale_t. */
+static int autoscale_fields(ctx_t *c, json_t *o, const char *p, void *out)
 {
-    static const char *const keys[] = {
-        "target_queue_depth", "stable_window_s",    "panic_window_s",        "panic_threshold",
-        "max_scale_up_rate",  "scale_down_delay_s", "scale_to_zero_after_s", NULL};
-    char p[PATH_MAX_LEN];
-    json_t *o;
-    int rc = get_section(c, pool, pp, "autoscale", &o);
-    if (rc != 0)
-        return rc;
-    ig_jsonv_join(p, pp, "autoscale");
+    ig_config_autoscale_t *a = out;
+    int rc;
     /* The defaults and why: docs/autoscale.md. The windows and the delay
      * are kept as one sample a second in rings of IG_AUTOSCALE_SAMPLES. */
     double most = IG_AUTOSCALE_SAMPLES - 24;
-    if ((rc = ig__config_check_keys(c, o, p, keys)) ||
-        (rc = ig__config_get_number(c, o, p, "target_queue_depth", 0, INFINITY, NUM_LO_OPEN,
+    if ((rc = ig__config_get_number(c, o, p, "target_queue_depth", 0, INFINITY, NUM_LO_OPEN,
                                     IG_AUTOSCALE_DEFAULT_TARGET, &a->target_queue_depth)) ||
         (rc = ig__config_get_number(c, o, p, "stable_window_s", 0, most, NUM_LO_OPEN,
                                     IG_AUTOSCALE_DEFAULT_STABLE_S, &a->stable_window_s)) ||
@@ -692,16 +695,11 @@ static int parse_autoscale(ctx_t *c, json_t *pool, const char *pp, ig_config_aut
                                     IG_AUTOSCALE_DEFAULT_DOWN_DELAY_S, &a->scale_down_delay_s)) ||
         (rc = ig__config_get_number(c, o, p, "scale_to_zero_after_s", 0, INFINITY, NUM_CLOSED,
                                     IG_AUTOSCALE_DEFAULT_TO_ZERO_S, &a->scale_to_zero_after_s)))
-        goto done;
-    if (a->panic_window_s > a->stable_window_s) {
-        char q[PATH_MAX_LEN];
-        ig_jsonv_join(q, p, "panic_window_s");
-        rc = ig__config_fail(c, q, "must be <= stable_window_s (%g)", a->stable_window_s);
-        goto done;
-    }
-done:
-    json_decref(o);
-    return rc;
+        return rc;
+    if (a->panic_window_s > a->stable_window_s)
+        return fail_at(c, p, "panic_window_s", "must be <= stable_window_s (%g)",
+                       a->stable_window_s);
+    return 0;
 }
 
 /* pools[].discover: instances from a DNS name's A/AAAA records. */
@@ -709,7 +707,7 @@ static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_disc
 {
     static const char *const keys[] = {"dns", "port", "interval_s", "resolver", NULL};
     json_t *o;
-    char p[PATH_MAX_LEN], q[PATH_MAX_LEN];
+    char p[PATH_MAX_LEN];
     unsigned port;
     int rc = ig__config_get_object(c, pool, pp, "discover", &o);
     if (rc != 0 || o == NULL)
@@ -721,17 +719,14 @@ static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_disc
         (rc = ig__config_get_number(c, o, p, "interval_s", 0.05, 3600, 0, 10, &d->interval_s)) ||
         (rc = ig__config_get_string(c, o, p, "resolver", STR_NAME, NULL, &d->resolver)))
         return rc;
-    if (port == 0) {
-        ig_jsonv_join(q, p, "port");
-        return ig__config_fail(c, q, "is required");
-    }
+    if (port == 0)
+        return fail_at(c, p, "port", "is required");
     d->port = (int)port;
     char err[256];
     if (d->resolver != NULL && (strncmp(d->resolver, "unix:", 5) == 0 ||
                                 ig_config_check_listen(d->resolver, err, sizeof(err)) != 0)) {
-        ig_jsonv_join(q, p, "resolver");
-        return ig__config_fail(c, q, "'%s': must be IP:PORT of a DNS server (IPv4 or [IPv6])",
-                               d->resolver);
+        return fail_at(c, p, "resolver", "'%s': must be IP:PORT of a DNS server (IPv4 or [IPv6])",
+                       d->resolver);
     }
     return 0;
 }
@@ -753,10 +748,8 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         (rc = ig__config_parse_price(c, o, p, &pool->price)))
         return rc;
     int prev = ig__config_find_name(&cfg->pools[0].name, sizeof(*cfg->pools), idx, pool->name);
-    if (prev >= 0) {
-        ig_jsonv_join(q, p, "name");
-        return ig__config_fail(c, q, "duplicate name '%s' (also pools[%d].name)", pool->name, prev);
-    }
+    if (prev >= 0)
+        return fail_at(c, p, "name", "duplicate name '%s' (also pools[%d].name)", pool->name, prev);
     int m = find_pool_model(c, p, cfg, pool);
     if (m < 0)
         return IG_ECONFIG;
@@ -768,16 +761,15 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
         static const char *const local_only[] = {"devices", "threads", "min_instances", "autoscale",
                                                  NULL};
         for (int k = 0; local_only[k] != NULL; k++) {
-            if (json_object_get(o, local_only[k]) != NULL) {
-                ig_jsonv_join(q, p, local_only[k]);
-                return ig__config_fail(c, q,
-                                       "not with discover (its instances are not started here)");
-            }
+            if (json_object_get(o, local_only[k]) != NULL)
+                return fail_at(c, p, local_only[k],
+                               "not with discover (its instances are not started here)");
         }
         pool->model_index = (size_t)m;
         pool->min_instances = 0;
         if ((rc = get_unsigned(c, o, p, "max_instances", 1, 1024, 64, &pool->max_instances)) ||
-            (rc = parse_batching(c, o, p, &pool->batching)))
+            (rc = parse_section(c, o, p, "batching", batching_keys, batching_fields,
+                                &pool->batching)))
             return rc;
         return 0;
     }
@@ -843,13 +835,14 @@ static int parse_pool(ctx_t *c, json_t *o, const char *p, ig_config_t *cfg, size
     } per_device[] = {{"min_instances", pool->min_instances},
                       {"max_instances", pool->max_instances}};
     for (size_t i = 0; i < sizeof(per_device) / sizeof(per_device[0]); i++) {
-        if (per_device[i].n > pool->ndevices) {
-            ig_jsonv_join(q, p, per_device[i].key);
-            return ig__config_fail(c, q, "must be <= the number of devices (%zu)", pool->ndevices);
-        }
+        if (per_device[i].n > pool->ndevices)
+            return fail_at(c, p, per_device[i].key, "must be <= the number of devices (%zu)",
+                           pool->ndevices);
     }
-    if ((rc = parse_batching(c, o, p, &pool->batching)) ||
-        (rc = parse_autoscale(c, o, p, &pool->autoscale)))
+    if ((rc =
+             parse_section(c, o, p, "batching", batching_keys, batching_fields, &pool->batching)) ||
+        (rc = parse_section(c, o, p, "autoscale", autoscale_keys, autoscale_fields,
+                            &pool->autoscale)))
         return rc;
     return 0;
 }

@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* ---- instruction sets per function ------------------------------------- */
 
@@ -74,6 +75,29 @@ typedef enum {
  * zeros. upload_weight() stores every 2-D weight this way. */
 int ig__gemm_panel_width(void);
 size_t ig__gemm_packed_floats(int n, int k);
+/* That layout for any element of es bytes and width nr: gemm.c's F32 panels
+ * and gemm16.c's 16-bit ones. Inline, so that a caller's constant nr and es
+ * make the copy a plain loop of loads and stores. */
+static inline size_t ig__panels_elems(int n, int k, int nr)
+{
+    return (size_t)((n + nr - 1) / nr) * nr * (size_t)k;
+}
+static inline void ig__panels_pack(void *dst, const void *w, int n, int k, int nr, size_t es)
+{
+    for (int p = 0; p * nr < n; p++) {
+        char *panel = (char *)dst + (size_t)p * nr * k * es;
+        int rows = n - p * nr < nr ? n - p * nr : nr;
+        if (rows < nr)
+            memset(panel, 0, (size_t)nr * k * es);
+        /* Row by row: each W row is read in order; the strided writes stay
+         * within the panel's k * nr elements. */
+        for (int c = 0; c < rows; c++) {
+            const char *src = (const char *)w + (size_t)(p * nr + c) * k * es;
+            for (int kk = 0; kk < k; kk++)
+                memcpy(panel + ((size_t)kk * nr + c) * es, src + (size_t)kk * es, es);
+        }
+    }
+}
 void ig__gemm_pack(float *dst, const float *w, int n, int k);
 /* dst(k) = row `row` of the packed W. */
 void ig__gemm_unpack_row(float *dst, const float *packed, int k, int row);

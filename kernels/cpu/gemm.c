@@ -68,25 +68,12 @@ int ig__gemm_panel_width(void)
 
 size_t ig__gemm_packed_floats(int n, int k)
 {
-    return (size_t)((n + NR - 1) / NR) * NR * (size_t)k;
+    return ig__panels_elems(n, k, NR);
 }
 
 void ig__gemm_pack(float *dst, const float *w, int n, int k)
 {
-    for (int p = 0; p * NR < n; p++) {
-        float *panel = dst + (size_t)p * NR * k;
-        int rows = n - p * NR < NR ? n - p * NR : NR;
-        /* Row by row: each W row is read in order; the strided writes stay
-         * within the panel's k * NR floats. */
-        for (int c = 0; c < rows; c++) {
-            const float *src = w + (size_t)(p * NR + c) * k;
-            for (int kk = 0; kk < k; kk++)
-                panel[(size_t)kk * NR + c] = src[kk];
-        }
-        for (int c = rows; c < NR; c++)
-            for (int kk = 0; kk < k; kk++)
-                panel[(size_t)kk * NR + c] = 0.0f;
-    }
+    ig__panels_pack(dst, w, n, k, NR, sizeof(float));
 }
 
 void ig__gemm_unpack_row(float *dst, const float *packed, int k, int row)

@@ -60,22 +60,12 @@ static inline void g16_prefetch_share(const void *slice, size_t slice_bytes, int
 
 size_t ig__gemm16_packed_elems(int n, int k)
 {
-    return (size_t)((n + IG_GEMM16_NR - 1) / IG_GEMM16_NR) * IG_GEMM16_NR * (size_t)k;
+    return ig__panels_elems(n, k, IG_GEMM16_NR);
 }
 
 void ig__gemm16_pack(uint16_t *dst, const uint16_t *w, int n, int k)
 {
-    for (int p = 0; p * IG_GEMM16_NR < n; p++) {
-        uint16_t *panel = dst + (size_t)p * IG_GEMM16_NR * k;
-        int rows = n - p * IG_GEMM16_NR < IG_GEMM16_NR ? n - p * IG_GEMM16_NR : IG_GEMM16_NR;
-        if (rows < IG_GEMM16_NR)
-            memset(panel, 0, (size_t)IG_GEMM16_NR * k * sizeof(uint16_t));
-        for (int c = 0; c < rows; c++) {
-            const uint16_t *src = w + (size_t)(p * IG_GEMM16_NR + c) * k;
-            for (int kk = 0; kk < k; kk++)
-                panel[(size_t)kk * IG_GEMM16_NR + c] = src[kk];
-        }
-    }
+    ig__panels_pack(dst, w, n, k, IG_GEMM16_NR, sizeof(uint16_t));
 }
 
 void ig__gemm16_unpack_row(float *dst, const uint16_t *packed, int bf16, int k, int row)
@@ -324,8 +314,7 @@ int ig__gemm16p_kpad(int k)
 
 size_t ig__gemm16p_packed_elems(int n, int k)
 {
-    return (size_t)((n + IG_GEMM16_NR - 1) / IG_GEMM16_NR) * IG_GEMM16_NR *
-           (size_t)ig__gemm16p_kpad(k);
+    return ig__panels_elems(n, ig__gemm16p_kpad(k), IG_GEMM16_NR);
 }
 
 void ig__gemm16p_pack(uint16_t *dst, const uint16_t *w, int n, int k)

@@ -1,22 +1,9 @@
-// The official OpenAI SDK (npm `openai`, 6.x) as a client of a gateway: what
-// an application sees. usage: node openai_sdk.cjs BASE_URL MODEL
-// The SDK comes from IG_NPM_MODULES (bench/lib/tokpeers.sh installs it
-// outside the repository). maxRetries 0, so a flaky answer is seen, not
-// retried away. Prints one line per check and exits 1 on the first failure.
+// The official OpenAI SDK as a client of a gateway: what an application
+// sees. usage: node openai_sdk.cjs BASE_URL MODEL (openai_sdk_lib.cjs holds
+// the client and check()). Prints one line per check and exits 1 on the
+// first failure.
 'use strict';
-const path = require('path');
-const OpenAI = require(path.join(process.env.IG_NPM_MODULES || '', 'openai')).default;
-
-const [base, model] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: base, apiKey: 'none', maxRetries: 0, timeout: 30000 });
-
-function check(ok, what) {
-  if (!ok) {
-    console.log(`FAIL ${what}`);
-    process.exit(1);
-  }
-  console.log(`ok ${what}`);
-}
+const { OpenAI, client, model, check } = require('./openai_sdk_lib.cjs');
 
 async function main() {
   const c = await client.completions.create({ model, prompt: 'Once upon a time', max_tokens: 8 });

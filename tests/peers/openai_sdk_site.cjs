@@ -1,24 +1,11 @@
-// The official OpenAI SDK (npm `openai`, 6.x) as an application uses it,
-// against a gateway in front of a full OpenAI-compatible site
-// (tests/peers/recording_site.py): function calling, plain and streamed,
-// embeddings and the Responses API, all routed through the gateway.
-// usage: node openai_sdk_site.cjs BASE_URL MODEL
-// The SDK comes from IG_NPM_MODULES; maxRetries 0. Prints one line per check
-// and exits 1 on the first failure.
+// The official OpenAI SDK as an application uses it, against a gateway in
+// front of a full OpenAI-compatible site (tests/peers/recording_site.py):
+// function calling, plain and streamed, embeddings and the Responses API,
+// all routed through the gateway. usage: node openai_sdk_site.cjs BASE_URL
+// MODEL (openai_sdk_lib.cjs holds the client and check()). Prints one line
+// per check and exits 1 on the first failure.
 'use strict';
-const path = require('path');
-const OpenAI = require(path.join(process.env.IG_NPM_MODULES || '', 'openai')).default;
-
-const [base, model] = process.argv.slice(2);
-const client = new OpenAI({ baseURL: base, apiKey: 'none', maxRetries: 0, timeout: 30000 });
-
-function check(ok, what) {
-  if (!ok) {
-    console.log(`FAIL ${what}`);
-    process.exit(1);
-  }
-  console.log(`ok ${what}`);
-}
+const { client, model, check } = require('./openai_sdk_lib.cjs');
 
 const tools = [{
   type: 'function',

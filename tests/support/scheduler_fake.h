@@ -5,7 +5,8 @@
  * position, read back through the block table. So a wrong block table, a
  * block shared by two sequences or a missed recompute changes the tokens a
  * test sees. A "script" mode makes the next token a fixed function of the
- * last one, for tests that need known text.
+ * last one, for tests that need known text. The fixture at the end (ctx_t)
+ * puts a scheduler over it; it asserts, so cmocka.h comes first.
  */
 #ifndef IG_TEST_SCHEDULER_FAKE_H
 #define IG_TEST_SCHEDULER_FAKE_H
@@ -289,6 +290,101 @@ static void collect_cb(const ig_sched_event_t *ev, void *data)
         c->completion_tokens = ev->completion_tokens;
         c->prompt_tokens = ev->prompt_tokens;
     }
+}
+
+/* A request for prompt (n ids): default sampling with this seed, max_tokens,
+ * no logprobs; the rest zero. */
+__attribute__((unused)) static ig_sched_req_t fake_req(const int *prompt, int n, int max_tokens,
+                                                       uint64_t seed)
+{
+    ig_sched_req_t r;
+    memset(&r, 0, sizeof(r));
+    r.prompt = prompt;
+    r.nprompt = n;
+    ig_sampling_params_default(&r.sampling);
+    r.has_seed = 1;
+    r.seed = seed;
+    r.max_tokens = max_tokens;
+    r.logprobs = -1;
+    return r;
+}
+
+/* ---- a scheduler over the fake engine ------------------------------------ */
+
+/* The clock the tests move: options get it as now_ns where time matters. */
+static uint64_t fake_now;
+__attribute__((unused)) static uint64_t fake_clock(void *d)
+{
+    (void)d;
+    return fake_now;
+}
+
+typedef struct {
+    fake_engine_t fe;
+    ig_sched_t *s;
+    collector_t col;
+} ctx_t;
+
+/* A scheduler over a fresh fake engine of blocks blocks of bs tokens, with
+ * options o (fake_sched_opts' and the test's own) and, where forward is not
+ * NULL, that forward pass in place of fake_forward. Free with ctx_free. */
+__attribute__((unused)) static ctx_t *ctx_start(int blocks, int bs, const ig_sched_opts_t *o,
+                                                int (*forward)(void *, const ig_batch_t *))
+{
+    ctx_t *c = calloc(1, sizeof(*c));
+    fake_init(&c->fe, blocks, bs);
+    ig_sched_engine_t e = fake_iface(&c->fe);
+    if (forward != NULL)
+        e.forward = forward;
+    ig_sched_detok_t d = {NULL, fake_piece};
+    assert_int_equal(ig_sched_create(&c->s, &e, &d, o), 0);
+    return c;
+}
+
+__attribute__((unused)) static void ctx_free(ctx_t *c)
+{
+    ig_sched_free(c->s);
+    fake_dispose(&c->fe);
+    free(c);
+}
+
+/* No sequence holds a block (each is free or cached, held by nobody), and
+ * once the scheduler is gone every block is back in the engine's free list
+ * (the fake aborts on a double release); frees c. */
+__attribute__((unused)) static void ctx_free_all_back(ctx_t *c)
+{
+    ig_sched_stats_t st;
+    ig_sched_stats(c->s, &st);
+    assert_int_equal(st.kv_blocks_used, 0);
+    ig_sched_free(c->s);
+    c->s = NULL;
+    assert_int_equal(c->fe.nfree, c->fe.num_blocks);
+    ctx_free(c);
+}
+
+/* Submits r, which must be accepted, and returns its id. */
+__attribute__((unused)) static uint64_t submit_ok(ctx_t *c, const ig_sched_req_t *r)
+{
+    uint64_t id;
+    assert_int_equal(ig_sched_submit(c->s, r, &id), 0);
+    return id;
+}
+
+/* Steps and drains until expect_done collected sequences finished: the
+ * steps it took, or -1 after max_steps. */
+__attribute__((unused)) static int run_until_done(ctx_t *c, int expect_done, int max_steps)
+{
+    int steps = 0;
+    for (; steps < max_steps; steps++) {
+        ig_sched_step(c->s);
+        ig_sched_drain(c->s, collect_cb, &c->col);
+        int done = 0;
+        for (int i = 0; i < c->col.n; i++)
+            done += c->col.c[i].finish != IG_FINISH_NONE;
+        if (done >= expect_done)
+            return steps + 1;
+    }
+    return -1;
 }
 
 #endif

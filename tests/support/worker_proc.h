@@ -134,6 +134,17 @@ static json_t *wt_post_json(const wproc_t *w, const char *path, const char *body
     return j;
 }
 
+/* wt_post_json of a body built with jansson (stolen: freed here). */
+__attribute__((unused)) static json_t *wt_post_value(const wproc_t *w, const char *path,
+                                                     json_t *body, int *status)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    json_t *j = wt_post_json(w, path, text != NULL ? text : "", status);
+    free(text);
+    return j;
+}
+
 /* Splits an SSE body into its JSON events; *done says whether [DONE] came
  * last. Returns a JSON array (new reference). */
 __attribute__((unused)) static json_t *wt_sse_events(const char *body, int *done)

@@ -46,7 +46,8 @@ struct uint4 {
     unsigned x, y, z, w;
 };
 
-namespace ig_emu {
+namespace ig_emu
+{
 
 /* The running launch and thread (emu_fiber.cpp). */
 extern uint3 block_idx;
@@ -131,19 +132,22 @@ static inline void __syncthreads()
     ig_emu::syncthreads();
 }
 
-template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32)
 {
     (void)mask;
     return ig_emu::from_bits<T>(
         ig_emu::warp_exchange(ig_emu::to_bits(v), ig_emu::XCHG_XOR, lane_mask, width));
 }
-template <class T> static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)
+template <class T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32)
 {
     (void)mask;
     return ig_emu::from_bits<T>(
         ig_emu::warp_exchange(ig_emu::to_bits(v), ig_emu::XCHG_DOWN, (int)delta, width));
 }
-template <class T> static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32)
+template <class T>
+static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32)
 {
     (void)mask;
     return ig_emu::from_bits<T>(
@@ -172,37 +176,33 @@ static inline int __all_sync(unsigned mask, int pred)
 }
 
 /* Atomics: the fibers of a launch share one host thread and switch only at
- * yield points, so a plain read-modify-write is atomic here. */
-template <class T> static inline T atomicAdd(T *p, T v)
+ * yield points, so a plain read-modify-write is atomic here. Each atomic is
+ * that one read-modify-write with its own new value; it returns the old. */
+template <class T, class F> static inline T ig_emu_rmw(T *p, F next)
 {
     T old = *p;
-    *p = old + v;
+    *p = next(old);
     return old;
+}
+template <class T> static inline T atomicAdd(T *p, T v)
+{
+    return ig_emu_rmw(p, [v](T old) { return old + v; });
 }
 template <class T> static inline T atomicMax(T *p, T v)
 {
-    T old = *p;
-    *p = old < v ? v : old;
-    return old;
+    return ig_emu_rmw(p, [v](T old) { return old < v ? v : old; });
 }
 template <class T> static inline T atomicMin(T *p, T v)
 {
-    T old = *p;
-    *p = v < old ? v : old;
-    return old;
+    return ig_emu_rmw(p, [v](T old) { return v < old ? v : old; });
 }
 template <class T> static inline T atomicExch(T *p, T v)
 {
-    T old = *p;
-    *p = v;
-    return old;
+    return ig_emu_rmw(p, [v](T) { return v; });
 }
 template <class T> static inline T atomicCAS(T *p, T cmp, T v)
 {
-    T old = *p;
-    if (old == cmp)
-        *p = v;
-    return old;
+    return ig_emu_rmw(p, [cmp, v](T old) { return old == cmp ? v : old; });
 }
 
 template <class T> static inline T __ldg(const T *p)
@@ -278,7 +278,8 @@ static inline size_t max(size_t a, size_t b)
     return a > b ? a : b;
 }
 
-template <class T> static inline cudaError_t cudaFuncSetAttribute(T *func, cudaFuncAttribute attr, int value)
+template <class T>
+static inline cudaError_t cudaFuncSetAttribute(T *func, cudaFuncAttribute attr, int value)
 {
     return ig_emu_func_set_attribute((const void *)func, attr, value);
 }
