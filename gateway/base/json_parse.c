@@ -364,6 +364,19 @@ static int key_index(parser_t *ps, const char *k, size_t n)
     return -1;
 }
 
+/* Steps over an object's or array's opening bracket: 1 when it is empty
+ * (its closing bracket is passed too), else 0. */
+static int opened_empty(parser_t *ps, char close)
+{
+    ps->p++;
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == close) {
+        ps->p++;
+        return 1;
+    }
+    return 0;
+}
+
 /* An object; in a scan, the top one's members that ps->keys name are
  * found (ps->span) and only they are checked for repeats. */
 static json_t *parse_object(parser_t *ps)
@@ -374,12 +387,8 @@ static json_t *parse_object(parser_t *ps)
         fail(ps, "out of memory");
         return NULL;
     }
-    ps->p++; /* '{' */
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == '}') {
-        ps->p++;
+    if (opened_empty(ps, '}'))
         return o;
-    }
     for (;;) {
         skip_ws(ps);
         if (ps->p >= ps->end || *ps->p != '"') {
@@ -447,12 +456,8 @@ static json_t *parse_array(parser_t *ps)
         fail(ps, "out of memory");
         return NULL;
     }
-    ps->p++; /* '[' */
-    skip_ws(ps);
-    if (ps->p < ps->end && *ps->p == ']') {
-        ps->p++;
+    if (opened_empty(ps, ']'))
         return a;
-    }
     for (;;) {
         json_t *v = parse_value(ps);
         if (v == NULL || (!ps->skip && json_array_append_new(a, v) != 0)) {

@@ -5,6 +5,7 @@
  */
 #include "infergate/kv_index.h"
 
+#include "infergate/bits.h"
 #include "infergate/error.h"
 
 #include <stdlib.h>
@@ -30,9 +31,7 @@ int ig_kv_index_create(ig_kv_index_t **out, int max_blocks, int block_size)
     ig_kv_index_t *x = calloc(1, sizeof(*x));
     if (x == NULL)
         return IG_ENOMEM;
-    unsigned nb = 16;
-    while (nb < (unsigned)max_blocks && nb < (1u << 30))
-        nb <<= 1;
+    unsigned nb = ig_pow2_at_least((unsigned)max_blocks, 16);
     x->mask = nb - 1;
     x->cap = max_blocks;
     x->block_size = block_size;

@@ -7,6 +7,7 @@
  */
 #include "infergate/prefix_route.h"
 
+#include "infergate/bits.h"
 #include "infergate/error.h"
 #include "infergate/kv_index.h"
 
@@ -70,9 +71,7 @@ int ig_prefix_index_create(ig_prefix_index_t **out, int max_entries, int max_ses
     ig_prefix_index_t *x = calloc(1, sizeof(*x));
     if (!x)
         return IG_ENOMEM;
-    unsigned nb = 16;
-    while (nb < (unsigned)max_entries && nb < (1u << 30))
-        nb <<= 1;
+    unsigned nb = ig_pow2_at_least((unsigned)max_entries, 16);
     x->mask = nb - 1;
     x->cap = max_entries;
     x->e = malloc(sizeof(entry_t) * (size_t)max_entries);

@@ -886,21 +886,16 @@ static void sse_error(exchange_t *x, const char *fmt, ...) __attribute__((format
 /* Ends a stream that broke midway with an SSE error event. */
 static void sse_error(exchange_t *x, const char *fmt, ...)
 {
-    char msg[256];
+    ig_api_error_t e = {.status = 502, .type = "server_error", .code = "upstream_stream_broken"};
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    vsnprintf(e.message, sizeof(e.message), fmt, ap);
     va_end(ap);
-    json_t *ev = json_pack("{s:{s:s, s:s, s:n, s:s}}", "error", "message", msg, "type",
-                           "server_error", "param", "code", "upstream_stream_broken");
-    char *text = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
-    json_decref(ev);
-    if (text != NULL) {
-        char frame[512];
-        int n = snprintf(frame, sizeof(frame), "data: %s\n\n", text);
-        if (n > 0 && (size_t)n < sizeof(frame))
-            client_stream_write(x, frame, (size_t)n);
-        free(text);
+    size_t n;
+    char *frame = ig_api_error_sse(&e, &n);
+    if (frame != NULL) {
+        client_stream_write(x, frame, n);
+        free(frame);
     }
     client_stream_end(x);
 }
