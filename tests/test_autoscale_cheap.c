@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "infergate/autoscale.h"
+#include "autoscale_fixture.h"
 
 #define S(x) ((uint64_t)((x)*1e9))
 
@@ -199,16 +200,12 @@ static void test_three_tiers(void **state)
 static void test_hold_delays_shrink(void **state)
 {
     (void)state;
-    ig_autoscale_params_t p;
-    ig_autoscale_params_default(&p);
-    p.target_queue_depth = 8;
-    p.stable_window_s = 5;
-    p.panic_window_s = 2;
-    p.scale_down_delay_s = 10;
-    p.min_instances = 1;
-    p.max_instances = 4;
-    ig_autoscaler_t as;
-    ig_autoscaler_init(&as, &p);
+    ig_autoscaler_t as = ig_tas_make((ig_tas_t){.target_queue_depth = 8,
+                                                .stable_window_s = 5,
+                                                .panic_window_s = 2,
+                                                .scale_down_delay_s = 10,
+                                                .min_instances = 1,
+                                                .max_instances = 4});
     for (int t = 1; t <= 6; t++)
         ig_autoscaler_sample(&as, S(t), 8);
     ig_scale_decision_t d = ig_autoscaler_decide(&as, S(6), 1, 1, 3);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "infergate/autoscale.h"
+#include "autoscale_fixture.h"
 
 #define S(x) ((uint64_t)((x)*1e9))
 
@@ -55,18 +56,12 @@ static void simulate(ig_autoscaler_t *as, load_fn f, int seconds, int start, run
 
 static ig_autoscaler_t make(int min, int max)
 {
-    ig_autoscale_params_t p;
-    ig_autoscale_params_default(&p);
-    p.target_queue_depth = 4;
-    p.stable_window_s = 60;
-    p.panic_window_s = 6;
-    p.scale_down_delay_s = 30;
-    p.scale_to_zero_after_s = 60;
-    p.min_instances = min;
-    p.max_instances = max;
-    ig_autoscaler_t as;
-    ig_autoscaler_init(&as, &p);
-    return as;
+    return ig_tas_make((ig_tas_t){.target_queue_depth = 4,
+                                  .stable_window_s = 60,
+                                  .panic_window_s = 6,
+                                  .scale_down_delay_s = 30,
+                                  .min_instances = min,
+                                  .max_instances = max});
 }
 
 static double step_load(double t)
