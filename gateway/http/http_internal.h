@@ -185,18 +185,25 @@ int ig__http_parser_feed(ig__http_parser_t *p, const char *data, size_t len, ig_
 /* Builds an error pseudo-request for the server to answer (e.g. 408). */
 ig_http_req_t *ig__http_error_req(ig__http_reqpool_t *pool, int status, const char *msg);
 
-/* ---- server internals shared with request.c --------------------------- */
+/* ---- what a request asks of its connection ---------------------------- */
 
-/* Queues bytes to the request's connection (copies what is not written at
- * once). Discards when detached. */
-int ig__http_conn_send(ig_http_req_t *req, const char *data, size_t len);
-/* The request has been completely answered. */
-void ig__http_req_finished(ig_http_req_t *req);
-/* Formats the status line and server headers into buf; returns length or
- * -1 when buf is too small. content_length < 0 means chunked/stream. */
-size_t ig__http_conn_queued(const ig_http_req_t *req);
-int ig__http_conn_closing(const ig_http_req_t *req);
-const char *ig__http_date(const ig_http_req_t *req);
+/* The connection is above the request (server.c owns both): request.c
+ * reaches it through these, which server.c sets when the program starts. */
+typedef struct {
+    /* Queues bytes to the request's connection (copies what is not
+     * written at once). Discards when detached. */
+    int (*send)(ig_http_req_t *req, const char *data, size_t len);
+    /* The request has been completely answered. */
+    void (*finished)(ig_http_req_t *req);
+    /* Bytes queued on the connection, not yet written. */
+    size_t (*queued)(const ig_http_req_t *req);
+    /* Whether the connection closes after this response. */
+    int (*closing)(const ig_http_req_t *req);
+    /* The Date header's value, cached per second. */
+    const char *(*date)(const ig_http_req_t *req);
+} ig__http_conn_ops_t;
+
+extern const ig__http_conn_ops_t *ig__http_conn_ops;
 
 /* Test hooks: parsed requests waiting (not dispatched), unparsed buffered
  * bytes, and connections reading now, summed over the server's

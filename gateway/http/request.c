@@ -14,6 +14,8 @@
 #include <string.h>
 #include <strings.h>
 
+const ig__http_conn_ops_t *ig__http_conn_ops; /* server.c sets it */
+
 /* ---- arena ------------------------------------------------------------ */
 
 void ig__arena_init(ig__arena_t *a)
@@ -267,7 +269,7 @@ void ig_http_req_on_drain(ig_http_req_t *req, ig_http_drain_cb cb, void *data)
 
 size_t ig_http_req_write_queued(const ig_http_req_t *req)
 {
-    return ig__http_conn_queued(req);
+    return ig__http_conn_ops->queued(req);
 }
 
 /* ---- status text ------------------------------------------------------ */
@@ -420,13 +422,13 @@ static char *put_u64(char *p, unsigned long long v)
 static size_t format_head(ig_http_req_t *req, char *buf, int status, const char *content_type,
                           long long body_len)
 {
-    int close = !req->keep_alive || ig__http_conn_closing(req);
+    int close = !req->keep_alive || ig__http_conn_ops->closing(req);
     char *p = PUT_LIT(buf, "HTTP/1.1 ");
     p = put_u64(p, (unsigned)status);
     *p++ = ' ';
     p = put_str(p, ig_http_status_text(status));
     p = PUT_LIT(p, "\r\nServer: infergate\r\nDate: ");
-    p = put_str(p, ig__http_date(req));
+    p = put_str(p, ig__http_conn_ops->date(req));
     p = PUT_LIT(p, "\r\n");
     if (content_type != NULL) {
         p = PUT_LIT(p, "Content-Type: ");
@@ -509,14 +511,14 @@ int ig_http_respond(ig_http_req_t *req, int status, const char *content_type, co
                 memcpy(buf + n, body, len);
                 n += len;
             }
-            rc = ig__http_conn_send(req, buf, n);
+            rc = ig__http_conn_ops->send(req, buf, n);
             if (rc == IG_EBUSY || rc == IG_ECLOSED)
                 rc = 0; /* queued whole, or discarded: nothing to pause */
             if (buf != stackbuf)
                 free(buf);
         }
     }
-    ig__http_req_finished(req);
+    ig__http_conn_ops->finished(req);
     return rc;
 }
 
@@ -589,7 +591,7 @@ int ig_http_stream_start(ig_http_req_t *req, int status, const char *content_typ
     if (buf == NULL)
         return IG_ENOMEM;
     size_t n = format_head(req, buf, status, content_type, -1);
-    int rc = ig__http_conn_send(req, buf, n);
+    int rc = ig__http_conn_ops->send(req, buf, n);
     if (buf != stackbuf)
         free(buf);
     return rc;
@@ -607,7 +609,7 @@ int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len)
         return 0;
     int rc;
     if (!req->chunked_out) {
-        rc = ig__http_conn_send(req, data, len);
+        rc = ig__http_conn_ops->send(req, data, len);
     } else {
         char stackbuf[8192];
         size_t cap = len + 24;
@@ -619,7 +621,7 @@ int ig_http_stream_write(ig_http_req_t *req, const char *data, size_t len)
         n += len;
         buf[n++] = '\r';
         buf[n++] = '\n';
-        rc = ig__http_conn_send(req, buf, n);
+        rc = ig__http_conn_ops->send(req, buf, n);
         if (buf != stackbuf)
             free(buf);
     }
@@ -632,9 +634,9 @@ int ig_http_stream_end(ig_http_req_t *req)
         return IG_ESTATE;
     int rc = 0;
     if (req->conn != NULL && req->chunked_out && !req->head_only)
-        rc = ig__http_conn_send(req, "0\r\n\r\n", 5);
+        rc = ig__http_conn_ops->send(req, "0\r\n\r\n", 5);
     if (rc == IG_EBUSY || rc == IG_ECLOSED)
         rc = 0;
-    ig__http_req_finished(req);
+    ig__http_conn_ops->finished(req);
     return rc;
 }

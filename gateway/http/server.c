@@ -191,7 +191,7 @@ static void limits_fill(ig_http_limits_t *l)
 
 /* ---- small helpers ---------------------------------------------------- */
 
-const char *ig__http_date(const ig_http_req_t *req)
+static const char *conn_date(const ig_http_req_t *req)
 {
     static _Thread_local time_t sec;
     static _Thread_local char buf[40];
@@ -205,12 +205,12 @@ const char *ig__http_date(const ig_http_req_t *req)
     return buf;
 }
 
-size_t ig__http_conn_queued(const ig_http_req_t *req)
+static size_t conn_queued(const ig_http_req_t *req)
 {
     return req->conn != NULL ? req->conn->wqueued : 0;
 }
 
-int ig__http_conn_closing(const ig_http_req_t *req)
+static int conn_closing(const ig_http_req_t *req)
 {
     ig__http_conn_t *c = req->conn;
     return c == NULL || c->close_after || c->errored || c->server->closing;
@@ -367,7 +367,7 @@ static int conn_write(ig__http_conn_t *c, const char *data, size_t len)
     return tls_flush(c);
 }
 
-int ig__http_conn_send(ig_http_req_t *req, const char *data, size_t len)
+static int conn_send(ig_http_req_t *req, const char *data, size_t len)
 {
     ig__http_conn_t *c = req->conn;
     if (c == NULL)
@@ -413,7 +413,7 @@ static void queue_drop(ig__http_conn_t *c)
         ig__http_req_free(r);
 }
 
-void ig__http_req_finished(ig_http_req_t *req)
+static void req_finished(ig_http_req_t *req)
 {
     if (req->state == IG__REQ_FINISHED)
         return;
@@ -440,6 +440,21 @@ void ig__http_req_finished(ig_http_req_t *req)
         return;
     }
     conn_pump(c);
+}
+
+static const ig__http_conn_ops_t conn_ops = {
+    .send = conn_send,
+    .finished = req_finished,
+    .queued = conn_queued,
+    .closing = conn_closing,
+    .date = conn_date,
+};
+
+/* Set when the program starts, before any thread: a request is only ever
+ * made by a server of this file. */
+__attribute__((constructor)) static void set_conn_ops(void)
+{
+    ig__http_conn_ops = &conn_ops;
 }
 
 /* 503 for the buffer budget: the client may retry soon. */
@@ -931,7 +946,7 @@ int ig_http_stream_reset(ig_http_req_t *req)
         return IG_ESTATE;
     if (req->conn != NULL)
         conn_fail(req->conn); /* unsent bytes go with the socket, next turn */
-    ig__http_req_finished(req);
+    req_finished(req);
     return 0;
 }
 
