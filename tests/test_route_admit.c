@@ -38,8 +38,8 @@ static void fleet(ig_router_t *r, ig_router_upstream_t *fast, ig_router_upstream
 #define PLACED 100
 
 /* PLACED when the pick found an upstream, else the verdict. */
-static int admit(ig_router_t *r, ig_router_upstream_t *fast,
-                                ig_router_upstream_t *slow, uint64_t now, unsigned char *exclude)
+static int admit(ig_router_t *r, ig_router_upstream_t *fast, ig_router_upstream_t *slow,
+                 uint64_t now, unsigned char *exclude)
 {
     ig_router_upstream_t *ups[2] = {fast, slow};
     ig_admit_view_t v;

@@ -335,7 +335,8 @@ int main(int argc, char **argv)
                 sim_fleet_generate(seed * 100003ULL + (uint64_t)(first + c / nloads), &f);
                 sim_config_t cc = cfg;
                 cc.load = loads[c % nloads];
-                cc.seed = seed * 7919ULL + (uint64_t)(first * nloads + c) + 1000003ULL * (uint64_t)rep;
+                cc.seed =
+                    seed * 7919ULL + (uint64_t)(first * nloads + c) + 1000003ULL * (uint64_t)rep;
                 for (int p = 0; p < SIM_NPOLICIES; p++) {
                     sim_result_t r;
                     memset(&r, 0, sizeof(r));
