@@ -4,6 +4,7 @@
  */
 #include "infergate/admit.h"
 
+#include <math.h>
 #include <stddef.h>
 
 int ig_admit_limit(const ig_router_t *r, const ig_router_upstream_t *u, int max_inflight)
@@ -11,6 +12,52 @@ int ig_admit_limit(const ig_router_t *r, const ig_router_upstream_t *u, int max_
     int cap = max_inflight > 0 ? max_inflight : u->slots > 0 ? 2 * u->slots : 64;
     int adaptive = ig_router_limit(r, u);
     return adaptive < cap ? adaptive : cap;
+}
+
+/*
+ * The latency policy: rather than queue a request behind others at an
+ * upstream that would make it wait longer than a place at one now at its
+ * limit, hold it in the gateway's queue. Each upstream at its limit that
+ * answered within the delay it is expected to make a request wait
+ * (ig_router_delay(); one silent for longer, stalled or slower than
+ * believed, is not waited for) offers that delay; an upstream with room
+ * that would queue the request (ig_router_would_queue()) and is expected
+ * to be slower than the least of those offers is counted as at its limit
+ * too. One with a free place is never passed over, so no capacity idles
+ * while requests wait. Without this an upstream whose limit is high (64
+ * when it reports no slots) took every request the others' limits turned
+ * away, however long its queue: a 2-slot upstream 60 deep in one of the
+ * simulator's fleets. The request waits in the gateway, where the next
+ * place to come free takes it; over 200 random fleets x 3 loads x 30,000
+ * requests (docs/routing.md, "The latency pick") the cells within 0.9x
+ * the best baseline's TTFT p99 went from 83% to 85-86% of those with
+ * room, the cells over 1.1x from 37 to 30-35.
+ */
+static void hold_rather_than_queue(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
+                                   const unsigned char *tried, uint64_t now_ns,
+                                   unsigned char *exclude, ig_admit_view_t *view)
+{
+    double wait = INFINITY;
+    for (int i = 0; i < n; i++) {
+        const ig_router_upstream_t *u = ups[i];
+        if (!exclude[i] || (tried != NULL && tried[i]) || !ig_router_eligible(u, now_ns))
+            continue;
+        double d = ig_router_delay(r, u, now_ns);
+        if (d > 0 && d < wait && u->done_at_ns != 0 &&
+            (now_ns <= u->done_at_ns || (double)(now_ns - u->done_at_ns) / 1e9 <= d))
+            wait = d;
+    }
+    if (wait == INFINITY)
+        return;
+    for (int i = 0; i < n; i++) {
+        const ig_router_upstream_t *u = ups[i];
+        if (exclude[i] || !ig_router_eligible(u, now_ns) || !ig_router_would_queue(u))
+            continue;
+        if (ig_router_delay(r, u, now_ns) > wait) {
+            exclude[i] = 1;
+            view->saturated++;
+        }
+    }
 }
 
 void ig_admit_mark(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
@@ -26,6 +73,11 @@ void ig_admit_mark(const ig_router_t *r, ig_router_upstream_t *const *ups, int n
         view->eligible += e && !t;
         view->saturated += e && !t && sat;
     }
+    /* Only when some are at their limit and some are not: the common
+     * decision pays nothing for it. */
+    if (r->opts.policy == IG_ROUTE_LATENCY && view->saturated > 0 &&
+        view->saturated < view->eligible)
+        hold_rather_than_queue(r, ups, n, tried, now_ns, exclude, view);
 }
 
 ig_admit_verdict_t ig_admit_unplaced(const ig_admit_view_t *view, int answered, int failed,

@@ -369,6 +369,24 @@ static double step_of(const ig_router_t *r, const ig_router_upstream_t *u)
     return hold_of(r, u) / ig_router_concurrency(u);
 }
 
+double ig_router_delay(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns)
+{
+    double step = step_of(r, u);
+    if (!(step > 0))
+        return 0;
+    double n = u->inflight;
+    if (report_fresh(r, u, now_ns) && u->reported_waiting > 0)
+        n = fmax(n, ig_router_concurrency(u) + u->reported_waiting);
+    return rtt_of(r, u) + (n + 1) * step + (u->svc_samples > 0 ? u->svc_s : 0);
+}
+
+int ig_router_would_queue(const ig_router_upstream_t *u)
+{
+    if (u->slots <= 0 && !(u->hold_svc_s > 0))
+        return 0; /* C is a lower bound: no queue seen yet */
+    return u->inflight >= ig_router_concurrency(u);
+}
+
 /*
  * What the latency pick ranks by: the shortest expected delay (SED),
  *

@@ -19,7 +19,9 @@ int ig_admit_limit(const ig_router_t *r, const ig_router_upstream_t *u, int max_
  * nonzero for an upstream this request already tried. exclude (n entries,
  * filled): nonzero for each one ig_router_pick must skip (tried, or at its
  * limit). eligible: those that may serve it and were not tried; saturated:
- * of those, the ones at their limit. */
+ * of those, the ones at their limit, and under the latency policy those
+ * that would queue it for longer than a place at one at its limit is
+ * expected to take (the request then waits in the gateway; admit.c). */
 typedef struct {
     int eligible;
     int saturated;

@@ -337,6 +337,20 @@ int ig_router_limit(const ig_router_t *r, const ig_router_upstream_t *u);
  */
 int ig_router_probe_due(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns);
 
+/*
+ * For admission (ig_admit_mark()): the delay the latency pick expects for a
+ * request of the usual prompt on u, in seconds, rtt + (n + 1) x step + its
+ * learned service time (ranked_cost()'s terms without the prompt); 0 while
+ * u's step is not learned.
+ */
+double ig_router_delay(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns);
+
+/* 1 when a new attempt on u would wait for one of its places: as many of
+ * ours in flight as its concurrency, where that is known (its reported
+ * slots, or a C fitted to a queue it showed; a learned lower bound says
+ * nothing of where its queue begins). */
+int ig_router_would_queue(const ig_router_upstream_t *u);
+
 /* The wait part of the cost alone (what observe_ttft wants back). */
 double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint64_t now_ns);
 
