@@ -1,6 +1,8 @@
 #!/bin/sh
-# scripts/file-cycles.sh [-v] BUILD_DIR [FOLDER...]: the file-level call graph of igcore, read
-# from the objects a build left (nm), and what is wrong with it. An arrow
+# scripts/file-cycles.sh [-v] BUILD_DIR [FOLDER...]: the file-level call graph of igcore, and
+# of the CUDA module (infergate_cuda, kernels/cuda/) where the build has it, read
+# from the objects a build left (nm), and what is wrong with it. A module's
+# names resolve within the module (it links apart from igcore). An arrow
 # A -> B means A.c names a function or variable B.c defines (a call through
 # a function pointer, a hook the lower file declares, is no arrow: that is
 # how a call goes back up, docs/DESIGN.md, "Dependencies"). Prints
@@ -23,13 +25,19 @@ objdir="$build/CMakeFiles/igcore.dir"
 [ -d "$objdir" ] || { echo "file-cycles: $objdir not found (build igcore first)" >&2; exit 2; }
 MAX_UP=${MAX_UP:-2}
 
-# One line per symbol: "D FILE SYM" where FILE defines it, "U FILE SYM"
-# where FILE needs it; FILE is the source path under the root.
-find "$objdir" -name '*.o' | LC_ALL=C sort | while read -r o; do
-    src=${o#"$objdir"/}
-    src=${src%.o}
-    nm --defined-only -g "$o" 2>/dev/null | awk -v f="$src" 'NF == 3 { print "D", f, $3 }'
-    nm -u "$o" 2>/dev/null | awk -v f="$src" '{ print "U", f, $NF }'
+# One line per symbol: "D FILE TARGET|SYM" where FILE defines it, "U FILE
+# TARGET|SYM" where FILE needs it; FILE is the source path under the root
+# (gateway/base/error.c is in both targets: one file).
+for target in igcore infergate_cuda; do
+    dir="$build/CMakeFiles/$target.dir"
+    [ -d "$dir" ] || continue
+    find "$dir" -name '*.o' | LC_ALL=C sort | while read -r o; do
+        src=${o#"$dir"/}
+        src=${src%.o}
+        nm --defined-only -g "$o" 2>/dev/null |
+            awk -v f="$src" -v t="$target" 'NF == 3 { print "D", f, t "|" $3 }'
+        nm -u "$o" 2>/dev/null | awk -v f="$src" -v t="$target" '{ print "U", f, t "|" $NF }'
+    done
 done | awk -v design="$root/docs/DESIGN.md" -v verbose="$verbose" -v max_up="$MAX_UP" -v only="$only" '
 function trim(s) { gsub(/`/, "", s); gsub(/^[ \t]+|[ \t]+$/, "", s); return s }
 function folder(path,    k, parts) {
@@ -77,8 +85,9 @@ END {
         a = p[1]; b = def[p[2]]
         if (!counted(a) || !counted(b)) continue
         if (!((a, b) in edge)) {
-            edge[a, b] = p[2]; out[a, ++nout[a]] = b; nedges++
-            if (verbose) printf "arrow %s -> %s (%s)\n", a, b, p[2]
+            sym = p[2]; sub(/^[^|]*[|]/, "", sym)
+            edge[a, b] = sym; out[a, ++nout[a]] = b; nedges++
+            if (verbose) printf "arrow %s -> %s (%s)\n", a, b, sym
         }
     }
     for (e in edge) {

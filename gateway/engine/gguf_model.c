@@ -18,6 +18,7 @@
 #include "infergate/model.h"
 #include "infergate/page_release.h"
 #include "model_internal.h"
+#include "model_object.h"
 
 #include <math.h>
 #include <stdio.h>

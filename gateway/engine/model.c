@@ -10,6 +10,7 @@
 #include "infergate/jsonv.h"
 #include "infergate/page_release.h"
 #include "model_internal.h"
+#include "model_object.h"
 #include "infergate/gguf.h"
 #include "infergate/safetensors.h"
 
@@ -29,25 +30,6 @@
 #define GENCONFIG_FILE "generation_config.json"
 #define WEIGHTS_FILE "model.safetensors"
 #define INDEX_FILE "model.safetensors.index.json"
-
-struct ig_model_s {
-    char *dir;
-    ig_model_config_t cfg;
-    ig_safetensors_t **files;
-    size_t nfiles;
-    const char *weights_label; /* file name used in messages about missing tensors */
-    ig_tensor_t embed;
-    ig_tensor_t final_norm;
-    ig_tensor_t lm_head;
-    ig_layer_weights_t *layers;
-    size_t weight_bytes;
-    void **owned; /* tensors made at load (ig_model_quantize), freed with the model */
-    size_t nowned;
-    ig_gguf_t *gguf; /* a model loaded from one GGUF file (gguf_model.c) */
-};
-
-/* gguf_model.c: the GGUF side of the loader. */
-int ig__model_load_gguf(ig_model_t *m, ig_gguf_t *g, char *err, size_t errlen);
 
 static int join_path(char *buf, size_t len, const char *dir, const char *name)
 {
@@ -779,44 +761,6 @@ const ig_layer_weights_t *ig_model_layer(const ig_model_t *model, int layer)
 size_t ig_model_weight_bytes(const ig_model_t *model)
 {
     return model->weight_bytes;
-}
-
-/* ---- for gguf_model.c -------------------------------------------------- */
-
-ig_model_config_t *ig__model_cfg(ig_model_t *m)
-{
-    return &m->cfg;
-}
-
-ig_tensor_t *ig__model_tensor(ig_model_t *m, int which)
-{
-    return which == 0 ? &m->embed : which == 1 ? &m->final_norm : &m->lm_head;
-}
-
-int ig__model_alloc_layers(ig_model_t *m, int n)
-{
-    m->layers = calloc((size_t)n, sizeof(*m->layers));
-    return m->layers ? 0 : IG_ENOMEM;
-}
-
-ig_layer_weights_t *ig__model_layer_mut(ig_model_t *m, int l)
-{
-    return &m->layers[l];
-}
-
-void ig__model_add_bytes(ig_model_t *m, size_t n)
-{
-    m->weight_bytes += n;
-}
-
-int ig__model_own(ig_model_t *m, void *p)
-{
-    void **owned = realloc(m->owned, (m->nowned + 1) * sizeof(*owned));
-    if (owned == NULL)
-        return IG_ENOMEM;
-    m->owned = owned;
-    m->owned[m->nowned++] = p;
-    return 0;
 }
 
 /* ---- load-time quantization ------------------------------------------- */

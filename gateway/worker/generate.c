@@ -76,16 +76,6 @@ void ig__worker_chat_setup(worker_t *w)
         w->chat_stop[w->nchat_stop++] = ids[i];
 }
 
-/* ---- answers ------------------------------------------------------------ */
-
-/* 503 while the model loads (what a supervisor's /health probe waits out). */
-void ig__worker_respond_loading(ig_http_req_t *req)
-{
-    ig_api_error_t e;
-    ig_api_error(&e, 503, NULL, "Loading model");
-    ig_api_respond_error(req, &e);
-}
-
 /* ---- generation requests: memory ----------------------------------------- */
 
 static void choice_dispose(choice_t *c)

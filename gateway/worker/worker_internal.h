@@ -171,6 +171,16 @@ void ig__worker_metrics_sync(worker_t *w);
 /* Loop thread, once the engine is up: the KV cache's bytes, by dtype. */
 void ig__worker_metrics_kv(worker_t *w);
 
+/* 503 "Loading model" with Retry-After, finishing req: what a supervisor's
+ * /health probe waits out. Inline here, as every file of the worker answers
+ * it and none of them owns the others. */
+static inline void ig__worker_respond_loading(ig_http_req_t *req)
+{
+    ig_api_error_t e;
+    ig_api_error(&e, 503, NULL, "Loading model");
+    ig_api_respond_error(req, &e);
+}
+
 /* ---- generate.c ---------------------------------------------------------- */
 
 /* The scheduler's detokenizer hook: a token's bytes (none for specials). */
@@ -178,8 +188,6 @@ int ig__worker_tok_piece(void *ctx, int token, char *buf, size_t cap);
 /* After the load: the chat family (logged with its reason) and its
  * end-of-turn ids. */
 void ig__worker_chat_setup(worker_t *w);
-/* 503 "Loading model" with Retry-After, finishing req. */
-void ig__worker_respond_loading(ig_http_req_t *req);
 /* Cancels every running sequence of r once; the final events still come and
  * finish the request. */
 void ig__worker_cancel(wreq_t *r);

@@ -54,114 +54,6 @@ static int cpu_copy(ig_backend_t *be, void *dst, const void *src, size_t bytes)
     return 0;
 }
 
-/* Index of the first entry >= p in a sorted list of n. */
-static int ptr_find(const void *const *list, int n, const void *p)
-{
-    int lo = 0, hi = n;
-    while (lo < hi) {
-        int mid = (lo + hi) / 2;
-        if ((uintptr_t)list[mid] < (uintptr_t)p)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo;
-}
-
-static int packed_find(const ig__cpu_t *c, const void *p)
-{
-    return ptr_find(c->packed, c->npacked, p);
-}
-
-/* Whether w's data is in the k-pair layout (locks packed_lock). */
-int ig__cpu_is_pairs(ig__cpu_t *c, const ig_weight_t *w)
-{
-    pthread_mutex_lock(&c->packed_lock);
-    int i = ptr_find(c->pairs, c->npairs, w->data);
-    int found = i < c->npairs && c->pairs[i] == w->data;
-    pthread_mutex_unlock(&c->packed_lock);
-    return found;
-}
-
-static int pairs_add(ig__cpu_t *c, const void *p)
-{
-    int rc = 0;
-    pthread_mutex_lock(&c->packed_lock);
-    if (c->npairs == c->pairs_cap) {
-        int cap = c->pairs_cap ? 2 * c->pairs_cap : 64;
-        const void **np = realloc(c->pairs, (size_t)cap * sizeof(*np));
-        if (np == NULL) {
-            rc = IG_ENOMEM;
-            goto out;
-        }
-        c->pairs = np;
-        c->pairs_cap = cap;
-    }
-    int i = ptr_find(c->pairs, c->npairs, p);
-    memmove(c->pairs + i + 1, c->pairs + i, (size_t)(c->npairs - i) * sizeof(*c->pairs));
-    c->pairs[i] = p;
-    c->npairs++;
-out:
-    pthread_mutex_unlock(&c->packed_lock);
-    return rc;
-}
-
-static void pairs_remove(ig__cpu_t *c, const void *p)
-{
-    pthread_mutex_lock(&c->packed_lock);
-    int i = ptr_find(c->pairs, c->npairs, p);
-    if (i < c->npairs && c->pairs[i] == p) {
-        memmove(c->pairs + i, c->pairs + i + 1, (size_t)(c->npairs - i - 1) * sizeof(*c->pairs));
-        c->npairs--;
-    }
-    pthread_mutex_unlock(&c->packed_lock);
-}
-
-/* Whether w's data is in the own GEMM's packed layout. */
-int ig__cpu_is_packed(ig__cpu_t *c, const ig_weight_t *w)
-{
-    pthread_mutex_lock(&c->packed_lock);
-    int i = packed_find(c, w->data);
-    int found = i < c->npacked && c->packed[i] == w->data;
-    pthread_mutex_unlock(&c->packed_lock);
-    return found;
-}
-
-static int packed_add(ig__cpu_t *c, const void *p)
-{
-    int rc = 0;
-    pthread_mutex_lock(&c->packed_lock);
-    if (c->npacked == c->packed_cap) {
-        int cap = c->packed_cap ? 2 * c->packed_cap : 64;
-        const void **np = realloc(c->packed, (size_t)cap * sizeof(*np));
-        if (np == NULL) {
-            rc = IG_ENOMEM;
-            goto out;
-        }
-        c->packed = np;
-        c->packed_cap = cap;
-    }
-    int i = packed_find(c, p);
-    memmove(c->packed + i + 1, c->packed + i, (size_t)(c->npacked - i) * sizeof(*c->packed));
-    c->packed[i] = p;
-    c->npacked++;
-out:
-    pthread_mutex_unlock(&c->packed_lock);
-    return rc;
-}
-
-static void packed_remove(ig__cpu_t *c, const void *p)
-{
-    pthread_mutex_lock(&c->packed_lock);
-    int i = packed_find(c, p);
-    if (i < c->npacked && c->packed[i] == p) {
-        memmove(c->packed + i, c->packed + i + 1,
-                (size_t)(c->npacked - i - 1) * sizeof(*c->packed));
-        c->npacked--;
-    }
-    pthread_mutex_unlock(&c->packed_lock);
-}
-
 /* Whether 16-bit 2-D weights stay 16-bit (the default) or are widened to
  * F32 at upload as before (IG_CPU_WEIGHTS=f32: the baseline of
  * bench/vs-llamacpp.sh, and the BLAS paths, which need F32). */
@@ -245,10 +137,10 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
             ig__gemm16p_pack((uint16_t *)data + (size_t)r * kp, from, m, k);
             release_pages(from, (size_t)m * k * 2);
         }
-        if ((rc = packed_add(ig__cpu_of(be), data)) != 0)
+        if ((rc = ig__cpu_packed_add(ig__cpu_of(be), data)) != 0)
             goto fail;
-        if ((rc = pairs_add(ig__cpu_of(be), data)) != 0) {
-            packed_remove(ig__cpu_of(be), data);
+        if ((rc = ig__cpu_pairs_add(ig__cpu_of(be), data)) != 0) {
+            ig__cpu_packed_remove(ig__cpu_of(be), data);
             goto fail;
         }
     } else if (src->dtype != IG_DTYPE_F32 && keep_16bit(ig__cpu_of(be))) {
@@ -263,7 +155,7 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
             ig__gemm16_pack((uint16_t *)data + (size_t)r * k, from, m, k);
             release_pages(from, (size_t)m * k * 2);
         }
-        if ((rc = packed_add(ig__cpu_of(be), data)) != 0)
+        if ((rc = ig__cpu_packed_add(ig__cpu_of(be), data)) != 0)
             goto fail;
     } else {
         int nr = ig__gemm_panel_width(), k = (int)cols;
@@ -285,7 +177,7 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
         }
         free(tmp);
         tmp = NULL;
-        if ((rc = packed_add(ig__cpu_of(be), data)) != 0)
+        if ((rc = ig__cpu_packed_add(ig__cpu_of(be), data)) != 0)
             goto fail;
     }
     *dst = (ig_weight_t){.dtype = dtype, .data = data, .rows = rows, .cols = cols};
@@ -301,8 +193,8 @@ static void cpu_free_weight(ig_backend_t *be, ig_weight_t *w)
 {
     if (w == NULL)
         return;
-    packed_remove(ig__cpu_of(be), w->data);
-    pairs_remove(ig__cpu_of(be), w->data);
+    ig__cpu_packed_remove(ig__cpu_of(be), w->data);
+    ig__cpu_pairs_remove(ig__cpu_of(be), w->data);
     free(w->data);
     w->data = NULL;
 }

@@ -278,10 +278,17 @@ static inline ig__cpu_t *ig__cpu_of(ig_backend_t *be)
     return be->impl;
 }
 
-/* Whether w's data is in the own GEMM's panel layout (packed at upload), and
+/* The registry of packed weights (cpu_packed.c), under packed_lock.
+ * Whether w's data is in the own GEMM's panel layout (packed at upload), and
  * for BF16 also in gemm16.c's k-pairs; any thread. */
 int ig__cpu_is_packed(ig__cpu_t *c, const ig_weight_t *w);
 int ig__cpu_is_pairs(ig__cpu_t *c, const ig_weight_t *w);
+/* Record or forget a packed data pointer (upload and free of a weight);
+ * the adds return 0 or IG_ENOMEM. */
+int ig__cpu_packed_add(ig__cpu_t *c, const void *p);
+void ig__cpu_packed_remove(ig__cpu_t *c, const void *p);
+int ig__cpu_pairs_add(ig__cpu_t *c, const void *p);
+void ig__cpu_pairs_remove(ig__cpu_t *c, const void *p);
 
 /* The operations of the table (include/infergate/kernels.h): cpu_ops.c,
  * cpu_matmul.c, cpu_attention.c. */

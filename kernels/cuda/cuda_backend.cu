@@ -1,7 +1,8 @@
 /*
  * The CUDA backend: device memory, weight upload, cuBLAS GEMM and the
  * backend table. The elementwise kernels live in cuda_ops.cu, attention in
- * cuda_attention.cu.
+ * cuda_attention.cu, and what all three call (status checks, entering the
+ * device, scratch) in cuda_context.cu.
  *
  * All work of one backend instance is queued on its one stream, so the
  * operations of a forward pass are ordered without any host wait; download()
@@ -20,78 +21,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ======================================================================== */
-/* Error mapping                                                            */
-/* ======================================================================== */
-
-int ig__cuda_status(cudaError_t st, const char *expr, const char *file, int line)
-{
-    if (st == cudaSuccess)
-        return 0;
-    ig_log(IG_LOG_ERROR, "cuda: %s failed at %s:%d: %s (%s)", expr, file, line,
-           cudaGetErrorString(st), cudaGetErrorName(st));
-    /* Reported here: clear it, or the next launch's cudaGetLastError would
-     * report it again against that launch. */
-    (void)cudaGetLastError();
-    return IG_EDEVICE;
-}
-
-int ig__cuda_status(cublasStatus_t st, const char *expr, const char *file, int line)
-{
-    if (st == CUBLAS_STATUS_SUCCESS)
-        return 0;
-    ig_log(IG_LOG_ERROR, "cublas: %s failed at %s:%d: %s (%s)", expr, file, line,
-           cublasGetStatusString(st), cublasGetStatusName(st));
-    return IG_EDEVICE;
-}
-
-int ig__cuda_launched(ig__cuda_t *c, const char *op)
-{
-    cudaError_t st = cudaGetLastError();
-    if (st == cudaSuccess && c->sync_each)
-        st = cudaStreamSynchronize(c->stream);
-    if (st == cudaSuccess)
-        return 0;
-    ig_log(IG_LOG_ERROR, "cuda: %s failed on %s: %s (%s)", op, c->name, cudaGetErrorString(st),
-           cudaGetErrorName(st));
-    (void)cudaGetLastError(); /* reported: not again at the next launch */
-    return IG_EDEVICE;
-}
-
-int ig__cuda_enter(ig__cuda_t *c)
-{
-    /* The current device is per host thread and anyone may change it (another
-     * backend, a library): ask the runtime, which keeps it in host memory,
-     * rather than remember what this thread was last given. */
-    int cur = -1;
-    if (cudaGetDevice(&cur) == cudaSuccess && cur == c->ordinal)
-        return 0;
-    return IG_CUDA_CHECK(cudaSetDevice(c->ordinal));
-}
-
-int ig__cuda_scratch(ig__cuda_t *c, void **buf, size_t *cap, size_t bytes)
-{
-    if (bytes <= *cap)
-        return 0;
-    int rc;
-    size_t want = bytes + bytes / 4; /* some headroom so that growth is rare */
-    if (*buf) {
-        /* Queued kernels may still read the old buffer. */
-        if ((rc = IG_CUDA_CHECK(cudaStreamSynchronize(c->stream))) != 0)
-            return rc;
-        if ((rc = IG_CUDA_CHECK(cudaFree(*buf))) != 0)
-            return rc;
-        *buf = NULL;
-        *cap = 0;
-    }
-    if ((rc = IG_CUDA_CHECK(cudaMalloc(buf, want))) != 0) {
-        *buf = NULL;
-        return rc;
-    }
-    *cap = want;
-    return 0;
-}
 
 /* ======================================================================== */
 /* Memory                                                                   */

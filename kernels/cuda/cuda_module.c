@@ -1,26 +1,15 @@
 /*
  * The entry of libinfergate_cuda.so (cuda_module.h). The backend's code
- * logs with ig_log, which here forwards to the loading process's logger,
- * so that its level and format apply.
+ * logs with ig_log, which cuda_log.c forwards to the loading process's
+ * logger, so that its level and format apply.
  */
 #include "cuda_device.h"
 #include "cuda_module.h"
 
-static ig__cuda_host_t host;
-
-void ig_log(ig_log_level_t level, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (host.logv != NULL)
-        host.logv(level, fmt, ap);
-    va_end(ap);
-}
-
 __attribute__((visibility("default"))) int
 ig__cuda_module_entry(const ig__cuda_host_t *h, ig__cuda_module_t *out)
 {
-    host = *h;
+    ig__cuda_log_host(h);
     out->abi = IG_CUDA_MODULE_ABI;
     out->create = ig_backend_cuda_create;
     out->device_uuid = ig__cuda_device_uuid;

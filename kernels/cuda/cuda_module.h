@@ -38,6 +38,9 @@ typedef struct {
 typedef int (*ig__cuda_module_entry_fn)(const ig__cuda_host_t *host, ig__cuda_module_t *out);
 int ig__cuda_module_entry(const ig__cuda_host_t *host, ig__cuda_module_t *out);
 
+/* Inside the module: keeps host for ig_log (cuda_log.c); the entry calls it. */
+void ig__cuda_log_host(const ig__cuda_host_t *h);
+
 #ifdef __cplusplus
 }
 #endif

@@ -29,36 +29,6 @@ int ig_tokenizer_utf8_check(const char *s, size_t len, size_t *bad_offset)
 }
 
 /* ------------------------------------------------------------------------ */
-/* GPT-2 byte <-> code point mapping                                        */
-/* ------------------------------------------------------------------------ */
-
-/* Printable bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') map to themselves; the other
- * 68 bytes map, in byte order, to U+0100 upwards. */
-uint32_t ig__byte_to_cp(unsigned char b)
-{
-    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)
-        return b;
-    if (b <= 0x20)
-        return 0x100u + b;
-    if (b >= 0x7F && b <= 0xA0)
-        return 0x100u + 33 + (b - 0x7Fu);
-    return 0x100u + 33 + 34; /* 0xAD */
-}
-
-int ig__cp_to_byte(uint32_t cp)
-{
-    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
-        return (int)cp;
-    if (cp >= 0x100 && cp <= 0x120)
-        return (int)(cp - 0x100);
-    if (cp >= 0x121 && cp <= 0x142)
-        return (int)(0x7F + cp - 0x121);
-    if (cp == 0x143)
-        return 0xAD;
-    return -1;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Unicode (libutf8proc)                                                    */
 /* ------------------------------------------------------------------------ */
 

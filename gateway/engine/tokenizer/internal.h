@@ -16,10 +16,34 @@
  * nor composes (most of CJK). A quick scan; most text needs no NFC. */
 int ig__nfc_needed(const unsigned char *s, size_t n);
 
-/* GPT-2's reversible byte -> code point mapping of the byte-level BPE. */
-uint32_t ig__byte_to_cp(unsigned char b);
+/* GPT-2's reversible byte -> code point mapping of the byte-level BPE, read
+ * by the loader (tokenizer.c), the encoder (encode.c) and tokgen.c.
+ * Printable bytes ('!'..'~', '¡'..'¬', '®'..'ÿ') map to themselves; the other
+ * 68 bytes map, in byte order, to U+0100 upwards. */
+static inline uint32_t ig__byte_to_cp(unsigned char b)
+{
+    if ((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)
+        return b;
+    if (b <= 0x20)
+        return 0x100u + b;
+    if (b >= 0x7F && b <= 0xA0)
+        return 0x100u + 33 + (b - 0x7Fu);
+    return 0x100u + 33 + 34; /* 0xAD */
+}
+
 /* The inverse; -1 when cp is not one of the 256 mapped code points. */
-int ig__cp_to_byte(uint32_t cp);
+static inline int ig__cp_to_byte(uint32_t cp)
+{
+    if ((cp >= 0x21 && cp <= 0x7E) || (cp >= 0xA1 && cp <= 0xAC) || (cp >= 0xAE && cp <= 0xFF))
+        return (int)cp;
+    if (cp >= 0x100 && cp <= 0x120)
+        return (int)(cp - 0x100);
+    if (cp >= 0x121 && cp <= 0x142)
+        return (int)(0x7F + cp - 0x121);
+    if (cp == 0x143)
+        return 0xAD;
+    return -1;
+}
 
 /* Splits that are not regexes: cut before each "▁" (Metaspace with split),
  * or before each run of "▁" (sentencepiece text with no pre-tokenizer:

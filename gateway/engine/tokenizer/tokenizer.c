@@ -2,7 +2,8 @@
  * Tokenizer loading: tokenizer.json (BPE model, added tokens, normalizer,
  * pre-tokenizer, decoder, post-processor), tokenizer_config.json and
  * generation_config.json. Every rejected input names the file and the field.
- * Encoding and decoding live in encode.c.
+ * Encoding and decoding live in encode.c; ig_tokenizer_load(), which picks
+ * this loader or gguf_vocab.c's, in load.c.
  *
  * The file is long (about 1,300 lines) but linear, in banner sections:
  * errors and hash tables, accessors, tokenizer.json's model, then its
@@ -10,8 +11,6 @@
  * from them, and last the loading of the files in order. Each part validates
  * what the next relies on, which reads best as one pass.
  */
-#include "gguf_vocab.h"
-#include "infergate/gguf.h"
 #include "internal.h"
 
 #include "infergate/error.h"
@@ -1311,30 +1310,5 @@ fail:
     json_decref(cfg);
     json_decref(gen);
     ig_tokenizer_free(tok);
-    return rc;
-}
-
-int ig_tokenizer_load(const char *dir, ig_tokenizer_t **out, char *err, size_t errlen)
-{
-    if (ig_gguf_is_gguf(dir)) /* a GGUF file: its vocabulary (gguf_vocab.c) */
-        return ig__tokenizer_load_gguf(dir, out, err, errlen);
-    size_t n = strlen(dir) + 32;
-    char *a = malloc(n), *b = malloc(n), *g = malloc(n);
-    int rc;
-    if (!a || !b || !g) {
-        free(a);
-        free(b);
-        free(g);
-        if (err && errlen)
-            snprintf(err, errlen, "tokenizer: out of memory");
-        return IG_ENOMEM;
-    }
-    snprintf(a, n, "%s/tokenizer.json", dir);
-    snprintf(b, n, "%s/tokenizer_config.json", dir);
-    snprintf(g, n, "%s/generation_config.json", dir);
-    rc = ig_tokenizer_load_files(a, b, g, out, err, errlen);
-    free(a);
-    free(b);
-    free(g);
     return rc;
 }
