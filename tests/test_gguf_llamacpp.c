@@ -97,7 +97,7 @@ static void check_preset(const char *preset, const char *server)
     if (qwen3) {
         /* This llama.cpp stops at the architecture name, before anything
          * else of the file is read. */
-        if (ig_proc_wait_log(&L, "unknown model architecture: 'qwen3'", 60000) != 0)
+        if (ig_proc_wait_log(&L, "unknown model architecture: 'qwen3'", 180000) != 0)
             fail_msg("qwen3: llama-server did not refuse the architecture (a newer llama.cpp? "
                      "compare the greedy text then)");
         print_message("# qwen3: this llama.cpp does not know the qwen3 architecture\n");
