@@ -548,139 +548,118 @@ static int explore_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const 
     return best;
 }
 
-int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int prompt_tokens,
-                   const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out)
+/* Costs within the noise of the cheapest's estimate are a tie, and a tie
+ * goes to the least utilised: among equal upstreams that is
+ * join-the-shortest-queue, which least_inflight does and the noise did
+ * not. Then the runner-up is the cheapest of the others. Returns the
+ * pick. */
+static int break_ties(const ig_router_t *r, ig_router_upstream_t *const *ups, const int *cand,
+                      int ncand, const double *cost, int start, int best, double best_cost,
+                      int prompt_tokens, uint64_t now_ns, int *second, double *second_cost)
 {
-    int stack[64];
-    int *cand = n <= 64 ? stack : malloc(sizeof(int) * n);
-    int ncand = 0;
-    int rc = IG_ENOUPSTREAM;
-    if (cand == NULL)
-        return IG_ENOMEM;
-    for (int i = 0; i < n; i++) {
-        if ((exclude == NULL || !exclude[i]) && ig_router_eligible(ups[i], now_ns))
-            cand[ncand++] = i;
+    double band = best_cost + cost_noise(r, ups[best], prompt_tokens, now_ns);
+    for (int k = 0; k < ncand; k++) {
+        int j = (start + k) % ncand;
+        if (cost[j] <= band && utilisation(ups[cand[j]]) < utilisation(ups[best]))
+            best = cand[j];
     }
-    if (ncand == 0)
-        goto done;
+    for (int j = 0; j < ncand; j++)
+        if (cand[j] != best && cost[j] < *second_cost) {
+            *second = cand[j];
+            *second_cost = cost[j];
+        }
+    return best;
+}
 
-    out->chosen = -1;
-    out->runner_up = -1;
-    out->cost_s = out->runner_up_cost_s = 0;
-    out->hot = 0;
-    out->explored = 0;
+/* The latency policy's pick among the candidates (indexes into ups): the
+ * cheapest by ranked cost that is not hot, ties within the cost's noise to
+ * the least utilised; when every one is hot, the least utilised (out->hot).
+ * The runner-up and its cost in *second_out; IG_ENOMEM. */
+static int latency_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const int *cand,
+                        int ncand, int prompt_tokens, uint64_t now_ns, ig_route_decision_t *out,
+                        int *second_out, double *second_cost_out)
+{
     int best = -1, second = -1;
     double best_cost = INFINITY, second_cost = INFINITY;
-
-    switch (r->opts.policy) {
-    case IG_ROUTE_ROUND_ROBIN:
-        best = cand[r->rr_next++ % (uint64_t)ncand];
-        break;
-    case IG_ROUTE_RANDOM:
-        best = cand[next_rand(r) % (uint64_t)ncand];
-        break;
-    case IG_ROUTE_LEAST_INFLIGHT: {
-        /* Ties go round robin so equal upstreams share the load. */
-        int start = (int)(r->rr_next++ % (uint64_t)ncand);
-        for (int j = 0; j < ncand; j++) {
-            int i = cand[(start + j) % ncand];
-            if (best < 0 || ups[i]->inflight < ups[best]->inflight)
-                best = i;
-        }
-        break;
-    }
-    case IG_ROUTE_LATENCY: {
-        if ((best = explore_pick(r, ups, cand, ncand, now_ns)) >= 0) {
-            out->explored = 1;
-            break;
-        }
-        /* Two sorted lists: utilisation, and raw requests in flight. An
-         * upstream is hot only when it is above the others by both: by
-         * utilisation alone a 1-wide upstream with 1 in flight is hot
-         * beside 16-wide ones at 4 (it would only be tried when idle,
-         * where least_inflight's raw counts give it more); by raw counts
-         * alone an 8-wide one at 3 beside 1-wide ones at 1. */
-        double stack_u[32], stack_r[32], stack_c[32];
-        double *sorted = ncand <= 32 ? stack_u : malloc(sizeof(double) * ncand);
-        double *sorted_rif = ncand <= 32 ? stack_r : malloc(sizeof(double) * ncand);
-        double *cost = ncand <= 32 ? stack_c : malloc(sizeof(double) * ncand);
-        if (sorted == NULL || sorted_rif == NULL || cost == NULL) {
-            if (sorted != stack_u) {
-                free(sorted);
-                free(sorted_rif);
-                free(cost);
-            }
-            rc = IG_ENOMEM;
-            goto done;
-        }
-        for (int j = 0; j < ncand; j++) {
-            sorted[j] = utilisation(ups[cand[j]]);
-            sorted_rif[j] = rif_of(ups[cand[j]]);
-        }
-        qsort(sorted, ncand, sizeof(double), cmp_double);
-        qsort(sorted_rif, ncand, sizeof(double), cmp_double);
-        /* The median step of those that have one, for those that have none
-         * (cost holds the steps until it holds the costs). */
-        int nstep = 0;
-        for (int j = 0; j < ncand; j++) {
-            double st = step_of(r, ups[cand[j]]);
-            if (st > 0)
-                cost[nstep++] = st;
-        }
-        qsort(cost, nstep, sizeof(double), cmp_double);
-        double peer_step = nstep > 0 ? cost[nstep / 2] : 0.0;
-        /* Equal costs go to the first in an order that rotates with each
-         * decision, as least_inflight's ties do: a fixed order put a third
-         * more of a fleet of equal upstreams' traffic on the first. */
-        int start = (int)(r->rr_next++ % (uint64_t)ncand);
-        int least = -1;
-        for (int k = 0; k < ncand; k++) {
-            int j = (start + k) % ncand;
-            int i = cand[j];
-            cost[j] = INFINITY; /* hot: not a candidate */
-            if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
-                least = i;
-            int warm = ups[i]->cached_tokens > 0;
-            if (is_hot(r, sorted, ncand, utilisation(ups[i]),
-                       warm ? WARM_HOT_SLACK / ig_router_concurrency(ups[i]) : 0) &&
-                is_hot(r, sorted_rif, ncand, rif_of(ups[i]), warm ? WARM_HOT_SLACK : 0))
-                continue;
-            cost[j] = ranked_cost(r, ups[i], prompt_tokens, peer_step, now_ns);
-            if (cost[j] < best_cost) {
-                best = i;
-                best_cost = cost[j];
-            }
-        }
-        /* Costs within the noise of the cheapest's estimate are a tie, and
-         * a tie goes to the least utilised: among equal upstreams that is
-         * join-the-shortest-queue, which least_inflight does and the noise
-         * did not. Then the runner-up is the cheapest of the others. */
-        if (best >= 0) {
-            double band = best_cost + cost_noise(r, ups[best], prompt_tokens, now_ns);
-            for (int k = 0; k < ncand; k++) {
-                int j = (start + k) % ncand;
-                if (cost[j] <= band && utilisation(ups[cand[j]]) < utilisation(ups[best]))
-                    best = cand[j];
-            }
-            for (int j = 0; j < ncand; j++)
-                if (cand[j] != best && cost[j] < second_cost) {
-                    second = cand[j];
-                    second_cost = cost[j];
-                }
-        }
+    /* Two sorted lists: utilisation, and raw requests in flight. An
+     * upstream is hot only when it is above the others by both: by
+     * utilisation alone a 1-wide upstream with 1 in flight is hot
+     * beside 16-wide ones at 4 (it would only be tried when idle,
+     * where least_inflight's raw counts give it more); by raw counts
+     * alone an 8-wide one at 3 beside 1-wide ones at 1. */
+    double stack_u[32], stack_r[32], stack_c[32];
+    double *sorted = ncand <= 32 ? stack_u : malloc(sizeof(double) * ncand);
+    double *sorted_rif = ncand <= 32 ? stack_r : malloc(sizeof(double) * ncand);
+    double *cost = ncand <= 32 ? stack_c : malloc(sizeof(double) * ncand);
+    if (sorted == NULL || sorted_rif == NULL || cost == NULL) {
         if (sorted != stack_u) {
             free(sorted);
             free(sorted_rif);
             free(cost);
         }
-        if (best < 0) {
-            best = least;
-            out->hot = 1;
+        return IG_ENOMEM;
+    }
+    for (int j = 0; j < ncand; j++) {
+        sorted[j] = utilisation(ups[cand[j]]);
+        sorted_rif[j] = rif_of(ups[cand[j]]);
+    }
+    qsort(sorted, ncand, sizeof(double), cmp_double);
+    qsort(sorted_rif, ncand, sizeof(double), cmp_double);
+    /* The median step of those that have one, for those that have none
+     * (cost holds the steps until it holds the costs). */
+    int nstep = 0;
+    for (int j = 0; j < ncand; j++) {
+        double st = step_of(r, ups[cand[j]]);
+        if (st > 0)
+            cost[nstep++] = st;
+    }
+    qsort(cost, nstep, sizeof(double), cmp_double);
+    double peer_step = nstep > 0 ? cost[nstep / 2] : 0.0;
+    /* Equal costs go to the first in an order that rotates with each
+     * decision, as least_inflight's ties do: a fixed order put a third
+     * more of a fleet of equal upstreams' traffic on the first. */
+    int start = (int)(r->rr_next++ % (uint64_t)ncand);
+    int least = -1;
+    for (int k = 0; k < ncand; k++) {
+        int j = (start + k) % ncand;
+        int i = cand[j];
+        cost[j] = INFINITY; /* hot: not a candidate */
+        if (least < 0 || utilisation(ups[i]) < utilisation(ups[least]))
+            least = i;
+        int warm = ups[i]->cached_tokens > 0;
+        if (is_hot(r, sorted, ncand, utilisation(ups[i]),
+                   warm ? WARM_HOT_SLACK / ig_router_concurrency(ups[i]) : 0) &&
+            is_hot(r, sorted_rif, ncand, rif_of(ups[i]), warm ? WARM_HOT_SLACK : 0))
+            continue;
+        cost[j] = ranked_cost(r, ups[i], prompt_tokens, peer_step, now_ns);
+        if (cost[j] < best_cost) {
+            best = i;
+            best_cost = cost[j];
         }
-        break;
     }
+    if (best >= 0)
+        best = break_ties(r, ups, cand, ncand, cost, start, best, best_cost, prompt_tokens, now_ns,
+                          &second, &second_cost);
+    if (sorted != stack_u) {
+        free(sorted);
+        free(sorted_rif);
+        free(cost);
     }
+    if (best < 0) {
+        best = least;
+        out->hot = 1;
+    }
+    *second_out = second;
+    *second_cost_out = second_cost;
+    return best;
+}
 
+/* Fills out for the chosen upstream; the runner-up, when the pick named
+ * none, is the cheapest other candidate, for the route header. */
+static void report(const ig_router_t *r, ig_router_upstream_t *const *ups, const int *cand,
+                   int ncand, int prompt_tokens, uint64_t now_ns, int best, int second,
+                   double second_cost, ig_route_decision_t *out)
+{
     out->chosen = best;
     out->cost_s = ig_router_cost(r, ups[best], prompt_tokens, now_ns);
     if (second < 0) {
@@ -704,6 +683,63 @@ int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int 
     out->concurrency = ig_router_concurrency(ups[best]);
     out->runner_up_wait_s = second >= 0 ? ig_router_wait(r, ups[second], now_ns) : 0;
     out->runner_up_concurrency = second >= 0 ? ig_router_concurrency(ups[second]) : 0;
+}
+
+int ig_router_pick(ig_router_t *r, ig_router_upstream_t *const *ups, int n, int prompt_tokens,
+                   const unsigned char *exclude, uint64_t now_ns, ig_route_decision_t *out)
+{
+    int stack[64];
+    int *cand = n <= 64 ? stack : malloc(sizeof(int) * n);
+    int ncand = 0;
+    int rc = IG_ENOUPSTREAM;
+    if (cand == NULL)
+        return IG_ENOMEM;
+    for (int i = 0; i < n; i++) {
+        if ((exclude == NULL || !exclude[i]) && ig_router_eligible(ups[i], now_ns))
+            cand[ncand++] = i;
+    }
+    if (ncand == 0)
+        goto done;
+
+    out->chosen = -1;
+    out->runner_up = -1;
+    out->cost_s = out->runner_up_cost_s = 0;
+    out->hot = 0;
+    out->explored = 0;
+    int best = -1, second = -1;
+    double second_cost = INFINITY;
+
+    switch (r->opts.policy) {
+    case IG_ROUTE_ROUND_ROBIN:
+        best = cand[r->rr_next++ % (uint64_t)ncand];
+        break;
+    case IG_ROUTE_RANDOM:
+        best = cand[next_rand(r) % (uint64_t)ncand];
+        break;
+    case IG_ROUTE_LEAST_INFLIGHT: {
+        /* Ties go round robin so equal upstreams share the load. */
+        int start = (int)(r->rr_next++ % (uint64_t)ncand);
+        for (int j = 0; j < ncand; j++) {
+            int i = cand[(start + j) % ncand];
+            if (best < 0 || ups[i]->inflight < ups[best]->inflight)
+                best = i;
+        }
+        break;
+    }
+    case IG_ROUTE_LATENCY:
+        if ((best = explore_pick(r, ups, cand, ncand, now_ns)) >= 0) {
+            out->explored = 1;
+            break;
+        }
+        best = latency_pick(r, ups, cand, ncand, prompt_tokens, now_ns, out, &second, &second_cost);
+        if (best < 0) {
+            rc = best;
+            goto done;
+        }
+        break;
+    }
+
+    report(r, ups, cand, ncand, prompt_tokens, now_ns, best, second, second_cost, out);
     rc = 0;
 done:
     if (cand != stack)
