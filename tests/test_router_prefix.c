@@ -82,6 +82,15 @@ static void instances(ig_router_upstream_t *u, uint64_t now)
     }
 }
 
+/* A prefix index of 4,096 entries of 16-token blocks, and instances(). */
+static ig_prefix_index_t *index_and_instances(ig_router_upstream_t *u, uint64_t now)
+{
+    ig_prefix_index_t *x;
+    assert_int_equal(ig_prefix_index_create(&x, 4096, 16), 0);
+    instances(u, now);
+    return x;
+}
+
 static int pick(ig_router_t *r, ig_router_upstream_t *u, int n, ig_prefix_index_t *x,
                 const ig_prefix_query_t *q, uint64_t now, ig_route_decision_t *d)
 {
@@ -94,12 +103,10 @@ static int pick(ig_router_t *r, ig_router_upstream_t *u, int n, ig_prefix_index_
 
 static void test_affinity_spills_when_hot(void **state)
 {
-    ig_prefix_index_t *x;
-    assert_int_equal(ig_prefix_index_create(&x, 4096, 16), 0);
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u[3];
     uint64_t now = S(1);
-    instances(u, now);
+    ig_prefix_index_t *x = index_and_instances(u, now);
     uint64_t h[32];
     hashes_of(3, 32, h);
     ig_prefix_query_t q = {.hashes = h, .nhashes = 32, .block_size = 16, .prompt_tokens = 520};
@@ -133,12 +140,10 @@ static void test_affinity_spills_when_hot(void **state)
 
 static void test_session_affinity_and_sites(void **state)
 {
-    ig_prefix_index_t *x;
-    assert_int_equal(ig_prefix_index_create(&x, 4096, 16), 0);
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u[3];
     uint64_t now = S(1);
-    instances(u, now);
+    ig_prefix_index_t *x = index_and_instances(u, now);
     /* no tokenizer (no hashes), a session id: the upstream of its last
      * turn is believed to hold that turn's prompt */
     ig_prefix_query_t q = {.has_session = 1, .session = 42, .prompt_tokens = 400};
