@@ -708,63 +708,68 @@ static int llhttp_fail(ig__http_parser_t *p, llhttp_errno_t err)
     }
 }
 
+/* The header block: pre-scanned, copied and parsed once complete. */
+static int feed_head(ig__http_parser_t *p, const char *data, size_t len, ig_http_req_t **out)
+{
+    int rc = prescan(p, data, len);
+    if (rc < 0)
+        return parse_error(p, out);
+    if (rc == 0)
+        return 0;
+    size_t start = p->head_start, end = p->scan;
+    if (p->req == NULL) {
+        p->req = ig__http_req_new(p->pool);
+        if (p->req == NULL) {
+            fail(p, 500, "out of memory");
+            return parse_error(p, out);
+        }
+    }
+    ig_http_req_t *r = p->req;
+    p->hcap = p->nheaders;
+    r->headers = ig__arena_alloc(&r->arena, (p->hcap + 1) * sizeof(ig__http_header_t));
+    char *copy = ig__arena_alloc(&r->arena, end - start + 1);
+    if (r->headers == NULL || copy == NULL) {
+        fail(p, 500, "out of memory");
+        return parse_error(p, out);
+    }
+    memset(r->headers, 0, (p->hcap + 1) * sizeof(ig__http_header_t));
+    memcpy(copy, data + start, end - start);
+    copy[end - start] = '\0';
+    r->bytes_in = end;
+    llhttp_errno_t err = llhttp_execute(&p->ll, copy, end - start);
+    if (err == HPE_PAUSED && p->complete) {
+        /* no body */
+    } else if (err != HPE_OK) {
+        llhttp_fail(p, err);
+        return parse_error(p, out);
+    }
+    if (finish_head(p) < 0)
+        return parse_error(p, out);
+    if (r->body == NULL && !(p->ll.flags & F_CHUNKED)) {
+        r->body = ig__arena_alloc(&r->arena, 1);
+        if (r->body == NULL) {
+            fail(p, 500, "out of memory");
+            return parse_error(p, out);
+        }
+        r->body[0] = '\0';
+    }
+    if (p->complete) {
+        *out = r;
+        p->req = NULL;
+        reset_message(p);
+        return (int)end;
+    }
+    p->phase = IG__PARSE_BODY;
+    return (int)end;
+}
+
 int ig__http_parser_feed(ig__http_parser_t *p, const char *data, size_t len, ig_http_req_t **out)
 {
     *out = NULL;
     if (p->err_status != 0)
         return parse_error(p, out);
-    if (p->phase == IG__PARSE_HEAD) {
-        int rc = prescan(p, data, len);
-        if (rc < 0)
-            return parse_error(p, out);
-        if (rc == 0)
-            return 0;
-        size_t start = p->head_start, end = p->scan;
-        if (p->req == NULL) {
-            p->req = ig__http_req_new(p->pool);
-            if (p->req == NULL) {
-                fail(p, 500, "out of memory");
-                return parse_error(p, out);
-            }
-        }
-        ig_http_req_t *r = p->req;
-        p->hcap = p->nheaders;
-        r->headers = ig__arena_alloc(&r->arena, (p->hcap + 1) * sizeof(ig__http_header_t));
-        char *copy = ig__arena_alloc(&r->arena, end - start + 1);
-        if (r->headers == NULL || copy == NULL) {
-            fail(p, 500, "out of memory");
-            return parse_error(p, out);
-        }
-        memset(r->headers, 0, (p->hcap + 1) * sizeof(ig__http_header_t));
-        memcpy(copy, data + start, end - start);
-        copy[end - start] = '\0';
-        r->bytes_in = end;
-        llhttp_errno_t err = llhttp_execute(&p->ll, copy, end - start);
-        if (err == HPE_PAUSED && p->complete) {
-            /* no body */
-        } else if (err != HPE_OK) {
-            llhttp_fail(p, err);
-            return parse_error(p, out);
-        }
-        if (finish_head(p) < 0)
-            return parse_error(p, out);
-        if (r->body == NULL && !(p->ll.flags & F_CHUNKED)) {
-            r->body = ig__arena_alloc(&r->arena, 1);
-            if (r->body == NULL) {
-                fail(p, 500, "out of memory");
-                return parse_error(p, out);
-            }
-            r->body[0] = '\0';
-        }
-        if (p->complete) {
-            *out = r;
-            p->req = NULL;
-            reset_message(p);
-            return (int)end;
-        }
-        p->phase = IG__PARSE_BODY;
-        return (int)end;
-    }
+    if (p->phase == IG__PARSE_HEAD)
+        return feed_head(p, data, len, out);
     /* body */
     size_t n = len;
     if (p->ll.flags & F_CHUNKED) {
