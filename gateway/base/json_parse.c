@@ -377,6 +377,23 @@ static int opened_empty(parser_t *ps, char close)
     return 0;
 }
 
+/* After an object's member or an array's element: 1 past a comma (another
+ * follows), 0 past the closing bracket, -1 (error set) otherwise. */
+static int after_item(parser_t *ps, char close)
+{
+    skip_ws(ps);
+    if (ps->p < ps->end && *ps->p == ',') {
+        ps->p++;
+        return 1;
+    }
+    if (ps->p < ps->end && *ps->p == close) {
+        ps->p++;
+        return 0;
+    }
+    fail(ps, close == '}' ? "'}' expected" : "']' expected");
+    return -1;
+}
+
 /* An object; in a scan, the top one's members that ps->keys name are
  * found (ps->span) and only they are checked for repeats. */
 static json_t *parse_object(parser_t *ps)
@@ -432,17 +449,11 @@ static json_t *parse_object(parser_t *ps)
                 fail(ps, "out of memory");
             goto fail;
         }
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == '}') {
-            ps->p++;
+        int more = after_item(ps, '}');
+        if (more == 0)
             return o;
-        }
-        fail(ps, "'}' expected");
-        goto fail;
+        if (more < 0)
+            goto fail;
     }
 fail:
     json_decref(o);
@@ -466,18 +477,13 @@ static json_t *parse_array(parser_t *ps)
             json_decref(a);
             return NULL;
         }
-        skip_ws(ps);
-        if (ps->p < ps->end && *ps->p == ',') {
-            ps->p++;
-            continue;
-        }
-        if (ps->p < ps->end && *ps->p == ']') {
-            ps->p++;
+        int more = after_item(ps, ']');
+        if (more == 0)
             return a;
+        if (more < 0) {
+            json_decref(a);
+            return NULL;
         }
-        fail(ps, "']' expected");
-        json_decref(a);
-        return NULL;
     }
 }
 
