@@ -60,11 +60,17 @@ static ig_tc_t *connect_to(const struct sockaddr *a, socklen_t alen)
 
 ig_tc_t *ig_tc_connect(int port)
 {
+    return ig_tc_connect_ip("127.0.0.1", port);
+}
+
+ig_tc_t *ig_tc_connect_ip(const char *ip, int port)
+{
     struct sockaddr_in a;
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
     a.sin_port = htons((unsigned short)port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (inet_pton(AF_INET, ip, &a.sin_addr) != 1)
+        return NULL;
     return connect_to((struct sockaddr *)&a, sizeof(a));
 }
 

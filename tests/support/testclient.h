@@ -33,6 +33,8 @@ typedef struct {
 
 /* Connects to 127.0.0.1:port or a Unix socket. NULL on failure. */
 ig_tc_t *ig_tc_connect(int port);
+/* Connects to ip (IPv4, dotted) and port. NULL on failure. */
+ig_tc_t *ig_tc_connect_ip(const char *ip, int port);
 ig_tc_t *ig_tc_connect_unix(const char *path);
 void ig_tc_close(ig_tc_t *tc);
 int ig_tc_fd(const ig_tc_t *tc);
