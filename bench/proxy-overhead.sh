@@ -24,6 +24,10 @@
 #   PROXY_CPU=0       the core the proxy under test is pinned to
 #   CLIENT_CPU=1      the core igbench and the upstream are pinned to
 #   TARGETS="direct infergate nginx haproxy"
+#   BASE=             another build directory: its infergate runs as target
+#                     "base" beside the others (configured alike), and the
+#                     ratio infergate/base is printed -- a change's cost in
+#                     the same run (issue 31's "within 1.05x of before")
 #   RESULTS=bench/results/proxy-overhead.json
 # Needs: nginx (Debian nginx-light), haproxy, taskset, python3 (scripts/deps.sh
 # bench); gnuplot for the PNG (skipped with a note when missing).
@@ -33,13 +37,17 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init proxy-overhead "$@"
 bench_env RATE=500 DURATION=4 CONCURRENCY=64 TPUT_DURATION=3 WARMUP=1 REPEAT=3 \
-    TOKENS=16 PROXY_CPU=0 CLIENT_CPU=1 TARGETS="direct infergate nginx haproxy"
+    TOKENS=16 PROXY_CPU=0 CLIENT_CPU=1 TARGETS="direct infergate nginx haproxy" BASE=
 check_bounds "0 < $RATE <= 20000 and 0 < $DURATION <= 60 and 0 < $TPUT_DURATION <= 60
       and 0 <= $WARMUP <= 10 and 1 <= $REPEAT <= 10 and 1 <= $CONCURRENCY <= 1024
       and 1 <= $TOKENS <= 4096" \
     "RATE <= 20000, DURATION and TPUT_DURATION <= 60, WARMUP <= 10," \
     "1 <= REPEAT <= 10, CONCURRENCY <= 1024, TOKENS <= 4096"
 need_one_of target "direct infergate nginx haproxy" $TARGETS
+if [ -n "$BASE" ]; then
+    [ -x "$BASE/infergate" ] || bench_fail "BASE=$BASE has no infergate"
+    TARGETS="$TARGETS base"
+fi
 need_built igbench testupstream infergate
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
@@ -104,17 +112,25 @@ declare -A port
 # ---- infergate: the upstream as a site serving model m ----------------------------
 port[direct]=$up_port
 port[infergate]=$(free_port)
-cat >"$tmp/infergate.json" <<EOF
+cat >"$tmp/gateway.json" <<EOF
 {"region": "bench", "listen": "127.0.0.1:${port[infergate]}", "log": {"level": "warn"},
  "models": [{"name": "m"}],
  "sites": [{"name": "echo", "url": "http://127.0.0.1:$up_port", "models": ["m"]}],
  "routing": {"max_retries": 0}}
 EOF
 declare -A ppid
-taskset -c "$PROXY_CPU" "$build/infergate" serve --config "$tmp/infergate.json" \
-    2>"$tmp/infergate.log" &
-pids+=($!)
-ppid[infergate]=$!
+# start_infergate NAME BIN: BIN serves the config above on its own port as target NAME.
+start_infergate() {
+    local name=$1 bin=$2
+    [ "$name" = infergate ] || port[$name]=$(free_port)
+    sed "s/127.0.0.1:${port[infergate]}\"/127.0.0.1:${port[$name]}\"/" "$tmp/gateway.json" \
+        >"$tmp/$name.json"
+    taskset -c "$PROXY_CPU" "$bin" serve --config "$tmp/$name.json" 2>"$tmp/$name.log" &
+    pids+=($!)
+    ppid[$name]=$!
+}
+start_infergate infergate "$build/infergate"
+[ -z "$BASE" ] || start_infergate base "$BASE/infergate"
 
 # ---- nginx: one worker, an upstream block with keep-alive connections ------------
 port[nginx]=$(free_port)
@@ -275,6 +291,12 @@ if "nginx" in rows:
             r["added_p50"] = round(rows[t]["added_p50_ms"] / rows["nginx"]["added_p50_ms"], 3) \
                 if rows["nginx"]["added_p50_ms"] > 0 else None
         ratio[t + "/nginx"] = r
+if "base" in rows:
+    b, n = rows["base"], rows["infergate"]
+    ratio["infergate/base"] = {
+        "requests_per_s": round(n["requests_per_s"] / b["requests_per_s"], 3),
+        "cpu_per_request": round(n["proxy_cpu_us_per_request"] / b["proxy_cpu_us_per_request"], 3)
+        if b["proxy_cpu_us_per_request"] > 0 else None}
 res = benchlib.result(
     "proxy-overhead",
     {"rate_rps": $RATE, "duration_s": $DURATION, "concurrency": $CONCURRENCY,
@@ -304,7 +326,7 @@ for k, r in ratio.items():
     line = "  %s: requests/s %.3f" % (k, r["requests_per_s"])
     if "added_p99" in r:
         line += ", added p99 %.3f" % r["added_p99"]
-    if "cpu_per_request" in r:
+    if r.get("cpu_per_request") is not None:
         line += ", cpu/request %.3f" % r["cpu_per_request"]
     if k == "infergate/nginx":
         ok = r["requests_per_s"] >= 1.0 and r.get("added_p99", 0) <= 1.0
