@@ -9,6 +9,7 @@ want="build"
 pkgs="build-essential cmake pkg-config libuv1-dev node-llhttp libjansson-dev libopenblas-dev"
 pkgs="$pkgs libutf8proc-dev libpcre2-dev" # the tokenizer: Unicode data and NFC, Split regexes
 pkgs="$pkgs libssl-dev" # TLS on the listener and to sites
+pkgs="$pkgs libc-ares-dev" # pools[].discover: DNS on the event loop
 case "$want" in
   test)  pkgs="$pkgs libcmocka-dev python3-numpy clang libclang-rt-14-dev chromium prometheus dnsmasq python3-yaml"
          pkgs="$pkgs openssl curl" ;; # the TLS tests' certificates and clients

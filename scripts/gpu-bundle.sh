@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds what bench/gpu-check.sh --prebuilt runs on a lent GPU machine, here,
 # where the build dependencies are: the machine has the CUDA driver and
-# runtime but no libuv, jansson, utf8proc, pcre2, cmocka, llhttp sources,
+# runtime but no libuv, jansson, utf8proc, pcre2, c-ares, cmocka, llhttp sources,
 # CMake or package registry.
 #
 #   scripts/gpu-bundle.sh [DIR]        (default: gpu-bundle/, ignored by git)
@@ -11,7 +11,7 @@
 # copied to DIR/bin, with the CUDA backend module beside them
 # (libinfergate_cuda.so; docs/gpu.md, "The CUDA module"), and the shared
 # libraries they need that a bare CUDA
-# image lacks in DIR/lib (libuv, jansson, utf8proc, pcre2, cmocka, OpenSSL,
+# image lacks in DIR/lib (libuv, jansson, utf8proc, pcre2, c-ares, cmocka, OpenSSL,
 # and libcudart of the toolkit they were built with); cuBLAS (570 MB) is
 # the machine's own. DIR/MANIFEST says what was built from which commit.
 # Fails if DIR is not under 60 MiB (what a lent machine's run takes along).
@@ -25,7 +25,7 @@ ARCHS=${ARCHS:-90}
 LIMIT_MIB=60
 BINS="infergate gpubench test_cuda_kernels test_cuda_model test_cuda_device test_cuda_devices"
 # The libraries a bare CUDA image lacks (matched against ldd's names).
-LIBS='libuv|libjansson|libutf8proc|libpcre2|libcmocka|libssl|libcrypto|libcudart'
+LIBS='libuv|libjansson|libutf8proc|libpcre2|libcares|libcmocka|libssl|libcrypto|libcudart'
 
 command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
     { echo "gpu-bundle: nvcc not found"; exit 1; }

@@ -8,7 +8,9 @@
  * serves once ready), then the first is removed (it drains, then its
  * process is stopped), then dnsmasq itself goes away (a failed resolution
  * keeps the last set). Not one request fails. Routing is round robin so
- * that every ready instance is seen serving within a phase.
+ * that every ready instance is seen serving within a phase. Without a
+ * port, the name's SRV records give each instance's port (two workers on
+ * two ports); without a resolver, the system's configuration answers.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -425,8 +427,67 @@ static void test_reload_moves_discovered_pool(void **state)
     ig_proc_dispose(&dns);
 }
 
-/* Without a resolver the system's resolves (uv_getaddrinfo): "localhost"
- * from /etc/hosts, with a worker on 127.0.0.1. */
+/* No port in the config: SRV records (dnsmasq's srv-host) name two
+ * targets at two ports, each target's A record its address; both workers
+ * become instances named by address and port, and both serve. */
+static void test_srv_records(void **state)
+{
+    (void)state;
+    need_dnsmasq();
+    int wport[2] = {ig_proc_free_port(), ig_proc_free_port()};
+    int dport = ig_proc_free_port(), gport = ig_proc_free_port();
+    char conf[200], text[256];
+    snprintf(hosts_path, sizeof(hosts_path), "%s/hosts", ig_gwf_run_dir);
+    snprintf(conf, sizeof(conf), "%s/dnsmasq.conf", ig_gwf_run_dir);
+    const char *hosts = "127.0.0.2 w1.test\n127.0.0.3 w2.test\n";
+    assert_int_equal(ig_tf_replace(hosts_path, hosts, strlen(hosts)), 0);
+    int n = snprintf(text, sizeof(text),
+                     "srv-host=_http._tcp.workers.test,w1.test,%d\n"
+                     "srv-host=_http._tcp.workers.test,w2.test,%d\n",
+                     wport[0], wport[1]);
+    assert_int_equal(ig_tf_replace(conf, text, (size_t)n), 0);
+    ig_proc_t w[2], dns, gw;
+    for (int i = 0; i < 2; i++)
+        start_worker(&w[i], ips[i], wport[i]);
+    assert_int_equal(ig_dnsmasq_start_conf(&dns, dport, hosts_path, conf), 0);
+    assert_int_equal(
+        ig_gwf_serve_config(
+            &gw, gport, "warn", 0, 20000, 30000,
+            "{\"region\":\"r1\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+            "\"routing\":{\"policy\":\"round_robin\"},\"models\":[{\"name\":\"tiny\"}],"
+            "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
+            "\"discover\":{\"dns\":\"_http._tcp.workers.test\",\"interval_s\":0.2,"
+            "\"resolver\":\"127.0.0.1:%d\"}}]}",
+            gport, dport),
+        0);
+    char dev[2][64], name[2][96];
+    for (int i = 0; i < 2; i++) {
+        snprintf(dev[i], sizeof(dev[i]), "%s:%d", ips[i], wport[i]);
+        assert_int_equal(wait_view(gport, 2, dev[i], "ready", name[i], sizeof(name[i])), 0);
+    }
+    int served[2] = {0, 0};
+    for (int k = 0; k < 4; k++) {
+        ig_tc_response_t r;
+        assert_int_equal(ig_gwf_complete(gport, 2, &r), 0);
+        assert_int_equal(r.status, 200);
+        const char *up = ig_tc_header(&r, "x-infergate-upstream");
+        for (int i = 0; i < 2; i++)
+            served[i] += up != NULL && strcmp(up, name[i]) == 0;
+        ig_tc_response_free(&r);
+    }
+    assert_true(served[0] >= 1 && served[1] >= 1);
+    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
+    ig_proc_dispose(&gw);
+    for (int i = 0; i < 2; i++) {
+        ig_proc_stop(&w[i], SIGTERM, 10000);
+        ig_proc_dispose(&w[i]);
+    }
+    ig_proc_stop(&dns, SIGTERM, 10000);
+    ig_proc_dispose(&dns);
+}
+
+/* Without a resolver the system's configuration answers (c-ares reads
+ * /etc/hosts): "localhost", with a worker on 127.0.0.1. */
 static void test_system_resolver(void **state)
 {
     (void)state;
@@ -461,6 +522,7 @@ int main(void)
         cmocka_unit_test(test_pool_follows_dns),
         cmocka_unit_test(test_held_until_discovered_ready),
         cmocka_unit_test(test_reload_moves_discovered_pool),
+        cmocka_unit_test(test_srv_records),
         cmocka_unit_test(test_system_resolver),
     };
     return cmocka_run_group_tests(tests, ig_gwf_model_setup, ig_gwf_model_teardown);

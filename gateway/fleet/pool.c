@@ -1001,7 +1001,23 @@ static void remote_drain_tick(ig_instance_t *in)
     uv_timer_start(&in->timer, on_instance_timer, 100, 0);
 }
 
-static int remote_attach(ig_pool_t *p, const char *addr)
+/* a as a host:port to connect to ("[v6]:port" for IPv6). */
+static void remote_listen(const ig_discover_addr_t *a, char *buf, size_t cap)
+{
+    snprintf(buf, cap, strchr(a->addr, ':') != NULL ? "[%s]:%d" : "%s:%d", a->addr, a->port);
+}
+
+/* The device name of the instance at a: its address when the pool names
+ * the port, else (the port from SRV records) its host:port. */
+static void remote_device(const ig_pool_t *p, const ig_discover_addr_t *a, char *buf, size_t cap)
+{
+    if (p->spec.discover_port > 0)
+        snprintf(buf, cap, "%s", a->addr);
+    else
+        remote_listen(a, buf, cap);
+}
+
+static int remote_attach(ig_pool_t *p, const ig_discover_addr_t *a)
 {
     ig_instance_t *in = NULL;
     for (int i = 0; i < p->spec.ndevices && in == NULL; i++) {
@@ -1010,11 +1026,8 @@ static int remote_attach(ig_pool_t *p, const char *addr)
     }
     if (in == NULL)
         return IG_EFULL;
-    snprintf(in->device, sizeof(in->device), "%s", addr);
-    if (strchr(addr, ':') != NULL)
-        snprintf(in->listen, sizeof(in->listen), "[%s]:%d", addr, p->spec.discover_port);
-    else
-        snprintf(in->listen, sizeof(in->listen), "%s:%d", addr, p->spec.discover_port);
+    remote_device(p, a, in->device, sizeof(in->device));
+    remote_listen(a, in->listen, sizeof(in->listen));
     int rc = ig_upstream_start(&in->client, p->loop, in->name, in->listen, &p->uo);
     if (rc != 0)
         return rc;
@@ -1033,31 +1046,34 @@ static int remote_attach(ig_pool_t *p, const char *addr)
     return 0;
 }
 
-static ig_instance_t *remote_find(ig_pool_t *p, const char *addr)
+static ig_instance_t *remote_find(ig_pool_t *p, const char *device)
 {
     for (int i = 0; i < p->spec.ndevices; i++) {
         ig_instance_t *in = &p->inst[i];
         if (in->in_use && !in->remote_closing && in->state != IG_INSTANCE_STOPPED &&
-            strcmp(in->device, addr) == 0)
+            strcmp(in->device, device) == 0)
             return in;
     }
     return NULL;
 }
 
 /* One authoritative answer for the pool's name: the whole set. */
-static void on_discovered(void *data, const char *const *addrs, int n)
+static void on_discovered(void *data, const ig_discover_addr_t *addrs, int n)
 {
     ig_pool_t *p = data;
     if (p->closing)
         return;
+    char dev[sizeof(p->inst[0].device)];
     for (int i = 0; i < p->spec.ndevices; i++) {
         ig_instance_t *in = &p->inst[i];
         if (!in->in_use || in->remote_closing || in->state == IG_INSTANCE_STOPPED ||
             in->state == IG_INSTANCE_DRAINING)
             continue;
         int listed = 0;
-        for (int k = 0; k < n && !listed; k++)
-            listed = strcmp(addrs[k], in->device) == 0;
+        for (int k = 0; k < n && !listed; k++) {
+            remote_device(p, &addrs[k], dev, sizeof(dev));
+            listed = strcmp(dev, in->device) == 0;
+        }
         if (!listed) {
             IG_INFO("instance %s: %s is no longer in %s; draining", in->name, in->device,
                     p->spec.discover_dns);
@@ -1065,7 +1081,8 @@ static void on_discovered(void *data, const char *const *addrs, int n)
         }
     }
     for (int k = 0; k < n; k++) {
-        ig_instance_t *in = remote_find(p, addrs[k]);
+        remote_device(p, &addrs[k], dev, sizeof(dev));
+        ig_instance_t *in = remote_find(p, dev);
         if (in != NULL && in->state == IG_INSTANCE_DRAINING && in->ready_ns != 0) {
             IG_INFO("instance %s: %s is listed again; serving again", in->name, in->device);
             set_state(in, IG_INSTANCE_READY);
@@ -1074,12 +1091,12 @@ static void on_discovered(void *data, const char *const *addrs, int n)
         }
         if (in != NULL)
             continue;
-        int rc = remote_attach(p, addrs[k]);
+        int rc = remote_attach(p, &addrs[k]);
         if (rc == IG_EFULL)
             IG_WARN("pool %s: %s has more addresses than max_instances (%d); %s left out",
-                    p->spec.name, p->spec.discover_dns, p->spec.ndevices, addrs[k]);
+                    p->spec.name, p->spec.discover_dns, p->spec.ndevices, dev);
         else if (rc != 0)
-            IG_WARN("pool %s: %s: %s", p->spec.name, addrs[k], ig_strerror(rc));
+            IG_WARN("pool %s: %s: %s", p->spec.name, dev, ig_strerror(rc));
     }
 }
 
@@ -1087,7 +1104,7 @@ int ig__pool_start_discovered(ig_pool_t **out, uv_loop_t *loop, const ig_pool_sp
                               ig_pool_event_cb cb, void *data)
 {
     int slots = spec->max_instances > 0 ? spec->max_instances : 64;
-    if (spec->discover_port <= 0 || spec->discover_port > 65535)
+    if (spec->discover_port < 0 || spec->discover_port > 65535)
         return IG_EINVAL;
     ig_pool_t *p = calloc(1, sizeof(*p));
     if (p == NULL)
@@ -1149,12 +1166,16 @@ static int remote_pool_start(ig_pool_t *p)
     ig_discover_spec_t ds;
     memset(&ds, 0, sizeof(ds));
     ds.name = p->spec.discover_dns;
+    ds.port = p->spec.discover_port;
     ds.interval_ms = p->spec.discover_interval_ms;
     ds.resolver = p->spec.discover_resolver;
     int rc = ig_discover_start(&p->discover, p->loop, &ds, on_discovered, p);
+    char port[32] = "ports from SRV records";
+    if (ds.port > 0)
+        snprintf(port, sizeof(port), "port %d", ds.port);
     if (rc == 0)
-        IG_INFO("pool %s: instances from DNS %s%s%s, port %d, every %llu ms", p->spec.name, ds.name,
-                ds.resolver ? " at " : "", ds.resolver ? ds.resolver : "", p->spec.discover_port,
+        IG_INFO("pool %s: instances from DNS %s%s%s, %s, every %llu ms", p->spec.name, ds.name,
+                ds.resolver ? " at " : "", ds.resolver ? ds.resolver : "", port,
                 (unsigned long long)ds.interval_ms);
     return rc;
 }

@@ -702,7 +702,8 @@ static int autoscale_fields(ctx_t *c, json_t *o, const char *p, void *out)
     return 0;
 }
 
-/* pools[].discover: instances from a DNS name's A/AAAA records. */
+/* pools[].discover: instances from a DNS name's A/AAAA records at port,
+ * or, without a port, from its SRV records. */
 static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_discover_t *d)
 {
     static const char *const keys[] = {"dns", "port", "interval_s", "resolver", NULL};
@@ -719,9 +720,7 @@ static int parse_discover(ctx_t *c, json_t *pool, const char *pp, ig_config_disc
         (rc = ig__config_get_number(c, o, p, "interval_s", 0.05, 3600, 0, 10, &d->interval_s)) ||
         (rc = ig__config_get_string(c, o, p, "resolver", STR_NAME, NULL, &d->resolver)))
         return rc;
-    if (port == 0)
-        return fail_at(c, p, "port", "is required");
-    d->port = (int)port;
+    d->port = (int)port; /* 0: from SRV records */
     char err[256];
     if (d->resolver != NULL && (strncmp(d->resolver, "unix:", 5) == 0 ||
                                 ig_config_check_listen(d->resolver, err, sizeof(err)) != 0)) {

@@ -70,8 +70,9 @@ typedef struct {
     unsigned generation;
     /* pools[].discover: no workers are started; the instances are the
      * A/AAAA records of discover_dns (include/infergate/discover.h), at
-     * discover_port, up to max_instances (64 when 0); devices, min_instances
-     * and threads are unused. NULL: a pool of local workers. */
+     * discover_port (0: the name's SRV records give the ports), up to
+     * max_instances (64 when 0); devices, min_instances and threads are
+     * unused. NULL: a pool of local workers. */
     const char *discover_dns;
     int discover_port;
     uint64_t discover_interval_ms;

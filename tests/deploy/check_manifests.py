@@ -72,6 +72,15 @@ def labels_match(selector, labels):
     return bool(selector) and all(labels.get(k) == v for k, v in selector.items())
 
 
+def service_of(dns):
+    """A discovered name as (the Service's DNS name, port name, protocol):
+    an SRV name _PORT._PROTO.SERVICE gives its parts, a plain name itself."""
+    parts = dns.split(".", 2)
+    if len(parts) == 3 and parts[0].startswith("_") and parts[1].startswith("_"):
+        return parts[2], parts[0][1:], parts[1][1:]
+    return dns, None, None
+
+
 def port_names(container):
     return {p.get("name"): p.get("containerPort") for p in container.get("ports", [])}
 
@@ -216,14 +225,21 @@ def main(d, exe):
             bad(sw, f"targetPort {target!r} is not the worker's --listen port {lport}")
         dns = f"{s['metadata']['name']}.{s['metadata']['namespace']}.svc.cluster.local"
         pool = discovered.get(dns)
-        if region is not None and pool is None:
+        srv = [n for n in discovered if service_of(n)[0] == dns]
+        if region is not None and pool is None and not srv:
             bad(sw, f"no pool of the region config discovers {dns}")
-        elif pool is not None and pool["discover"]["port"] != sport["port"]:
-            bad(sw, f"pool {pool['name']} discovers port {pool['discover']['port']}, "
+        elif pool is not None and pool["discover"].get("port") != sport["port"]:
+            bad(sw, f"pool {pool['name']} discovers port {pool['discover'].get('port')}, "
                     f"the Service has {sport['port']}")
+        for n in srv:
+            _, pname, proto = service_of(n)
+            if proto != "tcp" or pname not in [q.get("name") for q in s["spec"]["ports"]]:
+                bad(sw, f"{n}: the Service has no TCP port named {pname!r}")
+            elif "port" in discovered[n]["discover"]:
+                bad(sw, f"{n} is an SRV name: the records carry the port, the pool names none")
     for dns in discovered:
-        if not any(f"{s['metadata']['name']}.{s['metadata']['namespace']}.svc.cluster.local" == dns
-                   for _, s in services):
+        if not any(f"{s['metadata']['name']}.{s['metadata']['namespace']}.svc.cluster.local"
+                   == service_of(dns)[0] for _, s in services):
             bad(d, f"the region config discovers {dns}, which no Service here names")
 
     names = {o["metadata"]["name"] for _, o in workers}

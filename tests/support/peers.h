@@ -90,16 +90,19 @@ static inline void ig_models_site_stop(ig_models_site_t *s)
 #define IG_DNSMASQ "/usr/sbin/dnsmasq"
 
 /* Starts it on hosts (a file of "IP NAME" lines; rewrite it and send the
- * process SIGHUP to change the answers): 0 once started, or -1; dns is the
- * caller's to stop either way. */
-static inline int ig_dnsmasq_start(ig_proc_t *dns, int port, const char *hosts)
+ * process SIGHUP to change the answers) and conf (a dnsmasq config file,
+ * read once: srv-host= lines; NULL: none): 0 once started, or -1; dns is
+ * the caller's to stop either way. */
+static inline int ig_dnsmasq_start_conf(ig_proc_t *dns, int port, const char *hosts,
+                                        const char *conf)
 {
-    char portf[32], hostsf[300];
+    char portf[32], hostsf[300], conff[300];
     snprintf(portf, sizeof(portf), "--port=%d", port);
     snprintf(hostsf, sizeof(hostsf), "--addn-hosts=%s", hosts);
+    snprintf(conff, sizeof(conff), "--conf-file=%s", conf ? conf : "/dev/null");
     char *argv[] = {(char *)IG_DNSMASQ,
                     (char *)"--keep-in-foreground",
-                    (char *)"--conf-file=/dev/null",
+                    conff,
                     portf,
                     (char *)"--listen-address=127.0.0.1",
                     (char *)"--bind-interfaces",
@@ -112,6 +115,11 @@ static inline int ig_dnsmasq_start(ig_proc_t *dns, int port, const char *hosts)
                     (char *)"--user=root",
                     NULL};
     return ig_proc_start(dns, argv, IG_PROC_QUIET);
+}
+
+static inline int ig_dnsmasq_start(ig_proc_t *dns, int port, const char *hosts)
+{
+    return ig_dnsmasq_start_conf(dns, port, hosts, NULL);
 }
 
 #endif
