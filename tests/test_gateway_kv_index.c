@@ -12,7 +12,10 @@
  *   block for block on what each worker holds and on where each tenant's
  *   prefix lives. The workers cut blocks of 32 tokens and the gateways'
  *   config says nothing of it: they hash at the block size the workers'
- *   snapshots give.
+ *   snapshots give;
+ * - a gateway without model files and a text prompt: once the worker is
+ *   ready the gateway fetches its tokenizer files (GET /v1/tokenizer/...),
+ *   and a text prompt sent again is routed on its cached prefix.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -370,11 +373,54 @@ static void test_replicas_agree(void **state)
     ig_proc_dispose(&dns);
 }
 
+static void test_text_prompt_tokenizer_fetched(void **state)
+{
+    (void)state;
+    int wport = ig_proc_free_port(), port = ig_proc_free_port();
+    ig_proc_t w, gw;
+    start_worker(&w, "127.0.0.1", wport);
+    assert_int_equal(
+        ig_gwf_serve_config(
+            &gw, port, "warn", 0, 20000, 30000,
+            "{\"region\":\"r\",\"listen\":\"127.0.0.1:%d\",\"limits\":{\"drain_grace_ms\":0},"
+            "\"routing\":{\"policy\":\"latency\",\"explore_ratio\":0},"
+            "\"models\":[{\"name\":\"tiny\"}],"
+            "\"pools\":[{\"name\":\"remote\",\"model\":\"tiny\","
+            "\"discover\":{\"dns\":\"localhost\",\"port\":%d,\"interval_s\":0.5}}]}",
+            port, wport),
+        0);
+    const char *names[] = {"127.0.0.1"};
+    assert_int_equal(wait_exact(port, names, 1, 30000), 0);
+    /* About 150 tokens of text: four blocks of 32 and some. */
+    char text[1200] = "";
+    for (int k = 0; k < 30; k++)
+        snprintf(text + strlen(text), sizeof(text) - strlen(text), "tenant seven asks %d, ", k);
+    json_t *b = json_pack("{s:s, s:s, s:i}", "model", "tiny", "prompt", text, "max_tokens", 1);
+    char *body = json_dumps(b, JSON_COMPACT);
+    json_decref(b);
+    int prefix = 0;
+    for (long long end = ig_tc_now_ms() + 20000; prefix == 0 && ig_tc_now_ms() < end;
+         usleep(100000)) {
+        ig_tc_response_t r;
+        assert_int_equal(ig_gwf_post(port, "/v1/completions", body, &r, 30000), 0);
+        assert_int_equal(r.status, 200);
+        prefix = (int)ig_tc_route_num(ig_tc_header(&r, "x-infergate-route"), "prefix_tokens");
+        ig_tc_response_free(&r);
+    }
+    free(body);
+    assert_true(prefix >= 3 * 32);
+    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 10000), 0);
+    ig_proc_dispose(&gw);
+    ig_proc_stop(&w, SIGTERM, 10000);
+    ig_proc_dispose(&w);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_killed_worker_leaves_index),
         cmocka_unit_test(test_replicas_agree),
+        cmocka_unit_test(test_text_prompt_tokenizer_fetched),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

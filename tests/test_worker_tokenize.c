@@ -2,7 +2,8 @@
  * POST /v1/tokenize and /v1/detokenize through the real worker: the count
  * is the prompt_tokens a generation request is billed for (text, token ids
  * and chat), detokenize gives the text back, and bad input is a 400 naming
- * the field.
+ * the field. GET /v1/tokenizer/FILE gives the model directory's tokenizer
+ * files byte for byte, and a 404 naming the file for one it lacks.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +13,10 @@
 #include <cmocka.h>
 
 #include "worker_proc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static wproc_t W;
 
@@ -114,11 +119,65 @@ static void test_bad(void **state)
     }
 }
 
+/* The file's bytes, or NULL when it cannot be read; *len its length. */
+static char *read_all(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    char *buf = NULL;
+    *len = 0;
+    char chunk[65536];
+    size_t n;
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        buf = realloc(buf, *len + n);
+        assert_non_null(buf);
+        memcpy(buf + *len, chunk, n);
+        *len += n;
+    }
+    fclose(f);
+    return buf;
+}
+
+static void test_tokenizer_files(void **state)
+{
+    (void)state;
+    static const char *const names[] = {"tokenizer.json", "tokenizer_config.json",
+                                        "generation_config.json"};
+    int served = 0;
+    for (int i = 0; i < 3; i++) {
+        char path[600], url[80];
+        snprintf(path, sizeof(path), "%s/%s", ig_gwf_model_dir, names[i]);
+        snprintf(url, sizeof(url), "/v1/tokenizer/%s", names[i]);
+        size_t len = 0;
+        char *want = read_all(path, &len);
+        ig_tc_response_t r;
+        assert_int_equal(wt_get(&W, url, &r), 0);
+        if (want == NULL) {
+            assert_int_equal(r.status, 404);
+            assert_non_null(strstr(r.body, names[i]));
+        } else {
+            assert_int_equal(r.status, 200);
+            assert_int_equal(r.body_len, len);
+            assert_memory_equal(r.body, want, len);
+            served++;
+        }
+        ig_tc_response_free(&r);
+        free(want);
+    }
+    assert_true(served >= 1); /* tokenizer.json at least: the model loads */
+    ig_tc_response_t r;
+    assert_int_equal(wt_get(&W, "/v1/tokenizer/weights.safetensors", &r), 0);
+    assert_int_equal(r.status, 404);
+    ig_tc_response_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_counts),
         cmocka_unit_test(test_bad),
+        cmocka_unit_test(test_tokenizer_files),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -78,6 +78,7 @@ static void on_pool_event(ig_pool_t *pool, ig_instance_t *inst, void *data)
         ig_scaler_pool_event(gw->scaler, pool, inst);
     if (inst != NULL && ig_instance_state(inst) == IG_INSTANCE_READY) {
         ig__gateway_kick_versions(gw, pool);
+        ig__gateway_tokenizer_kick(gw);
         /* The scaler retries held requests for the pools it drives; a
          * discovered pool's new instance must do it here. */
         if (ig_pool_discovered(pool))
@@ -263,7 +264,8 @@ static void prefix_models(ig_gateway_t *gw, const ig_config_t *cfg)
         }
         char err[256] = "";
         if (m->path == NULL)
-            snprintf(err, sizeof(err), "the model has no path");
+            snprintf(err, sizeof(err),
+                     "the model has no path; its workers' tokenizer is fetched once one is ready");
         if (pm->tok == NULL &&
             (m->path == NULL || ig_tokenizer_load(m->path, &pm->tok, err, sizeof(err)) != 0)) {
             /* Token-id prompts need only the block size to be hashed. */
@@ -297,6 +299,7 @@ void ig__gateway_set_config(ig_gateway_t *gw, const ig_config_t *cfg)
     gw->region[k] = '\0';
     gw->cfg = cfg;
     prefix_models(gw, cfg);
+    ig__gateway_tokenizer_kick(gw);
 }
 
 int ig__gateway_site_start(ig_gateway_t *gw, const ig_config_t *cfg, const ig_config_site_t *cs,
@@ -443,6 +446,7 @@ void ig_gateway_close(ig_gateway_t *gw, uint64_t grace_ms, void (*cb)(void *data
 {
     gw->close_cb = cb;
     gw->close_data = data;
+    ig__gateway_tokenizer_close(gw);
     gw->pending_closes = 1 + gw->npools + gw->nsites + 1 + (gw->scaler != NULL) + 1;
     const ig__gateway_part_t *reload = gw->reload_part;
     gw->pending_closes += reload != NULL ? reload->pending(gw) : 0;

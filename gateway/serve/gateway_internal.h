@@ -19,8 +19,12 @@ typedef struct {
     const char *path;  /* borrowed too: a reload keeps the tokenizer of an unchanged path */
     ig_tokenizer_t *tok;
     ig_chat_style_t style;
-    int block_size; /* its pool's */
+    int block_size;    /* its pool's */
+    int remote_failed; /* no path, and its workers served no tokenizer */
 } gw_prefix_model_t;
+
+/* tokenizer_fetch.c's fetch in flight. */
+typedef struct ig__tok_fetch_s ig__tok_fetch_t;
 
 /* status.c's history of the status page's chart. */
 typedef struct ig__status_history_s ig__status_history_t;
@@ -58,6 +62,8 @@ struct ig_gateway_s {
     unsigned generation;        /* reloads so far: new pools' sockets get new names */
     gw_prefix_model_t *pmodels;
     int npmodels;
+    ig__tok_fetch_t *tok_fetch; /* NULL when none runs */
+    int tok_fetch_off;          /* the gateway closes: no more */
 };
 
 /* The status page (page.c): one HTML document with its script, served at
@@ -70,6 +76,14 @@ extern const size_t ig__status_page_len;
  * started). */
 int ig__status_history_start(ig_gateway_t *gw);
 void ig__status_history_close(ig_gateway_t *gw, void (*cb)(void *data), void *data);
+
+/* ---- tokenizer_fetch.c: a model's tokenizer from its workers ---- */
+
+/* Starts fetching the tokenizer of a model without a path from a ready
+ * instance of its pool, when one is wanted and none is being fetched. */
+void ig__gateway_tokenizer_kick(ig_gateway_t *gw);
+/* Abandons the fetch in flight, and starts no other. */
+void ig__gateway_tokenizer_close(ig_gateway_t *gw);
 
 /* ---- targets.c: the upstreams of a routing key ---- */
 

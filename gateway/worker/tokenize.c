@@ -7,6 +7,11 @@
  *               generation request's own fields and rules (the one parser);
  *               -> {"count", "max_model_len", "tokens"}
  *   detokenize: {"tokens": [ids]} -> {"prompt": text}
+ *
+ * And GET /v1/tokenizer/FILE: the model directory's tokenizer.json,
+ * tokenizer_config.json and generation_config.json as they are on disk,
+ * for a gateway without the model files that hashes text prompts as this
+ * worker caches them (docs/routing.md, "Text prompts without model files").
  */
 #include "worker_internal.h"
 
@@ -14,6 +19,7 @@
 #include "infergate/prefix.h"
 #include "infergate/utf8.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,4 +149,36 @@ void ig__worker_detokenize(worker_t *w, ig_http_req_t *req)
     }
     ig_api_respond_json(req, 200, json_pack("{s:s%}", "prompt", fixed, tl));
     free(fixed);
+}
+
+/* The most a gateway reads of one tokenizer file. */
+#define TOKENIZER_FILE_MAX (64u << 20)
+
+/* name is one of the three the routes in worker.c name. */
+void ig__worker_tokenizer_file(worker_t *w, ig_http_req_t *req, const char *name)
+{
+    if (ready(w, req) < 0)
+        return;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s", w->o.model_dir, name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        /* A GGUF model carries its vocabulary inside the weights. */
+        ig_http_respond_error(req, 404, "not_found_error", NULL, NULL,
+                              "the model has no %s (a GGUF file's vocabulary is not served)",
+                              name);
+        return;
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size >= 0 && (size_t)size <= TOKENIZER_FILE_MAX && fseek(f, 0, SEEK_SET) == 0 &&
+        (buf = malloc((size_t)size + 1)) != NULL)
+        len = fread(buf, 1, (size_t)size, f);
+    fclose(f);
+    if (buf == NULL || len != (size_t)size)
+        ig_http_respond_error(req, 500, "server_error", NULL, NULL, "cannot read %s", name);
+    else
+        ig_http_respond(req, 200, "application/json", buf, len);
+    free(buf);
 }

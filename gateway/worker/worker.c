@@ -225,6 +225,21 @@ static void handle_tokenize(ig_http_req_t *req, void *data)
     ig__worker_tokenize(data, req);
 }
 
+static void handle_tokenizer_json(ig_http_req_t *req, void *data)
+{
+    ig__worker_tokenizer_file(data, req, "tokenizer.json");
+}
+
+static void handle_tokenizer_config(ig_http_req_t *req, void *data)
+{
+    ig__worker_tokenizer_file(data, req, "tokenizer_config.json");
+}
+
+static void handle_generation_config(ig_http_req_t *req, void *data)
+{
+    ig__worker_tokenizer_file(data, req, "generation_config.json");
+}
+
 static void handle_detokenize(ig_http_req_t *req, void *data)
 {
     ig__worker_detokenize(data, req);
@@ -253,6 +268,9 @@ static const ig_http_route_t routes[] = {
     {"POST", "/v1/chat/completions", handle_chat, 0},
     {"POST", "/v1/tokenize", handle_tokenize, 0},
     {"POST", "/v1/detokenize", handle_detokenize, 0},
+    {"GET", "/v1/tokenizer/tokenizer.json", handle_tokenizer_json, 0},
+    {"GET", "/v1/tokenizer/tokenizer_config.json", handle_tokenizer_config, 0},
+    {"GET", "/v1/tokenizer/generation_config.json", handle_generation_config, 0},
     {"POST", "/v1/embeddings", handle_not_served, 0},
     {"POST", "/v1/responses", handle_not_served, 0},
     {"GET", "/v1/models", handle_models, 0},

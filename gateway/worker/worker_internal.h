@@ -202,6 +202,8 @@ void ig__worker_on_sched_notify(void *data);
 void ig__worker_tokenize(worker_t *w, ig_http_req_t *req);
 /* POST /v1/detokenize: {"tokens": [ids]} -> {"prompt": text}; finishes req. */
 void ig__worker_detokenize(worker_t *w, ig_http_req_t *req);
+/* GET /v1/tokenizer/NAME: one of the model's tokenizer files (tokenize.c). */
+void ig__worker_tokenizer_file(worker_t *w, ig_http_req_t *req, const char *name);
 
 /* POST /v1/completions and /v1/chat/completions: parse, tokenize, submit;
  * answers errors itself and finishes req, now or when the last choice ends. */
