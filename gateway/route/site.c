@@ -5,6 +5,7 @@
 #include "infergate/error.h"
 #include "infergate/load.h"
 #include "infergate/log.h"
+#include "infergate/prom_text.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -14,8 +15,21 @@
 #define MAX_SITE_MODELS 64
 
 /* PROBE_RTT is the cheap probe of an idle plain site (GET /health, timed
- * for its RTT only); the others are the liveness cycle. */
-typedef enum { PROBE_LOAD, PROBE_HEALTH, PROBE_MODELS, PROBE_RTT } probe_kind_t;
+ * for its RTT only); the others are the liveness cycle, which for a plain
+ * site ends with its /metrics while that has gauges we know. */
+typedef enum { PROBE_LOAD, PROBE_HEALTH, PROBE_MODELS, PROBE_RTT, PROBE_METRICS } probe_kind_t;
+
+/* The queue gauges of the servers a plain site may run: requests being
+ * served and requests waiting for a slot, over every replica that sends
+ * there (docs/routing.md, "A plain site's own load"). */
+static const struct {
+    const char *server, *running, *waiting;
+} gauges[] = {
+    {"vllm", "vllm:num_requests_running", "vllm:num_requests_waiting"},
+    {"sglang", "sglang:num_running_reqs", "sglang:num_queue_reqs"},
+    {"llama.cpp", "llamacpp:requests_processing", "llamacpp:requests_deferred"},
+    {"tgi", "tgi_batch_current_size", "tgi_queue_size"},
+};
 
 struct ig_site_s {
     uv_loop_t *loop;
@@ -36,6 +50,10 @@ struct ig_site_s {
     char *body;
     size_t len;
     int peer;            /* -1 unknown, 0 no, 1 yes */
+    int metrics;         /* -1 unknown, 0 no gauges we know, else 1 + index into gauges */
+    double running;      /* from the last /metrics */
+    double waiting;
+    uint64_t metrics_at_ns;
     int failures;        /* probes failed in a row */
     uint64_t rtt_probes; /* cheap RTT probes answered (ig_site_rtt_probes) */
     int closing;
@@ -175,6 +193,36 @@ static void on_rtt_timer(uv_timer_t *t)
         probe_send(s, PROBE_RTT);
 }
 
+/* A plain site's /metrics (NULL: it has none): the first server of gauges
+ * whose waiting gauge it publishes gives the router the site's queue,
+ * every replica's requests included. A site without one is not asked
+ * again. */
+static void read_metrics(ig_site_t *s, const char *text, size_t len, uint64_t now)
+{
+    int k = s->metrics > 0 ? s->metrics - 1 : 0;
+    int n = (int)(sizeof(gauges) / sizeof(gauges[0]));
+    double waiting = 0, running = 0;
+    for (int tries = 0; text != NULL && tries < n; tries++, k = (k + 1) % n) {
+        if (ig_prom_sum(text, len, gauges[k].waiting, &waiting) > 0) {
+            if (s->metrics != k + 1)
+                IG_INFO("site %s: its queue from /metrics (%s)", s->name, gauges[k].server);
+            s->metrics = k + 1;
+            ig_prom_sum(text, len, gauges[k].running, &running);
+            s->running = running;
+            s->waiting = waiting;
+            s->metrics_at_ns = now;
+            s->route.reported_waiting = waiting;
+            s->route.reported_at_ns = now;
+            return;
+        }
+    }
+    if (s->metrics != 0)
+        IG_INFO("site %s: no queue gauge in /metrics (vLLM, SGLang, llama.cpp, TGI); routing "
+                "on this gateway's own counts",
+                s->name);
+    s->metrics = 0;
+}
+
 static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
 {
     ig_site_t *s = data;
@@ -187,7 +235,7 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
     ig_load_init(&load);
     if (ok && s->body != NULL && s->kind == PROBE_LOAD)
         load_rc = ig_load_decode(s->body, s->len, &load, NULL, 0);
-    else if (ok && s->body != NULL)
+    else if (ok && s->body != NULL && s->kind != PROBE_METRICS)
         doc = json_loads(s->body, 0, NULL);
     probe_kind_t next = -1;
     if (err == 0)
@@ -240,6 +288,11 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
         if (ok && json_is_object(doc))
             set_models_from(s, json_object_get(doc, "data"));
         mark(s, ok && (s->fixed_models || json_is_object(doc)));
+        if (ok && s->metrics != 0)
+            next = PROBE_METRICS;
+        break;
+    case PROBE_METRICS:
+        read_metrics(s, ok ? s->body : NULL, ok ? s->len : 0, now);
         break;
     }
     json_decref(doc);
@@ -262,7 +315,7 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
 static void probe_send(ig_site_t *s, probe_kind_t kind)
 {
     static const ig_upstream_cbs_t cbs = {probe_on_headers, probe_on_body, probe_on_done};
-    static const char *paths[] = {"/load", "/health", "/v1/models", "/health"};
+    static const char *paths[] = {"/load", "/health", "/v1/models", "/health", "/metrics"};
     s->kind = kind;
     s->status = 0;
     s->sent_ns = uv_hrtime();
@@ -294,6 +347,7 @@ int ig_site_start(ig_site_t **out, uv_loop_t *loop, const ig_site_spec_t *spec)
     s->url = strdup(spec->url);
     s->region = spec->region ? strdup(spec->region) : NULL;
     s->peer = -1;
+    s->metrics = -1;
     if (s->spec.probe_interval_ms == 0)
         s->spec.probe_interval_ms = 1000;
     if (s->spec.probe_failures_down <= 0)
@@ -416,4 +470,15 @@ ig_upstream_t *ig_site_upstream(ig_site_t *s)
 ig_router_upstream_t *ig_site_route(ig_site_t *s)
 {
     return &s->route;
+}
+
+const char *ig_site_metrics(const ig_site_t *s, double *running, double *waiting,
+                            double *age_s)
+{
+    if (s->metrics <= 0)
+        return NULL;
+    *running = s->running;
+    *waiting = s->waiting;
+    *age_s = (double)(uv_hrtime() - s->metrics_at_ns) / 1e9;
+    return gauges[s->metrics - 1].server;
 }

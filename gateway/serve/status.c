@@ -314,6 +314,12 @@ void ig_gateway_status(ig_http_req_t *req, void *data)
         ig_price_t price = ig__gateway_price_of(gw, ig_site_name(site), 1);
         status_cost(row, u, &price, now, &spend);
         json_object_set_new(row, "rtt_probes", json_integer((json_int_t)ig_site_rtt_probes(site)));
+        double running, waiting, age;
+        const char *server = ig_site_metrics(site, &running, &waiting, &age);
+        if (server != NULL)
+            json_object_set_new(row, "metrics",
+                                json_pack("{s:s, s:f, s:f, s:f}", "server", server, "running",
+                                          running, "waiting", waiting, "age_s", age));
     }
     json_t *doc =
         json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",

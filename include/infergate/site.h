@@ -46,6 +46,12 @@ const char *ig_site_model(const ig_site_t *site, int i);
 /* The cheap RTT probes (GET /health of an idle plain site, the router's
  * rtt_probe_s) that were sent and ended, for /status. */
 uint64_t ig_site_rtt_probes(const ig_site_t *site);
+/* A plain site's queue as its /metrics last gave it: the server whose
+ * gauges it publishes ("vllm", "sglang", "llama.cpp", "tgi"), and the
+ * requests running and waiting there and how old that is; NULL when it
+ * publishes none we know (the out-values are then untouched). */
+const char *ig_site_metrics(const ig_site_t *site, double *running, double *waiting,
+                            double *age_s);
 ig_upstream_t *ig_site_upstream(ig_site_t *site);
 ig_router_upstream_t *ig_site_route(ig_site_t *site);
 

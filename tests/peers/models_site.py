@@ -4,13 +4,15 @@
 Built on python3's http.server, a peer infergate did not write.
 
     models_site.py [--host 127.0.0.1] [--port 0] --models-file PATH [--max-s S]
-                   [--require-key KEY]
+                   [--require-key KEY] [--metrics-file PATH]
 
 Prints "listening on HOST:PORT" on stdout once it accepts connections.
 Routes:
 
   GET /health             {"status":"ok"}
   GET /v1/models          the ids of PATH, one a line, read at each request
+  GET /metrics            with --metrics-file, that file as it is at each
+                          request (Prometheus text, as vLLM publishes it)
   POST /v1/completions    a completion of the model asked for, if PATH lists
                           it (else 404 model_not_found); its text names it
   anything else           404 (so /load marks it as no infergate peer)
@@ -51,6 +53,14 @@ def make_handler(args):
         def do_GET(self):
             if self.path == "/health":
                 self.answer(200, {"status": "ok"})
+            elif self.path == "/metrics" and args.metrics_file:
+                with open(args.metrics_file, "rb") as f:
+                    body = f.read()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
             elif self.path == "/v1/models":
                 data = [{"id": m, "object": "model", "created": 0, "owned_by": "site"}
                         for m in models()]
@@ -93,6 +103,7 @@ def main():
     ap.add_argument("--models-file", required=True)
     ap.add_argument("--max-s", type=float, default=300)
     ap.add_argument("--require-key", default="")
+    ap.add_argument("--metrics-file", default="")
     args = ap.parse_args()
     srv = http.server.ThreadingHTTPServer((args.host, args.port), make_handler(args))
     srv.daemon_threads = True
