@@ -103,6 +103,7 @@ static struct {
     int slots, busy;
     int instant_raw;  /* --instant-raw */
     int report_load;  /* --report-load: GET /load answers like an infergate instance */
+    int vllm_metrics; /* --vllm-metrics: GET /metrics answers with vLLM's queue gauges */
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
     uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
@@ -736,6 +737,20 @@ static void answer_load(conn_t *c, req_t *r)
     send_response(c, r, 200, "application/json", body, (size_t)n);
 }
 
+/* GET /metrics as vLLM publishes its queue: requests holding a slot and
+ * requests waiting for one, as Prometheus gauges. */
+static void answer_metrics(conn_t *c, req_t *r)
+{
+    char body[512];
+    int n = snprintf(body, sizeof(body),
+                     "# TYPE vllm:num_requests_running gauge\n"
+                     "vllm:num_requests_running{model_name=\"m\"} %d.0\n"
+                     "# TYPE vllm:num_requests_waiting gauge\n"
+                     "vllm:num_requests_waiting{model_name=\"m\"} %llu.0\n",
+                     g.busy, (unsigned long long)g.nwaiting);
+    send_response(c, r, 200, "text/plain; version=0.0.4", body, (size_t)n);
+}
+
 static int on_url(llhttp_t *p, const char *at, size_t len)
 {
     conn_t *c = p->data;
@@ -796,6 +811,9 @@ static int on_message_complete(llhttp_t *p)
          * waited behind the model would report a past state. */
         r->kind = K_LOAD;
         answer_load(c, r);
+    } else if (g.vllm_metrics && method == HTTP_GET && strcmp(path, "/metrics") == 0) {
+        r->kind = K_LOAD; /* at once, as /load */
+        answer_metrics(c, r);
     } else if (strncmp(path, "/_control/", 10) == 0) {
         r->kind = K_CONTROL;
     } else if (method == HTTP_POST && strcmp(path, "/v1/completions") == 0) {
@@ -939,6 +957,9 @@ static void usage(FILE *out)
         "                         {ready_instances, waiting, running, inflight,\n"
         "                         max_num_seqs (= --slots)}, so a gateway that probes it\n"
         "                         knows its slots and queue\n"
+        "  --vllm-metrics         answer GET /metrics at once with vLLM's queue gauges\n"
+        "                         (vllm:num_requests_running and _waiting), as a plain\n"
+        "                         vLLM site publishes every client's requests\n"
         "  --spin-us US           wake this early and spin, for precise timing (default 200)\n"
         "  --idle-timeout-ms MS   close keep-alive connections idle this long (default: never)\n"
         "  --quiet                no log lines on stderr\n"
@@ -1030,6 +1051,8 @@ int main(int argc, char **argv)
             g.instant_raw = 1;
         } else if (!strcmp(a, "--report-load")) {
             g.report_load = 1;
+        } else if (!strcmp(a, "--vllm-metrics")) {
+            g.vllm_metrics = 1;
         } else if (!strcmp(a, "--slots")) {
             IGB_NEED(&o, v);
             char *end = NULL;
