@@ -120,6 +120,20 @@ static void need_dnsmasq(void)
     }
 }
 
+/* Stops the gateway (which must exit cleanly), the n workers and the DNS
+ * server, and disposes of them. */
+static void stop_all(ig_proc_t *gw, ig_proc_t *w, int n, ig_proc_t *dns)
+{
+    assert_int_equal(ig_proc_stop(gw, SIGTERM, 30000), 0);
+    ig_proc_dispose(gw);
+    for (int i = 0; i < n; i++) {
+        ig_proc_stop(&w[i], SIGTERM, 10000);
+        ig_proc_dispose(&w[i]);
+    }
+    ig_proc_stop(dns, SIGTERM, 10000);
+    ig_proc_dispose(dns);
+}
+
 /* ---- the load --------------------------------------------------------------- */
 
 #define MAX_NAMES 8
@@ -351,12 +365,7 @@ static void test_held_until_discovered_ready(void **state)
     ig_tc_response_free(&r);
     ig_tc_close(tc);
 
-    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
-    ig_proc_dispose(&gw);
-    ig_proc_stop(&w, SIGTERM, 10000);
-    ig_proc_dispose(&w);
-    ig_proc_stop(&dns, SIGTERM, 10000);
-    ig_proc_dispose(&dns);
+    stop_all(&gw, &w, 1, &dns);
 }
 
 /* A reload that points the pool at another DNS name replaces it under
@@ -417,14 +426,7 @@ static void test_reload_moves_discovered_pool(void **state)
     assert_int_equal(l.failed, 0);
     assert_true(l.total > 20);
 
-    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
-    ig_proc_dispose(&gw);
-    for (int i = 0; i < 2; i++) {
-        ig_proc_stop(&w[i], SIGTERM, 10000);
-        ig_proc_dispose(&w[i]);
-    }
-    ig_proc_stop(&dns, SIGTERM, 10000);
-    ig_proc_dispose(&dns);
+    stop_all(&gw, w, 2, &dns);
 }
 
 /* No port in the config: SRV records (dnsmasq's srv-host) name two
@@ -476,14 +478,7 @@ static void test_srv_records(void **state)
         ig_tc_response_free(&r);
     }
     assert_true(served[0] >= 1 && served[1] >= 1);
-    assert_int_equal(ig_proc_stop(&gw, SIGTERM, 30000), 0);
-    ig_proc_dispose(&gw);
-    for (int i = 0; i < 2; i++) {
-        ig_proc_stop(&w[i], SIGTERM, 10000);
-        ig_proc_dispose(&w[i]);
-    }
-    ig_proc_stop(&dns, SIGTERM, 10000);
-    ig_proc_dispose(&dns);
+    stop_all(&gw, w, 2, &dns);
 }
 
 /* Without a resolver the system's configuration answers (c-ares reads
