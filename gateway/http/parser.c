@@ -581,55 +581,109 @@ static int chunk_ext_byte(ig__http_parser_t *p)
     return 0;
 }
 
+/* One byte of a chunk-size line: the hex size, its extensions and the CRLF
+ * that ends it (CS_SIZE0 to CS_SIZE_LF). Returns 0, or -1 on a framing
+ * error. */
+static int chunk_size_byte(ig__http_parser_t *p, unsigned char c)
+{
+    unsigned v;
+    switch (p->cstate) {
+    case CS_SIZE0:
+        if (!is_hex(c, &v))
+            return fail(p, 400, "invalid chunk size");
+        p->csize = v;
+        p->cstate = CS_SIZE;
+        return 0;
+    case CS_SIZE:
+        if (is_hex(c, &v)) {
+            if (p->csize > (UINT64_MAX >> 4))
+                return fail(p, 400, "chunk size overflow");
+            p->csize = p->csize * 16 + v;
+        } else if (c == ';') {
+            p->cstate = CS_EXT;
+            p->cext_bytes = 0;
+            return chunk_ext_byte(p);
+        } else if (c == '\r') {
+            p->cstate = CS_SIZE_LF;
+        } else {
+            return fail(p, 400, "invalid chunk size");
+        }
+        return 0;
+    case CS_EXT:
+        if (c == '\r')
+            p->cstate = CS_SIZE_LF;
+        else if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return fail(p, 400, "invalid chunk extension");
+        else
+            return chunk_ext_byte(p);
+        return 0;
+    default: /* CS_SIZE_LF */
+        if (c != '\n')
+            return fail(p, 400, "bare CR in chunk size line");
+        /* An announced chunk that cannot fit is refused before its
+         * bytes arrive. */
+        if (p->csize > p->limits->max_body_bytes - p->req->body_len)
+            return fail(p, 413, "request body too large");
+        p->cstate = p->csize == 0 ? CS_TRAILER0 : CS_DATA;
+        return 0;
+    }
+}
+
+/* One byte of the CRLF after a chunk's data (CS_DATA_CR, CS_DATA_LF).
+ * Returns 0, or -1 on a framing error. */
+static int chunk_data_end_byte(ig__http_parser_t *p, unsigned char c)
+{
+    if (c != (p->cstate == CS_DATA_CR ? '\r' : '\n'))
+        return fail(p, 400, "missing CRLF after chunk data");
+    p->cstate = p->cstate == CS_DATA_CR ? CS_DATA_LF : CS_SIZE0;
+    return 0;
+}
+
+/* One byte of the trailer section and the final CRLF (CS_TRAILER0 to
+ * CS_END_LF). Returns 0, or -1 on a framing error. */
+static int chunk_trailer_byte(ig__http_parser_t *p, unsigned char c)
+{
+    switch (p->cstate) {
+    case CS_TRAILER0:
+        if (c == '\r')
+            p->cstate = CS_END_LF;
+        else if (c == ' ' || c == '\t')
+            return fail(p, 400, "trailer line starts with whitespace");
+        else if (c == '\n')
+            return fail(p, 400, "bare LF in trailer");
+        else
+            p->cstate = CS_TRAILER;
+        break;
+    case CS_TRAILER:
+        if (c == '\r')
+            p->cstate = CS_TRAILER_LF;
+        else if (c == '\n' || c == 0)
+            return fail(p, 400, "invalid character in trailer");
+        break;
+    case CS_TRAILER_LF:
+        if (c != '\n')
+            return fail(p, 400, "bare CR in trailer");
+        p->cstate = CS_TRAILER0;
+        break;
+    default: /* CS_END_LF */
+        if (c != '\n')
+            return fail(p, 400, "bare CR after last chunk");
+        p->cstate = CS_DONE;
+        break;
+    }
+    return 0;
+}
+
 /* Returns bytes validated up to and including the end of the message (or
- * len), -1 on a framing error. */
+ * len), -1 on a framing error. A chunk's data is skipped whole; every other
+ * byte goes to the function for its part of the framing. */
 static long chunk_validate(ig__http_parser_t *p, const char *d, size_t len)
 {
     size_t i = 0;
     while (i < len && p->cstate != CS_DONE) {
         unsigned char c = (unsigned char)d[i];
-        unsigned v;
-        switch (p->cstate) {
-        case CS_SIZE0:
-            if (!is_hex(c, &v))
-                return fail(p, 400, "invalid chunk size");
-            p->csize = v;
-            p->cstate = CS_SIZE;
-            break;
-        case CS_SIZE:
-            if (is_hex(c, &v)) {
-                if (p->csize > (UINT64_MAX >> 4))
-                    return fail(p, 400, "chunk size overflow");
-                p->csize = p->csize * 16 + v;
-            } else if (c == ';') {
-                p->cstate = CS_EXT;
-                p->cext_bytes = 0;
-                if (chunk_ext_byte(p) < 0)
-                    return -1;
-            } else if (c == '\r') {
-                p->cstate = CS_SIZE_LF;
-            } else {
-                return fail(p, 400, "invalid chunk size");
-            }
-            break;
-        case CS_EXT:
-            if (c == '\r')
-                p->cstate = CS_SIZE_LF;
-            else if ((c < 0x20 && c != '\t') || c == 0x7f)
-                return fail(p, 400, "invalid chunk extension");
-            else if (chunk_ext_byte(p) < 0)
-                return -1;
-            break;
-        case CS_SIZE_LF:
-            if (c != '\n')
-                return fail(p, 400, "bare CR in chunk size line");
-            /* An announced chunk that cannot fit is refused before its
-             * bytes arrive. */
-            if (p->csize > p->limits->max_body_bytes - p->req->body_len)
-                return fail(p, 413, "request body too large");
-            p->cstate = p->csize == 0 ? CS_TRAILER0 : CS_DATA;
-            break;
-        case CS_DATA: {
+        int rc;
+        if (p->cstate == CS_DATA) {
             size_t n = len - i;
             if (n > p->csize)
                 n = (size_t)p->csize;
@@ -639,43 +693,16 @@ static long chunk_validate(ig__http_parser_t *p, const char *d, size_t len)
                 p->cstate = CS_DATA_CR;
             continue;
         }
-        case CS_DATA_CR:
-            if (c != '\r')
-                return fail(p, 400, "missing CRLF after chunk data");
-            p->cstate = CS_DATA_LF;
-            break;
-        case CS_DATA_LF:
-            if (c != '\n')
-                return fail(p, 400, "missing CRLF after chunk data");
-            p->cstate = CS_SIZE0;
-            break;
-        case CS_TRAILER0:
-            if (c == '\r')
-                p->cstate = CS_END_LF;
-            else if (c == ' ' || c == '\t')
-                return fail(p, 400, "trailer line starts with whitespace");
-            else if (c == '\n')
-                return fail(p, 400, "bare LF in trailer");
-            else
-                p->cstate = CS_TRAILER;
-            break;
-        case CS_TRAILER:
-            if (c == '\r')
-                p->cstate = CS_TRAILER_LF;
-            else if (c == '\n' || c == 0)
-                return fail(p, 400, "invalid character in trailer");
-            break;
-        case CS_TRAILER_LF:
-            if (c != '\n')
-                return fail(p, 400, "bare CR in trailer");
-            p->cstate = CS_TRAILER0;
-            break;
-        case CS_END_LF:
-            if (c != '\n')
-                return fail(p, 400, "bare CR after last chunk");
-            p->cstate = CS_DONE;
-            break;
-        }
+        if (p->cstate < CS_DATA)
+            rc = chunk_size_byte(p, c);
+        else if (p->cstate < CS_TRAILER0)
+            rc = chunk_data_end_byte(p, c);
+        else
+            rc = chunk_trailer_byte(p, c);
+        if (rc < 0)
+            return -1;
+        /* The trailer block, from the LF that ends the last chunk's size
+         * line, is bounded as a header block is. */
         if (p->cstate >= CS_TRAILER0 && ++p->ctrailer_bytes > p->limits->max_header_bytes)
             return fail(p, 431, "trailer block too large");
         i++;
