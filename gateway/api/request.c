@@ -319,14 +319,14 @@ static int parse_admission(json_t *root, ig_api_request_t *r, ig_api_error_t *er
     return 0;
 }
 
-static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+/* The sampling parameters and the seed: ranges only; whoever samples
+ * decides what it honours. */
+static int parse_sampling(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
 {
     int rc;
     long long i = 0;
     double d = 0;
 
-    if ((rc = parse_admission(root, r, err)) < 0)
-        return rc;
     if ((rc = get_num(root, "temperature", 0.0, 100.0, 0, &d, err)) < 0)
         return rc;
     if (rc)
@@ -364,72 +364,102 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
         r->has_seed = 1;
         r->seed = (uint64_t)json_integer_value(seed);
     }
+    return 0;
+}
 
+/* stop: one string or a list of at most IG_API_MAX_STOP, each 1 to
+ * IG_API_MAX_STOP_LEN bytes. */
+static int parse_stop(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
     json_t *stop = json_object_get(root, "stop");
-    if (stop && !json_is_null(stop)) {
-        size_t n = json_is_string(stop) ? 1 : json_is_array(stop) ? json_array_size(stop) : 0;
-        if (!json_is_string(stop) && !json_is_array(stop))
-            return ig_api_error(err, 400, "stop", "'stop' must be a string or a list of strings");
-        if (n > IG_API_MAX_STOP)
-            return ig_api_error(err, 400, "stop", "'stop' has %zu entries; at most %d", n,
-                                IG_API_MAX_STOP);
-        if (n) {
-            r->stop = calloc(n, sizeof(char *));
-            if (!r->stop)
-                return IG_ENOMEM;
-        }
-        for (size_t k = 0; k < n; k++) {
-            json_t *s = json_is_string(stop) ? stop : json_array_get(stop, k);
-            if (!json_is_string(s))
-                return ig_api_error(err, 400, "stop", "'stop' entries must be strings");
-            size_t len = json_string_length(s);
-            if (len == 0 || len > IG_API_MAX_STOP_LEN)
-                return ig_api_error(err, 400, "stop", "'stop' strings must be 1 to %d bytes long",
-                                    IG_API_MAX_STOP_LEN);
-            if (!(r->stop[r->nstop] = dup_utf8(s, NULL)))
-                return IG_ENOMEM;
-            r->nstop++;
-        }
-    }
-
-    json_t *sids = json_object_get(root, "stop_token_ids");
-    if (sids && !json_is_null(sids)) {
-        if (!json_is_array(sids) || json_array_size(sids) > IG_API_MAX_STOP_IDS)
-            return ig_api_error(err, 400, "stop_token_ids",
-                                "'stop_token_ids' must be a list of at most %d token ids",
-                                IG_API_MAX_STOP_IDS);
-        if (json_array_size(sids) &&
-            (rc = get_ids(sids, "stop_token_ids", &r->stop_ids, &r->nstop_ids, err)) < 0)
-            return rc;
-    }
-
-    if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, err)) < 0)
-        return rc;
-    json_t *so = json_object_get(root, "stream_options");
-    if (so && !json_is_null(so)) {
-        if (!json_is_object(so))
-            return ig_api_error(err, 400, "stream_options", "'stream_options' must be an object");
-        if (!r->stream)
-            return ig_api_error(err, 400, "stream_options",
-                                "'stream_options' is only allowed when 'stream' is true");
-        READER(v, err);
-        if ((rc = ig_jsonv_bool(&v, so, "stream_options", "include_usage", 0, r->include_usage,
-                                &r->include_usage)) < 0)
-            return rc;
-    }
-
-    if ((rc = parse_logit_bias(root, r, err)) < 0 ||
-        (rc = get_string(root, "user", 1 << 16, &r->user, err)) < 0)
-        return rc;
-    json_t *rf = json_object_get(root, "response_format");
-    if (rf && !json_is_null(rf)) {
-        json_t *type = json_object_get(rf, "type");
-        if (!json_is_object(rf) || !json_is_string(type))
-            return ig_api_error(err, 400, "response_format",
-                                "'response_format' must be an object with a string 'type'");
-        if (!(r->response_format = dup_utf8(type, NULL)))
+    if (!stop || json_is_null(stop))
+        return 0;
+    size_t n = json_is_string(stop) ? 1 : json_is_array(stop) ? json_array_size(stop) : 0;
+    if (!json_is_string(stop) && !json_is_array(stop))
+        return ig_api_error(err, 400, "stop", "'stop' must be a string or a list of strings");
+    if (n > IG_API_MAX_STOP)
+        return ig_api_error(err, 400, "stop", "'stop' has %zu entries; at most %d", n,
+                            IG_API_MAX_STOP);
+    if (n) {
+        r->stop = calloc(n, sizeof(char *));
+        if (!r->stop)
             return IG_ENOMEM;
     }
+    for (size_t k = 0; k < n; k++) {
+        json_t *s = json_is_string(stop) ? stop : json_array_get(stop, k);
+        if (!json_is_string(s))
+            return ig_api_error(err, 400, "stop", "'stop' entries must be strings");
+        size_t len = json_string_length(s);
+        if (len == 0 || len > IG_API_MAX_STOP_LEN)
+            return ig_api_error(err, 400, "stop", "'stop' strings must be 1 to %d bytes long",
+                                IG_API_MAX_STOP_LEN);
+        if (!(r->stop[r->nstop] = dup_utf8(s, NULL)))
+            return IG_ENOMEM;
+        r->nstop++;
+    }
+    return 0;
+}
+
+static int parse_stop_token_ids(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *sids = json_object_get(root, "stop_token_ids");
+    if (!sids || json_is_null(sids))
+        return 0;
+    if (!json_is_array(sids) || json_array_size(sids) > IG_API_MAX_STOP_IDS)
+        return ig_api_error(err, 400, "stop_token_ids",
+                            "'stop_token_ids' must be a list of at most %d token ids",
+                            IG_API_MAX_STOP_IDS);
+    if (json_array_size(sids) == 0)
+        return 0;
+    return get_ids(sids, "stop_token_ids", &r->stop_ids, &r->nstop_ids, err);
+}
+
+/* stream_options is only for a stream; include_usage is all it holds that
+ * anyone reads. */
+static int parse_stream_options(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *so = json_object_get(root, "stream_options");
+    if (!so || json_is_null(so))
+        return 0;
+    if (!json_is_object(so))
+        return ig_api_error(err, 400, "stream_options", "'stream_options' must be an object");
+    if (!r->stream)
+        return ig_api_error(err, 400, "stream_options",
+                            "'stream_options' is only allowed when 'stream' is true");
+    READER(v, err);
+    return ig_jsonv_bool(&v, so, "stream_options", "include_usage", 0, r->include_usage,
+                         &r->include_usage);
+}
+
+/* response_format: only its type is kept, so that a worker can refuse it
+ * by name. */
+static int parse_response_format(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *rf = json_object_get(root, "response_format");
+    if (!rf || json_is_null(rf))
+        return 0;
+    json_t *type = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(type))
+        return ig_api_error(err, 400, "response_format",
+                            "'response_format' must be an object with a string 'type'");
+    if (!(r->response_format = dup_utf8(type, NULL)))
+        return IG_ENOMEM;
+    return 0;
+}
+
+/* The fields completions and chat share, checked in this order (the first
+ * bad one is the one the 400 names). */
+static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    int rc;
+    if ((rc = parse_admission(root, r, err)) < 0 || (rc = parse_sampling(root, r, err)) < 0 ||
+        (rc = parse_stop(root, r, err)) < 0 || (rc = parse_stop_token_ids(root, r, err)) < 0 ||
+        (rc = get_bool(root, "ignore_eos", &r->ignore_eos, err)) < 0 ||
+        (rc = parse_stream_options(root, r, err)) < 0 ||
+        (rc = parse_logit_bias(root, r, err)) < 0 ||
+        (rc = get_string(root, "user", 1 << 16, &r->user, err)) < 0 ||
+        (rc = parse_response_format(root, r, err)) < 0)
+        return rc;
     return 0;
 }
 
