@@ -69,7 +69,25 @@ static int is_regname_char(unsigned char c)
 {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
         return 1;
-    return c != '\0' && strchr("-._~!$&'()*+,;=", c) != NULL;
+    switch (c) {
+    case '-':
+    case '.':
+    case '_':
+    case '~':
+    case '!':
+    case '$':
+    case '&':
+    case '\'':
+    case '(':
+    case ')':
+    case '*':
+    case '+':
+    case ',':
+    case ';':
+    case '=':
+        return 1;
+    }
+    return 0;
 }
 
 /* IP-literal = "[" ( IPv6address / IPvFuture ) "]", without the brackets. */
@@ -468,11 +486,19 @@ static int prescan(ig__http_parser_t *p, const char *d, size_t len)
     const ig_http_limits_t *lim = p->limits;
     size_t i = p->scan;
     for (; i < len; i++) {
-        /* ordinary bytes eight at a time; the length limits below, checked
-         * at each ordinary byte, are checked at the last one skipped */
+        /* A run of ordinary bytes, eight at a time where it can. A line only
+         * grows along the run, so the length limits, due at each of its
+         * bytes, are checked at its last. */
         size_t from = i;
-        while (len - i >= 8 && line8(ig_swar_load(d + i)))
-            i += 8;
+        while (i < len) {
+            if (len - i >= 8 && line8(ig_swar_load(d + i))) {
+                i += 8;
+                continue;
+            }
+            if (d[i] == '\r' || d[i] == '\n' || d[i] == '\0')
+                break;
+            i++;
+        }
         if (i > from && head_too_long(p, i - 1) < 0)
             return -1;
         if (i >= len)
@@ -510,10 +536,7 @@ static int prescan(ig__http_parser_t *p, const char *d, size_t len)
         }
         if (c == '\n')
             return fail(p, 400, "bare LF in header");
-        if (c == 0)
-            return fail(p, 400, "NUL in header");
-        if (head_too_long(p, i) < 0)
-            return -1;
+        return fail(p, 400, "NUL in header");
     }
     p->scan = i;
     return 0;
@@ -537,7 +560,8 @@ static int finish_head(ig__http_parser_t *p)
         return fail(p, 400, "missing request target");
     char *url = (char *)p->url;
     url[p->url_len] = '\0';
-    if (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0) {
+    if (url[0] != '/' &&
+        (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0)) {
         /* absolute-form (RFC 9112 3.2.2): keep the path; Host still rules.
          * Its authority must be valid too, without userinfo: an http(s) URI
          * with an empty or malformed host is invalid (RFC 9110 4.2.1). */
