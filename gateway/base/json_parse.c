@@ -164,11 +164,11 @@ static long unescape(parser_t *ps, const char *s, size_t n, char *out)
     return (long)o;
 }
 
-/* Whether none of eight bytes is a quote, a backslash or a control
- * character: a string's ordinary bytes. */
-static int plain8(uint64_t w)
+/* The bytes of w that end a string's run of ordinary bytes: a quote, a
+ * backslash or a control character (a swar.h test's result). */
+static uint64_t string_stops(uint64_t w)
 {
-    return !(ig_swar_eq(w, '"') | ig_swar_eq(w, '\\') | ig_swar_below(w, 0x20));
+    return ig_swar_eq(w, '"') | ig_swar_eq(w, '\\') | ig_swar_below(w, 0x20);
 }
 
 /* A string at ps->p (its opening quote). On success *s and *n are its UTF-8
@@ -183,13 +183,19 @@ static int parse_string(parser_t *ps, const char **s, size_t *n, char **owned)
     uint64_t high = 0; /* every byte passed, or'ed: no high bit, all ASCII */
     *owned = NULL;
     for (;;) {
-        uint64_t w;
-        while (ps->end - q >= 8 && plain8(w = ig_swar_load(q))) {
+        uint64_t w = 0, stops = 0;
+        while (ps->end - q >= 8 && (stops = string_stops(w = ig_swar_load(q))) == 0) {
             high |= w;
             q += 8;
         }
-        while (q < ps->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
-            high |= (unsigned char)*q++;
+        if (stops != 0) { /* the run ends in w: its bytes before the stop */
+            unsigned k = ig_swar_first(stops);
+            high |= w & ~(~0ULL << (8 * k));
+            q += k;
+        } else { /* fewer than eight bytes left */
+            while (q < ps->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+                high |= (unsigned char)*q++;
+        }
         if (q >= ps->end) {
             ps->p = q;
             fail(ps, "premature end of input in a string");
