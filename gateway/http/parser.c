@@ -424,11 +424,11 @@ static int parse_error(ig__http_parser_t *p, ig_http_req_t **out)
 
 /* ---- header pre-scan -------------------------------------------------- */
 
-/* Whether none of eight bytes may end a header line or break it: CR, LF
- * or NUL (prescan's stops). */
-static int line8(uint64_t w)
+/* The bytes of w that end a header line or break it: CR, LF or NUL
+ * (prescan's stops; a swar.h test's result). */
+static uint64_t line_stops(uint64_t w)
 {
-    return !(ig_swar_eq(w, '\r') | ig_swar_eq(w, '\n') | ig_swar_eq(w, 0));
+    return ig_swar_eq(w, '\r') | ig_swar_eq(w, '\n') | ig_swar_eq(w, 0);
 }
 
 /* Whether all eight bytes may stand in a field value: no control
@@ -491,9 +491,14 @@ static int prescan(ig__http_parser_t *p, const char *d, size_t len)
          * bytes, are checked at its last. */
         size_t from = i;
         while (i < len) {
-            if (len - i >= 8 && line8(ig_swar_load(d + i))) {
-                i += 8;
-                continue;
+            if (len - i >= 8) {
+                uint64_t stops = line_stops(ig_swar_load(d + i));
+                if (stops == 0) {
+                    i += 8;
+                    continue;
+                }
+                i += ig_swar_first(stops);
+                break;
             }
             if (d[i] == '\r' || d[i] == '\n' || d[i] == '\0')
                 break;
