@@ -6,9 +6,9 @@
  * measurable. It is a test-and-set lock, not a mutex: a proxied request
  * makes about twenty updates, and a mutex's lock and unlock cost more than
  * the update itself; a thread that finds it taken (by a render, the one
- * long holder) yields. Each family keeps its series in a chained hash table keyed by
- * the label values; rendering sorts families by name and series by label
- * values, so that two scrapes of the same state are byte-identical.
+ * long holder) yields. Each family keeps its series in a chained hash table
+ * keyed by the label values; rendering sorts families by name and series by
+ * label values, so that two scrapes of the same state are byte-identical.
  */
 #include "infergate/metrics.h"
 
