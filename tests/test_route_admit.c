@@ -14,38 +14,49 @@
 
 #define S(x) ((uint64_t)((x)*1e9))
 
+/* Two upstreams and the router that weighs them, at one instant. */
+typedef struct {
+    ig_router_t r;
+    ig_router_upstream_t fast, slow;
+    uint64_t now;
+    unsigned char exclude[2];
+} fleet_t;
+
 /* fast: 4 slots, each request holds one for 0.1 s, at its limit (8, twice
  * its slots), an answer 10 ms ago. slow: 2 slots, 2 s a request, 3 in
- * flight, under its limit of 4: a new request there waits for 2 of them. */
-static void fleet(ig_router_t *r, ig_router_upstream_t *fast, ig_router_upstream_t *slow,
-                  uint64_t now)
+ * flight, under its limit of 4: a new request there waits for 2 of them.
+ * The router runs with opts (NULL: the defaults, the latency policy). */
+static void fleet_init(fleet_t *f, const ig_router_opts_t *opts)
 {
+    ig_router_upstream_t *fast = &f->fast, *slow = &f->slow;
+    uint64_t now = f->now = S(100);
+    ig_router_init(&f->r, opts);
     ig_router_upstream_init(fast, "fast", IG_ROUTER_LOCAL);
     ig_router_upstream_init(slow, "slow", IG_ROUTER_LOCAL);
     fast->ready = slow->ready = 1;
     fast->slots = 4;
     slow->slots = 2;
     fast->reported_at_ns = slow->reported_at_ns = now;
-    ig_router_observe_occupancy(r, fast, 0.1, now);
-    ig_router_observe_occupancy(r, slow, 2.0, now);
-    ig_router_observe_ttft(r, fast, 16, 0.02, 0, now);
-    ig_router_observe_ttft(r, slow, 16, 0.2, 0, now);
-    fast->inflight = ig_admit_limit(r, fast, 0);
+    ig_router_observe_occupancy(&f->r, fast, 0.1, now);
+    ig_router_observe_occupancy(&f->r, slow, 2.0, now);
+    ig_router_observe_ttft(&f->r, fast, 16, 0.02, 0, now);
+    ig_router_observe_ttft(&f->r, slow, 16, 0.2, 0, now);
+    fast->inflight = ig_admit_limit(&f->r, fast, 0);
     slow->inflight = 3;
     fast->done_at_ns = slow->done_at_ns = now - S(0.01);
 }
 
 #define PLACED 100
 
-/* PLACED when the pick found an upstream, else the verdict. */
-static int admit(ig_router_t *r, ig_router_upstream_t *fast, ig_router_upstream_t *slow,
-                 uint64_t now, unsigned char *exclude)
+/* PLACED when the pick found an upstream, else the verdict; f->exclude
+ * says which upstreams admission passed over. */
+static int admit(fleet_t *f)
 {
-    ig_router_upstream_t *ups[2] = {fast, slow};
+    ig_router_upstream_t *ups[2] = {&f->fast, &f->slow};
     ig_admit_view_t v;
-    ig_admit_mark(r, ups, 2, NULL, 0, now, exclude, &v);
+    ig_admit_mark(&f->r, ups, 2, NULL, 0, f->now, f->exclude, &v);
     ig_route_decision_t d;
-    if (ig_router_pick(r, ups, 2, 16, exclude, now, &d) == 0)
+    if (ig_router_pick(&f->r, ups, 2, 16, f->exclude, f->now, &d) == 0)
         return PLACED;
     return (int)ig_admit_unplaced(&v, 0, 0, 0);
 }
@@ -53,45 +64,33 @@ static int admit(ig_router_t *r, ig_router_upstream_t *fast, ig_router_upstream_
 static void test_holds_rather_than_queue_behind_slow(void **state)
 {
     (void)state;
-    ig_router_t r;
-    ig_router_init(&r, NULL);
-    ig_router_upstream_t fast, slow;
-    uint64_t now = S(100);
-    fleet(&r, &fast, &slow, now);
-    unsigned char exclude[2];
+    fleet_t f;
+    fleet_init(&f, NULL);
     /* 0.25 s for a place at fast, 4.2 s at slow: wait in the gateway. */
-    assert_true(slow.inflight < ig_admit_limit(&r, &slow, 0));
-    assert_true(ig_router_delay(&r, &fast, now) < ig_router_delay(&r, &slow, now));
-    assert_int_equal(admit(&r, &fast, &slow, now, exclude), IG_ADMIT_QUEUE);
-    assert_true(exclude[0] && exclude[1]);
+    assert_true(f.slow.inflight < ig_admit_limit(&f.r, &f.slow, 0));
+    assert_true(ig_router_delay(&f.r, &f.fast, f.now) < ig_router_delay(&f.r, &f.slow, f.now));
+    assert_int_equal(admit(&f), IG_ADMIT_QUEUE);
+    assert_true(f.exclude[0] && f.exclude[1]);
 }
 
 static void test_free_place_is_used(void **state)
 {
     (void)state;
-    ig_router_t r;
-    ig_router_init(&r, NULL);
-    ig_router_upstream_t fast, slow;
-    uint64_t now = S(100);
-    fleet(&r, &fast, &slow, now);
-    slow.inflight = 1; /* a place free at slow: no capacity idles */
-    unsigned char exclude[2];
-    assert_int_equal(admit(&r, &fast, &slow, now, exclude), PLACED);
-    assert_false(exclude[1]);
+    fleet_t f;
+    fleet_init(&f, NULL);
+    f.slow.inflight = 1; /* a place free at slow: no capacity idles */
+    assert_int_equal(admit(&f), PLACED);
+    assert_false(f.exclude[1]);
 }
 
 static void test_silent_upstream_is_not_waited_for(void **state)
 {
     (void)state;
-    ig_router_t r;
-    ig_router_init(&r, NULL);
-    ig_router_upstream_t fast, slow;
-    uint64_t now = S(100);
-    fleet(&r, &fast, &slow, now);
-    fast.done_at_ns = now - S(5); /* nothing back for 5 s: stalled, or slower than believed */
-    unsigned char exclude[2];
-    assert_int_equal(admit(&r, &fast, &slow, now, exclude), PLACED);
-    assert_false(exclude[1]);
+    fleet_t f;
+    fleet_init(&f, NULL);
+    f.fast.done_at_ns = f.now - S(5); /* nothing back for 5 s: stalled, or slower than believed */
+    assert_int_equal(admit(&f), PLACED);
+    assert_false(f.exclude[1]);
 }
 
 static void test_only_the_latency_policy(void **state)
@@ -100,14 +99,10 @@ static void test_only_the_latency_policy(void **state)
     ig_router_opts_t o;
     ig_router_opts_default(&o);
     o.policy = IG_ROUTE_LEAST_INFLIGHT;
-    ig_router_t r;
-    ig_router_init(&r, &o);
-    ig_router_upstream_t fast, slow;
-    uint64_t now = S(100);
-    fleet(&r, &fast, &slow, now);
-    unsigned char exclude[2];
-    assert_int_equal(admit(&r, &fast, &slow, now, exclude), PLACED);
-    assert_false(exclude[1]);
+    fleet_t f;
+    fleet_init(&f, &o);
+    assert_int_equal(admit(&f), PLACED);
+    assert_false(f.exclude[1]);
 }
 
 /* A learned C that is only a lower bound (no queue seen) does not say the
@@ -115,22 +110,18 @@ static void test_only_the_latency_policy(void **state)
 static void test_lower_bound_c_is_not_a_queue(void **state)
 {
     (void)state;
-    ig_router_t r;
-    ig_router_init(&r, NULL);
-    ig_router_upstream_t fast, slow;
-    uint64_t now = S(100);
-    fleet(&r, &fast, &slow, now);
-    slow.slots = 0;
-    slow.reported_at_ns = 0;
-    slow.concurrency = 2; /* learned from buckets 0 and 1, flat */
-    slow.hold_base_s = 2.0;
-    slow.hold_svc_s = 0;
-    assert_int_equal(ig_router_would_queue(&slow), 0);
-    unsigned char exclude[2];
-    assert_int_equal(admit(&r, &fast, &slow, now, exclude), PLACED);
-    slow.hold_svc_s = 2.0; /* a fitted queue: C = 2 is where it begins */
-    assert_int_equal(ig_router_would_queue(&slow), 1);
-    assert_int_equal(admit(&r, &fast, &slow, now, exclude), IG_ADMIT_QUEUE);
+    fleet_t f;
+    fleet_init(&f, NULL);
+    f.slow.slots = 0;
+    f.slow.reported_at_ns = 0;
+    f.slow.concurrency = 2; /* learned from buckets 0 and 1, flat */
+    f.slow.hold_base_s = 2.0;
+    f.slow.hold_svc_s = 0;
+    assert_int_equal(ig_router_would_queue(&f.slow), 0);
+    assert_int_equal(admit(&f), PLACED);
+    f.slow.hold_svc_s = 2.0; /* a fitted queue: C = 2 is where it begins */
+    assert_int_equal(ig_router_would_queue(&f.slow), 1);
+    assert_int_equal(admit(&f), IG_ADMIT_QUEUE);
 }
 
 int main(void)

@@ -277,12 +277,41 @@ static int parse_logit_bias(json_t *root, ig_api_request_t *r, ig_api_error_t *e
 /* ---- common fields -------------------------------------------------------- */
 
 /* What a gateway acts on: the model, the answer's length, stream, n and
- * best_of. */
-static int parse_admission(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+ * best_of. Whoever has the body looks these members up (admission_of, or
+ * a scan's spans in ig_api_peek); parse_admission reads them. */
+enum {
+    ADM_MODEL,
+    ADM_MAX_TOKENS,
+    ADM_MAX_COMPLETION_TOKENS,
+    ADM_STREAM,
+    ADM_N,
+    ADM_BEST_OF,
+    ADM_KEYS
+};
+
+static const char *const admission_keys[ADM_KEYS] = {
+    "model", "max_tokens", "max_completion_tokens", "stream", "n", "best_of",
+};
+
+static void admission_of(json_t *root, json_t *m[ADM_KEYS])
+{
+    for (int i = 0; i < ADM_KEYS; i++)
+        m[i] = json_object_get(root, admission_keys[i]);
+}
+
+static int get_int_at(json_t *value, const char *key, long long lo, long long hi, long long *out,
+                      ig_api_error_t *err)
+{
+    READER(v, err);
+    return ig_jsonv_int_at(&v, value, "", key, 0, lo, hi, *out, out);
+}
+
+/* m: the members admission_keys name (borrowed; NULL where absent). */
+static int parse_admission(json_t *const m[ADM_KEYS], ig_api_request_t *r, ig_api_error_t *err)
 {
     int rc;
     long long i = 0;
-    json_t *model = json_object_get(root, "model");
+    json_t *model = m[ADM_MODEL];
     if (model && !json_is_null(model)) {
         if (!json_is_string(model))
             return ig_api_error(err, 400, "model", "'model' must be a string");
@@ -291,11 +320,12 @@ static int parse_admission(json_t *root, ig_api_request_t *r, ig_api_error_t *er
     }
 
     /* max_tokens: chat prefers max_completion_tokens (the newer name). */
-    const char *mt = "max_tokens";
-    if (r->kind == IG_API_CHAT && json_object_get(root, "max_completion_tokens") &&
-        !json_is_null(json_object_get(root, "max_completion_tokens")))
-        mt = "max_completion_tokens";
-    if ((rc = get_int(root, mt, -(1LL << 40), 1LL << 40, &i, err)) < 0)
+    int mk = ADM_MAX_TOKENS;
+    if (r->kind == IG_API_CHAT && m[ADM_MAX_COMPLETION_TOKENS] &&
+        !json_is_null(m[ADM_MAX_COMPLETION_TOKENS]))
+        mk = ADM_MAX_COMPLETION_TOKENS;
+    const char *mt = admission_keys[mk];
+    if ((rc = get_int_at(m[mk], mt, -(1LL << 40), 1LL << 40, &i, err)) < 0)
         return rc;
     if (rc) {
         if (i <= 0)
@@ -304,13 +334,14 @@ static int parse_admission(json_t *root, ig_api_request_t *r, ig_api_error_t *er
         r->max_tokens_given = 1;
     }
 
-    if ((rc = get_bool(root, "stream", &r->stream, err)) < 0)
+    READER(v, err);
+    if ((rc = ig_jsonv_bool_at(&v, m[ADM_STREAM], "", "stream", 0, r->stream, &r->stream)) < 0)
         return rc;
-    if ((rc = get_int(root, "n", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
+    if ((rc = get_int_at(m[ADM_N], "n", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
         return rc;
     if (rc)
         r->n = (int)i;
-    if ((rc = get_int(root, "best_of", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
+    if ((rc = get_int_at(m[ADM_BEST_OF], "best_of", 1, IG_API_MAX_CHOICES, &i, err)) < 0)
         return rc;
     r->best_of = rc ? (int)i : r->n;
     if (r->best_of < r->n)
@@ -319,14 +350,14 @@ static int parse_admission(json_t *root, ig_api_request_t *r, ig_api_error_t *er
     return 0;
 }
 
-static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+/* The sampling parameters and the seed: ranges only; whoever samples
+ * decides what it honours. */
+static int parse_sampling(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
 {
     int rc;
     long long i = 0;
     double d = 0;
 
-    if ((rc = parse_admission(root, r, err)) < 0)
-        return rc;
     if ((rc = get_num(root, "temperature", 0.0, 100.0, 0, &d, err)) < 0)
         return rc;
     if (rc)
@@ -364,72 +395,104 @@ static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
         r->has_seed = 1;
         r->seed = (uint64_t)json_integer_value(seed);
     }
+    return 0;
+}
 
+/* stop: one string or a list of at most IG_API_MAX_STOP, each 1 to
+ * IG_API_MAX_STOP_LEN bytes. */
+static int parse_stop(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
     json_t *stop = json_object_get(root, "stop");
-    if (stop && !json_is_null(stop)) {
-        size_t n = json_is_string(stop) ? 1 : json_is_array(stop) ? json_array_size(stop) : 0;
-        if (!json_is_string(stop) && !json_is_array(stop))
-            return ig_api_error(err, 400, "stop", "'stop' must be a string or a list of strings");
-        if (n > IG_API_MAX_STOP)
-            return ig_api_error(err, 400, "stop", "'stop' has %zu entries; at most %d", n,
-                                IG_API_MAX_STOP);
-        if (n) {
-            r->stop = calloc(n, sizeof(char *));
-            if (!r->stop)
-                return IG_ENOMEM;
-        }
-        for (size_t k = 0; k < n; k++) {
-            json_t *s = json_is_string(stop) ? stop : json_array_get(stop, k);
-            if (!json_is_string(s))
-                return ig_api_error(err, 400, "stop", "'stop' entries must be strings");
-            size_t len = json_string_length(s);
-            if (len == 0 || len > IG_API_MAX_STOP_LEN)
-                return ig_api_error(err, 400, "stop", "'stop' strings must be 1 to %d bytes long",
-                                    IG_API_MAX_STOP_LEN);
-            if (!(r->stop[r->nstop] = dup_utf8(s, NULL)))
-                return IG_ENOMEM;
-            r->nstop++;
-        }
-    }
-
-    json_t *sids = json_object_get(root, "stop_token_ids");
-    if (sids && !json_is_null(sids)) {
-        if (!json_is_array(sids) || json_array_size(sids) > IG_API_MAX_STOP_IDS)
-            return ig_api_error(err, 400, "stop_token_ids",
-                                "'stop_token_ids' must be a list of at most %d token ids",
-                                IG_API_MAX_STOP_IDS);
-        if (json_array_size(sids) &&
-            (rc = get_ids(sids, "stop_token_ids", &r->stop_ids, &r->nstop_ids, err)) < 0)
-            return rc;
-    }
-
-    if ((rc = get_bool(root, "ignore_eos", &r->ignore_eos, err)) < 0)
-        return rc;
-    json_t *so = json_object_get(root, "stream_options");
-    if (so && !json_is_null(so)) {
-        if (!json_is_object(so))
-            return ig_api_error(err, 400, "stream_options", "'stream_options' must be an object");
-        if (!r->stream)
-            return ig_api_error(err, 400, "stream_options",
-                                "'stream_options' is only allowed when 'stream' is true");
-        READER(v, err);
-        if ((rc = ig_jsonv_bool(&v, so, "stream_options", "include_usage", 0, r->include_usage,
-                                &r->include_usage)) < 0)
-            return rc;
-    }
-
-    if ((rc = parse_logit_bias(root, r, err)) < 0 ||
-        (rc = get_string(root, "user", 1 << 16, &r->user, err)) < 0)
-        return rc;
-    json_t *rf = json_object_get(root, "response_format");
-    if (rf && !json_is_null(rf)) {
-        json_t *type = json_object_get(rf, "type");
-        if (!json_is_object(rf) || !json_is_string(type))
-            return ig_api_error(err, 400, "response_format",
-                                "'response_format' must be an object with a string 'type'");
-        if (!(r->response_format = dup_utf8(type, NULL)))
+    if (!stop || json_is_null(stop))
+        return 0;
+    size_t n = json_is_string(stop) ? 1 : json_is_array(stop) ? json_array_size(stop) : 0;
+    if (!json_is_string(stop) && !json_is_array(stop))
+        return ig_api_error(err, 400, "stop", "'stop' must be a string or a list of strings");
+    if (n > IG_API_MAX_STOP)
+        return ig_api_error(err, 400, "stop", "'stop' has %zu entries; at most %d", n,
+                            IG_API_MAX_STOP);
+    if (n) {
+        r->stop = calloc(n, sizeof(char *));
+        if (!r->stop)
             return IG_ENOMEM;
     }
+    for (size_t k = 0; k < n; k++) {
+        json_t *s = json_is_string(stop) ? stop : json_array_get(stop, k);
+        if (!json_is_string(s))
+            return ig_api_error(err, 400, "stop", "'stop' entries must be strings");
+        size_t len = json_string_length(s);
+        if (len == 0 || len > IG_API_MAX_STOP_LEN)
+            return ig_api_error(err, 400, "stop", "'stop' strings must be 1 to %d bytes long",
+                                IG_API_MAX_STOP_LEN);
+        if (!(r->stop[r->nstop] = dup_utf8(s, NULL)))
+            return IG_ENOMEM;
+        r->nstop++;
+    }
+    return 0;
+}
+
+static int parse_stop_token_ids(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *sids = json_object_get(root, "stop_token_ids");
+    if (!sids || json_is_null(sids))
+        return 0;
+    if (!json_is_array(sids) || json_array_size(sids) > IG_API_MAX_STOP_IDS)
+        return ig_api_error(err, 400, "stop_token_ids",
+                            "'stop_token_ids' must be a list of at most %d token ids",
+                            IG_API_MAX_STOP_IDS);
+    if (json_array_size(sids) == 0)
+        return 0;
+    return get_ids(sids, "stop_token_ids", &r->stop_ids, &r->nstop_ids, err);
+}
+
+/* stream_options is only for a stream; include_usage is all it holds that
+ * anyone reads. */
+static int parse_stream_options(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *so = json_object_get(root, "stream_options");
+    if (!so || json_is_null(so))
+        return 0;
+    if (!json_is_object(so))
+        return ig_api_error(err, 400, "stream_options", "'stream_options' must be an object");
+    if (!r->stream)
+        return ig_api_error(err, 400, "stream_options",
+                            "'stream_options' is only allowed when 'stream' is true");
+    READER(v, err);
+    return ig_jsonv_bool(&v, so, "stream_options", "include_usage", 0, r->include_usage,
+                         &r->include_usage);
+}
+
+/* response_format: only its type is kept, so that a worker can refuse it
+ * by name. */
+static int parse_response_format(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    json_t *rf = json_object_get(root, "response_format");
+    if (!rf || json_is_null(rf))
+        return 0;
+    json_t *type = json_object_get(rf, "type");
+    if (!json_is_object(rf) || !json_is_string(type))
+        return ig_api_error(err, 400, "response_format",
+                            "'response_format' must be an object with a string 'type'");
+    if (!(r->response_format = dup_utf8(type, NULL)))
+        return IG_ENOMEM;
+    return 0;
+}
+
+/* The fields completions and chat share, checked in this order (the first
+ * bad one is the one the 400 names). */
+static int parse_common(json_t *root, ig_api_request_t *r, ig_api_error_t *err)
+{
+    int rc;
+    json_t *adm[ADM_KEYS];
+    admission_of(root, adm);
+    if ((rc = parse_admission(adm, r, err)) < 0 || (rc = parse_sampling(root, r, err)) < 0 ||
+        (rc = parse_stop(root, r, err)) < 0 || (rc = parse_stop_token_ids(root, r, err)) < 0 ||
+        (rc = get_bool(root, "ignore_eos", &r->ignore_eos, err)) < 0 ||
+        (rc = parse_stream_options(root, r, err)) < 0 ||
+        (rc = parse_logit_bias(root, r, err)) < 0 ||
+        (rc = get_string(root, "user", 1 << 16, &r->user, err)) < 0 ||
+        (rc = parse_response_format(root, r, err)) < 0)
+        return rc;
     return 0;
 }
 
@@ -898,29 +961,31 @@ int ig_api_parse_chat(const char *body, size_t len, ig_api_request_t *req, ig_ap
     return ig_api_parse(IG_API_CHAT, body, len, req, err);
 }
 
-/* The members ig_api_peek reads: parse_admission's, then the prompt. */
+/* The members ig_api_peek reads: parse_admission's (admission_keys, in
+ * their order), then the prompt. */
 static const char *const peek_keys[] = {
     "model", "max_tokens", "max_completion_tokens", "stream", "n", "best_of", "prompt", "messages",
 };
-enum { PEEK_ADMISSION = 6, PEEK_PROMPT = 6, PEEK_MESSAGES = 7, PEEK_KEYS = 8 };
+enum { PEEK_PROMPT = ADM_KEYS, PEEK_MESSAGES, PEEK_KEYS };
 
+/* parse_admission on the members a scan found, each parsed alone: no
+ * object is built for them. */
 static int peek_admission(const ig_json_span_t *span, ig_api_request_t *r, ig_api_error_t *err)
 {
-    json_t *root = json_object();
-    if (root == NULL)
-        return IG_ENOMEM;
+    json_t *m[ADM_KEYS] = {NULL};
     int rc = 0;
-    for (int i = 0; i < PEEK_ADMISSION && rc == 0; i++) {
+    for (int i = 0; i < ADM_KEYS && rc == 0; i++) {
         if (span[i].p == NULL)
             continue;
         /* scanned already: only memory can fail here */
-        json_t *v = ig_json_parse(span[i].p, span[i].n, IG_JSON_DECODE_ANY, NULL);
-        if (v == NULL || json_object_set_new_nocheck(root, peek_keys[i], v) != 0)
+        m[i] = ig_json_parse(span[i].p, span[i].n, IG_JSON_DECODE_ANY, NULL);
+        if (m[i] == NULL)
             rc = IG_ENOMEM;
     }
     if (rc == 0)
-        rc = parse_admission(root, r, err);
-    json_decref(root);
+        rc = parse_admission(m, r, err);
+    for (int i = 0; i < ADM_KEYS; i++)
+        json_decref(m[i]);
     return rc;
 }
 

@@ -65,8 +65,7 @@ static void fail(parser_t *ps, const char *what)
 
 static void skip_ws(parser_t *ps)
 {
-    while (ps->p < ps->end &&
-           (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
+    while (ps->p < ps->end && (*ps->p == ' ' || *ps->p == '\n' || *ps->p == '\r' || *ps->p == '\t'))
         ps->p++;
 }
 
@@ -165,11 +164,11 @@ static long unescape(parser_t *ps, const char *s, size_t n, char *out)
     return (long)o;
 }
 
-/* Whether none of eight bytes is a quote, a backslash or a control
- * character: a string's ordinary bytes. */
-static int plain8(uint64_t w)
+/* The bytes of w that end a string's run of ordinary bytes: a quote, a
+ * backslash or a control character (a swar.h test's result). */
+static uint64_t string_stops(uint64_t w)
 {
-    return !(ig_swar_eq(w, '"') | ig_swar_eq(w, '\\') | ig_swar_below(w, 0x20));
+    return ig_swar_eq(w, '"') | ig_swar_eq(w, '\\') | ig_swar_below(w, 0x20);
 }
 
 /* A string at ps->p (its opening quote). On success *s and *n are its UTF-8
@@ -181,12 +180,22 @@ static int parse_string(parser_t *ps, const char **s, size_t *n, char **owned)
 {
     const char *q = ++ps->p;
     int escapes = 0;
+    uint64_t high = 0; /* every byte passed, or'ed: no high bit, all ASCII */
     *owned = NULL;
     for (;;) {
-        while (ps->end - q >= 8 && plain8(ig_swar_load(q)))
+        uint64_t w = 0, stops = 0;
+        while (ps->end - q >= 8 && (stops = string_stops(w = ig_swar_load(q))) == 0) {
+            high |= w;
             q += 8;
-        while (q < ps->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
-            q++;
+        }
+        if (stops != 0) { /* the run ends in w: its bytes before the stop */
+            unsigned k = ig_swar_first(stops);
+            high |= w & ~(~0ULL << (8 * k));
+            q += k;
+        } else { /* fewer than eight bytes left */
+            while (q < ps->end && *q != '"' && *q != '\\' && (unsigned char)*q >= 0x20)
+                high |= (unsigned char)*q++;
+        }
         if (q >= ps->end) {
             ps->p = q;
             fail(ps, "premature end of input in a string");
@@ -201,6 +210,7 @@ static int parse_string(parser_t *ps, const char **s, size_t *n, char **owned)
                 fail(ps, "premature end of input in a string");
                 return -1;
             }
+            high |= (unsigned char)q[1];
             q += 2;
             continue;
         }
@@ -215,7 +225,7 @@ static int parse_string(parser_t *ps, const char **s, size_t *n, char **owned)
         if (escapes && unescape(ps, body, len, NULL) < 0)
             return -1;
         ps->p = body;
-        if (!ig_utf8_valid(body, len)) {
+        if ((high & IG_SWAR_HIGH) != 0 && !ig_utf8_valid(body, len)) {
             fail(ps, "invalid UTF-8 in a string");
             return -1;
         }
@@ -290,8 +300,8 @@ static json_t *parse_number(parser_t *ps)
     size_t n = (size_t)(q - b);
     /* A scan converts only what might not fit: an integer of 19 digits or
      * more, a real with an exponent or hundreds of digits. */
-    if (ps->skip && (real ? n < 300 && memchr(b, 'e', n) == NULL && memchr(b, 'E', n) == NULL
-                          : n < 19)) {
+    if (ps->skip &&
+        (real ? n < 300 && memchr(b, 'e', n) == NULL && memchr(b, 'E', n) == NULL : n < 19)) {
         ps->p = q;
         return json_null();
     }
@@ -351,14 +361,17 @@ static int key_index(parser_t *ps, const char *k, size_t n)
     char dec[64];
     if (memchr(k, '\\', n) != NULL) {
         if (n >= sizeof(dec))
-            return -1; /* longer than any key a caller reads */
-        const char *at = ps->p; /* unescape moves it to an escape */
+            return -1;                       /* longer than any key a caller reads */
+        const char *at = ps->p;              /* unescape moves it to an escape */
         n = (size_t)unescape(ps, k, n, dec); /* checked by the string's scan */
         ps->p = at;
         k = dec;
     }
     for (int i = 0; i < ps->nkeys; i++) {
-        if (strlen(ps->keys[i]) == n && memcmp(ps->keys[i], k, n) == 0)
+        const char *key = ps->keys[i];
+        if (n > 0 && key[0] != k[0])
+            continue; /* most keys differ in their first byte */
+        if (strlen(key) == n && memcmp(key, k, n) == 0)
             return i;
     }
     return -1;
@@ -420,7 +433,7 @@ static json_t *parse_object(parser_t *ps)
             goto fail;
         int want = top ? key_index(ps, key, klen) : -1;
         int dup = !(ps->flags & IG_JSON_ALLOW_DUPLICATES) &&
-                  (want >= 0   ? ps->span[want].p != NULL
+                  (want >= 0  ? ps->span[want].p != NULL
                    : ps->skip ? 0
                               : json_object_getn(o, key, klen) != NULL);
         json_t *v = NULL;
@@ -571,4 +584,3 @@ int ig_json_scan(const char *buf, size_t len, int flags, const char *const *keys
     int object = ps.p < ps.end && *ps.p == '{';
     return parse_document(&ps) == NULL ? -1 : object;
 }
-

@@ -85,16 +85,17 @@ static int report(ig_jsonv_t *v, look_t *l)
     return v->fail(v, &l->f);
 }
 
-/* 0: absent (or a required key missing: *rc is the fault's code); 1: present. */
-static int look(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path, const char *key,
-                unsigned flags, ig_jsonv_type_t want, int *rc)
+/* 0: absent (or a required key missing: *rc is the fault's code); 1: present.
+ * value is obj[key], looked up by the caller (NULL: absent). */
+static int look_at(ig_jsonv_t *v, look_t *l, const json_t *value, const char *path, const char *key,
+                   unsigned flags, ig_jsonv_type_t want, int *rc)
 {
     memset(&l->f, 0, sizeof(l->f));
     l->prefix = path;
     l->f.key = key;
     l->f.want = want;
     l->f.flags = flags;
-    l->value = json_object_get(obj, key);
+    l->value = value;
     if (l->value != NULL && json_is_null(l->value) && (v->flags & IG_JSONV_NULL_ABSENT))
         l->value = NULL;
     l->f.value = l->value;
@@ -106,6 +107,12 @@ static int look(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path, c
         *rc = report(v, l);
     }
     return 0;
+}
+
+static int look(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path, const char *key,
+                unsigned flags, ig_jsonv_type_t want, int *rc)
+{
+    return look_at(v, l, json_object_get(obj, key), path, key, flags, want, rc);
 }
 
 static int fault(ig_jsonv_t *v, look_t *l, ig_jsonv_kind_t kind)
@@ -161,15 +168,21 @@ static int has_type(const ig_jsonv_t *v, const json_t *value, ig_jsonv_type_t wa
     return 0;
 }
 
-/* look() and the type check: 1 when l->value is there and of type want;
+/* look_at() and the type check: 1 when l->value is there and of type want;
  * otherwise 0 (absent) or the fault's negative code. */
+static int look_typed_at(ig_jsonv_t *v, look_t *l, const json_t *value, const char *path,
+                         const char *key, unsigned flags, ig_jsonv_type_t want)
+{
+    int rc;
+    if (!look_at(v, l, value, path, key, flags, want, &rc))
+        return rc;
+    return has_type(v, l->value, want) ? 1 : fault(v, l, IG_JSONV_TYPE);
+}
+
 static int look_typed(ig_jsonv_t *v, look_t *l, const json_t *obj, const char *path,
                       const char *key, unsigned flags, ig_jsonv_type_t want)
 {
-    int rc;
-    if (!look(v, l, obj, path, key, flags, want, &rc))
-        return rc;
-    return has_type(v, l->value, want) ? 1 : fault(v, l, IG_JSONV_TYPE);
+    return look_typed_at(v, l, json_object_get(obj, key), path, key, flags, want);
 }
 
 static int get_container(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
@@ -217,11 +230,11 @@ int ig_jsonv_string(ig_jsonv_t *v, const json_t *obj, const char *path, const ch
 
 /* An integer within range's bounds (lo/hi, or ulo/uhi where is_unsigned):
  * 1 with *x, 0 when absent, or a fault's code. */
-static int get_integer(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
+static int get_integer(ig_jsonv_t *v, const json_t *value, const char *path, const char *key,
                        unsigned flags, const ig_jsonv_fault_t *range, long long *x)
 {
     look_t l;
-    int rc = look_typed(v, &l, obj, path, key, flags, IG_JSONV_INTEGER);
+    int rc = look_typed_at(v, &l, value, path, key, flags, IG_JSONV_INTEGER);
     if (rc != 1)
         return rc;
     *x = json_is_integer(l.value) ? json_integer_value(l.value)
@@ -243,9 +256,15 @@ static int get_integer(ig_jsonv_t *v, const json_t *obj, const char *path, const
 int ig_jsonv_int(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
                  unsigned flags, long long lo, long long hi, long long def, long long *out)
 {
+    return ig_jsonv_int_at(v, json_object_get(obj, key), path, key, flags, lo, hi, def, out);
+}
+
+int ig_jsonv_int_at(ig_jsonv_t *v, const json_t *value, const char *path, const char *key,
+                    unsigned flags, long long lo, long long hi, long long def, long long *out)
+{
     ig_jsonv_fault_t range = {.lo = lo, .hi = hi};
     long long x;
-    int rc = get_integer(v, obj, path, key, flags, &range, &x);
+    int rc = get_integer(v, value, path, key, flags, &range, &x);
     *out = rc == 1 ? x : def;
     return rc;
 }
@@ -255,7 +274,7 @@ int ig_jsonv_uint(ig_jsonv_t *v, const json_t *obj, const char *path, const char
 {
     ig_jsonv_fault_t range = {.is_unsigned = 1, .ulo = lo, .uhi = hi};
     long long x;
-    int rc = get_integer(v, obj, path, key, flags, &range, &x);
+    int rc = get_integer(v, json_object_get(obj, key), path, key, flags, &range, &x);
     *out = rc == 1 ? (uint64_t)x : def;
     return rc;
 }
@@ -284,8 +303,14 @@ int ig_jsonv_number(ig_jsonv_t *v, const json_t *obj, const char *path, const ch
 int ig_jsonv_bool(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
                   unsigned flags, int def, int *out)
 {
+    return ig_jsonv_bool_at(v, json_object_get(obj, key), path, key, flags, def, out);
+}
+
+int ig_jsonv_bool_at(ig_jsonv_t *v, const json_t *value, const char *path, const char *key,
+                     unsigned flags, int def, int *out)
+{
     look_t l;
-    int rc = look_typed(v, &l, obj, path, key, flags, IG_JSONV_BOOLEAN);
+    int rc = look_typed_at(v, &l, value, path, key, flags, IG_JSONV_BOOLEAN);
     *out = rc == 1 ? json_is_true(l.value) : def;
     return rc;
 }

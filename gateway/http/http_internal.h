@@ -56,6 +56,7 @@ typedef struct ig__http_out_header_s {
     struct ig__http_out_header_s *next;
     const char *name;
     const char *value;
+    size_t nlen, vlen; /* measured once, when added */
 } ig__http_out_header_t;
 
 enum {

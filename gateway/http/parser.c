@@ -69,7 +69,25 @@ static int is_regname_char(unsigned char c)
 {
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
         return 1;
-    return c != '\0' && strchr("-._~!$&'()*+,;=", c) != NULL;
+    switch (c) {
+    case '-':
+    case '.':
+    case '_':
+    case '~':
+    case '!':
+    case '$':
+    case '&':
+    case '\'':
+    case '(':
+    case ')':
+    case '*':
+    case '+':
+    case ',':
+    case ';':
+    case '=':
+        return 1;
+    }
+    return 0;
 }
 
 /* IP-literal = "[" ( IPv6address / IPvFuture ) "]", without the brackets. */
@@ -406,11 +424,11 @@ static int parse_error(ig__http_parser_t *p, ig_http_req_t **out)
 
 /* ---- header pre-scan -------------------------------------------------- */
 
-/* Whether none of eight bytes may end a header line or break it: CR, LF
- * or NUL (prescan's stops). */
-static int line8(uint64_t w)
+/* The bytes of w that end a header line or break it: CR, LF or NUL
+ * (prescan's stops; a swar.h test's result). */
+static uint64_t line_stops(uint64_t w)
 {
-    return !(ig_swar_eq(w, '\r') | ig_swar_eq(w, '\n') | ig_swar_eq(w, 0));
+    return ig_swar_eq(w, '\r') | ig_swar_eq(w, '\n') | ig_swar_eq(w, 0);
 }
 
 /* Whether all eight bytes may stand in a field value: no control
@@ -468,11 +486,24 @@ static int prescan(ig__http_parser_t *p, const char *d, size_t len)
     const ig_http_limits_t *lim = p->limits;
     size_t i = p->scan;
     for (; i < len; i++) {
-        /* ordinary bytes eight at a time; the length limits below, checked
-         * at each ordinary byte, are checked at the last one skipped */
+        /* A run of ordinary bytes, eight at a time where it can. A line only
+         * grows along the run, so the length limits, due at each of its
+         * bytes, are checked at its last. */
         size_t from = i;
-        while (len - i >= 8 && line8(ig_swar_load(d + i)))
-            i += 8;
+        while (i < len) {
+            if (len - i >= 8) {
+                uint64_t stops = line_stops(ig_swar_load(d + i));
+                if (stops == 0) {
+                    i += 8;
+                    continue;
+                }
+                i += ig_swar_first(stops);
+                break;
+            }
+            if (d[i] == '\r' || d[i] == '\n' || d[i] == '\0')
+                break;
+            i++;
+        }
         if (i > from && head_too_long(p, i - 1) < 0)
             return -1;
         if (i >= len)
@@ -510,10 +541,7 @@ static int prescan(ig__http_parser_t *p, const char *d, size_t len)
         }
         if (c == '\n')
             return fail(p, 400, "bare LF in header");
-        if (c == 0)
-            return fail(p, 400, "NUL in header");
-        if (head_too_long(p, i) < 0)
-            return -1;
+        return fail(p, 400, "NUL in header");
     }
     p->scan = i;
     return 0;
@@ -537,7 +565,8 @@ static int finish_head(ig__http_parser_t *p)
         return fail(p, 400, "missing request target");
     char *url = (char *)p->url;
     url[p->url_len] = '\0';
-    if (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0) {
+    if (url[0] != '/' &&
+        (strncasecmp(url, "http://", 7) == 0 || strncasecmp(url, "https://", 8) == 0)) {
         /* absolute-form (RFC 9112 3.2.2): keep the path; Host still rules.
          * Its authority must be valid too, without userinfo: an http(s) URI
          * with an empty or malformed host is invalid (RFC 9110 4.2.1). */
@@ -581,55 +610,109 @@ static int chunk_ext_byte(ig__http_parser_t *p)
     return 0;
 }
 
+/* One byte of a chunk-size line: the hex size, its extensions and the CRLF
+ * that ends it (CS_SIZE0 to CS_SIZE_LF). Returns 0, or -1 on a framing
+ * error. */
+static int chunk_size_byte(ig__http_parser_t *p, unsigned char c)
+{
+    unsigned v;
+    switch (p->cstate) {
+    case CS_SIZE0:
+        if (!is_hex(c, &v))
+            return fail(p, 400, "invalid chunk size");
+        p->csize = v;
+        p->cstate = CS_SIZE;
+        return 0;
+    case CS_SIZE:
+        if (is_hex(c, &v)) {
+            if (p->csize > (UINT64_MAX >> 4))
+                return fail(p, 400, "chunk size overflow");
+            p->csize = p->csize * 16 + v;
+        } else if (c == ';') {
+            p->cstate = CS_EXT;
+            p->cext_bytes = 0;
+            return chunk_ext_byte(p);
+        } else if (c == '\r') {
+            p->cstate = CS_SIZE_LF;
+        } else {
+            return fail(p, 400, "invalid chunk size");
+        }
+        return 0;
+    case CS_EXT:
+        if (c == '\r')
+            p->cstate = CS_SIZE_LF;
+        else if ((c < 0x20 && c != '\t') || c == 0x7f)
+            return fail(p, 400, "invalid chunk extension");
+        else
+            return chunk_ext_byte(p);
+        return 0;
+    default: /* CS_SIZE_LF */
+        if (c != '\n')
+            return fail(p, 400, "bare CR in chunk size line");
+        /* An announced chunk that cannot fit is refused before its
+         * bytes arrive. */
+        if (p->csize > p->limits->max_body_bytes - p->req->body_len)
+            return fail(p, 413, "request body too large");
+        p->cstate = p->csize == 0 ? CS_TRAILER0 : CS_DATA;
+        return 0;
+    }
+}
+
+/* One byte of the CRLF after a chunk's data (CS_DATA_CR, CS_DATA_LF).
+ * Returns 0, or -1 on a framing error. */
+static int chunk_data_end_byte(ig__http_parser_t *p, unsigned char c)
+{
+    if (c != (p->cstate == CS_DATA_CR ? '\r' : '\n'))
+        return fail(p, 400, "missing CRLF after chunk data");
+    p->cstate = p->cstate == CS_DATA_CR ? CS_DATA_LF : CS_SIZE0;
+    return 0;
+}
+
+/* One byte of the trailer section and the final CRLF (CS_TRAILER0 to
+ * CS_END_LF). Returns 0, or -1 on a framing error. */
+static int chunk_trailer_byte(ig__http_parser_t *p, unsigned char c)
+{
+    switch (p->cstate) {
+    case CS_TRAILER0:
+        if (c == '\r')
+            p->cstate = CS_END_LF;
+        else if (c == ' ' || c == '\t')
+            return fail(p, 400, "trailer line starts with whitespace");
+        else if (c == '\n')
+            return fail(p, 400, "bare LF in trailer");
+        else
+            p->cstate = CS_TRAILER;
+        break;
+    case CS_TRAILER:
+        if (c == '\r')
+            p->cstate = CS_TRAILER_LF;
+        else if (c == '\n' || c == 0)
+            return fail(p, 400, "invalid character in trailer");
+        break;
+    case CS_TRAILER_LF:
+        if (c != '\n')
+            return fail(p, 400, "bare CR in trailer");
+        p->cstate = CS_TRAILER0;
+        break;
+    default: /* CS_END_LF */
+        if (c != '\n')
+            return fail(p, 400, "bare CR after last chunk");
+        p->cstate = CS_DONE;
+        break;
+    }
+    return 0;
+}
+
 /* Returns bytes validated up to and including the end of the message (or
- * len), -1 on a framing error. */
+ * len), -1 on a framing error. A chunk's data is skipped whole; every other
+ * byte goes to the function for its part of the framing. */
 static long chunk_validate(ig__http_parser_t *p, const char *d, size_t len)
 {
     size_t i = 0;
     while (i < len && p->cstate != CS_DONE) {
         unsigned char c = (unsigned char)d[i];
-        unsigned v;
-        switch (p->cstate) {
-        case CS_SIZE0:
-            if (!is_hex(c, &v))
-                return fail(p, 400, "invalid chunk size");
-            p->csize = v;
-            p->cstate = CS_SIZE;
-            break;
-        case CS_SIZE:
-            if (is_hex(c, &v)) {
-                if (p->csize > (UINT64_MAX >> 4))
-                    return fail(p, 400, "chunk size overflow");
-                p->csize = p->csize * 16 + v;
-            } else if (c == ';') {
-                p->cstate = CS_EXT;
-                p->cext_bytes = 0;
-                if (chunk_ext_byte(p) < 0)
-                    return -1;
-            } else if (c == '\r') {
-                p->cstate = CS_SIZE_LF;
-            } else {
-                return fail(p, 400, "invalid chunk size");
-            }
-            break;
-        case CS_EXT:
-            if (c == '\r')
-                p->cstate = CS_SIZE_LF;
-            else if ((c < 0x20 && c != '\t') || c == 0x7f)
-                return fail(p, 400, "invalid chunk extension");
-            else if (chunk_ext_byte(p) < 0)
-                return -1;
-            break;
-        case CS_SIZE_LF:
-            if (c != '\n')
-                return fail(p, 400, "bare CR in chunk size line");
-            /* An announced chunk that cannot fit is refused before its
-             * bytes arrive. */
-            if (p->csize > p->limits->max_body_bytes - p->req->body_len)
-                return fail(p, 413, "request body too large");
-            p->cstate = p->csize == 0 ? CS_TRAILER0 : CS_DATA;
-            break;
-        case CS_DATA: {
+        int rc;
+        if (p->cstate == CS_DATA) {
             size_t n = len - i;
             if (n > p->csize)
                 n = (size_t)p->csize;
@@ -639,43 +722,16 @@ static long chunk_validate(ig__http_parser_t *p, const char *d, size_t len)
                 p->cstate = CS_DATA_CR;
             continue;
         }
-        case CS_DATA_CR:
-            if (c != '\r')
-                return fail(p, 400, "missing CRLF after chunk data");
-            p->cstate = CS_DATA_LF;
-            break;
-        case CS_DATA_LF:
-            if (c != '\n')
-                return fail(p, 400, "missing CRLF after chunk data");
-            p->cstate = CS_SIZE0;
-            break;
-        case CS_TRAILER0:
-            if (c == '\r')
-                p->cstate = CS_END_LF;
-            else if (c == ' ' || c == '\t')
-                return fail(p, 400, "trailer line starts with whitespace");
-            else if (c == '\n')
-                return fail(p, 400, "bare LF in trailer");
-            else
-                p->cstate = CS_TRAILER;
-            break;
-        case CS_TRAILER:
-            if (c == '\r')
-                p->cstate = CS_TRAILER_LF;
-            else if (c == '\n' || c == 0)
-                return fail(p, 400, "invalid character in trailer");
-            break;
-        case CS_TRAILER_LF:
-            if (c != '\n')
-                return fail(p, 400, "bare CR in trailer");
-            p->cstate = CS_TRAILER0;
-            break;
-        case CS_END_LF:
-            if (c != '\n')
-                return fail(p, 400, "bare CR after last chunk");
-            p->cstate = CS_DONE;
-            break;
-        }
+        if (p->cstate < CS_DATA)
+            rc = chunk_size_byte(p, c);
+        else if (p->cstate < CS_TRAILER0)
+            rc = chunk_data_end_byte(p, c);
+        else
+            rc = chunk_trailer_byte(p, c);
+        if (rc < 0)
+            return -1;
+        /* The trailer block, from the LF that ends the last chunk's size
+         * line, is bounded as a header block is. */
         if (p->cstate >= CS_TRAILER0 && ++p->ctrailer_bytes > p->limits->max_header_bytes)
             return fail(p, 431, "trailer block too large");
         i++;

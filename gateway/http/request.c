@@ -5,6 +5,7 @@
 #include "http_internal.h"
 
 #include "infergate/error.h"
+#include "infergate/swar.h"
 
 #include <jansson.h>
 #include <stdarg.h>
@@ -214,13 +215,18 @@ void *ig_http_req_alloc(ig_http_req_t *req, size_t size)
     return ig__arena_alloc(&req->arena, size);
 }
 
-char *ig_http_req_strdup(ig_http_req_t *req, const char *s)
+/* The n bytes at s and a NUL, in req's arena. */
+static char *arena_copy(ig_http_req_t *req, const char *s, size_t n)
 {
-    size_t n = strlen(s);
     char *d = ig__arena_alloc(&req->arena, n + 1);
     if (d != NULL)
         memcpy(d, s, n + 1);
     return d;
+}
+
+char *ig_http_req_strdup(ig_http_req_t *req, const char *s)
+{
+    return arena_copy(req, s, strlen(s));
 }
 
 void ig_http_req_set_data(ig_http_req_t *req, void *data)
@@ -359,32 +365,50 @@ static int reserved_header(const char *name)
     return 0;
 }
 
-static int valid_header_text(const char *s, int is_name)
+/* A name is a token: no separator, control or space (a ':' would move
+ * where the value starts) in its n bytes, eight at a time. */
+static int valid_header_name(const char *s, size_t n)
 {
-    if (is_name && *s == '\0')
+    size_t i = 0;
+    if (n == 0)
         return 0;
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '\r' || c == '\n' || (is_name && (c == ':' || c <= ' ')))
+    for (; n - i >= 8; i += 8) {
+        uint64_t w = ig_swar_load(s + i);
+        if (ig_swar_below(w, ' ' + 1) | ig_swar_eq(w, ':'))
+            return 0;
+    }
+    for (; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == ':' || c <= ' ')
             return 0;
     }
     return 1;
+}
+
+/* A value must not split the header block: no CR or LF in its n bytes.
+ * Values run long (the route header), so libc's vector memchr scans them. */
+static int valid_header_value(const char *s, size_t n)
+{
+    return memchr(s, '\r', n) == NULL && memchr(s, '\n', n) == NULL;
 }
 
 int ig_http_add_header(ig_http_req_t *req, const char *name, const char *value)
 {
     if (req->state != IG__REQ_DISPATCHED)
         return IG_ESTATE;
-    if (!valid_header_text(name, 1) || !valid_header_text(value, 0) || reserved_header(name))
+    size_t nlen = strlen(name), vlen = strlen(value);
+    if (!valid_header_name(name, nlen) || !valid_header_value(value, vlen) || reserved_header(name))
         return IG_EINVAL;
     ig__http_out_header_t *h = ig__arena_alloc(&req->arena, sizeof(*h));
-    char *n = ig_http_req_strdup(req, name);
-    char *v = ig_http_req_strdup(req, value);
+    char *n = arena_copy(req, name, nlen);
+    char *v = arena_copy(req, value, vlen);
     if (h == NULL || n == NULL || v == NULL)
         return IG_ENOMEM;
     h->next = NULL;
     h->name = n;
     h->value = v;
+    h->nlen = nlen;
+    h->vlen = vlen;
     *req->out_tail = h;
     req->out_tail = &h->next;
     return 0;
@@ -454,9 +478,9 @@ static size_t format_head(ig_http_req_t *req, char *buf, int status, const char 
         p = PUT_LIT(p, "Connection: keep-alive\r\n");
     }
     for (ig__http_out_header_t *h = req->out_headers; h != NULL; h = h->next) {
-        p = put_str(p, h->name);
+        p = put(p, h->name, h->nlen);
         p = PUT_LIT(p, ": ");
-        p = put_str(p, h->value);
+        p = put(p, h->value, h->vlen);
         p = PUT_LIT(p, "\r\n");
     }
     p = PUT_LIT(p, "\r\n");
@@ -475,7 +499,7 @@ static size_t head_size(const ig_http_req_t *req, const char *content_type)
 {
     size_t n = 256 + (content_type != NULL ? strlen(content_type) : 0);
     for (ig__http_out_header_t *h = req->out_headers; h != NULL; h = h->next)
-        n += strlen(h->name) + strlen(h->value) + 4;
+        n += h->nlen + h->vlen + 4;
     return n;
 }
 

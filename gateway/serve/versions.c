@@ -5,6 +5,8 @@
  */
 #include "gateway_internal.h"
 
+#include "infergate/strbuf.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,6 +78,17 @@ static double draw_unit(ig_gateway_t *gw)
     return (double)((x * 2685821657736338717ULL) >> 11) / 9007199254740992.0;
 }
 
+/* "model@version" into key[cap], or the model alone when version is NULL;
+ * cut to fit as snprintf would, without its cost on every request. */
+static void version_key(char *key, size_t cap, const char *model, const char *version)
+{
+    size_t n = ig_str_copy(key, cap, model);
+    if (version != NULL && n + 1 < cap) {
+        key[n++] = '@';
+        ig_str_copy(key + n, cap - n, version);
+    }
+}
+
 /*
  * The routing key of a request for model: the name, or for a model with
  * versions "name@version" of the version the request pins with the
@@ -93,7 +106,7 @@ int ig__gateway_route_key(ig_gateway_t *gw, ig_http_req_t *req, const char *mode
     int n = 0;
     double total = 0;
     *version = NULL;
-    snprintf(key, cap, "%s", model);
+    version_key(key, cap, model, NULL);
     for (size_t i = 0; i < cfg->nmodels && n < 64; i++) {
         const ig_config_model_t *m = &cfg->models[i];
         if (m->version == NULL || strcmp(m->name, model) != 0 ||
@@ -101,7 +114,7 @@ int ig__gateway_route_key(ig_gateway_t *gw, ig_http_req_t *req, const char *mode
             continue;
         if (pin != NULL && strcmp(pin, m->version) == 0) {
             *version = m->version;
-            snprintf(key, cap, "%s@%s", model, m->version);
+            version_key(key, cap, model, m->version);
             return 0;
         }
         cand[n++] = m;
@@ -123,7 +136,7 @@ int ig__gateway_route_key(ig_gateway_t *gw, ig_http_req_t *req, const char *mode
             break;
     }
     *version = cand[k]->version;
-    snprintf(key, cap, "%s@%s", model, cand[k]->version);
+    version_key(key, cap, model, cand[k]->version);
     return 0;
 }
 

@@ -109,6 +109,13 @@ int ig_jsonv_number(ig_jsonv_t *v, const json_t *obj, const char *path, const ch
                     unsigned flags, double lo, double hi, double def, double *out);
 int ig_jsonv_bool(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
                   unsigned flags, int def, int *out);
+/* ig_jsonv_int and ig_jsonv_bool on obj[key] already looked up (value; NULL
+ * is absent): for a reader that found its members without an object, as a
+ * scan does (ig_json_scan). key names the member in a fault. */
+int ig_jsonv_int_at(ig_jsonv_t *v, const json_t *value, const char *path, const char *key,
+                    unsigned flags, long long lo, long long hi, long long def, long long *out);
+int ig_jsonv_bool_at(ig_jsonv_t *v, const json_t *value, const char *path, const char *key,
+                     unsigned flags, int def, int *out);
 /* A string that is one of choices (NULL-terminated): *out is its index. */
 int ig_jsonv_enum(ig_jsonv_t *v, const json_t *obj, const char *path, const char *key,
                   unsigned flags, const char *const *choices, int def, int *out);

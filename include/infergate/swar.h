@@ -5,8 +5,8 @@
  * Eight bytes at a time in a 64-bit word: the tests that let a scanner step
  * over ordinary bytes (the JSON parser's strings, the HTTP header scan).
  * Each returns nonzero when some byte of w matches, with that byte's high
- * bit set; a borrow may also set the bit of a higher byte, so a caller finds
- * the first match byte by byte.
+ * bit set; a borrow may also set the bit of a later byte, never of an
+ * earlier one, so the first bit set is a true match (ig_swar_first).
  */
 #include <stdint.h>
 #include <string.h>
@@ -26,12 +26,22 @@ static inline uint64_t ig_swar_eq(uint64_t w, unsigned char c)
     return ig_swar_below(w ^ (IG_SWAR_ONES * c), 1);
 }
 
-/* The eight bytes at p, in memory order, as one word. */
+/* The eight bytes at p as one word, the first in its low byte (on any
+ * machine: that is what ig_swar_first counts on). */
 static inline uint64_t ig_swar_load(const char *p)
 {
     uint64_t w;
     memcpy(&w, p, 8);
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+    w = __builtin_bswap64(w);
+#endif
     return w;
+}
+
+/* Where the first match is, 0 to 7, from a test's nonzero result. */
+static inline unsigned ig_swar_first(uint64_t match)
+{
+    return (unsigned)__builtin_ctzll(match) / 8;
 }
 
 #endif
