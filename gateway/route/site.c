@@ -223,6 +223,30 @@ static void read_metrics(ig_site_t *s, const char *text, size_t len, uint64_t no
     s->metrics = 0;
 }
 
+/* An infergate peer's /load report into the router's view of the site. */
+static void apply_peer_load(ig_site_t *s, const ig_load_t *l, uint64_t now)
+{
+    s->peer = 1;
+    s->route.prefix_peer = (l->has & IG_LOAD_REGION) != 0;
+    if (l->has & IG_LOAD_WAITING)
+        s->route.reported_waiting = l->waiting;
+    if (l->has & IG_LOAD_EST_WAIT)
+        s->route.reported_wait_s = l->est_wait_s;
+    /* A peer's own predicted TTFT (its inner hop, queue and service)
+     * is part of any request's wait there. */
+    if ((l->has & IG_LOAD_TTFT) && l->ttft_s > s->route.reported_wait_s)
+        s->route.reported_wait_s = l->ttft_s;
+    if (l->has & IG_LOAD_PREFILL_TPS)
+        s->route.reported_prefill_tps = l->prefill_tokens_per_s;
+    if (l->has & IG_LOAD_MAX_NUM_SEQS)
+        s->route.slots = l->max_num_seqs;
+    s->route.reported_at_ns = now;
+    if (l->has & IG_LOAD_MODELS)
+        set_models(s, l->models, l->nmodels);
+    /* A peer with no ready instance cannot serve now. */
+    mark(s, !(l->has & IG_LOAD_READY_INSTANCES) || l->ready_instances > 0);
+}
+
 static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
 {
     ig_site_t *s = data;
@@ -245,25 +269,7 @@ static void probe_on_done(ig_upstream_req_t *r, int err, void *data)
     switch (s->kind) {
     case PROBE_LOAD:
         if (ok && load_rc != IG_EPARSE) {
-            s->peer = 1;
-            s->route.prefix_peer = (load.has & IG_LOAD_REGION) != 0;
-            if (load.has & IG_LOAD_WAITING)
-                s->route.reported_waiting = load.waiting;
-            if (load.has & IG_LOAD_EST_WAIT)
-                s->route.reported_wait_s = load.est_wait_s;
-            /* A peer's own predicted TTFT (its inner hop, queue and service)
-             * is part of any request's wait there. */
-            if ((load.has & IG_LOAD_TTFT) && load.ttft_s > s->route.reported_wait_s)
-                s->route.reported_wait_s = load.ttft_s;
-            if (load.has & IG_LOAD_PREFILL_TPS)
-                s->route.reported_prefill_tps = load.prefill_tokens_per_s;
-            if (load.has & IG_LOAD_MAX_NUM_SEQS)
-                s->route.slots = load.max_num_seqs;
-            s->route.reported_at_ns = now;
-            if (load.has & IG_LOAD_MODELS)
-                set_models(s, load.models, load.nmodels);
-            /* A peer with no ready instance cannot serve now. */
-            mark(s, !(load.has & IG_LOAD_READY_INSTANCES) || load.ready_instances > 0);
+            apply_peer_load(s, &load, now);
         } else if (err == 0 && s->peer != 1) {
             s->peer = 0; /* not an infergate: fall back to health + models */
             next = PROBE_HEALTH;

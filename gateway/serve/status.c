@@ -246,6 +246,31 @@ static void status_kv_index(json_t *o, const ig_instance_t *in)
                                   "epoch", fi.epoch, "last_error", fi.last_error));
 }
 
+/* A site's row of /status; its spend added to *spend. */
+static json_t *status_site(ig_gateway_t *gw, ig_site_t *site, uint64_t now, double *spend)
+{
+    ig_router_upstream_t *u = ig_site_route(site);
+    json_t *models = json_array();
+    for (int i = 0; i < ig_site_nmodels(site); i++)
+        json_array_append_new(models, json_string(ig_site_model(site, i)));
+    json_t *row = json_pack("{s:s, s:s, s:b, s:b, s:f, s:i, s:o, s:b}", "name", ig_site_name(site),
+                            "region", ig_site_region(site) ? ig_site_region(site) : "", "up",
+                            ig_site_up(site), "peer", ig_site_is_peer(site), "rtt_s", u->rtt_s,
+                            "inflight", u->inflight, "models", models, "eligible",
+                            ig_router_eligible(u, now));
+    status_limit(row, gw, u);
+    ig_price_t price = ig__gateway_price_of(gw, ig_site_name(site), 1);
+    status_cost(row, u, &price, now, spend);
+    json_object_set_new(row, "rtt_probes", json_integer((json_int_t)ig_site_rtt_probes(site)));
+    double running, waiting, age;
+    const char *server = ig_site_metrics(site, &running, &waiting, &age);
+    if (server != NULL)
+        json_object_set_new(row, "metrics",
+                            json_pack("{s:s, s:f, s:f, s:f}", "server", server, "running", running,
+                                      "waiting", waiting, "age_s", age));
+    return row;
+}
+
 void ig_gateway_status(ig_http_req_t *req, void *data)
 {
     ig_gateway_t *gw = data;
@@ -297,30 +322,8 @@ void ig_gateway_status(ig_http_req_t *req, void *data)
                             isnan(per_1m) ? json_null() : json_real(per_1m));
     }
     json_t *sites = json_array();
-    for (int s = 0; s < gw->nsites; s++) {
-        ig_site_t *site = gw->sites[s];
-        ig_router_upstream_t *u = ig_site_route(site);
-        json_t *models = json_array();
-        for (int i = 0; i < ig_site_nmodels(site); i++)
-            json_array_append_new(models, json_string(ig_site_model(site, i)));
-        json_array_append_new(
-            sites, json_pack("{s:s, s:s, s:b, s:b, s:f, s:i, s:o, s:b}", "name", ig_site_name(site),
-                             "region", ig_site_region(site) ? ig_site_region(site) : "", "up",
-                             ig_site_up(site), "peer", ig_site_is_peer(site), "rtt_s", u->rtt_s,
-                             "inflight", u->inflight, "models", models, "eligible",
-                             ig_router_eligible(u, now)));
-        json_t *row = json_array_get(sites, json_array_size(sites) - 1);
-        status_limit(row, gw, u);
-        ig_price_t price = ig__gateway_price_of(gw, ig_site_name(site), 1);
-        status_cost(row, u, &price, now, &spend);
-        json_object_set_new(row, "rtt_probes", json_integer((json_int_t)ig_site_rtt_probes(site)));
-        double running, waiting, age;
-        const char *server = ig_site_metrics(site, &running, &waiting, &age);
-        if (server != NULL)
-            json_object_set_new(row, "metrics",
-                                json_pack("{s:s, s:f, s:f, s:f}", "server", server, "running",
-                                          running, "waiting", waiting, "age_s", age));
-    }
+    for (int s = 0; s < gw->nsites; s++)
+        json_array_append_new(sites, status_site(gw, gw->sites[s], now, &spend));
     json_t *doc =
         json_pack("{s:s, s:s, s:o, s:o, s:i, s:i}", "region", gw->region, "policy",
                   ig_route_policy_name(gw->cfg->routing.policy), "pools", pools, "sites", sites,
