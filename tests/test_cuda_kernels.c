@@ -19,6 +19,12 @@
  *     |err| <= IG_BOUND_C * (u_x + (k + 1) u) * sum_k |x_k w_k|;
  *   - a row alone vs among others: both round x alike and sum in F32 in
  *     other orders, so each is within gamma_k of the same exact sum;
+ *   - the fused decode operations: norm_matmul and matmul_add within the
+ *     matmul bound, plus with a norm the k/2 + 10 roundings RMSNorm's output
+ *     carries into each term, plus one term for a bias or the residual;
+ *     norm_swiglu carries the gate's and up's bounds through silu (|silu'|
+ *     <= 1.1) and adds SwiGLU's own 8 roundings; rope_kv_append as RoPE,
+ *     against the CPU backend, v copied bit for bit;
  *   - attention (F32 KV, __expf, whose error grows with |x|: 2 + 1.17 |x|
  *     ulp, online rescaling and split-context merges): still a measured
  *     2e-5 absolute on outputs of size ~1, not yet derived (docs/gpu.md).
@@ -818,7 +824,8 @@ static void test_norm_matmul(void **state)
         check_norm_matmul(IG_DTYPE_F16, ms[i], 256, qkv, 1, 1);
     }
     check_norm_matmul(IG_DTYPE_BF16, 2, 128, lm, 0, 1); /* no norm */
-    /* Few rows and a long k: each row split over 2 and 4 warps. */
+    /* Few rows and a long k: each row split over 2 and 8 warps (the emulated
+     * device has 132 SMs). */
     const int few[3] = {24, 8, 8};
     check_norm_matmul(IG_DTYPE_BF16, 4, 4096, few, 1, 1);
     check_norm_matmul(IG_DTYPE_F16, 1, 16384, few, 1, 0);
