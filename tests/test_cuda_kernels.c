@@ -975,9 +975,8 @@ static void test_rope_kv_append(void **state)
     float *d_v = dev_copy(v, sizeof(float) * nk), *d_f = dev_copy(inv_freq, sizeof(inv_freq));
     int *d_pos = dev_copy(pos, sizeof(pos)), *d_slots = dev_copy(slots, sizeof(slots));
     assert_non_null(be->rope_kv_append);
-    assert_int_equal(be->rope_kv_append(be, d_q, d_k, d_v, &kv, LAYER, d_pos, d_slots, NTOK, NH,
-                                        d_f),
-                     0);
+    assert_int_equal(
+        be->rope_kv_append(be, d_q, d_k, d_v, &kv, LAYER, d_pos, d_slots, NTOK, NH, d_f), 0);
     float *oq = malloc(sizeof(float) * nq), *ok = malloc(sizeof(float) * nk);
     float *kc = malloc(sizeof(float) * cache_n), *vc = malloc(sizeof(float) * cache_n);
     host_copy(oq, d_q, sizeof(float) * nq);
@@ -989,21 +988,21 @@ static void test_rope_kv_append(void **state)
     for (int t = 0; t < NTOK; t++) {
         for (int h = 0; h < NH + NKV; h++) {
             int kvh = h - NH;
-            const float *in = h < NH ? q + ((size_t)t * NH + h) * HD : k + ((size_t)t * NKV + kvh) * HD;
-            const float *want = h < NH ? cq + ((size_t)t * NH + h) * HD
-                                       : ck + ((size_t)t * NKV + kvh) * HD;
+            const float *in =
+                h < NH ? q + ((size_t)t * NH + h) * HD : k + ((size_t)t * NKV + kvh) * HD;
+            const float *want =
+                h < NH ? cq + ((size_t)t * NH + h) * HD : ck + ((size_t)t * NKV + kvh) * HD;
             const float *got;
             if (h < NH) {
                 got = oq + ((size_t)t * NH + h) * HD;
             } else if (slots[t] < 0) {
                 continue;
             } else {
-                size_t row = ((((size_t)LAYER * BLOCKS + slots[t] / BS) * NKV + kvh) * BS +
-                              slots[t] % BS) *
-                             HD;
+                size_t row =
+                    ((((size_t)LAYER * BLOCKS + slots[t] / BS) * NKV + kvh) * BS + slots[t] % BS) *
+                    HD;
                 got = kc + row;
-                assert_memory_equal(vc + row, v + ((size_t)t * NKV + kvh) * HD,
-                                    sizeof(float) * HD);
+                assert_memory_equal(vc + row, v + ((size_t)t * NKV + kvh) * HD, sizeof(float) * HD);
                 written += HD;
             }
             for (int i = 0; i < HD; i++) {

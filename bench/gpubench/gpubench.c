@@ -344,13 +344,28 @@ static int prefill_all(bench_t *b, seq_t *seqs, int n, int ctx, int max_tokens)
 /* The backend's table is wrapped in place while a batch is timed per
  * operation: each wrapper runs the operation, then the backend's sync, and
  * adds the time to its operation. */
-enum { OP_EMBED, OP_RMSNORM, OP_MATMUL, OP_ROPE, OP_SWIGLU, OP_ADD, OP_KV_APPEND, OP_ATTENTION,
-       OP_GATHER, OP_UPLOAD, OP_DOWNLOAD, OP_NORM_MATMUL, OP_NORM_SWIGLU, OP_MATMUL_ADD,
-       OP_ROPE_KV, OP_N };
-static const char *op_names[OP_N] = {"embed",       "rmsnorm",     "matmul",     "rope",
-                                     "swiglu",      "add",         "kv_append",  "attention",
-                                     "gather",      "upload",      "download",   "norm_matmul",
-                                     "norm_swiglu", "matmul_add",  "rope_kv_append"};
+enum {
+    OP_EMBED,
+    OP_RMSNORM,
+    OP_MATMUL,
+    OP_ROPE,
+    OP_SWIGLU,
+    OP_ADD,
+    OP_KV_APPEND,
+    OP_ATTENTION,
+    OP_GATHER,
+    OP_UPLOAD,
+    OP_DOWNLOAD,
+    OP_NORM_MATMUL,
+    OP_NORM_SWIGLU,
+    OP_MATMUL_ADD,
+    OP_ROPE_KV,
+    OP_N
+};
+static const char *op_names[OP_N] = {"embed",       "rmsnorm",    "matmul",        "rope",
+                                     "swiglu",      "add",        "kv_append",     "attention",
+                                     "gather",      "upload",     "download",      "norm_matmul",
+                                     "norm_swiglu", "matmul_add", "rope_kv_append"};
 static ig_backend_t op_orig; /* the table as the backend made it */
 static double op_s[OP_N];
 static long op_calls[OP_N];

@@ -405,9 +405,8 @@ void ig_engine_free(ig_engine_t *e)
         free_w(e, &e->lm_head);
     free_w(e, &e->embed);
     free_w(e, &e->final_norm);
-    void *bufs[] = {e->x,      e->xb,       e->q,        e->k,    e->v,    e->att,
-                    e->hb,     e->hb2,      e->logits,   e->d_meta, e->inv_freq, e->kv.k,
-                    e->kv.v};
+    void *bufs[] = {e->x,   e->xb,     e->q,      e->k,        e->v,    e->att, e->hb,
+                    e->hb2, e->logits, e->d_meta, e->inv_freq, e->kv.k, e->kv.v};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i] != NULL)
             be->free(be, bufs[i]);
@@ -644,8 +643,8 @@ int ig_engine_forward(ig_engine_t *e, const ig_batch_t *b)
 
     /* A decode batch (one row per sequence) takes the fused operations
      * where the backend has them. */
-    int fused = ntok == nseq && be->norm_matmul && be->norm_swiglu && be->matmul_add &&
-                be->rope_kv_append;
+    int fused =
+        ntok == nseq && be->norm_matmul && be->norm_swiglu && be->matmul_add && be->rope_kv_append;
     CHECK(upload_step(e, b, ntok, nrows, maxb));
 
     ig_attn_batch_t ab = {
@@ -705,8 +704,8 @@ int ig_engine_forward(ig_engine_t *e, const ig_batch_t *b)
         float *out = e->host_logits ? dst : e->logits;
         if (fused) {
             const ig_weight_t *head = &e->lm_head;
-            CHECK(be->norm_matmul(be, &out, e->xb, &e->final_norm, c->rms_norm_eps, &head, NULL,
-                                  1, n));
+            CHECK(be->norm_matmul(be, &out, e->xb, &e->final_norm, c->rms_norm_eps, &head, NULL, 1,
+                                  n));
         } else {
             CHECK(be->rmsnorm(be, e->xb, e->xb, &e->final_norm, n, c->rms_norm_eps));
             CHECK(be->matmul(be, out, e->xb, &e->lm_head, NULL, n));

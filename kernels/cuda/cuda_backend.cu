@@ -344,8 +344,8 @@ static int fused_prologue(ig_backend_t *be, const float **xn, float **extra_at, 
 {
     ig__cuda_t *c = ig__cuda(be);
     size_t nx = norm ? (size_t)m * (size_t)k : 0;
-    int rc = ig__cuda_scratch(c, (void **)&c->fused, &c->fused_bytes,
-                              (nx + extra) * sizeof(float) + 16);
+    int rc =
+        ig__cuda_scratch(c, (void **)&c->fused, &c->fused_bytes, (nx + extra) * sizeof(float) + 16);
     if (rc != 0)
         return rc;
     *xn = x;
@@ -359,6 +359,22 @@ static int fused_prologue(ig_backend_t *be, const float **xn, float **extra_at, 
     return 0;
 }
 
+/* The GEMV of one fused operation on x, its first weight w0 and norm. */
+static ig__gemv_t gemv_of(ig__gemv_op_t op, const float *x, const ig_weight_t *w0,
+                          const ig_weight_t *norm, float eps)
+{
+    ig__gemv_t g;
+    memset(&g, 0, sizeof(g));
+    g.op = op;
+    g.x = x;
+    g.k = (int)w0->cols;
+    g.norm = norm ? (const float *)norm->data : NULL;
+    g.eps = eps;
+    g.nw = 1;
+    g.w[0] = w0;
+    return g;
+}
+
 static int cuda_norm_matmul(ig_backend_t *be, float *const *y, const float *x,
                             const ig_weight_t *norm, float eps, const ig_weight_t *const *w,
                             const ig_weight_t *const *bias, int nw, int m)
@@ -369,8 +385,8 @@ static int cuda_norm_matmul(ig_backend_t *be, float *const *y, const float *x,
         return rc;
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
-    ig__gemv_t g = {IG__GEMV_STORE, x, (int)w[0]->cols, norm ? (const float *)norm->data : NULL,
-                    eps, nw, {NULL, NULL, NULL}, {NULL, NULL, NULL}, {NULL, NULL, NULL}};
+    ig__gemv_t g = gemv_of(IG__GEMV_STORE, x, w[0], norm, eps);
+    g.nw = nw;
     for (int i = 0; i < nw; i++) {
         g.w[i] = w[i];
         g.bias[i] = bias && bias[i] ? (const float *)bias[i]->data : NULL;
@@ -399,9 +415,10 @@ static int cuda_norm_swiglu(ig_backend_t *be, float *out, const float *x, const 
         return rc;
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
-    ig__gemv_t g = {IG__GEMV_SWIGLU, x, (int)w_gate->cols,
-                    norm ? (const float *)norm->data : NULL, eps, 2, {w_gate, w_up}, {NULL, NULL},
-                    {out, NULL}};
+    ig__gemv_t g = gemv_of(IG__GEMV_SWIGLU, x, w_gate, norm, eps);
+    g.nw = 2;
+    g.w[1] = w_up;
+    g.y[0] = out;
     if ((rc = ig__cuda_gemv(c, &g, m)) != IG_ENOTSUP)
         return rc;
     const float *xn;
@@ -422,7 +439,8 @@ static int cuda_matmul_add(ig_backend_t *be, float *y, const float *x, const ig_
         return rc;
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
-    ig__gemv_t g = {IG__GEMV_ADD, x, (int)w->cols, NULL, 0.0f, 1, {w}, {NULL}, {y}};
+    ig__gemv_t g = gemv_of(IG__GEMV_ADD, x, w, NULL, 0.0f);
+    g.y[0] = y;
     if ((rc = ig__cuda_gemv(c, &g, m)) != IG_ENOTSUP)
         return rc;
     const float *xn;

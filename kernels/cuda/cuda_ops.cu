@@ -317,10 +317,10 @@ __global__ void rope_kv_kernel(float *q, const float *k, const float *v, float *
         int kvh = h - n_heads, slot = slots[t];
         if (slot < 0 || slot >= num_blocks * block_size)
             return;
-        size_t row = ((((size_t)layer * num_blocks + slot / block_size) * n_kv_heads + kvh) *
-                          block_size +
-                      slot % block_size) *
-                     head_dim;
+        size_t row =
+            ((((size_t)layer * num_blocks + slot / block_size) * n_kv_heads + kvh) * block_size +
+             slot % block_size) *
+            head_dim;
         src = k + ((size_t)t * n_kv_heads + kvh) * head_dim;
         vsrc = v + ((size_t)t * n_kv_heads + kvh) * head_dim;
         dst = kc + row;
