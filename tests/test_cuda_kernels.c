@@ -19,6 +19,12 @@
  *     |err| <= IG_BOUND_C * (u_x + (k + 1) u) * sum_k |x_k w_k|;
  *   - a row alone vs among others: both round x alike and sum in F32 in
  *     other orders, so each is within gamma_k of the same exact sum;
+ *   - the fused decode operations: norm_matmul and matmul_add within the
+ *     matmul bound, plus with a norm the k/2 + 10 roundings RMSNorm's output
+ *     carries into each term, plus one term for a bias or the residual;
+ *     norm_swiglu carries the gate's and up's bounds through silu (|silu'|
+ *     <= 1.1) and adds SwiGLU's own 8 roundings; rope_kv_append as RoPE,
+ *     against the CPU backend, v copied bit for bit;
  *   - attention (F32 KV, __expf, whose error grows with |x|: 2 + 1.17 |x|
  *     ulp, online rescaling and split-context merges): still a measured
  *     2e-5 absolute on outputs of size ~1, not yet derived (docs/gpu.md).
@@ -305,8 +311,8 @@ static void check_matmul(ig_dtype_t dtype, int m, int n, int k, int with_bias)
 static void test_matmul(void **state)
 {
     NEED_GPU();
-    /* m <= 4 with k % 8 == 0 takes the GEMV kernel, the rest cuBLAS. */
-    const int ms[] = {1, 2, 3, 4, 5, 17, 64};
+    /* m <= 8 with k % 8 == 0 takes the GEMV kernel, the rest cuBLAS. */
+    const int ms[] = {1, 2, 3, 4, 5, 8, 9, 17, 64};
     for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
         check_matmul(IG_DTYPE_BF16, ms[i], 96, 256, 0);
         check_matmul(IG_DTYPE_BF16, ms[i], 130, 512, 1);
@@ -330,13 +336,13 @@ static void test_matmul_f16_large(void **state)
 }
 
 /* A row's product must not depend on how many rows share the call: one row
- * alone (the GEMV kernel) against the same row among 6 (cuBLAS) and among 3
- * (GEMV with M = 3). Both paths round x alike; only the order of the F32
+ * alone (the GEMV kernel) against the same row among 10 (cuBLAS) and among 3
+ * (the GEMV again). Both paths round x alike; only the order of the F32
  * sums differs. */
 static void test_matmul_batch_invariant(void **state)
 {
     NEED_GPU();
-    enum { N = 257, K = 1024, M = 6 };
+    enum { N = 257, K = 1024, M = 10 };
     float *wref, *x = rand_vec((size_t)M * K, 2.0f);
     void *store;
     ig_tensor_t t = make_matrix(IG_DTYPE_BF16, N, K, &wref, &store);
@@ -344,20 +350,20 @@ static void test_matmul_batch_invariant(void **state)
     assert_int_equal(be->upload_weight(be, &t, &w), 0);
     float *d_x = dev_copy(x, sizeof(float) * M * K);
     float *d_y = be->alloc(be, sizeof(float) * M * N);
-    float one[N], three[3 * N], six[M * N];
+    float one[N], three[3 * N], many[M * N];
     assert_int_equal(be->matmul(be, d_y, d_x + 2 * K, &w, NULL, 1), 0);
     host_copy(one, d_y, sizeof(one));
     assert_int_equal(be->matmul(be, d_y, d_x, &w, NULL, 3), 0);
     host_copy(three, d_y, sizeof(three));
     assert_int_equal(be->matmul(be, d_y, d_x, &w, NULL, M), 0);
-    host_copy(six, d_y, sizeof(six));
+    host_copy(many, d_y, sizeof(many));
     for (int j = 0; j < N; j++) {
         double mag = 0;
         for (int q = 0; q < K; q++)
             mag += fabs((double)x[2 * K + q] * wref[(size_t)j * K + q]);
         double tol = 2 * ig_bound_of(mag, K, ig_f32_floor(K)); /* each within gamma_K */
         assert_true(fabs(one[j] - three[2 * N + j]) <= tol);
-        assert_true(fabs(one[j] - six[2 * N + j]) <= tol);
+        assert_true(fabs(one[j] - many[2 * N + j]) <= tol);
     }
     be->free(be, d_x);
     be->free(be, d_y);
@@ -697,6 +703,342 @@ static void test_attention_prefill_wide(void **state)
     check_attention(&sh, 0, 2, ctx, qlen);
 }
 
+/* ---- the fused decode operations ------------------------------------------- */
+
+/* x(m, k) normalised as rmsnorm does it, in double: the exact input of the
+ * fused matmuls. */
+static double *ref_rmsnorm(const float *x, const float *nw, int m, int k, float eps)
+{
+    double *xn = malloc(sizeof(double) * (size_t)m * k);
+    assert_non_null(xn);
+    for (int r = 0; r < m; r++) {
+        double ss = 0;
+        for (int i = 0; i < k; i++)
+            ss += (double)x[(size_t)r * k + i] * x[(size_t)r * k + i];
+        double inv = 1.0 / sqrt(ss / k + eps);
+        for (int i = 0; i < k; i++)
+            xn[(size_t)r * k + i] = nw ? x[(size_t)r * k + i] * inv * nw[i] : x[(size_t)r * k + i];
+    }
+    return xn;
+}
+
+/* y = xn . w^T (+ bias) in double and mag = sum |xn w| (+ |bias|). */
+static void ref_dot(double *y, double *mag, const double *xn, const float *w, const float *bias,
+                    int k)
+{
+    double s = 0, a = 0;
+    for (int i = 0; i < k; i++) {
+        double p = xn[i] * w[i];
+        s += p;
+        a += fabs(p);
+    }
+    if (bias)
+        s += bias[0], a += fabs(bias[0]);
+    *y = s;
+    *mag = a;
+}
+
+/* The rounding units of one fused product of k terms: x's rounding to the
+ * weight dtype (u_x, as in check_matmul_x), the k (+ 1 with a bias or a
+ * residual) F32 sums, and with a norm the error RMSNorm's own output carries
+ * (dim / 2 + 10 roundings, as test_rmsnorm bounds it), by which each term
+ * is off before it is rounded. */
+static double fused_units(ig_dtype_t dtype, int k, int with_norm, int extra_terms)
+{
+    double ux = dtype == IG_DTYPE_F16 ? 0x1p-11 : 0x1p-8;
+    return ux / IG_F32_U + k + extra_terms + (with_norm ? k / 2.0 + 10 : 0);
+}
+
+static double fused_floor(ig_dtype_t dtype, int k, float xscale)
+{
+    return dtype == IG_DTYPE_F16 ? k * 0x1p-25 * (xscale > 2 ? xscale : 1) : ig_f32_floor(k + 1);
+}
+
+/* q/k/v of one input in one call: rmsnorm(x) . W_i^T (+ bias_i), i < 3. */
+static void check_norm_matmul(ig_dtype_t dtype, int m, int k, const int n[3], int with_norm,
+                              int with_bias)
+{
+    const float eps = 1e-5f;
+    float *x = rand_vec((size_t)m * k, 2.0f), *nwv = rand_vec((size_t)k, 1.0f);
+    ig_tensor_t tn = {.dtype = IG_DTYPE_F32, .data = nwv, .ndim = 1, .shape = {k}};
+    ig_weight_t norm, w[3], b[3];
+    float *wref[3], *bv[3], *d_y[3];
+    void *store[3];
+    assert_int_equal(be->upload_weight(be, &tn, &norm), 0);
+    for (int i = 0; i < 3; i++) {
+        ig_tensor_t t = make_matrix(dtype, n[i], k, &wref[i], &store[i]);
+        bv[i] = rand_vec((size_t)n[i], 1.0f);
+        ig_tensor_t tb = {.dtype = IG_DTYPE_F32, .data = bv[i], .ndim = 1, .shape = {n[i]}};
+        assert_int_equal(be->upload_weight(be, &t, &w[i]), 0);
+        assert_int_equal(be->upload_weight(be, &tb, &b[i]), 0);
+        d_y[i] = be->alloc(be, sizeof(float) * m * n[i]);
+    }
+    float *d_x = dev_copy(x, sizeof(float) * m * k);
+    const ig_weight_t *wp[3] = {&w[0], &w[1], &w[2]}, *bp[3] = {&b[0], &b[1], &b[2]};
+    assert_non_null(be->norm_matmul);
+    assert_int_equal(be->norm_matmul(be, d_y, d_x, with_norm ? &norm : NULL, eps, wp,
+                                     with_bias ? bp : NULL, 3, m),
+                     0);
+    double *xn = ref_rmsnorm(x, with_norm ? nwv : NULL, m, k, eps);
+    double units = fused_units(dtype, k, with_norm, with_bias);
+    for (int i = 0; i < 3; i++) {
+        float *y = malloc(sizeof(float) * m * n[i]);
+        host_copy(y, d_y[i], sizeof(float) * m * n[i]);
+        for (int r = 0; r < m; r++)
+            for (int j = 0; j < n[i]; j++) {
+                double ref, mag;
+                ref_dot(&ref, &mag, xn + (size_t)r * k, wref[i] + (size_t)j * k,
+                        with_bias ? bv[i] + j : NULL, k);
+                double e = fabs(y[(size_t)r * n[i] + j] - ref);
+                if (!(e <= ig_bound_of(mag, units, fused_floor(dtype, k, 2.0f))))
+                    fail_msg("norm_matmul %s m=%d k=%d: y%d[%d][%d] = %.9g, expected %.9g (scale "
+                             "%g)",
+                             dtype == IG_DTYPE_F16 ? "f16" : "bf16", m, k, i, r, j,
+                             y[(size_t)r * n[i] + j], ref, mag);
+            }
+        free(y);
+    }
+    for (int i = 0; i < 3; i++) {
+        be->free(be, d_y[i]);
+        be->free_weight(be, &w[i]);
+        be->free_weight(be, &b[i]);
+        free(wref[i]);
+        free(store[i]);
+        free(bv[i]);
+    }
+    be->free(be, d_x);
+    be->free_weight(be, &norm);
+    free(xn);
+    free(x);
+    free(nwv);
+}
+
+static void test_norm_matmul(void **state)
+{
+    NEED_GPU();
+    /* m <= 8 is the GEMV (one launch), beyond it rmsnorm and cuBLAS. */
+    const int ms[] = {1, 3, 8, 11};
+    const int qkv[3] = {96, 40, 40}, lm[3] = {300, 8, 8};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
+        check_norm_matmul(IG_DTYPE_BF16, ms[i], 256, qkv, 1, 0);
+        check_norm_matmul(IG_DTYPE_F16, ms[i], 256, qkv, 1, 1);
+    }
+    check_norm_matmul(IG_DTYPE_BF16, 2, 128, lm, 0, 1); /* no norm */
+    /* Few rows and a long k: each row split over 2 and 8 warps (the emulated
+     * device has 132 SMs). */
+    const int few[3] = {24, 8, 8};
+    check_norm_matmul(IG_DTYPE_BF16, 4, 4096, few, 1, 1);
+    check_norm_matmul(IG_DTYPE_F16, 1, 16384, few, 1, 0);
+}
+
+/* gate/up in one call: silu(rmsnorm(x) . W_gate^T) * (rmsnorm(x) . W_up^T). */
+static void check_norm_swiglu(ig_dtype_t dtype, int m, int n, int k)
+{
+    const float eps = 1e-5f;
+    float *x = rand_vec((size_t)m * k, 2.0f), *nwv = rand_vec((size_t)k, 1.0f);
+    ig_tensor_t tn = {.dtype = IG_DTYPE_F32, .data = nwv, .ndim = 1, .shape = {k}};
+    float *gref, *uref;
+    void *gstore, *ustore;
+    ig_tensor_t tg = make_matrix(dtype, n, k, &gref, &gstore);
+    ig_tensor_t tu = make_matrix(dtype, n, k, &uref, &ustore);
+    ig_weight_t norm, wg, wu;
+    assert_int_equal(be->upload_weight(be, &tn, &norm), 0);
+    assert_int_equal(be->upload_weight(be, &tg, &wg), 0);
+    assert_int_equal(be->upload_weight(be, &tu, &wu), 0);
+    float *d_x = dev_copy(x, sizeof(float) * m * k);
+    float *d_out = be->alloc(be, sizeof(float) * m * n), *out = malloc(sizeof(float) * m * n);
+    assert_non_null(be->norm_swiglu);
+    assert_int_equal(be->norm_swiglu(be, d_out, d_x, &norm, eps, &wg, &wu, m), 0);
+    host_copy(out, d_out, sizeof(float) * m * n);
+    double *xn = ref_rmsnorm(x, nwv, m, k, eps);
+    double units = fused_units(dtype, k, 1, 0), floor = fused_floor(dtype, k, 2.0f);
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < n; j++) {
+            double g, u, mg, mu;
+            ref_dot(&g, &mg, xn + (size_t)r * k, gref + (size_t)j * k, NULL, k);
+            ref_dot(&u, &mu, xn + (size_t)r * k, uref + (size_t)j * k, NULL, k);
+            double sg = g / (1 + exp(-g)), ref = sg * u;
+            /* The dot products' bounds carried through: silu's slope is at
+             * most 1.0998 in magnitude; then expf (4u) and +, /, * (8 in
+             * all, as the plain swiglu). */
+            double eg = ig_bound_of(mg, units, floor), eu = ig_bound_of(mu, units, floor);
+            double tol = fabs(sg) * eu + 1.1 * (fabs(u) + eu) * eg +
+                         ig_bound_of(fabs(ref), 8, ig_f32_floor(4));
+            double e = fabs(out[(size_t)r * n + j] - ref);
+            if (!(e <= tol))
+                fail_msg("norm_swiglu %s m=%d n=%d k=%d: out[%d][%d] = %.9g, expected %.9g",
+                         dtype == IG_DTYPE_F16 ? "f16" : "bf16", m, n, k, r, j,
+                         out[(size_t)r * n + j], ref);
+        }
+    be->free(be, d_x);
+    be->free(be, d_out);
+    be->free_weight(be, &norm);
+    be->free_weight(be, &wg);
+    be->free_weight(be, &wu);
+    free(out);
+    free(xn);
+    free(x);
+    free(nwv);
+    free(gref);
+    free(uref);
+    free(gstore);
+    free(ustore);
+}
+
+static void test_norm_swiglu(void **state)
+{
+    NEED_GPU();
+    const int ms[] = {1, 5, 10};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
+        check_norm_swiglu(IG_DTYPE_BF16, ms[i], 72, 256);
+        check_norm_swiglu(IG_DTYPE_F16, ms[i], 72, 256);
+    }
+    check_norm_swiglu(IG_DTYPE_BF16, 2, 16, 4096); /* split rows */
+}
+
+/* The residual: y += x . W^T, with x beyond F16's range for F16 weights. */
+static void check_matmul_add(ig_dtype_t dtype, int m, int n, int k, float xscale)
+{
+    float *wref, *x = rand_vec((size_t)m * k, xscale), *y0 = rand_vec((size_t)m * n, 4.0f);
+    void *store;
+    ig_tensor_t t = make_matrix(dtype, n, k, &wref, &store);
+    ig_weight_t w;
+    assert_int_equal(be->upload_weight(be, &t, &w), 0);
+    float *d_x = dev_copy(x, sizeof(float) * m * k), *d_y = dev_copy(y0, sizeof(float) * m * n);
+    float *y = malloc(sizeof(float) * m * n);
+    assert_non_null(be->matmul_add);
+    assert_int_equal(be->matmul_add(be, d_y, d_x, &w, m), 0);
+    host_copy(y, d_y, sizeof(float) * m * n);
+    double *xd = ref_rmsnorm(x, NULL, m, k, 0.0f);
+    double units = fused_units(dtype, k, 0, 1), floor = fused_floor(dtype, k, xscale);
+    for (int r = 0; r < m; r++)
+        for (int j = 0; j < n; j++) {
+            double ref, mag;
+            ref_dot(&ref, &mag, xd + (size_t)r * k, wref + (size_t)j * k, y0 + (size_t)r * n + j,
+                    k);
+            double e = fabs(y[(size_t)r * n + j] - ref);
+            if (!(e <= ig_bound_of(mag, units, floor)))
+                fail_msg("matmul_add %s m=%d k=%d: y[%d][%d] = %.9g, expected %.9g",
+                         dtype == IG_DTYPE_F16 ? "f16" : "bf16", m, k, r, j, y[(size_t)r * n + j],
+                         ref);
+        }
+    be->free(be, d_x);
+    be->free(be, d_y);
+    be->free_weight(be, &w);
+    free(y);
+    free(xd);
+    free(x);
+    free(y0);
+    free(wref);
+    free(store);
+}
+
+static void test_matmul_add(void **state)
+{
+    NEED_GPU();
+    const int ms[] = {1, 4, 9};
+    for (size_t i = 0; i < sizeof(ms) / sizeof(ms[0]); i++) {
+        check_matmul_add(IG_DTYPE_BF16, ms[i], 80, 256, 2.0f);
+        check_matmul_add(IG_DTYPE_F16, ms[i], 80, 256, 3e5f);
+    }
+    check_matmul_add(IG_DTYPE_BF16, 3, 24, 4096, 2.0f); /* split rows */
+}
+
+/* RoPE and the KV append in one launch, against the CPU backend's rope
+ * (the same double angle; 6 roundings as test_rope_long_positions) and
+ * copy: q rotated in place, the cache holding the rotated k and v at each
+ * slot, a negative slot skipped, the k buffer as it was. */
+static void test_rope_kv_append(void **state)
+{
+    NEED_GPU();
+    enum { NTOK = 5, NH = 4, NKV = 2, HD = 64, BS = 4, BLOCKS = 8, LAYERS = 2, LAYER = 1 };
+    const int pos[NTOK] = {0, 7, 100000, 131071, 33};
+    const int slots[NTOK] = {5, 31, 12, 0, -1};
+    float inv_freq[HD / 2];
+    for (int i = 0; i < HD / 2; i++)
+        inv_freq[i] = (float)pow(500000.0, -2.0 * i / HD);
+    size_t nq = (size_t)NTOK * NH * HD, nk = (size_t)NTOK * NKV * HD;
+    float *q = rand_vec(nq, 1.0f), *k = rand_vec(nk, 1.0f), *v = rand_vec(nk, 1.0f);
+    float *cq = malloc(sizeof(float) * nq), *ck = malloc(sizeof(float) * nk);
+    memcpy(cq, q, sizeof(float) * nq);
+    memcpy(ck, k, sizeof(float) * nk);
+    ig_backend_t *cpu = NULL;
+    assert_int_equal(ig_backend_cpu_create(&cpu, 1), 0);
+    assert_int_equal(cpu->rope(cpu, cq, ck, pos, NTOK, NH, NKV, HD, inv_freq), 0);
+    cpu->destroy(cpu);
+
+    size_t cache_n = (size_t)LAYERS * BLOCKS * NKV * BS * HD;
+    ig_kv_layout_t kv = {LAYERS, BLOCKS, BS, NKV, HD, NULL, NULL, IG_DTYPE_F32};
+    kv.k = be->alloc(be, cache_n * sizeof(float)); /* zeroed */
+    kv.v = be->alloc(be, cache_n * sizeof(float));
+    float *d_q = dev_copy(q, sizeof(float) * nq), *d_k = dev_copy(k, sizeof(float) * nk);
+    float *d_v = dev_copy(v, sizeof(float) * nk), *d_f = dev_copy(inv_freq, sizeof(inv_freq));
+    int *d_pos = dev_copy(pos, sizeof(pos)), *d_slots = dev_copy(slots, sizeof(slots));
+    assert_non_null(be->rope_kv_append);
+    assert_int_equal(
+        be->rope_kv_append(be, d_q, d_k, d_v, &kv, LAYER, d_pos, d_slots, NTOK, NH, d_f), 0);
+    float *oq = malloc(sizeof(float) * nq), *ok = malloc(sizeof(float) * nk);
+    float *kc = malloc(sizeof(float) * cache_n), *vc = malloc(sizeof(float) * cache_n);
+    host_copy(oq, d_q, sizeof(float) * nq);
+    host_copy(ok, d_k, sizeof(float) * nk);
+    host_copy(kc, kv.k, sizeof(float) * cache_n);
+    host_copy(vc, kv.v, sizeof(float) * cache_n);
+    assert_memory_equal(ok, k, sizeof(float) * nk);
+    size_t written = 0;
+    for (int t = 0; t < NTOK; t++) {
+        for (int h = 0; h < NH + NKV; h++) {
+            int kvh = h - NH;
+            const float *in =
+                h < NH ? q + ((size_t)t * NH + h) * HD : k + ((size_t)t * NKV + kvh) * HD;
+            const float *want =
+                h < NH ? cq + ((size_t)t * NH + h) * HD : ck + ((size_t)t * NKV + kvh) * HD;
+            const float *got;
+            if (h < NH) {
+                got = oq + ((size_t)t * NH + h) * HD;
+            } else if (slots[t] < 0) {
+                continue;
+            } else {
+                size_t row =
+                    ((((size_t)LAYER * BLOCKS + slots[t] / BS) * NKV + kvh) * BS + slots[t] % BS) *
+                    HD;
+                got = kc + row;
+                assert_memory_equal(vc + row, v + ((size_t)t * NKV + kvh) * HD, sizeof(float) * HD);
+                written += HD;
+            }
+            for (int i = 0; i < HD; i++) {
+                int j = i < HD / 2 ? i + HD / 2 : i - HD / 2;
+                double mag = fabs(in[i]) + fabs(in[j]);
+                if (!(fabs(got[i] - want[i]) <= ig_bound_of(mag, 6, ig_f32_floor(3))))
+                    fail_msg("rope_kv_append at position %d, head %d, dim %d: %.9g, the CPU has "
+                             "%.9g",
+                             pos[t], h, i, got[i], want[i]);
+            }
+        }
+    }
+    /* Nothing else in the cache was touched (the skipped slot included). */
+    size_t nonzero = 0;
+    for (size_t i = 0; i < cache_n; i++)
+        nonzero += vc[i] != 0.0f;
+    assert_true(nonzero <= written && written == (size_t)(NTOK - 1) * NKV * HD);
+    be->free(be, d_q);
+    be->free(be, d_k);
+    be->free(be, d_v);
+    be->free(be, d_f);
+    be->free(be, d_pos);
+    be->free(be, d_slots);
+    be->free(be, kv.k);
+    be->free(be, kv.v);
+    free(q);
+    free(k);
+    free(v);
+    free(cq);
+    free(ck);
+    free(oq);
+    free(ok);
+    free(kc);
+    free(vc);
+}
+
 /* ---- gather ---------------------------------------------------------------- */
 
 static void test_gather(void **state)
@@ -735,6 +1077,10 @@ int main(void)
         cmocka_unit_test(test_attention_decode_only),
         cmocka_unit_test(test_attention_prefill_wide),
         cmocka_unit_test(test_gather),
+        cmocka_unit_test(test_norm_matmul),
+        cmocka_unit_test(test_norm_swiglu),
+        cmocka_unit_test(test_matmul_add),
+        cmocka_unit_test(test_rope_kv_append),
     };
     group_setup(NULL);
     if (!be) {

@@ -344,11 +344,28 @@ static int prefill_all(bench_t *b, seq_t *seqs, int n, int ctx, int max_tokens)
 /* The backend's table is wrapped in place while a batch is timed per
  * operation: each wrapper runs the operation, then the backend's sync, and
  * adds the time to its operation. */
-enum { OP_EMBED, OP_RMSNORM, OP_MATMUL, OP_ROPE, OP_SWIGLU, OP_ADD, OP_KV_APPEND, OP_ATTENTION,
-       OP_GATHER, OP_UPLOAD, OP_DOWNLOAD, OP_N };
-static const char *op_names[OP_N] = {"embed",     "rmsnorm",   "matmul", "rope",
-                                     "swiglu",    "add",       "kv_append", "attention",
-                                     "gather",    "upload",    "download"};
+enum {
+    OP_EMBED,
+    OP_RMSNORM,
+    OP_MATMUL,
+    OP_ROPE,
+    OP_SWIGLU,
+    OP_ADD,
+    OP_KV_APPEND,
+    OP_ATTENTION,
+    OP_GATHER,
+    OP_UPLOAD,
+    OP_DOWNLOAD,
+    OP_NORM_MATMUL,
+    OP_NORM_SWIGLU,
+    OP_MATMUL_ADD,
+    OP_ROPE_KV,
+    OP_N
+};
+static const char *op_names[OP_N] = {"embed",       "rmsnorm",    "matmul",        "rope",
+                                     "swiglu",      "add",        "kv_append",     "attention",
+                                     "gather",      "upload",     "download",      "norm_matmul",
+                                     "norm_swiglu", "matmul_add", "rope_kv_append"};
 static ig_backend_t op_orig; /* the table as the backend made it */
 static double op_s[OP_N];
 static long op_calls[OP_N];
@@ -423,6 +440,35 @@ static int t_download(ig_backend_t *be, void *dst, const void *src, size_t bytes
     return op_done(be, OP_DOWNLOAD, t0, op_orig.download(be, dst, src, bytes));
 }
 
+/* The fused decode operations (docs/gpu.md), where the backend has them. */
+static int t_norm_matmul(ig_backend_t *be, float *const *y, const float *x, const ig_weight_t *norm,
+                         float eps, const ig_weight_t *const *w, const ig_weight_t *const *bias,
+                         int nw, int m)
+{
+    double t0 = now_s();
+    return op_done(be, OP_NORM_MATMUL, t0,
+                   op_orig.norm_matmul(be, y, x, norm, eps, w, bias, nw, m));
+}
+static int t_norm_swiglu(ig_backend_t *be, float *out, const float *x, const ig_weight_t *norm,
+                         float eps, const ig_weight_t *wg, const ig_weight_t *wu, int m)
+{
+    double t0 = now_s();
+    return op_done(be, OP_NORM_SWIGLU, t0, op_orig.norm_swiglu(be, out, x, norm, eps, wg, wu, m));
+}
+static int t_matmul_add(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w, int m)
+{
+    double t0 = now_s();
+    return op_done(be, OP_MATMUL_ADD, t0, op_orig.matmul_add(be, y, x, w, m));
+}
+static int t_rope_kv(ig_backend_t *be, float *q, const float *k, const float *v,
+                     const ig_kv_layout_t *kv, int layer, const int *pos, const int *slots,
+                     int ntok, int nh, const float *f)
+{
+    double t0 = now_s();
+    return op_done(be, OP_ROPE_KV, t0,
+                   op_orig.rope_kv_append(be, q, k, v, kv, layer, pos, slots, ntok, nh, f));
+}
+
 static void ops_wrap(ig_backend_t *be)
 {
     op_orig = *be;
@@ -440,6 +486,14 @@ static void ops_wrap(ig_backend_t *be)
         be->gather = t_gather;
     be->upload = t_upload;
     be->download = t_download;
+    if (be->norm_matmul)
+        be->norm_matmul = t_norm_matmul;
+    if (be->norm_swiglu)
+        be->norm_swiglu = t_norm_swiglu;
+    if (be->matmul_add)
+        be->matmul_add = t_matmul_add;
+    if (be->rope_kv_append)
+        be->rope_kv_append = t_rope_kv;
 }
 
 static void ops_unwrap(ig_backend_t *be)
@@ -612,7 +666,7 @@ int main(int argc, char **argv)
                 if (op_calls[op] == 0)
                     continue;
                 double ms = op_s[op] * 1e3 / o.steps;
-                printf("  %-10s %6.1f calls %9.3f ms %5.1f%%\n", op_names[op],
+                printf("  %-14s %6.1f calls %9.3f ms %5.1f%%\n", op_names[op],
                        (double)op_calls[op] / o.steps, ms, total > 0 ? 100 * op_s[op] / total : 0);
                 json_object_set_new(op_ms, op_names[op], json_real(ms));
             }

@@ -58,6 +58,11 @@ struct ig_engine_s {
 
     /* Host staging of the same index arrays. */
     int *h_pos, *h_slots, *h_rows, *h_q_start, *h_ctx_len, *h_tables;
+
+    /* The step's index arrays packed for one upload: d_tokens .. d_tables
+     * point into d_meta, h_meta is its host side (page-locked where the
+     * backend has host_alloc). */
+    int *d_meta, *h_meta;
 };
 
 void ig_engine_opts_default(ig_engine_opts_t *opts)
@@ -187,13 +192,10 @@ static int alloc_buffers(ig_engine_t *e)
     e->hb2 = balloc(e, T * c->intermediate_size * f, &failed);
     if (!e->host_logits)
         e->logits = balloc(e, (size_t)LOGIT_CHUNK * c->vocab_size * f, &failed);
-    e->d_tokens = balloc(e, T * i, &failed);
-    e->d_pos = balloc(e, T * i, &failed);
-    e->d_slots = balloc(e, T * i, &failed);
-    e->d_rows = balloc(e, T * i, &failed);
-    e->d_q_start = balloc(e, (S + 1) * i, &failed);
-    e->d_ctx_len = balloc(e, S * i, &failed);
-    e->d_tables = balloc(e, S * e->max_blocks * i, &failed);
+    /* tokens, positions, slots, rows; q_start, ctx_len, block tables */
+    size_t meta = (4 * T + 2 * S + 1 + S * e->max_blocks) * i;
+    e->d_meta = balloc(e, meta, &failed);
+    e->h_meta = e->be->host_alloc ? e->be->host_alloc(e->be, meta) : malloc(meta);
     e->inv_freq = balloc(e, (size_t)(c->head_dim / 2) * f, &failed);
 
     e->h_pos = malloc(T * i);
@@ -203,7 +205,7 @@ static int alloc_buffers(ig_engine_t *e)
     e->h_ctx_len = malloc(S * i);
     e->h_tables = malloc(S * e->max_blocks * i);
     if (failed || !e->h_pos || !e->h_slots || !e->h_rows || !e->h_q_start || !e->h_ctx_len ||
-        !e->h_tables)
+        !e->h_tables || !e->h_meta)
         return IG_ENOMEM;
     return 0;
 }
@@ -403,10 +405,8 @@ void ig_engine_free(ig_engine_t *e)
         free_w(e, &e->lm_head);
     free_w(e, &e->embed);
     free_w(e, &e->final_norm);
-    void *bufs[] = {e->x,        e->xb,       e->q,      e->k,         e->v,
-                    e->att,      e->hb,       e->hb2,    e->logits,    e->d_tokens,
-                    e->d_pos,    e->d_slots,  e->d_rows, e->d_q_start, e->d_ctx_len,
-                    e->d_tables, e->inv_freq, e->kv.k,   e->kv.v};
+    void *bufs[] = {e->x,   e->xb,     e->q,      e->k,        e->v,    e->att, e->hb,
+                    e->hb2, e->logits, e->d_meta, e->inv_freq, e->kv.k, e->kv.v};
     for (size_t i = 0; i < sizeof(bufs) / sizeof(bufs[0]); i++)
         if (bufs[i] != NULL)
             be->free(be, bufs[i]);
@@ -416,6 +416,10 @@ void ig_engine_free(ig_engine_t *e)
     free(e->h_q_start);
     free(e->h_ctx_len);
     free(e->h_tables);
+    if (be->host_alloc)
+        be->host_free(be, e->h_meta);
+    else
+        free(e->h_meta);
     free(e->free_blocks);
     free(e->in_use);
     free(e);
@@ -565,6 +569,66 @@ static int gather_via_host(ig_engine_t *e, float *out, const float *x, const int
             goto fail;                                                                             \
     } while (0)
 
+/* Copies count ints to the packed host buffer at *n and returns where they
+ * will be in backend memory. */
+static int *pack(ig_engine_t *e, size_t *n, const int *src, size_t count)
+{
+    memcpy(e->h_meta + *n, src, count * sizeof(int));
+    int *at = e->d_meta + *n;
+    *n += count;
+    return at;
+}
+
+/* The step's index arrays in one upload, from page-locked memory where the
+ * backend has it: the copy may still run when this returns, and the next
+ * step rewrites h_meta only after this one's download or sync. */
+static int upload_step(ig_engine_t *e, const ig_batch_t *b, int ntok, int nrows, int maxb)
+{
+    int nseq = b->nseq;
+    size_t n = 0;
+    e->d_tokens = pack(e, &n, b->tokens, (size_t)ntok);
+    e->d_pos = pack(e, &n, e->h_pos, (size_t)ntok);
+    e->d_slots = pack(e, &n, e->h_slots, (size_t)ntok);
+    e->d_rows = pack(e, &n, e->h_rows, (size_t)nrows);
+    e->d_q_start = pack(e, &n, e->h_q_start, (size_t)nseq + 1);
+    e->d_ctx_len = pack(e, &n, e->h_ctx_len, (size_t)nseq);
+    e->d_tables = pack(e, &n, e->h_tables, (size_t)nseq * maxb);
+    return e->be->upload(e->be, e->d_meta, e->h_meta, n * sizeof(int));
+}
+
+/* The layers of a decode batch (one query row per sequence) through the
+ * backend's fused operations: q/k/v with the attention norm, RoPE with the
+ * KV append, attention, o_proj with the residual add, gate/up with the MLP
+ * norm and SwiGLU, down_proj with the residual add (docs/gpu.md). */
+static int forward_layers_fused(ig_engine_t *e, const ig_attn_batch_t *ab, float scale, int ntok)
+{
+    ig_backend_t *be = e->be;
+    const ig_model_config_t *c = &e->cfg;
+    int rc, nh = c->num_attention_heads, nkv = c->num_key_value_heads;
+    float eps = c->rms_norm_eps;
+    for (int l = 0; l < c->num_hidden_layers; l++) {
+        const layer_t *L = &e->layers[l];
+        float *qkv[3] = {e->q, e->k, e->v};
+        const ig_weight_t *w[3] = {&L->wq, &L->wk, &L->wv}, *bias[3] = {&L->bq, &L->bk, &L->bv};
+        CHECK(be->norm_matmul(be, qkv, e->x, &L->attn_norm, eps, w, L->has_bias ? bias : NULL, 3,
+                              ntok));
+        if (L->has_qk_norm) {
+            CHECK(be->rmsnorm(be, e->q, e->q, &L->q_norm, ntok * nh, eps));
+            CHECK(be->rmsnorm(be, e->k, e->k, &L->k_norm, ntok * nkv, eps));
+        }
+        CHECK(be->rope_kv_append(be, e->q, e->k, e->v, &e->kv, l, e->d_pos, e->d_slots, ntok, nh,
+                                 e->inv_freq));
+        CHECK(be->attention(be, e->att, e->q, &e->kv, l, ab, nh, scale));
+        CHECK(be->matmul_add(be, e->x, e->att, &L->wo, ntok));
+        CHECK(be->norm_swiglu(be, e->hb, e->x, &L->mlp_norm, eps, &L->w_gate, &L->w_up, ntok));
+        CHECK(be->matmul_add(be, e->x, e->hb, &L->w_down, ntok));
+    }
+    return 0;
+
+fail:
+    return rc;
+}
+
 int ig_engine_forward(ig_engine_t *e, const ig_batch_t *b)
 {
     ig_backend_t *be = e->be;
@@ -577,13 +641,11 @@ int ig_engine_forward(ig_engine_t *e, const ig_batch_t *b)
     int dim = c->hidden_size, hd = c->head_dim, nh = c->num_attention_heads;
     int nkv = c->num_key_value_heads, hidden = c->intermediate_size;
 
-    CHECK(be->upload(be, e->d_tokens, b->tokens, (size_t)ntok * sizeof(int)));
-    CHECK(be->upload(be, e->d_pos, e->h_pos, (size_t)ntok * sizeof(int)));
-    CHECK(be->upload(be, e->d_slots, e->h_slots, (size_t)ntok * sizeof(int)));
-    CHECK(be->upload(be, e->d_rows, e->h_rows, (size_t)nrows * sizeof(int)));
-    CHECK(be->upload(be, e->d_q_start, e->h_q_start, (size_t)(nseq + 1) * sizeof(int)));
-    CHECK(be->upload(be, e->d_ctx_len, e->h_ctx_len, (size_t)nseq * sizeof(int)));
-    CHECK(be->upload(be, e->d_tables, e->h_tables, (size_t)nseq * maxb * sizeof(int)));
+    /* A decode batch (one row per sequence) takes the fused operations
+     * where the backend has them. */
+    int fused =
+        ntok == nseq && be->norm_matmul && be->norm_swiglu && be->matmul_add && be->rope_kv_append;
+    CHECK(upload_step(e, b, ntok, nrows, maxb));
 
     ig_attn_batch_t ab = {
         .nseq = nseq,
@@ -603,7 +665,9 @@ int ig_engine_forward(ig_engine_t *e, const ig_batch_t *b)
     float scale = 1.0f / sqrtf((float)hd);
 
     CHECK(be->embed(be, e->x, &e->embed, e->d_tokens, ntok));
-    for (int l = 0; l < c->num_hidden_layers; l++) {
+    if (fused)
+        CHECK(forward_layers_fused(e, &ab, scale, ntok));
+    for (int l = 0; !fused && l < c->num_hidden_layers; l++) {
         const layer_t *L = &e->layers[l];
         /* attention block */
         CHECK(be->rmsnorm(be, e->xb, e->x, &L->attn_norm, ntok, c->rms_norm_eps));
@@ -636,18 +700,26 @@ int ig_engine_forward(ig_engine_t *e, const ig_batch_t *b)
             CHECK(be->gather(be, e->xb, e->x, e->d_rows + r0, n, dim));
         else
             CHECK(gather_via_host(e, e->xb, e->x, e->h_rows + r0, n, dim));
-        CHECK(be->rmsnorm(be, e->xb, e->xb, &e->final_norm, n, c->rms_norm_eps));
         float *dst = b->logits + (size_t)r0 * c->vocab_size;
-        if (e->host_logits) {
-            CHECK(be->matmul(be, dst, e->xb, &e->lm_head, NULL, n));
+        float *out = e->host_logits ? dst : e->logits;
+        if (fused) {
+            const ig_weight_t *head = &e->lm_head;
+            CHECK(be->norm_matmul(be, &out, e->xb, &e->final_norm, c->rms_norm_eps, &head, NULL, 1,
+                                  n));
         } else {
-            CHECK(be->matmul(be, e->logits, e->xb, &e->lm_head, NULL, n));
-            CHECK(be->download(be, dst, e->logits, (size_t)n * c->vocab_size * sizeof(float)));
+            CHECK(be->rmsnorm(be, e->xb, e->xb, &e->final_norm, n, c->rms_norm_eps));
+            CHECK(be->matmul(be, out, e->xb, &e->lm_head, NULL, n));
         }
+        if (!e->host_logits)
+            CHECK(be->download(be, dst, e->logits, (size_t)n * c->vocab_size * sizeof(float)));
     }
-    CHECK(be->sync(be));
+    /* The last download waited for the step's work: the one host wait. */
+    if (e->host_logits || nrows == 0)
+        CHECK(be->sync(be));
     return 0;
 
 fail:
+    /* Nothing may still read h_meta when the next step rewrites it. */
+    (void)be->sync(be);
     return rc;
 }

@@ -126,6 +126,38 @@ struct ig_backend_s {
     void (*destroy)(ig_backend_t *be);
 
     void *impl; /* the backend's own state */
+
+    /* ---- optional: the fused decode step ----
+     * NULL where the backend has none (the CPU: the engine then runs the
+     * plain operations above). Each computes what the plain sequence named
+     * in its comment computes, in one launch where the shapes allow, and
+     * differs from it only in the order of F32 sums. The output must not
+     * overlap the input x. */
+    /* y_i(m, n_i) = rmsnorm(x, norm, eps) . W_i(n_i, k)^T (+ bias_i) for
+     * i < nw (1 to 3, one k): rmsnorm, then nw matmuls. q/k/v of a layer in
+     * one pass over x; norm NULL takes x as it is; bias or bias[i] may be
+     * NULL. */
+    int (*norm_matmul)(ig_backend_t *be, float *const *y, const float *x, const ig_weight_t *norm,
+                       float eps, const ig_weight_t *const *w, const ig_weight_t *const *bias,
+                       int nw, int m);
+    /* out(m, n) = silu(rmsnorm(x) . W_gate^T) * (rmsnorm(x) . W_up^T):
+     * rmsnorm, the gate and up matmuls, then swiglu. */
+    int (*norm_swiglu)(ig_backend_t *be, float *out, const float *x, const ig_weight_t *norm,
+                       float eps, const ig_weight_t *w_gate, const ig_weight_t *w_up, int m);
+    /* y(m, n) += x(m, k) . W(n, k)^T: matmul, then add (the residual after
+     * o_proj and down_proj). */
+    int (*matmul_add)(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w, int m);
+    /* rope on q (in place) and k at pos(ntok), and kv_append of the rotated
+     * k and of v at slots(ntok): rope, then kv_append. The k buffer is left
+     * as it was. */
+    int (*rope_kv_append)(ig_backend_t *be, float *q, const float *k, const float *v,
+                          const ig_kv_layout_t *kv, int layer, const int *pos, const int *slots,
+                          int ntok, int n_heads, const float *inv_freq);
+    /* Page-locked host memory (NULL when out of memory) and its release.
+     * upload() from it does not wait for the copy: the caller rewrites it
+     * only after the next download() or sync() has returned. */
+    void *(*host_alloc)(ig_backend_t *be, size_t bytes);
+    void (*host_free)(ig_backend_t *be, void *ptr);
 };
 
 /* The CPU backend with `threads` worker threads (0 = the number of cores).

@@ -279,7 +279,8 @@ static int cuda_matmul(ig_backend_t *be, float *y, const float *x, const ig_weig
     const float *b = bias ? (const float *)bias->data : NULL;
 
     /* Decode rows: one pass over the weights, the bandwidth-bound case. */
-    rc = ig__cuda_gemv(c, y, x, w, b, m);
+    ig__gemv_t g = {IG__GEMV_STORE, x, k, NULL, 0.0f, 1, {w}, {b}, {y}};
+    rc = ig__cuda_gemv(c, &g, m);
     if (rc != IG_ENOTSUP)
         return rc;
 
@@ -311,6 +312,167 @@ static int cuda_matmul(ig_backend_t *be, float *y, const float *x, const ig_weig
 }
 
 /* ======================================================================== */
+/* The fused decode step                                                    */
+/* ======================================================================== */
+
+/* The shapes a fused operation takes: k columns in every weight, a norm of
+ * k F32 elements, biases of their weight's rows. */
+static int check_fused(const ig_weight_t *norm, const ig_weight_t *const *w,
+                       const ig_weight_t *const *bias, int nw, int m)
+{
+    if (m < 0 || nw < 1 || nw > 3 || !w[0])
+        return IG_EINVAL;
+    int64_t k = w[0]->cols;
+    if (k <= 0 || k > INT32_MAX)
+        return IG_EINVAL;
+    if (norm && (norm->dtype != IG_DTYPE_F32 || norm->rows != k || norm->cols != 1))
+        return IG_EINVAL;
+    for (int i = 0; i < nw; i++) {
+        if (!w[i] || w[i]->cols != k)
+            return IG_EINVAL;
+        const ig_weight_t *b = bias ? bias[i] : NULL;
+        if (b && (b->dtype != IG_DTYPE_F32 || b->rows != w[i]->rows))
+            return IG_EINVAL;
+    }
+    return 0;
+}
+
+/* x normalised into the fused scratch (the plain path's first step), with
+ * room for `extra` more floats after it; *xn is x itself without a norm. */
+static int fused_prologue(ig_backend_t *be, const float **xn, float **extra_at, const float *x,
+                          const ig_weight_t *norm, float eps, int m, int64_t k, size_t extra)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    size_t nx = norm ? (size_t)m * (size_t)k : 0;
+    int rc =
+        ig__cuda_scratch(c, (void **)&c->fused, &c->fused_bytes, (nx + extra) * sizeof(float) + 16);
+    if (rc != 0)
+        return rc;
+    *xn = x;
+    if (extra_at)
+        *extra_at = c->fused + ((nx + 3) & ~(size_t)3); /* 16-byte aligned for the GEMV */
+    if (norm) {
+        if ((rc = ig__cuda_rmsnorm(be, c->fused, x, norm, m, eps)) != 0)
+            return rc;
+        *xn = c->fused;
+    }
+    return 0;
+}
+
+/* The GEMV of one fused operation on x, its first weight w0 and norm. */
+static ig__gemv_t gemv_of(ig__gemv_op_t op, const float *x, const ig_weight_t *w0,
+                          const ig_weight_t *norm, float eps)
+{
+    ig__gemv_t g;
+    memset(&g, 0, sizeof(g));
+    g.op = op;
+    g.x = x;
+    g.k = (int)w0->cols;
+    g.norm = norm ? (const float *)norm->data : NULL;
+    g.eps = eps;
+    g.nw = 1;
+    g.w[0] = w0;
+    return g;
+}
+
+static int cuda_norm_matmul(ig_backend_t *be, float *const *y, const float *x,
+                            const ig_weight_t *norm, float eps, const ig_weight_t *const *w,
+                            const ig_weight_t *const *bias, int nw, int m)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc = check_fused(norm, w, bias, nw, m);
+    if (rc != 0 || m == 0)
+        return rc;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    ig__gemv_t g = gemv_of(IG__GEMV_STORE, x, w[0], norm, eps);
+    g.nw = nw;
+    for (int i = 0; i < nw; i++) {
+        g.w[i] = w[i];
+        g.bias[i] = bias && bias[i] ? (const float *)bias[i]->data : NULL;
+        g.y[i] = y[i];
+    }
+    if ((rc = ig__cuda_gemv(c, &g, m)) != IG_ENOTSUP)
+        return rc;
+    /* More rows than the GEMV takes: the plain operations. */
+    const float *xn;
+    if ((rc = fused_prologue(be, &xn, NULL, x, norm, eps, m, w[0]->cols, 0)) != 0)
+        return rc;
+    for (int i = 0; i < nw && rc == 0; i++)
+        rc = cuda_matmul(be, y[i], xn, w[i], bias ? bias[i] : NULL, m);
+    return rc;
+}
+
+static int cuda_norm_swiglu(ig_backend_t *be, float *out, const float *x, const ig_weight_t *norm,
+                            float eps, const ig_weight_t *w_gate, const ig_weight_t *w_up, int m)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    const ig_weight_t *w[2] = {w_gate, w_up};
+    int rc = check_fused(norm, w, NULL, 2, m);
+    if (rc == 0 && w_gate->rows != w_up->rows)
+        rc = IG_EINVAL;
+    if (rc != 0 || m == 0)
+        return rc;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    ig__gemv_t g = gemv_of(IG__GEMV_SWIGLU, x, w_gate, norm, eps);
+    g.nw = 2;
+    g.w[1] = w_up;
+    g.y[0] = out;
+    if ((rc = ig__cuda_gemv(c, &g, m)) != IG_ENOTSUP)
+        return rc;
+    const float *xn;
+    float *up;
+    size_t n = (size_t)m * (size_t)w_up->rows;
+    if ((rc = fused_prologue(be, &xn, &up, x, norm, eps, m, w_gate->cols, n)) != 0 ||
+        (rc = cuda_matmul(be, out, xn, w_gate, NULL, m)) != 0 ||
+        (rc = cuda_matmul(be, up, xn, w_up, NULL, m)) != 0)
+        return rc;
+    return ig__cuda_swiglu(be, out, out, up, n);
+}
+
+static int cuda_matmul_add(ig_backend_t *be, float *y, const float *x, const ig_weight_t *w, int m)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc = check_fused(NULL, &w, NULL, 1, m);
+    if (rc != 0 || m == 0)
+        return rc;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    ig__gemv_t g = gemv_of(IG__GEMV_ADD, x, w, NULL, 0.0f);
+    g.y[0] = y;
+    if ((rc = ig__cuda_gemv(c, &g, m)) != IG_ENOTSUP)
+        return rc;
+    const float *xn;
+    float *tmp;
+    size_t n = (size_t)m * (size_t)w->rows;
+    if ((rc = fused_prologue(be, &xn, &tmp, x, NULL, 0.0f, m, w->cols, n)) != 0 ||
+        (rc = cuda_matmul(be, tmp, x, w, NULL, m)) != 0)
+        return rc;
+    return ig__cuda_add(be, y, tmp, n);
+}
+
+static void *cuda_host_alloc(ig_backend_t *be, size_t bytes)
+{
+    void *p = NULL;
+    if (ig__cuda_enter(ig__cuda(be)) != 0)
+        return NULL;
+    cudaError_t st = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (st != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: the caller sees NULL */
+        return NULL;
+    }
+    return p;
+}
+
+static void cuda_host_free(ig_backend_t *be, void *ptr)
+{
+    (void)be;
+    if (ptr)
+        (void)IG_CUDA_CHECK(cudaFreeHost(ptr));
+}
+
+/* ======================================================================== */
 /* Life cycle                                                               */
 /* ======================================================================== */
 
@@ -329,6 +491,7 @@ static void cuda_destroy(ig_backend_t *be)
         cudaFree(c->cublas_ws);
         cudaFree(c->act);
         cudaFree(c->attn_part);
+        cudaFree(c->fused);
         if (c->stream)
             cudaStreamDestroy(c->stream);
         free(c);
@@ -436,6 +599,12 @@ extern "C" int ig_backend_cuda_create(ig_backend_t **out, int ordinal, char *err
     be->sync = cuda_sync;
     be->destroy = cuda_destroy;
     be->mem_info = cuda_mem_info;
+    be->norm_matmul = cuda_norm_matmul;
+    be->norm_swiglu = cuda_norm_swiglu;
+    be->matmul_add = cuda_matmul_add;
+    be->rope_kv_append = ig__cuda_rope_kv_append;
+    be->host_alloc = cuda_host_alloc;
+    be->host_free = cuda_host_free;
     ig_log(IG_LOG_INFO, "cuda:%d: %s, %d SMs, compute capability %d.%d, %.1f GiB", ordinal,
            prop.name, prop.multiProcessorCount, prop.major, prop.minor,
            (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0));

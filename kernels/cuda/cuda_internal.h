@@ -37,6 +37,10 @@ typedef struct {
     size_t act_bytes;
     float *attn_part;
     size_t attn_part_bytes;
+    /* The fused operations' intermediates when they run as their plain
+     * parts (more rows than the GEMV takes), grown like the others. */
+    float *fused;
+    size_t fused_bytes;
 } ig__cuda_t;
 
 /*
@@ -104,10 +108,41 @@ int ig__cuda_convert_f16_rows(ig__cuda_t *c, void *dst, float *scale, const floa
                               int k);
 int ig__cuda_unscale_bias(ig__cuda_t *c, float *y, const float *scale, const float *bias, int m,
                           int n);
-/* y(m, n) = x(m, k) W(n, k)^T (+ bias) for small m, reading the weights once
- * with 16-byte loads. Returns IG_ENOTSUP when the shapes do not fit it. */
-int ig__cuda_gemv(ig__cuda_t *c, float *y, const float *x, const ig_weight_t *w, const float *bias,
-                  int m);
+int ig__cuda_rope_kv_append(ig_backend_t *be, float *q, const float *k, const float *v,
+                            const ig_kv_layout_t *kv, int layer, const int *pos, const int *slots,
+                            int ntok, int n_heads, const float *inv_freq);
+
+/* ---- the decode GEMV, cuda_gemv.cu ---------------------------------------- */
+
+/* The most rows of x the GEMV takes; beyond it x is re-read once per output
+ * row often enough that cuBLAS's tiled GEMM wins. */
+#define IG_GEMV_MAX_M 8
+
+typedef enum {
+    IG__GEMV_STORE,  /* y_i = x W_i^T (+ bias_i), for w[0 .. nw) */
+    IG__GEMV_ADD,    /* y_0 += x W_0^T (the residual) */
+    IG__GEMV_SWIGLU, /* y_0 = silu(x W_0^T) * (x W_1^T): w[0] gate, w[1] up */
+} ig__gemv_op_t;
+
+/* One launch of the GEMV: x(m, k), optionally RMS-normalised by norm(k) and
+ * eps first, times up to three weights of k columns (one 16-bit dtype). */
+typedef struct {
+    ig__gemv_op_t op;
+    const float *x;
+    int k;
+    const float *norm; /* (k) or NULL */
+    float eps;
+    int nw; /* STORE: 1 to 3 */
+    const ig_weight_t *w[3];
+    const float *bias[3]; /* (n_i) or NULL; STORE only */
+    float *y[3];          /* (m, n_i); must not overlap x */
+} ig__gemv_t;
+
+/* Queues the GEMV for m rows, reading every weight once with 16-byte
+ * loads. IG_ENOTSUP when the shapes do not fit it (m > IG_GEMV_MAX_M, k not
+ * a multiple of 8, unaligned pointers, mixed dtypes): the caller then runs
+ * the plain operations. */
+int ig__cuda_gemv(ig__cuda_t *c, const ig__gemv_t *g, int m);
 
 /* ---- launchers, cuda_attention.cu --------------------------------------- */
 int ig__cuda_attention(ig_backend_t *be, float *out, const float *q, const ig_kv_layout_t *kv,

@@ -20,7 +20,7 @@ extern "C" {
 #endif
 
 #define IG_CUDA_MODULE_FILE "libinfergate_cuda.so"
-#define IG_CUDA_MODULE_ABI 1 /* raised when a struct below changes */
+#define IG_CUDA_MODULE_ABI 2 /* raised when a struct below changes */
 
 /* What the module uses of the process that loads it. */
 typedef struct {

@@ -1,11 +1,13 @@
 /*
  * Elementwise and row kernels of the CUDA backend: embedding gather,
- * RMSNorm, RoPE, SwiGLU, residual add, paged-KV append, dtype conversion,
- * bias add and the small-batch GEMV. Each launcher checks its arguments,
+ * RMSNorm, RoPE, SwiGLU, residual add, paged-KV append (alone or with RoPE
+ * in one launch), dtype conversion and bias add; the decode GEMV is in
+ * cuda_gemv.cu. Each launcher checks its arguments,
  * queues one kernel on the backend's stream and maps launch errors through
  * IG_CUDA_CHECK.
  */
 #include "cuda_internal.h"
+#include "cuda_warp.h"
 
 #include <stdint.h>
 
@@ -93,13 +95,6 @@ int ig__cuda_gather(ig_backend_t *be, float *out, const float *x, const int *row
 
 /* ---- block reduction ------------------------------------------------------ */
 
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* Sum over the block (blockDim.x a multiple of 32, at most 1024); every
  * thread gets the result. */
 __device__ float block_sum(float v)
@@ -121,13 +116,6 @@ __device__ float block_sum(float v)
     return total;
 }
 
-__device__ __forceinline__ float warp_max(float v)
-{
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
 /* Max over the block, as block_sum. */
 __device__ float block_max(float v)
 {
@@ -146,20 +134,6 @@ __device__ float block_max(float v)
     }
     __syncthreads();
     return total;
-}
-
-/* F16 activations: a row whose largest |x| would not fit F16 (65504) is
- * scaled by a power of two first (exact), so that its largest value stays
- * below 2^15, and the products are scaled back after the sum (exact again).
- * A row that fits keeps scale 1: rounding x to F16 is then what it always
- * was. The CPU keeps activations in F32; this keeps their range. */
-__device__ __forceinline__ float f16_scale(float maxabs)
-{
-    if (!(maxabs >= 32768.0f) || isinf(maxabs))
-        return 1.0f;
-    int e;
-    frexpf(maxabs, &e); /* maxabs < 2^e */
-    return ldexpf(1.0f, 15 - e);
 }
 
 /* ---- RMSNorm -------------------------------------------------------------- */
@@ -320,6 +294,77 @@ int ig__cuda_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, co
     return ig__cuda_launched(c, "kv_append");
 }
 
+/* ---- RoPE with the KV append (decode) ------------------------------------- */
+
+/* Block (token, head) over q's heads then k's, as rope_kernel: a q head is
+ * rotated in place; a k head is rotated into its slot of the cache, and the
+ * same head of v copied beside it (the k buffer itself is left as it was).
+ * The same arithmetic as rope_kernel, so the cache holds what rope then
+ * kv_append would have written. A negative slot is padding: q is still
+ * rotated, nothing is written to the cache. */
+__global__ void rope_kv_kernel(float *q, const float *k, const float *v, float *kc, float *vc,
+                               const int *pos, const int *slots, int layer, int num_blocks,
+                               int block_size, int n_heads, int n_kv_heads, int head_dim,
+                               const float *inv_freq)
+{
+    int t = blockIdx.x, h = blockIdx.y, half = head_dim / 2;
+    float *dst = NULL, *vdst = NULL;
+    const float *src, *vsrc = NULL;
+    if (h < n_heads) {
+        dst = q + ((size_t)t * n_heads + h) * head_dim;
+        src = dst;
+    } else {
+        int kvh = h - n_heads, slot = slots[t];
+        if (slot < 0 || slot >= num_blocks * block_size)
+            return;
+        size_t row =
+            ((((size_t)layer * num_blocks + slot / block_size) * n_kv_heads + kvh) * block_size +
+             slot % block_size) *
+            head_dim;
+        src = k + ((size_t)t * n_kv_heads + kvh) * head_dim;
+        vsrc = v + ((size_t)t * n_kv_heads + kvh) * head_dim;
+        dst = kc + row;
+        vdst = vc + row;
+    }
+    double p = (double)pos[t];
+    for (int i = threadIdx.x; i < half; i += blockDim.x) {
+        double sd, cd;
+        sincos(p * (double)inv_freq[i], &sd, &cd);
+        float s = (float)sd, co = (float)cd;
+        float x1 = src[i], x2 = src[i + half];
+        dst[i] = x1 * co - x2 * s;
+        dst[i + half] = x2 * co + x1 * s;
+        if (vdst) {
+            vdst[i] = vsrc[i];
+            vdst[i + half] = vsrc[i + half];
+        }
+    }
+}
+
+int ig__cuda_rope_kv_append(ig_backend_t *be, float *q, const float *k, const float *v,
+                            const ig_kv_layout_t *kv, int layer, const int *pos, const int *slots,
+                            int ntok, int n_heads, const float *inv_freq)
+{
+    ig__cuda_t *c = ig__cuda(be);
+    int rc, nkv = kv->n_kv_heads, hd = kv->head_dim;
+    if (ntok <= 0)
+        return ntok == 0 ? 0 : IG_EINVAL;
+    if (n_heads <= 0 || nkv <= 0 || hd <= 0 || hd % 2 || n_heads + nkv > 65535 || layer < 0 ||
+        layer >= kv->num_layers || kv->block_size <= 0 ||
+        (int64_t)kv->num_blocks * kv->block_size > INT32_MAX)
+        return IG_EINVAL;
+    if (kv->dtype != IG_DTYPE_F32) /* kv_dtypes: F32 only (ig_engine_create refuses others) */
+        return IG_ENOTSUP;
+    if ((rc = ig__cuda_enter(c)) != 0)
+        return rc;
+    dim3 grid((unsigned)ntok, (unsigned)(n_heads + nkv));
+    int threads = hd / 2 < 128 ? ((hd / 2 + 31) / 32) * 32 : 128;
+    rope_kv_kernel<<<grid, threads, 0, c->stream>>>(q, k, v, (float *)kv->k, (float *)kv->v, pos,
+                                                    slots, layer, kv->num_blocks, kv->block_size,
+                                                    n_heads, nkv, hd, inv_freq);
+    return ig__cuda_launched(c, "rope + kv_append");
+}
+
 /* ---- conversion and bias -------------------------------------------------- */
 
 __global__ void to_bf16_kernel(__nv_bfloat16 *dst, const float *src, size_t n)
@@ -403,118 +448,4 @@ int ig__cuda_add_bias(ig__cuda_t *c, float *y, const float *bias, int m, int n)
     size_t total = (size_t)m * n;
     add_bias_kernel<<<blocks_for(total, 256), 256, 0, c->stream>>>(y, bias, total, n);
     return ig__cuda_launched(c, "matmul (bias)");
-}
-
-/* ---- small-batch GEMV ---------------------------------------------------- */
-
-/* The most rows the GEMV path takes; beyond it x is re-read from cache once
- * per output row often enough that cuBLAS's tiled GEMM wins. */
-#define IG_GEMV_MAX_M 4
-
-__device__ __forceinline__ void unpack8(uint4 u, ig_dtype_t dtype, float f[8])
-{
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        if (dtype == IG_DTYPE_BF16) {
-            /* bf16 -> f32 is a shift; exact. */
-            f[2 * i] = __uint_as_float(w[i] << 16);
-            f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        } else {
-            __half2_raw r;
-            r.x = (unsigned short)(w[i] & 0xffffu);
-            r.y = (unsigned short)(w[i] >> 16);
-            float2 p = __half22float2(__half2(r));
-            f[2 * i] = p.x;
-            f[2 * i + 1] = p.y;
-        }
-    }
-}
-
-/* x rounded to the weights' dtype, as the cuBLAS path feeds it: both paths
- * then multiply the same values exactly in F32 and differ only in the order
- * of the sums, so a row's result hardly depends on how many rows share the
- * batch (greedy decoding is the same alone and batched). */
-__device__ __forceinline__ float round_as(float v, ig_dtype_t dtype)
-{
-    return dtype == IG_DTYPE_BF16 ? __bfloat162float(__float2bfloat16_rn(v))
-                                  : __half2float(__float2half_rn(v));
-}
-
-/* A warp per output feature: the lanes stream its weight row in 16-byte
- * pieces (8 elements), several loads in flight, and keep M dot products.
- * x is F32 and small enough to stay in L1/L2. */
-template <int M>
-__global__ void __launch_bounds__(256)
-    gemv_kernel(float *y, const float *x, const void *w, ig_dtype_t dtype, const float *bias, int n,
-                int k)
-{
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
-    int lane = threadIdx.x & 31;
-    if (row >= n)
-        return;
-    const uint4 *wr = (const uint4 *)((const unsigned char *)w + (size_t)row * k * 2);
-    float acc[M], sc[M];
-#pragma unroll
-    for (int r = 0; r < M; r++) {
-        acc[r] = 0.0f;
-        sc[r] = 1.0f;
-    }
-    if (dtype == IG_DTYPE_F16) {
-        /* The row scale of F16 activations, as to_f16_rows_kernel takes it. */
-#pragma unroll
-        for (int r = 0; r < M; r++) {
-            float mx = 0.0f;
-            for (int i = lane; i < k; i += 32)
-                mx = fmaxf(mx, fabsf(x[(size_t)r * k + i]));
-            sc[r] = f16_scale(warp_max(mx));
-        }
-    }
-    int k8 = k / 8;
-#pragma unroll 4
-    for (int i = lane; i < k8; i += 32) {
-        float wf[8];
-        unpack8(__ldg(wr + i), dtype, wf);
-#pragma unroll
-        for (int r = 0; r < M; r++) {
-            const float4 *xr = (const float4 *)(x + (size_t)r * k) + 2 * i;
-            float4 a = xr[0], b = xr[1];
-            float s = sc[r];
-            acc[r] += wf[0] * round_as(a.x * s, dtype) + wf[1] * round_as(a.y * s, dtype) +
-                      wf[2] * round_as(a.z * s, dtype) + wf[3] * round_as(a.w * s, dtype) +
-                      wf[4] * round_as(b.x * s, dtype) + wf[5] * round_as(b.y * s, dtype) +
-                      wf[6] * round_as(b.z * s, dtype) + wf[7] * round_as(b.w * s, dtype);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < M; r++) {
-        float s = warp_sum(acc[r]);
-        if (lane == 0)
-            y[(size_t)r * n + row] = s / sc[r] + (bias ? bias[row] : 0.0f);
-    }
-}
-
-int ig__cuda_gemv(ig__cuda_t *c, float *y, const float *x, const ig_weight_t *w, const float *bias,
-                  int m)
-{
-    int n = (int)w->rows, k = (int)w->cols;
-    if (m > IG_GEMV_MAX_M || k % 8 != 0 || ((uintptr_t)x & 15) != 0 ||
-        ((uintptr_t)w->data & 15) != 0)
-        return IG_ENOTSUP;
-    unsigned grid = (unsigned)((n + 7) / 8);
-    switch (m) {
-    case 1:
-        gemv_kernel<1><<<grid, 256, 0, c->stream>>>(y, x, w->data, w->dtype, bias, n, k);
-        break;
-    case 2:
-        gemv_kernel<2><<<grid, 256, 0, c->stream>>>(y, x, w->data, w->dtype, bias, n, k);
-        break;
-    case 3:
-        gemv_kernel<3><<<grid, 256, 0, c->stream>>>(y, x, w->data, w->dtype, bias, n, k);
-        break;
-    default:
-        gemv_kernel<4><<<grid, 256, 0, c->stream>>>(y, x, w->data, w->dtype, bias, n, k);
-        break;
-    }
-    return ig__cuda_launched(c, "matmul (gemv)");
 }
