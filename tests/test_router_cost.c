@@ -264,13 +264,12 @@ static void test_tail_prefers_steadier(void **state)
     assert_int_equal(d.chosen, 1);
 }
 
-/* Equal upstreams with one request in flight each, whose 20 ms service
- * is estimated at 19, 20 and 21 ms (noise): the cheapest by the shortest
- * expected delay is the widest, whose step (hold / C) is half the
- * others', not the one whose estimate happens to be lowest; a clearly
- * faster estimate still wins. (A tie band of the estimates' noise, once
- * here, moved nothing over the random fleets: docs/routing.md.) */
-static void test_wider_wins_over_noise(void **state)
+/* Costs closer than the noise of the cheapest's service estimate are a
+ * tie, and the least utilised of them wins: three upstreams, 4, 4 and 8
+ * wide, one request in flight on each, whose 20 ms exponential service is
+ * estimated at 19, 20 and 21 ms (an EWMA of weight 1/16: 4.8 ms of noise
+ * in a difference). A clearly faster estimate still wins. */
+static void test_noise_tie_goes_to_least_loaded(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
     ig_router_upstream_t u[3];
@@ -280,19 +279,25 @@ static void test_wider_wins_over_noise(void **state)
         ready_upstream(&u[i], "u", IG_ROUTER_LOCAL);
         ig_router_observe_rtt(&r, &u[i], 0.001, S(1));
         u[i].concurrency = width[i];
-        u[i].hold_base_s = 0.021; /* 20 ms held, plus the round trip */
         u[i].svc_samples = 32;
+        u[i].svc_weight = 1.0 / 16;
         u[i].svc_s = 0.019 + 0.001 * i;
         u[i].svc_dev_s = 0.015;
         u[i].inflight = 1;
     }
     ig_route_decision_t d;
-    /* 1 + 2 x 5 + 19 = 30 ms, 31 ms, and 1 + 2 x 2.5 + 21 = 27 ms */
     assert_int_equal(ig_router_pick(&r, ups, 3, 0, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 2);
     assert_int_equal(d.runner_up, 0); /* the cheapest of the others */
     assert_int_equal(d.hot, 0);
-    /* 10 ms against 20: 21 ms against 27, the narrower one wins. */
+    /* Estimates known exactly (weight 0): the cheapest, as before. */
+    for (int i = 0; i < 3; i++)
+        u[i].svc_weight = 0;
+    assert_int_equal(ig_router_pick(&r, ups, 3, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+    /* 10 ms against 20: beyond the noise, the busier one wins. */
+    for (int i = 0; i < 3; i++)
+        u[i].svc_weight = 1.0 / 16;
     u[0].svc_s = 0.010;
     u[0].svc_dev_s = 0.0075;
     assert_int_equal(ig_router_pick(&r, ups, 3, 0, NULL, S(1), &d), 0);
@@ -490,7 +495,7 @@ int main(void)
         cmocka_unit_test(test_sed_counts_every_request_in_flight),
         cmocka_unit_test(test_new_upstream_takes_peers_step),
         cmocka_unit_test(test_tail_prefers_steadier),
-        cmocka_unit_test(test_wider_wins_over_noise),
+        cmocka_unit_test(test_noise_tie_goes_to_least_loaded),
         cmocka_unit_test(test_policies_and_exclusion),
         cmocka_unit_test(test_ejection_and_half_open),
         cmocka_unit_test(test_retry_budget),

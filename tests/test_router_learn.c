@@ -228,11 +228,9 @@ static void test_concurrency_converges(void **state)
     }
 }
 
-/* Before it has learned anything the router assumes one place for the
- * wait it reports, as the old model did (it errs toward spreading); the
- * pick ranks it by its peers' step (a new upstream is neither free nor
- * avoided), so a learned 8-wide one is preferred when it has fewer in
- * flight, and reports no wait where the unknown one reports a queue. */
+/* Before it has learned anything the router assumes one place, as the
+ * old model did (it errs toward spreading); a second upstream learned as
+ * 8-wide is preferred at the same in-flight count. */
 static void test_learned_beats_unknown(void **state)
 {
     (void)state;
@@ -258,8 +256,7 @@ static void test_learned_beats_unknown(void **state)
         ig_router_observe_ttft(&r, &wide, 10, 0.020, 0, ns(1000));
     }
     unknown.occupancy_s = 0.020;
-    wide.inflight = 4;
-    unknown.inflight = 5;
+    wide.inflight = unknown.inflight = 4;
     ig_router_upstream_t *ups[2] = {&unknown, &wide};
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, ups, 2, 10, NULL, ns(1000), &d), 0);

@@ -450,6 +450,22 @@ double ig_router_hedge_delay(const ig_router_t *r, const ig_router_upstream_t *u
     return ig_router_cost(r, u, prompt_tokens, now_ns) + z * 1.25 * u->svc_dev_s;
 }
 
+/*
+ * How far apart two ranked costs must be to say which upstream is faster:
+ * the standard error of the difference of two service estimates like u's.
+ * svc_s is an EWMA of weight a, so its variance is a / (2 - a) of one
+ * sample's (1.25 x the mean absolute deviation estimates that sample's
+ * spread), twice for a difference. On the issue's fleet three 4-slot 20 ms
+ * upstreams' estimates (a = 1/32-1/8) differ by 2-5 ms of noise alone, so
+ * the pick among them went by noise, not by load.
+ */
+static double cost_noise(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                         uint64_t now_ns)
+{
+    double a = u->svc_weight;
+    return svc_sd(u, prefill_of(r, u, prompt_tokens, now_ns)) * sqrt(2.0 * a / (2.0 - a));
+}
+
 /* ---- eligibility and the pick ------------------------------------------- */
 
 int ig_router_eligible(const ig_router_upstream_t *u, uint64_t now_ns)
@@ -545,22 +561,32 @@ static int explore_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const 
     return best;
 }
 
-/* The runner-up: the cheapest candidate other than best (cost[j] is
- * INFINITY for a hot one). */
-static void runner_up(const int *cand, int ncand, const double *cost, int best, int *second,
-                      double *second_cost)
+/* Costs within the noise of the cheapest's estimate are a tie, and a tie
+ * goes to the least utilised: among equal upstreams that is
+ * join-the-shortest-queue, which least_inflight does and the noise did
+ * not. Then the runner-up is the cheapest of the others. Returns the
+ * pick. */
+static int break_ties(const ig_router_t *r, ig_router_upstream_t *const *ups, const int *cand,
+                      int ncand, const double *cost, int start, int best, double best_cost,
+                      int prompt_tokens, uint64_t now_ns, int *second, double *second_cost)
 {
+    double band = best_cost + cost_noise(r, ups[best], prompt_tokens, now_ns);
+    for (int k = 0; k < ncand; k++) {
+        int j = (start + k) % ncand;
+        if (cost[j] <= band && utilisation(ups[cand[j]]) < utilisation(ups[best]))
+            best = cand[j];
+    }
     for (int j = 0; j < ncand; j++)
         if (cand[j] != best && cost[j] < *second_cost) {
             *second = cand[j];
             *second_cost = cost[j];
         }
+    return best;
 }
 
 /* The latency policy's pick among the candidates (indexes into ups): the
- * cheapest by ranked cost that is not hot, equal costs to the first in an
- * order that rotates with each decision; when every one is hot, the least
- * utilised (out->hot).
+ * cheapest by ranked cost that is not hot, ties within the cost's noise to
+ * the least utilised; when every one is hot, the least utilised (out->hot).
  * The runner-up and its cost in *second_out; IG_ENOMEM. */
 static int latency_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const int *cand,
                         int ncand, int prompt_tokens, uint64_t now_ns, ig_route_decision_t *out,
@@ -625,7 +651,8 @@ static int latency_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const 
         }
     }
     if (best >= 0)
-        runner_up(cand, ncand, cost, best, &second, &second_cost);
+        best = break_ties(r, ups, cand, ncand, cost, start, best, best_cost, prompt_tokens, now_ns,
+                          &second, &second_cost);
     if (sorted != stack_u) {
         free(sorted);
         free(sorted_rif);
@@ -786,6 +813,7 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
         u->svc_s = svc;
         u->svc_tokens = p;
         u->svc_dev_s = svc / 2;
+        u->svc_weight = 1.0;
     } else {
         /* Service samples come per request: the weight keeps the last 2 s
          * in view, but never fewer than the last 8 samples nor more than
@@ -799,6 +827,7 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
         u->svc_dev_s += a * (fabs(svc - u->svc_s) - u->svc_dev_s);
         u->svc_s += a * (svc - u->svc_s);
         u->svc_tokens += a * (p - u->svc_tokens);
+        u->svc_weight = a;
     }
     u->svc_samples++;
     u->svc_at_ns = now_ns;

@@ -84,6 +84,8 @@ typedef struct {
     double svc_s;       /* EWMA of (TTFT - rtt - predicted wait) */
     double svc_dev_s;   /* EWMA of |sample - svc_s|, for the hedge delay */
     double svc_tokens;  /* EWMA of the prompt tokens of those samples */
+    double svc_weight;  /* the last sample's weight in svc_s (1 for the first):
+                           gives svc_s's standard error */
     int svc_samples;
     uint64_t svc_at_ns; /* the last service sample */
     double occupancy_s; /* EWMA of how long a request holds a slot */
