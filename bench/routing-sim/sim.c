@@ -735,10 +735,10 @@ static double quantile(double *v, int n, double q)
     return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
-/* The standard errors of the p50 and the p99 of v[0..n) (in arrival
- * order) by batch means: SIM_BATCHES consecutive batches, each one's
- * quantile; their standard deviation over the square root of their
- * number. v ends sorted within its batches. */
+/* The standard errors of the p50 and the p99 of v[0..n) (in the order
+ * the requests ended) by batch means: SIM_BATCHES consecutive batches,
+ * each one's quantile; their standard deviation over the square root of
+ * their number. v ends sorted within its batches. */
 #define SIM_BATCHES 10
 static void batch_se(double *v, int n, double *se50, double *se99)
 {

@@ -102,8 +102,8 @@ typedef struct {
     double ttft_mean;
     double ttft_p50_se, ttft_p99_se; /* their standard errors, by batch means: the
                                         quantile of each tenth of the measured requests,
-                                        in arrival order (busy periods make neighbours
-                                        alike: the requests are not independent) */
+                                        in the order they ended (busy periods make
+                                        neighbours alike: they are not independent) */
     double cold_ttft_p99;         /* over the warm-up's requests alone: the cold start */
     int measured;                 /* requests answered and measured */
     int failed;                   /* answered with an error (after any retries) */
