@@ -79,6 +79,30 @@ static int set_opt(ig_router_opts_t *o, const char *kv)
     return -1;
 }
 
+/* The result of the best baseline of cell c at TTFT p50 (m 0) or p99 (m 1). */
+static const sim_result_t *best_of(const sim_result_t *res, const int *use, int c, int m)
+{
+    const sim_result_t *b = NULL;
+    for (int p = 0; p < SIM_NPOLICIES; p++) {
+        const sim_result_t *r = &res[(size_t)c * SIM_NPOLICIES + p];
+        if (use[p] && is_baseline((sim_policy_t)p) &&
+            (b == NULL || metric_of(r, m) < metric_of(b, m)))
+            b = r;
+    }
+    return b;
+}
+
+/* Whether x's TTFT quantile (m 0: p50, 1: p99) is above k times b's by
+ * more than two standard errors of the difference (batch means): a loss
+ * that is not the run's chance. */
+static int beyond_noise(const sim_result_t *x, const sim_result_t *b, int m, double k)
+{
+    double xv = metric_of(x, m), bv = metric_of(b, m);
+    double xs = m == 0 ? x->ttft_p50_se : x->ttft_p99_se;
+    double bs = m == 0 ? b->ttft_p50_se : b->ttft_p99_se;
+    return xv - k * bv > 2.0 * sqrt(xs * xs + k * k * bs * bs);
+}
+
 static double pct(double *v, int n, double q)
 {
     if (n == 0)
@@ -462,8 +486,14 @@ int main(int argc, char **argv)
 
     /* The targets for the latency policy. */
     int room = 0, room_ok = 0, p50_ok = 0, p99_bad = 0, oracle_p99_bad = 0, oracle_p50_ok = 0;
+    int p99_bad_sig = 0, oracle_bad_sig = 0, p50_lost_sig = 0;
     double worst = 0;
     for (int c = 0; c < ncells; c++) {
+        const sim_result_t *lat = &res[(size_t)c * SIM_NPOLICIES + SIM_LATENCY];
+        const sim_result_t *orc = &res[(size_t)c * SIM_NPOLICIES + SIM_ORACLE];
+        p99_bad_sig += beyond_noise(lat, best_of(res, use, c, 1), 1, 1.1);
+        oracle_bad_sig += beyond_noise(orc, best_of(res, use, c, 1), 1, 1.1);
+        p50_lost_sig += beyond_noise(lat, best_of(res, use, c, 0), 0, 1.0);
         double lat99 = ratio[((size_t)c * SIM_NPOLICIES + SIM_LATENCY) * NMETRIC + 1];
         double lat50 = ratio[((size_t)c * SIM_NPOLICIES + SIM_LATENCY) * NMETRIC + 0];
         double or99 = ratio[((size_t)c * SIM_NPOLICIES + SIM_ORACLE) * NMETRIC + 1];
@@ -486,10 +516,14 @@ int main(int argc, char **argv)
                ncells - room);
         printf("  TTFT p99 > 1.1x: %d cells (target 0), worst %.2fx; the oracle's own > 1.1x: %d\n",
                p99_bad, worst, oracle_p99_bad);
+        printf("    of those, beyond two standard errors (batch means): %d; the oracle's: %d\n",
+               p99_bad_sig, oracle_bad_sig);
         printf("  TTFT p50 <= 1.0x: %d of %d cells (%.0f%%; target 80%%); the oracle's own: %d "
                "(%.0f%%)\n",
                p50_ok, ncells, 100.0 * p50_ok / ncells, oracle_p50_ok,
                100.0 * oracle_p50_ok / ncells);
+        printf("    above the best baseline's by more than two standard errors: %d cells\n",
+               p50_lost_sig);
     }
 
     /* The cold start: the TTFT p99 of the warm-up's requests (the first
@@ -517,13 +551,17 @@ int main(int argc, char **argv)
      * against the best of the other baselines. A policy no better than the
      * baselines scores about this; the distance from it is the design's. */
     if (use[SIM_LEAST_INFLIGHT] && use[SIM_ORACLE]) {
-        int r_room = 0, r_ok = 0, r_bad = 0, r_p50 = 0;
+        int r_room = 0, r_ok = 0, r_bad = 0, r_p50 = 0, r_bad_sig = 0;
         for (int c = 0; c < ncells; c++) {
             double b50 = INFINITY, b99 = INFINITY;
+            const sim_result_t *b99r = NULL;
             for (int p = 0; p < SIM_NPOLICIES; p++)
                 if (use[p] && is_baseline((sim_policy_t)p) && p != SIM_LEAST_INFLIGHT) {
-                    b50 = fmin(b50, res[(size_t)c * SIM_NPOLICIES + p].ttft_p50);
-                    b99 = fmin(b99, res[(size_t)c * SIM_NPOLICIES + p].ttft_p99);
+                    const sim_result_t *r = &res[(size_t)c * SIM_NPOLICIES + p];
+                    b50 = fmin(b50, r->ttft_p50);
+                    if (r->ttft_p99 < b99)
+                        b99r = r;
+                    b99 = fmin(b99, r->ttft_p99);
                 }
             const sim_result_t *li = &res[(size_t)c * SIM_NPOLICIES + SIM_LEAST_INFLIGHT];
             double or99 = res[(size_t)c * SIM_NPOLICIES + SIM_ORACLE].ttft_p99 / b99;
@@ -532,11 +570,13 @@ int main(int argc, char **argv)
                 r_ok += li->ttft_p99 / b99 <= 0.9;
             }
             r_bad += li->ttft_p99 / b99 > 1.1;
+            r_bad_sig += b99r != NULL && beyond_noise(li, b99r, 1, 1.1);
             r_p50 += li->ttft_p50 / b50 <= 1.0;
         }
         printf("the same for least_inflight against the best of the other baselines (the noise "
-               "floor):\n  %d of %d (%.0f%%); > 1.1x: %d cells; p50 <= 1.0x: %d of %d (%.0f%%)\n",
-               r_ok, r_room, r_room ? 100.0 * r_ok / r_room : 0.0, r_bad, r_p50, ncells,
+               "floor):\n  %d of %d (%.0f%%); > 1.1x: %d cells (beyond two standard errors: "
+               "%d); p50 <= 1.0x: %d of %d (%.0f%%)\n",
+               r_ok, r_room, r_room ? 100.0 * r_ok / r_room : 0.0, r_bad, r_bad_sig, r_p50, ncells,
                100.0 * r_p50 / ncells);
     }
 
@@ -549,9 +589,10 @@ int main(int argc, char **argv)
         fprintf(jf,
                 "{\"bench\":\"routing-sim\",\"fleets\":%d,\"requests\":%d,\"seed\":%llu,"
                 "\"targets\":{\"room_cells\":%d,\"room_ok\":%d,\"p99_over_1_1\":%d,"
-                "\"worst_p99\":%.4f,\"p50_ok\":%d,\"cells\":%d},\"cells\":[",
+                "\"worst_p99\":%.4f,\"p99_over_1_1_beyond_noise\":%d,\"p50_ok\":%d,"
+                "\"p50_lost_beyond_noise\":%d,\"cells\":%d},\"cells\":[",
                 nfleets, cfg.requests, (unsigned long long)seed, room, room_ok, p99_bad, worst,
-                p50_ok, ncells);
+                p99_bad_sig, p50_ok, p50_lost_sig, ncells);
         for (int c = 0; c < ncells; c++) {
             fprintf(jf, "%s{\"fleet\":%d,\"load\":%.2f", c ? "," : "", c / nloads,
                     loads[c % nloads]);
@@ -561,9 +602,10 @@ int main(int argc, char **argv)
                 const sim_result_t *r = &res[(size_t)c * SIM_NPOLICIES + p];
                 fprintf(jf,
                         ",\"%s\":{\"ttft_p50\":%.6f,\"ttft_p99\":%.6f,\"e2e_p50\":%.6f,"
-                        "\"e2e_p99\":%.6f,\"failed\":%d,\"rejected\":%d}",
+                        "\"e2e_p99\":%.6f,\"ttft_p50_se\":%.6f,\"ttft_p99_se\":%.6f,"
+                        "\"failed\":%d,\"rejected\":%d}",
                         sim_policy_name((sim_policy_t)p), r->ttft_p50, r->ttft_p99, r->e2e_p50,
-                        r->e2e_p99, r->failed, r->rejected);
+                        r->e2e_p99, r->ttft_p50_se, r->ttft_p99_se, r->failed, r->rejected);
             }
             fprintf(jf, "}");
         }

@@ -735,6 +735,31 @@ static double quantile(double *v, int n, double q)
     return v[k < 0 ? 0 : k >= n ? n - 1 : k];
 }
 
+/* The standard errors of the p50 and the p99 of v[0..n) (in the order
+ * the requests ended) by batch means: SIM_BATCHES consecutive batches,
+ * each one's quantile; their standard deviation over the square root of
+ * their number. v ends sorted within its batches. */
+#define SIM_BATCHES 10
+static void batch_se(double *v, int n, double *se50, double *se99)
+{
+    int b = SIM_BATCHES, len = n / SIM_BATCHES;
+    *se50 = *se99 = NAN;
+    if (len < 100)
+        return;
+    double s50 = 0, q50 = 0, s99 = 0, q99 = 0;
+    for (int k = 0; k < b; k++) {
+        double *w = v + (size_t)k * len;
+        qsort(w, len, sizeof(double), cmp_double);
+        double x = quantile(w, len, 0.5), y = quantile(w, len, 0.99);
+        s50 += x;
+        q50 += x * x;
+        s99 += y;
+        q99 += y * y;
+    }
+    *se50 = sqrt(fmax(q50 / b - (s50 / b) * (s50 / b), 0.0) / (b - 1));
+    *se99 = sqrt(fmax(q99 / b - (s99 / b) * (s99 / b), 0.0) / (b - 1));
+}
+
 static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const sim_config_t *c,
                    sim_result_t *out)
 {
@@ -818,6 +843,7 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     for (int k = 0; k < s.nmeasured; k++)
         sum += s.ttft[k];
     out->ttft_mean = s.nmeasured ? sum / s.nmeasured : NAN;
+    batch_se(s.ttft, s.nmeasured, &out->ttft_p50_se, &out->ttft_p99_se);
     qsort(s.ttft, s.nmeasured, sizeof(double), cmp_double);
     qsort(s.e2e, s.nmeasured, sizeof(double), cmp_double);
     out->ttft_p50 = quantile(s.ttft, s.nmeasured, 0.5);
@@ -852,7 +878,11 @@ int sim_run(const sim_fleet_t *f, sim_policy_t policy, const sim_config_t *c, si
         sim_result_t r;
         if (run_one(f, policy, v, c, &r) != 0)
             return -1;
+        if (r.ttft_p50 < out->ttft_p50)
+            out->ttft_p50_se = r.ttft_p50_se;
         out->ttft_p50 = fmin(out->ttft_p50, r.ttft_p50);
+        if (r.ttft_p99 < out->ttft_p99)
+            out->ttft_p99_se = r.ttft_p99_se;
         out->ttft_p99 = fmin(out->ttft_p99, r.ttft_p99);
         out->e2e_p50 = fmin(out->e2e_p50, r.e2e_p50);
         out->e2e_p99 = fmin(out->e2e_p99, r.e2e_p99);

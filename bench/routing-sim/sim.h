@@ -100,6 +100,10 @@ typedef struct {
     double ttft_p50, ttft_p99; /* seconds, client's view (gateway queue included) */
     double e2e_p50, e2e_p99;
     double ttft_mean;
+    double ttft_p50_se, ttft_p99_se; /* their standard errors, by batch means: the
+                                        quantile of each tenth of the measured requests,
+                                        in the order they ended (busy periods make
+                                        neighbours alike: they are not independent) */
     double cold_ttft_p99;         /* over the warm-up's requests alone: the cold start */
     int measured;                 /* requests answered and measured */
     int failed;                   /* answered with an error (after any retries) */

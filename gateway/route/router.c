@@ -130,6 +130,53 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
     return 0;
 }
 
+/* Each bucket's weight is the inverse variance of its mean, n / var:
+ * holds vary a lot (an exponential service's spread is its mean), and more
+ * where requests queue. The spread is taken as at least a tenth of the
+ * scale (a fixed delay has none). */
+static void bucket_weights(const ig_router_upstream_t *u, int k0, double scale, double *wk)
+{
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        double m = u->rif_hold_s[k];
+        double var = fmax(u->rif_sq_s2[k] - m * m, 0.01 * scale * scale);
+        wk[k] = u->rif_n[k] / var;
+    }
+}
+
+/* One candidate C: the weighted least-squares line of the buckets' holds
+ * on x_k = max(0, k + 1 - C) / C, its slope kept within half and one and a
+ * half of `expect` (a service time, not the slope of noise). Returns the
+ * fit's chi-square; its base and slope in *base and *slope. */
+static double fit_queue(const ig_router_upstream_t *u, int k0, const double *wk, double c,
+                        double expect, double *base, double *slope)
+{
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        if (u->rif_n[k] < RIF_MIN_SAMPLES)
+            continue;
+        double w = wk[k], x = fmax(0.0, k + 1 - c) / c, y = u->rif_hold_s[k];
+        sw += w;
+        sx += w * x;
+        sy += w * y;
+        sxx += w * x * x;
+        sxy += w * x * y;
+    }
+    double var = sxx - sx * sx / sw;
+    double s = var > 1e-12 ? (sxy - sx * sy / sw) / var : 0.0;
+    s = fmin(fmax(s, 0.5 * expect), 1.5 * expect);
+    double b = (sy - s * sx) / sw;
+    double err = 0;
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        if (u->rif_n[k] < RIF_MIN_SAMPLES)
+            continue;
+        double d = u->rif_hold_s[k] - (b + fmax(0.0, k + 1 - c) / c * s);
+        err += wk[k] * d * d; /* chi-square: in units of each mean's variance */
+    }
+    *base = b;
+    *slope = s;
+    return err;
+}
+
 /*
  * C from the hold times per RIF. With C places and service time s, an
  * attempt that began with k < C others in flight holds the upstream for
@@ -140,13 +187,12 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
  *
  * For each C on a grid of quarters from 1 to the last bucket, b and s are
  * the weighted least-squares line of the buckets' holds on x_k, s kept
- * within 0.5-1.5x of the lowest bucket's hold less the RTT (a service
- * time, not the slope of noise); C, b and s are those of the best
- * fit (weights: the inverse variance of each bucket's mean, so errors are
- * chi-square). A queue is believed only when it fits clearly better than
- * none (RIF_QUEUE_CHI2); else, and when no bucket shows a queue, C is the
- * smallest that sees none: what has been seen, a lower bound. The last
- * bucket (RIF beyond it) is left out.
+ * within 0.5-1.5x of the lowest bucket's hold less the RTT (fit_queue());
+ * C, b and s are those of the best fit (weights: the inverse variance of
+ * each bucket's mean, so errors are chi-square). A queue is believed only
+ * when it fits clearly better than none (RIF_QUEUE_CHI2); else, and when
+ * no bucket shows a queue, C is the smallest that sees none: what has been
+ * seen, a lower bound. The last bucket (RIF beyond it) is left out.
  */
 static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, double *base_out,
                                 double *svc_out)
@@ -158,48 +204,15 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
     double best_c = 1, best_err = INFINITY, best_b = scale, best_s = 0;
     double flat_err = INFINITY, flat_b = scale;
     int top = k0;
-    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        if (u->rif_n[k] >= RIF_MIN_SAMPLES) {
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++)
+        if (u->rif_n[k] >= RIF_MIN_SAMPLES)
             top = k;
-        }
-    }
-    /* Each bucket's weight is the inverse variance of its mean, n / var:
-     * holds vary a lot (an exponential service's spread is its mean), and
-     * more where requests queue. The spread is taken as at least a tenth
-     * of the scale (a fixed delay has none). */
     double wk[IG_ROUTER_RIF_BUCKETS];
-    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        double m = u->rif_hold_s[k];
-        double var = fmax(u->rif_sq_s2[k] - m * m, 0.01 * scale * scale);
-        wk[k] = u->rif_n[k] / var;
-    }
+    bucket_weights(u, k0, scale, wk);
+    double expect = fmax(scale - rtt_s, 0.25 * scale);
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
-        double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-        for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-            if (u->rif_n[k] < RIF_MIN_SAMPLES)
-                continue;
-            double w = wk[k], x = fmax(0.0, k + 1 - c) / c, y = u->rif_hold_s[k];
-            sw += w;
-            sx += w * x;
-            sy += w * y;
-            sxx += w * x * x;
-            sxy += w * x * y;
-        }
-        double var = sxx - sx * sx / sw;
-        double slope = var > 1e-12 ? (sxy - sx * sy / sw) / var : 0.0;
-        /* The slope is a service time: within half and one and a half of
-         * what the lowest bucket's hold less the RTT says. */
-        double expect = fmax(scale - rtt_s, 0.25 * scale);
-        slope = fmin(fmax(slope, 0.5 * expect), 1.5 * expect);
-        double base = (sy - slope * sx) / sw;
-        double err = 0;
-        for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-            if (u->rif_n[k] < RIF_MIN_SAMPLES)
-                continue;
-            double model = base + fmax(0.0, k + 1 - c) / c * slope;
-            double d = u->rif_hold_s[k] - model;
-            err += wk[k] * d * d; /* chi-square: in units of each mean's variance */
-        }
+        double base, slope;
+        double err = fit_queue(u, k0, wk, c, expect, &base, &slope);
         if (c >= top + 1 && flat_err == INFINITY) {
             flat_err = err; /* the first C that sees no queue at all */
             flat_b = base;
