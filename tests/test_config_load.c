@@ -87,7 +87,6 @@ static void test_default(void **state)
     assert_int_equal(cfg.routing.rtt_probe_ms, 500);
     assert_true(cfg.routing.explore_ratio == 0.01);
     assert_true(cfg.routing.tail_weight == 0); /* off (docs/routing.md) */
-    assert_true(cfg.routing.wait_weight == 2);
     assert_int_equal(cfg.log.level, IG_LOG_INFO);
     assert_int_equal(cfg.log.format, IG_LOG_TEXT);
     ig_config_dispose(&cfg);
@@ -171,7 +170,6 @@ static void test_full_values(void **state)
     assert_int_equal(cfg.routing.rtt_probe_ms, 0);
     assert_true(cfg.routing.explore_ratio == 0.05);
     assert_true(cfg.routing.tail_weight == 2);
-    assert_true(cfg.routing.wait_weight == 3.5);
     assert_int_equal(cfg.limits.http.max_pipeline, 4);
     assert_int_equal(cfg.limits.drain_timeout_ms, 0);
     assert_int_equal(cfg.limits.drain_grace_ms, 250);

@@ -67,7 +67,6 @@ static int set_opt(ig_router_opts_t *o, const char *kv)
     }
     OPT(ewma_tau_s)
     OPT(hot_quantile)
-    OPT(wait_weight)
     OPT(tail_weight)
     OPT(explore_ratio)
     OPT(rtt_probe_s)

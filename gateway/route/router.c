@@ -46,7 +46,6 @@ void ig_router_opts_default(ig_router_opts_t *o)
     o->max_retries = 2;
     o->seed = 0x9e3779b97f4a7c15ULL;
     o->limit_initial = 8;
-    o->wait_weight = 2.0;
     o->tail_weight = 0.0;
     o->limit_min = 1;
     o->limit_max = 0;

@@ -310,7 +310,6 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                                        "rtt_probe_ms",
                                        "explore_ratio",
                                        "tail_weight",
-                                       "wait_weight",
                                        NULL};
     static const char *const hedge_keys[] = {"enabled", "budget", "delay_quantile", NULL};
     static const char *const eject_keys[] = {"consecutive_failures", "base_ejection_s", NULL};
@@ -339,8 +338,6 @@ static int parse_routing(ctx_t *c, json_t *root, ig_config_t *cfg)
                                     &r->explore_ratio)) ||
         (rc = ig__config_get_number(c, o, p, "tail_weight", 0, 4, NUM_CLOSED, ro.tail_weight,
                                     &r->tail_weight)) ||
-        (rc = ig__config_get_number(c, o, p, "wait_weight", 1, 8, NUM_CLOSED, ro.wait_weight,
-                                    &r->wait_weight)) ||
         (rc = get_unsigned(c, o, p, "max_retries", 0, 10, (unsigned)ro.max_retries,
                            &r->max_retries)) ||
         (rc = ig__config_get_object(c, o, p, "hedge", &hedge)) ||

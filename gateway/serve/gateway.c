@@ -110,7 +110,7 @@ static void proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
     po->slo_ttft_s = cfg->routing.slo_ttft_ms / 1000.0;
     /* The adaptive limit, the RTT probe, exploration and the tail term
      * (routing.concurrency_limit, routing.rtt_probe_ms,
-     * routing.explore_ratio, routing.tail_weight, routing.wait_weight); a
+     * routing.explore_ratio, routing.tail_weight); a
      * config not from the parser has zeros there and keeps the router's
      * defaults. */
     if (cfg->routing.concurrency_limit.max > 0) {
@@ -121,7 +121,6 @@ static void proxy_opts(const ig_config_t *cfg, ig_proxy_opts_t *po)
         po->router.rtt_probe_s = (double)cfg->routing.rtt_probe_ms / 1000.0;
         po->router.explore_ratio = cfg->routing.explore_ratio;
         po->router.tail_weight = cfg->routing.tail_weight;
-        po->router.wait_weight = cfg->routing.wait_weight;
     }
 }
 

@@ -150,7 +150,6 @@ typedef struct {
     uint64_t rtt_probe_ms; /* the cheap RTT probe of an idle plain site; 0 = off */
     double explore_ratio;  /* decisions that may explore a stale idle upstream; 0 = off */
     double tail_weight;    /* standard deviations of the TTFT the latency pick adds; 0 = off */
-    double wait_weight;    /* the least the latency pick weighs a predicted wait */
 } ig_config_routing_t;
 
 typedef struct {

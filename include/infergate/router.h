@@ -192,10 +192,6 @@ typedef struct {
     double limit_window_s;     /* a window is at least this long (0.1) ... */
     int limit_window_done;     /* ... and holds this many ended attempts (8), or ... */
     double limit_window_max_s; /* ... lasts this long (1.0) with at least one ended */
-    /* Accepted from routing.wait_weight and no longer used: the latency
-     * pick ranks by the shortest expected delay, whose queue has no weight
-     * (docs/routing.md, "The latency pick"). */
-    double wait_weight;
     /* The latency policy may add tail_weight standard deviations of the
      * predicted TTFT (the service's spread, learned, and the wait's): of
      * two upstreams with the same mean it prefers the steadier (0 = off,
