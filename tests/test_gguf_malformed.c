@@ -249,7 +249,7 @@ static void test_header_faults(void **state)
     bad[type_at] = 12; /* Q4_K */
     assert_int_equal(ig_tf_write(p, bad, len), 0);
     expect_model(p, IG_EMODEL,
-                 "blk.0.ffn_up.weight: tensor type 12 is not supported (F32, F16, BF16, Q8_0)");
+                 "blk.0.ffn_up.weight: tensor type 12 is not supported (F32, F16, BF16, Q8_0, Q4_0)");
     memcpy(bad, data, len);
     bad[type_at + 4] += 4; /* offset + 4 */
     assert_int_equal(ig_tf_write(p, bad, len), 0);

@@ -14,15 +14,23 @@ size_t ig_dtype_size(ig_dtype_t dtype)
     case IG_DTYPE_BF16:
         return 2;
     case IG_DTYPE_Q8_0:
+    case IG_DTYPE_Q4_0:
         return 0;
     }
     return 0;
+}
+
+size_t ig_dtype_block(ig_dtype_t dtype)
+{
+    return dtype == IG_DTYPE_Q8_0 || dtype == IG_DTYPE_Q4_0 ? 32 : 1;
 }
 
 size_t ig_dtype_bytes(ig_dtype_t dtype, size_t n)
 {
     if (dtype == IG_DTYPE_Q8_0)
         return n % IG_Q8_0_BLOCK ? 0 : n / IG_Q8_0_BLOCK * IG_Q8_0_BYTES;
+    if (dtype == IG_DTYPE_Q4_0)
+        return n % IG_Q4_0_BLOCK ? 0 : n / IG_Q4_0_BLOCK * IG_Q4_0_BYTES;
     return n * ig_dtype_size(dtype);
 }
 
@@ -37,6 +45,8 @@ const char *ig_dtype_name(ig_dtype_t dtype)
         return "BF16";
     case IG_DTYPE_Q8_0:
         return "Q8_0";
+    case IG_DTYPE_Q4_0:
+        return "Q4_0";
     }
     return "?";
 }
@@ -203,9 +213,49 @@ static void f32_to_q8_0(unsigned char *d, const float *src, size_t n)
     }
 }
 
+/* ---- Q4_0 ------------------------------------------------------------------ */
+
+static void q4_0_to_f32(float *dst, const unsigned char *s, size_t n)
+{
+    for (size_t b = 0; b < n / IG_Q4_0_BLOCK; b++, s += IG_Q4_0_BYTES) {
+        uint16_t h;
+        memcpy(&h, s, 2);
+        float d = ig_f16_to_f32(h);
+        for (int i = 0; i < IG_Q4_0_BLOCK / 2; i++) {
+            dst[b * IG_Q4_0_BLOCK + i] = d * (float)((s[2 + i] & 15) - 8);
+            dst[b * IG_Q4_0_BLOCK + i + 16] = d * (float)((s[2 + i] >> 4) - 8);
+        }
+    }
+}
+
+/* ggml's quantize_row_q4_0_ref, step for step (the same bytes). */
+static void f32_to_q4_0(unsigned char *d, const float *src, size_t n)
+{
+    for (size_t b = 0; b < n / IG_Q4_0_BLOCK; b++, d += IG_Q4_0_BYTES) {
+        const float *x = src + b * IG_Q4_0_BLOCK;
+        float amax = 0.0f, max = 0.0f;
+        for (int i = 0; i < IG_Q4_0_BLOCK; i++)
+            if (amax < fabsf(x[i])) {
+                amax = fabsf(x[i]);
+                max = x[i];
+            }
+        float sc = max / -8.0f, inv = sc != 0.0f ? 1.0f / sc : 0.0f;
+        uint16_t h = ig_f32_to_f16(sc);
+        memcpy(d, &h, 2);
+        for (int i = 0; i < IG_Q4_0_BLOCK / 2; i++) {
+            int q0 = (int)(int8_t)(x[i] * inv + 8.5f), q1 = (int)(int8_t)(x[i + 16] * inv + 8.5f);
+            q0 = q0 < 15 ? q0 : 15;
+            q1 = q1 < 15 ? q1 : 15;
+            d[2 + i] = (unsigned char)(q0 | q1 << 4);
+        }
+    }
+}
+
 void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
 {
-    if (dtype == IG_DTYPE_Q8_0)
+    if (dtype == IG_DTYPE_Q4_0)
+        q4_0_to_f32(dst, src, n);
+    else if (dtype == IG_DTYPE_Q8_0)
         q8_0_to_f32(dst, src, n);
     else if (dtype == IG_DTYPE_F32)
         memmove(dst, src, n * sizeof(float));
@@ -217,7 +267,9 @@ void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
 
 void ig_dtype_from_f32(void *dst, ig_dtype_t dtype, const float *src, size_t n)
 {
-    if (dtype == IG_DTYPE_Q8_0)
+    if (dtype == IG_DTYPE_Q4_0)
+        f32_to_q4_0(dst, src, n);
+    else if (dtype == IG_DTYPE_Q8_0)
         f32_to_q8_0(dst, src, n);
     else if (dtype == IG_DTYPE_F32)
         memmove(dst, src, n * sizeof(float));

@@ -274,7 +274,8 @@ static int write_tensor(ig_gguf_writer_t *w, const out_t *o, int head_dim, char 
     return rc;
 }
 
-int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, size_t errlen)
+int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, ig_dtype_t quant, char *err,
+                       size_t errlen)
 {
     ig_model_t *m = NULL;
     ig_gguf_writer_t *w = NULL;
@@ -309,8 +310,17 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     ig_gguf_put_str(w, "general.architecture", arch, strlen(arch));
     ig_gguf_put_str(w, "general.name", "infergate mkmodel", 17);
     ig_gguf_put_u32(w, "general.alignment", 32);
+    int q = quant == IG_DTYPE_Q8_0 || quant == IG_DTYPE_Q4_0;
+    if (quant != IG_DTYPE_F32 && !q) {
+        ig_errf(err, errlen, "--format gguf: %s is not a quantized type (q8_0, q4_0)",
+                ig_dtype_name(quant));
+        rc = IG_EINVAL;
+        goto out;
+    }
+    /* llama.cpp's llama_ftype: MOSTLY_Q8_0 7, MOSTLY_Q4_0 2. */
     ig_gguf_put_u32(w, "general.file_type",
-                    q8                         ? 7
+                    quant == IG_DTYPE_Q8_0     ? 7
+                    : quant == IG_DTYPE_Q4_0   ? 2
                     : c->dtype == IG_DTYPE_F32 ? 0
                     : c->dtype == IG_DTYPE_F16 ? 1
                                                : 32);
@@ -350,7 +360,7 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     do {                                                                                           \
         snprintf(outs[n].name, sizeof(outs[n].name), "%s", nm);                                    \
         outs[n].t = (tp);                                                                          \
-        outs[n].dtype = (tp)->ndim == 1 ? IG_DTYPE_F32 : q8 ? IG_DTYPE_Q8_0 : (tp)->dtype;         \
+        outs[n].dtype = (tp)->ndim == 1 ? IG_DTYPE_F32 : q ? quant : (tp)->dtype;                  \
         outs[n].permute_heads = (heads);                                                           \
         n++;                                                                                       \
     } while (0)
@@ -423,7 +433,7 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     for (int i = 0; i < n; i++) {
         const ig_tensor_t *t = outs[i].t;
         int64_t ne[2] = {t->ndim > 1 ? t->shape[1] : t->shape[0], t->shape[0]};
-        if (outs[i].dtype == IG_DTYPE_Q8_0 && ne[0] % IG_Q8_0_BLOCK != 0)
+        if (ne[0] % (int64_t)ig_dtype_block(outs[i].dtype) != 0)
             outs[i].dtype = t->dtype; /* rows that are not whole blocks stay as they are */
         if ((rc = ig_gguf_add_tensor(w, outs[i].name, outs[i].dtype, t->ndim, ne)) != 0)
             goto out;

@@ -90,23 +90,29 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
     if (rows <= 0 || cols <= 0)
         return IG_EINVAL;
-    if (src->dtype == IG_DTYPE_Q8_0) {
-        /* Packed in panels of 16 rows (gemmq8.c), 64 panels at a time, then
-         * their source pages go back: the same bytes as the file's. */
-        if (src->ndim != 2 || cols % IG_Q8_0_BLOCK != 0 || rows > INT_MAX || cols > INT_MAX)
+    if (src->dtype == IG_DTYPE_Q8_0 || src->dtype == IG_DTYPE_Q4_0) {
+        /* Packed in panels of 16 rows (gemmq8.c, gemmq4.c), 64 panels at a
+         * time, then their source pages go back: the same bytes as the
+         * file's. */
+        int q4 = src->dtype == IG_DTYPE_Q4_0;
+        if (src->ndim != 2 || cols % 32 != 0 || rows > INT_MAX || cols > INT_MAX)
             return IG_EINVAL;
-        int k = (int)cols, step = 64 * IG_Q8P_NR;
-        size_t row = ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)k);
-        uint8_t *q = cpu_alloc(be, ig__q8p_packed_bytes((int)rows, k));
+        int k = (int)cols, step = 64 * 16;
+        size_t row = ig_dtype_bytes(src->dtype, (size_t)k);
+        uint8_t *q = cpu_alloc(be, q4 ? ig__q4p_packed_bytes((int)rows, k)
+                                      : ig__q8p_packed_bytes((int)rows, k));
         if (q == NULL)
             return IG_ENOMEM;
         for (int64_t r = 0; r < rows; r += step) {
             int m = rows - r < step ? (int)(rows - r) : step;
             const uint8_t *from = (const uint8_t *)src->data + (size_t)r * row;
-            ig__q8p_pack(q + ig__q8p_packed_bytes((int)r, k), from, m, k);
+            if (q4)
+                ig__q4p_pack(q + ig__q4p_packed_bytes((int)r, k), from, m, k);
+            else
+                ig__q8p_pack(q + ig__q8p_packed_bytes((int)r, k), from, m, k);
             release_pages(from, (size_t)m * row);
         }
-        *dst = (ig_weight_t){.dtype = IG_DTYPE_Q8_0, .data = q, .rows = rows, .cols = cols};
+        *dst = (ig_weight_t){.dtype = src->dtype, .data = q, .rows = rows, .cols = cols};
         return 0;
     }
     if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)

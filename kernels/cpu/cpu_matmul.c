@@ -1,6 +1,7 @@
 /*
  * The CPU backend's GEMM dispatch, y = x W^T (+ bias): the own SIMD loops
- * (gemm.c for F32 panels, gemm16.c for BF16/F16, gemmq8.c for Q8_0) over the
+ * (gemm.c for F32 panels, gemm16.c for BF16/F16, gemmq8.c for Q8_0, gemmq4.c
+ * for Q4_0) over the
  * thread pool, or OpenBLAS with IG_CPU_GEMM=blas-pool|blas.
  */
 #include "cpu_internal.h"
@@ -28,8 +29,8 @@ typedef struct {
     const float *x;
     const void *w; /* float, or uint16_t for 16-bit weights */
     const float *bias;
-    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 and Q8_0 always packed */
-    const int8_t *xq; /* Q8_0: x quantized (m, k), its scales and sums (m, k / 32) */
+    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16, Q8_0, Q4_0 always packed */
+    const int8_t *xq; /* Q8_0, Q4_0: x quantized (m, k), its scales and sums (m, k / 32) */
     const float *xd;
     const int32_t *xs;
     const uint16_t *xb; /* BF16 in k-pairs: x rounded to BF16 (m, kpad) */
@@ -47,6 +48,8 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
         return;
     if (j->dtype == IG_DTYPE_Q8_0)
         ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
+    else if (j->dtype == IG_DTYPE_Q4_0)
+        ig__gemm_q4(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
     else if (j->pairs)
         ig__gemm16p(j->y, j->n, j->xb, j->w, j->m, j->k, j->n, n0, n1);
     else if (j->dtype != IG_DTYPE_F32)
@@ -98,7 +101,7 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
     double flops = (double)m * j.n * j.k;
     if (j.mode == IG_CPU_GEMM_AUTO)
         j.mode = IG_CPU_GEMM_OWN; /* faster than OpenBLAS at every m here (docs/engine.md) */
-    if (j.dtype == IG_DTYPE_Q8_0) {
+    if (j.dtype == IG_DTYPE_Q8_0 || j.dtype == IG_DTYPE_Q4_0) {
         /* x quantized once here, for every thread's columns. */
         size_t need = (size_t)m * j.k;
         if (need > c->xq_cap) {
@@ -146,6 +149,8 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
     int nr = ig__gemm_panel_width();
     if (j.dtype == IG_DTYPE_Q8_0)
         nr = IG_Q8P_NR; /* whole panels */
+    else if (j.dtype == IG_DTYPE_Q4_0)
+        nr = IG_Q4P_NR;
     else if (j.dtype != IG_DTYPE_F32)
         nr = IG_GEMM16_NR;
     if (j.mode == IG_CPU_GEMM_BLAS_OWN && j.dtype == IG_DTYPE_F32) {
