@@ -3,7 +3,7 @@
  * at load (ig_model_quantize) runs in the engine; its weights, dequantized,
  * are written as an F32 safetensors model and tests/reference/llama_ref.py
  * runs its float64 pass on them. (ig_dtype_to_f32 dequantizes as gguf-py
- * does, bit for bit: test_gguf_q4_ggufpy.) What is left between the two is
+ * does, bit for bit: test_gguf_quants_ggufpy.) What is left between the two is
  * the F32 rounding budget (ig_bound_forward) plus the quantization of the
  * activations, which the reference does not do:
  *

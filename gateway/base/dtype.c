@@ -15,6 +15,8 @@ size_t ig_dtype_size(ig_dtype_t dtype)
         return 2;
     case IG_DTYPE_Q8_0:
     case IG_DTYPE_Q4_0:
+    case IG_DTYPE_Q4_K:
+    case IG_DTYPE_Q6_K:
         return 0;
     }
     return 0;
@@ -22,6 +24,8 @@ size_t ig_dtype_size(ig_dtype_t dtype)
 
 size_t ig_dtype_block(ig_dtype_t dtype)
 {
+    if (dtype == IG_DTYPE_Q4_K || dtype == IG_DTYPE_Q6_K)
+        return IG_QK_K;
     return dtype == IG_DTYPE_Q8_0 || dtype == IG_DTYPE_Q4_0 ? 32 : 1;
 }
 
@@ -31,6 +35,10 @@ size_t ig_dtype_bytes(ig_dtype_t dtype, size_t n)
         return n % IG_Q8_0_BLOCK ? 0 : n / IG_Q8_0_BLOCK * IG_Q8_0_BYTES;
     if (dtype == IG_DTYPE_Q4_0)
         return n % IG_Q4_0_BLOCK ? 0 : n / IG_Q4_0_BLOCK * IG_Q4_0_BYTES;
+    if (dtype == IG_DTYPE_Q4_K)
+        return n % IG_QK_K ? 0 : n / IG_QK_K * IG_Q4_K_BYTES;
+    if (dtype == IG_DTYPE_Q6_K)
+        return n % IG_QK_K ? 0 : n / IG_QK_K * IG_Q6_K_BYTES;
     return n * ig_dtype_size(dtype);
 }
 
@@ -47,6 +55,10 @@ const char *ig_dtype_name(ig_dtype_t dtype)
         return "Q8_0";
     case IG_DTYPE_Q4_0:
         return "Q4_0";
+    case IG_DTYPE_Q4_K:
+        return "Q4_K";
+    case IG_DTYPE_Q6_K:
+        return "Q6_K";
     }
     return "?";
 }
@@ -251,9 +263,74 @@ static void f32_to_q4_0(unsigned char *d, const float *src, size_t n)
     }
 }
 
+/* ---- K-quants ---------------------------------------------------------------- */
+
+/* Scale and min j (0..7) of a Q4_K super-block: ggml's get_scale_min_k4. */
+static void q4_k_scale_min(int j, const unsigned char *q, int *sc, int *m)
+{
+    if (j < 4) {
+        *sc = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* ggml's dequantize_row_q4_K: d * sc and dmin * m are exact in F32 (11 +
+ * 6 bits), so is their product with a nibble; the subtraction rounds once,
+ * as it does there with or without a fused multiply-add. */
+static void q4_k_to_f32(float *dst, const unsigned char *s, size_t n)
+{
+    for (size_t b = 0; b < n / IG_QK_K; b++, s += IG_Q4_K_BYTES) {
+        uint16_t h;
+        memcpy(&h, s, 2);
+        float d = ig_f16_to_f32(h);
+        memcpy(&h, s + 2, 2);
+        float dmin = ig_f16_to_f32(h);
+        const unsigned char *sc = s + 4, *q = s + 16;
+        for (int j = 0; j < 8; j++) {
+            int a, m;
+            q4_k_scale_min(j, sc, &a, &m);
+            float d1 = d * (float)a, m1 = dmin * (float)m;
+            const unsigned char *qj = q + 32 * (j / 2);
+            for (int l = 0; l < 32; l++)
+                *dst++ = d1 * (float)(j % 2 ? qj[l] >> 4 : qj[l] & 15) - m1;
+        }
+    }
+}
+
+/* ggml's dequantize_row_q6_K: (d * sc) exact, then one rounding by q. */
+static void q6_k_to_f32(float *dst, const unsigned char *s, size_t n)
+{
+    for (size_t b = 0; b < n / IG_QK_K; b++, s += IG_Q6_K_BYTES) {
+        uint16_t h;
+        memcpy(&h, s + 208, 2);
+        float d = ig_f16_to_f32(h);
+        const unsigned char *ql = s, *qh = s + 128;
+        const signed char *sc = (const signed char *)(s + 192);
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32, sc += 8, dst += 128)
+            for (int l = 0; l < 32; l++) {
+                int is = l / 16;
+                int q1 = ((ql[l] & 15) | ((qh[l] >> 0 & 3) << 4)) - 32;
+                int q2 = ((ql[l + 32] & 15) | ((qh[l] >> 2 & 3) << 4)) - 32;
+                int q3 = ((ql[l] >> 4) | ((qh[l] >> 4 & 3) << 4)) - 32;
+                int q4 = ((ql[l + 32] >> 4) | ((qh[l] >> 6 & 3) << 4)) - 32;
+                dst[l] = d * (float)sc[is] * (float)q1;
+                dst[l + 32] = d * (float)sc[is + 2] * (float)q2;
+                dst[l + 64] = d * (float)sc[is + 4] * (float)q3;
+                dst[l + 96] = d * (float)sc[is + 6] * (float)q4;
+            }
+    }
+}
+
 void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
 {
-    if (dtype == IG_DTYPE_Q4_0)
+    if (dtype == IG_DTYPE_Q4_K)
+        q4_k_to_f32(dst, src, n);
+    else if (dtype == IG_DTYPE_Q6_K)
+        q6_k_to_f32(dst, src, n);
+    else if (dtype == IG_DTYPE_Q4_0)
         q4_0_to_f32(dst, src, n);
     else if (dtype == IG_DTYPE_Q8_0)
         q8_0_to_f32(dst, src, n);

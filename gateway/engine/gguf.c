@@ -210,6 +210,12 @@ static int ggml_to_dtype(uint32_t t, ig_dtype_t *d)
     case IG_GGML_Q4_0:
         *d = IG_DTYPE_Q4_0;
         return 0;
+    case IG_GGML_Q4_K:
+        *d = IG_DTYPE_Q4_K;
+        return 0;
+    case IG_GGML_Q6_K:
+        *d = IG_DTYPE_Q6_K;
+        return 0;
     default:
         return IG_ENOTSUP;
     }
@@ -255,7 +261,7 @@ static int read_tensor(cursor_t *c, ig_gguf_tensor_t *t, uint64_t idx)
         return rc;
     if (ggml_to_dtype(type, &t->dtype) != 0) {
         ig_errf(c->err, c->errlen,
-                "%s: %s: tensor type %u is not supported (F32, F16, BF16, Q8_0, Q4_0)", c->g->file,
+                "%s: %s: tensor type %u is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", c->g->file,
                 t->name, type);
         return IG_EMODEL;
     }
@@ -808,6 +814,10 @@ static uint32_t dtype_to_ggml(ig_dtype_t d)
         return IG_GGML_Q8_0;
     case IG_DTYPE_Q4_0:
         return IG_GGML_Q4_0;
+    case IG_DTYPE_Q4_K:
+        return IG_GGML_Q4_K;
+    case IG_DTYPE_Q6_K:
+        return IG_GGML_Q6_K;
     default:
         return IG_GGML_F32;
     }

@@ -115,8 +115,14 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
         *dst = (ig_weight_t){.dtype = src->dtype, .data = q, .rows = rows, .cols = cols};
         return 0;
     }
-    if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
+    /* Q4_K and Q6_K have no kernel of their own yet: dequantized (exactly,
+     * ggml's values) into F32 panels, 4 bytes a weight (docs/engine.md). */
+    int kq = src->dtype == IG_DTYPE_Q4_K || src->dtype == IG_DTYPE_Q6_K;
+    if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16 &&
+        !kq)
         return IG_ENOTSUP;
+    if (kq && (src->ndim != 2 || cols % IG_QK_K != 0))
+        return IG_EINVAL;
     size_t n = (size_t)rows * (size_t)cols;
     int pack = src->ndim == 2;
     if (pack && (rows > INT_MAX || cols > INT_MAX))
@@ -125,7 +131,6 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     float *tmp = NULL;
     ig_dtype_t dtype = IG_DTYPE_F32;
     int rc = IG_ENOMEM;
-    size_t esz = ig_dtype_size(src->dtype);
     if (!pack) {
         if ((data = cpu_alloc(be, n * sizeof(float))) == NULL)
             goto fail;
@@ -149,7 +154,7 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
             ig__cpu_packed_remove(ig__cpu_of(be), data);
             goto fail;
         }
-    } else if (src->dtype != IG_DTYPE_F32 && keep_16bit(ig__cpu_of(be))) {
+    } else if (src->dtype != IG_DTYPE_F32 && !kq && keep_16bit(ig__cpu_of(be))) {
         int k = (int)cols, nr = IG_GEMM16_NR;
         dtype = src->dtype;
         if ((data = cpu_alloc(be, ig__gemm16_packed_elems((int)rows, k) * 2)) == NULL)
@@ -170,14 +175,15 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
         tmp = malloc((size_t)nr * k * sizeof(float));
         if (data == NULL || tmp == NULL)
             goto fail;
+        size_t rowb = ig_dtype_bytes(src->dtype, (size_t)k);
         for (int64_t r = 0; r < rows; r += nr) {
             int m = rows - r < nr ? (int)(rows - r) : nr;
-            const char *from = (const char *)src->data + (size_t)r * k * esz;
+            const char *from = (const char *)src->data + (size_t)r * rowb;
             ig_dtype_to_f32(tmp, from, src->dtype, (size_t)m * k);
             ig__gemm_pack((float *)data + (size_t)r * k, tmp, m, k);
-            if ((r + m - done) * k * esz >= RELEASE_MIN_BYTES || r + m == rows) {
-                release_pages((const char *)src->data + (size_t)done * k * esz,
-                              (size_t)(r + m - done) * k * esz);
+            if ((r + m - done) * rowb >= RELEASE_MIN_BYTES || r + m == rows) {
+                release_pages((const char *)src->data + (size_t)done * rowb,
+                              (size_t)(r + m - done) * rowb);
                 done = r + m;
             }
         }

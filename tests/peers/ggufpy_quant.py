@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Reads a GGUF file with llama.cpp's own gguf-py and writes, for the test
-that compares our block formats with it (tests/test_gguf_q4_ggufpy.c):
+that compares our block formats with it (tests/test_gguf_quants_ggufpy.c):
 
   OUT/NAME.deq   every quantized tensor NAME dequantized by gguf.quants
                  (raw float32, row-major);

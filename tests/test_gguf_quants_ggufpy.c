@@ -1,6 +1,6 @@
 /*
- * Q4_0 against llama.cpp's own gguf-py (gguf.quants), the reference
- * implementation of GGUF's formats outside ggml's C:
+ * Q4_0, Q4_K and Q6_K against llama.cpp's own gguf-py (gguf.quants), the
+ * reference implementation of GGUF's formats outside ggml's C:
  *   - blocks we quantize (random rows, a row of zeros, rows whose largest
  *     weight is positive or negative, values on the clamp and on exact
  *     halves), written in a GGUF file by our writer, dequantize in gguf-py
@@ -11,8 +11,14 @@
  *     of an integer: gguf-py rounds in float64, ggml and we in float32
  *     (gguf-py's own comment: "Q4_0's reference rounding is cursed"). There
  *     the nibbles may differ by one; such places are counted and printed.
+ *   - random Q4_K and Q6_K super-blocks (any bytes are valid blocks; the
+ *     F16 scales are drawn finite) dequantize to the same floats as
+ *     gguf-py's. ggml's arithmetic is exact up to one rounding (Q4_K: the
+ *     subtraction of the min; Q6_K: the product with q), which both do in
+ *     F32 in the same order. gguf-py writes no K-quants: there is nothing
+ *     to compare our (absent) quantizer with.
  * Exact comparison is the tolerance the format allows here: no arithmetic
- * of ours stands between the bytes and the values.
+ * of ours stands between the bytes and the values beyond those roundings.
  * Skipped (77) without gguf-py ($LLAMACPP_SRC, default /work/peers/llama.cpp)
  * or NumPy for $IG_PYTHON (default /usr/bin/python3).
  */
@@ -38,6 +44,8 @@
 
 #define ROWS 12
 #define COLS 256
+#define KROWS 6
+#define KCOLS 512
 
 static char src[1024], python[1024];
 
@@ -70,7 +78,7 @@ static void *slurp(const char *dir, const char *name, size_t want)
     return b;
 }
 
-static void test_q4_0_same_as_ggufpy(void **state)
+static void test_same_as_ggufpy(void **state)
 {
     char dir[4096], path[4200], cmd[12000], err[256];
     assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
@@ -80,16 +88,37 @@ static void test_q4_0_same_as_ggufpy(void **state)
     unsigned char *q = malloc(qb);
     ig_dtype_from_f32(q, IG_DTYPE_Q4_0, x, (size_t)ROWS * COLS);
 
+    /* K-quant super-blocks: random bytes, finite F16 scales of either sign */
+    uint64_t rng = 0xb5ad4eceda1ce2a9ull;
+    size_t kb4 = ig_dtype_bytes(IG_DTYPE_Q4_K, (size_t)KROWS * KCOLS),
+           kb6 = ig_dtype_bytes(IG_DTYPE_Q6_K, (size_t)KROWS * KCOLS);
+    unsigned char *k4 = malloc(kb4), *k6 = malloc(kb6);
+    for (size_t i = 0; i < kb4; i++)
+        k4[i] = (unsigned char)(ig_xs_next(&rng) >> 56);
+    for (size_t i = 0; i < kb6; i++)
+        k6[i] = (unsigned char)(ig_xs_next(&rng) >> 56);
+    for (size_t b = 0; b < (size_t)KROWS * KCOLS / IG_QK_K; b++) {
+        float u = ig_xs_float(&rng) * 0.01f, v = ig_xs_float(&rng) * 0.01f;
+        uint16_t hu = ig_f32_to_f16(u), hv = ig_f32_to_f16(v);
+        memcpy(k4 + b * IG_Q4_K_BYTES, &hu, 2);
+        memcpy(k4 + b * IG_Q4_K_BYTES + 2, &hv, 2);
+        memcpy(k6 + b * IG_Q6_K_BYTES + 208, &hu, 2);
+    }
+
     ig_gguf_writer_t *w;
-    int64_t ne[2] = {COLS, ROWS};
+    int64_t ne[2] = {COLS, ROWS}, nek[2] = {KCOLS, KROWS};
     snprintf(path, sizeof(path), "%s/q4.gguf", dir);
     assert_int_equal(ig_gguf_writer_init(&w), 0);
     assert_int_equal(ig_gguf_put_str(w, "general.architecture", "llama", 5), 0);
-    assert_int_equal(ig_gguf_add_tensor(w, "ours", IG_DTYPE_Q4_0, 2, ne), 0);
+    assert_int_equal(ig_gguf_add_tensor(w, "q4_0", IG_DTYPE_Q4_0, 2, ne), 0);
     assert_int_equal(ig_gguf_add_tensor(w, "source", IG_DTYPE_F32, 2, ne), 0);
+    assert_int_equal(ig_gguf_add_tensor(w, "q4k", IG_DTYPE_Q4_K, 2, nek), 0);
+    assert_int_equal(ig_gguf_add_tensor(w, "q6k", IG_DTYPE_Q6_K, 2, nek), 0);
     if (ig_gguf_writer_begin(w, path, err, sizeof(err)) != 0 ||
         ig_gguf_writer_write(w, q, qb, err, sizeof(err)) != 0 ||
         ig_gguf_writer_write(w, x, (size_t)ROWS * COLS * sizeof(float), err, sizeof(err)) != 0 ||
+        ig_gguf_writer_write(w, k4, kb4, err, sizeof(err)) != 0 ||
+        ig_gguf_writer_write(w, k6, kb6, err, sizeof(err)) != 0 ||
         ig_gguf_writer_close(w, err, sizeof(err)) != 0)
         fail_msg("writing %s: %s", path, err);
     snprintf(cmd, sizeof(cmd),
@@ -99,7 +128,7 @@ static void test_q4_0_same_as_ggufpy(void **state)
     assert_int_equal(system(cmd), 0);
 
     /* gguf-py's dequantization of our blocks: the same floats */
-    float *deq = slurp(dir, "ours.deq", (size_t)ROWS * COLS * sizeof(float));
+    float *deq = slurp(dir, "q4_0.deq", (size_t)ROWS * COLS * sizeof(float));
     float *mine = malloc((size_t)ROWS * COLS * sizeof(float));
     ig_dtype_to_f32(mine, q, IG_DTYPE_Q4_0, (size_t)ROWS * COLS);
     assert_memory_equal(deq, mine, (size_t)ROWS * COLS * sizeof(float));
@@ -133,6 +162,17 @@ static void test_q4_0_same_as_ggufpy(void **state)
     }
     printf("# Q4_0: %d of %d weights quantized one step apart from gguf-py, at float64 ties\n",
            near, ROWS * COLS);
+
+    /* the K-quants: gguf-py's dequantization, bit for bit */
+    size_t kn = (size_t)KROWS * KCOLS;
+    float *kmine = malloc(kn * sizeof(float));
+    float *k4d = slurp(dir, "q4k.deq", kn * sizeof(float));
+    ig_dtype_to_f32(kmine, k4, IG_DTYPE_Q4_K, kn);
+    assert_memory_equal(k4d, kmine, kn * sizeof(float));
+    float *k6d = slurp(dir, "q6k.deq", kn * sizeof(float));
+    ig_dtype_to_f32(kmine, k6, IG_DTYPE_Q6_K, kn);
+    assert_memory_equal(k6d, kmine, kn * sizeof(float));
+    free(k4), free(k6), free(kmine), free(k4d), free(k6d);
     free(x), free(q), free(deq), free(mine), free(theirs);
     ig_tf_rmtree(dir);
 }
@@ -150,7 +190,7 @@ int main(void)
         return IG_TEST_SKIP;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_q4_0_same_as_ggufpy),
+        cmocka_unit_test(test_same_as_ggufpy),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
