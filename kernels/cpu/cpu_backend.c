@@ -90,39 +90,40 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
     if (rows <= 0 || cols <= 0)
         return IG_EINVAL;
-    if (src->dtype == IG_DTYPE_Q8_0 || src->dtype == IG_DTYPE_Q4_0) {
-        /* Packed in panels of 16 rows (gemmq8.c, gemmq4.c), 64 panels at a
-         * time, then their source pages go back: the same bytes as the
-         * file's. */
+    int kq = src->dtype == IG_DTYPE_Q4_K || src->dtype == IG_DTYPE_Q6_K;
+    if (src->dtype == IG_DTYPE_Q8_0 || src->dtype == IG_DTYPE_Q4_0 || kq) {
+        /* Packed in panels of 16 rows (gemmq8.c, gemmq4.c: the file's
+         * bytes; gemmkq.c: rewritten without loss), 64 panels at a time,
+         * then their source pages go back. */
         int q4 = src->dtype == IG_DTYPE_Q4_0;
-        if (src->ndim != 2 || cols % 32 != 0 || rows > INT_MAX || cols > INT_MAX)
+        if (src->ndim != 2 || cols % (int64_t)ig_dtype_block(src->dtype) != 0 || rows > INT_MAX ||
+            cols > INT_MAX)
             return IG_EINVAL;
         int k = (int)cols, step = 64 * 16;
         size_t row = ig_dtype_bytes(src->dtype, (size_t)k);
-        uint8_t *q = cpu_alloc(be, q4 ? ig__q4p_packed_bytes((int)rows, k)
-                                      : ig__q8p_packed_bytes((int)rows, k));
+        size_t (*bytes)(int, int) = kq   ? ig__kqp_packed_bytes
+                                    : q4 ? ig__q4p_packed_bytes
+                                         : ig__q8p_packed_bytes;
+        uint8_t *q = cpu_alloc(be, bytes((int)rows, k));
         if (q == NULL)
             return IG_ENOMEM;
         for (int64_t r = 0; r < rows; r += step) {
             int m = rows - r < step ? (int)(rows - r) : step;
             const uint8_t *from = (const uint8_t *)src->data + (size_t)r * row;
-            if (q4)
-                ig__q4p_pack(q + ig__q4p_packed_bytes((int)r, k), from, m, k);
+            uint8_t *to = q + bytes((int)r, k);
+            if (kq)
+                ig__kqp_pack(to, from, src->dtype, m, k);
+            else if (q4)
+                ig__q4p_pack(to, from, m, k);
             else
-                ig__q8p_pack(q + ig__q8p_packed_bytes((int)r, k), from, m, k);
+                ig__q8p_pack(to, from, m, k);
             release_pages(from, (size_t)m * row);
         }
         *dst = (ig_weight_t){.dtype = src->dtype, .data = q, .rows = rows, .cols = cols};
         return 0;
     }
-    /* Q4_K and Q6_K have no kernel of their own yet: dequantized (exactly,
-     * ggml's values) into F32 panels, 4 bytes a weight (docs/engine.md). */
-    int kq = src->dtype == IG_DTYPE_Q4_K || src->dtype == IG_DTYPE_Q6_K;
-    if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16 &&
-        !kq)
+    if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
         return IG_ENOTSUP;
-    if (kq && (src->ndim != 2 || cols % IG_QK_K != 0))
-        return IG_EINVAL;
     size_t n = (size_t)rows * (size_t)cols;
     int pack = src->ndim == 2;
     if (pack && (rows > INT_MAX || cols > INT_MAX))
@@ -154,7 +155,7 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
             ig__cpu_packed_remove(ig__cpu_of(be), data);
             goto fail;
         }
-    } else if (src->dtype != IG_DTYPE_F32 && !kq && keep_16bit(ig__cpu_of(be))) {
+    } else if (src->dtype != IG_DTYPE_F32 && keep_16bit(ig__cpu_of(be))) {
         int k = (int)cols, nr = IG_GEMM16_NR;
         dtype = src->dtype;
         if ((data = cpu_alloc(be, ig__gemm16_packed_elems((int)rows, k) * 2)) == NULL)

@@ -38,8 +38,9 @@ typedef struct {
     int packed; /* w in the own GEMM's panel layout */
     int pairs;  /* BF16 w in gemm16.c's k-pair layout */
     ig_cpu_gemm_t mode;
-    int chunk;       /* output columns per work item */
-    atomic_int next; /* the next work item to take */
+    int chunk;         /* output columns per work item */
+    atomic_int next;   /* the next work item to take */
+    atomic_int failed; /* a work item ran out of memory */
 } matmul_job_t;
 
 static void matmul_cols(const matmul_job_t *j, int n0, int n1)
@@ -50,6 +51,10 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
         ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
     else if (j->dtype == IG_DTYPE_Q4_0)
         ig__gemm_q4(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
+    else if (j->dtype == IG_DTYPE_Q4_K || j->dtype == IG_DTYPE_Q6_K) {
+        if (ig__gemm_kq(j->y, j->n, j->xq, j->xd, j->w, j->m, j->k, n0, n1) != 0)
+            atomic_store(&j->failed, 1);
+    }
     else if (j->pairs)
         ig__gemm16p(j->y, j->n, j->xb, j->w, j->m, j->k, j->n, n0, n1);
     else if (j->dtype != IG_DTYPE_F32)
@@ -101,7 +106,10 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
     double flops = (double)m * j.n * j.k;
     if (j.mode == IG_CPU_GEMM_AUTO)
         j.mode = IG_CPU_GEMM_OWN; /* faster than OpenBLAS at every m here (docs/engine.md) */
-    if (j.dtype == IG_DTYPE_Q8_0 || j.dtype == IG_DTYPE_Q4_0) {
+    atomic_init(&j.failed, 0);
+    int blocks = j.dtype == IG_DTYPE_Q8_0 || j.dtype == IG_DTYPE_Q4_0 ||
+                 j.dtype == IG_DTYPE_Q4_K || j.dtype == IG_DTYPE_Q6_K;
+    if (blocks) {
         /* x quantized once here, for every thread's columns. */
         size_t need = (size_t)m * j.k;
         if (need > c->xq_cap) {
@@ -151,6 +159,8 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
         nr = IG_Q8P_NR; /* whole panels */
     else if (j.dtype == IG_DTYPE_Q4_0)
         nr = IG_Q4P_NR;
+    else if (j.dtype == IG_DTYPE_Q4_K || j.dtype == IG_DTYPE_Q6_K)
+        nr = IG_KQP_NR;
     else if (j.dtype != IG_DTYPE_F32)
         nr = IG_GEMM16_NR;
     if (j.mode == IG_CPU_GEMM_BLAS_OWN && j.dtype == IG_DTYPE_F32) {
@@ -167,5 +177,5 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
         matmul_cols(&j, 0, j.n);
     }
     free(tmp);
-    return 0;
+    return atomic_load(&j.failed) ? IG_ENOMEM : 0;
 }
