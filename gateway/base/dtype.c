@@ -324,6 +324,99 @@ static void q6_k_to_f32(float *dst, const unsigned char *s, size_t n)
     }
 }
 
+/* A plain quantizer of our own (not ggml's iterative search, whose bytes
+ * llama-quantize alone makes): valid blocks that any reader decodes.
+ * Q4_K: per sub-block of 32, min mn = min(0, min x), scale (max x - mn)
+ * / 15; the super-block's d and dmin the largest of those over 63; the
+ * 6-bit sc and m rounded; q = round((x + dmin m) / (d sc)) in 0..15. */
+static int clampi(int v, int lo, int hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+static void f32_to_q4_k(unsigned char *o, const float *src, size_t n)
+{
+    for (size_t b = 0; b < n / IG_QK_K; b++, o += IG_Q4_K_BYTES) {
+        const float *x = src + b * IG_QK_K;
+        float sc[8], mn[8], dmax = 0.0f, mmax = 0.0f;
+        for (int j = 0; j < 8; j++) {
+            float lo = 0.0f, hi = 0.0f;
+            for (int l = 0; l < 32; l++) {
+                lo = x[32 * j + l] < lo ? x[32 * j + l] : lo;
+                hi = x[32 * j + l] > hi ? x[32 * j + l] : hi;
+            }
+            sc[j] = (hi - lo) / 15.0f;
+            mn[j] = -lo;
+            dmax = sc[j] > dmax ? sc[j] : dmax;
+            mmax = mn[j] > mmax ? mn[j] : mmax;
+        }
+        uint16_t hd = ig_f32_to_f16(dmax / 63.0f), hm = ig_f32_to_f16(mmax / 63.0f);
+        float d = ig_f16_to_f32(hd), dmin = ig_f16_to_f32(hm);
+        int ls[8], lm[8];
+        for (int j = 0; j < 8; j++) {
+            ls[j] = d > 0.0f ? clampi((int)lroundf(sc[j] / d), 0, 63) : 0;
+            lm[j] = dmin > 0.0f ? clampi((int)lroundf(mn[j] / dmin), 0, 63) : 0;
+        }
+        memcpy(o, &hd, 2);
+        memcpy(o + 2, &hm, 2);
+        unsigned char *q = o + 4;
+        for (int j = 0; j < 4; j++) {
+            q[j] = (unsigned char)((ls[j] & 63) | (ls[j + 4] >> 4) << 6);
+            q[j + 4] = (unsigned char)((lm[j] & 63) | (lm[j + 4] >> 4) << 6);
+            q[j + 8] = (unsigned char)((ls[j + 4] & 15) | (lm[j + 4] & 15) << 4);
+        }
+        unsigned char *qs = o + 16;
+        memset(qs, 0, 128);
+        for (int j = 0; j < 8; j++) {
+            float s = d * (float)ls[j], off = dmin * (float)lm[j];
+            for (int l = 0; l < 32; l++) {
+                int v = s > 0.0f ? clampi((int)lroundf((x[32 * j + l] + off) / s), 0, 15) : 0;
+                qs[32 * (j / 2) + l] |= (unsigned char)(j % 2 ? v << 4 : v);
+            }
+        }
+    }
+}
+
+/* Q6_K: per sub-block of 16, scale max|x| / 31; d the largest over 127;
+ * the int8 sc rounded; q = round(x / (d sc)) in -32..31, stored + 32. */
+static void f32_to_q6_k(unsigned char *o, const float *src, size_t n)
+{
+    for (size_t b = 0; b < n / IG_QK_K; b++, o += IG_Q6_K_BYTES) {
+        const float *x = src + b * IG_QK_K;
+        float sc[16], smax = 0.0f;
+        for (int j = 0; j < 16; j++) {
+            float a = 0.0f;
+            for (int l = 0; l < 16; l++)
+                a = fabsf(x[16 * j + l]) > a ? fabsf(x[16 * j + l]) : a;
+            sc[j] = a / 31.0f;
+            smax = sc[j] > smax ? sc[j] : smax;
+        }
+        uint16_t hd = ig_f32_to_f16(smax / 127.0f);
+        float d = ig_f16_to_f32(hd);
+        int L[IG_QK_K];
+        signed char *scales = (signed char *)(o + 192);
+        for (int j = 0; j < 16; j++) {
+            int l8 = d > 0.0f ? clampi((int)lroundf(sc[j] / d), 0, 127) : 0;
+            scales[j] = (signed char)l8;
+            float s = d * (float)l8;
+            for (int l = 0; l < 16; l++)
+                L[16 * j + l] =
+                    s > 0.0f ? clampi((int)lroundf(x[16 * j + l] / s), -32, 31) + 32 : 32;
+        }
+        memcpy(o + 208, &hd, 2);
+        unsigned char *ql = o, *qh = o + 128;
+        for (int half = 0; half < 2; half++, ql += 64, qh += 32) {
+            const int *Lh = L + 128 * half;
+            for (int l = 0; l < 32; l++) {
+                ql[l] = (unsigned char)((Lh[l] & 15) | (Lh[l + 64] & 15) << 4);
+                ql[l + 32] = (unsigned char)((Lh[l + 32] & 15) | (Lh[l + 96] & 15) << 4);
+                qh[l] = (unsigned char)((Lh[l] >> 4) | (Lh[l + 32] >> 4) << 2 |
+                                        (Lh[l + 64] >> 4) << 4 | (Lh[l + 96] >> 4) << 6);
+            }
+        }
+    }
+}
+
 void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
 {
     if (dtype == IG_DTYPE_Q4_K)
@@ -344,7 +437,11 @@ void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n)
 
 void ig_dtype_from_f32(void *dst, ig_dtype_t dtype, const float *src, size_t n)
 {
-    if (dtype == IG_DTYPE_Q4_0)
+    if (dtype == IG_DTYPE_Q4_K)
+        f32_to_q4_k(dst, src, n);
+    else if (dtype == IG_DTYPE_Q6_K)
+        f32_to_q6_k(dst, src, n);
+    else if (dtype == IG_DTYPE_Q4_0)
         f32_to_q4_0(dst, src, n);
     else if (dtype == IG_DTYPE_Q8_0)
         f32_to_q8_0(dst, src, n);

@@ -274,6 +274,31 @@ static int write_tensor(ig_gguf_writer_t *w, const out_t *o, int head_dim, char 
     return rc;
 }
 
+/* Q4_K_M as llama.cpp's llama-quantize mixes it (llama_tensor_get_type):
+ * Q6_K for the output matrix (the embedding when tied) and for attn_v and
+ * ffn_down in the layers use_more_bits picks, Q4_K for the rest. */
+static int use_more_bits(int l, int n)
+{
+    return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
+
+static void q4_k_m_types(out_t *outs, int n, int nl, int tied)
+{
+    for (int i = 0; i < n; i++) {
+        int l;
+        char what[64];
+        if (outs[i].dtype != IG_DTYPE_Q4_K)
+            continue;
+        if (strcmp(outs[i].name, "output.weight") == 0 ||
+            (tied && strcmp(outs[i].name, "token_embd.weight") == 0))
+            outs[i].dtype = IG_DTYPE_Q6_K;
+        else if (sscanf(outs[i].name, "blk.%d.%63[^.]", &l, what) == 2 &&
+                 (strcmp(what, "attn_v") == 0 || strcmp(what, "ffn_down") == 0) &&
+                 use_more_bits(l, nl))
+            outs[i].dtype = IG_DTYPE_Q6_K;
+    }
+}
+
 int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, ig_dtype_t quant, char *err,
                        size_t errlen)
 {
@@ -310,17 +335,18 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, ig_dtype_t quant, c
     ig_gguf_put_str(w, "general.architecture", arch, strlen(arch));
     ig_gguf_put_str(w, "general.name", "infergate mkmodel", 17);
     ig_gguf_put_u32(w, "general.alignment", 32);
-    int q = quant == IG_DTYPE_Q8_0 || quant == IG_DTYPE_Q4_0;
+    int q = quant == IG_DTYPE_Q8_0 || quant == IG_DTYPE_Q4_0 || quant == IG_DTYPE_Q4_K;
     if (quant != IG_DTYPE_F32 && !q) {
-        ig_errf(err, errlen, "--format gguf: %s is not a quantized type (q8_0, q4_0)",
+        ig_errf(err, errlen, "--format gguf: %s is not a quantized type (q8_0, q4_0, q4_k_m)",
                 ig_dtype_name(quant));
         rc = IG_EINVAL;
         goto out;
     }
-    /* llama.cpp's llama_ftype: MOSTLY_Q8_0 7, MOSTLY_Q4_0 2. */
+    /* llama.cpp's llama_ftype: MOSTLY_Q8_0 7, MOSTLY_Q4_0 2, MOSTLY_Q4_K_M 15. */
     ig_gguf_put_u32(w, "general.file_type",
                     quant == IG_DTYPE_Q8_0     ? 7
                     : quant == IG_DTYPE_Q4_0   ? 2
+                    : quant == IG_DTYPE_Q4_K   ? 15
                     : c->dtype == IG_DTYPE_F32 ? 0
                     : c->dtype == IG_DTYPE_F16 ? 1
                                                : 32);
@@ -405,6 +431,8 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, ig_dtype_t quant, c
     }
 #undef ADD
 #undef KEY
+    if (quant == IG_DTYPE_Q4_K)
+        q4_k_m_types(outs, n, nl, c->tie_word_embeddings);
     int half = c->head_dim / 2;
     ig_tensor_t rope = {IG_DTYPE_F32, NULL, 1, {half}};
     if (c->rope_scaling == IG_ROPE_LLAMA3) {

@@ -567,7 +567,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: infergate mkmodel --preset NAME --out DIR [--seed N] "
                  "[--dtype f32|f16|bf16] [--shards N] [--no-tokenizer]\n"
                  "       infergate mkmodel --preset NAME --format gguf --out FILE.gguf "
-                 "[--seed N] [--dtype T] [--quantize q8_0|q4_0]\n\n"
+                 "[--seed N] [--dtype T] [--quantize q8_0|q4_0|q4_k_m]\n\n"
                  "Writes a random-weight Llama-family model in Hugging Face layout (config.json,\n"
                  "generation_config.json, model.safetensors or shards with an index, tokenizer).\n"
                  "The same preset, seed, dtype and shard count give the same bytes.\n\n"
@@ -579,7 +579,8 @@ static void usage(FILE *out)
                  "  --no-tokenizer  write no tokenizer files (the weights only, faster)\n"
                  "  --format F      hf (the default) or gguf: one GGUF file (llama presets),\n"
                  "                  the same weights as hf with the same seed and dtype\n"
-                 "  --quantize Q     with --format gguf: matrices as q8_0 or q4_0\n"
+                 "  --quantize Q     with --format gguf: matrices as q8_0, q4_0, or q4_k_m\n"
+                 "                  (Q4_K and Q6_K mixed as llama-quantize does)\n"
                  "  --help          this text\n\npresets:\n");
     for (size_t i = 0; i < NPRESETS; i++)
         fprintf(out, "  %-6s %s\n", presets[i].name, presets[i].summary);
@@ -693,12 +694,18 @@ int ig_cmd_mkmodel(int argc, char **argv)
             gguf = strcmp(optarg, "gguf") == 0;
             break;
         case 'q':
-            if (strcmp(optarg, "q8_0") != 0 && strcmp(optarg, "q4_0") != 0) {
-                fprintf(stderr, "infergate mkmodel: --quantize: \"%s\" is not q8_0 or q4_0\n",
+            if (strcmp(optarg, "q8_0") == 0)
+                quant = IG_DTYPE_Q8_0;
+            else if (strcmp(optarg, "q4_0") == 0)
+                quant = IG_DTYPE_Q4_0;
+            else if (strcmp(optarg, "q4_k_m") == 0)
+                quant = IG_DTYPE_Q4_K;
+            else {
+                fprintf(stderr,
+                        "infergate mkmodel: --quantize: \"%s\" is not q8_0, q4_0 or q4_k_m\n",
                         optarg);
                 return IG_EXIT_USAGE;
             }
-            quant = strcmp(optarg, "q4_0") == 0 ? IG_DTYPE_Q4_0 : IG_DTYPE_Q8_0;
             break;
         case 'h':
             usage(stdout);

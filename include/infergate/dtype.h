@@ -46,8 +46,9 @@ typedef enum {
 
 /*
  * Q4_K and Q6_K, exactly as GGUF (ggml's dequantize_row_q4_K / _q6_K)
- * defines them, read only (nothing here writes them; llama-quantize does):
- * super-blocks of IG_QK_K = 256 weights.
+ * defines them: super-blocks of IG_QK_K = 256 weights. ig_dtype_from_f32
+ * writes valid blocks by a plain rounding of its own (not llama-quantize's
+ * search for the best scales, so not its bytes).
  *   - Q4_K, 144 bytes: F16 d, F16 dmin, 12 bytes of eight 6-bit scales and
  *     eight 6-bit mins, 128 bytes of nibbles; sub-block j (32 weights) is
  *     d * sc[j] * q - dmin * m[j], its nibbles the low (even j) or high (odd
@@ -90,9 +91,8 @@ uint16_t ig_f32_to_bf16(float f);
  * n is a multiple of its block and this dequantizes. */
 void ig_dtype_to_f32(float *dst, const void *src, ig_dtype_t dtype, size_t n);
 
-/* Converts n f32 elements of src to dtype in dst; for Q8_0 and Q4_0, n is
- * a multiple of 32 and this quantizes. Q4_K and Q6_K are not written:
- * dst is left as it is. */
+/* Converts n f32 elements of src to dtype in dst; for a block format, n is
+ * a multiple of its block and this quantizes. */
 void ig_dtype_from_f32(void *dst, ig_dtype_t dtype, const float *src, size_t n);
 
 #endif
