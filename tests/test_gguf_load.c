@@ -29,6 +29,7 @@
 #include "infergate/mkmodel.h"
 #include "infergate/tokenizer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,40 @@ static void test_q4_0_same_as_quantize(void **state)
     check_model("tiny", IG_DTYPE_F32, IG_DTYPE_Q4_0);
 }
 
+/* Q4_K_M as llama-quantize mixes it: gqa's 4 layers give Q6_K to the
+ * output matrix and to attn_v / ffn_down of layer 3 (use_more_bits), Q4_K
+ * elsewhere; the file loads, and a sequence gets the same logits alone and
+ * in a batch. (test_gguf_llamacpp: llama-server's greedy text.) */
+static void test_q4_k_m_mix(void **state)
+{
+    char dir[4096], path[4200], err[512];
+    int real = 0;
+    assert_int_equal(ig_fixture_model_dir("gqa", IG_DTYPE_F32, dir, sizeof(dir), &real), 0);
+    if (!real) {
+        ig_tf_rmtree(dir);
+        skip();
+    }
+    gguf_of(dir, path, sizeof(path), IG_DTYPE_Q4_K);
+    ig_model_t *gg;
+    if (ig_model_load(&gg, path, err, sizeof(err)) != 0)
+        fail_msg("gguf load: %s", err);
+    assert_int_equal(ig_model_lm_head(gg)->dtype, IG_DTYPE_Q6_K);
+    assert_int_equal(ig_model_embed(gg)->dtype, IG_DTYPE_Q4_K);
+    assert_int_equal(ig_model_layer(gg, 0)->wq.dtype, IG_DTYPE_Q4_K);
+    assert_int_equal(ig_model_layer(gg, 0)->wv.dtype, IG_DTYPE_Q4_K);
+    assert_int_equal(ig_model_layer(gg, 3)->wv.dtype, IG_DTYPE_Q6_K);
+    assert_int_equal(ig_model_layer(gg, 3)->w_down.dtype, IG_DTYPE_Q6_K);
+    assert_int_equal(ig_model_layer(gg, 3)->w_up.dtype, IG_DTYPE_Q4_K);
+    int n, vocab = ig_model_config(gg)->vocab_size;
+    float *b = logits(gg, &n);
+    for (size_t i = 0; i < (size_t)n * vocab; i++)
+        assert_true(isfinite(b[i]));
+    alone_same_as_batched(gg, b);
+    free(b);
+    ig_model_free(gg);
+    ig_tf_rmtree(dir);
+}
+
 /* llama.cpp's "qwen2": q/k/v biases, q and k not permuted. */
 static void test_qwen2_same_as_safetensors(void **state)
 {
@@ -341,6 +376,7 @@ int main(void)
         cmocka_unit_test(test_bf16_same_as_safetensors),
         cmocka_unit_test(test_q8_0_same_as_quantize),
         cmocka_unit_test(test_q4_0_same_as_quantize),
+        cmocka_unit_test(test_q4_k_m_mix),
         cmocka_unit_test(test_qwen2_same_as_safetensors),
         cmocka_unit_test(test_qwen3_same_as_safetensors),
         cmocka_unit_test(test_tokenizer_sentencepiece),
