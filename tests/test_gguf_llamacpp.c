@@ -88,8 +88,7 @@ static void check_preset(const char *preset, const char *quant, const char *serv
     snprintf(path, sizeof(path), "%s/%s.gguf", dir, preset);
     if (*quant)
         snprintf(qf, sizeof(qf), "--quantize %s", quant);
-    snprintf(cmd, sizeof(cmd),
-             "'%s' mkmodel --preset %s %s %s --format gguf --out '%s' >/dev/null",
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --preset %s %s %s --format gguf --out '%s' >/dev/null",
              ig_proc_bin("infergate"), preset, big ? "" : "--dtype f32", qf, path);
     assert_int_equal(system(cmd), 0);
 

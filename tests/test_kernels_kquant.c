@@ -153,7 +153,7 @@ static void check(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, const ch
 
 static void test_within_bounds_every_isa(void **state)
 {
-    static const int shapes[][3] = {{1, 3, 256},  {5, 40, 512}, {17, 33, 768},
+    static const int shapes[][3] = {{1, 3, 256},   {5, 40, 512}, {17, 33, 768},
                                     {1, 100, 256}, {4, 64, 256}, {64, 20, 512}};
     for (int th = 1; th <= 3; th += 2) {
         ig_backend_t *be;

@@ -57,11 +57,11 @@ static void test_layout_is_ggufs(void **state)
     uint16_t d;
     memcpy(&d, blk, 2);
     assert_int_equal(d, ig_f32_to_f16(2.0f));
-    assert_int_equal(blk[2] & 15, 0);    /* -16 / 2 + 8 */
-    assert_int_equal(blk[2] >> 4, 8);    /* weight 16: 0 */
-    assert_int_equal(blk[2 + 15] & 15, 8); /* weight 15: -1 / 2 + 8.5 = 8 */
+    assert_int_equal(blk[2] & 15, 0);       /* -16 / 2 + 8 */
+    assert_int_equal(blk[2] >> 4, 8);       /* weight 16: 0 */
+    assert_int_equal(blk[2 + 15] & 15, 8);  /* weight 15: -1 / 2 + 8.5 = 8 */
     assert_int_equal(blk[2 + 15] >> 4, 15); /* weight 31: 15 / 2 + 8.5 = 16, clamped */
-    assert_int_equal(blk[2 + 1] & 15, 1); /* -15 / 2 + 8.5 = 1 */
+    assert_int_equal(blk[2 + 1] & 15, 1);   /* -15 / 2 + 8.5 = 1 */
     assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q4_0, 64), 36);
     assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q4_0, 33), 0);
     assert_int_equal(ig_dtype_block(IG_DTYPE_Q4_0), 32);
@@ -248,9 +248,9 @@ static void test_rejects_bad_shapes(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout_is_ggufs),    cmocka_unit_test(test_within_bounds_every_isa),
-        cmocka_unit_test(test_batch_invariant),
-        cmocka_unit_test(test_rejects_bad_shapes), cmocka_unit_test(test_panels_same_bytes),
+        cmocka_unit_test(test_layout_is_ggufs),   cmocka_unit_test(test_within_bounds_every_isa),
+        cmocka_unit_test(test_batch_invariant),   cmocka_unit_test(test_rejects_bad_shapes),
+        cmocka_unit_test(test_panels_same_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -261,8 +261,8 @@ static int read_tensor(cursor_t *c, ig_gguf_tensor_t *t, uint64_t idx)
         return rc;
     if (ggml_to_dtype(type, &t->dtype) != 0) {
         ig_errf(c->err, c->errlen,
-                "%s: %s: tensor type %u is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)", c->g->file,
-                t->name, type);
+                "%s: %s: tensor type %u is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)",
+                c->g->file, t->name, type);
         return IG_EMODEL;
     }
     uint64_t blk = ig_dtype_block(t->dtype), blk_bytes = ig_dtype_bytes(t->dtype, blk);

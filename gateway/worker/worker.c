@@ -583,8 +583,7 @@ int ig_cmd_worker(int argc, char **argv)
             break;
         case 'Q':
             if (strcmp(optarg, "q8_0") != 0 && strcmp(optarg, "q4_0") != 0) {
-                fprintf(stderr, "infergate worker: --quantize: '%s' is not q8_0 or q4_0\n",
-                        optarg);
+                fprintf(stderr, "infergate worker: --quantize: '%s' is not q8_0 or q4_0\n", optarg);
                 goto out;
             }
             w->o.quantize = optarg;

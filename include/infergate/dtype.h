@@ -32,7 +32,8 @@ typedef enum {
 #define IG_Q8_0_BYTES 34
 
 /*
- * Q4_0, exactly as GGUF (ggml) defines it: blocks of 32 weights in 18 bytes, an F16 scale d then 16 bytes qs; weight i < 16 is the low nibble
+ * Q4_0, exactly as GGUF (ggml) defines it: blocks of 32 weights in 18
+ * bytes, an F16 scale d then 16 bytes qs; weight i < 16 is the low nibble
  * of qs[i], weight i + 16 its high nibble, and its value is d * (q - 8).
  * Quantizing a block does what ggml's quantize_row_q4_0_ref does: m = the
  * weight of largest magnitude (its sign kept), d = m / -8, q = min(15,

@@ -54,8 +54,7 @@ static void matmul_cols(const matmul_job_t *j, int n0, int n1)
     else if (j->dtype == IG_DTYPE_Q4_K || j->dtype == IG_DTYPE_Q6_K) {
         if (ig__gemm_kq(j->y, j->n, j->xq, j->xd, j->w, j->m, j->k, n0, n1) != 0)
             atomic_store(&j->failed, 1);
-    }
-    else if (j->pairs)
+    } else if (j->pairs)
         ig__gemm16p(j->y, j->n, j->xb, j->w, j->m, j->k, j->n, n0, n1);
     else if (j->dtype != IG_DTYPE_F32)
         ig__gemm16(j->y, j->n, j->x, j->w, j->dtype == IG_DTYPE_BF16, j->m, j->k, j->n, n0, n1);
@@ -107,8 +106,8 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
     if (j.mode == IG_CPU_GEMM_AUTO)
         j.mode = IG_CPU_GEMM_OWN; /* faster than OpenBLAS at every m here (docs/engine.md) */
     atomic_init(&j.failed, 0);
-    int blocks = j.dtype == IG_DTYPE_Q8_0 || j.dtype == IG_DTYPE_Q4_0 ||
-                 j.dtype == IG_DTYPE_Q4_K || j.dtype == IG_DTYPE_Q6_K;
+    int blocks = j.dtype == IG_DTYPE_Q8_0 || j.dtype == IG_DTYPE_Q4_0 || j.dtype == IG_DTYPE_Q4_K ||
+                 j.dtype == IG_DTYPE_Q6_K;
     if (blocks) {
         /* x quantized once here, for every thread's columns. */
         size_t need = (size_t)m * j.k;

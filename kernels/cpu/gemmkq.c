@@ -203,8 +203,8 @@ static inline float kq_block_f(float acc, int32_t i0, int32_t i1, float s0, floa
 #define KQ_NO_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
 #endif
 KQ_NO_VECTORIZE static void gemmkq_scalar(float *y, int ldy, const int8_t *xq, const float *xd,
-                                          const int32_t *hs, const uint8_t *w, int m, int k,
-                                          int n0, int n1)
+                                          const int32_t *hs, const uint8_t *w, int m, int k, int n0,
+                                          int n1)
 {
     int nb = k / 32;
     for (int c = n0; c < n1; c++)
@@ -257,9 +257,10 @@ static inline __m256 kq_f_avx2(__m256 acc, __m256i i0, __m256i i1, const uint8_t
 }
 
 /* Rows [a, a + mr) (mr <= 2) by one panel. */
-static inline __attribute__((always_inline)) void
-tile_avx2(const int mr, float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *hs,
-          const uint8_t *pw, int nb, int k, int ncols)
+static inline __attribute__((always_inline)) void tile_avx2(const int mr, float *y, int ldy,
+                                                            const int8_t *xq, const float *xd,
+                                                            const int32_t *hs, const uint8_t *pw,
+                                                            int nb, int k, int ncols)
 {
     const __m256i ones = _mm256_set1_epi16(1);
     __m256 f[2][2];

@@ -177,12 +177,12 @@ static inline __attribute__((always_inline)) void tile_avx2(const int mr, float 
                 const int8_t *xb = xq + (size_t)a * k + b * 32;
                 __m256i xl = _mm256_set1_epi32(load_i32(xb + 4 * g));
                 __m256i xh = _mm256_set1_epi32(load_i32(xb + 16 + 4 * g));
-                s16[a][0] = _mm256_add_epi16(
-                    s16[a][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, xl),
-                                                _mm256_maddubs_epi16(h0, xh)));
-                s16[a][1] = _mm256_add_epi16(
-                    s16[a][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, xl),
-                                                _mm256_maddubs_epi16(h1, xh)));
+                s16[a][0] =
+                    _mm256_add_epi16(s16[a][0], _mm256_add_epi16(_mm256_maddubs_epi16(l0, xl),
+                                                                 _mm256_maddubs_epi16(h0, xh)));
+                s16[a][1] =
+                    _mm256_add_epi16(s16[a][1], _mm256_add_epi16(_mm256_maddubs_epi16(l1, xl),
+                                                                 _mm256_maddubs_epi16(h1, xh)));
             }
         }
         __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
@@ -267,8 +267,8 @@ tile_avx512(const int mr, const int np, float *y, int ldy, const int8_t *xq, con
                 __m512i xh = _mm512_set1_epi32(load_i32(xb + 16 + 4 * g));
 #pragma GCC unroll 4
                 for (int p = 0; p < np; p++)
-                    acc[a][p] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[a][p], wl[p], xl),
-                                                    wh[p], xh);
+                    acc[a][p] =
+                        _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc[a][p], wl[p], xl), wh[p], xh);
             }
         }
         __m512 dw[4];
