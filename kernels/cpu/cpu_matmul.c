@@ -1,8 +1,8 @@
 /*
  * The CPU backend's GEMM dispatch, y = x W^T (+ bias): the own SIMD loops
  * (gemm.c for F32 panels, gemm16.c for BF16/F16, gemmq8.c for Q8_0, gemmq4.c
- * for Q4_0) over the
- * thread pool, or OpenBLAS with IG_CPU_GEMM=blas-pool|blas.
+ * for Q4_0, gemmkq.c for Q4_K and Q6_K) over the thread pool, or OpenBLAS
+ * with IG_CPU_GEMM=blas-pool|blas.
  */
 #include "cpu_internal.h"
 #include "simd.h"
@@ -29,8 +29,8 @@ typedef struct {
     const float *x;
     const void *w; /* float, or uint16_t for 16-bit weights */
     const float *bias;
-    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16, Q8_0, Q4_0 always packed */
-    const int8_t *xq; /* Q8_0, Q4_0: x quantized (m, k), its scales and sums (m, k / 32) */
+    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 and the block formats always packed */
+    const int8_t *xq; /* block formats: x quantized (m, k), its scales and sums (m, k / 32) */
     const float *xd;
     const int32_t *xs;
     const uint16_t *xb; /* BF16 in k-pairs: x rounded to BF16 (m, kpad) */
@@ -43,7 +43,7 @@ typedef struct {
     atomic_int failed; /* a work item ran out of memory */
 } matmul_job_t;
 
-static void matmul_cols(const matmul_job_t *j, int n0, int n1)
+static void matmul_cols(matmul_job_t *j, int n0, int n1)
 {
     if (n1 <= n0)
         return;
