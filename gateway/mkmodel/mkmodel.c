@@ -629,7 +629,8 @@ static int write_gguf(const char *out, ig_mkmodel_opts_t *opts, ig_dtype_t quant
         return IG_EXIT_FAILURE;
     }
     printf("wrote %s as GGUF (%s, %.1f MB of weights) to %s\n", opts->preset,
-           ig_dtype_name(ig_model_config(m)->dtype), (double)ig_model_weight_bytes(m) / 1e6, out);
+           quant == IG_DTYPE_Q4_K ? "Q4_K_M" : ig_dtype_name(ig_model_config(m)->dtype),
+           (double)ig_model_weight_bytes(m) / 1e6, out);
     ig_model_free(m);
     return IG_EXIT_OK;
 }
