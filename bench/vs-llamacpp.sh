@@ -1,16 +1,16 @@
 #!/bin/bash
 # infergate against llama.cpp on the same GGUF files of the `1b` preset
 # (Llama-3.2-1B's shape, random weights, written by `infergate mkmodel
-# --format gguf`): BF16 and Q8_0. Everything is measured in this one run and
+# --format gguf`): BF16, Q8_0 and Q4_0. Everything is measured in this one run and
 # printed as ratios (ours / llama.cpp):
-#   - one-stream decode, BF16 and Q8_0: both servers over HTTP (our worker,
+#   - one-stream decode, BF16, Q8_0 and Q4_0: both servers over HTTP (our worker,
 #     llama-server), the same prompt, N_TOKENS greedy tokens streamed, the
 #     rate between the first and the last token; both servers up at once,
 #     rounds alternating between them, best of ROUNDS each;
-#   - batch 64 aggregate, BF16 and Q8_0: build/engine-bench --batches 64 against
+#   - batch 64 aggregate, BF16, Q8_0 and Q4_0: build/engine-bench --batches 64 against
 #     llama-batched-bench -npl 64 (both engine-level, decode tokens/s),
 #     ENGINE_ROUNDS rounds alternating, best of each (prefill too);
-#   - prefill, BF16 and Q8_0: engine-bench's PREFILL-token prefill against
+#   - prefill, BF16, Q8_0 and Q4_0: engine-bench's PREFILL-token prefill against
 #     llama-bench -p PREFILL;
 #   - the fraction of this machine's memory bandwidth that one-stream decode
 #     reaches: bytes of weights read per token / time per token, against a
@@ -43,8 +43,10 @@ done
 mkdir -p "$MODELS" "$(dirname "$RESULTS")"
 bf16=$MODELS/1b-bf16.gguf
 q8=$MODELS/1b-q8_0.gguf
+q4=$MODELS/1b-q4_0.gguf
 [ -f "$bf16" ] || "$build/infergate" mkmodel --preset 1b --format gguf --out "$bf16"
 [ -f "$q8" ] || "$build/infergate" mkmodel --preset 1b --format gguf --quantize q8_0 --out "$q8"
+[ -f "$q4" ] || "$build/infergate" mkmodel --preset 1b --format gguf --quantize q4_0 --out "$q4"
 
 kill_on_exit worker_pid llama_pid
 
@@ -159,11 +161,13 @@ decode_pair "$bf16" bf16
 d_bf16_ours=$ours_tps d_bf16_llama=$llama_tps rss_bf16=$ours_rss kv_bf16=$ours_kv
 decode_pair "$q8" q8_0
 d_q8_ours=$ours_tps d_q8_llama=$llama_tps rss_q8=$ours_rss kv_q8=$ours_kv
+decode_pair "$q4" q4_0
+d_q4_ours=$ours_tps d_q4_llama=$llama_tps rss_q4=$ours_rss kv_q4=$ours_kv
 read -r bw1_after bw_after <<<"$(stream_bw)"
 bw1=$(best "$bw1_before" "$bw1_after") bw=$(best "$bw_before" "$bw_after")
 echo "memory bandwidth after decode: $bw1_after GB/s on 1 thread, $bw_after GB/s on $THREADS; the reference: $bw1 and $bw"
 
-# ---- batch 64 and prefill (engine level), BF16 and Q8_0 -----------------------
+# ---- batch 64 and prefill (engine level), BF16, Q8_0 and Q4_0 ----------------
 # ENGINE_ROUNDS rounds, ours then llama.cpp's in each, the best of each side:
 # a neighbour's burst then costs one side one round, not the whole figure.
 engine_pair() { # FILE -> prints "ours_b64 llama_b64 ours_prefill llama_prefill"
@@ -186,6 +190,7 @@ print(rows[-1]["avg_ts"])' "$tmp/lb.csv")
 }
 b64_ours=0 pf_ours=0 b64_llama=0 pf_llama=0
 b64q_ours=0 pfq_ours=0 b64q_llama=0 pfq_llama=0
+b64q4_ours=0 pfq4_ours=0 b64q4_llama=0 pfq4_llama=0
 for r in $(seq 1 "$ENGINE_ROUNDS"); do
     read -r b bl p pl < <(engine_pair "$bf16")
     echo "engine round $r, BF16: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
@@ -195,15 +200,19 @@ for r in $(seq 1 "$ENGINE_ROUNDS"); do
     echo "engine round $r, Q8_0: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
     b64q_ours=$(best "$b64q_ours" "$b") pfq_ours=$(best "$pfq_ours" "$p")
     b64q_llama=$(best "$b64q_llama" "$bl") pfq_llama=$(best "$pfq_llama" "$pl")
+    read -r b bl p pl < <(engine_pair "$q4")
+    echo "engine round $r, Q4_0: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
+    b64q4_ours=$(best "$b64q4_ours" "$b") pfq4_ours=$(best "$pfq4_ours" "$p")
+    b64q4_llama=$(best "$b64q4_llama" "$bl") pfq4_llama=$(best "$pfq4_llama" "$pl")
 done
-echo "batch 64: BF16 infergate $b64_ours tok/s, llama.cpp $b64_llama; Q8_0 $b64q_ours vs $b64q_llama"
-echo "prefill $PREFILL: BF16 infergate $pf_ours tok/s, llama.cpp $pf_llama; Q8_0 $pfq_ours vs $pfq_llama"
+echo "batch 64: BF16 infergate $b64_ours tok/s, llama.cpp $b64_llama; Q8_0 $b64q_ours vs $b64q_llama; Q4_0 $b64q4_ours vs $b64q4_llama"
+echo "prefill $PREFILL: BF16 infergate $pf_ours tok/s, llama.cpp $pf_llama; Q8_0 $pfq_ours vs $pfq_llama; Q4_0 $pfq4_ours vs $pfq4_llama"
 
 # ---- report -------------------------------------------------------------------
 "$PY" - "$RESULTS" <<EOF
 import json, os, sys
 bw, bw1 = float("$bw"), float("$bw1")
-bf16_bytes = os.path.getsize("$bf16"); q8_bytes = os.path.getsize("$q8")
+bf16_bytes = os.path.getsize("$bf16"); q8_bytes = os.path.getsize("$q8"); q4_bytes = os.path.getsize("$q4")
 def r(a, b): return float(a) / float(b) if float(b) > 0 else float("nan")
 res = {
     "bandwidth_gbs_1thread": bw1, "bandwidth_gbs": bw, "threads": int("$THREADS"),
@@ -213,6 +222,9 @@ res = {
     "decode_q8_0": {"ours": float("$d_q8_ours"), "llamacpp": float("$d_q8_llama"),
                     "ratio": r("$d_q8_ours", "$d_q8_llama"),
                     "bandwidth_fraction": float("$d_q8_ours") * q8_bytes / 1e9 / bw},
+    "decode_q4_0": {"ours": float("$d_q4_ours"), "llamacpp": float("$d_q4_llama"),
+                    "ratio": r("$d_q4_ours", "$d_q4_llama"),
+                    "bandwidth_fraction": float("$d_q4_ours") * q4_bytes / 1e9 / bw},
     "batch64_bf16": {"ours": float("$b64_ours"), "llamacpp": float("$b64_llama"),
                      "ratio": r("$b64_ours", "$b64_llama")},
     "prefill_bf16": {"tokens": int("$PREFILL"), "ours": float("$pf_ours"),
@@ -221,6 +233,10 @@ res = {
                      "ratio": r("$b64q_ours", "$b64q_llama")},
     "prefill_q8_0": {"tokens": int("$PREFILL"), "ours": float("$pfq_ours"),
                      "llamacpp": float("$pfq_llama"), "ratio": r("$pfq_ours", "$pfq_llama")},
+    "batch64_q4_0": {"ours": float("$b64q4_ours"), "llamacpp": float("$b64q4_llama"),
+                     "ratio": r("$b64q4_ours", "$b64q4_llama")},
+    "prefill_q4_0": {"tokens": int("$PREFILL"), "ours": float("$pfq4_ours"),
+                     "llamacpp": float("$pfq4_llama"), "ratio": r("$pfq4_ours", "$pfq4_llama")},
     "rss": {"bf16_file_mib": bf16_bytes / 2**20, "bf16_worker_mib": int("$rss_bf16") / 1024,
             "bf16_kv_mib": int("$kv_bf16") / 2**20,
             "bf16_ratio": int("$rss_bf16") * 1024 / bf16_bytes,
@@ -228,19 +244,21 @@ res = {
             "q8_0_file_mib": q8_bytes / 2**20, "q8_0_worker_mib": int("$rss_q8") / 1024,
             "q8_0_kv_mib": int("$kv_q8") / 2**20,
             "q8_0_ratio": int("$rss_q8") * 1024 / q8_bytes,
-            "q8_0_ratio_less_kv": (int("$rss_q8") * 1024 - int("$kv_q8")) / q8_bytes},
+            "q8_0_ratio_less_kv": (int("$rss_q8") * 1024 - int("$kv_q8")) / q8_bytes,
+            "q4_0_file_mib": q4_bytes / 2**20, "q4_0_worker_mib": int("$rss_q4") / 1024,
+            "q4_0_ratio_less_kv": (int("$rss_q4") * 1024 - int("$kv_q4")) / q4_bytes},
 }
 json.dump(res, open(sys.argv[1], "w"), indent=2)
 print()
 print("ratios (infergate / llama.cpp), 1b preset, %d threads:" % res["threads"])
-for k in ("decode_bf16", "decode_q8_0", "batch64_bf16", "batch64_q8_0", "prefill_bf16",
-          "prefill_q8_0"):
+for k in ("decode_bf16", "decode_q8_0", "decode_q4_0", "batch64_bf16", "batch64_q8_0",
+          "batch64_q4_0", "prefill_bf16", "prefill_q8_0", "prefill_q4_0"):
     print("  %-13s %.2fx  (%.2f vs %.2f tok/s)" % (k, res[k]["ratio"], res[k]["ours"], res[k]["llamacpp"]))
-for k in ("decode_bf16", "decode_q8_0"):
+for k in ("decode_bf16", "decode_q8_0", "decode_q4_0"):
     print("  %-13s reads %.2f of the streaming bandwidth on %d threads (%.1f GB/s; %.1f on one)"
           % (k, res[k]["bandwidth_fraction"], res["threads"], bw, bw1))
 rs = res["rss"]
-print("  worker RSS after decoding, less its KV cache (%.0f MiB): %.2fx the BF16 file, %.2fx the Q8_0 file (target <= 1.15x)"
-      % (rs["bf16_kv_mib"], rs["bf16_ratio_less_kv"], rs["q8_0_ratio_less_kv"]))
+print("  worker RSS after decoding, less its KV cache (%.0f MiB): %.2fx the BF16 file, %.2fx the Q8_0 file, %.2fx the Q4_0 file (target <= 1.15x)"
+      % (rs["bf16_kv_mib"], rs["bf16_ratio_less_kv"], rs["q8_0_ratio_less_kv"], rs["q4_0_ratio_less_kv"]))
 print("wrote", sys.argv[1])
 EOF

@@ -16,6 +16,9 @@
  *     February 2025 llama.cpp here does not know yet: the test checks that
  *     this llama-server refuses it for that reason alone, so that a newer
  *     one that loads it fails the test and gets the greedy comparison.
+ *   - tiny and small again with `--quantize q4_0`, gqa with `--quantize
+ *     q4_k_m`: the same greedy text from both (and not the F32 one: the
+ *     quantization shows).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -76,14 +79,17 @@ static void same_tokens(int lport, const char *path)
     ig_tokenizer_free(tok);
 }
 
-static void check_preset(const char *preset, const char *server)
+/* quant: "" or a --quantize value for mkmodel (the file's matrices in it). */
+static void check_preset(const char *preset, const char *quant, const char *server)
 {
-    char dir[4096], path[4200], cmd[4400];
+    char dir[4096], path[4200], cmd[4400], qf[64] = "";
     int big = strcmp(preset, "1b") == 0, qwen3 = strcmp(preset, "qwen3") == 0;
     assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
     snprintf(path, sizeof(path), "%s/%s.gguf", dir, preset);
-    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --preset %s %s --format gguf --out '%s' >/dev/null",
-             ig_proc_bin("infergate"), preset, big ? "" : "--dtype f32", path);
+    if (*quant)
+        snprintf(qf, sizeof(qf), "--quantize %s", quant);
+    snprintf(cmd, sizeof(cmd), "'%s' mkmodel --preset %s %s %s --format gguf --out '%s' >/dev/null",
+             ig_proc_bin("infergate"), preset, big ? "" : "--dtype f32", qf, path);
     assert_int_equal(system(cmd), 0);
 
     int lport = ig_proc_free_port(), wport = ig_proc_free_port();
@@ -124,7 +130,7 @@ static void check_preset(const char *preset, const char *server)
     char *lt, *wt;
     ig_llamacpp_greedy(lport, wport, "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]", 24,
                        ", \"n_probs\": 2", &lt, &wt);
-    print_message("# %s: llama.cpp \"%s\"\n#   infergate \"%s\"\n", preset, lt, wt);
+    print_message("# %s %s: llama.cpp \"%s\"\n#   infergate \"%s\"\n", preset, quant, lt, wt);
     assert_true(strlen(wt) > 0);
     assert_string_equal(lt, wt);
     free(lt);
@@ -140,8 +146,20 @@ static void test_every_preset(void **state)
 {
     int n = 0;
     for (size_t i = 0; ig_mkmodel_preset_name(i) != NULL; i++, n++)
-        check_preset(ig_mkmodel_preset_name(i), *state);
+        check_preset(ig_mkmodel_preset_name(i), "", *state);
     assert_int_equal(n, 5); /* a new preset gets its check here */
+}
+
+/* Q4_0 files: llama.cpp quantizes x per block of 32 for them as we do, and
+ * sums each block's integer products exactly: the greedy text is the same.
+ * Q4_K_M (gqa: every row a whole number of 256-weight super-blocks): its
+ * x is quantized per 256 (Q8_K), ours per 32, so the logits differ by
+ * more; these seeds' gaps are wider. */
+static void test_quantized(void **state)
+{
+    check_preset("tiny", "q4_0", *state);
+    check_preset("small", "q4_0", *state);
+    check_preset("gqa", "q4_k_m", *state);
 }
 
 int main(void)
@@ -154,6 +172,7 @@ int main(void)
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_every_preset, (void *)server),
+        cmocka_unit_test_prestate(test_quantized, (void *)server),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -29,15 +29,16 @@
 #include "infergate/mkmodel.h"
 #include "infergate/tokenizer.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void gguf_of(const char *dir, char *path, size_t len, int q8)
+static void gguf_of(const char *dir, char *path, size_t len, ig_dtype_t quant)
 {
     char err[512];
-    snprintf(path, len, "%s/model%s.gguf", dir, q8 ? "-q8" : "");
-    if (ig_mkmodel_to_gguf(dir, path, q8, err, sizeof(err)) != 0)
+    snprintf(path, len, "%s/model-%s.gguf", dir, ig_dtype_name(quant));
+    if (ig_mkmodel_to_gguf(dir, path, quant, err, sizeof(err)) != 0)
         fail_msg("to gguf: %s", err);
 }
 
@@ -171,10 +172,11 @@ static void alone_same_as_batched(ig_model_t *m, const float *batched)
     free(alone);
 }
 
-/* A preset stored in dt (F32 + q8: Q8_0 in the GGUF, ig_model_quantize on
- * the safetensors side) loads from GGUF with the same weights and the same
- * logits, bit for bit, alone and in a batch. */
-static void check_model(const char *preset, ig_dtype_t dt, int q8)
+/* A preset stored in dt (F32 + quant Q8_0 or Q4_0: quantized in the GGUF,
+ * ig_model_quantize on the safetensors side; F32: none) loads from GGUF
+ * with the same weights and the same logits, bit for bit, alone and in a
+ * batch. */
+static void check_model(const char *preset, ig_dtype_t dt, ig_dtype_t quant)
 {
     char dir[4096], path[4200], err[512];
     int real = 0;
@@ -183,15 +185,15 @@ static void check_model(const char *preset, ig_dtype_t dt, int q8)
         ig_tf_rmtree(dir);
         skip(); /* the other presets need the mkmodel binary */
     }
-    gguf_of(dir, path, sizeof(path), q8);
+    gguf_of(dir, path, sizeof(path), quant);
     ig_model_t *hf, *gg;
     assert_int_equal(ig_model_load(&hf, dir, err, sizeof(err)), 0);
-    if (q8)
-        assert_int_equal(ig_model_quantize(hf, IG_DTYPE_Q8_0, err, sizeof(err)), 0);
+    if (quant != IG_DTYPE_F32)
+        assert_int_equal(ig_model_quantize(hf, quant, err, sizeof(err)), 0);
     if (ig_model_load(&gg, path, err, sizeof(err)) != 0)
         fail_msg("gguf load: %s", err);
-    if (q8)
-        assert_int_equal(ig_model_layer(gg, 0)->w_up.dtype, IG_DTYPE_Q8_0);
+    if (quant != IG_DTYPE_F32)
+        assert_int_equal(ig_model_layer(gg, 0)->w_up.dtype, quant);
     same_weights(hf, gg);
     int n1, n2, vocab = ig_model_config(hf)->vocab_size;
     float *a = logits(hf, &n1), *b = logits(gg, &n2);
@@ -205,30 +207,69 @@ static void check_model(const char *preset, ig_dtype_t dt, int q8)
 
 static void test_f32_same_as_safetensors(void **state)
 {
-    check_model("tiny", IG_DTYPE_F32, 0);
+    check_model("tiny", IG_DTYPE_F32, IG_DTYPE_F32);
 }
 
 static void test_bf16_same_as_safetensors(void **state)
 {
-    check_model("tiny", IG_DTYPE_BF16, 0);
+    check_model("tiny", IG_DTYPE_BF16, IG_DTYPE_F32);
 }
 
 static void test_q8_0_same_as_quantize(void **state)
 {
-    check_model("tiny", IG_DTYPE_F32, 1);
+    check_model("tiny", IG_DTYPE_F32, IG_DTYPE_Q8_0);
+}
+
+static void test_q4_0_same_as_quantize(void **state)
+{
+    check_model("tiny", IG_DTYPE_F32, IG_DTYPE_Q4_0);
+}
+
+/* Q4_K_M as llama-quantize mixes it: gqa's 4 layers give Q6_K to the
+ * output matrix and to attn_v / ffn_down of layer 3 (use_more_bits), Q4_K
+ * elsewhere; the file loads, and a sequence gets the same logits alone and
+ * in a batch. (test_gguf_llamacpp: llama-server's greedy text.) */
+static void test_q4_k_m_mix(void **state)
+{
+    char dir[4096], path[4200], err[512];
+    int real = 0;
+    assert_int_equal(ig_fixture_model_dir("gqa", IG_DTYPE_F32, dir, sizeof(dir), &real), 0);
+    if (!real) {
+        ig_tf_rmtree(dir);
+        skip();
+    }
+    gguf_of(dir, path, sizeof(path), IG_DTYPE_Q4_K);
+    ig_model_t *gg;
+    if (ig_model_load(&gg, path, err, sizeof(err)) != 0)
+        fail_msg("gguf load: %s", err);
+    assert_int_equal(ig_model_lm_head(gg)->dtype, IG_DTYPE_Q6_K);
+    assert_int_equal(ig_model_embed(gg)->dtype, IG_DTYPE_Q4_K);
+    assert_int_equal(ig_model_layer(gg, 0)->wq.dtype, IG_DTYPE_Q4_K);
+    assert_int_equal(ig_model_layer(gg, 0)->wv.dtype, IG_DTYPE_Q4_K);
+    assert_int_equal(ig_model_layer(gg, 3)->wv.dtype, IG_DTYPE_Q6_K);
+    assert_int_equal(ig_model_layer(gg, 3)->w_down.dtype, IG_DTYPE_Q6_K);
+    assert_int_equal(ig_model_layer(gg, 3)->w_up.dtype, IG_DTYPE_Q4_K);
+    int n, vocab = ig_model_config(gg)->vocab_size;
+    float *b = logits(gg, &n);
+    for (size_t i = 0; i < (size_t)n * vocab; i++)
+        assert_true(isfinite(b[i]));
+    alone_same_as_batched(gg, b);
+    free(b);
+    ig_model_free(gg);
+    ig_tf_rmtree(dir);
 }
 
 /* llama.cpp's "qwen2": q/k/v biases, q and k not permuted. */
 static void test_qwen2_same_as_safetensors(void **state)
 {
-    check_model("gqa", IG_DTYPE_F32, 0);
+    check_model("gqa", IG_DTYPE_F32, IG_DTYPE_F32);
 }
 
 /* llama.cpp's "qwen3": attn_q_norm / attn_k_norm, head_dim 64 in a 256-wide
  * model. */
 static void test_qwen3_same_as_safetensors(void **state)
 {
-    check_model("qwen3", IG_DTYPE_F32, 0);
+    check_model("qwen3", IG_DTYPE_F32, IG_DTYPE_F32);
 }
 
 static const char *const corpus[] = {
@@ -283,7 +324,7 @@ static void test_tokenizer_sentencepiece(void **state)
     assert_int_equal(ig_fixture_model_dir("tiny", IG_DTYPE_F32, dir, sizeof(dir), &real), 0);
     if (!real)
         skip(); /* the fixture writes no tokenizer without the mkmodel binary */
-    gguf_of(dir, path, sizeof(path), 0);
+    gguf_of(dir, path, sizeof(path), IG_DTYPE_F32);
     same_tokenizer(dir, path);
     ig_tf_rmtree(dir);
 }
@@ -312,7 +353,7 @@ static void test_tokenizer_byte_level(void **state)
         assert_int_equal(ig_tf_write(b, data, len), 0);
         free(data);
     }
-    gguf_of(dir, path, sizeof(path), 0);
+    gguf_of(dir, path, sizeof(path), IG_DTYPE_F32);
     ig_gguf_t *g;
     char err[256];
     assert_int_equal(ig_gguf_open(&g, path, err, sizeof(err)), 0);
@@ -334,6 +375,8 @@ int main(void)
         cmocka_unit_test(test_f32_same_as_safetensors),
         cmocka_unit_test(test_bf16_same_as_safetensors),
         cmocka_unit_test(test_q8_0_same_as_quantize),
+        cmocka_unit_test(test_q4_0_same_as_quantize),
+        cmocka_unit_test(test_q4_k_m_mix),
         cmocka_unit_test(test_qwen2_same_as_safetensors),
         cmocka_unit_test(test_qwen3_same_as_safetensors),
         cmocka_unit_test(test_tokenizer_sentencepiece),

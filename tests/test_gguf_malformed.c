@@ -246,10 +246,12 @@ static void test_header_faults(void **state)
     assert_non_null(at);
     size_t type_at = (size_t)(at - data) + strlen(nm) + 4 + 16;
     memcpy(bad, data, len);
-    bad[type_at] = 12; /* Q4_K */
+    bad[type_at] = 13; /* Q5_K */
     assert_int_equal(ig_tf_write(p, bad, len), 0);
-    expect_model(p, IG_EMODEL,
-                 "blk.0.ffn_up.weight: tensor type 12 is not supported (F32, F16, BF16, Q8_0)");
+    expect_model(
+        p, IG_EMODEL,
+        "blk.0.ffn_up.weight: tensor type 13 is not supported (F32, F16, BF16, Q8_0, Q4_0, "
+        "Q4_K, Q6_K)");
     memcpy(bad, data, len);
     bad[type_at + 4] += 4; /* offset + 4 */
     assert_int_equal(ig_tf_write(p, bad, len), 0);

@@ -1,7 +1,7 @@
 /*
  * ig_model_quantize's refusals: a dtype other than Q8_0, and a matrix whose
  * rows are not whole blocks of 32 (the tensor named); quantizing twice is a
- * no-op. (test_model_q8_reference checks the quantized model's logits.)
+ * no-op. (test_model_quant_reference checks the quantized model's logits.)
  */
 #include <setjmp.h>
 #include <stdarg.h>

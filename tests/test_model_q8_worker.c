@@ -1,10 +1,11 @@
 /*
- * `infergate worker --quantize q8_0` as a real process: it loads the
- * fixture's F32 model, quantizes it at load and serves greedy completions
- * (the tokens counted, the same text twice); the same request to a worker
- * without the flag also answers, and the two agree on the first greedy
- * token's logprob within the Q8_0 logprob bound of test_model_q8_reference
- * (checked loosely here: 0.5 nats). An unknown --quantize value is a usage
+ * `infergate worker --quantize q8_0` (and q4_0) as a real process: it loads
+ * the fixture's F32 model, quantizes it at load and serves greedy
+ * completions (the tokens counted, the same text twice); the same request
+ * to a worker without the flag also answers, and the two agree on the first
+ * greedy token's logprob within the Q8_0 logprob bound of
+ * test_model_quant_reference (checked loosely here: 0.5 nats; Q4_0's bound
+ * is checked there, not here). An unknown --quantize value is a usage
  * error: the process exits non-zero without serving.
  */
 #include <setjmp.h>
@@ -18,14 +19,15 @@
 
 #include <math.h>
 
-static wproc_t Q8, PLAIN;
+static wproc_t Q8, Q4, PLAIN;
 
 static int setup(void **state)
 {
     if (ig_gwf_model_setup(state) < 0)
         return -1;
     const char *q[] = {"--quantize", "q8_0", NULL};
-    if (wt_start(&Q8, "q8", q) < 0)
+    const char *q4[] = {"--quantize", "q4_0", NULL};
+    if (wt_start(&Q8, "q8", q) < 0 || wt_start(&Q4, "q4", q4) < 0)
         return -1;
     return wt_start(&PLAIN, "plain", NULL);
 }
@@ -33,6 +35,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     wt_stop(&Q8);
+    wt_stop(&Q4);
     wt_stop(&PLAIN);
     ig_gwf_model_teardown(state);
     return 0;
@@ -69,12 +72,17 @@ static void test_quantized_worker_serves(void **state)
     if (!isnan(a) && !isnan(c))
         assert_true(fabs(a - c) < 0.5);
     free(t1), free(t2), free(t3);
+    t1 = complete(&Q4, &a), t2 = complete(&Q4, &b);
+    assert_string_equal(t1, t2);
+    assert_true(strlen(t1) > 0);
+    print_message("# q4_0: \"%s\" (first logprob %.4f)\n", t1, a);
+    free(t1), free(t2);
 }
 
 static void test_unknown_quantize_refused(void **state)
 {
     wproc_t bad;
-    const char *q[] = {"--quantize", "q4_0", NULL};
+    const char *q[] = {"--quantize", "q2_k", NULL};
     assert_int_equal(wt_start_on(&bad, "bad", NULL, q, IG_PROC_PIPE_ERR), -1);
     int st = wt_wait_exit(&bad, 5000);
     assert_true(st != 0);

@@ -207,6 +207,15 @@ static int ggml_to_dtype(uint32_t t, ig_dtype_t *d)
     case IG_GGML_Q8_0:
         *d = IG_DTYPE_Q8_0;
         return 0;
+    case IG_GGML_Q4_0:
+        *d = IG_DTYPE_Q4_0;
+        return 0;
+    case IG_GGML_Q4_K:
+        *d = IG_DTYPE_Q4_K;
+        return 0;
+    case IG_GGML_Q6_K:
+        *d = IG_DTYPE_Q6_K;
+        return 0;
     default:
         return IG_ENOTSUP;
     }
@@ -251,19 +260,19 @@ static int read_tensor(cursor_t *c, ig_gguf_tensor_t *t, uint64_t idx)
     if ((rc = rd_u32(c, &type, t->name)) != 0 || (rc = rd_u64(c, &t->offset, t->name)) != 0)
         return rc;
     if (ggml_to_dtype(type, &t->dtype) != 0) {
-        ig_errf(c->err, c->errlen, "%s: %s: tensor type %u is not supported (F32, F16, BF16, Q8_0)",
+        ig_errf(c->err, c->errlen,
+                "%s: %s: tensor type %u is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K)",
                 c->g->file, t->name, type);
         return IG_EMODEL;
     }
-    if (t->dtype == IG_DTYPE_Q8_0 && t->ne[0] % IG_Q8_0_BLOCK != 0) {
-        ig_errf(c->err, c->errlen, "%s: %s: Q8_0 rows of %lld, not whole blocks of %d", c->g->file,
-                t->name, (long long)t->ne[0], IG_Q8_0_BLOCK);
+    uint64_t blk = ig_dtype_block(t->dtype), blk_bytes = ig_dtype_bytes(t->dtype, blk);
+    if (t->ne[0] % blk != 0) {
+        ig_errf(c->err, c->errlen, "%s: %s: %s rows of %lld, not whole blocks of %d", c->g->file,
+                t->name, ig_dtype_name(t->dtype), (long long)t->ne[0], (int)blk);
         return IG_EMODEL;
     }
-    uint64_t nb = t->dtype == IG_DTYPE_Q8_0 ? nel / IG_Q8_0_BLOCK * IG_Q8_0_BYTES
-                                            : nel * ig_dtype_size(t->dtype);
-    if (nb / (t->dtype == IG_DTYPE_Q8_0 ? IG_Q8_0_BYTES : ig_dtype_size(t->dtype)) !=
-        (t->dtype == IG_DTYPE_Q8_0 ? nel / IG_Q8_0_BLOCK : nel)) {
+    uint64_t nb = nel / blk * blk_bytes;
+    if (nb / blk_bytes != nel / blk) {
         ig_errf(c->err, c->errlen, "%s: %s: size overflows", c->g->file, t->name);
         return IG_EMODEL;
     }
@@ -803,6 +812,12 @@ static uint32_t dtype_to_ggml(ig_dtype_t d)
         return IG_GGML_BF16;
     case IG_DTYPE_Q8_0:
         return IG_GGML_Q8_0;
+    case IG_DTYPE_Q4_0:
+        return IG_GGML_Q4_0;
+    case IG_DTYPE_Q4_K:
+        return IG_GGML_Q4_K;
+    case IG_DTYPE_Q6_K:
+        return IG_GGML_Q6_K;
     default:
         return IG_GGML_F32;
     }

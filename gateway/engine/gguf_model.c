@@ -1,7 +1,7 @@
 /*
  * A Llama-family model from one GGUF file (llama.cpp's "llama", "qwen2" and
  * "qwen3" architectures): the config from the <arch>.* metadata,
- * the tensors where they lie in the mapping (F32, F16, BF16, Q8_0), names
+ * the tensors where they lie in the mapping (F32, F16, BF16, Q8_0, Q4_0), names
  * and shapes checked as the safetensors loader checks them, errors naming
  * the key or the tensor.
  *
@@ -298,9 +298,9 @@ static int bind(ctx_t *c, ig_tensor_t *t, const char *name, int64_t rows, int64_
         ig_errf(c->err, c->errlen, "%s: %s: ne %s, expected %s", file, name, got, want);
         return IG_EMODEL;
     }
-    if (ndim == 1 && e->dtype == IG_DTYPE_Q8_0) {
-        ig_errf(c->err, c->errlen, "%s: %s: a Q8_0 vector is not supported (F32, F16, BF16)", file,
-                name);
+    if (ndim == 1 && ig_dtype_block(e->dtype) > 1) {
+        ig_errf(c->err, c->errlen, "%s: %s: a %s vector is not supported (F32, F16, BF16)", file,
+                name, ig_dtype_name(e->dtype));
         return IG_EMODEL;
     }
     t->dtype = e->dtype;

@@ -767,18 +767,19 @@ size_t ig_model_weight_bytes(const ig_model_t *model)
 
 #define QUANT_ROWS 256 /* rows widened to F32 at a time */
 
-static int quantize_tensor(ig_model_t *m, ig_tensor_t *t, const char *name, char *err,
-                           size_t errlen)
+/* A matrix already in a block format (Q8_0 or Q4_0) stays as it is. */
+static int quantize_tensor(ig_model_t *m, ig_tensor_t *t, ig_dtype_t to, const char *name,
+                           char *err, size_t errlen)
 {
-    if (t->data == NULL || t->ndim != 2 || t->dtype == IG_DTYPE_Q8_0)
+    if (t->data == NULL || t->ndim != 2 || ig_dtype_block(t->dtype) > 1)
         return 0;
     int64_t rows = t->shape[0], cols = t->shape[1];
-    if (cols % IG_Q8_0_BLOCK != 0) {
-        ig_errf(err, errlen, "%s: %lld columns, not a multiple of %d: cannot be Q8_0", name,
-                (long long)cols, IG_Q8_0_BLOCK);
+    if (cols % (int64_t)ig_dtype_block(to) != 0) {
+        ig_errf(err, errlen, "%s: %lld columns, not a multiple of %d: cannot be %s", name,
+                (long long)cols, (int)ig_dtype_block(to), ig_dtype_name(to));
         return IG_EMODEL;
     }
-    size_t esz = ig_dtype_size(t->dtype), rowq = ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)cols);
+    size_t esz = ig_dtype_size(t->dtype), rowq = ig_dtype_bytes(to, (size_t)cols);
     void **owned = realloc(m->owned, (m->nowned + 1) * sizeof(*owned));
     unsigned char *q = malloc((size_t)rows * rowq);
     float *tmp = malloc((size_t)QUANT_ROWS * cols * sizeof(float));
@@ -787,21 +788,21 @@ static int quantize_tensor(ig_model_t *m, ig_tensor_t *t, const char *name, char
     if (owned == NULL || q == NULL || tmp == NULL) {
         free(q);
         free(tmp);
-        ig_errf(err, errlen, "%s: out of memory quantizing to Q8_0", name);
+        ig_errf(err, errlen, "%s: out of memory quantizing to %s", name, ig_dtype_name(to));
         return IG_ENOMEM;
     }
     for (int64_t r = 0; r < rows; r += QUANT_ROWS) {
         size_t n = (size_t)(rows - r < QUANT_ROWS ? rows - r : QUANT_ROWS) * cols;
         const char *from = (const char *)t->data + (size_t)r * cols * esz;
         ig_dtype_to_f32(tmp, from, t->dtype, n);
-        ig_dtype_from_f32(q + (size_t)r * rowq, IG_DTYPE_Q8_0, tmp, n);
+        ig_dtype_from_f32(q + (size_t)r * rowq, to, tmp, n);
         ig_pages_release(from, n * esz);
     }
     free(tmp);
     m->owned[m->nowned++] = q;
     m->weight_bytes -= (size_t)rows * cols * esz;
     m->weight_bytes += (size_t)rows * rowq;
-    t->dtype = IG_DTYPE_Q8_0;
+    t->dtype = to;
     t->data = q;
     return 0;
 }
@@ -810,16 +811,17 @@ int ig_model_quantize(ig_model_t *m, ig_dtype_t to, char *err, size_t errlen)
 {
     int rc;
     char name[96];
-    if (to != IG_DTYPE_Q8_0) {
-        ig_errf(err, errlen, "quantize: %s is not a quantized type (q8_0)", ig_dtype_name(to));
+    if (to != IG_DTYPE_Q8_0 && to != IG_DTYPE_Q4_0) {
+        ig_errf(err, errlen, "quantize: %s is not a quantized type (q8_0, q4_0)",
+                ig_dtype_name(to));
         return IG_EINVAL;
     }
     int tied = m->lm_head.data == m->embed.data;
-    if ((rc = quantize_tensor(m, &m->embed, "model.embed_tokens.weight", err, errlen)) != 0)
+    if ((rc = quantize_tensor(m, &m->embed, to, "model.embed_tokens.weight", err, errlen)) != 0)
         return rc;
     if (tied)
         m->lm_head = m->embed;
-    else if ((rc = quantize_tensor(m, &m->lm_head, "lm_head.weight", err, errlen)) != 0)
+    else if ((rc = quantize_tensor(m, &m->lm_head, to, "lm_head.weight", err, errlen)) != 0)
         return rc;
     for (int l = 0; l < m->cfg.num_hidden_layers; l++) {
         ig_layer_weights_t *L = &m->layers[l];
@@ -829,10 +831,10 @@ int ig_model_quantize(ig_model_t *m, ig_dtype_t to, char *err, size_t errlen)
             "mlp.gate_proj",    "mlp.up_proj",      "mlp.down_proj"};
         for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
             snprintf(name, sizeof(name), "model.layers.%d.%s.weight", l, what[i]);
-            if ((rc = quantize_tensor(m, ts[i], name, err, errlen)) != 0)
+            if ((rc = quantize_tensor(m, ts[i], to, name, err, errlen)) != 0)
                 return rc;
         }
     }
-    m->cfg.dtype = IG_DTYPE_Q8_0;
+    m->cfg.dtype = to;
     return 0;
 }

@@ -274,7 +274,33 @@ static int write_tensor(ig_gguf_writer_t *w, const out_t *o, int head_dim, char 
     return rc;
 }
 
-int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, size_t errlen)
+/* Q4_K_M as llama.cpp's llama-quantize mixes it (llama_tensor_get_type):
+ * Q6_K for the output matrix (the embedding when tied) and for attn_v and
+ * ffn_down in the layers use_more_bits picks, Q4_K for the rest. */
+static int use_more_bits(int l, int n)
+{
+    return l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+}
+
+static void q4_k_m_types(out_t *outs, int n, int nl, int tied)
+{
+    for (int i = 0; i < n; i++) {
+        int l;
+        char what[64];
+        if (outs[i].dtype != IG_DTYPE_Q4_K)
+            continue;
+        if (strcmp(outs[i].name, "output.weight") == 0 ||
+            (tied && strcmp(outs[i].name, "token_embd.weight") == 0))
+            outs[i].dtype = IG_DTYPE_Q6_K;
+        else if (sscanf(outs[i].name, "blk.%d.%63[^.]", &l, what) == 2 &&
+                 (strcmp(what, "attn_v") == 0 || strcmp(what, "ffn_down") == 0) &&
+                 use_more_bits(l, nl))
+            outs[i].dtype = IG_DTYPE_Q6_K;
+    }
+}
+
+int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, ig_dtype_t quant, char *err,
+                       size_t errlen)
 {
     ig_model_t *m = NULL;
     ig_gguf_writer_t *w = NULL;
@@ -309,8 +335,18 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     ig_gguf_put_str(w, "general.architecture", arch, strlen(arch));
     ig_gguf_put_str(w, "general.name", "infergate mkmodel", 17);
     ig_gguf_put_u32(w, "general.alignment", 32);
+    int q = quant == IG_DTYPE_Q8_0 || quant == IG_DTYPE_Q4_0 || quant == IG_DTYPE_Q4_K;
+    if (quant != IG_DTYPE_F32 && !q) {
+        ig_errf(err, errlen, "--format gguf: %s is not a quantized type (q8_0, q4_0, q4_k_m)",
+                ig_dtype_name(quant));
+        rc = IG_EINVAL;
+        goto out;
+    }
+    /* llama.cpp's llama_ftype: MOSTLY_Q8_0 7, MOSTLY_Q4_0 2, MOSTLY_Q4_K_M 15. */
     ig_gguf_put_u32(w, "general.file_type",
-                    q8                         ? 7
+                    quant == IG_DTYPE_Q8_0     ? 7
+                    : quant == IG_DTYPE_Q4_0   ? 2
+                    : quant == IG_DTYPE_Q4_K   ? 15
                     : c->dtype == IG_DTYPE_F32 ? 0
                     : c->dtype == IG_DTYPE_F16 ? 1
                                                : 32);
@@ -350,7 +386,7 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     do {                                                                                           \
         snprintf(outs[n].name, sizeof(outs[n].name), "%s", nm);                                    \
         outs[n].t = (tp);                                                                          \
-        outs[n].dtype = (tp)->ndim == 1 ? IG_DTYPE_F32 : q8 ? IG_DTYPE_Q8_0 : (tp)->dtype;         \
+        outs[n].dtype = (tp)->ndim == 1 ? IG_DTYPE_F32 : q ? quant : (tp)->dtype;                  \
         outs[n].permute_heads = (heads);                                                           \
         n++;                                                                                       \
     } while (0)
@@ -395,6 +431,8 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     }
 #undef ADD
 #undef KEY
+    if (quant == IG_DTYPE_Q4_K)
+        q4_k_m_types(outs, n, nl, c->tie_word_embeddings);
     int half = c->head_dim / 2;
     ig_tensor_t rope = {IG_DTYPE_F32, NULL, 1, {half}};
     if (c->rope_scaling == IG_ROPE_LLAMA3) {
@@ -423,7 +461,7 @@ int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, 
     for (int i = 0; i < n; i++) {
         const ig_tensor_t *t = outs[i].t;
         int64_t ne[2] = {t->ndim > 1 ? t->shape[1] : t->shape[0], t->shape[0]};
-        if (outs[i].dtype == IG_DTYPE_Q8_0 && ne[0] % IG_Q8_0_BLOCK != 0)
+        if (ne[0] % (int64_t)ig_dtype_block(outs[i].dtype) != 0)
             outs[i].dtype = t->dtype; /* rows that are not whole blocks stay as they are */
         if ((rc = ig_gguf_add_tensor(w, outs[i].name, outs[i].dtype, t->ndim, ne)) != 0)
             goto out;

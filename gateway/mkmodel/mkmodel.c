@@ -567,7 +567,7 @@ static void usage(FILE *out)
     fprintf(out, "usage: infergate mkmodel --preset NAME --out DIR [--seed N] "
                  "[--dtype f32|f16|bf16] [--shards N] [--no-tokenizer]\n"
                  "       infergate mkmodel --preset NAME --format gguf --out FILE.gguf "
-                 "[--seed N] [--dtype T] [--quantize q8_0]\n\n"
+                 "[--seed N] [--dtype T] [--quantize q8_0|q4_0|q4_k_m]\n\n"
                  "Writes a random-weight Llama-family model in Hugging Face layout (config.json,\n"
                  "generation_config.json, model.safetensors or shards with an index, tokenizer).\n"
                  "The same preset, seed, dtype and shard count give the same bytes.\n\n"
@@ -579,7 +579,8 @@ static void usage(FILE *out)
                  "  --no-tokenizer  write no tokenizer files (the weights only, faster)\n"
                  "  --format F      hf (the default) or gguf: one GGUF file (llama presets),\n"
                  "                  the same weights as hf with the same seed and dtype\n"
-                 "  --quantize q8_0 with --format gguf: matrices as Q8_0\n"
+                 "  --quantize Q     with --format gguf: matrices as q8_0, q4_0, or q4_k_m\n"
+                 "                  (Q4_K and Q6_K mixed as llama-quantize does)\n"
                  "  --help          this text\n\npresets:\n");
     for (size_t i = 0; i < NPRESETS; i++)
         fprintf(out, "  %-6s %s\n", presets[i].name, presets[i].summary);
@@ -601,7 +602,7 @@ static int parse_u64(const char *s, uint64_t *out)
 /* --format gguf: the model in Hugging Face layout in a scratch directory
  * beside out (one shard, with its tokenizer), converted (gguf_out.c), the
  * scratch directory removed. */
-static int write_gguf(const char *out, ig_mkmodel_opts_t *opts, int q8)
+static int write_gguf(const char *out, ig_mkmodel_opts_t *opts, ig_dtype_t quant)
 {
     static const char *const files[] = {"config.json", "generation_config.json",
                                         "model.safetensors", "tokenizer.json",
@@ -612,7 +613,7 @@ static int write_gguf(const char *out, ig_mkmodel_opts_t *opts, int q8)
     opts->no_tokenizer = 0;
     int rc = ig_mkmodel_write(tmp, opts, err, sizeof(err));
     if (rc == 0)
-        rc = ig_mkmodel_to_gguf(tmp, out, q8, err, sizeof(err));
+        rc = ig_mkmodel_to_gguf(tmp, out, quant, err, sizeof(err));
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
         snprintf(p, sizeof(p), "%s/%s", tmp, files[i]);
         unlink(p);
@@ -628,7 +629,8 @@ static int write_gguf(const char *out, ig_mkmodel_opts_t *opts, int q8)
         return IG_EXIT_FAILURE;
     }
     printf("wrote %s as GGUF (%s, %.1f MB of weights) to %s\n", opts->preset,
-           ig_dtype_name(ig_model_config(m)->dtype), (double)ig_model_weight_bytes(m) / 1e6, out);
+           quant == IG_DTYPE_Q4_K ? "Q4_K_M" : ig_dtype_name(ig_model_config(m)->dtype),
+           (double)ig_model_weight_bytes(m) / 1e6, out);
     ig_model_free(m);
     return IG_EXIT_OK;
 }
@@ -642,7 +644,8 @@ int ig_cmd_mkmodel(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},           {"format", required_argument, NULL, 'f'},
         {"quantize", required_argument, NULL, 'q'}, {NULL, 0, NULL, 0},
     };
-    int gguf = 0, q8 = 0;
+    int gguf = 0;
+    ig_dtype_t quant = IG_DTYPE_F32; /* none */
     ig_mkmodel_opts_t opts;
     const char *out = NULL, *preset = NULL;
     char err[512];
@@ -692,11 +695,18 @@ int ig_cmd_mkmodel(int argc, char **argv)
             gguf = strcmp(optarg, "gguf") == 0;
             break;
         case 'q':
-            if (strcmp(optarg, "q8_0") != 0) {
-                fprintf(stderr, "infergate mkmodel: --quantize: \"%s\" is not q8_0\n", optarg);
+            if (strcmp(optarg, "q8_0") == 0)
+                quant = IG_DTYPE_Q8_0;
+            else if (strcmp(optarg, "q4_0") == 0)
+                quant = IG_DTYPE_Q4_0;
+            else if (strcmp(optarg, "q4_k_m") == 0)
+                quant = IG_DTYPE_Q4_K;
+            else {
+                fprintf(stderr,
+                        "infergate mkmodel: --quantize: \"%s\" is not q8_0, q4_0 or q4_k_m\n",
+                        optarg);
                 return IG_EXIT_USAGE;
             }
-            q8 = 1;
             break;
         case 'h':
             usage(stdout);
@@ -725,13 +735,13 @@ int ig_cmd_mkmodel(int argc, char **argv)
         return IG_EXIT_USAGE;
     }
     opts.preset = preset;
-    if (q8 && !gguf) {
+    if (quant != IG_DTYPE_F32 && !gguf) {
         fprintf(stderr, "infergate mkmodel: --quantize needs --format gguf (a worker quantizes "
                         "a Hugging Face model itself: worker --quantize q8_0)\n");
         return IG_EXIT_USAGE;
     }
     if (gguf)
-        return write_gguf(out, &opts, q8);
+        return write_gguf(out, &opts, quant);
 
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -323,7 +323,9 @@ static void load_work(uv_work_t *req)
         return;
     }
     if (w->o.quantize != NULL &&
-        (rc = ig_model_quantize(w->model, IG_DTYPE_Q8_0, err, sizeof(err))) < 0) {
+        (rc = ig_model_quantize(w->model,
+                                strcmp(w->o.quantize, "q4_0") == 0 ? IG_DTYPE_Q4_0 : IG_DTYPE_Q8_0,
+                                err, sizeof(err))) < 0) {
         snprintf(w->load_err, sizeof(w->load_err), "model: %s", err[0] ? err : ig_strerror(rc));
         return;
     }
@@ -525,7 +527,7 @@ static void usage(FILE *out)
             "                           (0 = the model's context length)\n"
             "  --name NAME              the model id clients use (directory name)\n"
             "  --prefix-cache on|off    automatic prefix caching of KV blocks (on)\n"
-            "  --quantize q8_0          quantize the weights at load (BF16/F16/F32 models)\n"
+            "  --quantize q8_0|q4_0     quantize the weights at load (BF16/F16/F32 models)\n"
             "  --kv-dtype f32|f16|bf16  element type of the KV cache (f32; 16 bits hold\n"
             "                           twice the tokens; CPU devices only)\n"
             "  --kv-events-buffer BYTES unsent GET /kv/events bytes before a subscriber\n"
@@ -598,8 +600,8 @@ int ig_cmd_worker(int argc, char **argv)
             w->o.model_dir = optarg;
             break;
         case 'Q':
-            if (strcmp(optarg, "q8_0") != 0) {
-                fprintf(stderr, "infergate worker: --quantize: '%s' is not q8_0\n", optarg);
+            if (strcmp(optarg, "q8_0") != 0 && strcmp(optarg, "q4_0") != 0) {
+                fprintf(stderr, "infergate worker: --quantize: '%s' is not q8_0 or q4_0\n", optarg);
                 goto out;
             }
             w->o.quantize = optarg;

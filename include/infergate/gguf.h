@@ -10,7 +10,8 @@
  *   padding to general.alignment (32 by default), then the tensor data, each
  *   tensor at its offset from there.
  * ne[0] is the innermost dimension: a matrix of ne = [in, out] is the
- * row-major (out, in) of nn.Linear. Tensor types read: F32, F16, BF16, Q8_0.
+ * row-major (out, in) of nn.Linear. Tensor types read: F32, F16, BF16, Q8_0, Q4_0, Q4_K,
+ * Q6_K.
  *
  * The reader maps the file and validates all of the header (every length
  * against the file's size, every multiplication for overflow, offsets
@@ -42,7 +43,10 @@ typedef enum {
 /* ggml tensor type numbers of the types read and written. */
 #define IG_GGML_F32 0
 #define IG_GGML_F16 1
+#define IG_GGML_Q4_0 2
 #define IG_GGML_Q8_0 8
+#define IG_GGML_Q4_K 12
+#define IG_GGML_Q6_K 14
 #define IG_GGML_BF16 30
 
 #define IG_GGUF_MAX_DIMS 4

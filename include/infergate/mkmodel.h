@@ -39,10 +39,14 @@ int ig_mkmodel_write(const char *dir, const ig_mkmodel_opts_t *opts, char *err, 
 /*
  * Writes the Hugging Face model in hf_dir (config.json, safetensors,
  * tokenizer.json, tokenizer_config.json) as one GGUF file at path, the
- * matrices as Q8_0 when q8 (llama and Mistral architectures; docs/model.md,
- * "GGUF"). 0, IG_EINVAL (another architecture), IG_EMODEL, IG_EIO, IG_ENOMEM.
+ * matrices as `quant` when it is IG_DTYPE_Q8_0 or IG_DTYPE_Q4_0, or mixed
+ * as llama.cpp's Q4_K_M (Q4_K and Q6_K) for IG_DTYPE_Q4_K (quantized as
+ * ig_dtype_from_f32 does; IG_DTYPE_F32: as stored; docs/model.md,
+ * "GGUF"). 0, IG_EINVAL (another architecture or quant), IG_EMODEL,
+ * IG_EIO, IG_ENOMEM.
  */
-int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, int q8, char *err, size_t errlen);
+int ig_mkmodel_to_gguf(const char *hf_dir, const char *path, ig_dtype_t quant, char *err,
+                       size_t errlen);
 
 /* The i-th preset's name and a one-line summary; NULL past the last one. */
 const char *ig_mkmodel_preset_name(size_t i);

@@ -101,10 +101,11 @@ size_t ig_model_weight_bytes(const ig_model_t *model);
 
 /*
  * Quantizes every 2-D weight of a loaded model (embedding, lm_head, the
- * seven matrices of each layer) to `to`, which must be IG_DTYPE_Q8_0, into
- * memory the model owns; norms and biases keep their dtype. Each tensor's
- * mapped pages are handed back once it is done, so the process holds about
- * the quantized bytes, not those plus the file. Weights already Q8_0 stay.
+ * seven matrices of each layer) to `to`, IG_DTYPE_Q8_0 or IG_DTYPE_Q4_0,
+ * into memory the model owns; norms and biases keep their dtype. Each
+ * tensor's mapped pages are handed back once it is done, so the process
+ * holds about the quantized bytes, not those plus the file. Weights
+ * already in a block format (Q8_0, Q4_0) stay as they are.
  * Call before any engine is created on the model. IG_EINVAL for another
  * dtype, IG_EMODEL when a matrix's columns are not a multiple of 32,
  * IG_ENOMEM; err names the tensor.

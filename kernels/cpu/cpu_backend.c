@@ -90,23 +90,36 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     int64_t rows = src->shape[0], cols = src->ndim == 2 ? src->shape[1] : 1;
     if (rows <= 0 || cols <= 0)
         return IG_EINVAL;
-    if (src->dtype == IG_DTYPE_Q8_0) {
-        /* Packed in panels of 16 rows (gemmq8.c), 64 panels at a time, then
-         * their source pages go back: the same bytes as the file's. */
-        if (src->ndim != 2 || cols % IG_Q8_0_BLOCK != 0 || rows > INT_MAX || cols > INT_MAX)
+    int kq = src->dtype == IG_DTYPE_Q4_K || src->dtype == IG_DTYPE_Q6_K;
+    if (src->dtype == IG_DTYPE_Q8_0 || src->dtype == IG_DTYPE_Q4_0 || kq) {
+        /* Packed in panels of 16 rows (gemmq8.c, gemmq4.c: the file's
+         * bytes; gemmkq.c: rewritten without loss), 64 panels at a time,
+         * then their source pages go back. */
+        int q4 = src->dtype == IG_DTYPE_Q4_0;
+        if (src->ndim != 2 || cols % (int64_t)ig_dtype_block(src->dtype) != 0 || rows > INT_MAX ||
+            cols > INT_MAX)
             return IG_EINVAL;
-        int k = (int)cols, step = 64 * IG_Q8P_NR;
-        size_t row = ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)k);
-        uint8_t *q = cpu_alloc(be, ig__q8p_packed_bytes((int)rows, k));
+        int k = (int)cols, step = 64 * 16;
+        size_t row = ig_dtype_bytes(src->dtype, (size_t)k);
+        size_t (*bytes)(int, int) = kq   ? ig__kqp_packed_bytes
+                                    : q4 ? ig__q4p_packed_bytes
+                                         : ig__q8p_packed_bytes;
+        uint8_t *q = cpu_alloc(be, bytes((int)rows, k));
         if (q == NULL)
             return IG_ENOMEM;
         for (int64_t r = 0; r < rows; r += step) {
             int m = rows - r < step ? (int)(rows - r) : step;
             const uint8_t *from = (const uint8_t *)src->data + (size_t)r * row;
-            ig__q8p_pack(q + ig__q8p_packed_bytes((int)r, k), from, m, k);
+            uint8_t *to = q + bytes((int)r, k);
+            if (kq)
+                ig__kqp_pack(to, from, src->dtype, m, k);
+            else if (q4)
+                ig__q4p_pack(to, from, m, k);
+            else
+                ig__q8p_pack(to, from, m, k);
             release_pages(from, (size_t)m * row);
         }
-        *dst = (ig_weight_t){.dtype = IG_DTYPE_Q8_0, .data = q, .rows = rows, .cols = cols};
+        *dst = (ig_weight_t){.dtype = src->dtype, .data = q, .rows = rows, .cols = cols};
         return 0;
     }
     if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
@@ -119,7 +132,6 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
     float *tmp = NULL;
     ig_dtype_t dtype = IG_DTYPE_F32;
     int rc = IG_ENOMEM;
-    size_t esz = ig_dtype_size(src->dtype);
     if (!pack) {
         if ((data = cpu_alloc(be, n * sizeof(float))) == NULL)
             goto fail;
@@ -164,14 +176,15 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
         tmp = malloc((size_t)nr * k * sizeof(float));
         if (data == NULL || tmp == NULL)
             goto fail;
+        size_t rowb = ig_dtype_bytes(src->dtype, (size_t)k);
         for (int64_t r = 0; r < rows; r += nr) {
             int m = rows - r < nr ? (int)(rows - r) : nr;
-            const char *from = (const char *)src->data + (size_t)r * k * esz;
+            const char *from = (const char *)src->data + (size_t)r * rowb;
             ig_dtype_to_f32(tmp, from, src->dtype, (size_t)m * k);
             ig__gemm_pack((float *)data + (size_t)r * k, tmp, m, k);
-            if ((r + m - done) * k * esz >= RELEASE_MIN_BYTES || r + m == rows) {
-                release_pages((const char *)src->data + (size_t)done * k * esz,
-                              (size_t)(r + m - done) * k * esz);
+            if ((r + m - done) * rowb >= RELEASE_MIN_BYTES || r + m == rows) {
+                release_pages((const char *)src->data + (size_t)done * rowb,
+                              (size_t)(r + m - done) * rowb);
                 done = r + m;
             }
         }

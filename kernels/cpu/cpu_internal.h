@@ -230,6 +230,48 @@ void ig__q8p_unpack_row(float *dst, const uint8_t *packed, int k, int row);
 void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *xs,
                  const uint8_t *w, int m, int k, int n0, int n1);
 
+/* ---- Q4_0 weights (gemmq4.c) ---------------------------------------------- */
+
+/* Q4_0 weights packed in panels of IG_Q4P_NR rows of W (output columns):
+ * block b of panel p holds the panel's IG_Q4P_NR F16 scales, then 4 groups
+ * of [row][4 bytes], group g holding bytes 4g..4g+3 of each row's 16
+ * nibble bytes (low nibbles: weights 4g..4g+3, high: 16 + 4g..). The same
+ * bytes as GGUF's layout (288 = 16 x 18); a short last panel is padded
+ * with zero weights (scale 0, nibbles 8). */
+#define IG_Q4P_NR 16
+#define IG_Q4P_BLOCK_BYTES (2 * IG_Q4P_NR + IG_Q4P_NR * 16)
+size_t ig__q4p_packed_bytes(int n, int k);
+/* src: n rows of k in GGUF's Q4_0 layout; dst: ig__q4p_packed_bytes(n, k). */
+void ig__q4p_pack(uint8_t *dst, const uint8_t *src, int n, int k);
+/* Row `row` of W dequantized, as ig_dtype_to_f32 gives it from GGUF's layout. */
+void ig__q4p_unpack_row(float *dst, const uint8_t *packed, int k, int row);
+/* y(m, n) (row stride ldy) = x . W^T for the columns [n0, n1), W packed by
+ * ig__q4p_pack, n0 a multiple of IG_Q4P_NR, x quantized by
+ * ig__q8_quantize_rows_sums (xq, xd, xs); single-threaded. Every output has
+ * the same bits whatever m, n0, n1 and the instruction set. */
+void ig__gemm_q4(float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *xs,
+                 const uint8_t *w, int m, int k, int n0, int n1);
+
+/* ---- Q4_K and Q6_K weights (gemmkq.c) ------------------------------------- */
+
+/* Both rewritten without loss into panels of IG_KQP_NR rows: per block of
+ * 32 of k, F32 scales s[half][row] and offsets o[half][row] (a weight is
+ * s * q - o), then unsigned q by quads, [quad][row][4] bytes. */
+#define IG_KQP_NR 16
+#define IG_KQP_BLOCK_BYTES (16 * IG_KQP_NR + 32 * IG_KQP_NR)
+size_t ig__kqp_packed_bytes(int n, int k);
+/* src: n rows of k (a multiple of 256) in dtype (Q4_K or Q6_K), GGUF's
+ * layout; dst: ig__kqp_packed_bytes(n, k); -1 for another dtype. */
+int ig__kqp_pack(uint8_t *dst, const uint8_t *src, ig_dtype_t dtype, int n, int k);
+/* Row `row` dequantized: ig_dtype_to_f32's values (a zero may come out as
+ * +0 where ggml's product gives -0). */
+void ig__kqp_unpack_row(float *dst, const uint8_t *packed, int k, int row);
+/* y(m, n) = x . W^T for the columns [n0, n1), n0 a multiple of IG_KQP_NR,
+ * x quantized by ig__q8_quantize_rows (xq, xd); single-threaded; the same
+ * bits whatever m, n0, n1 and the instruction set. 0, or -1 out of memory. */
+int ig__gemm_kq(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m,
+                int k, int n0, int n1);
+
 /* ---- 16-bit KV cache (kv16.c) --------------------------------------------- */
 
 /* dst(n) = src(n) rounded to F16 (bf16 = 0) or BF16, to nearest, ties to
@@ -254,7 +296,7 @@ typedef struct {
     float **scratch; /* (nthreads) attention scores, scratch_cap floats each */
     size_t scratch_cap;
     int *items;  /* attention work items, items_cap of them */
-    int8_t *xq;  /* matmul input quantized for Q8_0 weights, xq_cap bytes */
+    int8_t *xq;  /* matmul input quantized for Q8_0/Q4_0 weights, xq_cap bytes */
     float *xd;   /* its block scales, xq_cap / 32 */
     int32_t *xs; /* its block sums, xq_cap / 32 */
     size_t xq_cap;

@@ -1,7 +1,8 @@
 /*
  * The CPU backend's GEMM dispatch, y = x W^T (+ bias): the own SIMD loops
- * (gemm.c for F32 panels, gemm16.c for BF16/F16, gemmq8.c for Q8_0) over the
- * thread pool, or OpenBLAS with IG_CPU_GEMM=blas-pool|blas.
+ * (gemm.c for F32 panels, gemm16.c for BF16/F16, gemmq8.c for Q8_0, gemmq4.c
+ * for Q4_0, gemmkq.c for Q4_K and Q6_K) over the thread pool, or OpenBLAS
+ * with IG_CPU_GEMM=blas-pool|blas.
  */
 #include "cpu_internal.h"
 #include "simd.h"
@@ -28,8 +29,8 @@ typedef struct {
     const float *x;
     const void *w; /* float, or uint16_t for 16-bit weights */
     const float *bias;
-    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 and Q8_0 always packed */
-    const int8_t *xq; /* Q8_0: x quantized (m, k), its scales and sums (m, k / 32) */
+    ig_dtype_t dtype; /* of w: F32 packed or not, BF16/F16 and the block formats always packed */
+    const int8_t *xq; /* block formats: x quantized (m, k), its scales and sums (m, k / 32) */
     const float *xd;
     const int32_t *xs;
     const uint16_t *xb; /* BF16 in k-pairs: x rounded to BF16 (m, kpad) */
@@ -37,17 +38,23 @@ typedef struct {
     int packed; /* w in the own GEMM's panel layout */
     int pairs;  /* BF16 w in gemm16.c's k-pair layout */
     ig_cpu_gemm_t mode;
-    int chunk;       /* output columns per work item */
-    atomic_int next; /* the next work item to take */
+    int chunk;         /* output columns per work item */
+    atomic_int next;   /* the next work item to take */
+    atomic_int failed; /* a work item ran out of memory */
 } matmul_job_t;
 
-static void matmul_cols(const matmul_job_t *j, int n0, int n1)
+static void matmul_cols(matmul_job_t *j, int n0, int n1)
 {
     if (n1 <= n0)
         return;
     if (j->dtype == IG_DTYPE_Q8_0)
         ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
-    else if (j->pairs)
+    else if (j->dtype == IG_DTYPE_Q4_0)
+        ig__gemm_q4(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
+    else if (j->dtype == IG_DTYPE_Q4_K || j->dtype == IG_DTYPE_Q6_K) {
+        if (ig__gemm_kq(j->y, j->n, j->xq, j->xd, j->w, j->m, j->k, n0, n1) != 0)
+            atomic_store(&j->failed, 1);
+    } else if (j->pairs)
         ig__gemm16p(j->y, j->n, j->xb, j->w, j->m, j->k, j->n, n0, n1);
     else if (j->dtype != IG_DTYPE_F32)
         ig__gemm16(j->y, j->n, j->x, j->w, j->dtype == IG_DTYPE_BF16, j->m, j->k, j->n, n0, n1);
@@ -98,7 +105,10 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
     double flops = (double)m * j.n * j.k;
     if (j.mode == IG_CPU_GEMM_AUTO)
         j.mode = IG_CPU_GEMM_OWN; /* faster than OpenBLAS at every m here (docs/engine.md) */
-    if (j.dtype == IG_DTYPE_Q8_0) {
+    atomic_init(&j.failed, 0);
+    int blocks = j.dtype == IG_DTYPE_Q8_0 || j.dtype == IG_DTYPE_Q4_0 || j.dtype == IG_DTYPE_Q4_K ||
+                 j.dtype == IG_DTYPE_Q6_K;
+    if (blocks) {
         /* x quantized once here, for every thread's columns. */
         size_t need = (size_t)m * j.k;
         if (need > c->xq_cap) {
@@ -146,6 +156,10 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
     int nr = ig__gemm_panel_width();
     if (j.dtype == IG_DTYPE_Q8_0)
         nr = IG_Q8P_NR; /* whole panels */
+    else if (j.dtype == IG_DTYPE_Q4_0)
+        nr = IG_Q4P_NR;
+    else if (j.dtype == IG_DTYPE_Q4_K || j.dtype == IG_DTYPE_Q6_K)
+        nr = IG_KQP_NR;
     else if (j.dtype != IG_DTYPE_F32)
         nr = IG_GEMM16_NR;
     if (j.mode == IG_CPU_GEMM_BLAS_OWN && j.dtype == IG_DTYPE_F32) {
@@ -162,5 +176,5 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
         matmul_cols(&j, 0, j.n);
     }
     free(tmp);
-    return 0;
+    return atomic_load(&j.failed) ? IG_ENOMEM : 0;
 }

@@ -208,8 +208,8 @@ static int cuda_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weigh
     memset(dst, 0, sizeof(*dst));
     if (!src || !src->data || src->ndim < 1 || src->ndim > 4)
         return IG_EINVAL;
-    if (src->dtype == IG_DTYPE_Q8_0)
-        return IG_ENOTSUP; /* Q8_0 runs on the CPU backend only (docs/engine.md) */
+    if (src->dtype != IG_DTYPE_F32 && src->dtype != IG_DTYPE_F16 && src->dtype != IG_DTYPE_BF16)
+        return IG_ENOTSUP; /* the block formats run on the CPU backend only (docs/engine.md) */
     int64_t rows = src->shape[0], cols = 1;
     for (int i = 1; i < src->ndim; i++)
         cols *= src->shape[i];

@@ -1,9 +1,10 @@
 /*
- * Q8_0 against a NumPy reference of its own: a model quantized at load
- * (ig_model_quantize) runs in the engine; its weights, dequantized, are
- * written as an F32 safetensors model and tests/reference/llama_ref.py runs
- * its float64 pass on them. What is left between the two is the F32
- * rounding budget (ig_bound_forward) plus the quantization of the
+ * Q8_0 and Q4_0 against a NumPy reference of their own: a model quantized
+ * at load (ig_model_quantize) runs in the engine; its weights, dequantized,
+ * are written as an F32 safetensors model and tests/reference/llama_ref.py
+ * runs its float64 pass on them. (ig_dtype_to_f32 dequantizes as gguf-py
+ * does, bit for bit: test_gguf_quants_ggufpy.) What is left between the two is
+ * the F32 rounding budget (ig_bound_forward) plus the quantization of the
  * activations, which the reference does not do:
  *
  *   a block of 32 activations is off by at most d / 2 = amax / 254 per
@@ -14,10 +15,16 @@
  *   down in each layer, then lm_head.
  *
  * Like ig_bound_forward it assumes layers do not amplify relative error, so
- * the measured error is printed beside it. The same bound, with the weights'
- * own quantization added (as large again), holds the Q8_0 model's prompt
- * logprobs to the F32 model's (log-softmax moves by at most twice the
- * largest logit change).
+ * the measured error is printed beside it. The same bound with the weights'
+ * own quantization added holds the quantized model's prompt logprobs to the
+ * F32 model's (log-softmax moves by at most twice the largest logit
+ * change). A weight is off by at most amax / 254 in Q8_0 (d / 2, as for
+ * the activations) and amax / 8 in Q4_0 (|d|: the clamp of the side
+ * opposite the largest weight, include/infergate/dtype.h), each with the
+ * F16 rounding of d on top (2^-11 of d per unit of q: 2^-3 and 2^-8 of it),
+ * so with the same crest factor a GEMM's output moves by at most
+ * crest * that / amax of sum |x w|. For Q4_0 that worst case is loose
+ * (errors of random sign cancel); the measured share is printed.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -176,7 +183,7 @@ static double logprob_diff(const float *a, const float *b, int rows, int vocab)
     return worst;
 }
 
-static void check_preset(const char *preset)
+static void check_preset(const char *preset, ig_dtype_t dtype)
 {
     char dir[4096], deq[4096], err[256] = "";
     int real = 0;
@@ -186,13 +193,14 @@ static void check_preset(const char *preset)
         ig_model_load(&f32, dir, err, sizeof(err)) != 0)
         fail_msg("loading %s: %s", dir, err);
     size_t before = ig_model_weight_bytes(model);
-    if (ig_model_quantize(model, IG_DTYPE_Q8_0, err, sizeof(err)) != 0)
+    if (ig_model_quantize(model, dtype, err, sizeof(err)) != 0)
         fail_msg("quantize: %s", err);
     const ig_model_config_t *cfg = ig_model_config(model);
-    assert_int_equal(cfg->dtype, IG_DTYPE_Q8_0);
-    assert_int_equal(ig_model_layer(model, 0)->wq.dtype, IG_DTYPE_Q8_0);
+    assert_int_equal(cfg->dtype, dtype);
+    assert_int_equal(ig_model_layer(model, 0)->wq.dtype, dtype);
     assert_int_equal(ig_model_layer(model, 0)->attn_norm.dtype, IG_DTYPE_F32);
-    assert_true(ig_model_weight_bytes(model) < before / 3); /* 34 of 128 bytes per block */
+    /* 34 (Q8_0) or 18 (Q4_0) of 128 bytes per block, and the F32 norms */
+    assert_true(ig_model_weight_bytes(model) < before / (dtype == IG_DTYPE_Q4_0 ? 6 : 3));
     int vocab = cfg->vocab_size;
     assert_int_equal(ig_tf_mkdtemp(deq, sizeof(deq)), 0);
     write_dequantized(model, dir, deq);
@@ -212,15 +220,17 @@ static void check_preset(const char *preset)
     double scale = 1.0 + max_logit;
     double gemms = 4.0 * cfg->num_hidden_layers + 1, crest = 4.0;
     double act = gemms * crest / 254.0 * scale;
+    double wq = dtype == IG_DTYPE_Q4_0 ? (1.0 / 8) * (1 + 0x1p-8) : (1.0 / 254) * (1 + 0x1p-3);
     double tol = ig_bound_forward(cfg, prompt_len[NPROMPT - 1], scale) + act;
     double e = ig_max_abs_diff(got, ref, (size_t)total * vocab);
-    double lp = logprob_diff(got, full, total, vocab), lp_tol = 2 * (tol + act);
-    printf("# %s Q8_0: max abs logit error vs the dequantized reference %.3g, bound %.3g "
+    double lp = logprob_diff(got, full, total, vocab),
+           lp_tol = 2 * (tol + gemms * crest * wq * scale);
+    printf("# %s %s: max abs logit error vs the dequantized reference %.3g, bound %.3g "
            "(%.2g%%); logprobs vs the F32 model %.3g, bound %.3g (%.2g%%)\n",
-           preset, e, tol, 100 * e / tol, lp, lp_tol, 100 * lp / lp_tol);
+           preset, ig_dtype_name(dtype), e, tol, 100 * e / tol, lp, lp_tol, 100 * lp / lp_tol);
     assert_true(e <= tol);
     assert_true(lp <= lp_tol);
-    /* and the quantization is visible: the Q8_0 logits are not the F32 ones */
+    /* and the quantization is visible: the quantized logits are not the F32 ones */
     assert_true(ig_max_abs_diff(got, full, (size_t)total * vocab) > 0);
 
     float *dropped = engine_logits(model, prompts, total, 1);
@@ -233,14 +243,24 @@ static void check_preset(const char *preset)
     ig_tf_rmtree(dir);
 }
 
-static void test_tiny(void **state)
+static void test_tiny_q8_0(void **state)
 {
-    check_preset("tiny");
+    check_preset("tiny", IG_DTYPE_Q8_0);
 }
 
-static void test_gqa(void **state)
+static void test_gqa_q8_0(void **state)
 {
-    check_preset("gqa");
+    check_preset("gqa", IG_DTYPE_Q8_0);
+}
+
+static void test_tiny_q4_0(void **state)
+{
+    check_preset("tiny", IG_DTYPE_Q4_0);
+}
+
+static void test_gqa_q4_0(void **state)
+{
+    check_preset("gqa", IG_DTYPE_Q4_0);
 }
 
 int main(void)
@@ -250,8 +270,10 @@ int main(void)
         return IG_TEST_SKIP;
     }
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_tiny),
-        cmocka_unit_test(test_gqa),
+        cmocka_unit_test(test_tiny_q8_0),
+        cmocka_unit_test(test_gqa_q8_0),
+        cmocka_unit_test(test_tiny_q4_0),
+        cmocka_unit_test(test_gqa_q4_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,239 @@
+/*
+ * Q4_K and Q6_K weights on the CPU backend (kernels/cpu/gemmkq.c): a weight
+ * is s * q - o with s, o exact F32 per 16 weights, x is quantized per block
+ * of 32 as for Q8_0, and each half-block adds dx (s sum q qx - o sum qx).
+ *   - on every instruction set this CPU runs, the GEMM is within the float
+ *     bound of a double reference on the dequantized weights (dtype.c:
+ *     ggml's values, test_gguf_quants_ggufpy) and activations. Per block 3
+ *     roundings of the running sum (3 fmas) and at most 3 of each term
+ *     (s * dx, o * sum, their sum), relative to the magnitude the terms
+ *     have before they cancel: sum (|s q| + |o|) |x| (s q and o can be far
+ *     larger than the weight s q - o). So 3 nb + 3 units of that;
+ *   - against the exact product (x not quantized), that plus
+ *     sum |w| |x - x_q|;
+ *   - the same bits alone, batched, split over threads, on every
+ *     instruction set; embed gives ggml's values (a zero's sign aside);
+ *   - rows that are not whole super-blocks of 256 and vectors are refused.
+ * Super-blocks are random bytes with finite F16 scales: every byte pattern
+ * is a valid block of these formats.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "fp_bound.h"
+
+#include "../kernels/cpu/cpu_internal.h"
+
+#include "infergate/dtype.h"
+#include "infergate/error.h"
+#include "infergate/kernels.h"
+
+#include "xorshift.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+/* n rows of k (a multiple of 256) in dt, random. */
+static unsigned char *rand_blocks(ig_dtype_t dt, int n, int k)
+{
+    size_t bytes = ig_dtype_bytes(dt, (size_t)n * k), sb = ig_dtype_bytes(dt, IG_QK_K);
+    unsigned char *b = malloc(bytes);
+    for (size_t i = 0; i < bytes; i++)
+        b[i] = (unsigned char)(ig_xs_next(&rng) >> 56);
+    for (size_t s = 0; s < bytes / sb; s++) {
+        uint16_t d = ig_f32_to_f16(ig_xs_float(&rng) * 0.01f),
+                 m = ig_f32_to_f16(ig_xs_float(&rng) * 0.01f);
+        if (dt == IG_DTYPE_Q4_K) {
+            memcpy(b + s * sb, &d, 2);
+            memcpy(b + s * sb + 2, &m, 2);
+        } else {
+            memcpy(b + s * sb + 208, &d, 2);
+        }
+    }
+    return b;
+}
+
+/* |s q| + |o| of every weight of n rows of k in dt, from GGUF's bytes
+ * (ggml's definitions, written out here on their own). */
+static void term_mags(float *t, const unsigned char *w, ig_dtype_t dt, int n, int k)
+{
+    size_t sb = ig_dtype_bytes(dt, IG_QK_K);
+    for (size_t s = 0; s < (size_t)n * k / IG_QK_K; s++) {
+        const unsigned char *blk = w + s * sb;
+        uint16_t h;
+        float *out = t + s * IG_QK_K;
+        if (dt == IG_DTYPE_Q4_K) {
+            memcpy(&h, blk, 2);
+            float d = ig_f16_to_f32(h);
+            memcpy(&h, blk + 2, 2);
+            float dmin = ig_f16_to_f32(h);
+            const unsigned char *sc = blk + 4, *qs = blk + 16;
+            for (int j = 0; j < 8; j++) {
+                int a = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+                int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+                for (int l = 0; l < 32; l++) {
+                    int q = j % 2 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
+                    out[32 * j + l] = fabsf(d * a * q) + fabsf(dmin * m);
+                }
+            }
+        } else {
+            memcpy(&h, blk + 208, 2);
+            float d = ig_f16_to_f32(h);
+            const signed char *sc = (const signed char *)(blk + 192);
+            for (int i = 0; i < IG_QK_K; i++)
+                out[i] = fabsf(d * sc[i / 16]) * (63 + 32); /* q <= 63, o = 32 s */
+        }
+    }
+}
+
+static void check(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, const char *label)
+{
+    int nb = k / 32;
+    unsigned char *wq = rand_blocks(dt, n, k);
+    float *w = malloc((size_t)n * k * sizeof(float)), *x = ig_xs_buf(&rng, (size_t)m * k, 1.0f);
+    float *tm = malloc((size_t)n * k * sizeof(float)), *xdq = malloc((size_t)m * k * 4);
+    int8_t *xq = malloc((size_t)m * k);
+    float *xs = malloc((size_t)m * nb * sizeof(float));
+    ig_dtype_to_f32(w, wq, dt, (size_t)n * k);
+    term_mags(tm, wq, dt, n, k);
+    ig__q8_quantize_rows(xq, xs, x, m, k);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < k; i++)
+            xdq[(size_t)r * k + i] = xs[(size_t)r * nb + i / 32] * xq[(size_t)r * k + i];
+    size_t ny = (size_t)m * n;
+    double *ref = malloc(ny * 8), *mag = malloc(ny * 8), *exact = malloc(ny * 8),
+           *qerr = malloc(ny * 8);
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < n; c++) {
+            double sum = 0, a = 0, e = 0, qe = 0;
+            for (int i = 0; i < k; i++) {
+                double xv = x[(size_t)r * k + i], xd = xdq[(size_t)r * k + i];
+                double wv = w[(size_t)c * k + i];
+                sum += xd * wv;
+                a += fabs(xd) * tm[(size_t)c * k + i];
+                e += xv * wv;
+                qe += fabs(wv) * fabs(xv - xd);
+            }
+            ref[(size_t)r * n + c] = sum, mag[(size_t)r * n + c] = a;
+            exact[(size_t)r * n + c] = e, qerr[(size_t)r * n + c] = qe;
+        }
+    ig_tensor_t t = {dt, wq, 2, {n, k}};
+    ig_weight_t W;
+    assert_int_equal(be->upload_weight(be, &t, &W), 0);
+    float *y = malloc(ny * sizeof(float));
+    memset(y, 0xff, ny * sizeof(float));
+    assert_int_equal(be->matmul(be, y, x, &W, NULL, m), 0);
+    char what[128];
+    snprintf(what, sizeof(what), "%s %s m=%d n=%d k=%d", label, ig_dtype_name(dt), m, n, k);
+    ig_assert_within_bound(y, ref, mag, ny, 3 * nb + 3, ig_f32_floor(4 * k), what);
+    for (size_t i = 0; i < ny; i++) {
+        double bd = qerr[i] + ig_bound_of(mag[i], 3 * nb + 3, ig_f32_floor(4 * k));
+        if (!(fabs(y[i] - exact[i]) <= bd))
+            fail_msg("%s: element %zu: %.9g vs exact %.9g beyond the quantization bound %.3g", what,
+                     i, y[i], exact[i], bd);
+    }
+    float *row = malloc((size_t)k * sizeof(float));
+    int id = n - 1;
+    assert_int_equal(be->embed(be, row, &W, &id, 1), 0);
+    for (int i = 0; i < k; i++) /* equal values (a zero's sign may differ: s q - o vs s (q - 32)) */
+        if (!(row[i] == w[(size_t)id * k + i]))
+            fail_msg("%s: embed %d: %.9g, ggml's %.9g", what, i, row[i], w[(size_t)id * k + i]);
+    be->free_weight(be, &W);
+    free(wq), free(w), free(x), free(tm), free(xdq), free(xq), free(xs);
+    free(ref), free(mag), free(exact), free(qerr), free(y), free(row);
+}
+
+static void test_within_bounds_every_isa(void **state)
+{
+    static const int shapes[][3] = {{1, 3, 256},   {5, 40, 512}, {17, 33, 768},
+                                    {1, 100, 256}, {4, 64, 256}, {64, 20, 512}};
+    for (int th = 1; th <= 3; th += 2) {
+        ig_backend_t *be;
+        assert_int_equal(ig_backend_cpu_create(&be, th), 0);
+        for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++) {
+            assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
+            for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
+                check(be, IG_DTYPE_Q4_K, shapes[s][0], shapes[s][1], shapes[s][2],
+                      ig__cpu_isa_name((ig_cpu_isa_t)i));
+                check(be, IG_DTYPE_Q6_K, shapes[s][0], shapes[s][1], shapes[s][2],
+                      ig__cpu_isa_name((ig_cpu_isa_t)i));
+            }
+        }
+        be->destroy(be);
+    }
+    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+}
+
+static void test_batch_invariant(void **state)
+{
+    int m = 19, n = 77, k = 768;
+    float *x = ig_xs_buf(&rng, (size_t)m * k, 1.0f);
+    float *all = malloc((size_t)m * n * 4), *part = malloc((size_t)m * n * 4),
+          *first = malloc((size_t)m * n * 4);
+    for (int f = 0; f < 2; f++) {
+        ig_dtype_t dt = f ? IG_DTYPE_Q6_K : IG_DTYPE_Q4_K;
+        unsigned char *wq = rand_blocks(dt, n, k);
+        ig_tensor_t t = {dt, wq, 2, {n, k}};
+        for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++) {
+            assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
+            ig_backend_t *be1, *be2;
+            ig_weight_t W1, W2;
+            assert_int_equal(ig_backend_cpu_create(&be1, 1), 0);
+            assert_int_equal(ig_backend_cpu_create(&be2, 2), 0);
+            assert_int_equal(be1->upload_weight(be1, &t, &W1), 0);
+            assert_int_equal(be2->upload_weight(be2, &t, &W2), 0);
+            assert_int_equal(be1->matmul(be1, all, x, &W1, NULL, m), 0);
+            for (int r = 0; r < m; r++) {
+                assert_int_equal(be1->matmul(be1, part, x + (size_t)r * k, &W1, NULL, 1), 0);
+                assert_memory_equal(part, all + (size_t)r * n, (size_t)n * 4);
+            }
+            assert_int_equal(be2->matmul(be2, part, x, &W2, NULL, m), 0);
+            assert_memory_equal(part, all, (size_t)m * n * 4);
+            if (i == IG_CPU_ISA_SCALAR)
+                memcpy(first, all, (size_t)m * n * 4);
+            else
+                assert_memory_equal(all, first, (size_t)m * n * 4);
+            be1->free_weight(be1, &W1);
+            be2->free_weight(be2, &W2);
+            be1->destroy(be1);
+            be2->destroy(be2);
+        }
+        free(wq);
+    }
+    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+    free(x), free(all), free(part), free(first);
+}
+
+static void test_rejects_bad_shapes(void **state)
+{
+    ig_backend_t *be;
+    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    unsigned char buf[512] = {0};
+    ig_tensor_t odd = {IG_DTYPE_Q4_K, buf, 2, {1, 288}}, vec = {IG_DTYPE_Q6_K, buf, 1, {256}};
+    ig_weight_t W;
+    assert_int_equal(be->upload_weight(be, &odd, &W), IG_EINVAL);
+    assert_int_equal(be->upload_weight(be, &vec, &W), IG_EINVAL);
+    assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q4_K, 512), 288);
+    assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q6_K, 256), 210);
+    assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q6_K, 32), 0);
+    assert_int_equal(ig_dtype_block(IG_DTYPE_Q4_K), 256);
+    be->destroy(be);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_within_bounds_every_isa),
+        cmocka_unit_test(test_batch_invariant),
+        cmocka_unit_test(test_rejects_bad_shapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

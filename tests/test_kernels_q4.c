@@ -1,0 +1,256 @@
+/*
+ * Q4_0 weights on the CPU backend (kernels/cpu/gemmq4.c, dtype.c):
+ *   - the layout is GGUF's, byte for byte, on a hand-made block (low
+ *     nibbles weights 0..15, high nibbles 16..31, value (q - 8) d, d = m / -8
+ *     for m the weight of largest magnitude), and quantizing puts every
+ *     weight within |d| (the clamp of the side opposite m) plus the F16
+ *     rounding of d (8 units of q at 2^-11 |d|) of its value;
+ *   - the GEMM, on every instruction set this CPU runs, is within the float
+ *     error bound of a double reference on the dequantized weights and the
+ *     dequantized activations (the integer block sums are exact; what rounds
+ *     is the scale product, the conversion, the fma and nb block additions:
+ *     nb + 3 roundings);
+ *   - against the exact F32 product the error stays within the quantization
+ *     bound sum |x| |w - w_q| + |w_q| |x - x_q| (plus that float bound),
+ *     which holds for any format: it is the product's error written out;
+ *   - a row gets the same bits alone, in a batch, on any column split and
+ *     thread count, and on every instruction set; embed dequantizes;
+ *   - the panel layout holds the file's bytes and every weight and scale.
+ * The shapes cross the AVX-512 tiles' cases (1 to 4 rows, 1 to 4 panels, a
+ * short last panel) and the AVX2 tile's (odd row counts).
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "fp_bound.h"
+
+#include "../kernels/cpu/cpu_internal.h"
+#include "infergate/dtype.h"
+#include "infergate/error.h"
+#include "infergate/kernels.h"
+
+#include "xorshift.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+
+static float *rand_buf(size_t n)
+{
+    return ig_xs_buf(&rng, n, 1.0f);
+}
+
+static void test_layout_is_ggufs(void **state)
+{
+    float x[32];
+    for (int i = 0; i < 32; i++)
+        x[i] = (float)(i - 16); /* m = -16 at i = 0: d = 2 */
+    unsigned char blk[IG_Q4_0_BYTES];
+    ig_dtype_from_f32(blk, IG_DTYPE_Q4_0, x, 32);
+    uint16_t d;
+    memcpy(&d, blk, 2);
+    assert_int_equal(d, ig_f32_to_f16(2.0f));
+    assert_int_equal(blk[2] & 15, 0);       /* -16 / 2 + 8 */
+    assert_int_equal(blk[2] >> 4, 8);       /* weight 16: 0 */
+    assert_int_equal(blk[2 + 15] & 15, 8);  /* weight 15: -1 / 2 + 8.5 = 8 */
+    assert_int_equal(blk[2 + 15] >> 4, 15); /* weight 31: 15 / 2 + 8.5 = 16, clamped */
+    assert_int_equal(blk[2 + 1] & 15, 1);   /* -15 / 2 + 8.5 = 1 */
+    assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q4_0, 64), 36);
+    assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q4_0, 33), 0);
+    assert_int_equal(ig_dtype_block(IG_DTYPE_Q4_0), 32);
+    assert_string_equal(ig_dtype_name(IG_DTYPE_Q4_0), "Q4_0");
+    /* a hand-made block read back: (q - 8) d, low nibbles first */
+    unsigned char h[IG_Q4_0_BYTES];
+    uint16_t half = ig_f32_to_f16(0.5f);
+    memcpy(h, &half, 2);
+    for (int j = 0; j < 16; j++)
+        h[2 + j] = (unsigned char)(j | (15 - j) << 4);
+    float back[32];
+    ig_dtype_to_f32(back, h, IG_DTYPE_Q4_0, 32);
+    for (int j = 0; j < 16; j++) {
+        assert_true(back[j] == 0.5f * (float)(j - 8));
+        assert_true(back[16 + j] == 0.5f * (float)(7 - j));
+    }
+    /* round trip: within |d| + 8 |d| 2^-11 */
+    float *w = rand_buf(4096), *out = malloc(4096 * sizeof(float));
+    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q4_0, 4096));
+    ig_dtype_from_f32(q, IG_DTYPE_Q4_0, w, 4096);
+    ig_dtype_to_f32(out, q, IG_DTYPE_Q4_0, 4096);
+    for (int b = 0; b < 4096 / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(w[b * 32 + i]));
+        double dd = amax / 8.0, bound = dd + 8 * dd * 0x1p-11 + 1e-12;
+        for (int i = 0; i < 32; i++)
+            assert_true(fabs((double)out[b * 32 + i] - w[b * 32 + i]) <= bound);
+    }
+    free(w), free(out), free(q);
+}
+
+/* y = x W^T through the backend for W(n, k) quantized; checks both bounds. */
+static void check_one(ig_backend_t *be, int m, int n, int k, const char *label)
+{
+    int nb = k / 32;
+    float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
+    size_t wb = ig_dtype_bytes(IG_DTYPE_Q4_0, (size_t)n * k);
+    unsigned char *wq = malloc(wb);
+    float *wd = malloc((size_t)n * k * sizeof(float)), *xdq = malloc((size_t)m * k * 4);
+    int8_t *xq = malloc((size_t)m * k);
+    float *xs = malloc((size_t)m * nb * sizeof(float));
+    ig_dtype_from_f32(wq, IG_DTYPE_Q4_0, w, (size_t)n * k);
+    ig_dtype_to_f32(wd, wq, IG_DTYPE_Q4_0, (size_t)n * k);
+    ig__q8_quantize_rows(xq, xs, x, m, k);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < k; i++)
+            xdq[(size_t)r * k + i] = xs[(size_t)r * nb + i / 32] * xq[(size_t)r * k + i];
+    size_t ny = (size_t)m * n;
+    float *y = malloc(ny * sizeof(float));
+    double *ref = malloc(ny * 8), *mag = malloc(ny * 8), *exact = malloc(ny * 8),
+           *qerr = malloc(ny * 8);
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < n; c++) {
+            double s = 0, a = 0, e = 0, qe = 0;
+            for (int i = 0; i < k; i++) {
+                double xv = x[(size_t)r * k + i], xd = xdq[(size_t)r * k + i];
+                double wv = w[(size_t)c * k + i], wdv = wd[(size_t)c * k + i];
+                s += xd * wdv;
+                a += fabs(xd * wdv);
+                e += xv * wv;
+                qe += fabs(xv) * fabs(wv - wdv) + fabs(wdv) * fabs(xv - xd);
+            }
+            ref[(size_t)r * n + c] = s, mag[(size_t)r * n + c] = a;
+            exact[(size_t)r * n + c] = e, qerr[(size_t)r * n + c] = qe;
+        }
+    ig_tensor_t t = {IG_DTYPE_Q4_0, wq, 2, {n, k}};
+    ig_weight_t W;
+    assert_int_equal(be->upload_weight(be, &t, &W), 0);
+    memset(y, 0xff, ny * sizeof(float));
+    assert_int_equal(be->matmul(be, y, x, &W, NULL, m), 0);
+    char what[160];
+    snprintf(what, sizeof(what), "%s q4_0 m=%d n=%d k=%d", label, m, n, k);
+    /* scale product, conversion, fma, nb additions */
+    ig_assert_within_bound(y, ref, mag, ny, nb + 3, ig_f32_floor(k), what);
+    for (size_t i = 0; i < ny; i++) {
+        double b = qerr[i] + ig_bound_of(mag[i], nb + 3, ig_f32_floor(k));
+        if (!(fabs(y[i] - exact[i]) <= b))
+            fail_msg("%s: element %zu: %.9g vs exact %.9g beyond the quantization bound %.3g", what,
+                     i, y[i], exact[i], b);
+    }
+    int id = n / 2;
+    float *row = malloc((size_t)k * sizeof(float));
+    assert_int_equal(be->embed(be, row, &W, &id, 1), 0);
+    assert_memory_equal(row, wd + (size_t)id * k, (size_t)k * sizeof(float));
+    free(row);
+    be->free_weight(be, &W);
+    free(x), free(w), free(wq), free(wd), free(xdq), free(xq), free(xs), free(y);
+    free(ref), free(mag), free(exact), free(qerr);
+}
+
+static void test_within_bounds_every_isa(void **state)
+{
+    static const int shapes[][3] = {{1, 1, 32},     {1, 7, 64},    {3, 33, 96},   {8, 100, 288},
+                                    {17, 65, 1024}, {64, 40, 256}, {2, 300, 32},  {5, 17, 544},
+                                    {1, 100, 128},  {4, 64, 64},   {6, 50, 2048}, {1, 49, 96}};
+    for (int t = 1; t <= 3; t += 2) {
+        ig_backend_t *be;
+        assert_int_equal(ig_backend_cpu_create(&be, t), 0);
+        for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++) {
+            assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
+            for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+                check_one(be, shapes[s][0], shapes[s][1], shapes[s][2],
+                          ig__cpu_isa_name((ig_cpu_isa_t)i));
+        }
+        be->destroy(be);
+    }
+    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+}
+
+static void test_batch_invariant(void **state)
+{
+    int m = 19, n = 77, k = 672; /* 5 panels, the last short; 4 rows, then 3 */
+    float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
+    unsigned char *wq = malloc(ig_dtype_bytes(IG_DTYPE_Q4_0, (size_t)n * k));
+    ig_dtype_from_f32(wq, IG_DTYPE_Q4_0, w, (size_t)n * k);
+    float *all = malloc((size_t)m * n * 4), *part = malloc((size_t)m * n * 4),
+          *first = malloc((size_t)m * n * 4);
+    ig_tensor_t t = {IG_DTYPE_Q4_0, wq, 2, {n, k}};
+    for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++) {
+        assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
+        ig_backend_t *be1, *be2;
+        ig_weight_t W1, W2;
+        assert_int_equal(ig_backend_cpu_create(&be1, 1), 0);
+        assert_int_equal(ig_backend_cpu_create(&be2, 2), 0);
+        assert_int_equal(be1->upload_weight(be1, &t, &W1), 0);
+        assert_int_equal(be2->upload_weight(be2, &t, &W2), 0);
+        assert_int_equal(be1->matmul(be1, all, x, &W1, NULL, m), 0);
+        for (int r = 0; r < m; r++) {
+            assert_int_equal(be1->matmul(be1, part, x + (size_t)r * k, &W1, NULL, 1), 0);
+            assert_memory_equal(part, all + (size_t)r * n, (size_t)n * 4);
+        }
+        assert_int_equal(be2->matmul(be2, part, x, &W2, NULL, m), 0);
+        assert_memory_equal(part, all, (size_t)m * n * 4);
+        /* one order of float operations per output on every instruction set */
+        if (i == IG_CPU_ISA_SCALAR)
+            memcpy(first, all, (size_t)m * n * 4);
+        else
+            assert_memory_equal(all, first, (size_t)m * n * 4);
+        be1->free_weight(be1, &W1);
+        be2->free_weight(be2, &W2);
+        be1->destroy(be1);
+        be2->destroy(be2);
+    }
+    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+    free(x), free(w), free(wq), free(all), free(part), free(first);
+}
+
+/* The panels hold the file's bytes (no growth beyond a short last panel's
+ * padding), and packing keeps every weight and scale. */
+static void test_panels_same_bytes(void **state)
+{
+    assert_int_equal(ig__q4p_packed_bytes(64, 2048), ig_dtype_bytes(IG_DTYPE_Q4_0, 64 * 2048));
+    assert_int_equal(ig__q4p_packed_bytes(17, 64), 2 * ig_dtype_bytes(IG_DTYPE_Q4_0, 16 * 64));
+    int n = 37, k = 96;
+    float *w = rand_buf((size_t)n * k), row[96], back[96];
+    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q4_0, (size_t)n * k));
+    uint8_t *p = malloc(ig__q4p_packed_bytes(n, k));
+    ig_dtype_from_f32(q, IG_DTYPE_Q4_0, w, (size_t)n * k);
+    ig__q4p_pack(p, q, n, k);
+    for (int r = 0; r < n; r++) {
+        ig_dtype_to_f32(row, q + (size_t)r * ig_dtype_bytes(IG_DTYPE_Q4_0, k), IG_DTYPE_Q4_0, k);
+        ig__q4p_unpack_row(back, p, k, r);
+        assert_memory_equal(row, back, sizeof(row));
+    }
+    ig__q4p_unpack_row(back, p, k, 47); /* padding of the last panel: zeros */
+    for (int i = 0; i < k; i++)
+        assert_true(back[i] == 0.0f);
+    free(w), free(q), free(p);
+}
+
+static void test_rejects_bad_shapes(void **state)
+{
+    ig_backend_t *be;
+    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    unsigned char buf[64] = {0};
+    ig_tensor_t odd = {IG_DTYPE_Q4_0, buf, 2, {1, 33}}, vec = {IG_DTYPE_Q4_0, buf, 1, {32}};
+    ig_weight_t W;
+    assert_int_equal(be->upload_weight(be, &odd, &W), IG_EINVAL);
+    assert_int_equal(be->upload_weight(be, &vec, &W), IG_EINVAL);
+    be->destroy(be);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_layout_is_ggufs),   cmocka_unit_test(test_within_bounds_every_isa),
+        cmocka_unit_test(test_batch_invariant),   cmocka_unit_test(test_rejects_bad_shapes),
+        cmocka_unit_test(test_panels_same_bytes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
