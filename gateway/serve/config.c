@@ -484,8 +484,9 @@ static int parse_model(ctx_t *c, json_t *m, const char *p, ig_config_t *cfg, siz
         (rc = ig__config_get_number(c, m, p, "weight", 0, 1e6, 0, 1, &mod->weight)) ||
         (rc = ig__config_get_string(c, m, p, "quantize", STR_NONEMPTY, NULL, &mod->quantize)))
         goto fail;
-    if (mod->quantize != NULL && strcmp(mod->quantize, "q8_0") != 0) {
-        rc = fail_at(c, p, "quantize", "'%s' is not supported (q8_0)", mod->quantize);
+    if (mod->quantize != NULL && strcmp(mod->quantize, "q8_0") != 0 &&
+        strcmp(mod->quantize, "q4_0") != 0) {
+        rc = fail_at(c, p, "quantize", "'%s' is not supported (q8_0, q4_0)", mod->quantize);
         goto fail;
     }
     if (mod->version != NULL && strchr(mod->version, '@') != NULL) {
