@@ -183,19 +183,9 @@ static void on_events(ig_kv_feed_t *f, json_t *d)
     publish(f);
 }
 
-/* The worker's queue as it changes ("load": every client's requests, other
- * gateway replicas' too): fresher than its /load poll, and weighed the
- * same way by the router. */
-static void on_load(ig_kv_feed_t *f, json_t *d)
-{
-    json_t *w = json_object_get(d, "waiting");
-    if (json_is_integer(w) && json_integer_value(w) >= 0) {
-        f->u->reported_waiting = (double)json_integer_value(w);
-        f->u->reported_at_ns = uv_hrtime();
-    }
-}
-
-/* One SSE event: its "event:" name and its data (one line each here). */
+/* One SSE event: its "event:" name and its data (one line each here).
+ * "load" events (the worker's queue) are not read yet: docs/routing.md,
+ * "The exact index". */
 static void on_event(ig_kv_feed_t *f, char *ev, size_t n)
 {
     ev[n] = 0;
@@ -218,8 +208,6 @@ static void on_event(ig_kv_feed_t *f, char *ev, size_t n)
         on_snapshot(f, d);
     else if (strcmp(name, "kv") == 0)
         on_events(f, d);
-    else if (strcmp(name, "load") == 0)
-        on_load(f, d);
     json_decref(d);
 }
 

@@ -13,9 +13,8 @@
  *
  * The stream also carries the worker's queue: a "load" event
  * ({"waiting","running"}) whenever either has changed at a submission or
- * a drain, so that
- * every gateway replica sees the others' requests within a step, not at
- * its next /load poll.
+ * a drain: every client's requests, within a step (the gateway does not
+ * read it yet; docs/routing.md, "The exact index").
  */
 #include "worker_internal.h"
 
