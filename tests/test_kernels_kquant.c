@@ -31,6 +31,7 @@
 #include "infergate/error.h"
 #include "infergate/kernels.h"
 
+#include "quant_check.h"
 #include "xorshift.h"
 
 #include <math.h>
@@ -151,65 +152,36 @@ static void check(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, const ch
     free(ref), free(mag), free(exact), free(qerr), free(y), free(row);
 }
 
+static void check_q4_k(ig_backend_t *be, int m, int n, int k, const char *isa)
+{
+    check(be, IG_DTYPE_Q4_K, m, n, k, isa);
+}
+
+static void check_q6_k(ig_backend_t *be, int m, int n, int k, const char *isa)
+{
+    check(be, IG_DTYPE_Q6_K, m, n, k, isa);
+}
+
 static void test_within_bounds_every_isa(void **state)
 {
     static const int shapes[][3] = {{1, 3, 256},   {5, 40, 512}, {17, 33, 768},
                                     {1, 100, 256}, {4, 64, 256}, {64, 20, 512}};
-    for (int th = 1; th <= 3; th += 2) {
-        ig_backend_t *be;
-        assert_int_equal(ig_backend_cpu_create(&be, th), 0);
-        for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++) {
-            assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
-            for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++) {
-                check(be, IG_DTYPE_Q4_K, shapes[s][0], shapes[s][1], shapes[s][2],
-                      ig__cpu_isa_name((ig_cpu_isa_t)i));
-                check(be, IG_DTYPE_Q6_K, shapes[s][0], shapes[s][1], shapes[s][2],
-                      ig__cpu_isa_name((ig_cpu_isa_t)i));
-            }
-        }
-        be->destroy(be);
-    }
-    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+    ig_tq_every_isa(shapes, (int)(sizeof(shapes) / sizeof(shapes[0])), check_q4_k);
+    ig_tq_every_isa(shapes, (int)(sizeof(shapes) / sizeof(shapes[0])), check_q6_k);
 }
 
 static void test_batch_invariant(void **state)
 {
     int m = 19, n = 77, k = 768;
     float *x = ig_xs_buf(&rng, (size_t)m * k, 1.0f);
-    float *all = malloc((size_t)m * n * 4), *part = malloc((size_t)m * n * 4),
-          *first = malloc((size_t)m * n * 4);
     for (int f = 0; f < 2; f++) {
         ig_dtype_t dt = f ? IG_DTYPE_Q6_K : IG_DTYPE_Q4_K;
         unsigned char *wq = rand_blocks(dt, n, k);
         ig_tensor_t t = {dt, wq, 2, {n, k}};
-        for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++) {
-            assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
-            ig_backend_t *be1, *be2;
-            ig_weight_t W1, W2;
-            assert_int_equal(ig_backend_cpu_create(&be1, 1), 0);
-            assert_int_equal(ig_backend_cpu_create(&be2, 2), 0);
-            assert_int_equal(be1->upload_weight(be1, &t, &W1), 0);
-            assert_int_equal(be2->upload_weight(be2, &t, &W2), 0);
-            assert_int_equal(be1->matmul(be1, all, x, &W1, NULL, m), 0);
-            for (int r = 0; r < m; r++) {
-                assert_int_equal(be1->matmul(be1, part, x + (size_t)r * k, &W1, NULL, 1), 0);
-                assert_memory_equal(part, all + (size_t)r * n, (size_t)n * 4);
-            }
-            assert_int_equal(be2->matmul(be2, part, x, &W2, NULL, m), 0);
-            assert_memory_equal(part, all, (size_t)m * n * 4);
-            if (i == IG_CPU_ISA_SCALAR)
-                memcpy(first, all, (size_t)m * n * 4);
-            else
-                assert_memory_equal(all, first, (size_t)m * n * 4);
-            be1->free_weight(be1, &W1);
-            be2->free_weight(be2, &W2);
-            be1->destroy(be1);
-            be2->destroy(be2);
-        }
+        ig_tq_batch_invariant(&t, x, m);
         free(wq);
     }
-    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
-    free(x), free(all), free(part), free(first);
+    free(x);
 }
 
 static void test_rejects_bad_shapes(void **state)

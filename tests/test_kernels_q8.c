@@ -27,6 +27,7 @@
 #include "infergate/error.h"
 #include "infergate/kernels.h"
 
+#include "quant_check.h"
 #include "xorshift.h"
 
 #include <math.h>
@@ -137,18 +138,7 @@ static void test_within_bounds_every_isa(void **state)
 {
     static const int shapes[][3] = {{1, 1, 32},     {1, 7, 64},    {3, 33, 96},  {8, 100, 288},
                                     {17, 65, 1024}, {64, 40, 256}, {2, 300, 32}, {5, 17, 544}};
-    for (int t = 1; t <= 3; t += 2) {
-        ig_backend_t *be;
-        assert_int_equal(ig_backend_cpu_create(&be, t), 0);
-        for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++) {
-            assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
-            for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
-                check_one(be, shapes[s][0], shapes[s][1], shapes[s][2],
-                          ig__cpu_isa_name((ig_cpu_isa_t)i));
-        }
-        be->destroy(be);
-    }
-    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
+    ig_tq_every_isa(shapes, (int)(sizeof(shapes) / sizeof(shapes[0])), check_one);
 }
 
 static void test_batch_invariant(void **state)
@@ -157,36 +147,9 @@ static void test_batch_invariant(void **state)
     float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
     unsigned char *wq = malloc(ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)n * k));
     ig_dtype_from_f32(wq, IG_DTYPE_Q8_0, w, (size_t)n * k);
-    float *all = malloc((size_t)m * n * 4), *part = malloc((size_t)m * n * 4),
-          *first = malloc((size_t)m * n * 4);
     ig_tensor_t t = {IG_DTYPE_Q8_0, wq, 2, {n, k}};
-    for (int i = IG_CPU_ISA_SCALAR; i <= (int)ig__cpu_isa_max(); i++) {
-        assert_int_equal(ig__cpu_set_isa((ig_cpu_isa_t)i), 0);
-        ig_backend_t *be1, *be2;
-        ig_weight_t W1, W2;
-        assert_int_equal(ig_backend_cpu_create(&be1, 1), 0);
-        assert_int_equal(ig_backend_cpu_create(&be2, 2), 0);
-        assert_int_equal(be1->upload_weight(be1, &t, &W1), 0);
-        assert_int_equal(be2->upload_weight(be2, &t, &W2), 0);
-        assert_int_equal(be1->matmul(be1, all, x, &W1, NULL, m), 0);
-        for (int r = 0; r < m; r++) {
-            assert_int_equal(be1->matmul(be1, part, x + (size_t)r * k, &W1, NULL, 1), 0);
-            assert_memory_equal(part, all + (size_t)r * n, (size_t)n * 4);
-        }
-        assert_int_equal(be2->matmul(be2, part, x, &W2, NULL, m), 0);
-        assert_memory_equal(part, all, (size_t)m * n * 4);
-        /* one order of float operations per output on every instruction set */
-        if (i == IG_CPU_ISA_SCALAR)
-            memcpy(first, all, (size_t)m * n * 4);
-        else
-            assert_memory_equal(all, first, (size_t)m * n * 4);
-        be1->free_weight(be1, &W1);
-        be2->free_weight(be2, &W2);
-        be1->destroy(be1);
-        be2->destroy(be2);
-    }
-    assert_int_equal(ig__cpu_set_isa(ig__cpu_isa_max()), 0);
-    free(x), free(w), free(wq), free(all), free(part), free(first);
+    ig_tq_batch_invariant(&t, x, m);
+    free(x), free(w), free(wq);
 }
 
 /* The panels hold the file's bytes (no growth beyond a short last panel's

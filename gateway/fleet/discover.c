@@ -41,10 +41,10 @@ struct ig_discover_s {
     uv_timer_t timer;   /* the next resolution */
     uv_timer_t retries; /* c-ares's timeouts */
     watch_t *watches;
-    int handles; /* open handles: the timers and the watches */
-    int closing; /* ig_discover_close ran: no callbacks */
-    int pending; /* lookups of this resolution not yet answered */
-    int failed;  /* one of them failed: the resolution fails */
+    int handles;               /* open handles: the timers and the watches */
+    int closing;               /* ig_discover_close ran: no callbacks */
+    int pending;               /* lookups of this resolution not yet answered */
+    int failed;                /* one of them failed: the resolution fails */
     ig_discover_addr_t *found; /* IG_DISCOVER_MAX_ADDRS */
     int nfound;
     unsigned answers, failures;

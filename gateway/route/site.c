@@ -49,9 +49,9 @@ struct ig_site_s {
     int status;
     char *body;
     size_t len;
-    int peer;            /* -1 unknown, 0 no, 1 yes */
-    int metrics;         /* -1 unknown, 0 no gauges we know, else 1 + index into gauges */
-    double running;      /* from the last /metrics */
+    int peer;       /* -1 unknown, 0 no, 1 yes */
+    int metrics;    /* -1 unknown, 0 no gauges we know, else 1 + index into gauges */
+    double running; /* from the last /metrics */
     double waiting;
     uint64_t metrics_at_ns;
     int failures;        /* probes failed in a row */
@@ -478,8 +478,7 @@ ig_router_upstream_t *ig_site_route(ig_site_t *s)
     return &s->route;
 }
 
-const char *ig_site_metrics(const ig_site_t *s, double *running, double *waiting,
-                            double *age_s)
+const char *ig_site_metrics(const ig_site_t *s, double *running, double *waiting, double *age_s)
 {
     if (s->metrics <= 0)
         return NULL;

@@ -253,11 +253,11 @@ static json_t *status_site(ig_gateway_t *gw, ig_site_t *site, uint64_t now, doub
     json_t *models = json_array();
     for (int i = 0; i < ig_site_nmodels(site); i++)
         json_array_append_new(models, json_string(ig_site_model(site, i)));
-    json_t *row = json_pack("{s:s, s:s, s:b, s:b, s:f, s:i, s:o, s:b}", "name", ig_site_name(site),
-                            "region", ig_site_region(site) ? ig_site_region(site) : "", "up",
-                            ig_site_up(site), "peer", ig_site_is_peer(site), "rtt_s", u->rtt_s,
-                            "inflight", u->inflight, "models", models, "eligible",
-                            ig_router_eligible(u, now));
+    json_t *row =
+        json_pack("{s:s, s:s, s:b, s:b, s:f, s:i, s:o, s:b}", "name", ig_site_name(site), "region",
+                  ig_site_region(site) ? ig_site_region(site) : "", "up", ig_site_up(site), "peer",
+                  ig_site_is_peer(site), "rtt_s", u->rtt_s, "inflight", u->inflight, "models",
+                  models, "eligible", ig_router_eligible(u, now));
     status_limit(row, gw, u);
     ig_price_t price = ig__gateway_price_of(gw, ig_site_name(site), 1);
     status_cost(row, u, &price, now, spend);
@@ -292,8 +292,7 @@ void ig_gateway_status(ig_http_req_t *req, void *data)
                           "restarts", ig_instance_restarts(in), "inflight", u->inflight, "rtt_s",
                           u->rtt_s, "ttft_s", u->svc_s, "eligible", ig_router_eligible(u, now)));
             status_limit(json_array_get(insts, json_array_size(insts) - 1), gw, u);
-            status_cost(json_array_get(insts, json_array_size(insts) - 1), u, &price, now,
-                        &spend);
+            status_cost(json_array_get(insts, json_array_size(insts) - 1), u, &price, now, &spend);
             status_kv_index(json_array_get(insts, json_array_size(insts) - 1), in);
         }
         json_t *counts = json_object();

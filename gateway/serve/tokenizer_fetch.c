@@ -104,8 +104,8 @@ static void load_work(uv_work_t *w)
     if (!(wrote & 1))
         snprintf(f->err, sizeof(f->err), "cannot write %s under %s", files[0], f->dir);
     else
-        ig_tokenizer_load_files(path[0], (wrote & 2) ? path[1] : NULL,
-                                (wrote & 4) ? path[2] : NULL, &f->tok, f->err, sizeof(f->err));
+        ig_tokenizer_load_files(path[0], (wrote & 2) ? path[1] : NULL, (wrote & 4) ? path[2] : NULL,
+                                &f->tok, f->err, sizeof(f->err));
     for (int i = 0; i < NFILES; i++)
         unlink(path[i]);
     rmdir(f->dir);

@@ -364,4 +364,40 @@ static inline int ig__kv_dtype_ok(const ig_kv_layout_t *kv)
     return kv->dtype == IG_DTYPE_F32 || kv->dtype == IG_DTYPE_F16 || kv->dtype == IG_DTYPE_BF16;
 }
 
+/* The panel GEMMs' tile choice (gemmq8.c, gemmq4.c, AVX-512): up to 4 rows
+ * of x with 1 or 2 panels, or one row with up to 4; calls TILE(MR, NP) for
+ * the rows from a (of m) and the np panels left. */
+#define IG_QTILE_SWITCH(m, a, np, TILE)                                                            \
+    switch (((m) - (a) < 4 ? (m) - (a) : 4) * 4 + (np)-1) {                                        \
+    case 4 * 4 + 1:                                                                                \
+        TILE(4, 2);                                                                                \
+        break;                                                                                     \
+    case 4 * 4:                                                                                    \
+        TILE(4, 1);                                                                                \
+        break;                                                                                     \
+    case 4 * 3 + 1:                                                                                \
+        TILE(3, 2);                                                                                \
+        break;                                                                                     \
+    case 4 * 3:                                                                                    \
+        TILE(3, 1);                                                                                \
+        break;                                                                                     \
+    case 4 * 2 + 1:                                                                                \
+        TILE(2, 2);                                                                                \
+        break;                                                                                     \
+    case 4 * 2:                                                                                    \
+        TILE(2, 1);                                                                                \
+        break;                                                                                     \
+    case 4 + 3:                                                                                    \
+        TILE(1, 4);                                                                                \
+        break;                                                                                     \
+    case 4 + 2:                                                                                    \
+        TILE(1, 3);                                                                                \
+        break;                                                                                     \
+    case 4 + 1:                                                                                    \
+        TILE(1, 2);                                                                                \
+        break;                                                                                     \
+    default:                                                                                       \
+        TILE(1, 1);                                                                                \
+    }
+
 #endif

@@ -312,37 +312,7 @@ static void gemmq4_avx512(float *y, int ldy, const int8_t *xq, const float *xd, 
         int np = (ncols + IG_Q4P_NR - 1) / IG_Q4P_NR;
         for (int a = 0; a < m; a += 4) {
             float *yt = y + (size_t)a * ldy + c;
-            switch ((m - a < 4 ? m - a : 4) * 4 + np - 1) {
-            case 4 * 4 + 1:
-                Q4_TILE(4, 2);
-                break;
-            case 4 * 4:
-                Q4_TILE(4, 1);
-                break;
-            case 4 * 3 + 1:
-                Q4_TILE(3, 2);
-                break;
-            case 4 * 3:
-                Q4_TILE(3, 1);
-                break;
-            case 4 * 2 + 1:
-                Q4_TILE(2, 2);
-                break;
-            case 4 * 2:
-                Q4_TILE(2, 1);
-                break;
-            case 4 + 3:
-                Q4_TILE(1, 4);
-                break;
-            case 4 + 2:
-                Q4_TILE(1, 3);
-                break;
-            case 4 + 1:
-                Q4_TILE(1, 2);
-                break;
-            default:
-                Q4_TILE(1, 1);
-            }
+            IG_QTILE_SWITCH(m, a, np, Q4_TILE)
         }
     }
 }
