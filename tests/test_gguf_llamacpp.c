@@ -103,9 +103,11 @@ static void check_preset(const char *preset, const char *quant, const char *serv
     if (qwen3) {
         /* This llama.cpp stops at the architecture name, before anything
          * else of the file is read. */
-        if (ig_proc_wait_log(&L, "unknown model architecture: 'qwen3'", 180000) != 0)
+        if (ig_proc_wait_log(&L, "unknown model architecture: 'qwen3'", 180000) != 0) {
+            fprintf(stderr, "llama-server's stderr:\n%s\n", L.err ? L.err : "(none)");
             fail_msg("qwen3: llama-server did not refuse the architecture (a newer llama.cpp? "
                      "compare the greedy text then)");
+        }
         print_message("# qwen3: this llama.cpp does not know the qwen3 architecture\n");
         ig_proc_stop(&L, 9, 5000);
         ig_proc_dispose(&L);

@@ -3,8 +3,7 @@
  * snapshot and then numbered events whose hashes are the ones
  * ig_prefix_hashes computes for the prompts sent (stored, then removed
  * when a small cache evicts them); a subscriber that connects later gets a
- * snapshot equal to what the first one built from the events; "load"
- * events tell the queue as it changes; and a
+ * snapshot equal to what the first one built from the events; and a
  * subscriber that stops reading is dropped with its bytes bounded, while
  * one that reads keeps its stream, every event in sequence.
  */
@@ -56,8 +55,6 @@ typedef struct {
     int n;
     uint64_t seq;
     int snapshots, batches, gaps, stored, removed;
-    int loads, waiting, max_busy; /* "load" events: how many, the last waiting, the
-                                     most waiting + running */
 } sub_t;
 
 static int set_find(const sub_t *s, uint64_t h)
@@ -114,15 +111,6 @@ static void apply(sub_t *s, const char *name, const char *data)
             }
         }
         s->seq = first + json_array_size(evs) - 1;
-    } else if (strcmp(name, "load") == 0) {
-        json_t *w = json_object_get(d, "waiting"), *r = json_object_get(d, "running");
-        assert_true(json_is_integer(w) && json_integer_value(w) >= 0);
-        assert_true(json_is_integer(r) && json_integer_value(r) >= 0);
-        s->loads++;
-        s->waiting = (int)json_integer_value(w);
-        int busy = (int)(json_integer_value(w) + json_integer_value(r));
-        if (busy > s->max_busy)
-            s->max_busy = busy;
     }
     json_decref(d);
 }
@@ -209,8 +197,6 @@ static void test_events_match_hashes(void **state)
     subscribe(&a, 0);
     pump(&a, 300);
     assert_int_equal(a.snapshots, 1);
-    assert_int_equal(a.loads, 1); /* the queue as it is, after the snapshot */
-    assert_int_equal(a.max_busy, 0);
 
     /* 4 full blocks and a partial one: the full ones are stored, with the
      * hashes the gateway computes. */
@@ -223,10 +209,6 @@ static void test_events_match_hashes(void **state)
     for (int i = 0; i < nh; i++)
         assert_true(set_find(&a, h[i]) >= 0);
     assert_int_equal(a.gaps, 0);
-    /* The request was told as it arrived, and as it left. */
-    assert_true(a.loads >= 3);
-    assert_int_equal(a.max_busy, 1);
-    assert_int_equal(a.waiting, 0);
 
     /* More tenants than the cache holds: evictions come as removals. */
     for (int t = 2; t < 14; t++)

@@ -183,9 +183,7 @@ static void on_events(ig_kv_feed_t *f, json_t *d)
     publish(f);
 }
 
-/* One SSE event: its "event:" name and its data (one line each here).
- * "load" events (the worker's queue) are not read yet: docs/routing.md,
- * "The exact index". */
+/* One SSE event: its "event:" name and its data (one line each here). */
 static void on_event(ig_kv_feed_t *f, char *ev, size_t n)
 {
     ev[n] = 0;

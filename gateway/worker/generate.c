@@ -971,10 +971,8 @@ static int submit_choice(worker_t *w, wreq_t *r, choice_t *c)
     sr.deadline_ns = r->deadline_ns;
     sr.user = c;
     int rc = ig_sched_submit(w->sched, &sr, &c->seq_id);
-    if (rc == 0) {
+    if (rc == 0)
         c->submitted = 1;
-        ig__worker_kv_load(w); /* the gateways hear of the arrival at once */
-    }
     return rc;
 }
 

@@ -10,11 +10,6 @@
  * more than that; one that reconnects starts from a new snapshot. When
  * the loop itself falls behind the ring, every subscriber gets a new
  * snapshot.
- *
- * The stream also carries the worker's queue: a "load" event
- * ({"waiting","running"}) whenever either has changed at a submission or
- * a drain: every client's requests, within a step (the gateway does not
- * read it yet; docs/routing.md, "The exact index").
  */
 #include "worker_internal.h"
 
@@ -160,37 +155,10 @@ static int send_events(kvsub_t *s, const ig_kv_event_t *ev, int n)
     return rc;
 }
 
-/* A "load" event to every subscriber when the queue has changed since the
- * last one (or force: a new subscriber's first). */
-static void send_load(worker_t *w, kvsub_t *only)
-{
-    ig_sched_stats_t st = ig__worker_stats(w);
-    if (only == NULL && st.waiting == w->kv_waiting && st.running == w->kv_running)
-        return;
-    char buf[96];
-    int n = snprintf(buf, sizeof(buf), "event: load\ndata: {\"waiting\":%d,\"running\":%d}\n\n",
-                     st.waiting, st.running);
-    for (kvsub_t *s = only ? only : w->kv_subs, *nx; s; s = only ? NULL : nx) {
-        nx = s->next;
-        send_to(s, buf, (size_t)n);
-    }
-    if (only == NULL) {
-        w->kv_waiting = st.waiting;
-        w->kv_running = st.running;
-    }
-}
-
-void ig__worker_kv_load(worker_t *w)
-{
-    if (w->sched && w->kv_subs)
-        send_load(w, NULL);
-}
-
 void ig__worker_kv_pump(worker_t *w)
 {
     if (!w->sched || !w->kv_subs)
         return;
-    send_load(w, NULL);
     ig_kv_event_t ev[KV_BATCH];
     for (;;) {
         int n = ig_sched_kv_events(w->sched, w->kv_cursor, ev, KV_BATCH);
@@ -270,11 +238,8 @@ void ig__worker_kv_subscribe(worker_t *w, ig_http_req_t *req)
     w->kv_subs = s;
     w->nkv_subs++;
     ig_http_req_on_abort(req, on_abort, s);
-    if (send_snapshot(s) == 0) {
-        if (w->nkv_subs == 1)
-            w->kv_cursor = s->from;
-        send_load(w, s);
-    }
+    if (send_snapshot(s) == 0 && w->nkv_subs == 1)
+        w->kv_cursor = s->from;
 }
 
 void ig__worker_kv_close_all(worker_t *w)

@@ -155,7 +155,6 @@ typedef struct worker_s {
     kvsub_t *kv_subs;
     int nkv_subs;
     uint64_t kv_cursor;   /* events up to this one were sent to every subscriber */
-    int kv_waiting, kv_running; /* the queue the last "load" event said */
     char kv_epoch[48];    /* this process's cache: a new one after each start */
 } worker_t;
 
@@ -217,8 +216,6 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
 void ig__worker_kv_subscribe(worker_t *w, ig_http_req_t *req);
 /* Loop thread: sends the cache's new events to every subscriber. */
 void ig__worker_kv_pump(worker_t *w);
-/* A "load" event to every subscriber when the queue changed (kv_events.c). */
-void ig__worker_kv_load(worker_t *w);
 /* Once a second: pump, and a comment line as a heartbeat. */
 void ig__worker_kv_tick(worker_t *w);
 /* Ends every subscription (the worker drains). */

@@ -221,6 +221,8 @@ int ig_proc_pump(ig_proc_t *p, int ms)
         char *dst = *len < LOG_MAX - 1 ? buf + *len : spill;
         size_t room = *len < LOG_MAX - 1 ? LOG_MAX - 1 - *len : sizeof(spill);
         ssize_t r = read(*fd, dst, room);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN))
+            continue; /* a signal (a child's SIGCHLD): the pipe is still open */
         if (r <= 0) {
             close_fd(fd);
             continue;
