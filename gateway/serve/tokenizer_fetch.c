@@ -6,8 +6,9 @@
  * generation_config.json}, writes them under its run directory and loads
  * them on libuv's thread pool, so that text prompts are hashed as the
  * workers cache them. One fetch at a time; a model whose worker serves no
- * tokenizer (a GGUF model: 404) or fails to is left to token-id prompts
- * until the next reload.
+ * tokenizer (a GGUF model: 404), or one that does not load, is left to
+ * token-id prompts until the next reload; a failed connection is tried
+ * again when an instance is next ready.
  */
 #include "gateway_internal.h"
 
@@ -67,22 +68,34 @@ static gw_prefix_model_t *wanting(ig_gateway_t *gw, const char *model)
     return NULL;
 }
 
-/* The fetch ended without a tokenizer: the model stays on token-id prompts. */
-static void fetch_failed(ig__tok_fetch_t *f, const char *why)
+/* The fetch ended without a tokenizer: the model stays on token-id prompts,
+ * for good (until a reload) when the worker answered but served none that
+ * loads, or until an instance is next ready when the connection failed. */
+static void fetch_ended(ig__tok_fetch_t *f, const char *why, int for_good)
 {
     ig_gateway_t *gw = f->gw;
     if (gw != NULL) {
         gw_prefix_model_t *pm = wanting(gw, f->model);
-        if (pm != NULL) {
+        if (pm != NULL && for_good) {
             pm->remote_failed = 1;
             IG_WARN("model %s: no tokenizer from instance %s (%s): prefix-aware routing for "
                     "token-id prompts only",
                     f->model, f->instance, why);
+        } else if (pm != NULL) {
+            IG_INFO("model %s: no tokenizer from instance %s yet (%s): tried again when an "
+                    "instance is next ready",
+                    f->model, f->instance, why);
         }
         gw->tok_fetch = NULL;
-        ig__gateway_tokenizer_kick(gw);
+        if (for_good)
+            ig__gateway_tokenizer_kick(gw); /* another model may want one */
     }
     fetch_free(f);
+}
+
+static void fetch_failed(ig__tok_fetch_t *f, const char *why)
+{
+    fetch_ended(f, why, 1);
 }
 
 /* ---- loading, on the thread pool -------------------------------------------- */
@@ -186,6 +199,8 @@ static void on_done(ig_upstream_req_t *r, int err, void *data)
                  FILE_MAX >> 20);
     } else if (err != 0) {
         snprintf(why, sizeof(why), "%s: %s", files[f->file], ig_strerror(err));
+        fetch_ended(f, why, 0);
+        return;
     } else if (f->status == 200 || (f->file > 0 && f->status == 404)) {
         if (f->status != 200) { /* the two configs are optional */
             free(f->body[f->file]);
