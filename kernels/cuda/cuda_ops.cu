@@ -175,6 +175,19 @@ int ig__cuda_rmsnorm(ig_backend_t *be, float *out, const float *x, const ig_weig
  * The angle is taken in double, as on the CPU (kernels/cpu): near position
  * 1e5 a float product is off by up to 4e-3 rad. cos and sin of it are
  * rounded to float, then the rotation runs in float, as on the CPU. */
+/* The pair (i, i + half) of src rotated by p * inv_freq[i] into dst (which
+ * may be src). */
+__device__ __forceinline__ void rope_pair(const float *src, float *dst, int i, int half, double p,
+                                          const float *inv_freq)
+{
+    double sd, cd;
+    sincos(p * (double)inv_freq[i], &sd, &cd);
+    float s = (float)sd, co = (float)cd;
+    float x1 = src[i], x2 = src[i + half];
+    dst[i] = x1 * co - x2 * s;
+    dst[i + half] = x2 * co + x1 * s;
+}
+
 __global__ void rope_kernel(float *q, float *k, const int *pos, int n_heads, int n_kv_heads,
                             int head_dim, const float *inv_freq)
 {
@@ -182,14 +195,8 @@ __global__ void rope_kernel(float *q, float *k, const int *pos, int n_heads, int
     float *x = h < n_heads ? q + ((size_t)t * n_heads + h) * head_dim
                            : k + ((size_t)t * n_kv_heads + (h - n_heads)) * head_dim;
     double p = (double)pos[t];
-    for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double sd, cd;
-        sincos(p * (double)inv_freq[i], &sd, &cd);
-        float s = (float)sd, co = (float)cd;
-        float x1 = x[i], x2 = x[i + half];
-        x[i] = x1 * co - x2 * s;
-        x[i + half] = x2 * co + x1 * s;
-    }
+    for (int i = threadIdx.x; i < half; i += blockDim.x)
+        rope_pair(x, x, i, half, p, inv_freq);
 }
 
 int ig__cuda_rope(ig_backend_t *be, float *q, float *k, const int *pos, int ntok, int n_heads,
@@ -328,12 +335,7 @@ __global__ void rope_kv_kernel(float *q, const float *k, const float *v, float *
     }
     double p = (double)pos[t];
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        double sd, cd;
-        sincos(p * (double)inv_freq[i], &sd, &cd);
-        float s = (float)sd, co = (float)cd;
-        float x1 = src[i], x2 = src[i + half];
-        dst[i] = x1 * co - x2 * s;
-        dst[i + half] = x2 * co + x1 * s;
+        rope_pair(src, dst, i, half, p, inv_freq);
         if (vdst) {
             vdst[i] = vsrc[i];
             vdst[i + half] = vsrc[i + half];
