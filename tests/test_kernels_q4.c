@@ -98,60 +98,7 @@ static void test_layout_is_ggufs(void **state)
 /* y = x W^T through the backend for W(n, k) quantized; checks both bounds. */
 static void check_one(ig_backend_t *be, int m, int n, int k, const char *label)
 {
-    int nb = k / 32;
-    float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
-    size_t wb = ig_dtype_bytes(IG_DTYPE_Q4_0, (size_t)n * k);
-    unsigned char *wq = malloc(wb);
-    float *wd = malloc((size_t)n * k * sizeof(float)), *xdq = malloc((size_t)m * k * 4);
-    int8_t *xq = malloc((size_t)m * k);
-    float *xs = malloc((size_t)m * nb * sizeof(float));
-    ig_dtype_from_f32(wq, IG_DTYPE_Q4_0, w, (size_t)n * k);
-    ig_dtype_to_f32(wd, wq, IG_DTYPE_Q4_0, (size_t)n * k);
-    ig__q8_quantize_rows(xq, xs, x, m, k);
-    for (int r = 0; r < m; r++)
-        for (int i = 0; i < k; i++)
-            xdq[(size_t)r * k + i] = xs[(size_t)r * nb + i / 32] * xq[(size_t)r * k + i];
-    size_t ny = (size_t)m * n;
-    float *y = malloc(ny * sizeof(float));
-    double *ref = malloc(ny * 8), *mag = malloc(ny * 8), *exact = malloc(ny * 8),
-           *qerr = malloc(ny * 8);
-    for (int r = 0; r < m; r++)
-        for (int c = 0; c < n; c++) {
-            double s = 0, a = 0, e = 0, qe = 0;
-            for (int i = 0; i < k; i++) {
-                double xv = x[(size_t)r * k + i], xd = xdq[(size_t)r * k + i];
-                double wv = w[(size_t)c * k + i], wdv = wd[(size_t)c * k + i];
-                s += xd * wdv;
-                a += fabs(xd * wdv);
-                e += xv * wv;
-                qe += fabs(xv) * fabs(wv - wdv) + fabs(wdv) * fabs(xv - xd);
-            }
-            ref[(size_t)r * n + c] = s, mag[(size_t)r * n + c] = a;
-            exact[(size_t)r * n + c] = e, qerr[(size_t)r * n + c] = qe;
-        }
-    ig_tensor_t t = {IG_DTYPE_Q4_0, wq, 2, {n, k}};
-    ig_weight_t W;
-    assert_int_equal(be->upload_weight(be, &t, &W), 0);
-    memset(y, 0xff, ny * sizeof(float));
-    assert_int_equal(be->matmul(be, y, x, &W, NULL, m), 0);
-    char what[160];
-    snprintf(what, sizeof(what), "%s q4_0 m=%d n=%d k=%d", label, m, n, k);
-    /* scale product, conversion, fma, nb additions */
-    ig_assert_within_bound(y, ref, mag, ny, nb + 3, ig_f32_floor(k), what);
-    for (size_t i = 0; i < ny; i++) {
-        double b = qerr[i] + ig_bound_of(mag[i], nb + 3, ig_f32_floor(k));
-        if (!(fabs(y[i] - exact[i]) <= b))
-            fail_msg("%s: element %zu: %.9g vs exact %.9g beyond the quantization bound %.3g", what,
-                     i, y[i], exact[i], b);
-    }
-    int id = n / 2;
-    float *row = malloc((size_t)k * sizeof(float));
-    assert_int_equal(be->embed(be, row, &W, &id, 1), 0);
-    assert_memory_equal(row, wd + (size_t)id * k, (size_t)k * sizeof(float));
-    free(row);
-    be->free_weight(be, &W);
-    free(x), free(w), free(wq), free(wd), free(xdq), free(xq), free(xs), free(y);
-    free(ref), free(mag), free(exact), free(qerr);
+    ig_tq_check_blocks32(be, IG_DTYPE_Q4_0, &rng, m, n, k, label);
 }
 
 static void test_within_bounds_every_isa(void **state)

@@ -12,9 +12,18 @@
  *   format) gives each row's bits alone and batched, with 1 and 2
  *   threads, and the same bits on every instruction set.
  *
- * Both leave the instruction set at the most this CPU has.
+ * - ig_tq_check_blocks32: for a format of 32-weight blocks (Q8_0, Q4_0),
+ *   y = x W^T through be against the product of the dequantized weights
+ *   and the Q8_0-quantized x (its rounding bound), and against the exact
+ *   product (that bound plus the quantization error of both), with
+ *   random x and W(n, k) drawn from rng; embed gives W's dequantized row.
+ *
+ * The first two leave the instruction set at the most this CPU has.
  */
 
+#include <stdint.h>
+
+#include "infergate/dtype.h"
 #include "infergate/kernels.h"
 #include "infergate/tensor.h"
 
@@ -22,5 +31,7 @@ typedef void (*ig_tq_check_fn)(ig_backend_t *be, int m, int n, int k, const char
 
 void ig_tq_every_isa(const int (*shapes)[3], int nshapes, ig_tq_check_fn check);
 void ig_tq_batch_invariant(const ig_tensor_t *t, const float *x, int m);
+void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m, int n, int k,
+                          const char *label);
 
 #endif
