@@ -258,6 +258,17 @@ int ig__cuda_add(ig_backend_t *be, float *y, const float *x, size_t n)
 
 /* ---- paged KV append ---------------------------------------------------- */
 
+/* Whether the cache layout holds layer and can be addressed: 0, IG_EINVAL,
+ * or IG_ENOTSUP for a KV dtype other than F32 (ig_engine_create refuses
+ * others). */
+static int kv_layer_check(const ig_kv_layout_t *kv, int layer)
+{
+    if (layer < 0 || layer >= kv->num_layers || kv->block_size <= 0 ||
+        (int64_t)kv->num_blocks * kv->block_size > INT32_MAX)
+        return IG_EINVAL;
+    return kv->dtype != IG_DTYPE_F32 ? IG_ENOTSUP : 0;
+}
+
 /* Block per token; k, v (ntok, n_kv_heads, head_dim) go to slot
  * block * block_size + offset of the layer's cache (layer, block, kv_head,
  * block_size, head_dim). A negative slot is padding and is skipped. */
@@ -288,11 +299,10 @@ int ig__cuda_kv_append(ig_backend_t *be, const ig_kv_layout_t *kv, int layer, co
     int rc;
     if (ntok <= 0)
         return ntok == 0 ? 0 : IG_EINVAL;
-    if (layer < 0 || layer >= kv->num_layers || kv->block_size <= 0 || kv->head_dim <= 0 ||
-        (int64_t)kv->num_blocks * kv->block_size > INT32_MAX)
+    if (kv->head_dim <= 0)
         return IG_EINVAL;
-    if (kv->dtype != IG_DTYPE_F32) /* kv_dtypes: F32 only (ig_engine_create refuses others) */
-        return IG_ENOTSUP;
+    if ((rc = kv_layer_check(kv, layer)) != 0)
+        return rc;
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
     kv_append_kernel<<<ntok, 128, 0, c->stream>>>((float *)kv->k, (float *)kv->v, k, v, slots,
@@ -351,12 +361,10 @@ int ig__cuda_rope_kv_append(ig_backend_t *be, float *q, const float *k, const fl
     int rc, nkv = kv->n_kv_heads, hd = kv->head_dim;
     if (ntok <= 0)
         return ntok == 0 ? 0 : IG_EINVAL;
-    if (n_heads <= 0 || nkv <= 0 || hd <= 0 || hd % 2 || n_heads + nkv > 65535 || layer < 0 ||
-        layer >= kv->num_layers || kv->block_size <= 0 ||
-        (int64_t)kv->num_blocks * kv->block_size > INT32_MAX)
+    if (n_heads <= 0 || nkv <= 0 || hd <= 0 || hd % 2 || n_heads + nkv > 65535)
         return IG_EINVAL;
-    if (kv->dtype != IG_DTYPE_F32) /* kv_dtypes: F32 only (ig_engine_create refuses others) */
-        return IG_ENOTSUP;
+    if ((rc = kv_layer_check(kv, layer)) != 0)
+        return rc;
     if ((rc = ig__cuda_enter(c)) != 0)
         return rc;
     dim3 grid((unsigned)ntok, (unsigned)(n_heads + nkv));
