@@ -111,13 +111,8 @@ static void test_within_bounds_every_isa(void **state)
 
 static void test_batch_invariant(void **state)
 {
-    int m = 19, n = 77, k = 672; /* 5 panels, the last short; 4 rows, then 3 */
-    float *x = rand_buf((size_t)m * k), *w = rand_buf((size_t)n * k);
-    unsigned char *wq = malloc(ig_dtype_bytes(IG_DTYPE_Q4_0, (size_t)n * k));
-    ig_dtype_from_f32(wq, IG_DTYPE_Q4_0, w, (size_t)n * k);
-    ig_tensor_t t = {IG_DTYPE_Q4_0, wq, 2, {n, k}};
-    ig_tq_batch_invariant(&t, x, m);
-    free(x), free(w), free(wq);
+    ig_tq_batch_invariant_random(IG_DTYPE_Q4_0, &rng, 19, 77,
+                                 672); /* 5 panels, the last short; 4 rows, then 3 */
 }
 
 /* The panels hold the file's bytes (no growth beyond a short last panel's

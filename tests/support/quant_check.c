@@ -128,3 +128,14 @@ void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m,
     free(x), free(w), free(wq), free(wd), free(xdq), free(xq), free(xs), free(y);
     free(ref), free(mag), free(exact), free(qerr);
 }
+
+void ig_tq_batch_invariant_random(ig_dtype_t dt, uint64_t *rng, int m, int n, int k)
+{
+    float *x = ig_xs_buf(rng, (size_t)m * k, 1.0f), *w = ig_xs_buf(rng, (size_t)n * k, 1.0f);
+    unsigned char *wq = malloc(ig_dtype_bytes(dt, (size_t)n * k));
+    assert_non_null(wq);
+    ig_dtype_from_f32(wq, dt, w, (size_t)n * k);
+    ig_tensor_t t = {dt, wq, 2, {n, k}};
+    ig_tq_batch_invariant(&t, x, m);
+    free(x), free(w), free(wq);
+}

@@ -31,6 +31,8 @@ typedef void (*ig_tq_check_fn)(ig_backend_t *be, int m, int n, int k, const char
 
 void ig_tq_every_isa(const int (*shapes)[3], int nshapes, ig_tq_check_fn check);
 void ig_tq_batch_invariant(const ig_tensor_t *t, const float *x, int m);
+/* The same for W(n, k) and x(m, k) drawn from rng, W quantized to dt. */
+void ig_tq_batch_invariant_random(ig_dtype_t dt, uint64_t *rng, int m, int n, int k);
 void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m, int n, int k,
                           const char *label);
 
