@@ -141,6 +141,43 @@ static void test_gauge_fn(void **state)
                   "infergate_ready 9\n");
 }
 
+/* A collected family's source: two upstreams, an escaped name among them. */
+typedef struct {
+    double a, b;
+} two_t;
+
+static void collect_two(void *data, ig_metrics_emit_fn *emit, void *ctx)
+{
+    const two_t *t = data;
+    const char *first = "a", *second = "b\"c";
+    emit(ctx, &first, t->a);
+    emit(ctx, &second, t->b);
+}
+
+static void test_gauge_collect(void **state)
+{
+    two_t v = {1, 2.5};
+    ig_metrics_gauge_collect("infergate_up", "Up.", "upstream", collect_two, &v);
+    expect_render("# HELP infergate_up Up.\n# TYPE infergate_up gauge\n"
+                  "infergate_up{upstream=\"a\"} 1\n"
+                  "infergate_up{upstream=\"b\\\"c\"} 2.5\n");
+    v.a = 3; /* read at render time */
+    expect_render("# HELP infergate_up Up.\n# TYPE infergate_up gauge\n"
+                  "infergate_up{upstream=\"a\"} 3\n"
+                  "infergate_up{upstream=\"b\\\"c\"} 2.5\n");
+    /* A plain gauge of the same name is refused. */
+    ig_metric_t *m = ig_metrics_gauge("infergate_up", "Up.", "upstream");
+    assert_null(m);
+    /* Detached, it renders no samples; registered again, the new source. */
+    ig_metrics_detach(&v);
+    expect_render("# HELP infergate_up Up.\n# TYPE infergate_up gauge\n");
+    two_t w = {4, 5};
+    ig_metrics_gauge_collect("infergate_up", "Up.", "upstream", collect_two, &w);
+    expect_render("# HELP infergate_up Up.\n# TYPE infergate_up gauge\n"
+                  "infergate_up{upstream=\"a\"} 4\n"
+                  "infergate_up{upstream=\"b\\\"c\"} 5\n");
+}
+
 static void test_registration_rules(void **state)
 {
     ig_metric_t *c = ig_metrics_counter("infergate_c_total", "C.", "a, b");
@@ -210,6 +247,7 @@ int main(void)
         cmocka_unit_test_setup(test_histogram, reset),
         cmocka_unit_test_setup(test_histogram_default_buckets, reset),
         cmocka_unit_test_setup(test_gauge_fn, reset),
+        cmocka_unit_test_setup(test_gauge_collect, reset),
         cmocka_unit_test_setup(test_registration_rules, reset),
         cmocka_unit_test_setup(test_values, reset),
         cmocka_unit_test_setup(test_many_series, reset),

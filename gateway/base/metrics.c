@@ -51,6 +51,8 @@ struct ig_metric_s {
     size_t nbounds;
     double (*fn)(void *data); /* gauge read at render time */
     void *fn_data;
+    ig_metrics_collect_fn *collect; /* labelled gauge read at render time */
+    void *collect_data;
     series_t **table;
     size_t tsize;
     size_t nseries;
@@ -182,7 +184,7 @@ static ig_metric_t *family(kind_t kind, const char *name, const char *help, cons
     lock_take();
     m = find_family(name);
     if (m != NULL) {
-        int same = m->kind == kind && m->nlabels == nlabels && m->fn == NULL;
+        int same = m->kind == kind && m->nlabels == nlabels && m->fn == NULL && m->collect == NULL;
         for (int i = 0; same && i < nlabels; i++)
             same = strcmp(m->labels[i], labels[i]) == 0;
         lock_give();
@@ -263,6 +265,40 @@ void ig_metrics_gauge_fn(const char *name, const char *help, double (*fn)(void *
     lock_take();
     m->fn = fn;
     m->fn_data = data;
+    lock_give();
+}
+
+void ig_metrics_gauge_collect(const char *name, const char *help, const char *label_names,
+                              ig_metrics_collect_fn *collect, void *data)
+{
+    lock_take();
+    ig_metric_t *m = find_family(name);
+    if (m != NULL) {
+        /* As ig_metrics_gauge_fn: a plain family of that name stays. */
+        if (m->collect != NULL) {
+            m->collect = collect;
+            m->collect_data = data;
+        }
+        lock_give();
+        return;
+    }
+    lock_give();
+    m = family(KIND_GAUGE, name, help, label_names, NULL, 0);
+    if (m == NULL)
+        return;
+    lock_take();
+    m->collect = collect;
+    m->collect_data = data;
+    lock_give();
+}
+
+void ig_metrics_detach(const void *data)
+{
+    lock_take();
+    for (ig_metric_t *m = families; m != NULL; m = m->next) {
+        if (m->collect != NULL && m->collect_data == data)
+            m->collect_data = NULL;
+    }
     lock_give();
 }
 
@@ -367,7 +403,7 @@ static void update(ig_metric_t *m, op_t op, double v, va_list ap)
             values[i] = "";
     }
     lock_take();
-    series_t *s = m->fn == NULL ? lookup(m, values) : NULL;
+    series_t *s = m->fn == NULL && m->collect == NULL ? lookup(m, values) : NULL;
     if (s != NULL) {
         if (op == OP_ADD)
             s->value += v;
@@ -504,6 +540,21 @@ static void render_series(ig_strbuf_t *b, const ig_metric_t *m, const series_t *
     sample(b, m, "_count", s, NULL, s ? (double)s->count : 0);
 }
 
+/* A collected family's render: its samples, as its source emits them. */
+typedef struct {
+    ig_strbuf_t *b;
+    const ig_metric_t *m;
+} collected_t;
+
+static void emit_collected(void *ctx, const char *const *values, double v)
+{
+    collected_t *c = ctx;
+    series_t s = {0};
+    for (int i = 0; i < c->m->nlabels; i++)
+        s.values[i] = (char *)(values[i] != NULL ? values[i] : "");
+    sample(c->b, c->m, "", &s, NULL, v);
+}
+
 static int nlabels_for_sort;
 
 static int cmp_series(const void *a, const void *b)
@@ -535,6 +586,12 @@ static void render_family(ig_strbuf_t *b, ig_metric_t *m)
     ig_strbuf_put(b, "\n", 1);
     if (m->fn != NULL) {
         sample(b, m, "", NULL, NULL, m->fn(m->fn_data));
+        return;
+    }
+    if (m->collect != NULL) {
+        collected_t c = {b, m};
+        if (m->collect_data != NULL)
+            m->collect(m->collect_data, emit_collected, &c);
         return;
     }
     /* A family without labels always has its one series, zero until used. */

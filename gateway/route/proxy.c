@@ -148,12 +148,12 @@ struct ig_proxy_s {
     void *close_data;
     /* metrics */
     ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections, *m_explorations;
-    ig_metric_t *m_inflight, *m_rtt, *m_svc, *m_ttft, *m_e2e, *m_rejected, *m_queue;
+    ig_metric_t *m_ttft, *m_e2e, *m_rejected, *m_queue;
     ig_usage_families_t m_usage;
     double ttft_sum; /* every TTFT observed, for the status page's chart */
     long long ttft_count;
     ig_prefix_index_t *prefix_index; /* where prompts went (NULL: out of memory) */
-    ig_metric_t *m_limit, *m_limit_changes, *m_concurrency;
+    ig_metric_t *m_limit_changes;
 };
 
 static void attempt_start(exchange_t *x, int hedge);
@@ -214,13 +214,6 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     px->m_ejections = ig_metrics_counter(
         "infergate_upstream_ejections_total",
         "Outlier ejections by upstream (a failed half-open trial ejects again).", "upstream");
-    px->m_inflight = ig_metrics_gauge("infergate_upstream_inflight",
-                                      "Attempts in flight on each upstream.", "upstream");
-    px->m_rtt = ig_metrics_gauge("infergate_upstream_rtt_ewma_seconds",
-                                 "Peak-EWMA round-trip time of each upstream.", "upstream");
-    px->m_svc =
-        ig_metrics_gauge("infergate_upstream_ttft_ewma_seconds",
-                         "EWMA of the service time to first token of each upstream.", "upstream");
     px->m_ttft = ig_metrics_histogram("infergate_time_to_first_token_seconds",
                                       "Time from the request's arrival to the first content "
                                       "token of a stream, or to a whole answer.",
@@ -233,16 +226,9 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
     px->m_queue = ig_metrics_gauge("infergate_queue_depth",
                                    "Requests held because every upstream was saturated.", "model");
     ig_usage_families_register(&px->m_usage);
-    px->m_limit =
-        ig_metrics_gauge("infergate_upstream_concurrency_limit",
-                         "Adaptive limit of attempts in flight on each upstream.", "upstream");
     px->m_limit_changes = ig_metrics_counter(
         "infergate_upstream_concurrency_limit_changes_total",
         "Moves of each upstream's adaptive concurrency limit, by why it moved.", "upstream,reason");
-    px->m_concurrency = ig_metrics_gauge(
-        "infergate_upstream_concurrency",
-        "Concurrency the router believes each upstream has (reported slots, else learned).",
-        "upstream");
     *out = px;
     return 0;
 }
@@ -359,6 +345,11 @@ static int limit_of(const ig_proxy_t *px, const ig_router_upstream_t *u)
     return ig_admit_limit(&px->router, u, px->opts.max_inflight);
 }
 
+int ig_proxy_upstream_limit(const ig_proxy_t *px, const ig_router_upstream_t *u)
+{
+    return limit_of(px, u);
+}
+
 /* How long an upstream that answered 404 for an endpoint is not asked for
  * it again: a site upgraded meanwhile is found within this. */
 #define LACKS_RECHECK_NS (60ULL * 1000000000ULL)
@@ -388,15 +379,6 @@ static int was_tried(const exchange_t *x, const ig_router_upstream_t *u)
             return 1;
     }
     return 0;
-}
-
-static void publish_upstream(ig_proxy_t *px, const ig_router_upstream_t *u)
-{
-    ig_metric_set(px->m_inflight, u->inflight, u->name);
-    ig_metric_set(px->m_rtt, u->rtt_s, u->name);
-    ig_metric_set(px->m_svc, u->svc_s, u->name);
-    ig_metric_set(px->m_limit, limit_of(px, u), u->name);
-    ig_metric_set(px->m_concurrency, ig_router_concurrency(u), u->name);
 }
 
 /*
@@ -452,7 +434,6 @@ static void attempt_account(attempt_t *a, ig_outcome_t outcome, const char *kind
     }
     if (outcome == IG_OUTCOME_FAILURE || outcome == IG_OUTCOME_BACKPRESSURE)
         ig_metric_add(px->m_errors, 1, a->route->name, kind);
-    publish_upstream(px, a->route);
 }
 
 /* Forgets what an attempt gathered. */
@@ -813,7 +794,6 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     /* A token is proof that the upstream works: a half-open trial is won. */
     ig_router_attempt_proven(&px->router, a->route, a->trial, now);
     a->trial = 0;
-    publish_upstream(px, a->route);
     commit_attempt(x, a);
     ft_arm(x);
     add_route_headers(x, a);
@@ -1375,7 +1355,6 @@ static void launch(exchange_t *x, int hedge, const pick_t *p)
     uint64_t changes_before = a->route->limit_changes;
     a->trial = ig_router_attempt_begin(&px->router, a->route, now);
     apply_limit(px, a, changes_before);
-    publish_upstream(px, a->route);
 
     static const ig_upstream_cbs_t cbs = {on_up_headers, on_up_body, on_up_done};
     int rc = ig_upstream_request(a->client, "POST", x->path,

@@ -13,6 +13,7 @@
 #include "infergate/engine.h" /* ig_engine_kv_dtype_name */
 #include "infergate/error.h"
 #include "infergate/log.h"
+#include "infergate/metrics.h"
 #include "infergate/tls.h"
 
 #include <ctype.h>
@@ -220,6 +221,7 @@ static int routes_pool(const ig_gateway_t *gw, const ig_pool_t *pool)
 
 static void gateway_free(ig_gateway_t *gw)
 {
+    ig_metrics_detach(gw);
     if (gw->own_run_dir)
         rmdir(gw->run_dir); /* empty once the workers removed their sockets */
     free(gw->pools);
@@ -390,6 +392,7 @@ int ig_gateway_start(ig_gateway_t **out, uv_loop_t *loop, const ig_config_t *cfg
     if ((rc = ig_proxy_start(&gw->proxy, loop, &po, ig__gateway_resolve, gw)) != 0)
         goto fail;
     ig__gateway_cost_metrics_register();
+    ig__gateway_upstream_gauges(gw);
     ig_proxy_on_cost(gw->proxy, ig__gateway_on_cost, gw);
 
     if ((rc = ig_scaler_start(&gw->scaler, loop, gw->proxy, (int)cfg->npools)) != 0)

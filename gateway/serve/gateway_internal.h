@@ -120,6 +120,9 @@ int ig__gateway_route_key(ig_gateway_t *gw, ig_http_req_t *req, const char *mode
 
 /* Registers the cost metric families (once). */
 void ig__gateway_cost_metrics_register(void);
+/* Registers the upstreams' gauges, read from gw at scrape time
+ * (ig_metrics_detach(gw) before gw is freed). */
+void ig__gateway_upstream_gauges(ig_gateway_t *gw);
 /* The proxy's report of one answer's cost, as its ig_proxy_cost_cb. */
 void ig__gateway_on_cost(void *data, ig_http_req_t *req, const char *upstream, const char *model,
                          double usd);

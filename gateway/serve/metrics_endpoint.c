@@ -10,6 +10,10 @@
  * kept (nothing else of a worker: its HTTP counters would collide with the
  * gateway's own), each family's samples of every instance grouped under
  * one HELP and TYPE, each sample labelled pool and instance.
+ *
+ * The upstreams' own gauges (in flight, EWMAs, limits) are read from the
+ * router's state at render time, not set on every attempt: a scrape sees
+ * the upstreams that exist now, and a request pays nothing for them.
  */
 #include "gateway_internal.h"
 #include "infergate/api.h"
@@ -17,6 +21,9 @@
 #include "infergate/error.h"
 #include "infergate/log.h"
 #include "infergate/metrics.h"
+#include "infergate/pool.h"
+#include "infergate/proxy.h"
+#include "infergate/site.h"
 #include "infergate/strbuf.h"
 
 #include <stdio.h>
@@ -356,4 +363,86 @@ void ig_gateway_metrics(ig_gateway_t *gw, ig_http_req_t *req)
         return;
     }
     uv_timer_start(&s->timer, on_timeout, FEDERATE_TIMEOUT_MS, 0);
+}
+
+/* ---- the upstreams' gauges ---------------------------------------------- */
+
+typedef double upstream_value_fn(const ig_gateway_t *gw, const ig_router_upstream_t *u);
+
+/* emit(value of u) for every site and every pool instance, labelled by the
+ * upstream's name. */
+static void each_upstream(ig_gateway_t *gw, upstream_value_fn *value, ig_metrics_emit_fn *emit,
+                          void *ctx)
+{
+    for (int s = 0; s < gw->nsites; s++) {
+        const ig_router_upstream_t *u = ig_site_route(gw->sites[s]);
+        emit(ctx, &u->name, value(gw, u));
+    }
+    for (int p = 0; p < gw->npools; p++) {
+        for (int i = 0; i < ig_pool_size(gw->pools[p]); i++) {
+            const ig_router_upstream_t *u = ig_instance_route(ig_pool_instance(gw->pools[p], i));
+            emit(ctx, &u->name, value(gw, u));
+        }
+    }
+}
+
+static double inflight_of(const ig_gateway_t *gw, const ig_router_upstream_t *u)
+{
+    (void)gw;
+    return u->inflight;
+}
+
+static double rtt_of(const ig_gateway_t *gw, const ig_router_upstream_t *u)
+{
+    (void)gw;
+    return u->rtt_s;
+}
+
+static double svc_of(const ig_gateway_t *gw, const ig_router_upstream_t *u)
+{
+    (void)gw;
+    return u->svc_s;
+}
+
+static double limit_of(const ig_gateway_t *gw, const ig_router_upstream_t *u)
+{
+    return ig_proxy_upstream_limit(gw->proxy, u);
+}
+
+static double concurrency_of(const ig_gateway_t *gw, const ig_router_upstream_t *u)
+{
+    (void)gw;
+    return ig_router_concurrency(u);
+}
+
+#define UPSTREAM_GAUGE(fn, value)                                                                 \
+    static void fn(void *data, ig_metrics_emit_fn *emit, void *ctx)                               \
+    {                                                                                             \
+        each_upstream(data, value, emit, ctx);                                                    \
+    }
+UPSTREAM_GAUGE(collect_inflight, inflight_of)
+UPSTREAM_GAUGE(collect_rtt, rtt_of)
+UPSTREAM_GAUGE(collect_svc, svc_of)
+UPSTREAM_GAUGE(collect_limit, limit_of)
+UPSTREAM_GAUGE(collect_concurrency, concurrency_of)
+
+void ig__gateway_upstream_gauges(ig_gateway_t *gw)
+{
+    static const struct {
+        const char *name, *help;
+        ig_metrics_collect_fn *collect;
+    } g[] = {
+        {"infergate_upstream_inflight", "Attempts in flight on each upstream.", collect_inflight},
+        {"infergate_upstream_rtt_ewma_seconds", "Peak-EWMA round-trip time of each upstream.",
+         collect_rtt},
+        {"infergate_upstream_ttft_ewma_seconds",
+         "EWMA of the service time to first token of each upstream.", collect_svc},
+        {"infergate_upstream_concurrency_limit",
+         "Adaptive limit of attempts in flight on each upstream.", collect_limit},
+        {"infergate_upstream_concurrency",
+         "Concurrency the router believes each upstream has (reported slots, else learned).",
+         collect_concurrency},
+    };
+    for (size_t i = 0; i < sizeof(g) / sizeof(g[0]); i++)
+        ig_metrics_gauge_collect(g[i].name, g[i].help, "upstream", g[i].collect, gw);
 }

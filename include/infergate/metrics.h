@@ -38,6 +38,19 @@ void ig_metric_observe(ig_metric_t *m, double v, ...); /* histogram */
 /* A gauge whose value is read at render time from fn(data); no labels. */
 void ig_metrics_gauge_fn(const char *name, const char *help, double (*fn)(void *data), void *data);
 
+/* A gauge family with labels whose samples are read at render time:
+ * collect(data, emit, ctx) calls emit(ctx, values, v) once per series, with
+ * one label value per label of the family, in the order they are to be
+ * shown. It runs under the registry's lock, so it must not update metrics.
+ * Registering the name again points the family at the new source. */
+typedef void ig_metrics_emit_fn(void *ctx, const char *const *values, double v);
+typedef void ig_metrics_collect_fn(void *data, ig_metrics_emit_fn *emit, void *ctx);
+void ig_metrics_gauge_collect(const char *name, const char *help, const char *label_names,
+                              ig_metrics_collect_fn *collect, void *data);
+/* Detaches every collected family that reads data: call it before data is
+ * freed (the family renders no samples until registered again). */
+void ig_metrics_detach(const void *data);
+
 /* Renders every family. Returns a malloc'ed NUL-terminated string (the
  * caller frees it) or NULL when out of memory. */
 char *ig_metrics_render(size_t *len);

@@ -130,6 +130,9 @@ void ig_proxy_ttft_totals(const ig_proxy_t *px, double *sum, long long *count);
  * (those of the same or a more urgent priority). */
 int ig_proxy_queued_ahead(const ig_proxy_t *px, const char *model, int priority);
 ig_router_t *ig_proxy_router(ig_proxy_t *px);
+/* The attempts the proxy lets be in flight on u now: its adaptive limit,
+ * capped by max_inflight. */
+int ig_proxy_upstream_limit(const ig_proxy_t *px, const ig_router_upstream_t *u);
 
 /* Replaces the options in place (a config reload): requests in flight and
  * held keep going; what they decide next uses the new values. */
