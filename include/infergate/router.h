@@ -143,6 +143,7 @@ typedef struct {
     uint64_t rif_at_ns[IG_ROUTER_RIF_BUCKETS]; /* each one's last sample */
     double concurrency;                        /* the last estimate; 0 = none yet */
     uint64_t rif_samples;                      /* hold samples in all */
+    uint64_t fit_at_ns;                        /* the last fit of concurrency */
     double hold_base_s;                        /* the fit's unqueued hold time (b); 0 = none yet */
     double hold_svc_s; /* the fit's service time s (the queue's slope); 0 = none */
 
