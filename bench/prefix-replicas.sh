@@ -2,30 +2,38 @@
 # Prefix-aware routing with several gateway replicas over the same workers:
 # two standalone `infergate worker`s (1 thread each, KV_BLOCKS blocks of 16)
 # on 127.0.0.2 and 127.0.0.3 found through dnsmasq (`pools[].discover`), and
-# REPLICAS gateways with no model files (the model has no path: token-id
-# prompts), the load spread over them round robin by the client. TENANTS
+# REPLICAS gateways, the load spread over them round robin by the client.
+# MODEL_FILES=0: the gateways have no model files (the model has no path)
+# and the prompts are token ids; MODEL_FILES=1: the model's files are on
+# the gateways and the prompts are text, tokenized there. TENANTS
 # tenants share 512-token prefixes (more than one worker's cache holds);
 # open-loop Poisson arrivals at RATE req/s, streamed, TTFT from the
 # scheduled send time. For each replica count in REPLICAS, run with
 # routing.policy latency and least_inflight (the baseline), fresh workers
 # each run, same seed. Prints TTFT p50/p99, the ratios latency /
-# least_inflight (targets with 3 replicas: p50 <= 0.5, p99 <= 1.0), the
-# workers' prefix-cache hit rates, and writes bench/results/prefix-replicas.json.
+# least_inflight (targets with 3 replicas: p50 <= 0.5, p99 <= 1.0) with a
+# 95% bootstrap interval each (a p99 of a few hundred requests moves a lot
+# by chance), the workers' prefix-cache hit rates, and writes
+# bench/results/prefix-replicas.json.
 #
 # usage: bench/prefix-replicas.sh [BUILD_DIR]         (default: build)
 # environment:
-#   PRESET=gqa  TENANTS=10  KV_BLOCKS=112  RATE=3  REQUESTS=90  MAX_TOKENS=4
-#   SEED=1  REPLICAS="1 3"  RESULTS=bench/results/prefix-replicas.json
+#   PRESET=gqa  TENANTS=10  KV_BLOCKS=112  RATE=3  REQUESTS=240  MAX_TOKENS=4
+#   SEED=1  REPLICAS="1 3"  MODEL_FILES=0
+#   RESULTS=bench/results/prefix-replicas.json (-model-files.json with MODEL_FILES=1)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
+[ "${MODEL_FILES:-0}" = 1 ] && [ -z "${RESULTS:-}" ] &&
+    RESULTS=$(cd "$here/.." && pwd)/bench/results/prefix-replicas-model-files.json
 bench_init prefix-replicas "$@"
-bench_env PRESET=gqa TENANTS=10 KV_BLOCKS=112 RATE=3 REQUESTS=90 MAX_TOKENS=4 SEED=1 \
-    REPLICAS="1 3" DNSMASQ=/usr/sbin/dnsmasq
+bench_env PRESET=gqa TENANTS=10 KV_BLOCKS=112 RATE=3 REQUESTS=240 MAX_TOKENS=4 SEED=1 \
+    REPLICAS="1 3" MODEL_FILES=0 DNSMASQ=/usr/sbin/dnsmasq
 check_bounds "1 <= $TENANTS <= 64 and 1 <= $REQUESTS <= 2000 and 0 < $RATE <= 100" \
     "TENANTS 1..64, REQUESTS 1..2000, RATE 0..100"
 for r in $REPLICAS; do check_bounds "1 <= $r <= 8" "REPLICAS 1..8"; done
+check_bounds "$MODEL_FILES in (0, 1)" "MODEL_FILES 0 or 1"
 need_built infergate
 [ -x "$DNSMASQ" ] || bench_fail "dnsmasq not found (DNSMASQ=$DNSMASQ)"
 pids=()
@@ -60,11 +68,13 @@ run_one() {
     done
     for i in $(seq "$n"); do
         port=$(free_port)
-        "$PY" - "$tmp/gw-$n-$policy-$i.json" "$port" "$policy" "$wport" "$dport" <<'EOF'
+        "$PY" - "$tmp/gw-$n-$policy-$i.json" "$port" "$policy" "$wport" "$dport" "$MODEL_FILES" \
+            "$tmp/model" <<'EOF'
 import json, sys
-out, port, policy, wport, dport = sys.argv[1:6]
+out, port, policy, wport, dport, files, path = sys.argv[1:8]
+model = {"name": "m", "path": path} if files == "1" else {"name": "m"}
 json.dump({"region": "bench", "listen": "127.0.0.1:" + port, "log": {"level": "warn"},
-           "models": [{"name": "m"}],
+           "models": [model],
            "pools": [{"name": "w", "model": "m", "max_instances": 4,
                       "batching": {"block_size": 16, "max_num_seqs": 16},
                       "discover": {"dns": "workers.bench", "port": int(wport), "interval_s": 1,
@@ -76,13 +86,14 @@ EOF
         ports="$ports $port"
     done
     "$PY" - "$policy" "$TENANTS" "$RATE" "$REQUESTS" "$MAX_TOKENS" "$SEED" \
-        "$tmp/run-$n-$policy.json" "$wport" $ports <<'EOF'
+        "$tmp/run-$n-$policy.json" "$wport" "$MODEL_FILES" $ports <<'EOF'
 import json, random, sys, threading, time
 import benchlib
 policy = sys.argv[1]
 tenants, rate, nreq, max_tokens, seed = float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6])
 tenants = int(tenants)
-out, wport, ports = sys.argv[7], int(sys.argv[8]), [int(p) for p in sys.argv[9:]]
+out, wport, text = sys.argv[7], int(sys.argv[8]), sys.argv[9] == "1"
+ports = [int(p) for p in sys.argv[10:]]
 
 get = benchlib.http_get
 
@@ -98,6 +109,10 @@ for port in ports:
 
 rng = random.Random(seed)
 systems = [[1 + (t * 7919 + k * 131 + (k * k) % 89) % 8000 for k in range(512)] for t in range(tenants)]
+# Text prompts: each tenant's prefix is words of its own, about 512 tokens.
+words = ["alpha", "river", "stone", "cloud", "amber", "north", "glass", "ember", "field", "quiet"]
+texts = [" ".join(words[(t * 3 + k * 7 + (k * k) % 5) % len(words)] + str(k % 97) for k in range(128))
+         for t in range(tenants)]
 plan, t = [], 0.0
 for i in range(nreq):
     t += rng.expovariate(rate)
@@ -105,8 +120,9 @@ for i in range(nreq):
 results, lock = [], threading.Lock()
 
 def one(at, k, port, t0):
-    ids = systems[k] + random.Random(at).sample(range(1, 8000), 24)
-    body = json.dumps({"model": "m", "prompt": ids, "max_tokens": max_tokens, "stream": True,
+    tail = random.Random(at).sample(range(1, 8000), 24)
+    prompt = texts[k] + " " + " ".join(map(str, tail)) if text else systems[k] + tail
+    body = json.dumps({"model": "m", "prompt": prompt, "max_tokens": max_tokens, "stream": True,
                        "temperature": 0, "ignore_eos": True})
     status, ttft, r = benchlib.stream_completion(port, body, {"Content-Type": "application/json"},
                                                  t0 + at)
@@ -130,16 +146,20 @@ for n in $REPLICAS; do
 done
 
 mkdir -p "$(dirname "$RESULTS")"
-"$PY" - "$tmp" "$RESULTS" "$PRESET" "$TENANTS" "$KV_BLOCKS" "$RATE" "$REQUESTS" $REPLICAS <<'EOF'
+"$PY" - "$tmp" "$RESULTS" "$PRESET" "$TENANTS" "$KV_BLOCKS" "$RATE" "$REQUESTS" "$MODEL_FILES" \
+    $REPLICAS <<'EOF'
 import json, sys
 import benchlib
 tmp, out = sys.argv[1], sys.argv[2]
 params = dict(zip(["preset", "tenants", "kv_blocks_per_worker", "rate", "requests"], sys.argv[3:8]))
-replicas = sys.argv[8:]
-doc = {"scenario": "prefix-replicas", "params": params, "model_files_on_gateway": False, "runs": {}}
+files = sys.argv[8] == "1"
+replicas = sys.argv[9:]
+doc = {"scenario": "prefix-replicas", "params": params, "model_files_on_gateway": files, "runs": {}}
 print(f"prefix-replicas ({params['preset']}, 2 workers x {params['kv_blocks_per_worker']} KV blocks via dnsmasq, "
       f"{params['tenants']} tenants x 512-token prefixes, {params['rate']} req/s Poisson, "
-      f"{params['requests']} requests, token-id prompts, no model files on the gateways)")
+      f"{params['requests']} requests, "
+      + ("text prompts, model files on the gateways)" if files else
+         "token-id prompts, no model files on the gateways)"))
 print(f"  {'replicas':>8} {'policy':16} {'TTFT p50':>10} {'TTFT p99':>10} {'hit rate':>9} {'errors':>7}")
 for n in replicas:
     run = {}
@@ -152,9 +172,15 @@ for n in replicas:
         print(f"  {n:>8} {pol:16} {d['ttft_p50_ms']:8.1f}ms {d['ttft_p99_ms']:8.1f}ms {d['hit_rate']:8.1%} {d['errors']:7d}")
     run["ratio_p50"] = run["latency"]["ttft_p50_ms"] / run["least_inflight"]["ttft_p50_ms"]
     run["ratio_p99"] = run["latency"]["ttft_p99_ms"] / run["least_inflight"]["ttft_p99_ms"]
+    ok = {pol: [x["ttft_s"] for x in run[pol]["results"] if x["status"] == 200 and x["ttft_s"] is not None]
+          for pol in ("least_inflight", "latency")}
+    for p in (50, 99):
+        run[f"ratio_p{p}_95ci"] = benchlib.ratio_interval(ok["latency"], ok["least_inflight"], p)
     doc["runs"][n] = run
-    print(f"  {n} replica(s): latency / least_inflight p50 {run['ratio_p50']:.2f}x (target <= 0.5), "
-          f"p99 {run['ratio_p99']:.2f}x (target <= 1.0)")
+    ci50, ci99 = run["ratio_p50_95ci"], run["ratio_p99_95ci"]
+    print(f"  {n} replica(s): latency / least_inflight p50 {run['ratio_p50']:.2f}x "
+          f"[{ci50[0]:.2f}, {ci50[1]:.2f}] (target <= 0.5), p99 {run['ratio_p99']:.2f}x "
+          f"[{ci99[0]:.2f}, {ci99[1]:.2f}] (target <= 1.0)")
 if "1" in doc["runs"] and "3" in doc["runs"]:
     d = (doc["runs"]["3"]["latency"]["hit_rate"] - doc["runs"]["1"]["latency"]["hit_rate"]) * 100
     doc["hit_rate_3_minus_1_points"] = d

@@ -129,6 +129,24 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
+def ratio_interval(a, b, p, draws=2000, seed=1):
+    """A 95% bootstrap interval of pct(a, p) / pct(b, p): each draw resamples
+    both with replacement. How far a ratio of tail percentiles over a few
+    hundred requests can move by chance alone."""
+    import random
+    rng = random.Random(seed)
+    if not a or not b:
+        return float("nan"), float("nan")
+    rs = []
+    for _ in range(draws):
+        ra = pct([rng.choice(a) for _ in a], p)
+        rb = pct([rng.choice(b) for _ in b], p)
+        if rb > 0:
+            rs.append(ra / rb)
+    rs.sort()
+    return pct(rs, 2.5), pct(rs, 97.5)
+
+
 def ttft_summary(results):
     """TTFT p50 and p99 in ms over the results (dicts with status and ttft_s)
     answered 200 with a first token, and how many were not."""
