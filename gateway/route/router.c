@@ -131,45 +131,16 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
     return 0;
 }
 
-/*
- * The sampled buckets' sums that every candidate C's fit is made of. Each
- * bucket's weight is the inverse variance of its mean, n / var: holds vary
- * a lot (an exponential service's spread is its mean), and more where
- * requests queue; the spread is taken as at least a tenth of the scale (a
- * fixed delay has none). With t = k + 1, a bucket queues under C when
- * t > C, and then x = (t - C) / C: so the sums over those buckets of w,
- * w t, w t^2, w y and w t y, kept from each bucket up (suffix sums), give
- * any C's line and chi-square in a few operations, whatever the number of
- * buckets.
- */
-typedef struct {
-    double w, y, yy;                                 /* all sampled buckets: sums of w, w y, w y^2 */
-    double a0[IG_ROUTER_RIF_BUCKETS + 1];            /* from bucket k up: sum of w */
-    double a1[IG_ROUTER_RIF_BUCKETS + 1];            /* w t */
-    double a2[IG_ROUTER_RIF_BUCKETS + 1];            /* w t^2 */
-    double b0[IG_ROUTER_RIF_BUCKETS + 1];            /* w y */
-    double b1[IG_ROUTER_RIF_BUCKETS + 1];            /* w t y */
-} fit_sums_t;
-
-static void fit_sums(const ig_router_upstream_t *u, int k0, double scale, fit_sums_t *f)
+/* Each bucket's weight is the inverse variance of its mean, n / var:
+ * holds vary a lot (an exponential service's spread is its mean), and more
+ * where requests queue. The spread is taken as at least a tenth of the
+ * scale (a fixed delay has none). */
+static void bucket_weights(const ig_router_upstream_t *u, int k0, double scale, double *wk)
 {
-    const int last = IG_ROUTER_RIF_BUCKETS - 1; /* left out: RIF beyond it */
-    f->w = f->y = f->yy = 0;
-    f->a0[last] = f->a1[last] = f->a2[last] = f->b0[last] = f->b1[last] = 0;
-    for (int k = last - 1; k >= 0; k--) {
-        double w = 0, y = u->rif_hold_s[k], t = k + 1;
-        if (k >= k0 && u->rif_n[k] >= RIF_MIN_SAMPLES) {
-            double var = fmax(u->rif_sq_s2[k] - y * y, 0.01 * scale * scale);
-            w = u->rif_n[k] / var;
-        }
-        f->w += w;
-        f->y += w * y;
-        f->yy += w * y * y;
-        f->a0[k] = f->a0[k + 1] + w;
-        f->a1[k] = f->a1[k + 1] + w * t;
-        f->a2[k] = f->a2[k + 1] + w * t * t;
-        f->b0[k] = f->b0[k + 1] + w * y;
-        f->b1[k] = f->b1[k + 1] + w * t * y;
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        double m = u->rif_hold_s[k];
+        double var = fmax(u->rif_sq_s2[k] - m * m, 0.01 * scale * scale);
+        wk[k] = u->rif_n[k] / var;
     }
 }
 
@@ -177,23 +148,34 @@ static void fit_sums(const ig_router_upstream_t *u, int k0, double scale, fit_su
  * on x_k = max(0, k + 1 - C) / C, its slope kept within half and one and a
  * half of `expect` (a service time, not the slope of noise). Returns the
  * fit's chi-square; its base and slope in *base and *slope. */
-static double fit_queue(const fit_sums_t *f, double c, double expect, double *base, double *slope)
+static double fit_queue(const ig_router_upstream_t *u, int k0, const double *wk, double c,
+                        double expect, double *base, double *slope)
 {
-    int k = (int)c; /* the first bucket with t = k + 1 > C (t = C has x = 0) */
-    if (k > IG_ROUTER_RIF_BUCKETS - 1)
-        k = IG_ROUTER_RIF_BUCKETS - 1;
-    double sx = (f->a1[k] - c * f->a0[k]) / c;
-    double sxx = (f->a2[k] - 2 * c * f->a1[k] + c * c * f->a0[k]) / (c * c);
-    double sxy = (f->b1[k] - c * f->b0[k]) / c;
-    double var = sxx - sx * sx / f->w;
-    double s = var > 1e-12 ? (sxy - sx * f->y / f->w) / var : 0.0;
+    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        if (u->rif_n[k] < RIF_MIN_SAMPLES)
+            continue;
+        double w = wk[k], x = fmax(0.0, k + 1 - c) / c, y = u->rif_hold_s[k];
+        sw += w;
+        sx += w * x;
+        sy += w * y;
+        sxx += w * x * x;
+        sxy += w * x * y;
+    }
+    double var = sxx - sx * sx / sw;
+    double s = var > 1e-12 ? (sxy - sx * sy / sw) / var : 0.0;
     s = fmin(fmax(s, 0.5 * expect), 1.5 * expect);
-    double b = (f->y - s * sx) / f->w;
-    /* sum of w (y - b - s x)^2, expanded */
-    double err = f->yy - 2 * b * f->y - 2 * s * sxy + b * b * f->w + 2 * b * s * sx + s * s * sxx;
+    double b = (sy - s * sx) / sw;
+    double err = 0;
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        if (u->rif_n[k] < RIF_MIN_SAMPLES)
+            continue;
+        double d = u->rif_hold_s[k] - (b + fmax(0.0, k + 1 - c) / c * s);
+        err += wk[k] * d * d; /* chi-square: in units of each mean's variance */
+    }
     *base = b;
     *slope = s;
-    return fmax(err, 0.0); /* chi-square: in units of each mean's variance */
+    return err;
 }
 
 /*
@@ -206,8 +188,7 @@ static double fit_queue(const fit_sums_t *f, double c, double expect, double *ba
  *
  * For each C on a grid of quarters from 1 to the last bucket, b and s are
  * the weighted least-squares line of the buckets' holds on x_k, s kept
- * within 0.5-1.5x of the lowest bucket's hold less the RTT (fit_queue(),
- * from fit_sums());
+ * within 0.5-1.5x of the lowest bucket's hold less the RTT (fit_queue());
  * C, b and s are those of the best fit (weights: the inverse variance of
  * each bucket's mean, so errors are chi-square). A queue is believed only
  * when it fits clearly better than none (RIF_QUEUE_CHI2); else, and when
@@ -227,12 +208,12 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
     for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++)
         if (u->rif_n[k] >= RIF_MIN_SAMPLES)
             top = k;
-    fit_sums_t f;
-    fit_sums(u, k0, scale, &f);
+    double wk[IG_ROUTER_RIF_BUCKETS];
+    bucket_weights(u, k0, scale, wk);
     double expect = fmax(scale - rtt_s, 0.25 * scale);
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
         double base, slope;
-        double err = fit_queue(&f, c, expect, &base, &slope);
+        double err = fit_queue(u, k0, wk, c, expect, &base, &slope);
         if (c >= top + 1 && flat_err == INFINITY) {
             flat_err = err; /* the first C that sees no queue at all */
             flat_b = base;
