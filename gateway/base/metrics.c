@@ -49,10 +49,9 @@ struct ig_metric_s {
     char *labels[IG_METRICS_MAX_LABELS];
     double *bounds; /* histogram upper bounds, ascending */
     size_t nbounds;
-    double (*fn)(void *data); /* gauge read at render time */
-    void *fn_data;
+    double (*fn)(void *data);       /* gauge read at render time */
     ig_metrics_collect_fn *collect; /* labelled gauge read at render time */
-    void *collect_data;
+    void *source;                   /* fn's or collect's data (NULL: detached) */
     series_t **table;
     size_t tsize;
     size_t nseries;
@@ -244,60 +243,44 @@ ig_metric_t *ig_metrics_histogram(const char *name, const char *help, const char
     return family(KIND_HISTOGRAM, name, help, label_names, buckets, nbuckets);
 }
 
-void ig_metrics_gauge_fn(const char *name, const char *help, double (*fn)(void *data), void *data)
+/* Points the source family `name` at fn or collect over data, registered
+ * first when new. Registered again (a restarted component), it moves to
+ * the new source; a plain family of that name keeps its own values. */
+static void attach_source(const char *name, const char *help, const char *label_names,
+                          double (*fn)(void *data), ig_metrics_collect_fn *collect, void *data)
 {
     lock_take();
     ig_metric_t *m = find_family(name);
-    if (m != NULL) {
-        /* Registered again (a restarted component): point it at the new source.
-         * A plain family of that name keeps its own values. */
-        if (m->fn != NULL) {
-            m->fn = fn;
-            m->fn_data = data;
-        }
-        lock_give();
-        return;
-    }
     lock_give();
-    m = family(KIND_GAUGE, name, help, NULL, NULL, 0);
-    if (m == NULL)
+    int fresh = m == NULL;
+    if (fresh && (m = family(KIND_GAUGE, name, help, label_names, NULL, 0)) == NULL)
         return;
     lock_take();
-    m->fn = fn;
-    m->fn_data = data;
+    if (fresh || m->fn != NULL || m->collect != NULL) {
+        m->fn = fn;
+        m->collect = collect;
+        m->source = data;
+    }
     lock_give();
+}
+
+void ig_metrics_gauge_fn(const char *name, const char *help, double (*fn)(void *data), void *data)
+{
+    attach_source(name, help, NULL, fn, NULL, data);
 }
 
 void ig_metrics_gauge_collect(const char *name, const char *help, const char *label_names,
                               ig_metrics_collect_fn *collect, void *data)
 {
-    lock_take();
-    ig_metric_t *m = find_family(name);
-    if (m != NULL) {
-        /* As ig_metrics_gauge_fn: a plain family of that name stays. */
-        if (m->collect != NULL) {
-            m->collect = collect;
-            m->collect_data = data;
-        }
-        lock_give();
-        return;
-    }
-    lock_give();
-    m = family(KIND_GAUGE, name, help, label_names, NULL, 0);
-    if (m == NULL)
-        return;
-    lock_take();
-    m->collect = collect;
-    m->collect_data = data;
-    lock_give();
+    attach_source(name, help, label_names, NULL, collect, data);
 }
 
 void ig_metrics_detach(const void *data)
 {
     lock_take();
     for (ig_metric_t *m = families; m != NULL; m = m->next) {
-        if (m->collect != NULL && m->collect_data == data)
-            m->collect_data = NULL;
+        if ((m->fn != NULL || m->collect != NULL) && m->source == data)
+            m->source = NULL;
     }
     lock_give();
 }
@@ -584,14 +567,12 @@ static void render_family(ig_strbuf_t *b, ig_metric_t *m)
     ig_strbuf_put(b, " ", 1);
     ig_strbuf_puts(b, kind_names[m->kind]);
     ig_strbuf_put(b, "\n", 1);
-    if (m->fn != NULL) {
-        sample(b, m, "", NULL, NULL, m->fn(m->fn_data));
-        return;
-    }
-    if (m->collect != NULL) {
+    if (m->fn != NULL || m->collect != NULL) {
         collected_t c = {b, m};
-        if (m->collect_data != NULL)
-            m->collect(m->collect_data, emit_collected, &c);
+        if (m->source != NULL && m->fn != NULL)
+            sample(b, m, "", NULL, NULL, m->fn(m->source));
+        else if (m->source != NULL)
+            m->collect(m->source, emit_collected, &c);
         return;
     }
     /* A family without labels always has its one series, zero until used. */
