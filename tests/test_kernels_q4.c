@@ -1,5 +1,5 @@
 /*
- * Q4_0 weights on the CPU backend (kernels/cpu/gemmq4.c, dtype.c):
+ * Q4_0 weights on the CPU backend (kernels/cpu/gemmq.c, dtype.c):
  *   - the layout is GGUF's, byte for byte, on a hand-made block (low
  *     nibbles weights 0..15, high nibbles 16..31, value (q - 8) d, d = m / -8
  *     for m the weight of largest magnitude), and quantizing puts every
@@ -115,27 +115,9 @@ static void test_batch_invariant(void **state)
                                  672); /* 5 panels, the last short; 4 rows, then 3 */
 }
 
-/* The panels hold the file's bytes (no growth beyond a short last panel's
- * padding), and packing keeps every weight and scale. */
 static void test_panels_same_bytes(void **state)
 {
-    assert_int_equal(ig__q4p_packed_bytes(64, 2048), ig_dtype_bytes(IG_DTYPE_Q4_0, 64 * 2048));
-    assert_int_equal(ig__q4p_packed_bytes(17, 64), 2 * ig_dtype_bytes(IG_DTYPE_Q4_0, 16 * 64));
-    int n = 37, k = 96;
-    float *w = rand_buf((size_t)n * k), row[96], back[96];
-    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q4_0, (size_t)n * k));
-    uint8_t *p = malloc(ig__q4p_packed_bytes(n, k));
-    ig_dtype_from_f32(q, IG_DTYPE_Q4_0, w, (size_t)n * k);
-    ig__q4p_pack(p, q, n, k);
-    for (int r = 0; r < n; r++) {
-        ig_dtype_to_f32(row, q + (size_t)r * ig_dtype_bytes(IG_DTYPE_Q4_0, k), IG_DTYPE_Q4_0, k);
-        ig__q4p_unpack_row(back, p, k, r);
-        assert_memory_equal(row, back, sizeof(row));
-    }
-    ig__q4p_unpack_row(back, p, k, 47); /* padding of the last panel: zeros */
-    for (int i = 0; i < k; i++)
-        assert_true(back[i] == 0.0f);
-    free(w), free(q), free(p);
+    ig_tq_check_panels32(IG_DTYPE_Q4_0, &rng);
 }
 
 static void test_rejects_bad_shapes(void **state)

@@ -1,5 +1,5 @@
 /*
- * Q8_0 weights on the CPU backend (kernels/cpu/gemmq8.c, dtype.c):
+ * Q8_0 weights on the CPU backend (kernels/cpu/gemmq.c, dtype.c):
  *   - the layout is GGUF's, byte for byte, on a hand-made block; quantizing
  *     puts every weight within d / 2 (+ the F16 rounding of d) of its value;
  *   - the GEMM, on every instruction set this CPU runs, is within the float
@@ -95,27 +95,9 @@ static void test_batch_invariant(void **state)
                                  672); /* 21 blocks: a chunk of 16 and a short one */
 }
 
-/* The panels hold the file's bytes (no growth beyond a short last panel's
- * padding), and packing keeps every weight and scale. */
 static void test_panels_same_bytes(void **state)
 {
-    assert_int_equal(ig__q8p_packed_bytes(64, 2048), ig_dtype_bytes(IG_DTYPE_Q8_0, 64 * 2048));
-    assert_int_equal(ig__q8p_packed_bytes(17, 64), 2 * ig_dtype_bytes(IG_DTYPE_Q8_0, 16 * 64));
-    int n = 37, k = 96;
-    float *w = rand_buf((size_t)n * k), row[96], back[96];
-    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)n * k));
-    uint8_t *p = malloc(ig__q8p_packed_bytes(n, k));
-    ig_dtype_from_f32(q, IG_DTYPE_Q8_0, w, (size_t)n * k);
-    ig__q8p_pack(p, q, n, k);
-    for (int r = 0; r < n; r++) {
-        ig_dtype_to_f32(row, q + (size_t)r * ig_dtype_bytes(IG_DTYPE_Q8_0, k), IG_DTYPE_Q8_0, k);
-        ig__q8p_unpack_row(back, p, k, r);
-        assert_memory_equal(row, back, sizeof(row));
-    }
-    ig__q8p_unpack_row(back, p, k, 47); /* padding of the last panel: zeros */
-    for (int i = 0; i < k; i++)
-        assert_true(back[i] == 0.0f);
-    free(w), free(q), free(p);
+    ig_tq_check_panels32(IG_DTYPE_Q8_0, &rng);
 }
 
 static void test_quantize_same_every_isa(void **state)

@@ -129,6 +129,29 @@ void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m,
     free(ref), free(mag), free(exact), free(qerr);
 }
 
+void ig_tq_check_panels32(ig_dtype_t dt, uint64_t *rng)
+{
+    assert_int_equal(ig__qp_packed_bytes(dt, 64, 2048), ig_dtype_bytes(dt, 64 * 2048));
+    assert_int_equal(ig__qp_packed_bytes(dt, 17, 64), 2 * ig_dtype_bytes(dt, 16 * 64));
+    int n = 37, k = 96;
+    float *w = ig_xs_buf(rng, (size_t)n * k, 1.0f), row[96], back[96];
+    unsigned char *q = malloc(ig_dtype_bytes(dt, (size_t)n * k));
+    uint8_t *p = malloc(ig__qp_packed_bytes(dt, n, k));
+    assert_non_null(q);
+    assert_non_null(p);
+    ig_dtype_from_f32(q, dt, w, (size_t)n * k);
+    ig__qp_pack(p, q, dt, n, k);
+    for (int r = 0; r < n; r++) {
+        ig_dtype_to_f32(row, q + (size_t)r * ig_dtype_bytes(dt, k), dt, k);
+        ig__qp_unpack_row(back, p, dt, k, r);
+        assert_memory_equal(row, back, sizeof(row));
+    }
+    ig__qp_unpack_row(back, p, dt, k, 47); /* padding of the last panel: zeros */
+    for (int i = 0; i < k; i++)
+        assert_true(back[i] == 0.0f);
+    free(w), free(q), free(p);
+}
+
 void ig_tq_batch_invariant_random(ig_dtype_t dt, uint64_t *rng, int m, int n, int k)
 {
     float *x = ig_xs_buf(rng, (size_t)m * k, 1.0f), *w = ig_xs_buf(rng, (size_t)n * k, 1.0f);
