@@ -38,11 +38,6 @@
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
-static float *rand_buf(size_t n)
-{
-    return ig_xs_buf(&rng, n, 1.0f);
-}
-
 static void test_layout_is_ggufs(void **state)
 {
     float x[32];
@@ -61,19 +56,7 @@ static void test_layout_is_ggufs(void **state)
     assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q8_0, 33), 0);
     assert_string_equal(ig_dtype_name(IG_DTYPE_Q8_0), "Q8_0");
     /* round trip: within d / 2 + |q| * (F16 rounding of d) */
-    float *w = rand_buf(4096), back[4096];
-    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q8_0, 4096));
-    ig_dtype_from_f32(q, IG_DTYPE_Q8_0, w, 4096);
-    ig_dtype_to_f32(back, q, IG_DTYPE_Q8_0, 4096);
-    for (int b = 0; b < 4096 / 32; b++) {
-        float amax = 0;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(w[b * 32 + i]));
-        double dd = amax / 127.0, bound = dd / 2 + 127 * dd * 0x1p-11 + 1e-12;
-        for (int i = 0; i < 32; i++)
-            assert_true(fabs((double)back[b * 32 + i] - w[b * 32 + i]) <= bound);
-    }
-    free(w), free(q);
+    ig_tq_check_round_trip32(IG_DTYPE_Q8_0, &rng, 127, 0.5);
 }
 
 /* y = x W^T through the backend for W(n, k) quantized; checks both bounds. */
@@ -103,7 +86,7 @@ static void test_panels_same_bytes(void **state)
 static void test_quantize_same_every_isa(void **state)
 {
     int m = 3, k = 256, nb = k / 32;
-    float *x = rand_buf((size_t)m * k);
+    float *x = ig_xs_buf(&rng, (size_t)m * k, 1.0f);
     /* Block 1 of row 0: amax 127 gives d = 1, so these are exact halves. */
     for (int i = 0; i < 32; i++)
         x[32 + i] = i == 0 ? 127.0f : (float)(i - 16) + (i % 2 ? 0.5f : -0.5f);
@@ -137,14 +120,7 @@ static void test_quantize_same_every_isa(void **state)
 
 static void test_rejects_bad_shapes(void **state)
 {
-    ig_backend_t *be;
-    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
-    unsigned char buf[64] = {0};
-    ig_tensor_t odd = {IG_DTYPE_Q8_0, buf, 2, {1, 33}}, vec = {IG_DTYPE_Q8_0, buf, 1, {32}};
-    ig_weight_t W;
-    assert_int_equal(be->upload_weight(be, &odd, &W), IG_EINVAL);
-    assert_int_equal(be->upload_weight(be, &vec, &W), IG_EINVAL);
-    be->destroy(be);
+    ig_tq_check_bad_shapes(IG_DTYPE_Q8_0);
 }
 
 int main(void)
