@@ -579,13 +579,11 @@ static AI void tile_avx512(const int q4, const int mr, const int np, float *y, i
             for (int a = 0; a < mr; a++) {
                 const int8_t *xb = xq + (size_t)a * k + b * QP_BLOCK;
                 __m512i xl = _mm512_set1_epi32(load_i32(xb + 4 * g));
+                __m512i xh = q4 ? _mm512_set1_epi32(load_i32(xb + 16 + 4 * g)) : xl;
 #pragma GCC unroll 4
-                for (int p = 0; p < np; p++)
+                for (int p = 0; p < np; p++) {
                     acc[a][p] = _mm512_dpbusd_epi32(acc[a][p], wl[p], xl);
-                if (q4) {
-                    __m512i xh = _mm512_set1_epi32(load_i32(xb + 16 + 4 * g));
-#pragma GCC unroll 4
-                    for (int p = 0; p < np; p++)
+                    if (q4)
                         acc[a][p] = _mm512_dpbusd_epi32(acc[a][p], wh[p], xh);
                 }
             }
