@@ -105,7 +105,8 @@ int main(int argc, char **argv)
     int8_t *xq = malloc((size_t)mmax * k);
     float *xd = malloc((size_t)mmax * nb * sizeof(float));
     int32_t *xs = malloc((size_t)mmax * nb * sizeof(int32_t));
-    float *y0 = malloc((size_t)mmax * n * sizeof(float)), *y1 = malloc((size_t)mmax * n * sizeof(float));
+    float *y0 = malloc((size_t)mmax * n * sizeof(float)),
+          *y1 = malloc((size_t)mmax * n * sizeof(float));
     for (size_t i = 0; i < (size_t)n * k; i++)
         w[i] = rand_unit();
     for (size_t i = 0; i < (size_t)mmax * k; i++)
@@ -168,11 +169,12 @@ int main(int argc, char **argv)
                 const char *isaname = ig__cpu_isa_name((ig_cpu_isa_t)isa);
                 printf("%-5s %-7s %5d %12.1f %12.1f %9.3f\n", ig_dtype_name(dt), isaname, m,
                        best_old * 1e6, best_new * 1e6, best_new / best_old);
-                fprintf(out,
-                        "%s\n  {\"dtype\": \"%s\", \"isa\": \"%s\", \"batch\": %d, \"old_us\": %.2f, "
-                        "\"new_us\": %.2f, \"new_over_old\": %.4f}",
-                        first ? "" : ",", ig_dtype_name(dt), isaname, m, best_old * 1e6,
-                        best_new * 1e6, best_new / best_old);
+                fprintf(
+                    out,
+                    "%s\n  {\"dtype\": \"%s\", \"isa\": \"%s\", \"batch\": %d, \"old_us\": %.2f, "
+                    "\"new_us\": %.2f, \"new_over_old\": %.4f}",
+                    first ? "" : ",", ig_dtype_name(dt), isaname, m, best_old * 1e6, best_new * 1e6,
+                    best_new / best_old);
                 first = 0;
             }
         }

@@ -43,9 +43,9 @@ static int ready_instances(int port, const char *pool)
 {
     json_t *doc;
     json_t *p = pool_named(port, pool, &doc);
-    int n = p ? (int)json_integer_value(
-                    json_object_get(json_object_get(p, "instance_counts"), "ready"))
-              : -1;
+    int n =
+        p ? (int)json_integer_value(json_object_get(json_object_get(p, "instance_counts"), "ready"))
+          : -1;
     json_decref(doc);
     return n;
 }

@@ -132,7 +132,7 @@ int ig__cpu_blas_usable(const char **core);
 
 /* ---- instruction set of the dispatched kernels (isa.c) -------------------- */
 
-/* The kernels of gemm16.c and gemmq8.c pick their code at run time, not at
+/* The kernels of gemm16.c and gemmq.c pick their code at run time, not at
  * build time, so one binary is right on every x86-64. AVX-512 here means
  * F, BW, VL, DQ and VNNI; AVX2 means AVX2, FMA and F16C. */
 typedef enum {

@@ -56,10 +56,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
-#define Q8_X86 1
+#define QP_X86 1
 #endif
 
-#define AI inline __attribute__((always_inline))
+#define QP_INLINE inline __attribute__((always_inline))
 
 /* One block of 32: amax, d = amax / 127, q = roundf(x / d) (half away from
  * zero), and sum q. The AVX-512 version computes the same values: max is
@@ -79,7 +79,7 @@ static int32_t quantize_block_scalar(int8_t *q, float *d, const float *x)
     return sum;
 }
 
-#ifdef Q8_X86
+#ifdef QP_X86
 IG__TARGET_BEGIN("avx512f,avx512bw,avx512vl,avx512dq")
 static inline __m512 round_away_avx512(__m512 t)
 {
@@ -158,14 +158,14 @@ IG__TARGET_END
 void ig__q8_quantize_rows_sums(int8_t *q, float *d, int32_t *s, const float *x, int m, int k)
 {
     int nb = k / IG_Q8_0_BLOCK;
-#ifdef Q8_X86
+#ifdef QP_X86
     ig_cpu_isa_t isa = ig__cpu_isa();
 #endif
     for (int r = 0; r < m; r++)
         for (int b = 0; b < nb; b++) {
             size_t at = (size_t)r * k + (size_t)b * IG_Q8_0_BLOCK, blk = (size_t)r * nb + b;
             int32_t sum;
-#ifdef Q8_X86
+#ifdef QP_X86
             if (isa == IG_CPU_ISA_AVX512)
                 sum = quantize_block_avx512(q + at, d + blk, x + at);
             else if (isa == IG_CPU_ISA_AVX2)
@@ -286,11 +286,11 @@ void ig__qp_unpack_row(float *dst, const uint8_t *packed, ig_dtype_t dt, int k, 
  * clang has no such attribute: a loop pragma keeps its vectorizer off the
  * same loop. */
 #ifdef __clang__
-#define Q8_NO_VECTORIZE
+#define QP_NO_VECTORIZE
 #else
-#define Q8_NO_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
+#define QP_NO_VECTORIZE __attribute__((optimize("no-tree-vectorize")))
 #endif
-Q8_NO_VECTORIZE static void gemmqp_scalar(int q4, float *y, int ldy, const int8_t *xq,
+QP_NO_VECTORIZE static void gemmqp_scalar(int q4, float *y, int ldy, const int8_t *xq,
                                           const float *xd, const uint8_t *w, int m, int k, int n0,
                                           int n1)
 {
@@ -314,7 +314,7 @@ Q8_NO_VECTORIZE static void gemmqp_scalar(int q4, float *y, int ldy, const int8_
         }
 }
 
-#ifdef Q8_X86
+#ifdef QP_X86
 static inline int32_t load_i32(const int8_t *p)
 {
     int32_t v;
@@ -329,7 +329,8 @@ IG__TARGET_BEGIN("avx2,fma,f16c")
  * 16 columns (wq, 64 bytes), into the integer sums acc[a][half] of rows
  * [0, mr): |x| times w with x's sign moved onto w (pairs of products fit
  * int16: 2 * 127 * 128 < 32767 as no weight is -128). */
-static AI void quad_avx2(const int mr, __m256i acc[][2], const int8_t *xq, int k, const uint8_t *wq)
+static QP_INLINE void quad_avx2(const int mr, __m256i acc[][2], const int8_t *xq, int k,
+                                const uint8_t *wq)
 {
     const __m256i bias = _mm256_set1_epi8((char)0x80), ones = _mm256_set1_epi16(1);
     __m256i w0 = _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)wq), bias);
@@ -349,8 +350,8 @@ static AI void quad_avx2(const int mr, __m256i acc[][2], const int8_t *xq, int k
  * xb + a * k, its block sums at xs + a * nb) against a panel's 16 columns:
  * per group, the low and the high nibbles' quads summed in 16 bits, then
  * widened, less 8 * sum q_x. */
-static AI void block_q4_avx2(const int mr, __m256i acc[][2], const int8_t *xb, int k,
-                             const int32_t *xs, int nb, const uint8_t *blk)
+static QP_INLINE void block_q4_avx2(const int mr, __m256i acc[][2], const int8_t *xb, int k,
+                                    const int32_t *xs, int nb, const uint8_t *blk)
 {
     const __m256i lo4 = _mm256_set1_epi8(15), ones = _mm256_set1_epi16(1);
     __m256i s16[2][2];
@@ -387,8 +388,8 @@ static AI void block_q4_avx2(const int mr, __m256i acc[][2], const int8_t *xb, i
 /* A block's integer sums acc[a][half] into the float sums f of rows
  * [0, mr): f = fma((float)acc, d_w * d_x, f), d_w the panel's scales at
  * blk, d_x row a's at xd[a * nb]. */
-static AI void scale_avx2(const int mr, __m256 f[][2], __m256i acc[][2], const uint8_t *blk,
-                          const float *xd, int nb)
+static QP_INLINE void scale_avx2(const int mr, __m256 f[][2], __m256i acc[][2], const uint8_t *blk,
+                                 const float *xd, int nb)
 {
     __m256 d0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)blk));
     __m256 d1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(blk + 16)));
@@ -401,9 +402,9 @@ static AI void scale_avx2(const int mr, __m256 f[][2], __m256i acc[][2], const u
 }
 
 /* Rows [a, a + mr) (mr <= 2) by one panel (two halves of 8 columns). */
-static AI void tile_avx2(const int q4, const int mr, float *y, int ldy, const int8_t *xq,
-                         const float *xd, const int32_t *xs, const uint8_t *pw, int nb, int k,
-                         int ncols)
+static QP_INLINE void tile_avx2(const int q4, const int mr, float *y, int ldy, const int8_t *xq,
+                                const float *xd, const int32_t *xs, const uint8_t *pw, int nb,
+                                int k, int ncols)
 {
     __m256 f[2][2];
 #pragma GCC unroll 2
@@ -446,8 +447,8 @@ static AI void tile_avx2(const int q4, const int mr, float *y, int ldy, const in
 #define Q8W_CHUNK 16   /* blocks: 8.5 KiB of a panel */
 #define Q8W_MIN_ROWS 3 /* below this the tile above (the decode path) */
 
-static AI void tile4_avx2(const int mr, float *y, int ldy, const int8_t *xq, const float *xd,
-                          const uint8_t *pw, int nb, int k, int b0, int b1)
+static QP_INLINE void tile4_avx2(const int mr, float *y, int ldy, const int8_t *xq, const float *xd,
+                                 const uint8_t *pw, int nb, int k, int b0, int b1)
 {
     for (int b = b0; b < b1; b++) {
         const uint8_t *blk = pw + (size_t)b * qp_block_bytes(0);
@@ -501,8 +502,9 @@ static void gemmq8w_avx2(float *y, int ldy, const int8_t *xq, const float *xd, c
     }
 }
 
-static AI void panels_avx2(const int q4, float *y, int ldy, const int8_t *xq, const float *xd,
-                           const int32_t *xs, const uint8_t *w, int m, int k, int n0, int n1)
+static QP_INLINE void panels_avx2(const int q4, float *y, int ldy, const int8_t *xq,
+                                  const float *xd, const int32_t *xs, const uint8_t *w, int m,
+                                  int k, int n0, int n1)
 {
     int nb = k / QP_BLOCK;
     for (int c = n0; c < n1; c += IG_QP_NR) {
@@ -545,9 +547,9 @@ IG__TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
  * x's quad broadcast; each block's integer sum starts at -qp_bias * sum
  * q_x and is exact. Then one multiply (d_w d_x) and one multiply-add per
  * block, in block order, as the other paths do. */
-static AI void tile_avx512(const int q4, const int mr, const int np, float *y, int ldy,
-                           const int8_t *xq, const float *xd, const int32_t *xs, const uint8_t *pw,
-                           size_t pstride, int nb, int k, int ncols)
+static QP_INLINE void tile_avx512(const int q4, const int mr, const int np, float *y, int ldy,
+                                  const int8_t *xq, const float *xd, const int32_t *xs,
+                                  const uint8_t *pw, size_t pstride, int nb, int k, int ncols)
 {
     const __m512i lo4 = _mm512_set1_epi8(15);
     __m512 f[4][4];
@@ -611,10 +613,10 @@ static AI void tile_avx512(const int q4, const int mr, const int np, float *y, i
         }
 }
 
-/* The tile choice: up to 4 rows
- * of x with 1 or 2 panels, or one row with up to 4; calls TILE(MR, NP) for
- * the rows from a (of m) and the np panels left. */
-#define QP_TILE_SWITCH(m, a, np, TILE)                                                            \
+/* The tile choice: up to 4 rows of x with 1 or 2 panels, or one row with
+ * up to 4; calls TILE(MR, NP) for the rows from a (of m) and the np panels
+ * left. */
+#define QP_TILE_SWITCH(m, a, np, TILE)                                                             \
     switch (((m) - (a) < 4 ? (m) - (a) : 4) * 4 + (np)-1) {                                        \
     case 4 * 4 + 1:                                                                                \
         TILE(4, 2);                                                                                \
@@ -651,8 +653,9 @@ static AI void tile_avx512(const int q4, const int mr, const int np, float *y, i
     tile_avx512(q4, MR, NP, yt, ldy, xq + (size_t)a * k, xd + (size_t)a * nb, xs + (size_t)a * nb, \
                 pw, pstride, nb, k, ncols)
 
-static AI void panels_avx512(const int q4, float *y, int ldy, const int8_t *xq, const float *xd,
-                             const int32_t *xs, const uint8_t *w, int m, int k, int n0, int n1)
+static QP_INLINE void panels_avx512(const int q4, float *y, int ldy, const int8_t *xq,
+                                    const float *xd, const int32_t *xs, const uint8_t *w, int m,
+                                    int k, int n0, int n1)
 {
     int nb = k / QP_BLOCK;
     size_t pstride = (size_t)nb * qp_block_bytes(q4);
@@ -690,7 +693,7 @@ void ig__gemm_qp(ig_dtype_t dt, float *y, int ldy, const int8_t *xq, const float
     if (n1 <= n0 || m <= 0)
         return;
     switch (ig__cpu_isa()) {
-#ifdef Q8_X86
+#ifdef QP_X86
     case IG_CPU_ISA_AVX512:
         gemmqp_avx512(q4, y, ldy, xq, xd, xs, w, m, k, n0, n1);
         return;
