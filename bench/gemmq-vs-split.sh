@@ -13,6 +13,7 @@
 #   REV=a4507e6   the revision holding kernels/cpu/gemmq8.c and gemmq4.c
 #   N=2048 K=2048 the weight's shape (1b's square projections)
 #   ROUNDS=9      rounds per case
+#   RUN_PREFIX    a command to run the driver under (taskset -c 1, valgrind ...)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
