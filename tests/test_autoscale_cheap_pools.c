@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "gwfixture.h"
+#include "load_loop.h"
 
 /* The pool of /status named name (borrowed from *doc, a new reference). */
 static json_t *pool_named(int port, const char *name, json_t **doc)
@@ -42,9 +43,9 @@ static int ready_instances(int port, const char *pool)
 {
     json_t *doc;
     json_t *p = pool_named(port, pool, &doc);
-    int n = p ? (int)json_integer_value(
-                    json_object_get(json_object_get(p, "instance_counts"), "ready"))
-              : -1;
+    int n =
+        p ? (int)json_integer_value(json_object_get(json_object_get(p, "instance_counts"), "ready"))
+          : -1;
     json_decref(doc);
     return n;
 }
@@ -74,38 +75,9 @@ static long long first_up(int port, const char *pool)
     return at;
 }
 
-typedef struct {
-    int port;
-    volatile int *stop;
-    int ok, failed, cheap, dear, cloud;
-} load_t;
-
-static void count(load_t *l, const ig_tc_response_t *r)
-{
-    const char *u = ig_tc_header(r, "x-infergate-upstream");
-    if (u == NULL)
-        return;
-    l->cheap += strncmp(u, "cheap/", 6) == 0;
-    l->dear += strncmp(u, "dear/", 5) == 0;
-    l->cloud += strcmp(u, "cloud") == 0;
-}
-
-static void *load_thread(void *arg)
-{
-    load_t *l = arg;
-    for (int i = 0; i < 2000 && !__atomic_load_n(l->stop, __ATOMIC_SEQ_CST); i++) {
-        ig_tc_response_t r;
-        int rc = ig_gwf_complete(l->port, 32, &r);
-        if (rc == 0 && r.status == 200) {
-            l->ok++;
-            count(l, &r);
-        } else
-            l->failed++;
-        if (rc == 0)
-            ig_tc_response_free(&r);
-    }
-    return NULL;
-}
+/* Answers counted by pool: cheap/N, dear/N, the cloud site. */
+enum { CHEAP, DEAR, CLOUD };
+static const char *const upstreams[] = {"cheap/", "dear/", "cloud", NULL};
 
 static void test_cheap_pool_first(void **state)
 {
@@ -145,30 +117,25 @@ static void test_cheap_pool_first(void **state)
     assert_int_equal(ready_instances(port, "dear"), 1);
 
     /* One at a time: every answer from the cheap pool. */
-    load_t one = {.port = port};
+    ig_load_t one = {.prefixes = upstreams};
     for (int i = 0; i < 6; i++) {
         ig_tc_response_t r;
         assert_int_equal(ig_gwf_complete(port, 8, &r), 0);
         if (r.status != 200)
             print_message("%d %s\n", r.status, r.body ? r.body : "");
         assert_int_equal(r.status, 200);
-        count(&one, &r);
+        ig_load_count(&one, &r);
         ig_tc_response_free(&r);
     }
-    print_message("one at a time: cheap %d, dear %d, cloud %d\n", one.cheap, one.dear, one.cloud);
-    assert_int_equal(one.cheap, 6);
+    print_message("one at a time: cheap %d, dear %d, cloud %d\n", one.by_upstream[CHEAP],
+                  one.by_upstream[DEAR], one.by_upstream[CLOUD]);
+    assert_int_equal(one.by_upstream[CHEAP], 6);
 
     /* Six at once, well past the target of 2 per instance: the cheap pool
      * gets its second instance; the dear one does not grow meanwhile. */
-    enum { THREADS = 6 };
-    volatile int stop = 0;
-    pthread_t th[THREADS];
-    load_t loads[THREADS];
+    ig_load_group_t load;
     long long t0 = ig_tc_now_ms();
-    for (int i = 0; i < THREADS; i++) {
-        loads[i] = (load_t){.port = port, .stop = &stop};
-        pthread_create(&th[i], NULL, load_thread, &loads[i]);
-    }
+    ig_load_start(&load, 6, (ig_load_t){.port = port, .max_tokens = 32, .prefixes = upstreams});
     long long t_up = 0;
     int dear_then = -1;
     while (ig_tc_now_ms() < t0 + 30000) {
@@ -182,27 +149,20 @@ static void test_cheap_pool_first(void **state)
     /* A few seconds more of load with both cheap instances. */
     while (t_up > 0 && ig_tc_now_ms() < t_up + 3000)
         usleep(100 * 1000);
-    __atomic_store_n(&stop, 1, __ATOMIC_SEQ_CST);
-    load_t sum = {0};
-    for (int i = 0; i < THREADS; i++) {
-        pthread_join(th[i], NULL);
-        sum.ok += loads[i].ok;
-        sum.failed += loads[i].failed;
-        sum.cheap += loads[i].cheap;
-        sum.dear += loads[i].dear;
-        sum.cloud += loads[i].cloud;
-    }
+    ig_load_t sum = ig_load_stop(&load);
+    int on_cheap = sum.by_upstream[CHEAP], on_dear = sum.by_upstream[DEAR],
+        on_cloud = sum.by_upstream[CLOUD];
     long long up_cheap = first_up(port, "cheap"), up_dear = first_up(port, "dear");
     print_message("cheap grew after %lld ms (dear then at %d); answers %d ok, %d failed: cheap %d, "
                   "dear %d, cloud %d; first up: cheap %lld, dear %lld\n",
-                  t_up ? t_up - t0 : -1, dear_then, sum.ok, sum.failed, sum.cheap, sum.dear,
-                  sum.cloud, up_cheap, up_dear);
+                  t_up ? t_up - t0 : -1, dear_then, sum.ok, sum.failed, on_cheap, on_dear, on_cloud,
+                  up_cheap, up_dear);
     assert_true(t_up > 0);
     assert_int_equal(dear_then, 1);
     assert_true(up_cheap > 0);
     assert_true(up_dear == 0 || up_dear >= up_cheap);
     assert_int_equal(sum.failed, 0);
-    assert_true(sum.cheap > sum.dear + sum.cloud);
+    assert_true(on_cheap > on_dear + on_cloud);
 
     /* The autoscaler ranked the pools by price over measured throughput. */
     json_t *doc, *doc2;

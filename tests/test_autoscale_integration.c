@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "gwfixture.h"
+#include "load_loop.h"
 
 /* One CPU pool "cpu" of up to `max` single-thread workers for model
  * "tiny", with the given autoscale object. */
@@ -79,39 +80,8 @@ static int has_decision(int port, const char *direction, const char *reason)
     return found;
 }
 
-/* ---- load threads --------------------------------------------------------- */
-
-typedef struct {
-    int port;
-    int max_tokens;
-    volatile int *stop;
-    int sent, ok, failed;
-    int by_upstream[4]; /* answers from cpu/0 .. cpu/3 */
-} load_t;
-
-static void *load_thread(void *arg)
-{
-    load_t *l = arg;
-    /* Bounded in count as well as by the stop flag. */
-    for (int i = 0; i < 2000 && !__atomic_load_n(l->stop, __ATOMIC_SEQ_CST); i++) {
-        ig_tc_response_t r;
-        l->sent++;
-        int rc = ig_gwf_complete(l->port, l->max_tokens, &r);
-        if (rc == 0 && r.status == 200) {
-            l->ok++;
-            const char *u = ig_tc_header(&r, "x-infergate-upstream");
-            if (u != NULL && strncmp(u, "cpu/", 4) == 0 && u[4] >= '0' && u[4] <= '3')
-                l->by_upstream[u[4] - '0']++;
-        } else {
-            l->failed++;
-            print_message("request failed: rc %d status %d %s\n", rc, rc == 0 ? r.status : 0,
-                          rc == 0 && r.body ? r.body : "");
-        }
-        if (rc == 0)
-            ig_tc_response_free(&r);
-    }
-    return NULL;
-}
+/* Answers counted by instance: cpu/0 .. cpu/3. */
+static const char *const instances[] = {"cpu/0", "cpu/1", "cpu/2", "cpu/3", NULL};
 
 /* A burst raises the instance count through panic mode within the panic
  * window; idleness brings it back after the delay; every request of the
@@ -129,15 +99,9 @@ static void test_burst_up_idle_down(void **state)
     assert_int_equal(r.status, 200);
     ig_tc_response_free(&r);
 
-    enum { THREADS = 8 };
-    volatile int stop = 0;
-    pthread_t th[THREADS];
-    load_t loads[THREADS];
+    ig_load_group_t load;
     long long t0 = ig_tc_now_ms();
-    for (int i = 0; i < THREADS; i++) {
-        loads[i] = (load_t){.port = g.port, .max_tokens = 48, .stop = &stop};
-        pthread_create(&th[i], NULL, load_thread, &loads[i]);
-    }
+    ig_load_start(&load, 8, (ig_load_t){.port = g.port, .max_tokens = 48, .prefixes = instances});
     /* The second instance is started within the panic window plus the
      * decision period and the sampling (and this VM's scheduling slack). */
     long long t_up = 0;
@@ -156,10 +120,7 @@ static void test_burst_up_idle_down(void **state)
     /* Keep the burst until the new instance has served some of it. */
     long long t_ready = 0;
     while (ig_tc_now_ms() < t0 + 40000) {
-        int served = 0;
-        for (int i = 0; i < THREADS; i++)
-            served += loads[i].by_upstream[1];
-        if (served >= 3) {
+        if (ig_load_served(&load, 1) >= 3) {
             t_ready = ig_tc_now_ms();
             break;
         }
@@ -167,15 +128,8 @@ static void test_burst_up_idle_down(void **state)
     }
     assert_true(t_ready > 0);
     print_message("new instance served from %lld ms after the burst began\n", t_ready - t0);
-    __atomic_store_n(&stop, 1, __ATOMIC_SEQ_CST);
-    int sent = 0, ok = 0, failed = 0, on1 = 0;
-    for (int i = 0; i < THREADS; i++) {
-        pthread_join(th[i], NULL);
-        sent += loads[i].sent;
-        ok += loads[i].ok;
-        failed += loads[i].failed;
-        on1 += loads[i].by_upstream[1];
-    }
+    ig_load_t sum = ig_load_stop(&load);
+    int sent = sum.sent, ok = sum.ok, failed = sum.failed, on1 = sum.by_upstream[1];
     long long t_idle = ig_tc_now_ms();
     print_message("burst: accepted %d = completed %d + failed %d; %d on cpu/1\n", sent, ok, failed,
                   on1);

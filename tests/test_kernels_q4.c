@@ -1,5 +1,5 @@
 /*
- * Q4_0 weights on the CPU backend (kernels/cpu/gemmq4.c, dtype.c):
+ * Q4_0 weights on the CPU backend (kernels/cpu/gemmq.c, dtype.c):
  *   - the layout is GGUF's, byte for byte, on a hand-made block (low
  *     nibbles weights 0..15, high nibbles 16..31, value (q - 8) d, d = m / -8
  *     for m the weight of largest magnitude), and quantizing puts every
@@ -43,11 +43,6 @@
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 
-static float *rand_buf(size_t n)
-{
-    return ig_xs_buf(&rng, n, 1.0f);
-}
-
 static void test_layout_is_ggufs(void **state)
 {
     float x[32];
@@ -80,19 +75,7 @@ static void test_layout_is_ggufs(void **state)
         assert_true(back[16 + j] == 0.5f * (float)(7 - j));
     }
     /* round trip: within |d| + 8 |d| 2^-11 */
-    float *w = rand_buf(4096), *out = malloc(4096 * sizeof(float));
-    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q4_0, 4096));
-    ig_dtype_from_f32(q, IG_DTYPE_Q4_0, w, 4096);
-    ig_dtype_to_f32(out, q, IG_DTYPE_Q4_0, 4096);
-    for (int b = 0; b < 4096 / 32; b++) {
-        float amax = 0;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(w[b * 32 + i]));
-        double dd = amax / 8.0, bound = dd + 8 * dd * 0x1p-11 + 1e-12;
-        for (int i = 0; i < 32; i++)
-            assert_true(fabs((double)out[b * 32 + i] - w[b * 32 + i]) <= bound);
-    }
-    free(w), free(out), free(q);
+    ig_tq_check_round_trip32(IG_DTYPE_Q4_0, &rng, 8, 1);
 }
 
 /* y = x W^T through the backend for W(n, k) quantized; checks both bounds. */
@@ -115,39 +98,14 @@ static void test_batch_invariant(void **state)
                                  672); /* 5 panels, the last short; 4 rows, then 3 */
 }
 
-/* The panels hold the file's bytes (no growth beyond a short last panel's
- * padding), and packing keeps every weight and scale. */
 static void test_panels_same_bytes(void **state)
 {
-    assert_int_equal(ig__q4p_packed_bytes(64, 2048), ig_dtype_bytes(IG_DTYPE_Q4_0, 64 * 2048));
-    assert_int_equal(ig__q4p_packed_bytes(17, 64), 2 * ig_dtype_bytes(IG_DTYPE_Q4_0, 16 * 64));
-    int n = 37, k = 96;
-    float *w = rand_buf((size_t)n * k), row[96], back[96];
-    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q4_0, (size_t)n * k));
-    uint8_t *p = malloc(ig__q4p_packed_bytes(n, k));
-    ig_dtype_from_f32(q, IG_DTYPE_Q4_0, w, (size_t)n * k);
-    ig__q4p_pack(p, q, n, k);
-    for (int r = 0; r < n; r++) {
-        ig_dtype_to_f32(row, q + (size_t)r * ig_dtype_bytes(IG_DTYPE_Q4_0, k), IG_DTYPE_Q4_0, k);
-        ig__q4p_unpack_row(back, p, k, r);
-        assert_memory_equal(row, back, sizeof(row));
-    }
-    ig__q4p_unpack_row(back, p, k, 47); /* padding of the last panel: zeros */
-    for (int i = 0; i < k; i++)
-        assert_true(back[i] == 0.0f);
-    free(w), free(q), free(p);
+    ig_tq_check_panels32(IG_DTYPE_Q4_0, &rng);
 }
 
 static void test_rejects_bad_shapes(void **state)
 {
-    ig_backend_t *be;
-    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
-    unsigned char buf[64] = {0};
-    ig_tensor_t odd = {IG_DTYPE_Q4_0, buf, 2, {1, 33}}, vec = {IG_DTYPE_Q4_0, buf, 1, {32}};
-    ig_weight_t W;
-    assert_int_equal(be->upload_weight(be, &odd, &W), IG_EINVAL);
-    assert_int_equal(be->upload_weight(be, &vec, &W), IG_EINVAL);
-    be->destroy(be);
+    ig_tq_check_bad_shapes(IG_DTYPE_Q4_0);
 }
 
 int main(void)

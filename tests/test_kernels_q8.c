@@ -1,5 +1,5 @@
 /*
- * Q8_0 weights on the CPU backend (kernels/cpu/gemmq8.c, dtype.c):
+ * Q8_0 weights on the CPU backend (kernels/cpu/gemmq.c, dtype.c):
  *   - the layout is GGUF's, byte for byte, on a hand-made block; quantizing
  *     puts every weight within d / 2 (+ the F16 rounding of d) of its value;
  *   - the GEMM, on every instruction set this CPU runs, is within the float
@@ -38,11 +38,6 @@
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 
-static float *rand_buf(size_t n)
-{
-    return ig_xs_buf(&rng, n, 1.0f);
-}
-
 static void test_layout_is_ggufs(void **state)
 {
     float x[32];
@@ -61,19 +56,7 @@ static void test_layout_is_ggufs(void **state)
     assert_int_equal(ig_dtype_bytes(IG_DTYPE_Q8_0, 33), 0);
     assert_string_equal(ig_dtype_name(IG_DTYPE_Q8_0), "Q8_0");
     /* round trip: within d / 2 + |q| * (F16 rounding of d) */
-    float *w = rand_buf(4096), back[4096];
-    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q8_0, 4096));
-    ig_dtype_from_f32(q, IG_DTYPE_Q8_0, w, 4096);
-    ig_dtype_to_f32(back, q, IG_DTYPE_Q8_0, 4096);
-    for (int b = 0; b < 4096 / 32; b++) {
-        float amax = 0;
-        for (int i = 0; i < 32; i++)
-            amax = fmaxf(amax, fabsf(w[b * 32 + i]));
-        double dd = amax / 127.0, bound = dd / 2 + 127 * dd * 0x1p-11 + 1e-12;
-        for (int i = 0; i < 32; i++)
-            assert_true(fabs((double)back[b * 32 + i] - w[b * 32 + i]) <= bound);
-    }
-    free(w), free(q);
+    ig_tq_check_round_trip32(IG_DTYPE_Q8_0, &rng, 127, 0.5);
 }
 
 /* y = x W^T through the backend for W(n, k) quantized; checks both bounds. */
@@ -95,33 +78,15 @@ static void test_batch_invariant(void **state)
                                  672); /* 21 blocks: a chunk of 16 and a short one */
 }
 
-/* The panels hold the file's bytes (no growth beyond a short last panel's
- * padding), and packing keeps every weight and scale. */
 static void test_panels_same_bytes(void **state)
 {
-    assert_int_equal(ig__q8p_packed_bytes(64, 2048), ig_dtype_bytes(IG_DTYPE_Q8_0, 64 * 2048));
-    assert_int_equal(ig__q8p_packed_bytes(17, 64), 2 * ig_dtype_bytes(IG_DTYPE_Q8_0, 16 * 64));
-    int n = 37, k = 96;
-    float *w = rand_buf((size_t)n * k), row[96], back[96];
-    unsigned char *q = malloc(ig_dtype_bytes(IG_DTYPE_Q8_0, (size_t)n * k));
-    uint8_t *p = malloc(ig__q8p_packed_bytes(n, k));
-    ig_dtype_from_f32(q, IG_DTYPE_Q8_0, w, (size_t)n * k);
-    ig__q8p_pack(p, q, n, k);
-    for (int r = 0; r < n; r++) {
-        ig_dtype_to_f32(row, q + (size_t)r * ig_dtype_bytes(IG_DTYPE_Q8_0, k), IG_DTYPE_Q8_0, k);
-        ig__q8p_unpack_row(back, p, k, r);
-        assert_memory_equal(row, back, sizeof(row));
-    }
-    ig__q8p_unpack_row(back, p, k, 47); /* padding of the last panel: zeros */
-    for (int i = 0; i < k; i++)
-        assert_true(back[i] == 0.0f);
-    free(w), free(q), free(p);
+    ig_tq_check_panels32(IG_DTYPE_Q8_0, &rng);
 }
 
 static void test_quantize_same_every_isa(void **state)
 {
     int m = 3, k = 256, nb = k / 32;
-    float *x = rand_buf((size_t)m * k);
+    float *x = ig_xs_buf(&rng, (size_t)m * k, 1.0f);
     /* Block 1 of row 0: amax 127 gives d = 1, so these are exact halves. */
     for (int i = 0; i < 32; i++)
         x[32 + i] = i == 0 ? 127.0f : (float)(i - 16) + (i % 2 ? 0.5f : -0.5f);
@@ -155,14 +120,7 @@ static void test_quantize_same_every_isa(void **state)
 
 static void test_rejects_bad_shapes(void **state)
 {
-    ig_backend_t *be;
-    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
-    unsigned char buf[64] = {0};
-    ig_tensor_t odd = {IG_DTYPE_Q8_0, buf, 2, {1, 33}}, vec = {IG_DTYPE_Q8_0, buf, 1, {32}};
-    ig_weight_t W;
-    assert_int_equal(be->upload_weight(be, &odd, &W), IG_EINVAL);
-    assert_int_equal(be->upload_weight(be, &vec, &W), IG_EINVAL);
-    be->destroy(be);
+    ig_tq_check_bad_shapes(IG_DTYPE_Q8_0);
 }
 
 int main(void)

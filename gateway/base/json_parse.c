@@ -258,6 +258,20 @@ static int is_digit(char c)
     return c >= '0' && c <= '9';
 }
 
+/* The end of the one or more digits at q (a fraction's or an exponent's);
+ * NULL, failing at q, where there is none. */
+static const char *digits(parser_t *ps, const char *q)
+{
+    if (q >= ps->end || !is_digit(*q)) {
+        ps->p = q;
+        fail(ps, "invalid number");
+        return NULL;
+    }
+    while (q < ps->end && is_digit(*q))
+        q++;
+    return q;
+}
+
 static json_t *parse_number(parser_t *ps)
 {
     const char *b = ps->p, *q = b;
@@ -275,27 +289,16 @@ static json_t *parse_number(parser_t *ps)
     int real = 0;
     if (q < ps->end && *q == '.') {
         real = 1;
-        q++;
-        if (q >= ps->end || !is_digit(*q)) {
-            ps->p = q;
-            fail(ps, "invalid number");
+        if ((q = digits(ps, q + 1)) == NULL)
             return NULL;
-        }
-        while (q < ps->end && is_digit(*q))
-            q++;
     }
     if (q < ps->end && (*q == 'e' || *q == 'E')) {
         real = 1;
         q++;
         if (q < ps->end && (*q == '+' || *q == '-'))
             q++;
-        if (q >= ps->end || !is_digit(*q)) {
-            ps->p = q;
-            fail(ps, "invalid number");
+        if ((q = digits(ps, q)) == NULL)
             return NULL;
-        }
-        while (q < ps->end && is_digit(*q))
-            q++;
     }
     size_t n = (size_t)(q - b);
     /* A scan converts only what might not fit: an integer of 19 digits or

@@ -235,9 +235,12 @@ static void observe(ig_sched_t *s, ig_sched_obs_t what, double v)
 
 void ig_sched_opts_default(ig_sched_opts_t *o)
 {
+    ig_engine_opts_t eng;
+    ig_engine_opts_default(&eng);
     memset(o, 0, sizeof(*o));
-    o->max_batched_tokens = 2048;
-    o->max_num_seqs = 256;
+    /* A step is one forward pass: the engine's limits. */
+    o->max_batched_tokens = eng.max_batched_tokens;
+    o->max_num_seqs = eng.max_num_seqs;
     o->max_waiting = 1024;
     o->echo_rows = 64;
     o->itl_target_ms = IG_SCHED_ITL_TARGET_MS;

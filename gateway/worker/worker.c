@@ -578,17 +578,20 @@ int ig_cmd_worker(int argc, char **argv)
     worker_t *w = calloc(1, sizeof(*w));
     if (!w)
         return IG_EXIT_FAILURE;
+    /* The scheduler's defaults, which hold the engine's. */
+    ig_sched_opts_t sched;
+    ig_sched_opts_default(&sched);
     w->o.device = "cpu";
-    w->o.max_batched_tokens = 2048;
-    w->o.itl_target_ms = IG_SCHED_ITL_TARGET_MS;
-    w->o.max_num_seqs = 256;
-    w->o.max_waiting = 1024;
+    w->o.max_batched_tokens = sched.max_batched_tokens;
+    w->o.itl_target_ms = sched.itl_target_ms;
+    w->o.max_num_seqs = sched.max_num_seqs;
+    w->o.max_waiting = sched.max_waiting;
     w->o.request_timeout_s = 600;
     w->o.stall_timeout_s = 30;
     w->o.stream_buffer = 1 << 20;
     w->o.kv_events_buffer = 1 << 20;
     w->o.drain_timeout_s = 60;
-    w->o.prefix_cache = 1;
+    w->o.prefix_cache = sched.prefix_cache;
     ig_log_level_t level = IG_LOG_INFO;
     ig_log_format_t format = IG_LOG_TEXT;
     int rc = IG_EXIT_USAGE, c;

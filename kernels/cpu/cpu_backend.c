@@ -79,6 +79,14 @@ static void release_pages(const void *p, size_t bytes)
         ig_pages_release(p, bytes);
 }
 
+/* The bytes of n rows of k of a quantized dtype packed in panels. */
+static size_t panel_bytes(ig_dtype_t dt, int n, int k)
+{
+    if (dt == IG_DTYPE_Q4_K || dt == IG_DTYPE_Q6_K)
+        return ig__kqp_packed_bytes(n, k);
+    return ig__qp_packed_bytes(dt, n, k);
+}
+
 /* A 2-D weight is stored packed for the own GEMM: BF16 and F16 ones in
  * their own 16 bits (ig__gemm16_pack), F32 ones, or all with
  * IG_CPU_WEIGHTS=f32, as F32 panels (ig__gemm_pack) converted one panel of
@@ -92,31 +100,25 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
         return IG_EINVAL;
     int kq = src->dtype == IG_DTYPE_Q4_K || src->dtype == IG_DTYPE_Q6_K;
     if (src->dtype == IG_DTYPE_Q8_0 || src->dtype == IG_DTYPE_Q4_0 || kq) {
-        /* Packed in panels of 16 rows (gemmq8.c, gemmq4.c: the file's
-         * bytes; gemmkq.c: rewritten without loss), 64 panels at a time,
-         * then their source pages go back. */
-        int q4 = src->dtype == IG_DTYPE_Q4_0;
+        /* Packed in panels of 16 rows (gemmq.c: the file's bytes;
+         * gemmkq.c: rewritten without loss), 64 panels at a time, then
+         * their source pages go back. */
         if (src->ndim != 2 || cols % (int64_t)ig_dtype_block(src->dtype) != 0 || rows > INT_MAX ||
             cols > INT_MAX)
             return IG_EINVAL;
         int k = (int)cols, step = 64 * 16;
         size_t row = ig_dtype_bytes(src->dtype, (size_t)k);
-        size_t (*bytes)(int, int) = kq   ? ig__kqp_packed_bytes
-                                    : q4 ? ig__q4p_packed_bytes
-                                         : ig__q8p_packed_bytes;
-        uint8_t *q = cpu_alloc(be, bytes((int)rows, k));
+        uint8_t *q = cpu_alloc(be, panel_bytes(src->dtype, (int)rows, k));
         if (q == NULL)
             return IG_ENOMEM;
         for (int64_t r = 0; r < rows; r += step) {
             int m = rows - r < step ? (int)(rows - r) : step;
             const uint8_t *from = (const uint8_t *)src->data + (size_t)r * row;
-            uint8_t *to = q + bytes((int)r, k);
+            uint8_t *to = q + panel_bytes(src->dtype, (int)r, k);
             if (kq)
                 ig__kqp_pack(to, from, src->dtype, m, k);
-            else if (q4)
-                ig__q4p_pack(to, from, m, k);
             else
-                ig__q8p_pack(to, from, m, k);
+                ig__qp_pack(to, from, src->dtype, m, k);
             release_pages(from, (size_t)m * row);
         }
         *dst = (ig_weight_t){.dtype = src->dtype, .data = q, .rows = rows, .cols = cols};

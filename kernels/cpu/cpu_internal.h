@@ -132,7 +132,7 @@ int ig__cpu_blas_usable(const char **core);
 
 /* ---- instruction set of the dispatched kernels (isa.c) -------------------- */
 
-/* The kernels of gemm16.c and gemmq8.c pick their code at run time, not at
+/* The kernels of gemm16.c and gemmq.c pick their code at run time, not at
  * build time, so one binary is right on every x86-64. AVX-512 here means
  * F, BW, VL, DQ and VNNI; AVX2 means AVX2, FMA and F16C. */
 typedef enum {
@@ -204,53 +204,32 @@ void ig__bf16_round_rows(uint16_t *xb, const float *x, int m, int k);
 void ig__gemm16p(float *y, int ldy, const uint16_t *xb, const uint16_t *packed, int m, int k, int n,
                  int n0, int n1);
 
-/* ---- Q8_0 weights (gemmq8.c) ---------------------------------------------- */
+/* ---- Q8_0 and Q4_0 weights (gemmq.c) -------------------------------------- */
 
 /* x(m, k) quantized per block of 32 like a Q8_0 weight, but with the scale
  * kept in F32: q(m, k) int8 and d(m, k / 32); k a multiple of 32. The _sums
  * form also writes s(m, k / 32), each block's sum of q (s may be NULL). */
 void ig__q8_quantize_rows(int8_t *q, float *d, const float *x, int m, int k);
 void ig__q8_quantize_rows_sums(int8_t *q, float *d, int32_t *s, const float *x, int m, int k);
-/* Q8_0 weights packed in panels of IG_Q8P_NR rows of W (output columns):
- * block b of panel p holds the panel's IG_Q8P_NR F16 scales, then its
- * weights by quads (4 consecutive k) as [quad][row][4] bytes, each w + 128
- * (w ^ 0x80). The same bytes as GGUF's layout (544 = 16 x 34); a short last
- * panel is padded with zero weights. */
-#define IG_Q8P_NR 16
-#define IG_Q8P_BLOCK_BYTES (2 * IG_Q8P_NR + IG_Q8P_NR * 32)
-size_t ig__q8p_packed_bytes(int n, int k);
-/* src: n rows of k in GGUF's Q8_0 layout; dst: ig__q8p_packed_bytes(n, k). */
-void ig__q8p_pack(uint8_t *dst, const uint8_t *src, int n, int k);
+/* Q8_0 or Q4_0 weights (dt) packed in panels of IG_QP_NR rows of W (output
+ * columns): block b of panel p holds the panel's IG_QP_NR F16 scales, then
+ * the rows' weight bytes by quads as [quad][row][4] bytes. A Q8_0 quad is 4
+ * weights of k, each w + 128 (w ^ 0x80); a Q4_0 quad g is bytes 4g..4g+3
+ * of a row's 16 nibble bytes (low nibbles: weights 4g..4g+3, high:
+ * 16 + 4g..). The same bytes as GGUF's layout (544 = 16 x 34, 288 =
+ * 16 x 18); a short last panel is padded with zero weights. */
+#define IG_QP_NR 16
+size_t ig__qp_packed_bytes(ig_dtype_t dt, int n, int k);
+/* src: n rows of k in GGUF's layout of dt; dst: ig__qp_packed_bytes(dt, n, k). */
+void ig__qp_pack(uint8_t *dst, const uint8_t *src, ig_dtype_t dt, int n, int k);
 /* Row `row` of W dequantized, as ig_dtype_to_f32 gives it from GGUF's layout. */
-void ig__q8p_unpack_row(float *dst, const uint8_t *packed, int k, int row);
+void ig__qp_unpack_row(float *dst, const uint8_t *packed, ig_dtype_t dt, int k, int row);
 /* y(m, n) (row stride ldy) = x . W^T for the columns [n0, n1), W packed by
- * ig__q8p_pack, n0 a multiple of IG_Q8P_NR, x quantized by
+ * ig__qp_pack for dt, n0 a multiple of IG_QP_NR, x quantized by
  * ig__q8_quantize_rows_sums (xq, xd, xs); single-threaded. Every output has
  * the same bits whatever m, n0, n1 and the instruction set. */
-void ig__gemm_q8(float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *xs,
-                 const uint8_t *w, int m, int k, int n0, int n1);
-
-/* ---- Q4_0 weights (gemmq4.c) ---------------------------------------------- */
-
-/* Q4_0 weights packed in panels of IG_Q4P_NR rows of W (output columns):
- * block b of panel p holds the panel's IG_Q4P_NR F16 scales, then 4 groups
- * of [row][4 bytes], group g holding bytes 4g..4g+3 of each row's 16
- * nibble bytes (low nibbles: weights 4g..4g+3, high: 16 + 4g..). The same
- * bytes as GGUF's layout (288 = 16 x 18); a short last panel is padded
- * with zero weights (scale 0, nibbles 8). */
-#define IG_Q4P_NR 16
-#define IG_Q4P_BLOCK_BYTES (2 * IG_Q4P_NR + IG_Q4P_NR * 16)
-size_t ig__q4p_packed_bytes(int n, int k);
-/* src: n rows of k in GGUF's Q4_0 layout; dst: ig__q4p_packed_bytes(n, k). */
-void ig__q4p_pack(uint8_t *dst, const uint8_t *src, int n, int k);
-/* Row `row` of W dequantized, as ig_dtype_to_f32 gives it from GGUF's layout. */
-void ig__q4p_unpack_row(float *dst, const uint8_t *packed, int k, int row);
-/* y(m, n) (row stride ldy) = x . W^T for the columns [n0, n1), W packed by
- * ig__q4p_pack, n0 a multiple of IG_Q4P_NR, x quantized by
- * ig__q8_quantize_rows_sums (xq, xd, xs); single-threaded. Every output has
- * the same bits whatever m, n0, n1 and the instruction set. */
-void ig__gemm_q4(float *y, int ldy, const int8_t *xq, const float *xd, const int32_t *xs,
-                 const uint8_t *w, int m, int k, int n0, int n1);
+void ig__gemm_qp(ig_dtype_t dt, float *y, int ldy, const int8_t *xq, const float *xd,
+                 const int32_t *xs, const uint8_t *w, int m, int k, int n0, int n1);
 
 /* ---- Q4_K and Q6_K weights (gemmkq.c) ------------------------------------- */
 
@@ -363,41 +342,5 @@ static inline int ig__kv_dtype_ok(const ig_kv_layout_t *kv)
 {
     return kv->dtype == IG_DTYPE_F32 || kv->dtype == IG_DTYPE_F16 || kv->dtype == IG_DTYPE_BF16;
 }
-
-/* The panel GEMMs' tile choice (gemmq8.c, gemmq4.c, AVX-512): up to 4 rows
- * of x with 1 or 2 panels, or one row with up to 4; calls TILE(MR, NP) for
- * the rows from a (of m) and the np panels left. */
-#define IG_QTILE_SWITCH(m, a, np, TILE)                                                            \
-    switch (((m) - (a) < 4 ? (m) - (a) : 4) * 4 + (np)-1) {                                        \
-    case 4 * 4 + 1:                                                                                \
-        TILE(4, 2);                                                                                \
-        break;                                                                                     \
-    case 4 * 4:                                                                                    \
-        TILE(4, 1);                                                                                \
-        break;                                                                                     \
-    case 4 * 3 + 1:                                                                                \
-        TILE(3, 2);                                                                                \
-        break;                                                                                     \
-    case 4 * 3:                                                                                    \
-        TILE(3, 1);                                                                                \
-        break;                                                                                     \
-    case 4 * 2 + 1:                                                                                \
-        TILE(2, 2);                                                                                \
-        break;                                                                                     \
-    case 4 * 2:                                                                                    \
-        TILE(2, 1);                                                                                \
-        break;                                                                                     \
-    case 4 + 3:                                                                                    \
-        TILE(1, 4);                                                                                \
-        break;                                                                                     \
-    case 4 + 2:                                                                                    \
-        TILE(1, 3);                                                                                \
-        break;                                                                                     \
-    case 4 + 1:                                                                                    \
-        TILE(1, 2);                                                                                \
-        break;                                                                                     \
-    default:                                                                                       \
-        TILE(1, 1);                                                                                \
-    }
 
 #endif

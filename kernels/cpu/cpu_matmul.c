@@ -1,7 +1,7 @@
 /*
  * The CPU backend's GEMM dispatch, y = x W^T (+ bias): the own SIMD loops
- * (gemm.c for F32 panels, gemm16.c for BF16/F16, gemmq8.c for Q8_0, gemmq4.c
- * for Q4_0, gemmkq.c for Q4_K and Q6_K) over the thread pool, or OpenBLAS
+ * (gemm.c for F32 panels, gemm16.c for BF16/F16, gemmq.c for Q8_0 and
+ * Q4_0, gemmkq.c for Q4_K and Q6_K) over the thread pool, or OpenBLAS
  * with IG_CPU_GEMM=blas-pool|blas.
  */
 #include "cpu_internal.h"
@@ -47,10 +47,8 @@ static void matmul_cols(matmul_job_t *j, int n0, int n1)
 {
     if (n1 <= n0)
         return;
-    if (j->dtype == IG_DTYPE_Q8_0)
-        ig__gemm_q8(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
-    else if (j->dtype == IG_DTYPE_Q4_0)
-        ig__gemm_q4(j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
+    if (j->dtype == IG_DTYPE_Q8_0 || j->dtype == IG_DTYPE_Q4_0)
+        ig__gemm_qp(j->dtype, j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
     else if (j->dtype == IG_DTYPE_Q4_K || j->dtype == IG_DTYPE_Q6_K) {
         if (ig__gemm_kq(j->y, j->n, j->xq, j->xd, j->w, j->m, j->k, n0, n1) != 0)
             atomic_store(&j->failed, 1);
@@ -154,10 +152,8 @@ int ig__cpu_matmul(ig_backend_t *be, float *y, const float *x, const ig_weight_t
         j.packed = 1;
     }
     int nr = ig__gemm_panel_width();
-    if (j.dtype == IG_DTYPE_Q8_0)
-        nr = IG_Q8P_NR; /* whole panels */
-    else if (j.dtype == IG_DTYPE_Q4_0)
-        nr = IG_Q4P_NR;
+    if (j.dtype == IG_DTYPE_Q8_0 || j.dtype == IG_DTYPE_Q4_0)
+        nr = IG_QP_NR; /* whole panels */
     else if (j.dtype == IG_DTYPE_Q4_K || j.dtype == IG_DTYPE_Q6_K)
         nr = IG_KQP_NR;
     else if (j.dtype != IG_DTYPE_F32)

@@ -31,10 +31,8 @@ int ig__cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, const 
             return IG_ERANGE;
     for (int i = 0; i < ntok; i++) {
         float *o = out + (size_t)i * table->cols;
-        if (table->dtype == IG_DTYPE_Q8_0)
-            ig__q8p_unpack_row(o, table->data, (int)table->cols, tokens[i]);
-        else if (table->dtype == IG_DTYPE_Q4_0)
-            ig__q4p_unpack_row(o, table->data, (int)table->cols, tokens[i]);
+        if (table->dtype == IG_DTYPE_Q8_0 || table->dtype == IG_DTYPE_Q4_0)
+            ig__qp_unpack_row(o, table->data, table->dtype, (int)table->cols, tokens[i]);
         else if (table->dtype == IG_DTYPE_Q4_K || table->dtype == IG_DTYPE_Q6_K)
             ig__kqp_unpack_row(o, table->data, (int)table->cols, tokens[i]);
         else if (pairs)

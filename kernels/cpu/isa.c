@@ -1,6 +1,6 @@
 /*
  * Run-time choice of the instruction set for the kernels that dispatch
- * (gemm16.c, gemmq8.c): the best the CPU runs, or a lower one named by
+ * (gemm16.c, gemmq.c): the best the CPU runs, or a lower one named by
  * IG_CPU_ISA (avx512, avx2, scalar) or set by a test, so that the AVX2 and
  * scalar paths are exercised on an AVX-512 machine too. Apart from the
  * set, AVX512_BF16: whether BF16 weights are uploaded for vdpbf16ps

@@ -13,6 +13,7 @@
 
 #include "../../kernels/cpu/cpu_internal.h"
 #include "infergate/dtype.h"
+#include "infergate/error.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -127,6 +128,63 @@ void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m,
     be->free_weight(be, &W);
     free(x), free(w), free(wq), free(wd), free(xdq), free(xq), free(xs), free(y);
     free(ref), free(mag), free(exact), free(qerr);
+}
+
+void ig_tq_check_round_trip32(ig_dtype_t dt, uint64_t *rng, double levels, double steps)
+{
+    float *w = ig_xs_buf(rng, 4096, 1.0f), *back = malloc(4096 * sizeof(float));
+    unsigned char *q = malloc(ig_dtype_bytes(dt, 4096));
+    assert_non_null(back);
+    assert_non_null(q);
+    ig_dtype_from_f32(q, dt, w, 4096);
+    ig_dtype_to_f32(back, q, dt, 4096);
+    for (int b = 0; b < 4096 / 32; b++) {
+        float amax = 0;
+        for (int i = 0; i < 32; i++)
+            amax = fmaxf(amax, fabsf(w[b * 32 + i]));
+        double dd = amax / levels, bound = steps * dd + levels * dd * 0x1p-11 + 1e-12;
+        for (int i = 0; i < 32; i++)
+            assert_true(fabs((double)back[b * 32 + i] - w[b * 32 + i]) <= bound);
+    }
+    free(w), free(back), free(q);
+}
+
+void ig_tq_check_bad_shapes(ig_dtype_t dt)
+{
+    ig_backend_t *be;
+    assert_int_equal(ig_backend_cpu_create(&be, 1), 0);
+    int block = (int)ig_dtype_block(dt);
+    unsigned char *buf = calloc(1, ig_dtype_bytes(dt, (size_t)block) * 2);
+    assert_non_null(buf);
+    ig_tensor_t odd = {dt, buf, 2, {1, block + 1}}, vec = {dt, buf, 1, {block}};
+    ig_weight_t W;
+    assert_int_equal(be->upload_weight(be, &odd, &W), IG_EINVAL);
+    assert_int_equal(be->upload_weight(be, &vec, &W), IG_EINVAL);
+    be->destroy(be);
+    free(buf);
+}
+
+void ig_tq_check_panels32(ig_dtype_t dt, uint64_t *rng)
+{
+    assert_int_equal(ig__qp_packed_bytes(dt, 64, 2048), ig_dtype_bytes(dt, 64 * 2048));
+    assert_int_equal(ig__qp_packed_bytes(dt, 17, 64), 2 * ig_dtype_bytes(dt, 16 * 64));
+    int n = 37, k = 96;
+    float *w = ig_xs_buf(rng, (size_t)n * k, 1.0f), row[96], back[96];
+    unsigned char *q = malloc(ig_dtype_bytes(dt, (size_t)n * k));
+    uint8_t *p = malloc(ig__qp_packed_bytes(dt, n, k));
+    assert_non_null(q);
+    assert_non_null(p);
+    ig_dtype_from_f32(q, dt, w, (size_t)n * k);
+    ig__qp_pack(p, q, dt, n, k);
+    for (int r = 0; r < n; r++) {
+        ig_dtype_to_f32(row, q + (size_t)r * ig_dtype_bytes(dt, k), dt, k);
+        ig__qp_unpack_row(back, p, dt, k, r);
+        assert_memory_equal(row, back, sizeof(row));
+    }
+    ig__qp_unpack_row(back, p, dt, k, 47); /* padding of the last panel: zeros */
+    for (int i = 0; i < k; i++)
+        assert_true(back[i] == 0.0f);
+    free(w), free(q), free(p);
 }
 
 void ig_tq_batch_invariant_random(ig_dtype_t dt, uint64_t *rng, int m, int n, int k)

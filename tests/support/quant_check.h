@@ -16,7 +16,17 @@
  *   y = x W^T through be against the product of the dequantized weights
  *   and the Q8_0-quantized x (its rounding bound), and against the exact
  *   product (that bound plus the quantization error of both), with
- *   random x and W(n, k) drawn from rng; embed gives W's dequantized row.
+ *   random x and W(n, k) drawn from rng; embed gives W's dequantized row;
+ * - ig_tq_check_round_trip32: for the same formats, 4096 weights drawn
+ *   from rng, quantized and read back, are each within steps * d plus the
+ *   F16 rounding of d (levels units of q at 2^-11 d) of their value, d the
+ *   block's largest magnitude / levels;
+ * - ig_tq_check_bad_shapes: upload_weight refuses a row length that is not
+ *   a whole number of blocks, and a vector;
+ * - ig_tq_check_panels32: for the same formats, the panels of gemmq.c hold
+ *   the file's bytes (no growth beyond a short last panel's padding), and
+ *   packing keeps every weight and scale (each row unpacked is the file's
+ *   row dequantized; the padding columns are zeros).
  *
  * The first two leave the instruction set at the most this CPU has.
  */
@@ -35,5 +45,8 @@ void ig_tq_batch_invariant(const ig_tensor_t *t, const float *x, int m);
 void ig_tq_batch_invariant_random(ig_dtype_t dt, uint64_t *rng, int m, int n, int k);
 void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m, int n, int k,
                           const char *label);
+void ig_tq_check_round_trip32(ig_dtype_t dt, uint64_t *rng, double levels, double steps);
+void ig_tq_check_bad_shapes(ig_dtype_t dt);
+void ig_tq_check_panels32(ig_dtype_t dt, uint64_t *rng);
 
 #endif
