@@ -6,7 +6,10 @@
  * request's deadlines while busy, a failure that must not be reported from
  * inside the caller's own call, and the keep-alive idle close while pooled,
  * so a request needs no handle of its own and is freed right after its
- * done callback.
+ * done callback. The timer is moved only to an earlier time: a deadline
+ * that is cleared or pushed later leaves it running, and when it fires it
+ * is set again for whatever deadline stands then (conn_deadline), so a
+ * request on a pooled connection costs no timer operation.
  *
  * Nothing is freed inside the parser: llhttp's callbacks only record (the
  * message completed, a user callback asked to end the request), and
@@ -417,6 +420,41 @@ static void idle_remove(ig_upstream_t *u, conn_t *c)
     u->nidle--;
 }
 
+static void on_conn_timer(uv_timer_t *t)
+{
+    conn_t *c = t->data;
+    uv_timer_cb cb = c->deadline_cb;
+    if (cb == NULL)
+        return; /* cleared since it was set: the timer stays off */
+    uint64_t now = uv_now(t->loop);
+    if (now < c->deadline_ms) { /* pushed later since it was set */
+        c->timer_due_ms = c->deadline_ms;
+        uv_timer_start(t, on_conn_timer, c->deadline_ms - now, 0);
+        return;
+    }
+    c->deadline_cb = NULL;
+    cb(t);
+}
+
+/* The connection's deadline becomes ms from now, when cb runs (with the
+ * timer, as a uv_timer_cb would); the timer is set only when it is off or
+ * due later than that. */
+static void conn_deadline(conn_t *c, uv_timer_cb cb, uint64_t ms)
+{
+    uint64_t at = uv_now(c->timer.loop) + ms;
+    c->deadline_ms = at;
+    c->deadline_cb = cb;
+    if (!uv_is_active((uv_handle_t *)&c->timer) || c->timer_due_ms > at) {
+        c->timer_due_ms = at;
+        uv_timer_start(&c->timer, on_conn_timer, ms, 0);
+    }
+}
+
+static void conn_deadline_clear(conn_t *c)
+{
+    c->deadline_cb = NULL;
+}
+
 static void on_keepalive_timeout(uv_timer_t *t)
 {
     conn_t *c = t->data;
@@ -608,7 +646,7 @@ static void conn_release(conn_t *c, int keep_alive)
     if (n != NULL) {
         ig_upstream_req_t *r = IG_LIST_DATA(n, ig_upstream_req_t, pend_node);
         ig_list_remove(n);
-        uv_timer_stop(&c->timer);
+        conn_deadline_clear(c);
         c->req = r;
         r->conn = c;
         r->t_connected_ns = uv_hrtime();
@@ -619,7 +657,7 @@ static void conn_release(conn_t *c, int keep_alive)
     }
     ig_list_push_front(&u->idle, &c->idle_node);
     u->nidle++;
-    uv_timer_start(&c->timer, on_keepalive_timeout, u->opts.keepalive_idle_ms, 0);
+    conn_deadline(c, on_keepalive_timeout, u->opts.keepalive_idle_ms);
 }
 
 /* ---- request deadlines --------------------------------------------------- */
@@ -649,7 +687,7 @@ static void req_arm_timer(ig_upstream_req_t *r)
         phase_ms = r->up->opts.idle_timeout_ms;
     uint64_t total_ms = ms_until(now, r->deadline_ns);
     uint64_t ms = phase_ms != 0 && phase_ms < total_ms ? phase_ms : total_ms;
-    uv_timer_start(&c->timer, on_req_timeout, ms, 0);
+    conn_deadline(c, on_req_timeout, ms);
 }
 
 static void on_req_timeout(uv_timer_t *t)
@@ -703,7 +741,7 @@ static void on_conn_fail(uv_timer_t *t)
 static void conn_fail_soon(conn_t *c, int err)
 {
     c->fail_err = err;
-    uv_timer_start(&c->timer, on_conn_fail, 0, 0);
+    conn_deadline(c, on_conn_fail, 0);
 }
 
 /* ---- reading and writing ------------------------------------------------- */
@@ -733,7 +771,7 @@ static int after_parse(conn_t *c, ig_upstream_req_t *r, llhttp_errno_t e, const 
                 keep = 0;
         }
         r->conn = NULL;
-        uv_timer_stop(&c->timer);
+        conn_deadline_clear(c);
         /* The connection goes back before on_done, so that a request the
          * callback sends next can take it. */
         if (keep && !c->closing)
@@ -934,7 +972,7 @@ static int conn_start(ig_upstream_req_t *r)
     conn_t *c = pooled ? IG_LIST_DATA(pooled, conn_t, idle_node) : NULL;
     if (c != NULL) {
         u->nidle--;
-        uv_timer_stop(&c->timer);
+        conn_deadline_clear(c);
         c->req = r;
         r->conn = c;
         r->t_connected_ns = uv_hrtime(); /* connected already: no connect time */
@@ -1083,7 +1121,7 @@ static void req_finish(ig_upstream_req_t *r, int err)
         r->write = NULL;
     }
     if (c != NULL) {
-        uv_timer_stop(&c->timer);
+        conn_deadline_clear(c);
         r->conn = NULL;
         conn_close(c);
     }

@@ -84,6 +84,12 @@ struct conn_s {
         uv_pipe_t pipe;
     } h;
     uv_timer_t timer;
+    /* The one deadline the timer serves (see conn_deadline): its loop time
+     * in ms and what passing it means (NULL: none); and when the timer is
+     * due, which may be earlier. */
+    uint64_t deadline_ms;
+    uv_timer_cb deadline_cb;
+    uint64_t timer_due_ms;
     uv_connect_t connect;
     ig_upstream_t *up;
     ig_list_t idle_node; /* in up->idle */
