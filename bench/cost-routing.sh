@@ -12,9 +12,25 @@
 # writes bench/results/cost-routing.json and a plot of the cost per 1M
 # output tokens (idle colo capacity included) against load.
 #
-# Targets (issue 32): at LOAD 0.5, the cost objective serves >= 90% from colo
-# and meets the SLO at p99; at 1.5, it meets the SLO at p99 with no errors
-# and the cloud's bill is <= 0.8x the latency objective's.
+# The floor: before and after each load's pair of runs, igbench keeps
+# 4 x SLOTS_COLO requests in flight on colo directly for CAL seconds; its
+# throughput (the mean of the two) is colo's measured capacity, cap, which
+# is below SLOTS_COLO / 20 ms where timers fire late. Over a run of D =
+# WARMUP + DURATION seconds that sends N requests, colo can answer at most
+# cap x (D + SLO) of them (the last may wait up to the SLO in its queue), so
+# any router sends the cloud at least
+#
+#   floor = max(0, 1 - cap x (D + SLO) / N)
+#
+# of them; floor x N over the latency objective's cloud answers is the
+# least cost/latency ratio of the cloud's bill any router could show (all
+# answers have TOKENS tokens, so the bill is in proportion to the answers).
+#
+# Targets (docs/routing.md, "The cost objective"): at LOAD 0.5, the cost
+# objective serves >= 90% from colo and meets the SLO at p99; above colo's
+# capacity, it meets the SLO at p99 with no errors and its cloud share is
+# within 0.03 of the floor. (Issue 32 asked for a cloud bill <= 0.8x the
+# latency objective's at 1.5; the floor is above that on this fleet.)
 #
 # usage: bench/cost-routing.sh [BUILD_DIR]      (default: build)
 # environment:
@@ -26,6 +42,7 @@
 #   COLO_PER_HOUR=2   colo's price, USD per hour
 #   CLOUD_IN=0.5 CLOUD_OUT=1.5   the cloud's price, USD per 1M tokens
 #   SEED=1
+#   CAL=2             seconds of each measurement of colo's capacity
 #   RESULTS=bench/results/cost-routing.json
 set -euo pipefail
 
@@ -41,11 +58,12 @@ COLO_PER_HOUR=${COLO_PER_HOUR:-2}
 CLOUD_IN=${CLOUD_IN:-0.5}
 CLOUD_OUT=${CLOUD_OUT:-1.5}
 SEED=${SEED:-1}
+CAL=${CAL:-2}
 TOKENS=8
 RESULTS=${RESULTS:-$root/bench/results/cost-routing.json}
 check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $SLO_MS <= 10000
-      and 1 <= $SLOTS_COLO <= 64" \
-    "DURATION <= 120, WARMUP <= 30, SLO_MS <= 10000, SLOTS_COLO <= 64"
+      and 1 <= $SLOTS_COLO <= 64 and 1 <= $CAL <= 30" \
+    "DURATION <= 120, WARMUP <= 30, SLO_MS <= 10000, SLOTS_COLO <= 64, 1 <= CAL <= 30"
 need_built igbench faultproxy testupstream infergate
 pids=()
 gw_pid=""
@@ -64,12 +82,21 @@ cloud_port=$(port_of "$tmp/cloud.out")
 pids+=($!)
 fp_port=$(port_of "$tmp/fp.out")
 capacity=$("$PY" -c "print($SLOTS_COLO / 0.020)")
-echo "cost-routing: colo $SLOTS_COLO slots (capacity $capacity req/s, \$$COLO_PER_HOUR/h)," \
+echo "cost-routing: colo $SLOTS_COLO slots (capacity $capacity req/s nominal, \$$COLO_PER_HOUR/h)," \
     "cloud 32 slots +10 ms RTT (\$$CLOUD_IN/\$$CLOUD_OUT per 1M), SLO TTFT ${SLO_MS} ms"
 
 completions() { # PORT: completions a testupstream has answered
     http_get "$1" /_control/stats | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["completions"])' \
         2>/dev/null || echo 0
+}
+
+calibrate() { # NAME: colo's throughput with 4 x its slots kept in flight; $tmp/cal-NAME.json
+    "$build/igbench" --quiet --target "127.0.0.1:$colo_port" --concurrency "$((4 * SLOTS_COLO))" \
+        --duration "$((CAL + 1))" --warmup 1 --seed "$SEED" --timeout 15 --stream \
+        --endpoint completions --model m --max-tokens "$TOKENS" --input-tokens 32 \
+        --json "$tmp/cal-$1.json"
+    "$PY" -c 'import json,sys; print("  colo capacity %.1f req/s (measured)" % json.load(open(sys.argv[1]))["throughput_rps"])' \
+        "$tmp/cal-$1.json"
 }
 
 run() { # LOAD OBJECTIVE: one run; writes $tmp/run-LOAD-OBJECTIVE.json
@@ -128,6 +155,7 @@ print(json.dumps({
     "ttft_p50_ms": ttft["p50"], "ttft_p99_ms": ttft["p99"], "slo_ttft_ms": float(slo),
     "slo_met_p99": ttft["p99"] <= float(slo),
     "errors": ig["requests"]["errors"], "ok": ig["requests"]["ok"],
+    "sent": ig["requests"]["issued"],
     "cloud_bill_usd": cost("cloud"), "colo_busy_usd": cost("colo"), "colo_idle_usd": idle("colo"),
     "cost_per_1m_output_tokens": spend / out_tokens * 1e6 if out_tokens else None}))
 PYEOF
@@ -145,14 +173,17 @@ PYEOF
 }
 
 for load in $LOADS; do
+    calibrate "$load-before"
     for obj in latency cost; do
         run "$load" "$obj"
     done
+    calibrate "$load-after"
 done
 
-"$PY" - "$RESULTS" "$tmp" $LOADS <<'PYEOF'
+"$PY" - "$RESULTS" "$tmp" "$((DURATION + WARMUP))" "$SLO_MS" $LOADS <<'PYEOF'
 import json, os, sys
-out, tmp, loads = sys.argv[1], sys.argv[2], sys.argv[3:]
+out, tmp, span, slo = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]) / 1e3
+loads = sys.argv[5:]
 runs, verdicts = [], []
 for load in loads:
     pair = {}
@@ -161,12 +192,29 @@ for load in loads:
         runs.append(r)
         pair[obj] = r
     c, l = pair["cost"], pair["latency"]
+    cal = [json.load(open(os.path.join(tmp, "cal-%s-%s.json" % (load, w))))["throughput_rps"]
+           for w in ("before", "after")]
+    cap = sum(cal) / 2
+    answers = c["colo_answers"] + c["cloud_answers"]
+    floor = max(0.0, 1 - cap * (span + slo) / answers) if answers else 0.0
     ratio = c["cloud_bill_usd"] / l["cloud_bill_usd"] if l["cloud_bill_usd"] > 0 else None
-    line = "load %s: cost/latency cloud bill %s; cost objective: colo %.1f%%, p99 TTFT %.1f ms (%s), errors %d" % (
-        load, "%.3f" % ratio if ratio is not None else "-", 100 * c["colo_share"],
-        c["ttft_p99_ms"], "SLO met" if c["slo_met_p99"] else "SLO MISSED", c["errors"])
+    floor_ratio = floor * answers / l["cloud_answers"] if l["cloud_answers"] else None
+    cloud_share = 1 - c["colo_share"]
+    line = ("load %s: cost/latency cloud bill %s (floor %s); cloud share: cost %.3f, latency %.3f,"
+            " floor %.3f (colo %.1f req/s measured, %.1f sent); cost objective: p99 TTFT %.1f ms"
+            " (%s), errors %d" % (
+                load, "%.3f" % ratio if ratio is not None else "-",
+                "%.3f" % floor_ratio if floor_ratio is not None else "-", cloud_share,
+                1 - l["colo_share"], floor, cap, c["sent"] / span, c["ttft_p99_ms"],
+                "SLO met" if c["slo_met_p99"] else "SLO MISSED", c["errors"]))
     print(line)
     verdicts.append({"load": float(load), "cloud_bill_ratio_cost_to_latency": ratio,
+                     "floor_ratio_cost_to_latency": floor_ratio,
+                     "colo_capacity_rps": cap, "colo_capacity_rps_before_after": cal,
+                     "sent_rps": c["sent"] / span,
+                     "cost_cloud_share": cloud_share, "latency_cloud_share": 1 - l["colo_share"],
+                     "floor_cloud_share": floor,
+                     "cost_cloud_share_above_floor": cloud_share - floor,
                      "cost_colo_share": c["colo_share"], "cost_slo_met_p99": c["slo_met_p99"],
                      "cost_errors": c["errors"]})
 json.dump({"bench": "cost-routing", "runs": runs, "ratios": verdicts}, open(out, "w"), indent=1)
