@@ -12,19 +12,20 @@
 # writes bench/results/cost-routing.json and a plot of the cost per 1M
 # output tokens (idle colo capacity included) against load.
 #
-# The floor: before and after each load's pair of runs, igbench keeps
-# 4 x SLOTS_COLO requests in flight on colo directly for CAL seconds; its
-# throughput (the mean of the two) is colo's measured capacity, cap, which
-# is below SLOTS_COLO / 20 ms where timers fire late. Over a run of D =
-# WARMUP + DURATION seconds that sends N requests, colo can answer at most
-# cap x (D + SLO) of them (the last may wait up to the SLO in its queue), so
-# any router sends the cloud at least
+# The floor: colo's capacity in a run is its slots over the mean time an
+# answer held a slot (testupstream's slot_s / slot_holds over the run), cap,
+# below SLOTS_COLO / 20 ms where timers fire late (a loaded machine). Over a
+# run of D = WARMUP + DURATION seconds that sends N requests, colo can answer
+# at most cap x (D + SLO) of them (the last may wait up to the SLO in its
+# queue), so any router sends the cloud at least
 #
 #   floor = max(0, 1 - cap x (D + SLO) / N)
 #
-# of them; floor x N over the latency objective's cloud answers is the
-# least cost/latency ratio of the cloud's bill any router could show (all
-# answers have TOKENS tokens, so the bill is in proportion to the answers).
+# of them (cap from the cost objective's run, where colo is busiest);
+# floor x N over the latency objective's cloud answers is the least
+# cost/latency ratio of the cloud's bill any router could show (all answers
+# have TOKENS tokens, so the bill is in proportion to the answers). Each run
+# also reports how busy colo's slots were: slot time held over SLOTS_COLO x D.
 #
 # Targets (docs/routing.md, "The cost objective"): at LOAD 0.5, the cost
 # objective serves >= 90% from colo and meets the SLO at p99; above colo's
@@ -42,7 +43,6 @@
 #   COLO_PER_HOUR=2   colo's price, USD per hour
 #   CLOUD_IN=0.5 CLOUD_OUT=1.5   the cloud's price, USD per 1M tokens
 #   SEED=1
-#   CAL=2             seconds of each measurement of colo's capacity
 #   RESULTS=bench/results/cost-routing.json
 set -euo pipefail
 
@@ -58,12 +58,11 @@ COLO_PER_HOUR=${COLO_PER_HOUR:-2}
 CLOUD_IN=${CLOUD_IN:-0.5}
 CLOUD_OUT=${CLOUD_OUT:-1.5}
 SEED=${SEED:-1}
-CAL=${CAL:-2}
 TOKENS=8
 RESULTS=${RESULTS:-$root/bench/results/cost-routing.json}
 check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $SLO_MS <= 10000
-      and 1 <= $SLOTS_COLO <= 64 and 1 <= $CAL <= 30" \
-    "DURATION <= 120, WARMUP <= 30, SLO_MS <= 10000, SLOTS_COLO <= 64, 1 <= CAL <= 30"
+      and 1 <= $SLOTS_COLO <= 64 " \
+    "DURATION <= 120, WARMUP <= 30, SLO_MS <= 10000, SLOTS_COLO <= 64"
 need_built igbench faultproxy testupstream infergate
 pids=()
 gw_pid=""
@@ -85,22 +84,13 @@ capacity=$("$PY" -c "print($SLOTS_COLO / 0.020)")
 echo "cost-routing: colo $SLOTS_COLO slots (capacity $capacity req/s nominal, \$$COLO_PER_HOUR/h)," \
     "cloud 32 slots +10 ms RTT (\$$CLOUD_IN/\$$CLOUD_OUT per 1M), SLO TTFT ${SLO_MS} ms"
 
-completions() { # PORT: completions a testupstream has answered
-    http_get "$1" /_control/stats | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["completions"])' \
-        2>/dev/null || echo 0
-}
-
-calibrate() { # NAME: colo's throughput with 4 x its slots kept in flight; $tmp/cal-NAME.json
-    "$build/igbench" --quiet --target "127.0.0.1:$colo_port" --concurrency "$((4 * SLOTS_COLO))" \
-        --duration "$((CAL + 1))" --warmup 1 --seed "$SEED" --timeout 15 --stream \
-        --endpoint completions --model m --max-tokens "$TOKENS" --input-tokens 32 \
-        --json "$tmp/cal-$1.json"
-    "$PY" -c 'import json,sys; print("  colo capacity %.1f req/s (measured)" % json.load(open(sys.argv[1]))["throughput_rps"])' \
-        "$tmp/cal-$1.json"
+completions() { # PORT: "completions slot_s slot_holds" of a testupstream
+    http_get "$1" /_control/stats | "$PY" -c 'import json,sys; s = json.load(sys.stdin)
+print(s["completions"], s["slot_s"], s["slot_holds"])' 2>/dev/null || echo 0 0 0
 }
 
 run() { # LOAD OBJECTIVE: one run; writes $tmp/run-LOAD-OBJECTIVE.json
-    local load=$1 obj=$2 gw_port rate c0 k0
+    local load=$1 obj=$2 gw_port rate c0 k0 s0 h0
     gw_port=$(free_port)
     rate=$("$PY" -c "print(round($load * $capacity, 2))")
     cat >"$tmp/gw.json" <<EOF
@@ -119,24 +109,27 @@ EOF
         sleep 0.1
     done
     sleep 1 # both sites probed
-    c0=$(completions "$colo_port")
-    k0=$(completions "$cloud_port")
+    read -r c0 s0 h0 < <(completions "$colo_port")
+    read -r k0 _ _ < <(completions "$cloud_port")
     "$build/igbench" --quiet --target "127.0.0.1:$gw_port" --rate "$rate" --arrival poisson \
         --duration "$((DURATION + WARMUP))" --warmup "$WARMUP" --seed "$SEED" --timeout 15 \
         --stream --endpoint completions --model m --max-tokens "$TOKENS" --input-tokens 32 \
         --json "$tmp/ig.json"
-    local c1 k1
-    c1=$(completions "$colo_port")
-    k1=$(completions "$cloud_port")
+    local c1 k1 s1 h1
+    read -r c1 s1 h1 < <(completions "$colo_port")
+    read -r k1 _ _ < <(completions "$cloud_port")
     http_get "$gw_port" /metrics >"$tmp/metrics.txt"
     kill "$gw_pid" 2>/dev/null && wait "$gw_pid" 2>/dev/null || true
     gw_pid=""
     "$PY" - "$tmp/ig.json" "$tmp/metrics.txt" "$load" "$obj" "$rate" "$((c1 - c0))" \
-        "$((k1 - k0))" "$SLO_MS" >"$tmp/run-$load-$obj.json" <<'PYEOF'
+        "$((k1 - k0))" "$SLO_MS" "$s0" "$s1" "$((h1 - h0))" "$SLOTS_COLO" "$((DURATION + WARMUP))" \
+        >"$tmp/run-$load-$obj.json" <<'PYEOF'
 import json, re, sys
 ig = json.load(open(sys.argv[1]))
 metrics = open(sys.argv[2]).read()
 load, obj, rate, colo, cloud, slo = sys.argv[3:9]
+slot_s = float(sys.argv[10]) - float(sys.argv[9])
+holds, slots, span = int(sys.argv[11]), int(sys.argv[12]), float(sys.argv[13])
 def cost(up):
     total = 0.0
     for m in re.finditer(r'^infergate_cost_usd_total\{upstream="%s"[^}]*\} (\S+)' % up, metrics, re.M):
@@ -156,15 +149,19 @@ print(json.dumps({
     "slo_met_p99": ttft["p99"] <= float(slo),
     "errors": ig["requests"]["errors"], "ok": ig["requests"]["ok"],
     "sent": ig["requests"]["issued"],
+    "colo_service_ms": 1e3 * slot_s / holds if holds else None,
+    "colo_capacity_rps": slots * holds / slot_s if slot_s > 0 else None,
+    "colo_busy": slot_s / (slots * span),
     "cloud_bill_usd": cost("cloud"), "colo_busy_usd": cost("colo"), "colo_idle_usd": idle("colo"),
     "cost_per_1m_output_tokens": spend / out_tokens * 1e6 if out_tokens else None}))
 PYEOF
     "$PY" - "$tmp/run-$load-$obj.json" <<'PYEOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
-print("  load %.2f %-7s %7.1f req/s: colo %5.1f%%  ttft p50 %6.1f p99 %7.1f ms (SLO %s)  "
+print("  load %.2f %-7s %7.1f req/s: colo %5.1f%% (busy %3.0f%%)  ttft p50 %6.1f p99 %7.1f ms (SLO %s)  "
       "errors %d  cloud bill $%.6f  $/1M out %s" % (
-          r["load"], r["objective"], r["rate_rps"], 100 * r["colo_share"], r["ttft_p50_ms"],
+          r["load"], r["objective"], r["rate_rps"], 100 * r["colo_share"], 100 * r["colo_busy"],
+          r["ttft_p50_ms"],
           r["ttft_p99_ms"], "met" if r["slo_met_p99"] else "MISSED", r["errors"],
           r["cloud_bill_usd"], "%.4f" % r["cost_per_1m_output_tokens"]
           if r["cost_per_1m_output_tokens"] is not None else "-"))
@@ -173,11 +170,9 @@ PYEOF
 }
 
 for load in $LOADS; do
-    calibrate "$load-before"
     for obj in latency cost; do
         run "$load" "$obj"
     done
-    calibrate "$load-after"
 done
 
 "$PY" - "$RESULTS" "$tmp" "$((DURATION + WARMUP))" "$SLO_MS" $LOADS <<'PYEOF'
@@ -192,9 +187,7 @@ for load in loads:
         runs.append(r)
         pair[obj] = r
     c, l = pair["cost"], pair["latency"]
-    cal = [json.load(open(os.path.join(tmp, "cal-%s-%s.json" % (load, w))))["throughput_rps"]
-           for w in ("before", "after")]
-    cap = sum(cal) / 2
+    cap = c["colo_capacity_rps"] or 0.0
     answers = c["colo_answers"] + c["cloud_answers"]
     floor = max(0.0, 1 - cap * (span + slo) / answers) if answers else 0.0
     ratio = c["cloud_bill_usd"] / l["cloud_bill_usd"] if l["cloud_bill_usd"] > 0 else None
@@ -210,7 +203,7 @@ for load in loads:
     print(line)
     verdicts.append({"load": float(load), "cloud_bill_ratio_cost_to_latency": ratio,
                      "floor_ratio_cost_to_latency": floor_ratio,
-                     "colo_capacity_rps": cap, "colo_capacity_rps_before_after": cal,
+                     "colo_capacity_rps": cap,
                      "sent_rps": c["sent"] / span,
                      "cost_cloud_share": cloud_share, "latency_cloud_share": 1 - l["colo_share"],
                      "floor_cloud_share": floor,
