@@ -1144,12 +1144,25 @@ static void route_fields(hdr_t *h, const char *p, double cost, double wait, doub
     }
 }
 
+/* The TTFT on u that only one request in a hundred should exceed
+ * (ig_cost_ttft_bound()): its predicted TTFT and wait, the requests ahead
+ * that the wait counts (ours beyond its concurrency), its service's
+ * spread. */
+static double ttft_bound(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                         uint64_t now)
+{
+    double ahead = u->inflight - ig_router_concurrency(u) + 1;
+    return ig_cost_ttft_bound(ig_router_cost(r, u, prompt_tokens, now), ig_router_wait(r, u, now),
+                              ahead, u->svc_dev_s);
+}
+
 /*
  * The cost objective over the latency pick d: the cheapest candidate whose
- * predicted TTFT meets the SLO (the tighter of the proxy's and the
- * request's) becomes d's choice, the latency pick its runner-up. When none
- * is predicted to meet it, the latency pick stands. Returns the chosen's
- * marginal cost (USD).
+ * TTFT meets the SLO (the tighter of the proxy's and the request's) at
+ * p99 by ttft_bound() becomes d's choice, the latency pick its runner-up.
+ * When none is predicted to meet it, the latency pick stands, and so does
+ * its exploration of the cheapest capacity (ig_cost_keeps_exploration()).
+ * Returns the chosen's marginal cost (USD).
  */
 static double cost_objective(ig_proxy_t *px, exchange_t *x, const ig_proxy_target_t *targets,
                              ig_router_upstream_t **states, const unsigned char *exclude, int n,
@@ -1159,8 +1172,11 @@ static double cost_objective(ig_proxy_t *px, exchange_t *x, const ig_proxy_targe
     double ttft[MAX_TARGETS];
     for (int i = 0; i < n; i++) {
         prices[i] = targets[i].price;
-        ttft[i] = exclude[i] ? INFINITY : ig_router_cost(&px->router, states[i], x->prompt_tokens, now);
+        ttft[i] = exclude[i] ? INFINITY : ttft_bound(&px->router, states[i], x->prompt_tokens, now);
     }
+    if (d->explored && ig_cost_keeps_exploration(prices, exclude, n, d->chosen, x->prompt_tokens,
+                                                 x->output_tokens))
+        return ig_cost_marginal(&prices[d->chosen], x->prompt_tokens, x->output_tokens);
     double slo = px->opts.slo_ttft_s;
     if (x->slo_ttft_s > 0 && (slo <= 0 || x->slo_ttft_s < slo))
         slo = x->slo_ttft_s;
@@ -1172,7 +1188,7 @@ static double cost_objective(ig_proxy_t *px, exchange_t *x, const ig_proxy_targe
         d->runner_up_wait_s = d->wait_s;
         d->runner_up_concurrency = d->concurrency;
         d->chosen = k;
-        d->cost_s = ttft[k];
+        d->cost_s = ig_router_cost(&px->router, states[k], x->prompt_tokens, now);
         d->wait_s = ig_router_wait(&px->router, states[k], now);
         d->concurrency = ig_router_concurrency(states[k]);
     }
