@@ -85,13 +85,11 @@ int ig_cost_keeps_exploration(const ig_price_t *prices, const unsigned char *exc
     return 1;
 }
 
-double ig_cost_ttft_bound(double mean_s, double wait_s, double ahead, double svc_dev_s)
+double ig_cost_ttft_bound(double mean_s, double wait_s, double ahead)
 {
-    double svc = 1.25 * (svc_dev_s > 0 ? svc_dev_s : 0);
-    double var = svc * svc;
-    if (wait_s > 0)
-        var += wait_s * wait_s / (ahead > 1 ? ahead : 1);
-    return mean_s + IG_COST_SLO_Z * sqrt(var);
+    if (!(wait_s > 0))
+        return mean_s;
+    return mean_s + IG_COST_SLO_Z * wait_s / sqrt(ahead > 1 ? ahead : 1);
 }
 
 /* Moves the window to now's minute: the buckets of minutes passed start empty. */

@@ -1145,15 +1145,14 @@ static void route_fields(hdr_t *h, const char *p, double cost, double wait, doub
 }
 
 /* The TTFT on u that only one request in a hundred should exceed
- * (ig_cost_ttft_bound()): its predicted TTFT and wait, the requests ahead
- * that the wait counts (ours beyond its concurrency), its service's
- * spread. */
+ * (ig_cost_ttft_bound()): its predicted TTFT and wait, and the requests
+ * ahead that the wait counts (ours beyond its concurrency). */
 static double ttft_bound(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          uint64_t now)
 {
     double ahead = u->inflight - ig_router_concurrency(u) + 1;
     return ig_cost_ttft_bound(ig_router_cost(r, u, prompt_tokens, now), ig_router_wait(r, u, now),
-                              ahead, u->svc_dev_s);
+                              ahead);
 }
 
 /*

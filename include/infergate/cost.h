@@ -75,13 +75,12 @@ int ig_cost_keeps_exploration(const ig_price_t *prices, const unsigned char *exc
 /*
  * The TTFT that one request in a hundred is expected to exceed, which the
  * cost objective holds against the SLO: the predicted (mean) TTFT mean_s
- * plus IG_COST_SLO_Z standard deviations of it. The wait wait_s is `ahead`
+ * plus IG_COST_SLO_Z standard deviations of its wait wait_s, `ahead`
  * departures apart (ahead < 1 counts as 1 while wait_s > 0), each gap
- * exponential, so its variance is wait_s^2 / ahead; the service's is
- * (1.25 x svc_dev_s)^2, svc_dev_s the mean absolute deviation of what the
- * predicted wait did not explain (the router's, as for the hedge delay).
+ * exponential: its variance is wait_s^2 / ahead. The service's own spread
+ * is not added (docs/routing.md, "The cost objective").
  */
-double ig_cost_ttft_bound(double mean_s, double wait_s, double ahead, double svc_dev_s);
+double ig_cost_ttft_bound(double mean_s, double wait_s, double ahead);
 
 #define IG_COST_MINUTES 5 /* the window of the per-1M figure and the spend rate */
 
