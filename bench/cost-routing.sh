@@ -27,11 +27,13 @@
 # have TOKENS tokens, so the bill is in proportion to the answers). Each run
 # also reports how busy colo's slots were: slot time held over SLOTS_COLO x D.
 #
-# Targets (docs/routing.md, "The cost objective"): at LOAD 0.5, the cost
-# objective serves >= 90% from colo and meets the SLO at p99; above colo's
-# capacity, it meets the SLO at p99 with no errors and its cloud share is
-# within 0.03 of the floor. (Issue 32 asked for a cloud bill <= 0.8x the
-# latency objective's at 1.5; the floor is above that on this fleet.)
+# Targets (docs/routing.md, "The cost objective"), printed as met or not:
+# the cost objective meets the SLO at p99 with no errors at every load; at a
+# LOAD up to 0.5 it serves >= 90% from colo; above 1 its cloud share is
+# within FLOOR_SLACK (0.02) of the floor. Issue 32's own figure, a cloud
+# bill <= 0.8x the latency objective's at 1.5, is printed too: it holds only
+# where the latency objective leaves colo idle enough (the floor's ratio is
+# printed beside it).
 #
 # usage: bench/cost-routing.sh [BUILD_DIR]      (default: build)
 # environment:
@@ -43,6 +45,7 @@
 #   COLO_PER_HOUR=2   colo's price, USD per hour
 #   CLOUD_IN=0.5 CLOUD_OUT=1.5   the cloud's price, USD per 1M tokens
 #   SEED=1
+#   FLOOR_SLACK=0.02  the cloud share the cost objective may leave above the floor
 #   RESULTS=bench/results/cost-routing.json
 set -euo pipefail
 
@@ -58,6 +61,7 @@ COLO_PER_HOUR=${COLO_PER_HOUR:-2}
 CLOUD_IN=${CLOUD_IN:-0.5}
 CLOUD_OUT=${CLOUD_OUT:-1.5}
 SEED=${SEED:-1}
+FLOOR_SLACK=${FLOOR_SLACK:-0.02}
 TOKENS=8
 RESULTS=${RESULTS:-$root/bench/results/cost-routing.json}
 check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $SLO_MS <= 10000
@@ -175,10 +179,10 @@ for load in $LOADS; do
     done
 done
 
-"$PY" - "$RESULTS" "$tmp" "$((DURATION + WARMUP))" "$SLO_MS" $LOADS <<'PYEOF'
+"$PY" - "$RESULTS" "$tmp" "$((DURATION + WARMUP))" "$SLO_MS" "$FLOOR_SLACK" $LOADS <<'PYEOF'
 import json, os, sys
 out, tmp, span, slo = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]) / 1e3
-loads = sys.argv[5:]
+slack, loads = float(sys.argv[5]), sys.argv[6:]
 runs, verdicts = [], []
 for load in loads:
     pair = {}
@@ -201,6 +205,16 @@ for load in loads:
                 1 - l["colo_share"], floor, cap, c["sent"] / span, c["ttft_p99_ms"],
                 "SLO met" if c["slo_met_p99"] else "SLO MISSED", c["errors"]))
     print(line)
+    checks = {"slo_p99_no_errors": c["slo_met_p99"] and c["errors"] == 0}
+    if float(load) <= 0.5:
+        checks["colo_share_ge_0.9"] = c["colo_share"] >= 0.9
+    if float(load) > 1:
+        checks["cloud_share_within_%g_of_floor" % slack] = cloud_share - floor <= slack
+    issue = ratio is not None and ratio <= 0.8 if float(load) >= 1.5 else None
+    print("  targets: %s%s" % (", ".join("%s %s" % (k, "met" if v else "MISSED")
+                                        for k, v in checks.items()),
+          "" if issue is None else "; issue 32's cloud bill <= 0.8x latency's: %s"
+          % ("met" if issue else "not met")))
     verdicts.append({"load": float(load), "cloud_bill_ratio_cost_to_latency": ratio,
                      "floor_ratio_cost_to_latency": floor_ratio,
                      "colo_capacity_rps": cap,
@@ -209,7 +223,8 @@ for load in loads:
                      "floor_cloud_share": floor,
                      "cost_cloud_share_above_floor": cloud_share - floor,
                      "cost_colo_share": c["colo_share"], "cost_slo_met_p99": c["slo_met_p99"],
-                     "cost_errors": c["errors"]})
+                     "cost_errors": c["errors"], "targets": checks,
+                     "issue_ratio_le_0.8": issue})
 json.dump({"bench": "cost-routing", "runs": runs, "ratios": verdicts}, open(out, "w"), indent=1)
 print("wrote", out)
 PYEOF
