@@ -3,7 +3,8 @@
  * promtool (docs/routing.md, "Cost per answer"):
  *  - three answers and a stream in flight on a per-token site when a reload
  *    doubles its prices all complete, each charged the price it began
- *    under; a request after the reload costs twice as much;
+ *    under; a request after the reload costs twice as much, and a whole
+ *    chat answer carries its cost in x-infergate-cost too;
  *  - with a per-token site, a per-hour site and a key with a budget, every
  *    cost series (infergate_cost_usd_total, _idle_usd_total,
  *    _per_1m_output_tokens, infergate_key_spend_usd_total) is on /metrics,
@@ -133,6 +134,15 @@ static void test_reload_keeps_requests(void **state)
     assert_int_equal(ig_gwf_post(g.port, "/v1/completions", plain_body, &r, 20000), 0);
     assert_int_equal(r.status, 200);
     near6(header_cost(&r), 2 * before);
+    ig_tc_response_free(&r);
+    /* and a whole chat answer carries its cost too */
+    assert_int_equal(ig_gwf_post(g.port, "/v1/chat/completions",
+                                 "{\"model\":\"m\",\"max_tokens\":4,\"messages\":"
+                                 "[{\"role\":\"user\",\"content\":\"hello there\"}]}",
+                                 &r, 20000),
+                     0);
+    assert_int_equal(r.status, 200);
+    assert_true(header_cost(&r) > 0);
     ig_tc_response_free(&r);
     assert_true(ig_gwf_reloads(g.port, "failed") == 0);
     assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
