@@ -46,12 +46,13 @@ static int upstream_stat(int port, const char *what)
 /* The config of the reload test: site "tok" at the given prices. */
 static void write_config(char *buf, size_t len, int port, int up_port, double in, double out)
 {
-    int n = snprintf(buf, len,
-                     "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"}],"
-                     "\"sites\":[{\"name\":\"tok\",\"url\":\"http://127.0.0.1:%d\","
-                     "\"models\":[\"m\"],\"price\":{\"per_1m_input_tokens\":%g,"
-                     "\"per_1m_output_tokens\":%g}}],\"limits\":{\"drain_grace_ms\":0}}",
-                     port, up_port, in, out);
+    int n =
+        snprintf(buf, len,
+                 "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"}],"
+                 "\"sites\":[{\"name\":\"tok\",\"url\":\"http://127.0.0.1:%d\","
+                 "\"models\":[\"m\"],\"price\":{\"per_1m_input_tokens\":%g,"
+                 "\"per_1m_output_tokens\":%g}}],\"limits\":{\"drain_grace_ms\":0}}",
+                 port, up_port, in, out);
     assert_true(n > 0 && (size_t)n < len);
 }
 
@@ -99,8 +100,8 @@ static void test_reload_keeps_requests(void **state)
     for (int i = 0; i < 4; i++) {
         tc[i] = ig_tc_connect(g.port);
         assert_non_null(tc[i]);
-        assert_int_equal(ig_tc_send_post(tc[i], "/v1/completions", i < 3 ? plain_body : stream_body),
-                         0);
+        assert_int_equal(
+            ig_tc_send_post(tc[i], "/v1/completions", i < 3 ? plain_body : stream_body), 0);
     }
     long long end = ig_tc_now_ms() + 5000;
     while (upstream_stat(up.port, "completions") < taken + 4 && ig_tc_now_ms() < end)

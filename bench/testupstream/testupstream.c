@@ -107,10 +107,10 @@ static struct {
     int vllm_metrics; /* --vllm-metrics: GET /metrics answers with vLLM's queue gauges */
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
-    uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
-    uint64_t max_inside;         /* the most completions in a slot or waiting for one at once */
+    uint64_t ncompletions, nraw;  /* requests by kind, for /_control/stats */
+    uint64_t max_inside;          /* the most completions in a slot or waiting for one at once */
     uint64_t slot_ns, slot_holds; /* time the slots were held, in all, and by how many releases */
-    uint64_t max_open_conn;      /* the most connections open at once */
+    uint64_t max_open_conn;       /* the most connections open at once */
 } g;
 
 /* ------------------------------------------------------------------------- */
