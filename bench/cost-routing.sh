@@ -65,7 +65,7 @@ FLOOR_SLACK=${FLOOR_SLACK:-0.02}
 TOKENS=8
 RESULTS=${RESULTS:-$root/bench/results/cost-routing.json}
 check_bounds "0 < $DURATION <= 120 and 0 <= $WARMUP <= 30 and 0 < $SLO_MS <= 10000
-      and 1 <= $SLOTS_COLO <= 64 " \
+      and 1 <= $SLOTS_COLO <= 64" \
     "DURATION <= 120, WARMUP <= 30, SLO_MS <= 10000, SLOTS_COLO <= 64"
 need_built igbench faultproxy testupstream infergate
 pids=()
