@@ -694,7 +694,7 @@ static void parse_body(conn_t *c, req_t *r)
 static void answer_control(conn_t *c, req_t *r)
 {
     const char *path = r->url + strlen("/_control/");
-    char body[512];
+    char body[768]; /* the stats at their widest: 16 numbers of up to 20 digits and 209 bytes */
     int n;
     if (strncmp(path, "stall", 5) == 0) {
         double ms = query_num(r->url, "ms", 1000);
