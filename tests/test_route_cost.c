@@ -2,7 +2,8 @@
  * The cost formulas (gateway/route/cost.c) against values computed by hand:
  * an answer per token and per hour, unpriced answers, the meter's cost per
  * 1M generated tokens, its idle capacity (with a busy share that spans a
- * tick carried to the next), the window and the spend rate.
+ * tick carried to the next), the window and the spend rate; the cost
+ * objective's pick, its p99 TTFT bound and which explorations it keeps.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -135,6 +136,44 @@ static void test_cost_pick(void **state)
     assert_true(ig_cost_marginal(&p[1], 100, 50) == 0);
 }
 
+/* The p99 TTFT bound: the mean plus 2.326 standard deviations of the wait,
+ * ahead exponential gaps (variance wait^2 / ahead). */
+static void test_ttft_bound(void **state)
+{
+    (void)state;
+    /* 100 ms mean, 80 ms of it the wait behind 16 gaps of 5 ms: sd 20 ms */
+    near(ig_cost_ttft_bound(0.100, 0.080, 16), 0.100 + IG_COST_SLO_Z * 0.020);
+    /* the deeper the queue for one wait, the narrower: 64 gaps, sd 10 ms */
+    near(ig_cost_ttft_bound(0.100, 0.080, 64), 0.100 + IG_COST_SLO_Z * 0.010);
+    /* a wait with fewer than one ahead (a reported wait, say) counts one gap */
+    near(ig_cost_ttft_bound(0.050, 0.030, -2), 0.050 + IG_COST_SLO_Z * 0.030);
+    near(ig_cost_ttft_bound(0.050, 0.030, 0.5), 0.050 + IG_COST_SLO_Z * 0.030);
+    /* no wait: the mean, however many were counted ahead */
+    assert_true(ig_cost_ttft_bound(0.020, 0, 0) == 0.020);
+    assert_true(ig_cost_ttft_bound(0.020, 0, 3) == 0.020);
+    assert_true(ig_cost_ttft_bound(0.020, NAN, 3) == 0.020);
+}
+
+/* The latency pick's exploration stands under the cost objective only for
+ * the cheapest capacity. */
+static void test_keeps_exploration(void **state)
+{
+    (void)state;
+    ig_price_t p[3] = {{IG_PRICE_PER_TOKEN, 0, 0.5, 1.5}, /* cloud */
+                       {IG_PRICE_PER_HOUR, 2.0, 0, 0},    /* colo */
+                       {IG_PRICE_NONE, 0, 0, 0}};         /* unpriced: marginal 0 */
+    unsigned char ex[3] = {0, 0, 0};
+    assert_int_equal(ig_cost_keeps_exploration(p, ex, 3, 1, 100, 50), 1);
+    assert_int_equal(ig_cost_keeps_exploration(p, ex, 3, 2, 100, 50), 1); /* ties colo */
+    assert_int_equal(ig_cost_keeps_exploration(p, ex, 3, 0, 100, 50), 0);
+    /* with both marginal-free ones excluded, the cloud is the cheapest left */
+    ex[1] = ex[2] = 1;
+    assert_int_equal(ig_cost_keeps_exploration(p, ex, 3, 0, 100, 50), 1);
+    assert_int_equal(ig_cost_keeps_exploration(p, NULL, 3, 0, 100, 50), 0);
+    assert_int_equal(ig_cost_keeps_exploration(p, NULL, 3, -1, 100, 50), 0);
+    assert_int_equal(ig_cost_keeps_exploration(p, NULL, 3, 3, 100, 50), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -143,6 +182,8 @@ int main(void)
         cmocka_unit_test(test_meter_per_token_has_no_idle),
         cmocka_unit_test(test_attempt),
         cmocka_unit_test(test_cost_pick),
+        cmocka_unit_test(test_ttft_bound),
+        cmocka_unit_test(test_keeps_exploration),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -139,6 +139,11 @@ static void test_one_slot_serialises(void **state)
         assert_int_equal((int)TU_NUM(st, "queued"), 1);
         assert_int_equal((int)TU_NUM(st, "busy"), 0);
         assert_int_equal((int)TU_NUM(st, "waiting"), 0);
+        /* The slot was held twice, 50 ms each at least (the wait for it
+         * not counted), and no longer than the answers took. */
+        double slot_s = TU_NUM(st, "slot_s");
+        assert_int_equal((int)TU_NUM(st, "slot_holds"), 2);
+        assert_true(slot_s >= 0.099 && slot_s <= ms[1] / 1e3 + 0.001);
         json_decref(st);
         /* A stalled reader sees both at once: the gap is no lower bound. */
         RETRY_UNLESS(i, ms[0] < 75 && ms[1] < 125 && ms[1] - ms[0] >= 45);

@@ -57,6 +57,7 @@ typedef struct req_s {
     uint64_t id;
     uint64_t t_arrive;
     int has_slot;     /* holds one of the --slots */
+    uint64_t slot_at; /* since when (its service's start) */
     igb_link_t wlink; /* in g.waitq while it waits for a slot */
     uint64_t next_due;
     igb_tq_entry_t tq;
@@ -106,9 +107,10 @@ static struct {
     int vllm_metrics; /* --vllm-metrics: GET /metrics answers with vLLM's queue gauges */
     igb_link_t waitq; /* req_t.wlink */
     uint64_t nwaiting, nqueued_total;
-    uint64_t ncompletions, nraw; /* requests by kind, for /_control/stats */
-    uint64_t max_inside;         /* the most completions in a slot or waiting for one at once */
-    uint64_t max_open_conn;      /* the most connections open at once */
+    uint64_t ncompletions, nraw;  /* requests by kind, for /_control/stats */
+    uint64_t max_inside;          /* the most completions in a slot or waiting for one at once */
+    uint64_t slot_ns, slot_holds; /* time the slots were held, in all, and by how many releases */
+    uint64_t max_open_conn;       /* the most connections open at once */
 } g;
 
 /* ------------------------------------------------------------------------- */
@@ -504,13 +506,16 @@ static void slot_release(req_t *r)
         return;
     r->has_slot = 0;
     g.busy--;
+    g.slot_ns += uv_hrtime() - r->slot_at;
+    g.slot_holds++;
     igb_link_t *l;
     while ((l = igb_list_first(&g.waitq)) && g.busy < g.slots) {
         req_t *w = IGB_CONTAINER_OF(l, req_t, wlink);
         wait_unlink(w);
         w->has_slot = 1;
         g.busy++;
-        begin_service(w, uv_hrtime());
+        w->slot_at = uv_hrtime();
+        begin_service(w, w->slot_at);
     }
 }
 
@@ -554,7 +559,8 @@ static void start_head(conn_t *c, int at_arrival)
             g.max_inside = (uint64_t)g.busy + g.nwaiting;
         /* A pipelined request gets its slot only now, when it reaches the
          * head of its connection; its service starts now too. */
-        begin_service(r, at_arrival ? r->t_arrive : uv_hrtime());
+        r->slot_at = at_arrival ? r->t_arrive : uv_hrtime();
+        begin_service(r, r->slot_at);
         return;
     }
     begin_service(r, r->t_arrive);
@@ -688,7 +694,7 @@ static void parse_body(conn_t *c, req_t *r)
 static void answer_control(conn_t *c, req_t *r)
 {
     const char *path = r->url + strlen("/_control/");
-    char body[512];
+    char body[768]; /* the stats at their widest: 16 numbers of up to 20 digits and 209 bytes */
     int n;
     if (strncmp(path, "stall", 5) == 0) {
         double ms = query_num(r->url, "ms", 1000);
@@ -710,13 +716,15 @@ static void answer_control(conn_t *c, req_t *r)
             "{\"requests\":%llu,\"connections\":%llu,\"open_connections\":%llu,"
             "\"stalled\":%llu,\"failed_streams\":%llu,\"errors\":%llu,"
             "\"slots\":%d,\"busy\":%d,\"waiting\":%llu,\"queued\":%llu,"
-            "\"completions\":%llu,\"raw\":%llu,\"max_inside\":%llu,\"max_open_connections\":%llu}",
+            "\"completions\":%llu,\"raw\":%llu,\"max_inside\":%llu,\"max_open_connections\":%llu,"
+            "\"slot_s\":%.6f,\"slot_holds\":%llu}",
             (unsigned long long)g.nreq, (unsigned long long)g.nconn,
             (unsigned long long)g.nactive_conn, (unsigned long long)g.nstalled,
             (unsigned long long)g.nfailed, (unsigned long long)g.nerrors, g.slots, g.busy,
             (unsigned long long)g.nwaiting, (unsigned long long)g.nqueued_total,
             (unsigned long long)g.ncompletions, (unsigned long long)g.nraw,
-            (unsigned long long)g.max_inside, (unsigned long long)g.max_open_conn);
+            (unsigned long long)g.max_inside, (unsigned long long)g.max_open_conn,
+            (double)g.slot_ns / 1e9, (unsigned long long)g.slot_holds);
     } else {
         send_str(c, r, 404, "application/json", "{\"error\":\"unknown control\"}");
         return;

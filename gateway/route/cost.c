@@ -70,6 +70,28 @@ int ig_cost_pick(const ig_price_t *prices, const double *ttft, const unsigned ch
     return best;
 }
 
+int ig_cost_keeps_exploration(const ig_price_t *prices, const unsigned char *exclude, int n,
+                              int explored, int prompt_tokens, int output_tokens)
+{
+    if (explored < 0 || explored >= n)
+        return 0;
+    double own = ig_cost_marginal(&prices[explored], prompt_tokens, output_tokens);
+    for (int i = 0; i < n; i++) {
+        if (i == explored || (exclude != NULL && exclude[i]))
+            continue;
+        if (ig_cost_marginal(&prices[i], prompt_tokens, output_tokens) < own * (1 - 1e-6) - 1e-15)
+            return 0;
+    }
+    return 1;
+}
+
+double ig_cost_ttft_bound(double mean_s, double wait_s, double ahead)
+{
+    if (!(wait_s > 0))
+        return mean_s;
+    return mean_s + IG_COST_SLO_Z * wait_s / sqrt(ahead > 1 ? ahead : 1);
+}
+
 /* Moves the window to now's minute: the buckets of minutes passed start empty. */
 static void advance(ig_cost_meter_t *m, uint64_t now_ns)
 {

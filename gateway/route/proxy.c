@@ -1124,23 +1124,40 @@ static void route_fields(hdr_t *h, const char *p, double cost, double wait, doub
     }
 }
 
+/* The TTFT on u that only one request in a hundred should exceed
+ * (ig_cost_ttft_bound()): its predicted TTFT and wait, and the requests
+ * ahead that the wait counts (ours beyond its concurrency). */
+static double ttft_bound(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                         uint64_t now)
+{
+    double ahead = u->inflight - ig_router_concurrency(u) + 1;
+    return ig_cost_ttft_bound(ig_router_cost(r, u, prompt_tokens, now), ig_router_wait(r, u, now),
+                              ahead);
+}
+
 /*
  * The cost objective over the latency pick d: the cheapest candidate whose
- * predicted TTFT meets the SLO (the tighter of the proxy's and the
- * request's) becomes d's choice, the latency pick its runner-up. When none
- * is predicted to meet it, the latency pick stands. Returns the chosen's
- * marginal cost (USD).
+ * TTFT meets the SLO (the tighter of the proxy's and the request's) at
+ * p99 by ttft_bound() becomes d's choice, the latency pick its runner-up.
+ * When none is predicted to meet it, the latency pick stands, and so does
+ * its exploration of the cheapest capacity (ig_cost_keeps_exploration()).
+ * Returns the chosen's marginal cost (USD), the runner-up's in *runner
+ * (NAN when there is none).
  */
 static double cost_objective(ig_proxy_t *px, exchange_t *x, const ig_proxy_target_t *targets,
                              ig_router_upstream_t **states, const unsigned char *exclude, int n,
-                             uint64_t now, ig_route_decision_t *d)
+                             uint64_t now, ig_route_decision_t *d, double *runner)
 {
     ig_price_t prices[MAX_TARGETS];
     double ttft[MAX_TARGETS];
     for (int i = 0; i < n; i++) {
         prices[i] = targets[i].price;
-        ttft[i] = exclude[i] ? INFINITY : ig_router_cost(&px->router, states[i], x->prompt_tokens, now);
+        ttft[i] = exclude[i] ? INFINITY : ttft_bound(&px->router, states[i], x->prompt_tokens, now);
     }
+    *runner = NAN;
+    if (d->explored && ig_cost_keeps_exploration(prices, exclude, n, d->chosen, x->prompt_tokens,
+                                                 x->output_tokens))
+        return ig_cost_marginal(&prices[d->chosen], x->prompt_tokens, x->output_tokens);
     double slo = px->opts.slo_ttft_s;
     if (x->slo_ttft_s > 0 && (slo <= 0 || x->slo_ttft_s < slo))
         slo = x->slo_ttft_s;
@@ -1152,10 +1169,12 @@ static double cost_objective(ig_proxy_t *px, exchange_t *x, const ig_proxy_targe
         d->runner_up_wait_s = d->wait_s;
         d->runner_up_concurrency = d->concurrency;
         d->chosen = k;
-        d->cost_s = ttft[k];
+        d->cost_s = ig_router_cost(&px->router, states[k], x->prompt_tokens, now);
         d->wait_s = ig_router_wait(&px->router, states[k], now);
         d->concurrency = ig_router_concurrency(states[k]);
     }
+    if (d->runner_up >= 0)
+        *runner = ig_cost_marginal(&prices[d->runner_up], x->prompt_tokens, x->output_tokens);
     return ig_cost_marginal(&prices[d->chosen], x->prompt_tokens, x->output_tokens);
 }
 
@@ -1171,9 +1190,10 @@ typedef struct {
     int lacking;  /* upstreams that lack the request's endpoint */
     ig_admit_view_t view;
     ig_route_decision_t d;
-    double marginal;   /* the cost objective's marginal cost (NAN: not used) */
-    int cached;        /* prompt tokens the chosen upstream holds */
-    int cached_runner; /* and the runner-up */
+    double marginal;        /* the cost objective's marginal cost (NAN: not used) */
+    double marginal_runner; /* and the runner-up's (NAN: none) */
+    int cached;             /* prompt tokens the chosen upstream holds */
+    int cached_runner;      /* and the runner-up */
 } pick_t;
 
 /* Resolves the request's upstreams and picks one: 0 with the decision in
@@ -1184,7 +1204,7 @@ static int pick(exchange_t *x, pick_t *p)
     unsigned char tried[MAX_TARGETS];
     p->starting = 0;
     p->lacking = 0;
-    p->marginal = NAN;
+    p->marginal = p->marginal_runner = NAN;
     int n = px->resolve(px->resolve_data, x->model, p->targets, MAX_TARGETS, &p->starting);
     uint64_t now = uv_hrtime();
     p->now = now;
@@ -1211,7 +1231,8 @@ static int pick(exchange_t *x, pick_t *p)
                                     &p->d)
                    : IG_ENOUPSTREAM;
     if (rc == 0 && px->opts.objective_cost)
-        p->marginal = cost_objective(px, x, p->targets, p->states, p->exclude, n, now, &p->d);
+        p->marginal = cost_objective(px, x, p->targets, p->states, p->exclude, n, now, &p->d,
+                                     &p->marginal_runner);
     p->cached = rc == 0 ? p->states[p->d.chosen]->cached_tokens : 0;
     p->cached_runner =
         rc == 0 && p->d.runner_up >= 0 ? p->states[p->d.runner_up]->cached_tokens : 0;
@@ -1307,8 +1328,11 @@ static void route_header(exchange_t *x, const pick_t *p)
     if (d->explored)
         hdr_str(&h, "; explored=1");
     if (!isnan(p->marginal)) {
-        char m[48];
-        snprintf(m, sizeof(m), "; objective=cost; marginal_usd=%.6g", p->marginal);
+        char m[96];
+        int k = snprintf(m, sizeof(m), "; objective=cost; marginal_usd=%.6g", p->marginal);
+        if (d->runner_up >= 0 && !isnan(p->marginal_runner))
+            snprintf(m + k, sizeof(m) - (size_t)k, "; runner_up_marginal_usd=%.6g",
+                     p->marginal_runner);
         hdr_str(&h, m);
     }
 }

@@ -60,6 +60,28 @@ double ig_cost_marginal(const ig_price_t *p, int prompt_tokens, int output_token
 int ig_cost_pick(const ig_price_t *prices, const double *ttft, const unsigned char *exclude,
                  int n, int prompt_tokens, int output_tokens, double slo_s, int preferred);
 
+/* Whether the cost objective leaves the latency pick's exploration of
+ * candidate `explored` (an idle upstream whose estimate is stale) as it is:
+ * when none of the others not excluded has a lower marginal cost. A stale
+ * estimate of cheap capacity may keep it out of the SLO for good, since
+ * only its answers would correct it; a dear one is not worth paying to
+ * refresh. */
+int ig_cost_keeps_exploration(const ig_price_t *prices, const unsigned char *exclude, int n,
+                              int explored, int prompt_tokens, int output_tokens);
+
+/* The standard normal's 0.99 quantile: the cost objective keeps the SLO at
+ * p99 (ig_cost_ttft_bound()). */
+#define IG_COST_SLO_Z 2.326
+/*
+ * The TTFT that one request in a hundred is expected to exceed, which the
+ * cost objective holds against the SLO: the predicted (mean) TTFT mean_s
+ * plus IG_COST_SLO_Z standard deviations of its wait wait_s, `ahead`
+ * departures apart (ahead < 1 counts as 1 while wait_s > 0), each gap
+ * exponential: its variance is wait_s^2 / ahead. The service's own spread
+ * is not added (docs/routing.md, "The cost objective").
+ */
+double ig_cost_ttft_bound(double mean_s, double wait_s, double ahead);
+
 #define IG_COST_MINUTES 5 /* the window of the per-1M figure and the spend rate */
 
 /* One upstream's spend and output by minute, and the busy share charged
