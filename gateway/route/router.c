@@ -129,15 +129,30 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
     return 0;
 }
 
-/* Each bucket's weight is the inverse variance of its mean, n / var:
- * holds vary a lot (an exponential service's spread is its mean), and more
- * where requests queue. The spread is taken as at least a tenth of the
- * scale (a fixed delay has none). */
+/* Each bucket's weight is the inverse variance of its mean, n / var. The
+ * variance is not each bucket's own: holds are heavy-tailed (a bimodal
+ * service's tenth at 11x the rest), so a bucket of 32 samples that holds
+ * none of the tail has a low mean and a far lower variance, and its own
+ * variance gave it a hundred times the weight of a bucket that caught a
+ * long answer: the fit then read the luck of the draw as a queue (a
+ * 16-slot upstream learned as 3.5). One coefficient of variation is
+ * pooled over the buckets (a service's spread scales with its mean), and
+ * var_k = cv^2 x m_k^2, at least a tenth of the scale squared (a fixed
+ * delay has none). */
 static void bucket_weights(const ig_router_upstream_t *u, int k0, double scale, double *wk)
 {
+    double dev = 0, lvl = 0;
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        if (u->rif_n[k] < RIF_MIN_SAMPLES)
+            continue;
+        double m = u->rif_hold_s[k];
+        dev += u->rif_n[k] * fmax(u->rif_sq_s2[k] - m * m, 0.0);
+        lvl += u->rif_n[k] * m * m;
+    }
+    double cv2 = lvl > 0 ? dev / lvl : 0;
     for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
         double m = u->rif_hold_s[k];
-        double var = fmax(u->rif_sq_s2[k] - m * m, 0.01 * scale * scale);
+        double var = fmax(cv2 * m * m, 0.01 * scale * scale);
         wk[k] = u->rif_n[k] / var;
     }
 }
