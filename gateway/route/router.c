@@ -157,38 +157,60 @@ static void bucket_weights(const ig_router_upstream_t *u, int k0, double scale, 
     }
 }
 
+/* The weighted sums the fit of every candidate C needs, over the buckets
+ * with samples from k0 on: totals, and tails from bucket j on (j = 0..last)
+ * of w, w (k + 1), w (k + 1)^2, w y and w (k + 1) y. For a C, x_k is 0 below
+ * bucket floor(C) and (k + 1 - C) / C from it on, so each candidate's sums
+ * are a few operations on one tail, not a pass over the buckets. */
+typedef struct {
+    double w, y, yy;
+    double t0[IG_ROUTER_RIF_BUCKETS + 1], t1[IG_ROUTER_RIF_BUCKETS + 1],
+        t2[IG_ROUTER_RIF_BUCKETS + 1], ty[IG_ROUTER_RIF_BUCKETS + 1],
+        t1y[IG_ROUTER_RIF_BUCKETS + 1];
+} fit_sums_t;
+
+static void fit_sums(const ig_router_upstream_t *u, int k0, const double *wk, fit_sums_t *f)
+{
+    int last = IG_ROUTER_RIF_BUCKETS - 1; /* the last bucket is left out */
+    f->w = f->y = f->yy = 0;
+    f->t0[last] = f->t1[last] = f->t2[last] = f->ty[last] = f->t1y[last] = 0;
+    for (int k = last - 1; k >= 0; k--) {
+        double w = k >= k0 && u->rif_n[k] >= RIF_MIN_SAMPLES ? wk[k] : 0;
+        double y = u->rif_hold_s[k], x = k + 1;
+        f->t0[k] = f->t0[k + 1] + w;
+        f->t1[k] = f->t1[k + 1] + w * x;
+        f->t2[k] = f->t2[k + 1] + w * x * x;
+        f->ty[k] = f->ty[k + 1] + w * y;
+        f->t1y[k] = f->t1y[k + 1] + w * x * y;
+        f->yy += w * y * y;
+    }
+    f->w = f->t0[0];
+    f->y = f->ty[0];
+}
+
 /* One candidate C: the weighted least-squares line of the buckets' holds
  * on x_k = max(0, k + 1 - C) / C, its slope kept within half and one and a
  * half of `expect` (a service time, not the slope of noise). Returns the
  * fit's chi-square; its base and slope in *base and *slope. */
-static double fit_queue(const ig_router_upstream_t *u, int k0, const double *wk, double c,
-                        double expect, double *base, double *slope)
+static double fit_queue(const fit_sums_t *f, double c, double expect, double *base,
+                        double *slope)
 {
-    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        if (u->rif_n[k] < RIF_MIN_SAMPLES)
-            continue;
-        double w = wk[k], x = fmax(0.0, k + 1 - c) / c, y = u->rif_hold_s[k];
-        sw += w;
-        sx += w * x;
-        sy += w * y;
-        sxx += w * x * x;
-        sxy += w * x * y;
-    }
+    int j = (int)c;
+    if (j > IG_ROUTER_RIF_BUCKETS - 1)
+        j = IG_ROUTER_RIF_BUCKETS - 1;
+    double sw = f->w, sy = f->y;
+    double sx = (f->t1[j] - c * f->t0[j]) / c;
+    double sxx = (f->t2[j] - 2 * c * f->t1[j] + c * c * f->t0[j]) / (c * c);
+    double sxy = (f->t1y[j] - c * f->ty[j]) / c;
     double var = sxx - sx * sx / sw;
     double s = var > 1e-12 ? (sxy - sx * sy / sw) / var : 0.0;
     s = fmin(fmax(s, 0.5 * expect), 1.5 * expect);
     double b = (sy - s * sx) / sw;
-    double err = 0;
-    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        if (u->rif_n[k] < RIF_MIN_SAMPLES)
-            continue;
-        double d = u->rif_hold_s[k] - (b + fmax(0.0, k + 1 - c) / c * s);
-        err += wk[k] * d * d; /* chi-square: in units of each mean's variance */
-    }
+    /* chi-square, sum w (y - b - s x)^2: in units of each mean's variance */
+    double err = f->yy - 2 * b * sy - 2 * s * sxy + b * b * sw + 2 * b * s * sx + s * s * sxx;
     *base = b;
     *slope = s;
-    return err;
+    return fmax(err, 0.0);
 }
 
 /*
@@ -222,11 +244,13 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
         if (u->rif_n[k] >= RIF_MIN_SAMPLES)
             top = k;
     double wk[IG_ROUTER_RIF_BUCKETS];
+    fit_sums_t sums;
     bucket_weights(u, k0, scale, wk);
+    fit_sums(u, k0, wk, &sums);
     double expect = fmax(scale - rtt_s, 0.25 * scale);
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
         double base, slope;
-        double err = fit_queue(u, k0, wk, c, expect, &base, &slope);
+        double err = fit_queue(&sums, c, expect, &base, &slope);
         if (c >= top + 1 && flat_err == INFINITY) {
             flat_err = err; /* the first C that sees no queue at all */
             flat_b = base;
