@@ -358,6 +358,21 @@ double ig_router_predicted_wait(const ig_router_t *r, ig_router_upstream_t *cons
     return best;
 }
 
+/* The service time of a whole answer: its unqueued hold, the fit's base b
+ * (else the mean occupancy), less the round trip; 0 before any. An
+ * upstream that has served only whole answers has no time to first token
+ * (the proxy measures it at a stream's first content token; a whole
+ * answer's TTFT is its end), so this is what a new request's own time
+ * there is: the prompt's share of it is not known (mostly it is the
+ * output), so it is not scaled by the prompt. */
+static double whole_of(const ig_router_t *r, const ig_router_upstream_t *u)
+{
+    double hold = u->hold_base_s > 0 ? u->hold_base_s : u->occupancy_s;
+    if (!(hold > 0))
+        return 0;
+    return fmax(hold - rtt_of(r, u), 0.25 * hold);
+}
+
 static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          uint64_t now_ns)
 {
@@ -369,6 +384,9 @@ static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, in
         p = p > u->cached_tokens ? p - u->cached_tokens : 1;
     if (u->svc_samples > 0)
         return u->svc_s * (p + overhead_tokens) / (u->svc_tokens + overhead_tokens);
+    double whole = whole_of(r, u);
+    if (whole > 0)
+        return whole;
     double tps = r->opts.prior_prefill_tps;
     if (report_fresh(r, u, now_ns) && u->reported_prefill_tps > 0)
         tps = u->reported_prefill_tps;
@@ -428,7 +446,7 @@ double ig_router_delay(const ig_router_t *r, const ig_router_upstream_t *u, uint
     double n = u->inflight;
     if (report_fresh(r, u, now_ns) && u->reported_waiting > 0)
         n = fmax(n, ig_router_concurrency(u) + u->reported_waiting);
-    return rtt_of(r, u) + (n + 1) * step + (u->svc_samples > 0 ? u->svc_s : 0);
+    return rtt_of(r, u) + (n + 1) * step + (u->svc_samples > 0 ? u->svc_s : whole_of(r, u));
 }
 
 int ig_router_would_queue(const ig_router_upstream_t *u)
