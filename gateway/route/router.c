@@ -131,11 +131,11 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
 
 /* Each bucket's weight is the inverse variance of its mean, n / var. The
  * variance is not each bucket's own: holds are heavy-tailed (a bimodal
- * service's tenth at 11x the rest), so a bucket of 32 samples that holds
- * none of the tail has a low mean and a far lower variance, and its own
- * variance gave it a hundred times the weight of a bucket that caught a
- * long answer: the fit then read the luck of the draw as a queue (a
- * 16-slot upstream learned as 3.5). One coefficient of variation is
+ * service's tenth at 11x the rest), so a bucket that caught none of the
+ * tail has a low mean and almost no variance of its own, and weighed by
+ * that it outweighed a full bucket that caught some long answers 185
+ * times: the fit read the step from it as a queue (16-slot upstreams
+ * learned as 3-4; test_router_learn). One coefficient of variation is
  * pooled over the buckets (a service's spread scales with its mean), and
  * var_k = cv^2 x m_k^2, at least a tenth of the scale squared (a fixed
  * delay has none). */
