@@ -134,6 +134,11 @@ static void test_whole_answers_cost_their_hold(void **state)
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, ups, 2, 100, NULL, S(2), &d), 0);
     assert_int_equal(d.chosen, 1);
+    /* Where part of the prompt is cached, the rest is priced at the prior
+     * rate (2,000 tokens a second): 20 of 100 tokens, 10 ms. */
+    slow.cached_tokens = 80;
+    assert_true(fabs(ig_router_cost(&r, &slow, 100, S(2)) - 0.01) < 0.002);
+    slow.cached_tokens = 0;
     /* A stream's time to first token, once there is one, is the service
      * time again. */
     ig_router_observe_ttft(&r, &slow, 100, 0.030, 0, S(2));

@@ -384,13 +384,17 @@ static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, in
         p = p > u->cached_tokens ? p - u->cached_tokens : 1;
     if (u->svc_samples > 0)
         return u->svc_s * (p + overhead_tokens) / (u->svc_tokens + overhead_tokens);
-    double whole = whole_of(r, u);
-    if (whole > 0)
-        return whole;
     double tps = r->opts.prior_prefill_tps;
     if (report_fresh(r, u, now_ns) && u->reported_prefill_tps > 0)
         tps = u->reported_prefill_tps;
-    return p / tps;
+    /* A whole answer's time is its hold, and at least the prompt's prefill
+     * at the believed rate (the hold may be of shorter prompts). Where part
+     * of the prompt is cached the hold does not say how much of it that
+     * saves, so the uncached part is priced at that rate, as for an
+     * upstream not yet measured: a prefix's affinity is what it was
+     * (test_gateway_prefix). */
+    double whole = u->cached_tokens > 0 ? 0 : whole_of(r, u);
+    return fmax(whole, p / tps);
 }
 
 double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
