@@ -126,8 +126,8 @@ static void test_whole_answers_cost_their_hold(void **state)
     }
     double cf = ig_router_cost(&r, &fast, 100, S(2));
     double cs = ig_router_cost(&r, &slow, 100, S(2));
-    print_message("prior %.3f s; whole answers of 0.2 and 0.8 s: cost %.3f and %.3f s\n", prior,
-                  cf, cs);
+    print_message("prior %.3f s; whole answers of 0.2 and 0.8 s: cost %.3f and %.3f s\n", prior, cf,
+                  cs);
     assert_true(prior < 0.1);
     assert_true(fabs(cf - 0.2) < 0.02 && fabs(cs - 0.8) < 0.02);
     ig_router_upstream_t *ups[2] = {&slow, &fast};

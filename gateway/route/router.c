@@ -192,8 +192,7 @@ static void fit_sums(const ig_router_upstream_t *u, int k0, const double *wk, fi
  * on x_k = max(0, k + 1 - C) / C, its slope kept within half and one and a
  * half of `expect` (a service time, not the slope of noise). Returns the
  * fit's chi-square; its base and slope in *base and *slope. */
-static double fit_queue(const fit_sums_t *f, double c, double expect, double *base,
-                        double *slope)
+static double fit_queue(const fit_sums_t *f, double c, double expect, double *base, double *slope)
 {
     int j = (int)c;
     if (j > IG_ROUTER_RIF_BUCKETS - 1)
