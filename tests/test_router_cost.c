@@ -109,6 +109,42 @@ static void test_cost_prefers_faster_service(void **state)
     assert_true(d.cost_s < d.runner_up_cost_s);
 }
 
+/* An upstream that has served only whole answers has no time to first
+ * token (the proxy learns one at a stream's first content token): its
+ * cost counts its unqueued hold as the request's own time, not the prior
+ * prefill rate that made a 0.8 s upstream cost what a 0.2 s one does. */
+static void test_whole_answers_cost_their_hold(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t fast, slow;
+    ready_upstream(&fast, "fast", IG_ROUTER_LOCAL);
+    ready_upstream(&slow, "slow", IG_ROUTER_LOCAL);
+    double prior = ig_router_cost(&r, &slow, 100, S(1));
+    for (int i = 0; i < 10; i++) {
+        ig_router_observe_done(&r, &fast, 0, 0.2, S(1) + i);
+        ig_router_observe_done(&r, &slow, 0, 0.8, S(1) + i);
+    }
+    double cf = ig_router_cost(&r, &fast, 100, S(2));
+    double cs = ig_router_cost(&r, &slow, 100, S(2));
+    print_message("prior %.3f s; whole answers of 0.2 and 0.8 s: cost %.3f and %.3f s\n", prior, cf,
+                  cs);
+    assert_true(prior < 0.1);
+    assert_true(fabs(cf - 0.2) < 0.02 && fabs(cs - 0.8) < 0.02);
+    ig_router_upstream_t *ups[2] = {&slow, &fast};
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 100, NULL, S(2), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    /* Where part of the prompt is cached, the rest is priced at the prior
+     * rate (2,000 tokens a second): 20 of 100 tokens, 10 ms. */
+    slow.cached_tokens = 80;
+    assert_true(fabs(ig_router_cost(&r, &slow, 100, S(2)) - 0.01) < 0.002);
+    slow.cached_tokens = 0;
+    /* A stream's time to first token, once there is one, is the service
+     * time again. */
+    ig_router_observe_ttft(&r, &slow, 100, 0.030, 0, S(2));
+    assert_true(ig_router_cost(&r, &slow, 100, S(2)) < 0.05);
+}
+
 static void test_remote_site_only_when_faster(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
@@ -490,6 +526,7 @@ int main(void)
         cmocka_unit_test(test_reported_queue_not_counted_twice),
         cmocka_unit_test(test_service_time_never_collapses),
         cmocka_unit_test(test_cost_prefers_faster_service),
+        cmocka_unit_test(test_whole_answers_cost_their_hold),
         cmocka_unit_test(test_remote_site_only_when_faster),
         cmocka_unit_test(test_hot_guard),
         cmocka_unit_test(test_sed_counts_every_request_in_flight),

@@ -201,6 +201,35 @@ static void test_wide_not_taken_for_narrow(void **state)
     assert_true(c >= 3.5 && c <= 5);
 }
 
+/* A bucket that missed a heavy tail is not a base to measure a queue
+ * from. Bimodal holds (0.7 s nine times in ten, 7.7 s the tenth) and no
+ * queue: RIF 3 has 7 holds, none of them long; RIF 4-15 have 32 each, 3
+ * of them long (a mean of 1.36 s). Weighed by its own variance (almost
+ * none) RIF 3 had 185 times the weight of each other bucket, and the step
+ * from it to RIF 4 read as a queue of C 4-5: the router's view of 16-slot
+ * upstreams at 90% load in routing-sim (their RIF 0-2 never sampled). One
+ * coefficient of variation pooled over the buckets gives RIF 3 the weight
+ * of its 7 samples, and C stays the lower bound of what was seen. */
+static void test_unlucky_bucket_not_a_queue(void **state)
+{
+    (void)state;
+    ig_router_t r;
+    ig_router_init(&r, NULL);
+    ig_router_upstream_t u;
+    ig_router_upstream_init(&u, "wide", IG_ROUTER_LOCAL);
+    uint64_t t = ns(0);
+    for (int i = 0; i < 7; i++)
+        ig_router_observe_done(&r, &u, 3, 0.7, t += 1000000);
+    for (int k = 4; k < 16; k++)
+        for (int i = 0; i < 32; i++)
+            ig_router_observe_done(&r, &u, k, i % 10 == 5 && i < 30 ? 7.7 : 0.7, t += 1000000);
+    u.concurrency = 0; /* fit once more */
+    ig_router_observe_done(&r, &u, 3, 0.7, t);
+    double c = ig_router_concurrency(&u);
+    print_message("no queue, a 7-sample bucket without the tail: C %.2f\n", c);
+    assert_true(c >= 12);
+}
+
 static void test_concurrency_converges(void **state)
 {
     (void)state;
@@ -458,6 +487,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_concurrency_converges),
         cmocka_unit_test(test_wide_not_taken_for_narrow),
+        cmocka_unit_test(test_unlucky_bucket_not_a_queue),
         cmocka_unit_test(test_learned_beats_unknown),
         cmocka_unit_test(test_limit_settles),
         cmocka_unit_test(test_limit_recovers_after_slowdown),

@@ -617,7 +617,10 @@ static void gw_first(sim_t *s, int i)
 {
     req_t *r = &s->req[i];
     up_t *p = &s->up[r->up];
-    if (sim_policy_is_infergate(s->policy)) {
+    /* The proxy learns a time to first token at a stream's first content
+     * token only: a whole answer is committed when it is complete, and its
+     * time is the hold (ig_router_observe_done()). */
+    if (sim_policy_is_infergate(s->policy) && s->f->stream) {
         ig_router_observe_ttft(&s->router, &p->route, r->prompt,
                                (double)(s->now - r->start_ns) / NS, r->predicted_wait, s->now);
         ig_router_attempt_proven(&s->router, &p->route, r->trial, s->now);

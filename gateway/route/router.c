@@ -131,51 +131,87 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
     return 0;
 }
 
-/* Each bucket's weight is the inverse variance of its mean, n / var:
- * holds vary a lot (an exponential service's spread is its mean), and more
- * where requests queue. The spread is taken as at least a tenth of the
- * scale (a fixed delay has none). */
+/* Each bucket's weight is the inverse variance of its mean, n / var. The
+ * variance is not each bucket's own: holds are heavy-tailed (a bimodal
+ * service's tenth at 11x the rest), so a bucket that caught none of the
+ * tail has a low mean and almost no variance of its own, and weighed by
+ * that it outweighed a full bucket that caught some long answers 185
+ * times: the fit read the step from it as a queue (16-slot upstreams
+ * learned as 3-4; test_router_learn). One coefficient of variation is
+ * pooled over the buckets (a service's spread scales with its mean), and
+ * var_k = cv^2 x m_k^2, at least a tenth of the scale squared (a fixed
+ * delay has none). */
 static void bucket_weights(const ig_router_upstream_t *u, int k0, double scale, double *wk)
 {
+    double dev = 0, lvl = 0;
+    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
+        if (u->rif_n[k] < RIF_MIN_SAMPLES)
+            continue;
+        double m = u->rif_hold_s[k];
+        dev += u->rif_n[k] * fmax(u->rif_sq_s2[k] - m * m, 0.0);
+        lvl += u->rif_n[k] * m * m;
+    }
+    double cv2 = lvl > 0 ? dev / lvl : 0;
     for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
         double m = u->rif_hold_s[k];
-        double var = fmax(u->rif_sq_s2[k] - m * m, 0.01 * scale * scale);
+        double var = fmax(cv2 * m * m, 0.01 * scale * scale);
         wk[k] = u->rif_n[k] / var;
     }
+}
+
+/* The weighted sums the fit of every candidate C needs, over the buckets
+ * with samples from k0 on: totals, and tails from bucket j on (j = 0..last)
+ * of w, w (k + 1), w (k + 1)^2, w y and w (k + 1) y. For a C, x_k is 0 below
+ * bucket floor(C) and (k + 1 - C) / C from it on, so each candidate's sums
+ * are a few operations on one tail, not a pass over the buckets. */
+typedef struct {
+    double w, y, yy;
+    double t0[IG_ROUTER_RIF_BUCKETS + 1], t1[IG_ROUTER_RIF_BUCKETS + 1],
+        t2[IG_ROUTER_RIF_BUCKETS + 1], ty[IG_ROUTER_RIF_BUCKETS + 1],
+        t1y[IG_ROUTER_RIF_BUCKETS + 1];
+} fit_sums_t;
+
+static void fit_sums(const ig_router_upstream_t *u, int k0, const double *wk, fit_sums_t *f)
+{
+    int last = IG_ROUTER_RIF_BUCKETS - 1; /* the last bucket is left out */
+    f->w = f->y = f->yy = 0;
+    f->t0[last] = f->t1[last] = f->t2[last] = f->ty[last] = f->t1y[last] = 0;
+    for (int k = last - 1; k >= 0; k--) {
+        double w = k >= k0 && u->rif_n[k] >= RIF_MIN_SAMPLES ? wk[k] : 0;
+        double y = u->rif_hold_s[k], x = k + 1;
+        f->t0[k] = f->t0[k + 1] + w;
+        f->t1[k] = f->t1[k + 1] + w * x;
+        f->t2[k] = f->t2[k + 1] + w * x * x;
+        f->ty[k] = f->ty[k + 1] + w * y;
+        f->t1y[k] = f->t1y[k + 1] + w * x * y;
+        f->yy += w * y * y;
+    }
+    f->w = f->t0[0];
+    f->y = f->ty[0];
 }
 
 /* One candidate C: the weighted least-squares line of the buckets' holds
  * on x_k = max(0, k + 1 - C) / C, its slope kept within half and one and a
  * half of `expect` (a service time, not the slope of noise). Returns the
  * fit's chi-square; its base and slope in *base and *slope. */
-static double fit_queue(const ig_router_upstream_t *u, int k0, const double *wk, double c,
-                        double expect, double *base, double *slope)
+static double fit_queue(const fit_sums_t *f, double c, double expect, double *base, double *slope)
 {
-    double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        if (u->rif_n[k] < RIF_MIN_SAMPLES)
-            continue;
-        double w = wk[k], x = fmax(0.0, k + 1 - c) / c, y = u->rif_hold_s[k];
-        sw += w;
-        sx += w * x;
-        sy += w * y;
-        sxx += w * x * x;
-        sxy += w * x * y;
-    }
+    int j = (int)c;
+    if (j > IG_ROUTER_RIF_BUCKETS - 1)
+        j = IG_ROUTER_RIF_BUCKETS - 1;
+    double sw = f->w, sy = f->y;
+    double sx = (f->t1[j] - c * f->t0[j]) / c;
+    double sxx = (f->t2[j] - 2 * c * f->t1[j] + c * c * f->t0[j]) / (c * c);
+    double sxy = (f->t1y[j] - c * f->ty[j]) / c;
     double var = sxx - sx * sx / sw;
     double s = var > 1e-12 ? (sxy - sx * sy / sw) / var : 0.0;
     s = fmin(fmax(s, 0.5 * expect), 1.5 * expect);
     double b = (sy - s * sx) / sw;
-    double err = 0;
-    for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        if (u->rif_n[k] < RIF_MIN_SAMPLES)
-            continue;
-        double d = u->rif_hold_s[k] - (b + fmax(0.0, k + 1 - c) / c * s);
-        err += wk[k] * d * d; /* chi-square: in units of each mean's variance */
-    }
+    /* chi-square, sum w (y - b - s x)^2: in units of each mean's variance */
+    double err = f->yy - 2 * b * sy - 2 * s * sxy + b * b * sw + 2 * b * s * sx + s * s * sxx;
     *base = b;
     *slope = s;
-    return err;
+    return fmax(err, 0.0);
 }
 
 /*
@@ -209,11 +245,13 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
         if (u->rif_n[k] >= RIF_MIN_SAMPLES)
             top = k;
     double wk[IG_ROUTER_RIF_BUCKETS];
+    fit_sums_t sums;
     bucket_weights(u, k0, scale, wk);
+    fit_sums(u, k0, wk, &sums);
     double expect = fmax(scale - rtt_s, 0.25 * scale);
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
         double base, slope;
-        double err = fit_queue(u, k0, wk, c, expect, &base, &slope);
+        double err = fit_queue(&sums, c, expect, &base, &slope);
         if (c >= top + 1 && flat_err == INFINITY) {
             flat_err = err; /* the first C that sees no queue at all */
             flat_b = base;
@@ -321,6 +359,21 @@ double ig_router_predicted_wait(const ig_router_t *r, ig_router_upstream_t *cons
     return best;
 }
 
+/* The service time of a whole answer: its unqueued hold, the fit's base b
+ * (else the mean occupancy), less the round trip; 0 before any. An
+ * upstream that has served only whole answers has no time to first token
+ * (the proxy measures it at a stream's first content token; a whole
+ * answer's TTFT is its end), so this is what a new request's own time
+ * there is: the prompt's share of it is not known (mostly it is the
+ * output), so it is not scaled by the prompt. */
+static double whole_of(const ig_router_t *r, const ig_router_upstream_t *u)
+{
+    double hold = u->hold_base_s > 0 ? u->hold_base_s : u->occupancy_s;
+    if (!(hold > 0))
+        return 0;
+    return fmax(hold - rtt_of(r, u), 0.25 * hold);
+}
+
 static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          uint64_t now_ns)
 {
@@ -335,7 +388,14 @@ static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, in
     double tps = r->opts.prior_prefill_tps;
     if (report_fresh(r, u, now_ns) && u->reported_prefill_tps > 0)
         tps = u->reported_prefill_tps;
-    return p / tps;
+    /* A whole answer's time is its hold, and at least the prompt's prefill
+     * at the believed rate (the hold may be of shorter prompts). Where part
+     * of the prompt is cached the hold does not say how much of it that
+     * saves, so the uncached part is priced at that rate, as for an
+     * upstream not yet measured: a prefix's affinity is what it was
+     * (test_gateway_prefix). */
+    double whole = u->cached_tokens > 0 ? 0 : whole_of(r, u);
+    return fmax(whole, p / tps);
 }
 
 double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
@@ -391,7 +451,7 @@ double ig_router_delay(const ig_router_t *r, const ig_router_upstream_t *u, uint
     double n = u->inflight;
     if (report_fresh(r, u, now_ns) && u->reported_waiting > 0)
         n = fmax(n, ig_router_concurrency(u) + u->reported_waiting);
-    return rtt_of(r, u) + (n + 1) * step + (u->svc_samples > 0 ? u->svc_s : 0);
+    return rtt_of(r, u) + (n + 1) * step + (u->svc_samples > 0 ? u->svc_s : whole_of(r, u));
 }
 
 int ig_router_would_queue(const ig_router_upstream_t *u)
