@@ -93,9 +93,12 @@ static const sim_result_t *best_of(const sim_result_t *res, const int *use, int 
 
 /* Whether x's TTFT quantile (m 0: p50, 1: p99) is above k times b's by
  * more than two standard errors of the difference (batch means): a loss
- * that is not the run's chance. */
+ * that is not the run's chance. None without a baseline (b NULL: the run
+ * asked for no baseline policy). */
 static int beyond_noise(const sim_result_t *x, const sim_result_t *b, int m, double k)
 {
+    if (b == NULL)
+        return 0;
     double xv = metric_of(x, m), bv = metric_of(b, m);
     double xs = m == 0 ? x->ttft_p50_se : x->ttft_p99_se;
     double bs = m == 0 ? b->ttft_p50_se : b->ttft_p99_se;
