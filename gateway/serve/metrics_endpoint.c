@@ -415,10 +415,10 @@ static double concurrency_of(const ig_gateway_t *gw, const ig_router_upstream_t 
     return ig_router_concurrency(u);
 }
 
-#define UPSTREAM_GAUGE(fn, value)                                                                 \
-    static void fn(void *data, ig_metrics_emit_fn *emit, void *ctx)                               \
-    {                                                                                             \
-        each_upstream(data, value, emit, ctx);                                                    \
+#define UPSTREAM_GAUGE(fn, value)                                                                  \
+    static void fn(void *data, ig_metrics_emit_fn *emit, void *ctx)                                \
+    {                                                                                              \
+        each_upstream(data, value, emit, ctx);                                                     \
     }
 UPSTREAM_GAUGE(collect_inflight, inflight_of)
 UPSTREAM_GAUGE(collect_rtt, rtt_of)
