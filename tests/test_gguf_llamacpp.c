@@ -19,6 +19,11 @@
  *   - tiny and small again with `--quantize q4_0`, gqa with `--quantize
  *     q4_k_m`: the same greedy text from both (and not the F32 one: the
  *     quantization shows).
+ *   - with the argument `llama-quantize` (ctest's test_gguf_llamacpp_quantize;
+ *     77 without $LLAMACPP_BIN/llama-quantize), only this: gqa in F32 made
+ *     Q4_K_M by llama.cpp's own llama-quantize, which holds Q4_K and Q6_K
+ *     matrices and nothing else quantized, gives the same token ids and
+ *     greedy text in both.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +36,8 @@
 #include "proc.h"
 #include "testclient.h"
 
+#include "infergate/dtype.h"
+#include "infergate/gguf.h"
 #include "infergate/mkmodel.h"
 #include "infergate/tokenizer.h"
 
@@ -79,24 +86,33 @@ static void same_tokens(int lport, const char *path)
     ig_tokenizer_free(tok);
 }
 
-/* quant: "" or a --quantize value for mkmodel (the file's matrices in it). */
-static void check_preset(const char *preset, const char *quant, const char *server)
+/* Writes the preset as GGUF into dir (F32 but for 1b; quant: "" or a
+ * --quantize value for mkmodel, the file's matrices in it); its path in
+ * path. */
+static void make_preset(char *path, size_t len, const char *dir, const char *preset,
+                        const char *quant)
 {
-    char dir[4096], path[4200], cmd[4400], qf[64] = "";
-    int big = strcmp(preset, "1b") == 0, qwen3 = strcmp(preset, "qwen3") == 0;
-    assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
-    snprintf(path, sizeof(path), "%s/%s.gguf", dir, preset);
+    char cmd[4400], qf[64] = "";
+    snprintf(path, len, "%s/%s.gguf", dir, preset);
     if (*quant)
         snprintf(qf, sizeof(qf), "--quantize %s", quant);
     snprintf(cmd, sizeof(cmd), "'%s' mkmodel --preset %s %s %s --format gguf --out '%s' >/dev/null",
-             ig_proc_bin("infergate"), preset, big ? "" : "--dtype f32", qf, path);
+             ig_proc_bin("infergate"), preset, strcmp(preset, "1b") ? "--dtype f32" : "", qf,
+             path);
     assert_int_equal(system(cmd), 0);
+}
 
+/* llama-server and our worker on the file at path (of the preset; label
+ * names it in messages): see the head of this file. */
+static void check_file(const char *path, const char *preset, const char *label,
+                       const char *server)
+{
+    int big = strcmp(preset, "1b") == 0, qwen3 = strcmp(preset, "qwen3") == 0;
     int lport = ig_proc_free_port(), wport = ig_proc_free_port();
     char lp[16], wl[64];
     snprintf(lp, sizeof(lp), "%d", lport);
     snprintf(wl, sizeof(wl), "127.0.0.1:%d", wport);
-    char *largv[] = {(char *)server, "-m", path, "--port", lp,    "--host", "127.0.0.1",
+    char *largv[] = {(char *)server, "-m", (char *)path, "--port", lp,    "--host", "127.0.0.1",
                      "-t",           "1",  "-c", "512",    "-np", "1",      NULL};
     ig_proc_t L, W;
     assert_int_equal(ig_proc_start(&L, largv, IG_PROC_PIPE_ERR | IG_PROC_PIPE_OUT), 0);
@@ -116,7 +132,6 @@ static void check_preset(const char *preset, const char *quant, const char *serv
         print_message("# qwen3: this llama.cpp does not know the qwen3 architecture\n");
         ig_proc_stop(&L, 9, 5000);
         ig_proc_dispose(&L);
-        ig_tf_rmtree(dir);
         return;
     }
     assert_int_equal(ig_proc_wait_status(lport, "/health", 200, 120000), 0);
@@ -125,7 +140,6 @@ static void check_preset(const char *preset, const char *quant, const char *serv
         print_message("# %s: loaded by llama-server, same token ids\n", preset);
         ig_proc_stop(&L, 15, 5000);
         ig_proc_dispose(&L);
-        ig_tf_rmtree(dir);
         return;
     }
     const char *wargv[] = {"worker",   "--model", path,          "--device", "cpu:1",
@@ -137,7 +151,7 @@ static void check_preset(const char *preset, const char *quant, const char *serv
     char *lt, *wt;
     ig_llamacpp_greedy(lport, wport, "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]", 24,
                        ", \"n_probs\": 2", &lt, &wt);
-    print_message("# %s %s: llama.cpp \"%s\"\n#   infergate \"%s\"\n", preset, quant, lt, wt);
+    print_message("# %s: llama.cpp \"%s\"\n#   infergate \"%s\"\n", label, lt, wt);
     assert_true(strlen(wt) > 0);
     assert_string_equal(lt, wt);
     free(lt);
@@ -146,6 +160,16 @@ static void check_preset(const char *preset, const char *quant, const char *serv
     ig_proc_stop(&L, 15, 5000);
     ig_proc_dispose(&W);
     ig_proc_dispose(&L);
+}
+
+/* quant: "" or a --quantize value for mkmodel. */
+static void check_preset(const char *preset, const char *quant, const char *server)
+{
+    char dir[4096], path[4200], label[128];
+    assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
+    make_preset(path, sizeof(path), dir, preset, quant);
+    snprintf(label, sizeof(label), "%s %s", preset, quant);
+    check_file(path, preset, label, server);
     ig_tf_rmtree(dir);
 }
 
@@ -169,13 +193,62 @@ static void test_quantized(void **state)
     check_preset("gqa", "q4_k_m", *state);
 }
 
-int main(void)
+/* llama-quantize's Q4_K_M of the F32 gqa preset (every row whole
+ * super-blocks of 256, so no fallback type): llama.cpp's mix, Q6_K for
+ * output.weight and for some layers' attn_v and ffn_down, Q4_K for the
+ * other matrices; quantized by its own search (make_qkx2_quants), not by
+ * mkmodel's. */
+static void test_llama_quantize_q4_k_m(void **state)
+{
+    const char *const *bins = *state;
+    char dir[4096], f32[4200], out[4200], log[4200], cmd[13000], err[512];
+    assert_int_equal(ig_tf_mkdtemp(dir, sizeof(dir)), 0);
+    make_preset(f32, sizeof(f32), dir, "gqa", "");
+    snprintf(out, sizeof(out), "%s/gqa-q4_k_m.gguf", dir);
+    snprintf(log, sizeof(log), "%s/quantize.log", dir);
+    snprintf(cmd, sizeof(cmd), "'%s' '%s' '%s' Q4_K_M 1 >'%s' 2>&1", bins[1], f32, out, log);
+    if (system(cmd) != 0) {
+        snprintf(cmd, sizeof(cmd), "tail -20 '%s' >&2", log);
+        int shown = system(cmd);
+        fail_msg("llama-quantize failed (its log's tail %s)", shown == 0 ? "above" : "unread");
+    }
+    ig_gguf_t *g;
+    if (ig_gguf_open(&g, out, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    int q4k = 0, q6k = 0;
+    for (size_t i = 0; i < ig_gguf_tensor_count(g); i++) {
+        const ig_gguf_tensor_t *t = ig_gguf_tensor_at(g, i);
+        q4k += t->dtype == IG_DTYPE_Q4_K;
+        q6k += t->dtype == IG_DTYPE_Q6_K;
+        if (t->ndim == 2 && t->dtype != IG_DTYPE_Q4_K && t->dtype != IG_DTYPE_Q6_K)
+            fail_msg("%s: %s, not a K-quant", t->name, ig_dtype_name(t->dtype));
+    }
+    ig_gguf_close(g);
+    print_message("# llama-quantize Q4_K_M: %d Q4_K and %d Q6_K matrices\n", q4k, q6k);
+    assert_true(q4k > 0 && q6k > 0);
+    check_file(out, "gqa", "gqa, llama-quantize Q4_K_M", bins[0]);
+    ig_tf_rmtree(dir);
+}
+
+int main(int argc, char **argv)
 {
     const char *server = ig_llamacpp_server();
     if (server == NULL) {
         printf(
             "# SKIP: no llama-server in $LLAMACPP_BIN (default /work/peers/llama.cpp/build/bin)\n");
         return 77;
+    }
+    if (argc > 1 && strcmp(argv[1], "llama-quantize") == 0) {
+        static char qbin[1024];
+        const char *bins[2] = {server, ig_llamacpp_tool("llama-quantize", qbin, sizeof(qbin))};
+        if (bins[1] == NULL) {
+            printf("# SKIP: no llama-quantize in $LLAMACPP_BIN\n");
+            return 77;
+        }
+        const struct CMUnitTest q[] = {
+            cmocka_unit_test_prestate(test_llama_quantize_q4_k_m, (void *)bins),
+        };
+        return cmocka_run_group_tests(q, NULL, NULL);
     }
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_prestate(test_every_preset, (void *)server),

@@ -101,16 +101,15 @@ static int cpu_upload_weight(ig_backend_t *be, const ig_tensor_t *src, ig_weight
             return IG_EINVAL;
         int k = (int)cols, step = 64 * 16;
         size_t row = ig_dtype_bytes(src->dtype, (size_t)k);
-        size_t (*bytes)(int, int) = kq   ? ig__kqp_packed_bytes
-                                    : q4 ? ig__q4p_packed_bytes
-                                         : ig__q8p_packed_bytes;
-        uint8_t *q = cpu_alloc(be, bytes((int)rows, k));
+        size_t (*bytes)(int, int) = q4 ? ig__q4p_packed_bytes : ig__q8p_packed_bytes;
+        uint8_t *q = cpu_alloc(be, kq ? ig__kqp_packed_bytes(src->dtype, (int)rows, k)
+                                      : bytes((int)rows, k));
         if (q == NULL)
             return IG_ENOMEM;
         for (int64_t r = 0; r < rows; r += step) {
             int m = rows - r < step ? (int)(rows - r) : step;
             const uint8_t *from = (const uint8_t *)src->data + (size_t)r * row;
-            uint8_t *to = q + bytes((int)r, k);
+            uint8_t *to = q + (kq ? ig__kqp_packed_bytes(src->dtype, (int)r, k) : bytes((int)r, k));
             if (kq)
                 ig__kqp_pack(to, from, src->dtype, m, k);
             else if (q4)
