@@ -22,8 +22,12 @@
  *   - with the argument `llama-quantize` (ctest's test_gguf_llamacpp_quantize;
  *     77 without $LLAMACPP_BIN/llama-quantize), only this: gqa in F32 made
  *     Q4_K_M by llama.cpp's own llama-quantize, which holds Q4_K and Q6_K
- *     matrices and nothing else quantized, gives the same token ids and
- *     greedy text in both.
+ *     matrices and nothing else quantized: the same token ids, and along
+ *     llama-server's greedy text for 3 prompts x 24 tokens our worker's
+ *     next token on the same context is llama.cpp's but for near ties, with
+ *     the log-probabilities of both engines' 5 best within 0.03. (The
+ *     greedy texts themselves part at the first near tie: llama.cpp rounds
+ *     x per 256 for K-quants, we per 32.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -42,6 +46,7 @@
 #include "infergate/tokenizer.h"
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,6 +198,77 @@ static void test_quantized(void **state)
     check_preset("gqa", "q4_k_m", *state);
 }
 
+/* Log-probabilities of llama-quantize's file in the two engines differ by
+ * up to ~0.013 here: for K-quant weights llama.cpp rounds x to 8 bits per
+ * 256 (Q8_K), we per 32. A wrong weight shows more: a Q6_K offset of 31 s
+ * instead of 32 s moves them by up to 0.06 and changes the best token at
+ * 19 of these 72 positions, against 3 near ties. */
+#define NEAR_TIE 0.03
+
+/* llama.cpp's greedy continuation (n tokens) of the token-id prompt ids,
+ * and at each of its positions our worker's next token on the same context
+ * (the prompt and llama.cpp's tokens before it): every token in both
+ * engines' 5 best within NEAR_TIE in log-probability, and our best token
+ * llama.cpp's, or one llama.cpp ranks within NEAR_TIE of its best (a tie
+ * either engine may break). Returns the positions where the best token is
+ * the same. */
+static int compare_forced(int lport, int wport, const char *ids, int n)
+{
+    char body[4096];
+    snprintf(body, sizeof(body),
+             "{\"prompt\": %s, \"n_predict\": %d, \"temperature\": 0, \"top_k\": 1, "
+             "\"cache_prompt\": false, \"n_probs\": 5}",
+             ids, n);
+    json_t *lj = ig_llamacpp_post(lport, "/completion", body);
+    assert_non_null(lj);
+    json_t *lp = json_object_get(lj, "completion_probabilities");
+    assert_int_equal(json_array_size(lp), n);
+    json_t *ctx = json_loads(ids, 0, NULL);
+    assert_non_null(ctx);
+    int same = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *l = json_array_get(lp, i), *ltop = json_object_get(l, "top_logprobs");
+        char *cs = json_dumps(ctx, JSON_COMPACT);
+        snprintf(body, sizeof(body),
+                 "{\"prompt\": %s, \"max_tokens\": 1, \"temperature\": 0, \"logprobs\": 5}", cs);
+        free(cs);
+        json_t *wj = ig_llamacpp_post(wport, "/v1/completions", body);
+        assert_non_null(wj);
+        json_t *wl = json_object_get(json_array_get(json_object_get(wj, "choices"), 0), "logprobs");
+        json_t *wtop = json_array_get(json_object_get(wl, "top_logprobs"), 0);
+        const char *wt = json_string_value(json_array_get(json_object_get(wl, "tokens"), 0));
+        const char *lt = json_string_value(json_object_get(l, "token"));
+        double best = json_real_value(json_object_get(l, "logprob"));
+        assert_non_null(wt);
+        assert_non_null(lt);
+        assert_true(json_array_size(ltop) > 1 && json_object_size(wtop) > 1);
+        int tie = 0;
+        for (size_t t = 0; t < json_array_size(ltop); t++) {
+            json_t *e = json_array_get(ltop, t);
+            const char *tok = json_string_value(json_object_get(e, "token"));
+            double lv = json_real_value(json_object_get(e, "logprob"));
+            json_t *wv = json_object_get(wtop, tok);
+            if (wv != NULL && !(fabs(json_real_value(wv) - lv) <= NEAR_TIE))
+                fail_msg("%s, token %d, \"%s\": log-probability %.5f, llama.cpp's %.5f", ids, i,
+                         tok, json_real_value(wv), lv);
+            if (strcmp(tok, wt) == 0)
+                tie = best - lv <= NEAR_TIE;
+        }
+        if (strcmp(lt, wt) == 0)
+            same++;
+        else if (!tie)
+            fail_msg("%s, token %d: ours \"%s\", llama.cpp's \"%s\" (%.5f) by more than a near tie",
+                     ids, i, wt, lt, best);
+        json_array_append_new(ctx, json_integer(json_integer_value(json_object_get(l, "id"))));
+        json_decref(wj);
+    }
+    json_decref(ctx);
+    json_decref(lj);
+    print_message("#   %s: the same best token at %d of %d positions, near ties at the rest\n",
+                  ids, same, n);
+    return same;
+}
+
 /* llama-quantize's Q4_K_M of the F32 gqa preset (every row whole
  * super-blocks of 256, so no fallback type): llama.cpp's mix, Q6_K for
  * output.weight and for some layers' attn_v and ffn_down, Q4_K for the
@@ -226,7 +302,35 @@ static void test_llama_quantize_q4_k_m(void **state)
     ig_gguf_close(g);
     print_message("# llama-quantize Q4_K_M: %d Q4_K and %d Q6_K matrices\n", q4k, q6k);
     assert_true(q4k > 0 && q6k > 0);
-    check_file(out, "gqa", "gqa, llama-quantize Q4_K_M", bins[0]);
+
+    int lport = ig_proc_free_port(), wport = ig_proc_free_port();
+    char lp[16], wl[64];
+    snprintf(lp, sizeof(lp), "%d", lport);
+    snprintf(wl, sizeof(wl), "127.0.0.1:%d", wport);
+    char *largv[] = {(char *)bins[0], "-m", out, "--port", lp,    "--host", "127.0.0.1",
+                     "-t",            "1",  "-c", "512",   "-np", "1",      NULL};
+    const char *wargv[] = {"worker",   "--model", out,         "--device", "cpu:1",
+                           "--listen", wl,        "--log-level", "warn",   NULL};
+    ig_proc_t L, W;
+    assert_int_equal(ig_proc_start(&L, largv, IG_PROC_PIPE_ERR | IG_PROC_PIPE_OUT), 0);
+    assert_int_equal(ig_proc_start_bin(&W, "infergate", wargv, 0), 0);
+    assert_int_equal(ig_proc_wait_status(lport, "/health", 200, 120000), 0);
+    assert_int_equal(ig_proc_wait_status(wport, "/ready", 200, 30000), 0);
+    same_tokens(lport, out);
+    static const char *const prompts[] = {
+        "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]",
+        "[5, 6000, 12, 812, 4095, 300]",
+        "[7000, 7001, 33, 2048, 99, 1024, 512, 8000]",
+    };
+    int same = 0, n = 24;
+    for (size_t i = 0; i < sizeof(prompts) / sizeof(prompts[0]); i++)
+        same += compare_forced(lport, wport, prompts[i], n);
+    /* Near ties are few (3 of 72 here): many would mean a weaker check. */
+    assert_true(same >= 3 * n * 3 / 4);
+    ig_proc_stop(&W, 15, 5000);
+    ig_proc_stop(&L, 15, 5000);
+    ig_proc_dispose(&W);
+    ig_proc_dispose(&L);
     ig_tf_rmtree(dir);
 }
 
