@@ -50,6 +50,8 @@ for t in $tools; do
     [ -x "$LLAMACPP_BIN/$t" ] || bench_fail "$LLAMACPP_BIN/$t not found (set LLAMACPP_BIN)"
 done
 mkdir -p "$MODELS" "$(dirname "$RESULTS")"
+# Absolute: llama-quantize reads a name that starts with a digit as a type number.
+MODELS=$(cd "$MODELS" && pwd)
 model_file() { echo "$MODELS/1b-$1.gguf"; }
 bf16=$(model_file bf16)
 for f in "${formats[@]}"; do
@@ -145,7 +147,7 @@ rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 best() { "$PY" -c 'import sys; print(max(float(x) for x in sys.argv[1:]))' "$@"; }
 
-decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss
+decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss ours_kv llama_rss
     local wport lport r o=() l=()
     wport=$(free_port)
     lport=$(free_port)
