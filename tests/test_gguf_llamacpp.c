@@ -107,64 +107,91 @@ static void make_preset(char *path, size_t len, const char *dir, const char *pre
     assert_int_equal(system(cmd), 0);
 }
 
+/* llama-server (L on lport) and our worker (W on wport), one thread each,
+ * on one file. */
+typedef struct {
+    ig_proc_t L, W;
+    int lport, wport;
+} pair_t;
+
+/* Starts llama-server on path, not waiting for it. */
+static void start_llama(pair_t *p, const char *server, const char *path)
+{
+    char lp[16];
+    p->lport = ig_proc_free_port();
+    snprintf(lp, sizeof(lp), "%d", p->lport);
+    char *largv[] = {(char *)server, "-m", (char *)path, "--port", lp,    "--host", "127.0.0.1",
+                     "-t",           "1",  "-c", "512",    "-np", "1",      NULL};
+    assert_int_equal(ig_proc_start(&p->L, largv, IG_PROC_PIPE_ERR | IG_PROC_PIPE_OUT), 0);
+}
+
+/* Starts our worker on path and waits until both answer. */
+static void start_worker(pair_t *p, const char *path)
+{
+    char wl[64];
+    p->wport = ig_proc_free_port();
+    snprintf(wl, sizeof(wl), "127.0.0.1:%d", p->wport);
+    const char *wargv[] = {"worker",   "--model", path,          "--device", "cpu:1",
+                           "--listen", wl,        "--log-level", "warn",     NULL};
+    assert_int_equal(ig_proc_start_bin(&p->W, "infergate", wargv, 0), 0);
+    assert_int_equal(ig_proc_wait_status(p->lport, "/health", 200, 120000), 0);
+    assert_int_equal(ig_proc_wait_status(p->wport, "/ready", 200, 30000), 0);
+}
+
+static void stop_pair(pair_t *p)
+{
+    ig_proc_stop(&p->W, 15, 5000);
+    ig_proc_stop(&p->L, 15, 5000);
+    ig_proc_dispose(&p->W);
+    ig_proc_dispose(&p->L);
+}
+
 /* llama-server and our worker on the file at path (of the preset; label
  * names it in messages): see the head of this file. */
 static void check_file(const char *path, const char *preset, const char *label,
                        const char *server)
 {
     int big = strcmp(preset, "1b") == 0, qwen3 = strcmp(preset, "qwen3") == 0;
-    int lport = ig_proc_free_port(), wport = ig_proc_free_port();
-    char lp[16], wl[64];
-    snprintf(lp, sizeof(lp), "%d", lport);
-    snprintf(wl, sizeof(wl), "127.0.0.1:%d", wport);
-    char *largv[] = {(char *)server, "-m", (char *)path, "--port", lp,    "--host", "127.0.0.1",
-                     "-t",           "1",  "-c", "512",    "-np", "1",      NULL};
-    ig_proc_t L, W;
-    assert_int_equal(ig_proc_start(&L, largv, IG_PROC_PIPE_ERR | IG_PROC_PIPE_OUT), 0);
+    pair_t P;
+    start_llama(&P, server, path);
     if (qwen3) {
         /* This llama.cpp stops at the architecture name, before anything
          * else of the file is read; now and then its loader thread's throw
          * ends the process (std::terminate) before the message is out. A
          * refusal is either, with the model never loaded. */
-        int said = ig_proc_wait_log(&L, "unknown model architecture: 'qwen3'", 180000) == 0;
-        int died = !said && ig_proc_wait_exit(&L, 10000) != 0;
-        if (!said && !(died && L.err && strstr(L.err, "terminate called") &&
-                       !strstr(L.err, "model loaded"))) {
-            fprintf(stderr, "llama-server's stderr:\n%s\n", L.err ? L.err : "(none)");
+        int said = ig_proc_wait_log(&P.L, "unknown model architecture: 'qwen3'", 180000) == 0;
+        int died = !said && ig_proc_wait_exit(&P.L, 10000) != 0;
+        if (!said && !(died && P.L.err && strstr(P.L.err, "terminate called") &&
+                       !strstr(P.L.err, "model loaded"))) {
+            fprintf(stderr, "llama-server's stderr:\n%s\n", P.L.err ? P.L.err : "(none)");
             fail_msg("qwen3: llama-server did not refuse the architecture (a newer llama.cpp? "
                      "compare the greedy text then)");
         }
         print_message("# qwen3: this llama.cpp does not know the qwen3 architecture\n");
-        ig_proc_stop(&L, 9, 5000);
-        ig_proc_dispose(&L);
+        ig_proc_stop(&P.L, 9, 5000);
+        ig_proc_dispose(&P.L);
         return;
     }
-    assert_int_equal(ig_proc_wait_status(lport, "/health", 200, 120000), 0);
     if (big) {
-        same_tokens(lport, path);
+        assert_int_equal(ig_proc_wait_status(P.lport, "/health", 200, 120000), 0);
+        same_tokens(P.lport, path);
         print_message("# %s: loaded by llama-server, same token ids\n", preset);
-        ig_proc_stop(&L, 15, 5000);
-        ig_proc_dispose(&L);
+        ig_proc_stop(&P.L, 15, 5000);
+        ig_proc_dispose(&P.L);
         return;
     }
-    const char *wargv[] = {"worker",   "--model", path,          "--device", "cpu:1",
-                           "--listen", wl,        "--log-level", "warn",     NULL};
-    assert_int_equal(ig_proc_start_bin(&W, "infergate", wargv, 0), 0);
-    assert_int_equal(ig_proc_wait_status(wport, "/ready", 200, 30000), 0);
-    same_tokens(lport, path);
+    start_worker(&P, path);
+    same_tokens(P.lport, path);
 
     char *lt, *wt;
-    ig_llamacpp_greedy(lport, wport, "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]", 24,
+    ig_llamacpp_greedy(P.lport, P.wport, "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]", 24,
                        ", \"n_probs\": 2", &lt, &wt);
     print_message("# %s: llama.cpp \"%s\"\n#   infergate \"%s\"\n", label, lt, wt);
     assert_true(strlen(wt) > 0);
     assert_string_equal(lt, wt);
     free(lt);
     free(wt);
-    ig_proc_stop(&W, 15, 5000);
-    ig_proc_stop(&L, 15, 5000);
-    ig_proc_dispose(&W);
-    ig_proc_dispose(&L);
+    stop_pair(&P);
 }
 
 /* quant: "" or a --quantize value for mkmodel. */
@@ -303,20 +330,10 @@ static void test_llama_quantize_q4_k_m(void **state)
     print_message("# llama-quantize Q4_K_M: %d Q4_K and %d Q6_K matrices\n", q4k, q6k);
     assert_true(q4k > 0 && q6k > 0);
 
-    int lport = ig_proc_free_port(), wport = ig_proc_free_port();
-    char lp[16], wl[64];
-    snprintf(lp, sizeof(lp), "%d", lport);
-    snprintf(wl, sizeof(wl), "127.0.0.1:%d", wport);
-    char *largv[] = {(char *)bins[0], "-m", out, "--port", lp,    "--host", "127.0.0.1",
-                     "-t",            "1",  "-c", "512",   "-np", "1",      NULL};
-    const char *wargv[] = {"worker",   "--model", out,         "--device", "cpu:1",
-                           "--listen", wl,        "--log-level", "warn",   NULL};
-    ig_proc_t L, W;
-    assert_int_equal(ig_proc_start(&L, largv, IG_PROC_PIPE_ERR | IG_PROC_PIPE_OUT), 0);
-    assert_int_equal(ig_proc_start_bin(&W, "infergate", wargv, 0), 0);
-    assert_int_equal(ig_proc_wait_status(lport, "/health", 200, 120000), 0);
-    assert_int_equal(ig_proc_wait_status(wport, "/ready", 200, 30000), 0);
-    same_tokens(lport, out);
+    pair_t P;
+    start_llama(&P, bins[0], out);
+    start_worker(&P, out);
+    same_tokens(P.lport, out);
     static const char *const prompts[] = {
         "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]",
         "[5, 6000, 12, 812, 4095, 300]",
@@ -324,13 +341,10 @@ static void test_llama_quantize_q4_k_m(void **state)
     };
     int same = 0, n = 24;
     for (size_t i = 0; i < sizeof(prompts) / sizeof(prompts[0]); i++)
-        same += compare_forced(lport, wport, prompts[i], n);
+        same += compare_forced(P.lport, P.wport, prompts[i], n);
     /* Near ties are few (3 of 72 here): many would mean a weaker check. */
     assert_true(same >= 3 * n * 3 / 4);
-    ig_proc_stop(&W, 15, 5000);
-    ig_proc_stop(&L, 15, 5000);
-    ig_proc_dispose(&W);
-    ig_proc_dispose(&L);
+    stop_pair(&P);
     ig_tf_rmtree(dir);
 }
 
