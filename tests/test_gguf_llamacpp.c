@@ -102,8 +102,7 @@ static void make_preset(char *path, size_t len, const char *dir, const char *pre
     if (*quant)
         snprintf(qf, sizeof(qf), "--quantize %s", quant);
     snprintf(cmd, sizeof(cmd), "'%s' mkmodel --preset %s %s %s --format gguf --out '%s' >/dev/null",
-             ig_proc_bin("infergate"), preset, strcmp(preset, "1b") ? "--dtype f32" : "", qf,
-             path);
+             ig_proc_bin("infergate"), preset, strcmp(preset, "1b") ? "--dtype f32" : "", qf, path);
     assert_int_equal(system(cmd), 0);
 }
 
@@ -121,7 +120,7 @@ static void start_llama(pair_t *p, const char *server, const char *path)
     p->lport = ig_proc_free_port();
     snprintf(lp, sizeof(lp), "%d", p->lport);
     char *largv[] = {(char *)server, "-m", (char *)path, "--port", lp,    "--host", "127.0.0.1",
-                     "-t",           "1",  "-c", "512",    "-np", "1",      NULL};
+                     "-t",           "1",  "-c",         "512",    "-np", "1",      NULL};
     assert_int_equal(ig_proc_start(&p->L, largv, IG_PROC_PIPE_ERR | IG_PROC_PIPE_OUT), 0);
 }
 
@@ -148,8 +147,7 @@ static void stop_pair(pair_t *p)
 
 /* llama-server and our worker on the file at path (of the preset; label
  * names it in messages): see the head of this file. */
-static void check_file(const char *path, const char *preset, const char *label,
-                       const char *server)
+static void check_file(const char *path, const char *preset, const char *label, const char *server)
 {
     int big = strcmp(preset, "1b") == 0, qwen3 = strcmp(preset, "qwen3") == 0;
     pair_t P;
@@ -291,8 +289,8 @@ static int compare_forced(int lport, int wport, const char *ids, int n)
     }
     json_decref(ctx);
     json_decref(lj);
-    print_message("#   %s: the same best token at %d of %d positions, near ties at the rest\n",
-                  ids, same, n);
+    print_message("#   %s: the same best token at %d of %d positions, near ties at the rest\n", ids,
+                  same, n);
     return same;
 }
 

@@ -217,8 +217,8 @@ static void check(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, const ch
     for (int r = 0; r < m; r++)
         for (int c = 0; c < n; c++) {
             size_t wi = (size_t)c * k;
-            float want = kq_sequence(fq + wi, fs + wi, fo + wi, xq + (size_t)r * k,
-                                     xs + (size_t)r * nb, k);
+            float want =
+                kq_sequence(fq + wi, fs + wi, fo + wi, xq + (size_t)r * k, xs + (size_t)r * nb, k);
             float got = y[(size_t)r * n + c];
             if (memcmp(&got, &want, sizeof(float)) != 0)
                 fail_msg("%s: y[%d][%d] %a, the documented sequence gives %a", what, r, c, got,

@@ -55,10 +55,10 @@
 #endif
 
 #define KQ_NR IG_KQP_NR
-#define KQ_HDR 64                   /* offset of the scales */
-#define KQ_NIB (KQ_HDR + 256)       /* offset of the nibbles */
-#define KQ_HI (KQ_NIB + 8 * 256)    /* offset of Q6_K's high parts */
-#define KQ_SB6 (KQ_HI + 8 * 128)    /* a Q6_K panel super-block; Q4_K's is KQ_HI */
+#define KQ_HDR 64                /* offset of the scales */
+#define KQ_NIB (KQ_HDR + 256)    /* offset of the nibbles */
+#define KQ_HI (KQ_NIB + 8 * 256) /* offset of Q6_K's high parts */
+#define KQ_SB6 (KQ_HI + 8 * 128) /* a Q6_K panel super-block; Q4_K's is KQ_HI */
 
 /* ---- the panel layout ------------------------------------------------- */
 
@@ -313,8 +313,8 @@ static inline void kq_so_avx2(const uint8_t *sbp, const int six, int j, int c8, 
 }
 
 /* The float side for 8 columns (one half of a panel): lanes of i0, i1. */
-static inline __m256 kq_f_avx2(__m256 acc, __m256i i0, __m256i i1, __m256 s0, __m256 s1,
-                               __m256 o0, __m256 o1, int32_t x0, int32_t x1, float dx)
+static inline __m256 kq_f_avx2(__m256 acc, __m256i i0, __m256i i1, __m256 s0, __m256 s1, __m256 o0,
+                               __m256 o1, int32_t x0, int32_t x1, float dx)
 {
     __m256 vdx = _mm256_set1_ps(dx);
     acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(s0, vdx), acc);
@@ -334,8 +334,7 @@ static inline void kq_quads_avx2(const uint8_t *sbp, const int six, int j, int g
     *lo = _mm256_and_si256(v, m0f);
     *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f);
     if (six) {
-        __m256i h =
-            _mm256_loadu_si256((const __m256i *)(sbp + KQ_HI + 128 * j + 64 * (g / 2) + c));
+        __m256i h = _mm256_loadu_si256((const __m256i *)(sbp + KQ_HI + 128 * j + 64 * (g / 2) + c));
         if (g % 2 == 0) {
             *lo = _mm256_or_si256(*lo, _mm256_and_si256(_mm256_slli_epi16(h, 4), m30));
             *hi = _mm256_or_si256(*hi, _mm256_and_si256(_mm256_slli_epi16(h, 2), m30));
@@ -364,8 +363,7 @@ tile_avx2(const int mr, const int six, float *y, int ldy, const int8_t *xq, cons
             __m256i acc[2][2][2]; /* [row][half of k][half of the panel] */
 #pragma GCC unroll 2
             for (int a = 0; a < mr; a++)
-                acc[a][0][0] = acc[a][0][1] = acc[a][1][0] = acc[a][1][1] =
-                    _mm256_setzero_si256();
+                acc[a][0][0] = acc[a][0][1] = acc[a][1][0] = acc[a][1][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++) {
                 __m256i lo[2], hi[2];
@@ -539,10 +537,10 @@ tile_avx512(const int mr, const int np, const int six, float *y, int ldy, const 
 #pragma GCC unroll 2
                 for (int p = 0; p < np; p++) {
                     __m512 g = f[a][p];
-                    g = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[a][p][0]),
-                                        _mm512_mul_ps(s0[p], vdx), g);
-                    g = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[a][p][1]),
-                                        _mm512_mul_ps(s1[p], vdx), g);
+                    g = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[a][p][0]), _mm512_mul_ps(s0[p], vdx),
+                                        g);
+                    g = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[a][p][1]), _mm512_mul_ps(s1[p], vdx),
+                                        g);
                     __m512 off = _mm512_add_ps(_mm512_mul_ps(o0[p], x0), _mm512_mul_ps(o1[p], x1));
                     f[a][p] = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_setzero_ps(), off), vdx, g);
                 }
