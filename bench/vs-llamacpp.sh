@@ -1,30 +1,33 @@
 #!/bin/bash
 # infergate against llama.cpp on the same GGUF files of the `1b` preset
-# (Llama-3.2-1B's shape, random weights, written by `infergate mkmodel
-# --format gguf`): BF16, Q8_0 and Q4_0. Everything is measured in this one run and
-# printed as ratios (ours / llama.cpp):
-#   - one-stream decode, BF16, Q8_0 and Q4_0: both servers over HTTP (our worker,
-#     llama-server), the same prompt, N_TOKENS greedy tokens streamed, the
-#     rate between the first and the last token; both servers up at once,
-#     rounds alternating between them, best of ROUNDS each;
-#   - batch 64 aggregate, BF16, Q8_0 and Q4_0: build/engine-bench --batches 64 against
+# (Llama-3.2-1B's shape, random weights): BF16, Q8_0 and Q4_0 written by
+# `infergate mkmodel --format gguf`, and Q4_K_M written by llama.cpp's own
+# llama-quantize from the BF16 file. Everything is measured in this one run
+# and printed as ratios (ours / llama.cpp), for each format of FORMATS:
+#   - one-stream decode: both servers over HTTP (our worker, llama-server),
+#     the same prompt, N_TOKENS greedy tokens streamed, the rate between the
+#     first and the last token; both servers up at once, rounds alternating
+#     between them, best of ROUNDS each;
+#   - batch 64 aggregate: build/engine-bench --batches 64 against
 #     llama-batched-bench -npl 64 (both engine-level, decode tokens/s),
 #     ENGINE_ROUNDS rounds alternating, best of each (prefill too);
-#   - prefill, BF16, Q8_0 and Q4_0: engine-bench's PREFILL-token prefill against
-#     llama-bench -p PREFILL;
+#   - prefill: engine-bench's PREFILL-token prefill against llama-bench -p
+#     PREFILL;
 #   - the fraction of this machine's memory bandwidth that one-stream decode
-#     reaches: bytes of weights read per token / time per token, against a
+#     reaches: bytes of the file read per token / time per token, against a
 #     streaming read measured here by THREADS processes at once (numpy, 512
 #     MiB each; one process's rate is printed too), before and after the
 #     decode rounds, the higher of the two;
-#   - the worker's RSS after decoding less its KV cache (its
-#     infergate_worker_kv_cache_bytes), against the file's bytes.
+#   - both servers' RSS after decoding; ours less its KV cache (its
+#     infergate_worker_kv_cache_bytes) against the file's bytes.
 # The 1b runs take minutes: a benchmark, never a test.
 #
 # usage: bench/vs-llamacpp.sh [BUILD_DIR]            (default: build)
 # environment:
-#   LLAMACPP_BIN=/work/peers/llama.cpp/build/bin   llama-server, llama-bench, llama-batched-bench
+#   LLAMACPP_BIN=/work/peers/llama.cpp/build/bin   llama-server, llama-bench,
+#                 llama-batched-bench, and llama-quantize for q4_k_m
 #   MODELS=/work/peers/models   where the 1b GGUFs are kept (made there when missing)
+#   FORMATS="bf16 q8_0 q4_0 q4_k_m"   any of these, in this order
 #   THREADS=2  N_TOKENS=48  ROUNDS=3  PREFILL=256  BATCH_STEPS=8  ENGINE_ROUNDS=2
 #   RESULTS=bench/results/vs-llamacpp.json
 set -euo pipefail
@@ -33,20 +36,37 @@ here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib/common.sh"
 bench_init vs-llamacpp "$@"
 bench_env LLAMACPP_BIN=/work/peers/llama.cpp/build/bin MODELS=/work/peers/models \
-    THREADS=2 N_TOKENS=48 ROUNDS=3 PREFILL=256 BATCH_STEPS=8 ENGINE_ROUNDS=2
+    FORMATS="bf16 q8_0 q4_0 q4_k_m" THREADS=2 N_TOKENS=48 ROUNDS=3 PREFILL=256 BATCH_STEPS=8 \
+    ENGINE_ROUNDS=2
 check_bounds "$N_TOKENS <= 512 and $ROUNDS <= 5 and $PREFILL <= 2048 and $BATCH_STEPS <= 64 and 1 <= $ENGINE_ROUNDS <= 4" \
     "N_TOKENS <= 512, ROUNDS <= 5, PREFILL <= 2048, BATCH_STEPS <= 64 and ENGINE_ROUNDS in 1..4"
+read -r -a formats <<<"$FORMATS"
+[ ${#formats[@]} -gt 0 ] || bench_fail "FORMATS is empty"
+need_one_of format "bf16 q8_0 q4_0 q4_k_m" "${formats[@]}"
 need_built infergate engine-bench
-for t in llama-server llama-bench llama-batched-bench; do
+tools="llama-server llama-bench llama-batched-bench"
+[[ " $FORMATS " == *" q4_k_m "* ]] && tools+=" llama-quantize"
+for t in $tools; do
     [ -x "$LLAMACPP_BIN/$t" ] || bench_fail "$LLAMACPP_BIN/$t not found (set LLAMACPP_BIN)"
 done
 mkdir -p "$MODELS" "$(dirname "$RESULTS")"
-bf16=$MODELS/1b-bf16.gguf
-q8=$MODELS/1b-q8_0.gguf
-q4=$MODELS/1b-q4_0.gguf
-[ -f "$bf16" ] || "$build/infergate" mkmodel --preset 1b --format gguf --out "$bf16"
-[ -f "$q8" ] || "$build/infergate" mkmodel --preset 1b --format gguf --quantize q8_0 --out "$q8"
-[ -f "$q4" ] || "$build/infergate" mkmodel --preset 1b --format gguf --quantize q4_0 --out "$q4"
+# Absolute: llama-quantize reads a name that starts with a digit as a type number.
+MODELS=$(cd "$MODELS" && pwd)
+model_file() { echo "$MODELS/1b-$1.gguf"; }
+bf16=$(model_file bf16)
+for f in "${formats[@]}"; do
+    path=$(model_file "$f")
+    [ -f "$path" ] && continue
+    case $f in
+    bf16) "$build/infergate" mkmodel --preset 1b --format gguf --out "$path" ;;
+    q4_k_m) # llama.cpp's own mix of Q4_K and Q6_K, from the BF16 file
+        [ -f "$bf16" ] || "$build/infergate" mkmodel --preset 1b --format gguf --out "$bf16"
+        "$LLAMACPP_BIN/llama-quantize" "$bf16" "$path.part" Q4_K_M "$THREADS" >"$tmp/quantize.log" 2>&1 ||
+            { cat "$tmp/quantize.log" >&2; bench_fail "llama-quantize failed"; }
+        mv "$path.part" "$path" ;;
+    *) "$build/infergate" mkmodel --preset 1b --format gguf --quantize "$f" --out "$path" ;;
+    esac
+done
 
 kill_on_exit worker_pid llama_pid
 
@@ -127,7 +147,7 @@ rss_kb() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 free_port() { "$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 best() { "$PY" -c 'import sys; print(max(float(x) for x in sys.argv[1:]))' "$@"; }
 
-decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss
+decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss ours_kv llama_rss
     local wport lport r o=() l=()
     wport=$(free_port)
     lport=$(free_port)
@@ -157,17 +177,22 @@ decode_pair() { # FILE LABEL -> sets ours_tps llama_tps ours_rss
     echo "decode $2: infergate ${o[*]} -> $ours_tps tok/s (RSS $((ours_rss / 1024)) MiB), llama.cpp ${l[*]} -> $llama_tps tok/s (RSS $((llama_rss / 1024)) MiB)"
 }
 
-decode_pair "$bf16" bf16
-d_bf16_ours=$ours_tps d_bf16_llama=$llama_tps rss_bf16=$ours_rss kv_bf16=$ours_kv
-decode_pair "$q8" q8_0
-d_q8_ours=$ours_tps d_q8_llama=$llama_tps rss_q8=$ours_rss kv_q8=$ours_kv
-decode_pair "$q4" q4_0
-d_q4_ours=$ours_tps d_q4_llama=$llama_tps rss_q4=$ours_rss kv_q4=$ours_kv
+# Each figure goes to $tmp/figures as "FORMAT KEY VALUE", read by the report.
+figures=$tmp/figures
+: >"$figures"
+for f in "${formats[@]}"; do
+    decode_pair "$(model_file "$f")" "$f"
+    echo "$f decode_ours $ours_tps
+$f decode_llama $llama_tps
+$f rss_kb $ours_rss
+$f kv_bytes $ours_kv
+$f llama_rss_kb $llama_rss" >>"$figures"
+done
 read -r bw1_after bw_after <<<"$(stream_bw)"
 bw1=$(best "$bw1_before" "$bw1_after") bw=$(best "$bw_before" "$bw_after")
 echo "memory bandwidth after decode: $bw1_after GB/s on 1 thread, $bw_after GB/s on $THREADS; the reference: $bw1 and $bw"
 
-# ---- batch 64 and prefill (engine level), BF16, Q8_0 and Q4_0 ----------------
+# ---- batch 64 and prefill (engine level) ---------------------------------------
 # ENGINE_ROUNDS rounds, ours then llama.cpp's in each, the best of each side:
 # a neighbour's burst then costs one side one round, not the whole figure.
 engine_pair() { # FILE -> prints "ours_b64 llama_b64 ours_prefill llama_prefill"
@@ -188,77 +213,58 @@ rows = list(csv.DictReader(open(sys.argv[1])))
 print(rows[-1]["avg_ts"])' "$tmp/lb.csv")
     echo "$b ${bl:-0} $p ${pl:-0}"
 }
-b64_ours=0 pf_ours=0 b64_llama=0 pf_llama=0
-b64q_ours=0 pfq_ours=0 b64q_llama=0 pfq_llama=0
-b64q4_ours=0 pfq4_ours=0 b64q4_llama=0 pfq4_llama=0
 for r in $(seq 1 "$ENGINE_ROUNDS"); do
-    read -r b bl p pl < <(engine_pair "$bf16")
-    echo "engine round $r, BF16: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
-    b64_ours=$(best "$b64_ours" "$b") pf_ours=$(best "$pf_ours" "$p")
-    b64_llama=$(best "$b64_llama" "$bl") pf_llama=$(best "$pf_llama" "$pl")
-    read -r b bl p pl < <(engine_pair "$q8")
-    echo "engine round $r, Q8_0: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
-    b64q_ours=$(best "$b64q_ours" "$b") pfq_ours=$(best "$pfq_ours" "$p")
-    b64q_llama=$(best "$b64q_llama" "$bl") pfq_llama=$(best "$pfq_llama" "$pl")
-    read -r b bl p pl < <(engine_pair "$q4")
-    echo "engine round $r, Q4_0: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
-    b64q4_ours=$(best "$b64q4_ours" "$b") pfq4_ours=$(best "$pfq4_ours" "$p")
-    b64q4_llama=$(best "$b64q4_llama" "$bl") pfq4_llama=$(best "$pfq4_llama" "$pl")
+    for f in "${formats[@]}"; do
+        read -r b bl p pl < <(engine_pair "$(model_file "$f")")
+        echo "engine round $r, $f: batch 64 $b vs $bl tok/s, prefill $p vs $pl tok/s (ours vs llama.cpp)"
+        echo "$f b64_ours $b
+$f b64_llama $bl
+$f prefill_ours $p
+$f prefill_llama $pl" >>"$figures"
+    done
 done
-echo "batch 64: BF16 infergate $b64_ours tok/s, llama.cpp $b64_llama; Q8_0 $b64q_ours vs $b64q_llama; Q4_0 $b64q4_ours vs $b64q4_llama"
-echo "prefill $PREFILL: BF16 infergate $pf_ours tok/s, llama.cpp $pf_llama; Q8_0 $pfq_ours vs $pfq_llama; Q4_0 $pfq4_ours vs $pfq4_llama"
 
 # ---- report -------------------------------------------------------------------
-"$PY" - "$RESULTS" <<EOF
+"$PY" - "$RESULTS" "$figures" "$MODELS" "$bw" "$bw1" "$THREADS" "$PREFILL" "${formats[@]}" <<'EOF'
 import json, os, sys
-bw, bw1 = float("$bw"), float("$bw1")
-bf16_bytes = os.path.getsize("$bf16"); q8_bytes = os.path.getsize("$q8"); q4_bytes = os.path.getsize("$q4")
-def r(a, b): return float(a) / float(b) if float(b) > 0 else float("nan")
-res = {
-    "bandwidth_gbs_1thread": bw1, "bandwidth_gbs": bw, "threads": int("$THREADS"),
-    "decode_bf16": {"ours": float("$d_bf16_ours"), "llamacpp": float("$d_bf16_llama"),
-                    "ratio": r("$d_bf16_ours", "$d_bf16_llama"),
-                    "bandwidth_fraction": float("$d_bf16_ours") * bf16_bytes / 1e9 / bw},
-    "decode_q8_0": {"ours": float("$d_q8_ours"), "llamacpp": float("$d_q8_llama"),
-                    "ratio": r("$d_q8_ours", "$d_q8_llama"),
-                    "bandwidth_fraction": float("$d_q8_ours") * q8_bytes / 1e9 / bw},
-    "decode_q4_0": {"ours": float("$d_q4_ours"), "llamacpp": float("$d_q4_llama"),
-                    "ratio": r("$d_q4_ours", "$d_q4_llama"),
-                    "bandwidth_fraction": float("$d_q4_ours") * q4_bytes / 1e9 / bw},
-    "batch64_bf16": {"ours": float("$b64_ours"), "llamacpp": float("$b64_llama"),
-                     "ratio": r("$b64_ours", "$b64_llama")},
-    "prefill_bf16": {"tokens": int("$PREFILL"), "ours": float("$pf_ours"),
-                     "llamacpp": float("$pf_llama"), "ratio": r("$pf_ours", "$pf_llama")},
-    "batch64_q8_0": {"ours": float("$b64q_ours"), "llamacpp": float("$b64q_llama"),
-                     "ratio": r("$b64q_ours", "$b64q_llama")},
-    "prefill_q8_0": {"tokens": int("$PREFILL"), "ours": float("$pfq_ours"),
-                     "llamacpp": float("$pfq_llama"), "ratio": r("$pfq_ours", "$pfq_llama")},
-    "batch64_q4_0": {"ours": float("$b64q4_ours"), "llamacpp": float("$b64q4_llama"),
-                     "ratio": r("$b64q4_ours", "$b64q4_llama")},
-    "prefill_q4_0": {"tokens": int("$PREFILL"), "ours": float("$pfq4_ours"),
-                     "llamacpp": float("$pfq4_llama"), "ratio": r("$pfq4_ours", "$pfq4_llama")},
-    "rss": {"bf16_file_mib": bf16_bytes / 2**20, "bf16_worker_mib": int("$rss_bf16") / 1024,
-            "bf16_kv_mib": int("$kv_bf16") / 2**20,
-            "bf16_ratio": int("$rss_bf16") * 1024 / bf16_bytes,
-            "bf16_ratio_less_kv": (int("$rss_bf16") * 1024 - int("$kv_bf16")) / bf16_bytes,
-            "q8_0_file_mib": q8_bytes / 2**20, "q8_0_worker_mib": int("$rss_q8") / 1024,
-            "q8_0_kv_mib": int("$kv_q8") / 2**20,
-            "q8_0_ratio": int("$rss_q8") * 1024 / q8_bytes,
-            "q8_0_ratio_less_kv": (int("$rss_q8") * 1024 - int("$kv_q8")) / q8_bytes,
-            "q4_0_file_mib": q4_bytes / 2**20, "q4_0_worker_mib": int("$rss_q4") / 1024,
-            "q4_0_ratio_less_kv": (int("$rss_q4") * 1024 - int("$kv_q4")) / q4_bytes},
-}
-json.dump(res, open(sys.argv[1], "w"), indent=2)
+out, figs, models = sys.argv[1:4]
+bw, bw1, threads, prefill = float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6]), int(sys.argv[7])
+formats = sys.argv[8:]
+got = {}  # (format, key) -> the best of the engine rounds' rates, else the one value
+for line in open(figs):
+    f, k, v = line.split()
+    v = float(v)
+    got[f, k] = max(got.get((f, k), v), v)
+def r(a, b): return a / b if b > 0 else float("nan")
+res = {"bandwidth_gbs_1thread": bw1, "bandwidth_gbs": bw, "threads": threads, "rss": {}}
+for f in formats:
+    size = os.path.getsize(os.path.join(models, "1b-%s.gguf" % f))
+    ours, llama = got[f, "decode_ours"], got[f, "decode_llama"]
+    res["decode_" + f] = {"ours": ours, "llamacpp": llama, "ratio": r(ours, llama),
+                          "bandwidth_fraction": ours * size / 1e9 / bw}
+    for k, key in (("batch64_", "b64"), ("prefill_", "prefill")):
+        ours, llama = got[f, key + "_ours"], got[f, key + "_llama"]
+        res[k + f] = {"ours": ours, "llamacpp": llama, "ratio": r(ours, llama)}
+    res["prefill_" + f]["tokens"] = prefill
+    rss, kv = got[f, "rss_kb"] * 1024, got[f, "kv_bytes"]
+    res["rss"].update({f + "_file_mib": size / 2**20, f + "_worker_mib": rss / 2**20,
+                       f + "_kv_mib": kv / 2**20, f + "_ratio_less_kv": (rss - kv) / size,
+                       f + "_llamacpp_mib": got[f, "llama_rss_kb"] / 1024})
+json.dump(res, open(out, "w"), indent=2)
 print()
-print("ratios (infergate / llama.cpp), 1b preset, %d threads:" % res["threads"])
-for k in ("decode_bf16", "decode_q8_0", "decode_q4_0", "batch64_bf16", "batch64_q8_0",
-          "batch64_q4_0", "prefill_bf16", "prefill_q8_0", "prefill_q4_0"):
-    print("  %-13s %.2fx  (%.2f vs %.2f tok/s)" % (k, res[k]["ratio"], res[k]["ours"], res[k]["llamacpp"]))
-for k in ("decode_bf16", "decode_q8_0", "decode_q4_0"):
-    print("  %-13s reads %.2f of the streaming bandwidth on %d threads (%.1f GB/s; %.1f on one)"
-          % (k, res[k]["bandwidth_fraction"], res["threads"], bw, bw1))
+print("ratios (infergate / llama.cpp), 1b preset, %d threads:" % threads)
+for k in ("decode_", "batch64_", "prefill_"):
+    for f in formats:
+        x = res[k + f]
+        print("  %-16s %.2fx  (%.2f vs %.2f tok/s)" % (k + f, x["ratio"], x["ours"], x["llamacpp"]))
+for f in formats:
+    print("  %-16s reads %.2f of the streaming bandwidth on %d threads (%.1f GB/s; %.1f on one)"
+          % ("decode_" + f, res["decode_" + f]["bandwidth_fraction"], threads, bw, bw1))
 rs = res["rss"]
-print("  worker RSS after decoding, less its KV cache (%.0f MiB): %.2fx the BF16 file, %.2fx the Q8_0 file, %.2fx the Q4_0 file (target <= 1.15x)"
-      % (rs["bf16_kv_mib"], rs["bf16_ratio_less_kv"], rs["q8_0_ratio_less_kv"], rs["q4_0_ratio_less_kv"]))
-print("wrote", sys.argv[1])
+for f in formats:
+    print("  %-7s RSS after decoding: worker %.0f MiB (%.2fx the %.0f MiB file, less its %.0f MiB"
+          " KV cache; target <= 1.15x), llama-server %.0f MiB"
+          % (f, rs[f + "_worker_mib"], rs[f + "_ratio_less_kv"], rs[f + "_file_mib"],
+             rs[f + "_kv_mib"], rs[f + "_llamacpp_mib"]))
+print("wrote", out)
 EOF

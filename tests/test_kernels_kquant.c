@@ -11,6 +11,10 @@
  *     larger than the weight s q - o). So 3 nb + 3 units of that;
  *   - against the exact product (x not quantized), that plus
  *     sum |w| |x - x_q|;
+ *   - every output has exactly the bits of the documented sequence
+ *     (gemmkq.c: per block, two fmas of the halves' integer sums, then one
+ *     of their offsets), computed here from GGUF's bytes on their own: the
+ *     panel layout loses nothing and every path follows the one order;
  *   - the same bits alone, batched, split over threads, on every
  *     instruction set; embed gives ggml's values (a zero's sign aside);
  *   - rows that are not whole super-blocks of 256 and vectors are refused.
@@ -95,6 +99,78 @@ static void term_mags(float *t, const unsigned char *w, ig_dtype_t dt, int n, in
     }
 }
 
+/* q, s and o of every weight of n rows of k in dt (a weight is s q - o,
+ * s and o per half-block of 16), from GGUF's bytes: Q4_K q the nibble,
+ * s = d sc and o = dmin m of its sub-block of 32; Q6_K q the 6-bit value,
+ * s = d sc of its 16, o = 32 s. */
+static void kq_fields(uint8_t *q, float *s, float *o, const unsigned char *w, ig_dtype_t dt, int n,
+                      int k)
+{
+    size_t sb = ig_dtype_bytes(dt, IG_QK_K);
+    for (size_t b = 0; b < (size_t)n * k / IG_QK_K; b++) {
+        const unsigned char *blk = w + b * sb;
+        size_t at = b * IG_QK_K;
+        uint16_t h;
+        if (dt == IG_DTYPE_Q4_K) {
+            memcpy(&h, blk, 2);
+            float d = ig_f16_to_f32(h);
+            memcpy(&h, blk + 2, 2);
+            float dmin = ig_f16_to_f32(h);
+            const unsigned char *sc = blk + 4, *qs = blk + 16;
+            for (int j = 0; j < 8; j++) {
+                int a = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
+                int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
+                for (int l = 0; l < 32; l++) {
+                    int v = qs[32 * (j / 2) + l];
+                    q[at + 32 * j + l] = (uint8_t)(j % 2 ? v >> 4 : v & 15);
+                    s[at + 32 * j + l] = d * (float)a;
+                    o[at + 32 * j + l] = dmin * (float)m;
+                }
+            }
+        } else {
+            memcpy(&h, blk + 208, 2);
+            float d = ig_f16_to_f32(h);
+            const unsigned char *ql = blk, *qh = blk + 128;
+            const signed char *sc = (const signed char *)(blk + 192);
+            for (int i = 0; i < IG_QK_K; i++) {
+                /* ggml: 128 weights a half, four runs of 32 (l, l + 32, l + 64, l + 96). */
+                int half = i / 128, r = i % 128, run = r / 32, l = r % 32;
+                int lo = ql[64 * half + l + 32 * (run % 2)];
+                lo = run < 2 ? lo & 15 : lo >> 4;
+                int hi = qh[32 * half + l] >> (2 * run) & 3;
+                q[at + i] = (uint8_t)(lo | hi << 4);
+                s[at + i] = d * (float)sc[i / 16];
+                o[at + i] = 32.0f * s[at + i];
+            }
+        }
+    }
+}
+
+/* What gemmkq.c documents for one output: per block of 32, in order,
+ * acc = fma(i0, s0 dx, acc), fma(i1, s1 dx, acc), fma(-(o0 x0 + o1 x1), dx,
+ * acc), with i_h the half's exact sum of q q_x and x_h its sum of q_x. */
+static float kq_sequence(const uint8_t *q, const float *s, const float *o, const int8_t *xq,
+                         const float *xd, int k)
+{
+    float acc = 0.0f;
+    for (int b = 0; b < k / 32; b++) {
+        int32_t i[2] = {0, 0}, xs[2] = {0, 0};
+        for (int t = 0; t < 32; t++) {
+            i[t / 16] += q[32 * b + t] * xq[32 * b + t];
+            xs[t / 16] += xq[32 * b + t];
+        }
+        float dx = xd[b];
+        float d0 = s[32 * b] * dx, d1 = s[32 * b + 16] * dx;
+        acc = fmaf((float)i[0], d0, acc);
+        acc = fmaf((float)i[1], d1, acc);
+        float p0 = o[32 * b] * (float)xs[0];
+        float p1 = o[32 * b + 16] * (float)xs[1];
+        float off = p0 + p1;
+        acc = fmaf(-off, dx, acc);
+    }
+    return acc;
+}
+
 static void check(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, const char *label)
 {
     int nb = k / 32;
@@ -135,6 +211,20 @@ static void check(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, const ch
     char what[128];
     snprintf(what, sizeof(what), "%s %s m=%d n=%d k=%d", label, ig_dtype_name(dt), m, n, k);
     ig_assert_within_bound(y, ref, mag, ny, 3 * nb + 3, ig_f32_floor(4 * k), what);
+    uint8_t *fq = malloc((size_t)n * k);
+    float *fs = malloc((size_t)n * k * sizeof(float)), *fo = malloc((size_t)n * k * sizeof(float));
+    kq_fields(fq, fs, fo, wq, dt, n, k);
+    for (int r = 0; r < m; r++)
+        for (int c = 0; c < n; c++) {
+            size_t wi = (size_t)c * k;
+            float want =
+                kq_sequence(fq + wi, fs + wi, fo + wi, xq + (size_t)r * k, xs + (size_t)r * nb, k);
+            float got = y[(size_t)r * n + c];
+            if (memcmp(&got, &want, sizeof(float)) != 0)
+                fail_msg("%s: y[%d][%d] %a, the documented sequence gives %a", what, r, c, got,
+                         want);
+        }
+    free(fq), free(fs), free(fo);
     for (size_t i = 0; i < ny; i++) {
         double bd = qerr[i] + ig_bound_of(mag[i], 3 * nb + 3, ig_f32_floor(4 * k));
         if (!(fabs(y[i] - exact[i]) <= bd))

@@ -83,7 +83,7 @@ static void release_pages(const void *p, size_t bytes)
 static size_t panel_bytes(ig_dtype_t dt, int n, int k)
 {
     if (dt == IG_DTYPE_Q4_K || dt == IG_DTYPE_Q6_K)
-        return ig__kqp_packed_bytes(n, k);
+        return ig__kqp_packed_bytes(dt, n, k);
     return ig__qp_packed_bytes(dt, n, k);
 }
 

@@ -233,23 +233,25 @@ void ig__gemm_qp(ig_dtype_t dt, float *y, int ldy, const int8_t *xq, const float
 
 /* ---- Q4_K and Q6_K weights (gemmkq.c) ------------------------------------- */
 
-/* Both rewritten without loss into panels of IG_KQP_NR rows: per block of
- * 32 of k, F32 scales s[half][row] and offsets o[half][row] (a weight is
- * s * q - o), then unsigned q by quads, [quad][row][4] bytes. */
+/* Both rewritten without loss into panels of IG_KQP_NR rows that keep the
+ * formats' own integers: per super-block of 256 of k, the rows' F16 d (and
+ * dmin), their scale bytes, and the quants as nibbles (Q6_K: plus 2-bit
+ * high parts); gemmkq.c has the byte layout. 0.58 bytes a weight for Q4_K,
+ * 0.83 for Q6_K. */
 #define IG_KQP_NR 16
-#define IG_KQP_BLOCK_BYTES (16 * IG_KQP_NR + 32 * IG_KQP_NR)
-size_t ig__kqp_packed_bytes(int n, int k);
+size_t ig__kqp_packed_bytes(ig_dtype_t dtype, int n, int k);
 /* src: n rows of k (a multiple of 256) in dtype (Q4_K or Q6_K), GGUF's
- * layout; dst: ig__kqp_packed_bytes(n, k); -1 for another dtype. */
+ * layout; dst: ig__kqp_packed_bytes(dtype, n, k); -1 for another dtype. */
 int ig__kqp_pack(uint8_t *dst, const uint8_t *src, ig_dtype_t dtype, int n, int k);
 /* Row `row` dequantized: ig_dtype_to_f32's values (a zero may come out as
  * +0 where ggml's product gives -0). */
-void ig__kqp_unpack_row(float *dst, const uint8_t *packed, int k, int row);
+void ig__kqp_unpack_row(float *dst, const uint8_t *packed, ig_dtype_t dtype, int k, int row);
 /* y(m, n) = x . W^T for the columns [n0, n1), n0 a multiple of IG_KQP_NR,
- * x quantized by ig__q8_quantize_rows (xq, xd); single-threaded; the same
- * bits whatever m, n0, n1 and the instruction set. 0, or -1 out of memory. */
-int ig__gemm_kq(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w, int m,
-                int k, int n0, int n1);
+ * W packed by ig__kqp_pack from dtype, x quantized by ig__q8_quantize_rows
+ * (xq, xd); single-threaded; the same bits whatever m, n0, n1 and the
+ * instruction set. 0, or -1 out of memory. */
+int ig__gemm_kq(float *y, int ldy, const int8_t *xq, const float *xd, const uint8_t *w,
+                ig_dtype_t dtype, int m, int k, int n0, int n1);
 
 /* ---- 16-bit KV cache (kv16.c) --------------------------------------------- */
 

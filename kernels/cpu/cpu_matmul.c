@@ -50,7 +50,7 @@ static void matmul_cols(matmul_job_t *j, int n0, int n1)
     if (j->dtype == IG_DTYPE_Q8_0 || j->dtype == IG_DTYPE_Q4_0)
         ig__gemm_qp(j->dtype, j->y, j->n, j->xq, j->xd, j->xs, j->w, j->m, j->k, n0, n1);
     else if (j->dtype == IG_DTYPE_Q4_K || j->dtype == IG_DTYPE_Q6_K) {
-        if (ig__gemm_kq(j->y, j->n, j->xq, j->xd, j->w, j->m, j->k, n0, n1) != 0)
+        if (ig__gemm_kq(j->y, j->n, j->xq, j->xd, j->w, j->dtype, j->m, j->k, n0, n1) != 0)
             atomic_store(&j->failed, 1);
     } else if (j->pairs)
         ig__gemm16p(j->y, j->n, j->xb, j->w, j->m, j->k, j->n, n0, n1);

@@ -34,7 +34,7 @@ int ig__cpu_embed(ig_backend_t *be, float *out, const ig_weight_t *table, const 
         if (table->dtype == IG_DTYPE_Q8_0 || table->dtype == IG_DTYPE_Q4_0)
             ig__qp_unpack_row(o, table->data, table->dtype, (int)table->cols, tokens[i]);
         else if (table->dtype == IG_DTYPE_Q4_K || table->dtype == IG_DTYPE_Q6_K)
-            ig__kqp_unpack_row(o, table->data, (int)table->cols, tokens[i]);
+            ig__kqp_unpack_row(o, table->data, table->dtype, (int)table->cols, tokens[i]);
         else if (pairs)
             ig__gemm16p_unpack_row(o, table->data, (int)table->cols, tokens[i]);
         else if (packed && table->dtype != IG_DTYPE_F32)

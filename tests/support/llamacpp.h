@@ -16,13 +16,20 @@
 
 #include "testclient.h"
 
+/* The path of llama.cpp's tool (llama-server, llama-quantize, ...) in buf,
+ * or NULL when it is not there. */
+static inline const char *ig_llamacpp_tool(const char *tool, char *buf, size_t len)
+{
+    const char *d = getenv("LLAMACPP_BIN");
+    snprintf(buf, len, "%s/%s", d && *d ? d : "/work/peers/llama.cpp/build/bin", tool);
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
 /* llama-server's path (a static buffer), or NULL when it is not there. */
 static inline const char *ig_llamacpp_server(void)
 {
     static char bin[1024];
-    const char *d = getenv("LLAMACPP_BIN");
-    snprintf(bin, sizeof(bin), "%s/llama-server", d && *d ? d : "/work/peers/llama.cpp/build/bin");
-    return access(bin, X_OK) == 0 ? bin : NULL;
+    return ig_llamacpp_tool("llama-server", bin, sizeof(bin));
 }
 
 /* POSTs the JSON body to 127.0.0.1:port path: the parsed 200 answer (new),
