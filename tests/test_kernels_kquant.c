@@ -66,39 +66,6 @@ static unsigned char *rand_blocks(ig_dtype_t dt, int n, int k)
     return b;
 }
 
-/* |s q| + |o| of every weight of n rows of k in dt, from GGUF's bytes
- * (ggml's definitions, written out here on their own). */
-static void term_mags(float *t, const unsigned char *w, ig_dtype_t dt, int n, int k)
-{
-    size_t sb = ig_dtype_bytes(dt, IG_QK_K);
-    for (size_t s = 0; s < (size_t)n * k / IG_QK_K; s++) {
-        const unsigned char *blk = w + s * sb;
-        uint16_t h;
-        float *out = t + s * IG_QK_K;
-        if (dt == IG_DTYPE_Q4_K) {
-            memcpy(&h, blk, 2);
-            float d = ig_f16_to_f32(h);
-            memcpy(&h, blk + 2, 2);
-            float dmin = ig_f16_to_f32(h);
-            const unsigned char *sc = blk + 4, *qs = blk + 16;
-            for (int j = 0; j < 8; j++) {
-                int a = j < 4 ? sc[j] & 63 : (sc[j + 4] & 0xF) | ((sc[j - 4] >> 6) << 4);
-                int m = j < 4 ? sc[j + 4] & 63 : (sc[j + 4] >> 4) | ((sc[j] >> 6) << 4);
-                for (int l = 0; l < 32; l++) {
-                    int q = j % 2 ? qs[32 * (j / 2) + l] >> 4 : qs[32 * (j / 2) + l] & 15;
-                    out[32 * j + l] = fabsf(d * a * q) + fabsf(dmin * m);
-                }
-            }
-        } else {
-            memcpy(&h, blk + 208, 2);
-            float d = ig_f16_to_f32(h);
-            const signed char *sc = (const signed char *)(blk + 192);
-            for (int i = 0; i < IG_QK_K; i++)
-                out[i] = fabsf(d * sc[i / 16]) * (63 + 32); /* q <= 63, o = 32 s */
-        }
-    }
-}
-
 /* q, s and o of every weight of n rows of k in dt (a weight is s q - o,
  * s and o per half-block of 16), from GGUF's bytes: Q4_K q the nibble,
  * s = d sc and o = dmin m of its sub-block of 32; Q6_K q the 6-bit value,
@@ -144,6 +111,24 @@ static void kq_fields(uint8_t *q, float *s, float *o, const unsigned char *w, ig
             }
         }
     }
+}
+
+/* Each weight's term magnitude |s q| + |o| (Q6_K's q taken at its
+ * largest, 63), from kq_fields: the scale of its rounding in a dot. */
+static void term_mags(float *t, const unsigned char *w, ig_dtype_t dt, int n, int k)
+{
+    size_t nw = (size_t)n * k;
+    uint8_t *q = malloc(nw);
+    float *s = malloc(nw * sizeof(float)), *o = malloc(nw * sizeof(float));
+    assert_non_null(q);
+    assert_non_null(s);
+    assert_non_null(o);
+    kq_fields(q, s, o, w, dt, n, k);
+    for (size_t i = 0; i < nw; i++)
+        t[i] = fabsf(s[i] * (dt == IG_DTYPE_Q4_K ? q[i] : 63)) + fabsf(o[i]);
+    free(q);
+    free(s);
+    free(o);
 }
 
 /* What gemmkq.c documents for one output: per block of 32, in order,
