@@ -39,15 +39,11 @@ static double route_num(const ig_tc_response_t *r, const char *key)
  * caller frees it. */
 static ig_tc_response_t post_slo(int port, int slo_ms)
 {
-    char req[1024], slo[64] = "";
+    char slo[64] = "";
     if (slo_ms > 0)
         snprintf(slo, sizeof(slo), "x-infergate-slo-ttft-ms: %d\r\n", slo_ms);
-    snprintf(req, sizeof(req),
-             "POST /v1/completions HTTP/1.1\r\nHost: x\r\n%sContent-Type: application/json\r\n"
-             "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             slo, strlen(body), body);
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_request(port, req, &r, 20000), 0);
+    assert_int_equal(ig_gwf_post_headers(port, "/v1/completions", slo, body, &r, 20000), 0);
     assert_int_equal(r.status, 200);
     print_message("slo %d -> %s; %s\n", slo_ms, ig_tc_header(&r, "x-infergate-upstream"),
                   ig_tc_header(&r, "x-infergate-route"));

@@ -154,13 +154,10 @@ static void test_reload_keeps_requests(void **state)
 
 static ig_tc_response_t post_key(int port, const char *key, const char *body)
 {
-    char req[2048];
-    snprintf(req, sizeof(req),
-             "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
-             "Content-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             key, strlen(body), body);
+    char auth[256];
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s\r\n", key);
     ig_tc_response_t r;
-    assert_int_equal(ig_tc_request(port, req, &r, 20000), 0);
+    assert_int_equal(ig_gwf_post_headers(port, "/v1/completions", auth, body, &r, 20000), 0);
     return r;
 }
 

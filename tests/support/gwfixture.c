@@ -387,21 +387,27 @@ char *ig_gwf_get_text(int port, const char *path)
     return text;
 }
 
-int ig_gwf_post(int port, const char *path, const char *body, ig_tc_response_t *r, int timeout_ms)
+int ig_gwf_post_headers(int port, const char *path, const char *headers, const char *body,
+                        ig_tc_response_t *r, int timeout_ms)
 {
     size_t blen = strlen(body);
-    size_t cap = blen + 512;
+    size_t cap = blen + strlen(headers) + 512;
     char *raw = malloc(cap);
     if (raw == NULL)
         return -1;
     snprintf(raw, cap,
-             "POST %s HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+             "POST %s HTTP/1.1\r\nHost: t\r\n%sContent-Type: application/json\r\n"
              "Content-Length: %zu\r\nConnection: close\r\n\r\n%s",
-             path, blen, body);
+             path, headers, blen, body);
     memset(r, 0, sizeof(*r));
     int rc = ig_tc_request(port, raw, r, timeout_ms);
     free(raw);
     return rc == 0 ? 0 : -1;
+}
+
+int ig_gwf_post(int port, const char *path, const char *body, ig_tc_response_t *r, int timeout_ms)
+{
+    return ig_gwf_post_headers(port, path, "", body, r, timeout_ms);
 }
 
 int ig_gwf_complete(int port, int max_tokens, ig_tc_response_t *r)

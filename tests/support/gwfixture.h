@@ -159,6 +159,9 @@ char *ig_gwf_get_text(int port, const char *path);
 /* POSTs a JSON body to path, waiting up to timeout_ms for the whole
  * answer; the caller frees r. 0 or -1 (no answer). */
 int ig_gwf_post(int port, const char *path, const char *body, ig_tc_response_t *r, int timeout_ms);
+/* ig_gwf_post with extra header lines ("Name: value\r\n" each, or ""). */
+int ig_gwf_post_headers(int port, const char *path, const char *headers, const char *body,
+                        ig_tc_response_t *r, int timeout_ms);
 
 /* POST /v1/completions for model "tiny": prompt "once upon a time",
  * max_tokens, temperature 0, up to 60 s. As ig_gwf_post. */
