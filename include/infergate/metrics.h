@@ -47,8 +47,9 @@ typedef void ig_metrics_emit_fn(void *ctx, const char *const *values, double v);
 typedef void ig_metrics_collect_fn(void *data, ig_metrics_emit_fn *emit, void *ctx);
 void ig_metrics_gauge_collect(const char *name, const char *help, const char *label_names,
                               ig_metrics_collect_fn *collect, void *data);
-/* Detaches every collected family that reads data: call it before data is
- * freed (the family renders no samples until registered again). */
+/* Detaches every family read at render time from data (ig_metrics_gauge_fn
+ * or _collect): call it before data is freed; such a family renders no
+ * samples until it is registered again. */
 void ig_metrics_detach(const void *data);
 
 /* Renders every family. Returns a malloc'ed NUL-terminated string (the
