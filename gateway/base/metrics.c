@@ -51,7 +51,8 @@ struct ig_metric_s {
     size_t nbounds;
     double (*fn)(void *data);       /* gauge read at render time */
     ig_metrics_collect_fn *collect; /* labelled gauge read at render time */
-    void *source;                   /* fn's or collect's data (NULL: detached) */
+    void *source;                   /* fn's or collect's data */
+    int detached;                   /* the source is gone: no samples */
     series_t **table;
     size_t tsize;
     size_t nseries;
@@ -260,6 +261,7 @@ static void attach_source(const char *name, const char *help, const char *label_
         m->fn = fn;
         m->collect = collect;
         m->source = data;
+        m->detached = 0;
     }
     lock_give();
 }
@@ -280,7 +282,7 @@ void ig_metrics_detach(const void *data)
     lock_take();
     for (ig_metric_t *m = families; m != NULL; m = m->next) {
         if ((m->fn != NULL || m->collect != NULL) && m->source == data)
-            m->source = NULL;
+            m->detached = 1;
     }
     lock_give();
 }
@@ -569,9 +571,9 @@ static void render_family(ig_strbuf_t *b, ig_metric_t *m)
     ig_strbuf_put(b, "\n", 1);
     if (m->fn != NULL || m->collect != NULL) {
         collected_t c = {b, m};
-        if (m->source != NULL && m->fn != NULL)
+        if (!m->detached && m->fn != NULL)
             sample(b, m, "", NULL, NULL, m->fn(m->source));
-        else if (m->source != NULL)
+        else if (!m->detached)
             m->collect(m->source, emit_collected, &c);
         return;
     }
