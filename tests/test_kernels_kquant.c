@@ -166,10 +166,7 @@ static void check(ig_backend_t *be, ig_dtype_t dt, int m, int n, int k, const ch
     float *xs = malloc((size_t)m * nb * sizeof(float));
     ig_dtype_to_f32(w, wq, dt, (size_t)n * k);
     term_mags(tm, wq, dt, n, k);
-    ig__q8_quantize_rows(xq, xs, x, m, k);
-    for (int r = 0; r < m; r++)
-        for (int i = 0; i < k; i++)
-            xdq[(size_t)r * k + i] = xs[(size_t)r * nb + i / 32] * xq[(size_t)r * k + i];
+    ig_tq_quantize_x(x, m, k, xq, xs, xdq);
     size_t ny = (size_t)m * n;
     double *ref = malloc(ny * 8), *mag = malloc(ny * 8), *exact = malloc(ny * 8),
            *qerr = malloc(ny * 8);

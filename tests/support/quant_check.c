@@ -71,6 +71,15 @@ void ig_tq_batch_invariant(const ig_tensor_t *t, const float *x, int m)
     free(all), free(part), free(first);
 }
 
+void ig_tq_quantize_x(const float *x, int m, int k, int8_t *xq, float *xs, float *xdq)
+{
+    int nb = k / 32;
+    ig__q8_quantize_rows(xq, xs, x, m, k);
+    for (int r = 0; r < m; r++)
+        for (int i = 0; i < k; i++)
+            xdq[(size_t)r * k + i] = xs[(size_t)r * nb + i / 32] * xq[(size_t)r * k + i];
+}
+
 void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m, int n, int k,
                           const char *label)
 {
@@ -83,10 +92,7 @@ void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m,
     float *xs = malloc((size_t)m * nb * sizeof(float));
     ig_dtype_from_f32(wq, dt, w, (size_t)n * k);
     ig_dtype_to_f32(wd, wq, dt, (size_t)n * k);
-    ig__q8_quantize_rows(xq, xs, x, m, k);
-    for (int r = 0; r < m; r++)
-        for (int i = 0; i < k; i++)
-            xdq[(size_t)r * k + i] = xs[(size_t)r * nb + i / 32] * xq[(size_t)r * k + i];
+    ig_tq_quantize_x(x, m, k, xq, xs, xdq);
     size_t ny = (size_t)m * n;
     float *y = malloc(ny * sizeof(float));
     double *ref = malloc(ny * 8), *mag = malloc(ny * 8), *exact = malloc(ny * 8),

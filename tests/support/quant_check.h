@@ -43,6 +43,10 @@ void ig_tq_every_isa(const int (*shapes)[3], int nshapes, ig_tq_check_fn check);
 void ig_tq_batch_invariant(const ig_tensor_t *t, const float *x, int m);
 /* The same for W(n, k) and x(m, k) drawn from rng, W quantized to dt. */
 void ig_tq_batch_invariant_random(ig_dtype_t dt, uint64_t *rng, int m, int n, int k);
+/* x (m rows of k) quantized per block of 32 as the quantized GEMMs do it
+ * (ig__q8_quantize_rows: xq, xs with k / 32 scales a row), and xdq, those
+ * int8 values times their scales: the x each GEMM multiplies. */
+void ig_tq_quantize_x(const float *x, int m, int k, int8_t *xq, float *xs, float *xdq);
 void ig_tq_check_blocks32(ig_backend_t *be, ig_dtype_t dt, uint64_t *rng, int m, int n, int k,
                           const char *label);
 void ig_tq_check_round_trip32(ig_dtype_t dt, uint64_t *rng, double levels, double steps);
