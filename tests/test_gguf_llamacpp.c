@@ -141,8 +141,8 @@ static void check_file(const char *path, const char *preset, const char *label, 
             print_message("# qwen3: this llama.cpp loads it (test_gguf_llamacpp_qwen3 holds it "
                           "to the F32 bound)\n");
             int same = ig_llamacpp_compare_forced(P.lport, P.wport,
-                                                  "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]",
-                                                  24, NEAR_TIE, NULL);
+                                                  "[1, 1200, 340, 2000, 77, 901, 15, 3000, 42]", 24,
+                                                  NEAR_TIE, NULL);
             assert_true(same >= 24 * 3 / 4);
             stop_pair(&P);
             return;
@@ -208,7 +208,6 @@ static void test_quantized(void **state)
     check_preset("small", "q4_0", *state);
     check_preset("gqa", "q4_k_m", *state);
 }
-
 
 /* llama-quantize's Q4_K_M of the F32 gqa preset (every row whole
  * super-blocks of 256, so no fallback type): llama.cpp's mix, Q6_K for

@@ -101,10 +101,10 @@ static void test_qwen3(void **state)
     char lp[16], wl[64];
     snprintf(lp, sizeof(lp), "%d", lport);
     snprintf(wl, sizeof(wl), "127.0.0.1:%d", wport);
-    char *largv[] = {(char *)server, "-m",  path, "--port", lp,    "--host", "127.0.0.1",
-                     "-t",           "1",   "-c", "512",    "-np", "1",      "-ctk",
-                     "f32",          "-ctv", "f32", "-fa",  "off", "--log-file", logf,
-                     NULL};
+    char *largv[] = {
+        (char *)server, "-m",         path,  "--port", lp,     "--host", "127.0.0.1", "-t",  "1",
+        "-c",           "512",        "-np", "1",      "-ctk", "f32",    "-ctv",      "f32", "-fa",
+        "off",          "--log-file", logf,  NULL};
     assert_int_equal(ig_proc_start(&L, largv, IG_PROC_QUIET), 0);
     const char *wargv[] = {"worker",   "--model", path,          "--device", "cpu:1",
                            "--listen", wl,        "--log-level", "warn",     NULL};

@@ -120,8 +120,10 @@ static inline void ig_llamacpp_same_tokens(int lport, const char *path)
         assert_non_null(lj);
         ig_tokvec_t v;
         ig_tokvec_init(&v);
-        assert_int_equal(
-            ig_tokenizer_encode(tok, ig_llamacpp_corpus[i], strlen(ig_llamacpp_corpus[i]), IG_TOKENIZER_ADD_BOS, &v), 0);
+        assert_int_equal(ig_tokenizer_encode(tok, ig_llamacpp_corpus[i],
+                                             strlen(ig_llamacpp_corpus[i]), IG_TOKENIZER_ADD_BOS,
+                                             &v),
+                         0);
         json_t *ids = json_object_get(lj, "tokens");
         int same = json_array_size(ids) == v.len;
         for (size_t k = 0; same && k < v.len; k++)
