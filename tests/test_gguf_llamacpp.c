@@ -83,15 +83,16 @@ typedef struct {
     int lport, wport;
 } pair_t;
 
-/* Starts llama-server on path, not waiting for it. */
-static void start_llama(pair_t *p, const char *server, const char *path)
+/* Starts llama-server on path with ig_proc_start's flags, not waiting for
+ * it. */
+static void start_llama(pair_t *p, const char *server, const char *path, int flags)
 {
     char lp[16];
     p->lport = ig_proc_free_port();
     snprintf(lp, sizeof(lp), "%d", p->lport);
     char *largv[] = {(char *)server, "-m", (char *)path, "--port", lp,    "--host", "127.0.0.1",
                      "-t",           "1",  "-c",         "512",    "-np", "1",      NULL};
-    assert_int_equal(ig_proc_start(&p->L, largv, IG_PROC_PIPE_ERR | IG_PROC_PIPE_OUT), 0);
+    assert_int_equal(ig_proc_start(&p->L, largv, flags), 0);
 }
 
 /* Starts our worker on path and waits until both answer. */
@@ -121,7 +122,10 @@ static void check_file(const char *path, const char *preset, const char *label, 
 {
     int big = strcmp(preset, "1b") == 0, qwen3 = strcmp(preset, "qwen3") == 0;
     pair_t P;
-    start_llama(&P, server, path);
+    /* Its log is read only for qwen3; elsewhere it is dropped, since no
+     * pipe is read while the test waits on HTTP and a newer build logs
+     * every request. */
+    start_llama(&P, server, path, qwen3 ? IG_PROC_PIPES : IG_PROC_QUIET);
     if (qwen3) {
         /* A llama.cpp older than Qwen3 stops at the architecture name,
          * before anything else of the file is read; now and then its loader
@@ -135,7 +139,12 @@ static void check_file(const char *path, const char *preset, const char *label, 
             loaded = P.L.err && strstr(P.L.err, "model loaded");
             died = !said && !loaded && ig_proc_wait_exit(&P.L, 0) >= 0;
         }
+        said = P.L.err && strstr(P.L.err, "unknown model architecture: 'qwen3'");
         if (loaded) {
+            /* Again with its log dropped, as above. */
+            ig_proc_stop(&P.L, 15, 5000);
+            ig_proc_dispose(&P.L);
+            start_llama(&P, server, path, IG_PROC_QUIET);
             start_worker(&P, path);
             ig_llamacpp_same_tokens(P.lport, path);
             print_message("# qwen3: this llama.cpp loads it (test_gguf_llamacpp_qwen3 holds it "
@@ -244,7 +253,7 @@ static void test_llama_quantize_q4_k_m(void **state)
     assert_true(q4k > 0 && q6k > 0);
 
     pair_t P;
-    start_llama(&P, bins[0], out);
+    start_llama(&P, bins[0], out, IG_PROC_QUIET);
     start_worker(&P, out);
     ig_llamacpp_same_tokens(P.lport, out);
     static const char *const prompts[] = {
