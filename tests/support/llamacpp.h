@@ -173,7 +173,8 @@ static inline int ig_llamacpp_context(const char *ids, json_t *lj, int *out, int
 /* llama-server's greedy continuation (n tokens) of the token-id prompt ids,
  * and at each of its positions our worker's next token on the same context
  * (the prompt and llama.cpp's tokens before it): every token in both
- * engines' 5 best within tol in log-probability, and our best token
+ * engines' 5 best within tol in log-probability (but those shown as U+FFFD,
+ * which our answer cannot tell apart), and our best token
  * llama.cpp's, or one llama.cpp ranks within tol of its best (a near tie
  * either engine may break). Returns the positions where the best token is
  * the same; the largest log-probability difference seen in *worst (may be
@@ -209,7 +210,11 @@ static inline int ig_llamacpp_compare_forced(int lport, int wport, const char *i
             json_t *e = json_array_get(ltop, t);
             const char *tok = json_string_value(json_object_get(e, "token"));
             double lv = json_real_value(json_object_get(e, "logprob"));
-            json_t *wv = json_object_get(wtop, tok);
+            /* Our top_logprobs is keyed by the token's text, and every
+             * token that is a partial UTF-8 sequence shows as U+FFFD: such
+             * a text may name another token of the five, so it is not
+             * compared. */
+            json_t *wv = strstr(tok, "\xef\xbf\xbd") ? NULL : json_object_get(wtop, tok);
             if (wv != NULL) {
                 double d = fabs(json_real_value(wv) - lv);
                 if (!(d <= tol))
