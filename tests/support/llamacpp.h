@@ -3,12 +3,16 @@
 
 /*
  * llama.cpp's llama-server as a peer of the tests, built outside the tree:
- * $LLAMACPP_BIN, default /work/peers/llama.cpp/build/bin; the tests that
- * need it return 77 (skipped) without it. Header-only; include cmocka.h
- * first (the helpers assert).
+ * $LLAMACPP_BIN, default /work/peers/llama.cpp/build/bin (February 2025);
+ * a build recent enough for Qwen3 in $LLAMACPP_NEW_BIN, default
+ * /work/peers/llama.cpp-2026/build/bin. The tests that need one return 77
+ * (skipped) without it. The helpers hold for both builds (the same
+ * /completion, /tokenize and n_probs answers). Header-only; include
+ * cmocka.h first (the helpers assert).
  */
 
 #include <jansson.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,12 +20,22 @@
 
 #include "testclient.h"
 
+#include "infergate/tokenizer.h"
+
 /* The path of llama.cpp's tool (llama-server, llama-quantize, ...) in buf,
  * or NULL when it is not there. */
 static inline const char *ig_llamacpp_tool(const char *tool, char *buf, size_t len)
 {
     const char *d = getenv("LLAMACPP_BIN");
     snprintf(buf, len, "%s/%s", d && *d ? d : "/work/peers/llama.cpp/build/bin", tool);
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
+/* The same in the newer build ($LLAMACPP_NEW_BIN). */
+static inline const char *ig_llamacpp_new_tool(const char *tool, char *buf, size_t len)
+{
+    const char *d = getenv("LLAMACPP_NEW_BIN");
+    snprintf(buf, len, "%s/%s", d && *d ? d : "/work/peers/llama.cpp-2026/build/bin", tool);
     return access(buf, X_OK) == 0 ? buf : NULL;
 }
 
@@ -80,6 +94,154 @@ static inline void ig_llamacpp_greedy(int lport, int wport, const char *ids, int
     *wt = strdup(w);
     json_decref(lj);
     json_decref(wj);
+}
+
+/* Text for the tokenizer checks: ASCII, white space, multi-byte UTF-8. */
+static const char *const ig_llamacpp_corpus[] = {
+    "Hello world, it's a test: 12345 + 678 = ?",
+    "  spaces\tand\ttabs\n\nnew lines  ",
+    "caf\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e \xf0\x9f\x98\x80 I'M DONE, they'll see",
+};
+
+/* llama-server's /tokenize (add_special, so BOS where the file says) equals
+ * our tokenizer on the same file, special tokens parsed and BOS added. */
+static inline void ig_llamacpp_same_tokens(int lport, const char *path)
+{
+    char err[512];
+    ig_tokenizer_t *tok;
+    if (ig_tokenizer_load(path, &tok, err, sizeof(err)) != 0)
+        fail_msg("%s", err);
+    for (size_t i = 0; i < sizeof(ig_llamacpp_corpus) / sizeof(ig_llamacpp_corpus[0]); i++) {
+        json_t *b = json_pack("{s:s, s:b}", "content", ig_llamacpp_corpus[i], "add_special", 1);
+        char *body = json_dumps(b, JSON_COMPACT);
+        json_decref(b);
+        json_t *lj = ig_llamacpp_post(lport, "/tokenize", body);
+        free(body);
+        assert_non_null(lj);
+        ig_tokvec_t v;
+        ig_tokvec_init(&v);
+        assert_int_equal(ig_tokenizer_encode(tok, ig_llamacpp_corpus[i],
+                                             strlen(ig_llamacpp_corpus[i]), IG_TOKENIZER_ADD_BOS,
+                                             &v),
+                         0);
+        json_t *ids = json_object_get(lj, "tokens");
+        int same = json_array_size(ids) == v.len;
+        for (size_t k = 0; same && k < v.len; k++)
+            same = json_integer_value(json_array_get(ids, k)) == v.ids[k];
+        if (!same) {
+            char *l = json_dumps(ids, JSON_COMPACT);
+            fail_msg("corpus[%zu]: llama.cpp %s, %zu ids here", i, l, v.len);
+        }
+        ig_tokvec_dispose(&v);
+        json_decref(lj);
+    }
+    ig_tokenizer_free(tok);
+}
+
+/* llama-server's greedy continuation (n tokens, /completion with top_k 1 and
+ * n_probs 5) of the token-id prompt ids: its answer (new; the caller
+ * decrefs it), with n entries in completion_probabilities. */
+static inline json_t *ig_llamacpp_continue(int lport, const char *ids, int n)
+{
+    char body[4096];
+    snprintf(body, sizeof(body),
+             "{\"prompt\": %s, \"n_predict\": %d, \"temperature\": 0, \"top_k\": 1, "
+             "\"cache_prompt\": false, \"n_probs\": 5}",
+             ids, n);
+    json_t *lj = ig_llamacpp_post(lport, "/completion", body);
+    assert_non_null(lj);
+    assert_int_equal(json_array_size(json_object_get(lj, "completion_probabilities")), n);
+    return lj;
+}
+
+/* The token ids of the prompt ids followed by llama-server's greedy
+ * continuation (lj, from ig_llamacpp_continue) in out (room for cap); their
+ * count. */
+static inline int ig_llamacpp_context(const char *ids, json_t *lj, int *out, int cap)
+{
+    json_t *p = json_loads(ids, 0, NULL), *lp = json_object_get(lj, "completion_probabilities");
+    assert_non_null(p);
+    int n = 0;
+    for (size_t i = 0; i < json_array_size(p) && n < cap; i++)
+        out[n++] = (int)json_integer_value(json_array_get(p, i));
+    for (size_t i = 0; i < json_array_size(lp) && n < cap; i++)
+        out[n++] = (int)json_integer_value(json_object_get(json_array_get(lp, i), "id"));
+    json_decref(p);
+    return n;
+}
+
+/* llama-server's greedy continuation (n tokens) of the token-id prompt ids,
+ * and at each of its positions our worker's next token on the same context
+ * (the prompt and llama.cpp's tokens before it): every token in both
+ * engines' 5 best within tol in log-probability (but those shown as U+FFFD,
+ * which our answer cannot tell apart), and our best token
+ * llama.cpp's, or one llama.cpp ranks within tol of its best (a near tie
+ * either engine may break). Returns the positions where the best token is
+ * the same; the largest log-probability difference seen in *worst (may be
+ * NULL). */
+static inline int ig_llamacpp_compare_forced(int lport, int wport, const char *ids, int n,
+                                             double tol, double *worst)
+{
+    char body[4096];
+    json_t *lj = ig_llamacpp_continue(lport, ids, n);
+    json_t *lp = json_object_get(lj, "completion_probabilities");
+    json_t *ctx = json_loads(ids, 0, NULL);
+    assert_non_null(ctx);
+    int same = 0;
+    double most = 0;
+    for (int i = 0; i < n; i++) {
+        json_t *l = json_array_get(lp, i), *ltop = json_object_get(l, "top_logprobs");
+        char *cs = json_dumps(ctx, JSON_COMPACT);
+        snprintf(body, sizeof(body),
+                 "{\"prompt\": %s, \"max_tokens\": 1, \"temperature\": 0, \"logprobs\": 5}", cs);
+        free(cs);
+        json_t *wj = ig_llamacpp_post(wport, "/v1/completions", body);
+        assert_non_null(wj);
+        json_t *wl = json_object_get(json_array_get(json_object_get(wj, "choices"), 0), "logprobs");
+        json_t *wtop = json_array_get(json_object_get(wl, "top_logprobs"), 0);
+        const char *wt = json_string_value(json_array_get(json_object_get(wl, "tokens"), 0));
+        const char *lt = json_string_value(json_object_get(l, "token"));
+        double best = json_real_value(json_object_get(l, "logprob"));
+        assert_non_null(wt);
+        assert_non_null(lt);
+        assert_true(json_array_size(ltop) > 1 && json_object_size(wtop) > 1);
+        int tie = 0;
+        for (size_t t = 0; t < json_array_size(ltop); t++) {
+            json_t *e = json_array_get(ltop, t);
+            const char *tok = json_string_value(json_object_get(e, "token"));
+            double lv = json_real_value(json_object_get(e, "logprob"));
+            /* Our top_logprobs is keyed by the token's text, and every
+             * token that is a partial UTF-8 sequence shows as U+FFFD: such
+             * a text may name another token of the five, so it is not
+             * compared. */
+            json_t *wv = strstr(tok, "\xef\xbf\xbd") ? NULL : json_object_get(wtop, tok);
+            if (wv != NULL) {
+                double d = fabs(json_real_value(wv) - lv);
+                if (!(d <= tol))
+                    fail_msg("%s, token %d, \"%s\": log-probability %.6f, llama.cpp's %.6f "
+                             "(bound %.3g)",
+                             ids, i, tok, json_real_value(wv), lv, tol);
+                most = d > most ? d : most;
+            }
+            if (strcmp(tok, wt) == 0)
+                tie = best - lv <= tol;
+        }
+        if (strcmp(lt, wt) == 0)
+            same++;
+        else if (!tie)
+            fail_msg("%s, token %d: ours \"%s\", llama.cpp's \"%s\" (%.6f) by more than a near tie",
+                     ids, i, wt, lt, best);
+        json_array_append_new(ctx, json_integer(json_integer_value(json_object_get(l, "id"))));
+        json_decref(wj);
+    }
+    json_decref(ctx);
+    json_decref(lj);
+    print_message("#   %s: the same best token at %d of %d positions, near ties at the rest; "
+                  "largest log-probability difference %.3g\n",
+                  ids, same, n, most);
+    if (worst != NULL)
+        *worst = most > *worst ? most : *worst;
+    return same;
 }
 
 #endif
