@@ -2,7 +2,7 @@
  * that would queue behind others at a slow upstream waits in the gateway
  * instead when a place at an upstream now at its limit is expected sooner;
  * never while an upstream has a free place, never for one that has gone
- * silent, and only under the latency policy. */
+ * silent or reports no slots, and only under the latency policy. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -124,6 +124,35 @@ static void test_lower_bound_c_is_not_a_queue(void **state)
     assert_int_equal(admit(&f), IG_ADMIT_QUEUE);
 }
 
+/* A place is waited for only at an upstream that reports its slots. One
+ * that reports none is at the proxy's cap (64), not at its capacity, and
+ * its delay rests on a learned C that a batch slowdown can put several
+ * times low: the request goes to the upstream with room. */
+static void test_unreported_limit_is_not_waited_for(void **state)
+{
+    (void)state;
+    fleet_t f;
+    fleet_init(&f, NULL);
+    f.fast.slots = 0;
+    f.fast.reported_at_ns = 0;
+    f.fast.concurrency = 4; /* a fitted queue: 0.1 s a place, over 4 */
+    f.fast.hold_base_s = 0.1;
+    f.fast.hold_svc_s = 0.1;
+    f.fast.inflight = ig_admit_limit(&f.r, &f.fast, 0);
+    f.slow.slots = 0;
+    f.slow.reported_at_ns = 0;
+    f.slow.concurrency = 2;
+    f.slow.hold_base_s = 2.0;
+    f.slow.hold_svc_s = 2.0;
+    /* The old rule held it: fast's place is expected sooner. */
+    assert_true(ig_router_would_queue(&f.slow));
+    assert_true(ig_router_delay(&f.r, &f.fast, f.now) > 0);
+    assert_true(ig_router_delay(&f.r, &f.fast, f.now) < ig_router_delay(&f.r, &f.slow, f.now));
+    assert_int_equal(admit(&f), PLACED);
+    assert_true(f.exclude[0]);
+    assert_false(f.exclude[1]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -132,6 +161,7 @@ int main(void)
         cmocka_unit_test(test_silent_upstream_is_not_waited_for),
         cmocka_unit_test(test_only_the_latency_policy),
         cmocka_unit_test(test_lower_bound_c_is_not_a_queue),
+        cmocka_unit_test(test_unreported_limit_is_not_waited_for),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

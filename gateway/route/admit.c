@@ -32,6 +32,15 @@ int ig_admit_limit(const ig_router_t *r, const ig_router_upstream_t *u, int max_
  * requests (docs/routing.md, "The latency pick") the cells within 0.9x
  * the best baseline's TTFT p99 went from 83% to 85-86% of those with
  * room, the cells over 1.1x from 37 to 30-35.
+ *
+ * Only an upstream that reports its slots offers a place. One that
+ * reports none is at the proxy's cap (64), which is not its capacity, and
+ * its delay rests on a learned C that a batch slowdown read as a queue
+ * can put several times low, as it can the C that says an upstream with
+ * room would queue: over the simulator's fleets of 64-slot upstreams that
+ * report nothing, one of them at the cap held requests in the gateway
+ * while the others had room, until its queue was full and refused a
+ * fifth of them (docs/routing.md, "Measured").
  */
 static void hold_rather_than_queue(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
                                    const unsigned char *tried, uint64_t now_ns,
@@ -41,6 +50,8 @@ static void hold_rather_than_queue(const ig_router_t *r, ig_router_upstream_t *c
     for (int i = 0; i < n; i++) {
         const ig_router_upstream_t *u = ups[i];
         if (!exclude[i] || (tried != NULL && tried[i]) || !ig_router_eligible(u, now_ns))
+            continue;
+        if (u->slots <= 0) /* its limit is not its capacity (above) */
             continue;
         double d = ig_router_delay(r, u, now_ns);
         if (d > 0 && d < wait && u->done_at_ns != 0 &&
