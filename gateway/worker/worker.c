@@ -29,7 +29,8 @@
 
 /* ---- other endpoints ---------------------------------------------------- */
 
-void ig__worker_load_of(worker_t *w, ig_load_t *out)
+/* The /load report of w now. */
+static void load_of(worker_t *w, ig_load_t *out)
 {
     ig_sched_stats_t st = ig__worker_stats(w);
     ig_load_t l;
@@ -60,7 +61,7 @@ void ig__worker_load_of(worker_t *w, ig_load_t *out)
 static void handle_load(ig_http_req_t *req, void *data)
 {
     ig_load_t l;
-    ig__worker_load_of(data, &l);
+    load_of(data, &l);
     json_t *o = ig_load_encode(&l);
     ig_api_respond_json(req, 200, o);
 }
@@ -136,7 +137,7 @@ static void handle_prefix(ig_http_req_t *req, void *data)
     free(h);
     free(ids);
     ig_load_t l;
-    ig__worker_load_of(w, &l);
+    load_of(w, &l);
     json_t *o = ig_load_encode(&l);
     ig_sched_stats_t st = ig__worker_stats(w);
     if (o) {
