@@ -22,21 +22,28 @@
 
 #include "infergate/tokenizer.h"
 
+/* tool's path in the directory $env names (dflt when unset) in buf, or
+ * NULL when it is not there. */
+static inline const char *ig_llamacpp_tool_in(const char *env, const char *dflt, const char *tool,
+                                              char *buf, size_t len)
+{
+    const char *d = getenv(env);
+    snprintf(buf, len, "%s/%s", d && *d ? d : dflt, tool);
+    return access(buf, X_OK) == 0 ? buf : NULL;
+}
+
 /* The path of llama.cpp's tool (llama-server, llama-quantize, ...) in buf,
  * or NULL when it is not there. */
 static inline const char *ig_llamacpp_tool(const char *tool, char *buf, size_t len)
 {
-    const char *d = getenv("LLAMACPP_BIN");
-    snprintf(buf, len, "%s/%s", d && *d ? d : "/work/peers/llama.cpp/build/bin", tool);
-    return access(buf, X_OK) == 0 ? buf : NULL;
+    return ig_llamacpp_tool_in("LLAMACPP_BIN", "/work/peers/llama.cpp/build/bin", tool, buf, len);
 }
 
 /* The same in the newer build ($LLAMACPP_NEW_BIN). */
 static inline const char *ig_llamacpp_new_tool(const char *tool, char *buf, size_t len)
 {
-    const char *d = getenv("LLAMACPP_NEW_BIN");
-    snprintf(buf, len, "%s/%s", d && *d ? d : "/work/peers/llama.cpp-2026/build/bin", tool);
-    return access(buf, X_OK) == 0 ? buf : NULL;
+    return ig_llamacpp_tool_in("LLAMACPP_NEW_BIN", "/work/peers/llama.cpp-2026/build/bin", tool,
+                               buf, len);
 }
 
 /* llama-server's path (a static buffer), or NULL when it is not there. */
