@@ -348,9 +348,9 @@ static void test_recorded_fields(void **state)
     ig_api_request_dispose(&r);
 
     /* llama.cpp's list of [token id, bias] pairs reads the same */
-    assert_int_equal(parse(IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[17,-100],[42,5.5]]}",
-                           &r, &e),
-                     0);
+    assert_int_equal(
+        parse(IG_API_COMPLETION, "{\"prompt\":\"a\",\"logit_bias\":[[17,-100],[42,5.5]]}", &r, &e),
+        0);
     assert_int_equal(r.sampling.nlogit_bias, 2);
     assert_int_equal(r.sampling.logit_bias[0].token, 17);
     assert_true(r.sampling.logit_bias[1].bias == 5.5f);
@@ -388,8 +388,9 @@ static void test_peek(void **state)
         int rc;          /* 0, 1 (a list prompt) or IG_EINVAL */
         const char *why; /* in the 400's message */
     } cases[] = {
-        {IG_API_COMPLETION, "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":7,\"n\":2,"
-                            "\"best_of\":3,\"stream\":true,\"temperature\":\"hot\"}",
+        {IG_API_COMPLETION,
+         "{\"model\":\"m\",\"prompt\":\"hi\",\"max_tokens\":7,\"n\":2,"
+         "\"best_of\":3,\"stream\":true,\"temperature\":\"hot\"}",
          0, NULL},
         {IG_API_COMPLETION, "{\"model\":\"m\",\"prompt\":[1,2,3]}", 1, NULL},
         {IG_API_COMPLETION, "{\"model\":\"m\",\"prompt\":[\"a\",\"b\"]}", 1, NULL},
@@ -404,8 +405,9 @@ static void test_peek(void **state)
          "duplicate"},
         {IG_API_COMPLETION, "{\"prompt\":\"x\",", IG_EINVAL, "invalid JSON body"},
         {IG_API_COMPLETION, "[1]", IG_EINVAL, "must be a JSON object"},
-        {IG_API_CHAT, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
-                      "\"max_completion_tokens\":9,\"max_tokens\":4}",
+        {IG_API_CHAT,
+         "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],"
+         "\"max_completion_tokens\":9,\"max_tokens\":4}",
          0, NULL},
         {IG_API_CHAT, "{\"model\":\"m\",\"messages\":[ ]}", IG_EINVAL, "non-empty list"},
         {IG_API_CHAT, "{\"model\":\"m\",\"messages\":{}}", IG_EINVAL, "non-empty list"},
@@ -430,9 +432,8 @@ static void test_peek(void **state)
     ig_api_request_t r;
     ig_api_error_t e;
     size_t bytes;
-    assert_int_equal(ig_api_peek(IG_API_COMPLETION, cases[0].body, strlen(cases[0].body), &r,
-                                 &bytes, &e),
-                     0);
+    assert_int_equal(
+        ig_api_peek(IG_API_COMPLETION, cases[0].body, strlen(cases[0].body), &r, &bytes, &e), 0);
     assert_string_equal(r.model, "m");
     assert_int_equal(r.max_tokens, 7);
     assert_int_equal(r.n, 2);
@@ -440,12 +441,86 @@ static void test_peek(void **state)
     assert_true(r.stream);
     assert_int_equal(bytes, 4); /* "hi" */
     ig_api_request_dispose(&r);
-    assert_int_equal(ig_api_peek(IG_API_CHAT, cases[13].body, strlen(cases[13].body), &r, &bytes,
-                                 &e),
-                     0);
+    assert_int_equal(
+        ig_api_peek(IG_API_CHAT, cases[13].body, strlen(cases[13].body), &r, &bytes, &e), 0);
     assert_int_equal(r.max_tokens, 9);
     assert_int_equal(bytes, strlen("[{\"role\":\"user\",\"content\":\"x\"}]"));
     ig_api_request_dispose(&r);
+}
+
+/* The peek's admission fields equal the whole parse's, or both refuse with
+ * the same status and param: for plain values (read without a parse) and
+ * for every kind the peek hands to the parse (escapes, null, reals, out of
+ * range, too many digits). */
+static void test_peek_matches_parse(void **state)
+{
+    (void)state;
+    static const char *const model[] = {"",
+                                        "\"model\":\"m\",",
+                                        "\"model\":\"\",",
+                                        "\"model\":\"a\\u00e9b\",",
+                                        "\"model\":null,",
+                                        "\"model\":7,"};
+    static const char *const number[] = {
+        "1",
+        "16",
+        "0",
+        "-3",
+        "2.0",
+        "null",
+        "\"5\"",
+        "128",
+        "129",
+        "1099511627776",
+        "1099511627777",
+        "123456789012345678",
+        "1234567890123456789",
+        "1e2",
+        "-0",
+    };
+    static const char *const stream[] = {"", "\"stream\":true,", "\"stream\":false,",
+                                         "\"stream\":null,", "\"stream\":1,"};
+    static const char *const field[] = {"max_tokens", "max_completion_tokens", "n", "best_of"};
+    char body[256];
+    int cases = 0;
+    for (int kind = 0; kind < 2; kind++) {
+        ig_api_kind_t k = kind ? IG_API_CHAT : IG_API_COMPLETION;
+        const char *prompt =
+            kind ? "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]" : "\"prompt\":\"x\"";
+        for (size_t m = 0; m < sizeof(model) / sizeof(model[0]); m++)
+            for (size_t f = 0; f < 4; f++)
+                for (size_t v = 0; v < sizeof(number) / sizeof(number[0]); v++)
+                    for (size_t st = 0; st < sizeof(stream) / sizeof(stream[0]); st++) {
+                        /* best_of beside n 2, so that both orders are seen */
+                        snprintf(body, sizeof(body), "{%s%s\"%s\":%s,%s%s}", model[m], stream[st],
+                                 field[f], number[v], f == 3 ? "\"n\":2," : "", prompt);
+                        ig_api_request_t a, b;
+                        ig_api_error_t ea, eb;
+                        size_t bytes;
+                        int ra = ig_api_peek(k, body, strlen(body), &a, &bytes, &ea);
+                        int rb = ig_api_parse(k, body, strlen(body), &b, &eb);
+                        if ((ra < 0) != (rb < 0))
+                            print_message("%s: peek %d, parse %d\n", body, ra, rb);
+                        assert_int_equal(ra < 0, rb < 0);
+                        cases++;
+                        if (ra < 0) {
+                            assert_int_equal(ea.status, eb.status);
+                            assert_string_equal(ea.param, eb.param);
+                            continue;
+                        }
+                        assert_true((a.model == NULL) == (b.model == NULL));
+                        if (a.model != NULL)
+                            assert_string_equal(a.model, b.model);
+                        assert_int_equal(a.max_tokens, b.max_tokens);
+                        assert_int_equal(a.max_tokens_given, b.max_tokens_given);
+                        assert_int_equal(a.n, b.n);
+                        assert_int_equal(a.best_of, b.best_of);
+                        assert_int_equal(a.stream, b.stream);
+                        ig_api_request_dispose(&a);
+                        ig_api_request_dispose(&b);
+                    }
+    }
+    assert_int_equal(cases, 2 * 6 * 4 * 15 * 5);
 }
 
 int main(void)
@@ -459,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_invalid_utf8_raw),
         cmocka_unit_test(test_context_check),
         cmocka_unit_test(test_peek),
+        cmocka_unit_test(test_peek_matches_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -7,7 +7,8 @@
  * they accept, build equal values (one exception: a NUL byte, which ours
  * always refuses). The flags are checked on their own. ig_json_scan, which
  * builds nothing, must accept what the parser accepts (repeated keys
- * allowed in both) and find the members the parser builds.
+ * allowed in both) and find the members the parser builds. Long strings
+ * with an odd byte at every offset cover each step of the string scan.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -339,6 +340,44 @@ static void test_random_documents_and_mutations(void **state)
     assert_true(mutants_ok > 0 && mutants_ok < mutants);
 }
 
+/* Strings longer than one 16- or 8-byte step of the string scan, with a
+ * byte that ends or breaks the run (a quote, a backslash, control bytes,
+ * UTF-8 good and bad) at every offset, and a key whose escape is its first
+ * byte: both loaders agree, and the scan finds the member. */
+static void test_long_strings(void **state)
+{
+    (void)state;
+    static const char *const odd[] = {"\"",   "\\\"",     "\\n",  "\x01",         "\x1f", " ",
+                                      "\x7f", "\xc3\xa9", "\xff", "\xe4\xb8\xad", "\\"};
+    char doc[128];
+    for (int len = 0; len <= 40; len++) {
+        for (int at = 0; at <= len; at++) {
+            for (size_t k = 0; k < sizeof(odd) / sizeof(odd[0]); k++) {
+                size_t n = 0, olen = strlen(odd[k]);
+                memcpy(doc + n, "{\"a\":\"", 6);
+                n += 6;
+                for (int i = 0; i <= len; i++) {
+                    if (i == at) {
+                        memcpy(doc + n, odd[k], olen);
+                        n += olen;
+                    }
+                    if (i < len)
+                        doc[n++] = (char)('a' + i % 26);
+                }
+                memcpy(doc + n, "\"}", 2);
+                n += 2;
+                same(doc, n);
+            }
+        }
+    }
+    static const char *const keys[] = {"model"};
+    ig_json_span_t span[1];
+    json_error_t e;
+    const char *esc = "{\"\\u006dodel\":\"m\"}";
+    assert_int_equal(ig_json_scan(esc, strlen(esc), 0, keys, 1, span, &e), 1);
+    assert_memory_equal(span[0].p, "\"m\"", 3);
+}
+
 static void test_flags(void **state)
 {
     (void)state;
@@ -379,6 +418,7 @@ int main(void)
         cmocka_unit_test(test_edge_cases),
         cmocka_unit_test(test_depth),
         cmocka_unit_test(test_random_documents_and_mutations),
+        cmocka_unit_test(test_long_strings),
         cmocka_unit_test(test_flags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -968,10 +968,73 @@ static const char *const peek_keys[] = {
 };
 enum { PEEK_PROMPT = ADM_KEYS, PEEK_MESSAGES, PEEK_KEYS };
 
+/* A scanned member that is an integer literal of at most 18 digits, in
+ * [lo, hi]: 1 with *out, else 0. */
+static int span_int(const ig_json_span_t *v, long long lo, long long hi, long long *out)
+{
+    size_t i = v->n > 0 && v->p[0] == '-' ? 1 : 0;
+    if (v->n <= i || v->n - i > 18)
+        return 0;
+    long long x = 0;
+    for (size_t k = i; k < v->n; k++) {
+        if (v->p[k] < '0' || v->p[k] > '9')
+            return 0;
+        x = x * 10 + (v->p[k] - '0');
+    }
+    *out = i ? -x : x;
+    return *out >= lo && *out <= hi;
+}
+
+/* parse_admission's result for the common members that need no parse: a
+ * model string without escapes (the scan checked its UTF-8), integers in
+ * range, stream true or false. 1 when r is filled; 0 when anything else
+ * (null, a real, an escape, a value out of range) leaves the verdict and
+ * its error to parse_admission. */
+static int peek_admission_plain(const ig_json_span_t *span, ig_api_request_t *r)
+{
+    const ig_json_span_t *model = &span[ADM_MODEL], *stream = &span[ADM_STREAM];
+    if (model->p != NULL && (model->p[0] != '"' || memchr(model->p, '\\', model->n) != NULL))
+        return 0;
+    int mk = r->kind == IG_API_CHAT && span[ADM_MAX_COMPLETION_TOKENS].p != NULL
+                 ? ADM_MAX_COMPLETION_TOKENS
+                 : ADM_MAX_TOKENS;
+    long long max_tokens = 0, n = 1, best_of = 0;
+    if ((span[mk].p != NULL && !span_int(&span[mk], 1, 1LL << 40, &max_tokens)) ||
+        (span[ADM_N].p != NULL && !span_int(&span[ADM_N], 1, IG_API_MAX_CHOICES, &n)) ||
+        (span[ADM_BEST_OF].p != NULL &&
+         !span_int(&span[ADM_BEST_OF], n, IG_API_MAX_CHOICES, &best_of)))
+        return 0;
+    int st = r->stream;
+    if (stream->p != NULL) {
+        if (stream->n == 4 && memcmp(stream->p, "true", 4) == 0)
+            st = 1;
+        else if (stream->n == 5 && memcmp(stream->p, "false", 5) == 0)
+            st = 0;
+        else
+            return 0;
+    }
+    if (model->p != NULL) {
+        if ((r->model = malloc(model->n - 1)) == NULL)
+            return 0;
+        memcpy(r->model, model->p + 1, model->n - 2);
+        r->model[model->n - 2] = '\0';
+    }
+    if (span[mk].p != NULL) {
+        r->max_tokens = max_tokens > 0x3fffffff ? 0x3fffffff : (int)max_tokens;
+        r->max_tokens_given = 1;
+    }
+    r->stream = st;
+    r->n = (int)n;
+    r->best_of = best_of > 0 ? (int)best_of : r->n;
+    return 1;
+}
+
 /* parse_admission on the members a scan found, each parsed alone: no
  * object is built for them. */
 static int peek_admission(const ig_json_span_t *span, ig_api_request_t *r, ig_api_error_t *err)
 {
+    if (peek_admission_plain(span, r))
+        return 0;
     json_t *m[ADM_KEYS] = {NULL};
     int rc = 0;
     for (int i = 0; i < ADM_KEYS && rc == 0; i++) {

@@ -40,6 +40,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,11 +89,10 @@ struct exchange_s {
     int stream;
     int prompt_tokens;
     int local_only;
-    int priority;               /* ig_proxy_call_t.priority */
-    uint64_t max_queue_ms;      /* 0: the proxy's queue_timeout_ms */
-    int output_tokens;          /* ig_proxy_call_t's, for the cost objective */
-    double slo_ttft_s;          /* its own tighter SLO (0: the proxy's) */
-    char forwarded_header[128]; /* extra header lines for sites */
+    int priority;          /* ig_proxy_call_t.priority */
+    uint64_t max_queue_ms; /* 0: the proxy's queue_timeout_ms */
+    int output_tokens;     /* ig_proxy_call_t's, for the cost objective */
+    double slo_ttft_s;     /* its own tighter SLO (0: the proxy's) */
     uint64_t start_ns;
     uint64_t queued_ns;
     uv_timer_t timer;    /* queue hold timeout and the hedge delay */
@@ -103,13 +103,11 @@ struct exchange_s {
     int streaming;       /* the response to the client is a stream */
     attempt_t att[MAX_ATTEMPTS];
     attempt_t *committed;
-    ig_router_upstream_t *tried[MAX_TARGETS];
-    int ntried;
+    int ntried;   /* tried[0..ntried) */
     int lacked;   /* upstreams that answered 404 for the endpoint */
     int attempts; /* started, all kinds */
     int retries;
     int hedged;
-    char route_header[512];
     ig_prefix_query_t prefix; /* its hashes are owned (prefix_hashes) */
     uint64_t *prefix_hashes;
     /* the last retryable failure, for the client if nothing else works */
@@ -119,6 +117,11 @@ struct exchange_s {
     int client_paused;
     ig_usage_meter_t usage; /* the answer's tokens, for the region counters */
     double spent;           /* USD of its attempts that gave no answer (hedges, failures) */
+    /* Not zeroed by ig_proxy_handle (1.2 KB of the exchange): each is
+     * written before it is read. */
+    ig_router_upstream_t *tried[MAX_TARGETS];
+    char route_header[512];     /* "" until the first attempt */
+    char forwarded_header[128]; /* extra header lines for sites */
 };
 
 typedef struct {
@@ -1059,9 +1062,8 @@ typedef struct {
     size_t n, cap; /* b holds n bytes and a NUL; what does not fit is cut */
 } hdr_t;
 
-static void hdr_str(hdr_t *h, const char *s)
+static void hdr_mem(hdr_t *h, const char *s, size_t l)
 {
-    size_t l = strlen(s);
     if (l > h->cap - 1 - h->n)
         l = h->cap - 1 - h->n;
     memcpy(h->b + h->n, s, l);
@@ -1069,19 +1071,20 @@ static void hdr_str(hdr_t *h, const char *s)
     h->b[h->n] = '\0';
 }
 
+static void hdr_str(hdr_t *h, const char *s)
+{
+    hdr_mem(h, s, strlen(s));
+}
+
+/* v in decimal, at least `width` digits (zeros in front). */
 static void hdr_uint(hdr_t *h, unsigned long long v, int width)
 {
-    char d[24];
-    int n = 0;
+    char d[24], *end = d + sizeof(d), *q = end;
     do {
-        d[n++] = (char)('0' + v % 10);
+        *--q = (char)('0' + v % 10);
         v /= 10;
-    } while (v > 0 || n < width);
-    char out[24];
-    for (int i = 0; i < n; i++)
-        out[i] = d[n - 1 - i];
-    out[n] = '\0';
-    hdr_str(h, out);
+    } while (v > 0 || end - q < width);
+    hdr_mem(h, q, (size_t)(end - q));
 }
 
 /* v with `decimals` digits after the point, as printf's %.Nf writes it
@@ -1161,8 +1164,8 @@ static double cost_objective(ig_proxy_t *px, exchange_t *x, const ig_proxy_targe
     double slo = px->opts.slo_ttft_s;
     if (x->slo_ttft_s > 0 && (slo <= 0 || x->slo_ttft_s < slo))
         slo = x->slo_ttft_s;
-    int k = ig_cost_pick(prices, ttft, exclude, n, x->prompt_tokens, x->output_tokens, slo,
-                         d->chosen);
+    int k =
+        ig_cost_pick(prices, ttft, exclude, n, x->prompt_tokens, x->output_tokens, slo, d->chosen);
     if (k >= 0 && k != d->chosen) {
         d->runner_up = d->chosen;
         d->runner_up_cost_s = d->cost_s;
@@ -1227,9 +1230,9 @@ static int pick(exchange_t *x, pick_t *p)
     ig_admit_mark(&px->router, p->states, n, tried, px->opts.max_inflight, now, p->exclude,
                   &p->view);
     ig_prefix_route_score(px->prefix_index, p->states, n, &x->prefix);
-    int rc = n > 0 ? ig_router_pick(&px->router, p->states, n, x->prompt_tokens, p->exclude, now,
-                                    &p->d)
-                   : IG_ENOUPSTREAM;
+    int rc =
+        n > 0 ? ig_router_pick(&px->router, p->states, n, x->prompt_tokens, p->exclude, now, &p->d)
+              : IG_ENOUPSTREAM;
     if (rc == 0 && px->opts.objective_cost)
         p->marginal = cost_objective(px, x, p->targets, p->states, p->exclude, n, now, &p->d,
                                      &p->marginal_runner);
@@ -1381,9 +1384,10 @@ static void launch(exchange_t *x, int hedge, const pick_t *p)
     apply_limit(px, a, changes_before);
 
     static const ig_upstream_cbs_t cbs = {on_up_headers, on_up_body, on_up_done};
-    int rc = ig_upstream_request(a->client, "POST", x->path,
-                                 to_site ? x->forwarded_header : "Content-Type: application/json\r\n",
-                                 x->body, x->len, &cbs, a, &a->ureq);
+    int rc =
+        ig_upstream_request(a->client, "POST", x->path,
+                            to_site ? x->forwarded_header : "Content-Type: application/json\r\n",
+                            x->body, x->len, &cbs, a, &a->ureq);
     if (rc != 0) {
         a->ureq = NULL;
         attempt_account(a, IG_OUTCOME_FAILURE, "transport");
@@ -1582,11 +1586,13 @@ static void exchange_fail(exchange_t *x, int status, const char *code, const cha
 
 void ig_proxy_handle(ig_proxy_t *px, ig_http_req_t *req, const ig_proxy_call_t *call)
 {
-    exchange_t *x = calloc(1, sizeof(*x));
+    exchange_t *x = malloc(sizeof(*x));
     if (x == NULL) {
         ig_api_respond_oom(req);
         return;
     }
+    memset(x, 0, offsetof(exchange_t, tried));
+    x->route_header[0] = '\0';
     x->px = px;
     x->req = req;
     ig_usage_init(&x->usage);
