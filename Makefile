@@ -80,15 +80,33 @@ soak-asan:
 	cmake --build $(ASAN_BUILD) -j $(JOBS) --target infergate
 	ASAN=1 RATE=$${RATE:-4} TIMEOUT_S=$${TIMEOUT_S:-120} bench/soak.sh $(ASAN_BUILD)
 
-# Both fuzz targets for FUZZ_SECONDS each; a crash, leak or sanitizer report
-# stops with a non-zero status and leaves the input in fuzz-corpus/.
+# Both fuzz targets for FUZZ_SECONDS each, side by side (one a core); a
+# crash, leak or sanitizer report stops with a non-zero status, prints that
+# target's log (fuzz-corpus/NAME.log) and leaves the input in fuzz-corpus/.
+FUZZ_TARGETS = http api
 fuzz:
 	@scripts/deps.sh test
 	@[ -f $(FUZZ_BUILD)/CMakeCache.txt ] || CC=clang cmake -S . -B $(FUZZ_BUILD) -DIG_FUZZ=ON -DIG_CUDA=OFF -DIG_OPENBLAS=OFF
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_http_request fuzz_api_request
-	@mkdir -p fuzz-corpus/http fuzz-corpus/api
-	$(FUZZ_BUILD)/fuzz_http_request -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz-corpus/http- fuzz-corpus/http tests/fuzz/corpus/http
-	$(FUZZ_BUILD)/fuzz_api_request -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz-corpus/api- fuzz-corpus/api tests/fuzz/corpus/api
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS:%=fuzz_%_request)
+	@mkdir -p $(FUZZ_TARGETS:%=fuzz-corpus/%)
+	@pids=""; \
+	for t in $(FUZZ_TARGETS); do \
+	    $(FUZZ_BUILD)/fuzz_$${t}_request -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=fuzz-corpus/$$t- \
+	        fuzz-corpus/$$t tests/fuzz/corpus/$$t >fuzz-corpus/$$t.log 2>&1 & \
+	    pids="$$pids $$!"; \
+	done; \
+	failed=0; \
+	for p in $$pids; do \
+	    wait $$p || failed=1; \
+	done; \
+	for t in $(FUZZ_TARGETS); do \
+	    if grep -q "^Done [0-9]* runs" fuzz-corpus/$$t.log; then \
+	        echo "fuzz_$${t}_request: $$(grep '^Done [0-9]* runs' fuzz-corpus/$$t.log)"; \
+	    else \
+	        failed=1; echo "fuzz_$${t}_request FAILED:"; tail -n 60 fuzz-corpus/$$t.log; \
+	    fi; \
+	done; \
+	exit $$failed
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cu')
