@@ -830,7 +830,7 @@ static int gather(attempt_t *a, const char *buf, size_t len)
         return -1;
     }
     if (a->blen + len > a->bcap) {
-        size_t cap = a->bcap ? a->bcap * 2 : 4096;
+        size_t cap = a->bcap ? a->bcap * 2 : 1024; /* from the thread cache */
         while (cap < a->blen + len)
             cap *= 2;
         char *nb = realloc(a->buf, cap);

@@ -33,6 +33,7 @@
 
 #include <llhttp.h>
 #include <netdb.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1075,9 +1076,10 @@ int ig_upstream_request(ig_upstream_t *u, const char *method, const char *path,
 {
     if (u->closing)
         return IG_ESTATE;
-    ig_upstream_req_t *r = calloc(1, sizeof(*r));
+    ig_upstream_req_t *r = malloc(sizeof(*r));
     if (r == NULL)
         return IG_ENOMEM;
+    memset(r, 0, offsetof(ig_upstream_req_t, name_off));
     r->up = u;
     r->cbs = *cbs;
     r->data = data;

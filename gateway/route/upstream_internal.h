@@ -134,8 +134,10 @@ struct ig_upstream_req_s {
     char *hbuf;
     size_t hlen, hcap;
     int nheaders;
-    size_t name_off[MAX_RESP_HEADERS], value_off[MAX_RESP_HEADERS];
     int in_value;
+    /* Last, not zeroed by ig_upstream_request: [0, nheaders) are written
+     * before they are read. */
+    size_t name_off[MAX_RESP_HEADERS], value_off[MAX_RESP_HEADERS];
 };
 
 /* The llhttp settings of every connection's response parser: header

@@ -184,8 +184,12 @@ static const char *last_usage_value(const char *body, size_t len)
 {
     static const char key[] = "\"usage\"";
     const size_t kl = sizeof(key) - 1;
-    for (size_t i = len >= kl ? len - kl + 1 : 0; i-- > 0;) {
-        if (body[i] != '"' || memcmp(body + i, key, kl) != 0 || (i > 0 && body[i - 1] == '\\'))
+    for (size_t i = len; i > 0;) {
+        const char *q = memrchr(body, '"', i); /* the quotes only, from the end */
+        if (q == NULL)
+            break;
+        i = (size_t)(q - body);
+        if (len - i < kl || memcmp(body + i, key, kl) != 0 || (i > 0 && body[i - 1] == '\\'))
             continue;
         const char *p = body + i + kl, *end = body + len;
         while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
