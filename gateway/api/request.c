@@ -968,21 +968,10 @@ static const char *const peek_keys[] = {
 };
 enum { PEEK_PROMPT = ADM_KEYS, PEEK_MESSAGES, PEEK_KEYS };
 
-/* A scanned member that is an integer literal of at most 18 digits, in
- * [lo, hi]: 1 with *out, else 0. */
+/* A scanned member that is an integer literal in [lo, hi]: 1 with *out. */
 static int span_int(const ig_json_span_t *v, long long lo, long long hi, long long *out)
 {
-    size_t i = v->n > 0 && v->p[0] == '-' ? 1 : 0;
-    if (v->n <= i || v->n - i > 18)
-        return 0;
-    long long x = 0;
-    for (size_t k = i; k < v->n; k++) {
-        if (v->p[k] < '0' || v->p[k] > '9')
-            return 0;
-        x = x * 10 + (v->p[k] - '0');
-    }
-    *out = i ? -x : x;
-    return *out >= lo && *out <= hi;
+    return ig_json_span_int(v, out) && *out >= lo && *out <= hi;
 }
 
 /* parse_admission's result for the common members that need no parse: a

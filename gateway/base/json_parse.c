@@ -624,3 +624,20 @@ int ig_json_scan(const char *buf, size_t len, int flags, const char *const *keys
     int object = ps.p < ps.end && *ps.p == '{';
     return parse_document(&ps) == NULL ? -1 : object;
 }
+
+int ig_json_span_int(const ig_json_span_t *s, long long *out)
+{
+    if (s->p == NULL || s->n == 0)
+        return 0;
+    size_t i = s->p[0] == '-' ? 1 : 0;
+    if (s->n <= i || s->n - i > 18)
+        return 0;
+    long long v = 0;
+    for (size_t k = i; k < s->n; k++) {
+        if (s->p[k] < '0' || s->p[k] > '9')
+            return 0;
+        v = v * 10 + (s->p[k] - '0');
+    }
+    *out = i ? -v : v;
+    return 1;
+}

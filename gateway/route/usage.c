@@ -166,15 +166,9 @@ void ig_usage_stream(ig_usage_meter_t *m, const ig_usage_families_t *f, const ch
  * (read_count's rule). */
 static void span_count(const ig_json_span_t *s, long long *out)
 {
-    long long v = 0;
-    if (s->p == NULL || s->n == 0 || s->n > 18)
-        return;
-    for (size_t i = 0; i < s->n; i++) {
-        if (s->p[i] < '0' || s->p[i] > '9')
-            return;
-        v = v * 10 + (s->p[i] - '0');
-    }
-    *out = v;
+    long long v;
+    if (ig_json_span_int(s, &v) && v >= 0)
+        *out = v;
 }
 
 /* The value after the last "usage" key of a JSON text, or NULL: a quote

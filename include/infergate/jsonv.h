@@ -165,4 +165,9 @@ typedef struct {
 int ig_json_scan(const char *buf, size_t len, int flags, const char *const *keys, int nkeys,
                  ig_json_span_t *span, json_error_t *err);
 
+/* A span that is an integer literal of at most 18 digits (an optional
+ * minus, digits only: no fraction, no exponent): 1 with its value in *out,
+ * else 0 and *out untouched. */
+int ig_json_span_int(const ig_json_span_t *s, long long *out);
+
 #endif
