@@ -31,13 +31,18 @@ MAX_UP=${MAX_UP:-2}
 for target in igcore infergate_cuda; do
     dir="$build/CMakeFiles/$target.dir"
     [ -d "$dir" ] || continue
-    find "$dir" -name '*.o' | LC_ALL=C sort | while read -r o; do
-        src=${o#"$dir"/}
-        src=${src%.o}
-        nm --defined-only -g "$o" 2>/dev/null |
-            awk -v f="$src" -v t="$target" 'NF == 3 { print "D", f, t "|" $3 }'
-        nm -u "$o" 2>/dev/null | awk -v f="$src" -v t="$target" '{ print "U", f, t "|" $NF }'
-    done
+    objs=$(find "$dir" -name '*.o' | LC_ALL=C sort)
+    [ -n "$objs" ] || continue
+    # One nm of each kind over all the objects (-A: each line names its
+    # object, "OBJ:ADDR TYPE SYM" or "OBJ: U SYM"), not two per object.
+    # shellcheck disable=SC2086 # the object paths have no spaces
+    { nm -A --defined-only -g $objs 2>/dev/null | sed 's/^/D /'
+      nm -A -u $objs 2>/dev/null | sed 's/^/U /'; } |
+        awk -v d="$dir/" -v t="$target" '{
+            i = index($2, ":"); f = substr($2, length(d) + 1, i - length(d) - 1); sub(/[.]o$/, "", f)
+            if ($1 == "D" && NF == 4) print "D", f, t "|" $4
+            else if ($1 == "U") print "U", f, t "|" $NF
+        }'
 done | awk -v design="$root/docs/DESIGN.md" -v verbose="$verbose" -v max_up="$MAX_UP" -v only="$only" '
 function trim(s) { gsub(/`/, "", s); gsub(/^[ \t]+|[ \t]+$/, "", s); return s }
 function folder(path,    k, parts) {
