@@ -197,6 +197,7 @@ struct ig_sched_s {
     seq_list_t waiting, running;
     int watermark;
     int waiting_prefill_tokens;
+    int step_prefill_tokens; /* prompt tokens of the step being computed */
 
     /* Shared, under mu. */
     pthread_mutex_t mu;
@@ -747,8 +748,7 @@ int ig_sched_kv_events(ig_sched_t *s, uint64_t after, ig_kv_event_t *out, int ca
     return n;
 }
 
-int ig_sched_kv_snapshot(ig_sched_t *s, uint64_t *hashes, uint64_t *parents, int cap,
-                         uint64_t *seq)
+int ig_sched_kv_snapshot(ig_sched_t *s, uint64_t *hashes, uint64_t *parents, int cap, uint64_t *seq)
 {
     pthread_mutex_lock(&s->pc_mu);
     int n = ig__pcache_snapshot(&s->pc, hashes, parents, cap, seq);
@@ -1029,12 +1029,14 @@ static void update_stats(ig_sched_t *s)
     s->stats.kv_blocks_used = used;
     s->stats.prefix_cached_blocks = s->pc.ncommitted;
     s->stats.prefix_evictions_total = s->pc.evictions;
-    /* A new request waits for the queued prompts to be prefilled and, when
-     * the running set is full, for a running sequence to finish. */
+    /* A new request waits for the queued prompts and those of the step
+     * being computed to be prefilled and, when the running set is full,
+     * for a running sequence to finish. */
     double est = 0;
     double pre = s->stats.prefill_tokens_per_s > 0 ? s->stats.prefill_tokens_per_s : 0;
-    if (s->waiting_prefill_tokens > 0)
-        est += pre > 0 ? s->waiting_prefill_tokens / pre : 1.0;
+    int prompts = s->waiting_prefill_tokens + s->step_prefill_tokens;
+    if (prompts > 0)
+        est += pre > 0 ? prompts / pre : 1.0;
     if (s->running.n >= s->opts.max_num_seqs || s->waiting.n > 0) {
         double per_seq = s->stats.decode_tokens_per_s > 0 && s->running.n
                              ? s->stats.decode_tokens_per_s / s->running.n
@@ -1283,8 +1285,17 @@ again:;
                         .block_tables = s->b_tables,
                         .logits_from = s->b_logits_from,
                         .logits = s->logits};
+    if (p.prefill_tok > 0) {
+        /* A prefill holds the engine for a while: say so now, so that the
+         * loop can tell the gateways (a worker's /kv/events "load"). */
+        s->step_prefill_tokens = p.prefill_tok;
+        update_stats(s);
+        if (s->opts.notify)
+            s->opts.notify(s->opts.notify_data);
+    }
     int rc = rows_total <= s->logit_rows ? s->eng.forward(s->eng.ctx, &batch) : IG_ESTATE;
     uint64_t t1 = now(s);
+    s->step_prefill_tokens = 0;
     observe(s, IG_SCHED_OBS_BATCH, p.nseq);
     if (rc < 0) {
         for (int i = 0; i < p.nseq; i++)

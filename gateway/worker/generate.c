@@ -738,6 +738,7 @@ void ig__worker_on_async(uv_async_t *h)
     if (w->sched)
         ig_sched_drain(w->sched, on_event, w);
     ig__worker_kv_pump(w);
+    ig__worker_kv_load(w);
 }
 
 void ig__worker_on_sched_notify(void *data)

@@ -29,8 +29,7 @@
 
 /* ---- other endpoints ---------------------------------------------------- */
 
-/* The /load report of w now. */
-static void load_of(worker_t *w, ig_load_t *out)
+void ig__worker_load_of(worker_t *w, ig_load_t *out)
 {
     ig_sched_stats_t st = ig__worker_stats(w);
     ig_load_t l;
@@ -61,7 +60,7 @@ static void load_of(worker_t *w, ig_load_t *out)
 static void handle_load(ig_http_req_t *req, void *data)
 {
     ig_load_t l;
-    load_of(data, &l);
+    ig__worker_load_of(data, &l);
     json_t *o = ig_load_encode(&l);
     ig_api_respond_json(req, 200, o);
 }
@@ -137,7 +136,7 @@ static void handle_prefix(ig_http_req_t *req, void *data)
     free(h);
     free(ids);
     ig_load_t l;
-    load_of(w, &l);
+    ig__worker_load_of(w, &l);
     json_t *o = ig_load_encode(&l);
     ig_sched_stats_t st = ig__worker_stats(w);
     if (o) {

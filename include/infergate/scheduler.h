@@ -77,7 +77,8 @@ typedef struct {
     int echo_rows;    /* prompt-logprob rows of logits per step (64) */
     const int *eos;   /* the model's EOS ids (copied) */
     int neos;
-    /* Called (engine thread) after events were queued. */
+    /* Called (engine thread) after events were queued, and when a step
+     * that prefills starts (its stats say so: est_wait_s). */
     void (*notify)(void *data);
     void *notify_data;
     /* Optional histogram sink (engine thread). */
