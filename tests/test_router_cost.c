@@ -72,6 +72,39 @@ static void test_reported_queue_not_counted_twice(void **state)
     assert_true(fabs(ig_router_wait(&r, &u, S(1)) - 3.0) < 1e-9);
 }
 
+/* A worker's reported wait drains as time passes; a site's stands. */
+static void test_worker_wait_drains(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t w, site;
+    ready_upstream(&w, "w", IG_ROUTER_LOCAL);
+    ready_upstream(&site, "site", IG_ROUTER_SITE);
+    w.reported_wait_s = site.reported_wait_s = 0.100; /* a prefill under way */
+    w.reported_at_ns = site.reported_at_ns = S(1);
+    w.reported_wait_drains = 1;
+    assert_true(fabs(ig_router_wait(&r, &w, S(1)) - 0.100) < 1e-9);
+    assert_true(fabs(ig_router_wait(&r, &w, S(1.06)) - 0.040) < 1e-9);
+    assert_true(ig_router_wait(&r, &w, S(1.2)) == 0.0);
+    assert_true(fabs(ig_router_wait(&r, &site, S(1.06)) - 0.100) < 1e-9);
+    /* The pick sees it too: of two equal workers, the one whose report is
+     * older has less of its prefill left. */
+    ig_router_upstream_t a, b;
+    ready_upstream(&a, "a", IG_ROUTER_LOCAL);
+    ready_upstream(&b, "b", IG_ROUTER_LOCAL);
+    a.reported_wait_s = b.reported_wait_s = 0.100;
+    a.reported_wait_drains = b.reported_wait_drains = 1;
+    a.reported_at_ns = S(1);
+    b.reported_at_ns = S(1.05);
+    ig_router_upstream_t *ups[] = {&a, &b};
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 0, NULL, S(1.06), &d), 0);
+    assert_int_equal(d.chosen, 0);
+    b.reported_at_ns = S(1);
+    a.reported_at_ns = S(1.05);
+    assert_int_equal(ig_router_pick(&r, ups, 2, 0, NULL, S(1.06), &d), 0);
+    assert_int_equal(d.chosen, 1);
+}
+
 static void test_service_time_never_collapses(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
@@ -524,6 +557,7 @@ int main(void)
         cmocka_unit_test(test_peak_ewma_rtt),
         cmocka_unit_test(test_probe_median_ignores_one_late_probe),
         cmocka_unit_test(test_reported_queue_not_counted_twice),
+        cmocka_unit_test(test_worker_wait_drains),
         cmocka_unit_test(test_service_time_never_collapses),
         cmocka_unit_test(test_cost_prefers_faster_service),
         cmocka_unit_test(test_whole_answers_cost_their_hold),

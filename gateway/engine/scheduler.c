@@ -1034,9 +1034,10 @@ static void update_stats(ig_sched_t *s)
      * for a running sequence to finish. */
     double est = 0;
     double pre = s->stats.prefill_tokens_per_s > 0 ? s->stats.prefill_tokens_per_s : 0;
-    int prompts = s->waiting_prefill_tokens + s->step_prefill_tokens;
-    if (prompts > 0)
-        est += pre > 0 ? prompts / pre : 1.0;
+    if (pre > 0)
+        est += (s->waiting_prefill_tokens + s->step_prefill_tokens) / pre;
+    else if (s->waiting_prefill_tokens > 0)
+        est += 1.0; /* no rate yet (a first step): a second is the guess */
     if (s->running.n >= s->opts.max_num_seqs || s->waiting.n > 0) {
         double per_seq = s->stats.decode_tokens_per_s > 0 && s->running.n
                              ? s->stats.decode_tokens_per_s / s->running.n

@@ -187,8 +187,10 @@ void ig_kv_feed_take_load(ig_router_upstream_t *u, const ig_load_t *l, uint64_t 
 {
     if (l->has & IG_LOAD_WAITING)
         u->reported_waiting = l->waiting;
-    if (l->has & IG_LOAD_EST_WAIT)
+    if (l->has & IG_LOAD_EST_WAIT) {
         u->reported_wait_s = l->est_wait_s;
+        u->reported_wait_drains = 1;
+    }
     if (l->has & IG_LOAD_PREFILL_TPS)
         u->reported_prefill_tps = l->prefill_tokens_per_s;
     if (l->has & IG_LOAD_KV_BLOCKS_TOTAL)

@@ -104,6 +104,16 @@ static int report_fresh(const ig_router_t *r, const ig_router_upstream_t *u, uin
            seconds_between(u->reported_at_ns, now_ns) <= r->opts.report_ttl_s;
 }
 
+/* The reported wait at now_ns: a worker's queue drains as time passes (it
+ * reports again when the queue grows, so the age is what has drained since);
+ * another report (a site's) is taken as it came. */
+static double reported_wait_of(const ig_router_upstream_t *u, uint64_t now_ns)
+{
+    if (!u->reported_wait_drains)
+        return u->reported_wait_s;
+    return fmax(u->reported_wait_s - seconds_between(u->reported_at_ns, now_ns), 0.0);
+}
+
 /* ---- learned concurrency -------------------------------------------------- */
 
 /* Samples a bucket needs before it says anything. */
@@ -312,7 +322,7 @@ double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint6
     double reported_wait = 0.0;
     double queued = 0.0;
     if (report_fresh(r, u, now_ns)) {
-        reported_wait = u->reported_wait_s;
+        reported_wait = reported_wait_of(u, now_ns);
         queued = u->reported_waiting;
     }
     /*
@@ -492,7 +502,7 @@ static double ranked_cost(const ig_router_t *r, const ig_router_upstream_t *u, i
         n = fmax(n, ig_router_concurrency(u) + u->reported_waiting);
     queue = (n + 1) * step;
     if (fresh)
-        queue = fmax(queue, u->reported_wait_s);
+        queue = fmax(queue, reported_wait_of(u, now_ns));
     double prefill = prefill_of(r, u, prompt_tokens, now_ns);
     double cost = rtt_of(r, u) + queue + prefill;
     if (r->opts.tail_weight > 0)

@@ -1098,6 +1098,8 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
     }
     if (r->nfinished == r->nchoices) /* every submit failed after the first */
         finish_request(r);
+    else
+        ig__worker_kv_load(w); /* the gateways hear of it before its prefill */
     return;
 fail:
     ig_api_respond_error(req, &e);

@@ -42,7 +42,9 @@ void ig_kv_feed_close(ig_kv_feed_t *f);
 
 /* A worker's /load report l, received at now_ns, into the router's view
  * of it (u): its queue, predicted wait, prefill rate, KV blocks and slots.
- * The fields l does not have stay as they were. */
+ * The fields l does not have stay as they were. The wait is the worker's
+ * own queue, which drains as time passes: the router takes it less the
+ * report's age (u->reported_wait_drains). */
 void ig_kv_feed_take_load(ig_router_upstream_t *u, const ig_load_t *l, uint64_t now_ns);
 
 typedef struct {

@@ -96,6 +96,9 @@ typedef struct {
     double reported_wait_s;
     double reported_prefill_tps;
     uint64_t reported_at_ns;
+    int reported_wait_drains; /* the wait is an infergate worker's own queue
+                                 (reported again whenever it grows): taken
+                                 less the report's age */
 
     int inflight;        /* attempts this gateway has in flight on it */
     uint64_t done_at_ns; /* an attempt of ours last ended on it; 0 = never */
@@ -106,14 +109,14 @@ typedef struct {
      * the rest); its KV blocks, as its /load reports them (0 = unknown) */
     int cached_tokens;
     int kv_blocks;
-    unsigned kv_epoch; /* bumped by the owner when its KV cache starts empty (a
-                          worker process started): what was cached is gone */
+    unsigned kv_epoch;                    /* bumped by the owner when its KV cache starts empty (a
+                                             worker process started): what was cached is gone */
     const struct ig_kv_index_s *kv_exact; /* what its KV events say it holds, while
                           they are live (infergate/kv_feed.h); NULL: the
                           approximate index stands in */
-    int prefix_peer;   /* a site that is an infergate gateway (its /load names a
-                          region): it routes by prefix too, so a prompt sent
-                          there stays warm in its region */
+    int prefix_peer;                      /* a site that is an infergate gateway (its /load names a
+                                             region): it routes by prefix too, so a prompt sent
+                                             there stays warm in its region */
 
     /* Endpoints it answered 404 for (ig_proxy's IG_PROXY_EP_* bits): a
      * site without /v1/embeddings, a worker without /v1/responses. The
