@@ -40,6 +40,7 @@ typedef struct seq_s {
 
     int *tokens; /* prompt then generated */
     int ntokens, cap_tokens;
+    int wait_tokens; /* what it adds to waiting_prefill_tokens while it waits */
     int nprompt;
     int ncomputed; /* tokens whose KV is cached */
     int ngen;      /* generated, stop token included */
@@ -620,13 +621,25 @@ static void finish(ig_sched_t *s, seq_t *q, ig_finish_t why, int error, int flus
     release_blocks(s, q);
     list_remove(q->state == SEQ_RUNNING ? &s->running : &s->waiting, q);
     if (q->state == SEQ_WAITING)
-        s->waiting_prefill_tokens -= q->ntokens - q->ncomputed;
+        s->waiting_prefill_tokens -= q->wait_tokens;
     uint64_t t = now(s);
     observe(s, IG_SCHED_OBS_E2E, (double)(t - q->submit_ns) / 1e9);
     pthread_mutex_lock(&s->mu);
     s->stats.finished_total[why]++;
     pthread_mutex_unlock(&s->mu);
     seq_free(q);
+}
+
+/* q waits: its prompt's tokens that the prefix cache does not hold now
+ * count toward est_wait_s (a prompt whose prefix is cached costs only the
+ * rest; what the cache holds may change before q runs). */
+static void wait_for_prefill(ig_sched_t *s, seq_t *q)
+{
+    int hit = s->pc.enabled && q->ntokens > 1
+                  ? ig_sched_prefix_match(s, q->tokens, q->ntokens - 1) * s->eng.block_size
+                  : 0;
+    q->wait_tokens = q->ntokens - hit;
+    s->waiting_prefill_tokens += q->wait_tokens;
 }
 
 static void preempt(ig_sched_t *s, seq_t *q)
@@ -636,7 +649,7 @@ static void preempt(ig_sched_t *s, seq_t *q)
     list_remove(&s->running, q);
     q->state = SEQ_WAITING;
     list_push_front(&s->waiting, q); /* older than anything that waits */
-    s->waiting_prefill_tokens += q->ntokens;
+    wait_for_prefill(s, q);
     pthread_mutex_lock(&s->mu);
     s->stats.preemptions_total++;
     pthread_mutex_unlock(&s->mu);
@@ -959,7 +972,7 @@ static void intake(ig_sched_t *s)
         seq_t *q = SEQ_OF(it);
         q->state = SEQ_WAITING;
         list_push_back(&s->waiting, q);
-        s->waiting_prefill_tokens += q->ntokens;
+        wait_for_prefill(s, q);
     }
     for (int i = 0; i < nops; i++) {
         seq_t *q = find_seq(&s->running, ops[i].id);
@@ -1026,6 +1039,7 @@ static void update_stats(ig_sched_t *s)
     pthread_mutex_lock(&s->mu);
     s->stats.waiting = s->waiting.n + s->incoming.n;
     s->stats.running = s->running.n;
+    s->stats.waiting_prefill_tokens = s->waiting_prefill_tokens;
     s->stats.kv_blocks_used = used;
     s->stats.prefix_cached_blocks = s->pc.ncommitted;
     s->stats.prefix_evictions_total = s->pc.evictions;
@@ -1198,7 +1212,6 @@ again:;
         next_w = seq_next(&s->waiting, q);
         if (q->paused)
             continue; /* its client is not reading: not worth blocks now */
-        int left = q->ntokens - q->ncomputed;
         int idle, nhit = prefix_find(s, q, &idle);
         if (blocks_for(s, q->ntokens + 1) - nhit > blocks_avail(s) - idle - s->watermark) {
             /* Paused sequences hold blocks without making progress: the
@@ -1226,7 +1239,7 @@ again:;
             rows = plan_rows(q, n, &from);
         }
         list_remove(&s->waiting, q);
-        s->waiting_prefill_tokens -= left;
+        s->waiting_prefill_tokens -= q->wait_tokens;
         q->state = SEQ_RUNNING;
         list_insert_sorted(&s->running, q);
         prefix_take(s, q, nhit);

@@ -234,6 +234,7 @@ int ig_sched_drain(ig_sched_t *s, ig_sched_event_cb cb, void *data);
 typedef struct {
     int waiting; /* submitted, not running (preempted ones included) */
     int running;
+    int waiting_prefill_tokens; /* the waiting prompts' tokens not in the prefix cache */
     int max_waiting;
     int kv_blocks_used;
     int kv_blocks_total;
