@@ -211,7 +211,7 @@ void ig__worker_tokenizer_file(worker_t *w, ig_http_req_t *req, const char *name
  * answers errors itself and finishes req, now or when the last choice ends. */
 void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
 
-/* The /load report of w now (worker.c). */
+/* The /load report of w now (metrics.c). */
 void ig__worker_load_of(worker_t *w, ig_load_t *out);
 
 /* ---- kv_events.c ---------------------------------------------------------- */
