@@ -399,10 +399,10 @@ static double svc_unit(const ig_router_upstream_t *u)
  * the prompt; before any, at the prefill rate it reports, else at its
  * peers' median service per token (peer_unit, 0 = none: the others serve
  * the same model, so a new one is neither free nor avoided), else at the
- * prior rate. The prior alone priced a worker never sent a prompt at
- * 2,000 tokens/s beside peers measured at 8,000, and a worker reports no
- * rate before its first prefill: no request ever went there, and the
- * replicas shared one worker's cache. */
+ * prior rate. A worker reports no rate before its first prefill, so the
+ * prior alone, where it is slower than the peers' measure, kept every
+ * request off a worker never sent one, and nothing else would ever
+ * measure it (docs/routing.md, "The latency pick"). */
 static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                          double peer_unit, uint64_t now_ns)
 {
