@@ -1224,12 +1224,11 @@ static void trace_pick(ig_proxy_t *px, exchange_t *x, const pick_t *p, int rc)
     fprintf(f, "{\"t\":%.6f,\"head\":\"%016llx\",\"tokens\":%d,\"rc\":%d", p->now / 1e9,
             (unsigned long long)x->prefix.hashes[0], x->prompt_tokens, rc);
     if (rc == 0)
-        fprintf(f, ",\"chosen\":\"%s\",\"hot\":%d,\"explored\":%d",
-                p->states[p->d.chosen]->name, p->d.hot, p->d.explored);
+        fprintf(f, ",\"chosen\":\"%s\",\"hot\":%d,\"explored\":%d", p->states[p->d.chosen]->name,
+                p->d.hot, p->d.explored);
     ig_route_peers_t peers;
     ig_router_peers(&px->router, p->states, p->n, p->exclude, p->now, &peers);
-    fprintf(f, ",\"peer_step\":%.4f,\"peer_unit\":%.6f,\"ups\":[", peers.step_s,
-            peers.svc_unit_s);
+    fprintf(f, ",\"peer_step\":%.4f,\"peer_unit\":%.6f,\"ups\":[", peers.step_s, peers.svc_unit_s);
     for (int i = 0; i < p->n; i++) {
         const ig_router_upstream_t *u = p->states[i];
         ig_route_terms_t t;
