@@ -10,9 +10,9 @@
  *   model files (token-id prompts): the second gateway, started after the
  *   first sent its traffic, catches up from the snapshots, and both agree
  *   block for block on what each worker holds and on where each tenant's
- *   prefix lives. The workers cut blocks of 32 tokens and the gateways'
- *   config says nothing of it: they hash at the block size the workers'
- *   snapshots give;
+ *   prefix lives, and each takes the workers' "load" events. The workers cut blocks of 32 tokens
+ * and the gateways' config says nothing of it: they hash at the block size the workers' snapshots
+ * give;
  * - a gateway without model files and a text prompt: once the worker is
  *   ready the gateway fetches its tokenizer files (GET /v1/tokenizer/...),
  *   and a text prompt sent again is routed on its cached prefix.
@@ -34,7 +34,6 @@
 #include "files.h"
 #include "gwfixture.h"
 #include "peers.h"
-
 
 static int group_setup(void **state)
 {
@@ -321,6 +320,9 @@ static void test_replicas_agree(void **state)
         json_t *a = instance(pa, ips[i]), *b = instance(pb, ips[i]);
         total += exact_blocks(a);
         assert_int_equal(exact_blocks(a), exact_blocks(b));
+        /* Each has the worker's load report from the stream too. */
+        assert_true(json_integer_value(json_object_get(json_object_get(b, "kv_events"), "loads")) >=
+                    1);
         json_decref(a);
         json_decref(b);
     }

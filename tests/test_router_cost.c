@@ -72,6 +72,39 @@ static void test_reported_queue_not_counted_twice(void **state)
     assert_true(fabs(ig_router_wait(&r, &u, S(1)) - 3.0) < 1e-9);
 }
 
+/* A worker's reported wait drains as time passes; a site's stands. */
+static void test_worker_wait_drains(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t w, site;
+    ready_upstream(&w, "w", IG_ROUTER_LOCAL);
+    ready_upstream(&site, "site", IG_ROUTER_SITE);
+    w.reported_wait_s = site.reported_wait_s = 0.100; /* a prefill under way */
+    w.reported_at_ns = site.reported_at_ns = S(1);
+    w.reported_wait_drains = 1;
+    assert_true(fabs(ig_router_wait(&r, &w, S(1)) - 0.100) < 1e-9);
+    assert_true(fabs(ig_router_wait(&r, &w, S(1.06)) - 0.040) < 1e-9);
+    assert_true(ig_router_wait(&r, &w, S(1.2)) == 0.0);
+    assert_true(fabs(ig_router_wait(&r, &site, S(1.06)) - 0.100) < 1e-9);
+    /* The pick sees it too: of two equal workers, the one whose report is
+     * older has less of its prefill left. */
+    ig_router_upstream_t a, b;
+    ready_upstream(&a, "a", IG_ROUTER_LOCAL);
+    ready_upstream(&b, "b", IG_ROUTER_LOCAL);
+    a.reported_wait_s = b.reported_wait_s = 0.100;
+    a.reported_wait_drains = b.reported_wait_drains = 1;
+    a.reported_at_ns = S(1);
+    b.reported_at_ns = S(1.05);
+    ig_router_upstream_t *ups[] = {&a, &b};
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 0, NULL, S(1.06), &d), 0);
+    assert_int_equal(d.chosen, 0);
+    b.reported_at_ns = S(1);
+    a.reported_at_ns = S(1.05);
+    assert_int_equal(ig_router_pick(&r, ups, 2, 0, NULL, S(1.06), &d), 0);
+    assert_int_equal(d.chosen, 1);
+}
+
 static void test_service_time_never_collapses(void **state)
 {
     ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
@@ -272,6 +305,53 @@ static void test_new_upstream_takes_peers_step(void **state)
     }
     for (int i = 0; i < 4; i++)
         assert_int_equal(chosen[i], 2);
+}
+
+/* A worker never sent a prompt, which reports no prefill rate yet, is
+ * priced at its peer's measured service per token, not at the prior rate
+ * (2,000 tokens/s against a peer measured at 8,000 kept every request off
+ * it for good): it takes a prompt when the peer reports a prefill under
+ * way, and a prompt the peer holds still goes to the peer; its own report,
+ * once it has one, comes before the peer's figure. */
+static void test_new_upstream_takes_peers_service(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t fresh, known;
+    ready_upstream(&fresh, "fresh", IG_ROUTER_LOCAL);
+    ready_upstream(&known, "known", IG_ROUTER_LOCAL);
+    ig_router_upstream_t *ups[2] = {&fresh, &known};
+    for (int i = 0; i < 2; i++) {
+        ig_router_observe_rtt(&r, ups[i], 0.001, S(1));
+        ups[i]->slots = 16;
+        ups[i]->reported_at_ns = S(1);
+        ups[i]->kv_blocks = 112;
+    }
+    known.svc_samples = 8;
+    known.svc_weight = 0; /* no noise: the costs decide */
+    known.svc_s = 0.068;
+    known.svc_tokens = 536;
+    known.reported_prefill_tps = 8000;
+    known.occupancy_s = 0.08;
+    known.reported_wait_s = 0.050; /* another gateway's prefill under way */
+    ig_route_peers_t peers;
+    ig_router_peers(&r, ups, 2, NULL, S(1), &peers);
+    assert_float_equal(peers.svc_unit_s, 0.068 / (536 + 32), 1e-12);
+    assert_float_equal(peers.step_s, 0.08 / 16, 1e-12);
+    ig_route_terms_t t;
+    ig_router_terms(&r, &fresh, 536, &peers, S(1), &t);
+    assert_float_equal(t.prefill_s, 0.068, 1e-9); /* the prior said 0.268 */
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 536, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0); /* 5 + 68 ms against 50 + 68 */
+    /* The peer holds the prompt's 512-token prefix: it keeps it. */
+    known.cached_tokens = 512;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 536, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    known.cached_tokens = 0;
+    /* Its own report of a slow prefill comes first. */
+    fresh.reported_prefill_tps = 1000;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 536, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
 }
 
 /* tail_weight standard deviations of the TTFT are added to the rank: of
@@ -524,6 +604,7 @@ int main(void)
         cmocka_unit_test(test_peak_ewma_rtt),
         cmocka_unit_test(test_probe_median_ignores_one_late_probe),
         cmocka_unit_test(test_reported_queue_not_counted_twice),
+        cmocka_unit_test(test_worker_wait_drains),
         cmocka_unit_test(test_service_time_never_collapses),
         cmocka_unit_test(test_cost_prefers_faster_service),
         cmocka_unit_test(test_whole_answers_cost_their_hold),
@@ -531,6 +612,7 @@ int main(void)
         cmocka_unit_test(test_hot_guard),
         cmocka_unit_test(test_sed_counts_every_request_in_flight),
         cmocka_unit_test(test_new_upstream_takes_peers_step),
+        cmocka_unit_test(test_new_upstream_takes_peers_service),
         cmocka_unit_test(test_tail_prefers_steadier),
         cmocka_unit_test(test_noise_tie_goes_to_least_loaded),
         cmocka_unit_test(test_policies_and_exclusion),

@@ -150,6 +150,36 @@ static void run_mix(int cache, int blocks, int out[8][24], uint64_t *hits)
     ctx_free_all_back(c);
 }
 
+/* A waiting prompt counts toward the wait only by what the cache lacks. */
+static void test_waiting_counts_uncached_tokens(void **state)
+{
+    ctx_t *c = ctx_new(64, 64, 1, 1);
+    int p[40], q[40], busy[8];
+    make_prompt(p, 40, 1);
+    make_prompt(q, 40, 2);
+    make_prompt(busy, 8, 3);
+    ig_sched_req_t r = req_of(p, 40, 1, 3, 1);
+    submit_ok(c, &r);
+    finish_all(c, 1); /* p's first 9 blocks are cached now */
+    ig_sched_req_t hold = req_of(busy, 8, 40, 3, 1);
+    submit_ok(c, &hold);
+    ig_sched_step(c->s); /* it runs: the one place is taken */
+    submit_ok(c, &r);
+    ig_sched_step(c->s);
+    ig_sched_stats_t st = stats_of(c);
+    assert_int_equal(st.waiting, 1);
+    assert_int_equal(st.waiting_prefill_tokens, 40 - 9 * BS);
+    ig_sched_req_t other = req_of(q, 40, 1, 3, 1);
+    submit_ok(c, &other);
+    ig_sched_step(c->s);
+    st = stats_of(c);
+    assert_int_equal(st.waiting, 2);
+    assert_int_equal(st.waiting_prefill_tokens, 40 - 9 * BS + 40);
+    finish_all(c, 4);
+    assert_int_equal(stats_of(c).waiting_prefill_tokens, 0);
+    ctx_free_all_back(c);
+}
+
 static void test_bit_identical_with_and_without(void **state)
 {
     int off[8][24], on[8][24], tight[8][24];
@@ -287,6 +317,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_repeat_skips_cached_blocks),
+        cmocka_unit_test(test_waiting_counts_uncached_tokens),
         cmocka_unit_test(test_bit_identical_with_and_without),
         cmocka_unit_test(test_lru_evicts_least_recently_used),
         cmocka_unit_test(test_preemption_with_shared_blocks),

@@ -5,7 +5,8 @@
  * when a small cache evicts them); a subscriber that connects later gets a
  * snapshot equal to what the first one built from the events; and a
  * subscriber that stops reading is dropped with its bytes bounded, while
- * one that reads keeps its stream, every event in sequence.
+ * one that reads keeps its stream, every event in sequence. "load" events
+ * give the /load report after the snapshot and as a request comes and goes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -55,6 +56,7 @@ typedef struct {
     int n;
     uint64_t seq;
     int snapshots, batches, gaps, stored, removed;
+    int loads, max_inflight, last_inflight; /* "load" events */
 } sub_t;
 
 static int set_find(const sub_t *s, uint64_t h)
@@ -111,6 +113,15 @@ static void apply(sub_t *s, const char *name, const char *data)
             }
         }
         s->seq = first + json_array_size(evs) - 1;
+    } else {
+        assert_string_equal(name, "load");
+        assert_true(json_is_true(json_object_get(d, "ready")));
+        assert_string_equal(json_string_value(json_object_get(d, "model")), "tiny");
+        assert_true(json_is_number(json_object_get(d, "est_wait_s")));
+        s->loads++;
+        s->last_inflight = (int)json_integer_value(json_object_get(d, "inflight"));
+        if (s->last_inflight > s->max_inflight)
+            s->max_inflight = s->last_inflight;
     }
     json_decref(d);
 }
@@ -231,6 +242,37 @@ static void test_events_match_hashes(void **state)
     unsubscribe(&b);
 }
 
+static void test_load_events(void **state)
+{
+    (void)state;
+    sub_t a;
+    subscribe(&a, 0);
+    pump(&a, 300);
+    assert_int_equal(a.snapshots, 1);
+    assert_int_equal(a.loads, 1); /* the report as it is, after the snapshot */
+    assert_int_equal(a.last_inflight, 0);
+    /* A request of 48 steps: the report says so while it runs (the loop
+     * drains the engine's output at least once meanwhile) and again once
+     * it is done. */
+    int st;
+    json_t *r = wt_post_value(&W, "/v1/completions",
+                              json_pack("{s:s, s:s, s:i, s:b, s:f}", "model", "tiny", "prompt",
+                                        "load events", "max_tokens", 48, "ignore_eos", 1,
+                                        "temperature", 0.0),
+                              &st);
+    assert_int_equal(st, 200);
+    json_decref(r);
+    pump(&a, 300);
+    assert_true(a.loads >= 3);
+    assert_int_equal(a.max_inflight, 1);
+    assert_int_equal(a.last_inflight, 0);
+    /* Nothing moves: no more reports (the heartbeat is a comment). */
+    int loads = a.loads;
+    pump(&a, 1500);
+    assert_int_equal(a.loads, loads);
+    unsubscribe(&a);
+}
+
 static void test_slow_subscriber_dropped(void **state)
 {
     (void)state;
@@ -283,6 +325,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_events_match_hashes),
+        cmocka_unit_test(test_load_events),
         cmocka_unit_test(test_slow_subscriber_dropped),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

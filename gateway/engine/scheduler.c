@@ -40,6 +40,7 @@ typedef struct seq_s {
 
     int *tokens; /* prompt then generated */
     int ntokens, cap_tokens;
+    int wait_tokens; /* what it adds to waiting_prefill_tokens while it waits */
     int nprompt;
     int ncomputed; /* tokens whose KV is cached */
     int ngen;      /* generated, stop token included */
@@ -197,6 +198,7 @@ struct ig_sched_s {
     seq_list_t waiting, running;
     int watermark;
     int waiting_prefill_tokens;
+    int step_prefill_tokens; /* prompt tokens of the step being computed */
 
     /* Shared, under mu. */
     pthread_mutex_t mu;
@@ -619,13 +621,25 @@ static void finish(ig_sched_t *s, seq_t *q, ig_finish_t why, int error, int flus
     release_blocks(s, q);
     list_remove(q->state == SEQ_RUNNING ? &s->running : &s->waiting, q);
     if (q->state == SEQ_WAITING)
-        s->waiting_prefill_tokens -= q->ntokens - q->ncomputed;
+        s->waiting_prefill_tokens -= q->wait_tokens;
     uint64_t t = now(s);
     observe(s, IG_SCHED_OBS_E2E, (double)(t - q->submit_ns) / 1e9);
     pthread_mutex_lock(&s->mu);
     s->stats.finished_total[why]++;
     pthread_mutex_unlock(&s->mu);
     seq_free(q);
+}
+
+/* q waits: its prompt's tokens that the prefix cache does not hold now
+ * count toward est_wait_s (a prompt whose prefix is cached costs only the
+ * rest; what the cache holds may change before q runs). */
+static void wait_for_prefill(ig_sched_t *s, seq_t *q)
+{
+    int hit = s->pc.enabled && q->ntokens > 1
+                  ? ig_sched_prefix_match(s, q->tokens, q->ntokens - 1) * s->eng.block_size
+                  : 0;
+    q->wait_tokens = q->ntokens - hit;
+    s->waiting_prefill_tokens += q->wait_tokens;
 }
 
 static void preempt(ig_sched_t *s, seq_t *q)
@@ -635,7 +649,7 @@ static void preempt(ig_sched_t *s, seq_t *q)
     list_remove(&s->running, q);
     q->state = SEQ_WAITING;
     list_push_front(&s->waiting, q); /* older than anything that waits */
-    s->waiting_prefill_tokens += q->ntokens;
+    wait_for_prefill(s, q);
     pthread_mutex_lock(&s->mu);
     s->stats.preemptions_total++;
     pthread_mutex_unlock(&s->mu);
@@ -747,8 +761,7 @@ int ig_sched_kv_events(ig_sched_t *s, uint64_t after, ig_kv_event_t *out, int ca
     return n;
 }
 
-int ig_sched_kv_snapshot(ig_sched_t *s, uint64_t *hashes, uint64_t *parents, int cap,
-                         uint64_t *seq)
+int ig_sched_kv_snapshot(ig_sched_t *s, uint64_t *hashes, uint64_t *parents, int cap, uint64_t *seq)
 {
     pthread_mutex_lock(&s->pc_mu);
     int n = ig__pcache_snapshot(&s->pc, hashes, parents, cap, seq);
@@ -959,7 +972,7 @@ static void intake(ig_sched_t *s)
         seq_t *q = SEQ_OF(it);
         q->state = SEQ_WAITING;
         list_push_back(&s->waiting, q);
-        s->waiting_prefill_tokens += q->ntokens;
+        wait_for_prefill(s, q);
     }
     for (int i = 0; i < nops; i++) {
         seq_t *q = find_seq(&s->running, ops[i].id);
@@ -1026,15 +1039,19 @@ static void update_stats(ig_sched_t *s)
     pthread_mutex_lock(&s->mu);
     s->stats.waiting = s->waiting.n + s->incoming.n;
     s->stats.running = s->running.n;
+    s->stats.waiting_prefill_tokens = s->waiting_prefill_tokens;
     s->stats.kv_blocks_used = used;
     s->stats.prefix_cached_blocks = s->pc.ncommitted;
     s->stats.prefix_evictions_total = s->pc.evictions;
-    /* A new request waits for the queued prompts to be prefilled and, when
-     * the running set is full, for a running sequence to finish. */
+    /* A new request waits for the queued prompts and those of the step
+     * being computed to be prefilled and, when the running set is full,
+     * for a running sequence to finish. */
     double est = 0;
     double pre = s->stats.prefill_tokens_per_s > 0 ? s->stats.prefill_tokens_per_s : 0;
-    if (s->waiting_prefill_tokens > 0)
-        est += pre > 0 ? s->waiting_prefill_tokens / pre : 1.0;
+    if (pre > 0)
+        est += (s->waiting_prefill_tokens + s->step_prefill_tokens) / pre;
+    else if (s->waiting_prefill_tokens > 0)
+        est += 1.0; /* no rate yet (a first step): a second is the guess */
     if (s->running.n >= s->opts.max_num_seqs || s->waiting.n > 0) {
         double per_seq = s->stats.decode_tokens_per_s > 0 && s->running.n
                              ? s->stats.decode_tokens_per_s / s->running.n
@@ -1195,7 +1212,6 @@ again:;
         next_w = seq_next(&s->waiting, q);
         if (q->paused)
             continue; /* its client is not reading: not worth blocks now */
-        int left = q->ntokens - q->ncomputed;
         int idle, nhit = prefix_find(s, q, &idle);
         if (blocks_for(s, q->ntokens + 1) - nhit > blocks_avail(s) - idle - s->watermark) {
             /* Paused sequences hold blocks without making progress: the
@@ -1223,7 +1239,7 @@ again:;
             rows = plan_rows(q, n, &from);
         }
         list_remove(&s->waiting, q);
-        s->waiting_prefill_tokens -= left;
+        s->waiting_prefill_tokens -= q->wait_tokens;
         q->state = SEQ_RUNNING;
         list_insert_sorted(&s->running, q);
         prefix_take(s, q, nhit);
@@ -1283,8 +1299,17 @@ again:;
                         .block_tables = s->b_tables,
                         .logits_from = s->b_logits_from,
                         .logits = s->logits};
+    if (p.prefill_tok > 0) {
+        /* A prefill holds the engine for a while: say so now, so that the
+         * loop can tell the gateways (a worker's /kv/events "load"). */
+        s->step_prefill_tokens = p.prefill_tok;
+        update_stats(s);
+        if (s->opts.notify)
+            s->opts.notify(s->opts.notify_data);
+    }
     int rc = rows_total <= s->logit_rows ? s->eng.forward(s->eng.ctx, &batch) : IG_ESTATE;
     uint64_t t1 = now(s);
+    s->step_prefill_tokens = 0;
     observe(s, IG_SCHED_OBS_BATCH, p.nseq);
     if (rc < 0) {
         for (int i = 0; i < p.nseq; i++)

@@ -166,19 +166,7 @@ static void apply_load(ig_instance_t *in, const char *text, size_t len, uint64_t
         return; /* the last good report stays */
     ig_load_dispose(&in->load);
     in->load = next;
-    const ig_load_t *l = &in->load;
-    ig_router_upstream_t *u = &in->route;
-    if (l->has & IG_LOAD_WAITING)
-        u->reported_waiting = l->waiting;
-    if (l->has & IG_LOAD_EST_WAIT)
-        u->reported_wait_s = l->est_wait_s;
-    if (l->has & IG_LOAD_PREFILL_TPS)
-        u->reported_prefill_tps = l->prefill_tokens_per_s;
-    if (l->has & IG_LOAD_KV_BLOCKS_TOTAL)
-        u->kv_blocks = l->kv_blocks_total;
-    if (l->has & IG_LOAD_MAX_NUM_SEQS)
-        u->slots = l->max_num_seqs;
-    u->reported_at_ns = now;
+    ig_kv_feed_take_load(&in->route, &in->load, now);
 }
 
 static void poll_on_done(ig_upstream_req_t *r, int err, void *data)

@@ -35,7 +35,7 @@ struct ig_kv_feed_s {
     ig_kv_index_t *idx;
     int live;
     uint64_t seq;
-    uint64_t snapshots, losses;
+    uint64_t snapshots, losses, loads;
     char epoch[64];
     char last_error[160];
     char *buf; /* bytes of the event being received */
@@ -183,6 +183,37 @@ static void on_events(ig_kv_feed_t *f, json_t *d)
     publish(f);
 }
 
+void ig_kv_feed_take_load(ig_router_upstream_t *u, const ig_load_t *l, uint64_t now_ns)
+{
+    if (l->has & IG_LOAD_WAITING)
+        u->reported_waiting = l->waiting;
+    if (l->has & IG_LOAD_EST_WAIT) {
+        u->reported_wait_s = l->est_wait_s;
+        u->reported_wait_drains = 1;
+    }
+    if (l->has & IG_LOAD_PREFILL_TPS)
+        u->reported_prefill_tps = l->prefill_tokens_per_s;
+    if (l->has & IG_LOAD_KV_BLOCKS_TOTAL)
+        u->kv_blocks = l->kv_blocks_total;
+    if (l->has & IG_LOAD_MAX_NUM_SEQS)
+        u->slots = l->max_num_seqs;
+    u->reported_at_ns = now_ns;
+}
+
+/* A "load" event: the worker's /load report, as it moves. One that does
+ * not parse is dropped; the stream goes on (the index does not depend on
+ * it). */
+static void on_load(ig_kv_feed_t *f, const char *data)
+{
+    ig_load_t l;
+    ig_load_init(&l);
+    if (ig_load_decode(data, strlen(data), &l, NULL, 0) != IG_EPARSE) {
+        ig_kv_feed_take_load(f->u, &l, uv_hrtime());
+        f->loads++;
+    }
+    ig_load_dispose(&l);
+}
+
 /* One SSE event: its "event:" name and its data (one line each here). */
 static void on_event(ig_kv_feed_t *f, char *ev, size_t n)
 {
@@ -199,6 +230,10 @@ static void on_event(ig_kv_feed_t *f, char *ev, size_t n)
     }
     if (data == NULL)
         return; /* a heartbeat */
+    if (strcmp(name, "load") == 0) {
+        on_load(f, data);
+        return;
+    }
     json_t *d = json_loads(data, 0, NULL);
     if (!json_is_object(d))
         restart(f, "malformed event");
@@ -367,6 +402,7 @@ void ig_kv_feed_info(const ig_kv_feed_t *f, ig_kv_feed_info_t *o)
     o->seq = f->seq;
     o->snapshots = f->snapshots;
     o->losses = f->losses;
+    o->loads = f->loads;
     o->epoch = f->epoch;
     o->last_error = f->last_error;
 }

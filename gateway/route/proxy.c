@@ -1199,6 +1199,56 @@ typedef struct {
     int cached_runner;      /* and the runner-up */
 } pick_t;
 
+/* The routing trace: with IG_ROUTE_TRACE=PATH in the environment, every
+ * pick of a prompt with block hashes appends a line to PATH.<pid>: what
+ * each candidate's cost was made of and which one was chosen (a debugging
+ * aid for cache-aware routing; docs/routing.md). NULL when off. */
+static FILE *route_trace(void)
+{
+    static int opened;
+    static FILE *f;
+    if (!opened) {
+        opened = 1;
+        const char *path = getenv("IG_ROUTE_TRACE");
+        if (path != NULL && path[0] != '\0') {
+            char name[512];
+            snprintf(name, sizeof(name), "%s.%ld", path, (long)uv_os_getpid());
+            f = fopen(name, "a");
+        }
+    }
+    return f;
+}
+
+static void trace_pick(ig_proxy_t *px, exchange_t *x, const pick_t *p, int rc)
+{
+    FILE *f = route_trace();
+    if (f == NULL || x->prefix.hashes == NULL || x->prefix.nhashes == 0)
+        return;
+    fprintf(f, "{\"t\":%.6f,\"head\":\"%016llx\",\"tokens\":%d,\"rc\":%d", p->now / 1e9,
+            (unsigned long long)x->prefix.hashes[0], x->prompt_tokens, rc);
+    if (rc == 0)
+        fprintf(f, ",\"chosen\":\"%s\",\"hot\":%d,\"explored\":%d", p->states[p->d.chosen]->name,
+                p->d.hot, p->d.explored);
+    ig_route_peers_t peers;
+    ig_router_peers(&px->router, p->states, p->n, p->exclude, p->now, &peers);
+    fprintf(f, ",\"peer_step\":%.4f,\"peer_unit\":%.6f,\"ups\":[", peers.step_s, peers.svc_unit_s);
+    for (int i = 0; i < p->n; i++) {
+        const ig_router_upstream_t *u = p->states[i];
+        ig_route_terms_t t;
+        ig_router_terms(&px->router, u, x->prompt_tokens, &peers, p->now, &t);
+        fprintf(f,
+                "%s{\"name\":\"%s\",\"excluded\":%d,\"cached\":%d,\"inflight\":%d,"
+                "\"fresh\":%d,\"age\":%.4f,\"wait\":%.4f,\"aged\":%.4f,\"waiting\":%g,"
+                "\"step\":%.4f,\"queue\":%.4f,\"prefill\":%.4f,\"cost\":%.4f,"
+                "\"svc\":%.4f,\"svc_tokens\":%.1f}",
+                i ? "," : "", u->name, p->exclude[i], u->cached_tokens, u->inflight, t.fresh,
+                t.report_age_s, t.reported_wait_s, t.aged_wait_s, t.reported_waiting, t.step_s,
+                t.queue_s, t.prefill_s, t.cost_s, u->svc_s, u->svc_tokens);
+    }
+    fputs("]}\n", f);
+    fflush(f);
+}
+
 /* Resolves the request's upstreams and picks one: 0 with the decision in
  * p->d, or IG_ENOUPSTREAM when none may take it now. */
 static int pick(exchange_t *x, pick_t *p)
@@ -1236,6 +1286,7 @@ static int pick(exchange_t *x, pick_t *p)
     if (rc == 0 && px->opts.objective_cost)
         p->marginal = cost_objective(px, x, p->targets, p->states, p->exclude, n, now, &p->d,
                                      &p->marginal_runner);
+    trace_pick(px, x, p, rc);
     p->cached = rc == 0 ? p->states[p->d.chosen]->cached_tokens : 0;
     p->cached_runner =
         rc == 0 && p->d.runner_up >= 0 ? p->states[p->d.runner_up]->cached_tokens : 0;

@@ -104,6 +104,16 @@ static int report_fresh(const ig_router_t *r, const ig_router_upstream_t *u, uin
            seconds_between(u->reported_at_ns, now_ns) <= r->opts.report_ttl_s;
 }
 
+/* The reported wait at now_ns: a worker's queue drains as time passes (it
+ * reports again when the queue grows, so the age is what has drained since);
+ * another report (a site's) is taken as it came. */
+static double reported_wait_of(const ig_router_upstream_t *u, uint64_t now_ns)
+{
+    if (!u->reported_wait_drains)
+        return u->reported_wait_s;
+    return fmax(u->reported_wait_s - seconds_between(u->reported_at_ns, now_ns), 0.0);
+}
+
 /* ---- learned concurrency -------------------------------------------------- */
 
 /* Samples a bucket needs before it says anything. */
@@ -312,7 +322,7 @@ double ig_router_wait(const ig_router_t *r, const ig_router_upstream_t *u, uint6
     double reported_wait = 0.0;
     double queued = 0.0;
     if (report_fresh(r, u, now_ns)) {
-        reported_wait = u->reported_wait_s;
+        reported_wait = reported_wait_of(u, now_ns);
         queued = u->reported_waiting;
     }
     /*
@@ -374,20 +384,40 @@ static double whole_of(const ig_router_t *r, const ig_router_upstream_t *u)
     return fmax(hold - rtt_of(r, u), 0.25 * hold);
 }
 
-static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
-                         uint64_t now_ns)
+/* A fixed overhead worth this many prompt tokens is assumed when scaling an
+ * observed service time to another prompt length. */
+#define OVERHEAD_TOKENS 32.0
+
+/* An upstream's service time per prompt token (overhead included), as its
+ * samples say; 0 before any. */
+static double svc_unit(const ig_router_upstream_t *u)
 {
-    /* A fixed overhead worth this many prompt tokens is assumed when scaling
-     * an observed service time to another prompt length. */
-    const double overhead_tokens = 32.0;
+    return u->svc_samples > 0 ? u->svc_s / (u->svc_tokens + OVERHEAD_TOKENS) : 0;
+}
+
+/* The prefill of the prompt's uncached part on u: its own samples scaled to
+ * the prompt; before any, at the prefill rate it reports, else at its
+ * peers' median service per token (peer_unit, 0 = none: the others serve
+ * the same model, so a new one is neither free nor avoided), else at the
+ * prior rate. A worker reports no rate before its first prefill, so the
+ * prior alone, where it is slower than the peers' measure, kept every
+ * request off a worker never sent one, and nothing else would ever
+ * measure it (docs/routing.md, "The latency pick"). */
+static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                         double peer_unit, uint64_t now_ns)
+{
     double p = prompt_tokens > 0 ? prompt_tokens : 0;
     if (u->cached_tokens > 0) /* only what is not cached is prefilled */
         p = p > u->cached_tokens ? p - u->cached_tokens : 1;
     if (u->svc_samples > 0)
-        return u->svc_s * (p + overhead_tokens) / (u->svc_tokens + overhead_tokens);
-    double tps = r->opts.prior_prefill_tps;
+        return svc_unit(u) * (p + OVERHEAD_TOKENS);
+    double own = 0;
     if (report_fresh(r, u, now_ns) && u->reported_prefill_tps > 0)
-        tps = u->reported_prefill_tps;
+        own = p / u->reported_prefill_tps;
+    else if (peer_unit > 0)
+        own = peer_unit * (p + OVERHEAD_TOKENS);
+    else
+        own = p / r->opts.prior_prefill_tps;
     /* A whole answer's time is its hold, and at least the prompt's prefill
      * at the believed rate (the hold may be of shorter prompts). Where part
      * of the prompt is cached the hold does not say how much of it that
@@ -395,13 +425,13 @@ static double prefill_of(const ig_router_t *r, const ig_router_upstream_t *u, in
      * upstream not yet measured: a prefix's affinity is what it was
      * (test_gateway_prefix). */
     double whole = u->cached_tokens > 0 ? 0 : whole_of(r, u);
-    return fmax(whole, p / tps);
+    return fmax(whole, own);
 }
 
 double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                       uint64_t now_ns)
 {
-    return rtt_of(r, u) + ig_router_wait(r, u, now_ns) + prefill_of(r, u, prompt_tokens, now_ns);
+    return rtt_of(r, u) + ig_router_wait(r, u, now_ns) + prefill_of(r, u, prompt_tokens, 0, now_ns);
 }
 
 /* One service sample's standard deviation, scaled to the prompt as the
@@ -477,27 +507,40 @@ int ig_router_would_queue(const ig_router_upstream_t *u)
  * 3 loads (bench/routing-sim, docs/routing.md) the TTFT p99 was over 1.1x
  * the best baseline in 37 cells with it and 20 with SED; weighing SED's
  * queue 0.5x or 2x gave 24 and 23, so it has no weight. An upstream with no
- * sample yet takes the median step of the others (peer_step): a new one is
- * neither free nor avoided.
+ * sample yet takes the median step and service per token of the others
+ * (ig_route_peers_t): a new one is neither free nor avoided.
  */
-static double ranked_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
-                          double peer_step, uint64_t now_ns)
+void ig_router_terms(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                     const ig_route_peers_t *peers, uint64_t now_ns, ig_route_terms_t *t)
 {
     double step = step_of(r, u);
     if (!(step > 0))
-        step = peer_step;
-    double n = u->inflight, queue;
-    int fresh = report_fresh(r, u, now_ns);
-    if (fresh && u->reported_waiting > 0)
+        step = peers->step_s;
+    double n = u->inflight;
+    t->fresh = report_fresh(r, u, now_ns);
+    t->report_age_s = u->reported_at_ns ? seconds_between(u->reported_at_ns, now_ns) : -1;
+    t->reported_wait_s = u->reported_wait_s;
+    t->aged_wait_s = reported_wait_of(u, now_ns);
+    t->reported_waiting = u->reported_waiting;
+    if (t->fresh && u->reported_waiting > 0)
         n = fmax(n, ig_router_concurrency(u) + u->reported_waiting);
-    queue = (n + 1) * step;
-    if (fresh)
-        queue = fmax(queue, u->reported_wait_s);
-    double prefill = prefill_of(r, u, prompt_tokens, now_ns);
-    double cost = rtt_of(r, u) + queue + prefill;
+    t->step_s = step;
+    t->queue_s = (n + 1) * step;
+    if (t->fresh)
+        t->queue_s = fmax(t->queue_s, t->aged_wait_s);
+    t->prefill_s = prefill_of(r, u, prompt_tokens, peers->svc_unit_s, now_ns);
+    t->cost_s = rtt_of(r, u) + t->queue_s + t->prefill_s;
     if (r->opts.tail_weight > 0)
-        cost += r->opts.tail_weight * spread_of(r, u, ig_router_wait(r, u, now_ns), prefill);
-    return cost;
+        t->cost_s +=
+            r->opts.tail_weight * spread_of(r, u, ig_router_wait(r, u, now_ns), t->prefill_s);
+}
+
+static double ranked_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                          const ig_route_peers_t *peers, uint64_t now_ns)
+{
+    ig_route_terms_t t;
+    ig_router_terms(r, u, prompt_tokens, peers, now_ns, &t);
+    return t.cost_s;
 }
 
 double ig_router_hedge_delay(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
@@ -524,7 +567,7 @@ static double cost_noise(const ig_router_t *r, const ig_router_upstream_t *u, in
                          uint64_t now_ns)
 {
     double a = u->svc_weight;
-    return svc_sd(u, prefill_of(r, u, prompt_tokens, now_ns)) * sqrt(2.0 * a / (2.0 - a));
+    return svc_sd(u, prefill_of(r, u, prompt_tokens, 0, now_ns)) * sqrt(2.0 * a / (2.0 - a));
 }
 
 /* ---- eligibility and the pick ------------------------------------------- */
@@ -645,6 +688,55 @@ static int break_ties(const ig_router_t *r, ig_router_upstream_t *const *ups, co
     return best;
 }
 
+/* The median of v[0 .. n) (sorts it); 0 when n is 0. */
+static double median_of(double *v, int n)
+{
+    qsort(v, n, sizeof(double), cmp_double);
+    return n > 0 ? v[n / 2] : 0.0;
+}
+
+/* The candidates' median step and service per token, of those that have
+ * one, for those that have none; tmp holds ncand doubles. */
+static void peers_of(const ig_router_t *r, ig_router_upstream_t *const *ups, const int *cand,
+                     int ncand, double *tmp, ig_route_peers_t *out)
+{
+    int k = 0;
+    for (int j = 0; j < ncand; j++) {
+        double st = step_of(r, ups[cand[j]]);
+        if (st > 0)
+            tmp[k++] = st;
+    }
+    out->step_s = median_of(tmp, k);
+    k = 0;
+    for (int j = 0; j < ncand; j++) {
+        double su = svc_unit(ups[cand[j]]);
+        if (su > 0)
+            tmp[k++] = su;
+    }
+    out->svc_unit_s = median_of(tmp, k);
+}
+
+void ig_router_peers(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
+                     const unsigned char *exclude, uint64_t now_ns, ig_route_peers_t *out)
+{
+    int stack_i[64] = {0}; /* (gcc cannot see that peers_of reads only ncand) */
+    double stack_d[64];
+    int *cand = n <= 64 ? stack_i : malloc(sizeof(int) * n);
+    double *tmp = n <= 64 ? stack_d : malloc(sizeof(double) * n);
+    int ncand = 0;
+    out->step_s = out->svc_unit_s = 0;
+    if (cand != NULL && tmp != NULL) {
+        for (int i = 0; i < n; i++)
+            if ((exclude == NULL || !exclude[i]) && ig_router_eligible(ups[i], now_ns))
+                cand[ncand++] = i;
+        peers_of(r, ups, cand, ncand, tmp, out);
+    }
+    if (cand != stack_i)
+        free(cand);
+    if (tmp != stack_d)
+        free(tmp);
+}
+
 /* The latency policy's pick among the candidates (indexes into ups): the
  * cheapest by ranked cost that is not hot, ties within the cost's noise to
  * the least utilised; when every one is hot, the least utilised (out->hot).
@@ -679,16 +771,8 @@ static int latency_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const 
     }
     qsort(sorted, ncand, sizeof(double), cmp_double);
     qsort(sorted_rif, ncand, sizeof(double), cmp_double);
-    /* The median step of those that have one, for those that have none
-     * (cost holds the steps until it holds the costs). */
-    int nstep = 0;
-    for (int j = 0; j < ncand; j++) {
-        double st = step_of(r, ups[cand[j]]);
-        if (st > 0)
-            cost[nstep++] = st;
-    }
-    qsort(cost, nstep, sizeof(double), cmp_double);
-    double peer_step = nstep > 0 ? cost[nstep / 2] : 0.0;
+    ig_route_peers_t peers;
+    peers_of(r, ups, cand, ncand, cost, &peers);
     /* Equal costs go to the first in an order that rotates with each
      * decision, as least_inflight's ties do: a fixed order put a third
      * more of a fleet of equal upstreams' traffic on the first. */
@@ -705,7 +789,7 @@ static int latency_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const 
                    warm ? WARM_HOT_SLACK / ig_router_concurrency(ups[i]) : 0) &&
             is_hot(r, sorted_rif, ncand, rif_of(ups[i]), warm ? WARM_HOT_SLACK : 0))
             continue;
-        cost[j] = ranked_cost(r, ups[i], prompt_tokens, peer_step, now_ns);
+        cost[j] = ranked_cost(r, ups[i], prompt_tokens, &peers, now_ns);
         if (cost[j] < best_cost) {
             best = i;
             best_cost = cost[j];

@@ -239,11 +239,12 @@ static void status_kv_index(json_t *o, const ig_instance_t *in)
     ig_kv_feed_info(f, &fi);
     json_object_set_new(o, "prefix_index", json_string(fi.live ? "exact" : "approximate"));
     json_object_set_new(o, "kv_events",
-                        json_pack("{s:b, s:i, s:i, s:i, s:I, s:I, s:I, s:s, s:s}", "live", fi.live,
-                                  "blocks", fi.blocks, "capacity", fi.capacity, "block_size",
-                                  fi.block_size, "seq", (json_int_t)fi.seq, "snapshots",
-                                  (json_int_t)fi.snapshots, "losses", (json_int_t)fi.losses,
-                                  "epoch", fi.epoch, "last_error", fi.last_error));
+                        json_pack("{s:b, s:i, s:i, s:i, s:I, s:I, s:I, s:I, s:s, s:s}", "live",
+                                  fi.live, "blocks", fi.blocks, "capacity", fi.capacity,
+                                  "block_size", fi.block_size, "seq", (json_int_t)fi.seq,
+                                  "snapshots", (json_int_t)fi.snapshots, "losses",
+                                  (json_int_t)fi.losses, "loads", (json_int_t)fi.loads, "epoch",
+                                  fi.epoch, "last_error", fi.last_error));
 }
 
 /* A site's row of /status; its spend added to *spend. */

@@ -738,6 +738,7 @@ void ig__worker_on_async(uv_async_t *h)
     if (w->sched)
         ig_sched_drain(w->sched, on_event, w);
     ig__worker_kv_pump(w);
+    ig__worker_kv_load(w);
 }
 
 void ig__worker_on_sched_notify(void *data)
@@ -1097,6 +1098,8 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind)
     }
     if (r->nfinished == r->nchoices) /* every submit failed after the first */
         finish_request(r);
+    else
+        ig__worker_kv_load(w); /* the gateways hear of it before its prefill */
     return;
 fail:
     ig_api_respond_error(req, &e);

@@ -9,7 +9,9 @@
  * connection closed, what it had queued discarded), so no subscriber holds
  * more than that; one that reconnects starts from a new snapshot. When
  * the loop itself falls behind the ring, every subscriber gets a new
- * snapshot.
+ * snapshot. Beside the cache, the stream carries the worker's /load report
+ * ("load" events) whenever it moves, so that a gateway sees the queue that
+ * other gateways' requests make here within a step.
  */
 #include "worker_internal.h"
 
@@ -18,6 +20,7 @@
 #include "infergate/prefix.h"
 #include "infergate/strbuf.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +193,53 @@ void ig__worker_kv_pump(worker_t *w)
     }
 }
 
+/* Whether the report has moved enough since the last "load" event to be
+ * worth one: a count changed, or the predicted wait by 5 ms and 10%. */
+static int load_moved(const ig_load_t *last, const ig_load_t *l)
+{
+    if (last->has == 0 || last->waiting != l->waiting || last->running != l->running ||
+        last->inflight != l->inflight || last->ready != l->ready)
+        return 1;
+    double d = l->est_wait_s - last->est_wait_s;
+    return fabs(d) > 0.005 + 0.1 * last->est_wait_s;
+}
+
+/* One "load" event with l, to s alone or (s NULL) to every subscriber. */
+static void send_load(worker_t *w, kvsub_t *s, const ig_load_t *l)
+{
+    json_t *o = ig_load_encode(l);
+    char *data = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (data == NULL)
+        return; /* out of memory: the gateways still poll /load */
+    ig_strbuf_t b = {0};
+    ig_strbuf_put(&b, "event: load\ndata: ", 18);
+    ig_strbuf_put(&b, data, strlen(data));
+    ig_strbuf_put(&b, "\n\n", 2);
+    free(data);
+    if (!b.oom) {
+        if (s != NULL)
+            send_to(s, b.buf, b.len);
+        for (kvsub_t *t = s ? NULL : w->kv_subs, *nx; t; t = nx) {
+            nx = t->next;
+            send_to(t, b.buf, b.len);
+        }
+    }
+    ig_strbuf_free(&b);
+}
+
+void ig__worker_kv_load(worker_t *w)
+{
+    if (!w->kv_subs)
+        return;
+    ig_load_t l;
+    ig__worker_load_of(w, &l);
+    if (!load_moved(&w->kv_load, &l))
+        return;
+    w->kv_load = l;
+    send_load(w, NULL, &l);
+}
+
 void ig__worker_kv_tick(worker_t *w)
 {
     ig__worker_kv_pump(w);
@@ -238,8 +288,13 @@ void ig__worker_kv_subscribe(worker_t *w, ig_http_req_t *req)
     w->kv_subs = s;
     w->nkv_subs++;
     ig_http_req_on_abort(req, on_abort, s);
-    if (send_snapshot(s) == 0 && w->nkv_subs == 1)
+    if (send_snapshot(s) != 0)
+        return;
+    if (w->nkv_subs == 1)
         w->kv_cursor = s->from;
+    ig_load_t l;
+    ig__worker_load_of(w, &l);
+    send_load(w, s, &l);
 }
 
 void ig__worker_kv_close_all(worker_t *w)

@@ -1,7 +1,8 @@
 /*
  * The worker's metric families (infergate_worker_*) and their glue to the
  * scheduler: gauges read its stats, histograms are observed from the engine
- * thread, counters follow its totals on the loop thread.
+ * thread, counters follow its totals on the loop thread; and the /load
+ * report built from the same stats (GET /load and the KV events' "load").
  */
 #include "worker_internal.h"
 
@@ -149,4 +150,34 @@ void ig__worker_metrics_sync(worker_t *w)
             ig_metric_add(w->m_finished, (double)(st.finished_total[f] - l->finished_total[f]),
                           ig_finish_reason((ig_finish_t)f));
     *l = st;
+}
+
+/* ---- the /load report ----------------------------------------------------- */
+
+void ig__worker_load_of(worker_t *w, ig_load_t *out)
+{
+    ig_sched_stats_t st = ig__worker_stats(w);
+    ig_load_t l;
+    ig_load_init(&l);
+    l.has = IG_LOAD_WORKER_FIELDS | (w->chat_source != NULL ? IG_LOAD_CHAT_TEMPLATE : 0);
+    l.waiting = st.waiting;
+    l.running = st.running;
+    l.kv_blocks_used = st.kv_blocks_used;
+    l.kv_blocks_total = st.kv_blocks_total;
+    l.decode_tokens_per_s = st.decode_tokens_per_s;
+    l.prefill_tokens_per_s = st.prefill_tokens_per_s;
+    l.est_wait_s = st.est_wait_s;
+    l.max_waiting = w->o.max_waiting;
+    l.model = w->model_name;
+    l.state = w->state == W_LOADING    ? "loading"
+              : w->state == W_READY    ? "ready"
+              : w->state == W_DRAINING ? "draining"
+                                       : "failed";
+    l.ready = w->state == W_READY;
+    l.inflight = w->nreqs;
+    l.max_num_seqs = w->o.max_num_seqs;
+    l.max_batched_tokens = w->o.max_batched_tokens;
+    if (w->chat_source != NULL)
+        l.chat_template = ig_chat_style_name(w->chat_style);
+    *out = l;
 }

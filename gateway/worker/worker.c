@@ -29,39 +29,10 @@
 
 /* ---- other endpoints ---------------------------------------------------- */
 
-/* The /load report of w now. */
-static void load_of(worker_t *w, ig_load_t *out)
-{
-    ig_sched_stats_t st = ig__worker_stats(w);
-    ig_load_t l;
-    ig_load_init(&l);
-    l.has = IG_LOAD_WORKER_FIELDS | (w->chat_source != NULL ? IG_LOAD_CHAT_TEMPLATE : 0);
-    l.waiting = st.waiting;
-    l.running = st.running;
-    l.kv_blocks_used = st.kv_blocks_used;
-    l.kv_blocks_total = st.kv_blocks_total;
-    l.decode_tokens_per_s = st.decode_tokens_per_s;
-    l.prefill_tokens_per_s = st.prefill_tokens_per_s;
-    l.est_wait_s = st.est_wait_s;
-    l.max_waiting = w->o.max_waiting;
-    l.model = w->model_name;
-    l.state = w->state == W_LOADING    ? "loading"
-              : w->state == W_READY    ? "ready"
-              : w->state == W_DRAINING ? "draining"
-                                       : "failed";
-    l.ready = w->state == W_READY;
-    l.inflight = w->nreqs;
-    l.max_num_seqs = w->o.max_num_seqs;
-    l.max_batched_tokens = w->o.max_batched_tokens;
-    if (w->chat_source != NULL)
-        l.chat_template = ig_chat_style_name(w->chat_style);
-    *out = l;
-}
-
 static void handle_load(ig_http_req_t *req, void *data)
 {
     ig_load_t l;
-    load_of(data, &l);
+    ig__worker_load_of(data, &l);
     json_t *o = ig_load_encode(&l);
     ig_api_respond_json(req, 200, o);
 }
@@ -137,7 +108,7 @@ static void handle_prefix(ig_http_req_t *req, void *data)
     free(h);
     free(ids);
     ig_load_t l;
-    load_of(w, &l);
+    ig__worker_load_of(w, &l);
     json_t *o = ig_load_encode(&l);
     ig_sched_stats_t st = ig__worker_stats(w);
     if (o) {

@@ -12,6 +12,7 @@
 #include "infergate/engine.h"
 #include "infergate/http.h"
 #include "infergate/kernels.h"
+#include "infergate/load.h"
 #include "infergate/metrics.h"
 #include "infergate/model.h"
 #include "infergate/scheduler.h"
@@ -154,8 +155,9 @@ typedef struct worker_s {
     /* GET /kv/events (kv_events.c) */
     kvsub_t *kv_subs;
     int nkv_subs;
-    uint64_t kv_cursor;   /* events up to this one were sent to every subscriber */
-    char kv_epoch[48];    /* this process's cache: a new one after each start */
+    uint64_t kv_cursor; /* events up to this one were sent to every subscriber */
+    char kv_epoch[48];  /* this process's cache: a new one after each start */
+    ig_load_t kv_load;  /* the last "load" event sent (its strings the worker's) */
 } worker_t;
 
 /* ---- metrics.c ----------------------------------------------------------- */
@@ -209,6 +211,9 @@ void ig__worker_tokenizer_file(worker_t *w, ig_http_req_t *req, const char *name
  * answers errors itself and finishes req, now or when the last choice ends. */
 void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
 
+/* The /load report of w now (metrics.c). */
+void ig__worker_load_of(worker_t *w, ig_load_t *out);
+
 /* ---- kv_events.c ---------------------------------------------------------- */
 
 /* GET /kv/events: subscribes req (a snapshot, then the events); answers
@@ -216,6 +221,9 @@ void ig__worker_generate(worker_t *w, ig_http_req_t *req, ig_api_kind_t kind);
 void ig__worker_kv_subscribe(worker_t *w, ig_http_req_t *req);
 /* Loop thread: sends the cache's new events to every subscriber. */
 void ig__worker_kv_pump(worker_t *w);
+/* Loop thread: a "load" event to every subscriber when the /load report
+ * has moved since the last one. */
+void ig__worker_kv_load(worker_t *w);
 /* Once a second: pump, and a comment line as a heartbeat. */
 void ig__worker_kv_tick(worker_t *w);
 /* Ends every subscription (the worker drains). */

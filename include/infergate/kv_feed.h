@@ -14,9 +14,15 @@
  * a new worker process (another epoch) also bumps u->kv_epoch, so that the
  * approximate index forgets what it believed of the old one.
  *
+ * The stream's "load" events (the worker's /load report, sent when it
+ * moves) go into u as ig_kv_feed_take_load() puts a polled one: a gateway
+ * replica then sees the other replicas' prompts within milliseconds, not
+ * at its next poll.
+ *
  * Loop thread only. A handle: ig_kv_feed_close() is its pair.
  */
 
+#include "infergate/load.h"
 #include "infergate/router.h"
 
 #include <stdint.h>
@@ -34,6 +40,13 @@ int ig_kv_feed_start(ig_kv_feed_t **out, uv_loop_t *loop, const char *name, cons
  * goes once the connection is closed. */
 void ig_kv_feed_close(ig_kv_feed_t *f);
 
+/* A worker's /load report l, received at now_ns, into the router's view
+ * of it (u): its queue, predicted wait, prefill rate, KV blocks and slots.
+ * The fields l does not have stay as they were. The wait is the worker's
+ * own queue, which drains as time passes: the router takes it less the
+ * report's age (u->reported_wait_drains). */
+void ig_kv_feed_take_load(ig_router_upstream_t *u, const ig_load_t *l, uint64_t now_ns);
+
 typedef struct {
     int live;               /* the exact index is in use */
     int blocks;             /* blocks it holds now */
@@ -42,6 +55,7 @@ typedef struct {
     uint64_t seq;           /* the last event applied */
     uint64_t snapshots;     /* snapshots received */
     uint64_t losses;        /* times the stream was lost after a snapshot */
+    uint64_t loads;         /* "load" events taken */
     const char *epoch;      /* the worker process's cache id ("" before) */
     const char *last_error; /* why it was last lost ("" never) */
 } ig_kv_feed_info_t;

@@ -96,6 +96,9 @@ typedef struct {
     double reported_wait_s;
     double reported_prefill_tps;
     uint64_t reported_at_ns;
+    int reported_wait_drains; /* the wait is an infergate worker's own queue
+                                 (reported again whenever it grows): taken
+                                 less the report's age */
 
     int inflight;        /* attempts this gateway has in flight on it */
     uint64_t done_at_ns; /* an attempt of ours last ended on it; 0 = never */
@@ -106,14 +109,14 @@ typedef struct {
      * the rest); its KV blocks, as its /load reports them (0 = unknown) */
     int cached_tokens;
     int kv_blocks;
-    unsigned kv_epoch; /* bumped by the owner when its KV cache starts empty (a
-                          worker process started): what was cached is gone */
+    unsigned kv_epoch;                    /* bumped by the owner when its KV cache starts empty (a
+                                             worker process started): what was cached is gone */
     const struct ig_kv_index_s *kv_exact; /* what its KV events say it holds, while
                           they are live (infergate/kv_feed.h); NULL: the
                           approximate index stands in */
-    int prefix_peer;   /* a site that is an infergate gateway (its /load names a
-                          region): it routes by prefix too, so a prompt sent
-                          there stays warm in its region */
+    int prefix_peer;                      /* a site that is an infergate gateway (its /load names a
+                                             region): it routes by prefix too, so a prompt sent
+                                             there stays warm in its region */
 
     /* Endpoints it answered 404 for (ig_proxy's IG_PROXY_EP_* bits): a
      * site without /v1/embeddings, a worker without /v1/responses. The
@@ -256,6 +259,35 @@ int ig_router_eligible(const ig_router_upstream_t *u, uint64_t now_ns);
 /* The predicted TTFT of a request of prompt_tokens on u, in seconds. */
 double ig_router_cost(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
                       uint64_t now_ns);
+
+/* The terms of the latency policy's ranked cost of u (ranked_cost in
+ * router.c), for the routing trace: what a decision saw of each candidate. */
+typedef struct {
+    int fresh;              /* its load report is within report_ttl_s */
+    double report_age_s;    /* since its last load report (-1: none) */
+    double reported_wait_s; /* its est_wait_s as reported */
+    double aged_wait_s;     /* that wait as the router takes it now */
+    double reported_waiting;
+    double step_s;    /* step_of(): what one more request in flight adds */
+    double queue_s;   /* max((n + 1) x step, the aged wait) */
+    double prefill_s; /* its prefill of the uncached part of the prompt */
+    double cost_s;    /* rtt + queue + prefill (+ the tail term) */
+} ig_route_terms_t;
+
+/* What an upstream with no sample yet is believed to be: the median of
+ * its fellow candidates that have one (0: none has). */
+typedef struct {
+    double step_s;     /* what one more request in flight adds */
+    double svc_unit_s; /* service time per prompt token, overhead included */
+} ig_route_peers_t;
+
+/* The peers of a pick among ups[0 .. n) (exclude as ig_router_pick's). */
+void ig_router_peers(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
+                     const unsigned char *exclude, uint64_t now_ns, ig_route_peers_t *out);
+
+/* Fills t with u's ranked-cost terms for a prompt of prompt_tokens. */
+void ig_router_terms(const ig_router_t *r, const ig_router_upstream_t *u, int prompt_tokens,
+                     const ig_route_peers_t *peers, uint64_t now_ns, ig_route_terms_t *t);
 
 /*
  * Picks an upstream among ups[0..n) for a prompt of prompt_tokens, skipping

@@ -77,7 +77,8 @@ typedef struct {
     int echo_rows;    /* prompt-logprob rows of logits per step (64) */
     const int *eos;   /* the model's EOS ids (copied) */
     int neos;
-    /* Called (engine thread) after events were queued. */
+    /* Called (engine thread) after events were queued, and when a step
+     * that prefills starts (its stats say so: est_wait_s). */
     void (*notify)(void *data);
     void *notify_data;
     /* Optional histogram sink (engine thread). */
@@ -233,6 +234,7 @@ int ig_sched_drain(ig_sched_t *s, ig_sched_event_cb cb, void *data);
 typedef struct {
     int waiting; /* submitted, not running (preempted ones included) */
     int running;
+    int waiting_prefill_tokens; /* the waiting prompts' tokens not in the prefix cache */
     int max_waiting;
     int kv_blocks_used;
     int kv_blocks_total;
