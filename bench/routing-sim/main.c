@@ -526,6 +526,17 @@ int main(int argc, char **argv)
                100.0 * oracle_p50_ok / ncells);
         printf("    above the best baseline's by more than two standard errors: %d cells\n",
                p50_lost_sig);
+        /* Which cells, as fleet@load (the fleet's index as --first takes
+         * it): `--fleets 1 --first F --loads L --cells` runs one again. */
+        for (int m = 1; m >= 0; m--) {
+            printf("  %s beyond the noise:", m ? "TTFT p99 > 1.1x" : "TTFT p50 > 1.0x");
+            for (int c = 0; c < ncells; c++) {
+                const sim_result_t *lat = &res[(size_t)c * SIM_NPOLICIES + SIM_LATENCY];
+                if (beyond_noise(lat, best_of(res, use, c, m), m, m ? 1.1 : 1.0))
+                    printf(" %d@%.2f", first + c / nloads, loads[c % nloads]);
+            }
+            printf("\n");
+        }
     }
 
     /* The cold start: the TTFT p99 of the warm-up's requests (the first
