@@ -122,10 +122,14 @@ static void test_chat_hedge_beats_a_stall_after_the_role_delta(void **state)
     long long took = ig_tc_now_ms() - t0;
     check_chat_stream(&r);
     const char *up = ig_tc_header(&r, "x-infergate-upstream");
+    const char *route = ig_tc_header(&r, "x-infergate-route");
+    /* The route header names the primary's pick: s0 unless the router chose
+     * otherwise, which is what a failure below needs to know. */
+    print_message("hedged chat answer in %lld ms (the stall lasts 3000 ms); route: %s\n", took,
+                  route ? route : "(none)");
     assert_non_null(up);
     assert_string_equal(up, "s1");
     ig_tc_response_free(&r);
-    print_message("hedged chat answer in %lld ms (the stall lasts 3000 ms)\n", took);
     assert_true(took < 1500);
     assert_true(ig_gwf_metric(g.port, won) - won0 == 1);
     assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
