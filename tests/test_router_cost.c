@@ -354,6 +354,40 @@ static void test_new_upstream_takes_peers_service(void **state)
     assert_int_equal(d.chosen, 1);
 }
 
+/* An upstream never measured is priced at its peers' service; an attempt
+ * there cancelled before its first token (a hedge elsewhere won) says it
+ * took longer than it ran. A bound above the belief is learned, so the
+ * pick moves to the measured peer; one below it changes nothing. */
+static void test_lost_race_is_learned(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    ig_router_upstream_t fresh, known;
+    ready_upstream(&fresh, "fresh", IG_ROUTER_LOCAL);
+    ready_upstream(&known, "known", IG_ROUTER_LOCAL);
+    ig_router_upstream_t *ups[2] = {&fresh, &known};
+    ig_router_observe_rtt(&r, &fresh, 0.0001, S(1));
+    ig_router_observe_rtt(&r, &known, 0.0002, S(1));
+    ig_router_observe_ttft(&r, &known, 40, 0.0022, 0, S(1));
+    known.svc_weight = 0; /* no noise: the costs decide */
+    ig_route_decision_t d;
+    /* Priced as its peer, and nearer: the fresh one is the pick. */
+    assert_int_equal(ig_router_pick(&r, ups, 2, 40, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+    /* A bound below what it is believed to take says nothing. */
+    ig_router_observe_ttft_above(&r, &fresh, 40, 0.0001, 0, S(1));
+    assert_int_equal(fresh.svc_samples, 0);
+    /* It lost a race after 4 ms, twice what its peer takes. */
+    ig_router_observe_ttft_above(&r, &fresh, 40, 0.004, 0, S(1));
+    assert_int_equal(fresh.svc_samples, 1);
+    assert_true(fresh.svc_s > known.svc_s);
+    fresh.svc_weight = 0;
+    assert_int_equal(ig_router_pick(&r, ups, 2, 40, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    /* Measured now, a bound below its own estimate is no sample. */
+    ig_router_observe_ttft_above(&r, &fresh, 40, 0.002, 0, S(2));
+    assert_int_equal(fresh.svc_samples, 1);
+}
+
 /* tail_weight standard deviations of the TTFT are added to the rank: of
  * two upstreams with about the same mean the steadier wins; the reported
  * cost stays the plain prediction. */
@@ -613,6 +647,7 @@ int main(void)
         cmocka_unit_test(test_sed_counts_every_request_in_flight),
         cmocka_unit_test(test_new_upstream_takes_peers_step),
         cmocka_unit_test(test_new_upstream_takes_peers_service),
+        cmocka_unit_test(test_lost_race_is_learned),
         cmocka_unit_test(test_tail_prefers_steadier),
         cmocka_unit_test(test_noise_tie_goes_to_least_loaded),
         cmocka_unit_test(test_policies_and_exclusion),

@@ -978,6 +978,25 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
     u->svc_at_ns = now_ns;
 }
 
+/*
+ * A lower bound is a sample only where it says more than the estimate: an
+ * upstream never measured is priced at its peers' service (prefill_of());
+ * when its attempts lose every race to a hedge elsewhere they are
+ * cancelled before a first token, it is never measured, and it stays the
+ * cheapest pick while every request pays a hedge. The bound is below the
+ * truth, so it moves the estimate toward it and never past.
+ */
+void ig_router_observe_ttft_above(ig_router_t *r, ig_router_upstream_t *u, int prompt_tokens,
+                                  double elapsed_s, double predicted_wait_s, uint64_t now_ns)
+{
+    double seen = fmax(elapsed_s - rtt_of(r, u), 0.0);
+    double svc = fmax(seen - predicted_wait_s, 0.25 * seen);
+    double p = prompt_tokens > 0 ? prompt_tokens : 0;
+    double believed = u->svc_samples > 0 ? svc_unit(u) * (p + OVERHEAD_TOKENS) : 0;
+    if (svc > believed)
+        ig_router_observe_ttft(r, u, prompt_tokens, elapsed_s, predicted_wait_s, now_ns);
+}
+
 void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double seconds,
                                  uint64_t now_ns)
 {

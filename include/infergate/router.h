@@ -335,6 +335,11 @@ void ig_router_observe_rtt(const ig_router_t *r, ig_router_upstream_t *u, double
                            uint64_t now_ns);
 void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_tokens,
                             double ttft_s, double predicted_wait_s, uint64_t now_ns);
+/* An attempt cancelled before its first token because another won: its
+ * TTFT was more than elapsed_s. Learned as a sample only where that is
+ * more than the service now believed for the prompt. */
+void ig_router_observe_ttft_above(ig_router_t *r, ig_router_upstream_t *u, int prompt_tokens,
+                                  double elapsed_s, double predicted_wait_s, uint64_t now_ns);
 void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double seconds,
                                  uint64_t now_ns);
 
