@@ -459,9 +459,10 @@ static void attempt_cancel(attempt_t *a)
     attempt_account(a, IG_OUTCOME_ABANDONED, "");
 }
 
-/* Cancels every attempt but keep (NULL: all). Where keep won, one that had
- * not sent its first token was slower than the time it ran, which its
- * upstream's estimate learns (ig_router_observe_ttft_above()). */
+/* Cancels every attempt but keep (NULL: all). Where keep won a stream, one
+ * that had not sent its first token was slower than the time it ran, which
+ * its upstream's TTFT estimate learns (ig_router_observe_ttft_above()); a
+ * whole answer's time is learned as a hold, not a TTFT. */
 static void cancel_others(exchange_t *x, attempt_t *keep)
 {
     uint64_t now = uv_hrtime();
@@ -469,7 +470,7 @@ static void cancel_others(exchange_t *x, attempt_t *keep)
         attempt_t *a = &x->att[i];
         if (a == keep || a->ureq == NULL)
             continue;
-        if (keep != NULL && !a->first_token && now > a->start_ns)
+        if (keep != NULL && x->stream && !a->first_token && now > a->start_ns)
             ig_router_observe_ttft_above(&x->px->router, a->route, a->uncached_tokens,
                                          (double)(now - a->start_ns) / 1e9, a->predicted_wait,
                                          now);
