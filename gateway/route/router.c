@@ -945,14 +945,22 @@ void ig_router_observe_probe_rtt(const ig_router_t *r, ig_router_upstream_t *u, 
     ig_router_observe_rtt(r, u, median, now_ns);
 }
 
+/* The service time a TTFT shows: less the round trip and the predicted
+ * wait. The predicted wait may be overstated; it is never believed to
+ * explain more than three quarters of what was observed, so the learned
+ * service time cannot collapse to nothing and make a slow upstream look
+ * free. */
+static double service_seen(const ig_router_t *r, const ig_router_upstream_t *u, double ttft_s,
+                           double predicted_wait_s)
+{
+    double seen = fmax(ttft_s - rtt_of(r, u), 0.0);
+    return fmax(seen - predicted_wait_s, 0.25 * seen);
+}
+
 void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_tokens,
                             double ttft_s, double predicted_wait_s, uint64_t now_ns)
 {
-    /* The predicted wait may be overstated; it is never believed to explain
-     * more than three quarters of what was observed, so the learned service
-     * time cannot collapse to nothing and make a slow upstream look free. */
-    double seen = fmax(ttft_s - rtt_of(r, u), 0.0);
-    double svc = fmax(seen - predicted_wait_s, 0.25 * seen);
+    double svc = service_seen(r, u, ttft_s, predicted_wait_s);
     double p = prompt_tokens > 0 ? prompt_tokens : 0;
     if (u->svc_samples == 0) {
         u->svc_s = svc;
@@ -989,11 +997,9 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
 void ig_router_observe_ttft_above(ig_router_t *r, ig_router_upstream_t *u, int prompt_tokens,
                                   double elapsed_s, double predicted_wait_s, uint64_t now_ns)
 {
-    double seen = fmax(elapsed_s - rtt_of(r, u), 0.0);
-    double svc = fmax(seen - predicted_wait_s, 0.25 * seen);
     double p = prompt_tokens > 0 ? prompt_tokens : 0;
     double believed = u->svc_samples > 0 ? svc_unit(u) * (p + OVERHEAD_TOKENS) : 0;
-    if (svc > believed)
+    if (service_seen(r, u, elapsed_s, predicted_wait_s) > believed)
         ig_router_observe_ttft(r, u, prompt_tokens, elapsed_s, predicted_wait_s, now_ns);
 }
 
