@@ -465,12 +465,12 @@ static void attempt_cancel(attempt_t *a)
  * whole answer's time is learned as a hold, not a TTFT. */
 static void cancel_others(exchange_t *x, attempt_t *keep)
 {
-    uint64_t now = uv_hrtime();
     for (int i = 0; i < MAX_ATTEMPTS; i++) {
         attempt_t *a = &x->att[i];
         if (a == keep || a->ureq == NULL)
             continue;
-        if (keep != NULL && x->stream && !a->first_token && now > a->start_ns)
+        uint64_t now = keep != NULL && x->stream && !a->first_token ? uv_hrtime() : 0;
+        if (now > a->start_ns)
             ig_router_observe_ttft_above(&x->px->router, a->route, a->uncached_tokens,
                                          (double)(now - a->start_ns) / 1e9, a->predicted_wait,
                                          now);
