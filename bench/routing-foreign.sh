@@ -115,6 +115,7 @@ start_fleet() { # change_at_s spec...
             extra=(--change-at "$change_at" --change-delay "exp:$later")
         fi
         [ "${REPORT_LOAD:-0}" = 1 ] && extra+=(--report-load)
+        rm -f "$tmp/$name.out" "$tmp/$name-fp.out"
         "$build/testupstream" --quiet --instant-raw --slots "$slots" --delay-dist "exp:$mean" \
             --tokens 2 --seed "$((run_seed + ${#names[@]}))" ${extra[@]+"${extra[@]}"} \
             >"$tmp/$name.out" &

@@ -146,6 +146,7 @@ start_fleet() {
         [ "$later" != "-" ] && extra+=(--change-at "$change" --change-delay "$later")
         [ "$stall_ms" != 0 ] && extra+=(--stall-at "$stall_at" --stall-for "$("$PY" -c "print($stall_ms / 1000)")")
         [ "$report" = 1 ] && extra+=(--report-load)
+        rm -f "$tmp/$name.out" "$tmp/$name-fp.out"
         "$build/testupstream" --quiet --instant-raw --slots "$slots" --delay-dist "$delay" \
             --itl-ms "$itl" --tokens "$tokens" --seed "$((run_seed + ${#names[@]}))" \
             ${extra[@]+"${extra[@]}"} >"$tmp/$name.out" &
@@ -311,11 +312,12 @@ for line in open(tmp + "/cells"):
         "ttft_p50_ms": first["p50"], "ttft_p99_ms": first["p99"],
         "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"], "errors": r["errors"]}
 cells, met = [], 0
-print("  %-7s %-9s %-3s %-15s %9s %9s" % ("fleet", "mode", "run", "router", "ttft p50", "ttft p99"))
+print("  %-7s %-9s %-3s %-15s %9s %9s %7s" % ("fleet", "mode", "run", "router", "ttft p50", "ttft p99",
+                                              "errors"))
 for (fseed, mode, rep), rr in rows.items():
     for router, v in rr.items():
-        print("  %-7s %-9s %-3s %-15s %9.1f %9.1f" % (fseed, mode, rep, router,
-              v["ttft_p50_ms"], v["ttft_p99_ms"]))
+        print("  %-7s %-9s %-3s %-15s %9.1f %9.1f %7d" % (fseed, mode, rep, router,
+              v["ttft_p50_ms"], v["ttft_p99_ms"], v["requests"]["errors"]))
     cell = {"fleet_seed": int(fseed), "mode": mode, "run": int(rep), "routers": rr}
     have = [p for p in peers if p in rr]
     if "latency" in rr and have:

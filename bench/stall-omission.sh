@@ -27,6 +27,7 @@ kill_on_exit up_pid
 run() {
     local tag=$1
     shift
+    rm -f "$tmp/up.out"
     "$build/testupstream" --quiet --delay-ms "$SERVICE_MS" --stall-at 1 --stall-for "$STALL" \
         >"$tmp/up.out" &
     up_pid=$!

@@ -134,7 +134,10 @@ free_port() {
 
 # Waits (up to 10 s) for "... listening on HOST:PORT" in the log file $1 and
 # prints PORT (a line read while it is being written, with no digits yet,
-# is read again).
+# is read again). The file must not exist before the process is started: the
+# shell opens a redirection in the child, after the fork, so a file left by
+# an earlier process can still be read here and give that process's port
+# (remove it first).
 port_of() {
     local p
     for _ in $(seq 1 100); do
