@@ -230,6 +230,32 @@ static void test_unlucky_bucket_not_a_queue(void **state)
     assert_true(c >= 12);
 }
 
+/* A wide upstream busy from its first seconds: a few holds at RIF 0-5 as
+ * the load ramps up, then every attempt begins with 40 others in flight,
+ * beyond the fit's buckets. The fit had no bucket to fit and returned
+ * NaN, read as C 1 with a queue; what was seen says C > 31 and no queue. */
+static void test_busy_from_start_not_narrow(void **state)
+{
+    (void)state;
+    ig_router_t r;
+    ig_router_init(&r, NULL);
+    ig_router_upstream_t u;
+    ig_router_upstream_init(&u, "wide-busy", IG_ROUTER_SITE);
+    uint64_t t = ns(0);
+    for (int k = 0; k < 6; k++)
+        ig_router_observe_done(&r, &u, k, 0.95, t += 1000000);
+    for (int i = 0; i < 200; i++)
+        ig_router_observe_done(&r, &u, 40, i % 2 ? 1.7 : 0.2, t += 3000000);
+    double c = ig_router_concurrency(&u);
+    print_message("busy from the start at RIF 40: C %.2f, base %.3f s, queue slope %.3f s\n", c,
+                  u.hold_base_s, u.hold_svc_s);
+    assert_true(c >= IG_ROUTER_RIF_BUCKETS);
+    assert_true(u.hold_base_s > 0.5 && u.hold_base_s < 1.5);
+    assert_false(u.hold_svc_s > 0);
+    assert_false(ig_router_would_queue(&u));
+    assert_true(ig_router_delay(&r, &u, t) < 0.2 + 41 * 1.5 / IG_ROUTER_RIF_BUCKETS);
+}
+
 static void test_concurrency_converges(void **state)
 {
     (void)state;
@@ -488,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_concurrency_converges),
         cmocka_unit_test(test_wide_not_taken_for_narrow),
         cmocka_unit_test(test_unlucky_bucket_not_a_queue),
+        cmocka_unit_test(test_busy_from_start_not_narrow),
         cmocka_unit_test(test_learned_beats_unknown),
         cmocka_unit_test(test_limit_settles),
         cmocka_unit_test(test_limit_recovers_after_slowdown),

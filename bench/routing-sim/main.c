@@ -10,6 +10,9 @@
  *                    [--reuse FILE]
  *        routing-sim --shape NAME:SLOTS:MEAN_MS:RTT_MS[:LATER_MS],... [--loads ...]
  *                    [--requests N]
+ *        routing-sim --peers SEED [--loads L] [--rate RPS] [--span WARMUP,DURATION]
+ *                    [--draws N]
+ *        routing-sim --testupstream SEED
  *
  * --reuse keeps the peers' and the oracle's results (they do not depend on
  * the router's options) in FILE and reads them back when the same fleets,
@@ -169,23 +172,51 @@ static int run_shape(const char *spec, const double *loads, int nloads, const si
     return 0;
 }
 
+/* The fleet of SEED as testupstream can run it: each upstream's delay is
+ * the TTFT of the mean prompt, spread by the fleet's distribution (a
+ * lognormal one becomes exponential), its tokens come at a fixed gap and a
+ * shift slows the delay alone; no batch slowdown, no failure windows. */
+static void testupstream_fleet(uint64_t seed, sim_fleet_t *f)
+{
+    sim_fleet_generate(seed, f);
+    for (int i = 0; i < f->n; i++) {
+        sim_upstream_t *u = &f->up[i];
+        u->ttft0_s += f->prompt_mean * u->prefill_s_tok;
+        u->prefill_s_tok = 0;
+        u->batch_slow = 0;
+        u->fixed_decode = 1;
+        u->fail_at = u->fail_s = 0;
+        if (u->dist == SIM_DIST_LOGNORMAL)
+            u->dist = SIM_DIST_EXP;
+    }
+    f->output_mean = fmax(1, round(f->output_mean));
+    f->token_sigma = 0;
+}
+
+/* Requests a second a testupstream fleet completes with every slot busy
+ * (the slower speed of a shift). */
+static double testupstream_capacity(const sim_fleet_t *f)
+{
+    double cap = 0;
+    for (int i = 0; i < f->n; i++) {
+        const sim_upstream_t *u = &f->up[i];
+        cap += u->slots /
+               (u->ttft0_s * fmax(1.0, u->shift_factor) + (f->output_mean - 1) * u->decode_s_tok);
+    }
+    return cap;
+}
+
 /* One fleet as bench/routing-peers.sh starts it with testupstream, one
  * upstream a line: NAME SLOTS RTT_MS DELAY_SPEC ITL_MS TOKENS REPORT_LOAD
  * LATER_DELAY_SPEC|- CHANGE_SHARE STALL_SHARE STALL_MS; then "stream S"
- * and "capacity RPS" (testupstream's: slots / (delay + (tokens - 1) x
- * ITL)). What testupstream cannot do is left out: the batch slowdown, the
- * prompt's part of the TTFT beyond its mean, failure windows; a lognormal
- * service becomes exponential. */
+ * and "capacity RPS". */
 static void print_testupstream(uint64_t seed)
 {
     sim_fleet_t f;
-    sim_fleet_generate(seed, &f);
-    double cap = 0;
-    int tokens = (int)fmax(1, round(f.output_mean));
+    testupstream_fleet(seed, &f);
     for (int i = 0; i < f.n; i++) {
         const sim_upstream_t *u = &f.up[i];
-        double mean = (u->ttft0_s + f.prompt_mean * u->prefill_s_tok) * 1e3;
-        double itl = u->decode_s_tok * 1e3;
+        double mean = u->ttft0_s * 1e3;
         char spec[96], later[96] = "-";
         if (u->dist == SIM_DIST_BIMODAL)
             snprintf(spec, sizeof(spec), "choice:%.2f@0.9,%.2f@0.1", 0.5 * mean, 5.5 * mean);
@@ -194,11 +225,74 @@ static void print_testupstream(uint64_t seed)
         if (u->shift_factor > 0)
             snprintf(later, sizeof(later), "exp:%.2f", mean * u->shift_factor);
         printf("u%d %d %.2f %s %.3f %d %d %s %.3f %.3f %.0f\n", i, u->slots, u->rtt_s * 1e3, spec,
-               itl, tokens, u->reports_load, later, u->shift_at, u->stall_at, u->stall_s * 1e3);
-        double hold = mean * fmax(1.0, u->shift_factor) + (tokens - 1) * itl;
-        cap += u->slots / (hold / 1e3);
+               u->decode_s_tok * 1e3, (int)f.output_mean, u->reports_load, later, u->shift_at,
+               u->stall_at, u->stall_s * 1e3);
     }
-    printf("stream %d\ncapacity %.1f\n", f.stream, cap);
+    printf("stream %d\ncapacity %.1f\n", f.stream, testupstream_capacity(&f));
+}
+
+/* The runs of bench/routing-peers.sh (fleet SEED at LOAD of its capacity,
+ * its times divided so that it needs RATE requests a second, answers cut to
+ * 16 tokens at a stretched gap, WARMUP + DURATION seconds of Poisson
+ * arrivals, the gateway queue of its config), simulated DRAWS times with
+ * other arrivals and draws, for each mode and policy: the median TTFT p50
+ * and p99 over the draws and their 10th and 90th percentiles, in ms. What
+ * a socket run of that cell lands in, when the simulator is right. */
+static int run_peers(uint64_t seed, double load, double rate, double warmup, double duration,
+                     int draws)
+{
+    sim_fleet_t f;
+    testupstream_fleet(seed, &f);
+    double scale = rate / (testupstream_capacity(&f) * load);
+    int cut = (int)fmin(f.output_mean, 16);
+    double stretch = cut > 1 ? (f.output_mean - 1) / (cut - 1) : 1;
+    for (int i = 0; i < f.n; i++) {
+        sim_upstream_t *u = &f.up[i];
+        u->ttft0_s /= scale;
+        u->decode_s_tok = u->decode_s_tok / scale * stretch;
+        u->rtt_s = u->rtt_s / scale >= 0.0005 ? u->rtt_s / scale : 0.0001; /* no faultproxy */
+        u->stall_s /= scale;
+    }
+    f.output_mean = cut;
+    sim_config_t c;
+    sim_config_default(&c);
+    c.requests = (int)round(rate * (warmup + duration));
+    c.warmup = warmup / (warmup + duration);
+    c.queue_size = 4096;
+    c.load = rate / sim_fleet_capacity(&f);
+    if (c.requests < 10)
+        return 2;
+    double *v = malloc(sizeof(double) * 2 * (size_t)draws);
+    if (v == NULL)
+        return 1;
+    printf("%-9s %-15s %8s %8s %8s %8s %8s %8s\n", "mode", "policy", "p50", "p50_lo", "p50_hi",
+           "p99", "p99_lo", "p99_hi");
+    for (int stream = 1; stream >= 0; stream--) {
+        f.stream = stream;
+        for (int p = 0; p < SIM_NPOLICIES; p++) {
+            if (p == SIM_ORACLE)
+                continue;
+            for (int k = 0; k < draws; k++) {
+                sim_result_t r;
+                c.seed = 1 + (uint64_t)k;
+                if (sim_run(&f, (sim_policy_t)p, &c, &r) != 0) {
+                    free(v);
+                    return 1;
+                }
+                v[k] = r.ttft_p50 * 1e3;
+                v[draws + k] = r.ttft_p99 * 1e3;
+            }
+            qsort(v, (size_t)draws, sizeof(double), cmpd);
+            qsort(v + draws, (size_t)draws, sizeof(double), cmpd);
+            printf("%-9s %-15s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n",
+                   stream ? "stream" : "nonstream", sim_policy_name((sim_policy_t)p),
+                   pct(v, draws, 0.5), pct(v, draws, 0.1), pct(v, draws, 0.9),
+                   pct(v + draws, draws, 0.5), pct(v + draws, draws, 0.1),
+                   pct(v + draws, draws, 0.9));
+        }
+    }
+    free(v);
+    return 0;
 }
 
 static void usage(void)
@@ -207,7 +301,10 @@ static void usage(void)
                     "[--requests N]\n"
                     "                   [--policies a,b,...] [--set opt=value]... [--jobs N]\n"
                     "                   [--json FILE] [--describe SEED] [--cells]\n"
-                    "       routing-sim --shape NAME:SLOTS:MEAN_MS:RTT_MS[:LATER_MS],...\n");
+                    "       routing-sim --shape NAME:SLOTS:MEAN_MS:RTT_MS[:LATER_MS],...\n"
+                    "       routing-sim --peers SEED [--loads L] [--rate RPS] "
+                    "[--span WARMUP,DURATION] [--draws N]\n"
+                    "       routing-sim --testupstream SEED\n");
 }
 
 int main(int argc, char **argv)
@@ -217,6 +314,10 @@ int main(int argc, char **argv)
     double loads[MAX_LOADS] = {0.5, 0.7, 0.9};
     int nloads = 3;
     const char *json_path = NULL, *reuse_path = NULL, *shape = NULL, *rerun = NULL;
+    /* --peers: bench/routing-peers.sh's defaults */
+    const char *peers = NULL;
+    double peers_rate = 150, peers_warmup = 3, peers_duration = 10;
+    int peers_draws = 20;
     sim_config_t cfg;
     sim_config_default(&cfg);
     cfg.requests = 10000;
@@ -287,6 +388,19 @@ int main(int argc, char **argv)
                 return 2;
             }
             i++;
+        } else if (strcmp(a, "--peers") == 0 && v) {
+            peers = v;
+            i++;
+        } else if (strcmp(a, "--rate") == 0 && v) {
+            peers_rate = atof(v);
+            i++;
+        } else if (strcmp(a, "--span") == 0 && v) {
+            if (sscanf(v, "%lf,%lf", &peers_warmup, &peers_duration) != 2)
+                peers_duration = 0;
+            i++;
+        } else if (strcmp(a, "--draws") == 0 && v) {
+            peers_draws = atoi(v);
+            i++;
         } else if (strcmp(a, "--testupstream") == 0 && v) {
             print_testupstream(strtoull(v, NULL, 10));
             return 0;
@@ -304,6 +418,15 @@ int main(int argc, char **argv)
     }
     if (shape != NULL)
         return run_shape(shape, loads, nloads, &cfg);
+    if (peers != NULL) {
+        if (!(peers_rate > 0) || !(peers_duration > 0) || !(peers_warmup >= 0) || peers_draws < 1 ||
+            !(loads[0] > 0)) {
+            usage();
+            return 2;
+        }
+        return run_peers(strtoull(peers, NULL, 10), loads[0], peers_rate, peers_warmup,
+                         peers_duration, peers_draws);
+    }
     if (nfleets < 1 || cfg.requests < 100 || jobs < 1) {
         usage();
         return 2;

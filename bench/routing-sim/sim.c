@@ -291,7 +291,10 @@ static void service_of(const sim_t *s, int u, int i, int running, uint64_t t, do
     double busy = sp->slots > 1 ? (double)(running - 1) / (sp->slots - 1) : 0.0;
     double slow = (1.0 + sp->batch_slow * busy) * speed_at(s, u, t) * f;
     *ttft = (sp->ttft0_s + r->prompt * sp->prefill_s_tok) * slow;
-    *hold = *ttft + r->output * sp->decode_s_tok * slow;
+    if (sp->fixed_decode)
+        *hold = *ttft + (r->output - 1) * sp->decode_s_tok;
+    else
+        *hold = *ttft + r->output * sp->decode_s_tok * slow;
 }
 
 static void up_start(sim_t *s, int u, int i)

@@ -35,6 +35,9 @@ typedef struct {
     double decode_s_tok;  /* per output token, alone */
     double batch_slow;    /* with every slot busy a step takes (1 + this) x as long */
     sim_dist_t dist;
+    int fixed_decode; /* testupstream's answers: the first token at the end of the
+                         TTFT, the other output - 1 at decode_s_tok apart; the
+                         spread and a shift are in the TTFT alone */
     int reports_load; /* answers GET /load (slots, waiting) every 0.5 s */
     /* Events, as fractions of the run's arrival span (0 = none). */
     double shift_at, shift_factor; /* from then on service takes shift_factor x as long */

@@ -128,10 +128,11 @@ static double reported_wait_of(const ig_router_upstream_t *u, uint64_t now_ns)
 #define RIF_FIT_EVERY_NS 2000000ULL
 
 /* The hold time of an attempt that waited for nothing: the lowest RIF
- * bucket with enough samples (0 when none has). */
+ * bucket with enough samples (0 when none has). The last bucket (RIF
+ * beyond the fit's reach) is not one: see learn_concurrency(). */
 static double base_hold(const ig_router_upstream_t *u, int *at)
 {
-    for (int k = 0; k < IG_ROUTER_RIF_BUCKETS; k++) {
+    for (int k = 0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
         if (u->rif_n[k] >= RIF_MIN_SAMPLES) {
             *at = k;
             return u->rif_hold_s[k];
@@ -246,6 +247,17 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
 {
     int k0;
     double scale = base_hold(u, &k0); /* the lowest bucket's hold */
+    int last = IG_ROUTER_RIF_BUCKETS - 1;
+    if (k0 < 0 && u->rif_n[last] >= RIF_MIN_SAMPLES && u->rif_hold_s[last] > 0) {
+        /* Every attempt with enough samples began with `last` or more
+         * others in flight (a wide upstream kept busy from its first
+         * seconds): there is no bucket to fit (it would divide 0 by 0)
+         * and no queue seen below, so C is at least `last + 1`, the lower
+         * bound of what was seen. */
+        *base_out = u->rif_hold_s[last];
+        *svc_out = 0;
+        return last + 1;
+    }
     if (k0 < 0 || scale <= 0)
         return 0;
     double best_c = 1, best_err = INFINITY, best_b = scale, best_s = 0;
