@@ -9,7 +9,9 @@
 
 int ig_admit_limit(const ig_router_t *r, const ig_router_upstream_t *u, int max_inflight)
 {
-    int cap = max_inflight > 0 ? max_inflight : u->slots > 0 ? 2 * u->slots : 64;
+    int cap = max_inflight > 0 ? max_inflight
+              : u->slots > 0   ? 2 * u->slots
+                               : IG_ROUTER_UNREPORTED_CAP;
     int adaptive = ig_router_limit(r, u);
     return adaptive < cap ? adaptive : cap;
 }

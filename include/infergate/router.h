@@ -34,9 +34,16 @@
 
 #include "infergate/cost.h"
 
+/* The attempts the proxy lets an upstream that reports no slots have in
+ * flight (ig_admit_limit()). */
+#define IG_ROUTER_UNREPORTED_CAP 64
 /* Requests-in-flight counts the learned hold times are kept for; more
- * count as the last. */
-#define IG_ROUTER_RIF_BUCKETS 32
+ * count as the last. As many as the cap, so that the fit of C sees every
+ * count the proxy lets happen: with 32, a 64-slot upstream kept beyond 31
+ * from its first seconds showed the fit nothing, and one kept near 60
+ * showed only a flat last bucket (docs/routing.md, "Learned
+ * concurrency"). */
+#define IG_ROUTER_RIF_BUCKETS IG_ROUTER_UNREPORTED_CAP
 
 typedef enum {
     IG_ROUTE_LATENCY = 0,
