@@ -39,10 +39,8 @@
 #define IG_ROUTER_UNREPORTED_CAP 64
 /* Requests-in-flight counts the learned hold times are kept for; more
  * count as the last. As many as the cap, so that the fit of C sees every
- * count the proxy lets happen: with 32, a 64-slot upstream kept beyond 31
- * from its first seconds showed the fit nothing, and one kept near 60
- * showed only a flat last bucket (docs/routing.md, "Learned
- * concurrency"). */
+ * count the proxy lets happen, a wide upstream's batch slowdown included
+ * (docs/routing.md, "Learned concurrency"). */
 #define IG_ROUTER_RIF_BUCKETS IG_ROUTER_UNREPORTED_CAP
 
 typedef enum {
