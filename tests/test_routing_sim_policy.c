@@ -79,7 +79,7 @@ static void test_pick_respects_limits(void **state)
         }
         unsigned char exclude[4];
         ig_admit_view_t v;
-        ig_admit_mark(&r, ups, 4, NULL, 0, now, exclude, &v);
+        ig_admit_mark(&r, ups, 4, NULL, 0, 0, now, exclude, &v);
         assert_true(exclude[0]); /* the cheap one is full */
         ig_route_decision_t d;
         int rc = ig_router_pick(&r, ups, 4, 16, exclude, now, &d);

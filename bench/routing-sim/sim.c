@@ -242,7 +242,7 @@ void sim_config_default(sim_config_t *c)
     c->seed = 1;
     ig_router_opts_default(&c->router);
     c->max_inflight = 0;
-    c->queue_size = 64;
+    c->queue_size = 1024; /* what `infergate serve` holds by default (serve/config.c) */
     c->queue_timeout_s = 30.0;
 }
 
@@ -436,6 +436,10 @@ static void finish(sim_t *s, int i)
 
 static void record(sim_t *s, int i, double ttft, double e2e)
 {
+    /* A client waits for a first token as long as the gateway holds a
+     * request (its queue's timeout) and no longer, whichever the policy (a
+     * baseline's queue has no timeout): a later one counts as that long. */
+    ttft = fmin(ttft, s->c->queue_timeout_s);
     if (i < (int)(s->c->warmup * s->c->requests)) {
         s->cold[s->ncold++] = ttft;
         return;
@@ -443,6 +447,17 @@ static void record(sim_t *s, int i, double ttft, double e2e)
     s->ttft[s->nmeasured] = ttft;
     s->e2e[s->nmeasured] = e2e;
     s->nmeasured++;
+}
+
+/* The gateway refused request i (its queue was full, or it waited there
+ * past the queue's timeout): counted, and measured as the longest a client
+ * waits (record()), so that a policy cannot better its percentiles by
+ * refusing the requests it would have answered slowly. */
+static void refuse(sim_t *s, int i)
+{
+    s->out->rejected++;
+    record(s, i, s->c->queue_timeout_s, s->c->queue_timeout_s);
+    finish(s, i);
 }
 
 static int peer_pick(sim_t *s)
@@ -571,7 +586,7 @@ static int dispatch(sim_t *s, int i, int from_queue)
         tried[u] = (r->tried >> u) & 1;
     }
     ig_admit_view_t view;
-    ig_admit_mark(&s->router, ups, n, tried, s->c->max_inflight, s->now, exclude, &view);
+    ig_admit_mark(&s->router, ups, n, tried, s->c->max_inflight, s->gq_len, s->now, exclude, &view);
     ig_route_decision_t d;
     int rc = ig_router_pick(&s->router, ups, n, r->prompt, exclude, s->now, &d);
     if (view.saturated > 0 && view.saturated < view.eligible)
@@ -586,8 +601,7 @@ static int dispatch(sim_t *s, int i, int from_queue)
     ig_admit_verdict_t v = ig_admit_unplaced(&view, r->tried != 0, r->tried != 0, 0);
     if (v == IG_ADMIT_QUEUE) {
         if (!from_queue && s->gq_len >= s->c->queue_size) {
-            s->out->rejected++;
-            finish(s, i);
+            refuse(s, i);
             return 1;
         }
         gq_push(s, i, from_queue);
@@ -605,8 +619,7 @@ static void pump(sim_t *s)
         int i = s->gq[s->gq_head++];
         s->gq_len--;
         if (s->now - s->req[i].arrive_ns > (uint64_t)(s->c->queue_timeout_s * NS)) {
-            s->out->rejected++;
-            finish(s, i);
+            refuse(s, i);
             continue;
         }
         if (!dispatch(s, i, 1))

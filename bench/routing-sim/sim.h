@@ -108,7 +108,7 @@ typedef struct {
                                         in the order they ended (busy periods make
                                         neighbours alike: they are not independent) */
     double cold_ttft_p99;         /* over the warm-up's requests alone: the cold start */
-    int measured;                 /* requests answered and measured */
+    int measured;                 /* requests measured (a refused one as the queue timeout) */
     int failed;                   /* answered with an error (after any retries) */
     int rejected;                 /* the gateway queue was full or timed out */
     double span_s;                /* virtual seconds the run took */

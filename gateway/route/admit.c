@@ -43,12 +43,21 @@ int ig_admit_limit(const ig_router_t *r, const ig_router_upstream_t *u, int max_
  * report nothing, one of them at the cap held requests in the gateway
  * while the others had room, until its queue was full and refused a
  * fifth of them (docs/routing.md, "Measured").
+ *
+ * held: the requests of the model already waiting in the gateway's queue.
+ * The places that come free serve them all, so the wait for one grows
+ * with them; without that term a queue that grew faster than the places
+ * drained it was held until its timeout refused requests while an
+ * upstream had room (fleet 29 at 90%, docs/routing.md, rule 5). Every
+ * request is weighed against the whole queue, the one it lets go too: a
+ * newcomer that counted it and a head that did not sent newcomers past
+ * the head, out of order.
  */
 static void hold_rather_than_queue(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
-                                   const unsigned char *tried, uint64_t now_ns,
+                                   const unsigned char *tried, int held, uint64_t now_ns,
                                    unsigned char *exclude, ig_admit_view_t *view)
 {
-    double wait = INFINITY;
+    double wait = INFINITY, rate = 0;
     for (int i = 0; i < n; i++) {
         const ig_router_upstream_t *u = ups[i];
         if (!exclude[i] || (tried != NULL && tried[i]) || !ig_router_eligible(u, now_ns))
@@ -56,12 +65,23 @@ static void hold_rather_than_queue(const ig_router_t *r, ig_router_upstream_t *c
         if (u->slots <= 0) /* its limit is not its capacity (above) */
             continue;
         double d = ig_router_delay(r, u, now_ns);
-        if (d > 0 && d < wait && u->done_at_ns != 0 &&
-            (now_ns <= u->done_at_ns || (double)(now_ns - u->done_at_ns) / 1e9 <= d))
-            wait = d;
+        if (d > 0 && u->done_at_ns != 0 &&
+            (now_ns <= u->done_at_ns || (double)(now_ns - u->done_at_ns) / 1e9 <= d)) {
+            wait = fmin(wait, d);
+            if (u->occupancy_s > 0)
+                rate += u->slots / u->occupancy_s; /* places it frees a second */
+        }
     }
     if (wait == INFINITY)
         return;
+    /* The places that come free serve the whole queue: while they cannot
+     * drain it within what the upstream with room offers, that one takes
+     * the request. */
+    if (held > 0) {
+        if (!(rate > 0))
+            return;
+        wait += held / rate;
+    }
     for (int i = 0; i < n; i++) {
         const ig_router_upstream_t *u = ups[i];
         if (exclude[i] || !ig_router_eligible(u, now_ns) || !ig_router_would_queue(u))
@@ -74,7 +94,7 @@ static void hold_rather_than_queue(const ig_router_t *r, ig_router_upstream_t *c
 }
 
 void ig_admit_mark(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
-                   const unsigned char *tried, int max_inflight, uint64_t now_ns,
+                   const unsigned char *tried, int max_inflight, int held, uint64_t now_ns,
                    unsigned char *exclude, ig_admit_view_t *view)
 {
     view->eligible = view->saturated = 0;
@@ -90,7 +110,7 @@ void ig_admit_mark(const ig_router_t *r, ig_router_upstream_t *const *ups, int n
      * decision pays nothing for it. */
     if (r->opts.policy == IG_ROUTE_LATENCY && view->saturated > 0 &&
         view->saturated < view->eligible)
-        hold_rather_than_queue(r, ups, n, tried, now_ns, exclude, view);
+        hold_rather_than_queue(r, ups, n, tried, held, now_ns, exclude, view);
 }
 
 ig_admit_verdict_t ig_admit_unplaced(const ig_admit_view_t *view, int answered, int failed,

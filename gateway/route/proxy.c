@@ -1288,8 +1288,8 @@ static int pick(exchange_t *x, pick_t *p)
         tried[i] = (unsigned char)(was_tried(x, p->states[i]) || l);
         p->lacking += l;
     }
-    ig_admit_mark(&px->router, p->states, n, tried, px->opts.max_inflight, now, p->exclude,
-                  &p->view);
+    ig_admit_mark(&px->router, p->states, n, tried, px->opts.max_inflight,
+                  ig_proxy_queued_model(px, x->model), now, p->exclude, &p->view);
     ig_prefix_route_score(px->prefix_index, p->states, n, &x->prefix);
     int rc =
         n > 0 ? ig_router_pick(&px->router, p->states, n, x->prompt_tokens, p->exclude, now, &p->d)

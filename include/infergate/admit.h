@@ -15,7 +15,9 @@
  * limit (ig_router_limit()). */
 int ig_admit_limit(const ig_router_t *r, const ig_router_upstream_t *u, int max_inflight);
 
-/* How ups[0..n) stand for one request. tried (n entries, may be NULL):
+/* How ups[0..n) stand for one request. held: the requests of its model
+ * waiting in the gateway's queue now (those the places that come free
+ * serve first). tried (n entries, may be NULL):
  * nonzero for an upstream this request already tried. exclude (n entries,
  * filled): nonzero for each one ig_router_pick must skip (tried, or at its
  * limit). eligible: those that may serve it and were not tried; saturated:
@@ -28,7 +30,7 @@ typedef struct {
 } ig_admit_view_t;
 
 void ig_admit_mark(const ig_router_t *r, ig_router_upstream_t *const *ups, int n,
-                   const unsigned char *tried, int max_inflight, uint64_t now_ns,
+                   const unsigned char *tried, int max_inflight, int held, uint64_t now_ns,
                    unsigned char *exclude, ig_admit_view_t *view);
 
 /* What a request whose pick found no upstream becomes. */
