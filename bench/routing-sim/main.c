@@ -81,6 +81,10 @@ static int set_opt(ig_router_opts_t *o, const char *kv)
     return -1;
 }
 
+/* The oracle's rules, in sim.c's order (oracle_cost()). */
+static const char *oracle_rule_names[SIM_ORACLE_RULES] = {"expected TTFT", "the wait weighed 4x",
+                                                          "shortest expected delay"};
+
 /* The result of the best baseline of cell c at TTFT p50 (m 0) or p99 (m 1). */
 static const sim_result_t *best_of(const sim_result_t *res, const int *use, int c, int m)
 {
@@ -611,7 +615,9 @@ int main(int argc, char **argv)
 
     /* The targets for the latency policy. */
     int room = 0, room_ok = 0, p50_ok = 0, p99_bad = 0, oracle_p99_bad = 0, oracle_p50_ok = 0;
-    int p99_bad_sig = 0, oracle_bad_sig = 0, p50_lost_sig = 0;
+    int p99_bad_sig = 0, oracle_bad_sig = 0, p50_lost_sig = 0, room50 = 0, room50_ok = 0;
+    int rule_p50_ok[SIM_ORACLE_RULES] = {0}, rule_p99_bad[SIM_ORACLE_RULES] = {0};
+    int rule_p99_sig[SIM_ORACLE_RULES] = {0}, rule_p50_sig[SIM_ORACLE_RULES] = {0};
     double worst = 0;
     for (int c = 0; c < ncells; c++) {
         const sim_result_t *lat = &res[(size_t)c * SIM_NPOLICIES + SIM_LATENCY];
@@ -627,7 +633,26 @@ int main(int argc, char **argv)
             room_ok += lat99 <= 0.9;
         }
         p50_ok += lat50 <= 1.0;
-        oracle_p50_ok += ratio[((size_t)c * SIM_NPOLICIES + SIM_ORACLE) * NMETRIC + 0] <= 1.0;
+        double or50 = ratio[((size_t)c * SIM_NPOLICIES + SIM_ORACLE) * NMETRIC + 0];
+        oracle_p50_ok += or50 <= 1.0;
+        if (use[SIM_ORACLE] && or50 <= 0.8) {
+            room50++;
+            room50_ok += lat50 <= 1.0;
+        }
+        for (int v = 0; v < SIM_ORACLE_RULES && use[SIM_ORACLE]; v++) {
+            sim_result_t rule = {0};
+            rule.ttft_p50 = orc->rule_ttft[v][0];
+            rule.ttft_p99 = orc->rule_ttft[v][1];
+            rule.ttft_p50_se = orc->rule_ttft_se[v][0];
+            rule.ttft_p99_se = orc->rule_ttft_se[v][1];
+            const sim_result_t *b50 = best_of(res, use, c, 0), *b99 = best_of(res, use, c, 1);
+            if (b50 == NULL)
+                continue;
+            rule_p50_ok[v] += rule.ttft_p50 <= b50->ttft_p50;
+            rule_p99_bad[v] += rule.ttft_p99 > 1.1 * b99->ttft_p99;
+            rule_p99_sig[v] += beyond_noise(&rule, b99, 1, 1.1);
+            rule_p50_sig[v] += beyond_noise(&rule, b50, 0, 1.0);
+        }
         p99_bad += lat99 > 1.1;
         oracle_p99_bad += or99 > 1.1;
         worst = fmax(worst, lat99);
@@ -649,6 +674,14 @@ int main(int argc, char **argv)
                100.0 * oracle_p50_ok / ncells);
         printf("    above the best baseline's by more than two standard errors: %d cells\n",
                p50_lost_sig);
+        printf("    where the oracle reaches <= 0.8x at p50: %d of %d cells (%.0f%%)\n", room50_ok,
+               room50, room50 ? 100.0 * room50_ok / room50 : 0.0);
+        printf("  the oracle's rules alone (it takes each metric from the best of them): TTFT "
+               "p50 <= 1.0x (beyond the noise above it) / p99 > 1.1x (beyond the noise)\n");
+        for (int v = 0; v < SIM_ORACLE_RULES; v++)
+            printf("    %-28s %3d (%.0f%%; %d) / %d (%d)\n", oracle_rule_names[v], rule_p50_ok[v],
+                   100.0 * rule_p50_ok[v] / ncells, rule_p50_sig[v], rule_p99_bad[v],
+                   rule_p99_sig[v]);
         /* Which cells, as fleet@load (the fleet's index as --first takes
          * it): `--fleets 1 --first F --loads L --cells` runs one again. */
         for (int m = 1; m >= 0; m--) {
@@ -730,9 +763,17 @@ int main(int argc, char **argv)
                 "{\"bench\":\"routing-sim\",\"fleets\":%d,\"requests\":%d,\"seed\":%llu,"
                 "\"targets\":{\"room_cells\":%d,\"room_ok\":%d,\"p99_over_1_1\":%d,"
                 "\"worst_p99\":%.4f,\"p99_over_1_1_beyond_noise\":%d,\"p50_ok\":%d,"
-                "\"p50_lost_beyond_noise\":%d,\"cells\":%d},\"cells\":[",
+                "\"p50_lost_beyond_noise\":%d,\"p50_room_cells\":%d,\"p50_room_ok\":%d,"
+                "\"cells\":%d,\"oracle_rules\":[",
                 nfleets, cfg.requests, (unsigned long long)seed, room, room_ok, p99_bad, worst,
-                p99_bad_sig, p50_ok, p50_lost_sig, ncells);
+                p99_bad_sig, p50_ok, p50_lost_sig, room50, room50_ok, ncells);
+        for (int v = 0; v < SIM_ORACLE_RULES; v++)
+            fprintf(jf,
+                    "%s{\"rule\":\"%s\",\"p50_ok\":%d,\"p50_lost_beyond_noise\":%d,"
+                    "\"p99_over_1_1\":%d,\"p99_over_1_1_beyond_noise\":%d}",
+                    v ? "," : "", oracle_rule_names[v], rule_p50_ok[v], rule_p50_sig[v],
+                    rule_p99_bad[v], rule_p99_sig[v]);
+        fprintf(jf, "]},\"cells\":[");
         for (int c = 0; c < ncells; c++) {
             fprintf(jf, "%s{\"fleet\":%d,\"load\":%.2f", c ? "," : "", c / nloads,
                     loads[c % nloads]);
@@ -743,9 +784,14 @@ int main(int argc, char **argv)
                 fprintf(jf,
                         ",\"%s\":{\"ttft_p50\":%.6f,\"ttft_p99\":%.6f,\"e2e_p50\":%.6f,"
                         "\"e2e_p99\":%.6f,\"ttft_p50_se\":%.6f,\"ttft_p99_se\":%.6f,"
-                        "\"failed\":%d,\"rejected\":%d}",
+                        "\"failed\":%d,\"rejected\":%d",
                         sim_policy_name((sim_policy_t)p), r->ttft_p50, r->ttft_p99, r->e2e_p50,
                         r->e2e_p99, r->ttft_p50_se, r->ttft_p99_se, r->failed, r->rejected);
+                if (p == SIM_ORACLE) /* each rule's TTFT p50 and p99 */
+                    for (int v = 0; v < SIM_ORACLE_RULES; v++)
+                        fprintf(jf, "%s[%.6f,%.6f]%s", v ? "," : ",\"rules\":[", r->rule_ttft[v][0],
+                                r->rule_ttft[v][1], v == SIM_ORACLE_RULES - 1 ? "]" : "");
+                fprintf(jf, "}");
             }
             fprintf(jf, "}");
         }

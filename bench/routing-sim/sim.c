@@ -887,16 +887,27 @@ fail:
     return rc;
 }
 
+/* Keeps what the oracle's rule v alone gave (r) in out. */
+static void keep_rule(sim_result_t *out, int v, const sim_result_t *r)
+{
+    out->rule_ttft[v][0] = r->ttft_p50;
+    out->rule_ttft[v][1] = r->ttft_p99;
+    out->rule_ttft_se[v][0] = r->ttft_p50_se;
+    out->rule_ttft_se[v][1] = r->ttft_p99_se;
+}
+
 int sim_run(const sim_fleet_t *f, sim_policy_t policy, const sim_config_t *c, sim_result_t *out)
 {
     if (policy != SIM_ORACLE)
         return run_one(f, policy, 0, c, out);
     if (run_one(f, policy, 0, c, out) != 0)
         return -1;
-    for (int v = 1; v < 3; v++) {
+    keep_rule(out, 0, out);
+    for (int v = 1; v < SIM_ORACLE_RULES; v++) {
         sim_result_t r;
         if (run_one(f, policy, v, c, &r) != 0)
             return -1;
+        keep_rule(out, v, &r);
         if (r.ttft_p50 < out->ttft_p50)
             out->ttft_p50_se = r.ttft_p50_se;
         out->ttft_p50 = fmin(out->ttft_p50, r.ttft_p50);

@@ -99,6 +99,10 @@ typedef struct {
 /* The proxy's and the router's defaults, 20,000 requests, 10% warm-up. */
 void sim_config_default(sim_config_t *c);
 
+/* The oracle's rules: its own expected TTFT, that with the wait weighed
+ * 4x, shortest expected delay. */
+#define SIM_ORACLE_RULES 3
+
 typedef struct {
     double ttft_p50, ttft_p99; /* seconds, client's view (gateway queue included) */
     double e2e_p50, e2e_p99;
@@ -107,20 +111,25 @@ typedef struct {
                                         quantile of each tenth of the measured requests,
                                         in the order they ended (busy periods make
                                         neighbours alike: they are not independent) */
-    double cold_ttft_p99;         /* over the warm-up's requests alone: the cold start */
-    int measured;                 /* requests measured (a refused one as the queue timeout) */
-    int failed;                   /* answered with an error (after any retries) */
-    int rejected;                 /* the gateway queue was full or timed out */
-    double span_s;                /* virtual seconds the run took */
-    int sent[SIM_MAX_UP];         /* attempts sent to each upstream */
-    int late_sent[SIM_MAX_UP];    /* of those, for the second half of the requests */
-    int over_limit;               /* attempts sent to an upstream at its limit while
-                                     another eligible one had room (infergate's) */
-    double svc_peak[SIM_MAX_UP];  /* the highest service estimate the router held */
-    double svc_final[SIM_MAX_UP]; /* and the one it held at the end */
-    int crowded;                  /* decisions with some eligible upstream at its
-                                     limit and another with room */
+    double cold_ttft_p99;            /* over the warm-up's requests alone: the cold start */
+    int measured;                    /* requests measured (a refused one as the queue timeout) */
+    int failed;                      /* answered with an error (after any retries) */
+    int rejected;                    /* the gateway queue was full or timed out */
+    double span_s;                   /* virtual seconds the run took */
+    int sent[SIM_MAX_UP];            /* attempts sent to each upstream */
+    int late_sent[SIM_MAX_UP];       /* of those, for the second half of the requests */
+    int over_limit;                  /* attempts sent to an upstream at its limit while
+                                        another eligible one had room (infergate's) */
+    double svc_peak[SIM_MAX_UP];     /* the highest service estimate the router held */
+    double svc_final[SIM_MAX_UP];    /* and the one it held at the end */
+    int crowded;                     /* decisions with some eligible upstream at its
+                                        limit and another with room */
     uint64_t events;
+    /* The oracle's: each of its rules alone (sim.c's oracle_cost(), in
+     * its order), TTFT p50 and p99 and their standard errors; the figures
+     * above are the best of them for each metric. */
+    double rule_ttft[SIM_ORACLE_RULES][2];
+    double rule_ttft_se[SIM_ORACLE_RULES][2];
 } sim_result_t;
 
 /* Runs the fleet under one policy. 0, or -1 when out of memory. */
