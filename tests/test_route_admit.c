@@ -112,6 +112,22 @@ static void test_silent_upstream_is_not_waited_for(void **state)
     assert_false(f.exclude[1]);
 }
 
+/* Its last answer 5 s ago, but it was idle until its requests in flight
+ * began 10 ms ago: an idle spell is not a stall, so it is waited for (a
+ * burst after a quiet spell went to the slow one: test_gateway_hold). */
+static void test_idle_spell_is_not_silence(void **state)
+{
+    (void)state;
+    fleet_t f;
+    fleet_init(&f, NULL);
+    f.fast.done_at_ns = f.now - S(5);
+    f.fast.busy_since_ns = f.now - S(0.01);
+    assert_int_equal(admit(&f), IG_ADMIT_QUEUE);
+    /* Busy for 5 s with nothing back: silent. */
+    f.fast.busy_since_ns = f.now - S(5);
+    assert_int_equal(admit(&f), PLACED);
+}
+
 static void test_only_the_latency_policy(void **state)
 {
     (void)state;
@@ -179,6 +195,7 @@ int main(void)
         cmocka_unit_test(test_held_requests_count),
         cmocka_unit_test(test_free_place_is_used),
         cmocka_unit_test(test_silent_upstream_is_not_waited_for),
+        cmocka_unit_test(test_idle_spell_is_not_silence),
         cmocka_unit_test(test_only_the_latency_policy),
         cmocka_unit_test(test_lower_bound_c_is_not_a_queue),
         cmocka_unit_test(test_unreported_limit_is_not_waited_for),

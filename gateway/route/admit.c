@@ -64,9 +64,12 @@ static void hold_rather_than_queue(const ig_router_t *r, ig_router_upstream_t *c
             continue;
         if (u->slots <= 0) /* its limit is not its capacity (above) */
             continue;
+        /* Silent since its last answer, or since it last became busy:
+         * an idle spell is not a stall. */
         double d = ig_router_delay(r, u, now_ns);
+        uint64_t since = u->done_at_ns > u->busy_since_ns ? u->done_at_ns : u->busy_since_ns;
         if (d > 0 && u->done_at_ns != 0 &&
-            (now_ns <= u->done_at_ns || (double)(now_ns - u->done_at_ns) / 1e9 <= d)) {
+            (now_ns <= since || (double)(now_ns - since) / 1e9 <= d)) {
             wait = fmin(wait, d);
             if (u->occupancy_s > 0)
                 rate += u->slots / u->occupancy_s; /* places it frees a second */

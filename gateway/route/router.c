@@ -1216,6 +1216,8 @@ static void limit_window(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_n
 int ig_router_attempt_begin(ig_router_t *r, ig_router_upstream_t *u, uint64_t now_ns)
 {
     limit_window(r, u, now_ns);
+    if (u->inflight == 0)
+        u->busy_since_ns = now_ns;
     u->inflight++;
     if (u->inflight > u->lw_peak)
         u->lw_peak = u->inflight;

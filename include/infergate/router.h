@@ -105,8 +105,9 @@ typedef struct {
                                  (reported again whenever it grows): taken
                                  less the report's age */
 
-    int inflight;        /* attempts this gateway has in flight on it */
-    uint64_t done_at_ns; /* an attempt of ours last ended on it; 0 = never */
+    int inflight;           /* attempts this gateway has in flight on it */
+    uint64_t done_at_ns;    /* an attempt of ours last ended on it; 0 = never */
+    uint64_t busy_since_ns; /* the last attempt began on it with none in flight */
 
     /* prefix cache (docs/routing.md, "Prefix-aware routing"): the prompt
      * tokens of the request being routed that this upstream is believed to
