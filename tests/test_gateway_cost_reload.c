@@ -33,16 +33,6 @@ static const char *plain_body = "{\"model\":\"m\",\"prompt\":\"hello there\",\"m
 static const char *stream_body =
     "{\"model\":\"m\",\"prompt\":\"hello there\",\"max_tokens\":4,\"stream\":true}";
 
-/* A count of a test upstream's /_control/stats ("completions" taken in,
- * "busy" slots), or -1. */
-static int upstream_stat(int port, const char *what)
-{
-    json_t *st = ig_gwf_get_json(port, "/_control/stats");
-    int n = st != NULL ? (int)json_integer_value(json_object_get(st, what)) : -1;
-    json_decref(st);
-    return n;
-}
-
 /* The config of the reload test: site "tok" at the given prices. */
 static void write_config(char *buf, size_t len, int port, int up_port, double in, double out)
 {
@@ -95,7 +85,7 @@ static void test_reload_keeps_requests(void **state)
     assert_int_equal(ig_gwf_control(up.port, "delay?ms=3000"), 200);
 
     /* Three answers and a stream in flight at the upstream. */
-    int taken = upstream_stat(up.port, "completions");
+    int taken = ig_gwf_upstream_stat(up.port, "completions");
     ig_tc_t *tc[4];
     for (int i = 0; i < 4; i++) {
         tc[i] = ig_tc_connect(g.port);
@@ -104,16 +94,16 @@ static void test_reload_keeps_requests(void **state)
             ig_tc_send_post(tc[i], "/v1/completions", i < 3 ? plain_body : stream_body), 0);
     }
     long long end = ig_tc_now_ms() + 5000;
-    while (upstream_stat(up.port, "completions") < taken + 4 && ig_tc_now_ms() < end)
+    while (ig_gwf_upstream_stat(up.port, "completions") < taken + 4 && ig_tc_now_ms() < end)
         usleep(10000);
-    assert_int_equal(upstream_stat(up.port, "completions"), taken + 4);
+    assert_int_equal(ig_gwf_upstream_stat(up.port, "completions"), taken + 4);
 
     /* Prices doubled while they wait. */
     write_config(cfg, sizeof(cfg), port, up.port, 2.0, 6.0);
     assert_int_equal(ig_tf_replace(path, cfg, strlen(cfg)), 0);
     kill(g.pid, SIGHUP);
     assert_int_equal(ig_gwf_wait_reloads(g.port, "applied", 1, 10000), 0);
-    assert_int_equal(upstream_stat(up.port, "busy"), 4); /* none answered yet */
+    assert_int_equal(ig_gwf_upstream_stat(up.port, "busy"), 4); /* none answered yet */
 
     for (int i = 0; i < 4; i++) {
         assert_int_equal(ig_tc_read_response(tc[i], &r, 20000), 0);

@@ -14,7 +14,6 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -23,14 +22,6 @@
 #include "gwfixture.h"
 
 static const char *body = "{\"model\":\"m\",\"prompt\":\"hello\",\"max_tokens\":1}";
-
-static int upstream_stat(int port, const char *key)
-{
-    json_t *doc = ig_gwf_get_json(port, "/_control/stats");
-    int v = doc ? (int)json_integer_value(json_object_get(doc, key)) : -1;
-    json_decref(doc);
-    return v;
-}
 
 static int served_by(const ig_burst_one_t *out, int n, const char *name)
 {
@@ -74,8 +65,8 @@ static void test_waits_for_fast_place(void **state)
             if (strcmp(out[i].upstream, "s0") == 0 && out[i].ms > worst_fast)
                 worst_fast = out[i].ms;
     }
-    int inside_fast = upstream_stat(ups[0].port, "max_inside");
-    int inside_slow = upstream_stat(ups[1].port, "max_inside");
+    int inside_fast = ig_gwf_upstream_stat(ups[0].port, "max_inside");
+    int inside_slow = ig_gwf_upstream_stat(ups[1].port, "max_inside");
     print_message("32 in bursts of 4: fast %d (at most %d inside, slowest answer %lld ms), "
                   "slow %d (at most %d inside)\n",
                   fast, inside_fast, worst_fast, slow, inside_slow);

@@ -37,14 +37,6 @@ static json_t *site0(int port, json_t **doc)
     return json_array_get(sites, 0);
 }
 
-static int upstream_stat(int port, const char *key)
-{
-    json_t *doc = ig_gwf_get_json(port, "/_control/stats");
-    int v = doc ? (int)json_integer_value(json_object_get(doc, key)) : -1;
-    json_decref(doc);
-    return v;
-}
-
 /* Sequential requests, each alone: the base hold the limit measures. */
 static void calibrate(int port, int n)
 {
@@ -78,13 +70,13 @@ static void test_limit_holds_in_gateway(void **state)
 
     ig_burst_one_t out[24];
     assert_int_equal(ig_burst(g.port, "/v1/completions", body, 24, 30000, out), 24);
-    int inside = upstream_stat(up.port, "max_inside");
+    int inside = ig_gwf_upstream_stat(up.port, "max_inside");
     print_message("24 at once on 2 slots: at most %d inside the upstream\n", inside);
     /* Without a limit all 24 would have waited inside the upstream. */
     assert_true(inside >= 2 && inside <= 10);
     /* Nor more connections than the limit (at most 10 here) and the
      * prober's one: 24 would have been opened for 24 at once. */
-    int conns = upstream_stat(up.port, "max_open_connections");
+    int conns = ig_gwf_upstream_stat(up.port, "max_open_connections");
     print_message("at most %d connections open to it\n", conns);
     assert_true(conns >= 2 && conns <= 11);
 
@@ -157,7 +149,7 @@ static void test_limit_config(void **state)
         calibrate(g.port, 8);
         ig_burst_one_t out[16];
         assert_int_equal(ig_burst(g.port, "/v1/completions", body, 16, 30000, out), 16);
-        int inside = upstream_stat(up.port, "max_inside");
+        int inside = ig_gwf_upstream_stat(up.port, "max_inside");
         print_message("limit %s: 16 at once, at most %d inside the upstream\n",
                       enabled ? "max 3" : "off", inside);
         if (enabled)

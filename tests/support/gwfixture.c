@@ -377,6 +377,14 @@ json_t *ig_gwf_get_json(int port, const char *path)
     return doc;
 }
 
+int ig_gwf_upstream_stat(int port, const char *key)
+{
+    json_t *st = ig_gwf_get_json(port, "/_control/stats");
+    int n = st != NULL ? (int)json_integer_value(json_object_get(st, key)) : -1;
+    json_decref(st);
+    return n;
+}
+
 char *ig_gwf_get_text(int port, const char *path)
 {
     ig_tc_response_t r;

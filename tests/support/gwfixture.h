@@ -153,6 +153,10 @@ int ig_gwf_get(int port, const char *path, ig_tc_response_t *r);
 /* GET path: the JSON body of a 200 answer (new reference), else NULL. */
 json_t *ig_gwf_get_json(int port, const char *path);
 
+/* A count of a test upstream's GET /_control/stats ("completions" taken
+ * in, "busy" slots, "max_inside", ...), or -1. */
+int ig_gwf_upstream_stat(int port, const char *key);
+
 /* GET path: the body of a 200 answer (malloc'ed, caller frees), else NULL. */
 char *ig_gwf_get_text(int port, const char *path);
 
