@@ -622,9 +622,10 @@ int main(int argc, char **argv)
     for (int c = 0; c < ncells; c++) {
         const sim_result_t *lat = &res[(size_t)c * SIM_NPOLICIES + SIM_LATENCY];
         const sim_result_t *orc = &res[(size_t)c * SIM_NPOLICIES + SIM_ORACLE];
-        p99_bad_sig += beyond_noise(lat, best_of(res, use, c, 1), 1, 1.1);
-        oracle_bad_sig += beyond_noise(orc, best_of(res, use, c, 1), 1, 1.1);
-        p50_lost_sig += beyond_noise(lat, best_of(res, use, c, 0), 0, 1.0);
+        const sim_result_t *b50 = best_of(res, use, c, 0), *b99 = best_of(res, use, c, 1);
+        p99_bad_sig += beyond_noise(lat, b99, 1, 1.1);
+        oracle_bad_sig += beyond_noise(orc, b99, 1, 1.1);
+        p50_lost_sig += beyond_noise(lat, b50, 0, 1.0);
         double lat99 = ratio[((size_t)c * SIM_NPOLICIES + SIM_LATENCY) * NMETRIC + 1];
         double lat50 = ratio[((size_t)c * SIM_NPOLICIES + SIM_LATENCY) * NMETRIC + 0];
         double or99 = ratio[((size_t)c * SIM_NPOLICIES + SIM_ORACLE) * NMETRIC + 1];
@@ -639,15 +640,12 @@ int main(int argc, char **argv)
             room50++;
             room50_ok += lat50 <= 1.0;
         }
-        for (int v = 0; v < SIM_ORACLE_RULES && use[SIM_ORACLE]; v++) {
+        for (int v = 0; v < SIM_ORACLE_RULES && use[SIM_ORACLE] && b50 != NULL; v++) {
             sim_result_t rule = {0};
             rule.ttft_p50 = orc->rule_ttft[v][0];
             rule.ttft_p99 = orc->rule_ttft[v][1];
             rule.ttft_p50_se = orc->rule_ttft_se[v][0];
             rule.ttft_p99_se = orc->rule_ttft_se[v][1];
-            const sim_result_t *b50 = best_of(res, use, c, 0), *b99 = best_of(res, use, c, 1);
-            if (b50 == NULL)
-                continue;
             rule_p50_ok[v] += rule.ttft_p50 <= b50->ttft_p50;
             rule_p99_bad[v] += rule.ttft_p99 > 1.1 * b99->ttft_p99;
             rule_p99_sig[v] += beyond_noise(&rule, b99, 1, 1.1);
