@@ -804,6 +804,7 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     a->first_token = 1;
     ig_router_observe_ttft(&px->router, a->route, a->uncached_tokens,
                            (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
+    ig_router_observe_wait(&px->router, a->route, a->rif, (double)(now - a->start_ns) / 1e9, now);
     observe_ttft(px, x);
     /* A token is proof that the upstream works: a half-open trial is won. */
     ig_router_attempt_proven(&px->router, a->route, a->trial, now);

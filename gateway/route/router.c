@@ -127,15 +127,28 @@ static double reported_wait_of(const ig_router_upstream_t *u, uint64_t now_ns)
 /* The least time between two fits of an upstream's concurrency. */
 #define RIF_FIT_EVERY_NS 2000000ULL
 
-/* The hold time of an attempt that waited for nothing: the lowest RIF
- * bucket with enough samples (0 when none has). The last bucket (RIF
- * beyond the fit's reach) is not one: see learn_concurrency(). */
-static double base_hold(const ig_router_upstream_t *u, int *at)
+/* Times by the others in flight at an attempt's start: the holds, or the
+ * times to first token (ig_router_observe_wait()). */
+typedef struct {
+    const double *mean; /* of each bucket's times */
+    const double *sq;   /* of their squares */
+    const int *n;       /* samples of each */
+} rif_view_t;
+
+static rif_view_t holds_of(const ig_router_upstream_t *u)
+{
+    return (rif_view_t){u->rif_hold_s, u->rif_sq_s2, u->rif_n};
+}
+
+/* The time of an attempt that waited for nothing: the lowest RIF bucket
+ * with enough samples (0 when none has). The last bucket (RIF beyond the
+ * fit's reach) is not one: see learn_concurrency(). */
+static double base_hold(rif_view_t v, int *at)
 {
     for (int k = 0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        if (u->rif_n[k] >= RIF_MIN_SAMPLES) {
+        if (v.n[k] >= RIF_MIN_SAMPLES) {
             *at = k;
-            return u->rif_hold_s[k];
+            return v.mean[k];
         }
     }
     *at = -1;
@@ -152,21 +165,21 @@ static double base_hold(const ig_router_upstream_t *u, int *at)
  * pooled over the buckets (a service's spread scales with its mean), and
  * var_k = cv^2 x m_k^2, at least a tenth of the scale squared (a fixed
  * delay has none). */
-static void bucket_weights(const ig_router_upstream_t *u, int k0, double scale, double *wk)
+static void bucket_weights(rif_view_t v, int k0, double scale, double *wk)
 {
     double dev = 0, lvl = 0;
     for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        if (u->rif_n[k] < RIF_MIN_SAMPLES)
+        if (v.n[k] < RIF_MIN_SAMPLES)
             continue;
-        double m = u->rif_hold_s[k];
-        dev += u->rif_n[k] * fmax(u->rif_sq_s2[k] - m * m, 0.0);
-        lvl += u->rif_n[k] * m * m;
+        double m = v.mean[k];
+        dev += v.n[k] * fmax(v.sq[k] - m * m, 0.0);
+        lvl += v.n[k] * m * m;
     }
     double cv2 = lvl > 0 ? dev / lvl : 0;
     for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++) {
-        double m = u->rif_hold_s[k];
+        double m = v.mean[k];
         double var = fmax(cv2 * m * m, 0.01 * scale * scale);
-        wk[k] = u->rif_n[k] / var;
+        wk[k] = v.n[k] / var;
     }
 }
 
@@ -182,14 +195,14 @@ typedef struct {
         t1y[IG_ROUTER_RIF_BUCKETS + 1];
 } fit_sums_t;
 
-static void fit_sums(const ig_router_upstream_t *u, int k0, const double *wk, fit_sums_t *f)
+static void fit_sums(rif_view_t v, int k0, const double *wk, fit_sums_t *f)
 {
     int last = IG_ROUTER_RIF_BUCKETS - 1; /* the last bucket is left out */
     f->w = f->y = f->yy = 0;
     f->t0[last] = f->t1[last] = f->t2[last] = f->ty[last] = f->t1y[last] = 0;
     for (int k = last - 1; k >= 0; k--) {
-        double w = k >= k0 && u->rif_n[k] >= RIF_MIN_SAMPLES ? wk[k] : 0;
-        double y = u->rif_hold_s[k], x = k + 1;
+        double w = k >= k0 && v.n[k] >= RIF_MIN_SAMPLES ? wk[k] : 0;
+        double y = v.mean[k], x = k + 1;
         f->t0[k] = f->t0[k + 1] + w;
         f->t1[k] = f->t1[k + 1] + w * x;
         f->t2[k] = f->t2[k + 1] + w * x * x;
@@ -241,20 +254,25 @@ static double fit_queue(const fit_sums_t *f, double c, double expect, double *ba
  * when it fits clearly better than none (RIF_QUEUE_CHI2); else, and when
  * no bucket shows a queue, C is the smallest that sees none: what has been
  * seen, a lower bound. The last bucket (RIF beyond it) is left out.
+ *
+ * The same fit reads the times to first token (ig_router_observe_wait()),
+ * with s the hold's service time (`expect` > 0): there a wait for a place
+ * adds s / C a request ahead, and a batch slowdown only its share of the
+ * prefill.
  */
-static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, double *base_out,
-                                double *svc_out)
+static double fit_concurrency(rif_view_t v, double rtt_s, double expect, double *base_out,
+                              double *svc_out)
 {
     int k0;
-    double scale = base_hold(u, &k0); /* the lowest bucket's hold */
+    double scale = base_hold(v, &k0); /* the lowest bucket's time */
     int last = IG_ROUTER_RIF_BUCKETS - 1;
-    if (k0 < 0 && u->rif_n[last] >= RIF_MIN_SAMPLES && u->rif_hold_s[last] > 0) {
+    if (k0 < 0 && v.n[last] >= RIF_MIN_SAMPLES && v.mean[last] > 0) {
         /* Every attempt with enough samples began with `last` or more
          * others in flight (a wide upstream kept busy from its first
          * seconds): there is no bucket to fit (it would divide 0 by 0)
          * and no queue seen below, so C is at least `last + 1`, the lower
          * bound of what was seen. */
-        *base_out = u->rif_hold_s[last];
+        *base_out = v.mean[last];
         *svc_out = 0;
         return last + 1;
     }
@@ -264,13 +282,14 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
     double flat_err = INFINITY, flat_b = scale;
     int top = k0;
     for (int k = k0; k < IG_ROUTER_RIF_BUCKETS - 1; k++)
-        if (u->rif_n[k] >= RIF_MIN_SAMPLES)
+        if (v.n[k] >= RIF_MIN_SAMPLES)
             top = k;
     double wk[IG_ROUTER_RIF_BUCKETS];
     fit_sums_t sums;
-    bucket_weights(u, k0, scale, wk);
-    fit_sums(u, k0, wk, &sums);
-    double expect = fmax(scale - rtt_s, 0.25 * scale);
+    bucket_weights(v, k0, scale, wk);
+    fit_sums(v, k0, wk, &sums);
+    if (!(expect > 0))
+        expect = fmax(scale - rtt_s, 0.25 * scale);
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
         double base, slope;
         double err = fit_queue(&sums, c, expect, &base, &slope);
@@ -307,11 +326,18 @@ static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, dou
     return best_c;
 }
 
+static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, double *base_out,
+                                double *svc_out)
+{
+    return fit_concurrency(holds_of(u), rtt_s, 0, base_out, svc_out);
+}
+
 double ig_router_concurrency(const ig_router_upstream_t *u)
 {
     if (u->slots > 0)
         return u->slots;
-    return u->concurrency >= 1 ? u->concurrency : 1;
+    double c = u->concurrency >= 1 ? u->concurrency : 1;
+    return u->wait_c >= 1 && u->wait_c < c ? u->wait_c : c;
 }
 
 /* How long a request holds one of the upstream's C places: the learned
@@ -999,6 +1025,44 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
 }
 
 /*
+ * C from the times to first token. A hold is the answer's whole time, and
+ * a batch slowdown stretches it as the batch grows much as a queue would:
+ * the hold's fit needs a clear queue (RIF_QUEUE_CHI2) and, short of one,
+ * takes C as the least that shows none, a lower bound. A 1-slot upstream
+ * the policy seldom sends a second request was so learned as C = 2 or
+ * more (1.36 in the geometric mean over the simulator's design fleets).
+ * At the first token a wait for a place is a step of the answer's service
+ * time over C, and a batch slowdown only stretches the prefill: a queue
+ * seen there (the same fit and test, its slope the hold's service time)
+ * lowers C. The hold's C is kept where the first tokens show none: the
+ * hold's queue may be a slowdown or a queue the first tokens have not
+ * shown (docs/routing.md, "Learned concurrency").
+ */
+void ig_router_observe_wait(ig_router_t *r, ig_router_upstream_t *u, int rif, double ttft_s,
+                            uint64_t now_ns)
+{
+    (void)now_ns;
+    if (u->slots > 0 || !(ttft_s >= 0))
+        return;
+    int k = rif < 0 ? 0 : rif >= IG_ROUTER_RIF_BUCKETS ? IG_ROUTER_RIF_BUCKETS - 1 : rif;
+    if (u->wait_rif_n[k] < 32)
+        u->wait_rif_n[k]++;
+    u->wait_rif_s[k] += (ttft_s - u->wait_rif_s[k]) / u->wait_rif_n[k];
+    u->wait_rif_sq_s2[k] += (ttft_s * ttft_s - u->wait_rif_sq_s2[k]) / u->wait_rif_n[k];
+    if ((++u->wait_samples & 7) != 1)
+        return; /* as the hold's fit: every 8th sample */
+    double svc = u->hold_svc_s > 0 ? u->hold_svc_s
+                 : u->hold_base_s > 0 ? fmax(u->hold_base_s - rtt_of(r, u), 0.25 * u->hold_base_s)
+                                      : 0;
+    if (!(svc > 0))
+        return; /* no hold learned yet: nothing to scale a wait by */
+    double base, slope;
+    rif_view_t v = {u->wait_rif_s, u->wait_rif_sq_s2, u->wait_rif_n};
+    double c = fit_concurrency(v, 0, svc, &base, &slope);
+    u->wait_c = slope > 0 ? c : 0;
+}
+
+/*
  * A lower bound is a sample only where it says more than the estimate: an
  * upstream never measured is priced at its peers' service (prefill_of());
  * when its attempts lose every race to a hedge elsewhere they are
@@ -1045,7 +1109,7 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     int reach = ig_router_limit(r, u);
     for (int j = reach; j < IG_ROUTER_RIF_BUCKETS; j++)
         if (u->rif_n[j] > 0 && seconds_between(u->rif_at_ns[j], now_ns) > RIF_STALE_S)
-            u->rif_n[j] = 0;
+            u->rif_n[j] = u->wait_rif_n[j] = 0; /* the first tokens of the same attempts too */
     u->rif_at_ns[k] = now_ns;
     /* A running mean over the first 32 samples (a forgotten bucket starts
      * afresh: its first sample is its mean), then an EWMA of about the

@@ -155,6 +155,15 @@ typedef struct {
     uint64_t fit_at_ns;                        /* the last fit of concurrency */
     double hold_base_s;                        /* the fit's unqueued hold time (b); 0 = none yet */
     double hold_svc_s; /* the fit's service time s (the queue's slope); 0 = none */
+    /* The same by times to first token (streamed answers): a wait for a
+     * place shows there as a step of s / C a request, apart from a batch
+     * slowdown. wait_c is the C of a queue seen there, 0 = none seen; it
+     * lowers the hold's C (ig_router_concurrency(), ig_router_observe_wait()). */
+    double wait_rif_s[IG_ROUTER_RIF_BUCKETS];
+    double wait_rif_sq_s2[IG_ROUTER_RIF_BUCKETS];
+    int wait_rif_n[IG_ROUTER_RIF_BUCKETS];
+    uint64_t wait_samples;
+    double wait_c;
 
     /* Adaptive concurrency limit (Little's law, BBR's bandwidth-delay
      * product in requests): over windows, the most throughput X seen times
@@ -341,6 +350,10 @@ void ig_router_observe_rtt(const ig_router_t *r, ig_router_upstream_t *u, double
                            uint64_t now_ns);
 void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_tokens,
                             double ttft_s, double predicted_wait_s, uint64_t now_ns);
+/* A streamed answer's first token came ttft_s after its attempt began with
+ * rif others in flight: what learns wait_c (an upstream without slots). */
+void ig_router_observe_wait(ig_router_t *r, ig_router_upstream_t *u, int rif, double ttft_s,
+                            uint64_t now_ns);
 /* An attempt cancelled before its first token because another won: its
  * TTFT was more than elapsed_s. Learned as a sample only where that is
  * more than the service now believed for the prompt. */
