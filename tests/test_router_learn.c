@@ -257,6 +257,65 @@ static void test_busy_from_start_not_narrow(void **state)
     assert_true(isfinite(ig_router_delay(&r, &u, t)));
 }
 
+/* Holds of a 1-slot upstream the policy seldom sends a second request:
+ * 32 at RIF 0 (1 s, spread +-90%) and 25 at RIF 1 (2 s: one ahead). So
+ * few, so noisy, the hold's queue is not believed (RIF_QUEUE_CHI2), and C
+ * is the least that shows none, 2. */
+static void one_slot_holds(ig_router_t *r, ig_router_upstream_t *u, uint64_t *t)
+{
+    for (int i = 0; i < 32; i++)
+        ig_router_observe_done(r, u, 0, i % 2 ? 1.9 : 0.1, *t += 1000000);
+    for (int i = 0; i < 25; i++)
+        ig_router_observe_done(r, u, 1, (i % 2 ? 1.9 : 0.1) * 2, *t += 1000000);
+    u->concurrency = 0; /* fit once more */
+    ig_router_observe_done(r, u, 0, 1.0, *t);
+}
+
+/* The first tokens of the same attempts: 50 ms at RIF 0, and at RIF 1
+ * first (a wait behind the one in service, about its 1 s service, plus
+ * the prefill). 57 samples: the last one fits (every 8th does). */
+static void first_tokens(ig_router_t *r, ig_router_upstream_t *u, double first, uint64_t *t)
+{
+    for (int i = 0; i < 32; i++)
+        ig_router_observe_wait(r, u, 0, i % 2 ? 0.06 : 0.04, *t += 1000000);
+    for (int i = 0; i < 25; i++)
+        ig_router_observe_wait(r, u, 1, (i % 2 ? 1.2 : 0.8) * first, *t += 1000000);
+}
+
+/* A wait for a place seen at the first token lowers C: the hold's fit
+ * alone says 2; a first token about one service time later at RIF 1 than
+ * at RIF 0 says 1. A first token only stretched at RIF 1 (a batch slowdown
+ * of the prefill, 50 to 80 ms) is no wait, and C stays the hold's. */
+static void test_first_token_wait_lowers_c(void **state)
+{
+    (void)state;
+    ig_router_t r;
+    ig_router_init(&r, NULL);
+    ig_router_upstream_t held, waited, stretched;
+    uint64_t t = ns(0);
+    ig_router_upstream_init(&held, "held", IG_ROUTER_SITE);
+    one_slot_holds(&r, &held, &t);
+    ig_router_upstream_init(&waited, "waited", IG_ROUTER_SITE);
+    one_slot_holds(&r, &waited, &t);
+    first_tokens(&r, &waited, 1.05, &t);
+    ig_router_upstream_init(&stretched, "stretched", IG_ROUTER_SITE);
+    one_slot_holds(&r, &stretched, &t);
+    first_tokens(&r, &stretched, 0.08, &t);
+    print_message("1 slot: C %.2f from the holds, %.2f with a wait at the first token, %.2f with a "
+                  "slowdown there\n",
+                  ig_router_concurrency(&held), ig_router_concurrency(&waited),
+                  ig_router_concurrency(&stretched));
+    assert_true(ig_router_concurrency(&held) >= 2);
+    assert_true(ig_router_concurrency(&waited) == 1);
+    assert_true(ig_router_concurrency(&stretched) == ig_router_concurrency(&held));
+    /* An upstream that reports its slots learns nothing here. */
+    ig_router_upstream_t reported;
+    ig_router_upstream_init(&reported, "reported", IG_ROUTER_SITE);
+    reported.slots = 4;
+    first_tokens(&r, &reported, 1.05, &t);
+    assert_true(reported.wait_samples == 0 && ig_router_concurrency(&reported) == 4);
+}
+
 static void test_concurrency_converges(void **state)
 {
     (void)state;
@@ -516,6 +575,7 @@ int main(void)
         cmocka_unit_test(test_wide_not_taken_for_narrow),
         cmocka_unit_test(test_unlucky_bucket_not_a_queue),
         cmocka_unit_test(test_busy_from_start_not_narrow),
+        cmocka_unit_test(test_first_token_wait_lowers_c),
         cmocka_unit_test(test_learned_beats_unknown),
         cmocka_unit_test(test_limit_settles),
         cmocka_unit_test(test_limit_recovers_after_slowdown),
