@@ -218,6 +218,16 @@ static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t
     json_object_set_new(o, "hold_by_rif", holds);
     json_object_set_new(o, "hold_base_s", json_real(u->hold_base_s));
     json_object_set_new(o, "hold_svc_s", json_real(u->hold_svc_s));
+    /* The same by times to first token (streams), and the C of a wait for
+     * a place seen there (0: none), which lowers the hold's. */
+    json_t *firsts = json_array();
+    for (int k = 0; k < IG_ROUTER_RIF_BUCKETS; k++) {
+        if (u->wait_rif_n[k] > 0)
+            json_array_append_new(firsts,
+                                  json_pack("[i, i, f]", k, u->wait_rif_n[k], u->wait_rif_s[k]));
+    }
+    json_object_set_new(o, "first_token_by_rif", firsts);
+    json_object_set_new(o, "first_token_c", json_real(u->wait_c));
     /* The learned time to first token less the RTT and the predicted wait
      * (the cost's prefill part), and how many answers it has seen. */
     json_object_set_new(o, "service_s", json_real(u->svc_samples > 0 ? u->svc_s : 0.0));
