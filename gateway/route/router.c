@@ -1041,7 +1041,6 @@ void ig_router_observe_ttft(ig_router_t *r, ig_router_upstream_t *u, int prompt_
 void ig_router_observe_wait(ig_router_t *r, ig_router_upstream_t *u, int rif, double ttft_s,
                             uint64_t now_ns)
 {
-    (void)now_ns;
     if (u->slots > 0 || !(ttft_s >= 0))
         return;
     int k = rif < 0 ? 0 : rif >= IG_ROUTER_RIF_BUCKETS ? IG_ROUTER_RIF_BUCKETS - 1 : rif;
@@ -1049,8 +1048,8 @@ void ig_router_observe_wait(ig_router_t *r, ig_router_upstream_t *u, int rif, do
         u->wait_rif_n[k]++;
     u->wait_rif_s[k] += (ttft_s - u->wait_rif_s[k]) / u->wait_rif_n[k];
     u->wait_rif_sq_s2[k] += (ttft_s * ttft_s - u->wait_rif_sq_s2[k]) / u->wait_rif_n[k];
-    if ((++u->wait_samples & 7) != 1)
-        return; /* as the hold's fit: every 8th sample */
+    if ((++u->wait_samples & 7) != 1 || now_ns - u->wait_fit_at_ns < RIF_FIT_EVERY_NS)
+        return; /* as the hold's fit: every 8th sample, not more often than that */
     double svc = u->hold_svc_s > 0 ? u->hold_svc_s
                  : u->hold_base_s > 0 ? fmax(u->hold_base_s - rtt_of(r, u), 0.25 * u->hold_base_s)
                                       : 0;
@@ -1060,6 +1059,7 @@ void ig_router_observe_wait(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     rif_view_t v = {u->wait_rif_s, u->wait_rif_sq_s2, u->wait_rif_n};
     double c = fit_concurrency(v, 0, svc, &base, &slope);
     u->wait_c = slope > 0 ? c : 0;
+    u->wait_fit_at_ns = now_ns;
 }
 
 /*

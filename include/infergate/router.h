@@ -163,6 +163,7 @@ typedef struct {
     double wait_rif_sq_s2[IG_ROUTER_RIF_BUCKETS];
     int wait_rif_n[IG_ROUTER_RIF_BUCKETS];
     uint64_t wait_samples;
+    uint64_t wait_fit_at_ns;
     double wait_c;
 
     /* Adaptive concurrency limit (Little's law, BBR's bandwidth-delay
