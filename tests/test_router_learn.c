@@ -308,6 +308,13 @@ static void test_first_token_wait_lowers_c(void **state)
     assert_true(ig_router_concurrency(&held) >= 2);
     assert_true(ig_router_concurrency(&waited) == 1);
     assert_true(ig_router_concurrency(&stretched) == ig_router_concurrency(&held));
+    /* A queue seen at the first token is a queue known (rule 5 of the
+     * latency pick may pass over an upstream that would queue): one in
+     * flight fills the 1 place; the hold's lower bound of 2 is no queue. */
+    waited.inflight = 1;
+    held.inflight = 2;
+    assert_true(ig_router_would_queue(&waited));
+    assert_false(ig_router_would_queue(&held));
     /* An upstream that reports its slots learns nothing here. */
     ig_router_upstream_t reported;
     ig_router_upstream_init(&reported, "reported", IG_ROUTER_SITE);

@@ -524,7 +524,7 @@ double ig_router_delay(const ig_router_t *r, const ig_router_upstream_t *u, uint
 
 int ig_router_would_queue(const ig_router_upstream_t *u)
 {
-    if (u->slots <= 0 && !(u->hold_svc_s > 0))
+    if (u->slots <= 0 && !(u->hold_svc_s > 0) && !(u->wait_c >= 1))
         return 0; /* C is a lower bound: no queue seen yet */
     return u->inflight >= ig_router_concurrency(u);
 }
