@@ -140,6 +140,18 @@ static rif_view_t holds_of(const ig_router_upstream_t *u)
     return (rif_view_t){u->rif_hold_s, u->rif_sq_s2, u->rif_n};
 }
 
+/* A time into bucket k: a running mean over the first 32 samples (a
+ * forgotten bucket starts afresh: its first sample is its mean), then an
+ * EWMA of about the last 32: the service times of LLM requests vary a
+ * lot. */
+static void rif_add(double *mean, double *sq, int *n, int k, double seconds)
+{
+    if (n[k] < 32)
+        n[k]++;
+    mean[k] += (seconds - mean[k]) / n[k];
+    sq[k] += (seconds * seconds - sq[k]) / n[k];
+}
+
 /* The time of an attempt that waited for nothing: the lowest RIF bucket
  * with enough samples (0 when none has). The last bucket (RIF beyond the
  * fit's reach) is not one: see learn_concurrency(). */
@@ -341,15 +353,22 @@ double ig_router_concurrency(const ig_router_upstream_t *u)
 }
 
 /* How long a request holds one of the upstream's C places: the learned
- * base hold less the round trip, else the mean occupancy, else the
- * service time to first token. */
-static double hold_of(const ig_router_t *r, const ig_router_upstream_t *u)
+ * base hold less the round trip (fitted_hold(): the fit's s where it saw
+ * a queue; 0 before any fit), else the mean occupancy, else the service
+ * time to first token. */
+static double fitted_hold(const ig_router_t *r, const ig_router_upstream_t *u)
 {
     double base = u->hold_base_s;
     if (u->hold_svc_s > 0)
         return u->hold_svc_s; /* fitted where a queue was seen */
-    if (base > 0)
-        return fmax(base - rtt_of(r, u), 0.25 * base);
+    return base > 0 ? fmax(base - rtt_of(r, u), 0.25 * base) : 0.0;
+}
+
+static double hold_of(const ig_router_t *r, const ig_router_upstream_t *u)
+{
+    double fitted = fitted_hold(r, u);
+    if (fitted > 0)
+        return fitted;
     if (u->occupancy_s > 0)
         return u->occupancy_s;
     return u->svc_samples > 0 ? u->svc_s : 0.0;
@@ -1044,15 +1063,10 @@ void ig_router_observe_wait(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     if (u->slots > 0 || !(ttft_s >= 0))
         return;
     int k = rif < 0 ? 0 : rif >= IG_ROUTER_RIF_BUCKETS ? IG_ROUTER_RIF_BUCKETS - 1 : rif;
-    if (u->wait_rif_n[k] < 32)
-        u->wait_rif_n[k]++;
-    u->wait_rif_s[k] += (ttft_s - u->wait_rif_s[k]) / u->wait_rif_n[k];
-    u->wait_rif_sq_s2[k] += (ttft_s * ttft_s - u->wait_rif_sq_s2[k]) / u->wait_rif_n[k];
+    rif_add(u->wait_rif_s, u->wait_rif_sq_s2, u->wait_rif_n, k, ttft_s);
     if ((++u->wait_samples & 7) != 1 || now_ns - u->wait_fit_at_ns < RIF_FIT_EVERY_NS)
         return; /* as the hold's fit: every 8th sample, not more often than that */
-    double svc = u->hold_svc_s > 0 ? u->hold_svc_s
-                 : u->hold_base_s > 0 ? fmax(u->hold_base_s - rtt_of(r, u), 0.25 * u->hold_base_s)
-                                      : 0;
+    double svc = fitted_hold(r, u);
     if (!(svc > 0))
         return; /* no hold learned yet: nothing to scale a wait by */
     double base, slope;
@@ -1111,13 +1125,7 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
         if (u->rif_n[j] > 0 && seconds_between(u->rif_at_ns[j], now_ns) > RIF_STALE_S)
             u->rif_n[j] = u->wait_rif_n[j] = 0; /* the first tokens of the same attempts too */
     u->rif_at_ns[k] = now_ns;
-    /* A running mean over the first 32 samples (a forgotten bucket starts
-     * afresh: its first sample is its mean), then an EWMA of about the
-     * last 32: the service times of LLM requests vary a lot. */
-    if (u->rif_n[k] < 32)
-        u->rif_n[k]++;
-    u->rif_hold_s[k] += (seconds - u->rif_hold_s[k]) / u->rif_n[k];
-    u->rif_sq_s2[k] += (seconds * seconds - u->rif_sq_s2[k]) / u->rif_n[k];
+    rif_add(u->rif_hold_s, u->rif_sq_s2, u->rif_n, k, seconds);
     /* The fit costs a few thousand operations, and the means it reads move
      * little from one sample to the next: every 8th sample, and no more
      * often than RIF_FIT_EVERY_NS, which binds only past 4,000 answers a
