@@ -639,8 +639,8 @@ static void gw_first(sim_t *s, int i)
     if (sim_policy_is_infergate(s->policy) && s->f->stream) {
         ig_router_observe_ttft(&s->router, &p->route, r->prompt,
                                (double)(s->now - r->start_ns) / NS, r->predicted_wait, s->now);
-        ig_router_observe_wait(&s->router, &p->route, r->rif,
-                               (double)(s->now - r->start_ns) / NS, s->now);
+        ig_router_observe_wait(&s->router, &p->route, r->rif, (double)(s->now - r->start_ns) / NS,
+                               s->now);
         ig_router_attempt_proven(&s->router, &p->route, r->trial, s->now);
         r->trial = 0;
         s->out->svc_peak[r->up] = fmax(s->out->svc_peak[r->up], p->route.svc_s);
