@@ -140,6 +140,11 @@ static rif_view_t holds_of(const ig_router_upstream_t *u)
     return (rif_view_t){u->rif_hold_s, u->rif_sq_s2, u->rif_n};
 }
 
+static rif_view_t firsts_of(const ig_router_upstream_t *u)
+{
+    return (rif_view_t){u->wait_rif_s, u->wait_rif_sq_s2, u->wait_rif_n};
+}
+
 /* A time into bucket k: a running mean over the first 32 samples (a
  * forgotten bucket starts afresh: its first sample is its mean), then an
  * EWMA of about the last 32: the service times of LLM requests vary a
@@ -352,10 +357,8 @@ double ig_router_concurrency(const ig_router_upstream_t *u)
     return u->wait_c >= 1 && u->wait_c < c ? u->wait_c : c;
 }
 
-/* How long a request holds one of the upstream's C places: the learned
- * base hold less the round trip (fitted_hold(): the fit's s where it saw
- * a queue; 0 before any fit), else the mean occupancy, else the service
- * time to first token. */
+/* The hold's fitted service time: the fit's s where it saw a queue, else
+ * its base hold less the round trip; 0 before any fit. */
 static double fitted_hold(const ig_router_t *r, const ig_router_upstream_t *u)
 {
     double base = u->hold_base_s;
@@ -364,6 +367,8 @@ static double fitted_hold(const ig_router_t *r, const ig_router_upstream_t *u)
     return base > 0 ? fmax(base - rtt_of(r, u), 0.25 * base) : 0.0;
 }
 
+/* How long a request holds one of the upstream's C places: the fitted
+ * hold, else the mean occupancy, else the service time to first token. */
 static double hold_of(const ig_router_t *r, const ig_router_upstream_t *u)
 {
     double fitted = fitted_hold(r, u);
@@ -1070,8 +1075,7 @@ void ig_router_observe_wait(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     if (!(svc > 0))
         return; /* no hold learned yet: nothing to scale a wait by */
     double base, slope;
-    rif_view_t v = {u->wait_rif_s, u->wait_rif_sq_s2, u->wait_rif_n};
-    double c = fit_concurrency(v, 0, svc, &base, &slope);
+    double c = fit_concurrency(firsts_of(u), 0, svc, &base, &slope);
     u->wait_c = slope > 0 ? c : 0;
     u->wait_fit_at_ns = now_ns;
 }

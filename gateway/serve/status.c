@@ -195,6 +195,18 @@ static void status_cost(json_t *o, ig_router_upstream_t *u, const ig_price_t *p,
         *rate += ig_cost_meter_rate(&u->cost, now);
 }
 
+/* The buckets by the attempts of ours in flight when one began that have
+ * samples, as [rif, samples, seconds]. */
+static json_t *rif_buckets(const int *n, const double *mean)
+{
+    json_t *a = json_array();
+    for (int k = 0; k < IG_ROUTER_RIF_BUCKETS; k++) {
+        if (n[k] > 0)
+            json_array_append_new(a, json_pack("[i, i, f]", k, n[k], mean[k]));
+    }
+    return a;
+}
+
 static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t *u)
 {
     const ig_router_t *r = ig_proxy_router(gw->proxy);
@@ -209,24 +221,13 @@ static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t
     json_object_set_new(o, "limit_throughput_per_s", json_real(u->limit_x_per_s));
     json_object_set_new(o, "concurrency", json_real(ig_router_concurrency(u)));
     /* What the learned concurrency is fitted to: the mean hold time by the
-     * attempts of ours in flight when one began, [rif, samples, seconds]. */
-    json_t *holds = json_array();
-    for (int k = 0; k < IG_ROUTER_RIF_BUCKETS; k++) {
-        if (u->rif_n[k] > 0)
-            json_array_append_new(holds, json_pack("[i, i, f]", k, u->rif_n[k], u->rif_hold_s[k]));
-    }
-    json_object_set_new(o, "hold_by_rif", holds);
+     * attempts of ours in flight when one began. */
+    json_object_set_new(o, "hold_by_rif", rif_buckets(u->rif_n, u->rif_hold_s));
     json_object_set_new(o, "hold_base_s", json_real(u->hold_base_s));
     json_object_set_new(o, "hold_svc_s", json_real(u->hold_svc_s));
     /* The same by times to first token (streams), and the C of a wait for
      * a place seen there (0: none), which lowers the hold's. */
-    json_t *firsts = json_array();
-    for (int k = 0; k < IG_ROUTER_RIF_BUCKETS; k++) {
-        if (u->wait_rif_n[k] > 0)
-            json_array_append_new(firsts,
-                                  json_pack("[i, i, f]", k, u->wait_rif_n[k], u->wait_rif_s[k]));
-    }
-    json_object_set_new(o, "first_token_by_rif", firsts);
+    json_object_set_new(o, "first_token_by_rif", rif_buckets(u->wait_rif_n, u->wait_rif_s));
     json_object_set_new(o, "first_token_c", json_real(u->wait_c));
     /* The learned time to first token less the RTT and the predicted wait
      * (the cost's prefill part), and how many answers it has seen. */
