@@ -159,8 +159,8 @@ static void *load_main(void *arg)
         l->total++;
         if (rc != 0 || r.status != 200) {
             l->failed++;
-            fprintf(stderr, "request failed: %d %s\n", rc == 0 ? r.status : -1,
-                    rc == 0 && r.body ? r.body : "");
+            fprintf(stderr, "request failed in phase %d at %lld ms: %d %s\n", ph, ig_tc_now_ms(),
+                    rc == 0 ? r.status : -1, rc == 0 && r.body ? r.body : "");
         } else if (ph == l->phase) { /* answered within one phase */
             const char *up = ig_tc_header(&r, "x-infergate-upstream");
             int seen = 0;
@@ -174,6 +174,14 @@ static void *load_main(void *arg)
             ig_tc_response_free(&r);
     }
     return NULL;
+}
+
+/* The load's answers count in phase ph from now (its start time on stderr,
+ * beside any failed request's, to read against the gateway's log). */
+static void set_phase(load_t *l, int ph)
+{
+    fprintf(stderr, "phase %d from %lld ms\n", ph, ig_tc_now_ms());
+    l->phase = ph;
 }
 
 static int seen_in(load_t *l, int phase, const char *name)
@@ -280,7 +288,7 @@ static void test_pool_follows_dns(void **state)
     assert_int_equal(wait_view(gport, 3, ips[2], "ready", name4, sizeof(name4)), 0);
     char name5[96];
     assert_int_equal(wait_view(gport, 3, ips[3], "starting", name5, sizeof(name5)), 0);
-    l.phase = 2;
+    set_phase(&l, 2);
     usleep(1500 * 1000);
     assert_true(seen_in(&l, 2, name2) && seen_in(&l, 2, name3) && seen_in(&l, 2, name4));
     assert_false(seen_in(&l, 2, name5));
@@ -292,7 +300,7 @@ static void test_pool_follows_dns(void **state)
     assert_int_equal(kill(dns.pid, SIGHUP), 0);
     assert_int_equal(wait_view(gport, 2, ips[0], "", NULL, 0), 0);
     assert_int_equal(wait_view(gport, 2, ips[3], "", NULL, 0), 0);
-    l.phase = 3;
+    set_phase(&l, 3);
     assert_int_equal(ig_proc_stop(&workers[0], SIGTERM, 10000), 0);
     usleep(1500 * 1000);
     assert_false(seen_in(&l, 3, name2));
@@ -300,7 +308,7 @@ static void test_pool_follows_dns(void **state)
 
     /* Phase 4: the DNS server goes away: resolutions fail, the set stays. */
     assert_int_equal(ig_proc_stop(&dns, SIGTERM, 10000), 0);
-    l.phase = 4;
+    set_phase(&l, 4);
     usleep(3000 * 1000); /* past a 2 s query timeout, several tries */
     assert_int_equal(pool_view(gport, NULL, NULL, 0, NULL, 0), 2);
     assert_true(seen_in(&l, 4, name3) && seen_in(&l, 4, name4));
