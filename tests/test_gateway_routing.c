@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "burst.h"
 #include "gwfixture.h"
 
 static int upstream_index(const ig_tc_response_t *r)
@@ -251,6 +252,115 @@ static void test_hedge_beats_a_stall(void **state)
         ig_proc_stop(&ups[i], SIGKILL, 5000);
 }
 
+/* The site named name in GET /status (a new reference), or NULL. */
+static json_t *site_status(int port, const char *name)
+{
+    char *text = ig_gwf_get_text(port, "/status");
+    json_t *doc = text ? json_loads(text, 0, NULL) : NULL;
+    free(text);
+    json_t *site = NULL, *v;
+    size_t i;
+    json_array_foreach(json_object_get(doc, "sites"), i, v)
+    {
+        if (site == NULL && json_is_string(json_object_get(v, "name")) &&
+            strcmp(json_string_value(json_object_get(v, "name")), name) == 0)
+            site = json_incref(v);
+    }
+    json_decref(doc);
+    return site;
+}
+
+/* The mean of bucket rif in a [[rif, samples, seconds], ...] array, and
+ * its samples; -1 when the bucket is absent. */
+static double bucket_mean(const json_t *buckets, int rif, int *samples)
+{
+    size_t i;
+    json_t *b;
+    *samples = 0;
+    json_array_foreach(buckets, i, b)
+    {
+        if (json_integer_value(json_array_get(b, 0)) == rif) {
+            *samples = (int)json_integer_value(json_array_get(b, 1));
+            return json_real_value(json_array_get(b, 2));
+        }
+    }
+    return -1;
+}
+
+/* Streams in bursts of six, round robin over a 1-slot site and a 4-slot
+ * one, neither reporting /load: each takes 3 at once. /status shows the
+ * first tokens by the requests in flight when each began; the 1-slot
+ * site's wait a place for a hold each, and the C of that queue is 1. The
+ * 4-slot site's never wait a hold, and no queue is seen there. */
+static void test_first_tokens_show_the_queue(void **state)
+{
+    ig_proc_t ups[2];
+    assert_int_equal(ig_gwf_upstream(&ups[0], "--slots", "1", "--delay-ms", "60", "--itl-ms", "10",
+                                     "--tokens", "4", NULL),
+                     0);
+    assert_int_equal(ig_gwf_upstream(&ups[1], "--slots", "4", "--delay-ms", "60", "--itl-ms", "10",
+                                     "--tokens", "4", NULL),
+                     0);
+    char cfg[1024];
+    int port = ig_proc_free_port();
+    snprintf(cfg, sizeof(cfg),
+             "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"}],"
+             "\"sites\":[{\"name\":\"s0\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]},"
+             "{\"name\":\"s1\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}],"
+             "\"routing\":{\"policy\":\"round_robin\"},\"limits\":{\"drain_grace_ms\":0}}",
+             port, ups[0].port, ups[1].port);
+    const char *path = ig_proc_temp_file(cfg, ".json");
+    assert_non_null(path);
+    ig_proc_t g;
+    assert_int_equal(ig_gwf_serve(&g, path, port, "warn", 0, 15000, 15000), 0);
+    long long end = ig_tc_now_ms() + 10000;
+    while (ig_gwf_sites_up(g.port, NULL, 0) < 2 && ig_tc_now_ms() < end)
+        usleep(50 * 1000);
+    assert_int_equal(ig_gwf_sites_up(g.port, NULL, 0), 2);
+
+    ig_burst_one_t out[6];
+    for (int round = 0; round < 25; round++)
+        assert_int_equal(ig_burst(g.port, "/v1/completions", stream_body, 6, 20000, out), 6);
+
+    json_t *one = site_status(g.port, "s0"), *four = site_status(g.port, "s1");
+    assert_non_null(one);
+    assert_non_null(four);
+    const json_t *f1 = json_object_get(one, "first_token_by_rif");
+    const json_t *f4 = json_object_get(four, "first_token_by_rif");
+    int n0, n1, n2;
+    double hold = bucket_mean(json_object_get(one, "hold_by_rif"), 0, &n0);
+    double w0 = bucket_mean(f1, 0, &n0), w1 = bucket_mean(f1, 1, &n1), w2 = bucket_mean(f1, 2, &n2);
+    double c1 = json_real_value(json_object_get(one, "first_token_c"));
+    print_message("1 slot: hold %.0f ms alone; first token %.0f / %.0f / %.0f ms (%d / %d / %d) "
+                  "at 0 / 1 / 2 in flight; C %.2f (first tokens), %.2f\n",
+                  1e3 * hold, 1e3 * w0, 1e3 * w1, 1e3 * w2, n0, n1, n2, c1,
+                  json_real_value(json_object_get(one, "concurrency")));
+    /* Each burst gives each site one request at each of 0, 1 and 2 in
+     * flight: every bucket has its samples. */
+    assert_true(n0 >= 20 && n1 >= 20 && n2 >= 20);
+    assert_true(hold > 0.06);
+    /* A place comes free once a hold is over: the second waits about one
+     * hold more than the first, the third about two. */
+    assert_true(w1 - w0 > 0.5 * hold);
+    assert_true(w2 - w0 > 1.2 * hold);
+    assert_true(c1 >= 0.5 && c1 <= 1.5);
+    assert_true(json_real_value(json_object_get(one, "concurrency")) <= 1.5);
+
+    double v0 = bucket_mean(f4, 0, &n0), v2 = bucket_mean(f4, 2, &n2);
+    double c4 = json_real_value(json_object_get(four, "first_token_c"));
+    print_message("4 slots: first token %.0f / %.0f ms (%d / %d) at 0 / 2 in flight; C %.2f "
+                  "(first tokens; 0 = no queue seen)\n",
+                  1e3 * v0, 1e3 * v2, n0, n2, c4);
+    assert_true(n0 >= 20 && n2 >= 20);
+    assert_true(v2 - v0 < 0.5 * hold);
+    assert_true(c4 == 0);
+    json_decref(one);
+    json_decref(four);
+    assert_int_equal(ig_proc_stop(&g, SIGTERM, 10000), 0);
+    for (int i = 0; i < 2; i++)
+        ig_proc_stop(&ups[i], SIGKILL, 5000);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -260,6 +370,7 @@ int main(void)
         cmocka_unit_test(test_errors_retried_then_reported),
         cmocka_unit_test(test_client_disconnect_cancels),
         cmocka_unit_test(test_hedge_beats_a_stall),
+        cmocka_unit_test(test_first_tokens_show_the_queue),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

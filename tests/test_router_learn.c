@@ -285,7 +285,8 @@ static void first_tokens(ig_router_t *r, ig_router_upstream_t *u, double first, 
 /* A wait for a place seen at the first token lowers C: the hold's fit
  * alone says 2; a first token about one service time later at RIF 1 than
  * at RIF 0 says 1. A first token only stretched at RIF 1 (a batch slowdown
- * of the prefill, 50 to 80 ms) is no wait, and C stays the hold's. */
+ * of the prefill, 50 to 80 ms), or not at all, is no wait, and C stays the
+ * hold's. */
 static void test_first_token_wait_lowers_c(void **state)
 {
     (void)state;
@@ -308,6 +309,15 @@ static void test_first_token_wait_lowers_c(void **state)
     assert_true(ig_router_concurrency(&held) >= 2);
     assert_true(ig_router_concurrency(&waited) == 1);
     assert_true(ig_router_concurrency(&stretched) == ig_router_concurrency(&held));
+    assert_true(stretched.wait_c == 0);
+    /* First tokens as fast at RIF 1 as at 0: no queue seen there either
+     * (first_token_c 0 in /status), not the lower bound of 2. */
+    ig_router_upstream_t flat;
+    ig_router_upstream_init(&flat, "flat", IG_ROUTER_SITE);
+    one_slot_holds(&r, &flat, &t);
+    first_tokens(&r, &flat, 0.05, &t);
+    assert_true(flat.wait_samples > 0 && flat.wait_c == 0);
+    assert_true(ig_router_concurrency(&flat) == ig_router_concurrency(&held));
     /* A queue seen at the first token is a queue known (rule 5 of the
      * latency pick may pass over an upstream that would queue): one in
      * flight fills the 1 place; the hold's lower bound of 2 is no queue. */

@@ -305,7 +305,8 @@ static double fit_concurrency(rif_view_t v, double rtt_s, double expect, double 
     fit_sums_t sums;
     bucket_weights(v, k0, scale, wk);
     fit_sums(v, k0, wk, &sums);
-    if (!(expect > 0))
+    int waits = expect > 0; /* the first tokens' fit, not the hold's */
+    if (!waits)
         expect = fmax(scale - rtt_s, 0.25 * scale);
     for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
         double base, slope;
@@ -338,6 +339,14 @@ static double fit_concurrency(rif_view_t v, double rtt_s, double expect, double 
         best_b = flat_b;
         best_s = 0;
     }
+    /* No C below top + 1 fitted better: the flat fit won outright, and its
+     * slope is only the clamp's floor (every x_k is 0), not a queue's. The
+     * first tokens' fit says so (slope 0: no queue seen). The hold's keeps
+     * that floor, half its base less the RTT, as its service time: the same
+     * rule for both put the TTFT p50 losses beyond the noise at 30 against
+     * 19 on the design fleets (docs/routing.md, "Learned concurrency"). */
+    if (best_c >= top + 1 && waits)
+        best_s = 0;
     *base_out = best_b;
     *svc_out = best_s;
     return best_c;
