@@ -301,22 +301,8 @@ static void test_first_tokens_show_the_queue(void **state)
     assert_int_equal(ig_gwf_upstream(&ups[1], "--slots", "4", "--delay-ms", "60", "--itl-ms", "10",
                                      "--tokens", "4", NULL),
                      0);
-    char cfg[1024];
-    int port = ig_proc_free_port();
-    snprintf(cfg, sizeof(cfg),
-             "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\",\"models\":[{\"name\":\"m\"}],"
-             "\"sites\":[{\"name\":\"s0\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]},"
-             "{\"name\":\"s1\",\"url\":\"http://127.0.0.1:%d\",\"models\":[\"m\"]}],"
-             "\"routing\":{\"policy\":\"round_robin\"},\"limits\":{\"drain_grace_ms\":0}}",
-             port, ups[0].port, ups[1].port);
-    const char *path = ig_proc_temp_file(cfg, ".json");
-    assert_non_null(path);
     ig_proc_t g;
-    assert_int_equal(ig_gwf_serve(&g, path, port, "warn", 0, 15000, 15000), 0);
-    long long end = ig_tc_now_ms() + 10000;
-    while (ig_gwf_sites_up(g.port, NULL, 0) < 2 && ig_tc_now_ms() < end)
-        usleep(50 * 1000);
-    assert_int_equal(ig_gwf_sites_up(g.port, NULL, 0), 2);
+    assert_int_equal(ig_gwf_sites_serve(&g, ups, 2, 2, ",\"policy\":\"round_robin\"", NULL), 0);
 
     ig_burst_one_t out[6];
     for (int round = 0; round < 25; round++)

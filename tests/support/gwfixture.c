@@ -217,10 +217,14 @@ int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
             i, ups[i].port);
     const char *grace =
         top_extra && strstr(top_extra, "\"limits\"") ? "" : ",\"limits\":{\"drain_grace_ms\":0}";
+    /* A policy in routing_extra takes the place of "latency" (its leading
+     * comma then goes). */
+    int policy = routing_extra && strstr(routing_extra, "\"policy\"");
     if (off < sizeof(cfg))
-        off += (size_t)snprintf(
-            cfg + off, sizeof(cfg) - off, "],\"routing\":{\"policy\":\"latency\"%s}%s%s}",
-            routing_extra ? routing_extra : "", top_extra ? top_extra : "", grace);
+        off += (size_t)snprintf(cfg + off, sizeof(cfg) - off, "],\"routing\":{%s%s}%s%s}",
+                                policy ? "" : "\"policy\":\"latency\"",
+                                routing_extra ? routing_extra + policy : "",
+                                top_extra ? top_extra : "", grace);
     if (off >= sizeof(cfg)) {
         fprintf(stderr, "ig_gwf_sites_serve: config too long\n");
         return -1;

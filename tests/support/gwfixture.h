@@ -94,8 +94,9 @@ int ig_gwf_upstream(ig_proc_t *u, ...) __attribute__((sentinel));
 
 /* Starts `infergate serve` (log level warn) on a free port with the n
  * upstreams as sites s0, s1, ... of one model "m" and routing policy
- * "latency": routing_extra is spliced into the routing object and
- * top_extra into the top one (each NULL or starting with ','). Unless
+ * "latency" unless routing_extra names another: routing_extra is spliced
+ * into the routing object and top_extra into the top one (each NULL or
+ * starting with ','). Unless
  * top_extra has a "limits" object, limits.drain_grace_ms is 0 (as in
  * ig_gwf_pool_config). Waits for /ready and then up to 10 s until
  * expect_up sites are probed up. 0 with g->port set, or -1 (which step
