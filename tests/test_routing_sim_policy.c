@@ -140,12 +140,89 @@ static void test_stalled_upstream_comes_back(void **state)
     assert_true(fabs(r.svc_final[0] - r.svc_final[1]) < 0.5 * r.svc_final[1]);
 }
 
+/* Three alike upstreams (4 slots, exponential service) under round robin. */
+static void three_alike(sim_fleet_t *f)
+{
+    memset(f, 0, sizeof(*f));
+    f->n = 3;
+    f->stream = 1;
+    f->prompt_mean = 64;
+    f->output_mean = 16;
+    f->token_sigma = 0.5;
+    for (int i = 0; i < 3; i++) {
+        sim_upstream_t *u = &f->up[i];
+        u->slots = 4;
+        u->rtt_s = 0.002;
+        u->ttft0_s = 0.02;
+        u->prefill_s_tok = 0.0002;
+        u->decode_s_tok = 0.01;
+        u->dist = SIM_DIST_EXP;
+    }
+}
+
+/* The tail's counts (sim_result_t, what --sent prints): their total,
+ * which must be the same by upstream and by tenth and at least 1% of the
+ * measured answers, and the tenth that holds the most. */
+static int tail_total(const sim_result_t *r, int n, int *most)
+{
+    int total = r->tail_refused, by_tenth = 0;
+    for (int u = 0; u < n; u++)
+        total += r->tail[u];
+    *most = 0;
+    for (int k = 0; k < 10; k++) {
+        by_tenth += r->tail_tenth[k];
+        if (r->tail_tenth[k] > r->tail_tenth[*most])
+            *most = k;
+    }
+    print_message("tail: u0 %d, u1 %d, u2 %d, refused %d; most in tenth %d (%d)\n", r->tail[0],
+                  r->tail[1], r->tail[2], r->tail_refused, *most, r->tail_tenth[*most]);
+    assert_int_equal(total, by_tenth);
+    assert_true(total >= r->measured / 100);
+    return total;
+}
+
+/* What --sent prints of a cell's tail points at its cause. An upstream
+ * whose first token takes 8x the others' the whole run: the tail is its
+ * answers, spread over the run. One that stalls for 5 s halfway through:
+ * the tail is in the tenth of the stall (halfway through the arrivals is
+ * 4/9 of the way through the measured answers; the first tenth is not
+ * measured). */
+static void test_tail_points_at_its_cause(void **state)
+{
+    (void)state;
+    sim_fleet_t f;
+    sim_config_t c;
+    sim_config_default(&c);
+    c.requests = 6000;
+    c.load = 0.3;
+    sim_result_t r;
+    int most;
+
+    three_alike(&f);
+    f.up[0].ttft0_s *= 8;
+    assert_int_equal(sim_run(&f, SIM_ROUND_ROBIN, &c, &r), 0);
+    int total = tail_total(&r, f.n, &most);
+    assert_true(r.tail[0] >= 0.9 * total);
+    assert_true(r.tail_tenth[most] <= 0.3 * total);
+
+    three_alike(&f);
+    f.up[0].stall_at = 0.5;
+    f.up[0].stall_s = 5.0;
+    c.load = 0.5;
+    assert_int_equal(sim_run(&f, SIM_ROUND_ROBIN, &c, &r), 0);
+    total = tail_total(&r, f.n, &most);
+    assert_true(r.tail[0] >= 0.8 * total);
+    assert_true(most >= 3 && most <= 5);
+    assert_true(r.tail_tenth[most] >= 0.8 * total);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_never_over_limit_in_random_fleets),
         cmocka_unit_test(test_pick_respects_limits),
         cmocka_unit_test(test_stalled_upstream_comes_back),
+        cmocka_unit_test(test_tail_points_at_its_cause),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -581,6 +581,19 @@ int main(int argc, char **argv)
                     for (int u = 0; u < f.n; u++)
                         printf(" %d", r->sent[u]);
                     printf("  failed %d rejected %d\n", r->failed, r->rejected);
+                    printf("  %-15s tail", "");
+                    for (int u = 0; u < f.n; u++)
+                        printf(" %d", r->tail[u]);
+                    printf("  refused %d; by tenth", r->tail_refused);
+                    for (int k = 0; k < 10; k++)
+                        printf(" %d", r->tail_tenth[k]);
+                    printf("\n");
+                    if (sim_policy_is_infergate((sim_policy_t)p)) {
+                        printf("  %-15s C at the end", "");
+                        for (int u = 0; u < f.n; u++)
+                            printf(" %.2f", r->c_final[u]);
+                        printf("\n");
+                    }
                 }
         }
     }

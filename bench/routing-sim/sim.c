@@ -205,6 +205,7 @@ typedef struct {
     uint64_t rng; /* the peers' random draws */
     uint64_t lc_seq;
     double *ttft, *e2e, *cold;
+    int *ttft_up; /* the upstream of each measured answer; -1 refused */
     int nmeasured, ncold;
     int ndone;
     sim_result_t *out;
@@ -434,7 +435,7 @@ static void finish(sim_t *s, int i)
     s->ndone++;
 }
 
-static void record(sim_t *s, int i, double ttft, double e2e)
+static void record(sim_t *s, int i, int up, double ttft, double e2e)
 {
     /* A client waits for a first token as long as the gateway holds a
      * request (its queue's timeout) and no longer, whichever the policy (a
@@ -444,6 +445,7 @@ static void record(sim_t *s, int i, double ttft, double e2e)
         s->cold[s->ncold++] = ttft;
         return;
     }
+    s->ttft_up[s->nmeasured] = up;
     s->ttft[s->nmeasured] = ttft;
     s->e2e[s->nmeasured] = e2e;
     s->nmeasured++;
@@ -456,7 +458,7 @@ static void record(sim_t *s, int i, double ttft, double e2e)
 static void refuse(sim_t *s, int i)
 {
     s->out->rejected++;
-    record(s, i, s->c->queue_timeout_s, s->c->queue_timeout_s);
+    record(s, i, -1, s->c->queue_timeout_s, s->c->queue_timeout_s);
     finish(s, i);
 }
 
@@ -672,7 +674,7 @@ static void gw_done(sim_t *s, int i)
     ig_router_observe_done(&s->router, &p->route, r->rif, held, s->now);
     double e2e = (double)(s->now - r->arrive_ns) / NS;
     double ttft = s->f->stream ? (double)(r->first_ns - r->arrive_ns) / NS : e2e;
-    record(s, i, ttft, e2e);
+    record(s, i, r->up, ttft, e2e);
     finish(s, i);
     pump(s);
 }
@@ -781,6 +783,32 @@ static void batch_se(double *v, int n, double *se50, double *se99)
     *se99 = sqrt(fmax(q99 / b - (s99 / b) * (s99 / b), 0.0) / (b - 1));
 }
 
+/* Where the measured answers at or over the TTFT p99 came from
+ * (sim_result_t's tail figures); s->ttft still in the order they ended. */
+static int tail_of(sim_t *s)
+{
+    int n = s->nmeasured;
+    if (n == 0)
+        return 0;
+    double *v = malloc(sizeof(double) * (size_t)n);
+    if (v == NULL)
+        return -1;
+    memcpy(v, s->ttft, sizeof(double) * (size_t)n);
+    qsort(v, n, sizeof(double), cmp_double);
+    double p99 = quantile(v, n, 0.99);
+    free(v);
+    for (int k = 0; k < n; k++) {
+        if (s->ttft[k] < p99)
+            continue;
+        if (s->ttft_up[k] >= 0)
+            s->out->tail[s->ttft_up[k]]++;
+        else
+            s->out->tail_refused++;
+        s->out->tail_tenth[(int)((int64_t)k * 10 / n)]++;
+    }
+    return 0;
+}
+
 static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const sim_config_t *c,
                    sim_result_t *out)
 {
@@ -804,8 +832,9 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     s.ttft = calloc(nreq, sizeof(double));
     s.e2e = calloc(nreq, sizeof(double));
     s.cold = calloc(nreq, sizeof(double));
+    s.ttft_up = calloc(nreq, sizeof(int));
     int rc = -1;
-    if (s.req == NULL || s.ttft == NULL || s.e2e == NULL || s.cold == NULL)
+    if (s.req == NULL || s.ttft == NULL || s.e2e == NULL || s.cold == NULL || s.ttft_up == NULL)
         goto fail;
     double rate = c->load * sim_fleet_capacity(f);
     double span = nreq / rate;
@@ -856,14 +885,18 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     }
     if (s.oom)
         goto fail;
-    for (int u = 0; u < f->n; u++)
+    for (int u = 0; u < f->n; u++) {
         out->svc_final[u] = s.up[u].route.svc_s;
+        out->c_final[u] = ig_router_concurrency(&s.up[u].route);
+    }
     out->measured = s.nmeasured;
     out->span_s = (double)(s.now - T0_NS) / NS;
     double sum = 0;
     for (int k = 0; k < s.nmeasured; k++)
         sum += s.ttft[k];
     out->ttft_mean = s.nmeasured ? sum / s.nmeasured : NAN;
+    if (tail_of(&s) != 0) /* before batch_se(), which sorts each batch in place */
+        goto fail;
     batch_se(s.ttft, s.nmeasured, &out->ttft_p50_se, &out->ttft_p99_se);
     qsort(s.ttft, s.nmeasured, sizeof(double), cmp_double);
     qsort(s.e2e, s.nmeasured, sizeof(double), cmp_double);
@@ -885,6 +918,7 @@ fail:
     free(s.ttft);
     free(s.e2e);
     free(s.cold);
+    free(s.ttft_up);
     free(s.gq);
     return rc;
 }

@@ -122,9 +122,16 @@ typedef struct {
                                         another eligible one had room (infergate's) */
     double svc_peak[SIM_MAX_UP];     /* the highest service estimate the router held */
     double svc_final[SIM_MAX_UP];    /* and the one it held at the end */
+    double c_final[SIM_MAX_UP];      /* the C it held at the end (ig_router_concurrency()) */
     int crowded;                     /* decisions with some eligible upstream at its
                                         limit and another with room */
     uint64_t events;
+    /* The measured answers at or over the TTFT p99 (the tail): by the
+     * upstream that answered (refused ones in tail_refused), and by the
+     * tenth of the measured requests, in the order they ended, they fell
+     * in: a tail bunched in one tenth is a transient, not a steady queue. */
+    int tail[SIM_MAX_UP], tail_refused;
+    int tail_tenth[10];
     /* The oracle's: each of its rules alone (sim.c's oracle_cost(), in
      * its order), TTFT p50 and p99 and their standard errors; the figures
      * above are the best of them for each metric. */
