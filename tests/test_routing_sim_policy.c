@@ -97,50 +97,7 @@ static void test_pick_respects_limits(void **state)
     assert_true(queued > 0);
 }
 
-/* An idle upstream's estimate stays fresh: u0 stalls for 3 s early in the
- * run, so its service estimate goes high (at least 5x the others' at the
- * end: the test sees a stale estimate), and at 20% load the two others
- * can carry everything. Once it is as fast as the others again its
- * estimate must come back (within half of theirs at the end) and it must
- * get traffic back: in the second half of the run at least a tenth. */
-static void test_stalled_upstream_comes_back(void **state)
-{
-    (void)state;
-    sim_fleet_t f;
-    memset(&f, 0, sizeof(f));
-    f.n = 3;
-    f.stream = 1;
-    f.prompt_mean = 64;
-    f.output_mean = 16;
-    f.token_sigma = 0.5;
-    for (int i = 0; i < 3; i++) {
-        sim_upstream_t *u = &f.up[i];
-        u->slots = 4;
-        u->rtt_s = 0.002;
-        u->ttft0_s = 0.02;
-        u->prefill_s_tok = 0.0002;
-        u->decode_s_tok = 0.01;
-        u->dist = SIM_DIST_EXP;
-    }
-    f.up[0].stall_at = 0.1;
-    f.up[0].stall_s = 3.0;
-    sim_config_t c;
-    sim_config_default(&c);
-    c.requests = 20000;
-    c.load = 0.2;
-    sim_result_t r;
-    assert_int_equal(sim_run(&f, SIM_LATENCY, &c, &r), 0);
-    print_message("sent: u0 %d, u1 %d, u2 %d; second half: u0 %d, u1 %d, u2 %d\n", r.sent[0],
-                  r.sent[1], r.sent[2], r.late_sent[0], r.late_sent[1], r.late_sent[2]);
-    int late = r.late_sent[0] + r.late_sent[1] + r.late_sent[2];
-    print_message("service estimate: u0 peak %.3f s, at the end u0 %.4f, u1 %.4f, u2 %.4f s\n",
-                  r.svc_peak[0], r.svc_final[0], r.svc_final[1], r.svc_final[2]);
-    assert_true(r.late_sent[0] >= late / 10);
-    assert_true(r.svc_peak[0] > 5 * r.svc_final[1]);
-    assert_true(fabs(r.svc_final[0] - r.svc_final[1]) < 0.5 * r.svc_final[1]);
-}
-
-/* Three alike upstreams (4 slots, exponential service) under round robin. */
+/* Three alike upstreams: 4 slots, exponential service, streamed. */
 static void three_alike(sim_fleet_t *f)
 {
     memset(f, 0, sizeof(*f));
@@ -158,6 +115,35 @@ static void three_alike(sim_fleet_t *f)
         u->decode_s_tok = 0.01;
         u->dist = SIM_DIST_EXP;
     }
+}
+
+/* An idle upstream's estimate stays fresh: u0 stalls for 3 s early in the
+ * run, so its service estimate goes high (at least 5x the others' at the
+ * end: the test sees a stale estimate), and at 20% load the two others
+ * can carry everything. Once it is as fast as the others again its
+ * estimate must come back (within half of theirs at the end) and it must
+ * get traffic back: in the second half of the run at least a tenth. */
+static void test_stalled_upstream_comes_back(void **state)
+{
+    (void)state;
+    sim_fleet_t f;
+    three_alike(&f);
+    f.up[0].stall_at = 0.1;
+    f.up[0].stall_s = 3.0;
+    sim_config_t c;
+    sim_config_default(&c);
+    c.requests = 20000;
+    c.load = 0.2;
+    sim_result_t r;
+    assert_int_equal(sim_run(&f, SIM_LATENCY, &c, &r), 0);
+    print_message("sent: u0 %d, u1 %d, u2 %d; second half: u0 %d, u1 %d, u2 %d\n", r.sent[0],
+                  r.sent[1], r.sent[2], r.late_sent[0], r.late_sent[1], r.late_sent[2]);
+    int late = r.late_sent[0] + r.late_sent[1] + r.late_sent[2];
+    print_message("service estimate: u0 peak %.3f s, at the end u0 %.4f, u1 %.4f, u2 %.4f s\n",
+                  r.svc_peak[0], r.svc_final[0], r.svc_final[1], r.svc_final[2]);
+    assert_true(r.late_sent[0] >= late / 10);
+    assert_true(r.svc_peak[0] > 5 * r.svc_final[1]);
+    assert_true(fabs(r.svc_final[0] - r.svc_final[1]) < 0.5 * r.svc_final[1]);
 }
 
 /* The tail's counts (sim_result_t, what --sent prints): their total,
