@@ -785,18 +785,9 @@ static void batch_se(double *v, int n, double *se50, double *se99)
 
 /* Where the measured answers at or over the TTFT p99 came from
  * (sim_result_t's tail figures); s->ttft still in the order they ended. */
-static int tail_of(sim_t *s)
+static void tail_of(sim_t *s, double p99)
 {
     int n = s->nmeasured;
-    if (n == 0)
-        return 0;
-    double *v = malloc(sizeof(double) * (size_t)n);
-    if (v == NULL)
-        return -1;
-    memcpy(v, s->ttft, sizeof(double) * (size_t)n);
-    qsort(v, n, sizeof(double), cmp_double);
-    double p99 = quantile(v, n, 0.99);
-    free(v);
     for (int k = 0; k < n; k++) {
         if (s->ttft[k] < p99)
             continue;
@@ -806,7 +797,6 @@ static int tail_of(sim_t *s)
             s->out->tail_refused++;
         s->out->tail_tenth[(int)((int64_t)k * 10 / n)]++;
     }
-    return 0;
 }
 
 static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const sim_config_t *c,
@@ -833,6 +823,7 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     s.e2e = calloc(nreq, sizeof(double));
     s.cold = calloc(nreq, sizeof(double));
     s.ttft_up = calloc(nreq, sizeof(int));
+    double *sorted = NULL;
     int rc = -1;
     if (s.req == NULL || s.ttft == NULL || s.e2e == NULL || s.cold == NULL || s.ttft_up == NULL)
         goto fail;
@@ -895,13 +886,19 @@ static int run_one(const sim_fleet_t *f, sim_policy_t policy, int variant, const
     for (int k = 0; k < s.nmeasured; k++)
         sum += s.ttft[k];
     out->ttft_mean = s.nmeasured ? sum / s.nmeasured : NAN;
-    if (tail_of(&s) != 0) /* before batch_se(), which sorts each batch in place */
+    /* The percentiles from a sorted copy: the tail and batch_se() (which
+     * sorts each batch in place) read s.ttft in the order the answers
+     * ended. */
+    sorted = malloc(sizeof(double) * (size_t)(s.nmeasured > 0 ? s.nmeasured : 1));
+    if (sorted == NULL)
         goto fail;
+    memcpy(sorted, s.ttft, sizeof(double) * (size_t)s.nmeasured);
+    qsort(sorted, s.nmeasured, sizeof(double), cmp_double);
+    out->ttft_p50 = quantile(sorted, s.nmeasured, 0.5);
+    out->ttft_p99 = quantile(sorted, s.nmeasured, 0.99);
+    tail_of(&s, out->ttft_p99);
     batch_se(s.ttft, s.nmeasured, &out->ttft_p50_se, &out->ttft_p99_se);
-    qsort(s.ttft, s.nmeasured, sizeof(double), cmp_double);
     qsort(s.e2e, s.nmeasured, sizeof(double), cmp_double);
-    out->ttft_p50 = quantile(s.ttft, s.nmeasured, 0.5);
-    out->ttft_p99 = quantile(s.ttft, s.nmeasured, 0.99);
     out->e2e_p50 = quantile(s.e2e, s.nmeasured, 0.5);
     out->e2e_p99 = quantile(s.e2e, s.nmeasured, 0.99);
     qsort(s.cold, s.ncold, sizeof(double), cmp_double);
@@ -919,6 +916,7 @@ fail:
     free(s.e2e);
     free(s.cold);
     free(s.ttft_up);
+    free(sorted);
     free(s.gq);
     return rc;
 }
