@@ -252,24 +252,6 @@ static void test_hedge_beats_a_stall(void **state)
         ig_proc_stop(&ups[i], SIGKILL, 5000);
 }
 
-/* The site named name in GET /status (a new reference), or NULL. */
-static json_t *site_status(int port, const char *name)
-{
-    char *text = ig_gwf_get_text(port, "/status");
-    json_t *doc = text ? json_loads(text, 0, NULL) : NULL;
-    free(text);
-    json_t *site = NULL, *v;
-    size_t i;
-    json_array_foreach(json_object_get(doc, "sites"), i, v)
-    {
-        if (site == NULL && json_is_string(json_object_get(v, "name")) &&
-            strcmp(json_string_value(json_object_get(v, "name")), name) == 0)
-            site = json_incref(v);
-    }
-    json_decref(doc);
-    return site;
-}
-
 /* The mean of bucket rif in a [[rif, samples, seconds], ...] array, and
  * its samples; -1 when the bucket is absent. */
 static double bucket_mean(const json_t *buckets, int rif, int *samples)
@@ -308,7 +290,7 @@ static void test_first_tokens_show_the_queue(void **state)
     for (int round = 0; round < 25; round++)
         assert_int_equal(ig_burst(g.port, "/v1/completions", stream_body, 6, 20000, out), 6);
 
-    json_t *one = site_status(g.port, "s0"), *four = site_status(g.port, "s1");
+    json_t *one = ig_gwf_site_status(g.port, "s0"), *four = ig_gwf_site_status(g.port, "s1");
     assert_non_null(one);
     assert_non_null(four);
     const json_t *f1 = json_object_get(one, "first_token_by_rif");

@@ -75,19 +75,14 @@ static int group_teardown(void **state)
 /* The waiting gauge /status shows for site name, or -1 when none. */
 static double waiting_of(const char *name)
 {
-    json_t *st = ig_gwf_get_json(gw.port, "/status");
+    json_t *s = ig_gwf_site_status(gw.port, name);
+    json_t *m = json_object_get(s, "metrics");
     double w = -1;
-    size_t i;
-    json_t *s;
-    json_array_foreach(json_object_get(st, "sites"), i, s)
-    {
-        json_t *m = json_object_get(s, "metrics");
-        if (strcmp(json_string_value(json_object_get(s, "name")), name) == 0 && m != NULL) {
-            assert_string_equal(json_string_value(json_object_get(m, "server")), "vllm");
-            w = json_number_value(json_object_get(m, "waiting"));
-        }
+    if (m != NULL) {
+        assert_string_equal(json_string_value(json_object_get(m, "server")), "vllm");
+        w = json_number_value(json_object_get(m, "waiting"));
     }
-    json_decref(st);
+    json_decref(s);
     return w;
 }
 

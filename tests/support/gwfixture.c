@@ -381,6 +381,20 @@ json_t *ig_gwf_get_json(int port, const char *path)
     return doc;
 }
 
+json_t *ig_gwf_site_status(int port, const char *name)
+{
+    json_t *doc = ig_gwf_get_json(port, "/status"), *site = NULL, *v;
+    size_t i;
+    json_array_foreach(json_object_get(doc, "sites"), i, v)
+    {
+        const char *n = json_string_value(json_object_get(v, "name"));
+        if (site == NULL && n != NULL && strcmp(n, name) == 0)
+            site = json_incref(v);
+    }
+    json_decref(doc);
+    return site;
+}
+
 int ig_gwf_upstream_stat(int port, const char *key)
 {
     json_t *st = ig_gwf_get_json(port, "/_control/stats");

@@ -154,6 +154,9 @@ int ig_gwf_get(int port, const char *path, ig_tc_response_t *r);
 /* GET path: the JSON body of a 200 answer (new reference), else NULL. */
 json_t *ig_gwf_get_json(int port, const char *path);
 
+/* The site named name in GET /status (new reference), else NULL. */
+json_t *ig_gwf_site_status(int port, const char *name);
+
 /* A count of a test upstream's GET /_control/stats ("completions" taken
  * in, "busy" slots, "max_inside", ...), or -1. */
 int ig_gwf_upstream_stat(int port, const char *key);
