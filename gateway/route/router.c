@@ -366,13 +366,14 @@ double ig_router_concurrency(const ig_router_upstream_t *u)
     return u->wait_c >= 1 && u->wait_c < c ? u->wait_c : c;
 }
 
-/* The hold's fitted service time: the fit's s where it saw a queue, else
- * its base hold less the round trip; 0 before any fit. */
+/* The hold's fitted service time: the fit's s where it saw a queue or
+ * the flat fit won outright (there, the clamp's floor), else its base
+ * hold less the round trip; 0 before any fit. */
 static double fitted_hold(const ig_router_t *r, const ig_router_upstream_t *u)
 {
     double base = u->hold_base_s;
     if (u->hold_svc_s > 0)
-        return u->hold_svc_s; /* fitted where a queue was seen */
+        return u->hold_svc_s;
     return base > 0 ? fmax(base - rtt_of(r, u), 0.25 * base) : 0.0;
 }
 
@@ -558,7 +559,8 @@ double ig_router_delay(const ig_router_t *r, const ig_router_upstream_t *u, uint
 int ig_router_would_queue(const ig_router_upstream_t *u)
 {
     if (u->slots <= 0 && !(u->hold_svc_s > 0) && !(u->wait_c >= 1))
-        return 0; /* C is a lower bound: no queue seen yet */
+        return 0; /* a lower bound whose queue failed the test (a flat fit that won
+                   * outright keeps a service time, and counts: docs/routing.md) */
     return u->inflight >= ig_router_concurrency(u);
 }
 
