@@ -24,6 +24,7 @@
 typedef struct {
     double arrive;
     int rif;
+    uint64_t order; /* ig_router_order_begin()'s number; unused where `ordered` is 0 */
 } job_t;
 
 typedef struct {
@@ -36,6 +37,7 @@ typedef struct {
     job_t queue[MAXQ];
     int qhead, qlen;
     uint64_t rng;
+    int ordered; /* the router is told the order the jobs end in */
 } sim_t;
 
 static double urand(sim_t *s)
@@ -75,6 +77,7 @@ static void sim_init(sim_t *s, int slots, double svc)
     s->slots = slots;
     s->svc_mean = svc;
     s->rng = 0x1234567ULL + (uint64_t)slots;
+    s->ordered = 1;
     for (int i = 0; i < 64; i++)
         s->end[i] = -1;
 }
@@ -121,6 +124,8 @@ static double sim_finish(sim_t *s, int i, ig_router_t *r, ig_router_upstream_t *
     job_t j = s->serving[i];
     ig_router_observe_done(r, u, j.rif, t - j.arrive, ns(t));
     ig_router_attempt_end(r, u, IG_OUTCOME_SUCCESS, 0, ns(t));
+    if (s->ordered)
+        ig_router_order_end(u, j.order, j.rif, 1, ns(t));
     s->end[i] = -1;
     if (s->qlen > 0) {
         job_t n = s->queue[s->qhead];
@@ -133,8 +138,9 @@ static double sim_finish(sim_t *s, int i, ig_router_t *r, ig_router_upstream_t *
 }
 
 /* Poisson arrivals at `load` x capacity for n requests, every one sent (no
- * limit): the router sees each with the RIF it began at. */
-static void run_open(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, double load, int n)
+ * limit): the router sees each with the RIF it began at. Returns the time
+ * the last one ended. */
+static double run_open(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, double load, int n)
 {
     double rate = load * s->slots / s->svc_mean;
     double t = 0, next = expo(s, 1.0 / rate);
@@ -146,7 +152,7 @@ static void run_open(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, double l
             continue;
         }
         t = next;
-        job_t j = {t, u->inflight};
+        job_t j = {t, u->inflight, s->ordered ? ig_router_order_begin(u, ns(t)) : 0};
         ig_router_attempt_begin(r, u, ns(t));
         sim_admit(s, j, t);
         sent++;
@@ -154,7 +160,8 @@ static void run_open(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, double l
     }
     int e;
     while ((e = sim_next_end(s)) >= 0)
-        sim_finish(s, e, r, u);
+        t = sim_finish(s, e, r, u);
+    return t;
 }
 
 /* A wide upstream lightly used is not taken for a narrow one. The holds
@@ -360,6 +367,61 @@ static void test_concurrency_converges(void **state)
     }
 }
 
+/* The order in which answers end bounds C from below: an upstream that
+ * queues in order (this simulation's) never lets an answer end before
+ * fewer than rif + 1 - slots of those in flight when it began, so the
+ * bound is at most the slots (exactly so: a bound above them would be an
+ * order a queue cannot produce), and with exponential service short
+ * answers pass long ones often enough that it comes near them. */
+static void test_order_bound_within_slots(void **state)
+{
+    (void)state;
+    static const int slots[] = {1, 2, 4, 8, 16};
+    for (size_t k = 0; k < sizeof(slots) / sizeof(slots[0]); k++) {
+        ig_router_t r;
+        ig_router_upstream_t u;
+        one_site(&r, &u, "sim");
+        sim_t s;
+        sim_init(&s, slots[k], 0.020);
+        double end = run_open(&r, &u, &s, 0.9, 6000);
+        double bound = ig_router_order_c(&u, ns(end));
+        print_message("slots %d: the order allows C >= %.0f\n", slots[k], bound);
+        assert_true(bound <= slots[k]);
+        assert_true(bound >= 0.5 * slots[k]);
+    }
+}
+
+/* A batch slowdown is not a queue: a 16-slot upstream where each job in
+ * service slows a new one by 15% (2.8x at 12), at a quarter of its
+ * capacity, so that nothing waits. Its holds rise with the requests in
+ * flight as a queue's would,
+ * and without the order the fit takes that for a narrow upstream; with
+ * it, short answers that pass long ones show that many ran at once, and
+ * C is at least that. */
+static void test_slowdown_not_a_queue(void **state)
+{
+    (void)state;
+    double c[2], bound = 0;
+    for (int ordered = 0; ordered < 2; ordered++) {
+        ig_router_t r;
+        ig_router_upstream_t u;
+        one_site(&r, &u, "sim");
+        sim_t s;
+        sim_init(&s, 16, 0.020);
+        s.contention = 0.15;
+        s.ordered = ordered;
+        double end = run_open(&r, &u, &s, 0.25, 4000);
+        c[ordered] = ig_router_concurrency(&u);
+        if (ordered)
+            bound = ig_router_order_c(&u, ns(end));
+    }
+    print_message("learned C %.2f without the order, %.2f with it (the order allows >= %.0f)\n",
+                  c[0], c[1], bound);
+    assert_true(c[1] >= bound);
+    assert_true(bound >= 8);
+    assert_true(c[0] < 8); /* the case this test is about: the fit alone reads a queue */
+}
+
 /* Before it has learned anything the router assumes one place, as the
  * old model did (it errs toward spreading); a second upstream learned as
  * 8-wide is preferred at the same in-flight count. */
@@ -408,7 +470,7 @@ static void run_closed_until(ig_router_t *r, ig_router_upstream_t *u, sim_t *s, 
     *late = 0;
     while (*t < until) {
         while (*waiting > 0 && u->inflight < ig_router_limit(r, u)) {
-            job_t j = {*t, u->inflight};
+            job_t j = {*t, u->inflight, s->ordered ? ig_router_order_begin(u, ns(*t)) : 0};
             ig_router_attempt_begin(r, u, ns(*t));
             sim_admit(s, j, *t);
             (*waiting)--;
@@ -593,6 +655,8 @@ int main(void)
         cmocka_unit_test(test_unlucky_bucket_not_a_queue),
         cmocka_unit_test(test_busy_from_start_not_narrow),
         cmocka_unit_test(test_first_token_wait_lowers_c),
+        cmocka_unit_test(test_order_bound_within_slots),
+        cmocka_unit_test(test_slowdown_not_a_queue),
         cmocka_unit_test(test_learned_beats_unknown),
         cmocka_unit_test(test_limit_settles),
         cmocka_unit_test(test_limit_recovers_after_slowdown),

@@ -165,7 +165,8 @@ typedef struct {
     uint64_t up_first_ns, up_done_ns; /* when those will happen there */
     double predicted_wait;
     int rif, trial;
-    int failing; /* the current attempt is answered 500 */
+    uint64_t order; /* ig_router_order_begin()'s number for the attempt */
+    int failing;    /* the current attempt is answered 500 */
     int retries;
     uint32_t tried; /* upstreams tried, a bit each */
     int done;
@@ -527,6 +528,7 @@ static void send_to(sim_t *s, int i, int u)
     if (sim_policy_is_infergate(s->policy))
         r->predicted_wait = ig_router_wait(&s->router, &p->route, s->now);
     r->rif = p->route.inflight;
+    r->order = ig_router_order_begin(&p->route, s->now);
     r->trial = ig_router_attempt_begin(&s->router, &p->route, s->now);
     p->lc_stamp = ++s->lc_seq;
     if (grow(&p->transit, &p->tcap, p->tlen + 1) != 0) {
@@ -656,6 +658,7 @@ static void gw_done(sim_t *s, int i)
     up_t *p = &s->up[r->up];
     double held = (double)(s->now - r->start_ns) / NS;
     p->lc_stamp = ++s->lc_seq;
+    ig_router_order_end(&p->route, r->order, r->rif, !r->failing, s->now);
     if (r->failing) {
         ig_router_attempt_end(&s->router, &p->route, IG_OUTCOME_FAILURE, r->trial, s->now);
         r->trial = 0;

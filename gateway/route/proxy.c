@@ -58,7 +58,8 @@ typedef struct {
     ig_upstream_t *client;
     uint64_t start_ns;
     double predicted_wait;
-    int rif; /* the upstream's attempts in flight when this one began */
+    int rif;        /* the upstream's attempts in flight when this one began */
+    uint64_t order; /* its number in the order of the upstream's attempts */
     int status;
     char content_type[128];
     char retry_after[32];
@@ -427,6 +428,7 @@ static void attempt_account(attempt_t *a, ig_outcome_t outcome, const char *kind
     uint64_t until_before = a->route->ejected_until_ns;
     uint64_t changes_before = a->route->limit_changes;
     ig_router_attempt_end(&px->router, a->route, outcome, a->trial, now);
+    ig_router_order_end(a->route, a->order, a->rif, outcome == IG_OUTCOME_SUCCESS, now);
     apply_limit(px, a, changes_before);
     a->trial = 0;
     /* Every ejection counts, a failed trial's again-ejection too. */
@@ -472,8 +474,7 @@ static void cancel_others(exchange_t *x, attempt_t *keep)
         uint64_t now = keep != NULL && x->stream && !a->first_token ? uv_hrtime() : 0;
         if (now > a->start_ns)
             ig_router_observe_ttft_above(&x->px->router, a->route, a->uncached_tokens,
-                                         (double)(now - a->start_ns) / 1e9, a->predicted_wait,
-                                         now);
+                                         (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
         attempt_cancel(a);
     }
 }
@@ -1442,6 +1443,7 @@ static void launch(exchange_t *x, int hedge, const pick_t *p)
     if (d->explored)
         ig_metric_add(px->m_explorations, 1, a->route->name);
     a->rif = a->route->inflight;
+    a->order = ig_router_order_begin(a->route, now);
     uint64_t changes_before = a->route->limit_changes;
     a->trial = ig_router_attempt_begin(&px->router, a->route, now);
     apply_limit(px, a, changes_before);

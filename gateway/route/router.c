@@ -126,6 +126,11 @@ static double reported_wait_of(const ig_router_upstream_t *u, uint64_t now_ns)
 #define RIF_STALE_S 2.0
 /* The least time between two fits of an upstream's concurrency. */
 #define RIF_FIT_EVERY_NS 2000000ULL
+/* How long a window of the order bound lasts (ig_router_order_end()). */
+#define ORDER_WINDOW_NS 30000000000ULL
+/* Two attempts sent closer together than this (plus the spread of the
+ * upstream's probe round trips) may reach it in the other order. */
+#define ORDER_SLACK_NS 1000000ULL
 
 /* Times by the others in flight at an attempt's start: the holds, or the
  * times to first token (ig_router_observe_wait()). */
@@ -255,6 +260,82 @@ static double fit_queue(const fit_sums_t *f, double c, double expect, double *ba
     return fmax(err, 0.0);
 }
 
+/* ---- the order of the answers -------------------------------------------- */
+
+uint64_t ig_router_order_begin(ig_router_upstream_t *u, uint64_t now_ns)
+{
+    uint64_t seq = u->order_seq++;
+    u->order_start_ns[seq % IG_ROUTER_ORDER_RING] = now_ns;
+    u->order_end_ns[seq % IG_ROUTER_ORDER_RING] = 0;
+    return seq;
+}
+
+/* How close two sends may be and still reach u in the other order. */
+static uint64_t order_slack_ns(const ig_router_upstream_t *u)
+{
+    unsigned n = u->nprobe_rtt < 3 ? u->nprobe_rtt : 3;
+    double lo = INFINITY, hi = 0;
+    for (unsigned i = 0; i < n; i++) {
+        lo = fmin(lo, u->probe_rtt[i]);
+        hi = fmax(hi, u->probe_rtt[i]);
+    }
+    return ORDER_SLACK_NS + (n > 1 ? (uint64_t)((hi - lo) * 1e9) : 0);
+}
+
+/*
+ * An upstream that runs C at once and queues the rest in order: an
+ * attempt that began with rif others in flight waits in its queue until
+ * rif + 1 - C of them have ended, so it ends after at least that many of
+ * them. One that ended after only m of them shows that the upstream ran
+ * at least rif + 1 - m at once. A batch slowdown makes the hold grow with
+ * the requests in flight as a queue does, but not this: a short answer
+ * still passes long ones that began before it. The bound is the most of
+ * the current window and the previous one (ORDER_WINDOW_NS), so that a
+ * concurrency that shrank (an upstream restarted with fewer slots) is
+ * forgotten within two windows. Where it is not known whether an attempt
+ * in flight at the start ended before this one (sent within the slack of
+ * it, or no longer in the ring), it is taken as ended: the bound is only
+ * ever lower than what the order shows.
+ */
+void ig_router_order_end(ig_router_upstream_t *u, uint64_t seq, int rif, int answered,
+                         uint64_t now_ns)
+{
+    if (u->order_seq - seq > IG_ROUTER_ORDER_RING)
+        return; /* its own entry is gone: nothing to read or mark */
+    uint64_t start = u->order_start_ns[seq % IG_ROUTER_ORDER_RING];
+    if (answered) {
+        uint64_t slack = order_slack_ns(u);
+        int seen = 0, ended = 0;
+        for (uint64_t j = seq; seen < rif; j--) {
+            if (j == 0 || u->order_seq - (j - 1) > IG_ROUTER_ORDER_RING) {
+                ended += rif - seen;
+                break;
+            }
+            uint64_t e = u->order_end_ns[(j - 1) % IG_ROUTER_ORDER_RING];
+            if (e != 0 && e <= start)
+                continue; /* it had ended before this one began */
+            seen++;
+            if (e != 0 || u->order_start_ns[(j - 1) % IG_ROUTER_ORDER_RING] + slack > start)
+                ended++;
+        }
+        if (now_ns - u->order_window_ns >= ORDER_WINDOW_NS) {
+            u->order_c_prev = now_ns - u->order_window_ns < 2 * ORDER_WINDOW_NS ? u->order_c : 0;
+            u->order_c = 0;
+            u->order_window_ns = now_ns;
+        }
+        u->order_c = fmax(u->order_c, rif + 1 - ended);
+    }
+    u->order_end_ns[seq % IG_ROUTER_ORDER_RING] = now_ns;
+}
+
+double ig_router_order_c(const ig_router_upstream_t *u, uint64_t now_ns)
+{
+    uint64_t age = now_ns - u->order_window_ns;
+    if (age >= 2 * ORDER_WINDOW_NS)
+        return 0;
+    return age >= ORDER_WINDOW_NS ? u->order_c : fmax(u->order_c, u->order_c_prev);
+}
+
 /*
  * C from the hold times per RIF. With C places and service time s, an
  * attempt that began with k < C others in flight holds the upstream for
@@ -277,8 +358,8 @@ static double fit_queue(const fit_sums_t *f, double c, double expect, double *ba
  * adds s / C a request ahead, and a batch slowdown only its share of the
  * prefill.
  */
-static double fit_concurrency(rif_view_t v, double rtt_s, double expect, double *base_out,
-                              double *svc_out)
+static double fit_concurrency(rif_view_t v, double rtt_s, double expect, double c_min,
+                              double *base_out, double *svc_out)
 {
     int k0;
     double scale = base_hold(v, &k0); /* the lowest bucket's time */
@@ -308,7 +389,9 @@ static double fit_concurrency(rif_view_t v, double rtt_s, double expect, double 
     int waits = expect > 0; /* the first tokens' fit, not the hold's */
     if (!waits)
         expect = fmax(scale - rtt_s, 0.25 * scale);
-    for (double c = 1; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
+    /* No C below what the order of the answers shows (c_min). */
+    double c_from = c_min > 1 ? fmin(floor(c_min), top + 1) : 1;
+    for (double c = c_from; c <= IG_ROUTER_RIF_BUCKETS - 1; c += 0.25) {
         double base, slope;
         double err = fit_queue(&sums, c, expect, &base, &slope);
         if (c >= top + 1 && flat_err == INFINITY) {
@@ -352,10 +435,10 @@ static double fit_concurrency(rif_view_t v, double rtt_s, double expect, double 
     return best_c;
 }
 
-static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, double *base_out,
-                                double *svc_out)
+static double learn_concurrency(const ig_router_upstream_t *u, double rtt_s, double c_min,
+                                double *base_out, double *svc_out)
 {
-    return fit_concurrency(holds_of(u), rtt_s, 0, base_out, svc_out);
+    return fit_concurrency(holds_of(u), rtt_s, 0, c_min, base_out, svc_out);
 }
 
 double ig_router_concurrency(const ig_router_upstream_t *u)
@@ -1086,7 +1169,7 @@ void ig_router_observe_wait(ig_router_t *r, ig_router_upstream_t *u, int rif, do
     if (!(svc > 0))
         return; /* no hold learned yet: nothing to scale a wait by */
     double base, slope;
-    double c = fit_concurrency(firsts_of(u), 0, svc, &base, &slope);
+    double c = fit_concurrency(firsts_of(u), 0, svc, ig_router_order_c(u, now_ns), &base, &slope);
     u->wait_c = slope > 0 ? c : 0;
     u->wait_fit_at_ns = now_ns;
 }
@@ -1148,7 +1231,8 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
      * fleet of the simulator's reaches it). */
     if (((++u->rif_samples & 7) == 1 && now_ns - u->fit_at_ns >= RIF_FIT_EVERY_NS) ||
         u->concurrency <= 0) {
-        u->concurrency = learn_concurrency(u, rtt_of(r, u), &u->hold_base_s, &u->hold_svc_s);
+        u->concurrency = learn_concurrency(u, rtt_of(r, u), ig_router_order_c(u, now_ns),
+                                           &u->hold_base_s, &u->hold_svc_s);
         u->fit_at_ns = now_ns;
     }
 }

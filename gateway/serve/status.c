@@ -229,6 +229,7 @@ static void status_limit(json_t *o, ig_gateway_t *gw, const ig_router_upstream_t
      * a place seen there (0: none), which lowers the hold's. */
     json_object_set_new(o, "first_token_by_rif", rif_buckets(u->wait_rif_n, u->wait_rif_s));
     json_object_set_new(o, "first_token_c", json_real(u->wait_c));
+    json_object_set_new(o, "order_c", json_real(ig_router_order_c(u, uv_hrtime())));
     /* The learned time to first token less the RTT and the predicted wait
      * (the cost's prefill part), and how many answers it has seen. */
     json_object_set_new(o, "service_s", json_real(u->svc_samples > 0 ? u->svc_s : 0.0));

@@ -42,6 +42,10 @@
  * count the proxy lets happen, a wide upstream's batch slowdown included
  * (docs/routing.md, "Learned concurrency"). */
 #define IG_ROUTER_RIF_BUCKETS IG_ROUTER_UNREPORTED_CAP
+/* Attempts whose start and end the router keeps to read the order in
+ * which they end (ig_router_order_end()): twice the cap, so that every
+ * attempt in flight when another began is still there when it ends. */
+#define IG_ROUTER_ORDER_RING (2 * IG_ROUTER_UNREPORTED_CAP)
 
 typedef enum {
     IG_ROUTE_LATENCY = 0,
@@ -165,6 +169,16 @@ typedef struct {
     uint64_t wait_samples;
     uint64_t wait_fit_at_ns;
     double wait_c;
+
+    /* The order in which our attempts end (ig_router_order_begin/_end()):
+     * each one's start and end, by a sequence number, over the last
+     * IG_ROUTER_ORDER_RING attempts, and the least concurrency that order
+     * allows (the most of the current and the previous window). */
+    uint64_t order_seq; /* attempts numbered so far */
+    uint64_t order_start_ns[IG_ROUTER_ORDER_RING];
+    uint64_t order_end_ns[IG_ROUTER_ORDER_RING]; /* 0 = still in flight */
+    double order_c, order_c_prev;
+    uint64_t order_window_ns; /* the current window began */
 
     /* Adaptive concurrency limit (Little's law, BBR's bandwidth-delay
      * product in requests): over windows, the most throughput X seen times
@@ -368,6 +382,21 @@ void ig_router_observe_occupancy(ig_router_t *r, ig_router_upstream_t *u, double
  * per-RIF hold time the learned concurrency comes from. */
 void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, double seconds,
                             uint64_t now_ns);
+
+/* The order in which attempts on u end. An upstream that queues what it
+ * cannot run serves its queue in order (first come, first served), so an
+ * attempt that began with rif others in flight and ended before m of them
+ * did waited for none, and the upstream ran at least rif + 1 - m at once:
+ * the least concurrency C the learned fit may take (docs/routing.md,
+ * "Learned concurrency"). ig_router_order_begin() numbers an attempt as it
+ * is sent; ig_router_order_end() is called once for every attempt that
+ * ended, however (answered: an answer that completed, which alone is
+ * evidence; the others only leave the in-flight set). */
+uint64_t ig_router_order_begin(ig_router_upstream_t *u, uint64_t now_ns);
+void ig_router_order_end(ig_router_upstream_t *u, uint64_t seq, int rif, int answered,
+                         uint64_t now_ns);
+/* The least concurrency the order of u's answers lately allows (0 = none). */
+double ig_router_order_c(const ig_router_upstream_t *u, uint64_t now_ns);
 
 /* The concurrency the router believes u has: its reported slots, else the
  * one learned from hold times per RIF (at least 1; 1 before any sample). */
