@@ -352,10 +352,19 @@ static void test_concurrency_converges(void **state)
         sim_init(&s, slots[k], 0.020);
         /* Light load first (the unqueued hold), then heavy (the queue). */
         run_open(&r, &u, &s, 0.3, 2000);
-        run_open(&r, &u, &s, 0.9, 6000);
+        double end = run_open(&r, &u, &s, 0.9, 6000);
         double c = ig_router_concurrency(&u);
         print_message("slots %d: learned concurrency %.2f\n", slots[k], c);
         assert_true(c >= 0.7 * slots[k] && c <= 1.35 * slots[k] + 0.5);
+        /* The order the answers ended in bounds C from below: this queue
+         * serves in order, so no answer ends before fewer than rif + 1 -
+         * slots of those in flight when it began, and the bound is at most
+         * the slots (a bound above them is an order a queue cannot
+         * produce); exponential service lets short answers pass long ones
+         * often enough that it comes near them. */
+        double bound = ig_router_order_c(&u, ns(end));
+        print_message("  the order allows C >= %.0f\n", bound);
+        assert_true(bound <= slots[k] && bound >= 0.5 * slots[k]);
         /* The wait it predicts for a request behind 2 x slots in flight:
          * about (slots + 1) / slots service times (M/M/c: (k + 1 - c) / c). */
         u.inflight = 2 * slots[k];
@@ -367,37 +376,12 @@ static void test_concurrency_converges(void **state)
     }
 }
 
-/* The order in which answers end bounds C from below: an upstream that
- * queues in order (this simulation's) never lets an answer end before
- * fewer than rif + 1 - slots of those in flight when it began, so the
- * bound is at most the slots (exactly so: a bound above them would be an
- * order a queue cannot produce), and with exponential service short
- * answers pass long ones often enough that it comes near them. */
-static void test_order_bound_within_slots(void **state)
-{
-    (void)state;
-    static const int slots[] = {1, 2, 4, 8, 16};
-    for (size_t k = 0; k < sizeof(slots) / sizeof(slots[0]); k++) {
-        ig_router_t r;
-        ig_router_upstream_t u;
-        one_site(&r, &u, "sim");
-        sim_t s;
-        sim_init(&s, slots[k], 0.020);
-        double end = run_open(&r, &u, &s, 0.9, 6000);
-        double bound = ig_router_order_c(&u, ns(end));
-        print_message("slots %d: the order allows C >= %.0f\n", slots[k], bound);
-        assert_true(bound <= slots[k]);
-        assert_true(bound >= 0.5 * slots[k]);
-    }
-}
-
 /* A batch slowdown is not a queue: a 16-slot upstream where each job in
  * service slows a new one by 15% (2.8x at 12), at a quarter of its
  * capacity, so that nothing waits. Its holds rise with the requests in
- * flight as a queue's would,
- * and without the order the fit takes that for a narrow upstream; with
- * it, short answers that pass long ones show that many ran at once, and
- * C is at least that. */
+ * flight as a queue's would, and without the order the fit takes that
+ * for a narrow upstream; with it, short answers that pass long ones show
+ * that many ran at once, and C is at least that. */
 static void test_slowdown_not_a_queue(void **state)
 {
     (void)state;
@@ -655,7 +639,6 @@ int main(void)
         cmocka_unit_test(test_unlucky_bucket_not_a_queue),
         cmocka_unit_test(test_busy_from_start_not_narrow),
         cmocka_unit_test(test_first_token_wait_lowers_c),
-        cmocka_unit_test(test_order_bound_within_slots),
         cmocka_unit_test(test_slowdown_not_a_queue),
         cmocka_unit_test(test_learned_beats_unknown),
         cmocka_unit_test(test_limit_settles),
