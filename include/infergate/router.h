@@ -43,8 +43,9 @@
  * (docs/routing.md, "Learned concurrency"). */
 #define IG_ROUTER_RIF_BUCKETS IG_ROUTER_UNREPORTED_CAP
 /* Attempts whose start and end the router keeps to read the order in
- * which they end (ig_router_order_end()): twice the cap, so that every
- * attempt in flight when another began is still there when it ends. */
+ * which they end (ig_router_order_end()): twice the cap, so that on an
+ * upstream without reported slots every attempt in flight when another
+ * began is still there when it ends (beyond the ring: taken as ended). */
 #define IG_ROUTER_ORDER_RING (2 * IG_ROUTER_UNREPORTED_CAP)
 
 typedef enum {
@@ -385,9 +386,9 @@ void ig_router_observe_done(ig_router_t *r, ig_router_upstream_t *u, int rif, do
 
 /* The order in which attempts on u end. An upstream that queues what it
  * cannot run serves its queue in order (first come, first served), so an
- * attempt that began with rif others in flight and ended before m of them
- * did waited for none, and the upstream ran at least rif + 1 - m at once:
- * the least concurrency C the learned fit may take (docs/routing.md,
+ * attempt that began with rif others in flight and ended after only m of
+ * them shows that the upstream ran at least rif + 1 - m at once: the
+ * least concurrency C the learned fit may take (docs/routing.md,
  * "Learned concurrency"). ig_router_order_begin() numbers an attempt as it
  * is sent; ig_router_order_end() is called once for every attempt that
  * ended, however (answered: an answer that completed, which alone is
