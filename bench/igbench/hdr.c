@@ -1,14 +1,15 @@
 /*
- * The log-linear histogram of hdr.h. Index layout: values v < 256 map to
- * bucket v. Above, with e = floor(log2 v) >= 8 and shift = e - 7, the top
- * eight bits t = v >> shift lie in [128, 256) and v maps to
- * 256 + (shift - 1) * 128 + (t - 128).
+ * The log-linear histogram of hdr.h. Index layout: values v < 2048 map to
+ * bucket v. Above, with e = floor(log2 v) >= 11 and shift = e - 10, the
+ * top eleven bits t = v >> shift lie in [1024, 2048) and v maps to
+ * 2048 + (shift - 1) * 1024 + (t - 1024).
  */
 #include "hdr.h"
 
 #include <stdlib.h>
 
-#define SUB 128
+#define SUB_BITS 10
+#define SUB (1 << SUB_BITS)
 #define LINEAR (2 * SUB)
 
 int igb_hdr_index(uint64_t v)
@@ -16,7 +17,7 @@ int igb_hdr_index(uint64_t v)
     if (v < LINEAR)
         return (int)v;
     int e = 63 - __builtin_clzll(v);
-    int shift = e - 7;
+    int shift = e - SUB_BITS;
     uint64_t t = v >> shift;
     return LINEAR + (shift - 1) * SUB + (int)(t - SUB);
 }

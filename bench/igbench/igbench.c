@@ -1151,7 +1151,7 @@ static void usage(FILE *out)
             "Figures (ms): e2e; ttft = first non-empty token event (streams only);\n"
             "itl = gaps between token events; tpot = (e2e - ttft) / (output tokens - 1),\n"
             "output tokens from the usage object when given, else the token events.\n"
-            "Quantiles come from a log-linear histogram (0.8%% buckets, 1 µs - 100 s).\n"
+            "Quantiles come from a log-linear histogram (0.1%% buckets, 1 µs - 100 s).\n"
             "Errors by kind: connect, closed, timeout, http_<status>, broken_stream, parse.\n"
             "Exit status: 0 when the run completed (errors are figures), 1 on failure,\n"
             "2 on bad usage.\n");
