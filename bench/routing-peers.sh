@@ -48,6 +48,9 @@
 # Targets (issue 30), per fleet and mode at 70%: latency's p99 <= 0.9x the
 # best of nginx and HAProxy, p50 <= 1.0x, and never worse than infergate's
 # own round_robin or least_inflight at p50 or p99; two runs, both holding.
+# Each cell is judged twice: strictly (targets_met, the issue's reading), and
+# counting a p50 loss only where the two p50s' 95% intervals from igbench do
+# not overlap (targets_met_beyond_noise): a tie moves either way by the draw.
 # Needs nginx (nginx-light), haproxy, python3 (scripts/deps.sh bench).
 set -euo pipefail
 
@@ -318,6 +321,7 @@ for line in open(tmp + "/cells"):
     first = lat["ttft"] if mode == "stream" else lat["e2e"]
     rows.setdefault((fseed, mode, rep), {})[router] = {
         "ttft_p50_ms": first["p50"], "ttft_p99_ms": first["p99"],
+        "ttft_p50_interval_ms": [first.get("p50_lo", first["p50"]), first.get("p50_hi", first["p50"])],
         "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"], "errors": r["errors"]}
 # routing-sim --peers: mode policy p50 p50_lo p50_hi p99 p99_lo p99_hi (ms)
 sim = {}
@@ -326,7 +330,7 @@ for fseed in seeds.split():
         f = line.split()
         sim[(fseed, f[0], f[1])] = [float(x) for x in f[2:]]
 sim_name = {"nginx_p2c": "p2c", "haproxy_p2c": "p2c"}
-cells, met, agree, compared = [], 0, 0, 0
+cells, met, met_noise, agree, compared = [], 0, 0, 0, 0
 print("  %-7s %-9s %-3s %-15s %9s %9s %7s" % ("fleet", "mode", "run", "router", "ttft p50", "ttft p99",
                                               "errors"))
 for (fseed, mode, rep), rr in rows.items():
@@ -362,11 +366,26 @@ for (fseed, mode, rep), rr in rows.items():
         cell["targets_met"] = (cell["p99_over_best_peer"] <= 0.9 and
                                cell["p50_over_best_peer"] <= 1.0 and cell["not_worse_than_own"])
         met += cell["targets_met"]
+        # The p50 comparisons again, a loss counted only where the two
+        # p50s' 95% intervals (igbench, as if independent) do not overlap.
+        def above(a, b):
+            return a["ttft_p50_interval_ms"][0] > b["ttft_p50_interval_ms"][1]
+        best = min(have, key=lambda p: rr[p]["ttft_p50_ms"])
+        cell["p50_above_best_peer_beyond_noise"] = above(lat, rr[best])
+        cell["not_worse_than_own_beyond_noise"] = all(
+            lat["ttft_p99_ms"] <= rr[p]["ttft_p99_ms"] and not above(lat, rr[p]) for p in own)
+        cell["targets_met_beyond_noise"] = (cell["p99_over_best_peer"] <= 0.9 and
+                                            not cell["p50_above_best_peer_beyond_noise"] and
+                                            cell["not_worse_than_own_beyond_noise"])
+        met_noise += cell["targets_met_beyond_noise"]
         print("  -> fleet %s %s run %s: latency p99 %.3fx, p50 %.3fx the best peer; not worse"
-              " than its own: %s" % (fseed, mode, rep, cell["p99_over_best_peer"],
-                                     cell["p50_over_best_peer"], cell["not_worse_than_own"]))
+              " than its own: %s%s" % (fseed, mode, rep, cell["p99_over_best_peer"],
+                                     cell["p50_over_best_peer"], cell["not_worse_than_own"],
+                                     "" if cell["targets_met"] or not cell["targets_met_beyond_noise"]
+                                     else " (the p50s within each other's 95% interval)"))
     cells.append(cell)
-print("routing-peers: targets met in %d of %d cells" % (met, len(cells)))
+print("routing-peers: targets met in %d of %d cells; %d counting only p50 losses beyond the noise"
+      % (met, len(cells), met_noise))
 print("routing-peers: least_inflight within 15%% of the simulation in %d of %d runs"
       % (agree, compared))
 if failed:
@@ -375,7 +394,8 @@ if failed:
 json.dump({"scenario": "routing-peers", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "command": "bench/routing-peers.sh", "load": float(load), "repeat": int(repeat),
            "what": "TTFT of infergate's policies, nginx and HAProxy in front of one generated fleet",
-           "cells": cells, "targets_met": met, "missing_runs": failed,
+           "cells": cells, "targets_met": met, "targets_met_beyond_noise": met_noise,
+           "missing_runs": failed,
            "least_inflight_within_15pct_of_simulated": [agree, compared]}, open(out, "w"), indent=1)
 PYEOF
 echo "routing-peers: wrote $RESULTS"
