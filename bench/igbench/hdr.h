@@ -6,8 +6,8 @@
  * microseconds; below 2,048 µs every value has its own bucket, above it
  * each power of two is split into 1,024 buckets, so any value is known to
  * within 1/1024 (0.1%), and quantiles report the bucket middle (error <=
- * 0.05%). Routing's targets compare p50s at 1.0x: at 1/128 two routers 0.1%
- * apart were often a whole bucket (0.6-0.8%) apart.
+ * 0.05%): routing's targets compare two routers' p50s at 1.0x, and the
+ * buckets must be finer than the differences they read.
  * Values above IGB_HDR_MAX_US (100 s) are clamped to it; the exact maximum,
  * minimum and sum are kept aside.
  */

@@ -143,7 +143,7 @@ static struct {
     /* figures over measured requests */
     igb_hdr_t e2e, ttft, itl, tpot, lag;
     long long measured_sent, ok, good, out_tokens;
-    double cost_usd;             /* x-infergate-cost of the measured answers */
+    double cost_usd;                 /* x-infergate-cost of the measured answers */
     long long priced, priced_tokens; /* answers with a cost, and their output tokens */
     uint64_t last_done;
     struct {
