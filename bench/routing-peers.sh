@@ -330,6 +330,14 @@ for fseed in seeds.split():
         f = line.split()
         sim[(fseed, f[0], f[1])] = [float(x) for x in f[2:]]
 sim_name = {"nginx_p2c": "p2c", "haproxy_p2c": "p2c"}
+
+
+def above(a, b):
+    """a's p50 above b's beyond the noise: their 95% intervals (igbench's,
+    as if the samples were independent) do not overlap."""
+    return a["ttft_p50_interval_ms"][0] > b["ttft_p50_interval_ms"][1]
+
+
 cells, met, met_noise, agree, compared = [], 0, 0, 0, 0
 print("  %-7s %-9s %-3s %-15s %9s %9s %7s" % ("fleet", "mode", "run", "router", "ttft p50", "ttft p99",
                                               "errors"))
@@ -366,10 +374,7 @@ for (fseed, mode, rep), rr in rows.items():
         cell["targets_met"] = (cell["p99_over_best_peer"] <= 0.9 and
                                cell["p50_over_best_peer"] <= 1.0 and cell["not_worse_than_own"])
         met += cell["targets_met"]
-        # The p50 comparisons again, a loss counted only where the two
-        # p50s' 95% intervals (igbench, as if independent) do not overlap.
-        def above(a, b):
-            return a["ttft_p50_interval_ms"][0] > b["ttft_p50_interval_ms"][1]
+        # The p50 comparisons again, a loss counted only beyond the noise.
         best = min(have, key=lambda p: rr[p]["ttft_p50_ms"])
         cell["p50_above_best_peer_beyond_noise"] = above(lat, rr[best])
         cell["not_worse_than_own_beyond_noise"] = all(
