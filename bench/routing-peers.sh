@@ -364,7 +364,8 @@ for (fseed, mode, rep), rr in rows.items():
     have = [p for p in peers if p in rr]
     if "latency" in rr and have:
         lat = rr["latency"]
-        b50 = min(rr[p]["ttft_p50_ms"] for p in have)
+        best = min(have, key=lambda p: rr[p]["ttft_p50_ms"])  # the best peer at p50
+        b50 = rr[best]["ttft_p50_ms"]
         b99 = min(rr[p]["ttft_p99_ms"] for p in have)
         cell["p99_over_best_peer"] = round(lat["ttft_p99_ms"] / b99, 3)
         cell["p50_over_best_peer"] = round(lat["ttft_p50_ms"] / b50, 3)
@@ -375,7 +376,6 @@ for (fseed, mode, rep), rr in rows.items():
                                cell["p50_over_best_peer"] <= 1.0 and cell["not_worse_than_own"])
         met += cell["targets_met"]
         # The p50 comparisons again, a loss counted only beyond the noise.
-        best = min(have, key=lambda p: rr[p]["ttft_p50_ms"])
         cell["p50_above_best_peer_beyond_noise"] = above(lat, rr[best])
         cell["not_worse_than_own_beyond_noise"] = all(
             lat["ttft_p99_ms"] <= rr[p]["ttft_p99_ms"] and not above(lat, rr[p]) for p in own)
