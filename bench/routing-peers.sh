@@ -334,7 +334,7 @@ sim_name = {"nginx_p2c": "p2c", "haproxy_p2c": "p2c"}
 
 def above(a, b):
     """a's p50 above b's beyond the noise: their 95% intervals (igbench's,
-    as if the samples were independent) do not overlap."""
+    by batch means) do not overlap; one without an interval is its p50."""
     return a["ttft_p50_interval_ms"][0] > b["ttft_p50_interval_ms"][1]
 
 

@@ -6,7 +6,9 @@
  */
 #include "hdr.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define SUB_BITS 10
 #define SUB (1 << SUB_BITS)
@@ -43,13 +45,43 @@ int igb_hdr_init(igb_hdr_t *h)
     h->min = UINT64_MAX;
     h->max = 0;
     h->sum = 0;
+    h->seq = NULL;
+    h->nseq = h->seq_cap = 0;
+    h->seq_lost = 0;
     return h->counts ? 0 : -1;
 }
 
 void igb_hdr_dispose(igb_hdr_t *h)
 {
     free(h->counts);
+    free(h->seq);
     h->counts = NULL;
+    h->seq = NULL;
+}
+
+void igb_hdr_keep_order(igb_hdr_t *h)
+{
+    if (h->seq_cap == 0)
+        h->seq_cap = 1024;
+    /* Values recorded before now are not in the order: the interval would
+     * be over part of them. */
+    if (h->total > 0)
+        h->seq_lost = 1;
+}
+
+static void keep(igb_hdr_t *h, uint64_t us)
+{
+    if (h->nseq == h->seq_cap || h->seq == NULL) {
+        size_t cap = h->seq ? h->seq_cap * 2 : h->seq_cap;
+        uint32_t *n = cap <= IGB_HDR_SEQ_MAX ? realloc(h->seq, cap * sizeof(*n)) : NULL;
+        if (n == NULL) {
+            h->seq_lost = 1;
+            return;
+        }
+        h->seq = n;
+        h->seq_cap = cap;
+    }
+    h->seq[h->nseq++] = (uint32_t)us;
 }
 
 void igb_hdr_record(igb_hdr_t *h, uint64_t us)
@@ -63,6 +95,8 @@ void igb_hdr_record(igb_hdr_t *h, uint64_t us)
     if (us > IGB_HDR_MAX_US)
         us = IGB_HDR_MAX_US;
     h->counts[igb_hdr_index(us)]++;
+    if (h->seq_cap > 0 && !h->seq_lost)
+        keep(h, us);
 }
 
 double igb_hdr_quantile(const igb_hdr_t *h, double q)
@@ -95,4 +129,36 @@ double igb_hdr_quantile(const igb_hdr_t *h, double q)
 double igb_hdr_mean(const igb_hdr_t *h)
 {
     return h->total ? h->sum / (double)h->total : 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+int igb_hdr_p50_interval(const igb_hdr_t *h, double *lo, double *hi)
+{
+    size_t len = h->nseq / IGB_HDR_BATCHES;
+    if (h->seq == NULL || h->seq_lost || h->nseq != h->total || len < (size_t)IGB_HDR_BATCH_MIN)
+        return -1;
+    uint32_t *w = malloc(len * sizeof(*w));
+    if (w == NULL)
+        return -1;
+    double s = 0, s2 = 0;
+    for (int b = 0; b < IGB_HDR_BATCHES; b++) {
+        memcpy(w, h->seq + (size_t)b * len, len * sizeof(*w));
+        qsort(w, len, sizeof(*w), cmp_u32);
+        double m = (double)w[(len + 1) / 2 - 1]; /* as igb_hdr_quantile(0.5) ranks */
+        s += m;
+        s2 += m * m;
+    }
+    free(w);
+    _Static_assert(IGB_HDR_BATCHES == 10, "t975_9 is Student's t for 10 batches");
+    const double t975_9 = 2.262; /* Student's t, 9 degrees of freedom */
+    double k = IGB_HDR_BATCHES, var = fmax(s2 / k - (s / k) * (s / k), 0) * k / (k - 1);
+    double half = t975_9 * sqrt(var / k), p50 = igb_hdr_quantile(h, 0.5);
+    *lo = p50 - half;
+    *hi = p50 + half;
+    return 0;
 }
