@@ -158,7 +158,9 @@ int igb_hdr_p50_interval(const igb_hdr_t *h, double *lo, double *hi)
     const double t975_9 = 2.262; /* Student's t, 9 degrees of freedom */
     double k = IGB_HDR_BATCHES, var = fmax(s2 / k - (s / k) * (s / k), 0) * k / (k - 1);
     double half = t975_9 * sqrt(var / k), p50 = igb_hdr_quantile(h, 0.5);
-    *lo = p50 - half;
-    *hi = p50 + half;
+    /* A run whose queue grows has batches far apart: the interval is then
+     * wide, but never beyond the values seen. */
+    *lo = fmax(p50 - half, (double)h->min);
+    *hi = fmin(p50 + half, (double)h->max);
     return 0;
 }
