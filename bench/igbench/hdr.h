@@ -55,10 +55,10 @@ double igb_hdr_mean(const igb_hdr_t *h);
 /* The p50's 95% interval by batch means, in microseconds: the values in
  * the order recorded cut into IGB_HDR_BATCHES consecutive batches, the
  * p50 -+ t(0.975, 9) x the batches' p50s' standard deviation / sqrt(10),
- * within the least and the largest value. Latencies under load are not independent (a busy period slows its
- * neighbours); batches longer than a busy period are nearly so, and the
- * interval widens with the correlation where the order statistics'
- * would not. 0, or -1 without the values (order not kept, some lost, or
+ * within the least and the largest value. Latencies under load are not
+ * independent (a busy period slows its neighbours); batches longer than a
+ * busy period are nearly so, and the interval widens with the correlation
+ * where the order statistics' would not. 0, or -1 without the values (order not kept, some lost, or
  * too few for the batches). */
 int igb_hdr_p50_interval(const igb_hdr_t *h, double *lo, double *hi);
 
