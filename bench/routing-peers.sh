@@ -298,6 +298,16 @@ for fseed in $SEEDS; do
                     --seed "$run_seed" --timeout 60 ${sflag[@]+"${sflag[@]}"} \
                     --endpoint completions --model m --max-tokens 16 --input-tokens 16 \
                     --label "routing-peers-$key" --json "$tmp/ig-$key.json"
+                # infergate's decisions per upstream, to set beside the
+                # simulated ones.
+                case $router in
+                latency | least_inflight | round_robin)
+                    curl -s --max-time 5 "http://127.0.0.1:$rport/metrics" |
+                        sed -n 's/^infergate_route_decisions_total{.*upstream="\([^"]*\)".*} \([0-9]*\)$/\1 \2/p' \
+                            >"$tmp/sent-$key" || true
+                    echo "${names[*]}" >"$tmp/names-$key"
+                    ;;
+                esac
                 stop_all
                 echo "$fseed $mode $rep $router $key" >>"$tmp/cells"
             done
@@ -323,12 +333,22 @@ for line in open(tmp + "/cells"):
         "ttft_p50_ms": first["p50"], "ttft_p99_ms": first["p99"],
         "ttft_p50_interval_ms": [first.get("p50_lo", first["p50"]), first.get("p50_hi", first["p50"])],
         "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"], "errors": r["errors"]}
-# routing-sim --peers: mode policy p50 p50_lo p50_hi p99 p99_lo p99_hi (ms)
-sim = {}
+    try:
+        names = open("%s/names-%s" % (tmp, key)).read().split()
+        got = dict((n, int(c)) for n, c in (l.split() for l in open("%s/sent-%s" % (tmp, key))))
+        total = sum(got.values())
+        if total:
+            rows[(fseed, mode, rep)][router]["sent_share"] = [got.get(n, 0) / total for n in names]
+    except (OSError, ValueError):
+        pass
+# routing-sim --peers: mode policy p50 p50_lo p50_hi p99 p99_lo p99_hi (ms),
+# then each upstream's share of the attempts
+sim, sim_sent = {}, {}
 for fseed in seeds.split():
     for line in list(open("%s/simulated-%s" % (tmp, fseed)))[1:]:
         f = line.split()
-        sim[(fseed, f[0], f[1])] = [float(x) for x in f[2:]]
+        sim[(fseed, f[0], f[1])] = [float(x) for x in f[2:8]]
+        sim_sent[(fseed, f[0], f[1])] = [float(x) for x in f[8].split(",")]
 sim_name = {"nginx_p2c": "p2c", "haproxy_p2c": "p2c"}
 
 
@@ -352,6 +372,12 @@ for (fseed, mode, rep), rr in rows.items():
             continue
         v["simulated_p50_ms"], v["simulated_p99_ms"] = s[0], s[3]
         v["simulated_p50_range_ms"], v["simulated_p99_range_ms"] = s[1:3], s[4:6]
+        ss = sim_sent.get((fseed, mode, sim_name.get(router, router)))
+        if "sent_share" in v and ss:
+            v["simulated_sent_share"] = ss
+            print("  -> fleet %s %s run %s: %s's share of the attempts per upstream, measured /"
+                  " simulated: %s" % (fseed, mode, rep, router, ", ".join(
+                      "%.2f/%.2f" % mv for mv in zip(v["sent_share"], ss))))
         if router == "least_inflight":
             r50, r99 = v["ttft_p50_ms"] / s[0], v["ttft_p99_ms"] / s[3]
             ok = abs(r50 - 1) <= 0.15 and abs(r99 - 1) <= 0.15

@@ -240,8 +240,9 @@ static void print_testupstream(uint64_t seed)
  * 16 tokens at a stretched gap, WARMUP + DURATION seconds of Poisson
  * arrivals, the gateway queue of its config), simulated DRAWS times with
  * other arrivals and draws, for each mode and policy: the median TTFT p50
- * and p99 over the draws and their 10th and 90th percentiles, in ms. What
- * a socket run of that cell lands in, when the simulator is right. */
+ * and p99 over the draws and their 10th and 90th percentiles, in ms, and
+ * each upstream's share of the attempts over all draws. What a socket run
+ * of that cell lands in, when the simulator is right. */
 static int run_peers(uint64_t seed, double load, double rate, double warmup, double duration,
                      int draws)
 {
@@ -269,13 +270,14 @@ static int run_peers(uint64_t seed, double load, double rate, double warmup, dou
     double *v = malloc(sizeof(double) * 2 * (size_t)draws);
     if (v == NULL)
         return 1;
-    printf("%-9s %-15s %8s %8s %8s %8s %8s %8s\n", "mode", "policy", "p50", "p50_lo", "p50_hi",
-           "p99", "p99_lo", "p99_hi");
+    printf("%-9s %-15s %8s %8s %8s %8s %8s %8s %s\n", "mode", "policy", "p50", "p50_lo", "p50_hi",
+           "p99", "p99_lo", "p99_hi", "sent");
     for (int stream = 1; stream >= 0; stream--) {
         f.stream = stream;
         for (int p = 0; p < SIM_NPOLICIES; p++) {
             if (p == SIM_ORACLE)
                 continue;
+            double sent[SIM_MAX_UP] = {0}, all = 0;
             for (int k = 0; k < draws; k++) {
                 sim_result_t r;
                 c.seed = 1 + (uint64_t)k;
@@ -285,14 +287,21 @@ static int run_peers(uint64_t seed, double load, double rate, double warmup, dou
                 }
                 v[k] = r.ttft_p50 * 1e3;
                 v[draws + k] = r.ttft_p99 * 1e3;
+                for (int u = 0; u < f.n; u++) {
+                    sent[u] += r.sent[u];
+                    all += r.sent[u];
+                }
             }
             qsort(v, (size_t)draws, sizeof(double), cmpd);
             qsort(v + draws, (size_t)draws, sizeof(double), cmpd);
-            printf("%-9s %-15s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n",
+            printf("%-9s %-15s %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f ",
                    stream ? "stream" : "nonstream", sim_policy_name((sim_policy_t)p),
                    pct(v, draws, 0.5), pct(v, draws, 0.1), pct(v, draws, 0.9),
                    pct(v + draws, draws, 0.5), pct(v + draws, draws, 0.1),
                    pct(v + draws, draws, 0.9));
+            for (int u = 0; u < f.n; u++)
+                printf("%s%.3f", u ? "," : "", all > 0 ? sent[u] / all : 0);
+            printf("\n");
         }
     }
     free(v);
