@@ -51,7 +51,7 @@
 # Each cell is judged twice: strictly (targets_met, the issue's reading), and
 # counting a p50 loss only where the two p50s' 95% intervals from igbench do
 # not overlap (targets_met_beyond_noise): a tie moves either way by the draw.
-# Needs nginx (nginx-light), haproxy, python3 (scripts/deps.sh bench).
+# Needs nginx (nginx-light), haproxy, python3, curl (scripts/deps.sh bench).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
