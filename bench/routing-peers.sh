@@ -13,7 +13,8 @@
 # --peers, the same fleet, rate, span and queue, 20 draws of the arrivals),
 # and each measured p50 and p99 is printed over the simulated median, with
 # the simulated 10th-90th percentile range. The issue asks least_inflight's
-# within 15%.
+# within 15%. For infergate's policies each upstream's share of the gateway's
+# decisions (its /metrics) is set beside the simulated share.
 #
 # Routers: infergate (policies latency, least_inflight, round_robin; no
 # retries, no hedges), nginx (`least_conn`; `random two least_conn`) and
