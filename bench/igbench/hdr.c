@@ -61,18 +61,20 @@ void igb_hdr_dispose(igb_hdr_t *h)
 
 void igb_hdr_keep_order(igb_hdr_t *h)
 {
-    if (h->seq_cap == 0)
-        h->seq_cap = 1024;
-    /* Values recorded before now are not in the order: the interval would
-     * be over part of them. */
-    if (h->total > 0)
+    if (h->seq == NULL) {
+        h->seq = malloc(1024 * sizeof(*h->seq));
+        h->seq_cap = h->seq ? 1024 : 0;
+    }
+    /* Values recorded before now are not in the order (the interval would
+     * be over part of them), and without the buffer none can be kept. */
+    if (h->total > 0 || h->seq == NULL)
         h->seq_lost = 1;
 }
 
 static void keep(igb_hdr_t *h, uint64_t us)
 {
-    if (h->nseq == h->seq_cap || h->seq == NULL) {
-        size_t cap = h->seq ? h->seq_cap * 2 : h->seq_cap;
+    if (h->nseq == h->seq_cap) {
+        size_t cap = h->seq_cap * 2;
         uint32_t *n = cap <= IGB_HDR_SEQ_MAX ? realloc(h->seq, cap * sizeof(*n)) : NULL;
         if (n == NULL) {
             h->seq_lost = 1;
@@ -95,7 +97,7 @@ void igb_hdr_record(igb_hdr_t *h, uint64_t us)
     if (us > IGB_HDR_MAX_US)
         us = IGB_HDR_MAX_US;
     h->counts[igb_hdr_index(us)]++;
-    if (h->seq_cap > 0 && !h->seq_lost)
+    if (h->seq != NULL && !h->seq_lost)
         keep(h, us);
 }
 

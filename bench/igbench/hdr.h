@@ -23,7 +23,7 @@ typedef struct {
     uint64_t min, max; /* exact, µs */
     double sum;        /* µs */
     /* The values in the order recorded, for igb_hdr_p50_interval(); NULL
-     * unless igb_hdr_keep_order() asked for them. */
+     * unless igb_hdr_keep_order() asked for them (or could not have them). */
     uint32_t *seq;
     size_t nseq, seq_cap;
     int seq_lost; /* a value was not kept (the cap, or out of memory) */
@@ -58,8 +58,8 @@ double igb_hdr_mean(const igb_hdr_t *h);
  * within the least and the largest value. Latencies under load are not
  * independent (a busy period slows its neighbours); batches longer than a
  * busy period are nearly so, and the interval widens with the correlation
- * where the order statistics' would not. 0, or -1 without the values (order not kept, some lost, or
- * too few for the batches). */
+ * where the order statistics' would not. 0, or -1 without the values
+ * (order not kept, some lost, or too few for the batches). */
 int igb_hdr_p50_interval(const igb_hdr_t *h, double *lo, double *hi);
 
 /* Bucket index of a value, and the [lo, hi) range of a bucket: for tests. */
