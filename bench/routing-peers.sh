@@ -14,7 +14,8 @@
 # and each measured p50 and p99 is printed over the simulated median, with
 # the simulated 10th-90th percentile range. The issue asks least_inflight's
 # within 15%. For infergate's policies each upstream's share of the gateway's
-# decisions (its /metrics) is set beside the simulated share.
+# decisions and its mean time to first token from the attempt's send (its
+# /metrics) are set beside the simulated ones.
 #
 # Routers: infergate (policies latency, least_inflight, round_robin; no
 # retries, no hedges), nginx (`least_conn`; `random two least_conn`) and
@@ -299,13 +300,11 @@ for fseed in $SEEDS; do
                     --seed "$run_seed" --timeout 60 ${sflag[@]+"${sflag[@]}"} \
                     --endpoint completions --model m --max-tokens 16 --input-tokens 16 \
                     --label "routing-peers-$key" --json "$tmp/ig-$key.json"
-                # infergate's decisions per upstream, to set beside the
-                # simulated ones.
+                # infergate's decisions and answer times per upstream, to
+                # set beside the simulated ones.
                 case $router in
                 latency | least_inflight | round_robin)
-                    curl -s --max-time 5 "http://127.0.0.1:$rport/metrics" |
-                        sed -n 's/^infergate_route_decisions_total{.*upstream="\([^"]*\)".*} \([0-9]*\)$/\1 \2/p' \
-                            >"$tmp/sent-$key" || true
+                    curl -s --max-time 5 "http://127.0.0.1:$rport/metrics" >"$tmp/metrics-$key" || true
                     echo "${names[*]}" >"$tmp/names-$key"
                     ;;
                 esac
@@ -319,7 +318,7 @@ done
 mkdir -p "$(dirname "$RESULTS")"
 touch "$tmp/failed"
 "$PY" - "$RESULTS" "$tmp" "$SEEDS" "$MODES" "$LOAD" "$REPEAT" <<'PYEOF'
-import json, sys, time
+import json, re, sys, time
 out, tmp, seeds, modes, load, repeat = sys.argv[1:7]
 failed = open(tmp + "/failed").read().split()
 peers = ["nginx_lc", "nginx_p2c", "haproxy_lc", "haproxy_p2c"]
@@ -336,20 +335,33 @@ for line in open(tmp + "/cells"):
         "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"], "errors": r["errors"]}
     try:
         names = open("%s/names-%s" % (tmp, key)).read().split()
-        got = dict((n, int(c)) for n, c in (l.split() for l in open("%s/sent-%s" % (tmp, key))))
+        got, tsum, tcount = {}, {}, {}
+        for l in open("%s/metrics-%s" % (tmp, key)):
+            m = re.match(r'(infergate_route_decisions_total|'
+                         r'infergate_upstream_time_to_first_token_seconds_(?:sum|count))'
+                         r'\{[^}]*upstream="([^"]*)"[^}]*\} (\S+)$', l.strip())
+            if m:
+                into = {"infergate_route_decisions_total": got}.get(
+                    m.group(1), tsum if m.group(1).endswith("_sum") else tcount)
+                into[m.group(2)] = into.get(m.group(2), 0) + float(m.group(3))
+        v = rows[(fseed, mode, rep)][router]
         total = sum(got.values())
         if total:
-            rows[(fseed, mode, rep)][router]["sent_share"] = [got.get(n, 0) / total for n in names]
+            v["sent_share"] = [got.get(n, 0) / total for n in names]
+        if tcount:
+            v["upstream_ttft_mean_ms"] = [round(1e3 * tsum.get(n, 0) / tcount[n], 2)
+                                          if tcount.get(n) else None for n in names]
     except (OSError, ValueError):
         pass
 # routing-sim --peers: mode policy p50 p50_lo p50_hi p99 p99_lo p99_hi (ms),
-# then each upstream's share of the attempts
-sim, sim_sent = {}, {}
+# each upstream's share of the attempts, and its mean time to first token
+sim, sim_sent, sim_own = {}, {}, {}
 for fseed in seeds.split():
     for line in list(open("%s/simulated-%s" % (tmp, fseed)))[1:]:
         f = line.split()
         sim[(fseed, f[0], f[1])] = [float(x) for x in f[2:8]]
         sim_sent[(fseed, f[0], f[1])] = [float(x) for x in f[8].split(",")]
+        sim_own[(fseed, f[0], f[1])] = [float(x) for x in f[9].split(",")]
 sim_name = {"nginx_p2c": "p2c", "haproxy_p2c": "p2c"}
 
 
@@ -379,6 +391,13 @@ for (fseed, mode, rep), rr in rows.items():
             print("  -> fleet %s %s run %s: %s's share of the attempts per upstream, measured /"
                   " simulated: %s" % (fseed, mode, rep, router, ", ".join(
                       "%.2f/%.2f" % mv for mv in zip(v["sent_share"], ss))))
+        so = sim_own.get((fseed, mode, sim_name.get(router, router)))
+        if "upstream_ttft_mean_ms" in v and so:
+            v["simulated_upstream_ttft_mean_ms"] = so
+            print("  -> fleet %s %s run %s: %s's mean time to first token per upstream (ms),"
+                  " measured / simulated: %s" % (fseed, mode, rep, router, ", ".join(
+                      "%s/%.1f" % ("-" if m is None else "%.1f" % m, o)
+                      for m, o in zip(v["upstream_ttft_mean_ms"], so))))
         if router == "least_inflight":
             r50, r99 = v["ttft_p50_ms"] / s[0], v["ttft_p99_ms"] / s[3]
             ok = abs(r50 - 1) <= 0.15 and abs(r99 - 1) <= 0.15
@@ -416,8 +435,12 @@ for (fseed, mode, rep), rr in rows.items():
                                      "" if cell["targets_met"] or not cell["targets_met_beyond_noise"]
                                      else " (the p50s within each other's 95% interval)"))
     cells.append(cell)
-print("routing-peers: targets met in %d of %d cells; %d counting only p50 losses beyond the noise"
-      % (met, len(cells), met_noise))
+judged = sum("targets_met" in c for c in cells)
+if judged:
+    print("routing-peers: targets met in %d of %d cells; %d counting only p50 losses beyond the"
+          " noise" % (met, judged, met_noise))
+else:
+    print("routing-peers: targets not judged: the run had no latency policy or no nginx or HAProxy")
 print("routing-peers: least_inflight within 15%% of the simulation in %d of %d runs"
       % (agree, compared))
 if failed:
@@ -426,7 +449,8 @@ if failed:
 json.dump({"scenario": "routing-peers", "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "command": "bench/routing-peers.sh", "load": float(load), "repeat": int(repeat),
            "what": "TTFT of infergate's policies, nginx and HAProxy in front of one generated fleet",
-           "cells": cells, "targets_met": met, "targets_met_beyond_noise": met_noise,
+           "cells": cells, "targets_judged": judged, "targets_met": met,
+           "targets_met_beyond_noise": met_noise,
            "missing_runs": failed,
            "least_inflight_within_15pct_of_simulated": [agree, compared]}, open(out, "w"), indent=1)
 PYEOF

@@ -240,9 +240,11 @@ static void print_testupstream(uint64_t seed)
  * 16 tokens at a stretched gap, WARMUP + DURATION seconds of Poisson
  * arrivals, the gateway queue of its config), simulated DRAWS times with
  * other arrivals and draws, for each mode and policy: the median TTFT p50
- * and p99 over the draws and their 10th and 90th percentiles, in ms, and
- * each upstream's share of the attempts over all draws. What a socket run
- * of that cell lands in, when the simulator is right. */
+ * and p99 over the draws and their 10th and 90th percentiles, in ms,
+ * each upstream's share of the attempts over all draws, and each one's
+ * mean time from an answering attempt's send to its first token, warm-up
+ * included (as the gateway's per-upstream histogram). What a socket run of
+ * that cell lands in, when the simulator is right. */
 static int run_peers(uint64_t seed, double load, double rate, double warmup, double duration,
                      int draws)
 {
@@ -270,14 +272,15 @@ static int run_peers(uint64_t seed, double load, double rate, double warmup, dou
     double *v = malloc(sizeof(double) * 2 * (size_t)draws);
     if (v == NULL)
         return 1;
-    printf("%-9s %-15s %8s %8s %8s %8s %8s %8s %s\n", "mode", "policy", "p50", "p50_lo", "p50_hi",
-           "p99", "p99_lo", "p99_hi", "sent");
+    printf("%-9s %-15s %8s %8s %8s %8s %8s %8s %s %s\n", "mode", "policy", "p50", "p50_lo",
+           "p50_hi", "p99", "p99_lo", "p99_hi", "sent", "upstream_ttft_mean");
     for (int stream = 1; stream >= 0; stream--) {
         f.stream = stream;
         for (int p = 0; p < SIM_NPOLICIES; p++) {
             if (p == SIM_ORACLE)
                 continue;
-            double sent[SIM_MAX_UP] = {0}, all = 0;
+            double sent[SIM_MAX_UP] = {0}, all = 0, own[SIM_MAX_UP] = {0},
+                   answers[SIM_MAX_UP] = {0};
             for (int k = 0; k < draws; k++) {
                 sim_result_t r;
                 c.seed = 1 + (uint64_t)k;
@@ -290,6 +293,8 @@ static int run_peers(uint64_t seed, double load, double rate, double warmup, dou
                 for (int u = 0; u < f.n; u++) {
                     sent[u] += r.sent[u];
                     all += r.sent[u];
+                    own[u] += r.up_ttft_sum[u];
+                    answers[u] += r.up_answers[u];
                 }
             }
             qsort(v, (size_t)draws, sizeof(double), cmpd);
@@ -301,6 +306,9 @@ static int run_peers(uint64_t seed, double load, double rate, double warmup, dou
                    pct(v + draws, draws, 0.9));
             for (int u = 0; u < f.n; u++)
                 printf("%s%.3f", u ? "," : "", all > 0 ? sent[u] / all : 0);
+            printf(" ");
+            for (int u = 0; u < f.n; u++)
+                printf("%s%.2f", u ? "," : "", answers[u] > 0 ? own[u] / answers[u] * 1e3 : 0);
             printf("\n");
         }
     }

@@ -438,6 +438,11 @@ static void finish(sim_t *s, int i)
 
 static void record(sim_t *s, int i, int up, double ttft, double e2e)
 {
+    if (up >= 0) {
+        const req_t *r = &s->req[i];
+        s->out->up_answers[up]++;
+        s->out->up_ttft_sum[up] += ttft - (double)(r->start_ns - r->arrive_ns) / NS;
+    }
     /* A client waits for a first token as long as the gateway holds a
      * request (its queue's timeout) and no longer, whichever the policy (a
      * baseline's queue has no timeout): a later one counts as that long. */

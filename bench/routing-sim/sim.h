@@ -132,6 +132,12 @@ typedef struct {
      * in: a tail bunched in one tenth is a transient, not a steady queue. */
     int tail[SIM_MAX_UP], tail_refused;
     int tail_tenth[10];
+    /* Each upstream's answers, warm-up included (as the gateway's
+     * infergate_upstream_time_to_first_token_seconds counts them): how
+     * many, and the sum of their times from the answering attempt's send
+     * to its first token (a whole answer: to its end), in seconds. */
+    int up_answers[SIM_MAX_UP];
+    double up_ttft_sum[SIM_MAX_UP];
     /* The oracle's: each of its rules alone (sim.c's oracle_cost(), in
      * its order), TTFT p50 and p99 and their standard errors; the figures
      * above are the best of them for each metric. */

@@ -120,13 +120,22 @@ void ig_log_access(const ig_access_log_t *a)
             json_object_set_new(o, "upstream", json_string(a->upstream));
         if (a->peer != NULL)
             json_object_set_new(o, "peer", json_string(a->peer));
+        if (a->timed) {
+            json_object_set_new(o, "queue_s", json_real(a->queue_s));
+            json_object_set_new(o, "ttft_s", json_real(a->ttft_s));
+            json_object_set_new(o, "upstream_ttft_s", json_real(a->upstream_ttft_s));
+        }
         emit_json(o);
     } else {
+        char timing[96] = "";
+        if (a->timed)
+            snprintf(timing, sizeof(timing), " queue=%.6fs ttft=%.6fs upstream_ttft=%.6fs",
+                     a->queue_s, a->ttft_s, a->upstream_ttft_s);
         fprintf(stderr,
                 "%s info  %s: %s %s status=%d bytes_in=%llu bytes_out=%llu duration=%.6fs"
-                "%s%s%s%s\n",
+                "%s%s%s%s%s\n",
                 ts, log_component, a->method, a->path, a->status, a->bytes_in, a->bytes_out,
                 a->duration_s, a->upstream ? " upstream=" : "", a->upstream ? a->upstream : "",
-                a->peer ? " peer=" : "", a->peer ? a->peer : "");
+                a->peer ? " peer=" : "", a->peer ? a->peer : "", timing);
     }
 }

@@ -93,6 +93,8 @@ struct ig_http_req_s {
     int status;
     const char *route;
     char *upstream;
+    int timed; /* the three below were set (ig_http_req_set_timing) */
+    double queue_s, ttft_s, upstream_ttft_s;
     char peer[64];
     void *data;
     ig_http_abort_cb abort_cb;

@@ -250,6 +250,15 @@ void ig_http_req_set_upstream(ig_http_req_t *req, const char *upstream)
     req->upstream = upstream != NULL ? strdup(upstream) : NULL;
 }
 
+void ig_http_req_set_timing(ig_http_req_t *req, double queue_s, double ttft_s,
+                            double upstream_ttft_s)
+{
+    req->timed = 1;
+    req->queue_s = queue_s;
+    req->ttft_s = ttft_s;
+    req->upstream_ttft_s = upstream_ttft_s;
+}
+
 void ig_http_req_on_abort(ig_http_req_t *req, ig_http_abort_cb cb, void *data)
 {
     req->abort_cb = cb;

@@ -250,6 +250,10 @@ static void account(ig_http_req_t *req)
             .duration_s = dur,
             .upstream = req->upstream,
             .peer = req->peer[0] ? req->peer : NULL,
+            .timed = req->timed,
+            .queue_s = req->queue_s,
+            .ttft_s = req->ttft_s,
+            .upstream_ttft_s = req->upstream_ttft_s,
         };
         ig_log_access(&a);
     }

@@ -95,6 +95,7 @@ struct exchange_s {
     int output_tokens;     /* ig_proxy_call_t's, for the cost objective */
     double slo_ttft_s;     /* its own tighter SLO (0: the proxy's) */
     uint64_t start_ns;
+    uint64_t sent_ns; /* its first attempt was sent (0: not yet) */
     uint64_t queued_ns;
     uv_timer_t timer;    /* queue hold timeout and the hedge delay */
     uv_timer_t ft_timer; /* the attempts' first-token deadlines */
@@ -152,7 +153,7 @@ struct ig_proxy_s {
     void *close_data;
     /* metrics */
     ig_metric_t *m_decisions, *m_retries, *m_hedges, *m_errors, *m_ejections, *m_explorations;
-    ig_metric_t *m_ttft, *m_e2e, *m_rejected, *m_queue;
+    ig_metric_t *m_ttft, *m_e2e, *m_rejected, *m_queue, *m_up_ttft;
     ig_usage_families_t m_usage;
     double ttft_sum; /* every TTFT observed, for the status page's chart */
     long long ttft_count;
@@ -222,6 +223,12 @@ int ig_proxy_start(ig_proxy_t **out, uv_loop_t *loop, const ig_proxy_opts_t *opt
                                       "Time from the request's arrival to the first content "
                                       "token of a stream, or to a whole answer.",
                                       "model", NULL, 0);
+    px->m_up_ttft = ig_metrics_histogram(
+        "infergate_upstream_time_to_first_token_seconds",
+        "Time from sending the answering attempt to an upstream to its first content token, "
+        "or to its whole answer: the upstream and the network to it, without the gateway's "
+        "queue.",
+        "upstream", NULL, 0);
     px->m_e2e = ig_metrics_histogram("infergate_e2e_request_latency_seconds",
                                      "Time from the request's arrival to the end of its answer.",
                                      "model", NULL, 0);
@@ -408,12 +415,20 @@ static double seconds_since(uint64_t t0)
     return (double)(uv_hrtime() - t0) / 1e9;
 }
 
-static void observe_ttft(ig_proxy_t *px, const exchange_t *x)
+/* The answer's first token (a whole answer: its end) came at now from a:
+ * the model's and the upstream's histograms, the access log's timing. */
+static void observe_ttft(ig_proxy_t *px, const exchange_t *x, const attempt_t *a, uint64_t now)
 {
-    double t = seconds_since(x->start_ns);
+    double t = now > x->start_ns ? (double)(now - x->start_ns) / 1e9 : 0.0;
+    double own = now > a->start_ns ? (double)(now - a->start_ns) / 1e9 : 0.0;
     ig_metric_observe(px->m_ttft, t, x->model);
+    ig_metric_observe(px->m_up_ttft, own, a->route->name);
     px->ttft_sum += t;
     px->ttft_count++;
+    if (x->req != NULL) {
+        double queue = x->sent_ns > x->start_ns ? (double)(x->sent_ns - x->start_ns) / 1e9 : 0.0;
+        ig_http_req_set_timing(x->req, queue, t, own);
+    }
 }
 
 static void attempt_charge(attempt_t *a, ig_outcome_t outcome, const char *kind, uint64_t now);
@@ -806,7 +821,7 @@ static void commit_stream(exchange_t *x, attempt_t *a)
     ig_router_observe_ttft(&px->router, a->route, a->uncached_tokens,
                            (double)(now - a->start_ns) / 1e9, a->predicted_wait, now);
     ig_router_observe_wait(&px->router, a->route, a->rif, (double)(now - a->start_ns) / 1e9, now);
-    observe_ttft(px, x);
+    observe_ttft(px, x, a, now);
     /* A token is proof that the upstream works: a half-open trial is won. */
     ig_router_attempt_proven(&px->router, a->route, a->trial, now);
     a->trial = 0;
@@ -1033,7 +1048,7 @@ static void on_up_done(ig_upstream_req_t *r, int err, void *data)
     attempt_account(a, a->status < 400 ? IG_OUTCOME_SUCCESS : IG_OUTCOME_CLIENT_ERROR, "");
     if (a->status < 400) {
         ig_router_observe_done(&px->router, a->route, a->rif, held, now);
-        observe_ttft(px, x);
+        observe_ttft(px, x, a, now);
         if (a->buf != NULL)
             ig_usage_body(&x->usage, a->buf, a->blen);
     }
@@ -1430,7 +1445,8 @@ static void launch(exchange_t *x, int hedge, const pick_t *p)
     ig_prefix_route_record(px->prefix_index, a->route, &x->prefix);
     if (x->ntried < MAX_TARGETS)
         x->tried[x->ntried++] = a->route;
-    x->attempts++;
+    if (x->attempts++ == 0)
+        x->sent_ns = now;
     x->state = X_TRYING;
     if (!hedge)
         route_header(x, p);

@@ -138,6 +138,12 @@ void ig_http_req_set_route(ig_http_req_t *req, const char *route);
 /* Names the upstream that served the request, for the access log. Copied. */
 void ig_http_req_set_upstream(ig_http_req_t *req, const char *upstream);
 
+/* A proxied answer's timing, for the access log (ig_access_log_t): the
+ * request's wait before its first attempt was sent, its time to first
+ * token, and the answering attempt's own. In seconds. */
+void ig_http_req_set_timing(ig_http_req_t *req, double queue_s, double ttft_s,
+                            double upstream_ttft_s);
+
 /*
  * Called once if the client goes away before the response is finished, so
  * that the backend can cancel work. The handler must still finish the

@@ -36,7 +36,11 @@ void ig_log(ig_log_level_t level, const char *fmt, ...) __attribute__((format(pr
 void ig_logv(ig_log_level_t level, const char *fmt, va_list ap);
 
 /* One access-log line per request. upstream may be NULL. In JSON format the
- * fields are separate keys; in text format they are key=value pairs. */
+ * fields are separate keys; in text format they are key=value pairs. A
+ * proxied answer also gives its timing (timed): queue_s from the request's
+ * arrival to its first attempt's send, ttft_s to its first content token
+ * (a whole answer: its end), upstream_ttft_s from the answering attempt's
+ * send to that token. */
 typedef struct {
     const char *method;
     const char *path;
@@ -46,6 +50,8 @@ typedef struct {
     double duration_s;
     const char *upstream;
     const char *peer;
+    int timed;
+    double queue_s, ttft_s, upstream_ttft_s;
 } ig_access_log_t;
 
 void ig_log_access(const ig_access_log_t *a);
