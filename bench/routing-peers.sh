@@ -47,6 +47,11 @@
 #   TARGET_RPS=150       the request rate the fleet is scaled to
 #   SEED=1 REPEAT=1      igbench seed; runs of each cell (seeds SEED, SEED+1, ...)
 #   RESULTS=bench/results/routing-peers.json
+#   ACCESS_LOGS=DIR      infergate's runs log each request (level info) to
+#                        DIR/gw-KEY.log, and each upstream's time to first
+#                        token at the gateway is printed (the access log's
+#                        ttft=): the spread a mean hides. Off by default: the
+#                        log's writes are part of what a run measures.
 # Targets (issue 30), per fleet and mode at 70%: latency's p99 <= 0.9x the
 # best of nginx and HAProxy, p50 <= 1.0x, and never worse than infergate's
 # own round_robin or least_inflight at p50 or p99; two runs, both holding.
@@ -181,10 +186,11 @@ start_router() { # router key
     rport=$(free_port)
     case $router in
     latency | least_inflight | round_robin)
-        "$PY" - "$tmp/gw-$key.json" "$rport" "$router" "${names[*]}" "${addrs[*]}" <<'PYEOF'
+        "$PY" - "$tmp/gw-$key.json" "$rport" "$router" "${names[*]}" "${addrs[*]}" \
+            "${ACCESS_LOGS:+info}" <<'PYEOF'
 import json, sys
-out, port, policy, names, addrs = sys.argv[1:6]
-json.dump({"region": "bench", "listen": "127.0.0.1:" + port, "log": {"level": "warn"},
+out, port, policy, names, addrs, level = sys.argv[1:7]
+json.dump({"region": "bench", "listen": "127.0.0.1:" + port, "log": {"level": level or "warn"},
            "models": [{"name": "m"}],
            "sites": [{"name": n, "url": "http://" + a, "models": ["m"]}
                      for n, a in zip(names.split(), addrs.split())],
@@ -309,6 +315,10 @@ for fseed in $SEEDS; do
                     ;;
                 esac
                 stop_all
+                if [ -n "${ACCESS_LOGS:-}" ] && [ -f "$tmp/gw-$key.log" ]; then
+                    mkdir -p "$ACCESS_LOGS"
+                    cp "$tmp/gw-$key.log" "$ACCESS_LOGS/gw-$key.log"
+                fi
                 echo "$fseed $mode $rep $router $key" >>"$tmp/cells"
             done
         done
@@ -317,14 +327,16 @@ done
 
 mkdir -p "$(dirname "$RESULTS")"
 touch "$tmp/failed"
-"$PY" - "$RESULTS" "$tmp" "$SEEDS" "$MODES" "$LOAD" "$REPEAT" <<'PYEOF'
+"$PY" - "$RESULTS" "$tmp" "$SEEDS" "$MODES" "$LOAD" "$REPEAT" "${ACCESS_LOGS:-}" <<'PYEOF'
 import json, re, sys, time
-out, tmp, seeds, modes, load, repeat = sys.argv[1:7]
+out, tmp, seeds, modes, load, repeat, logs = sys.argv[1:8]
 failed = open(tmp + "/failed").read().split()
 peers = ["nginx_lc", "nginx_p2c", "haproxy_lc", "haproxy_p2c"]
 rows = {}
+key_of, names_of = {}, {}
 for line in open(tmp + "/cells"):
     fseed, mode, rep, router, key = line.split()
+    key_of[(fseed, mode, rep, router)] = key
     r = json.load(open("%s/ig-%s.json" % (tmp, key)))
     lat = r["latency_ms"]
     # Not streamed, the first token is the whole answer: its TTFT is the e2e.
@@ -334,7 +346,7 @@ for line in open(tmp + "/cells"):
         "ttft_p50_interval_ms": [first.get("p50_lo", first["p50"]), first.get("p50_hi", first["p50"])],
         "e2e_p99_ms": lat["e2e"]["p99"], "requests": r["requests"], "errors": r["errors"]}
     try:
-        names = open("%s/names-%s" % (tmp, key)).read().split()
+        names = names_of[key] = open("%s/names-%s" % (tmp, key)).read().split()
         got, tsum, tcount = {}, {}, {}
         for l in open("%s/metrics-%s" % (tmp, key)):
             m = re.match(r'(infergate_route_decisions_total|'
@@ -352,6 +364,20 @@ for line in open(tmp + "/cells"):
             v["upstream_ttft_mean_ms"] = [round(1e3 * tsum.get(n, 0) / tcount[n], 2)
                                           if tcount.get(n) else None for n in names]
     except (OSError, ValueError):
+        pass
+    # Each upstream's time to first token at the gateway, from its access
+    # log (warm-up included): p10 / p50 / p90 in ms.
+    try:
+        times = {}
+        for l in open("%s/gw-%s.log" % (logs, key)) if logs else []:
+            m = re.search(r" upstream=(\S+) .* ttft=([0-9.]+)s", l)
+            if m:
+                times.setdefault(m.group(1), []).append(1e3 * float(m.group(2)))
+        for n in names_of.get(key, []) if times else []:
+            t = sorted(times.get(n, []))
+            q = [round(t[int(f * (len(t) - 1))], 2) for f in (0.1, 0.5, 0.9)] if t else None
+            rows[(fseed, mode, rep)][router].setdefault("upstream_ttft_p10_p50_p90_ms", []).append(q)
+    except OSError:
         pass
 # routing-sim --peers: mode policy p50 p50_lo p50_hi p99 p99_lo p99_hi (ms),
 # each upstream's share of the attempts, and its mean time to first token
@@ -398,6 +424,11 @@ for (fseed, mode, rep), rr in rows.items():
                   " measured / simulated: %s" % (fseed, mode, rep, router, ", ".join(
                       "%s/%.1f" % ("-" if m is None else "%.1f" % m, o)
                       for m, o in zip(v["upstream_ttft_mean_ms"], so))))
+        for n, q in zip(names_of.get(key_of[(fseed, mode, rep, router)], []),
+                        v.get("upstream_ttft_p10_p50_p90_ms", [])):
+            print("  -> fleet %s %s run %s: %s, %s: time to first token at the gateway"
+                  " p10 / p50 / p90 %s ms" % (fseed, mode, rep, router, n,
+                                             " / ".join("%.2f" % x for x in q) if q else "-"))
         if router == "least_inflight":
             r50, r99 = v["ttft_p50_ms"] / s[0], v["ttft_p99_ms"] / s[3]
             ok = abs(r50 - 1) <= 0.15 and abs(r99 - 1) <= 0.15
