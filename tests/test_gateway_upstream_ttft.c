@@ -29,24 +29,9 @@ static const char *stream =
  * sites s0, s1, ... with routing policy `policy`. */
 static int serve_info(ig_proc_t *g, const ig_proc_t *ups, int n, const char *policy)
 {
-    char sites[1024];
-    size_t off = 0;
-    for (int i = 0; i < n; i++)
-        off += (size_t)snprintf(sites + off, sizeof(sites) - off,
-                                "%s{\"name\":\"s%d\",\"url\":\"http://127.0.0.1:%d\","
-                                "\"models\":[\"m\"]}",
-                                i ? "," : "", i, ups[i].port);
-    int port = ig_proc_free_port();
-    if (ig_gwf_serve_config(g, port, "info", IG_PROC_PIPES, 15000, 15000,
-                            "{\"region\":\"test\",\"listen\":\"127.0.0.1:%d\","
-                            "\"models\":[{\"name\":\"m\"}],\"sites\":[%s],"
-                            "\"routing\":{\"policy\":\"%s\"},\"limits\":{\"drain_grace_ms\":0}}",
-                            port, sites, policy) != 0)
-        return -1;
-    long long end = ig_tc_now_ms() + 10000;
-    while (ig_gwf_sites_up(g->port, NULL, 0) < n && ig_tc_now_ms() < end)
-        ;
-    return ig_gwf_sites_up(g->port, NULL, 0) == n ? 0 : -1;
+    char routing[64];
+    snprintf(routing, sizeof(routing), ",\"policy\":\"%s\"", policy);
+    return ig_gwf_sites_serve_ex(g, ups, n, n, routing, NULL, "info", IG_PROC_PIPES);
 }
 
 static double series(int port, const char *suffix, const char *upstream, const char *le)

@@ -204,6 +204,13 @@ int ig_gwf_upstream(ig_proc_t *u, ...)
 int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
                        const char *routing_extra, const char *top_extra)
 {
+    return ig_gwf_sites_serve_ex(g, ups, n, expect_up, routing_extra, top_extra, "warn", 0);
+}
+
+int ig_gwf_sites_serve_ex(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
+                          const char *routing_extra, const char *top_extra, const char *level,
+                          int flags)
+{
     char cfg[4096];
     int port = ig_proc_free_port();
     size_t off = (size_t)snprintf(cfg, sizeof(cfg),
@@ -230,7 +237,7 @@ int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
         return -1;
     }
     const char *path = ig_proc_temp_file(cfg, ".json");
-    if (path == NULL || ig_gwf_serve(g, path, port, "warn", 0, 15000, 15000) != 0)
+    if (path == NULL || ig_gwf_serve(g, path, port, level, flags, 15000, 15000) != 0)
         return -1;
     /* Ready means one site is up; the tests want every healthy one probed. */
     long long end = ig_tc_now_ms() + 10000;

@@ -104,6 +104,12 @@ int ig_gwf_upstream(ig_proc_t *u, ...) __attribute__((sentinel));
 int ig_gwf_sites_serve(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
                        const char *routing_extra, const char *top_extra);
 
+/* ig_gwf_sites_serve at log level `level` with ig_proc_start's flags
+ * (IG_PROC_PIPES: its access log in g->err). */
+int ig_gwf_sites_serve_ex(ig_proc_t *g, const ig_proc_t *ups, int n, int expect_up,
+                          const char *routing_extra, const char *top_extra, const char *level,
+                          int flags);
+
 /* The routing_extra of the hedging tests: hedge on, a budget of 0.1 per
  * request, a copy sent after the 0.95 quantile of the first-token delay. */
 #define IG_GWF_HEDGE ",\"hedge\":{\"enabled\":true,\"budget\":0.1,\"delay_quantile\":0.95}"
