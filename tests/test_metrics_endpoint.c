@@ -223,6 +223,9 @@ static void test_promtool_clean(void **state)
     char *m = ig_gwf_get_text(gw.port, "/metrics");
     assert_non_null(m);
     assert_non_null(strstr(m, "instance=\"cpu/1\""));
+    /* The answers of the tests before put each upstream's TTFT histogram
+     * in what promtool reads. */
+    assert_non_null(strstr(m, "infergate_upstream_time_to_first_token_seconds_bucket{upstream=\""));
     const char *path = ig_proc_temp_file(m, ".prom");
     assert_non_null(path);
     free(m);
