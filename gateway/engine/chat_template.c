@@ -531,7 +531,7 @@ int ig_chat_render_tools(ig_chat_style_t style, const ig_chat_msg_t *m, size_t n
                          int add_generation_prompt, char **out, size_t *outlen,
                          ig_tokspan_t **marks, size_t *nmarks, char *err, size_t errlen)
 {
-    out_t o;
+    out_t o = {0};
     *out = NULL;
     *outlen = 0;
     if (marks) {

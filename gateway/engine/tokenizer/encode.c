@@ -335,7 +335,7 @@ static int bpe_merge(enc_t *e, size_t m)
         push_pair(e, (int32_t)i);
     while (e->nheap) {
         uint64_t top = heap_pop(e);
-        int32_t pos = (int32_t)(uint32_t)top, rank = (int32_t)(top >> 32), nx, out;
+        int32_t pos = (int32_t)(uint32_t)top, rank = (int32_t)(top >> 32), nx, out = -1;
         if (e->sid[pos] < 0 || (nx = e->next[pos]) < 0)
             continue;
         /* Stale entry: the pair at pos changed since it was queued. */

@@ -1179,7 +1179,7 @@ static int parse_gen(ig_tokenizer_t *tok, json_t *g, load_ctx_t *c, int32_t *bos
     json_t *e = json_object_get(g, "eos_token_id");
     json_t *b = json_object_get(g, "bos_token_id");
     json_t *v;
-    int32_t id;
+    int32_t id = -1;
     int rc;
     ig_gen_defaults_t *gd = &tok->gen;
 
