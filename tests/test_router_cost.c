@@ -267,11 +267,70 @@ static void test_sed_counts_every_request_in_flight(void **state)
     assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 1);
     assert_float_equal(d.cost_s, 0.0002 + 0.030, 1e-9); /* no wait: the plain prediction */
-    /* Twelve on the wide one, four on the narrow one (neither is hot: the
-     * narrow one is fuller, the wide one has more): 0.2 + 13 x 50 + 30 =
-     * 680 ms against 0.2 + 5 x 100 + 20 = 520 ms, the narrow one. */
+    /* Twelve on the wide one, three on the narrow one (neither is hot: the
+     * narrow one is as full, the wide one has more): 0.2 + 13 x 50 + 30 =
+     * 680 ms against 0.2 + 4 x 100 + 20 = 420 ms, the narrow one. */
     wide.inflight = 12;
+    narrow.inflight = 3;
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+}
+
+/* Rule 6: a free place that is known beats a queue that is known. The
+ * narrow upstream of the test above at its 4 places (520 ms by SED) beside
+ * the wide one at 12 of its 16 (680 ms): SED takes the narrow one, where
+ * the request would wait, while a place at the wide one starts it at once
+ * (30.2 ms without the queue term). */
+static void test_free_place_beats_known_queue(void **state)
+{
+    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
+    r.opts.tail_weight = 0;
+    ig_router_upstream_t narrow, wide;
+    ready_upstream(&narrow, "narrow", IG_ROUTER_LOCAL);
+    ready_upstream(&wide, "wide", IG_ROUTER_LOCAL);
+    ig_router_upstream_t *u2[2] = {&narrow, &wide};
+    for (int i = 0; i < 2; i++) {
+        ig_router_observe_rtt(&r, u2[i], 0.0002, S(1));
+        u2[i]->svc_samples = 32;
+    }
+    narrow.slots = 4;
+    narrow.occupancy_s = 0.4;
+    narrow.svc_s = 0.020;
     narrow.inflight = 4;
+    wide.slots = 16;
+    wide.occupancy_s = 0.8;
+    wide.svc_s = 0.030;
+    wide.inflight = 12;
+    ig_route_decision_t d;
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
+    assert_int_equal(d.runner_up, 0); /* the queue it was spared */
+
+    /* A place reported free but with a queue reported: none is free. */
+    wide.reported_at_ns = S(1);
+    wide.reported_waiting = 1;
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+    wide.reported_waiting = 0;
+
+    /* The narrow one reports nothing; its holds put a queue at C 4 (a
+     * step of 100 ms again). A batch slowdown reads as such a queue in
+     * the holds, so it is not believed: SED's pick stands. */
+    narrow.slots = 0;
+    narrow.occupancy_s = 0;
+    narrow.concurrency = 4;
+    narrow.hold_base_s = narrow.hold_svc_s = 0.4;
+    assert_true(ig_router_would_queue(&narrow));
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 0);
+    /* Its first tokens showed the queue at 4 too: the free place wins. */
+    narrow.wait_c = 4;
+    assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
+    assert_int_equal(d.chosen, 1);
+
+    /* A free place that is no sooner than the queue does not win: the wide
+     * one 600 ms away (630 ms against 520 ms). */
+    ig_router_observe_rtt(&r, &wide, 0.6, S(1));
     assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 0);
 }
@@ -645,6 +704,7 @@ int main(void)
         cmocka_unit_test(test_remote_site_only_when_faster),
         cmocka_unit_test(test_hot_guard),
         cmocka_unit_test(test_sed_counts_every_request_in_flight),
+        cmocka_unit_test(test_free_place_beats_known_queue),
         cmocka_unit_test(test_new_upstream_takes_peers_step),
         cmocka_unit_test(test_new_upstream_takes_peers_service),
         cmocka_unit_test(test_lost_race_is_learned),

@@ -893,6 +893,49 @@ void ig_router_peers(const ig_router_t *r, ig_router_upstream_t *const *ups, int
         free(tmp);
 }
 
+/*
+ * A free place that is known beats a queue that is known. When the pick
+ * would queue the request (as many of ours in flight as its reported
+ * slots, or as a C at which its first tokens showed a queue) and a
+ * candidate that reports its slots has one free and no queue, the
+ * cheapest such candidate by its cost without a queue term takes the
+ * request, if that is below the pick's whole cost. SED charges every
+ * request in flight a whole step (hold / C), so the free places of a
+ * wide upstream can price above a place in the queue of a narrow one,
+ * though a request there starts at once: on fleet 27 (a 4-slot upstream
+ * without `/load` beside a 32-slot one with it) the latency policy kept
+ * the narrow one full and its queue held every answer of the TTFT tail.
+ * A queue read from the holds alone is not believed here: a batch
+ * slowdown reads as one there, and trusting it sent requests away from
+ * 64-slot upstreams that had room (docs/routing.md, "The latency pick",
+ * rule 6). Returns the new pick, or -1 to keep it.
+ */
+static int free_place_over_queue(const ig_router_t *r, ig_router_upstream_t *const *ups,
+                                 const int *cand, int ncand, int best, int prompt_tokens,
+                                 const ig_route_peers_t *peers, uint64_t now_ns)
+{
+    const ig_router_upstream_t *b = ups[best];
+    if (!ig_router_would_queue(b) || !(b->slots > 0 || b->wait_c >= 1))
+        return -1;
+    ig_route_terms_t t;
+    ig_router_terms(r, b, prompt_tokens, peers, now_ns, &t);
+    double limit = t.cost_s, least = INFINITY;
+    int pick = -1;
+    for (int j = 0; j < ncand; j++) {
+        const ig_router_upstream_t *u = ups[cand[j]];
+        if (u->slots <= 0 || u->inflight >= u->slots ||
+            (report_fresh(r, u, now_ns) && u->reported_waiting > 0))
+            continue;
+        ig_router_terms(r, u, prompt_tokens, peers, now_ns, &t);
+        double c = t.cost_s - t.queue_s;
+        if (c < limit && c < least) {
+            least = c;
+            pick = cand[j];
+        }
+    }
+    return pick;
+}
+
 /* The latency policy's pick among the candidates (indexes into ups): the
  * cheapest by ranked cost that is not hot, ties within the cost's noise to
  * the least utilised; when every one is hot, the least utilised (out->hot).
@@ -951,9 +994,16 @@ static int latency_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const 
             best_cost = cost[j];
         }
     }
-    if (best >= 0)
+    if (best >= 0) {
         best = break_ties(r, ups, cand, ncand, cost, start, best, best_cost, prompt_tokens, now_ns,
                           &second, &second_cost);
+        int free = free_place_over_queue(r, ups, cand, ncand, best, prompt_tokens, &peers, now_ns);
+        if (free >= 0) {
+            second = best; /* the runner-up is the queue it was spared */
+            second_cost = ranked_cost(r, ups[best], prompt_tokens, &peers, now_ns);
+            best = free;
+        }
+    }
     if (sorted != stack_u) {
         free(sorted);
         free(sorted_rif);
