@@ -997,11 +997,11 @@ static int latency_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const 
     if (best >= 0) {
         best = break_ties(r, ups, cand, ncand, cost, start, best, best_cost, prompt_tokens, now_ns,
                           &second, &second_cost);
-        int free = free_place_over_queue(r, ups, cand, ncand, best, prompt_tokens, &peers, now_ns);
-        if (free >= 0) {
+        int place = free_place_over_queue(r, ups, cand, ncand, best, prompt_tokens, &peers, now_ns);
+        if (place >= 0) {
             second = best; /* the runner-up is the queue it was spared */
             second_cost = ranked_cost(r, ups[best], prompt_tokens, &peers, now_ns);
-            best = free;
+            best = place;
         }
     }
     if (sorted != stack_u) {
