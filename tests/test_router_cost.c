@@ -235,6 +235,32 @@ static void test_hot_guard(void **state)
     assert_int_equal(d.hot, 0);
 }
 
+/* Two local upstreams that report their slots, 0.2 ms away: a narrow one
+ * (4 places held 0.4 s: 100 ms a step; a 20 ms TTFT) and a wide one (16
+ * held 0.8 s: 50 ms a step; 30 ms), with the given requests in flight. A
+ * latency router without the tail term: the queue alone. */
+static void narrow_and_wide(ig_router_t *r, ig_router_upstream_t *narrow,
+                            ig_router_upstream_t *wide, int narrow_inflight, int wide_inflight)
+{
+    *r = ig_trouter(IG_ROUTE_LATENCY);
+    r->opts.tail_weight = 0;
+    ready_upstream(narrow, "narrow", IG_ROUTER_LOCAL);
+    ready_upstream(wide, "wide", IG_ROUTER_LOCAL);
+    ig_router_upstream_t *u2[2] = {narrow, wide};
+    for (int i = 0; i < 2; i++) {
+        ig_router_observe_rtt(r, u2[i], 0.0002, S(1));
+        u2[i]->svc_samples = 32;
+    }
+    narrow->slots = 4;
+    narrow->occupancy_s = 0.4;
+    narrow->svc_s = 0.020;
+    narrow->inflight = narrow_inflight;
+    wide->slots = 16;
+    wide->occupancy_s = 0.8;
+    wide->svc_s = 0.030;
+    wide->inflight = wide_inflight;
+}
+
 /* The latency pick ranks by the shortest expected delay: every request
  * in flight counts, a step of hold / C each, not only those beyond C. A
  * 4-wide upstream (a place held 0.4 s: 100 ms a step) with one in flight
@@ -245,24 +271,10 @@ static void test_hot_guard(void **state)
  * stays the plain predicted TTFT. */
 static void test_sed_counts_every_request_in_flight(void **state)
 {
-    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
-    r.opts.tail_weight = 0; /* the queue alone; the spread is the next test's */
+    ig_router_t r;
     ig_router_upstream_t narrow, wide;
-    ready_upstream(&narrow, "narrow", IG_ROUTER_LOCAL);
-    ready_upstream(&wide, "wide", IG_ROUTER_LOCAL);
+    narrow_and_wide(&r, &narrow, &wide, 1, 2); /* the spread is the next test's */
     ig_router_upstream_t *u2[2] = {&narrow, &wide};
-    for (int i = 0; i < 2; i++) {
-        ig_router_observe_rtt(&r, u2[i], 0.0002, S(1));
-        u2[i]->svc_samples = 32;
-    }
-    narrow.slots = 4;
-    narrow.occupancy_s = 0.4;
-    narrow.svc_s = 0.020;
-    narrow.inflight = 1;
-    wide.slots = 16;
-    wide.occupancy_s = 0.8;
-    wide.svc_s = 0.030;
-    wide.inflight = 2;
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 1);
@@ -283,24 +295,10 @@ static void test_sed_counts_every_request_in_flight(void **state)
  * (30.2 ms without the queue term). */
 static void test_free_place_beats_known_queue(void **state)
 {
-    ig_router_t r = ig_trouter(IG_ROUTE_LATENCY);
-    r.opts.tail_weight = 0;
+    ig_router_t r;
     ig_router_upstream_t narrow, wide;
-    ready_upstream(&narrow, "narrow", IG_ROUTER_LOCAL);
-    ready_upstream(&wide, "wide", IG_ROUTER_LOCAL);
+    narrow_and_wide(&r, &narrow, &wide, 4, 12);
     ig_router_upstream_t *u2[2] = {&narrow, &wide};
-    for (int i = 0; i < 2; i++) {
-        ig_router_observe_rtt(&r, u2[i], 0.0002, S(1));
-        u2[i]->svc_samples = 32;
-    }
-    narrow.slots = 4;
-    narrow.occupancy_s = 0.4;
-    narrow.svc_s = 0.020;
-    narrow.inflight = 4;
-    wide.slots = 16;
-    wide.occupancy_s = 0.8;
-    wide.svc_s = 0.030;
-    wide.inflight = 12;
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
     assert_int_equal(d.chosen, 1);
