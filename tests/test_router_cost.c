@@ -273,7 +273,7 @@ static void test_sed_counts_every_request_in_flight(void **state)
 {
     ig_router_t r;
     ig_router_upstream_t narrow, wide;
-    narrow_and_wide(&r, &narrow, &wide, 1, 2); /* the spread is the next test's */
+    narrow_and_wide(&r, &narrow, &wide, 1, 2); /* the spread: test_tail_prefers_steadier */
     ig_router_upstream_t *u2[2] = {&narrow, &wide};
     ig_route_decision_t d;
     assert_int_equal(ig_router_pick(&r, u2, 2, 0, NULL, S(1), &d), 0);
