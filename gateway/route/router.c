@@ -908,11 +908,13 @@ void ig_router_peers(const ig_router_t *r, ig_router_upstream_t *const *ups, int
  * A queue read from the holds alone is not believed here: a batch
  * slowdown reads as one there, and trusting it sent requests away from
  * 64-slot upstreams that had room (docs/routing.md, "The latency pick",
- * rule 6). Returns the new pick, or -1 to keep it.
+ * rule 6). Returns the new pick, or -1 to keep it; *spared_cost is then
+ * the kept pick's ranked cost.
  */
 static int free_place_over_queue(const ig_router_t *r, ig_router_upstream_t *const *ups,
                                  const int *cand, int ncand, int best, int prompt_tokens,
-                                 const ig_route_peers_t *peers, uint64_t now_ns)
+                                 const ig_route_peers_t *peers, uint64_t now_ns,
+                                 double *spared_cost)
 {
     const ig_router_upstream_t *b = ups[best];
     if (!ig_router_would_queue(b) || !(b->slots > 0 || b->wait_c >= 1))
@@ -933,6 +935,7 @@ static int free_place_over_queue(const ig_router_t *r, ig_router_upstream_t *con
             pick = cand[j];
         }
     }
+    *spared_cost = limit;
     return pick;
 }
 
@@ -997,10 +1000,12 @@ static int latency_pick(ig_router_t *r, ig_router_upstream_t *const *ups, const 
     if (best >= 0) {
         best = break_ties(r, ups, cand, ncand, cost, start, best, best_cost, prompt_tokens, now_ns,
                           &second, &second_cost);
-        int place = free_place_over_queue(r, ups, cand, ncand, best, prompt_tokens, &peers, now_ns);
+        double spared_cost;
+        int place = free_place_over_queue(r, ups, cand, ncand, best, prompt_tokens, &peers, now_ns,
+                                          &spared_cost);
         if (place >= 0) {
             second = best; /* the runner-up is the queue it was spared */
-            second_cost = ranked_cost(r, ups[best], prompt_tokens, &peers, now_ns);
+            second_cost = spared_cost;
             best = place;
         }
     }
